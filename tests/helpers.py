@@ -1,0 +1,136 @@
+"""Test helpers: generated input files and an oracle computed without tidemark.
+
+The oracle reads the JSON-lines files in the order tidemark promises (file name, then
+line) and reduces them with plain Python that knows the test schema's meaning — it does
+not import tidemark, so a bug in tidemark's reductions cannot hide in the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+
+ORDERS_SCHEMA = {
+    "type": "object",
+    "required": ["customer", "amount"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "customer": {"type": "string"},
+        "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "orders": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "largest": {"type": "integer", "reduce": {"strategy": "maximize"}},
+        "city": {"type": "string"},
+        "items": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "flags": {"type": "object", "reduce": {"strategy": "merge"}, "additionalProperties": {"type": "boolean"}},
+        "_meta": {"type": "object", "properties": {"op": {"type": "string"}}},
+    },
+    "if": {"properties": {"_meta": {"properties": {"op": {"const": "d"}}, "required": ["op"]}}, "required": ["_meta"]},
+    "then": {"reduce": {"delete": True}},
+}
+
+CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
+
+
+def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0):
+    """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for f in range(start, start + files):
+        path = os.path.join(directory, f"orders-{f:04d}.json")
+        with open(path, "w") as out:
+            for _ in range(per_file):
+                cust = f"c{rng.randrange(customers):04d}"
+                if deletes and rng.random() < deletes:
+                    doc = {"customer": cust, "amount": 0, "_meta": {"op": "d"}}
+                else:
+                    amount = rng.randrange(1, 1000)
+                    doc = {
+                        "customer": cust,
+                        "amount": amount,
+                        "orders": 1,
+                        "largest": amount,
+                        "city": rng.choice(CITIES),
+                        "items": [rng.choice("abcdef")],
+                        "flags": {"big": True} if amount > 900 else {},
+                    }
+                out.write(json.dumps(doc) + "\n")
+        # Spark's file source orders files by modification time: make it follow the names.
+        stamp = 1_700_000_000 + f * 10
+        os.utime(path, (stamp, stamp))
+        paths.append(path)
+    return paths
+
+
+def oracle_orders(directory) -> dict:
+    """customer -> expected document, reducing files in name order, lines in order."""
+    view: dict = {}
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                doc = json.loads(line)
+                key = doc["customer"]
+                if doc.get("_meta", {}).get("op") == "d":
+                    view.pop(key, None)
+                    continue
+                cur = view.get(key)
+                if cur is None:
+                    view[key] = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
+                    continue
+                cur["amount"] += doc["amount"]
+                cur["orders"] += doc["orders"]
+                cur["largest"] = max(cur["largest"], doc["largest"])
+                cur["city"] = doc["city"]
+                cur["items"] = cur["items"] + doc["items"]
+                cur["flags"] = {**cur["flags"], **doc["flags"]}
+    return view
+
+
+def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None, name="view", extra_mat=None):
+    """Write a spec file for the orders collection; return its path."""
+    import yaml
+
+    spec = {
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": ORDERS_SCHEMA,
+                "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": max_files}},
+            }
+        },
+        "materializations": {
+            name: {
+                "endpoint": endpoint or {"sqlite": {"path": str(db_path)}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+                **(extra_mat or {}),
+            }
+        },
+        "checkpoint": str(os.path.join(tmp, "checkpoints")),
+    }
+    path = os.path.join(tmp, "spec.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def sqlite_view(db_path, table="customers") -> dict:
+    con = sqlite3.connect(db_path)
+    try:
+        rows = con.execute(f'SELECT "customer", "flow_document" FROM "{table}"').fetchall()
+    finally:
+        con.close()
+    return {k: json.loads(d) for k, d in rows}
+
+
+def normalize(view: dict) -> dict:
+    """Drop bookkeeping fields the oracle does not model (e.g. _meta)."""
+    out = {}
+    for k, doc in view.items():
+        d = {f: v for f, v in doc.items() if f != "_meta"}
+        out[k] = d
+    return out

@@ -1,0 +1,229 @@
+"""combine_batch on Spark: compiled vs fallback vs pure Python, keys, invalid documents."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidemark.collection.collection import Collection
+from tidemark.collection.keys import key_json
+from tidemark.collection.spec import CollectionSpec
+from tidemark.errors import DocumentError, ReductionError
+from tidemark.spark.combine import combine_batch
+from tidemark.spark.compile import compile_collection
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "value string, _file string, _block long, _row long"
+
+FIELD_KINDS = {
+    "string": [({"type": "string"}, st.text(max_size=4)),
+               ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, st.text(max_size=4)),
+               ({"type": "string", "reduce": {"strategy": "maximize"}}, st.text(max_size=4))],
+    "integer": [({"type": "integer", "reduce": {"strategy": "sum"}}, st.integers(-1000, 1000)),
+                ({"type": "integer", "reduce": {"strategy": "minimize"}}, st.integers(-1000, 1000)),
+                ({"type": "integer"}, st.integers(-2**62, 2**62))],
+    "number": [({"type": "number", "reduce": {"strategy": "sum"}}, st.integers(-400, 400).map(lambda i: i / 8)),
+               ({"type": "number", "reduce": {"strategy": "maximize"}}, st.floats(-1e6, 1e6, allow_nan=False))],
+    "boolean": [({"type": "boolean", "reduce": {"strategy": "maximize"}}, st.booleans()), ({"type": "boolean"}, st.booleans())],
+    "append": [({"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+                st.lists(st.integers(0, 9), max_size=3))],
+    "map": [({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+             st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2))],
+    "raw": [({"type": "object"}, st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))],
+}
+ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
+
+
+@st.composite
+def schema_and_docs(draw):
+    n = draw(st.integers(1, 4))
+    picks = [draw(st.sampled_from(ALL_KINDS)) for _ in range(n)]
+    props = {"k": {"type": draw(st.sampled_from(["string", "integer"]))}}
+    gens = {}
+    for i, (schema, gen) in enumerate(picks):
+        props[f"f{i}"] = schema
+        gens[f"f{i}"] = gen
+    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins"]))
+    schema = {"type": "object", "required": ["k"], "reduce": {"strategy": root}, "properties": props}
+    key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", "é\"", "\x1f"])
+    docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen}, optional=gens), min_size=1, max_size=25))
+    return schema, docs
+
+
+def frame(spark, docs, files=2):
+    rows = [(json.dumps(d), f"file:///data/part-{i % files}.json", 0, i) for i, d in enumerate(docs)]
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def expected(coll, docs, files=2):
+    order = sorted(range(len(docs)), key=lambda i: (f"file:///data/part-{i % files}.json", i))
+    out: dict = {}
+    for i in order:
+        d = docs[i]
+        kj = key_json(coll.extract_key(d))
+        out[kj] = d if kj not in out else coll.reduce(out[kj], d)
+    return out
+
+
+def collect(result):
+    rows = result.combined.collect()
+    for r in rows:
+        assert r.key_hash == zlib.crc32(r.key_json.encode("utf-8"))
+    return {r.key_json: json.loads(r.doc) for r in rows}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(schema_and_docs())
+def test_differential_compiled_fallback_python(spark, case):
+    schema, docs = case
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    assert compile_collection(coll) is not None
+    df = frame(spark, docs)
+    want = expected(coll, docs)
+    compiled = combine_batch(df, coll, force_path="compiled")
+    fallback = combine_batch(df, coll, force_path="fallback")
+    try:
+        assert compiled.path == "compiled" and fallback.path == "fallback"
+        assert compiled.documents == fallback.documents == len(docs)
+        got_c, got_f = collect(compiled), collect(fallback)
+        assert got_f == want
+        assert got_c == want
+        for kj, doc in got_c.items():  # ints stay ints
+            for name, sub in schema["properties"].items():
+                if sub.get("type") == "integer" and name in doc:
+                    assert isinstance(doc[name], int)
+    finally:
+        compiled.unpersist()
+        fallback.unpersist()
+
+
+key_parts = st.one_of(st.text(max_size=6), st.integers(-2**63, 2**63 - 1), st.booleans())
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.text(max_size=6), st.integers(-2**63, 2**63 - 1), st.booleans()), min_size=1, max_size=40))
+def test_native_key_json_is_byte_identical(spark, keys):
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.compile import key_json_expr
+
+    df = spark.createDataFrame([(i, s, n, b) for i, (s, n, b) in enumerate(keys)], "i long, s string, n long, b boolean")
+    got = df.select("i", key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"]).alias("kj"),
+                    F.crc32(key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"])).alias("h")).collect()
+    for row in got:
+        key = keys[row.i]
+        assert row.kj == key_json(key)
+        assert row.h == zlib.crc32(key_json(key).encode("utf-8"))
+
+
+def test_control_characters_in_keys(spark):
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.compile import key_json_expr
+
+    text = "".join(chr(c) for c in range(0x20)) + "\"\\/é\u2028\U0001F600"
+    df = spark.createDataFrame([(text,)], "s string")
+    assert df.select(key_json_expr([F.col("s")], ["string"]).alias("k")).first().k == key_json([text])
+
+
+ORDERS = {
+    "type": "object", "required": ["customer"], "reduce": {"strategy": "merge"},
+    "properties": {"customer": {"type": "string"}, "total": {"type": "number", "reduce": {"strategy": "sum"}},
+                   "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+}
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_invalid_document_fails_with_location_key_and_rule(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [
+        ('{"customer": "a", "total": 1}', "file:///data/orders/a.json", 0, 0),
+        ('{"customer": "b", "total": 2}', "file:///data/orders/a.json", 0, 1),
+        ('{"customer": "c", "total": "x"}', "file:///data/orders/a.json", 0, 2),
+        ('{"customer": "d", "total": "y"}', "file:///data/orders/b.json", 0, 0),
+    ]
+    with pytest.raises(DocumentError) as exc:
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+    assert str(exc.value) == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",)
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+@pytest.mark.parametrize("line, message", [
+    ('{"customer": "a", "total": ', "unparseable JSON"),
+    ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
+    ('{"total": 1}', "'customer' is a required property"),
+    ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
+])
+def test_bad_documents(spark, path, line, message):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS), max_document_bytes=100)
+    rows = [('{"customer": "a", "total": 1}', "src", 0, 0), (line, "src", 0, 1)]
+    with pytest.raises(DocumentError, match="^src:2: .*" + message.replace("(", r"\(")):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_quarantine_returns_invalid_and_combines_the_rest(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [
+        ('{"customer": "a", "total": 1}', "f.json", 0, 0),
+        ('{"customer": "a", "total": "x"}', "f.json", 0, 1),
+        ('not json', "f.json", 0, 2),
+        ('{"customer": "a", "total": 2.5, "n": 1}', "f.json", 0, 3),
+    ]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll, on_invalid="quarantine", force_path=path)
+    try:
+        assert res.documents == 2
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 1}}
+        invalid = [r.asDict() for r in res.invalid.collect()]
+        assert [(r["location"], r["key_json"]) for r in invalid] == [("f.json:2", '["a"]'), ("f.json:3", None)]
+        assert "/total: 'x' is not of type 'number'" in invalid[0]["reason"]
+        assert invalid[1]["value"] == "not json"
+    finally:
+        res.unpersist()
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_sum_overflow_is_a_reduction_error(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [('{"customer": "a", "n": %d}' % (2**63 - 1), "f", 0, 0), ('{"customer": "a", "n": 1}', "f", 0, 1)]
+    with pytest.raises(ReductionError, match=r"""key \["a"\]: .*/n: 'sum' overflowed"""):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+
+
+def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
+    from tests.helpers import ORDERS_SCHEMA
+
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS_SCHEMA))
+    assert compile_collection(coll) is None
+    docs = [{"customer": "a", "amount": 1, "items": ["x"]}, {"customer": "a", "amount": 0, "_meta": {"op": "d"}},
+            {"customer": "a", "amount": 2, "items": ["y"]}]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        assert res.path == "fallback"
+        (doc,) = collect(res).values()
+        assert doc == {"customer": "a", "amount": 2, "items": ["y"], "_meta": {"reset": True}}
+    finally:
+        res.unpersist()
+    # a compilable schema, but a batch with an undeclared property: the fallback keeps it
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    res = combine_batch(frame(spark, [{"customer": "a", "total": 1, "extra": [1]}, {"customer": "a", "total": 1}]), coll)
+    try:
+        assert res.path == "fallback"
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 2, "extra": [1]}}
+    finally:
+        res.unpersist()
+    # a document native validation is unsure of (integer 1.0) but that is valid
+    schema = {**ORDERS, "properties": {**ORDERS["properties"], "n": {"type": "integer"}}}
+    coll = Collection(CollectionSpec("orders", ("/customer",), schema))
+    rows = [('{"customer": "a", "n": 1.0}', "f", 0, 0)]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll)
+    try:
+        assert res.path == "fallback" and collect(res) == {'["a"]': {"customer": "a", "n": 1.0}}
+    finally:
+        res.unpersist()

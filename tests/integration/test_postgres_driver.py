@@ -1,0 +1,314 @@
+"""The PostgreSQL driver against a real server (``TIDEMARK_TEST_POSTGRES_URL``), one schema per test.
+
+The test server trusts every local connection (``pg_hba.conf``: trust), so a *wrong
+password* cannot be refused; the credentials tests use a role that does not exist (a real
+refusal over TCP) and an unreachable port, and check that the password never appears.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from tests.integration.test_sqlite_driver import (
+    HALF, MAT, apply, binding, cp, doc, load_all, open_session, store_msg, txn,
+)
+from tidemark.drivers.postgres import PostgresDriver
+from tidemark.drivers.registry import load_driver
+from tidemark.errors import AuthenticationFailed, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError
+from tidemark.protocol.messages import Acknowledge, Apply, Field, Flush, Load, Open, Range, StartCommit, Validate
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture
+def schema(postgres_url):
+    name = f"tm_test_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def config(postgres_url, schema):
+    return {"url": postgres_url, "schema": schema}
+
+
+@pytest.fixture
+def driver(config):
+    d = PostgresDriver(config)
+    yield d
+    d.close()
+
+
+def sql(postgres_url, query, params=()):
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        cur = con.execute(query, params)
+        return cur.fetchall() if cur.description else None
+
+
+def test_registry_builds_postgres(config):
+    d = load_driver("postgres", config)
+    assert isinstance(d, PostgresDriver) and d.capabilities.exactly_once
+    d.close()
+
+
+def test_round_trip_upsert_delete(driver, postgres_url, schema):
+    b = binding(extra=(Field("seen", "/seen", "string", format="date-time"), Field("meta", "/meta", "object")))
+    apply(driver, b)
+    t, opened = open_session(driver, b)
+    assert opened.runtime_checkpoint is None
+    first = [doc("a", 1, seen="2024-05-01T12:00:00Z", meta={"x": 1}), doc("b", 20), doc("c", 3)]
+    assert txn(t, b, first, 0) == {}
+    loaded = txn(t, b, [doc("a", 2), doc("c", 3)], 1, deletes=[False, True])
+    assert loaded == {("a",): first[0], ("c",): doc("c", 3)}
+    t.close()
+    assert driver.dump(MAT, b) == {("a",): doc("a", 2), ("b",): doc("b", 20)}
+    [row] = driver.checkpoints(MAT)
+    assert row.runtime_checkpoint == cp(1) and row.fence == 1
+    types = dict(sql(postgres_url, "SELECT column_name, data_type FROM information_schema.columns "
+                                   "WHERE table_schema = %s AND table_name = 'customers'", (schema,)))
+    assert types == {"customer": "text", "amount": "bigint", "score": "double precision", "vip": "boolean",
+                     "tags": "jsonb", "seen": "timestamp with time zone", "meta": "jsonb", "flow_document": "jsonb"}
+    rows = sql(postgres_url, f'SELECT customer, amount, score, vip, tags, flow_document FROM "{schema}".customers ORDER BY 1')
+    assert rows == [("a", 2, 1.0, False, ["2"], doc("a", 2)), ("b", 20, 10.0, True, ["20"], doc("b", 20))]
+    t2, opened = open_session(driver, b)
+    assert opened.runtime_checkpoint == cp(1)
+    t2.close()
+    # typed value stored while a later doc cleared it
+    t3, _ = open_session(driver, b)
+    txn(t3, b, [doc("d", 1, seen="2024-05-01T12:00:00+02:00")], 2)
+    t3.close()
+    assert sql(postgres_url, f'SELECT seen FROM "{schema}".customers WHERE customer = %s', ("d",)) == [
+        (dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc),)]
+
+
+def test_load_is_deferred_until_acknowledged_and_chunked(driver):
+    b = binding()
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    txn(t, b, [doc(f"k{i:05d}", i) for i in range(3000)], 0, load=False)
+    assert list(t.load(Load(0, (("k00001",),)))) == []  # before Acknowledged: staged
+    t.acknowledge(Acknowledge())
+    got = {}
+    for resp in t.load(Load(0, tuple((f"k{i:05d}",) for i in range(0, 6000, 2)))):
+        got.update(zip(resp.keys, resp.docs))
+    late, _ = t.flush(Flush())
+    for resp in late:
+        got.update(zip(resp.keys, resp.docs))
+    assert len(got) == 1501 and got[("k00001",)] == doc("k00001", 1) and got[("k02998",)] == doc("k02998", 2998)
+    t.close()
+
+
+def test_integer_and_boolean_keys_and_duplicate_stores(driver):
+    b = binding("ints", key_type="integer", key_name="id")
+    c = binding("bools", key_type="boolean", key_name="flag")
+    apply(driver, b, c)
+    t, _ = open_session(driver, (b, c))
+    t.acknowledge(Acknowledge())
+    t.flush(Flush())
+    t.store(store_msg(b, [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")]))
+    t.store(store_msg(b, [doc(2, 7, key_name="id")]))  # the same key twice: the last Store wins
+    t.store(store_msg(c, [doc(True, 1, key_name="flag")], binding_index=1))
+    t.start_commit(StartCommit(cp(0)))
+    t.acknowledge(Acknowledge())
+    assert load_all(t, 0, [(2,), (3,)]) == {(2,): doc(2, 7, key_name="id")}
+    t.close()
+    assert driver.dump(MAT, c) == {(True,): doc(True, 1, key_name="flag")}
+
+
+def test_delta_updates_append(driver):
+    b = binding("events", delta=True)
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    txn(t, b, [doc("a", 1), doc("b", 2)], 0, load=False)
+    txn(t, b, [doc("a", 5)], 1, deletes=[True], load=False)
+    t.close()
+    assert driver.dump(MAT, b) == [doc("a", 1), doc("b", 2), doc("a", 5)]
+
+
+def test_fence_rejects_the_older_session(driver):
+    b = binding()
+    apply(driver, b)
+    old, _ = open_session(driver, b)
+    old.acknowledge(Acknowledge())
+    old.flush(Flush())
+    old.store(store_msg(b, [doc("zombie", 1)]))
+    new, _ = open_session(driver, b)  # a retried task opens the same range while the old one runs
+    with pytest.raises(FencedOff, match="newer session"):
+        old.start_commit(StartCommit(cp(0)))
+    assert driver.dump(MAT, b) == {}
+    assert driver.checkpoints(MAT)[0].runtime_checkpoint is None
+    txn(new, b, [doc("a", 1)], 0)
+    assert driver.dump(MAT, b) == {("a",): doc("a", 1)}
+    old.close()
+    new.close()
+
+
+def test_concurrent_shards_commit_different_ranges(driver):
+    b = binding()
+    apply(driver, b)
+    errors = []
+
+    def shard(rng, prefix):
+        try:
+            d = PostgresDriver(driver.config)
+            t, _ = open_session(d, b, rng)
+            for n in range(10):
+                txn(t, b, [doc(f"{prefix}{n}-{i}", i) for i in range(200)], n)
+            t.close()
+            d.close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=shard, args=(Range(0, HALF), "L")),
+               threading.Thread(target=shard, args=(Range(HALF + 1, 0xFFFFFFFF), "R"))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(driver.dump(MAT, b)) == 4000
+    assert [r.runtime_checkpoint["batch_id"] for r in driver.checkpoints(MAT)] == [9, 9]
+
+
+def test_split_and_merge_inheritance(driver):
+    b = binding()
+    apply(driver, b)
+    parent, _ = open_session(driver, b)
+    txn(parent, b, [doc("a", 1)], 3)
+    zombie, _ = open_session(driver, b)
+    left, ol = open_session(driver, b, Range(0, HALF))
+    right, orr = open_session(driver, b, Range(HALF + 1, 0xFFFFFFFF))
+    assert ol.runtime_checkpoint == cp(3) and orr.runtime_checkpoint == cp(3)
+    zombie.acknowledge(Acknowledge())
+    zombie.flush(Flush())
+    with pytest.raises(FencedOff):
+        zombie.start_commit(StartCommit(cp(4)))
+    txn(left, b, [doc("b", 1)], 4)
+    txn(right, b, [doc("c", 1)], 4)
+    merged, om = open_session(driver, b)
+    assert om.runtime_checkpoint == cp(4)
+    for t in (parent, zombie, left, right, merged):
+        t.close()
+    # a half that is behind cannot merge
+    other_left, _ = open_session(driver, b, Range(0, HALF))
+    txn(other_left, b, [doc("b", 3)], 5)
+    other_left.close()
+    with pytest.raises(RecoveryError, match="cannot inherit"):
+        open_session(driver, b, Range(0, 0xFFFFFFFE))
+
+
+def test_schema_evolution(driver, postgres_url, schema):
+    b = binding()
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    txn(t, b, [doc("a", 1)], 0)
+    t.close()
+    grown = binding(extra=(Field("city", "/city", "string"),))
+    assert "add column city" in apply(driver, grown).action_description
+    t, _ = open_session(driver, grown)
+    txn(t, grown, [doc("b", 2, city="Oslo")], 1)
+    t.close()
+    assert sql(postgres_url, f'SELECT customer, city FROM "{schema}".customers ORDER BY 1') == [("a", None), ("b", "Oslo")]
+    with pytest.raises(IncompatibleSchema, match="amount"):
+        driver.validate(Validate(MAT, {}, (binding(types={"amount": "string"}),)))
+    with pytest.raises(IncompatibleSchema, match="key"):
+        driver.validate(Validate(MAT, {}, (binding(key_name="id"),)))
+    with pytest.raises(IncompatibleSchema, match="mode"):
+        driver.validate(Validate(MAT, {}, (binding(delta=True),)))
+    assert apply(driver, grown).action_description == "nothing to do"
+
+
+def test_injection_like_identifiers(driver, postgres_url, schema):
+    evil = 'x"; DROP TABLE y; --'
+    sql(postgres_url, f'CREATE SCHEMA IF NOT EXISTS "{schema}"; CREATE TABLE "{schema}".y (a int)')
+    b = binding(evil, key_name='k"ey', types={'amo"unt': "integer", "select": "string"})
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    d = {'k"ey': "a", 'amo"unt': 1, "select": "from"}
+    txn(t, b, [d], 0)
+    assert txn(t, b, [dict(d, select="where")], 1) == {("a",): d}
+    t.close()
+    assert driver.dump(MAT, b) == {("a",): dict(d, select="where")}
+    assert sql(postgres_url, f'SELECT count(*) FROM "{schema}".y') == [(0,)]
+    weird = evil.replace('"', '""')
+    assert sql(postgres_url, f'SELECT "amo""unt", "select" FROM "{schema}"."{weird}"') == [(1, "where")]
+    # an evil schema name, too
+    evil_schema = f'{schema}"; DROP SCHEMA public; --'
+    d2 = PostgresDriver({"url": postgres_url, "schema": evil_schema})
+    try:
+        apply(d2, binding())
+        t, _ = open_session(d2, binding())
+        txn(t, binding(), [doc("a", 1)], 0)
+        t.close()
+        assert d2.dump(MAT, binding()) == {("a",): doc("a", 1)}
+    finally:
+        d2.close()
+        sql(postgres_url, f'DROP SCHEMA IF EXISTS "{evil_schema.replace(chr(34), chr(34) * 2)}" CASCADE')
+
+
+def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
+    b = binding()
+    apply(driver, b)
+    old, _ = open_session(driver, b)
+    new, _ = open_session(driver, b)
+    bad = [{"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": {"x": 1}}]
+    for t in (old, new):
+        t.acknowledge(Acknowledge())
+        t.flush(Flush())
+        t.quarantine(bad)
+    with pytest.raises(FencedOff):
+        old.start_commit(StartCommit(cp(0)))
+    new.start_commit(StartCommit(cp(0)))
+    rows = sql(postgres_url, "SELECT materialization, batch_id, location, key_json, reason, value "
+                             f'FROM "{schema}".tidemark_quarantine')
+    assert rows == [(MAT, 0, "orders-0001.json:7", '["x"]', "amount: not an integer", '{"x":1}')]
+    old.close()
+    new.close()
+
+
+def test_passwords_are_redacted(postgres_url, caplog):
+    url_form = {"url": f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "retry": {"attempts": 2, "base_delay": 0}}
+    field_form = {"host": "127.0.0.1", "port": 1, "user": "postgres", "password": SECRET, "database": "test",
+                  "retry": {"attempts": 2, "base_delay": 0}}
+    for config in (url_form, field_form):
+        d = PostgresDriver(config)
+        assert SECRET not in repr(d) and SECRET not in repr(d.settings) and SECRET not in str(d.spec())
+        with caplog.at_level(logging.DEBUG):
+            with pytest.raises(EndpointUnavailable) as info:
+                d.checkpoints(MAT)
+            with pytest.raises(EndpointUnavailable) as info2:
+                d.open(Open(MAT, "v1", Range(), config=config))
+        for exc in (info.value, info2.value):
+            text = str(exc) + repr(exc) + "".join(str(a) for a in exc.args)
+            assert "127.0.0.1:1" in text and SECRET not in text
+            assert exc.__cause__ is None or SECRET not in str(exc.__cause__)
+        assert SECRET not in caplog.text
+        assert "retry 1/1" in caplog.text  # the policy retried the transient failure
+        caplog.clear()
+        d.close()
+    from tidemark.drivers.sql import redact
+    assert SECRET not in redact(f"postgresql://u:{SECRET}@h/db password={SECRET} password='{SECRET}'")
+
+
+def test_wrong_credentials_are_terminal(postgres_url):
+    # trust authentication accepts any password, so use a role that does not exist:
+    # the server refuses it over TCP exactly like a wrong password.
+    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    config = {"host": info.get("host", "127.0.0.1"), "port": info.get("port", 5432), "database": info.get("dbname", "test"),
+              "user": f"nobody_{uuid.uuid4().hex[:6]}", "password": SECRET}
+    d = PostgresDriver(config)
+    with pytest.raises(AuthenticationFailed) as exc:
+        d.apply(Apply(MAT, config, ()))
+    assert SECRET not in str(exc.value) and config["user"] in str(exc.value)
+    assert not isinstance(exc.value, EndpointUnavailable)
+    d.close()

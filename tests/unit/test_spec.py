@@ -1,0 +1,124 @@
+"""Spec loading and the errors it reports (file + path in the spec)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+import yaml
+
+from tidemark.collection.spec import load_spec, parse_spec
+from tidemark.errors import SpecError
+
+BASE = {
+    "collections": {
+        "orders": {
+            "key": ["/customer"],
+            "schema": {"type": "object", "required": ["customer"], "reduce": {"strategy": "merge"},
+                       "properties": {"customer": {"type": "string"}, "total": {"type": "number", "reduce": {"strategy": "sum"}}}},
+            "source": {"format": "json", "path": "data/orders"},
+        }
+    },
+    "materializations": {
+        "customer_view": {
+            "endpoint": {"sqlite": {"path": "views.db"}},
+            "shards": 2,
+            "bindings": [{"source": "orders", "resource": {"table": "customers"}, "delta_updates": False}],
+        }
+    },
+    "checkpoint": ".tidemark/checkpoints",
+}
+
+
+def write(tmp_path, obj, name="spec.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(obj) if name.endswith(".yaml") else json.dumps(obj))
+    return str(path)
+
+
+def spec_with(mutate):
+    obj = copy.deepcopy(BASE)
+    mutate(obj)
+    return obj
+
+
+def test_load_yaml_and_json(tmp_path):
+    for name in ("spec.yaml", "spec.json"):
+        spec = load_spec(write(tmp_path, BASE, name))
+        coll = spec.collections["orders"]
+        assert coll.key == ("/customer",)
+        assert coll.source.path == os.path.join(str(tmp_path), "data", "orders")
+        mat = spec.materializations["customer_view"]
+        assert mat.shards == 2 and mat.on_invalid == "fail" and mat.max_document_bytes == 16 * 2**20
+        assert mat.driver_name == "sqlite"
+        assert mat.driver_config == {"path": os.path.join(str(tmp_path), "views.db")}
+        assert mat.bindings[0].resource == {"table": "customers"}
+        assert spec.file.endswith(name) and spec.base_dir == str(tmp_path)
+
+
+def test_version_is_stable_and_tracks_schema():
+    a = parse_spec(BASE)
+    b = parse_spec(copy.deepcopy(BASE))
+    m = "customer_view"
+    assert a.materializations[m].version(a) == b.materializations[m].version(b)
+    c = parse_spec(spec_with(lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="integer")))
+    assert c.materializations[m].version(c) != a.materializations[m].version(a)
+
+
+def test_unknown_collection_names_file_and_path(tmp_path):
+    path = write(tmp_path, spec_with(lambda o: o["materializations"]["customer_view"]["bindings"][0].update(source="ordrs")))
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    assert str(exc.value) == f"{path}:materializations.customer_view.bindings[0].source: unknown collection 'ordrs' (known: orders)"
+    assert exc.value.file == path and exc.value.path == "materializations.customer_view.bindings[0].source"
+
+
+@pytest.mark.parametrize(
+    "mutate, path, message",
+    [
+        (lambda o: o.update(extra=1), "extra", "unknown field 'extra'"),
+        (lambda o: o["collections"]["orders"].update(color="red"), "collections.orders.color", "unknown field 'color'"),
+        (lambda o: o["collections"]["orders"].update(key=["/nope"]), "collections.orders.key[0]", "key /nope is not a property"),
+        (lambda o: o["collections"]["orders"].update(key=["/total"]), "collections.orders.key[0]", "keys must be one of string, integer, boolean"),
+        (lambda o: o["collections"]["orders"].update(key=[]), "collections.orders.key", "non-empty list"),
+        (lambda o: o["materializations"]["customer_view"].update(shards=0), "materializations.customer_view.shards", "integer >= 1"),
+        (lambda o: o["materializations"]["customer_view"].update(on_invalid="ignore"), "materializations.customer_view.on_invalid", "must be one of fail, quarantine"),
+        (lambda o: o["materializations"]["customer_view"]["bindings"].append({"source": "orders", "resource": {"table": "customers"}}),
+         "materializations.customer_view.bindings[1].resource", "duplicate resource"),
+        (lambda o: o["materializations"]["customer_view"].update(endpoint={"sqlit": {}}), "materializations.customer_view.endpoint.sqlit", "unknown endpoint driver 'sqlit'"),
+        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "summ"}),
+         "collections.orders.schema.properties.total.reduce.strategy", "unknown reduction strategy 'summ'"),
+        (lambda o: o["collections"]["orders"]["schema"]["properties"]["customer"].update(reduce={"strategy": "sum"}),
+         "collections.orders.schema.properties.customer.reduce.strategy", "strategy 'sum' expects numbers"),
+        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "sum", "key": ["/a"]}),
+         "collections.orders.schema.properties.total.reduce.key", "takes no key"),
+        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="numbr"),
+         "collections.orders.schema.properties.total.type", "not a valid JSON Schema"),
+        (lambda o: o["collections"]["orders"]["schema"].update({"$ref": "#/$defs/missing"}),
+         "collections.orders.schema.$ref", "does not resolve"),
+    ],
+)
+def test_spec_errors(mutate, path, message):
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with(mutate), file="spec.yaml")
+    assert exc.value.path == path, str(exc.value)
+    assert message in str(exc.value)
+    assert str(exc.value).startswith(f"spec.yaml:{path}: ")
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("collections:\n  orders: [unclosed\n")
+    with pytest.raises(SpecError, match=r"spec.yaml: invalid YAML at line \d+"):
+        load_spec(str(path))
+
+
+def test_constructible_in_python():
+    from tidemark.collection.spec import BindingConfig, CollectionSpec, MaterializationSpec, SourceSpec, TidemarkSpec
+
+    coll = CollectionSpec("c", ("/id",), {"type": "object", "properties": {"id": {"type": "string"}}}, SourceSpec(path="/data"))
+    mat = MaterializationSpec("m", {"memory": {}}, bindings=(BindingConfig("c", {"table": "t"}),))
+    spec = TidemarkSpec({"c": coll}, {"m": mat}, "chk", None, ".")
+    assert mat.driver_name == "memory" and len(mat.version(spec)) == 16

@@ -1,0 +1,75 @@
+"""Document parsing and schema validation messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.collection.collection import Collection
+from tidemark.collection.spec import CollectionSpec
+from tidemark.errors import DocumentError
+
+SCHEMA = {
+    "type": "object",
+    "required": ["id", "total"],
+    "properties": {
+        "id": {"type": "string"},
+        "total": {"type": "number", "minimum": 0, "maximum": 100},
+        "status": {"enum": ["open", "closed"]},
+        "name": {"type": "string", "minLength": 2, "maxLength": 4},
+        "address": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+    },
+}
+
+
+@pytest.fixture
+def coll():
+    return Collection(CollectionSpec("t", ("/id",), SCHEMA), max_document_bytes=200)
+
+
+def test_valid(coll):
+    assert coll.validate({"id": "a", "total": 1}) == []
+
+
+@pytest.mark.parametrize(
+    "doc, violation",
+    [
+        ({"id": "a", "total": "x"}, "/total: 'x' is not of type 'number'"),
+        ({"id": "a"}, "/: 'total' is a required property"),
+        ({"id": "a", "total": 1, "status": "gone"}, "/status: 'gone' is not one of ['open', 'closed']"),
+        ({"id": "a", "total": -1}, "/total: -1 is less than the minimum of 0"),
+        ({"id": "a", "total": 101}, "/total: 101 is greater than the maximum of 100"),
+        ({"id": "a", "total": 1, "name": "x"}, "/name: 'x' is too short"),
+        ({"id": "a", "total": 1, "name": "xxxxx"}, "/name: 'xxxxx' is too long"),
+        ({"id": "a", "total": 1, "address": {}}, "/address: 'city' is a required property"),
+        ({"id": "a", "total": 1, "address": {"city": 5}}, "/address/city: 5 is not of type 'string'"),
+        ({"id": "a", "total": 1, "tags": ["a", 1]}, "/tags/1: 1 is not of type 'string'"),
+        ({"id": "a", "total": 1, "tags": ["a", "b", "c"]}, "/tags: ['a', 'b', 'c'] is too long"),
+    ],
+)
+def test_violations(coll, doc, violation):
+    assert violation in coll.validate(doc)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"id": "a", ', "unparseable JSON"),
+        ('{"id": "a", "total": NaN}', "NaN is not valid JSON"),
+        ('{"id": "a", "total": Infinity}', "Infinity is not valid JSON"),
+        ('{"id": "a", "total": -Infinity}', "-Infinity is not valid JSON"),
+        ('{"id": "a", "total": 1e400}', "not finite"),
+        ('{"id": "' + "x" * 300 + '"}', "more than the maximum of 200 bytes"),
+    ],
+)
+def test_parse_errors(coll, line, message):
+    with pytest.raises(DocumentError) as exc:
+        coll.parse(line, "data/a.json:3")
+    assert message in str(exc.value)
+    assert str(exc.value).startswith("data/a.json:3: ")
+    assert exc.value.location == "data/a.json:3"
+
+
+def test_missing_key(coll):
+    with pytest.raises(DocumentError, match=r"data/a.json:1: document has no key component at /id"):
+        coll.extract_key({"total": 1}, "data/a.json:1")

@@ -1,0 +1,133 @@
+"""The ``tidemark`` command: a thin layer over :mod:`tidemark.spark.runner`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tidemark.errors import TidemarkError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark.")
+console = Console(stderr=True)
+
+
+def _fail(exc: BaseException) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    spec: str = typer.Argument(..., help="the spec file (YAML or JSON)"),
+    available_now: bool = typer.Option(False, "--available-now", help="process the input that is there, then exit 0"),
+    materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="run only these"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", help="files per batch"),
+):
+    """Run the materializations of SPEC, with live progress."""
+    from tidemark.spark.runner import run_spec
+    from tidemark.spark.session import local_session
+
+    started = time.perf_counter()
+    totals = {"batches": 0, "documents": 0}
+
+    def on_batch(r):
+        totals["batches"] += 1
+        totals["documents"] += r.documents
+        rate = r.documents / r.wall if r.wall > 0 else 0.0
+        phases = " ".join(f"{k}={v:.2f}s" for k, v in r.timings.items() if not k.startswith("shard."))
+        if r.skipped:
+            console.print(f"[dim]{r.materialization} batch {r.batch_id}: already committed, acknowledged[/]")
+            return
+        console.print(
+            f"[bold]{r.materialization}[/] batch [cyan]{r.batch_id}[/]: {r.documents} docs "
+            f"({rate:,.0f}/s), {r.keys} keys over {r.shards} shard(s), stored {r.stored}, "
+            f"loaded {r.loaded}, deleted {r.deleted}"
+            + (f", [yellow]{r.invalid} quarantined[/]" if r.invalid else "")
+            + (f", {r.replayed_shards} shard(s) already committed" if r.replayed_shards else "")
+            + f" | {phases}"
+        )
+
+    try:
+        spark = local_session("tidemark", master=master or "local[*]")
+        run_spec(
+            spec,
+            available_now=available_now,
+            materializations=materialization or None,
+            spark=spark,
+            on_batch=on_batch,
+            max_files_per_trigger=max_files_per_trigger,
+        )
+    except TidemarkError as exc:
+        _fail(exc)
+    console.print(
+        f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+
+
+@app.command()
+def status(spec: str = typer.Argument(..., help="the spec file")):
+    """Per shard: last committed batch, fence and lag."""
+    from tidemark.spark.runner import status_spec
+
+    try:
+        statuses = status_spec(spec)
+    except TidemarkError as exc:
+        _fail(exc)
+    out = Console()
+    for st in statuses:
+        table = Table(title=f"{st.name} ({st.endpoint})")
+        for col in ("range", "fence", "endpoint batch", "recovery log batch", "lag (batches)"):
+            table.add_column(col)
+        for sh in st.shards:
+            table.add_row(
+                sh.range,
+                "-" if sh.fence is None else str(sh.fence),
+                "-" if sh.batch_id is None else str(sh.batch_id),
+                "-" if st.last_batch is None else str(st.last_batch),
+                "-" if st.lag_batches is None else str(st.lag_batches),
+            )
+        out.print(table)
+        if not st.shards:
+            out.print("no batch committed yet")
+
+
+@app.command()
+def check(spec: str = typer.Argument(..., help="the spec file")):
+    """Validate SPEC and dry-run Validate/Apply against each endpoint."""
+    from tidemark.spark.runner import check_spec
+
+    try:
+        for line in check_spec(spec):
+            Console().print(line)
+    except TidemarkError as exc:
+        _fail(exc)
+
+
+@app.command()
+def conformance(
+    driver: str = typer.Argument(..., help="driver name, e.g. memory, sqlite, postgres, or command:PROGRAM"),
+    config: Optional[str] = typer.Option(None, "--config", help="driver config file (YAML/JSON)"),
+):
+    """Run the conformance kit against a driver."""
+    from tidemark.testing.conformance import main as kit_main
+
+    raise typer.Exit(kit_main(driver, config))
+
+
+def main() -> None:
+    try:
+        app()
+    except TidemarkError as exc:  # pragma: no cover
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""The tidemark spec: collections and materializations, validated before Spark starts.
+
+::
+
+    collections:
+      orders:
+        key: [/customer]
+        schema: {type: object, required: [customer], reduce: {strategy: merge},
+                 properties: {customer: {type: string}, total: {type: number, reduce: {strategy: sum}}}}
+        source: {format: json, path: data/orders, options: {maxFilesPerTrigger: 1}}
+    materializations:
+      customer_view:
+        endpoint: {sqlite: {path: views.db}}
+        shards: 2
+        on_invalid: fail            # or quarantine
+        max_document_bytes: 16777216
+        bindings:
+          - {source: orders, resource: {table: customers}, delta_updates: false}
+    checkpoint: .tidemark/checkpoints
+
+Every error is a :class:`~tidemark.errors.SpecError` naming the file and the path inside
+the spec (``materializations.customer_view.bindings[0].source``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tidemark.collection.keys import KEY_TYPES
+from tidemark.collection.schema import KEYED_STRATEGIES, STRATEGIES, SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
+from tidemark.errors import SpecError
+
+ON_INVALID = ("fail", "quarantine")
+DEFAULT_CHECKPOINT = ".tidemark/checkpoints"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    format: str = "json"
+    path: Optional[str] = None  # resolved against the spec file's directory
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectionSpec:
+    name: str
+    key: tuple[str, ...]
+    schema: dict
+    source: Optional[SourceSpec] = None
+
+
+@dataclass(frozen=True)
+class BindingConfig:
+    source: str
+    resource: dict
+    delta_updates: bool = False
+
+
+@dataclass(frozen=True)
+class MaterializationSpec:
+    name: str
+    endpoint: dict
+    shards: int = 1
+    bindings: tuple[BindingConfig, ...] = ()
+    on_invalid: str = "fail"
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+    base_dir: str = "."  # the spec file's directory: relative driver paths resolve against it
+
+    @property
+    def driver_name(self) -> str:
+        from tidemark.drivers.registry import endpoint_of
+
+        return endpoint_of(self.endpoint)[0]
+
+    @property
+    def driver_config(self) -> dict:
+        from tidemark.drivers.registry import endpoint_of
+
+        config = dict(endpoint_of(self.endpoint)[1])
+        path = config.get("path")
+        if isinstance(path, str) and path and path != ":memory:" and "://" not in path and not os.path.isabs(path):
+            config["path"] = os.path.abspath(os.path.join(self.base_dir, path))
+        return config
+
+    def version(self, spec: "TidemarkSpec") -> str:
+        """A stable hash of this materialization and its collections' keys and schemas."""
+        colls = {}
+        for b in self.bindings:
+            c = spec.collections.get(b.source)
+            if c is not None:
+                colls[c.name] = {"key": list(c.key), "schema": c.schema}
+        body = {
+            "name": self.name,
+            "endpoint": self.endpoint,
+            "shards": self.shards,
+            "on_invalid": self.on_invalid,
+            "bindings": [{"source": b.source, "resource": b.resource, "delta_updates": b.delta_updates} for b in self.bindings],
+            "collections": colls,
+        }
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TidemarkSpec:
+    collections: dict
+    materializations: dict
+    checkpoint: str = DEFAULT_CHECKPOINT
+    file: Optional[str] = None
+    base_dir: str = "."
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_spec(path) -> TidemarkSpec:
+    """Read a YAML or JSON spec file and validate it."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise SpecError(f"cannot read the spec: {exc.strerror or exc}", file=path) from exc
+    if path.endswith(".json"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=path) from None
+    else:
+        import yaml
+
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise SpecError(f"invalid YAML{where}: {problem}", file=path) from None
+    return parse_spec(obj, file=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def parse_spec(obj: Any, *, file: Optional[str] = None, base_dir: str = ".") -> TidemarkSpec:
+    """Validate a spec given as a mapping (e.g. parsed YAML) and build a :class:`TidemarkSpec`."""
+    return _Parser(file, base_dir).spec(obj)
+
+
+class _Parser:
+    def __init__(self, file: Optional[str], base_dir: str):
+        self.file = file
+        self.base_dir = base_dir
+
+    def fail(self, path: str, message: str) -> SpecError:
+        return SpecError(message, file=self.file, path=path or None)
+
+    def mapping(self, obj: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(obj, dict):
+            raise self.fail(path, f"must be a mapping, got {_type_name(obj)}")
+        for k in obj:
+            if k not in allowed:
+                raise self.fail(_join(path, str(k)), f"unknown field {str(k)!r} (allowed: {', '.join(allowed)})")
+        for k in required:
+            if k not in obj:
+                raise self.fail(path, f"missing required field {k!r}")
+        return obj
+
+    # ------------------------------------------------------------------ top level
+    def spec(self, obj: Any) -> TidemarkSpec:
+        if obj is None:
+            raise self.fail("", "the spec is empty")
+        self.mapping(obj, "", ("collections", "materializations", "checkpoint"), ("collections",))
+        raw_colls = obj.get("collections") or {}
+        if not isinstance(raw_colls, dict):
+            raise self.fail("collections", f"must be a mapping of name to collection, got {_type_name(raw_colls)}")
+        collections = {str(n): self.collection(str(n), c, f"collections.{n}") for n, c in raw_colls.items()}
+        raw_mats = obj.get("materializations") or {}
+        if not isinstance(raw_mats, dict):
+            raise self.fail("materializations", f"must be a mapping of name to materialization, got {_type_name(raw_mats)}")
+        mats = {str(n): self.materialization(str(n), m, f"materializations.{n}", collections) for n, m in raw_mats.items()}
+        checkpoint = obj.get("checkpoint", DEFAULT_CHECKPOINT)
+        if not isinstance(checkpoint, str) or not checkpoint:
+            raise self.fail("checkpoint", "must be a non-empty path")
+        return TidemarkSpec(collections, mats, checkpoint, self.file, self.base_dir)
+
+    # ------------------------------------------------------------------ collections
+    def collection(self, name: str, obj: Any, path: str) -> CollectionSpec:
+        self.mapping(obj, path, ("key", "schema", "source"), ("key", "schema"))
+        schema = obj["schema"]
+        if not isinstance(schema, dict):
+            raise self.fail(f"{path}.schema", f"must be a JSON Schema object, got {_type_name(schema)}")
+        self.check_schema(schema, f"{path}.schema")
+        key = obj["key"]
+        if isinstance(key, str):
+            key = [key]
+        if not isinstance(key, list) or not key:
+            raise self.fail(f"{path}.key", "must be a non-empty list of JSON pointers, e.g. [/customer]")
+        for i, ptr in enumerate(key):
+            self.check_key(schema, ptr, f"{path}.key[{i}]")
+        source = None
+        if obj.get("source") is not None:
+            source = self.source(obj["source"], f"{path}.source")
+        return CollectionSpec(name, tuple(key), schema, source)
+
+    def source(self, obj: Any, path: str) -> SourceSpec:
+        self.mapping(obj, path, ("format", "path", "options"))
+        fmt = obj.get("format", "json")
+        if not isinstance(fmt, str) or not fmt:
+            raise self.fail(f"{path}.format", "must be a Spark source format name, e.g. json")
+        src_path = obj.get("path")
+        if src_path is not None:
+            if not isinstance(src_path, str) or not src_path:
+                raise self.fail(f"{path}.path", "must be a non-empty path")
+            if "://" not in src_path and not os.path.isabs(src_path):
+                src_path = os.path.normpath(os.path.join(os.path.abspath(self.base_dir), src_path))
+        options = obj.get("options") or {}
+        if not isinstance(options, dict):
+            raise self.fail(f"{path}.options", "must be a mapping of Spark source options")
+        return SourceSpec(fmt, src_path, dict(options))
+
+    def check_schema(self, schema: dict, path: str) -> None:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
+            raise self.fail(path + where, f"not a valid JSON Schema: {exc.message}") from None
+        index = SchemaIndex(schema)
+        for sub_path, node in iter_schemas(schema, path):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                try:
+                    index.resolve_ref(ref)
+                except ValueError as exc:
+                    raise self.fail(f"{sub_path}.$ref", str(exc)) from None
+            if "reduce" in node:
+                self.check_reduce(node, f"{sub_path}.reduce")
+
+    def check_reduce(self, node: dict, path: str) -> None:
+        red = node["reduce"]
+        if not isinstance(red, dict):
+            raise self.fail(path, f"must be a mapping like {{strategy: merge}}, got {_type_name(red)}")
+        for k in red:
+            if k not in ("strategy", "key", "delete"):
+                raise self.fail(f"{path}.{k}", f"unknown field {k!r} (allowed: strategy, key, delete)")
+        if "delete" in red and not isinstance(red["delete"], bool):
+            raise self.fail(f"{path}.delete", "must be true or false")
+        if "strategy" not in red:
+            if "key" in red:
+                raise self.fail(path, "'key' needs a strategy (one of minimize, maximize, merge, set)")
+            if "delete" not in red:
+                raise self.fail(path, "needs a strategy (or delete: true)")
+            return
+        strategy = red["strategy"]
+        if strategy not in STRATEGIES:
+            raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+        if "key" in red:
+            if strategy not in KEYED_STRATEGIES:
+                raise self.fail(f"{path}.key", f"strategy {strategy!r} takes no key")
+            k = red["key"]
+            if not isinstance(k, list) or not all(isinstance(p, str) and (p == "" or p.startswith("/")) for p in k):
+                raise self.fail(f"{path}.key", "must be a list of JSON pointers, e.g. [/id]")
+        types = types_of(node)
+        if types is not None:
+            t = set(types) - {"null"}
+            wrong = {
+                "sum": t - {"number", "integer"},
+                "append": t - {"array"},
+                "merge": t - {"object", "array"},
+                "set": t - {"object"},
+            }.get(strategy)
+            if wrong:
+                expects = {"sum": "numbers", "append": "arrays", "merge": "objects or arrays", "set": "objects"}[strategy]
+                raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {expects}, but the location has type {'/'.join(types)}")
+
+    def check_key(self, schema: dict, ptr: Any, path: str) -> None:
+        if not isinstance(ptr, str) or not ptr.startswith("/") or ptr == "/":
+            raise self.fail(path, f"must be a JSON pointer to a property, e.g. /id, got {ptr!r}")
+        index = SchemaIndex(schema)
+        node: Any = schema
+        for token in pointer_tokens(ptr):
+            node = _deref(index, node)
+            props = {}
+            for s in [node, *(node.get("allOf") or [])] if isinstance(node, dict) else []:
+                s = _deref(index, s)
+                if isinstance(s, dict):
+                    props.update(s.get("properties") or {})
+            if token not in props:
+                raise self.fail(path, f"key {ptr} is not a property of the schema (known: {', '.join(sorted(props)) or 'none'})")
+            node = props[token]
+        node = _deref(index, node)
+        types = types_of(node)
+        if types is None:
+            raise self.fail(path, f"key {ptr} must declare a type (one of {', '.join(KEY_TYPES)})")
+        bad = [t for t in types if t not in KEY_TYPES]
+        if bad:
+            raise self.fail(path, f"key {ptr} has type {'/'.join(types)}; keys must be one of {', '.join(KEY_TYPES)}")
+
+    # ------------------------------------------------------------------ materializations
+    def materialization(self, name: str, obj: Any, path: str, collections: dict) -> MaterializationSpec:
+        self.mapping(obj, path, ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes"), ("endpoint", "bindings"))
+        endpoint = obj["endpoint"]
+        self.check_endpoint(endpoint, f"{path}.endpoint")
+        shards = obj.get("shards", 1)
+        if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+            raise self.fail(f"{path}.shards", f"must be an integer >= 1, got {shards!r}")
+        on_invalid = obj.get("on_invalid", "fail")
+        if on_invalid not in ON_INVALID:
+            raise self.fail(f"{path}.on_invalid", f"must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+        max_bytes = obj.get("max_document_bytes", DEFAULT_MAX_DOCUMENT_BYTES)
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise self.fail(f"{path}.max_document_bytes", f"must be a positive integer, got {max_bytes!r}")
+        raw = obj["bindings"]
+        if not isinstance(raw, list) or not raw:
+            raise self.fail(f"{path}.bindings", "must be a non-empty list of bindings")
+        bindings = []
+        seen: dict[str, int] = {}
+        for i, b in enumerate(raw):
+            bpath = f"{path}.bindings[{i}]"
+            self.mapping(b, bpath, ("source", "resource", "delta_updates"), ("source", "resource"))
+            source = b["source"]
+            if source not in collections:
+                known = ", ".join(sorted(collections)) or "none"
+                raise self.fail(f"{bpath}.source", f"unknown collection {source!r} (known: {known})")
+            resource = b["resource"]
+            if not isinstance(resource, dict) or not resource:
+                raise self.fail(f"{bpath}.resource", "must be a non-empty mapping, e.g. {table: customers}")
+            ident = json.dumps(resource, sort_keys=True, default=str)
+            if ident in seen:
+                raise self.fail(f"{bpath}.resource", f"duplicate resource {resource!r} (also bindings[{seen[ident]}])")
+            seen[ident] = i
+            delta = b.get("delta_updates", False)
+            if not isinstance(delta, bool):
+                raise self.fail(f"{bpath}.delta_updates", "must be true or false")
+            bindings.append(BindingConfig(str(source), dict(resource), delta))
+        return MaterializationSpec(name, endpoint, shards, tuple(bindings), on_invalid, max_bytes, os.path.abspath(self.base_dir))
+
+    def check_endpoint(self, endpoint: Any, path: str) -> None:
+        from tidemark.drivers.registry import DRIVERS, endpoint_of
+
+        try:
+            name, _config = endpoint_of(endpoint)
+        except SpecError as exc:
+            raise self.fail(path, str(exc)) from None
+        if name not in DRIVERS and not name.startswith("command:") and name != "command":
+            known = ", ".join(sorted(DRIVERS) + ["command:PROGRAM"])
+            raise self.fail(f"{path}.{name}", f"unknown endpoint driver {name!r} (known: {known})")
+
+
+def _deref(index: SchemaIndex, node: Any) -> Any:
+    for _ in range(32):
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            node = index.resolve_ref(node["$ref"])
+        else:
+            break
+    return node
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(v), type(v).__name__)

@@ -1,0 +1,226 @@
+"""The driver contract: what an endpoint driver must do, and must not assume.
+
+A driver is the endpoint side of the materialization protocol.  The runtime constructs
+one :class:`Driver` per process from ``(name, config)`` (drivers are built on executors,
+so they must not rely on anything but their config), calls :meth:`Driver.open` once per
+shard session, and talks to the returned :class:`Transactor` in this order, enforced by
+:mod:`tidemark.protocol.state`::
+
+    open(Open)                -> (Transactor, Opened{runtime_checkpoint | None})
+    acknowledge(Acknowledge)  -> Acknowledged      # first, every transaction
+    load(Load)*               -> [Loaded]*         # may defer: return [] and answer at flush
+    flush(Flush)              -> ([Loaded], Flushed)
+    store(Store)*                                  # no reply
+    start_commit(StartCommit) -> StartedCommit
+    close()                                        # NOT guaranteed: a process may be killed
+
+What a driver may assume
+------------------------
+* A key is Loaded at most once per transaction, and only for standard (non-delta)
+  bindings.  Load keys may not exist; answer Loaded only for keys that exist.
+* ``Store.exists[i]`` is true exactly when the key was Loaded in this transaction.
+* ``StartCommit.runtime_checkpoint`` is a small JSON object with at least
+  ``{"checkpoint_id", "batch_id", "materialization"}``; batch ids only grow.
+
+What a driver must NOT assume
+-----------------------------
+* That ``close`` is called, or that a session that was opened will ever commit.
+* That it is the only session on its key range: a retried or speculative Spark task
+  opens a new session on the same range while the old one may still run (a *zombie*).
+  Store-authoritative drivers fence: :meth:`Driver.open` bumps a nonce for the range
+  and the commit verifies it *inside* the endpoint transaction, raising
+  :class:`~tidemark.errors.FencedOff` when it changed.
+* That Loads may be evaluated before its own Acknowledged (read-committed): a driver
+  that commits in the background must stage Loads until its commit is visible.
+* That Acknowledge runs once: it must be idempotent (it is re-run after crashes).
+* That keys outside ``Open.range`` never reach it: the runtime only routes keys of the
+  range, but a driver that stores per range (checkpoints, channels) must use the range
+  it was opened with, never "all keys".
+* Anything about the order of Stores beyond "keys are sorted within a binding".
+
+Commit patterns (see ``Capabilities.commit_pattern``)
+-----------------------------------------------------
+``store-authoritative``
+    data + runtime checkpoint + fence check in one endpoint transaction in
+    ``start_commit``; ``Opened`` returns the last committed runtime checkpoint of the
+    range (inheriting from the narrowest covering range after a split or merge).
+``idempotent-apply-shard`` / ``idempotent-apply-coordinator``
+    ``store`` stages; ``StartedCommit`` returns a driver-checkpoint patch naming the
+    staged work; once the runtime's recovery log commits, the staged work is applied
+    idempotently (keyed by batch) by ``Transactor.acknowledge`` of the next session
+    (per shard) or by :meth:`Driver.coordinator_acknowledge` (once, over all shards).
+``at-least-once``
+    writes go straight to the endpoint; ``Opened`` returns None.  Reductions such as
+    ``sum`` may double-apply after a crash; lastWriteWins is effectively-once.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Optional, Sequence
+
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Flush,
+    Flushed,
+    Key,
+    Doc,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Range,
+    SpecResponse,
+    StartCommit,
+    StartedCommit,
+    Store,
+    Validate,
+    Validated,
+    ValidatedBinding,
+)
+
+
+class CommitPattern(str, enum.Enum):
+    STORE_AUTHORITATIVE = "store-authoritative"
+    IDEMPOTENT_APPLY_SHARD = "idempotent-apply-shard"
+    IDEMPOTENT_APPLY_COORDINATOR = "idempotent-apply-coordinator"
+    AT_LEAST_ONCE = "at-least-once"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self is not CommitPattern.AT_LEAST_ONCE
+
+    @property
+    def recovery_log_authoritative(self) -> bool:
+        return self is not CommitPattern.STORE_AUTHORITATIVE
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a driver can do. The runtime branches on this, never on ``isinstance``."""
+
+    commit_pattern: CommitPattern
+    delta_updates: bool = True
+    standard_updates: bool = True
+    max_load_keys: int = 10_000  # keys per Load message
+    max_store_docs: int = 10_000  # documents per Store message
+    concurrent_shards: bool = True  # several shards may write one endpoint at once
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.commit_pattern.exactly_once
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """One row of a store's checkpoints (for ``tidemark status`` and the kit)."""
+
+    materialization: str
+    range: Range
+    fence: int
+    runtime_checkpoint: Optional[dict]
+
+
+class Transactor(ABC):
+    """One shard session. Not shared between threads or sessions."""
+
+    @abstractmethod
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        """The previous transaction committed to the recovery log.
+
+        Idempotent: apply (or re-apply) staged work of the previous transaction, then
+        answer.  Called first in every transaction, including the first one of a session."""
+
+    @abstractmethod
+    def load(self, msg: Load) -> Sequence[Loaded]:
+        """Look up keys. Return Loaded now, or ``[]`` and answer at :meth:`flush`.
+
+        Must not evaluate before this session's own Acknowledged was returned."""
+
+    @abstractmethod
+    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
+        """Answer every deferred Load, then Flushed."""
+
+    @abstractmethod
+    def store(self, msg: Store) -> None:
+        """Write (or stage) documents. No reply."""
+
+    @abstractmethod
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        """Finish every Store and commit (or stage) the transaction."""
+
+    def close(self) -> None:
+        """Release resources. Not guaranteed to be called."""
+
+
+class Driver(ABC):
+    """An endpoint. Constructed from its config alone, on any process."""
+
+    name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, config: dict | None = None):
+        self.config = dict(config or {})
+
+    # ---------------------------------------------------------------- setup phase
+    def spec(self) -> SpecResponse:
+        return SpecResponse()
+
+    def validate(self, req: Validate) -> Validated:
+        """Check that bindings can be applied. Raise IncompatibleSchema otherwise."""
+        return Validated(
+            tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings)
+        )
+
+    @abstractmethod
+    def apply(self, req: Apply) -> Applied:
+        """Create or evolve the endpoint resources (idempotent)."""
+
+    # ---------------------------------------------------------- transaction phase
+    @abstractmethod
+    def open(self, req: Open) -> tuple[Transactor, Opened]:
+        """Start a session on ``req.range`` (bumping the fence where the store is
+        authoritative) and return the last committed runtime checkpoint of the range."""
+
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
+        """Coordinator apply (``idempotent-apply-coordinator``): apply, idempotently,
+        everything the merged driver checkpoint ``state`` names. Called on the Spark
+        driver after the recovery log commits, and again at start-up."""
+
+    # ----------------------------------------------------------------- inspection
+    def dump(self, materialization: str, binding: BindingSpec) -> dict[Key, Doc] | list[Doc]:
+        """The committed view of a binding: ``{key: doc}`` (or the rows, for delta updates)."""
+        raise NotImplementedError
+
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        """Committed checkpoints per range (store-authoritative drivers)."""
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def chunked(items: Iterable, size: int):
+    """Yield lists of at most ``size`` items."""
+    buf: list = []
+    for item in items:
+        buf.append(item)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf

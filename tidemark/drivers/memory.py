@@ -1,0 +1,444 @@
+"""An in-memory (or one-file) driver: the test double for the runtime, in every commit pattern.
+
+Config::
+
+    {"pattern": "store-authoritative"            # default
+               | "idempotent-apply-shard" | "idempotent-apply-coordinator" | "at-least-once",
+     "name": "default",       # in-process store shared by every MemoryDriver with this name
+     "path": "/tmp/x.json"}   # or: the whole state in one file shared by processes
+
+With ``path`` every operation takes an exclusive ``flock`` on ``PATH.lock``, reads the
+file, and (for writes) replaces it atomically (temp file + rename), so Spark executor
+processes and the Spark driver see one endpoint.  Without ``path`` the state lives in
+this process, keyed by ``name``.
+
+How each pattern commits:
+
+``store-authoritative``
+    Stores are buffered in the session; ``start_commit`` verifies the session's fence
+    and applies the data and the runtime checkpoint in one write (FencedOff otherwise).
+    ``open`` bumps the fence of every checkpoint row overlapping the range and inherits
+    the checkpoint of the narrowest covering row — or of a more recently committed
+    overlapping row, which is what a merge of ranges needs (like Estuary's
+    ``flow_checkpoints_v1``, extended to merges).
+``idempotent-apply-shard`` / ``idempotent-apply-coordinator``
+    ``start_commit`` persists the staged documents under a fresh stage id and returns
+    the patch ``{"stages": {RANGE: STAGE_ID}}``.  Once the runtime's recovery log holds
+    it, ``Transactor.acknowledge`` (shard: stages overlapping its range) or
+    ``coordinator_acknowledge`` (all stages) applies the named stages, each once.
+``at-least-once``
+    every Store is written at once; Opened is null.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import tempfile
+import threading
+import uuid
+from typing import Any, Iterator, Optional, Sequence
+
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.errors import FencedOff, SpecError
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Range,
+    StartCommit,
+    StartedCommit,
+    StateUpdate,
+    Store,
+)
+
+
+def key_text(key: Sequence[Any]) -> str:
+    return json.dumps(list(key), separators=(",", ":"), ensure_ascii=False)
+
+
+def resource_name(binding: BindingSpec) -> str:
+    return "/".join(binding.resource_path)
+
+
+# ------------------------------------------------------------------------ backends
+
+
+class _Backend:
+    """Holds the whole state: ``{"seq": int, "mats": {materialization: {...}}}``."""
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[dict]:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[dict]:
+        """Yield a copy of the state; it replaces the state if the block does not raise."""
+        raise NotImplementedError
+
+
+class _ProcessBackend(_Backend):
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.state: dict = {"seq": 0, "mats": {}}
+
+    @contextlib.contextmanager
+    def read(self):
+        with self.lock:
+            yield self.state
+
+    @contextlib.contextmanager
+    def write(self):
+        with self.lock:
+            work = copy.deepcopy(self.state)
+            yield work
+            self.state = work
+
+
+class _FileBackend(_Backend):
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        d = os.path.dirname(self.path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        self.thread_lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with self.thread_lock, open(self.path + ".lock", "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _load(self) -> dict:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return {"seq": 0, "mats": {}}
+        return json.loads(text) if text.strip() else {"seq": 0, "mats": {}}
+
+    @contextlib.contextmanager
+    def read(self):
+        with self._locked():
+            yield self._load()
+
+    @contextlib.contextmanager
+    def write(self):
+        with self._locked():
+            work = self._load()
+            yield work
+            fd, tmp = tempfile.mkstemp(prefix=".memory-", dir=os.path.dirname(self.path) or ".")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(work, f, separators=(",", ":"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+
+
+_SHARED: dict[str, _ProcessBackend] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _backend(config: dict) -> _Backend:
+    if config.get("path"):
+        return _FileBackend(str(config["path"]))
+    name = str(config.get("name", "default"))
+    with _SHARED_LOCK:
+        if name not in _SHARED:
+            _SHARED[name] = _ProcessBackend()
+        return _SHARED[name]
+
+
+def _mat(state: dict, materialization: str) -> dict:
+    m = state["mats"].setdefault(materialization, {})
+    for k, v in (("views", {}), ("deltas", {}), ("checkpoints", []), ("staged", {}), ("applied", [])):
+        m.setdefault(k, v)
+    return m
+
+
+def _apply_ops(m: dict, ops: list) -> None:
+    """ops: ``[resource, delta, key_text, doc, delete]``."""
+    for resource, delta, key, doc, delete in ops:
+        if delta:
+            m["deltas"].setdefault(resource, []).append(doc)
+        elif delete:
+            m["views"].setdefault(resource, {}).pop(key, None)
+        else:
+            m["views"].setdefault(resource, {})[key] = doc
+
+
+def _row_range(row: dict) -> Range:
+    return Range(row["key_begin"], row["key_end"])
+
+
+# -------------------------------------------------------------------------- driver
+
+
+class MemoryDriver(Driver):
+    """The test double. ``MemoryDriver(config)`` returns an instance of the subclass for
+    ``config["pattern"]`` so that ``type(driver).capabilities`` is right too."""
+
+    name = "memory"
+    capabilities = Capabilities(CommitPattern.STORE_AUTHORITATIVE)
+
+    def __new__(cls, config: dict | None = None):
+        if cls is MemoryDriver:
+            pattern = (config or {}).get("pattern", CommitPattern.STORE_AUTHORITATIVE.value)
+            try:
+                cls = _BY_PATTERN[CommitPattern(pattern)]
+            except ValueError:
+                known = ", ".join(p.value for p in CommitPattern)
+                raise SpecError(f"memory driver: unknown pattern {pattern!r} (known: {known})") from None
+        return super().__new__(cls)
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        self.pattern = type(self).capabilities.commit_pattern
+        self.backend = _backend(self.config)
+
+    def __getnewargs__(self):  # pickling: __new__ needs the config
+        return (self.config,)
+
+    def __getstate__(self):
+        return {"config": self.config}
+
+    def __setstate__(self, st):
+        self.config = st["config"]
+        self.pattern = type(self).capabilities.commit_pattern
+        self.backend = _backend(self.config)
+
+    # ---------------------------------------------------------------- setup
+    def apply(self, req: Apply) -> Applied:
+        if req.dry_run:
+            return Applied(f"would create {len(req.bindings)} in-memory resources")
+        with self.backend.write() as state:
+            m = _mat(state, req.materialization)
+            for b in req.bindings:
+                if b.delta_updates:
+                    m["deltas"].setdefault(resource_name(b), [])
+                else:
+                    m["views"].setdefault(resource_name(b), {})
+        return Applied(f"created {len(req.bindings)} in-memory resources")
+
+    # ---------------------------------------------------------- transactions
+    def open(self, req: Open) -> tuple[Transactor, Opened]:
+        fence, checkpoint = 0, None
+        if self.pattern is CommitPattern.STORE_AUTHORITATIVE:
+            fence, checkpoint = self._open_range(req.materialization, req.range)
+        return self.transactor_class(self, req, fence), Opened(runtime_checkpoint=checkpoint)
+
+    def _open_range(self, materialization: str, rng: Range) -> tuple[int, Optional[dict]]:
+        """Bump the fence of every overlapping row; inherit the checkpoint; insert the exact row."""
+        with self.backend.write() as state:
+            m = _mat(state, materialization)
+            rows = m["checkpoints"]
+            overlapping = [r for r in rows if _row_range(r).overlaps(rng)]
+            for r in overlapping:
+                r["fence"] += 1
+            covering = sorted(
+                (r for r in overlapping if _row_range(r).covers(rng)), key=lambda r: r["key_end"] - r["key_begin"]
+            )
+            source = covering[0] if covering else None
+            latest = max(overlapping, key=lambda r: r["seq"], default=None)
+            if latest is not None and latest["checkpoint"] is not None and (source is None or latest["seq"] > source["seq"]):
+                source = latest  # a merge: the sub-ranges committed after the covering row
+            exact = next((r for r in rows if r["key_begin"] == rng.key_begin and r["key_end"] == rng.key_end), None)
+            if exact is None:
+                exact = {"key_begin": rng.key_begin, "key_end": rng.key_end,
+                         "fence": 1 + max((r["fence"] for r in overlapping), default=0),
+                         "checkpoint": None, "seq": 0}
+                rows.append(exact)
+            if source is not None and source is not exact:
+                exact["checkpoint"] = copy.deepcopy(source["checkpoint"])
+                exact["seq"] = source["seq"]
+            return exact["fence"], copy.deepcopy(exact["checkpoint"])
+
+    transactor_class: type  # set below
+
+    def coordinator_acknowledge(self, materialization: str, state: Any, runtime_checkpoint: dict,
+                                bindings: Sequence[BindingSpec]) -> None:
+        if self.pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+            self.apply_stages(materialization, state, None)
+
+    def apply_stages(self, materialization: str, driver_state: Any, rng: Optional[Range]) -> int:
+        """Apply, once each, the stages the driver checkpoint names (overlapping ``rng``)."""
+        stages = (driver_state or {}).get("stages") or {} if isinstance(driver_state, dict) else {}
+        if not stages:
+            return 0
+        with self.backend.write() as state:
+            m = _mat(state, materialization)
+            applied = set(m["applied"])
+            n = 0
+            for stage_id in stages.values():
+                stage = m["staged"].get(stage_id)
+                if stage is None or stage_id in applied:
+                    continue
+                if rng is not None and not Range(*stage["range"]).overlaps(rng):
+                    continue
+                self._apply_stage(m, stage)
+                m["applied"].append(stage_id)
+                del m["staged"][stage_id]
+                n += 1
+            return n
+
+    def _apply_stage(self, m: dict, stage: dict) -> None:
+        _apply_ops(m, stage["ops"])
+
+    # ------------------------------------------------------------ inspection
+    def dump(self, materialization: str, binding: BindingSpec):
+        with self.backend.read() as state:
+            m = state["mats"].get(materialization) or {}
+            if binding.delta_updates:
+                return copy.deepcopy(list((m.get("deltas") or {}).get(resource_name(binding), [])))
+            view = (m.get("views") or {}).get(resource_name(binding), {})
+            return {tuple(json.loads(k)): copy.deepcopy(v) for k, v in view.items()}
+
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        with self.backend.read() as state:
+            m = state["mats"].get(materialization) or {}
+            return [
+                CheckpointRow(materialization, _row_range(r), r["fence"], copy.deepcopy(r["checkpoint"]))
+                for r in sorted(m.get("checkpoints", []), key=lambda r: (r["key_begin"], r["key_end"]))
+            ]
+
+    # --------------------------------------------------------------- helpers
+    def read_docs(self, materialization: str, resource: str, keys: Sequence[tuple]) -> list[tuple[tuple, Any]]:
+        with self.backend.read() as state:
+            view = ((state["mats"].get(materialization) or {}).get("views") or {}).get(resource, {})
+            out = []
+            for key in keys:
+                doc = view.get(key_text(key))
+                if doc is not None:
+                    out.append((tuple(key), copy.deepcopy(doc)))
+            return out
+
+
+class MemoryTransactor(Transactor):
+    """One session of a :class:`MemoryDriver`."""
+
+    def __init__(self, driver: MemoryDriver, req: Open, fence: int):
+        self.driver = driver
+        self.materialization = req.materialization
+        self.range = req.range
+        self.bindings = req.bindings
+        self.fence = fence
+        self.acknowledged = False
+        self.deferred: list[Load] = []
+        self.ops: list = []
+
+    @property
+    def pattern(self) -> CommitPattern:
+        return self.driver.pattern
+
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        if self.pattern is CommitPattern.IDEMPOTENT_APPLY_SHARD:
+            self.driver.apply_stages(self.materialization, msg.state, self.range)
+        self.acknowledged = True
+        return Acknowledged()
+
+    def _evaluate(self, msg: Load) -> list[Loaded]:
+        found = self.driver.read_docs(self.materialization, resource_name(self.bindings[msg.binding]), msg.keys)
+        if not found:
+            return []
+        return [Loaded(msg.binding, tuple(k for k, _ in found), tuple(d for _, d in found))]
+
+    def load(self, msg: Load) -> list[Loaded]:
+        if not self.acknowledged:  # read-committed: stage until our Acknowledged
+            self.deferred.append(msg)
+            return []
+        return self._evaluate(msg)
+
+    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
+        out: list[Loaded] = []
+        for load in self.deferred:
+            out.extend(self._evaluate(load))
+        self.deferred = []
+        return out, Flushed()
+
+    def _ops(self, msg: Store) -> list:
+        b = self.bindings[msg.binding]
+        res = resource_name(b)
+        return [[res, b.delta_updates, key_text(k), d, bool(x)] for k, d, x in zip(msg.keys, msg.docs, msg.deletes)]
+
+    def store(self, msg: Store) -> None:
+        if self.pattern is CommitPattern.AT_LEAST_ONCE:
+            with self.driver.backend.write() as state:
+                _apply_ops(_mat(state, self.materialization), self._ops(msg))
+        else:
+            self.ops.extend(self._ops(msg))
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        ops, self.ops = self.ops, []
+        self.acknowledged = False  # the next transaction starts with Acknowledge
+        if self.pattern is CommitPattern.STORE_AUTHORITATIVE:
+            self.commit_store(ops, msg.runtime_checkpoint)
+            return StartedCommit()
+        if self.pattern is CommitPattern.AT_LEAST_ONCE:
+            return StartedCommit()
+        stage_id = f"{self.range.name}.{uuid.uuid4().hex[:16]}"
+        with self.driver.backend.write() as state:
+            m = _mat(state, self.materialization)
+            m["staged"][stage_id] = {"range": [self.range.key_begin, self.range.key_end], "ops": ops}
+        return StartedCommit(StateUpdate({"stages": {self.range.name: stage_id}}, merge_patch=True))
+
+    def check_fence(self, m: dict) -> dict:
+        row = next((r for r in m["checkpoints"]
+                    if r["key_begin"] == self.range.key_begin and r["key_end"] == self.range.key_end), None)
+        if row is None or row["fence"] != self.fence:
+            raise FencedOff(
+                f"memory endpoint: a newer session opened range {self.range.name} of "
+                f"{self.materialization!r} (fence {self.fence} is stale)"
+            )
+        return row
+
+    def commit_store(self, ops: list, runtime_checkpoint: dict) -> None:
+        """Data + checkpoint + fence check in one write."""
+        with self.driver.backend.write() as state:
+            m = _mat(state, self.materialization)
+            row = self.check_fence(m)
+            _apply_ops(m, ops)
+            state["seq"] = state.get("seq", 0) + 1
+            row["checkpoint"] = copy.deepcopy(runtime_checkpoint)
+            row["seq"] = state["seq"]
+
+
+MemoryDriver.transactor_class = MemoryTransactor
+
+
+def _pattern_class(pattern: CommitPattern) -> type:
+    name = "MemoryDriver_" + pattern.value.replace("-", "_")
+    cls = type(name, (MemoryDriver,), {"capabilities": Capabilities(pattern), "__module__": __name__,
+                                      "__qualname__": name})
+    globals()[name] = cls
+    return cls
+
+
+_BY_PATTERN = {p: _pattern_class(p) for p in CommitPattern}
+
+
+def reset(name: str = "default") -> None:
+    """Forget an in-process store (tests)."""
+    with _SHARED_LOCK:
+        _SHARED.pop(name, None)
+
+
+__all__ = ["MemoryDriver", "MemoryTransactor", "reset", "key_text", "resource_name"]

@@ -1,0 +1,585 @@
+"""PostgreSQL: a store-authoritative endpoint over psycopg 3.
+
+Config: ``{url: "postgresql://user@host:5432/db"}`` and/or the fields ``host, port,
+user, password, database, schema (default public), sslmode, sslrootcert, sslcert,
+sslkey, application_name``, plus ``retry: {...}`` (:class:`~tidemark.policy.RetryPolicy`;
+``connect_timeout`` and ``lock_timeout`` live there).  Fields override the URL.
+Resource: ``{table: NAME}`` (optionally ``schema: NAME``).
+
+Passwords are never printed: ``repr``, errors and log lines are redacted, and library
+errors are translated with ``from None`` so their text cannot leak a connection string.
+
+A session (:class:`PostgresTransactor`) has its own connection (autocommit; explicit
+transactions).  Load COPYs keys into a temp table and joins — only after this session's
+Acknowledged (read-committed).  Store COPYs into a temp staging table per binding;
+``start_commit`` then, in ONE transaction, checks the fence and writes the runtime
+checkpoint, deletes (``DELETE … USING``), upserts (``INSERT … SELECT DISTINCT ON … ON
+CONFLICT DO UPDATE``) or appends (delta updates), and writes quarantine rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, TypeVar
+
+try:
+    import psycopg
+    from psycopg import conninfo as pg_conninfo
+    from psycopg import errors as pg_errors
+except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
+    raise ImportError("psycopg is required for the postgres driver: pip install 'tidemark[postgres]'", name="psycopg") from exc
+
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.sql import (
+    BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
+    TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
+    quarantine_rows, quote_ident as q, redact,
+)
+from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
+from tidemark.faults import fault_point
+from tidemark.policy import RetryPolicy, retry
+from tidemark.protocol.messages import (
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened, Range,
+    SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
+)
+
+T = TypeVar("T")
+
+SQL_TYPES = {TEXT: "text", INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean", JSON: "jsonb",
+             TIMESTAMP: "timestamp with time zone"}
+CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "sslmode", "sslrootcert",
+               "sslcert", "sslkey", "application_name", "retry")
+_AUTH_HINTS = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
+               "pg_hba.conf rejects", "no password supplied", "password is required",
+               "permission denied for database", "role \"")
+
+
+def sql_type(kind: str) -> str:
+    return SQL_TYPES[kind]
+
+
+def copy_text(kind: str, v: Any) -> str:
+    """One field in COPY's text format (``\\N`` is NULL; backslash, tab, newline, CR escaped)."""
+    if v is None:
+        return "\\N"
+    if kind == JSON:
+        return dumps(v).replace("\\", "\\\\")  # JSON text never holds raw control characters
+    if v is True:
+        return "t"
+    if v is False:
+        return "f"
+    if isinstance(v, str):
+        return v.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return str(int(v)) if kind == INTEGER and v.is_integer() else repr(v)
+    return dumps(v).replace("\\", "\\\\")  # an object or array in a scalar column: its JSON text
+
+
+@dataclass(frozen=True)
+class PgSettings:
+    """The parsed config: a conninfo string (with the password) and what messages may show."""
+
+    conninfo: str
+    schema: str
+    host: str
+    port: str
+    database: str
+    user: str
+    secrets: tuple[str, ...]
+    policy: RetryPolicy
+
+    def __repr__(self) -> str:  # the conninfo carries the password
+        return f"PgSettings(host={self.host!r}, port={self.port!r}, database={self.database!r}, user={self.user!r}, schema={self.schema!r})"
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}/{self.database}"
+
+    @staticmethod
+    def parse(config: dict) -> "PgSettings":
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise SpecError(f"postgres: unknown config keys {unknown} (known: {', '.join(CONFIG_KEYS)})")
+        policy = RetryPolicy.from_config(config.get("retry"))
+        fields = {k: str(config[k]) for k in ("host", "port", "user", "password", "sslmode", "sslrootcert",
+                                              "sslcert", "sslkey") if config.get(k) is not None}
+        if config.get("database") is not None:
+            fields["dbname"] = str(config["database"])
+        fields.setdefault("application_name", str(config.get("application_name", "tidemark")))
+        url = str(config.get("url") or "")
+        secrets = tuple(s for s in (fields.get("password"),) if s)
+        try:
+            conninfo = pg_conninfo.make_conninfo(url, **fields)
+            params = pg_conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise SpecError("postgres: invalid url or connection settings: " + redact(exc, secrets)) from None
+        secrets += tuple(s for s in (params.get("password"),) if s)
+        return PgSettings(
+            conninfo=conninfo,
+            schema=str(config.get("schema") or "public"),
+            host=str(params.get("host") or "localhost"),
+            port=str(params.get("port") or "5432"),
+            database=str(params.get("dbname") or params.get("user") or ""),
+            user=str(params.get("user") or ""),
+            secrets=secrets,
+            policy=policy,
+        )
+
+
+def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
+    """A psycopg error as a tidemark error, its text redacted."""
+    text = redact(exc, s.secrets).strip()
+    if isinstance(exc, (pg_errors.InvalidPassword, pg_errors.InvalidAuthorizationSpecification)):
+        return AuthenticationFailed(f"PostgreSQL at {s.where} refused user {s.user!r}: {text}")
+    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable,
+                        pg_errors.QueryCanceled, pg_errors.AdminShutdown, pg_errors.CannotConnectNow)):
+        return EndpointUnavailable(f"PostgreSQL at {s.where}: {what}: transient {type(exc).__name__}: {text}")
+    if isinstance(exc, psycopg.OperationalError):
+        low = text.lower()
+        if exc.sqlstate is None and any(h in low for h in _AUTH_HINTS):  # libpq reports these without a code
+            return AuthenticationFailed(f"PostgreSQL at {s.where} refused user {s.user!r}: {text}")
+        if exc.sqlstate is None and 'database "' in low and "does not exist" in low:
+            return DriverError(f"PostgreSQL at {s.host}:{s.port}: database {s.database!r} does not exist")
+        if exc.sqlstate is None:
+            return EndpointUnavailable(f"PostgreSQL at {s.host}:{s.port} is unreachable ({what}): {text}")
+        return EndpointUnavailable(f"PostgreSQL at {s.where}: {what}: {text}")
+    return DriverError(f"PostgreSQL at {s.where}: {what}: {type(exc).__name__}: {text}")
+
+
+class PostgresDriver(Driver):
+    name = "postgres"
+    capabilities = Capabilities(
+        commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
+        delta_updates=True,
+        max_load_keys=50_000,
+        max_store_docs=50_000,
+        concurrent_shards=True,
+    )
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        self.settings = PgSettings.parse(self.config)
+        self.policy = self.settings.policy
+        self._con: Optional[psycopg.Connection] = None
+        self.ck = f"{q(self.settings.schema)}.{q(CHECKPOINTS_TABLE)}"
+        self.qt = f"{q(self.settings.schema)}.{q(QUARANTINE_TABLE)}"
+
+    def __repr__(self) -> str:
+        return f"PostgresDriver({self.settings!r})"
+
+    # ------------------------------------------------------------ connections
+    def run(self, fn: Callable[[], T], what: str, con: Optional[psycopg.Connection] = None) -> T:
+        """Run ``fn``, translating psycopg errors; retry transient ones while the connection lives."""
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except psycopg.Error as exc:
+                err = translate(exc, self.settings, what)
+                if con is not None and con.broken:  # session state (temp tables) is gone: no retry here
+                    err = EndpointUnavailable(f"{err} (connection lost)")
+                    raise _NoRetry(err) from None
+                raise err from None
+
+        try:
+            return retry(attempt, self.policy, what=f"postgres {what}")
+        except _NoRetry as wrapped:
+            raise wrapped.error from None
+
+    def connect(self, retrying: bool = True) -> psycopg.Connection:
+        """A new autocommit connection (retried under the policy unless ``retrying`` is off:
+        callers inside :meth:`run` retry already)."""
+        s = self.settings
+
+        def attempt() -> psycopg.Connection:
+            try:
+                con = psycopg.connect(s.conninfo, autocommit=True, connect_timeout=max(1, int(s.policy.connect_timeout)))
+            except psycopg.Error as exc:
+                raise translate(exc, s, "connect") from None
+            try:
+                con.execute(f"SET lock_timeout = {int(s.policy.lock_timeout * 1000)}")
+            except psycopg.Error as exc:
+                con.close()
+                raise translate(exc, s, "connect") from None
+            return con
+
+        if not retrying:
+            return attempt()
+        return retry(attempt, self.policy, what=f"postgres connect to {s.host}:{s.port}")
+
+    @property
+    def con(self) -> psycopg.Connection:
+        if self._con is None or self._con.closed or self._con.broken:
+            self._con = self.connect(retrying=False)  # used inside run(), which retries
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def ensure_tables(self, con: psycopg.Connection) -> None:
+        """The schema, checkpoints and quarantine tables (serialized: concurrent DDL races)."""
+        schema = self.settings.schema
+        found = con.execute("SELECT to_regclass(%s), to_regclass(%s)", (self.ck, self.qt)).fetchone()
+        if found and found[0] and found[1]:
+            return
+        with con.transaction():
+            con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}")
+            con.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.ck} (materialization text NOT NULL, key_begin bigint NOT NULL, "
+                "key_end bigint NOT NULL, fence bigint NOT NULL, checkpoint jsonb, "
+                "PRIMARY KEY (materialization, key_begin, key_end))"
+            )
+            con.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.qt} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                "materialization text NOT NULL, batch_id bigint, location text, key_json text, reason text NOT NULL, "
+                "value text, quarantined_at timestamp with time zone NOT NULL DEFAULT now())"
+            )
+
+    # ------------------------------------------------------------ setup phase
+    def spec(self) -> SpecResponse:
+        props = {k: {"type": "string"} for k in CONFIG_KEYS if k not in ("port", "retry")}
+        props["port"] = {"type": ["integer", "string"]}
+        props["password"] = {"type": "string", "secret": True}
+        props["retry"] = {"type": "object"}
+        return SpecResponse(
+            config_schema={"type": "object", "properties": props},
+            resource_schema={"type": "object", "required": ["table"],
+                             "properties": {"table": {"type": "string"}, "schema": {"type": "string"}}},
+        )
+
+    def model(self, binding: BindingSpec) -> TableModel:
+        return TableModel.of(binding, self.settings.schema)
+
+    def _existing(self, con, model: TableModel) -> Optional[dict[str, tuple[str, bool]]]:
+        rows = con.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), COALESCE(a.attnum = ANY(i.indkey), false) "
+            "FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid "
+            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
+            (model.schema, model.name),
+        ).fetchall()
+        return {n: (t, bool(pk)) for n, t, pk in rows} or None
+
+    def _plan(self, con, bindings: Sequence[BindingSpec]):
+        out = []
+        for b in bindings:
+            model = self.model(b)
+            existing = self._existing(con, model)
+            missing = None if existing is None else check_columns(
+                model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing)
+            out.append((model, missing))
+        return out
+
+    def validate(self, req: Validate) -> Validated:
+        self.run(lambda: self._plan(self.con, req.bindings), "validate")
+        return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
+
+    def apply(self, req: Apply) -> Applied:
+        def body() -> list[str]:
+            con = self.con
+            actions: list[str] = []
+            if not req.dry_run:
+                self.ensure_tables(con)
+            with con.transaction():
+                if not req.dry_run:
+                    con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
+                for model, missing in self._plan(con, req.bindings):
+                    if missing is None:
+                        actions.append(f"create table {model.display}")
+                        if not req.dry_run:
+                            con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(model.schema)}")
+                            con.execute(create_table_sql(model))
+                        continue
+                    for col in missing:
+                        actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
+                        if not req.dry_run:
+                            con.execute(f"ALTER TABLE {model.ident} ADD COLUMN IF NOT EXISTS {q(col.name)} {sql_type(col.kind)}")
+            return actions
+
+        actions = self.run(body, "apply")
+        return Applied("; ".join(actions) or "nothing to do")
+
+    # ------------------------------------------------------ transaction phase
+    def open(self, req: Open) -> tuple["PostgresTransactor", Opened]:
+        con = self.connect()
+        try:
+            self.run(lambda: self.ensure_tables(con), "open", con)
+
+            def tx():
+                with con.transaction():
+                    return self.open_range(con, req.materialization, req.range)
+
+            plan = self.run(tx, f"open {req.range.name}", con)
+        except BaseException:
+            con.close()
+            raise
+        models = [self.model(b) for b in req.bindings]
+        return PostgresTransactor(self, con, req.materialization, req.range, plan.fence, models), Opened(plan.checkpoint)
+
+    def open_range(self, con, materialization: str, rng: Range):
+        """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see drivers.sql)."""
+        con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tidemark open {self.settings.schema} {materialization}",))
+        over = (materialization, rng.key_begin, rng.key_end)
+        rows = con.execute(
+            f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = %s AND key_end >= %s "
+            "AND key_begin <= %s ORDER BY key_begin, key_end FOR UPDATE",
+            over,
+        ).fetchall()
+        plan = plan_open(materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows])
+        con.execute(f"UPDATE {self.ck} SET fence = fence + 1 WHERE materialization = %s AND key_end >= %s AND key_begin <= %s", over)
+        if plan.insert:
+            con.execute(
+                f"INSERT INTO {self.ck} (materialization, key_begin, key_end, fence, checkpoint) VALUES (%s, %s, %s, %s, %s::jsonb)",
+                (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)),
+            )
+        elif plan.refresh:
+            con.execute(f"UPDATE {self.ck} SET checkpoint = %s::jsonb WHERE materialization = %s AND key_begin = %s "
+                        "AND key_end = %s", (dumps(plan.checkpoint), *over))
+        return plan
+
+    # ------------------------------------------------------------- inspection
+    def dump(self, materialization: str, binding: BindingSpec):
+        model = self.model(binding)
+
+        def body():
+            if model.delta:
+                rows = self.con.execute(f"SELECT {q(DOCUMENT_COLUMN)}::text FROM {model.ident} ORDER BY {q(ROW_ID_COLUMN)}")
+                return [json.loads(d) for (d,) in rows]
+            cols = ", ".join(q(c.name) for c in model.keys)
+            rows = self.con.execute(f"SELECT {cols}, {q(DOCUMENT_COLUMN)}::text FROM {model.ident}").fetchall()
+            return {tuple(r[:-1]): json.loads(r[-1]) for r in rows}
+
+        return self.run(body, f"dump {model.display}")
+
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        def body():
+            if not self.con.execute("SELECT to_regclass(%s)", (self.ck,)).fetchone()[0]:
+                return []
+            return self.con.execute(
+                f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = %s ORDER BY key_begin, key_end",
+                (materialization,),
+            ).fetchall()
+
+        rows = self.run(body, "checkpoints")
+        return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
+
+
+class _NoRetry(Exception):
+    def __init__(self, error: TidemarkError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def create_table_sql(model: TableModel) -> str:
+    cols = [f"{q(c.name)} {sql_type(c.kind)} NOT NULL" for c in model.keys]
+    cols += [f"{q(c.name)} {sql_type(c.kind)}" for c in model.values]
+    cols.append(f"{q(DOCUMENT_COLUMN)} jsonb NOT NULL")
+    if model.delta:
+        cols.insert(0, f"{q(ROW_ID_COLUMN)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+    else:
+        cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
+    return f"CREATE TABLE IF NOT EXISTS {model.ident} ({', '.join(cols)})"
+
+
+class PostgresTransactor(Transactor):
+    """One shard session on its own connection."""
+
+    def __init__(self, driver: PostgresDriver, con, materialization: str, rng: Range, fence: int,
+                 models: list[TableModel]):
+        self.driver = driver
+        self.con = con
+        self.materialization = materialization
+        self.range = rng
+        self.fence = fence
+        self.models = models
+        self._acknowledged = False
+        self._deferred: list[Load] = []
+        self._staged: set[int] = set()
+        self._created: set[str] = set()
+        self._quarantine: list[dict] = []
+        self._seq = 0
+        self._hashes: dict[int, set] = {}  # per binding: hashes of stored keys (to skip DISTINCT ON)
+        self._dupes: set[int] = set()  # bindings where a key may have been stored twice
+        self._deletes: set[int] = set()  # bindings with deletes staged
+
+    def _run(self, fn: Callable[[], T], what: str) -> T:
+        return self.driver.run(fn, what, self.con)
+
+    # --------------------------------------------------------------- phases
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        # start_commit committed synchronously: the previous transaction is visible.
+        self._acknowledged = True
+        return Acknowledged()
+
+    def load(self, msg: Load) -> list[Loaded]:
+        if not self._acknowledged:
+            self._deferred.append(msg)  # read-committed: evaluate after Acknowledged
+            return []
+        return self._evaluate(msg)
+
+    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
+        out: list[Loaded] = []
+        deferred, self._deferred = self._deferred, []
+        for m in deferred:
+            out.extend(self._evaluate(m))
+        return out, Flushed()
+
+    def _temp(self, name: str, ddl: str) -> str:
+        if name not in self._created:
+            self._run(lambda: self.con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {q(name)} ({ddl})"), "temp table")
+            self._created.add(name)
+        return f"pg_temp.{q(name)}"
+
+    def _evaluate(self, msg: Load) -> list[Loaded]:
+        if not msg.keys:
+            return []
+        model = self.models[msg.binding]
+        kinds = [c.kind for c in model.keys]
+        lt = self._temp(f"tidemark_load_{msg.binding}",
+                        ", ".join(["i integer"] + [f"k{j} {sql_type(k)}" for j, k in enumerate(kinds)]))
+        on = " AND ".join(f"t.{q(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
+        payload = "".join(
+            f"{i}\t" + "\t".join(copy_text(k, v) for k, v in zip(kinds, key)) + "\n" for i, key in enumerate(msg.keys)
+        )
+        con = self.con
+
+        def body():
+            with con.transaction():
+                with con.cursor() as cur:
+                    cur.execute(f"TRUNCATE {lt}")
+                    with cur.copy(f"COPY {lt} FROM STDIN") as copy:
+                        copy.write(payload)
+                    cur.execute(f"SELECT l.i, t.{q(DOCUMENT_COLUMN)}::text FROM {lt} l JOIN {model.ident} t ON {on}")
+                    return cur.fetchall()
+
+        rows = self._run(body, f"load {model.display}")
+        if not rows:
+            return []
+        keys = msg.keys
+        loads = json.loads
+        return [Loaded(msg.binding, tuple(keys[i] for i, _ in rows), tuple(loads(d) for _, d in rows))]
+
+    def store(self, msg: Store) -> None:
+        if not msg.keys:
+            return
+        model = self.models[msg.binding]
+        n = len(model.columns)
+        st = self._temp(
+            f"tidemark_stage_{msg.binding}",
+            ", ".join(["seq bigint", "x boolean"] + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+                      + ["d jsonb"]),
+        )
+        kk = [c.kind for c in model.keys]
+        vk = [c.kind for c in model.values]
+        seen = self._hashes.setdefault(msg.binding, set())
+        lines = []
+        seq = self._seq
+        for key, vals, doc, dele in zip(msg.keys, msg.values, msg.docs, msg.deletes):
+            h = hash(key)
+            if h in seen:
+                self._dupes.add(msg.binding)  # (or a hash collision): deduplicate at commit
+            seen.add(h)
+            if dele:
+                self._deletes.add(msg.binding)
+            lines.append("\t".join([str(seq), "t" if dele else "f", *[copy_text(k, v) for k, v in zip(kk, key)],
+                                    *[copy_text(k, v) for k, v in zip(vk, vals)], dumps(doc).replace("\\", "\\\\")]))
+            seq += 1
+        self._seq = seq
+        payload = "\n".join(lines) + "\n"
+        con = self.con
+        cols = ", ".join(["seq", "x"] + [f"c{j}" for j in range(n)] + ["d"])
+
+        def body() -> None:
+            with con.cursor() as cur, cur.copy(f"COPY {st} ({cols}) FROM STDIN") as copy:
+                copy.write(payload)
+
+        self._run(body, f"store {model.display}")
+        self._staged.add(msg.binding)
+
+    def quarantine(self, rows: list[dict]) -> None:
+        """Invalid documents for ``tidemark_quarantine``, written by this transaction's commit."""
+        self._quarantine.extend(rows)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        """Commit the transaction.
+
+        Step 1: ``BEGIN``.
+        Step 2: write the runtime checkpoint where the fence is still ours; none ⇒ FencedOff
+        (this also locks the checkpoint row: a newer Open waits for this commit).
+        Step 3: per staged binding: deletes, then the upsert (or the append, delta updates).
+        Step 4: dead-letter rows.
+        Step 5: ``COMMIT``; then truncate the staging tables."""
+        con = self.con
+        cp = msg.runtime_checkpoint
+        ck = self.driver.ck
+
+        def body() -> None:
+            with con.transaction():  # Step 1 and Step 5
+                cur = con.execute(  # Step 2
+                    f"UPDATE {ck} SET checkpoint = %s::jsonb WHERE materialization = %s AND key_begin = %s "
+                    "AND key_end = %s AND fence = %s",
+                    (dumps(cp), self.materialization, self.range.key_begin, self.range.key_end, self.fence),
+                )
+                if cur.rowcount != 1:
+                    raise fenced_off(self.materialization, self.range, self.fence)
+                for b in sorted(self._staged):  # Step 3
+                    self._apply_staged(b)
+                if self._quarantine:  # Step 4
+                    with con.cursor() as c:
+                        c.executemany(
+                            f"INSERT INTO {self.driver.qt} (materialization, batch_id, location, key_json, reason, value) "
+                            "VALUES (%s, %s, %s, %s, %s, %s)",
+                            quarantine_rows(self.materialization, cp.get("batch_id"), self._quarantine),
+                        )
+                fault_point("before_endpoint_commit")
+
+        self._run(body, f"commit {self.range.name}")
+        fault_point("after_endpoint_commit")
+        if self._staged:
+            tables = ", ".join(f"pg_temp.{q(f'tidemark_stage_{b}')}" for b in sorted(self._staged))
+            self._run(lambda: con.execute(f"TRUNCATE {tables}"), "clear staging")
+        self._staged.clear()
+        self._quarantine = []
+        self._acknowledged = False
+        self._seq = 0
+        self._hashes.clear()
+        self._dupes.clear()
+        self._deletes.clear()
+        return StartedCommit()
+
+    def _apply_staged(self, binding: int) -> None:
+        model = self.models[binding]
+        st = f"pg_temp.{q(f'tidemark_stage_{binding}')}"
+        n = len(model.keys)
+        names = [c.name for c in model.columns] + [DOCUMENT_COLUMN]
+        target = ", ".join(q(c) for c in names)
+        source = ", ".join([f"c{j}" for j in range(len(model.columns))] + ["d"])
+        if model.delta:
+            self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            return
+        kc = ", ".join(f"c{j}" for j in range(n))
+        if binding in self._dupes:  # a key stored twice: its last Store wins
+            latest = f"(SELECT DISTINCT ON ({kc}) * FROM {st} ORDER BY {kc}, seq DESC) s"
+        else:
+            latest = f"{st} s"
+        if binding in self._deletes:
+            match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
+            self.con.execute(f"DELETE FROM {model.ident} t USING {latest} WHERE s.x AND {match}")
+        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in names[n:])
+        keys = ", ".join(q(c.name) for c in model.keys)
+        self.con.execute(
+            f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {latest} WHERE NOT s.x "
+            f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
+        )
+
+    def close(self) -> None:
+        try:
+            self.con.close()
+        except psycopg.Error:
+            pass

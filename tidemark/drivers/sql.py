@@ -1,0 +1,278 @@
+"""What the SQL drivers (SQLite, PostgreSQL) share: identifiers, table models, value
+coercion, the fenced checkpoints table's Open rule, quarantine rows, redaction.
+
+The checkpoints table follows Estuary's ``flow_checkpoints_v1``::
+
+    tidemark_checkpoints(materialization, key_begin, key_end, fence, checkpoint)
+        primary key (materialization, key_begin, key_end)
+
+Open (one endpoint transaction, see :func:`plan_open`):
+
+1. bump the fence of every row of the materialization whose range overlaps the opened
+   range (a zombie of the same range, or of a parent range before a split, or of a
+   child range before a merge, can no longer commit);
+2. pick the runtime checkpoint the opened range inherits: the narrowest row covering it
+   (the exact row, or the parent after a split) — unless rows inside the range hold a
+   *later* batch (a split followed by a merge), in which case the latest rows must
+   cover the range and agree, else :class:`~tidemark.errors.RecoveryError`;
+3. insert the exact range if it is missing, with the inherited checkpoint.
+
+Commit verifies the fence with ``UPDATE ... WHERE materialization AND key_begin AND
+key_end AND fence`` in the data transaction: zero rows means a newer session opened the
+range, and the transaction rolls back with :class:`~tidemark.errors.FencedOff`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError
+from tidemark.protocol.messages import BindingSpec, Field, Range
+
+CHECKPOINTS_TABLE = "tidemark_checkpoints"
+QUARANTINE_TABLE = "tidemark_quarantine"
+DOCUMENT_COLUMN = "flow_document"
+ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
+
+# Column kinds: the dialects map each to one SQL type.
+TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier (``"`` doubled); NUL cannot be stored and is refused."""
+    name = str(name)
+    if not name or "\x00" in name:
+        raise SpecError(f"invalid SQL identifier {name!r}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def field_kind(f: Field) -> str:
+    t = (f.type or "json").lower()
+    if t == "string":
+        return TIMESTAMP if (f.format or "") == "date-time" else TEXT
+    if t == "integer":
+        return INTEGER
+    if t == "number":
+        return NUMBER
+    if t == "boolean":
+        return BOOLEAN
+    return JSON  # object, array, json, or a union of types
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    kind: str
+    is_key: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TableModel:
+    """The table of one binding: key columns, value columns, the document column."""
+
+    name: str
+    keys: tuple[Column, ...]
+    values: tuple[Column, ...]
+    delta: bool
+    schema: Optional[str] = None  # PostgreSQL schema (None: the driver's default)
+
+    @staticmethod
+    def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":
+        table = binding.resource.get("table") if isinstance(binding.resource, dict) else None
+        if not isinstance(table, str) or not table:
+            raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}")
+        keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
+        if not keys:
+            raise SpecError(f"binding {table!r}: no key fields")
+        values = tuple(Column(f.name, field_kind(f)) for f in binding.value_fields)
+        names = [c.name for c in keys + values] + [DOCUMENT_COLUMN] + ([ROW_ID_COLUMN] if binding.delta_updates else [])
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise IncompatibleSchema(f"table {table!r}: column names collide: {sorted(dup)} "
+                                     f"({DOCUMENT_COLUMN!r} and {ROW_ID_COLUMN!r} are reserved)")
+        schema = binding.resource.get("schema", default_schema)
+        return TableModel(table, keys, values, bool(binding.delta_updates), schema)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.keys + self.values
+
+    @property
+    def ident(self) -> str:
+        return (quote_ident(self.schema) + "." if self.schema else "") + quote_ident(self.name)
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool) -> list[Column]:
+    """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``.
+
+    Returns the columns to add (nullable); raises IncompatibleSchema for a changed type,
+    a changed key, or a changed delta-updates mode."""
+    where = f"table {model.display!r}"
+    if model.delta != has_row_id:
+        mode = "delta-updates" if model.delta else "standard"
+        raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
+                                 "(drop the table or use another one)")
+    missing: list[Column] = []
+    for col in model.columns:
+        if col.name not in existing:
+            if col.is_key:
+                raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
+            missing.append(col)
+            continue
+        sql_type, is_pk = existing[col.name]
+        want = type_of(col.kind)
+        if sql_type.lower() != want.lower():
+            raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
+                                     "(an incompatible type change; drop or rename the column)")
+        if not model.delta and is_pk != col.is_key:
+            raise IncompatibleSchema(f"{where}: column {col.name!r} {'is' if is_pk else 'is not'} part of the "
+                                     "primary key; the key cannot change")
+    if not model.delta:
+        pk = {n for n, (_t, is_pk) in existing.items() if is_pk}
+        if pk != {c.name for c in model.keys}:
+            raise IncompatibleSchema(f"{where}: primary key is {sorted(pk)}, the binding's key is "
+                                     f"{[c.name for c in model.keys]}; the key cannot change")
+    return missing
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def coerce(kind: str, value: Any) -> Any:
+    """A JSON value as the column wants it (JSON kinds as text); None stays None."""
+    if value is None:
+        return None
+    if kind == JSON or isinstance(value, (dict, list)):
+        return _encode(value)
+    if kind == INTEGER and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON text (one shared encoder: cheaper than ``json.dumps`` with options)."""
+    return _encode(doc)
+
+
+# ----------------------------------------------------------------- checkpoints
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    range: Range
+    fence: int
+    checkpoint: Optional[dict]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPlan:
+    fence: int  # the opened range's fence after the bump
+    checkpoint: Optional[dict]  # inherited runtime checkpoint
+    insert: bool  # the exact row is missing
+    refresh: bool = False  # the exact row exists but inherits a later checkpoint (split, then merge)
+
+
+def _batch(cp: Optional[dict]) -> int:
+    if isinstance(cp, dict):
+        b = cp.get("batch_id")
+        if isinstance(b, int) and not isinstance(b, bool):
+            return b
+    return -1
+
+
+def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
+    pos = rng.key_begin
+    for r in sorted(rows, key=lambda r: r.range.key_begin):
+        if r.range.key_begin > pos:
+            return False
+        pos = max(pos, r.range.key_end + 1)
+        if pos > rng.key_end:
+            return True
+    return pos > rng.key_end
+
+
+def plan_open(materialization: str, rng: Range, overlapping: Sequence[CheckpointState]) -> OpenPlan:
+    """Given the rows overlapping ``rng`` (fences *before* the bump), decide the Open.
+
+    Every overlapping row's fence is bumped by one; see the module docstring."""
+    bumped = [CheckpointState(r.range, r.fence + 1, r.checkpoint) for r in overlapping]
+    exact = next((r for r in bumped if r.range == rng), None)
+    fence = exact.fence if exact else max((r.fence for r in bumped), default=0) + 1
+    if not bumped:
+        return OpenPlan(fence, None, True)
+    covering = sorted((r for r in bumped if r.range.covers(rng)),
+                      key=lambda r: r.range.key_end - r.range.key_begin)
+    if covering and not any(_batch(r.checkpoint) > _batch(covering[0].checkpoint) for r in bumped):
+        return OpenPlan(fence, covering[0].checkpoint, exact is None)
+    # A merge (or a split followed by a merge): the latest rows must cover and agree.
+    top = max(_batch(r.checkpoint) for r in bumped)
+    latest = [r for r in bumped if _batch(r.checkpoint) == top]
+    cps = {dumps(r.checkpoint) for r in latest}
+    if len(cps) == 1 and _covered(rng, latest):
+        cp = latest[0].checkpoint
+        return OpenPlan(fence, cp, exact is None, exact is not None and dumps(exact.checkpoint) != dumps(cp))
+    detail = ", ".join(f"{r.range.name}: batch {_batch(r.checkpoint)}" for r in sorted(bumped, key=lambda r: r.range.key_begin))
+    raise RecoveryError(
+        f"materialization {materialization!r}: range {rng.name} cannot inherit a checkpoint: the ranges "
+        f"it overlaps disagree or leave a gap ({detail}); shard layouts may change only after a batch "
+        "committed on every shard"
+    )
+
+
+def fenced_off(materialization: str, rng: Range, fence: int) -> FencedOff:
+    return FencedOff(
+        f"materialization {materialization!r} range {rng.name}: fence {fence} is stale — a newer session "
+        "opened this key range (a retried or speculative task); this session's transaction was rolled back"
+    )
+
+
+def load_checkpoint(text: Any) -> Optional[dict]:
+    if text is None:
+        return None
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode()
+    return json.loads(text) if isinstance(text, str) else text
+
+
+# ------------------------------------------------------------------ quarantine
+
+
+def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
+    """Rows for ``tidemark_quarantine(materialization, batch_id, location, key_json, reason, value)``."""
+    out = []
+    for r in rows:
+        value = r.get("value")
+        if value is not None and not isinstance(value, str):
+            value = dumps(value)
+        key = r.get("key_json")
+        if key is not None and not isinstance(key, str):
+            key = dumps(key)
+        loc = r.get("location")
+        out.append((materialization, batch_id, None if loc is None else str(loc), key,
+                    str(r.get("reason", "")), value))
+    return out
+
+
+# ------------------------------------------------------------------- redaction
+
+_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?P<post>@)", re.I)
+_KV_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)", re.I)
+REDACTED = "********"
+
+
+def redact(text: Any, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``text`` with passwords (URL, ``password=`` pairs and the given secrets) masked."""
+    s = str(text)
+    s = _URL_PASSWORD.sub(lambda m: m["pre"] + REDACTED + m["post"], s)
+    s = _KV_PASSWORD.sub(lambda m: m["pre"] + REDACTED, s)
+    for secret in secrets:
+        if secret and len(secret) >= 1:
+            s = s.replace(secret, REDACTED)
+    return s

@@ -1,0 +1,110 @@
+"""One error tree for tidemark.
+
+::
+
+    TidemarkError
+    ├── SpecError                 (Terminal) the spec is wrong: names file and path in the spec
+    ├── ProtocolViolation         (Terminal) a message arrived in the wrong state
+    ├── DocumentError             (Terminal) a document is unparseable / invalid / has no key
+    ├── ReductionError            (Terminal) two documents cannot be reduced (e.g. sum overflow)
+    ├── DriverError               errors raised by a driver, translated at the boundary
+    │   ├── EndpointUnavailable   (Transient) connection refused, timeout, serialization failure
+    │   ├── AuthenticationFailed  (Terminal) wrong credentials (never includes them)
+    │   ├── FencedOff             (Terminal) a newer session owns this key range
+    │   └── IncompatibleSchema    (Terminal) Validate refused a binding change
+    └── RecoveryError             (Terminal) the recovery log and the endpoint disagree
+
+``Transient`` errors may be retried under :class:`tidemark.policy.RetryPolicy`;
+``Terminal`` errors fail the batch and nothing of it commits.  Library errors are
+translated at the boundary with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+
+class TidemarkError(Exception):
+    """Root of every error tidemark raises on purpose."""
+
+
+class Transient:
+    """Marker mixin: retrying the same operation may succeed."""
+
+
+class Terminal:
+    """Marker mixin: retrying cannot help; fail the batch."""
+
+
+class SpecError(TidemarkError, Terminal):
+    """The spec is invalid. The message names the file and the path inside it."""
+
+    def __init__(self, message: str, *, file: str | None = None, path: str | None = None):
+        self.file = file
+        self.path = path
+        where = ""
+        if file:
+            where += f"{file}"
+        if path:
+            where += f"{':' if file else ''}{path}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ProtocolViolation(TidemarkError, Terminal):
+    """A protocol message arrived that the current state does not allow."""
+
+    def __init__(self, state: str, message: str, expected: str | None = None, detail: str = ""):
+        self.state = state
+        self.received = message
+        self.expected = expected
+        text = f"protocol violation in state {state}: received {message}"
+        if expected:
+            text += f", expected {expected}"
+        if detail:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+class DocumentError(TidemarkError, Terminal):
+    """A source document is unparseable, invalid against its schema, or lacks its key."""
+
+    def __init__(self, message: str, *, location: str | None = None, key: object = None):
+        self.location = location
+        self.key = key
+        parts = []
+        if location:
+            parts.append(location)
+        if key is not None:
+            parts.append(f"key {key!r}")
+        prefix = " ".join(parts)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class ReductionError(TidemarkError, Terminal):
+    """Two documents cannot be reduced; names the schema location and the strategy."""
+
+
+class DriverError(TidemarkError):
+    """An endpoint driver failed."""
+
+
+class EndpointUnavailable(DriverError, Transient):
+    """The endpoint could not be reached (retryable)."""
+
+
+class AuthenticationFailed(DriverError, Terminal):
+    """The endpoint refused the credentials. The message never contains them."""
+
+
+class FencedOff(DriverError, Terminal):
+    """A newer session opened this key range; this session may not commit."""
+
+
+class IncompatibleSchema(DriverError, Terminal):
+    """Validate found a binding change that the endpoint cannot apply."""
+
+
+class RecoveryError(TidemarkError, Terminal):
+    """The recovery log, the Spark checkpoint and the endpoint disagree."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, Transient)

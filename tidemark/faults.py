@@ -1,0 +1,104 @@
+"""Named fault points, armed from the environment; free when disarmed.
+
+``TIDEMARK_FAULTS="after_endpoint_commit:kill@2,mid_load:raise"`` arms points:
+
+* ``NAME:kill``   — SIGKILL this process the first time the point is reached
+* ``NAME:kill@N`` — ... the N-th time (1-based) in this process
+* ``NAME:raise``  — raise :class:`InjectedFault` (an executor task fails; Spark retries)
+* ``NAME:stall=SECONDS`` — sleep (simulates a slow endpoint / a zombie)
+* ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it, so a
+  restarted process is not killed again at the same point.
+
+``TIDEMARK_FAULT_RANDOM="SEED:P"`` kills at any point with probability P.
+
+Points used by tidemark (see docs/guarantees.md): ``plan``, ``open``, ``mid_load``,
+``after_load``, ``mid_store``, ``after_store``, ``before_endpoint_commit``,
+``after_endpoint_commit``, ``before_recovery_log``, ``after_recovery_log``,
+``mid_apply``, ``after_apply``, ``before_spark_commit``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+ENV = "TIDEMARK_FAULTS"
+ENV_RANDOM = "TIDEMARK_FAULT_RANDOM"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a fault point armed with ``raise``."""
+
+
+_armed: dict[str, list[tuple[str, str]]] | None = None
+_counts: dict[str, int] = {}
+_rng: random.Random | None = None
+_p: float = 0.0
+
+
+def _parse() -> dict[str, list[tuple[str, str]]]:
+    global _rng, _p
+    spec = os.environ.get(ENV, "")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, action = item.partition(":")
+        out.setdefault(name, []).append((action or "kill", item))
+    rnd = os.environ.get(ENV_RANDOM, "")
+    if rnd:
+        seed, _, p = rnd.partition(":")
+        _rng = random.Random(f"{seed}:{os.getpid()}")
+        _p = float(p or 0.05)
+    return out
+
+
+def _kill() -> None:
+    """SIGKILL this process, or its whole process group with TIDEMARK_FAULT_SCOPE=group
+    (a crash of the machine: Spark's JVM, its Python workers and the driver process)."""
+    if os.environ.get("TIDEMARK_FAULT_SCOPE") == "group":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rearm() -> None:
+    """Re-read the environment (tests that change it in-process)."""
+    global _armed
+    _armed = None
+    _counts.clear()
+
+
+def fault_point(name: str) -> None:
+    """Mark a named point. Does nothing unless armed."""
+    global _armed
+    if _armed is None:
+        _armed = _parse()
+    if not _armed and _rng is None:
+        return
+    if _rng is not None and _rng.random() < _p:
+        _kill()
+    actions = _armed.get(name)
+    if not actions:
+        return
+    _counts[name] = _counts.get(name, 0) + 1
+    for action, _raw in actions:
+        once = None
+        if "!once=" in action:
+            action, _, once = action.partition("!once=")
+        nth = 1
+        if "@" in action:
+            action, _, n = action.partition("@")
+            nth = int(n)
+        if _counts[name] != nth:
+            continue
+        if once:
+            if os.path.exists(once):
+                continue
+            with open(once, "w") as f:
+                f.write(name)
+        if action == "kill":
+            _kill()
+        elif action == "raise":
+            raise InjectedFault(f"injected fault at {name}")
+        elif action.startswith("stall="):
+            time.sleep(float(action.split("=", 1)[1]))

@@ -1,0 +1,351 @@
+"""The protocol's order rules as explicit state machines, for both sides of a session.
+
+One session (one shard's RPC) walks through these states::
+
+    NEW --Open--> OPENING --Opened--> ACKNOWLEDGE
+    ACKNOWLEDGE: Acknowledge (runtime) and Acknowledged (driver), in either order;
+                 Loads may follow Acknowledge before Acknowledged arrives
+    ACKNOWLEDGE --both seen--> LOAD: Load* / Loaded*
+    LOAD --Flush (never before Acknowledged)--> FLUSH: Loaded* then Flushed
+    FLUSH --Flushed--> STORE: Store* (no driver output at all)
+    STORE --StartCommit--> COMMIT --StartedCommit--> ACKNOWLEDGE (the next transaction)
+    any --close--> CLOSED
+
+Key rules checked on top of the phase:
+
+* a key is Loaded-requested at most once per transaction, only for standard
+  (non-delta) bindings;
+* Loaded only for keys that were requested in this transaction, at most once per key,
+  never before Acknowledged (read-committed) and never after Flushed;
+* ``Store.exists[i]`` is true exactly when the key was Loaded in this transaction.
+
+:class:`RuntimeStateMachine` sends runtime messages and receives driver replies;
+:class:`DriverStateMachine` does the opposite.  Both raise
+:class:`~tidemark.errors.ProtocolViolation` naming the state, the message and what was
+expected, and say which side broke the rule.  :class:`RuntimeSession` wraps a
+:class:`~tidemark.drivers.base.Transactor` for the runtime: same methods, every
+message and reply checked.  (:class:`tidemark.drivers.guard.GuardedTransactor` is the
+driver-side twin.)
+
+Key tracking costs memory per requested key; above ``max_tracked_keys`` keys in one
+transaction the per-key checks are switched off for that transaction (phase checks stay).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Sequence
+
+from tidemark.errors import ProtocolViolation
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Acknowledged,
+    BindingSpec,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    StartCommit,
+    StartedCommit,
+    Store,
+)
+
+DEFAULT_MAX_TRACKED_KEYS = 1_000_000
+
+
+class Status(str, enum.Enum):
+    NEW = "NEW"  # nothing sent yet: Open
+    OPENING = "OPENING"  # Open sent: Opened
+    ACKNOWLEDGE = "ACKNOWLEDGE"  # transaction start: Acknowledge / Acknowledged in either order
+    LOAD = "LOAD"  # both acknowledged: Load* / Loaded*, then Flush
+    FLUSH = "FLUSH"  # Flush sent: Loaded*, then Flushed
+    STORE = "STORE"  # Flushed received: Store*, then StartCommit
+    COMMIT = "COMMIT"  # StartCommit sent: StartedCommit
+    CLOSED = "CLOSED"
+
+
+# What each side may send next, per state (for error messages).
+_RUNTIME_EXPECTS = {
+    Status.NEW: "Open",
+    Status.OPENING: "nothing until Opened",
+    Status.ACKNOWLEDGE: "Acknowledge (then Load*)",
+    Status.LOAD: "Load or Flush",
+    Status.FLUSH: "nothing until Flushed",
+    Status.STORE: "Store or StartCommit",
+    Status.COMMIT: "nothing until StartedCommit",
+    Status.CLOSED: "nothing (the session is closed)",
+}
+_DRIVER_EXPECTS = {
+    Status.NEW: "nothing before Open",
+    Status.OPENING: "Opened",
+    Status.ACKNOWLEDGE: "Acknowledged",
+    Status.LOAD: "Loaded",
+    Status.FLUSH: "Loaded or Flushed",
+    Status.STORE: "nothing during the Store phase",
+    Status.COMMIT: "StartedCommit",
+    Status.CLOSED: "nothing (the session is closed)",
+}
+
+
+def _name(msg: Any) -> str:
+    return type(msg).__name__
+
+
+class _Machine:
+    """The order rules of one session, seen from outside: every message of both sides."""
+
+    side = "session"
+
+    def __init__(
+        self,
+        bindings: Sequence[BindingSpec] = (),
+        *,
+        opened: bool = False,
+        max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
+    ):
+        self.bindings = tuple(bindings)
+        self.status = Status.ACKNOWLEDGE if opened else Status.NEW
+        self.max_tracked_keys = max_tracked_keys
+        self.transactions = 0  # completed (StartedCommit seen)
+        self._new_transaction()
+
+    def _new_transaction(self) -> None:
+        self.acknowledge_sent = False
+        self.acknowledged = False
+        self._requested: dict[int, set] = {}
+        self._loaded: dict[int, set] = {}
+        self._tracked = 0
+        self._tracking = True
+
+    # ------------------------------------------------------------------ the guard
+    def _guard(self, ok: bool, msg: Any, by_runtime: bool, detail: str = "") -> None:
+        if ok:
+            return
+        expected = (_RUNTIME_EXPECTS if by_runtime else _DRIVER_EXPECTS)[self.status]
+        who = "runtime" if by_runtime else "driver"
+        raise ProtocolViolation(
+            self.status.value, _name(msg), expected, f"{self.side}: the {who} sent it" + (f"; {detail}" if detail else "")
+        )
+
+    def _binding(self, msg: Any, index: Any, by_runtime: bool) -> BindingSpec | None:
+        if not self.bindings:
+            return None
+        self._guard(
+            isinstance(index, int) and 0 <= index < len(self.bindings),
+            msg,
+            by_runtime,
+            f"binding {index!r} does not exist (the session has {len(self.bindings)})",
+        )
+        return self.bindings[index]
+
+    # -------------------------------------------------------------- runtime side
+    def runtime_message(self, msg: Any) -> None:
+        """Check (and apply) a message the runtime sends."""
+        g = lambda ok, detail="": self._guard(ok, msg, True, detail)  # noqa: E731
+        s = self.status
+        if isinstance(msg, Open):
+            g(s is Status.NEW)
+            self.status = Status.OPENING
+        elif isinstance(msg, Acknowledge):
+            g(s is Status.ACKNOWLEDGE and not self.acknowledge_sent,
+              "Acknowledge was already sent in this transaction" if s is Status.ACKNOWLEDGE else "")
+            self.acknowledge_sent = True
+            if self.acknowledged:
+                self.status = Status.LOAD
+        elif isinstance(msg, Load):
+            g(s is Status.LOAD or (s is Status.ACKNOWLEDGE and self.acknowledge_sent),
+              "Acknowledge must come first in every transaction" if s is Status.ACKNOWLEDGE else "")
+            b = self._binding(msg, msg.binding, True)
+            g(b is None or not b.delta_updates, f"binding {msg.binding} is delta-updates: it gets no Loads")
+            if self._track(len(msg.keys)):
+                seen = self._requested.setdefault(msg.binding, set())
+                for key in msg.keys:
+                    k = tuple(key)
+                    g(k not in seen, f"key {list(k)!r} was already Loaded-requested in this transaction")
+                    seen.add(k)
+        elif isinstance(msg, Flush):
+            g(s is Status.LOAD,
+              "Flush is never sent before Acknowledged was received"
+              if s is Status.ACKNOWLEDGE and self.acknowledge_sent else "")
+            self.status = Status.FLUSH
+        elif isinstance(msg, Store):
+            g(s is Status.STORE)
+            b = self._binding(msg, msg.binding, True)
+            n = len(msg.keys)
+            g(len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
+              "keys, values, docs, exists and deletes must have one entry per document")
+            if b is not None and b.delta_updates:
+                g(not any(msg.exists), f"binding {msg.binding} is delta-updates: nothing exists")
+            elif self._tracking:
+                loaded = self._loaded.get(msg.binding, set())
+                for key, exists in zip(msg.keys, msg.exists):
+                    g(bool(exists) == (tuple(key) in loaded),
+                      f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
+                      f"{'' if tuple(key) in loaded else 'not '}Loaded in this transaction")
+        elif isinstance(msg, StartCommit):
+            g(s is Status.STORE)
+            g(isinstance(msg.runtime_checkpoint, dict), "runtime_checkpoint must be a JSON object")
+            self.status = Status.COMMIT
+        else:
+            g(False, "not a message of a transaction session")
+
+    # --------------------------------------------------------------- driver side
+    def driver_message(self, msg: Any) -> None:
+        """Check (and apply) a message the driver sends."""
+        g = lambda ok, detail="": self._guard(ok, msg, False, detail)  # noqa: E731
+        s = self.status
+        if isinstance(msg, Opened):
+            g(s is Status.OPENING)
+            g(msg.runtime_checkpoint is None or isinstance(msg.runtime_checkpoint, dict),
+              "Opened.runtime_checkpoint must be a JSON object or null")
+            self.status = Status.ACKNOWLEDGE
+        elif isinstance(msg, Acknowledged):
+            g(s is Status.ACKNOWLEDGE and not self.acknowledged,
+              "Acknowledged was already sent in this transaction" if s is Status.ACKNOWLEDGE else "")
+            self.acknowledged = True
+            if self.acknowledge_sent:
+                self.status = Status.LOAD
+        elif isinstance(msg, Loaded):
+            if s is Status.ACKNOWLEDGE:
+                g(False, "Loaded before Acknowledged: Loads must not be evaluated before the "
+                         "previous transaction's commit is visible (read-committed)")
+            g(s in (Status.LOAD, Status.FLUSH),
+              "Loaded after Flushed" if s in (Status.STORE, Status.COMMIT) else "")
+            self._binding(msg, msg.binding, False)
+            g(len(msg.keys) == len(msg.docs), "Loaded needs one document per key")
+            if self._tracking:
+                requested = self._requested.get(msg.binding, set())
+                loaded = self._loaded.setdefault(msg.binding, set())
+                for key in msg.keys:
+                    k = tuple(key)
+                    g(k in requested, f"key {list(k)!r} of binding {msg.binding} was never Loaded-requested")
+                    g(k not in loaded, f"key {list(k)!r} of binding {msg.binding} was already Loaded")
+                    loaded.add(k)
+        elif isinstance(msg, Flushed):
+            g(s is Status.FLUSH, "Flushed before Flush" if s in (Status.LOAD, Status.ACKNOWLEDGE) else "")
+            self.status = Status.STORE
+        elif isinstance(msg, StartedCommit):
+            g(s is Status.COMMIT)
+            self.status = Status.ACKNOWLEDGE
+            self.transactions += 1
+            self._new_transaction()
+        else:
+            g(False, "not a reply of a transaction session")
+
+    def close(self) -> None:
+        self.status = Status.CLOSED
+
+    def _track(self, n: int) -> bool:
+        if not self._tracking:
+            return False
+        self._tracked += n
+        if self._tracked > self.max_tracked_keys:
+            self._tracking = False
+            self._requested.clear()
+            self._loaded.clear()
+        return self._tracking
+
+
+class RuntimeStateMachine(_Machine):
+    """The runtime's view: :meth:`send` what the runtime sends, :meth:`receive` replies."""
+
+    side = "runtime-side check"
+
+    def send(self, msg: Any) -> None:
+        self.runtime_message(msg)
+
+    def receive(self, msg: Any) -> None:
+        self.driver_message(msg)
+
+
+class DriverStateMachine(_Machine):
+    """The driver's view: :meth:`receive` what the runtime sends, :meth:`send` replies."""
+
+    side = "driver-side check"
+
+    def receive(self, msg: Any) -> None:
+        self.runtime_message(msg)
+
+    def send(self, msg: Any) -> None:
+        self.driver_message(msg)
+
+
+def _expect_type(sm: _Machine, reply: Any, cls: type) -> None:
+    if not isinstance(reply, cls):
+        raise ProtocolViolation(
+            sm.status.value, _name(reply), cls.__name__, f"{sm.side}: the driver returned the wrong reply type"
+        )
+
+
+class RuntimeSession:
+    """A :class:`~tidemark.drivers.base.Transactor` as the runtime uses it: every message
+    it sends and every reply it gets is checked by a :class:`RuntimeStateMachine`.
+
+    Create it right after ``driver.open(...)`` returned ``(transactor, opened)``.
+    """
+
+    def __init__(
+        self,
+        transactor: Any,
+        bindings: Sequence[BindingSpec],
+        *,
+        max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
+    ):
+        self.transactor = transactor
+        self.machine = RuntimeStateMachine(bindings, opened=True, max_tracked_keys=max_tracked_keys)
+
+    @property
+    def status(self) -> Status:
+        return self.machine.status
+
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        self.machine.send(msg)
+        reply = self.transactor.acknowledge(msg)
+        _expect_type(self.machine, reply, Acknowledged)
+        self.machine.receive(reply)
+        return reply
+
+    def load(self, msg: Load) -> list[Loaded]:
+        self.machine.send(msg)
+        replies = list(self.transactor.load(msg) or ())
+        for reply in replies:
+            _expect_type(self.machine, reply, Loaded)
+            self.machine.receive(reply)
+        return replies
+
+    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
+        self.machine.send(msg)
+        loaded, flushed = self.transactor.flush(msg)
+        loaded = list(loaded or ())
+        for reply in loaded:
+            _expect_type(self.machine, reply, Loaded)
+            self.machine.receive(reply)
+        _expect_type(self.machine, flushed, Flushed)
+        self.machine.receive(flushed)
+        return loaded, flushed
+
+    def store(self, msg: Store) -> None:
+        self.machine.send(msg)
+        self.transactor.store(msg)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        self.machine.send(msg)
+        reply = self.transactor.start_commit(msg)
+        _expect_type(self.machine, reply, StartedCommit)
+        self.machine.receive(reply)
+        return reply
+
+    def close(self) -> None:
+        self.machine.close()
+        self.transactor.close()
+
+
+__all__ = [
+    "Status",
+    "RuntimeStateMachine",
+    "DriverStateMachine",
+    "RuntimeSession",
+    "DEFAULT_MAX_TRACKED_KEYS",
+]

@@ -1,0 +1,306 @@
+"""The wire form: protocol messages as JSON lines, one optional field per message.
+
+Each line is a JSON object with exactly one field, named after the message in
+snake_case, whose value holds the message's fields::
+
+    {"open": {"materialization": "m", "version": "v1", "range": {"key_begin": 0, "key_end": 4294967295},
+              "state": null, "config": {}, "bindings": [...]}}
+    {"opened": {"runtime_checkpoint": null}}
+    {"acknowledge": {"state": null}}                      {"acknowledged": {"state": null}}
+    {"load": {"binding": 0, "keys": [["a"], ["b"]]}}      {"loaded": {"binding": 0, "keys": [["a"]], "docs": [{...}]}}
+    {"flush": {}}                                          {"flushed": {"state": null}}
+    {"store": {"binding": 0, "keys": [["a"]], "values": [[3, "x"]], "docs": [{...}],
+               "exists": [true], "deletes": [false]}}
+    {"start_commit": {"runtime_checkpoint": {...}}}       {"started_commit": {"state": {"updated": {...}, "merge_patch": true}}}
+
+Keys and value rows are JSON arrays (tuples in Python).  Lines are ASCII (non-ASCII is
+escaped), so any language's line reader works.  Besides the protocol messages, the wire
+form has a few requests that map the rest of the :class:`~tidemark.drivers.base.Driver`
+API onto an external program (``describe``, ``dump``, ``list_checkpoints``,
+``coordinator_acknowledge``) and one reply a driver sends instead of any other when it
+fails: ``{"error": {"type": "FencedOff", "message": "..."}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Range,
+    Spec,
+    SpecResponse,
+    StartCommit,
+    StartedCommit,
+    StateUpdate,
+    Store,
+    Validate,
+    Validated,
+    ValidatedBinding,
+)
+
+
+class WireError(ValueError):
+    """A line is not a valid wire message."""
+
+
+# ----------------------------------------------------------- wire-only requests
+
+
+@dataclass(frozen=True, slots=True)
+class Describe:
+    """Ask an external driver for its capabilities."""
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    capabilities: dict = field(default_factory=dict)  # Capabilities fields, commit_pattern as string
+
+
+@dataclass(frozen=True, slots=True)
+class Dump:
+    materialization: str
+    binding: BindingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Dumped:
+    """``rows`` holds ``[key, doc]`` pairs (standard bindings) or docs (delta updates)."""
+
+    rows: tuple = ()
+    delta_updates: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListCheckpoints:
+    materialization: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointsListed:
+    """Rows as ``{"key_begin", "key_end", "fence", "runtime_checkpoint"}``."""
+
+    rows: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAcknowledge:
+    materialization: str
+    state: Any
+    runtime_checkpoint: dict
+    bindings: tuple[BindingSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAcknowledged:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """A failure reply. ``type`` names a :mod:`tidemark.errors` class (e.g. ``FencedOff``)."""
+
+    type: str
+    message: str
+
+
+# ------------------------------------------------------------------ field codecs
+
+
+def _keys_out(keys) -> list:
+    return [list(k) for k in keys]
+
+
+def _keys_in(keys) -> tuple:
+    return tuple(tuple(k) for k in keys)
+
+
+def _range_out(r: Range) -> dict:
+    return {"key_begin": r.key_begin, "key_end": r.key_end}
+
+
+def _range_in(d: dict) -> Range:
+    return Range(int(d["key_begin"]), int(d["key_end"]))
+
+
+def _update_out(u: Optional[StateUpdate]):
+    return None if u is None else {"updated": u.updated, "merge_patch": u.merge_patch}
+
+
+def _update_in(d) -> Optional[StateUpdate]:
+    return None if d is None else StateUpdate(d.get("updated"), bool(d.get("merge_patch", True)))
+
+
+def _field_out(f: Field) -> dict:
+    return {"name": f.name, "pointer": f.pointer, "type": f.type, "is_key": f.is_key, "nullable": f.nullable,
+            "format": f.format}
+
+
+def _field_in(d: dict) -> Field:
+    return Field(d["name"], d["pointer"], d["type"], bool(d.get("is_key", False)), bool(d.get("nullable", True)),
+                 d.get("format"))
+
+
+def binding_out(b: BindingSpec) -> dict:
+    return {"resource": b.resource, "collection": b.collection, "key": list(b.key),
+            "fields": [_field_out(f) for f in b.fields], "schema": b.schema, "delta_updates": b.delta_updates}
+
+
+def binding_in(d: dict) -> BindingSpec:
+    return BindingSpec(d["resource"], d["collection"], tuple(d["key"]), tuple(_field_in(f) for f in d["fields"]),
+                       d.get("schema") or {}, bool(d.get("delta_updates", False)))
+
+
+def _bindings_out(bs) -> list:
+    return [binding_out(b) for b in bs]
+
+
+def _bindings_in(ds) -> tuple:
+    return tuple(binding_in(d) for d in ds or ())
+
+
+def _vb_out(v: ValidatedBinding) -> dict:
+    return {"resource_path": list(v.resource_path), "delta_updates": v.delta_updates, "constraints": v.constraints}
+
+
+def _vb_in(d: dict) -> ValidatedBinding:
+    return ValidatedBinding(tuple(d["resource_path"]), bool(d.get("delta_updates", False)), d.get("constraints") or {})
+
+
+def _ident(x):
+    return x
+
+
+def _tuple(x):
+    return tuple(x)
+
+
+def _rows_in(x):
+    return tuple(tuple(r) for r in x)
+
+
+def _rows_out(x):
+    return [list(r) for r in x]
+
+
+# name, class, {field: (to_json, from_json)} — fields not listed pass through unchanged.
+_SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
+    ("spec", Spec, {}),
+    ("spec_response", SpecResponse, {}),
+    ("validate", Validate, {"bindings": (_bindings_out, _bindings_in)}),
+    ("validated", Validated, {"bindings": (lambda bs: [_vb_out(b) for b in bs], lambda ds: tuple(_vb_in(d) for d in ds))}),
+    ("apply", Apply, {"bindings": (_bindings_out, _bindings_in)}),
+    ("applied", Applied, {}),
+    ("open", Open, {"range": (_range_out, _range_in), "bindings": (_bindings_out, _bindings_in)}),
+    ("opened", Opened, {}),
+    ("acknowledge", Acknowledge, {}),
+    ("acknowledged", Acknowledged, {"state": (_update_out, _update_in)}),
+    ("load", Load, {"keys": (_keys_out, _keys_in)}),
+    ("loaded", Loaded, {"keys": (_keys_out, _keys_in), "docs": (list, _tuple)}),
+    ("flush", Flush, {}),
+    ("flushed", Flushed, {"state": (_update_out, _update_in)}),
+    ("store", Store, {"keys": (_keys_out, _keys_in), "values": (_rows_out, _rows_in), "docs": (list, _tuple),
+                      "exists": (list, _tuple), "deletes": (list, _tuple)}),
+    ("start_commit", StartCommit, {}),
+    ("started_commit", StartedCommit, {"state": (_update_out, _update_in)}),
+    ("describe", Describe, {}),
+    ("described", Described, {}),
+    ("dump", Dump, {"binding": (binding_out, binding_in)}),
+    ("dumped", Dumped, {"rows": (list, _tuple)}),
+    ("list_checkpoints", ListCheckpoints, {}),
+    ("checkpoints_listed", CheckpointsListed, {"rows": (list, _tuple)}),
+    ("coordinator_acknowledge", CoordinatorAcknowledge, {"bindings": (_bindings_out, _bindings_in)}),
+    ("coordinator_acknowledged", CoordinatorAcknowledged, {}),
+    ("error", Error, {}),
+]
+_BY_CLASS = {cls: (name, codecs) for name, cls, codecs in _SPECS}
+_BY_NAME = {name: (cls, codecs) for name, cls, codecs in _SPECS}
+
+MESSAGE_NAMES = tuple(name for name, _, _ in _SPECS)
+
+
+def to_json(msg: Any) -> dict:
+    """The wire object of a message: ``{"name": {fields...}}``."""
+    try:
+        name, codecs = _BY_CLASS[type(msg)]
+    except KeyError:
+        raise WireError(f"{type(msg).__name__} has no wire form") from None
+    body = {}
+    for f in msg.__dataclass_fields__:
+        value = getattr(msg, f)
+        codec = codecs.get(f)
+        body[f] = codec[0](value) if codec else value
+    return {name: body}
+
+
+def from_json(obj: Any) -> Any:
+    """The message of a wire object."""
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise WireError(f"a wire message is an object with exactly one field, got {str(obj)[:200]}")
+    (name, body), = obj.items()
+    try:
+        cls, codecs = _BY_NAME[name]
+    except KeyError:
+        raise WireError(f"unknown wire message {name!r} (known: {', '.join(MESSAGE_NAMES)})") from None
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise WireError(f"{name}: the message body must be an object")
+    kwargs = {}
+    for f in cls.__dataclass_fields__:
+        if f in body:
+            codec = codecs.get(f)
+            kwargs[f] = codec[1](body[f]) if codec else body[f]
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise WireError(f"{name}: {exc}") from exc
+
+
+def encode(msg: Any) -> str:
+    """One JSON line (without the newline)."""
+    return json.dumps(to_json(msg), separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def decode(line: str | bytes) -> Any:
+    """The message of one JSON line."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        text = line if isinstance(line, str) else line.decode("utf-8", "replace")
+        raise WireError(f"not a JSON line: {text[:200]!r}") from exc
+    return from_json(obj)
+
+
+__all__ = [
+    "encode",
+    "decode",
+    "to_json",
+    "from_json",
+    "binding_in",
+    "binding_out",
+    "WireError",
+    "Describe",
+    "Described",
+    "Dump",
+    "Dumped",
+    "ListCheckpoints",
+    "CheckpointsListed",
+    "CoordinatorAcknowledge",
+    "CoordinatorAcknowledged",
+    "Error",
+    "MESSAGE_NAMES",
+]

@@ -1,0 +1,269 @@
+"""One shard's transaction: the protocol session that runs in an executor task.
+
+:func:`run_shard` is called once per shard per batch with the shard's combined rows
+``((shard, binding, key_json), doc_json)`` sorted by key.  It
+
+1. opens a session on the shard's key range (the driver bumps its fence);
+2. skips the whole transaction if the endpoint already committed this batch
+   (a batch that Spark re-runs after a crash);
+3. Acknowledge, then Loads the keys of standard bindings in chunks while spilling the
+   combined rows to local disk above a memory budget, then Flush;
+4. reduces ``loaded ⊕ combined`` per key and Stores in chunks;
+5. StartCommit with the runtime checkpoint, and returns a :class:`ShardResult` that
+   carries the driver-checkpoint updates to the commit on the Spark driver.
+
+Nothing here imports Spark: the function is a plain iterator transform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from tidemark.drivers.registry import load_driver
+from tidemark.errors import RecoveryError
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import (
+    Acknowledge,
+    BindingSpec,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    StateUpdate,
+    Store,
+)
+from tidemark.runtime.spill import LoadedIndex, SpillBuffer
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Everything an executor needs for one batch (pickled into the task closure)."""
+
+    materialization: str
+    version: str
+    driver_name: str
+    driver_config: dict
+    bindings: tuple[BindingSpec, ...]
+    collections: tuple  # tidemark.collection.Collection per binding
+    checkpoint_id: str
+    batch_id: int
+    ranges: tuple[Range, ...]
+    driver_checkpoint: Any
+    runtime_checkpoint: dict
+    memory_budget_bytes: int = 64 << 20
+    max_loaded_in_memory: int = 200_000
+    quarantine: tuple = ()  # invalid documents, written by shard 0's transaction
+
+
+@dataclass
+class ShardResult:
+    shard: int
+    range: Range
+    skipped: bool
+    updates: list = field(default_factory=list)  # StateUpdate in order
+    loaded: int = 0
+    stored: int = 0
+    deleted: int = 0
+    documents: int = 0
+    spilled: bool = False
+    timings: dict = field(default_factory=dict)
+    executor: str = field(default_factory=lambda: f"{os.uname().nodename}:{os.getppid()}")  # host:executor JVM pid
+
+
+def _session(transactor, bindings):
+    try:
+        from tidemark.protocol.state import RuntimeSession
+    except ImportError:  # pragma: no cover - protocol module not yet present
+        return transactor
+    return RuntimeSession(transactor, bindings)
+
+
+def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
+    rng = task.ranges[index]
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    driver = load_driver(task.driver_name, task.driver_config)
+    try:
+        fault_point("open")
+        transactor, opened = driver.open(
+            Open(
+                materialization=task.materialization,
+                version=task.version,
+                range=rng,
+                state=task.driver_checkpoint,
+                config=task.driver_config,
+                bindings=task.bindings,
+            )
+        )
+        cp = opened.runtime_checkpoint
+        if cp is not None:
+            if cp.get("checkpoint_id") != task.checkpoint_id:
+                raise RecoveryError(
+                    f"range {rng.name} of endpoint {task.driver_name!r} was last written by another "
+                    f"tidemark checkpoint (id {cp.get('checkpoint_id')}, batch {cp.get('batch_id')}), "
+                    f"not this one (id {task.checkpoint_id}). Was the checkpoint directory deleted? "
+                    "Restore it, or drop the endpoint's tables and checkpoints to rebuild the view."
+                )
+            if int(cp.get("batch_id", -1)) >= task.batch_id:
+                # Step 2: the endpoint committed this batch already (a re-run): skip.
+                for _ in rows:
+                    pass
+                transactor.close()
+                return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
+        session = _session(transactor, task.bindings)
+        timings["open"] = time.perf_counter() - t0
+        return _transaction(task, index, rng, session, transactor, rows, timings)
+    finally:
+        driver.close()
+
+
+def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings) -> ShardResult:
+    result = ShardResult(index, rng, skipped=False, timings=timings)
+    bindings = task.bindings
+    collections = task.collections
+
+    # Step 3: Acknowledge (the previous transaction is in the recovery log).
+    t = time.perf_counter()
+    acked = session.acknowledge(Acknowledge(state=task.driver_checkpoint))
+    if acked.state is not None:
+        result.updates.append(acked.state)
+    timings["acknowledge"] = time.perf_counter() - t
+
+    # Step 3b: Load keys in chunks while buffering the combined rows.
+    t = time.perf_counter()
+    load_chunk = _limit(task, "max_load_keys", 10_000)
+    buffer = SpillBuffer(task.memory_budget_bytes)
+    loaded = LoadedIndex(task.max_loaded_in_memory)
+    pending: dict[int, list] = {}
+
+    def index_loaded(responses):
+        for resp in responses:
+            for key, doc in zip(resp.keys, resp.docs):
+                loaded.put(resp.binding, tuple(key), doc)
+
+    try:
+        for (_shard, binding, key_json), doc_json in rows:
+            buffer.append((binding, key_json, doc_json))
+            if bindings[binding].delta_updates:
+                continue
+            keys = pending.setdefault(binding, [])
+            keys.append(tuple(json.loads(key_json)))
+            if len(keys) >= load_chunk:
+                index_loaded(session.load(Load(binding, tuple(keys))))
+                pending[binding] = []
+                fault_point("mid_load")
+        for binding, keys in pending.items():
+            if keys:
+                index_loaded(session.load(Load(binding, tuple(keys))))
+        late, flushed = session.flush(Flush())
+        index_loaded(late)
+        if flushed.state is not None:
+            result.updates.append(flushed.state)
+        fault_point("after_load")
+        result.documents = buffer.count
+        result.loaded = loaded.count
+        timings["load"] = time.perf_counter() - t
+
+        # Step 4: reduce loaded ⊕ combined, Store in chunks (rows are grouped by binding).
+        t = time.perf_counter()
+        store_chunk = _limit(task, "max_store_docs", 10_000)
+        cols = _Columns()
+        current = None
+        for binding, key_json, doc_json in buffer:
+            if binding != current and cols.n:
+                session.store(cols.message(current))
+                fault_point("mid_store")
+                cols = _Columns()
+            current = binding
+            coll = collections[binding]
+            key = tuple(json.loads(key_json))
+            doc = json.loads(doc_json)
+            prior = None if bindings[binding].delta_updates else loaded.get(binding, key)
+            if prior is not None:
+                doc = coll.reduce(prior, doc)
+            delete = bool(coll.is_deletion(doc))
+            if delete and prior is None and not bindings[binding].delta_updates:
+                continue  # deleting a key the endpoint does not have: nothing to do
+            cols.add(key, coll.values(doc), doc, prior is not None, delete)
+            result.stored += 1
+            result.deleted += int(delete)
+            if cols.n >= store_chunk:
+                session.store(cols.message(binding))
+                fault_point("mid_store")
+                cols = _Columns()
+        if cols.n:
+            session.store(cols.message(current))
+        result.spilled = buffer.spilled_chunks > 0 or loaded.on_disk
+    finally:
+        buffer.close()
+        loaded.close()
+    if index == 0 and task.quarantine:
+        # Invalid documents go to the dead-letter location in the same transaction.
+        quarantine = getattr(transactor, "quarantine", None)
+        if quarantine is None:
+            raise RecoveryError(f"endpoint {task.driver_name!r} has no dead-letter location for on_invalid: quarantine")
+        quarantine(list(task.quarantine))
+    fault_point("after_store")
+    timings["store"] = time.perf_counter() - t
+
+    # Step 5: StartCommit with the runtime checkpoint.
+    t = time.perf_counter()
+    started = session.start_commit(StartCommit(runtime_checkpoint=task.runtime_checkpoint))
+    if started.state is not None:
+        result.updates.append(started.state)
+    timings["commit"] = time.perf_counter() - t
+    session.close()
+    return result
+
+
+def _limit(task: ShardTask, name: str, default: int) -> int:
+    from tidemark.drivers.registry import driver_class
+
+    caps = getattr(driver_class(task.driver_name), "capabilities", None)
+    return int(getattr(caps, name, default) or default)
+
+
+class _Columns:
+    __slots__ = ("keys", "values", "docs", "exists", "deletes")
+
+    def __init__(self):
+        self.keys, self.values, self.docs, self.exists, self.deletes = [], [], [], [], []
+
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+    def add(self, key, values, doc, exists, delete):
+        self.keys.append(key)
+        self.values.append(tuple(values))
+        self.docs.append(doc)
+        self.exists.append(exists)
+        self.deletes.append(delete)
+
+    def message(self, binding: int) -> Store:
+        return Store(
+            binding=binding,
+            keys=tuple(self.keys),
+            values=tuple(self.values),
+            docs=tuple(self.docs),
+            exists=tuple(self.exists),
+            deletes=tuple(self.deletes),
+        )
+
+
+def merge_updates(state: Any, results: Sequence[ShardResult]) -> Any:
+    """Merge the shards' driver-checkpoint updates into the driver checkpoint, in shard order."""
+    from tidemark.runtime.merge_patch import apply_update
+
+    for res in sorted(results, key=lambda r: r.shard):
+        for upd in res.updates:
+            state = apply_update(state, upd)
+    return state
+
+
+__all__ = ["ShardTask", "ShardResult", "run_shard", "merge_updates", "StateUpdate"]

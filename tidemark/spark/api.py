@@ -1,0 +1,168 @@
+"""``tidemark.materialize``: the public entry point, usable in any PySpark job.
+
+Two forms::
+
+    # a spec file (or TidemarkSpec) and the name of one of its materializations
+    query = tidemark.materialize("spec.yaml", materialization="customer_view")
+
+    # any streaming DataFrame with a JSON ``value`` column (or any columns)
+    query = tidemark.materialize(
+        df,
+        collection={"key": ["/customer"], "schema": {...}},
+        endpoint={"sqlite": {"path": "views.db"}},
+        resource={"table": "customers"},
+        checkpoint="/chk/customers",
+        shards=4,
+    )
+
+Both return a started ``StreamingQuery`` (``start=False``: the configured
+``DataStreamWriter``).  ``available_now=True`` processes what is there and stops.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from tidemark.errors import SpecError
+
+
+@dataclass
+class MaterializationRun:
+    """A started materialization: the Spark query and tidemark's processor."""
+
+    query: object
+    materializer: object
+
+    def await_termination(self, timeout: Optional[float] = None):
+        """Wait; re-raise tidemark's own error (not Spark's wrapper) if the batch failed."""
+        try:
+            if timeout is None:
+                return self.query.awaitTermination()
+            return self.query.awaitTermination(timeout)
+        except Exception as exc:
+            if self.materializer.error is not None:
+                raise self.materializer.error from exc
+            raise
+
+    def stop(self):
+        self.query.stop()
+
+    def __getattr__(self, name):
+        return getattr(self.query, name)
+
+
+def _spark(spark):
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from tidemark.spark.session import local_session
+
+    return local_session()
+
+
+def materialize(
+    source,
+    *,
+    materialization: Optional[str] = None,
+    collection: Optional[dict] = None,
+    endpoint: Optional[dict] = None,
+    resource: Optional[dict] = None,
+    checkpoint: Optional[str] = None,
+    shards: int = 1,
+    name: str = "view",
+    delta_updates: bool = False,
+    on_invalid: str = "fail",
+    available_now: bool = True,
+    processing_time: Optional[str] = None,
+    start: bool = True,
+    spark=None,
+    on_batch: Optional[Callable] = None,
+    max_files_per_trigger: Optional[int] = None,
+):
+    """Materialize a collection into an endpoint, exactly once. See the module docstring."""
+    from tidemark.collection.collection import Collection
+    from tidemark.collection.spec import TidemarkSpec, load_spec, parse_spec
+    from tidemark.spark.processor import Materializer
+    from tidemark.spark.sources import prepare_dataframe, read_collection
+
+    spark = _spark(spark)
+    if isinstance(source, (str, os.PathLike)) or isinstance(source, TidemarkSpec):
+        spec = source if isinstance(source, TidemarkSpec) else load_spec(str(source))
+        if materialization is None:
+            if len(spec.materializations) != 1:
+                raise SpecError(
+                    f"the spec has {len(spec.materializations)} materializations; name one with materialization=…"
+                )
+            materialization = next(iter(spec.materializations))
+        if materialization not in spec.materializations:
+            known = ", ".join(sorted(spec.materializations))
+            raise SpecError(f"unknown materialization {materialization!r} (known: {known})", file=spec.file)
+        mat = spec.materializations[materialization]
+        streams = []
+        for i, b in enumerate(mat.bindings):
+            cspec = spec.collections[b.source]
+            if max_files_per_trigger and not (cspec.source and "maxFilesPerTrigger" in (cspec.source.options or {})):
+                cspec = _with_option(cspec, "maxFilesPerTrigger", max_files_per_trigger)
+            streams.append(read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir))
+        checkpoint_location = os.path.join(_resolve(spec.checkpoint, spec.base_dir), mat.name)
+    else:
+        if collection is None or endpoint is None:
+            raise SpecError("materialize(df, ...) needs collection={'key': [...], 'schema': {...}} and endpoint={...}")
+        if checkpoint is None:
+            raise SpecError("materialize(df, ...) needs checkpoint=PATH (where the recovery log and Spark's checkpoint live)")
+        obj = {
+            "collections": {name: {k: v for k, v in collection.items() if k != "source"}},
+            "materializations": {
+                name: {
+                    "endpoint": endpoint,
+                    "shards": shards,
+                    "on_invalid": on_invalid,
+                    "bindings": [{"source": name, "resource": resource or {"table": name}, "delta_updates": delta_updates}],
+                }
+            },
+            "checkpoint": str(checkpoint),
+        }
+        spec = parse_spec(obj, file=None, base_dir=os.getcwd())
+        mat = spec.materializations[name]
+        streams = [prepare_dataframe(source, 0, source_name=name)]
+        checkpoint_location = _resolve(str(checkpoint), os.getcwd())
+
+    collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
+    stream = streams[0]
+    for s in streams[1:]:
+        stream = stream.unionByName(s)
+
+    materializer = Materializer(spec, mat, collections, checkpoint_location, on_batch=on_batch)
+    materializer.start_up()
+    writer = (
+        stream.writeStream.foreachBatch(materializer)
+        .option("checkpointLocation", os.path.join(checkpoint_location, "spark"))
+        .queryName(f"tidemark_{mat.name}")
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time:
+        writer = writer.trigger(processingTime=processing_time)
+    if not start:
+        return writer
+    return MaterializationRun(writer.start(), materializer)
+
+
+def _resolve(path: str, base: str) -> str:
+    if "://" in path or os.path.isabs(path):
+        return path
+    return os.path.abspath(os.path.join(base, path))
+
+
+def _with_option(cspec, key, value):
+    import dataclasses
+
+    src = cspec.source
+    new_src = dataclasses.replace(src, options={**(src.options or {}), key: value})
+    return dataclasses.replace(cspec, source=new_src)

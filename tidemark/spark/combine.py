@@ -1,0 +1,311 @@
+"""Combine one micro-batch per key, in source order, on Spark.
+
+:func:`combine_batch` takes a DataFrame of raw documents (``value``, ``_file``,
+``_block``, ``_row``; source order is ascending ``(_file, _block, _row)``) and returns one
+reduced document per key.
+
+1. If the schema compiles (:mod:`tidemark.spark.compile`), parse and validate natively,
+   mark *suspects* (documents native validation cannot prove valid), and check them with
+   the Python validator.  If every suspect is invalid, aggregate natively
+   (``groupBy(key_json).agg(...)``): path ``"compiled"``.
+2. Otherwise (or when a suspect turns out valid, or a document carries properties the
+   plan does not), the vectorized fallback: repartition by key, sort by key and source
+   order, and fold each key's documents with :meth:`Collection.reduce` inside
+   ``mapInArrow``: path ``"fallback"``.
+3. Invalid documents fail the batch (``on_invalid="fail"``: a :class:`DocumentError`
+   naming ``file:line``, the key and the rule broken, for the first one in source order)
+   or are returned in ``invalid`` (``on_invalid="quarantine"``).  A reduction error (e.g.
+   ``sum`` overflow) raises :class:`ReductionError`.  Both are raised before anything is
+   returned.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tidemark.collection.keys import key_json as py_key_json
+from tidemark.errors import DocumentError, ReductionError
+
+MAX_DRIVER_SUSPECTS = 100_000
+
+
+@dataclass
+class CombineResult:
+    combined: Any  # DataFrame[key_json string, key_hash long, doc string]
+    invalid: Any = None  # DataFrame[location, key_json, reason, value] (quarantine) or None
+    documents: int = 0
+    path: str = "compiled"
+    _cached: list = field(default_factory=list, repr=False)
+
+    def unpersist(self) -> None:
+        for df in self._cached:
+            try:
+                df.unpersist()
+            except Exception:  # pragma: no cover - a stopped session
+                pass
+        self._cached.clear()
+
+
+def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optional[str] = None) -> CombineResult:
+    """Validate and combine a batch per key. ``force_path`` ("compiled"/"fallback") is for tests."""
+    from pyspark.sql import functions as F
+
+    if on_invalid not in ("fail", "quarantine"):
+        raise ValueError(f"on_invalid must be 'fail' or 'quarantine', got {on_invalid!r}")
+    cols = df.columns
+    if "_file" not in cols:
+        df = df.withColumn("_file", F.lit("dataframe"))
+    if "_block" not in cols:
+        df = df.withColumn("_block", F.lit(0).cast("long"))
+    if "_row" not in cols:
+        df = df.withColumn("_row", F.monotonically_increasing_id())
+    df = df.select(F.col("value").cast("string").alias("value"), "_file", F.col("_block").cast("long").alias("_block"),
+                   F.col("_row").cast("long").alias("_row"))
+
+    if force_path != "fallback":
+        from tidemark.spark.compile import compile_collection
+
+        plan = compile_collection(collection)
+        if plan is not None:
+            result = _compiled(df, collection, plan, on_invalid)
+            if result is not None:
+                return result
+        if force_path == "compiled":
+            raise ValueError(f"collection {collection.name!r}: this batch cannot take the compiled path")
+    return _fallback(df, collection, on_invalid)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _display_file(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else (path[5:] if path.startswith("file:/") else path)
+
+
+def _line_of(df, file: str, block: int, row: int) -> int:
+    from pyspark.sql import functions as F
+
+    before = df.filter((F.col("_file") == file) & ((F.col("_block") < block) | ((F.col("_block") == block) & (F.col("_row") < row))))
+    return before.count() + 1
+
+
+def _raise_first(df, bad: dict) -> None:
+    line = _line_of(df, bad["_file"], bad["_block"], bad["_row"])
+    key = tuple(json.loads(bad["key_json"])) if bad.get("key_json") else None
+    raise DocumentError(bad["reason"], location=f"{_display_file(bad['_file'])}:{line}", key=key)
+
+
+def _locate(df, bad):
+    """Add ``location`` (``file:line``) to invalid rows (quarantine only: a window over the batch)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lines = df.select("_file", "_block", "_row", F.row_number().over(
+        Window.partitionBy("_file").orderBy("_block", "_row")).alias("_line"))
+    joined = bad.join(lines, ["_file", "_block", "_row"], "left")
+    path = F.regexp_replace(F.col("_file"), r"^file:(//)?", "")
+    return joined.select(
+        F.concat(path, F.lit(":"), F.col("_line").cast("string")).alias("location"),
+        "key_json", "reason", "value", "_file", "_block", "_row",
+    ).orderBy("_file", "_block", "_row").drop("_file", "_block", "_row")
+
+
+def check_document(collection, value: str) -> tuple[Optional[str], Optional[str], Any]:
+    """(reason or None, key_json or None, doc) of one raw document, in Python."""
+    try:
+        doc = collection.parse(value, None)
+    except DocumentError as exc:
+        return str(exc), None, None
+    kj = None
+    try:
+        kj = py_key_json(collection.extract_key(doc))
+    except DocumentError as exc:
+        key_reason = str(exc)
+    else:
+        key_reason = None
+    violations = collection.validate(doc)
+    if violations:
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        return f"document violates its schema: {violations[0]}{more}", kj, doc
+    if key_reason:
+        return key_reason, None, doc
+    return None, kj, doc
+
+
+# ----------------------------------------------------------------------------- compiled
+
+
+def _compiled(df, collection, plan, on_invalid):
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import compile as C
+
+    p = F.from_json(F.col("value"), C.parse_schema(plan), C.JSON_OPTIONS)
+    staged = df.select("value", "_file", "_block", "_row", p.alias("p"))
+    pc = F.col("p")
+    key_cols = [pc[k] for k in plan.key]
+    staged = staged.select(
+        "*",
+        C.key_json_expr(key_cols, plan.key_types).alias("key_json"),
+        C.suspect_expr(plan, F.col("value"), pc).alias("_suspect"),
+        C.extras_expr(plan, F.col("value")).alias("_extras"),
+    ).persist()
+    cached = [staged]
+    try:
+        stats = staged.agg(
+            F.count(F.when(~F.col("_suspect"), 1)).alias("ok"),
+            F.count(F.when(F.col("_suspect"), 1)).alias("suspects"),
+            F.count(F.when(~F.col("_suspect") & F.col("_extras"), 1)).alias("extras"),
+        ).collect()[0]
+        if stats["extras"] or stats["suspects"] > MAX_DRIVER_SUSPECTS:
+            staged.unpersist()
+            return None
+        invalid_rows = []
+        if stats["suspects"]:
+            rows = (staged.filter("_suspect").select("value", "_file", "_block", "_row")
+                    .orderBy("_file", "_block", "_row").collect())
+            for r in rows:
+                reason, kj, _doc = check_document(collection, r["value"])
+                if reason is None:  # native validation was unsure and the document is valid
+                    staged.unpersist()
+                    return None
+                invalid_rows.append({"value": r["value"], "_file": r["_file"], "_block": r["_block"],
+                                     "_row": r["_row"], "reason": reason, "key_json": kj})
+            if on_invalid == "fail":
+                _raise_first(df, invalid_rows[0])
+        ord_col = F.struct("_file", "_block", "_row")
+        aggs, doc, error = C.aggregations(plan, pc, F.col("value"), ord_col)
+        grouped = staged.filter(~F.col("_suspect")).groupBy("key_json").agg(*aggs)
+        out = grouped.select("key_json", F.crc32(F.col("key_json")).alias("key_hash"), doc.alias("doc"),
+                             error.alias("_error"))
+        has_errors = plan.root_strategy == "merge" and any(f.strategy == "sum" for f in plan.fields)
+        if has_errors:
+            out = out.persist()
+            cached.append(out)
+            bad = out.filter(F.col("_error").isNotNull()).select("key_json", "_error").limit(1).collect()
+            if bad:
+                raise ReductionError(f"key {bad[0]['key_json']}: {bad[0]['_error']}")
+        combined = out.select("key_json", "key_hash", "doc")
+        invalid = None
+        if on_invalid == "quarantine":
+            spark = df.sparkSession
+            schema = "value string, _file string, _block long, _row long, reason string, key_json string"
+            bad_df = spark.createDataFrame(invalid_rows, schema) if invalid_rows else spark.createDataFrame([], schema)
+            invalid = _locate(df, bad_df)
+        return CombineResult(combined, invalid, int(stats["ok"]), "compiled", cached)
+    except BaseException:
+        for c in cached:
+            c.unpersist()
+        raise
+
+
+# ----------------------------------------------------------------------------- fallback
+
+FALLBACK_SCHEMA = ("kind string, key_json string, doc string, n long, _file string, _block long, _row long, "
+                   "reason string, value string")
+
+
+def _fold_partitions(collection, on_invalid: str):
+    """The ``mapInArrow`` function: rows arrive sorted by (native key, file, block, row)."""
+
+    def fold(batches):
+        import pyarrow as pa
+
+        names = ["kind", "key_json", "doc", "n", "_file", "_block", "_row", "reason", "value"]
+        out = {n: [] for n in names}
+        groups: dict[str, list] = {}
+        current = [object()]
+
+        def emit(**kw):
+            for n in names:
+                out[n].append(kw.get(n))
+
+        def flush_groups():
+            for kj, (acc, n) in groups.items():
+                emit(kind="ok", key_json=kj, doc=json.dumps(acc, ensure_ascii=False, separators=(",", ":")), n=n)
+            groups.clear()
+
+        def drain():
+            table = pa.RecordBatch.from_pydict(
+                {n: out[n] for n in names},
+                schema=pa.schema([("kind", pa.string()), ("key_json", pa.string()), ("doc", pa.string()),
+                                  ("n", pa.int64()), ("_file", pa.string()), ("_block", pa.int64()),
+                                  ("_row", pa.int64()), ("reason", pa.string()), ("value", pa.string())]),
+            )
+            for n in names:
+                out[n] = []
+            return table
+
+        for rb in batches:
+            d = rb.to_pydict()
+            for value, f, b, r, nk in zip(d["value"], d["_file"], d["_block"], d["_row"], d["_nk"]):
+                if nk != current[0]:
+                    flush_groups()
+                    current[0] = nk
+                reason, kj, doc = check_document(collection, value)
+                if reason is not None:
+                    emit(kind="bad", key_json=kj, _file=f, _block=b, _row=r, reason=reason, value=value)
+                    continue
+                g = groups.get(kj)
+                if g is None:
+                    groups[kj] = [doc, 1]
+                    continue
+                try:
+                    g[0] = collection.reduce(g[0], doc)
+                    g[1] += 1
+                except ReductionError as exc:
+                    emit(kind="error", key_json=kj, reason=str(exc), _file=f, _block=b, _row=r)
+            if len(out["kind"]) >= 4096:
+                yield drain()
+        flush_groups()
+        yield drain()
+
+    return fold
+
+
+def _native_key(df, collection):
+    """A native grouping key (key components as text), used only to partition and sort."""
+    from pyspark.sql import functions as F
+
+    parts = []
+    for ptr in collection.key:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in ptr.lstrip("/").split("/")]
+        path = "$" + "".join("['" + t.replace("'", "") + "']" for t in tokens)
+        parts.append(F.coalesce(F.get_json_object(F.col("value"), path), F.lit("\u0000")))
+    return F.concat_ws("\u0001", *parts)
+
+
+def _fallback(df, collection, on_invalid):
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    keyed = df.select("value", "_file", "_block", "_row", _native_key(df, collection).alias("_nk"))
+    folded = (keyed.repartition(n, "_nk").sortWithinPartitions("_nk", "_file", "_block", "_row")
+              .mapInArrow(_fold_partitions(collection, on_invalid), FALLBACK_SCHEMA)).persist()
+    cached = [folded]
+    try:
+        stats = folded.agg(
+            F.sum(F.when(F.col("kind") == "ok", F.col("n"))).alias("ok"),
+            F.count(F.when(F.col("kind") == "bad", 1)).alias("bad"),
+            F.count(F.when(F.col("kind") == "error", 1)).alias("errors"),
+        ).collect()[0]
+        if stats["errors"]:
+            err = (folded.filter(F.col("kind") == "error").orderBy("_file", "_block", "_row")
+                   .select("key_json", "reason").limit(1).collect()[0])
+            raise ReductionError(f"key {err['key_json']}: {err['reason']}")
+        bad = folded.filter(F.col("kind") == "bad")
+        if stats["bad"] and on_invalid == "fail":
+            first = bad.orderBy("_file", "_block", "_row").limit(1).collect()[0].asDict()
+            _raise_first(df, first)
+        combined = folded.filter(F.col("kind") == "ok").select(
+            "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc")
+        invalid = None
+        if on_invalid == "quarantine":
+            invalid = _locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"))
+        return CombineResult(combined, invalid, int(stats["ok"] or 0), "fallback", cached)
+    except BaseException:
+        folded.unpersist()
+        raise

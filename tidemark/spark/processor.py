@@ -1,0 +1,335 @@
+"""The per-batch transaction on Spark: plan → shard sessions → commit.
+
+:class:`Materializer` is the ``foreachBatch`` function of one materialization.
+Spark writes ``offsets/N`` before batch N and ``commits/N`` after it returns; a crash in
+between re-runs batch N with the same id and input.  :meth:`Materializer.process`:
+
+Step 0. Recognise a re-run: if the recovery log already holds batch N, only re-run the
+        coordinator Acknowledge of N (idempotent) and return.
+Step 1. Plan (distributed): validate, key, combine per key, assign each key to the shard
+        whose range holds its 32-bit hash, partition by shard, sort by key.  The layout
+        a batch starts with is recorded (``intent``) so a re-run uses the same one.
+Step 2. Shard sessions (one executor task per shard): see :mod:`tidemark.runtime.shard`.
+Step 3. Commit (Spark driver): merge the shards' driver-checkpoint updates, append batch
+        N to the recovery log atomically.
+Step 4. Coordinator Acknowledge for drivers that apply after commit.
+Step 5. Return: Spark writes ``commits/N``.
+
+:meth:`Materializer.start_up` runs before the first batch: Validate + Apply against the
+endpoint, then re-run the Acknowledge of the last committed batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from tidemark.drivers.base import CommitPattern
+from tidemark.drivers.registry import load_driver
+from tidemark.errors import RecoveryError, SpecError
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import KEY_SPACE_MAX, Apply, Range, Validate
+from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
+
+log = logging.getLogger("tidemark")
+
+UNSAFE_AT_LEAST_ONCE = ("sum", "append", "merge", "set")
+
+
+@dataclass
+class BatchReport:
+    materialization: str
+    batch_id: int
+    phase: str = "done"
+    skipped: bool = False
+    replayed_shards: int = 0
+    documents: int = 0
+    keys: int = 0
+    stored: int = 0
+    loaded: int = 0
+    deleted: int = 0
+    invalid: int = 0
+    shards: int = 0
+    spilled: bool = False
+    timings: dict = field(default_factory=dict)
+    wall: float = 0.0
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Runtime knobs, parsed once (Spark options are strings)."""
+
+    memory_budget_bytes: int = 64 << 20
+    max_loaded_in_memory: int = 200_000
+    max_quarantine: int = 100_000
+
+    @staticmethod
+    def from_env() -> "RuntimeOptions":
+        return RuntimeOptions(
+            memory_budget_bytes=int(os.environ.get("TIDEMARK_SHARD_MEMORY_BYTES", 64 << 20)),
+            max_loaded_in_memory=int(os.environ.get("TIDEMARK_SHARD_MAX_LOADED", 200_000)),
+        )
+
+
+def even_layout(shards: int) -> list[list[int]]:
+    return [[r.key_begin, r.key_end] for r in Range.split(shards)]
+
+
+class Materializer:
+    """The ``foreachBatch`` function of one materialization."""
+
+    def __init__(
+        self,
+        spec,
+        materialization,
+        collections: Sequence,
+        checkpoint_location: str,
+        *,
+        on_batch: Optional[Callable[[BatchReport], None]] = None,
+        options: RuntimeOptions | None = None,
+    ):
+        self.spec = spec
+        self.mat = materialization
+        self.collections = tuple(collections)
+        self.bindings = tuple(c.binding_spec(b) for c, b in zip(self.collections, materialization.bindings))
+        self.driver_name = materialization.driver_name
+        self.driver_config = materialization.driver_config
+        self.version = materialization.version(spec)
+        self.checkpoint_location = checkpoint_location
+        self.log = RecoveryLog(checkpoint_location, materialization.name)
+        self.driver = load_driver(self.driver_name, self.driver_config)
+        self.caps = type(self.driver).capabilities
+        self.on_batch = on_batch
+        self.options = options or RuntimeOptions.from_env()
+        self.error: BaseException | None = None
+        self.reports: list[BatchReport] = []
+
+    # ------------------------------------------------------------------ startup
+    def start_up(self) -> None:
+        """Validate + Apply, warn about unsafe reductions, re-acknowledge the last batch."""
+        self._warn_unsafe()
+        validate = Validate(self.mat.name, self.driver_config, self.bindings)
+        self.driver.validate(validate)
+        self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
+        last = self.log.last()
+        if last is not None:
+            if last.version != self.version:
+                log.warning(
+                    "materialization %s: spec version changed since batch %s (%s -> %s)",
+                    self.mat.name, last.batch_id, last.version, self.version,
+                )
+            self._coordinator_acknowledge(last)
+
+    def _warn_unsafe(self) -> None:
+        if self.caps.commit_pattern is not CommitPattern.AT_LEAST_ONCE:
+            return
+        for coll, binding in zip(self.collections, self.mat.bindings):
+            text = repr(coll.schema)
+            bad = [s for s in UNSAFE_AT_LEAST_ONCE if f"'{s}'" in text]
+            if bad and not binding.delta_updates:
+                log.warning(
+                    "binding %s uses %s reductions, which an at-least-once endpoint (%s) may apply twice after a crash",
+                    binding.resource, ", ".join(bad), self.driver_name,
+                )
+
+    def _coordinator_acknowledge(self, entry: LogEntry) -> None:
+        if self.caps.commit_pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+            self.driver.coordinator_acknowledge(
+                self.mat.name, entry.driver_checkpoint, entry.runtime_checkpoint, self.bindings
+            )
+            fault_point("after_apply")
+
+    # ------------------------------------------------------------------ layout
+    def layout_for(self, batch_id: int) -> list[list[int]]:
+        """The layout of batch N: what it started with, else the configured shard count."""
+        intent = self.log.intent(batch_id)
+        if intent is not None:
+            return intent
+        layout = even_layout(self.mat.shards)
+        self.log.write_intent(batch_id, layout)
+        return layout
+
+    # ------------------------------------------------------------------ batch
+    def __call__(self, df, batch_id: int) -> None:
+        try:
+            self.process(df, int(batch_id))
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def process(self, df, batch_id: int) -> BatchReport:
+        t_start = time.perf_counter()
+        report = BatchReport(self.mat.name, batch_id)
+
+        # Step 0: a batch the recovery log already holds is only acknowledged.
+        last = self.log.last()
+        if last is not None and batch_id <= last.batch_id:
+            if batch_id == last.batch_id:
+                self._coordinator_acknowledge(last)
+            report.skipped = True
+            report.phase = "replayed"
+            self._emit(report, t_start)
+            return report
+
+        # Step 1: plan.
+        t = time.perf_counter()
+        fault_point("plan")
+        layout = self.layout_for(batch_id)
+        ranges = tuple(Range(b, e) for b, e in layout)
+        planned, results_meta, cleanup = self._plan(df, ranges)
+        report.documents = results_meta["documents"]
+        report.invalid = len(results_meta["quarantine"])
+        report.timings["plan"] = time.perf_counter() - t
+
+        # Step 2: shard sessions.
+        t = time.perf_counter()
+        runtime_checkpoint = {
+            "checkpoint_id": self.log.checkpoint_id,
+            "batch_id": batch_id,
+            "materialization": self.mat.name,
+            "version": self.version,
+        }
+        task = ShardTask(
+            materialization=self.mat.name,
+            version=self.version,
+            driver_name=self.driver_name,
+            driver_config=self.driver_config,
+            bindings=self.bindings,
+            collections=self.collections,
+            checkpoint_id=self.log.checkpoint_id,
+            batch_id=batch_id,
+            ranges=ranges,
+            driver_checkpoint=last.driver_checkpoint if last else None,
+            runtime_checkpoint=runtime_checkpoint,
+            memory_budget_bytes=self.options.memory_budget_bytes,
+            max_loaded_in_memory=self.options.max_loaded_in_memory,
+            quarantine=tuple(results_meta["quarantine"]),
+        )
+        try:
+            results: list[ShardResult] = planned.mapPartitionsWithIndex(
+                lambda i, rows: [run_shard(task, i, rows)], preservesPartitioning=True
+            ).collect()
+        finally:
+            cleanup()
+        report.timings["shards"] = time.perf_counter() - t
+        if sorted(r.shard for r in results) != list(range(len(ranges))):
+            raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
+
+        # Step 3: merge the driver checkpoint and commit to the recovery log.
+        t = time.perf_counter()
+        state = merge_updates(last.driver_checkpoint if last else None, results)
+        counts = {
+            "documents": report.documents,
+            "stored": sum(r.stored for r in results),
+            "loaded": sum(r.loaded for r in results),
+            "deleted": sum(r.deleted for r in results),
+            "invalid": report.invalid,
+            "replayed_shards": sum(r.skipped for r in results),
+            "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
+        }
+        entry = LogEntry(batch_id, runtime_checkpoint, state, [list(x) for x in layout], self.version, counts)
+        fault_point("before_recovery_log")
+        self.log.append(entry)
+        fault_point("after_recovery_log")
+        report.timings["recovery_log"] = time.perf_counter() - t
+
+        # Step 4: coordinator Acknowledge (idempotent apply after commit).
+        t = time.perf_counter()
+        self._coordinator_acknowledge(entry)
+        report.timings["acknowledge"] = time.perf_counter() - t
+
+        # Step 5: return; Spark writes commits/N.
+        fault_point("before_spark_commit")
+        report.shards = len(ranges)
+        report.stored = counts["stored"]
+        report.loaded = counts["loaded"]
+        report.deleted = counts["deleted"]
+        report.keys = sum(r.documents for r in results)
+        report.replayed_shards = counts["replayed_shards"]
+        report.spilled = any(r.spilled for r in results)
+        for r in results:
+            for k, v in r.timings.items():
+                report.timings[f"shard.{k}"] = max(report.timings.get(f"shard.{k}", 0.0), v)
+        self._emit(report, t_start)
+        return report
+
+    def _emit(self, report: BatchReport, t_start: float) -> None:
+        report.wall = time.perf_counter() - t_start
+        self.reports.append(report)
+        if self.on_batch:
+            self.on_batch(report)
+
+    def _plan(self, df, ranges: tuple[Range, ...]):
+        """Validate, combine per key, assign shards; an RDD of ((shard, binding, key_json), doc)."""
+        from pyspark.sql import functions as F
+
+        from tidemark.spark.combine import combine_batch
+
+        if "_row" not in df.columns:
+            df = df.withColumn("_row", F.monotonically_increasing_id())
+        df = df.persist()
+        parts = []
+        results = []
+        quarantine: list[dict] = []
+        documents = 0
+        try:
+            for i, coll in enumerate(self.collections):
+                part = df.filter(F.col("_binding") == i) if len(self.collections) > 1 else df
+                res = combine_batch(part, coll, on_invalid=self.mat.on_invalid)
+                results.append(res)
+                documents += int(res.documents)
+                if res.invalid is not None:
+                    rows = res.invalid.limit(self.options.max_quarantine + 1).collect()
+                    if len(rows) > self.options.max_quarantine:
+                        raise SpecError(
+                            f"batch has more than {self.options.max_quarantine} invalid documents; refusing to quarantine them all"
+                        )
+                    quarantine.extend({**r.asDict(), "binding": i} for r in rows)
+                parts.append(res.combined.select(F.lit(i).alias("binding"), "key_json", "key_hash", "doc"))
+        except BaseException:
+            df.unpersist()
+            for r in results:
+                r.unpersist()
+            raise
+        combined = parts[0]
+        for p in parts[1:]:
+            combined = combined.unionByName(p)
+        shard_col = _shard_expr(F.col("key_hash"), ranges)
+        n = len(ranges)
+        rdd = combined.select(shard_col.alias("shard"), "binding", "key_json", "doc").rdd.map(
+            lambda r: ((r[0], r[1], r[2]), r[3])
+        )
+        planned = rdd.repartitionAndSortWithinPartitions(
+            numPartitions=n, partitionFunc=_identity_partition, keyfunc=lambda k: k
+        )
+
+        def cleanup():
+            df.unpersist()
+            for r in results:
+                r.unpersist()
+
+        return planned, {"documents": documents, "quarantine": quarantine}, cleanup
+
+
+def _identity_partition(key) -> int:
+    return key[0]
+
+
+def _shard_expr(hash_col, ranges: Sequence[Range]):
+    """The index of the range holding ``hash_col``."""
+    from pyspark.sql import functions as F
+
+    if len(ranges) == 1:
+        return F.lit(0)
+    expr = None
+    for i, r in enumerate(ranges):
+        cond = (hash_col >= F.lit(r.key_begin)) & (hash_col <= F.lit(r.key_end))
+        expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))
+    return expr.otherwise(F.lit(-1))
+
+
+__all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]

@@ -1,0 +1,127 @@
+"""Library functions behind the CLI: run, check and status of a spec."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass
+class ShardStatus:
+    range: str
+    fence: Optional[int]
+    batch_id: Optional[int]
+
+
+@dataclass
+class MaterializationStatus:
+    name: str
+    endpoint: str
+    last_batch: Optional[int]
+    spark_offsets: Optional[int]
+    spark_commits: Optional[int]
+    layout: list = field(default_factory=list)
+    shards: list = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def lag_batches(self) -> Optional[int]:
+        if self.spark_offsets is None:
+            return None
+        return self.spark_offsets - (self.last_batch if self.last_batch is not None else -1)
+
+
+def run_spec(
+    spec_path: str,
+    *,
+    available_now: bool = True,
+    materializations: Optional[list[str]] = None,
+    spark=None,
+    on_batch: Optional[Callable] = None,
+    max_files_per_trigger: Optional[int] = None,
+):
+    """Run every (or the named) materialization of a spec; return their runs when done."""
+    from tidemark.collection.spec import load_spec
+    from tidemark.spark.api import _spark, materialize
+
+    spec = load_spec(spec_path)
+    names = materializations or list(spec.materializations)
+    spark = _spark(spark)
+    runs = [
+        materialize(
+            spec,
+            materialization=n,
+            available_now=available_now,
+            spark=spark,
+            on_batch=on_batch,
+            max_files_per_trigger=max_files_per_trigger,
+        )
+        for n in names
+    ]
+    for run in runs:
+        run.await_termination()
+    return runs
+
+
+def check_spec(spec_path: str) -> list[str]:
+    """Validate the spec and dry-run Validate/Apply against each endpoint; return what was checked."""
+    from tidemark.collection.collection import Collection
+    from tidemark.collection.spec import load_spec
+    from tidemark.drivers.registry import load_driver
+    from tidemark.protocol.messages import Apply, Validate
+
+    spec = load_spec(spec_path)
+    lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
+    for mat in spec.materializations.values():
+        colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
+        bindings = tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
+        with load_driver(mat.driver_name, mat.driver_config) as driver:
+            validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
+            applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
+        lines.append(
+            f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
+            + (f"; apply would: {applied.action_description}" if applied.action_description else "")
+        )
+    return lines
+
+
+def _spark_log_max(path: str) -> Optional[int]:
+    try:
+        names = [n for n in os.listdir(path) if n.isdigit()]
+    except FileNotFoundError:
+        return None
+    return max(map(int, names)) if names else None
+
+
+def status_spec(spec_path: str) -> list[MaterializationStatus]:
+    """Per materialization and shard: last committed batch, fence and lag."""
+    from tidemark.collection.spec import load_spec
+    from tidemark.drivers.registry import load_driver
+    from tidemark.runtime.recovery_log import RecoveryLog
+    from tidemark.spark.api import _resolve
+
+    spec = load_spec(spec_path)
+    out = []
+    for mat in spec.materializations.values():
+        location = os.path.join(_resolve(spec.checkpoint, spec.base_dir), mat.name)
+        last = None
+        if os.path.exists(os.path.join(location, "tidemark")) or "://" in location:
+            last = RecoveryLog(location, mat.name).last()
+        st = MaterializationStatus(
+            name=mat.name,
+            endpoint=mat.driver_name,
+            last_batch=last.batch_id if last else None,
+            spark_offsets=_spark_log_max(os.path.join(location, "spark", "offsets")),
+            spark_commits=_spark_log_max(os.path.join(location, "spark", "commits")),
+            layout=last.layout if last else [],
+            counts=last.counts if last else {},
+        )
+        with load_driver(mat.driver_name, mat.driver_config) as driver:
+            for row in driver.checkpoints(mat.name):
+                cp = row.runtime_checkpoint or {}
+                st.shards.append(ShardStatus(row.range.name, row.fence, cp.get("batch_id")))
+        if not st.shards and last:
+            st.shards = [ShardStatus(f"{b:08x}-{e:08x}", None, last.batch_id) for b, e in last.layout]
+        out.append(st)
+    return out

@@ -1,0 +1,77 @@
+"""Streaming sources for collections, and the columns the plan expects of them.
+
+Every source becomes a streaming DataFrame with a string ``value`` (one JSON document)
+and ``_file`` / ``_block`` (source order; ``_row`` is added per batch, where Spark
+allows ``monotonically_increasing_id``). Sources that cannot replay a batch with the
+same input are refused: exactly-once needs a batch that Spark re-runs to be identical.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tidemark.errors import SpecError
+
+# Spark sources whose batches cannot be re-read after a crash.
+NON_REPLAYABLE = ("TextSocket", "socket", "MemoryStream")
+
+FILE_FORMATS = ("json", "jsonl", "ndjson", "text")
+
+
+def read_collection(spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = "."):
+    """A streaming DataFrame of one collection's source (JSON lines files)."""
+    from pyspark.sql import functions as F
+
+    src = collection_spec.source
+    where = f"collections.{collection_spec.name}.source"
+    if src is None or not src.path:
+        raise SpecError("has no source path; materialize a DataFrame with tidemark.materialize(df, ...) instead", file=file, path=where)
+    fmt = (src.format or "json").lower()
+    if fmt not in FILE_FORMATS:
+        raise SpecError(
+            f"format {fmt!r} is not supported by the spec runner (supported: {', '.join(FILE_FORMATS)}); "
+            "read other sources yourself and call tidemark.materialize(df, ...)",
+            file=file,
+            path=where + ".format",
+        )
+    path = src.path if "://" in src.path or os.path.isabs(src.path) else os.path.join(base_dir, src.path)
+    options = {k: str(v) for k, v in (src.options or {}).items()}
+    reader = spark.readStream.format("text").options(**options)
+    df = reader.load(path)
+    return df.select(
+        F.col("value"),
+        F.col("_metadata.file_path").alias("_file"),
+        F.col("_metadata.file_block_start").alias("_block"),
+        F.lit(binding).alias("_binding"),
+    )
+
+
+def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
+    """Adapt any streaming DataFrame: a string ``value`` column, or every column as JSON."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    check_replayable(df)
+    cols = df.columns
+    if "value" in cols and isinstance(df.schema["value"].dataType, StringType):
+        value = F.col("value")
+    else:
+        value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]))
+    file_col = F.col("_file") if "_file" in cols else F.lit(source_name)
+    block_col = F.col("_block").cast("long") if "_block" in cols else F.lit(0).cast("long")
+    return df.select(value.alias("value"), file_col.alias("_file"), block_col.alias("_block"), F.lit(binding).alias("_binding"))
+
+
+def check_replayable(df) -> None:
+    if not df.isStreaming:
+        raise SpecError("tidemark.materialize needs a streaming DataFrame (spark.readStream...)")
+    try:
+        plan = df._jdf.queryExecution().logical().toString()
+    except Exception:  # pragma: no cover - Spark Connect has no _jdf
+        return
+    for marker in NON_REPLAYABLE:
+        if marker in plan:
+            raise SpecError(
+                f"this streaming source ({marker}) cannot replay a batch after a crash, so exactly-once "
+                "is impossible; use a replayable source (files, Kafka, Delta, rate)"
+            )

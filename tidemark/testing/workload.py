@@ -1,0 +1,222 @@
+"""The kit's collections, workloads and reference model — deliberately tiny and self-contained.
+
+Two bindings:
+
+``sums`` (standard updates)
+    key ``/k``; documents ``{k, n, last}`` where ``n`` is sum-reduced and ``last`` is
+    lastWriteWins; ``{"k": ..., "_meta": {"op": "d"}}`` deletes the key.
+``appends`` (delta updates)
+    the same add events; each transaction appends, per key, the transaction's combined
+    delta ``{k, n, last}``.
+
+Nothing here imports tidemark.collection or Spark: the reductions are written out so
+that a bug there cannot hide a driver bug.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tidemark.protocol.messages import BindingSpec, Field, Range
+
+SUMS, APPENDS = 0, 1
+
+SCHEMA = {
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "last": {"type": "string", "reduce": {"strategy": "lastWriteWins"}},
+        "_meta": {"type": "object", "properties": {"op": {"type": "string"}}},
+    },
+}
+
+FIELDS = (
+    Field("k", "/k", "string", is_key=True, nullable=False),
+    Field("n", "/n", "integer"),
+    Field("last", "/last", "string"),
+)
+
+# Keys with non-ASCII text, so that encodings are exercised end to end.
+KEY_WORDS = ("apple", "ключ", "キー", "naïve", "emoji🙂", "quote\"d", "tab\tkey", "z")
+
+
+def bindings(tag: str) -> tuple[BindingSpec, BindingSpec]:
+    """The two bindings, on resources unique to ``tag`` (e.g. ``kit_ab12cd``)."""
+    return (
+        BindingSpec({"table": f"{tag}_sums"}, "kit/sums", ("/k",), FIELDS, SCHEMA, delta_updates=False),
+        BindingSpec({"table": f"{tag}_appends"}, "kit/appends", ("/k",), FIELDS, SCHEMA, delta_updates=True),
+    )
+
+
+def key_hash(key: tuple) -> int:
+    """crc32 of the key's compact JSON (the runtime's shard routing)."""
+    return zlib.crc32(json.dumps(list(key), separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def canon(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def apply_update(state: Any, update) -> Any:
+    if update is None:
+        return state
+    return merge_patch(state, update.updated) if update.merge_patch else update.updated
+
+
+# --------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Event:
+    key: str
+    n: int = 0  # > 0 for adds
+    last: str = ""
+    delete: bool = False
+
+
+def make_batch(rng: random.Random, keys: list[str], size: int, batch_id: int, deletes: float = 0.12) -> list[Event]:
+    out = []
+    for i in range(size):
+        k = rng.choice(keys)
+        if rng.random() < deletes:
+            out.append(Event(k, delete=True))
+        else:
+            out.append(Event(k, rng.randint(1, 9), f"b{batch_id}.{i}"))
+    return out
+
+
+def key_space(rng: random.Random, n: int) -> list[str]:
+    return [f"{rng.choice(KEY_WORDS)}-{i:03d}" for i in range(n)]
+
+
+# -------------------------------------------------------------------- combine
+
+
+@dataclass
+class Combined:
+    """A transaction's combination of one key's events: relative (add to the loaded
+    document) or absolute (a delete happened: the result ignores the loaded document)."""
+
+    absolute: bool = False
+    doc: Optional[dict] = None  # absolute: the document (None = deleted)
+    n: int = 0  # relative
+    last: Optional[str] = None  # relative
+
+    def add(self, e: Event) -> None:
+        if e.delete:
+            self.absolute, self.doc = True, None
+        elif self.absolute:
+            if self.doc is None:
+                self.doc = {"k": e.key, "n": e.n, "last": e.last}
+            else:
+                self.doc = {"k": e.key, "n": self.doc["n"] + e.n, "last": e.last}
+        else:
+            self.n += e.n
+            self.last = e.last
+
+    def over(self, key: str, loaded: Optional[dict]) -> Optional[dict]:
+        """``loaded ⊕ combined``: the document to store (None = deleted / absent)."""
+        if self.absolute:
+            return None if self.doc is None else dict(self.doc)
+        if self.last is None:  # no adds at all
+            return loaded
+        base = loaded.get("n", 0) if isinstance(loaded, dict) else 0
+        if not isinstance(base, int) or isinstance(base, bool):
+            base = 0
+        return {"k": key, "n": base + self.n, "last": self.last}
+
+
+def combine(events: list[Event]) -> dict[str, Combined]:
+    out: dict[str, Combined] = {}
+    for e in events:
+        out.setdefault(e.key, Combined()).add(e)
+    return out
+
+
+def deltas(events: list[Event]) -> dict[str, dict]:
+    """Per key, the transaction's delta document (adds only) for the delta binding."""
+    out: dict[str, dict] = {}
+    for e in events:
+        if e.delete:
+            continue
+        d = out.get(e.key)
+        out[e.key] = {"k": e.key, "n": (d["n"] if d else 0) + e.n, "last": e.last}
+    return out
+
+
+def deletion_doc(key: str) -> dict:
+    return {"k": key, "_meta": {"op": "d"}}
+
+
+# ---------------------------------------------------------------------- model
+
+
+@dataclass
+class Model:
+    """What an exactly-once endpoint must hold after the committed batches."""
+
+    view: dict[str, dict] = field(default_factory=dict)
+    appends: Counter = field(default_factory=Counter)  # canonical delta docs
+    appended_sum: int = 0
+    deleted: set = field(default_factory=set)  # keys deleted at some point and absent now
+    batches: list[int] = field(default_factory=list)
+
+    def commit(self, batch_id: int, events: list[Event]) -> None:
+        for key, c in combine(events).items():
+            doc = c.over(key, self.view.get(key))
+            if doc is None:
+                if key in self.view:
+                    self.deleted.add(key)
+                self.view.pop(key, None)
+            else:
+                self.view[key] = doc
+                self.deleted.discard(key)
+        for doc in deltas(events).values():
+            self.appends[canon(doc)] += 1
+            self.appended_sum += doc["n"]
+        self.batches.append(batch_id)
+
+    def in_range(self, rng: Range) -> dict[str, dict]:
+        return {k: v for k, v in self.view.items() if rng.contains(key_hash((k,)))}
+
+
+__all__ = [
+    "SUMS",
+    "APPENDS",
+    "SCHEMA",
+    "FIELDS",
+    "bindings",
+    "key_hash",
+    "canon",
+    "merge_patch",
+    "apply_update",
+    "Event",
+    "make_batch",
+    "key_space",
+    "Combined",
+    "combine",
+    "deltas",
+    "deletion_doc",
+    "Model",
+]
