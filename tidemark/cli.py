@@ -53,6 +53,9 @@ def run(
             + f" | {phases}"
         )
 
+    from tidemark.faults import pin_group
+
+    pin_group()
     try:
         spark = local_session("tidemark", master=master or "local[*]")
         run_spec(

@@ -26,6 +26,7 @@ import time
 
 ENV = "TIDEMARK_FAULTS"
 ENV_RANDOM = "TIDEMARK_FAULT_RANDOM"
+ENV_PGID = "TIDEMARK_FAULT_PGID"
 
 
 class InjectedFault(RuntimeError):
@@ -57,8 +58,17 @@ def _kill() -> None:
     """SIGKILL this process, or its whole process group with TIDEMARK_FAULT_SCOPE=group
     (a crash of the machine: Spark's JVM, its Python workers and the driver process)."""
     if os.environ.get("TIDEMARK_FAULT_SCOPE") == "group":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        # PySpark's worker daemon puts its workers in a process group of their own, so an
+        # executor-side point must use the group the driver pinned (see pin_group).
+        os.killpg(int(os.environ.get(ENV_PGID) or os.getpgrp()), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pin_group() -> None:
+    """Record this process's group for executor-side kills; call before Spark starts so the
+    JVM and its Python workers inherit it. Does nothing unless faults are armed."""
+    if os.environ.get(ENV) or os.environ.get(ENV_RANDOM):
+        os.environ.setdefault(ENV_PGID, str(os.getpgrp()))
 
 
 def rearm() -> None:

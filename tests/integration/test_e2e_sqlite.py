@@ -40,6 +40,15 @@ def test_several_batches_restart_and_resume(spark, tmp_path, shards):
     assert sum(r.loaded for r in reports) > 0  # existing keys were loaded and reduced
 
 
+def _remove_spark_log_entry(directory, batch_id: int):
+    """Remove a Spark metadata-log entry and its checksum (a stale .crc makes Spark refuse
+    to write the entry again, reporting "multiple streaming queries")."""
+    os.remove(directory / str(batch_id))
+    crc = directory / f".{batch_id}.crc"
+    if crc.exists():
+        os.remove(crc)
+
+
 def test_rerun_batch_is_recognised(spark, tmp_path):
     """Spark re-runs a batch whose commits/N is missing: the recovery log recognises it."""
     data = tmp_path / "data"
@@ -51,7 +60,7 @@ def test_rerun_batch_is_recognised(spark, tmp_path):
     assert normalize(sqlite_view(db)) == expected
 
     commits = tmp_path / "checkpoints" / "view" / "spark" / "commits"
-    os.remove(commits / "1")  # as if the process died after the recovery log, before Spark's commit
+    _remove_spark_log_entry(commits, 1)  # as if the process died after the recovery log, before Spark's commit
     reports, _ = run(spark, spec)
     assert [(r.batch_id, r.skipped) for r in reports] == [(1, True)]
     assert normalize(sqlite_view(db)) == expected
@@ -67,7 +76,7 @@ def test_rerun_after_endpoint_commit_skips_committed_shards(spark, tmp_path):
     expected = oracle_orders(data)
 
     root = tmp_path / "checkpoints" / "view"
-    os.remove(root / "spark" / "commits" / "1")
+    _remove_spark_log_entry(root / "spark" / "commits", 1)
     os.remove(root / "tidemark" / "log" / "1.json")  # as if killed before the recovery-log write
     reports, _ = run(spark, spec)
     assert [r.batch_id for r in reports] == [1]
