@@ -23,6 +23,8 @@ import os
 import random
 import signal
 import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 ENV = "TIDEMARK_FAULTS"
 ENV_RANDOM = "TIDEMARK_FAULT_RANDOM"
@@ -78,9 +80,27 @@ def rearm() -> None:
     _counts.clear()
 
 
+_hooks: dict[str, Callable[[str], None]] = {}
+
+
+@contextmanager
+def hooked(name: str, fn: Callable[[str], None]) -> Iterator[None]:
+    """In-process tests: call ``fn(name)`` whenever this process reaches the point (e.g. to
+    hold one task attempt at ``before_endpoint_commit`` until a racing attempt is done)."""
+    _hooks[name] = fn
+    try:
+        yield
+    finally:
+        _hooks.pop(name, None)
+
+
 def fault_point(name: str) -> None:
     """Mark a named point. Does nothing unless armed."""
     global _armed
+    if _hooks:
+        hook = _hooks.get(name)
+        if hook is not None:
+            hook(name)
     if _armed is None:
         _armed = _parse()
     if not _armed and _rng is None:

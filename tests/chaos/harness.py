@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 KILLED = -signal.SIGKILL
 
@@ -22,12 +23,16 @@ class RunOutcome:
     stderr_tail: str = ""
 
 
-def run_until_done(spec_path: str, *, faults: str = "", random_kill: str = "", max_attempts: int = 10,
-                   timeout: float = 300, extra_env: dict | None = None) -> RunOutcome:
+def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
+                   kill_after: Callable[[int], float | None] | None = None, max_attempts: int = 10,
+                   timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]") -> RunOutcome:
     """Run ``tidemark run SPEC --available-now`` until it exits 0, restarting after kills.
 
-    ``faults`` arms points (see tidemark.faults) in the first attempts; use ``!once=PATH``
+    ``faults`` arms points (see tidemark.faults) in every attempt; use ``!once=PATH``
     markers so a restarted process does not die at the same point forever.
+    ``random_points=(seed, p)`` kills at any named point with probability ``p``.
+    ``kill_after(attempt)`` returns seconds after which the harness SIGKILLs the attempt's
+    whole process group (a kill at a random moment), or None to let it run.
     """
     out = RunOutcome()
     env = dict(os.environ)
@@ -45,18 +50,27 @@ def run_until_done(spec_path: str, *, faults: str = "", random_kill: str = "", m
         run_env = dict(env)
         if faults:
             run_env["TIDEMARK_FAULTS"] = faults
-        if random_kill:
-            run_env["TIDEMARK_FAULT_RANDOM"] = f"{random_kill}-{attempt}"
+        if random_points:
+            seed, p = random_points
+            run_env["TIDEMARK_FAULT_RANDOM"] = f"{seed}-{attempt}:{p}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", "local[2]"],
+            [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master],
             env=run_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # its own process group: a kill takes Spark's JVM and workers too
         )
+        delay = kill_after(attempt) if kill_after else None
         try:
-            _stdout, stderr = proc.communicate(timeout=timeout)
+            if delay is not None:
+                try:
+                    _stdout, stderr = proc.communicate(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    _stdout, stderr = proc.communicate()
+            else:
+                _stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             _stdout, stderr = proc.communicate()
@@ -76,3 +90,80 @@ def run_until_done(spec_path: str, *, faults: str = "", random_kill: str = "", m
             continue
         raise AssertionError(f"tidemark run failed with {proc.returncode}:\n{stderr[-3000:]}")
     raise AssertionError(f"not done after {max_attempts} attempts; last stderr:\n{out.stderr_tail}")
+
+
+def arm_in_sequence(points: list[str], marker_dir, nth: int = 1) -> str:
+    """TIDEMARK_FAULTS that kill once at each point, in whatever order the run reaches them:
+    every attempt dies at the first point whose ``!once`` marker is not yet written."""
+    return ",".join(f"{p}:kill@{nth}!once={os.path.join(marker_dir, 'fired-' + p)}" for p in points)
+
+
+def fired(marker_dir) -> set[str]:
+    return {n[len("fired-"):] for n in os.listdir(marker_dir) if n.startswith("fired-")}
+
+
+# ---------------------------------------------------------------- long runs
+
+
+def long_run(argv: list[str] | None = None) -> int:
+    """``python -m tests.chaos.harness --kills 200``: keep writing input and killing
+    ``tidemark run`` (at random named points and at random moments) until N kills, then
+    compare the view with the oracle. Prints a summary; exits 1 on any difference."""
+    import argparse
+    import json
+    import random
+    import tempfile
+    import time
+
+    from tests.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
+
+    ap = argparse.ArgumentParser(prog="python -m tests.chaos.harness")
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--files-per-round", type=int, default=4)
+    ap.add_argument("--per-file", type=int, default=300)
+    ap.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
+    args = ap.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    work = args.dir or tempfile.mkdtemp(prefix="tidemark-chaos-")
+    data, db = os.path.join(work, "data"), os.path.join(work, "views.db")
+    spec = orders_spec(work, data_dir=data, db_path=db, shards=args.shards, max_files=1)
+    started = time.time()
+    kills = attempts = rounds = files = docs = 0
+    while kills < args.kills:
+        write_orders(data, files=args.files_per_round, per_file=args.per_file, customers=200,
+                     seed=rng.randrange(1 << 30), start=files, deletes=0.03)
+        files += args.files_per_round
+        docs += args.files_per_round * args.per_file
+        outcome = run_until_done(
+            spec,
+            random_points=(rng.randrange(1 << 30), 0.02),
+            kill_after=lambda a: rng.uniform(4.0, 30.0) if a < 6 else None,
+            max_attempts=12,
+        )
+        kills += outcome.kills
+        attempts += outcome.attempts
+        rounds += 1
+        view, expected = normalize(sqlite_view(db)), oracle_orders(data)
+        lost = sorted(set(expected) - set(view))
+        extra = sorted(set(view) - set(expected))
+        wrong = sorted(k for k in set(view) & set(expected) if view[k] != expected[k])
+        summary = {
+            "round": rounds, "kills": kills, "attempts": attempts, "files": files, "documents": docs,
+            "keys": len(expected), "lost_keys": len(lost), "extra_keys": len(extra), "wrong_docs": len(wrong),
+            "amount_view": sum(d["amount"] for d in view.values()),
+            "amount_oracle": sum(d["amount"] for d in expected.values()),
+            "elapsed_s": round(time.time() - started, 1),
+        }
+        print(json.dumps(summary), flush=True)
+        if lost or extra or wrong:
+            print(f"DIFFERENCE: lost {lost[:5]} extra {extra[:5]} wrong {wrong[:5]}", flush=True)
+            return 1
+    print(f"OK: {kills} kills over {attempts} attempts, {docs} documents, view exact", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(long_run())

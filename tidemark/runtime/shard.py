@@ -160,6 +160,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         for binding, keys in pending.items():
             if keys:
                 index_loaded(session.load(Load(binding, tuple(keys))))
+                fault_point("mid_load")
         late, flushed = session.flush(Flush())
         index_loaded(late)
         if flushed.state is not None:
@@ -198,6 +199,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
                 cols = _Columns()
         if cols.n:
             session.store(cols.message(current))
+            fault_point("mid_store")
         result.spilled = buffer.spilled_chunks > 0 or loaded.on_disk
     finally:
         buffer.close()

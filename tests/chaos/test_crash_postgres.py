@@ -1,0 +1,144 @@
+"""SIGKILL `tidemark run` into PostgreSQL at the crash-table points; restart; the view must be exact.
+
+Each run arms several points, each with its own ``!once=`` marker: the first attempt dies
+at the first point it reaches, the restarted one at the next, and so on, so one run of
+Spark start-ups covers several rows of the crash table.  The zombie test runs two real
+processes on one key range.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+
+import psycopg
+import pytest
+import yaml
+
+from tests.chaos.harness import run_until_done
+from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
+
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+
+
+@pytest.fixture
+def pg_schema(postgres_url):
+    name = f"tm_chaos_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def postgres_spec(tmp, *, data_dir, url, schema, shards=2) -> str:
+    spec = {
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": ORDERS_SCHEMA,
+                "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"postgres": {"url": url, "schema": schema}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
+        "checkpoint": str(os.path.join(tmp, "checkpoints")),
+    }
+    path = os.path.join(tmp, "spec.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def postgres_view(url, schema) -> dict:
+    with psycopg.connect(url) as con:
+        return dict(con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."customers"').fetchall())
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        # a shard dies while Loading; a shard committed but the process dies before the
+        # recovery log; every shard committed and the log write never happens
+        ("mid_load:kill", "after_endpoint_commit:kill@2", "before_recovery_log:kill@2"),
+        # a shard dies while Storing; dies inside the endpoint transaction before COMMIT;
+        # the log has N but Spark's commits/N is never written (twice: before and after
+        # the coordinator's step)
+        ("mid_store:kill", "before_endpoint_commit:kill@2", "after_recovery_log:kill@2", "before_spark_commit:kill@2"),
+    ],
+    ids=["load-commit-log", "store-tx-log-spark"],
+)
+def test_kills_at_points_then_restart_is_exact(tmp_path, postgres_url, pg_schema, points):
+    data = tmp_path / "data"
+    write_orders(data, files=4, per_file=200, customers=50, seed=41, deletes=0.03)
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema)
+    faults = ",".join(f"{p}!once={tmp_path / f'killed-{i}'}" for i, p in enumerate(points))
+    outcome = run_until_done(spec, faults=faults, max_attempts=len(points) + 2)
+    assert outcome.kills == len(points), outcome
+    assert all((tmp_path / f"killed-{i}").exists() for i in range(len(points)))
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+    with psycopg.connect(postgres_url) as con:
+        batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()
+    assert sorted(batches) == [("3",), ("3",)]
+
+
+# ------------------------------------------------------------------ zombie
+
+
+def _zombie(config, to_zombie, from_zombie):
+    """An older session in its own process: Store, wait until told, then try to commit."""
+    from tests.integration.test_sqlite_driver import binding, cp, doc, open_session, store_msg
+    from tidemark.drivers.postgres import PostgresDriver
+    from tidemark.errors import FencedOff
+    from tidemark.protocol.messages import Acknowledge, Flush, StartCommit
+
+    d = PostgresDriver(config)
+    t, _ = open_session(d, binding())
+    t.acknowledge(Acknowledge())
+    t.flush(Flush())
+    t.store(store_msg(binding(), [doc("zombie", 1), doc("a", 99)]))
+    from_zombie.send("stored")
+    to_zombie.recv()  # the newer session has opened (and committed)
+    try:
+        t.start_commit(StartCommit(cp(0)))
+        from_zombie.send("committed")
+    except FencedOff as exc:
+        from_zombie.send(f"fenced: {exc}")
+    t.close()
+    d.close()
+
+
+def test_zombie_process_commit_is_rejected(postgres_url, pg_schema):
+    from tests.integration.test_sqlite_driver import MAT, apply, binding, cp, doc, open_session, txn
+    from tidemark.drivers.postgres import PostgresDriver
+
+    config = {"url": postgres_url, "schema": pg_schema}
+    d = PostgresDriver(config)
+    apply(d, binding())
+    ctx = multiprocessing.get_context("spawn")
+    to_zombie, zombie_end = ctx.Pipe()
+    zombie_reply, from_zombie = ctx.Pipe()
+    proc = ctx.Process(target=_zombie, args=(config, zombie_end, from_zombie))
+    proc.start()
+    try:
+        assert zombie_reply.recv() == "stored"
+        newer, opened = open_session(d, binding())  # a retried task opens the same range
+        assert opened.runtime_checkpoint is None
+        txn(newer, binding(), [doc("a", 1)], 0)
+        to_zombie.send("go")
+        answer = zombie_reply.recv()
+        assert answer.startswith("fenced:") and "newer session" in answer, answer
+        proc.join()
+        assert proc.exitcode == 0
+        assert d.dump(MAT, binding()) == {("a",): doc("a", 1)}
+        [row] = d.checkpoints(MAT)
+        assert row.runtime_checkpoint == cp(0) and row.fence == 2
+        newer.close()
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        d.close()
