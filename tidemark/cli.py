@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tidemark.errors import TidemarkError
@@ -17,7 +18,7 @@ console = Console(stderr=True)
 
 
 def _fail(exc: BaseException) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
     raise typer.Exit(1)
 
 
@@ -128,7 +129,7 @@ def main() -> None:
     try:
         app()
     except TidemarkError as exc:  # pragma: no cover
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
         sys.exit(1)
 
 

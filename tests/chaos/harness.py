@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,6 +62,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
             text=True,
             start_new_session=True,  # its own process group: a kill takes Spark's JVM and workers too
         )
+        t0 = time.monotonic()
         delay = kill_after(attempt) if kill_after else None
         try:
             if delay is not None:
@@ -82,6 +84,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
                 pass
         out.attempts += 1
         out.returncodes.append(proc.returncode)
+        print(f"[chaos] attempt {attempt}: exit {proc.returncode} after {time.monotonic() - t0:.1f}s", flush=True)
         out.stderr_tail = stderr[-3000:]
         if proc.returncode == 0:
             return out
@@ -113,7 +116,6 @@ def long_run(argv: list[str] | None = None) -> int:
     import json
     import random
     import tempfile
-    import time
 
     from tests.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
 
