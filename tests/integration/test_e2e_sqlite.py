@@ -120,3 +120,34 @@ def test_shard_count_change_at_boundary(spark, tmp_path):
     reports, _ = run(spark, spec)
     assert [r.shards for r in reports] == [1]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_shard_memory_stays_bounded_by_spilling(spark, tmp_path, monkeypatch):
+    """A tiny memory budget makes every shard spill its combined rows and loaded documents
+    to local disk; the view is still exact."""
+    monkeypatch.setenv("TIDEMARK_SHARD_MEMORY_BYTES", "4096")
+    monkeypatch.setenv("TIDEMARK_SHARD_MAX_LOADED", "16")
+    data = tmp_path / "data"
+    db = tmp_path / "views.db"
+    write_orders(data, files=2, per_file=400, customers=300, seed=14, deletes=0.02)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
+    reports, _ = run(spark, spec)
+    assert [r.spilled for r in reports] == [True, True]
+    assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_non_replayable_source_is_refused(spark, tmp_path):
+    import tidemark
+    from tests.helpers import ORDERS_SCHEMA
+    from tidemark.errors import SpecError
+
+    df = spark.readStream.format("socket").option("host", "127.0.0.1").option("port", 9).load()
+    with pytest.raises(SpecError, match="cannot replay a batch after a crash"):
+        tidemark.materialize(
+            df,
+            collection={"key": ["/customer"], "schema": ORDERS_SCHEMA},
+            endpoint={"sqlite": {"path": str(tmp_path / "x.db")}},
+            checkpoint=str(tmp_path / "chk"),
+            spark=spark,
+        )
+    assert not (tmp_path / "x.db").exists()
