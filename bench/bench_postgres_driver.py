@@ -10,6 +10,7 @@ existing keys.  Reports the rates per shard (one session, one connection).
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 import uuid
@@ -20,6 +21,38 @@ from tidemark.drivers.postgres import PostgresDriver
 from tidemark.protocol.messages import (
     Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
 )
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds of a local PostgreSQL backend (0 when it is not on this machine)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Clock:
+    """Wall and CPU (client + backend) time of a block."""
+
+    def __init__(self, backend_pid: int):
+        self.pid = backend_pid
+
+    def __enter__(self):
+        self.w, self.c, self.b = time.perf_counter(), own_cpu(), backend_cpu(self.pid)
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.w
+        self.client = own_cpu() - self.c
+        self.server = backend_cpu(self.pid) - self.b
+        self.cpu = self.client + self.server
 
 
 def main() -> None:
@@ -39,46 +72,50 @@ def main() -> None:
         docs = [{"customer": k[0], "amount": i, "city": "Oslo", "score": i / 3, "vip": i % 7 == 0,
                  "items": ["a", "b"], "flags": {"big": False}} for i, k in enumerate(keys)]
 
-        def store_all(t, exists: bool, batch: int) -> float:
-            t0 = time.perf_counter()
-            for s in range(0, n, chunk):
-                ks, ds = keys[s:s + chunk], docs[s:s + chunk]
-                t.store(Store(0, tuple(ks), tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
-                              tuple(ds), (exists,) * len(ks), (False,) * len(ks)))
-            t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch, "materialization": "bench"}))
-            return time.perf_counter() - t0
-
         t, _ = driver.open(Open("bench", "v", Range(), bindings=(b,)))
+        clock = Clock(t.con.info.backend_pid)
+
+        def store_all(exists: bool, batch: int) -> Clock:
+            with clock:
+                for s in range(0, n, chunk):
+                    ks, ds = keys[s:s + chunk], docs[s:s + chunk]
+                    t.store(Store(0, tuple(ks), tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
+                                  tuple(ds), (exists,) * len(ks), (False,) * len(ks)))
+                t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch, "materialization": "bench"}))
+            return clock
+
+        def line(what: str, c: Clock, unit: str) -> None:
+            print(f"  {what:<24} {n / c.wall:>10,.0f} {unit}/s wall ({c.wall:.2f}s)   {n / c.cpu:>10,.0f} {unit}/s CPU "
+                  f"(client {c.client:.2f}s + server {c.server:.2f}s)")
+
+        print(f"{n} keys, one shard session (load average {open('/proc/loadavg').read().split()[0]}):")
         t.acknowledge(Acknowledge())
         t.flush(Flush())
-        insert = store_all(t, False, 0)
+        line("Store (insert) + commit", store_all(False, 0), "docs")
 
         t.acknowledge(Acknowledge())
-        t0 = time.perf_counter()
         found = 0
         lchunk = driver.capabilities.max_load_keys
-        for s in range(0, n, lchunk):
-            for resp in t.load(Load(0, tuple(keys[s:s + lchunk]))):
-                found += len(resp.keys)
-        late, _ = t.flush(Flush())
-        found += sum(len(r.keys) for r in late)
-        load = time.perf_counter() - t0
+        with clock:
+            for s in range(0, n, lchunk):
+                for resp in t.load(Load(0, tuple(keys[s:s + lchunk]))):
+                    found += len(resp.keys)
+            late, _ = t.flush(Flush())
+            found += sum(len(r.keys) for r in late)
         assert found == n, found
-        update = store_all(t, True, 1)
+        line("Load", clock, "keys")
+        line("Store (upsert) + commit", store_all(True, 1), "docs")
         t.close()
-        print(f"{n} keys, one shard session:")
-        print(f"  Store (insert) + commit: {n / insert:>10,.0f} docs/s  ({insert:.2f}s)")
-        print(f"  Load:                    {n / load:>10,.0f} keys/s  ({load:.2f}s)")
-        print(f"  Store (upsert) + commit: {n / update:>10,.0f} docs/s  ({update:.2f}s)")
         with psycopg.connect(url, autocommit=True) as con:
-            t0 = time.perf_counter()
-            con.execute("CREATE TEMP TABLE raw (customer text, amount bigint, city text, score float8, vip bool, d jsonb)")
-            with con.cursor() as cur, cur.copy("COPY raw FROM STDIN") as cp:
-                import json
-                for d in docs:
-                    cp.write_row((d["customer"], d["amount"], d["city"], d["score"], d["vip"], json.dumps(d)))
-            raw = time.perf_counter() - t0
-        print(f"  raw COPY (reference):    {n / raw:>10,.0f} rows/s  ({raw:.2f}s)")
+            import json
+            payload = "".join(f"{d['customer']}\t{d['amount']}\t{d['city']}\t{d['score']!r}\t{'t' if d['vip'] else 'f'}\t"
+                              f"{json.dumps(d)}\n" for d in docs)
+            con.execute("CREATE TEMP TABLE raw (customer text PRIMARY KEY, amount bigint, city text, score float8, "
+                        "vip bool, d jsonb)")
+            with Clock(con.info.backend_pid) as raw:
+                with con.cursor() as cur, cur.copy("COPY raw FROM STDIN") as cp:
+                    cp.write(payload)
+        line("raw COPY (reference)", raw, "rows")
     finally:
         with psycopg.connect(url, autocommit=True) as con:
             con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

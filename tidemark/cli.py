@@ -118,11 +118,13 @@ def check(spec: str = typer.Argument(..., help="the spec file")):
 def conformance(
     driver: str = typer.Argument(..., help="driver name, e.g. memory, sqlite, postgres, or command:PROGRAM"),
     config: Optional[str] = typer.Option(None, "--config", help="driver config file (YAML/JSON)"),
+    quick: bool = typer.Option(False, "--quick", help="fewer scenarios and batches (a smoke test)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the randomized workloads"),
 ):
     """Run the conformance kit against a driver."""
     from tidemark.testing.conformance import main as kit_main
 
-    raise typer.Exit(kit_main(driver, config))
+    raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed))
 
 
 def main() -> None:

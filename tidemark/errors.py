@@ -11,7 +11,8 @@
     │   ├── EndpointUnavailable   (Transient) connection refused, timeout, serialization failure
     │   ├── AuthenticationFailed  (Terminal) wrong credentials (never includes them)
     │   ├── FencedOff             (Terminal) a newer session owns this key range
-    │   └── IncompatibleSchema    (Terminal) Validate refused a binding change
+    │   ├── IncompatibleSchema    (Terminal) Validate refused a binding change
+    │   └── DriverProgramError    (Terminal) an external driver program crashed, hung or broke the wire form
     └── RecoveryError             (Terminal) the recovery log and the endpoint disagree
 
 ``Transient`` errors may be retried under :class:`tidemark.policy.RetryPolicy`;
@@ -100,6 +101,12 @@ class FencedOff(DriverError, Terminal):
 
 class IncompatibleSchema(DriverError, Terminal):
     """Validate found a binding change that the endpoint cannot apply."""
+
+
+class DriverProgramError(DriverError, Terminal):
+    """An external driver program (``command:``) exited, timed out, or wrote a line that is
+    not a wire message. The message names the program and, when it died, its exit code and
+    the last lines of its stderr."""
 
 
 class RecoveryError(TidemarkError, Terminal):

@@ -7,7 +7,7 @@ exponential backoff, capped, with jitter.  Drivers translate library errors into
 error tree *inside* ``fn``, so one predicate serves every endpoint.
 
 Config (any driver): ``retry: {attempts: 5, base_delay: 0.05, max_delay: 2.0,
-connect_timeout: 10, busy_timeout: 30, lock_timeout: 60}``.
+connect_timeout: 10, busy_timeout: 30, lock_timeout: 60, reply_timeout: 300}``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class RetryPolicy:
     connect_timeout: float = 10.0  # opening a connection to a remote endpoint
     busy_timeout: float = 30.0  # SQLite: wait this long for the write lock before SQLITE_BUSY
     lock_timeout: float = 60.0  # PostgreSQL: wait this long for a row/table lock
+    reply_timeout: float = 300.0  # an external driver program (command:): wait this long for a reply
 
     def __post_init__(self) -> None:
         if self.attempts < 1:

@@ -130,6 +130,7 @@ def long_run(argv: list[str] | None = None) -> int:
 
     rng = random.Random(args.seed)
     work = args.dir or tempfile.mkdtemp(prefix="tidemark-chaos-")
+    os.makedirs(work, exist_ok=True)
     data, db = os.path.join(work, "data"), os.path.join(work, "views.db")
     spec = orders_spec(work, data_dir=data, db_path=db, shards=args.shards, max_files=1)
     started = time.time()

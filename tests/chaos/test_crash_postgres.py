@@ -64,26 +64,32 @@ def postgres_view(url, schema) -> dict:
     [
         # a shard dies while Loading; a shard committed but the process dies before the
         # recovery log; every shard committed and the log write never happens
-        ("mid_load:kill", "after_endpoint_commit:kill@2", "before_recovery_log:kill@2"),
+        ("mid_load", "after_endpoint_commit", "before_recovery_log"),
         # a shard dies while Storing; dies inside the endpoint transaction before COMMIT;
-        # the log has N but Spark's commits/N is never written (twice: before and after
-        # the coordinator's step)
-        ("mid_store:kill", "before_endpoint_commit:kill@2", "after_recovery_log:kill@2", "before_spark_commit:kill@2"),
+        # the log has N but Spark's commits/N is never written (before and after the
+        # coordinator's step)
+        ("mid_store", "before_endpoint_commit", "after_recovery_log", "before_spark_commit"),
     ],
     ids=["load-commit-log", "store-tx-log-spark"],
 )
 def test_kills_at_points_then_restart_is_exact(tmp_path, postgres_url, pg_schema, points):
+    """Every point fires once (its marker), at the first time it is reached: the first
+    attempt dies at the earliest point of batch 0, the restart re-runs batch 0 and dies at
+    the next one, and so on; the last attempt finishes both batches."""
     data = tmp_path / "data"
-    write_orders(data, files=4, per_file=200, customers=50, seed=41, deletes=0.03)
+    write_orders(data, files=2, per_file=300, customers=50, seed=41, deletes=0.03)
     spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema)
-    faults = ",".join(f"{p}!once={tmp_path / f'killed-{i}'}" for i, p in enumerate(points))
+    markers = [tmp_path / f"killed-{p}" for p in points]
+    faults = ",".join(f"{p}:kill!once={m}" for p, m in zip(points, markers))
     outcome = run_until_done(spec, faults=faults, max_attempts=len(points) + 2)
-    assert outcome.kills == len(points), outcome
-    assert all((tmp_path / f"killed-{i}").exists() for i in range(len(points)))
+    # Two shards may reach two points at once and die together: every point fired, in
+    # at least two separate attempts.
+    assert [m.name for m in markers if not m.exists()] == [], outcome
+    assert outcome.kills >= 2, outcome
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     with psycopg.connect(postgres_url) as con:
         batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()
-    assert sorted(batches) == [("3",), ("3",)]
+    assert sorted(batches) == [("1",), ("1",)]
 
 
 # ------------------------------------------------------------------ zombie

@@ -227,3 +227,36 @@ def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
         assert res.path == "fallback" and collect(res) == {'["a"]': {"customer": "a", "n": 1.0}}
     finally:
         res.unpersist()
+
+
+OPEN_KEY = {  # the key is not listed in `required`: a document without it is still an error
+    "type": "object", "reduce": {"strategy": "merge"},
+    "properties": {"k": {"type": "string"}, "t": {"type": "number", "reduce": {"strategy": "sum"}}, "s": {"type": "string"}},
+}
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"t": 1}', "document has no key component at /k"),
+    ('', "unparseable JSON: Expecting value"),
+    ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
+    ('[{"k": "a"}]', "is not of type 'object'"),
+])
+def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
+    """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
+    coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
+    rows = [('{"k": "a", "t": 1}', "src", 0, 0), (line, "src", 0, 1)]
+    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + message.replace("(", r"\(").replace("[", r"\[")):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="compiled")
+
+
+def test_compiled_path_is_taken_for_clean_batches(spark):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    docs = [{"customer": "a", "total": 1.5, "n": 1}, {"customer": "b", "n": 2}, {"customer": "a", "total": 2, "n": 3}]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled" and res.documents == 3
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 4}, '["b"]': {"customer": "b", "n": 2}}
+    finally:
+        res.unpersist()

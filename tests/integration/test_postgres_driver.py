@@ -21,8 +21,11 @@ from tests.integration.test_sqlite_driver import (
 )
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import AuthenticationFailed, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError
+from tidemark.errors import (
+    AuthenticationFailed, DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError,
+)
 from tidemark.protocol.messages import Acknowledge, Apply, Field, Flush, Load, Open, Range, StartCommit, Validate
+from tidemark.testing.conformance import assert_conformance
 
 pytestmark = pytest.mark.postgres
 
@@ -312,3 +315,59 @@ def test_wrong_credentials_are_terminal(postgres_url):
     assert SECRET not in str(exc.value) and config["user"] in str(exc.value)
     assert not isinstance(exc.value, EndpointUnavailable)
     d.close()
+
+
+def test_conformance_kit_passes(config):
+    report = assert_conformance(lambda: PostgresDriver(config), quick=True)
+    assert report.commit_pattern == "store-authoritative"
+    assert report.properties["fencing"].checks > 0
+
+
+def test_values_round_trip_exactly(driver, postgres_url, schema):
+    """COPY escaping and the JSON fast paths: control characters, backslashes, unicode,
+    integers beyond 64 bits (kept exact), floats, nulls, composite keys."""
+    b = binding(extra=(Field("note", "/note", "string"), Field("meta", "/meta", "object")))
+    apply(driver, b)
+    weird = "tab\there\nnew\rline \\N back\\slash \"quote\" é 😀 \\t"
+    docs = [
+        doc(weird, 1, note=weird, meta={"big": 2 ** 70, "neg": -(2 ** 65), "f": 0.1, "s": weird, "n": None}),
+        doc("plain", 2, note=None, meta=None),
+        doc("k" + "1" * 25, 3, note="digits " + "9" * 30),
+    ]
+    t, _ = open_session(driver, b)
+    txn(t, b, docs, 0)
+    assert sql(postgres_url, f'SELECT note FROM "{schema}".customers WHERE customer = %s', (weird,)) == [(weird,)]
+    big = sql(postgres_url, f"SELECT flow_document->'meta'->>'big' FROM \"{schema}\".customers WHERE customer = %s",
+              (weird,))
+    assert big == [(str(2 ** 70),)]
+    loaded = txn(t, b, [doc(weird, 5), doc("plain", 6), doc("k" + "1" * 25, 7)], 1)
+    t.close()
+    assert loaded == {(d["customer"],): d for d in docs}
+
+
+def test_tls_options(postgres_url):
+    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    with pytest.raises(SpecError, match="sslmode"):
+        PostgresDriver({"url": postgres_url, "sslmode": "sometimes"})
+    d = PostgresDriver({"url": postgres_url, "sslmode": "verify-full", "sslrootcert": "/nonexistent/ca.pem",
+                        "sslcert": "/nonexistent/client.crt", "sslkey": "/nonexistent/client.key"})
+    params = psycopg.conninfo.conninfo_to_dict(d.settings.conninfo)
+    assert params["sslmode"] == "verify-full" and params["sslrootcert"] == "/nonexistent/ca.pem"
+    assert params["sslcert"] == "/nonexistent/client.crt" and params["sslkey"] == "/nonexistent/client.key"
+    assert params["host"] == info.get("host", "127.0.0.1")
+    with pytest.raises(DriverError, match="sslrootcert") as exc:
+        d.checkpoints(MAT)
+    assert not isinstance(exc.value, EndpointUnavailable)  # a misconfiguration is not retried
+    d.close()
+    ssl_on = sql(postgres_url, "SHOW ssl")[0][0] == "on"
+    d = PostgresDriver({"url": postgres_url, "sslmode": "require", "password": SECRET,
+                        "retry": {"attempts": 3, "base_delay": 0}})
+    try:
+        if ssl_on:  # pragma: no cover - the test server has TLS off
+            assert d.checkpoints(MAT) == []
+        else:
+            with pytest.raises(DriverError, match="TLS") as exc:
+                d.checkpoints(MAT)
+            assert not isinstance(exc.value, EndpointUnavailable) and SECRET not in str(exc.value)
+    finally:
+        d.close()

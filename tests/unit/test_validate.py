@@ -73,3 +73,22 @@ def test_parse_errors(coll, line, message):
 def test_missing_key(coll):
     with pytest.raises(DocumentError, match=r"data/a.json:1: document has no key component at /id"):
         coll.extract_key({"total": 1}, "data/a.json:1")
+
+
+def test_check_document_names_key_and_rule(coll):
+    from tidemark.spark.combine import check_document
+
+    assert check_document(coll, '{"id": "a", "total": 1}')[:2] == (None, '["a"]')
+    reason, kj, _ = check_document(coll, '{"id": "a", "total": "x", "status": "gone"}')
+    assert kj == '["a"]'
+    assert reason == "document violates its schema: /status: 'gone' is not one of ['open', 'closed'] (and 1 more)"
+    reason, kj, _ = check_document(coll, '{"total": 1}')
+    assert kj is None and reason == "document violates its schema: /: 'id' is a required property"
+    reason, kj, _ = check_document(coll, '{"id": "a", "total": 1} {"id": "b"}')
+    assert kj is None and reason.startswith("unparseable JSON: Extra data")
+
+
+def test_document_error_message_shape():
+    err = DocumentError("document violates its schema: /total: 'x' is not of type 'number'",
+                        location="data/orders/a.json:3", key=("c",))
+    assert str(err) == "data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"

@@ -267,7 +267,7 @@ class Reducer:
 
 def _set_terms(v: Any, ptr: str) -> dict:
     if not isinstance(v, dict):
-        raise _error(ptr, "set", "expects an object having only 'add', 'intersect' and 'remove' properties", v, v)
+        raise _error(ptr, "set", f"expects an object having only 'add', 'intersect' and 'remove' properties (got {_short(v)})")
     for name, term in v.items():
         if name not in ("add", "intersect", "remove") or not isinstance(term, (list, dict)):
             raise _error(push(ptr, name), "set", "expects only 'add', 'intersect' and 'remove' properties holding arrays or objects")

@@ -259,15 +259,16 @@ def from_json(obj: Any) -> Any:
         body = {}
     if not isinstance(body, dict):
         raise WireError(f"{name}: the message body must be an object")
-    kwargs = {}
-    for f in cls.__dataclass_fields__:
-        if f in body:
-            codec = codecs.get(f)
-            kwargs[f] = codec[1](body[f]) if codec else body[f]
     try:
+        kwargs = {}
+        for f in cls.__dataclass_fields__:
+            if f in body:
+                codec = codecs.get(f)
+                kwargs[f] = codec[1](body[f]) if codec else body[f]
         return cls(**kwargs)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise WireError(f"{name}: {exc}") from exc
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise WireError(f"{name}: {detail}") from exc
 
 
 def encode(msg: Any) -> str:

@@ -4,10 +4,10 @@
 ``_block``, ``_row``; source order is ascending ``(_file, _block, _row)``) and returns one
 reduced document per key.
 
-1. If the schema compiles (:mod:`tidemark.spark.compile`), parse and validate natively,
-   mark *suspects* (documents native validation cannot prove valid), and check them with
-   the Python validator.  If every suspect is invalid, aggregate natively
-   (``groupBy(key_json).agg(...)``): path ``"compiled"``.
+1. If the schema compiles (:mod:`tidemark.spark.compile`), parse, validate and aggregate
+   natively in one pass (``groupBy(key).agg(...)``, *suspects* -- documents native
+   validation cannot prove valid -- masked out and counted per key), then check the
+   suspects with the Python validator.  If every suspect is invalid: path ``"compiled"``.
 2. Otherwise (or when a suspect turns out valid, or a document carries properties the
    plan does not), the vectorized fallback: repartition by key, sort by key and source
    order, and fold each key's documents with :meth:`Collection.reduce` inside
@@ -138,6 +138,15 @@ def check_document(collection, value: str) -> tuple[Optional[str], Optional[str]
 
 
 def _compiled(df, collection, plan, on_invalid):
+    """One pass: parse, validate and aggregate together (suspects masked out, and counted).
+
+    Step 1: aggregate per key over every document, suspects masked out, counting per key the
+    documents, the suspects and the non-suspects with undeclared properties; cache only that
+    (one row per key).  Step 2: if some document has undeclared properties, or there are too
+    many suspects, give up (the caller falls back).  Step 3: check each suspect with the
+    Python validator; a valid one means the fallback, an invalid one fails the batch (or is
+    quarantined).  Step 4: a reduction error (sum overflow) fails the batch.
+    """
     from pyspark.sql import functions as F
 
     from tidemark.spark import compile as C
@@ -145,23 +154,35 @@ def _compiled(df, collection, plan, on_invalid):
     p = F.from_json(F.col("value"), C.parse_schema(plan), C.JSON_OPTIONS)
     staged = df.select("value", "_file", "_block", "_row", p.alias("p"))
     pc = F.col("p")
-    key_cols = [pc[k] for k in plan.key]
-    staged = staged.select(
-        "*",
-        C.key_json_expr(key_cols, plan.key_types).alias("key_json"),
-        C.suspect_expr(plan, F.col("value"), pc).alias("_suspect"),
-        C.extras_expr(plan, F.col("value")).alias("_extras"),
-    ).persist()
-    cached = [staged]
+    suspect = C.suspect_expr(plan, F.col("value"), pc)
+    staged = staged.select("*", suspect.alias("_suspect"), C.extras_expr(plan, F.col("value"), pc).alias("_extras"))
+    ok = ~F.col("_suspect")
+    ord_col = F.struct("_file", "_block", "_row")
+    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), ord_col, valid=ok)
+    key_cols = [pc[k].alias(f"_k{i}") for i, k in enumerate(plan.key)]
+    grouped = staged.groupBy(*key_cols).agg(
+        *aggs,
+        F.count(F.lit(1)).alias("_n"),
+        F.count(F.when(F.col("_suspect"), 1)).alias("_ns"),
+        F.count(F.when(ok & F.col("_extras"), 1)).alias("_nx"),
+    )
+    key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
+    # Step 1
+    out = grouped.select(key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
+                         error.alias("_error"), "_n", "_ns", "_nx").persist()
+    cached = [out]
     try:
-        stats = staged.agg(
-            F.count(F.when(~F.col("_suspect"), 1)).alias("ok"),
-            F.count(F.when(F.col("_suspect"), 1)).alias("suspects"),
-            F.count(F.when(~F.col("_suspect") & F.col("_extras"), 1)).alias("extras"),
+        stats = out.agg(
+            F.sum(F.col("_n") - F.col("_ns")).alias("ok"),
+            F.sum("_ns").alias("suspects"),
+            F.sum("_nx").alias("extras"),
+            F.count(F.when(F.col("_n") > F.col("_ns"), F.col("_error"))).alias("errors"),
         ).collect()[0]
-        if stats["extras"] or stats["suspects"] > MAX_DRIVER_SUSPECTS:
-            staged.unpersist()
+        # Step 2
+        if (stats["extras"] or 0) or (stats["suspects"] or 0) > MAX_DRIVER_SUSPECTS:
+            out.unpersist()
             return None
+        # Step 3
         invalid_rows = []
         if stats["suspects"]:
             rows = (staged.filter("_suspect").select("value", "_file", "_block", "_row")
@@ -169,32 +190,25 @@ def _compiled(df, collection, plan, on_invalid):
             for r in rows:
                 reason, kj, _doc = check_document(collection, r["value"])
                 if reason is None:  # native validation was unsure and the document is valid
-                    staged.unpersist()
+                    out.unpersist()
                     return None
                 invalid_rows.append({"value": r["value"], "_file": r["_file"], "_block": r["_block"],
                                      "_row": r["_row"], "reason": reason, "key_json": kj})
             if on_invalid == "fail":
                 _raise_first(df, invalid_rows[0])
-        ord_col = F.struct("_file", "_block", "_row")
-        aggs, doc, error = C.aggregations(plan, pc, F.col("value"), ord_col)
-        grouped = staged.filter(~F.col("_suspect")).groupBy("key_json").agg(*aggs)
-        out = grouped.select("key_json", F.crc32(F.col("key_json")).alias("key_hash"), doc.alias("doc"),
-                             error.alias("_error"))
-        has_errors = plan.root_strategy == "merge" and any(f.strategy == "sum" for f in plan.fields)
-        if has_errors:
-            out = out.persist()
-            cached.append(out)
-            bad = out.filter(F.col("_error").isNotNull()).select("key_json", "_error").limit(1).collect()
-            if bad:
-                raise ReductionError(f"key {bad[0]['key_json']}: {bad[0]['_error']}")
-        combined = out.select("key_json", "key_hash", "doc")
+        valid_keys = out.filter(F.col("_n") > F.col("_ns"))
+        # Step 4
+        if stats["errors"]:
+            bad = valid_keys.filter(F.col("_error").isNotNull()).select("key_json", "_error").limit(1).collect()
+            raise ReductionError(f"key {bad[0]['key_json']}: {bad[0]['_error']}")
+        combined = valid_keys.select("key_json", "key_hash", "doc")
         invalid = None
         if on_invalid == "quarantine":
             spark = df.sparkSession
             schema = "value string, _file string, _block long, _row long, reason string, key_json string"
             bad_df = spark.createDataFrame(invalid_rows, schema) if invalid_rows else spark.createDataFrame([], schema)
             invalid = _locate(df, bad_df)
-        return CombineResult(combined, invalid, int(stats["ok"]), "compiled", cached)
+        return CombineResult(combined, invalid, int(stats["ok"] or 0), "compiled", cached)
     except BaseException:
         for c in cached:
             c.unpersist()

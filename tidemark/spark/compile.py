@@ -15,7 +15,9 @@ maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
 
 Validation keywords compiled natively: ``type``, ``required``, ``enum``, ``minimum`` /
 ``maximum`` (and exclusive forms), ``minLength`` / ``maxLength``,
-``additionalProperties: false``.  Native validation is *conservative*: it marks every
+``additionalProperties: false``, plus the key's presence and what ``from_json`` forgives
+(``null`` values, content after the document, a non-string read into a string column,
+escaped property names), found with one regular expression per document.  Native validation is *conservative*: it marks every
 document it cannot prove valid as a *suspect*; suspects are re-validated with the Python
 validator, and if any of them is valid the batch takes the Python fallback (so the
 compiled path never changes a result, it only makes the common case fast).
@@ -220,21 +222,64 @@ def key_json_expr(cols, types):
     return F.when(present, F.concat(F.lit("["), body, F.lit("]")))
 
 
+def _present_count(plan: CompiledPlan, p):
+    from pyspark.sql import functions as F
+
+    out = F.lit(0)
+    for f in plan.fields:
+        out = out + F.when(p[f.name].isNotNull(), 1).otherwise(0)
+    return out
+
+
+def _undeclared(plan: CompiledPlan, value, p):
+    """True where a document has more top-level properties than the declared ones it holds.
+
+    A regular expression finds documents with a property name (at any depth) that is not a
+    declared top-level one; only those pay for ``json_object_keys``, which is exact.
+    """
+    from pyspark.sql import functions as F
+
+    names = "|".join(re.escape(f.name) for f in plan.fields)
+    other = f'[{{,]\\s*"(?!(?:{names})"\\s*:)(?:[^"\\\\]|\\\\.)*"\\s*:' if names else r'[{,]\s*"'
+    exact = F.coalesce(F.size(F.json_object_keys(value)) > _present_count(plan, p), F.lit(True))
+    return value.rlike(other) & exact
+
+
+def suspect_regex(plan: CompiledPlan) -> str:
+    """One regular expression for every textual check (one scan of the document, not one per check)."""
+    alts = [r"[:\[,]\s*null\b",  # a null value: from_json reads it as absent
+            r"\}\s*[\{\[\"]"]  # content after a closing brace (e.g. two documents on one line)
+    names = {"string": [], "object": [], "array": []}
+    for f in plan.fields:
+        if f.kind == "scalar" and f.type == "string":
+            names["string"].append(f.name)
+        elif f.kind == "raw":
+            names[f.type].append(f.name)
+    for kind, first in (("string", '"'), ("object", "{"), ("array", r"\[")):
+        if names[kind]:
+            # from_json reads any JSON value into a string column: catch the wrong type textually
+            alt = "|".join(re.escape(n) for n in names[kind])
+            alts.append(f'"(?:{alt})"\\s*:\\s*[^{first}\\s]')
+    if any(names.values()):
+        alts.append(r'\\[^"]*"\s*:')  # an escaped property name would evade the checks above
+    return "|".join(f"(?:{a})" for a in alts)
+
+
 def suspect_expr(plan: CompiledPlan, value, p):
     """True for every document native validation cannot prove valid."""
     from pyspark.sql import functions as F
 
-    conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes)]
-    conds.append(value.rlike(r"[:\[,]\s*null\b"))
+    conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
+             ~F.rtrim(value).endswith("}"), value.rlike(suspect_regex(plan))]
+    for k in plan.key:
+        conds.append(p[k].isNull())
     for r in plan.required:
-        conds.append(p[r].isNull())
-    names = {"string": [], "object": [], "array": []}
+        if r not in plan.key:
+            conds.append(p[r].isNull())
     for f in plan.fields:
         c = p[f.name]
         s = f.schema
         if f.kind == "scalar":
-            if f.type == "string":
-                names["string"].append(f.name)
             if f.type == "number":
                 conds.append(F.isnan(c) | (F.abs(c) == F.lit(float("inf"))))
             if "enum" in s:
@@ -247,51 +292,53 @@ def suspect_expr(plan: CompiledPlan, value, p):
                 conds.append(F.char_length(c) < F.lit(s["minLength"]))
             if "maxLength" in s:
                 conds.append(F.char_length(c) > F.lit(s["maxLength"]))
-        elif f.kind == "raw":
-            names[f.type].append(f.name)
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type
-    for kind, first in (("string", '"'), ("object", "{"), ("array", r"\[")):
-        if names[kind]:
-            alt = "|".join(re.escape(n) for n in names[kind])
-            conds.append(value.rlike(f'"(?:{alt})"\\s*:\\s*[^{first}\\s]'))
     if plan.closed:
-        declared = F.array(*[F.lit(f.name) for f in plan.fields]) if plan.fields else F.array().cast("array<string>")
-        conds.append(F.size(F.array_except(F.json_object_keys(value), declared)) > 0)
+        conds.append(_undeclared(plan, value, p))
     out = conds[0]
     for c in conds[1:]:
         out = out | F.coalesce(c, F.lit(False))
     return F.coalesce(out, F.lit(True))
 
 
-def extras_expr(plan: CompiledPlan, value):
+def extras_expr(plan: CompiledPlan, value, p):
     """True where a document has top-level properties the plan does not carry."""
     from pyspark.sql import functions as F
 
     if plan.closed or plan.root_strategy != "merge":
         return F.lit(False)
-    declared = F.array(*[F.lit(f.name) for f in plan.fields]) if plan.fields else F.array().cast("array<string>")
-    return F.coalesce(F.size(F.array_except(F.json_object_keys(value), declared)) > 0, F.lit(False))
+    return _undeclared(plan, value, p)
 
 
-def _sorted_values(c, ord_col):
+def _sorted_values(c, ord_col, orderable: bool = True):
     """Present values of ``c`` in source order (an array of structs ``(o, v)``)."""
     from pyspark.sql import functions as F
 
     collected = F.collect_list(F.when(c.isNotNull(), F.struct(ord_col.alias("o"), c.alias("v"))))
+    if orderable:  # natural struct order: ``o`` is unique, so ``v`` is never compared
+        return F.array_sort(collected)
     return F.array_sort(collected, lambda l, r: F.when(l["o"] < r["o"], -1).when(l["o"] > r["o"], 1).otherwise(0))
 
 
-def aggregations(plan: CompiledPlan, p, value, ord_col):
-    """(agg columns, doc expression over the aggregated columns, error expression)."""
+def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None):
+    """(agg columns, doc expression over the aggregated columns, error expression).
+
+    ``valid`` (a boolean column) masks the rows that take part: the others aggregate as if
+    absent, so one pass can aggregate and count suspects at once.
+    """
     from pyspark.sql import functions as F
 
+    def mask(c):
+        return c if valid is None else F.when(valid, c)
+
+    ord_col = mask(ord_col)
     if plan.root_strategy != "merge":
         pick = F.max_by if plan.root_strategy == "lastWriteWins" else F.min_by
-        return [pick(value, ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
-    aggs, parts, errors = [], [], []
+        return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
+    aggs, structured, raw, errors = [], [], [], []
     for i, f in enumerate(plan.fields):
-        c = p[f.name]
+        c = mask(p[f.name])
         v, n = f"v{i}", f"n{i}"
         aggs.append(F.count(c).alias(n))
         present = F.col(n) > 0
@@ -314,18 +361,20 @@ def aggregations(plan: CompiledPlan, p, value, ord_col):
             aggs.append(F.flatten(F.transform(_sorted_values(c, ord_col), lambda x: x["v"])).alias(v))
         elif f.kind == "map":
             empty = F.create_map().cast(f"map<string,{spark_type(f.type).simpleString()}>")
-            aggs.append(F.aggregate(_sorted_values(c, ord_col), empty,
+            aggs.append(F.aggregate(_sorted_values(c, ord_col, orderable=False), empty,
                                     lambda acc, x: F.map_zip_with(acc, x["v"], lambda k, a, b: F.coalesce(b, a))).alias(v))
         else:  # pragma: no cover - compile_collection admits nothing else
             raise AssertionError(f)
-        col = F.col(v)
-        if f.kind == "scalar":
-            text = scalar_json(col, f.type)
-        elif f.kind == "raw":
-            text = col
+        col = F.when(present, F.col(v))
+        if f.kind == "raw":  # already JSON text: spliced in as is
+            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), F.col(v))))
         else:
-            text = F.to_json(col)
-        parts.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), text)))
+            structured.append(col.alias(f.name))
+    # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
+    parts = list(raw)
+    if structured:
+        body = F.to_json(F.struct(*structured))
+        parts.append(F.nullif(F.substring(body, F.lit(2), F.length(body) - 2), F.lit("")))
     doc = F.concat(F.lit("{"), F.concat_ws(",", *parts), F.lit("}")) if parts else F.lit("{}")
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     return aggs, doc, error
