@@ -231,7 +231,8 @@ class _Program:
         self.send(msg)
         reply = self.receive(waiting_for)
         if not isinstance(reply, reply_type):
-            raise self.fail(f"answered {type(msg).__name__} with {type(reply).__name__}, expected {reply_type.__name__}")
+            raise self.fail(f"answered {type(msg).__name__} with {type(reply).__name__}, "
+                            f"expected {reply_type.__name__}")
         return reply
 
     # ---------------------------------------------------------------- lifecycle

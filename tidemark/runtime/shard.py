@@ -117,12 +117,12 @@ def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
                 return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
         session = _session(transactor, task.bindings)
         timings["open"] = time.perf_counter() - t0
-        return _transaction(task, index, rng, session, transactor, rows, timings)
+        return _transaction(task, index, rng, session, transactor, rows, timings, type(driver).capabilities)
     finally:
         driver.close()
 
 
-def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings) -> ShardResult:
+def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings, caps) -> ShardResult:
     result = ShardResult(index, rng, skipped=False, timings=timings)
     bindings = task.bindings
     collections = task.collections
@@ -136,7 +136,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
 
     # Step 3b: Load keys in chunks while buffering the combined rows.
     t = time.perf_counter()
-    load_chunk = _limit(task, "max_load_keys", 10_000)
+    load_chunk = _limit(caps, "max_load_keys", 10_000)
     buffer = SpillBuffer(task.memory_budget_bytes)
     loaded = LoadedIndex(task.max_loaded_in_memory)
     pending: dict[int, list] = {}
@@ -172,7 +172,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
 
         # Step 4: reduce loaded ⊕ combined, Store in chunks (rows are grouped by binding).
         t = time.perf_counter()
-        store_chunk = _limit(task, "max_store_docs", 10_000)
+        store_chunk = _limit(caps, "max_store_docs", 10_000)
         cols = _Columns()
         current = None
         for binding, key_json, doc_json in buffer:
@@ -223,10 +223,9 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     return result
 
 
-def _limit(task: ShardTask, name: str, default: int) -> int:
-    from tidemark.drivers.registry import driver_class
-
-    caps = getattr(driver_class(task.driver_name), "capabilities", None)
+def _limit(caps, name: str, default: int) -> int:
+    """A limit the driver declares (``Capabilities``), read from the driver instance: an
+    external program's capabilities are only known once it has described itself."""
     return int(getattr(caps, name, default) or default)
 
 

@@ -155,10 +155,11 @@ def _compiled(df, collection, plan, on_invalid):
     staged = df.select("value", "_file", "_block", "_row", p.alias("p"))
     pc = F.col("p")
     suspect = C.suspect_expr(plan, F.col("value"), pc)
-    staged = staged.select("*", suspect.alias("_suspect"), C.extras_expr(plan, F.col("value"), pc).alias("_extras"))
+    staged = staged.select("*", suspect.alias("_suspect"), C.extras_expr(plan, F.col("value"), pc).alias("_extras"),
+                           F.struct("_file", "_block", "_row").alias("_o"))
     ok = ~F.col("_suspect")
-    ord_col = F.struct("_file", "_block", "_row")
-    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), ord_col, valid=ok)
+    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok,
+                                      key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
     key_cols = [pc[k].alias(f"_k{i}") for i, k in enumerate(plan.key)]
     grouped = staged.groupBy(*key_cols).agg(
         *aggs,

@@ -321,11 +321,14 @@ def _sorted_values(c, ord_col, orderable: bool = True):
     return F.array_sort(collected, lambda l, r: F.when(l["o"] < r["o"], -1).when(l["o"] > r["o"], 1).otherwise(0))
 
 
-def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None):
+def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None):
     """(agg columns, doc expression over the aggregated columns, error expression).
 
     ``valid`` (a boolean column) masks the rows that take part: the others aggregate as if
-    absent, so one pass can aggregate and count suspects at once.
+    absent, so one pass can aggregate and count suspects at once.  ``key_cols`` maps key
+    property names to the grouping columns: a key property is equal in every document of
+    a group, so its value is taken from the group (no aggregation needed).  ``ord_col``
+    should be a column computed once per row (not an expression repeated per field).
     """
     from pyspark.sql import functions as F
 
@@ -342,7 +345,9 @@ def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None):
         v, n = f"v{i}", f"n{i}"
         aggs.append(F.count(c).alias(n))
         present = F.col(n) > 0
-        if f.kind in ("scalar", "raw") and f.strategy in ("lastWriteWins", "firstWriteWins"):
+        if key_cols and f.name in key_cols and f.strategy in ("lastWriteWins", "firstWriteWins", "minimize", "maximize"):
+            v = key_cols[f.name]  # equal in the whole group: these strategies give the group's value
+        elif f.kind in ("scalar", "raw") and f.strategy in ("lastWriteWins", "firstWriteWins"):
             pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
             aggs.append(pick(c, F.when(c.isNotNull(), ord_col)).alias(v))
         elif f.strategy == "sum" and f.type == "integer":
