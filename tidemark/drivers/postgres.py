@@ -131,6 +131,15 @@ def copy_converter(kind: str) -> Callable[[Any], str]:
     return lambda v: copy_text(kind, v)
 
 
+def _encode_at(row: tuple, positions: list[int]) -> tuple:
+    """``row`` with the JSON-column values at ``positions`` as JSON text."""
+    out = list(row)
+    for j in positions:
+        if out[j] is not None:
+            out[j] = _json_dumps(out[j])
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class PgSettings:
     """The parsed config: a conninfo string (with the password) and what messages may show."""
@@ -538,8 +547,6 @@ class PostgresTransactor(Transactor):
             ", ".join(["seq bigint", "x boolean"] + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
                       + ["d jsonb"]),
         )
-        kc = [copy_converter(c.kind) for c in model.keys]
-        vc = [copy_converter(c.kind) for c in model.values]
         seen = self._hashes.setdefault(msg.binding, set())
         before = len(seen)
         seen.update(map(hash, msg.keys))
@@ -548,22 +555,39 @@ class PostgresTransactor(Transactor):
         if any(msg.deletes):
             self._deletes.add(msg.binding)
         seq = self._seq
+        self._seq = seq + len(msg.keys)
         dumps_doc = _json_dumps
-        none = "\\N"
-        lines = [
-            "\t".join([str(seq + i), "t" if dele else "f", *[c(v) for c, v in zip(kc, key)],
-                       *[none if v is None else c(v) for c, v in zip(vc, vals)], dumps_doc(doc).replace("\\", "\\\\")])
-            for i, (key, vals, doc, dele) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes))
-        ]
-        self._seq = seq + len(lines)
-        lines.append("")
-        payload = "\n".join(lines)
+        # Fast path: psycopg formats the COPY rows in C; JSON columns are encoded here.
+        json_at = [2 + j for j, c in enumerate(model.columns) if c.kind == JSON]
+        rows = [(seq + i, dele, *key, *vals, dumps_doc(doc))
+                for i, (key, vals, doc, dele) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes))]
+        if json_at:
+            rows = [_encode_at(r, json_at) for r in rows]
         con = self.con
-        cols = ", ".join(["seq", "x"] + [f"c{j}" for j in range(n)] + ["d"])
+        copy_sql = f"COPY {st} ({', '.join(['seq', 'x'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+
+        def careful() -> str:
+            """COPY text built value by value (e.g. ``3.0`` in an integer column becomes ``3``)."""
+            kc = [copy_converter(c.kind) for c in model.keys]
+            vc = [copy_converter(c.kind) for c in model.values]
+            lines = ["\t".join([str(seq + i), "t" if dele else "f", *[c(v) for c, v in zip(kc, key)],
+                                *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
+                                dumps_doc(doc).replace("\\", "\\\\")])
+                     for i, (key, vals, doc, dele) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes))]
+            lines.append("")
+            return "\n".join(lines)
 
         def body() -> None:
-            with con.cursor() as cur, cur.copy(f"COPY {st} ({cols}) FROM STDIN") as copy:
-                copy.write(payload)
+            try:
+                with con.cursor() as cur, cur.copy(copy_sql) as copy:
+                    write = copy.write_row
+                    for r in rows:
+                        write(r)
+            except (psycopg.DataError, psycopg.ProgrammingError):
+                # a value psycopg cannot write as the column wants it: nothing was staged
+                # (the COPY rolled back); stage the careful text instead
+                with con.cursor() as cur, cur.copy(copy_sql) as copy:
+                    copy.write(careful())
 
         self._run(body, f"store {model.display}")
         self._staged.add(msg.binding)
