@@ -468,6 +468,7 @@ class PostgresTransactor(Transactor):
         self._acknowledged = False
         self._deferred: list[Load] = []
         self._staged: set[int] = set()
+        self._stale: set[int] = set()  # staging tables still holding committed rows (emptied on reuse)
         self._created: set[str] = set()
         self._quarantine: list[dict] = []
         self._seq = 0
@@ -564,6 +565,9 @@ class PostgresTransactor(Transactor):
         if json_at:
             rows = [_encode_at(r, json_at) for r in rows]
         con = self.con
+        if msg.binding in self._stale:  # a reused session: empty what the last commit applied
+            self._run(lambda: con.execute(f"TRUNCATE {st}"), "clear staging")
+            self._stale.discard(msg.binding)
         copy_sql = f"COPY {st} ({', '.join(['seq', 'x'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
 
         def careful() -> str:
@@ -604,7 +608,7 @@ class PostgresTransactor(Transactor):
         (this also locks the checkpoint row: a newer Open waits for this commit).
         Step 3: per staged binding: deletes, then the upsert (or the append, delta updates).
         Step 4: dead-letter rows.
-        Step 5: ``COMMIT``; then truncate the staging tables."""
+        Step 5: ``COMMIT`` (the staging tables are emptied by the next Store, if any)."""
         con = self.con
         cp = msg.runtime_checkpoint
         ck = self.driver.ck
@@ -631,9 +635,10 @@ class PostgresTransactor(Transactor):
 
         self._run(body, f"commit {self.range.name}")
         fault_point("after_endpoint_commit")
-        if self._staged:
-            tables = ", ".join(f"pg_temp.{q(f'tidemark_stage_{b}')}" for b in sorted(self._staged))
-            self._run(lambda: con.execute(f"TRUNCATE {tables}"), "clear staging")
+        # The staging tables are emptied lazily, by the next Store of this session: most
+        # sessions end here (one per shard and batch), and a TRUNCATE is a catalog change
+        # with a WAL flush of its own.
+        self._stale |= self._staged
         self._staged.clear()
         self._quarantine = []
         self._acknowledged = False
