@@ -16,7 +16,8 @@ import psycopg
 import pytest
 import yaml
 
-from tests.chaos.harness import run_until_done
+from tests.chaos.harness import arm_in_sequence, fired, run_until_done
+from tests.chaos.test_crash_sqlite import POINTS
 from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
@@ -59,37 +60,25 @@ def postgres_view(url, schema) -> dict:
         return dict(con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."customers"').fetchall())
 
 
-@pytest.mark.parametrize(
-    "points",
-    [
-        # a shard dies while Loading; a shard committed but the process dies before the
-        # recovery log; every shard committed and the log write never happens
-        ("mid_load", "after_endpoint_commit", "before_recovery_log"),
-        # a shard dies while Storing; dies inside the endpoint transaction before COMMIT;
-        # the log has N but Spark's commits/N is never written (before and after the
-        # coordinator's step)
-        ("mid_store", "before_endpoint_commit", "after_recovery_log", "before_spark_commit"),
-    ],
-    ids=["load-commit-log", "store-tx-log-spark"],
-)
-def test_kills_at_points_then_restart_is_exact(tmp_path, postgres_url, pg_schema, points):
-    """Every point fires once (its marker), at the first time it is reached: the first
-    attempt dies at the earliest point of batch 0, the restart re-runs batch 0 and dies at
-    the next one, and so on; the last attempt finishes both batches."""
-    data = tmp_path / "data"
-    write_orders(data, files=2, per_file=300, customers=50, seed=41, deletes=0.03)
-    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema)
-    markers = [tmp_path / f"killed-{p}" for p in points]
-    faults = ",".join(f"{p}:kill!once={m}" for p, m in zip(points, markers))
-    outcome = run_until_done(spec, faults=faults, max_attempts=len(points) + 2)
-    # Two shards may reach two points at once and die together: every point fired, in
-    # at least two separate attempts.
-    assert [m.name for m in markers if not m.exists()] == [], outcome
-    assert outcome.kills >= 2, outcome
+@pytest.mark.parametrize("shards", [1, 4])
+def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_schema, shards):
+    """Every crash-table point fires once (``arm_in_sequence``): each attempt dies at the
+    next point it reaches, after a clean first run so the killed batches Load existing keys."""
+    data, markers = tmp_path / "data", tmp_path / "markers"
+    markers.mkdir()
+    write_orders(data, files=2, per_file=150, customers=40, seed=41 + shards, deletes=0.03)
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=shards)
+    assert run_until_done(spec).kills == 0
+    write_orders(data, files=3, per_file=150, customers=40, seed=51 + shards, start=2, deletes=0.03)
+
+    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+
+    assert fired(markers) == set(POINTS), outcome
+    assert outcome.kills == len(POINTS), outcome
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     with psycopg.connect(postgres_url) as con:
         batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()
-    assert sorted(batches) == [("1",), ("1",)]
+    assert sorted(batches) == [("4",)] * shards
 
 
 # ------------------------------------------------------------------ zombie
