@@ -298,14 +298,28 @@ class Materializer:
         combined = parts[0]
         for p in parts[1:]:
             combined = combined.unionByName(p)
-        shard_col = _shard_expr(F.col("key_hash"), ranges)
         n = len(ranges)
-        rdd = combined.select(shard_col.alias("shard"), "binding", "key_json", "doc").rdd.map(
-            lambda r: ((r[0], r[1], r[2]), r[3])
+        # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
+        # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
+        # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
+        shard_col = _shard_expr(F.col("key_hash"), ranges)
+        values = _partition_values(n)
+        part_col = F.lit(values[0])  # shard 0, and shard -1: _shard_rows rejects it
+        if n > 1:
+            part_col = F.when(F.col("shard") == F.lit(1), F.lit(values[1]))
+            for i in range(2, n):
+                part_col = part_col.when(F.col("shard") == F.lit(i), F.lit(values[i]))
+            part_col = part_col.otherwise(F.lit(values[0]))
+        planned = (
+            combined.select(shard_col.alias("shard"), "binding", "key_json", "doc")
+            .withColumn("_p", part_col)
+            .repartition(n, "_p")
+            .sortWithinPartitions("binding", "key_json")
+            .select("shard", "binding", "key_json", "doc")
+            .rdd.mapPartitionsWithIndex(_shard_rows, preservesPartitioning=True)
         )
-        planned = rdd.repartitionAndSortWithinPartitions(
-            numPartitions=n, partitionFunc=_identity_partition, keyfunc=lambda k: k
-        )
+        if planned.getNumPartitions() != n:
+            raise RecoveryError(f"planned {planned.getNumPartitions()} partitions for {n} shards")
 
         def cleanup():
             df.unpersist()
@@ -315,8 +329,54 @@ class Materializer:
         return planned, {"documents": documents, "quarantine": quarantine}, cleanup
 
 
-def _identity_partition(key) -> int:
-    return key[0]
+_MASK32 = 0xFFFFFFFF
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt`` (what ``hash(int_col)`` and ``repartition`` use)."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & _MASK32
+
+    k1 = (value * 0xCC9E2D51) & _MASK32
+    k1 = rotl(k1, 15)
+    k1 = (k1 * 0x1B873593) & _MASK32
+    h1 = (seed ^ k1) & _MASK32
+    h1 = rotl(h1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _MASK32
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _MASK32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _MASK32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+_PARTITION_VALUES: dict[int, list[int]] = {}
+
+
+def _partition_values(n: int) -> list[int]:
+    """For each partition i < n, an int v with ``pmod(murmur3(v), n) == i``."""
+    values = _PARTITION_VALUES.get(n)
+    if values is None:
+        found: dict[int, int] = {}
+        v = 0
+        while len(found) < n:
+            found.setdefault(_murmur3_int(v) % n, v)  # Python % is pmod
+            v += 1
+        values = [found[i] for i in range(n)]
+        _PARTITION_VALUES[n] = values
+    return values
+
+
+def _shard_rows(index: int, rows):
+    """Rows of partition ``index`` as ``((shard, binding, key_json), doc)``; every row must
+    belong to shard ``index`` (a misrouted row would be written by the wrong shard)."""
+    for shard, binding, key_json, doc in rows:
+        if shard != index:
+            raise RecoveryError(f"partition {index} received a row of shard {shard} (key {key_json})")
+        yield (shard, binding, key_json), doc
 
 
 def _shard_expr(hash_col, ranges: Sequence[Range]):
