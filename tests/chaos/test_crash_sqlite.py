@@ -44,7 +44,8 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
 
     assert fired(markers) == set(POINTS), outcome
-    assert outcome.kills == len(POINTS), outcome
+    # With several shards, two sessions may reach two armed points at once and die together.
+    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 
 
