@@ -159,6 +159,33 @@ class Transactor(ABC):
         """Release resources. Not guaranteed to be called."""
 
 
+class ReadCommittedLoads:
+    """Mixin for transactors whose Loads must not be evaluated before Acknowledged.
+
+    Loads that arrive before :meth:`acknowledge` sets ``self._acknowledged`` are kept and
+    answered at Flush; later ones are evaluated at once with ``self._evaluate(msg)``.
+    The transactor sets ``_acknowledged = False`` again when a transaction commits."""
+
+    _acknowledged: bool = False
+    _deferred: list
+
+    def _evaluate(self, msg: Load) -> list[Loaded]:  # pragma: no cover - the driver's own
+        raise NotImplementedError
+
+    def load(self, msg: Load) -> list[Loaded]:
+        if not self._acknowledged:
+            self._deferred.append(msg)  # read-committed: evaluate after Acknowledged
+            return []
+        return self._evaluate(msg)
+
+    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
+        out: list[Loaded] = []
+        deferred, self._deferred = self._deferred, []
+        for m in deferred:
+            out.extend(self._evaluate(m))
+        return out, Flushed()
+
+
 class Driver(ABC):
     """An endpoint. Constructed from its config alone, on any process."""
 

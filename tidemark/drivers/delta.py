@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Field as DeltaField, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce, dumps, field_kind,
 )
@@ -63,7 +63,7 @@ from tidemark.errors import DriverError, EndpointUnavailable, IncompatibleSchema
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened,
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened,
     SpecResponse, StartCommit, StartedCommit, StateUpdate, Store, Validate, Validated, ValidatedBinding,
 )
 
@@ -446,7 +446,7 @@ def key_of(model: TableModel, values: Sequence[Any]) -> tuple:
 # ---------------------------------------------------------------------- session
 
 
-class DeltaTransactor(Transactor):
+class DeltaTransactor(ReadCommittedLoads, Transactor):
     """One shard session: Loads read the committed table, Stores go to staged Parquet."""
 
     def __init__(self, driver: DeltaDriver, req: Open, models: list[TableModel]):
@@ -471,19 +471,6 @@ class DeltaTransactor(Transactor):
         self._snapshots = {}
         self._acknowledged = True
         return Acknowledged()
-
-    def load(self, msg: Load) -> list[Loaded]:
-        if not self._acknowledged:
-            self._deferred.append(msg)  # read-committed: evaluate after Acknowledged
-            return []
-        return self._evaluate(msg)
-
-    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
-        out: list[Loaded] = []
-        deferred, self._deferred = self._deferred, []
-        for m in deferred:
-            out.extend(self._evaluate(m))
-        return out, Flushed()
 
     def _snapshot(self, binding: int) -> DeltaTable:
         """The table as of this transaction, checked against the batches the log says are applied."""

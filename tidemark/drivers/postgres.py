@@ -34,7 +34,7 @@ try:  # optional: 3-5x faster JSON for Load and Store; the stdlib otherwise
 except ImportError:  # pragma: no cover
     orjson = None
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
     TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
@@ -44,7 +44,7 @@ from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailab
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened, Range,
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Range,
     SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
 )
 
@@ -454,7 +454,7 @@ def create_table_sql(model: TableModel) -> str:
     return f"CREATE TABLE IF NOT EXISTS {model.ident} ({', '.join(cols)})"
 
 
-class PostgresTransactor(Transactor):
+class PostgresTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection."""
 
     def __init__(self, driver: PostgresDriver, con, materialization: str, rng: Range, fence: int,
@@ -484,19 +484,6 @@ class PostgresTransactor(Transactor):
         # start_commit committed synchronously: the previous transaction is visible.
         self._acknowledged = True
         return Acknowledged()
-
-    def load(self, msg: Load) -> list[Loaded]:
-        if not self._acknowledged:
-            self._deferred.append(msg)  # read-committed: evaluate after Acknowledged
-            return []
-        return self._evaluate(msg)
-
-    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
-        out: list[Loaded] = []
-        deferred, self._deferred = self._deferred, []
-        for m in deferred:
-            out.extend(self._evaluate(m))
-        return out, Flushed()
 
     def _temp(self, name: str, ddl: str, options: str = "") -> str:
         if name not in self._created:

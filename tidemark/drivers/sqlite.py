@@ -24,7 +24,7 @@ import os
 import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN,
     CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
@@ -34,7 +34,7 @@ from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened,
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened,
     Range, SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
 )
 
@@ -275,7 +275,7 @@ def open_range(con: sqlite3.Connection, materialization: str, rng: Range):
     return plan
 
 
-class SQLiteTransactor(Transactor):
+class SQLiteTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection."""
 
     def __init__(self, driver: SQLiteDriver, con: sqlite3.Connection, materialization: str, rng: Range,
@@ -297,19 +297,6 @@ class SQLiteTransactor(Transactor):
         # start_commit committed synchronously: the previous transaction is visible.
         self._acknowledged = True
         return Acknowledged()
-
-    def load(self, msg: Load) -> list[Loaded]:
-        if not self._acknowledged:
-            self._deferred.append(msg)  # read-committed: evaluate after Acknowledged
-            return []
-        return self._evaluate(msg)
-
-    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
-        out: list[Loaded] = []
-        deferred, self._deferred = self._deferred, []
-        for m in deferred:
-            out.extend(self._evaluate(m))
-        return out, Flushed()
 
     def _temp(self, name: str, ddl: str) -> str:
         ident = f"temp.{q(name)}"
