@@ -37,8 +37,17 @@ def run(
     started = time.perf_counter()
     totals = {"batches": 0, "documents": 0}
 
+    from tidemark.collection.spec import load_spec
+    from tidemark.spark.runner import pending_files
+
+    try:
+        parsed = load_spec(spec)
+    except TidemarkError as exc:
+        _fail(exc)
+
     def on_batch(r):
         totals["batches"] += 1
+        lag = pending_files(parsed, r.materialization)
         totals["documents"] += r.documents
         rate = r.documents / r.wall if r.wall > 0 else 0.0
         phases = " ".join(f"{k}={v:.2f}s" for k, v in r.timings.items() if not k.startswith("shard."))
@@ -52,6 +61,8 @@ def run(
             + (f", [yellow]{r.invalid} quarantined[/]" if r.invalid else "")
             + (f", {r.replayed_shards} shard(s) already committed" if r.replayed_shards else "")
             + f" | {phases}"
+            + ("" if lag is None else f" | lag {lag} file(s)"),
+            soft_wrap=True,
         )
 
     from tidemark.faults import pin_group

@@ -33,8 +33,8 @@ def test_check_run_status(tmp_path):
     ran = tidemark("run", spec, "--available-now", "--master", "local[2]")
     assert ran.returncode == 0, ran.stderr[-3000:]
     out = ran.stdout + ran.stderr
-    assert re.search(r"view batch 0: 100 docs .* over 2 shard\(s\)", out), out[-2000:]
-    assert re.search(r"view batch 1: 100 docs", out), out[-2000:]
+    assert re.search(r"view batch 0: 100 docs .* over 2 shard\(s\).*\| lag 1 file\(s\)", out), out[-2000:]
+    assert re.search(r"view batch 1: 100 docs .*\| lag 0 file\(s\)", out), out[-2000:]
     assert "done: 2 batch(es), 200 documents" in out
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 

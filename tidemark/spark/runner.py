@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -62,6 +63,36 @@ def run_spec(
     for run in runs:
         run.await_termination()
     return runs
+
+
+def pending_files(spec, materialization: str) -> Optional[int]:
+    """Input lag of a spec's file sources: files under the bindings' source paths that
+    Spark's file-source log has not yet planned into a batch. None where it cannot tell
+    (no local source path)."""
+    from tidemark.spark.api import _resolve
+
+    mat = spec.materializations[materialization]
+    spark_root = os.path.join(_resolve(spec.checkpoint, spec.base_dir), mat.name, "spark", "sources")
+    pending = 0
+    for i, b in enumerate(mat.bindings):
+        src = spec.collections[b.source].source
+        if src is None or not src.path or "://" in src.path:
+            return None
+        path = src.path if os.path.isabs(src.path) else os.path.join(spec.base_dir, src.path)
+        present = set()
+        for root, _dirs, names in os.walk(path):
+            present.update(os.path.join(root, n) for n in names if not n.startswith((".", "_")))
+        planned = set()
+        log_dir = os.path.join(spark_root, str(i))
+        for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+            if name.startswith("."):
+                continue
+            with open(os.path.join(log_dir, name)) as f:
+                for line in f:
+                    if line.startswith("{"):
+                        planned.add(json.loads(line)["path"].removeprefix("file://").removeprefix("file:"))
+        pending += len(present - planned)
+    return pending
 
 
 def check_spec(spec_path: str) -> list[str]:
