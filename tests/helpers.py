@@ -118,6 +118,12 @@ def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None,
     return path
 
 
+def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view") -> str:
+    """A spec file: the orders collection materialized into PostgreSQL ``schema.customers``."""
+    return orders_spec(tmp, data_dir=data_dir, db_path=None, shards=shards, max_files=max_files, name=name,
+                       endpoint={"postgres": {"url": url, "schema": schema}})
+
+
 def sqlite_view(db_path, table="customers") -> dict:
     con = sqlite3.connect(db_path)
     try:

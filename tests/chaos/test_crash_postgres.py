@@ -9,16 +9,14 @@ processes on one key range.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import uuid
 
 import psycopg
 import pytest
-import yaml
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.chaos.test_crash_sqlite import POINTS
-from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
+from tests.helpers import normalize, oracle_orders, write_orders, postgres_spec
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
@@ -29,30 +27,6 @@ def pg_schema(postgres_url):
     yield name
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def postgres_spec(tmp, *, data_dir, url, schema, shards=2) -> str:
-    spec = {
-        "collections": {
-            "orders": {
-                "key": ["/customer"],
-                "schema": ORDERS_SCHEMA,
-                "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": 1}},
-            }
-        },
-        "materializations": {
-            "view": {
-                "endpoint": {"postgres": {"url": url, "schema": schema}},
-                "shards": shards,
-                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-            }
-        },
-        "checkpoint": str(os.path.join(tmp, "checkpoints")),
-    }
-    path = os.path.join(tmp, "spec.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
 
 
 def postgres_view(url, schema) -> dict:

@@ -5,14 +5,12 @@ Every test materializes into a schema of its own and drops it afterwards.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import psycopg
 import pytest
-import yaml
 
-from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
+from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders, postgres_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -23,31 +21,6 @@ def pg_schema(postgres_url):
     yield name
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view") -> str:
-    """A spec file: the orders collection materialized into ``schema.customers``."""
-    spec = {
-        "collections": {
-            "orders": {
-                "key": ["/customer"],
-                "schema": ORDERS_SCHEMA,
-                "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": max_files}},
-            }
-        },
-        "materializations": {
-            name: {
-                "endpoint": {"postgres": {"url": url, "schema": schema}},
-                "shards": shards,
-                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-            }
-        },
-        "checkpoint": str(os.path.join(tmp, "checkpoints")),
-    }
-    path = os.path.join(tmp, "spec.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
 
 
 def postgres_view(url, schema, table="customers") -> dict:
