@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import uuid
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_postgres_driver import backend_cpu, own_cpu  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -113,20 +114,6 @@ def plan_batches(batches):
 
 # ------------------------------------------------------------------------ runs
 
-
-def backend_cpu(pid: int) -> float:
-    """CPU seconds of a local PostgreSQL backend, from /proc (0 if not local)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            parts = f.read().rsplit(")", 1)[1].split()
-        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
-
-
-def own_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, list]:

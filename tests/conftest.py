@@ -42,3 +42,16 @@ def postgres_url():
     except psycopg.OperationalError as exc:  # pragma: no cover
         pytest.fail(f"PostgreSQL is not reachable at TIDEMARK_TEST_POSTGRES_URL: {exc}")
     return POSTGRES_URL
+
+
+@pytest.fixture
+def pg_schema(postgres_url):
+    """A fresh PostgreSQL schema name for one test, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"tm_test_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

@@ -124,6 +124,14 @@ def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="vi
                        endpoint={"postgres": {"url": url, "schema": schema}})
 
 
+def postgres_view(url, schema, table="customers") -> dict:
+    import psycopg
+
+    with psycopg.connect(url) as con:
+        rows = con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."{table}"').fetchall()
+    return {k: d for k, d in rows}
+
+
 def sqlite_view(db_path, table="customers") -> dict:
     con = sqlite3.connect(db_path)
     try:

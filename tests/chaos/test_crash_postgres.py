@@ -9,29 +9,15 @@ processes on one key range.
 from __future__ import annotations
 
 import multiprocessing
-import uuid
 
 import psycopg
 import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.chaos.test_crash_sqlite import POINTS
-from tests.helpers import normalize, oracle_orders, write_orders, postgres_spec
+from tests.helpers import normalize, oracle_orders, write_orders, postgres_spec, postgres_view
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_schema(postgres_url):
-    name = f"tm_chaos_{uuid.uuid4().hex[:10]}"
-    yield name
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def postgres_view(url, schema) -> dict:
-    with psycopg.connect(url) as con:
-        return dict(con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."customers"').fetchall())
 
 
 @pytest.mark.parametrize("shards", [1, 4])

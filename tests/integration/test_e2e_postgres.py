@@ -5,28 +5,13 @@ Every test materializes into a schema of its own and drops it afterwards.
 
 from __future__ import annotations
 
-import uuid
 
 import psycopg
 import pytest
 
-from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders, postgres_spec
+from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders, postgres_spec, postgres_view
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_schema(postgres_url):
-    name = f"tm_e2e_{uuid.uuid4().hex[:10]}"
-    yield name
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def postgres_view(url, schema, table="customers") -> dict:
-    with psycopg.connect(url) as con:
-        rows = con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."{table}"').fetchall()
-    return {k: d for k, d in rows}
 
 
 def checkpoint_rows(url, schema, materialization="view"):
