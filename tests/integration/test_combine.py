@@ -242,6 +242,12 @@ OPEN_KEY = {  # the key is not listed in `required`: a document without it is st
     ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
     ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
     ('[{"k": "a"}]', "is not of type 'object'"),
+    # the substring prechecks in front of the regular expression: compact, spaced, repeated
+    ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
+    ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
+    ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
+    ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
+    ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
 ])
 def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
     """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
@@ -258,5 +264,22 @@ def test_compiled_path_is_taken_for_clean_batches(spark):
     try:
         assert res.path == "compiled" and res.documents == 3
         assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 4}, '["b"]': {"customer": "b", "n": 2}}
+    finally:
+        res.unpersist()
+
+
+def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
+    """The colon count decides only when it proves there is nothing undeclared."""
+    coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
+    docs = ['{"k":"a","s":"10:30","t":1}', '{"k":"a","s":"x:y:z"}']
+    res = combine_batch(spark.createDataFrame([(d, "f", 0, i) for i, d in enumerate(docs)], SCHEMA), coll)
+    try:
+        assert res.path == "compiled" and collect(res) == {'["a"]': {"k": "a", "s": "x:y:z", "t": 1}}
+    finally:
+        res.unpersist()
+    docs = ['{"k":"a","t":1}', '{"k":"a","x":2}']
+    res = combine_batch(spark.createDataFrame([(d, "f", 0, i) for i, d in enumerate(docs)], SCHEMA), coll)
+    try:
+        assert res.path == "fallback" and collect(res) == {'["a"]': {"k": "a", "t": 1, "x": 2}}
     finally:
         res.unpersist()

@@ -154,30 +154,34 @@ def _compiled(df, collection, plan, on_invalid):
     p = F.from_json(F.col("value"), C.parse_schema(plan), C.JSON_OPTIONS)
     staged = df.select("value", "_file", "_block", "_row", p.alias("p"))
     pc = F.col("p")
-    suspect = C.suspect_expr(plan, F.col("value"), pc)
-    staged = staged.select("*", suspect.alias("_suspect"), C.extras_expr(plan, F.col("value"), pc).alias("_extras"),
+    staged = staged.select("*", C.plain_document(plan, F.col("value"), pc).alias("_plain"))
+    plain = F.col("_plain")
+    suspect = C.suspect_expr(plan, F.col("value"), pc, plain)
+    staged = staged.select("*", suspect.alias("_suspect"), C.extras_expr(plan, F.col("value"), pc, plain).alias("_extras"),
                            F.struct("_file", "_block", "_row").alias("_o"))
     ok = ~F.col("_suspect")
-    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok,
+    # Suspects go to one group of their own (``_s``), so only the aggregates that collect
+    # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
+    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok, mask_scalars=False,
                                       key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
-    key_cols = [pc[k].alias(f"_k{i}") for i, k in enumerate(plan.key)]
-    grouped = staged.groupBy(*key_cols).agg(
+    key_cols = [F.when(ok, pc[k]).alias(f"_k{i}") for i, k in enumerate(plan.key)]
+    grouped = staged.groupBy(F.col("_suspect").alias("_s"), *key_cols).agg(
         *aggs,
         F.count(F.lit(1)).alias("_n"),
-        F.count(F.when(F.col("_suspect"), 1)).alias("_ns"),
-        F.count(F.when(ok & F.col("_extras"), 1)).alias("_nx"),
+        F.count_if(F.col("_extras")).alias("_nx"),
     )
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
     # Step 1
-    out = grouped.select(key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
-                         error.alias("_error"), "_n", "_ns", "_nx").persist()
+    out = grouped.select("_s", key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
+                         error.alias("_error"), "_n", "_nx").persist()
     cached = [out]
     try:
+        valid = ~F.col("_s")
         stats = out.agg(
-            F.sum(F.col("_n") - F.col("_ns")).alias("ok"),
-            F.sum("_ns").alias("suspects"),
-            F.sum("_nx").alias("extras"),
-            F.count(F.when(F.col("_n") > F.col("_ns"), F.col("_error"))).alias("errors"),
+            F.sum(F.when(valid, F.col("_n"))).alias("ok"),
+            F.sum(F.when(F.col("_s"), F.col("_n"))).alias("suspects"),
+            F.sum(F.when(valid, F.col("_nx"))).alias("extras"),
+            F.count(F.when(valid, F.col("_error"))).alias("errors"),
         ).collect()[0]
         # Step 2
         if (stats["extras"] or 0) or (stats["suspects"] or 0) > MAX_DRIVER_SUSPECTS:
@@ -197,7 +201,7 @@ def _compiled(df, collection, plan, on_invalid):
                                      "_row": r["_row"], "reason": reason, "key_json": kj})
             if on_invalid == "fail":
                 _raise_first(df, invalid_rows[0])
-        valid_keys = out.filter(F.col("_n") > F.col("_ns"))
+        valid_keys = out.filter(valid)
         # Step 4
         if stats["errors"]:
             bad = valid_keys.filter(F.col("_error").isNotNull()).select("key_json", "_error").limit(1).collect()
