@@ -65,6 +65,9 @@ class Collection:
     def _init(self) -> None:
         self.index = SchemaIndex(self.schema)
         self.reducer = Reducer(self.index)
+        from tidemark.collection.fast import fast_reducer
+
+        self._reduce = fast_reducer(self, self.reducer) or self.reducer.reduce
         self.validator = Validator(self.schema)
         self._fields: Optional[tuple[Field, ...]] = None
         self._has_deletions = '"delete"' in _dumps(self.schema)
@@ -109,8 +112,8 @@ class Collection:
         if self._has_deletions and not left_reset and self.is_deletion(left):
             return mark_reset(right)
         if left_reset:
-            return mark_reset(self.reducer.reduce(strip_reset(left), right))
-        return self.reducer.reduce(left, right)
+            return mark_reset(self._reduce(strip_reset(left), right))
+        return self._reduce(left, right)
 
     def combine(self, docs: Iterable) -> Any:
         it = iter(docs)
