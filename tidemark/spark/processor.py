@@ -271,7 +271,11 @@ class Materializer:
 
         if "_row" not in df.columns:
             df = df.withColumn("_row", F.monotonically_increasing_id())
-        df = df.persist()
+        # Several bindings each read the batch: cache it once.  One binding reads it once
+        # (the rare re-reads -- locating an invalid document -- re-read the same files).
+        shared = len(self.collections) > 1
+        if shared:
+            df = df.persist()
         parts = []
         results = []
         quarantine: list[dict] = []
@@ -291,7 +295,8 @@ class Materializer:
                     quarantine.extend({**r.asDict(), "binding": i} for r in rows)
                 parts.append(res.combined.select(F.lit(i).alias("binding"), "key_json", "key_hash", "doc"))
         except BaseException:
-            df.unpersist()
+            if shared:
+                df.unpersist()
             for r in results:
                 r.unpersist()
             raise
@@ -322,7 +327,8 @@ class Materializer:
             raise RecoveryError(f"planned {planned.getNumPartitions()} partitions for {n} shards")
 
         def cleanup():
-            df.unpersist()
+            if shared:
+                df.unpersist()
             for r in results:
                 r.unpersist()
 
