@@ -54,12 +54,15 @@ class RunOutcome:
 
 def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
                    kill_after: Callable[[int], float | None] | None = None, max_attempts: int = 10,
-                   timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]") -> RunOutcome:
+                   timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]",
+                   random_attempts: int | None = None) -> RunOutcome:
     """Run ``tidemark run SPEC --available-now`` until it exits 0, restarting after kills.
 
     ``faults`` arms points (see tidemark.faults) in every attempt; use ``!once=PATH``
     markers so a restarted process does not die at the same point forever.
-    ``random_points=(seed, p)`` kills at any named point with probability ``p``.
+    ``random_points=(seed, p)`` kills at any named point with probability ``p`` (in the first
+    ``random_attempts`` attempts only, if given: with enough input an attempt meets so many
+    points that it would rarely finish).
     ``kill_after(attempt)`` returns seconds after which the harness SIGKILLs the attempt's
     whole process group (a kill at a random moment), or None to let it run.
     """
@@ -82,7 +85,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
             run_env["JAVA_TOOL_OPTIONS"] = (run_env.get("JAVA_TOOL_OPTIONS", "") + " " + java).strip()
         if faults:
             run_env["TIDEMARK_FAULTS"] = faults
-        if random_points:
+        if random_points and (random_attempts is None or attempt < random_attempts):
             seed, p = random_points
             run_env["TIDEMARK_FAULT_RANDOM"] = f"{seed}-{attempt}:{p}"
         proc = subprocess.Popen(
@@ -162,6 +165,8 @@ def long_run(argv: list[str] | None = None) -> int:
     ap.add_argument("--files-per-round", type=int, default=4)
     ap.add_argument("--per-file", type=int, default=300)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue in --dir: keep its input, view and checkpoints, append new files after them")
     ap.add_argument("--kill-min", type=float, default=3.0, help="earliest random kill, seconds after start")
     ap.add_argument("--kill-max", type=float, default=15.0,
                     help="latest random kill (an attempt takes ~4 s to start Spark, ~2-3 s per batch after)")
@@ -174,6 +179,13 @@ def long_run(argv: list[str] | None = None) -> int:
     spec = orders_spec(work, data_dir=data, db_path=db, shards=args.shards, max_files=1)
     started = time.time()
     kills = attempts = rounds = files = docs = 0
+    if args.resume and os.path.isdir(data):
+        names = sorted(n for n in os.listdir(data) if n.startswith("orders-") and n.endswith(".json"))
+        files = len(names)
+        for n in names:
+            with open(os.path.join(data, n)) as f:
+                docs += sum(1 for _ in f)
+        print(f"resuming in {work}: {files} files, {docs} documents already written", flush=True)
     while kills < args.kills:
         write_orders(data, files=args.files_per_round, per_file=args.per_file, customers=200,
                      seed=rng.randrange(1 << 30), start=files, deletes=0.03)
@@ -183,6 +195,7 @@ def long_run(argv: list[str] | None = None) -> int:
             spec,
             random_points=(rng.randrange(1 << 30), 0.02),
             kill_after=lambda a: rng.uniform(args.kill_min, args.kill_max) if a < 6 else None,
+            random_attempts=6,
             max_attempts=12,
         )
         kills += outcome.kills
