@@ -315,8 +315,15 @@ class Materializer:
             for i in range(2, n):
                 part_col = part_col.when(F.col("shard") == F.lit(i), F.lit(values[i]))
             part_col = part_col.otherwise(F.lit(values[0]))
+        # One end row per shard, sorted last: a shard task whose input stream was cut off
+        # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
+        # partition) must not commit what it got as if it were the whole batch.
+        ends = df.sparkSession.range(n).select(
+            F.col("id").cast("int").alias("shard"), F.lit(END_BINDING).alias("binding"),
+            F.lit("").alias("key_json"), F.lit(None).cast("string").alias("doc"))
         planned = (
             combined.select(shard_col.alias("shard"), "binding", "key_json", "doc")
+            .unionByName(ends)
             .withColumn("_p", part_col)
             .repartition(n, "_p")
             .sortWithinPartitions("binding", "key_json")
@@ -376,13 +383,27 @@ def _partition_values(n: int) -> list[int]:
     return values
 
 
+END_BINDING = 2**31 - 1  # the binding of each shard's end row (sorts after every real binding)
+
+
 def _shard_rows(index: int, rows):
     """Rows of partition ``index`` as ``((shard, binding, key_json), doc)``; every row must
-    belong to shard ``index`` (a misrouted row would be written by the wrong shard)."""
+    belong to shard ``index`` (a misrouted row would be written by the wrong shard), and the
+    partition must end with its end row: without it the input was cut off, and the error
+    stops the shard before it commits."""
+    ended = False
     for shard, binding, key_json, doc in rows:
+        if ended:
+            raise RecoveryError(f"partition {index} received a row after its end row (key {key_json})")
         if shard != index:
             raise RecoveryError(f"partition {index} received a row of shard {shard} (key {key_json})")
+        if binding == END_BINDING:
+            ended = True
+            continue
         yield (shard, binding, key_json), doc
+    if not ended:
+        raise RecoveryError(f"shard {index}: its input ended before the end row (the stream from Spark was cut off); "
+                            "nothing of this session is committed")
 
 
 def _shard_expr(hash_col, ranges: Sequence[Range]):
