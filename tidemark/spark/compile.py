@@ -246,8 +246,7 @@ def _undeclared(plan: CompiledPlan, value, p):
     other = f'[{{,]\\s*"(?!(?:{names})"\\s*:)(?:[^"\\\\]|\\\\.)*"\\s*:' if names else r'[{,]\s*"'
     present = _present_count(plan, p)
     exact = F.coalesce(F.size(F.json_object_keys(value)) > present, F.lit(True))
-    colons = F.octet_length(value) - F.octet_length(F.replace(value, F.lit(":"), F.lit("")))
-    return F.when(colons <= present, F.lit(False)).otherwise(value.rlike(other) & exact)
+    return F.when(_count(value, ":") <= present, F.lit(False)).otherwise(value.rlike(other) & exact)
 
 
 def suspect_regex(plan: CompiledPlan) -> str:
@@ -326,13 +325,11 @@ def plain_document(plan: CompiledPlan, value, p):
     return F.coalesce(out, F.lit(False))
 
 
-def suspect_expr(plan: CompiledPlan, value, p, plain=None):
+def suspect_expr(plan: CompiledPlan, value, p, plain):
     """True for every document native validation cannot prove valid (``plain``: the column
     of :func:`plain_document`, computed once per row by the caller)."""
     from pyspark.sql import functions as F
 
-    if plain is None:
-        plain = plain_document(plan, value, p)
     trimmed = F.rtrim(value)
     conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
              F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
@@ -368,14 +365,12 @@ def suspect_expr(plan: CompiledPlan, value, p, plain=None):
     return F.coalesce(out, F.lit(True))
 
 
-def extras_expr(plan: CompiledPlan, value, p, plain=None):
+def extras_expr(plan: CompiledPlan, value, p, plain):
     """True where a document has top-level properties the plan does not carry."""
     from pyspark.sql import functions as F
 
     if plan.closed or plan.root_strategy != "merge":
         return F.lit(False)
-    if plain is None:
-        return _undeclared(plan, value, p)
     return F.when(plain, F.lit(False)).otherwise(_undeclared(plan, value, p))
 
 
