@@ -33,8 +33,10 @@ ORDERS_SCHEMA = {
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 
 
-def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0):
-    """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths."""
+def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0,
+                 pad: int = 0):
+    """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths.
+    ``pad`` lengthens each city name by that many characters (big documents)."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     paths = []
@@ -52,7 +54,7 @@ def write_orders(directory, files: int, per_file: int, customers: int, seed: int
                         "amount": amount,
                         "orders": 1,
                         "largest": amount,
-                        "city": rng.choice(CITIES),
+                        "city": rng.choice(CITIES) + "." * pad,
                         "items": [rng.choice("abcdef")],
                         "flags": {"big": True} if amount > 900 else {},
                     }

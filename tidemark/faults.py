@@ -4,6 +4,11 @@
 
 * ``NAME:kill``   — SIGKILL this process the first time the point is reached
 * ``NAME:kill@N`` — ... the N-th time (1-based) in this process
+* ``NAME:orphan`` — SIGKILL the driver's process group (the driver and Spark's JVM) but
+  not this process, which goes on as an orphaned executor worker. PySpark's workers are in
+  the worker daemon's process group, and the daemon sends them SIGHUP once it sees its JVM
+  gone; a worker that is quick enough still runs on for a moment. This action ignores
+  that SIGHUP, so the moment lasts until the worker is done.
 * ``NAME:raise``  — raise :class:`InjectedFault` (an executor task fails; Spark retries)
 * ``NAME:stall=SECONDS`` — sleep (simulates a slow endpoint / a zombie)
 * ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it, so a
@@ -14,7 +19,9 @@
 Points used by tidemark (see docs/guarantees.md): ``plan``, ``open``, ``mid_load``,
 ``after_load``, ``mid_store``, ``after_store``, ``before_endpoint_commit``,
 ``after_endpoint_commit``, ``before_recovery_log``, ``after_recovery_log``,
-``mid_apply``, ``after_apply``, ``before_spark_commit``.
+``mid_apply``, ``after_apply``, ``before_spark_commit``; and ``mid_stream``, reached at
+every row a shard task reads from Spark, only when armed by name (a random kill never
+picks it: it would fire at almost every row).
 """
 
 from __future__ import annotations
@@ -66,6 +73,15 @@ def _kill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _orphan() -> None:
+    """SIGKILL the pinned group (the driver and the JVM), sparing this process."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    pgid = int(os.environ.get(ENV_PGID) or os.getpgrp())
+    if pgid == os.getpgrp():
+        _kill()  # this process is in that group: it cannot outlive it
+    os.killpg(pgid, signal.SIGKILL)
+
+
 def pin_group() -> None:
     """Record this process's group for executor-side kills; call before Spark starts so the
     JVM and its Python workers inherit it. Does nothing unless faults are armed."""
@@ -81,6 +97,15 @@ def rearm() -> None:
 
 
 _hooks: dict[str, Callable[[str], None]] = {}
+
+
+def armed(name: str) -> bool:
+    """True if ``name`` is armed by name (or hooked): for points inside a hot loop, which
+    check once and then call :func:`fault_point` per row only when armed."""
+    global _armed
+    if _armed is None:
+        _armed = _parse()
+    return name in _armed or name in _hooks
 
 
 @contextmanager
@@ -128,6 +153,8 @@ def fault_point(name: str) -> None:
                 f.write(name)
         if action == "kill":
             _kill()
+        elif action == "orphan":
+            _orphan()
         elif action == "raise":
             raise InjectedFault(f"injected fault at {name}")
         elif action.startswith("stall="):

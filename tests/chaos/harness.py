@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -50,12 +51,13 @@ class RunOutcome:
     kills: int = 0
     returncodes: list = field(default_factory=list)
     stderr_tail: str = ""
+    stderrs: list = field(default_factory=list)  # each attempt's stderr (its last 20,000 characters)
 
 
 def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
                    kill_after: Callable[[int], float | None] | None = None, max_attempts: int = 10,
                    timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]",
-                   random_attempts: int | None = None) -> RunOutcome:
+                   random_attempts: int | None = None, await_orphans: bool = False) -> RunOutcome:
     """Run ``tidemark run SPEC --available-now`` until it exits 0, restarting after kills.
 
     ``faults`` arms points (see tidemark.faults) in every attempt; use ``!once=PATH``
@@ -65,6 +67,9 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
     points that it would rarely finish).
     ``kill_after(attempt)`` returns seconds after which the harness SIGKILLs the attempt's
     whole process group (a kill at a random moment), or None to let it run.
+    ``await_orphans``: before a restart, wait until no process of the killed attempt is
+    left (PySpark's workers are in a process group of their own and may outlive the kill),
+    so whatever an orphaned worker does happens before the next attempt's Open.
     """
     out = RunOutcome()
     env = dict(os.environ)
@@ -75,6 +80,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
             "SPARK_LOCAL_IP": "127.0.0.1",
             "TIDEMARK_FAULT_SCOPE": "group",
             "TIDEMARK_DRIVER_MEMORY": "1g",
+            "TIDEMARK_CHAOS_RUN": uuid.uuid4().hex,  # marks every process of this run
         }
     )
     env.update(extra_env or {})
@@ -120,6 +126,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
         out.returncodes.append(proc.returncode)
         print(f"[chaos] attempt {attempt}: exit {proc.returncode} after {time.monotonic() - t0:.1f}s", flush=True)
         out.stderr_tail = stderr[-3000:]
+        out.stderrs.append(stderr[-20000:])
         if dumping and os.path.exists(dumping):
             if proc.returncode == 0:
                 os.replace(dumping, _cds_archive())  # atomic: a reader sees a whole archive or none
@@ -129,9 +136,35 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
             return out
         if proc.returncode == KILLED:
             out.kills += 1
+            if await_orphans:
+                _await_gone(env["TIDEMARK_CHAOS_RUN"], timeout)
             continue
         raise AssertionError(f"tidemark run failed with {proc.returncode}:\n{stderr[-3000:]}")
     raise AssertionError(f"not done after {max_attempts} attempts; last stderr:\n{out.stderr_tail}")
+
+
+def _marked(token: str) -> list[int]:
+    """Processes whose environment holds ``TIDEMARK_CHAOS_RUN=token``."""
+    needle = f"TIDEMARK_CHAOS_RUN={token}".encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        pids.append(int(name))
+            except OSError:
+                pass  # gone, or not ours to read
+    return pids
+
+
+def _await_gone(token: str, timeout: float) -> None:
+    """Wait until no process of the run is left (polling /proc: they are not our children)."""
+    deadline = time.monotonic() + timeout
+    while (left := _marked(token)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes {left} of a killed attempt still run after {timeout}s")
+        time.sleep(0.05)
 
 
 def arm_in_sequence(points: list[str], marker_dir, nth: int = 1) -> str:

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError
-from tidemark.faults import fault_point
+from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import KEY_SPACE_MAX, Apply, Range, Validate
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
@@ -392,7 +392,10 @@ def _shard_rows(index: int, rows):
     partition must end with its end row: without it the input was cut off, and the error
     stops the shard before it commits."""
     ended = False
+    point = armed("mid_stream")
     for shard, binding, key_json, doc in rows:
+        if point:
+            fault_point("mid_stream")
         if ended:
             raise RecoveryError(f"partition {index} received a row after its end row (key {key_json})")
         if shard != index:
