@@ -124,3 +124,34 @@ def test_fault_point_raise_and_disarmed(monkeypatch):
         faults.fault_point("p")
     monkeypatch.delenv("TIDEMARK_FAULTS")
     faults.rearm()
+
+
+def test_fault_point_orphan_kills_the_driver_group_and_spares_the_worker():
+    """``orphan``: the pinned group (driver, JVM) dies; the worker, in a group of its own as
+    PySpark's daemon puts it, goes on and ignores the SIGHUP the daemon would send. The
+    worker holds the driver's stdout, so ``run`` returns when the worker is done too."""
+    worker = ("import os, signal\nfrom tidemark.faults import fault_point\nfault_point('x')\n"
+              "os.kill(os.getpid(), signal.SIGHUP)\nprint('worker survived')")
+    driver = ("import os, subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True,\n"
+              "                 env={**os.environ, 'TIDEMARK_FAULT_PGID': str(os.getpgrp())})\n"
+              "time.sleep(60)")
+    env = {**os.environ, "TIDEMARK_FAULTS": "x:orphan"}
+    proc = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=60,
+                          start_new_session=True)
+    assert proc.returncode == -9, proc.stderr
+    assert proc.stdout == "worker survived\n", proc.stderr
+
+
+def test_armed_names_only_points_armed_by_name(monkeypatch):
+    from tidemark import faults
+
+    monkeypatch.setenv("TIDEMARK_FAULTS", "mid_stream:orphan@1")
+    monkeypatch.setenv("TIDEMARK_FAULT_RANDOM", "1:0.5")
+    faults.rearm()
+    assert faults.armed("mid_stream") and not faults.armed("mid_load")
+    monkeypatch.delenv("TIDEMARK_FAULTS")
+    faults.rearm()
+    assert not faults.armed("mid_stream")  # a random kill never arms the per-row point
+    monkeypatch.delenv("TIDEMARK_FAULT_RANDOM")
+    faults.rearm()
