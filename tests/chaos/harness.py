@@ -6,6 +6,7 @@ Used by the chaos tests and by ``python -m tests.chaos.harness`` for long runs.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -55,7 +56,6 @@ class RunOutcome:
     kills: int = 0
     returncodes: list = field(default_factory=list)
     stderr_tail: str = ""
-    stderrs: list = field(default_factory=list)  # each attempt's stderr (its last 20,000 characters)
 
 
 def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
@@ -131,7 +131,6 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
         out.returncodes.append(proc.returncode)
         print(f"[chaos] attempt {attempt}: exit {proc.returncode} after {time.monotonic() - t0:.1f}s", flush=True)
         out.stderr_tail = stderr[-3000:]
-        out.stderrs.append(stderr[-20000:])
         if dumping and os.path.exists(dumping):
             if proc.returncode == 0:
                 os.replace(dumping, _cds_archive())  # atomic: a reader sees a whole archive or none
@@ -164,12 +163,20 @@ def _marked(token: str) -> list[int]:
 
 
 def _await_gone(token: str, timeout: float) -> None:
-    """Wait until no process of the run is left (polling /proc: they are not our children)."""
+    """Wait until no process of the run is left. They are not our children, so each is
+    awaited through a pidfd (readable when the process exits); then /proc is read again."""
     deadline = time.monotonic() + timeout
     while (left := _marked(token)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"processes {left} of a killed attempt still run after {timeout}s")
-        time.sleep(0.05)
+        for pid in left:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise AssertionError(f"process {pid} of a killed attempt still runs after {timeout}s")
+            finally:
+                os.close(fd)
 
 
 def arm_in_sequence(points: list[str], marker_dir, nth: int = 1) -> str:
