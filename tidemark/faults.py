@@ -97,6 +97,7 @@ def rearm() -> None:
 
 
 _hooks: dict[str, Callable[[str], None]] = {}
+PER_ROW = frozenset({"mid_stream"})  # points reached per row: never a random kill
 
 
 def armed(name: str) -> bool:
@@ -130,7 +131,7 @@ def fault_point(name: str) -> None:
         _armed = _parse()
     if not _armed and _rng is None:
         return
-    if _rng is not None and _rng.random() < _p:
+    if _rng is not None and name not in PER_ROW and _rng.random() < _p:
         _kill()
     actions = _armed.get(name)
     if not actions:
