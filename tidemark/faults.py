@@ -89,6 +89,14 @@ def pin_group() -> None:
         os.environ.setdefault(ENV_PGID, str(os.getpgrp()))
 
 
+def _points() -> dict[str, list[tuple[str, str]]]:
+    """The armed points, parsed from the environment on first use."""
+    global _armed
+    if _armed is None:
+        _armed = _parse()
+    return _armed
+
+
 def rearm() -> None:
     """Re-read the environment (tests that change it in-process)."""
     global _armed
@@ -103,10 +111,7 @@ PER_ROW = frozenset({"mid_stream"})  # points reached per row: never a random ki
 def armed(name: str) -> bool:
     """True if ``name`` is armed by name (or hooked): for points inside a hot loop, which
     check once and then call :func:`fault_point` per row only when armed."""
-    global _armed
-    if _armed is None:
-        _armed = _parse()
-    return name in _armed or name in _hooks
+    return name in _points() or name in _hooks
 
 
 @contextmanager
@@ -122,18 +127,16 @@ def hooked(name: str, fn: Callable[[str], None]) -> Iterator[None]:
 
 def fault_point(name: str) -> None:
     """Mark a named point. Does nothing unless armed."""
-    global _armed
     if _hooks:
         hook = _hooks.get(name)
         if hook is not None:
             hook(name)
-    if _armed is None:
-        _armed = _parse()
-    if not _armed and _rng is None:
+    points = _points()
+    if not points and _rng is None:
         return
     if _rng is not None and name not in PER_ROW and _rng.random() < _p:
         _kill()
-    actions = _armed.get(name)
+    actions = points.get(name)
     if not actions:
         return
     _counts[name] = _counts.get(name, 0) + 1

@@ -39,15 +39,16 @@ def java_options() -> tuple[str, str | None]:
     Every attempt starts a JVM, and class loading is most of its start-up: the first clean
     run dumps the classes it loaded into an AppCDS archive, later attempts map it (about
     2.5 s less per attempt on 2 cores). A missing or stale archive is only a warning to the
-    JVM. ``TIDEMARK_CHAOS_CDS=0`` turns this off.
+    JVM. ``TIDEMARK_CHAOS_CDS=0`` turns this off. :data:`CHAOS_JAVA` is added.
     """
+    extra = os.environ.get("TIDEMARK_CHAOS_JAVA", CHAOS_JAVA)
     if os.environ.get("TIDEMARK_CHAOS_CDS", "1") == "0":
-        return "", None
+        return extra, None
     archive = _cds_archive()
     if os.path.exists(archive):
-        return f"-XX:SharedArchiveFile={archive} -Xshare:auto", None
+        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {extra}".strip(), None
     partial = f"{archive}.{os.getpid()}.partial"
-    return f"-XX:ArchiveClassesAtExit={partial}", partial
+    return f"-XX:ArchiveClassesAtExit={partial} {extra}".strip(), partial
 
 
 @dataclass
@@ -91,7 +92,6 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
     for attempt in range(max_attempts):
         run_env = dict(env)
         java, dumping = java_options()
-        java = (java + " " + os.environ.get("TIDEMARK_CHAOS_JAVA", CHAOS_JAVA)).strip()
         if java:
             run_env["JAVA_TOOL_OPTIONS"] = (run_env.get("JAVA_TOOL_OPTIONS", "") + " " + java).strip()
         if faults:

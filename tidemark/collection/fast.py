@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from tidemark.collection.reduce import Reducer, compare
+from tidemark.collection.validate import pointer_of
 
 
 def _is_plain_number(v: Any) -> bool:
@@ -29,7 +30,7 @@ def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], 
         return None
     ops: dict[str, Callable[[Any, Any], Any]] = {}
     for f in plan.fields:
-        ptr = "/" + f.name.replace("~", "~0").replace("/", "~1")
+        ptr = pointer_of((f.name,))
         if f.strategy == "lastWriteWins":
             continue  # the right side, like an undeclared property
         if f.strategy == "firstWriteWins":
