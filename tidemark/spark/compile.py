@@ -182,7 +182,11 @@ def parse_schema(plan: CompiledPlan):
     return T.StructType(out)
 
 
-JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
+# Spark's JSON reader accepts single-quoted strings and names unless told not to; the
+# other lenient parser features (comments, leading zeros, unquoted names, ...) are off
+# by default.
+JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "allowNonNumericNumbers": "false",
+                "allowSingleQuotes": "false", "mode": "PERMISSIVE"}
 
 # Jackson writes control characters as upper-case \\u00XX, Python's json as lower-case.
 _UPPER_ESCAPES = [f"\\u00{c:02X}" for c in (0x0B, 0x0E, 0x0F, 0x1A, 0x1B, 0x1C, 0x1D, 0x1E, 0x1F)]
@@ -264,7 +268,16 @@ def suspect_regex(plan: CompiledPlan) -> str:
             # from_json reads any JSON value into a string column: catch the wrong type textually
             alt = "|".join(re.escape(n) for n in names[kind])
             alts.append(f'"(?:{alt})"\\s*:\\s*[^{first}\\s]')
-    if any(names.values()):
+    string = r'"(?:[^"\\]|\\.)*"'
+    arrays = [f.name for f in plan.fields if f.kind == "append" and f.type == "string"]
+    if arrays:  # an element that is not a string, after any number of string elements
+        alt = "|".join(re.escape(n) for n in arrays)
+        alts.append(f'"(?:{alt})"\\s*:\\s*\\[(?:\\s*{string}\\s*,)*\\s*[^"\\s\\]]')
+    maps = [f.name for f in plan.fields if f.kind == "map" and f.type == "string"]
+    if maps:  # a map value that is not a string, after any number of string entries
+        alt = "|".join(re.escape(n) for n in maps)
+        alts.append(f'"(?:{alt})"\\s*:\\s*\\{{(?:\\s*{string}\\s*:\\s*{string}\\s*,)*\\s*{string}\\s*:\\s*[^"\\s]')
+    if any(names.values()) or arrays or maps:
         alts.append(r'\\[^"]*"\s*:')  # an escaped property name would evade the checks above
     return "|".join(f"(?:{a})" for a in alts)
 
@@ -277,48 +290,72 @@ def _count(value, char: str):
     return F.octet_length(value) - F.octet_length(F.replace(value, F.lit(char), F.lit("")))
 
 
+# A JSON number, as ``from_json`` writes a number it read into a string column.
+_NUMBER = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+# In ``\x01``-joined array elements (nulls as ``\x02``): an element that was not a JSON string.
+_TOKEN_ELEMENT = r"\x01(?:" + _NUMBER + r"|true|false|\[[^\x01]*\]|\{[^\x01]*\})\x01|\x02"
+
+
+def _token_like(c):
+    """True where a string read by ``from_json`` may have been a number, boolean, array or
+    object in the text (``from_json`` reads those into a string column as their JSON text,
+    so such a value *is* that text: a whole JSON number, ``true``/``false``, or ``[...]`` /
+    ``{...}``).  Only the first character is looked at unless it could start one."""
+    from pyspark.sql import functions as F
+
+    a = F.ascii(c)
+    return (F.when(((a >= 48) & (a <= 57)) | (a == 45), c.rlike("^" + _NUMBER + "$"))
+            .when(a == 91, c.endswith("]"))
+            .when(a == 123, c.endswith("}"))
+            .otherwise(c.isin("true", "false")))
+
+
+def _occurrences_plus_one(value, char: str):
+    """How many pieces ``char`` cuts the text into (its count + 1).  ``split`` by one
+    character that is not special in a regular expression takes Java's fast path, which
+    is cheaper than ``replace`` (a byte comparison call per position) or ``translate``."""
+    from pyspark.sql import functions as F
+
+    return F.size(F.split(value, char, -1))
+
+
 def plain_document(plan: CompiledPlan, value, p):
     """True only where the text provably holds nothing that ``from_json`` forgave.
 
-    Counting characters decides this for the common case (a flat document)
-    at a fraction of the cost of a regular expression:
+    Two splits of the text and a look at the strings that were read decide this for the
+    common case (a flat document) at a fraction of the cost of a regular expression:
 
     * the text ends with its only ``}``: nothing after the document, no nested object;
     * as many ``:`` as declared properties were read: every property name in the text is
       a declared property that was read (so no ``null`` value, no undeclared or repeated
-      property, escaped names included);
-    * as many ``"`` as the strings that were read need: two per property name, two per
-      string value and string array element, the raw arrays' own; together with no ``"``
-      inside a value read as a string (an escaped quote in a string shows there), every
-      such value was a JSON string (``from_json`` reads ``5``, ``true`` or ``[1]`` into a
-      string column as text);
-    * no ``null`` element in an array.
+      property, escaped names included; a value ``from_json`` could not read as its
+      declared type is read as null, so it shows here too);
+    * no string that was read looks like what ``from_json`` makes of a number, boolean,
+      array or object in a string column (:func:`_token_like`): every string value and
+      string array element was a JSON string in the text;
+    * no ``null`` element in an array; raw objects and arrays start as such.
 
-    Documents this cannot prove plain take the regular expression (:func:`suspect_regex`).
+    (Single quotes, comments, leading zeros and other non-JSON are rejected by the parser
+    itself: :data:`JSON_OPTIONS`.)  Documents this cannot prove plain take the regular
+    expression (:func:`suspect_regex`).
     """
     from pyspark.sql import functions as F
 
     present = _present_count(plan, p)
-    quotes = present * F.lit(2)
-    before = F.substring_index(value, "}", 1)  # the text before its first "}"
-    ok = [value.endswith("}"), F.octet_length(before) == F.octet_length(value) - F.lit(1),
-          _count(value, ":") == present]
+    ok = [value.endswith("}"), _occurrences_plus_one(value, "}") == F.lit(2),
+          _occurrences_plus_one(value, ":") == present + F.lit(1)]
     for f in plan.fields:
         c = p[f.name]
         if f.kind == "scalar" and f.type == "string":
-            quotes = quotes + F.when(c.isNotNull(), 2).otherwise(0)
-            ok.append(F.coalesce(~F.contains(c, F.lit('"')), F.lit(True)))
+            ok.append(F.coalesce(~_token_like(c), F.lit(True)))
         elif f.kind == "raw":
             first = "[" if f.type == "array" else "{"
-            quotes = quotes + F.coalesce(_count(c, '"'), F.lit(0))
             ok.append(F.coalesce(c.startswith(first), F.lit(True)))
+        elif f.kind == "append" and f.type == "string":
+            joined = F.concat(F.lit("\u0001"), F.array_join(c, "\u0001", "\u0002"), F.lit("\u0001"))
+            ok.append(F.coalesce(~joined.rlike(_TOKEN_ELEMENT), F.lit(True)))
         elif f.kind == "append":
-            size = F.coalesce(F.size(c), F.lit(0))
             ok.append(F.coalesce(F.size(F.array_compact(c)) == F.size(c), F.lit(True)))
-            if f.type == "string":
-                quotes = quotes + size * F.lit(2)
-                ok.append(F.coalesce(~F.contains(F.concat_ws("", c), F.lit('"')), F.lit(True)))
-    ok.append(_count(value, '"') == quotes)
     out = ok[0]
     for c in ok[1:]:
         out = out & F.coalesce(c, F.lit(False))
