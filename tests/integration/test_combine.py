@@ -263,6 +263,9 @@ OPEN_KEY = {  # the key is not listed in `required`: a document without it is st
     ("{'k':'a','t':1}", "unparseable JSON"),
     ('{"k":"a","t":1,}', "unparseable JSON"),
     ('{"k":"a","t":+1}', "unparseable JSON"),
+    # half a surrogate pair: Spark's parser reads "?", which is not what the text says
+    ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
+    ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
 ])
 def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
     """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
@@ -330,10 +333,17 @@ def test_strings_that_look_like_numbers_stay_strings(spark):
     coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
     docs = [{"k": "a", "s": "5", "tags": ["1", "true"]}, {"k": "a", "s": "2024-01-05", "tags": ["[x]", "{y", "-"]},
             {"k": "b", "s": "true", "tags": ["null", "1e5"], "m": {"p": "5"}}, {"k": "b", "s": "[1]", "m": {"q": "[]"}},
-            {"k": "c", "s": "{x", "tags": ["-0"]}]
+            {"k": "c", "s": "{x", "tags": ["-0", "?"]}, {"k": "c", "s": "why? \U0001F600", "m": {"r": "?"}}]
     res = combine_batch(frame(spark, docs, files=1), coll)
     try:
         assert res.path == "compiled"
         assert collect(res) == expected(coll, docs, files=1)
     finally:
         res.unpersist()
+
+
+def test_lone_surrogate_is_a_clear_error_on_the_fallback_path_too(spark):
+    coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
+    rows = [('{"k":"a","s":"\U0001F600"}', "src", 0, 0), ('{"k":"a","s":"\\ud83d"}', "src", 0, 1)]
+    with pytest.raises(DocumentError, match=r"^src:2: unparseable JSON: a lone surrogate .ud83d is not valid Unicode"):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="fallback")

@@ -92,3 +92,13 @@ def test_document_error_message_shape():
     err = DocumentError("document violates its schema: /total: 'x' is not of type 'number'",
                         location="data/orders/a.json:3", key=("c",))
     assert str(err) == "data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+
+
+def test_lone_surrogate_escapes_are_not_unicode():
+    from tidemark.collection.validate import parse_document
+
+    assert parse_document('{"s": "\\ud83d\\ude00"}') == {"s": "\U0001F600"}
+    with pytest.raises(DocumentError, match=r"^f:3: unparseable JSON: a lone surrogate \\ud800 is not valid Unicode"):
+        parse_document('{"s": "\\ud800"}', "f:3")
+    with pytest.raises(DocumentError, match="lone surrogate"):
+        parse_document('{"\\udfff": 1}', "f:3")

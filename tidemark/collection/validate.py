@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from tidemark.errors import DocumentError
@@ -27,6 +28,7 @@ def _parse_float(text: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def parse_document(line: str, location: str | None = None, max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Any:
@@ -35,13 +37,26 @@ def parse_document(line: str, location: str | None = None, max_bytes: int = DEFA
     if size > max_bytes:
         raise DocumentError(f"document is {size} bytes, more than the maximum of {max_bytes} bytes", location=location)
     try:
-        return _DECODER.decode(line)
+        doc = _DECODER.decode(line)
+        if _SURROGATE_ESCAPE.search(line):
+            _check_unicode(doc)
+        return doc
     except json.JSONDecodeError as exc:
         raise DocumentError(f"unparseable JSON: {exc.msg} at column {exc.colno}", location=location) from None
     except ValueError as exc:
         raise DocumentError(f"unparseable JSON: {exc}", location=location) from None
     except RecursionError:
         raise DocumentError("unparseable JSON: nested too deeply", location=location) from None
+
+
+def _check_unicode(doc: Any) -> None:
+    """JSON may escape half of a surrogate pair alone (``"\\ud800"``); such a string is not
+    Unicode and cannot be stored as UTF-8.  Checked only when the text has such an escape."""
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise ValueError(f"a lone surrogate {bad.encode('unicode_escape').decode()} is not valid Unicode") from None
 
 
 def pointer_of(path) -> str:

@@ -256,7 +256,8 @@ def _undeclared(plan: CompiledPlan, value, p):
 def suspect_regex(plan: CompiledPlan) -> str:
     """One regular expression for every textual check (one scan of the document, not one per check)."""
     alts = [r"[:\[,]\s*null\b",  # a null value: from_json reads it as absent
-            r"\}\s*[\{\[\"]"]  # content after a closing brace (e.g. two documents on one line)
+            r"\}\s*[\{\[\"]",  # content after a closing brace (e.g. two documents on one line)
+            _LONE_SURROGATE]
     names = {"string": [], "object": [], "array": []}
     for f in plan.fields:
         if f.kind == "scalar" and f.type == "string":
@@ -293,7 +294,11 @@ def _count(value, char: str):
 # A JSON number, as ``from_json`` writes a number it read into a string column.
 _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
 # In ``\x01``-joined array elements (nulls as ``\x02``): an element that was not a JSON string.
-_TOKEN_ELEMENT = r"\x01(?:" + _NUMBER + r"|true|false|\[[^\x01]*\]|\{[^\x01]*\})\x01|\x02"
+_TOKEN_ELEMENT = r"\x01(?:" + _NUMBER + r"|true|false|\[[^\x01]*\]|\{[^\x01]*\})\x01|\x02|\?"
+# Half of a surrogate pair escaped alone: Spark's parser reads it as "?", Python keeps it
+# (and it is not Unicode), so such a document is checked in Python.
+_LONE_SURROGATE = (r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                   r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 def _token_like(c):
@@ -333,7 +338,8 @@ def plain_document(plan: CompiledPlan, value, p):
     * no string that was read looks like what ``from_json`` makes of a number, boolean,
       array or object in a string column (:func:`_token_like`): every string value and
       string array element was a JSON string in the text;
-    * no ``null`` element in an array; raw objects and arrays start as such.
+    * no ``null`` element in an array; raw objects and arrays start as such;
+    * no ``?`` in a string read (what Spark makes of a lone surrogate escape).
 
     (Single quotes, comments, leading zeros and other non-JSON are rejected by the parser
     itself: :data:`JSON_OPTIONS`.)  Documents this cannot prove plain take the regular
@@ -347,10 +353,10 @@ def plain_document(plan: CompiledPlan, value, p):
     for f in plan.fields:
         c = p[f.name]
         if f.kind == "scalar" and f.type == "string":
-            ok.append(F.coalesce(~_token_like(c), F.lit(True)))
+            ok.append(F.coalesce(~_token_like(c) & ~F.contains(c, F.lit("?")), F.lit(True)))
         elif f.kind == "raw":
             first = "[" if f.type == "array" else "{"
-            ok.append(F.coalesce(c.startswith(first), F.lit(True)))
+            ok.append(F.coalesce(c.startswith(first) & ~F.contains(c, F.lit("?")), F.lit(True)))
         elif f.kind == "append" and f.type == "string":
             joined = F.concat(F.lit("\u0001"), F.array_join(c, "\u0001", "\u0002"), F.lit("\u0001"))
             ok.append(F.coalesce(~joined.rlike(_TOKEN_ELEMENT), F.lit(True)))
