@@ -126,6 +126,14 @@ def hand_written(df):
     )
 
 
+def jvm_cpu_seconds(spark) -> float:
+    """CPU seconds the Spark JVM (driver and, in local mode, the executors) has used so far."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_variant(name: str, df, coll):
     from tidemark.spark.combine import combine_batch
 
@@ -194,27 +202,33 @@ def main() -> None:
         run_variant(name, warm, coll)
     warm.unpersist()
     times: dict[str, list[float]] = {"hand": [], "compiled": [], "fallback": []}
+    cpus: dict[str, list[float]] = {"hand": [], "compiled": [], "fallback": []}
     for r in range(max(args.repeats, args.fallback_repeats)):
         for name in ("hand", "compiled", "fallback"):
             if r >= (args.fallback_repeats if name == "fallback" else args.repeats):
                 continue
+            cpu0 = jvm_cpu_seconds(spark)
             secs, path = run_variant(name, df, coll)
+            cpu = jvm_cpu_seconds(spark) - cpu0
             assert path == name, f"{name} took the {path} path"
             times[name].append(secs)
-            print(f"  run {r + 1} {name:9s} {secs:7.2f}s  {n / secs:>10,.0f} docs/s", flush=True)
+            cpus[name].append(cpu)
+            print(f"  run {r + 1} {name:9s} {secs:7.2f}s  {n / secs:>10,.0f} docs/s  JVM CPU {cpu:6.2f}s", flush=True)
 
     print()
-    print("| variant | runs | best s | median s | docs/s (median) |")
-    print("|---|---|---|---|---|")
+    print("| variant | runs | best s | median s | docs/s (median) | JVM CPU s (median) |")
+    print("|---|---|---|---|---|---|")
     med = {k: statistics.median(v) for k, v in times.items() if v}
     for name in ("hand", "compiled", "fallback"):
         v = times[name]
         if v:
-            print(f"| {name} | {len(v)} | {min(v):.2f} | {med[name]:.2f} | {n / med[name]:,.0f} |")
+            print(f"| {name} | {len(v)} | {min(v):.2f} | {med[name]:.2f} | {n / med[name]:,.0f} | "
+                  f"{statistics.median(cpus[name]):.2f} |")
     print()
     for name in ("compiled", "fallback"):
         if name in med:
-            print(f"{name} / hand-written throughput (median): {med['hand'] / med[name]:.2f}")
+            print(f"{name} / hand-written throughput (median): {med['hand'] / med[name]:.2f} wall, "
+                  f"{statistics.median(cpus['hand']) / statistics.median(cpus[name]):.2f} by JVM CPU time")
     df.unpersist()
     spark.stop()
 

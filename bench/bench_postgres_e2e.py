@@ -137,8 +137,11 @@ def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, l
     return time.perf_counter() - t0, reports
 
 
-def run_by_hand(spark, data, url, schema, checkpoint) -> float:
-    """What users write today: foreachBatch, groupBy/agg, executemany upserts."""
+def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True) -> float:
+    """What users write today: foreachBatch, groupBy/agg, executemany upserts.
+
+    ``write_rows=False`` runs only its Spark part (read, aggregate, collect): the floor under
+    any design that combines each batch in Spark, whatever it then writes."""
     from pyspark.sql import functions as F
 
     with psycopg.connect(url, autocommit=True) as con:
@@ -154,6 +157,8 @@ def run_by_hand(spark, data, url, schema, checkpoint) -> float:
         agg = df.groupBy("customer").agg(F.sum("amount"), F.sum("orders"), F.max("largest"),
                                          F.max_by("city", "ts"), F.max("ts"))
         rows = [tuple(r) for r in agg.collect()]
+        if not write_rows:
+            return
         with psycopg.connect(url) as con, con.cursor() as cur:
             for s in range(0, len(rows), 10_000):
                 cur.executemany(upsert, rows[s:s + 10_000])
@@ -297,11 +302,11 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
-    ap.add_argument("--skip", default="", help="comma-separated: a,b,c,d,e")
+    ap.add_argument("--skip", default="", help="comma-separated: a,b,s,c,d,e (s: the Spark part of (b) alone)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     tag = uuid.uuid4().hex[:6]
-    schemas = {k: f"tm_bench_{k}_{tag}" for k in "abcde"}
+    schemas = {k: f"tm_bench_{k}_{tag}" for k in "abscde"}
     work = tempfile.mkdtemp(prefix="tm-bench-")
     print(machine())
     with psycopg.connect(args.url) as con:
@@ -317,7 +322,7 @@ def main() -> None:
     results: dict = {}
     try:
         spark = None
-        if not {"a", "b", "e"} <= skip:
+        if not {"a", "b", "s", "e"} <= skip:
             from tidemark.spark.session import local_session
 
             spark = local_session("tidemark-bench", master=f"local[{args.shards}]", shuffle_partitions=args.shards)
@@ -338,6 +343,10 @@ def main() -> None:
             wall = run_by_hand(spark, data, args.url, schemas["b"], os.path.join(work, "chk-b"))
             results["b"] = wall
             print(f"(b) foreachBatch + executemany:   {wall:8.2f}s  ({args.docs / wall:,.0f} docs/s)")
+        if "s" not in skip:
+            wall = run_by_hand(spark, data, args.url, schemas["s"], os.path.join(work, "chk-s"), write_rows=False)
+            results["s"] = wall
+            print(f"(s) the Spark part of (b) alone (read, aggregate, collect; no writes): {wall:.2f}s")
         if "a" not in skip:
             print("    views: " + check_views(args.url, schemas["a"], schemas["b"] if "b" not in skip else None, view))
         if "c" not in skip:
@@ -366,6 +375,8 @@ def main() -> None:
         print("\nratios:")
         if "a" in results and "b" in results:
             print(f"  (a)/(b) wall = {results['a'] / results['b']:.2f}   (goal ≤ 0.5)")
+        if "s" in results and "b" in results:
+            print(f"  (s)/(b) wall = {results['s'] / results['b']:.2f}   (the Spark part's share of (b))")
         if "d" in results and "c" in results:
             print(f"  (d)/(c) endpoint = {results['d']['total'] / results['c']:.2f} wall, "
                   f"{results['d']['cpu'] / results['c_cpu']:.2f} CPU   (goal ≤ 2)")
