@@ -93,6 +93,31 @@ def test_round_trip_upsert_delete(driver, postgres_url, schema):
         (dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc),)]
 
 
+def test_loaded_keys_are_updated_in_place_and_vanished_rows_written_again(driver, postgres_url, schema):
+    """Store's ``exists`` flags split the commit into an UPDATE and an INSERT; a row removed
+    behind the session's back between Load and commit is written again, not lost."""
+    b = binding()
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    txn(t, b, [doc(f"k{i}", i) for i in range(5)], 0)
+    t.close()
+    t, _ = open_session(driver, b)
+    assert len(txn(t, b, [doc("k1", 10), doc("k2", 20), doc("new", 7)], 1)) == 2
+    t.close()
+    assert driver.dump(MAT, b) == {("k0",): doc("k0", 0), ("k1",): doc("k1", 10), ("k2",): doc("k2", 20),
+                                   ("k3",): doc("k3", 3), ("k4",): doc("k4", 4), ("new",): doc("new", 7)}
+    t, _ = open_session(driver, b)
+    t.acknowledge(Acknowledge())
+    assert set(load_all(t, 0, [("k3",), ("k4",)])) == {("k3",), ("k4",)}
+    sql(postgres_url, f'DELETE FROM "{schema}".customers WHERE customer = %s', ("k3",))  # not through tidemark
+    t.store(store_msg(b, [doc("k3", 30), doc("k4", 40), doc("k9", 9)], exists=[True, True, False]))
+    t.start_commit(StartCommit(cp(2)))
+    t.close()
+    got = driver.dump(MAT, b)
+    assert got[("k3",)] == doc("k3", 30) and got[("k4",)] == doc("k4", 40) and got[("k9",)] == doc("k9", 9)
+    assert len(got) == 7
+
+
 def test_load_is_deferred_until_acknowledged_and_chunked(driver):
     b = binding()
     apply(driver, b)

@@ -475,6 +475,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         self._hashes: dict[int, set] = {}  # per binding: hashes of stored keys (to skip DISTINCT ON)
         self._dupes: set[int] = set()  # bindings where a key may have been stored twice
         self._deletes: set[int] = set()  # bindings with deletes staged
+        self._updates: dict[int, int] = {}  # per binding: staged documents whose key was Loaded
 
     def _run(self, fn: Callable[[], T], what: str) -> T:
         return self.driver.run(fn, what, self.con)
@@ -532,8 +533,8 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         n = len(model.columns)
         st = self._temp(
             f"tidemark_stage_{msg.binding}",
-            ", ".join(["seq bigint", "x boolean"] + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
-                      + ["d jsonb"]),
+            ", ".join(["seq bigint", "x boolean", "e boolean"]
+                      + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)] + ["d jsonb"]),
         )
         seen = self._hashes.setdefault(msg.binding, set())
         before = len(seen)
@@ -542,29 +543,32 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             self._dupes.add(msg.binding)  # a key stored twice (or a hash collision): deduplicate at commit
         if any(msg.deletes):
             self._deletes.add(msg.binding)
+        self._updates[msg.binding] = self._updates.get(msg.binding, 0) + sum(
+            1 for e, x in zip(msg.exists, msg.deletes) if e and not x)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         dumps_doc = _json_dumps
         # Fast path: psycopg formats the COPY rows in C; JSON columns are encoded here.
-        json_at = [2 + j for j, c in enumerate(model.columns) if c.kind == JSON]
-        rows = [(seq + i, dele, *key, *vals, dumps_doc(doc))
-                for i, (key, vals, doc, dele) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes))]
+        json_at = [3 + j for j, c in enumerate(model.columns) if c.kind == JSON]
+        rows = [(seq + i, dele, ex, *key, *vals, dumps_doc(doc))
+                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes, msg.exists))]
         if json_at:
             rows = [_encode_at(r, json_at) for r in rows]
         con = self.con
         if msg.binding in self._stale:  # a reused session: empty what the last commit applied
             self._run(lambda: con.execute(f"TRUNCATE {st}"), "clear staging")
             self._stale.discard(msg.binding)
-        copy_sql = f"COPY {st} ({', '.join(['seq', 'x'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
 
         def careful() -> str:
             """COPY text built value by value (e.g. ``3.0`` in an integer column becomes ``3``)."""
             kc = [copy_converter(c.kind) for c in model.keys]
             vc = [copy_converter(c.kind) for c in model.values]
-            lines = ["\t".join([str(seq + i), "t" if dele else "f", *[c(v) for c, v in zip(kc, key)],
+            lines = ["\t".join([str(seq + i), "t" if dele else "f", "t" if ex else "f", *[c(v) for c, v in zip(kc, key)],
                                 *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
                                 dumps_doc(doc).replace("\\", "\\\\")])
-                     for i, (key, vals, doc, dele) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes))]
+                     for i, (key, vals, doc, dele, ex)
+                     in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes, msg.exists))]
             lines.append("")
             return "\n".join(lines)
 
@@ -633,6 +637,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         self._hashes.clear()
         self._dupes.clear()
         self._deletes.clear()
+        self._updates.clear()
         return StartedCommit()
 
     def _apply_staged(self, binding: int) -> None:
@@ -655,10 +660,20 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             self.con.execute(f"DELETE FROM {model.ident} t USING {latest} WHERE s.x AND {match}")
         sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in names[n:])
         keys = ", ".join(q(c.name) for c in model.keys)
-        self.con.execute(
-            f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {latest} WHERE NOT s.x "
-            f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
-        )
+        upsert = f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {latest} WHERE NOT s.x"
+        updates = self._updates.get(binding, 0)
+        if updates and binding not in self._dupes:
+            # Keys that Load found are updated in place and the others inserted, as the Store
+            # flags say: an UPDATE joined to the staging table is cheaper than an upsert that
+            # first tries to insert every row.  The fence keeps other tidemark writers out of
+            # this range; if a row was removed behind our back all the same (fewer rows
+            # updated than staged), the upsert below writes every staged row again.
+            match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
+            assign = ", ".join(f"{q(c)} = s.{src}" for c, src in zip(names[n:], source.split(", ")[n:]))
+            cur = self.con.execute(f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.e AND NOT s.x AND {match}")
+            if cur.rowcount == updates:
+                upsert += " AND NOT s.e"
+        self.con.execute(f"{upsert} ON CONFLICT ({keys}) DO UPDATE SET {sets}")
 
     def close(self) -> None:
         try:
