@@ -253,6 +253,9 @@ OPEN_KEY = {  # the key is not listed in `required`: a document without it is st
     ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
     ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
     ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
+    ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
     # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
     ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
     ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
@@ -331,9 +334,9 @@ def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line
 def test_strings_that_look_like_numbers_stay_strings(spark):
     """Text that only looks like a number, boolean or array is a valid string: compiled path, exact result."""
     coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
-    docs = [{"k": "a", "s": "5", "tags": ["1", "true"]}, {"k": "a", "s": "2024-01-05", "tags": ["[x]", "{y", "-"]},
+    docs = [{"k": "a", "s": "5", "tags": ["1", "true"]}, {"k": "a", "s": "2024-01-05", "tags": ["[x]", "y", "-"]},
             {"k": "b", "s": "true", "tags": ["null", "1e5"], "m": {"p": "5"}}, {"k": "b", "s": "[1]", "m": {"q": "[]"}},
-            {"k": "c", "s": "{x", "tags": ["-0", "?"]}, {"k": "c", "s": "why? \U0001F600", "m": {"r": "?"}}]
+            {"k": "c", "s": "2e5", "tags": ["-0", "?"]}, {"k": "c", "s": "why? \U0001F600", "m": {"r": "?"}}]
     res = combine_batch(frame(spark, docs, files=1), coll)
     try:
         assert res.path == "compiled"
@@ -347,3 +350,72 @@ def test_lone_surrogate_is_a_clear_error_on_the_fallback_path_too(spark):
     rows = [('{"k":"a","s":"\U0001F600"}', "src", 0, 0), ('{"k":"a","s":"\\ud83d"}', "src", 0, 1)]
     with pytest.raises(DocumentError, match=r"^src:2: unparseable JSON: a lone surrogate .ud83d is not valid Unicode"):
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="fallback")
+
+
+MUTATED = {
+    "type": "object", "required": ["k"], "reduce": {"strategy": "merge"},
+    "properties": {"k": {"type": "string"}, "s": {"type": "string"},
+                   "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+                   "x": {"type": "number", "reduce": {"strategy": "maximize"}}, "b": {"type": "boolean"},
+                   "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}}},
+}
+_TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
+    "s": (['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
+          ["5", "-1.5e3", "true", "[1]", '{"z":1}', "null", '"\\ud800"']),
+    "n": (["1", "-7", "0"], ['"1"', "1.5", "true", "null", "[1]"]),
+    "x": (["1", "2.5", "-1e3"], ['"1"', "false", "null"]),
+    "b": (["true", "false"], ['"true"', "1", "null"]),
+    "tags": (['["a"]', '[]', '["a", "5"]', '["[x]","-"]'], ['["a",5]', '[null]', '[true]', '"a"', '[["a"]]']),
+}
+
+
+@st.composite
+def mutated_lines(draw):
+    """Document texts: most valid, some with one thing from_json forgives or rejects."""
+    lines = []
+    for _ in range(draw(st.integers(1, 8))):
+        sep, colon = draw(st.sampled_from([(",", ":")] * 3 + [(", ", ": "), (" ,", " : ")]))
+        members = [("k", json.dumps(draw(st.sampled_from(["a", "b"]))))]
+        for name, (good, _bad) in _TEXTS.items():
+            if draw(st.booleans()):
+                members.append((name, draw(st.sampled_from(good))))
+        tail = ""
+        mutation = draw(st.sampled_from(["none"] * 4 + ["value"] * 4 + ["extra", "tail", "quotes"]))
+        if mutation == "value":
+            name = draw(st.sampled_from(sorted(_TEXTS)))
+            members = [m for m in members if m[0] != name] + [(name, draw(st.sampled_from(_TEXTS[name][1])))]
+        elif mutation == "extra":
+            members.append((draw(st.sampled_from(["s", "n", "zz"])), draw(st.sampled_from(['"r"', "3", "null"]))))
+        elif mutation == "tail":
+            tail = draw(st.sampled_from([" ", "}", "{}", " 5", '""}']))
+        members = draw(st.permutations(members))
+        body = "{" + sep.join(f"{json.dumps(n)}{colon}{v}" for n, v in members) + "}" + tail
+        lines.append(body.replace('"', "'") if mutation == "quotes" else body)
+    return lines
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mutated_lines())
+def test_mutated_documents_agree_with_python(spark, lines):
+    """Whatever path a batch takes, it fails exactly when Python finds an invalid line (naming
+    the first one), and otherwise gives Python's documents."""
+    from tidemark.spark.combine import check_document
+
+    coll = Collection(CollectionSpec("t", ("/k",), MUTATED))
+    rows = [(line, "src", 0, i) for i, line in enumerate(lines)]
+    checked = [check_document(coll, line) for line in lines]
+    bad = [i for i, (reason, _kj, _doc) in enumerate(checked) if reason is not None]
+    df = spark.createDataFrame(rows, SCHEMA)
+    if bad:
+        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]"):
+            combine_batch(df, coll)
+        return
+    want: dict = {}
+    for reason, kj, doc in checked:
+        want[kj] = doc if kj not in want else coll.reduce(want[kj], doc)
+    res = combine_batch(df, coll)
+    try:
+        assert collect(res) == want
+    finally:
+        res.unpersist()

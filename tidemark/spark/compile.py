@@ -258,7 +258,7 @@ def _undeclared(plan: CompiledPlan, value, p):
 def suspect_regex(plan: CompiledPlan) -> str:
     """One regular expression for every textual check (one scan of the document, not one per check)."""
     alts = [r"[:\[,]\s*null\b",  # a null value: from_json reads it as absent
-            r"\}\s*[\{\[\"]",  # content after a closing brace (e.g. two documents on one line)
+            r"\}\s*[^\s,\]\}]",  # after a closing brace only ",", "]" or "}" may follow (or the end)
             _LONE_SURROGATE]
     names = {"string": [], "object": [], "array": []}
     for f in plan.fields:
@@ -378,7 +378,12 @@ def suspect_expr(plan: CompiledPlan, value, p, plain):
     trimmed = F.rtrim(value)
     conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
              F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
-             F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan)))]
+             F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan))),
+             # an extra "}" or "]" after the document (from_json stops at the end of the
+             # first value): brackets that do not balance (those inside strings only
+             # make a document a suspect, which the Python validator then clears)
+             F.when(plain, F.lit(False)).otherwise((_count(value, "{") != _count(value, "}"))
+                                                  | (_count(value, "[") != _count(value, "]")))]
     for k in plan.key:
         conds.append(p[k].isNull())
     for r in plan.required:
