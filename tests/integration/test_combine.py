@@ -272,9 +272,15 @@ OPEN_KEY = {  # the key is not listed in `required`: a document without it is st
 ])
 def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
     """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
-    coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
-    rows = [('{"k": "a", "t": 1}', "src", 0, 0), (line, "src", 0, 1)]
-    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + message.replace("(", r"\(").replace("[", r"\[")):
+    _compiled_rejects_second_line(spark, OPEN_KEY, '{"k": "a", "t": 1}', line,
+                                  message.replace("(", r"\(").replace("[", r"\["))
+
+
+def _compiled_rejects_second_line(spark, schema, first, line, pattern):
+    """The compiled path fails a batch of ``first`` and ``line`` at line 2 with ``pattern``."""
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    rows = [(first, "src", 0, 0), (line, "src", 0, 1)]
+    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + pattern):
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="compiled")
 
 
@@ -325,10 +331,7 @@ TAGGED = {
 ])
 def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line, message):
     """from_json reads any JSON value into a string element or map value, as its JSON text."""
-    coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
-    rows = [('{"k":"a","tags":["x"]}', "src", 0, 0), (line, "src", 0, 1)]
-    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + re.escape(message)):
-        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="compiled")
+    _compiled_rejects_second_line(spark, TAGGED, '{"k":"a","tags":["x"]}', line, re.escape(message))
 
 
 def test_strings_that_look_like_numbers_stay_strings(spark):

@@ -646,7 +646,8 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         n = len(model.keys)
         names = [c.name for c in model.columns] + [DOCUMENT_COLUMN]
         target = ", ".join(q(c) for c in names)
-        source = ", ".join([f"c{j}" for j in range(len(model.columns))] + ["d"])
+        sources = [f"c{j}" for j in range(len(model.columns))] + ["d"]
+        source = ", ".join(sources)
         if model.delta:
             self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {st} ORDER BY seq")
             return
@@ -669,7 +670,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             # this range; if a row was removed behind our back all the same (fewer rows
             # updated than staged), the upsert below writes every staged row again.
             match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
-            assign = ", ".join(f"{q(c)} = s.{src}" for c, src in zip(names[n:], source.split(", ")[n:]))
+            assign = ", ".join(f"{q(c)} = s.{src}" for c, src in zip(names[n:], sources[n:]))
             cur = self.con.execute(f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.e AND NOT s.x AND {match}")
             if cur.rowcount == updates:
                 upsert += " AND NOT s.e"

@@ -164,12 +164,13 @@ def _compiled(df, collection, plan, on_invalid):
     # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
     aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok, mask_scalars=False,
                                       key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
-    key_cols = [F.when(ok, pc[k]).alias(f"_k{i}") for i, k in enumerate(plan.key)]
+    masked_keys = [F.when(ok, pc[k]) for k in plan.key]
+    key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]
     # A hash of the key leads the grouping columns: the aggregation sorts its rows by the
     # grouping columns (past a small number of keys), and a sort compares a prefix of the
     # first column before whole rows.  Keys often share long prefixes (``customer-000…``);
     # hashes do not, so most comparisons end at the prefix.
-    grouping = [F.xxhash64(*[F.when(ok, pc[k]) for k in plan.key]).alias("_h"), F.col("_suspect").alias("_s"), *key_cols]
+    grouping = [F.xxhash64(*masked_keys).alias("_h"), F.col("_suspect").alias("_s"), *key_cols]
     grouped = staged.groupBy(*grouping).agg(
         *aggs,
         F.count(F.lit(1)).alias("_n"),
