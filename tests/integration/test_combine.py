@@ -422,3 +422,69 @@ def test_mutated_documents_agree_with_python(spark, lines):
         assert collect(res) == want
     finally:
         res.unpersist()
+
+
+# ----------------------------------------------------------------------------- generated code size
+
+# HotSpot does not compile a method of more than 8,000 bytes of bytecode (HugeMethodLimit):
+# it interprets it, and a combine whose per-row method is that large runs about twice as
+# slowly.  The compiled plan must keep every generated method below that, whatever the width.
+JIT_METHOD_LIMIT = 8000
+
+WIDE_KINDS = [
+    ({"type": "integer", "reduce": {"strategy": "sum"}}, 5),
+    ({"type": "number", "reduce": {"strategy": "minimize"}}, 1.5),
+    ({"type": "string", "enum": ["a", "b"]}, "a"),
+    ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, "2024-01-05"),
+    ({"type": "boolean"}, True),
+    ({"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}}, ["sku-1"]),
+    ({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}}, {"m": 1}),
+    ({"type": "integer", "reduce": {"strategy": "maximize"}, "maximum": 1000}, 7),
+]
+
+
+def _generated_method_sizes(df) -> list[int]:
+    """The largest method's bytecode size of each whole-stage generated class that runs
+    ``df`` (cached relations included), compiled as Spark compiles them."""
+    spark = df.sparkSession
+    compile_code = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator.compile
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # a plan with its codegen stages in place
+    try:
+        todo = [df._jdf.queryExecution().executedPlan()]
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    sizes = []
+    while todo:
+        node = todo.pop()
+        kind = node.getClass().getSimpleName()
+        if kind == "WholeStageCodegenExec":
+            sizes.append(compile_code(node.doCodeGen()._2())._2().maxMethodCodeSize())
+        elif kind == "InMemoryTableScanExec":
+            todo.append(node.relation().cachedPlan())
+        children = node.children().iterator()
+        while children.hasNext():
+            todo.append(children.next())
+    return sizes
+
+
+@pytest.mark.parametrize("width", [9, 48])
+def test_compiled_plan_methods_stay_small_enough_for_the_jit(spark, width):
+    props = {"k": {"type": "string"}}
+    doc = {}
+    for i in range(width):
+        schema, value = WIDE_KINDS[i % len(WIDE_KINDS)]
+        props[f"f{i}"] = schema
+        doc[f"f{i}"] = value
+    coll = Collection(CollectionSpec("wide", ("/k",), {"type": "object", "required": ["k"], "reduce": {"strategy": "merge"},
+                                                       "properties": props}))
+    docs = [{"k": f"k{j % 5}", **doc} for j in range(20)]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled"
+        assert collect(res) == expected(coll, docs)
+        cached = res._cached[0]
+        cached.unpersist()  # size the plan that computes it, not a scan of the cache
+        sizes = _generated_method_sizes(cached)
+    finally:
+        res.unpersist()
+    assert sizes and max(sizes) <= JIT_METHOD_LIMIT, sizes
