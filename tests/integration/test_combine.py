@@ -334,6 +334,25 @@ def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line
     _compiled_rejects_second_line(spark, TAGGED, '{"k":"a","tags":["x"]}', line, re.escape(message))
 
 
+ENUMS = {
+    "type": "object", "reduce": {"strategy": "merge"},
+    "properties": {"k": {"type": "string"}, "city": {"type": "string", "enum": ["Oslo", "Lima"]},
+                   "flag": {"type": "string", "enum": ["true", "no"]}},
+}
+
+
+@pytest.mark.parametrize("line, pattern", [
+    ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
+    ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
+    ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
+    # "true" is an allowed string here, so the boolean must still be caught by its shape
+    ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
+])
+def test_enum_strings_reject_non_strings(spark, line, pattern):
+    """An enum of plain words rejects what from_json makes of a non-string without the shape check."""
+    _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo","flag":"no"}', line, pattern)
+
+
 def test_strings_that_look_like_numbers_stay_strings(spark):
     """Text that only looks like a number, boolean or array is a valid string: compiled path, exact result."""
     coll = Collection(CollectionSpec("t", ("/k",), TAGGED))

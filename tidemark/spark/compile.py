@@ -317,6 +317,17 @@ def _token_like(c):
             .otherwise(c.isin("true", "false")))
 
 
+def _enum_excludes_tokens(schema: dict) -> bool:
+    """True if the field's ``enum`` (checked in :func:`suspect_expr` for every document)
+    already rejects whatever ``from_json`` could have made of a non-string or of a lone
+    surrogate: no allowed value is a number's text, ``true`` / ``false``, ``[...]`` / ``{...}``
+    or holds a ``?``."""
+    if "enum" not in schema:
+        return False
+    return all(isinstance(v, str) and "?" not in v and not re.fullmatch(_NUMBER, v) and v not in ("true", "false")
+               and not v.startswith(("[", "{")) for v in schema["enum"])
+
+
 def _occurrences_plus_one(value, char: str):
     """How many pieces ``char`` cuts the text into (its count + 1).  ``split`` by one
     character that is not special in a regular expression takes Java's fast path, which
@@ -339,7 +350,8 @@ def plain_document(plan: CompiledPlan, value, p):
       declared type is read as null, so it shows here too);
     * no string that was read looks like what ``from_json`` makes of a number, boolean,
       array or object in a string column (:func:`_token_like`): every string value and
-      string array element was a JSON string in the text;
+      string array element was a JSON string in the text (skipped for a field whose
+      ``enum`` rejects all such values anyway: :func:`_enum_excludes_tokens`);
     * no ``null`` element in an array; raw objects and arrays start as such;
     * no ``?`` in a string read (what Spark makes of a lone surrogate escape).
 
@@ -355,7 +367,8 @@ def plain_document(plan: CompiledPlan, value, p):
     for f in plan.fields:
         c = p[f.name]
         if f.kind == "scalar" and f.type == "string":
-            ok.append(F.coalesce(~_token_like(c) & ~F.contains(c, F.lit("?")), F.lit(True)))
+            if not _enum_excludes_tokens(f.schema):
+                ok.append(F.coalesce(~_token_like(c) & ~F.contains(c, F.lit("?")), F.lit(True)))
         elif f.kind == "raw":
             first = "[" if f.type == "array" else "{"
             ok.append(F.coalesce(c.startswith(first) & ~F.contains(c, F.lit("?")), F.lit(True)))
