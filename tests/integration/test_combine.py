@@ -507,3 +507,21 @@ def test_compiled_plan_methods_stay_small_enough_for_the_jit(spark, width):
     finally:
         res.unpersist()
     assert sizes and max(sizes) <= JIT_METHOD_LIMIT, sizes
+
+
+def test_compiled_path_without_subexpression_elimination(spark):
+    """A session without subexpression elimination reads a parsed column (one parse per
+    document), with the same results and the same rejections."""
+    coll = Collection(CollectionSpec("t", ("/k",), ENUMS))
+    docs = [{"k": "a", "city": "Oslo"}, {"k": "b", "flag": "no"}, {"k": "a", "city": "Lima", "flag": "true"}]
+    spark.conf.set("spark.sql.subexpressionElimination.enabled", "false")
+    try:
+        res = combine_batch(frame(spark, docs), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, docs)
+        finally:
+            res.unpersist()
+        _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo"}', '{"k":"a","flag":true}',
+                                      r"/flag: True is not of type 'string'")
+    finally:
+        spark.conf.unset("spark.sql.subexpressionElimination.enabled")

@@ -157,13 +157,19 @@ def _compiled(df, collection, plan, on_invalid):
     # (common subexpressions, the parse among them, are evaluated once per row).  Written
     # as projections over a ``p`` column instead, the checks are fused into one generated
     # method that grows with the schema, and past 8,000 bytes of bytecode the JVM no
-    # longer compiles it: the whole combine then runs about twice as slowly.
+    # longer compiles it: the whole combine then runs about twice as slowly.  Without
+    # subexpression elimination (a session that turned it off) the parse would run once per
+    # reference, so there the checks read a parsed column after all.
+    source = df
     pc = F.from_json(F.col("value"), C.parse_schema(plan), C.JSON_OPTIONS)
+    if str(df.sparkSession.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false":
+        source = df.select("value", "_file", "_block", "_row", pc.alias("p"))
+        pc = F.col("p")
     plain = C.plain_document(plan, F.col("value"), pc)
     suspect = C.suspect_expr(plan, F.col("value"), pc, plain)
-    staged = df.select("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
-                       C.extras_expr(plan, F.col("value"), pc, plain).alias("_extras"),
-                       F.struct("_file", "_block", "_row").alias("_o"))
+    staged = source.select("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
+                           C.extras_expr(plan, F.col("value"), pc, plain).alias("_extras"),
+                           F.struct("_file", "_block", "_row").alias("_o"))
     pc = F.col("p")
     ok = ~F.col("_suspect")
     # Suspects go to one group of their own (``_s``), so only the aggregates that collect
