@@ -379,7 +379,8 @@ MUTATED = {
     "properties": {"k": {"type": "string"}, "s": {"type": "string"},
                    "n": {"type": "integer", "reduce": {"strategy": "sum"}},
                    "x": {"type": "number", "reduce": {"strategy": "maximize"}}, "b": {"type": "boolean"},
-                   "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}}},
+                   "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+                   "e": {"type": "string", "enum": ["Oslo", "Lima"]}},
 }
 _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
     "s": (['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
@@ -388,6 +389,7 @@ _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid
     "x": (["1", "2.5", "-1e3"], ['"1"', "false", "null"]),
     "b": (["true", "false"], ['"true"', "1", "null"]),
     "tags": (['["a"]', '[]', '["a", "5"]', '["[x]","-"]'], ['["a",5]', '[null]', '[true]', '"a"', '[["a"]]']),
+    "e": (['"Oslo"', '"Lima"', '"\\u004Cima"'], ["5", "true", '["Oslo"]', '"Rome"', "null", '"\\udc00"']),
 }
 
 
