@@ -1,7 +1,11 @@
-"""Parsing and JSON Schema validation of documents (pure Python, uses ``jsonschema``).
+"""Parsing and JSON Schema validation of documents.
 
-Violations are short human-readable strings that start with the JSON pointer of the
-offending location: ``/total: 'x' is not of type 'number'``.
+Validity is decided by ``jsonschema-rs`` (compiled, about a hundred times faster) where it
+reads the schema as ``jsonschema`` does, and by ``jsonschema`` for everything else: every
+document it does not call valid, and every schema that uses a keyword the two could read
+differently (:data:`PYTHON_ONLY_KEYWORDS`).  Violations are always ``jsonschema``'s: short
+human-readable strings that start with the JSON pointer of the offending location:
+``/total: 'x' is not of type 'number'``.
 """
 
 from __future__ import annotations
@@ -65,12 +69,38 @@ def pointer_of(path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
+# Keywords the two validators could read differently: regular expressions (Python's
+# ``re`` in ``jsonschema``, an ECMA 262 dialect in ``jsonschema-rs``) and ``multipleOf`` of
+# fractions (each rounds differently).  A schema with any of them, or with a reference
+# outside itself (which ``jsonschema-rs`` might try to fetch), is validated by
+# ``jsonschema`` alone.
+PYTHON_ONLY_KEYWORDS = frozenset({"pattern", "patternProperties", "multipleOf", "$dynamicRef", "$recursiveRef"})
+
+
+def fast_validation_applies(schema: Any) -> bool:
+    """True if ``jsonschema-rs`` may decide that a document is valid under ``schema``."""
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in PYTHON_ONLY_KEYWORDS:
+                    return False
+                if k == "$ref" and not (isinstance(v, str) and v.startswith("#")):
+                    return False
+                todo.append(v)
+        elif isinstance(node, list):
+            todo.extend(node)
+    return True
+
+
 class Validator:
     """A compiled JSON Schema validator; picklable (compiled lazily per process)."""
 
     def __init__(self, schema: dict):
         self.schema = schema
         self._v = None
+        self._fast = None
 
     def __getstate__(self):
         return {"schema": self.schema}
@@ -86,10 +116,36 @@ class Validator:
             self._v = Draft202012Validator(self.schema)
         return self._v
 
+    @property
+    def fast(self):
+        """The ``jsonschema-rs`` validator, or False where it does not apply."""
+        if self._fast is None:
+            self._fast = False
+            if fast_validation_applies(self.schema):
+                try:
+                    import jsonschema_rs
+
+                    self._fast = jsonschema_rs.Draft202012Validator(self.schema, validate_formats=False)
+                except Exception:  # a schema it does not take: jsonschema alone
+                    self._fast = False
+        return self._fast
+
+    def _fast_valid(self, doc: Any) -> bool:
+        """True only if ``jsonschema-rs`` calls the document valid (False: not known)."""
+        fast = self.fast
+        if fast is False:
+            return False
+        try:
+            return fast.is_valid(doc)
+        except Exception:  # a value it cannot take: jsonschema decides
+            return False
+
     def is_valid(self, doc: Any) -> bool:
-        return self.compiled.is_valid(doc)
+        return self._fast_valid(doc) or self.compiled.is_valid(doc)
 
     def violations(self, doc: Any) -> list[str]:
+        if self._fast_valid(doc):
+            return []
         v = self.compiled
         if v.is_valid(doc):
             return []

@@ -1,0 +1,137 @@
+"""jsonschema-rs decides validity only where it agrees with jsonschema.
+
+The Validator trusts ``jsonschema-rs`` when it calls a document valid (``jsonschema``
+decides everything else, and writes every message).  These properties generate schemas
+from the keywords it is trusted with, and documents, and require both libraries to give
+the same answer: in both directions, so a difference shows even where the Validator would
+hide it.
+"""
+
+from __future__ import annotations
+
+import jsonschema
+import jsonschema_rs
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tidemark.collection.validate import Validator, fast_validation_applies
+
+TYPES = ["null", "boolean", "integer", "number", "string", "array", "object"]
+KEYS = st.sampled_from(["a", "b", "é", "1"])
+NUMBERS = st.one_of(st.integers(-5, 5), st.sampled_from([0.5, -1.5, 2.0, 1e300, -0.0]))
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.integers(-2**70, 2**70),
+              st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 1.0, 2.0, 0.5]),
+              st.text(max_size=4)),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=4),
+    max_leaves=10,
+)
+
+leaf_schemas = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(TYPES) | st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True)}),
+    st.fixed_dictionaries({"enum": st.lists(json_values, min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"const": json_values}),
+    st.fixed_dictionaries({}, optional={"minimum": NUMBERS, "maximum": NUMBERS, "exclusiveMinimum": NUMBERS,
+                                        "exclusiveMaximum": NUMBERS}),
+    st.fixed_dictionaries({}, optional={"minLength": st.integers(0, 4), "maxLength": st.integers(0, 4),
+                                        "format": st.sampled_from(["date-time", "email"])}),
+    st.booleans(),
+)
+
+
+def _composite(children):
+    return st.one_of(
+        st.fixed_dictionaries({}, optional={
+            "type": st.just("object"),
+            "properties": st.dictionaries(KEYS, children, max_size=3),
+            "required": st.lists(KEYS, max_size=2, unique=True),
+            "additionalProperties": children,
+            "minProperties": st.integers(0, 3), "maxProperties": st.integers(0, 3),
+            "propertyNames": st.fixed_dictionaries({"maxLength": st.integers(0, 1)}),
+            "dependentRequired": st.dictionaries(KEYS, st.lists(KEYS, max_size=2, unique=True), max_size=2),
+            "unevaluatedProperties": st.booleans(),
+        }),
+        st.fixed_dictionaries({}, optional={
+            "type": st.just("array"), "items": children, "prefixItems": st.lists(children, max_size=2),
+            "minItems": st.integers(0, 3), "maxItems": st.integers(0, 3), "uniqueItems": st.booleans(),
+            "contains": children, "minContains": st.integers(0, 2), "unevaluatedItems": st.booleans(),
+        }),
+        st.fixed_dictionaries({"allOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"anyOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"oneOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"not": children}),
+        st.fixed_dictionaries({"if": children}, optional={"then": children, "else": children}),
+    )
+
+
+schemas = st.recursive(leaf_schemas, _composite, max_leaves=8)
+
+
+@st.composite
+def rooted(draw):
+    """A root schema, sometimes reaching a definition through ``$ref``, with ``reduce`` annotations."""
+    body = draw(schemas)
+    if draw(st.booleans()):
+        return {"$defs": {"d": body}, "type": "object", "reduce": {"strategy": "merge"},
+                "properties": {"a": {"$ref": "#/$defs/d"}, "b": draw(schemas)}}
+    return body if not isinstance(body, dict) else {**body, "reduce": {"strategy": "lastWriteWins"}}
+
+
+@st.composite
+def cases(draw):
+    schema = draw(rooted())
+    docs = draw(st.lists(json_values | st.fixed_dictionaries({}, optional={"a": json_values, "b": json_values}),
+                         min_size=1, max_size=6))
+    return schema, docs
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_jsonschema_rs_agrees_with_jsonschema(case):
+    schema, docs = case
+    assert fast_validation_applies(schema)
+    try:
+        fast = jsonschema_rs.Draft202012Validator(schema, validate_formats=False)
+    except Exception:  # a schema it refuses: the Validator uses jsonschema alone
+        assume(False)
+    slow = jsonschema.Draft202012Validator(schema)
+    validator = Validator(schema)
+    for doc in docs:
+        expected = slow.is_valid(doc)
+        try:
+            got = fast.is_valid(doc)
+        except Exception:  # a value it cannot take: the Validator asks jsonschema
+            got = expected
+        assert got == expected, (schema, doc)
+        assert (validator.violations(doc) == []) == expected
+
+
+@pytest.mark.parametrize("schema, applies", [
+    ({"type": "object", "properties": {"a": {"type": "string"}}}, True),
+    ({"type": "string", "pattern": "^a"}, False),
+    ({"properties": {"a": {"patternProperties": {"^x": True}}}}, False),
+    ({"type": "number", "multipleOf": 0.01}, False),
+    ({"allOf": [{"$ref": "#/$defs/x"}], "$defs": {"x": True}}, True),
+    ({"$ref": "https://example.com/s.json"}, False),
+    ({"$ref": "other.json#/x"}, False),
+])
+def test_keywords_that_keep_jsonschema_alone(schema, applies):
+    assert fast_validation_applies(schema) is applies
+    assert bool(Validator(schema).fast) is applies
+
+
+def test_messages_stay_jsonschemas():
+    v = Validator({"type": "object", "properties": {"total": {"type": "number"}}})
+    assert v.violations({"total": 1.5}) == []
+    assert v.violations({"total": "x"}) == ["/total: 'x' is not of type 'number'"]
+
+
+def test_validator_pickles_without_the_compiled_parts():
+    import pickle
+
+    v = Validator({"type": "integer"})
+    assert v.is_valid(3) and v.fast
+    w = pickle.loads(pickle.dumps(v))
+    assert w._fast is None and w.is_valid(4) and not w.is_valid("x")
