@@ -135,3 +135,33 @@ def test_validator_pickles_without_the_compiled_parts():
     assert v.is_valid(3) and v.fast
     w = pickle.loads(pickle.dumps(v))
     assert w._fast is None and w.is_valid(4) and not w.is_valid("x")
+
+
+def test_conditions_in_reductions_use_jsonschema_rs_where_they_stand_alone():
+    """The condition of a deletion is evaluated for every document reduced: a condition
+    without references takes jsonschema-rs, one with a reference takes jsonschema; both
+    answer alike."""
+    from tidemark.collection.schema import SchemaIndex
+
+    cond = {"required": ["_meta"], "properties": {"_meta": {"properties": {"op": {"const": "d"}}}}}
+    referring = {"properties": {"n": {"$ref": "#/$defs/small"}}}
+    root = {"$defs": {"small": {"maximum": 3}}, "type": "object", "if": cond, "then": {"reduce": {"delete": True}},
+            "anyOf": [referring, True]}
+    index = SchemaIndex(root)
+    for doc, deleted, small in [({"_meta": {"op": "d"}, "n": 1}, True, True), ({"_meta": {"op": "u"}, "n": 9}, False, False),
+                                ({"n": 2**70}, False, False), ({}, False, True)]:
+        assert index.is_valid(cond, doc) is deleted
+        assert index.is_valid(referring, doc) is small
+    assert isinstance(index._validators[id(cond)], jsonschema_rs.Draft202012Validator)
+    assert isinstance(index._validators[id(referring)], jsonschema.Draft202012Validator)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schemas, st.lists(json_values, min_size=1, max_size=4))
+def test_condition_answers_agree(schema, docs):
+    from tidemark.collection.schema import SchemaIndex
+
+    index = SchemaIndex({"type": "object"})
+    slow = index._slow_validator(schema)
+    for doc in docs:
+        assert index.is_valid(schema, doc) is slow.is_valid(doc)

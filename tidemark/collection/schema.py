@@ -36,6 +36,20 @@ LIST_KEYWORDS = ("allOf", "anyOf", "oneOf", "prefixItems")
 MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
+def _has_reference(schema: Any) -> bool:
+    """True if the schema (at any depth) refers to or names other schemas."""
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if any(k in node for k in ("$ref", "$dynamicRef", "$recursiveRef", "$id", "$anchor", "$dynamicAnchor")):
+                return True
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return False
+
+
 @dataclass(frozen=True)
 class Annotation:
     """The effective ``reduce`` annotation of one location for one instance."""
@@ -98,13 +112,35 @@ class SchemaIndex:
             return False
         v = self._validators.get(id(schema))
         if v is None:
-            if self._base is None:
-                from jsonschema import Draft202012Validator
+            v = self._validators[id(schema)] = self._fast_validator(schema) or self._slow_validator(schema)
+        try:
+            return v.is_valid(instance)
+        except Exception:  # jsonschema-rs could not take the value: jsonschema decides
+            return self._slow_validator(schema).is_valid(instance)
 
-                self._base = Draft202012Validator(self.root if isinstance(self.root, dict) else {})
-            v = self._base.evolve(schema=schema)
-            self._validators[id(schema)] = v
-        return v.is_valid(instance)
+    def _slow_validator(self, schema: Any):
+        if self._base is None:
+            from jsonschema import Draft202012Validator
+
+            self._base = Draft202012Validator(self.root if isinstance(self.root, dict) else {})
+        return self._base.evolve(schema=schema)
+
+    @staticmethod
+    def _fast_validator(schema: Any):
+        """``jsonschema-rs`` for a subschema that stands on its own (no references) and uses
+        only keywords the two packages read alike (see :mod:`tidemark.collection.validate`);
+        None otherwise.  Conditions (``if``, ``anyOf``, ``oneOf``) are evaluated for every
+        document reduced, so this is where a schema with a deletion condition spends its time."""
+        from tidemark.collection.validate import fast_validation_applies
+
+        if not isinstance(schema, dict) or not fast_validation_applies(schema) or _has_reference(schema):
+            return None
+        try:
+            import jsonschema_rs
+
+            return jsonschema_rs.Draft202012Validator(schema, validate_formats=False)
+        except Exception:  # a subschema it does not take
+            return None
 
     # ------------------------------------------------------------------ applicability
     def applicable(self, schemas, instance: Any) -> list[dict]:
