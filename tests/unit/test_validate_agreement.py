@@ -116,6 +116,9 @@ def test_jsonschema_rs_agrees_with_jsonschema(case):
     ({"allOf": [{"$ref": "#/$defs/x"}], "$defs": {"x": True}}, True),
     ({"$ref": "https://example.com/s.json"}, False),
     ({"$ref": "other.json#/x"}, False),
+    ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}, True),
+    # draft 7 reads `dependencies`; tidemark (draft 2020-12) ignores it, and so must the fast path
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": ["b"]}}, False),
 ])
 def test_keywords_that_keep_jsonschema_alone(schema, applies):
     assert fast_validation_applies(schema) is applies

@@ -71,10 +71,12 @@ def pointer_of(path) -> str:
 
 # Keywords the two validators could read differently: regular expressions (Python's
 # ``re`` in ``jsonschema``, an ECMA 262 dialect in ``jsonschema-rs``) and ``multipleOf`` of
-# fractions (each rounds differently).  A schema with any of them, or with a reference
-# outside itself (which ``jsonschema-rs`` might try to fetch), is validated by
-# ``jsonschema`` alone.
+# fractions (each rounds differently).  A schema with any of them, with a reference
+# outside itself (which ``jsonschema-rs`` might try to fetch), or naming another draft in
+# ``$schema`` (``jsonschema-rs`` would follow it; tidemark validates by draft 2020-12), is
+# validated by ``jsonschema`` alone.
 PYTHON_ONLY_KEYWORDS = frozenset({"pattern", "patternProperties", "multipleOf", "$dynamicRef", "$recursiveRef"})
+DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
 
 
 def fast_validation_applies(schema: Any) -> bool:
@@ -87,6 +89,8 @@ def fast_validation_applies(schema: Any) -> bool:
                 if k in PYTHON_ONLY_KEYWORDS:
                     return False
                 if k == "$ref" and not (isinstance(v, str) and v.startswith("#")):
+                    return False
+                if k == "$schema" and v not in DRAFT_2020_12:  # jsonschema-rs would switch drafts
                     return False
                 todo.append(v)
         elif isinstance(node, list):
