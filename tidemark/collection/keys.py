@@ -16,8 +16,13 @@ from tidemark.errors import DocumentError
 KEY_TYPES = ("string", "integer", "boolean")
 
 
+# ``json.dumps`` with keyword arguments builds a new encoder per call; one shared encoder
+# writes the same text for about half the cost (keys and documents, once per document).
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def key_json(key: Sequence[Any]) -> str:
-    return json.dumps(list(key), separators=(",", ":"), ensure_ascii=False)
+    return compact_json(list(key))
 
 
 def key_from_json(text: str) -> tuple:

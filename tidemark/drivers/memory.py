@@ -42,6 +42,7 @@ import threading
 import uuid
 from typing import Any, Iterator, Optional, Sequence
 
+from tidemark.collection.keys import key_json
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.errors import FencedOff, SpecError
 from tidemark.protocol.messages import (
@@ -65,7 +66,7 @@ from tidemark.protocol.messages import (
 
 
 def key_text(key: Sequence[Any]) -> str:
-    return json.dumps(list(key), separators=(",", ":"), ensure_ascii=False)
+    return key_json(key)
 
 
 def resource_name(binding: BindingSpec) -> str:

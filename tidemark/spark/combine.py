@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tidemark.collection.keys import compact_json
 from tidemark.collection.keys import key_json as py_key_json
 from tidemark.errors import DocumentError, ReductionError
 
@@ -261,7 +262,7 @@ def _fold_partitions(collection, on_invalid: str):
 
         def flush_groups():
             for kj, (acc, n) in groups.items():
-                emit(kind="ok", key_json=kj, doc=json.dumps(acc, ensure_ascii=False, separators=(",", ":")), n=n)
+                emit(kind="ok", key_json=kj, doc=compact_json(acc), n=n)
             groups.clear()
 
         def drain():
