@@ -36,20 +36,6 @@ LIST_KEYWORDS = ("allOf", "anyOf", "oneOf", "prefixItems")
 MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def _has_reference(schema: Any) -> bool:
-    """True if the schema (at any depth) refers to or names other schemas."""
-    todo = [schema]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, dict):
-            if any(k in node for k in ("$ref", "$dynamicRef", "$recursiveRef", "$id", "$anchor", "$dynamicAnchor")):
-                return True
-            todo.extend(node.values())
-        elif isinstance(node, list):
-            todo.extend(node)
-    return False
-
-
 @dataclass(frozen=True)
 class Annotation:
     """The effective ``reduce`` annotation of one location for one instance."""
@@ -133,7 +119,7 @@ class SchemaIndex:
         document reduced, so this is where a schema with a deletion condition spends its time."""
         from tidemark.collection.validate import fast_validation_applies
 
-        if not isinstance(schema, dict) or not fast_validation_applies(schema) or _has_reference(schema):
+        if not isinstance(schema, dict) or not fast_validation_applies(schema, standalone=True):
             return None
         try:
             import jsonschema_rs

@@ -79,14 +79,19 @@ PYTHON_ONLY_KEYWORDS = frozenset({"pattern", "patternProperties", "multipleOf", 
 DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
 
 
-def fast_validation_applies(schema: Any) -> bool:
-    """True if ``jsonschema-rs`` may decide that a document is valid under ``schema``."""
+# Keywords that refer to or name other schemas: a subschema holding one does not stand alone.
+REFERENCE_KEYWORDS = frozenset({"$ref", "$dynamicRef", "$recursiveRef", "$id", "$anchor", "$dynamicAnchor"})
+
+
+def fast_validation_applies(schema: Any, standalone: bool = False) -> bool:
+    """True if ``jsonschema-rs`` may decide validity under ``schema``; with ``standalone``,
+    only if the schema also holds no reference (a subschema validated apart from its root)."""
     todo = [schema]
     while todo:
         node = todo.pop()
         if isinstance(node, dict):
             for k, v in node.items():
-                if k in PYTHON_ONLY_KEYWORDS:
+                if k in PYTHON_ONLY_KEYWORDS or (standalone and k in REFERENCE_KEYWORDS):
                     return False
                 if k == "$ref" and not (isinstance(v, str) and v.startswith("#")):
                     return False

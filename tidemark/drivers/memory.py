@@ -65,8 +65,7 @@ from tidemark.protocol.messages import (
 )
 
 
-def key_text(key: Sequence[Any]) -> str:
-    return key_json(key)
+key_text = key_json  # the canonical key text (tidemark.collection.keys)
 
 
 def resource_name(binding: BindingSpec) -> str:

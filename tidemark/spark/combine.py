@@ -25,8 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tidemark.collection.keys import compact_json
-from tidemark.collection.keys import key_json as py_key_json
+from tidemark.collection.keys import compact_json, key_json as py_key_json
 from tidemark.errors import DocumentError, ReductionError
 
 MAX_DRIVER_SUSPECTS = 100_000
