@@ -114,7 +114,7 @@ def hand_written(df):
         return F.min_by(c, F.when(c.isNotNull(), o))
 
     items = F.collect_list(F.when(F.col("items").isNotNull(), F.struct(o.alias("o"), F.col("items").alias("v"))))
-    items = F.flatten(F.transform(F.array_sort(items), lambda x: x["v"]))
+    items = F.flatten(F.transform(F.sort_array(items), lambda x: x["v"]))
     agg = p.groupBy("customer").agg(
         F.sum("amount").alias("amount"), F.sum("orders").alias("orders"), F.max("largest").alias("largest"),
         F.min("smallest").alias("smallest"), last(F.col("city")).alias("city"), first(F.col("first_seen")).alias("first_seen"),
