@@ -19,6 +19,14 @@ from tidemark.spark.compile import compile_collection
 
 pytestmark = pytest.mark.spark
 
+
+@pytest.fixture(autouse=True, params=["jvm", "expressions"])
+def plain_proof(request, monkeypatch):
+    """Every test here runs with both forms of the plain-document proof: the JVM scanner
+    (``tidemark/spark/jvm``) and the Spark expressions used where it is unavailable."""
+    monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1" if request.param == "jvm" else "0")
+    return request.param
+
 SCHEMA = "value string, _file string, _block long, _row long"
 
 FIELD_KINDS = {
@@ -380,7 +388,9 @@ MUTATED = {
                    "n": {"type": "integer", "reduce": {"strategy": "sum"}},
                    "x": {"type": "number", "reduce": {"strategy": "maximize"}}, "b": {"type": "boolean"},
                    "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
-                   "e": {"type": "string", "enum": ["Oslo", "Lima"]}},
+                   "e": {"type": "string", "enum": ["Oslo", "Lima"]},
+                   "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
+                   "o": {"type": "object"}, "r": {"type": "array"}},
 }
 _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
     "s": (['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
@@ -390,6 +400,13 @@ _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid
     "b": (["true", "false"], ['"true"', "1", "null"]),
     "tags": (['["a"]', '[]', '["a", "5"]', '["[x]","-"]'], ['["a",5]', '[null]', '[true]', '"a"', '[["a"]]']),
     "e": (['"Oslo"', '"Lima"', '"\\u004Cima"'], ["5", "true", '["Oslo"]', '"Rome"', "null", '"\\udc00"']),
+    # nested values (the JVM proof can prove these plain): null and odd strings inside them
+    "m": (['{"p":"x"}', "{}", '{"p":"1","q":"true"}', '{ "p" : "\\ud83d\\ude00" }', '{"p\\u0041":"x"}'],
+          ['{"p":5}', '{"p":null}', '{"p":["x"]}', '{"p":"\\ud800"}', '["x"]', "null", '{"p":{"q":"x"}}']),
+    "o": (['{"x":1}', '{"x":{"y":[1,"a",true]}}', "{}", '{"x":null}', '{"x":[null]}', '{"s":1,"k":"z"}',
+           '{"x":"\\ud83d\\ude00"}', '{"x":-1e3}'],
+          ["[1]", '"x"', "5", "null", "true"]),
+    "r": (['[1,"a"]', "[]", '[{"x":null}]', '[[]]', '[{"k":"b"}]'], ['{"x":1}', '"a"', "null", "0"]),
 }
 
 

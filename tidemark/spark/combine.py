@@ -165,7 +165,10 @@ def _compiled(df, collection, plan, on_invalid):
     if str(df.sparkSession.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false":
         source = df.select("value", "_file", "_block", "_row", pc.alias("p"))
         pc = F.col("p")
-    plain = C.plain_document(plan, F.col("value"), pc)
+    from tidemark.spark import jvm
+
+    jvm_spec = jvm.spec(plan) if jvm.available(df.sparkSession) else None
+    plain = C.plain_document(plan, F.col("value"), pc, jvm_spec)
     suspect = C.suspect_expr(plan, F.col("value"), pc, plain)
     staged = source.select("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
                            C.extras_expr(plan, F.col("value"), pc, plain).alias("_extras"),

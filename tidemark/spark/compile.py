@@ -337,7 +337,7 @@ def _occurrences_plus_one(value, char: str):
     return F.size(F.split(value, char, -1))
 
 
-def plain_document(plan: CompiledPlan, value, p):
+def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None):
     """True only where the text provably holds nothing that ``from_json`` forgave.
 
     Two splits of the text and a look at the strings that were read decide this for the
@@ -358,10 +358,21 @@ def plain_document(plan: CompiledPlan, value, p):
     (Single quotes, comments, leading zeros and other non-JSON are rejected by the parser
     itself: :data:`JSON_OPTIONS`.)  Documents this cannot prove plain take the regular
     expression (:func:`suspect_regex`).
+
+    With ``jvm_spec`` (:func:`tidemark.spark.jvm.spec`, in a session where
+    :func:`tidemark.spark.jvm.available`), the same is proved by one scan of the text in the
+    JVM (``PlainDocument.java``), which also proves documents with nested values plain: it
+    counts the top-level properties of a document that holds only declared properties, each
+    once, as tokens of their declared kinds, no ``null`` and no unpaired surrogate, and that
+    count must equal the number of properties read.
     """
     from pyspark.sql import functions as F
 
     present = _present_count(plan, p)
+    if jvm_spec is not None:
+        from tidemark.spark import jvm
+
+        return F.coalesce(F.call_udf(jvm.FUNCTION, value, F.lit(jvm_spec)) == present, F.lit(False))
     ok = [value.endswith("}"), _occurrences_plus_one(value, "}") == F.lit(2),
           _occurrences_plus_one(value, ":") == present + F.lit(1)]
     for f in plan.fields:

@@ -1,0 +1,141 @@
+"""The JVM plain-document proof (``tidemark/spark/jvm``): built, registered, and exact.
+
+The combine tests (``test_combine.py``) run every case with it and without it; these tests
+pin down the scanner's answers on the texts it must refuse, and check that it is in use.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tidemark.collection.collection import Collection
+from tidemark.collection.spec import CollectionSpec
+from tidemark.spark import jvm
+from tidemark.spark.combine import combine_batch
+from tidemark.spark.compile import FieldPlan, compile_collection
+
+pytestmark = pytest.mark.spark
+
+SPEC = jvm.spec(type("Plan", (), {"fields": (
+    FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+    FieldPlan("n", "scalar", "integer", "sum", {}),
+    FieldPlan("x", "scalar", "number", "maximize", {}),
+    FieldPlan("b", "scalar", "boolean", "lastWriteWins", {}),
+    FieldPlan("tags", "append", "string", "append", {}),
+    FieldPlan("ns", "append", "integer", "append", {}),
+    FieldPlan("m", "map", "integer", "merge", {}),
+    FieldPlan("o", "raw", "object", "lastWriteWins", {}),
+    FieldPlan("r", "raw", "array", "lastWriteWins", {}),
+)})())
+
+CASES = [
+    # provably plain: the count of top-level properties
+    ('{"k":"a","n":1}', 2),
+    ('{}', 0),
+    (' { "k" : "a" ,\n\t"n" : -0 }', 2),
+    ('{"x":1.5e-3,"b":false,"n":0}', 3),
+    ('{"tags":["a","5","true"],"ns":[1,2],"m":{"p":1,"q":2}}', 3),
+    ('{"o":{"x":[1,{"y":"z"}],"k":"nested names are free"},"r":[true,"a",[],{}]}', 2),
+    ('{"k":"\\ud83d\\ude00 \\u0041 \\" \\\\ \\/ \\b\\f\\n\\r\\t"}', 1),
+    ('{"k":"\u00e9\U0001F600 ? : } {"}', 1),
+    # refused: every one of these is something from_json forgives or Python reads otherwise
+    ('{"k":5}', -1),                       # a number where a string is declared
+    ('{"k":true}', -1),
+    ('{"k":["a"]}', -1),
+    ('{"k":{"a":1}}', -1),
+    ('{"n":"1"}', -1),                     # a string where a number is declared
+    ('{"b":"true"}', -1),
+    ('{"k":null}', -1),                    # null anywhere
+    ('{"o":{"x":null}}', -1),
+    ('{"r":[null]}', -1),
+    ('{"tags":["a",null]}', -1),
+    ('{"m":{"p":null}}', -1),
+    ('{"tags":["a",5]}', -1),              # wrong element kinds
+    ('{"ns":[1,"2"]}', -1),
+    ('{"m":{"p":"1"}}', -1),
+    ('{"m":{"p":1,"p":2}}', -1),           # a repeated map key
+    ('{"k":"a","k":"b"}', -1),             # a repeated property
+    ('{"z":1}', -1),                       # an undeclared property
+    ('{"k\\u0061":"a"}', -1),              # an escaped name
+    ('{"o":[1]}', -1),                     # raw kinds
+    ('{"r":{"a":1}}', -1),
+    ('{"k":"a"} ', -1),                    # anything after the document
+    ('{"k":"a"}}', -1),
+    ('{"k":"a"}{"k":"b"}', -1),
+    ('{"k":"a",}', -1),                    # not JSON
+    ("{'k':'a'}", -1),
+    ('{"n":01}', -1),
+    ('{"n":+1}', -1),
+    ('{"x":NaN}', -1),
+    ('{"x":1.}', -1),
+    ('{"x":.5}', -1),
+    ('{"x":1e}', -1),
+    ('{"k":"\\ud800"}', -1),               # unpaired surrogate escapes
+    ('{"k":"\\udc00x"}', -1),
+    ('{"k":"\\ud800\\u0041"}', -1),
+    ('{"k":"\\u00g1"}', -1),
+    ('{"k":"\\u\uff10\uff10\uff14\uff11"}', -1),  # fullwidth digits are not hex
+    ('{"k":"\\x"}', -1),
+    ('{"k":"a\u0001"}', -1),               # a raw control character
+    ('{"k":"a"', -1),                      # cut short
+    ('{"k":"a', -1),
+    ('', -1),
+    ('[{"k":"a"}]', -1),
+    ('{"o":' + '[' * 70 + ']' * 70 + '}', -1),  # nested deeper than the scanner follows
+]
+
+
+@pytest.fixture(scope="module")
+def scan(spark):
+    assert jvm.available(spark), "javac and PySpark's jars are on this machine: the JVM proof must be built"
+    from pyspark.sql import functions as F
+
+    def run(texts):
+        df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, v string")
+        rows = df.select("i", F.call_udf(jvm.FUNCTION, "v", F.lit(SPEC)).alias("n")).collect()
+        return [r.n for r in sorted(rows, key=lambda r: r.i)]
+    return run
+
+
+def test_scanner_answers(scan):
+    got = scan([text for text, _ in CASES])
+    wrong = [(text, want, n) for (text, want), n in zip(CASES, got) if n != want]
+    assert not wrong
+
+
+def test_the_compiled_combine_uses_it(spark, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1")
+    schema = {"type": "object", "reduce": {"strategy": "merge"},
+              "properties": {"k": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+                             "o": {"type": "object"}}}
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    assert jvm.spec(compile_collection(coll)) is not None
+    rows = [('{"k":"a","n":1,"o":{"x":[1]}}', "f", 0, 0), ('{"k":"a","n":2}', "f", 0, 1)]
+    res = combine_batch(spark.createDataFrame(rows, "value string, _file string, _block long, _row long"), coll)
+    try:
+        assert res.path == "compiled"
+        plan = res.combined._jdf.queryExecution().toString()
+        assert jvm.FUNCTION in plan
+        assert {r.key_json: json.loads(r.doc) for r in res.combined.collect()} == {'["a"]': {"k": "a", "n": 3, "o": {"x": [1]}}}
+    finally:
+        res.unpersist()
+    monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "0")
+    res = combine_batch(spark.createDataFrame(rows, "value string, _file string, _block long, _row long"), coll)
+    try:
+        assert jvm.FUNCTION not in res.combined._jdf.queryExecution().toString()
+    finally:
+        res.unpersist()
+
+
+def test_without_javac_there_is_no_jar(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIDEMARK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "_javac", lambda: None)
+    assert jvm.build_jar("0.0-test") is None
+    assert not list(tmp_path.rglob("*.jar"))
+
+
+def test_a_name_that_cannot_be_encoded_means_expressions():
+    plan = type("Plan", (), {"fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),)})()
+    assert jvm.spec(plan) is None

@@ -1,0 +1,433 @@
+package tidemark.jvm;
+
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Map;
+
+import org.apache.spark.sql.api.java.UDF2;
+
+/**
+ * Proves, in one pass over a document's text, that {@code from_json} forgave nothing in it.
+ *
+ * <p>{@code call(text, spec)} returns the number of top-level properties of the document if
+ * the text is a JSON object whose every property is declared in {@code spec}, appears once,
+ * is not {@code null}, and holds a value of the declared kind <em>as a JSON token</em> (a
+ * string where a string is declared, not a number that {@code from_json} would have turned
+ * into its text), with nothing after the closing brace, no {@code null} anywhere, no
+ * unpaired surrogate escape and no raw control character in a string.  Otherwise it returns
+ * -1, and the caller treats the document as a suspect (checked by the regular expression
+ * and then by the Python validator): this class only ever shortens the common case.
+ *
+ * <p>The caller compares the count with the number of declared properties {@code from_json}
+ * read as non-null, which proves that every property in the text was read.
+ *
+ * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
+ * is two characters, kind ({@code s} scalar, {@code r} raw, {@code a} array of, {@code m}
+ * map of) and type ({@code s} string, {@code i} integer, {@code n} number, {@code b}
+ * boolean, {@code o} object, {@code a} array), then the property's name.
+ */
+public final class PlainDocument implements UDF2<String, String, Integer> {
+    private static final long serialVersionUID = 1L;
+    private static final int MAX_DEPTH = 64;
+
+    private static final class Spec {
+        final String text;
+        final Map<String, Integer> index = new HashMap<>();
+        final char[] kinds;
+        final char[] types;
+
+        Spec(String text) {
+            this.text = text;
+            String[] entries = text.isEmpty() ? new String[0] : text.split("\u0001", -1);
+            kinds = new char[entries.length];
+            types = new char[entries.length];
+            for (int i = 0; i < entries.length; i++) {
+                kinds[i] = entries[i].charAt(0);
+                types[i] = entries[i].charAt(1);
+                index.put(entries[i].substring(2), i);
+            }
+        }
+    }
+
+    private transient volatile Spec last;
+
+    @Override
+    public Integer call(String text, String spec) {
+        if (text == null || spec == null) {
+            return -1;
+        }
+        Spec s = last;
+        if (s == null || !s.text.equals(spec)) {
+            s = new Spec(spec);
+            last = s;
+        }
+        try {
+            return new Scanner(text, s).document();
+        } catch (Reject | StringIndexOutOfBoundsException e) {
+            return -1;
+        }
+    }
+
+    /** Thrown (without a stack trace) where the text is not provably plain. */
+    private static final class Reject extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        static final Reject INSTANCE = new Reject();
+
+        private Reject() {
+            super(null, null, false, false);
+        }
+    }
+
+    private static final class Scanner {
+        private final String s;
+        private final int n;
+        private final Spec spec;
+        private int i;
+
+        Scanner(String s, Spec spec) {
+            this.s = s;
+            this.n = s.length();
+            this.spec = spec;
+        }
+
+        private static Reject reject() {
+            return Reject.INSTANCE;
+        }
+
+        private void ws() {
+            while (i < n) {
+                char c = s.charAt(i);
+                if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+                    i++;
+                } else {
+                    return;
+                }
+            }
+        }
+
+        private char peek() {
+            if (i >= n) {
+                throw reject();
+            }
+            return s.charAt(i);
+        }
+
+        private void expect(char c) {
+            if (peek() != c) {
+                throw reject();
+            }
+            i++;
+        }
+
+        int document() {
+            ws();
+            expect('{');
+            ws();
+            int count = 0;
+            long[] seen = new long[(spec.kinds.length + 63) >>> 6];
+            if (peek() == '}') {
+                i++;
+            } else {
+                while (true) {
+                    Integer f = spec.index.get(name());
+                    if (f == null) {
+                        throw reject();
+                    }
+                    int k = f;
+                    if ((seen[k >>> 6] & (1L << k)) != 0) {
+                        throw reject();  // a repeated property
+                    }
+                    seen[k >>> 6] |= 1L << k;
+                    ws();
+                    expect(':');
+                    ws();
+                    value(spec.kinds[k], spec.types[k]);
+                    count++;
+                    ws();
+                    char c = peek();
+                    i++;
+                    if (c == '}') {
+                        break;
+                    }
+                    if (c != ',') {
+                        throw reject();
+                    }
+                    ws();
+                }
+            }
+            if (i != n) {
+                throw reject();  // anything after the document, whitespace included
+            }
+            return count;
+        }
+
+        /** A property name without escapes. */
+        private String name() {
+            expect('"');
+            int start = i;
+            while (true) {
+                char c = peek();
+                if (c == '"') {
+                    break;
+                }
+                if (c == '\\' || c < 0x20) {
+                    throw reject();
+                }
+                i++;
+            }
+            String out = s.substring(start, i);
+            i++;
+            return out;
+        }
+
+        private void value(char kind, char type) {
+            switch (kind) {
+                case 's':
+                    scalar(type);
+                    return;
+                case 'r':
+                    if (peek() != (type == 'o' ? '{' : '[')) {
+                        throw reject();
+                    }
+                    any(0);
+                    return;
+                case 'a':
+                    expect('[');
+                    ws();
+                    if (peek() == ']') {
+                        i++;
+                        return;
+                    }
+                    while (true) {
+                        scalar(type);
+                        ws();
+                        char c = peek();
+                        i++;
+                        if (c == ']') {
+                            return;
+                        }
+                        if (c != ',') {
+                            throw reject();
+                        }
+                        ws();
+                    }
+                case 'm':
+                    expect('{');
+                    ws();
+                    if (peek() == '}') {
+                        i++;
+                        return;
+                    }
+                    HashSet<String> keys = new HashSet<>();
+                    while (true) {
+                        int start = i;
+                        string();
+                        if (!keys.add(s.substring(start, i))) {
+                            throw reject();  // a repeated key (compared as written)
+                        }
+                        ws();
+                        expect(':');
+                        ws();
+                        scalar(type);
+                        ws();
+                        char c = peek();
+                        i++;
+                        if (c == '}') {
+                            return;
+                        }
+                        if (c != ',') {
+                            throw reject();
+                        }
+                        ws();
+                    }
+                default:
+                    throw reject();
+            }
+        }
+
+        private void scalar(char type) {
+            switch (type) {
+                case 's':
+                    string();
+                    return;
+                case 'i':
+                case 'n':
+                    number();
+                    return;
+                case 'b':
+                    if (s.startsWith("true", i)) {
+                        i += 4;
+                    } else if (s.startsWith("false", i)) {
+                        i += 5;
+                    } else {
+                        throw reject();
+                    }
+                    return;
+                default:
+                    throw reject();
+            }
+        }
+
+        /** Any JSON value but null (raw properties), nested at most MAX_DEPTH deep. */
+        private void any(int depth) {
+            if (depth > MAX_DEPTH) {
+                throw reject();
+            }
+            char c = peek();
+            if (c == '"') {
+                string();
+            } else if (c == '{') {
+                i++;
+                ws();
+                if (peek() == '}') {
+                    i++;
+                    return;
+                }
+                while (true) {
+                    string();
+                    ws();
+                    expect(':');
+                    ws();
+                    any(depth + 1);
+                    ws();
+                    char d = peek();
+                    i++;
+                    if (d == '}') {
+                        return;
+                    }
+                    if (d != ',') {
+                        throw reject();
+                    }
+                    ws();
+                }
+            } else if (c == '[') {
+                i++;
+                ws();
+                if (peek() == ']') {
+                    i++;
+                    return;
+                }
+                while (true) {
+                    any(depth + 1);
+                    ws();
+                    char d = peek();
+                    i++;
+                    if (d == ']') {
+                        return;
+                    }
+                    if (d != ',') {
+                        throw reject();
+                    }
+                    ws();
+                }
+            } else if (c == 't' || c == 'f') {
+                scalar('b');
+            } else {
+                number();
+            }
+        }
+
+        /** A JSON string: no raw control character, no unpaired surrogate escape. */
+        private void string() {
+            expect('"');
+            while (true) {
+                char c = peek();
+                i++;
+                if (c == '"') {
+                    return;
+                }
+                if (c < 0x20) {
+                    throw reject();
+                }
+                if (c == '\\') {
+                    char e = peek();
+                    i++;
+                    if (e == 'u') {
+                        int u = hex4();
+                        if (u >= 0xD800 && u <= 0xDBFF) {
+                            if (!s.startsWith("\\u", i)) {
+                                throw reject();
+                            }
+                            i += 2;
+                            int low = hex4();
+                            if (low < 0xDC00 || low > 0xDFFF) {
+                                throw reject();
+                            }
+                        } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                            throw reject();
+                        }
+                    } else if ("\"\\/bfnrt".indexOf(e) < 0) {
+                        throw reject();
+                    }
+                } else if (Character.isSurrogate(c)) {
+                    // a raw surrogate must be half of a pair (a supplementary character)
+                    if (!Character.isHighSurrogate(c) || i >= n || !Character.isLowSurrogate(s.charAt(i))) {
+                        throw reject();
+                    }
+                    i++;
+                }
+            }
+        }
+
+        private int hex4() {
+            if (i + 4 > n) {
+                throw reject();
+            }
+            int v = 0;
+            for (int k = 0; k < 4; k++) {
+                char h = s.charAt(i + k);
+                int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (d < 0) {
+                    throw reject();
+                }
+                v = (v << 4) | d;
+            }
+            i += 4;
+            return v;
+        }
+
+        /** A JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? */
+        private void number() {
+            if (peek() == '-') {
+                i++;
+            }
+            char c = peek();
+            if (c == '0') {
+                i++;
+            } else if (c >= '1' && c <= '9') {
+                digits();
+            } else {
+                throw reject();
+            }
+            if (i < n && s.charAt(i) == '.') {
+                i++;
+                if (!isDigit(peek())) {
+                    throw reject();
+                }
+                digits();
+            }
+            if (i < n && (s.charAt(i) == 'e' || s.charAt(i) == 'E')) {
+                i++;
+                char sign = peek();
+                if (sign == '+' || sign == '-') {
+                    i++;
+                }
+                if (!isDigit(peek())) {
+                    throw reject();
+                }
+                digits();
+            }
+        }
+
+        private void digits() {
+            while (i < n && isDigit(s.charAt(i))) {
+                i++;
+            }
+        }
+
+        private static boolean isDigit(char c) {
+            return c >= '0' && c <= '9';
+        }
+    }
+}
