@@ -17,9 +17,10 @@ Validation keywords compiled natively: ``type``, ``required``, ``enum``, ``minim
 ``maximum`` (and exclusive forms), ``minLength`` / ``maxLength``,
 ``additionalProperties: false``, plus the key's presence and what ``from_json`` forgives
 (``null`` values, content after the document, a non-string read into a string column,
-string array element or string map value, a lone surrogate escape): a flat document is
-proved free of those by :func:`plain_document` (two splits of the text and a look at the
-strings read), any other by one regular expression.  Native validation is *conservative*: it marks every
+string array element or string map value, a lone surrogate escape): a document is
+proved free of those by :func:`plain_document` (one scan of the text in the JVM,
+``tidemark/spark/jvm``, or where that is unavailable, two splits of the text and a look at
+the strings read, for flat documents), any other by one regular expression.  Native validation is *conservative*: it marks every
 document it cannot prove valid as a *suspect*; suspects are re-validated with the Python
 validator, and if any of them is valid the batch takes the Python fallback (so the
 compiled path never changes a result, it only makes the common case fast).
