@@ -150,7 +150,11 @@ def _compiled(df, collection, plan, on_invalid):
     from pyspark.sql import functions as F
 
     from tidemark.spark import compile as C
+    from tidemark.spark import jvm
 
+    # The JVM proof, where the session has it, decides every question about the text.
+    jvm_spec = jvm.spec(plan) if jvm.available(df.sparkSession) else None
+    whole = jvm_spec is not None
     # Every per-row expression is written over the ``from_json`` expression itself and
     # computed in one projection.  ``from_json`` does not take part in whole-stage code
     # generation, so that projection is compiled on its own, split into small methods
@@ -161,17 +165,15 @@ def _compiled(df, collection, plan, on_invalid):
     # subexpression elimination (a session that turned it off) the parse would run once per
     # reference, so there the checks read a parsed column after all.
     source = df
-    pc = F.from_json(F.col("value"), C.parse_schema(plan), C.JSON_OPTIONS)
+    pc = F.from_json(F.col("value"), C.parse_schema(plan, corrupt=not whole),
+                     C.JSON_OPTIONS_NO_CORRUPT if whole else C.JSON_OPTIONS)
     if str(df.sparkSession.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false":
         source = df.select("value", "_file", "_block", "_row", pc.alias("p"))
         pc = F.col("p")
-    from tidemark.spark import jvm
-
-    jvm_spec = jvm.spec(plan) if jvm.available(df.sparkSession) else None
     plain = C.plain_document(plan, F.col("value"), pc, jvm_spec)
-    suspect = C.suspect_expr(plan, F.col("value"), pc, plain)
+    suspect = C.suspect_expr(plan, F.col("value"), pc, plain, whole)
     staged = source.select("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
-                           C.extras_expr(plan, F.col("value"), pc, plain).alias("_extras"),
+                           C.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
                            F.struct("_file", "_block", "_row").alias("_o"))
     pc = F.col("p")
     ok = ~F.col("_suspect")

@@ -167,7 +167,7 @@ def spark_type(t: str):
     return {"string": T.StringType(), "integer": T.LongType(), "number": T.DoubleType(), "boolean": T.BooleanType()}[t]
 
 
-def parse_schema(plan: CompiledPlan):
+def parse_schema(plan: CompiledPlan, corrupt: bool = True):
     from pyspark.sql import types as T
 
     out = []
@@ -181,7 +181,8 @@ def parse_schema(plan: CompiledPlan):
         else:
             dt = T.StringType()
         out.append(T.StructField(f.name, dt))
-    out.append(T.StructField("_corrupt", T.StringType()))
+    if corrupt:
+        out.append(T.StructField("_corrupt", T.StringType()))
     return T.StructType(out)
 
 
@@ -190,6 +191,10 @@ def parse_schema(plan: CompiledPlan):
 # by default.
 JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "allowNonNumericNumbers": "false",
                 "allowSingleQuotes": "false", "mode": "PERMISSIVE"}
+# Where the JVM proof decides every question about the text (a document it does not prove
+# plain is a suspect), a corrupt-record column is not needed; without one, ``from_json``
+# returns the parsed row as it is instead of copying it field by field into a new one.
+JSON_OPTIONS_NO_CORRUPT = {k: v for k, v in JSON_OPTIONS.items() if k != "columnNameOfCorruptRecord"}
 
 # Jackson writes control characters as upper-case \\u00XX, Python's json as lower-case.
 _UPPER_ESCAPES = [f"\\u00{c:02X}" for c in (0x0B, 0x0E, 0x0F, 0x1A, 0x1B, 0x1C, 0x1D, 0x1E, 0x1F)]
@@ -395,20 +400,31 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
     return F.coalesce(out, F.lit(False))
 
 
-def suspect_expr(plan: CompiledPlan, value, p, plain):
+def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
     """True for every document native validation cannot prove valid (``plain``: the column
-    of :func:`plain_document`, computed once per row by the caller)."""
+    of :func:`plain_document`, computed once per row by the caller).
+
+    ``whole``: ``plain`` is the JVM proof, which covers everything about the text (a
+    malformed document, trailing content, undeclared properties are never plain), so a
+    document it does not prove plain is a suspect, with no regular expression, and ``p``
+    has no corrupt-record column.
+    """
     from pyspark.sql import functions as F
 
-    trimmed = F.rtrim(value)
-    conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
-             F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
-             F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan))),
-             # an extra "}" or "]" after the document (from_json stops at the end of the
-             # first value): brackets that do not balance (those inside strings only
-             # make a document a suspect, which the Python validator then clears)
-             F.when(plain, F.lit(False)).otherwise((_count(value, "{") != _count(value, "}"))
-                                                  | (_count(value, "[") != _count(value, "]")))]
+    if whole:
+        conds = [~plain, F.octet_length(value) > F.lit(plan.max_bytes)]
+    else:
+        trimmed = F.rtrim(value)
+        conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
+                 F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
+                 F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan))),
+                 # an extra "}" or "]" after the document (from_json stops at the end of the
+                 # first value): brackets that do not balance (those inside strings only
+                 # make a document a suspect, which the Python validator then clears)
+                 F.when(plain, F.lit(False)).otherwise((_count(value, "{") != _count(value, "}"))
+                                                      | (_count(value, "[") != _count(value, "]")))]
+        if plan.closed:
+            conds.append(F.when(plain, F.lit(False)).otherwise(_undeclared(plan, value, p)))
     for k in plan.key:
         conds.append(p[k].isNull())
     for r in plan.required:
@@ -432,19 +448,18 @@ def suspect_expr(plan: CompiledPlan, value, p, plain):
                 conds.append(F.char_length(c) > F.lit(s["maxLength"]))
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type
-    if plan.closed:
-        conds.append(F.when(plain, F.lit(False)).otherwise(_undeclared(plan, value, p)))
     out = conds[0]
     for c in conds[1:]:
         out = out | F.coalesce(c, F.lit(False))
     return F.coalesce(out, F.lit(True))
 
 
-def extras_expr(plan: CompiledPlan, value, p, plain):
-    """True where a document has top-level properties the plan does not carry."""
+def extras_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
+    """True where a document has top-level properties the plan does not carry (with
+    ``whole``, such a document is not plain, hence a suspect, and this is never true)."""
     from pyspark.sql import functions as F
 
-    if plan.closed or plan.root_strategy != "merge":
+    if whole or plan.closed or plan.root_strategy != "merge":
         return F.lit(False)
     return F.when(plain, F.lit(False)).otherwise(_undeclared(plan, value, p))
 
