@@ -58,6 +58,11 @@ CASES = [
     ('{"m":{"p":1,"p":2}}', -1),           # a repeated map key
     ('{"k":"a","k":"b"}', -1),             # a repeated property
     ('{"z":1}', -1),                       # an undeclared property
+    ('{"nz":[1]}', -1),                    # as long as a declared name, or a prefix of one
+    ('{"tag":["a"]}', -1),
+    ('{"tagss":["a"]}', -1),
+    ('{"":1}', -1),
+    ('{"ns":[1],"n":2,"m":{}}', 3),
     ('{"k\\u0061":"a"}', -1),              # an escaped name
     ('{"o":[1]}', -1),                     # raw kinds
     ('{"r":{"a":1}}', -1),

@@ -1,8 +1,6 @@
 package tidemark.jvm;
 
-import java.util.HashMap;
 import java.util.HashSet;
-import java.util.Map;
 
 import org.apache.spark.sql.api.java.UDF2;
 
@@ -32,7 +30,8 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
 
     private static final class Spec {
         final String text;
-        final Map<String, Integer> index = new HashMap<>();
+        final String[] names;
+        final int[][] byLength;  // name length -> indexes of the properties with names that long
         final char[] kinds;
         final char[] types;
 
@@ -41,11 +40,41 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             String[] entries = text.isEmpty() ? new String[0] : text.split("\u0001", -1);
             kinds = new char[entries.length];
             types = new char[entries.length];
+            names = new String[entries.length];
+            int longest = 0;
             for (int i = 0; i < entries.length; i++) {
                 kinds[i] = entries[i].charAt(0);
                 types[i] = entries[i].charAt(1);
-                index.put(entries[i].substring(2), i);
+                names[i] = entries[i].substring(2);
+                longest = Math.max(longest, names[i].length());
             }
+            int[] counts = new int[longest + 1];
+            for (String name : names) {
+                counts[name.length()]++;
+            }
+            byLength = new int[longest + 1][];
+            for (int len = 0; len <= longest; len++) {
+                byLength[len] = new int[counts[len]];
+                counts[len] = 0;
+            }
+            for (int i = 0; i < names.length; i++) {
+                int len = names[i].length();
+                byLength[len][counts[len]++] = i;
+            }
+        }
+
+        /** The index of the property named by {@code text[start, end)}, or -1. */
+        int find(String text, int start, int end) {
+            int len = end - start;
+            if (len >= byLength.length) {
+                return -1;
+            }
+            for (int k : byLength[len]) {
+                if (text.regionMatches(start, names[k], 0, len)) {
+                    return k;
+                }
+            }
+            return -1;
         }
     }
 
@@ -129,11 +158,10 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                 i++;
             } else {
                 while (true) {
-                    Integer f = spec.index.get(name());
-                    if (f == null) {
+                    int k = name();
+                    if (k < 0) {
                         throw reject();
                     }
-                    int k = f;
                     if ((seen[k >>> 6] & (1L << k)) != 0) {
                         throw reject();  // a repeated property
                     }
@@ -161,8 +189,8 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             return count;
         }
 
-        /** A property name without escapes. */
-        private String name() {
+        /** The index of the declared property named here (a name without escapes), or -1. */
+        private int name() {
             expect('"');
             int start = i;
             while (true) {
@@ -175,9 +203,9 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                 }
                 i++;
             }
-            String out = s.substring(start, i);
+            int k = spec.find(s, start, i);
             i++;
-            return out;
+            return k;
         }
 
         private void value(char kind, char type) {
