@@ -144,3 +144,44 @@ def test_without_javac_there_is_no_jar(monkeypatch, tmp_path):
 def test_a_name_that_cannot_be_encoded_means_expressions():
     plan = type("Plan", (), {"fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),)})()
     assert jvm.spec(plan) is None
+
+
+LOCAL_CLUSTER_SCRIPT = r"""
+import json, sys
+from tidemark.collection.collection import Collection
+from tidemark.collection.spec import CollectionSpec
+from tidemark.spark import jvm
+from tidemark.spark.combine import combine_batch
+from tidemark.spark.session import local_session
+
+spark = local_session("jvm-local-cluster", master="local-cluster[2,1,1024]")
+schema = {"type": "object", "reduce": {"strategy": "merge"},
+          "properties": {"k": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}
+coll = Collection(CollectionSpec("t", ("/k",), schema))
+rows = [(json.dumps({"k": f"k{i % 7}", "n": i}), f"f{i % 4}", 0, i) for i in range(400)]
+df = spark.createDataFrame(rows, "value string, _file string, _block long, _row long").repartition(4)
+res = combine_batch(df, coll)
+got = {r.key_json: json.loads(r.doc) for r in res.combined.collect()}
+executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+print(json.dumps({"path": res.path, "jvm": jvm.FUNCTION in res.combined._jdf.queryExecution().toString(),
+                  "docs": got, "executors": executors}))
+spark.stop()
+"""
+
+
+def test_executors_in_other_processes_load_the_jar(tmp_path):
+    """``ADD JAR`` ships the jar: a local-cluster combine (executor JVMs of their own) runs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "TIDEMARK_JVM_CHECKS": "1"}
+    proc = subprocess.run([sys.executable, "-c", LOCAL_CLUSTER_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = {}
+    for i in range(400):
+        k = f"k{i % 7}"
+        want[json.dumps([k], separators=(",", ":"))] = {"k": k, "n": want.get(json.dumps([k], separators=(",", ":")), {"n": 0})["n"] + i}
+    assert out == {"path": "compiled", "jvm": True, "docs": want, "executors": 2}
