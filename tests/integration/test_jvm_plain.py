@@ -66,7 +66,8 @@ CASES = [
     ('{"k\\u0061":"a"}', -1),              # an escaped name
     ('{"o":[1]}', -1),                     # raw kinds
     ('{"r":{"a":1}}', -1),
-    ('{"k":"a"} ', -1),                    # anything after the document
+    ('{"k":"a"} \t', 1),                   # whitespace may follow, as JSON allows
+    ('{"k":"a"} x', -1),                   # nothing else may
     ('{"k":"a"}}', -1),
     ('{"k":"a"}{"k":"b"}', -1),
     ('{"k":"a",}', -1),                    # not JSON

@@ -8,13 +8,13 @@ import org.apache.spark.sql.api.java.UDF2;
  * Proves, in one pass over a document's text, that {@code from_json} forgave nothing in it.
  *
  * <p>{@code call(text, spec)} returns the number of top-level properties of the document if
- * the text is a JSON object whose every property is declared in {@code spec}, appears once,
- * is not {@code null}, and holds a value of the declared kind <em>as a JSON token</em> (a
- * string where a string is declared, not a number that {@code from_json} would have turned
- * into its text), with nothing after the closing brace, no {@code null} anywhere, no
+ * the text is a JSON object (JSON whitespace around it allowed) whose every property is
+ * declared in {@code spec}, appears once, has an unescaped name and holds a value of the
+ * declared kind <em>as a JSON token</em> (a string where a string is declared, not a number
+ * that {@code from_json} would have turned into its text), with no {@code null} anywhere, no
  * unpaired surrogate escape and no raw control character in a string.  Otherwise it returns
- * -1, and the caller treats the document as a suspect (checked by the regular expression
- * and then by the Python validator): this class only ever shortens the common case.
+ * -1, and the caller treats the document as a suspect, which the Python validator checks:
+ * this class only ever shortens the common case.
  *
  * <p>The caller compares the count with the number of declared properties {@code from_json}
  * read as non-null, which proves that every property in the text was read.
@@ -183,8 +183,9 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                     ws();
                 }
             }
+            ws();  // JSON whitespace may follow the document (Jackson and Python both allow it)
             if (i != n) {
-                throw reject();  // anything after the document, whitespace included
+                throw reject();  // anything else after the document
             }
             return count;
         }
