@@ -18,12 +18,14 @@ Validation keywords compiled natively: ``type``, ``required``, ``enum``, ``minim
 ``additionalProperties: false``, plus the key's presence and what ``from_json`` forgives
 (``null`` values, content after the document, a non-string read into a string column,
 string array element or string map value, a lone surrogate escape): a document is
-proved free of those by :func:`plain_document` (one scan of the text in the JVM,
-``tidemark/spark/jvm``, or where that is unavailable, two splits of the text and a look at
-the strings read, for flat documents), any other by one regular expression.  Native validation is *conservative*: it marks every
-document it cannot prove valid as a *suspect*; suspects are re-validated with the Python
-validator, and if any of them is valid the batch takes the Python fallback (so the
-compiled path never changes a result, it only makes the common case fast).
+proved free of those by :func:`plain_document`, one scan of the text in the JVM
+(``tidemark/spark/jvm``; a document it does not prove plain is a suspect).  Where that is
+unavailable, two splits of the text and a look at the strings read prove flat documents
+plain, and one regular expression checks the others.  Native validation is
+*conservative*: it marks every document it cannot prove valid as a *suspect*; suspects
+are re-validated with the Python validator, and if any of them is valid the batch takes
+the Python fallback (so the compiled path never changes a result, it only makes the
+common case fast).
 
 Anything else (conditionals, ``$ref``, deletions, keyed strategies, sets, nested merges
 of declared properties, nullable types, ...) returns ``None``: the caller uses the
