@@ -148,16 +148,44 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             i++;
         }
 
-        int document() {
+        /** Opens a container at {@code open}; true if an element follows, false if it is empty. */
+        private boolean first(char open, char close) {
+            expect(open);
             ws();
-            expect('{');
+            if (peek() == close) {
+                i++;
+                return false;
+            }
+            return true;
+        }
+
+        /** After an element: true if another follows ({@code ,}), false at {@code close}. */
+        private boolean more(char close) {
+            ws();
+            char c = peek();
+            i++;
+            if (c == close) {
+                return false;
+            }
+            if (c != ',') {
+                throw reject();
+            }
+            ws();
+            return true;
+        }
+
+        private void colon() {
+            ws();
+            expect(':');
+            ws();
+        }
+
+        int document() {
             ws();
             int count = 0;
             long[] seen = new long[(spec.kinds.length + 63) >>> 6];
-            if (peek() == '}') {
-                i++;
-            } else {
-                while (true) {
+            if (first('{', '}')) {
+                do {
                     int k = name();
                     if (k < 0) {
                         throw reject();
@@ -166,22 +194,10 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                         throw reject();  // a repeated property
                     }
                     seen[k >>> 6] |= 1L << k;
-                    ws();
-                    expect(':');
-                    ws();
+                    colon();
                     value(spec.kinds[k], spec.types[k]);
                     count++;
-                    ws();
-                    char c = peek();
-                    i++;
-                    if (c == '}') {
-                        break;
-                    }
-                    if (c != ',') {
-                        throw reject();
-                    }
-                    ws();
-                }
+                } while (more('}'));
             }
             ws();  // JSON whitespace may follow the document (Jackson and Python both allow it)
             if (i != n) {
@@ -221,54 +237,26 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                     any(0);
                     return;
                 case 'a':
-                    expect('[');
-                    ws();
-                    if (peek() == ']') {
-                        i++;
-                        return;
+                    if (first('[', ']')) {
+                        do {
+                            scalar(type);
+                        } while (more(']'));
                     }
-                    while (true) {
-                        scalar(type);
-                        ws();
-                        char c = peek();
-                        i++;
-                        if (c == ']') {
-                            return;
-                        }
-                        if (c != ',') {
-                            throw reject();
-                        }
-                        ws();
-                    }
+                    return;
                 case 'm':
-                    expect('{');
-                    ws();
-                    if (peek() == '}') {
-                        i++;
-                        return;
+                    if (first('{', '}')) {
+                        HashSet<String> keys = new HashSet<>();
+                        do {
+                            int start = i;
+                            string();
+                            if (!keys.add(s.substring(start, i))) {
+                                throw reject();  // a repeated key (compared as written)
+                            }
+                            colon();
+                            scalar(type);
+                        } while (more('}'));
                     }
-                    HashSet<String> keys = new HashSet<>();
-                    while (true) {
-                        int start = i;
-                        string();
-                        if (!keys.add(s.substring(start, i))) {
-                            throw reject();  // a repeated key (compared as written)
-                        }
-                        ws();
-                        expect(':');
-                        ws();
-                        scalar(type);
-                        ws();
-                        char c = peek();
-                        i++;
-                        if (c == '}') {
-                            return;
-                        }
-                        if (c != ',') {
-                            throw reject();
-                        }
-                        ws();
-                    }
+                    return;
                 default:
                     throw reject();
             }
@@ -306,48 +294,18 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             if (c == '"') {
                 string();
             } else if (c == '{') {
-                i++;
-                ws();
-                if (peek() == '}') {
-                    i++;
-                    return;
-                }
-                while (true) {
-                    string();
-                    ws();
-                    expect(':');
-                    ws();
-                    any(depth + 1);
-                    ws();
-                    char d = peek();
-                    i++;
-                    if (d == '}') {
-                        return;
-                    }
-                    if (d != ',') {
-                        throw reject();
-                    }
-                    ws();
+                if (first('{', '}')) {
+                    do {
+                        string();
+                        colon();
+                        any(depth + 1);
+                    } while (more('}'));
                 }
             } else if (c == '[') {
-                i++;
-                ws();
-                if (peek() == ']') {
-                    i++;
-                    return;
-                }
-                while (true) {
-                    any(depth + 1);
-                    ws();
-                    char d = peek();
-                    i++;
-                    if (d == ']') {
-                        return;
-                    }
-                    if (d != ',') {
-                        throw reject();
-                    }
-                    ws();
+                if (first('[', ']')) {
+                    do {
+                        any(depth + 1);
+                    } while (more(']'));
                 }
             } else if (c == 't' || c == 'f') {
                 scalar('b');
