@@ -70,6 +70,7 @@ class Collection:
         self._reduce = fast_reducer(self, self.reducer) or self.reducer.reduce
         self.validator = Validator(self.schema)
         self._fields: Optional[tuple[Field, ...]] = None
+        self._value_names: Any = None  # see values(): names, or False
         self._has_deletions = '"delete"' in _dumps(self.schema)
 
     def __getstate__(self):
@@ -104,6 +105,9 @@ class Collection:
 
     def reduce(self, left: Any, right: Any) -> Any:
         """Reduce ``right`` (the later document) into ``left``."""
+        if not self._has_deletions and left.__class__ is dict and right.__class__ is dict \
+                and META not in left and META not in right:
+            return self._reduce(left, right)  # neither side is a reset: the plain reduction
         if self._has_deletions and self.is_deletion(right):
             return right
         if is_reset(right):
@@ -178,6 +182,15 @@ class Collection:
         )
 
     def values(self, doc: Any) -> tuple:
+        names = self._value_names
+        if names is None:
+            # Value fields are top-level properties: ``dict.get`` is ``resolve_pointer`` of
+            # a one-token pointer, without parsing the pointer per document.
+            tokens = [pointer_tokens(f.pointer) for f in self.fields() if not f.is_key]
+            names = self._value_names = tuple(t[0] for t in tokens) if all(len(t) == 1 for t in tokens) else False
+        if names is not False and doc.__class__ is dict:
+            get = doc.get
+            return tuple([get(n) for n in names])
         out = []
         for f in self.fields():
             if f.is_key:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from tidemark.collection.reduce import Reducer, compare
+from tidemark.collection.reduce import INT64_MAX, INT64_MIN, Reducer, compare
 from tidemark.collection.validate import pointer_of
 
 
-def _is_plain_number(v: Any) -> bool:
-    return (type(v) is int) or (type(v) is float)
+_PLAIN = frozenset((int, float))  # numbers that Python compares as JSON does (not bool)
 
 
 def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], Any]]:
@@ -36,7 +35,7 @@ def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], 
         if f.strategy == "firstWriteWins":
             ops[f.name] = lambda lhs, rhs: lhs
         elif f.strategy == "sum":
-            ops[f.name] = lambda lhs, rhs, ptr=ptr: Reducer._sum(lhs, rhs, ptr)
+            ops[f.name] = _sum(ptr)
         elif f.strategy in ("minimize", "maximize"):
             ops[f.name] = _minmax(f.strategy == "maximize")
         elif f.strategy == "append":
@@ -44,29 +43,56 @@ def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], 
         else:  # pragma: no cover - compile_collection admits nothing else
             return None
 
+    pairs = tuple(ops.items())
+
     def reduce(lhs: Any, rhs: Any) -> Any:
-        if type(lhs) is not dict or type(rhs) is not dict:
+        if lhs.__class__ is not dict or rhs.__class__ is not dict:
             return generic.reduce(lhs, rhs)
+        # lhs's properties in order, then rhs's new ones; rhs wins (lastWriteWins and
+        # undeclared properties) except where both sides have a property with an operation
+        out = {**lhs, **rhs}
+        try:
+            for name, op in pairs:
+                if name in rhs and name in lhs:
+                    out[name] = op(lhs[name], rhs[name])
+        except Exception:  # noqa: BLE001 - raise the first error in rhs's order, as before
+            return in_order(lhs, rhs)
+        return out
+
+    def in_order(lhs: dict, rhs: dict) -> dict:
         out = dict(lhs)
         for name, r in rhs.items():
-            if name in lhs:
-                op = ops.get(name)
-                out[name] = r if op is None else op(lhs[name], r)
-            else:
-                out[name] = r
+            op = ops.get(name) if name in lhs else None
+            out[name] = r if op is None else op(lhs[name], r)
         return out
 
     return reduce
+
+
+def _sum(ptr: str):
+    """``sum``: two integers whose sum fits 64 bits are added here; anything else (floats,
+    overflow, wrong types) goes to :meth:`Reducer._sum` for its result or error."""
+
+    def add(lhs: Any, rhs: Any) -> Any:
+        if lhs.__class__ is int and rhs.__class__ is int:
+            out = lhs + rhs
+            if INT64_MIN <= out <= INT64_MAX:
+                return out
+        return Reducer._sum(lhs, rhs, ptr)
+
+    return add
 
 
 def _minmax(maximize: bool):
     """``minimize`` / ``maximize`` without a key: ties take the right side."""
 
     def pick(lhs: Any, rhs: Any) -> Any:
-        if (_is_plain_number(lhs) and _is_plain_number(rhs)) or (type(lhs) is str and type(rhs) is str):
-            c = (lhs > rhs) - (lhs < rhs)
-        else:
-            c = compare(lhs, rhs)
+        lc, rc = lhs.__class__, rhs.__class__
+        if (lc in _PLAIN and rc in _PLAIN) or (lc is str and rc is str):
+            if maximize:
+                return lhs if lhs > rhs else rhs
+            return lhs if lhs < rhs else rhs
+        c = compare(lhs, rhs)
         if maximize:
             c = -c
         return lhs if c < 0 else rhs

@@ -40,6 +40,7 @@ from tidemark.drivers.sql import (
     TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
+from tidemark import jsontext
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
@@ -63,8 +64,7 @@ _TLS_HINTS = ("does not support ssl", "certificate", "private key", "invalid ssl
               "sslrootcert")
 
 
-def _json_loads(text: str) -> Any:
-    return json.loads(text)
+_json_loads = jsontext.loads
 
 
 def _json_dumps(doc: Any) -> str:
@@ -72,17 +72,8 @@ def _json_dumps(doc: Any) -> str:
 
 
 if orjson is not None:
-    # orjson reads integers beyond 64 bits as floats: a text with 19 digits in a row takes
-    # the exact stdlib path (digits → "0", then one substring search: ~10x cheaper than a regex)
-    _DIGITS = bytes.maketrans(b"123456789", b"000000000")
-    _LONG = b"0" * 19
 
-    def _json_loads(text: str) -> Any:  # noqa: F811 - the fast path
-        if _LONG in text.encode().translate(_DIGITS):
-            return json.loads(text)
-        return orjson.loads(text)
-
-    def _json_dumps(doc: Any) -> str:  # noqa: F811
+    def _json_dumps(doc: Any) -> str:  # noqa: F811 - the fast path
         try:
             return orjson.dumps(doc).decode()
         except TypeError:  # big integers, non-string keys: the stdlib

@@ -161,10 +161,13 @@ class _Machine:
             g(b is None or not b.delta_updates, f"binding {msg.binding} is delta-updates: it gets no Loads")
             if self._track(len(msg.keys)):
                 seen = self._requested.setdefault(msg.binding, set())
-                for key in msg.keys:
-                    k = tuple(key)
-                    g(k not in seen, f"key {list(k)!r} was already Loaded-requested in this transaction")
-                    seen.add(k)
+                keys = _tuples(msg.keys)
+                fresh = set(keys)
+                if len(fresh) != len(keys) or not seen.isdisjoint(fresh):  # find the first repeat
+                    for k in keys:
+                        g(k not in seen, f"key {list(k)!r} was already Loaded-requested in this transaction")
+                        seen.add(k)
+                seen |= fresh
         elif isinstance(msg, Flush):
             g(s is Status.LOAD,
               "Flush is never sent before Acknowledged was received"
@@ -180,10 +183,11 @@ class _Machine:
                 g(not any(msg.exists), f"binding {msg.binding} is delta-updates: nothing exists")
             elif self._tracking:
                 loaded = self._loaded.get(msg.binding, set())
-                for key, exists in zip(msg.keys, msg.exists):
-                    g(bool(exists) == (tuple(key) in loaded),
-                      f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
-                      f"{'' if tuple(key) in loaded else 'not '}Loaded in this transaction")
+                wrong = [(k, e) for k, e in zip(_tuples(msg.keys), msg.exists) if bool(e) != (k in loaded)]
+                if wrong:
+                    key, exists = wrong[0]
+                    g(False, f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
+                             f"{'' if key in loaded else 'not '}Loaded in this transaction")
         elif isinstance(msg, StartCommit):
             g(s is Status.STORE)
             g(isinstance(msg.runtime_checkpoint, dict), "runtime_checkpoint must be a JSON object")
@@ -218,11 +222,14 @@ class _Machine:
             if self._tracking:
                 requested = self._requested.get(msg.binding, set())
                 loaded = self._loaded.setdefault(msg.binding, set())
-                for key in msg.keys:
-                    k = tuple(key)
-                    g(k in requested, f"key {list(k)!r} of binding {msg.binding} was never Loaded-requested")
-                    g(k not in loaded, f"key {list(k)!r} of binding {msg.binding} was already Loaded")
-                    loaded.add(k)
+                keys = _tuples(msg.keys)
+                fresh = set(keys)
+                if len(fresh) != len(keys) or not fresh <= requested or not loaded.isdisjoint(fresh):
+                    for k in keys:  # find the first offender
+                        g(k in requested, f"key {list(k)!r} of binding {msg.binding} was never Loaded-requested")
+                        g(k not in loaded, f"key {list(k)!r} of binding {msg.binding} was already Loaded")
+                        loaded.add(k)
+                loaded |= fresh
         elif isinstance(msg, Flushed):
             g(s is Status.FLUSH, "Flushed before Flush" if s in (Status.LOAD, Status.ACKNOWLEDGE) else "")
             self.status = Status.STORE
@@ -246,6 +253,11 @@ class _Machine:
             self._requested.clear()
             self._loaded.clear()
         return self._tracking
+
+
+def _tuples(keys: Sequence) -> list[tuple]:
+    """Keys as tuples (they are, from the runtime; a driver may answer with lists)."""
+    return [k if k.__class__ is tuple else tuple(k) for k in keys]
 
 
 class RuntimeStateMachine(_Machine):

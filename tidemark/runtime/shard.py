@@ -17,7 +17,6 @@ Nothing here imports Spark: the function is a plain iterator transform.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
+from tidemark.jsontext import loads
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -146,13 +146,15 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
             for key, doc in zip(resp.keys, resp.docs):
                 loaded.put(resp.binding, tuple(key), doc)
 
+    delta = [b.delta_updates for b in bindings]
     try:
         for (_shard, binding, key_json), doc_json in rows:
-            buffer.append((binding, key_json, doc_json))
-            if bindings[binding].delta_updates:
+            key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
+            buffer.append((binding, key, doc_json), len(key_json) + len(doc_json))
+            if delta[binding]:
                 continue
             keys = pending.setdefault(binding, [])
-            keys.append(tuple(json.loads(key_json)))
+            keys.append(key)
             if len(keys) >= load_chunk:
                 index_loaded(session.load(Load(binding, tuple(keys))))
                 pending[binding] = []
@@ -175,20 +177,19 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         store_chunk = _limit(caps, "max_store_docs", 10_000)
         cols = _Columns()
         current = None
-        for binding, key_json, doc_json in buffer:
+        for binding, key, doc_json in buffer:
             if binding != current and cols.n:
                 session.store(cols.message(current))
                 fault_point("mid_store")
                 cols = _Columns()
             current = binding
             coll = collections[binding]
-            key = tuple(json.loads(key_json))
-            doc = json.loads(doc_json)
-            prior = None if bindings[binding].delta_updates else loaded.get(binding, key)
+            doc = loads(doc_json)
+            prior = None if delta[binding] else loaded.get(binding, key)
             if prior is not None:
                 doc = coll.reduce(prior, doc)
             delete = bool(coll.is_deletion(doc))
-            if delete and prior is None and not bindings[binding].delta_updates:
+            if delete and prior is None and not delta[binding]:
                 continue  # deleting a key the endpoint does not have: nothing to do
             cols.add(key, coll.values(doc), doc, prior is not None, delete)
             result.stored += 1

@@ -18,8 +18,9 @@ from typing import Any, Iterator
 class SpillBuffer:
     """An append-only sequence that keeps at most ``budget_bytes`` of items in memory.
 
-    Items are ``(binding, key_json, doc_json)`` tuples; their size is estimated from the
-    strings.  Iteration yields items in append order.
+    Items are tuples, e.g. ``(binding, key, doc_json)``; their size is the ``size`` the
+    caller gives (or the length of their strings) plus 64.  Iteration yields items in
+    append order.
     """
 
     def __init__(self, budget_bytes: int = 64 << 20, directory: str | None = None):
@@ -31,9 +32,9 @@ class SpillBuffer:
         self.spilled_chunks = 0
         self.count = 0
 
-    def append(self, item: tuple) -> None:
+    def append(self, item: tuple, size: int | None = None) -> None:
         self._mem.append(item)
-        self._mem_bytes += 64 + sum(len(x) for x in item if isinstance(x, str))
+        self._mem_bytes += 64 + (sum(len(x) for x in item if isinstance(x, str)) if size is None else size)
         self.count += 1
         if self._mem_bytes > self.budget:
             self._spill()
