@@ -308,13 +308,7 @@ class Materializer:
         # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
         # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
         shard_col = _shard_expr(F.col("key_hash"), ranges)
-        values = _partition_values(n)
-        part_col = F.lit(values[0])  # shard 0, and shard -1: _shard_rows rejects it
-        if n > 1:
-            part_col = F.when(F.col("shard") == F.lit(1), F.lit(values[1]))
-            for i in range(2, n):
-                part_col = part_col.when(F.col("shard") == F.lit(i), F.lit(values[i]))
-            part_col = part_col.otherwise(F.lit(values[0]))
+        part_col = _partition_expr(F.col("shard"), n)
         # One end row per shard, sorted last: a shard task whose input stream was cut off
         # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
         # partition) must not commit what it got as if it were the whole batch.
@@ -410,16 +404,40 @@ def _shard_rows(index: int, rows):
 
 
 def _shard_expr(hash_col, ranges: Sequence[Range]):
-    """The index of the range holding ``hash_col``."""
+    """The index of the range holding ``hash_col`` (-1 for none).
+
+    An even layout (``Range.split(n)``, what the runtime lays out) is arithmetic: the
+    hash's multiple of the range size, divided by it (exact), capped at ``n - 1``.  Other
+    layouts are a ``CASE`` over the ranges, whose generated code grows with their number
+    (past about 130 ranges beyond the 8,000 bytes the JVM compiles)."""
     from pyspark.sql import functions as F
 
-    if len(ranges) == 1:
-        return F.lit(0)
+    n = len(ranges)
+    if list(ranges) == Range.split(n):
+        inside = (hash_col >= F.lit(0)) & (hash_col <= F.lit(KEY_SPACE_MAX))
+        if n == 1:
+            return F.when(inside, F.lit(0)).otherwise(F.lit(-1))
+        size = F.lit((KEY_SPACE_MAX + 1) // n).cast("long")
+        index = ((hash_col - hash_col % size) / size).cast("int")
+        return F.when(inside, F.least(index, F.lit(n - 1))).otherwise(F.lit(-1))
     expr = None
     for i, r in enumerate(ranges):
         cond = (hash_col >= F.lit(r.key_begin)) & (hash_col <= F.lit(r.key_end))
         expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))
     return expr.otherwise(F.lit(-1))
+
+
+def _partition_expr(shard_col, n: int):
+    """A value that ``repartition(n, value)`` sends to partition ``shard_col``: an element
+    of a literal array (shard -1 goes to partition 0, where ``_shard_rows`` refuses it)."""
+    from pyspark.sql import functions as F
+
+    values = _partition_values(n)
+    if n == 1:
+        return F.lit(values[0])
+    table = F.array(*[F.lit(v) for v in values])
+    return F.when((shard_col >= F.lit(1)) & (shard_col < F.lit(n)), F.element_at(table, shard_col + F.lit(1))) \
+        .otherwise(F.lit(values[0]))
 
 
 __all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]
