@@ -71,11 +71,13 @@ BAD_LINES = [
      ["Infinity"]),
     ('{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "' + "x" * 5000
      + '", "items": [], "flags": {}}', ["bytes", "maximum"]),
+    ('\ufeff{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
+     ["byte order mark", "U+FEFF"]),
 ]
 
 
 @pytest.mark.parametrize("bad_line,words", BAD_LINES, ids=["unparseable", "wrong-type", "missing-key", "nan",
-                                                           "infinity", "oversized"])
+                                                           "infinity", "oversized", "bom"])
 def test_bad_document_fails_the_batch_and_commits_nothing(spark, tmp_path, bad_line, words):
     data, db, chk = tmp_path / "data", tmp_path / "views.db", tmp_path / "checkpoints"
     files = write_orders(data, files=2, per_file=50, customers=10, seed=9)

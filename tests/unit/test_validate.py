@@ -102,3 +102,13 @@ def test_lone_surrogate_escapes_are_not_unicode():
         parse_document('{"s": "\\ud800"}', "f:3")
     with pytest.raises(DocumentError, match="lone surrogate"):
         parse_document('{"\\udfff": 1}', "f:3")
+
+
+def test_a_byte_order_mark_is_named():
+    from tidemark.collection.validate import parse_document
+
+    with pytest.raises(DocumentError, match=r"^f:2: unparseable JSON: the line starts with a byte order mark \(U\+FEFF\)"):
+        parse_document('\ufeff{"a": 1}', "f:2")
+    with pytest.raises(DocumentError, match="Expecting value at column 1"):  # other bad lines: as before
+        parse_document("nope", "f:2")
+    assert parse_document('{"s": "\ufeff"}') == {"s": "\ufeff"}  # inside a string it is just a character
