@@ -149,54 +149,16 @@ def _compiled(df, collection, plan, on_invalid):
     """
     from pyspark.sql import functions as F
 
-    from tidemark.spark import compile as C
     from tidemark.spark import jvm
 
     # The JVM proof, where the session has it, decides every question about the text.
     jvm_spec = jvm.spec(plan) if jvm.available(df.sparkSession) else None
-    whole = jvm_spec is not None
-    # Every per-row expression is written over the ``from_json`` expression itself and
-    # computed in one projection.  ``from_json`` does not take part in whole-stage code
-    # generation, so that projection is compiled on its own, split into small methods
-    # (common subexpressions, the parse among them, are evaluated once per row).  Written
-    # as projections over a ``p`` column instead, the checks are fused into one generated
-    # method that grows with the schema, and past 8,000 bytes of bytecode the JVM no
-    # longer compiles it: the whole combine then runs about twice as slowly.  Without
-    # subexpression elimination (a session that turned it off) the parse would run once per
-    # reference, so there the checks read a parsed column after all.
-    source = df
-    pc = F.from_json(F.col("value"), C.parse_schema(plan, corrupt=not whole),
-                     C.JSON_OPTIONS_NO_CORRUPT if whole else C.JSON_OPTIONS)
-    if str(df.sparkSession.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false":
-        source = df.select("value", "_file", "_block", "_row", pc.alias("p"))
-        pc = F.col("p")
-    plain = C.plain_document(plan, F.col("value"), pc, jvm_spec)
-    suspect = C.suspect_expr(plan, F.col("value"), pc, plain, whole)
-    staged = source.select("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
-                           C.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
-                           F.struct("_file", "_block", "_row").alias("_o"))
-    pc = F.col("p")
-    ok = ~F.col("_suspect")
-    # Suspects go to one group of their own (``_s``), so only the aggregates that collect
-    # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
-    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok, mask_scalars=False,
-                                      key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
-    masked_keys = [F.when(ok, pc[k]) for k in plan.key]
-    key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]
-    # A hash of the key leads the grouping columns: the aggregation sorts its rows by the
-    # grouping columns (past a small number of keys), and a sort compares a prefix of the
-    # first column before whole rows.  Keys often share long prefixes (``customer-000…``);
-    # hashes do not, so most comparisons end at the prefix.
-    grouping = [F.xxhash64(*masked_keys).alias("_h"), F.col("_suspect").alias("_s"), *key_cols]
-    grouped = staged.groupBy(*grouping).agg(
-        *aggs,
-        F.count(F.lit(1)).alias("_n"),
-        F.count_if(F.col("_extras")).alias("_nx"),
-    )
-    key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
+    cols = _compiled_columns(df.sparkSession, plan, jvm_spec)
+    source = df.select(*cols.pre) if cols.pre else df
+    staged = source.select(*cols.stage)
+    grouped = staged.groupBy(*cols.grouping).agg(*cols.aggs)
     # Step 1
-    out = grouped.select("_s", key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
-                         error.alias("_error"), "_n", "_nx").persist()
+    out = grouped.select(*cols.out).persist()
     cached = [out]
     try:
         valid = ~F.col("_s")
@@ -241,6 +203,81 @@ def _compiled(df, collection, plan, on_invalid):
         for c in cached:
             c.unpersist()
         raise
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The compiled combine's expressions: ``df.select(*pre)`` (only where subexpression
+    elimination is off), ``.select(*stage)``, ``.groupBy(*grouping).agg(*aggs)``,
+    ``.select(*out)``."""
+
+    pre: tuple
+    stage: tuple
+    grouping: tuple
+    aggs: tuple
+    out: tuple
+
+
+def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
+    """The expressions of ``plan``, built once per Spark context and plan.
+
+    They name columns only, so every batch can use them.  Building them is a few thousand
+    py4j calls (about 0.25 s); for a batch of a few documents that was a third of its time."""
+    from tidemark.spark.session import context_cache
+
+    subexpr_off = str(spark.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false"
+    cache = context_cache(spark)
+    key = ("combine", repr(plan), jvm_spec, subexpr_off)
+    cols = cache.get(key)
+    if cols is None:
+        cols = cache[key] = _build_columns(plan, jvm_spec, subexpr_off)
+    return cols
+
+
+def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns:
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import compile as C
+
+    whole = jvm_spec is not None
+    # Every per-row expression is written over the ``from_json`` expression itself and
+    # computed in one projection.  ``from_json`` does not take part in whole-stage code
+    # generation, so that projection is compiled on its own, split into small methods
+    # (common subexpressions, the parse among them, are evaluated once per row).  Written
+    # as projections over a ``p`` column instead, the checks are fused into one generated
+    # method that grows with the schema, and past 8,000 bytes of bytecode the JVM no
+    # longer compiles it: the whole combine then runs about twice as slowly.  Without
+    # subexpression elimination (a session that turned it off) the parse would run once per
+    # reference, so there the checks read a parsed column after all.
+    pc = F.from_json(F.col("value"), C.parse_schema(plan, corrupt=not whole),
+                     C.JSON_OPTIONS_NO_CORRUPT if whole else C.JSON_OPTIONS)
+    pre: tuple = ()
+    if subexpr_off:
+        pre = ("value", "_file", "_block", "_row", pc.alias("p"))
+        pc = F.col("p")
+    plain = C.plain_document(plan, F.col("value"), pc, jvm_spec)
+    suspect = C.suspect_expr(plan, F.col("value"), pc, plain, whole)
+    stage = ("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
+             C.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
+             F.struct("_file", "_block", "_row").alias("_o"))
+    pc = F.col("p")
+    ok = ~F.col("_suspect")
+    # Suspects go to one group of their own (``_s``), so only the aggregates that collect
+    # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
+    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok, mask_scalars=False,
+                                      key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
+    masked_keys = [F.when(ok, pc[k]) for k in plan.key]
+    key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]
+    # A hash of the key leads the grouping columns: the aggregation sorts its rows by the
+    # grouping columns (past a small number of keys), and a sort compares a prefix of the
+    # first column before whole rows.  Keys often share long prefixes (``customer-000…``);
+    # hashes do not, so most comparisons end at the prefix.
+    grouping = (F.xxhash64(*masked_keys).alias("_h"), F.col("_suspect").alias("_s"), *key_cols)
+    all_aggs = (*aggs, F.count(F.lit(1)).alias("_n"), F.count_if(F.col("_extras")).alias("_nx"))
+    key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
+    out = ("_s", key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
+           error.alias("_error"), "_n", "_nx")
+    return _Columns(pre, stage, grouping, all_aggs, out)
 
 
 # ----------------------------------------------------------------------------- fallback

@@ -30,3 +30,10 @@ def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def context_cache(spark) -> dict:
+    """A dict that lives as long as ``spark``'s SparkContext: for Column expressions built
+    once and used by every batch (they name columns only, and each is a JVM object that
+    cost a py4j round trip or more to build)."""
+    return spark.sparkContext.__dict__.setdefault("_tidemark_columns", {})
