@@ -303,6 +303,38 @@ def test_compiled_path_is_taken_for_clean_batches(spark):
         res.unpersist()
 
 
+def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):
+    """The compiled combine builds its expressions once per context and plan; later batches
+    (other documents, the same schema) reuse them with exact results, and a session setting
+    that changes the expressions gets its own."""
+    from tidemark.spark import combine as combine_module
+
+    builds = []
+    real = combine_module._build_columns
+    monkeypatch.setattr(combine_module, "_build_columns", lambda *a: builds.append(a) or real(*a))
+    schema = {**ORDERS, "properties": {**ORDERS["properties"], "note": {"type": "string"}}}  # a plan of its own
+    coll = Collection(CollectionSpec("orders", ("/customer",), schema))
+    batches = [[{"customer": "a", "total": 1.5, "n": 1}, {"customer": "a", "n": 2, "note": "x"}],
+               [{"customer": "b", "total": 2, "n": 5}, {"customer": "c", "note": "y", "n": 1}]]
+    for docs in batches:
+        res = combine_batch(frame(spark, docs), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, docs)
+        finally:
+            res.unpersist()
+    assert len(builds) == 1
+    spark.conf.set("spark.sql.subexpressionElimination.enabled", "false")
+    try:
+        res = combine_batch(frame(spark, batches[0]), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, batches[0])
+        finally:
+            res.unpersist()
+    finally:
+        spark.conf.unset("spark.sql.subexpressionElimination.enabled")
+    assert len(builds) == 2 and builds[1][2] is True  # subexpression elimination off: a parsed column
+
+
 def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
     """The colon count decides only when it proves there is nothing undeclared."""
     coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
