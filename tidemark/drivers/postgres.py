@@ -29,18 +29,18 @@ try:
     from psycopg import errors as pg_errors
 except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
     raise ImportError("psycopg is required for the postgres driver: pip install 'tidemark[postgres]'", name="psycopg") from exc
-try:  # optional: 3-5x faster JSON for Load and Store; the stdlib otherwise
+try:  # 3-5x faster JSON for Load and Store (a dependency of tidemark); the stdlib without it
     import orjson
 except ImportError:  # pragma: no cover
     orjson = None
 
+from tidemark import jsontext
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
     TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
-from tidemark import jsontext
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry

@@ -24,8 +24,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
-from tidemark.jsontext import loads
 from tidemark.faults import fault_point
+from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
     Acknowledge,
     BindingSpec,
