@@ -50,6 +50,7 @@ _p: float = 0.0
 
 def _parse() -> dict[str, list[tuple[str, str]]]:
     global _rng, _p
+    _rng, _p = None, 0.0  # a random kill is armed only while its variable is set
     spec = os.environ.get(ENV, "")
     out: dict[str, list[tuple[str, str]]] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):

@@ -155,3 +155,15 @@ def test_armed_names_only_points_armed_by_name(monkeypatch):
     assert not faults.armed("mid_stream")  # a random kill never arms the per-row point
     monkeypatch.delenv("TIDEMARK_FAULT_RANDOM")
     faults.rearm()
+
+
+def test_rearm_after_the_random_variable_is_gone_disarms_random_kills():
+    """In-process rearm (tests do it) must forget a random kill whose variable was removed;
+    it used to keep it, and a later test's fault point killed the test process."""
+    code = ("import os\nfrom tidemark import faults\nfaults.rearm(); faults._points()\n"
+            "del os.environ['TIDEMARK_FAULT_RANDOM']\nfaults.rearm()\n"
+            "for _ in range(200): faults.fault_point('before_endpoint_commit')\nprint('survived')")
+    env = {**os.environ, "TIDEMARK_FAULT_RANDOM": "1:1.0"}
+    env.pop("TIDEMARK_FAULTS", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "survived\n", proc.stderr
