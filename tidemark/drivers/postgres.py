@@ -64,9 +64,6 @@ _TLS_HINTS = ("does not support ssl", "certificate", "private key", "invalid ssl
               "sslrootcert")
 
 
-_json_loads = jsontext.loads
-
-
 def _json_dumps(doc: Any) -> str:
     return dumps(doc)
 
@@ -514,7 +511,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         if not rows:
             return []
         keys = msg.keys
-        loads = _json_loads
+        loads = jsontext.loads
         return [Loaded(msg.binding, tuple([keys[i] for i, _ in rows]), tuple([loads(d) for _, d in rows]))]
 
     def store(self, msg: Store) -> None:

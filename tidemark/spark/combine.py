@@ -223,15 +223,11 @@ def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
 
     They name columns only, so every batch can use them.  Building them is a few thousand
     py4j calls (about 0.25 s); for a batch of a few documents that was a third of its time."""
-    from tidemark.spark.session import context_cache
+    from tidemark.spark.session import built_once
 
     subexpr_off = str(spark.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false"
-    cache = context_cache(spark)
-    key = ("combine", repr(plan), jvm_spec, subexpr_off)
-    cols = cache.get(key)
-    if cols is None:
-        cols = cache[key] = _build_columns(plan, jvm_spec, subexpr_off)
-    return cols
+    return built_once(spark, ("combine", repr(plan), jvm_spec, subexpr_off),
+                      lambda: _build_columns(plan, jvm_spec, subexpr_off))
 
 
 def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns:

@@ -552,12 +552,12 @@ def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=Non
         else:
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
-    parts = list(raw)
+    error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     if structured and not raw:  # one to_json is the whole document
-        return aggs, F.to_json(F.struct(*structured)), F.coalesce(*errors) if errors else F.lit(None).cast("string")
+        return aggs, F.to_json(F.struct(*structured)), error
+    parts = list(raw)
     if structured:
         body = F.to_json(F.struct(*structured))
         parts.append(F.nullif(F.substring(body, F.lit(2), F.length(body) - 2), F.lit("")))
     doc = F.concat(F.lit("{"), F.concat_ws(",", *parts), F.lit("}")) if parts else F.lit("{}")
-    error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     return aggs, doc, error

@@ -268,7 +268,7 @@ class Materializer:
         from pyspark.sql import functions as F
 
         from tidemark.spark.combine import combine_batch
-        from tidemark.spark.session import context_cache
+        from tidemark.spark.session import built_once
 
         if "_row" not in df.columns:
             df = df.withColumn("_row", F.monotonically_increasing_id())
@@ -308,12 +308,9 @@ class Materializer:
         # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
         # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
         # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
-        cache = context_cache(df.sparkSession)
-        exprs = cache.get(("shards", ranges))
-        if exprs is None:  # built once per layout: a few hundred py4j calls at many shards
-            exprs = cache[("shards", ranges)] = (_shard_expr(F.col("key_hash"), ranges).alias("shard"),
-                                                 _partition_expr(F.col("shard"), n))
-        shard_col, part_col = exprs
+        # built once per layout: a few hundred py4j calls at many shards
+        shard_col, part_col = built_once(df.sparkSession, ("shards", ranges), lambda: (
+            _shard_expr(F.col("key_hash"), ranges).alias("shard"), _partition_expr(F.col("shard"), n)))
         # One end row per shard, sorted last: a shard task whose input stream was cut off
         # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
         # partition) must not commit what it got as if it were the whole batch.

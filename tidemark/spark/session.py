@@ -32,8 +32,12 @@ def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_
     return session
 
 
-def context_cache(spark) -> dict:
-    """A dict that lives as long as ``spark``'s SparkContext: for Column expressions built
-    once and used by every batch (they name columns only, and each is a JVM object that
-    cost a py4j round trip or more to build)."""
-    return spark.sparkContext.__dict__.setdefault("_tidemark_columns", {})
+def built_once(spark, key, build):
+    """``build()``, called once per ``key`` for as long as ``spark``'s SparkContext lives:
+    for Column expressions that every batch uses (they name columns only, and each is a
+    JVM object that cost a py4j round trip or more to build)."""
+    cache = spark.sparkContext.__dict__.setdefault("_tidemark_columns", {})
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = build()
+    return value
