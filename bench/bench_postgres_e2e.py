@@ -58,6 +58,7 @@ SCHEMA = {
     },
 }
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi", "Accra", "Lima"]
+ENDPOINT_EXTRA: dict = {}  # endpoint settings from the command line (e.g. --fillfactor)
 SPARK_SCHEMA = "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, city STRING, ts BIGINT"
 
 
@@ -124,7 +125,7 @@ def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, l
     spec = {
         "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
                                    "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema}}, "shards": shards,
+        "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema, **ENDPOINT_EXTRA}}, "shards": shards,
                                       "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
         "checkpoint": checkpoint,
     }
@@ -216,7 +217,7 @@ def run_driver_replay(url, schema, plans) -> dict:
 
     b = binding_spec()
     names = [f.name for f in b.value_fields]
-    driver = PostgresDriver({"url": url, "schema": schema})
+    driver = PostgresDriver({"url": url, "schema": schema, **ENDPOINT_EXTRA})
     caps = driver.capabilities
     driver.apply(Apply("replay", driver.config, (b,)))
     msgs = []
@@ -302,8 +303,12 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--fillfactor", type=int, default=None,
+                    help="the view tables' fillfactor for (a) and (d) (default: the driver's)")
     ap.add_argument("--skip", default="", help="comma-separated: a,b,s,c,d,e (s: the Spark part of (b) alone)")
     args = ap.parse_args()
+    if args.fillfactor is not None:
+        ENDPOINT_EXTRA["fillfactor"] = args.fillfactor
     skip = set(filter(None, args.skip.split(",")))
     tag = uuid.uuid4().hex[:6]
     schemas = {k: f"tm_bench_{k}_{tag}" for k in "abscde"}

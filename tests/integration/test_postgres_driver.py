@@ -7,6 +7,7 @@ refusal over TCP) and an unreachable port, and check that the password never app
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -253,6 +254,46 @@ def test_schema_evolution(driver, postgres_url, schema):
     with pytest.raises(IncompatibleSchema, match="mode"):
         driver.validate(Validate(MAT, {}, (binding(delta=True),)))
     assert apply(driver, grown).action_description == "nothing to do"
+
+
+def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
+    """View tables get room on each page for updated rows (HOT updates); append-only tables
+    do not; a resource overrides the endpoint; an existing table is left as it is; a value
+    out of range is a SpecError that names it, from Validate, before anything is created."""
+    def options(table):
+        rows = sql(postgres_url, "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                 "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
+        return rows[0][0] if rows else "missing"
+
+    dense = dataclasses.replace(binding("dense"), resource={"table": "dense", "fillfactor": 50})
+    apply(driver, binding(), binding("events", delta=True), dense)
+    assert options("customers") == ["fillfactor=70"]
+    assert options("events") is None
+    assert options("dense") == ["fillfactor=50"]
+    t, _ = open_session(driver, binding())
+    txn(t, binding(), [doc("a", 1)], 0)
+    txn(t, binding(), [doc("a", 2)], 1)
+    t.close()
+    assert sql(postgres_url, f'SELECT amount FROM "{schema}".customers') == [(2,)]
+
+    sql(postgres_url, f'CREATE TABLE "{schema}".mine (customer text PRIMARY KEY, amount bigint, score double precision, '
+                      'vip boolean, tags jsonb, flow_document jsonb NOT NULL)')
+    apply(driver, binding("mine"))
+    assert options("mine") is None  # not altered
+
+    full = PostgresDriver(dict(config, fillfactor=100))
+    try:
+        apply(full, binding("packed"))
+        assert options("packed") is None
+    finally:
+        full.close()
+    for bad in (5, 101, "ten", 7.5, True):
+        with pytest.raises(SpecError, match=r"fillfactor must be an integer from 10 to 100.*" + repr(bad).replace(".", r"\.")):
+            PostgresDriver(dict(config, fillfactor=bad))
+    wrong = dataclasses.replace(dense, resource={"table": "wrong", "fillfactor": 0})
+    with pytest.raises(SpecError, match=r"binding '\w+\.wrong': resource fillfactor .* got 0"):
+        driver.validate(Validate(MAT, driver.config, (wrong,)))
+    assert options("wrong") == "missing"
 
 
 def test_injection_like_identifiers(driver, postgres_url, schema):

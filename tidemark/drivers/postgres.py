@@ -55,7 +55,10 @@ SQL_TYPES = {TEXT: "text", INTEGER: "bigint", NUMBER: "double precision", BOOLEA
              TIMESTAMP: "timestamp with time zone"}
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "sslmode", "sslrootcert",
-               "sslcert", "sslkey", "application_name", "retry")
+               "sslcert", "sslkey", "application_name", "retry", "fillfactor")
+# Free space left in each page of a view table so that updates stay on their page (HOT:
+# no new index entry, old versions pruned in place).  Measured in docs/benchmarks.md.
+DEFAULT_FILLFACTOR = 70
 _AUTH_HINTS = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
                "pg_hba.conf rejects", "no password supplied", "password is required",
                "permission denied for database", "role \"")
@@ -140,6 +143,7 @@ class PgSettings:
     user: str
     secrets: tuple[str, ...]
     policy: RetryPolicy
+    fillfactor: int = DEFAULT_FILLFACTOR
 
     def __repr__(self) -> str:  # the conninfo carries the password
         return f"PgSettings(host={self.host!r}, port={self.port!r}, database={self.database!r}, user={self.user!r}, schema={self.schema!r})"
@@ -178,7 +182,16 @@ class PgSettings:
             user=str(params.get("user") or ""),
             secrets=secrets,
             policy=policy,
+            fillfactor=parse_fillfactor(config.get("fillfactor", DEFAULT_FILLFACTOR), "postgres: fillfactor"),
         )
+
+
+def parse_fillfactor(value: Any, where: str) -> int:
+    """A table fillfactor: an integer percentage from 10 to 100 (PostgreSQL's range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() \
+            or not 10 <= int(value) <= 100:
+        raise SpecError(f"{where} must be an integer from 10 to 100 (percent of each page to fill), got {value!r}")
+    return int(value)
 
 
 def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
@@ -302,14 +315,25 @@ class PostgresDriver(Driver):
         props["port"] = {"type": ["integer", "string"]}
         props["password"] = {"type": "string", "secret": True}
         props["retry"] = {"type": "object"}
+        props["fillfactor"] = {"type": "integer", "minimum": 10, "maximum": 100}
         return SpecResponse(
             config_schema={"type": "object", "properties": props},
             resource_schema={"type": "object", "required": ["table"],
-                             "properties": {"table": {"type": "string"}, "schema": {"type": "string"}}},
+                             "properties": {"table": {"type": "string"}, "schema": {"type": "string"},
+                                            "fillfactor": {"type": "integer", "minimum": 10, "maximum": 100}}},
         )
 
     def model(self, binding: BindingSpec) -> TableModel:
         return TableModel.of(binding, self.settings.schema)
+
+    def fillfactor(self, model: TableModel, binding: BindingSpec) -> int:
+        """The fillfactor a new table gets: the resource's, else the endpoint's (standard tables only)."""
+        if model.delta:
+            return 100  # append-only: nothing is updated
+        value = binding.resource.get("fillfactor") if isinstance(binding.resource, dict) else None
+        if value is None:
+            return self.settings.fillfactor
+        return parse_fillfactor(value, f"binding {model.display!r}: resource fillfactor")
 
     def _existing(self, con, model: TableModel) -> Optional[dict[str, tuple[str, bool]]]:
         rows = con.execute(
@@ -328,7 +352,7 @@ class PostgresDriver(Driver):
             existing = self._existing(con, model)
             missing = None if existing is None else check_columns(
                 model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing)
-            out.append((model, missing))
+            out.append((model, missing, self.fillfactor(model, b)))
         return out
 
     def validate(self, req: Validate) -> Validated:
@@ -344,12 +368,12 @@ class PostgresDriver(Driver):
             with con.transaction():
                 if not req.dry_run:
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
-                for model, missing in self._plan(con, req.bindings):
+                for model, missing, fillfactor in self._plan(con, req.bindings):
                     if missing is None:
                         actions.append(f"create table {model.display}")
                         if not req.dry_run:
                             con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(model.schema)}")
-                            con.execute(create_table_sql(model))
+                            con.execute(create_table_sql(model, fillfactor))
                         continue
                     for col in missing:
                         actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
@@ -431,7 +455,7 @@ class _NoRetry(Exception):
         self.error = error
 
 
-def create_table_sql(model: TableModel) -> str:
+def create_table_sql(model: TableModel, fillfactor: int = 100) -> str:
     cols = [f"{q(c.name)} {sql_type(c.kind)} NOT NULL" for c in model.keys]
     cols += [f"{q(c.name)} {sql_type(c.kind)}" for c in model.values]
     cols.append(f"{q(DOCUMENT_COLUMN)} jsonb NOT NULL")
@@ -439,7 +463,8 @@ def create_table_sql(model: TableModel) -> str:
         cols.insert(0, f"{q(ROW_ID_COLUMN)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
     else:
         cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
-    return f"CREATE TABLE IF NOT EXISTS {model.ident} ({', '.join(cols)})"
+    options = f" WITH (fillfactor = {int(fillfactor)})" if fillfactor != 100 and not model.delta else ""
+    return f"CREATE TABLE IF NOT EXISTS {model.ident} ({', '.join(cols)}){options}"
 
 
 class PostgresTransactor(ReadCommittedLoads, Transactor):
