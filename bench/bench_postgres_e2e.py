@@ -23,7 +23,8 @@ The stream: ``--docs`` order documents over ``--keys`` customers in ``--batches`
 Spark runs ``local[--shards]``; one SparkSession is started (and warmed) before any
 timing.  (a), (b) and (s) run in ``--rounds`` rounds of (b), (s), (a) on the same stream
 (fresh tables and checkpoints each round): the first round warms the JIT for all three
-(whichever ran first used to pay it alone), and the ratios use the last round.  Every run writes a schema of its own, dropped at the end.
+(whichever ran first used to pay it alone), and the ratios use the last round.  Every run
+writes a schema of its own, dropped at the end.
 """
 
 from __future__ import annotations

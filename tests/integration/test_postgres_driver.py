@@ -258,7 +258,7 @@ def test_schema_evolution(driver, postgres_url, schema):
 
 def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
     """View tables get room on each page for updated rows (HOT updates); append-only tables
-    do not; a resource overrides the endpoint; an existing table is left as it is; a value
+    do not unless their resource asks; a resource overrides the endpoint; an existing table is left as it is; a value
     out of range is a SpecError that names it, from Validate, before anything is created."""
     def options(table):
         rows = sql(postgres_url, "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -266,10 +266,12 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
         return rows[0][0] if rows else "missing"
 
     dense = dataclasses.replace(binding("dense"), resource={"table": "dense", "fillfactor": 50})
-    apply(driver, binding(), binding("events", delta=True), dense)
+    log = dataclasses.replace(binding("log", delta=True), resource={"table": "log", "fillfactor": 90})
+    apply(driver, binding(), binding("events", delta=True), dense, log)
     assert options("customers") == ["fillfactor=70"]
     assert options("events") is None
     assert options("dense") == ["fillfactor=50"]
+    assert options("log") == ["fillfactor=90"]  # what the resource asks for, even append-only
     t, _ = open_session(driver, binding())
     txn(t, binding(), [doc("a", 1)], 0)
     txn(t, binding(), [doc("a", 2)], 1)

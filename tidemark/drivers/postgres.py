@@ -327,13 +327,12 @@ class PostgresDriver(Driver):
         return TableModel.of(binding, self.settings.schema)
 
     def fillfactor(self, model: TableModel, binding: BindingSpec) -> int:
-        """The fillfactor a new table gets: the resource's, else the endpoint's (standard tables only)."""
-        if model.delta:
-            return 100  # append-only: nothing is updated
+        """The fillfactor a new table gets: the resource's, else the endpoint's for a standard
+        table; a delta-updates table is append-only and gets PostgreSQL's default (100)."""
         value = binding.resource.get("fillfactor") if isinstance(binding.resource, dict) else None
-        if value is None:
-            return self.settings.fillfactor
-        return parse_fillfactor(value, f"binding {model.display!r}: resource fillfactor")
+        if value is not None:
+            return parse_fillfactor(value, f"binding {model.display!r}: resource fillfactor")
+        return 100 if model.delta else self.settings.fillfactor
 
     def _existing(self, con, model: TableModel) -> Optional[dict[str, tuple[str, bool]]]:
         rows = con.execute(
@@ -463,7 +462,7 @@ def create_table_sql(model: TableModel, fillfactor: int = 100) -> str:
         cols.insert(0, f"{q(ROW_ID_COLUMN)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
     else:
         cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
-    options = f" WITH (fillfactor = {int(fillfactor)})" if fillfactor != 100 and not model.delta else ""
+    options = f" WITH (fillfactor = {int(fillfactor)})" if fillfactor != 100 else ""
     return f"CREATE TABLE IF NOT EXISTS {model.ident} ({', '.join(cols)}){options}"
 
 
