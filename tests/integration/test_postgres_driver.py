@@ -267,7 +267,8 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
 
     dense = dataclasses.replace(binding("dense"), resource={"table": "dense", "fillfactor": 50})
     log = dataclasses.replace(binding("log", delta=True), resource={"table": "log", "fillfactor": 90})
-    apply(driver, binding(), binding("events", delta=True), dense, log)
+    done = apply(driver, binding(), binding("events", delta=True), dense, log).action_description
+    assert f"create table {schema}.customers (fillfactor 70); create table {schema}.events; " in done
     assert options("customers") == ["fillfactor=70"]
     assert options("events") is None
     assert options("dense") == ["fillfactor=50"]

@@ -369,7 +369,8 @@ class PostgresDriver(Driver):
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
                 for model, missing, fillfactor in self._plan(con, req.bindings):
                     if missing is None:
-                        actions.append(f"create table {model.display}")
+                        actions.append(f"create table {model.display}"
+                                       + (f" (fillfactor {fillfactor})" if fillfactor != 100 else ""))
                         if not req.dry_run:
                             con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(model.schema)}")
                             con.execute(create_table_sql(model, fillfactor))
