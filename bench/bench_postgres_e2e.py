@@ -342,7 +342,7 @@ def main() -> None:
         # (a), (b) and (s) share one JVM: whichever runs first pays the JIT's warm-up of the
         # JSON reader, the aggregation and the shuffle for the others.  So they run in rounds,
         # (b), (s), (a) in each, and the ratios use the last round.
-        for rnd in range(1, args.rounds + 1):
+        for rnd in range(1, (args.rounds if not {"a", "b", "s"} <= skip else 0) + 1):
             last = rnd == args.rounds
             print(f"\nround {rnd} of {args.rounds}" + (" (the ratios use this one)" if last else " (warm-up)"))
             if rnd > 1:
