@@ -290,7 +290,7 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
         assert options("packed") is None
     finally:
         full.close()
-    for bad in (5, 101, "ten", 7.5, True):
+    for bad in (5, 101, "ten", 7.5, True, "²"):
         with pytest.raises(SpecError, match=r"fillfactor must be an integer from 10 to 100.*" + repr(bad).replace(".", r"\.")):
             PostgresDriver(dict(config, fillfactor=bad))
     wrong = dataclasses.replace(dense, resource={"table": "wrong", "fillfactor": 0})

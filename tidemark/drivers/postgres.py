@@ -188,7 +188,7 @@ class PgSettings:
 
 def parse_fillfactor(value: Any, where: str) -> int:
     """A table fillfactor: an integer percentage from 10 to 100 (PostgreSQL's range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() \
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdecimal() \
             or not 10 <= int(value) <= 100:
         raise SpecError(f"{where} must be an integer from 10 to 100 (percent of each page to fill), got {value!r}")
     return int(value)
