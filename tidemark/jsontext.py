@@ -11,7 +11,7 @@ but differs from it on three kinds of input, each of which takes the standard li
 * lone surrogates, escaped (``"\\ud800"``) or raw in a ``str``, which orjson refuses.
 
 The last two raise in orjson and are retried with ``json``, so the answer and any error
-are the standard library's.  Without orjson installed, :func:`loads` is ``json.loads``.
+are the standard library's.  (orjson is a dependency of tidemark.)
 """
 
 from __future__ import annotations
@@ -19,32 +19,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - the standard library only
-    orjson = None
+import orjson
 
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _LONG = b"0" * 19
+_fast = orjson.loads
+_FastError = orjson.JSONDecodeError
 
-if orjson is not None:
-    _fast = orjson.loads
-    _FastError = orjson.JSONDecodeError
 
-    def loads(text: str | bytes) -> Any:
-        try:
-            raw = text.encode() if text.__class__ is str else text
-        except UnicodeEncodeError:  # a raw lone surrogate in the text: only json reads it
-            return json.loads(text)
-        if _LONG in raw.translate(_DIGITS):
-            return json.loads(text)
-        try:
-            return _fast(raw)
-        except _FastError:
-            return json.loads(text)
-
-else:  # pragma: no cover
-    loads = json.loads
+def loads(text: str | bytes) -> Any:
+    try:
+        raw = text.encode() if text.__class__ is str else text
+    except UnicodeEncodeError:  # a raw lone surrogate in the text: only json reads it
+        return json.loads(text)
+    if _LONG in raw.translate(_DIGITS):
+        return json.loads(text)
+    try:
+        return _fast(raw)
+    except _FastError:
+        return json.loads(text)
 
 
 __all__ = ["loads"]

@@ -29,10 +29,7 @@ try:
     from psycopg import errors as pg_errors
 except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
     raise ImportError("psycopg is required for the postgres driver: pip install 'tidemark[postgres]'", name="psycopg") from exc
-try:  # 3-5x faster JSON for Load and Store (a dependency of tidemark); the stdlib without it
-    import orjson
-except ImportError:  # pragma: no cover
-    orjson = None
+import orjson  # 3-5x faster JSON for Store (a core dependency of tidemark)
 
 from tidemark import jsontext
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
@@ -68,16 +65,10 @@ _TLS_HINTS = ("does not support ssl", "certificate", "private key", "invalid ssl
 
 
 def _json_dumps(doc: Any) -> str:
-    return dumps(doc)
-
-
-if orjson is not None:
-
-    def _json_dumps(doc: Any) -> str:  # noqa: F811 - the fast path
-        try:
-            return orjson.dumps(doc).decode()
-        except TypeError:  # big integers, non-string keys: the stdlib
-            return dumps(doc)
+    try:
+        return orjson.dumps(doc).decode()
+    except TypeError:  # big integers, non-string keys: the stdlib
+        return dumps(doc)
 
 
 def sql_type(kind: str) -> str:
