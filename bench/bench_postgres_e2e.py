@@ -20,10 +20,14 @@ The stream: ``--docs`` order documents over ``--keys`` customers in ``--batches`
 (e) per-batch overhead: tidemark on tiny batches (10 documents per batch), and one
     driver transaction of one document.
 
+(s) the Spark part of (b) alone: read, aggregate, collect into Python; no writes.
+(n) read and aggregate only: (b)'s aggregate into Spark's ``noop`` sink, nothing leaves
+    the JVM -- the floor under any design that reads and combines each batch in Spark.
+
 Spark runs ``local[--shards]``; one SparkSession is started (and warmed) before any
-timing.  (a), (b) and (s) run in ``--rounds`` rounds of (b), (s), (a) on the same stream
-(fresh tables and checkpoints each round): the first round warms the JIT for all three
-(whichever ran first used to pay it alone), and the ratios use the last round.  Every run
+timing.  (a), (b), (s) and (n) run in ``--rounds`` rounds of (b), (s), (n), (a) on the same
+stream (fresh tables and checkpoints each round): the first round warms the JIT for all of
+them (whichever ran first used to pay it alone), and the ratios use the last round.  Every run
 writes a schema of its own, dropped at the end.
 """
 
@@ -141,11 +145,13 @@ def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, l
     return time.perf_counter() - t0, reports
 
 
-def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True) -> float:
+def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True, collect: bool = True) -> float:
     """What users write today: foreachBatch, groupBy/agg, executemany upserts.
 
-    ``write_rows=False`` runs only its Spark part (read, aggregate, collect): the floor under
-    any design that combines each batch in Spark, whatever it then writes."""
+    ``write_rows=False`` runs only its Spark part: read, aggregate and collect the rows into
+    Python ((s)).  With ``collect=False`` as well, the aggregate goes to Spark's ``noop``
+    sink and nothing leaves the JVM ((n)): the floor under any design that reads and
+    combines each batch in Spark."""
     from pyspark.sql import functions as F
 
     with psycopg.connect(url, autocommit=True) as con:
@@ -160,6 +166,9 @@ def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True) -
     def write(df, _batch_id):
         agg = df.groupBy("customer").agg(F.sum("amount"), F.sum("orders"), F.max("largest"),
                                          F.max_by("city", "ts"), F.max("ts"))
+        if not collect:
+            agg.write.format("noop").mode("overwrite").save()
+            return
         rows = [tuple(r) for r in agg.collect()]
         if not write_rows:
             return
@@ -309,14 +318,15 @@ def main() -> None:
     ap.add_argument("--fillfactor", type=int, default=None,
                     help="the view tables' fillfactor for (a) and (d) (default: the driver's)")
     ap.add_argument("--rounds", type=int, default=2,
-                    help="rounds of (b), (s), (a) in one JVM; the ratios use the last (default 2: one warm-up)")
-    ap.add_argument("--skip", default="", help="comma-separated: a,b,s,c,d,e (s: the Spark part of (b) alone)")
+                    help="rounds of (b), (s), (n), (a) in one JVM; the ratios use the last (default 2: one warm-up)")
+    ap.add_argument("--skip", default="", help="comma-separated: a,b,s,n,c,d,e (s: the Spark part of (b) alone; "
+                    "n: its read and aggregate only)")
     args = ap.parse_args()
     if args.fillfactor is not None:
         ENDPOINT_EXTRA["fillfactor"] = args.fillfactor
     skip = set(filter(None, args.skip.split(",")))
     tag = uuid.uuid4().hex[:6]
-    schemas = {k: f"tm_bench_{k}_{tag}" for k in "abscde"}
+    schemas = {k: f"tm_bench_{k}_{tag}" for k in "absncde"}
     work = tempfile.mkdtemp(prefix="tm-bench-")
     print(machine())
     with psycopg.connect(args.url) as con:
@@ -332,21 +342,21 @@ def main() -> None:
     results: dict = {}
     try:
         spark = None
-        if not {"a", "b", "s", "e"} <= skip:
+        if not {"a", "b", "s", "n", "e"} <= skip:
             from tidemark.spark.session import local_session
 
             spark = local_session("tidemark-bench", master=f"local[{args.shards}]", shuffle_partitions=args.shards)
             from pyspark.sql import functions as F
 
             spark.range(1000).groupBy((F.col("id") % 3).alias("k")).count().collect()  # warm up
-        # (a), (b) and (s) share one JVM: whichever runs first pays the JIT's warm-up of the
-        # JSON reader, the aggregation and the shuffle for the others.  So they run in rounds,
-        # (b), (s), (a) in each, and the ratios use the last round.
-        for rnd in range(1, (args.rounds if not {"a", "b", "s"} <= skip else 0) + 1):
+        # (a), (b), (s) and (n) share one JVM: whichever runs first pays the JIT's warm-up of
+        # the JSON reader, the aggregation and the shuffle for the others.  So they run in
+        # rounds, (b), (s), (n), (a) in each, and the ratios use the last round.
+        for rnd in range(1, (args.rounds if not {"a", "b", "s", "n"} <= skip else 0) + 1):
             last = rnd == args.rounds
             print(f"\nround {rnd} of {args.rounds}" + (" (the ratios use this one)" if last else " (warm-up)"))
             if rnd > 1:
-                for k in "abs":
+                for k in "absn":
                     schemas[f"{k}{rnd - 1}"] = schemas[k]
                     schemas[k] = f"tm_bench_{k}_{tag}_{rnd}"
             run = os.path.join(work, f"round-{rnd}")
@@ -359,6 +369,11 @@ def main() -> None:
                 wall = run_by_hand(spark, data, args.url, schemas["s"], os.path.join(run, "chk-s"), write_rows=False)
                 results["s"] = wall
                 print(f"(s) the Spark part of (b) alone (read, aggregate, collect; no writes): {wall:.2f}s")
+            if "n" not in skip:
+                wall = run_by_hand(spark, data, args.url, schemas["n"], os.path.join(run, "chk-n"), write_rows=False,
+                                   collect=False)
+                results["n"] = wall
+                print(f"(n) read and aggregate only (Spark's noop sink; nothing leaves the JVM): {wall:.2f}s")
             if "a" not in skip:
                 wall, reports = run_tidemark(spark, data, args.url, schemas["a"], args.shards, os.path.join(run, "chk-a"))
                 results["a"] = wall
@@ -398,6 +413,8 @@ def main() -> None:
             print(f"  (a)/(b) wall = {results['a'] / results['b']:.2f}   (goal ≤ 0.5)")
         if "s" in results and "b" in results:
             print(f"  (s)/(b) wall = {results['s'] / results['b']:.2f}   (the Spark part's share of (b))")
+        if "n" in results and "b" in results:
+            print(f"  (n)/(b) wall = {results['n'] / results['b']:.2f}   (read and aggregate only)")
         if "d" in results and "c" in results:
             print(f"  (d)/(c) endpoint = {results['d']['total'] / results['c']:.2f} wall, "
                   f"{results['d']['cpu'] / results['c_cpu']:.2f} CPU   (goal ≤ 2)")
