@@ -1,0 +1,253 @@
+"""The PostgreSQL driver over TLS, against a private server that only accepts TLS.
+
+The shared test server has TLS off, so this module starts its own from the machine's
+PostgreSQL binaries (``initdb``, ``pg_ctl``; as the ``postgres`` user when the tests run as
+root, which PostgreSQL refuses to run as). A test CA (``trustme``) issues the server's
+certificate, for ``localhost`` only, and a client certificate for a role that may only log
+in with one. ``pg_hba.conf`` rejects every connection without TLS, so a session that works
+went over TLS.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+
+import psycopg
+import pytest
+
+from tests.helpers import normalize, oracle_orders, orders_spec, postgres_view, write_orders
+from tests.integration.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
+from tidemark.drivers.postgres import PostgresDriver
+from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "tls-s3cr3t-Pa55"
+CERT_USER = "tidemark_cert_user"
+
+
+def _bindir() -> str | None:
+    for path in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True):
+        if os.access(os.path.join(path, "initdb"), os.X_OK):
+            return path
+    initdb = shutil.which("initdb")
+    return os.path.dirname(initdb) if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TlsServer:
+    def __init__(self, base: str, port: int, ca_file: str, other_ca_file: str, client_cert: str, client_key: str):
+        self.base, self.port = base, port
+        self.ca_file, self.other_ca_file = ca_file, other_ca_file
+        self.client_cert, self.client_key = client_cert, client_key
+
+    def config(self, schema: str, **extra) -> dict:
+        return {"host": "localhost", "port": self.port, "user": "postgres", "database": "postgres",
+                "schema": schema, "sslmode": "verify-full", "sslrootcert": self.ca_file, **extra}
+
+    def admin(self) -> psycopg.Connection:
+        """A connection over the Unix socket (trusted), to set up and inspect."""
+        return psycopg.connect(host=self.base, port=self.port, user="postgres", dbname="postgres", autocommit=True)
+
+
+@pytest.fixture(scope="module")
+def tls_server():
+    trustme = pytest.importorskip("trustme")
+    bindir = _bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    run_as: list[str] = []
+    owner = None
+    if os.geteuid() == 0:  # PostgreSQL will not run as root
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run a private server as")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    base = tempfile.mkdtemp(prefix="tidemark-pg-tls-")
+    data = os.path.join(base, "data")
+
+    def own(path: str, mode: int) -> None:
+        os.chmod(path, mode)
+        if owner is not None:
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+
+    own(base, 0o700)
+    ca, other_ca = trustme.CA(), trustme.CA()
+    server_cert = ca.issue_cert("localhost")
+    files = {name: os.path.join(base, name) for name in
+             ("ca.crt", "other-ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+    ca.cert_pem.write_to_path(files["ca.crt"])
+    other_ca.cert_pem.write_to_path(files["other-ca.crt"])
+    server_cert.cert_chain_pems[0].write_to_path(files["server.crt"])
+    server_cert.private_key_pem.write_to_path(files["server.key"])
+    for name in ("ca.crt", "server.crt", "server.key"):
+        own(files[name], 0o600)
+    # the client's files belong to whoever runs the tests (libpq wants the key at 0600)
+    client = ca.issue_cert("tidemark-client.test", common_name=CERT_USER)  # the CN is the role
+    client.cert_chain_pems[0].write_to_path(files["client.crt"])
+    client.private_key_pem.write_to_path(files["client.key"])
+    os.chmod(files["client.key"], 0o600)
+    os.chmod(files["other-ca.crt"], 0o644)
+    os.chmod(base, 0o711)  # the client reads its files and the CA by path; the data dir stays 0700
+
+    port = _free_port()
+    subprocess.run([*run_as, os.path.join(bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
+                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    with open(os.path.join(data, "pg_hba.conf"), "w") as f:
+        f.write("local all all trust\n"
+                f"hostssl all {CERT_USER} 127.0.0.1/32 cert\n"
+                f"hostssl all {CERT_USER} ::1/128 cert\n"
+                "hostssl all all 127.0.0.1/32 trust\n"
+                "hostssl all all ::1/128 trust\n"
+                "hostnossl all all 0.0.0.0/0 reject\n"
+                "hostnossl all all ::/0 reject\n")
+    options = " ".join([
+        f"-c port={port}", "-c listen_addresses=localhost", f"-c unix_socket_directories={base}",
+        "-c ssl=on", f"-c ssl_cert_file={files['server.crt']}", f"-c ssl_key_file={files['server.key']}",
+        f"-c ssl_ca_file={files['ca.crt']}", "-c fsync=off", "-c shared_buffers=16MB", "-c max_connections=20",
+    ])
+    started = subprocess.run([*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-l", os.path.join(base, "log"),
+                              "-w", "-t", "60", "-o", options, "start"], capture_output=True, text=True)
+    if started.returncode != 0:
+        log = open(os.path.join(base, "log")).read() if os.path.exists(os.path.join(base, "log")) else ""
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"private TLS server did not start: {started.stderr}\n{log}")
+    server = TlsServer(base, port, files["ca.crt"], files["other-ca.crt"], files["client.crt"], files["client.key"])
+    try:
+        with server.admin() as con:
+            con.execute(f'CREATE ROLE "{CERT_USER}" LOGIN')
+            con.execute(f'GRANT CREATE ON DATABASE postgres TO "{CERT_USER}"')
+        yield server
+    finally:
+        subprocess.run([*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def tls_schema(tls_server):
+    return f"tm_tls_{uuid.uuid4().hex[:10]}"
+
+
+def _ssl_sessions(server: TlsServer, user: str) -> list[tuple]:
+    with server.admin() as con:
+        return con.execute("SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+                           "WHERE a.usename = %s AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()",
+                           (user,)).fetchall()
+
+
+def test_verify_full_round_trip(tls_server, tls_schema):
+    """sslmode verify-full with the CA: a whole transaction, over TLS, and nothing without it."""
+    d = PostgresDriver(tls_server.config(tls_schema, password=SECRET))
+    try:
+        b = binding()
+        apply(d, b)
+        t, opened = open_session(d, b)
+        assert opened.runtime_checkpoint is None
+        sessions = _ssl_sessions(tls_server, "postgres")  # the driver's and the shard session's
+        assert sessions and all(ssl for ssl, _dn in sessions)
+        txn(t, b, [doc("a", 1), doc("b", 2)], 0)
+        assert txn(t, b, [doc("a", 3)], 1) == {("a",): doc("a", 1)}
+        t.close()
+        assert d.dump(MAT, b) == {("a",): doc("a", 3), ("b",): doc("b", 2)}
+        assert [r.runtime_checkpoint["batch_id"] for r in d.checkpoints(MAT)] == [1]
+    finally:
+        d.close()
+    # The same server without TLS: pg_hba.conf refuses it, a terminal error naming no secret.
+    plain = PostgresDriver(tls_server.config(tls_schema, sslmode="disable", password=SECRET,
+                                             retry={"attempts": 3, "base_delay": 0}))
+    try:
+        with pytest.raises(AuthenticationFailed, match="no encryption") as exc:
+            plain.checkpoints(MAT)
+        assert SECRET not in str(exc.value)
+    finally:
+        plain.close()
+
+
+def test_verify_full_refuses_a_certificate_from_another_ca(tls_server, tls_schema):
+    d = PostgresDriver(tls_server.config(tls_schema, sslrootcert=tls_server.other_ca_file, password=SECRET,
+                                         retry={"attempts": 3, "base_delay": 0}))
+    try:
+        with pytest.raises(DriverError, match="TLS settings refused") as exc:
+            d.checkpoints(MAT)
+        assert not isinstance(exc.value, EndpointUnavailable)  # a misconfiguration is not retried
+        assert "certificate" in str(exc.value) and SECRET not in str(exc.value)
+    finally:
+        d.close()
+
+
+def test_verify_full_checks_the_host_name_and_verify_ca_does_not(tls_server, tls_schema):
+    """The server's certificate names ``localhost`` only."""
+    d = PostgresDriver(tls_server.config(tls_schema, host="127.0.0.1", retry={"attempts": 3, "base_delay": 0}))
+    try:
+        with pytest.raises(DriverError, match="TLS settings refused") as exc:
+            d.checkpoints(MAT)
+        assert "does not match host name" in str(exc.value)
+        assert not isinstance(exc.value, EndpointUnavailable)
+    finally:
+        d.close()
+    d = PostgresDriver(tls_server.config(tls_schema, host="127.0.0.1", sslmode="verify-ca"))
+    try:
+        assert d.checkpoints(MAT) == []
+    finally:
+        d.close()
+
+
+def test_client_certificate_login(tls_server, tls_schema):
+    """A role that may only log in with a certificate: sslcert/sslkey do it; without them it is refused."""
+    d = PostgresDriver(tls_server.config(tls_schema, user=CERT_USER, sslcert=tls_server.client_cert,
+                                         sslkey=tls_server.client_key))
+    try:
+        b = binding()
+        apply(d, b)
+        t, _ = open_session(d, b)
+        sessions = _ssl_sessions(tls_server, CERT_USER)
+        # a client certificate was presented (pg_stat_ssl cuts its DN at 63 bytes); the login
+        # itself shows that its CN names the role, as the `cert` method requires
+        assert sessions and all(ssl and dn and "/CN=" in dn for ssl, dn in sessions)
+        txn(t, b, [doc("k", 7)], 0)
+        t.close()
+        assert d.dump(MAT, b) == {("k",): doc("k", 7)}
+    finally:
+        d.close()
+    d = PostgresDriver(tls_server.config(tls_schema, user=CERT_USER, retry={"attempts": 3, "base_delay": 0}))
+    try:
+        refused = "TLS settings refused.*requires a valid client certificate.*sslcert"
+        with pytest.raises(DriverError, match=refused) as exc:
+            d.checkpoints(MAT)
+        assert not isinstance(exc.value, EndpointUnavailable)
+    finally:
+        d.close()
+
+
+@pytest.mark.spark
+def test_spark_run_over_tls_with_separate_fields(spark, tmp_path, tls_server, tls_schema):
+    """A spec that names host, port, user and the TLS files as separate fields, end to end."""
+    from tidemark.spark.runner import run_spec
+
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=100, customers=30, seed=77, deletes=0.05)
+    endpoint = tls_server.config(tls_schema, user=CERT_USER, sslcert=tls_server.client_cert,
+                                 sslkey=tls_server.client_key)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, max_files=1, name="view",
+                       endpoint={"postgres": endpoint})
+    reports: list = []
+    run_spec(spec, spark=spark, on_batch=reports.append)
+    assert [r.batch_id for r in reports] == [0, 1]
+    conninfo = psycopg.conninfo.make_conninfo(
+        "", host="localhost", port=str(tls_server.port), user=CERT_USER, dbname="postgres", sslmode="verify-full",
+        sslrootcert=tls_server.ca_file, sslcert=tls_server.client_cert, sslkey=tls_server.client_key)
+    assert normalize(postgres_view(conninfo, tls_schema)) == oracle_orders(data)
