@@ -3,6 +3,8 @@
 The test server trusts every local connection (``pg_hba.conf``: trust), so a *wrong
 password* cannot be refused; the credentials tests use a role that does not exist (a real
 refusal over TCP) and an unreachable port, and check that the password never appears.
+A real wrong password, TLS and a server that comes back during the retries are tested
+against a private server in ``test_postgres_tls.py``.
 """
 
 from __future__ import annotations

@@ -4,13 +4,15 @@ The shared test server has TLS off, so this module starts its own from the machi
 PostgreSQL binaries (``initdb``, ``pg_ctl``; as the ``postgres`` user when the tests run as
 root, which PostgreSQL refuses to run as). A test CA (``trustme``) issues the server's
 certificate, for ``localhost`` only, and a client certificate for a role that may only log
-in with one. ``pg_hba.conf`` rejects every connection without TLS, so a session that works
-went over TLS.
+in with one; another role logs in with a password (scram-sha-256), which the shared server
+(trust) cannot refuse. ``pg_hba.conf`` rejects every connection without TLS, so a session
+that works went over TLS.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import pwd
 import shutil
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.postgres
 
 SECRET = "tls-s3cr3t-Pa55"
 CERT_USER = "tidemark_cert_user"
+PASSWORD_USER = "tidemark_password_user"
 
 
 def _bindir() -> str | None:
@@ -56,6 +59,15 @@ class TlsServer:
     def config(self, schema: str, **extra) -> dict:
         return {"host": "localhost", "port": self.port, "user": "postgres", "database": "postgres",
                 "schema": schema, "sslmode": "verify-full", "sslrootcert": self.ca_file, **extra}
+
+    def stop(self) -> None:
+        subprocess.run([*self.run_as, os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop"],
+                       check=True, capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run([*self.run_as, os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-l",
+                        os.path.join(self.base, "log"), "-w", "-t", "60", "-o", self.options, "start"],
+                       check=True, capture_output=True)
 
     def admin(self) -> psycopg.Connection:
         """A connection over the Unix socket (trusted), to set up and inspect."""
@@ -110,6 +122,8 @@ def tls_server():
         f.write("local all all trust\n"
                 f"hostssl all {CERT_USER} 127.0.0.1/32 cert\n"
                 f"hostssl all {CERT_USER} ::1/128 cert\n"
+                f"hostssl all {PASSWORD_USER} 127.0.0.1/32 scram-sha-256\n"
+                f"hostssl all {PASSWORD_USER} ::1/128 scram-sha-256\n"
                 "hostssl all all 127.0.0.1/32 trust\n"
                 "hostssl all all ::1/128 trust\n"
                 "hostnossl all all 0.0.0.0/0 reject\n"
@@ -126,10 +140,12 @@ def tls_server():
         shutil.rmtree(base, ignore_errors=True)
         pytest.fail(f"private TLS server did not start: {started.stderr}\n{log}")
     server = TlsServer(base, port, files["ca.crt"], files["other-ca.crt"], files["client.crt"], files["client.key"])
+    server.run_as, server.bindir, server.data, server.options = run_as, bindir, data, options
     try:
         with server.admin() as con:
             con.execute(f'CREATE ROLE "{CERT_USER}" LOGIN')
             con.execute(f'GRANT CREATE ON DATABASE postgres TO "{CERT_USER}"')
+            con.execute(f"CREATE ROLE \"{PASSWORD_USER}\" LOGIN PASSWORD '{SECRET}'")
         yield server
     finally:
         subprocess.run([*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"],
@@ -251,3 +267,56 @@ def test_spark_run_over_tls_with_separate_fields(spark, tmp_path, tls_server, tl
         "", host="localhost", port=str(tls_server.port), user=CERT_USER, dbname="postgres", sslmode="verify-full",
         sslrootcert=tls_server.ca_file, sslcert=tls_server.client_cert, sslkey=tls_server.client_key)
     assert normalize(postgres_view(conninfo, tls_schema)) == oracle_orders(data)
+
+
+def test_wrong_password_is_refused_terminally_and_never_shown(tls_server, tls_schema, caplog):
+    """A role with scram-sha-256: the right password logs in; a wrong one, as a field or in
+    the URL, is an AuthenticationFailed naming the user and neither password, not retried."""
+    caplog.set_level(logging.DEBUG)
+    d = PostgresDriver(tls_server.config(tls_schema, user=PASSWORD_USER, password=SECRET))
+    try:
+        assert d.checkpoints(MAT) == []
+    finally:
+        d.close()
+    wrong = "Wr0ng-" + SECRET
+    url = (f"postgresql://{PASSWORD_USER}:{wrong}@localhost:{tls_server.port}/postgres"
+           f"?sslmode=verify-full&sslrootcert={tls_server.ca_file}")
+    for config in (tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong),
+                   {"url": url, "schema": tls_schema}):
+        d = PostgresDriver({**config, "retry": {"attempts": 3, "base_delay": 0}})
+        try:
+            with pytest.raises(AuthenticationFailed, match=PASSWORD_USER) as exc:
+                d.checkpoints(MAT)
+            assert "password authentication failed" in str(exc.value)
+            assert wrong not in str(exc.value) and SECRET not in str(exc.value)
+            assert wrong not in repr(d) and wrong not in str(d.settings)
+        finally:
+            d.close()
+    assert not [r for r in caplog.records if "retry" in r.getMessage()]  # refused at once
+    assert all(wrong not in r.getMessage() and SECRET not in r.getMessage() for r in caplog.records)
+
+
+def test_a_server_that_comes_back_is_reached_by_the_retry_policy(tls_server, tls_schema, caplog):
+    """The server is down when the driver connects: the first attempt fails as transient, the
+    server starts again before the retry, and the retry connects (over TLS, with a password)."""
+    seen: list[str] = []
+
+    class StartOnFirstRetry(logging.Handler):
+        def emit(self, record):
+            if "retry 1/" in record.getMessage() and not seen:
+                seen.append(record.getMessage())
+                tls_server.start()  # returns once the server accepts connections
+
+    handler = StartOnFirstRetry(level=logging.WARNING)
+    logging.getLogger("tidemark.policy").addHandler(handler)
+    tls_server.stop()
+    d = PostgresDriver(tls_server.config(tls_schema, user=PASSWORD_USER, password=SECRET,
+                                         retry={"attempts": 5, "base_delay": 0.01}))
+    try:
+        assert d.checkpoints(MAT) == []
+    finally:
+        d.close()
+        logging.getLogger("tidemark.policy").removeHandler(handler)
+        if not seen:
+            tls_server.start()
+    assert len(seen) == 1 and "EndpointUnavailable" in seen[0] and SECRET not in seen[0]
