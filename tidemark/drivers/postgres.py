@@ -383,14 +383,16 @@ class PostgresDriver(Driver):
 
             def tx():
                 with con.transaction():
-                    return self.open_range(con, req.materialization, req.range)
+                    plan = self.open_range(con, req.materialization, req.range)
+                    return plan, backend_pid(con)
 
-            plan = self.run(tx, f"open {req.range.name}", con)
+            plan, pid = self.run(tx, f"open {req.range.name}", con)
         except BaseException:
             con.close()
             raise
         models = [self.model(b) for b in req.bindings]
-        return PostgresTransactor(self, con, req.materialization, req.range, plan.fence, models), Opened(plan.checkpoint)
+        transactor = PostgresTransactor(self, con, req.materialization, req.range, plan.fence, models, backend=pid)
+        return transactor, Opened(plan.checkpoint)
 
     def open_range(self, con, materialization: str, rng: Range):
         """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see drivers.sql)."""
@@ -440,6 +442,12 @@ class PostgresDriver(Driver):
         return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
 
 
+def backend_pid(con) -> int:
+    """The server process this statement ran in (``pg_backend_pid()``; libpq's own
+    ``backend_pid`` is a pooler's, where there is one)."""
+    return con.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
 class _NoRetry(Exception):
     def __init__(self, error: TidemarkError):
         super().__init__(str(error))
@@ -462,9 +470,10 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection."""
 
     def __init__(self, driver: PostgresDriver, con, materialization: str, rng: Range, fence: int,
-                 models: list[TableModel]):
+                 models: list[TableModel], backend: Optional[int] = None):
         self.driver = driver
         self.con = con
+        self.backend = backend  # pg_backend_pid() at Open: every later transaction must run there
         self.materialization = materialization
         self.range = rng
         self.fence = fence
@@ -484,17 +493,38 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
     def _run(self, fn: Callable[[], T], what: str) -> T:
         return self.driver.run(fn, what, self.con)
 
+    def _same_backend(self) -> None:
+        """Inside a transaction: refuse to go on in another server process than Open's.
+
+        Staged rows live in this session's temp tables, so a Store, a Load or the commit that
+        reaches another process (a pooler in transaction or statement mode hands each
+        transaction any server connection) would write or read another session's tables.
+        The check runs first in each of those transactions, so nothing of it is done."""
+        if self.backend is None:
+            return
+        now = backend_pid(self.con)
+        if now != self.backend:
+            s = self.driver.settings
+            raise DriverError(
+                f"PostgreSQL at {s.where}: this session's transactions reached two server processes (pid "
+                f"{self.backend}, then {now}). A connection pooler in transaction or statement mode (PgBouncer's "
+                "pool_mode = transaction, say) is between tidemark and PostgreSQL. tidemark stages rows in "
+                "temp tables of its own session, so it needs a session of its own: connect to PostgreSQL "
+                "directly, or through a pooler in session mode. Nothing of this transaction was committed."
+            )
+
     # --------------------------------------------------------------- phases
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
         # start_commit committed synchronously: the previous transaction is visible.
         self._acknowledged = True
         return Acknowledged()
 
-    def _temp(self, name: str, ddl: str, options: str = "") -> str:
-        if name not in self._created:
-            self._run(lambda: self.con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {q(name)} ({ddl}){options}"), "temp table")
-            self._created.add(name)
-        return f"pg_temp.{q(name)}"
+    def _temp(self, name: str, ddl: str, options: str = "") -> tuple[str, Optional[str]]:
+        """A temp table's qualified name, and the statement that creates it if this session
+        has not yet: the caller runs it inside its checked transaction, and adds ``name`` to
+        ``_created`` once that transaction has committed."""
+        create = None if name in self._created else f"CREATE TEMP TABLE IF NOT EXISTS {q(name)} ({ddl}){options}"
+        return f"pg_temp.{q(name)}", create
 
     def _evaluate(self, msg: Load) -> list[Loaded]:
         if not msg.keys:
@@ -502,7 +532,8 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         model = self.models[msg.binding]
         kinds = [c.kind for c in model.keys]
         # ON COMMIT DELETE ROWS: each Load's transaction empties it, no TRUNCATE round trip
-        lt = self._temp(f"tidemark_load_{msg.binding}",
+        name = f"tidemark_load_{msg.binding}"
+        lt, create = self._temp(name,
                         ", ".join(["i integer"] + [f"k{j} {sql_type(k)}" for j, k in enumerate(kinds)]),
                         " ON COMMIT DELETE ROWS")
         on = " AND ".join(f"t.{q(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
@@ -517,6 +548,9 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
 
         def body():
             with con.transaction():
+                self._same_backend()
+                if create:
+                    con.execute(create)
                 with con.cursor() as cur:
                     with cur.copy(f"COPY {lt} FROM STDIN") as copy:
                         copy.write(payload)
@@ -524,6 +558,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                     return cur.fetchall()
 
         rows = self._run(body, f"load {model.display}")
+        self._created.add(name)
         if not rows:
             return []
         keys = msg.keys
@@ -535,8 +570,9 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             return
         model = self.models[msg.binding]
         n = len(model.columns)
-        st = self._temp(
-            f"tidemark_stage_{msg.binding}",
+        name = f"tidemark_stage_{msg.binding}"
+        st, create = self._temp(
+            name,
             ", ".join(["seq bigint", "x boolean", "e boolean"]
                       + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)] + ["d jsonb"]),
         )
@@ -559,9 +595,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         if json_at:
             rows = [_encode_at(r, json_at) for r in rows]
         con = self.con
-        if msg.binding in self._stale:  # a reused session: empty what the last commit applied
-            self._run(lambda: con.execute(f"TRUNCATE {st}"), "clear staging")
-            self._stale.discard(msg.binding)
+        stale = msg.binding in self._stale  # a reused session: empty what the last commit applied
         copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
 
         def careful() -> str:
@@ -576,19 +610,32 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             lines.append("")
             return "\n".join(lines)
 
+        def stage(write_into: Callable[[Any], None]) -> None:
+            with con.transaction():
+                self._same_backend()
+                if create:
+                    con.execute(create)
+                elif stale:
+                    con.execute(f"TRUNCATE {st}")
+                with con.cursor() as cur, cur.copy(copy_sql) as copy:
+                    write_into(copy)
+
+        def fast(copy) -> None:
+            write = copy.write_row
+            for r in rows:
+                write(r)
+
         def body() -> None:
             try:
-                with con.cursor() as cur, cur.copy(copy_sql) as copy:
-                    write = copy.write_row
-                    for r in rows:
-                        write(r)
+                stage(fast)
             except (psycopg.DataError, psycopg.ProgrammingError):
                 # a value psycopg cannot write as the column wants it: nothing was staged
-                # (the COPY rolled back); stage the careful text instead
-                with con.cursor() as cur, cur.copy(copy_sql) as copy:
-                    copy.write(careful())
+                # (the transaction rolled back); stage the careful text instead
+                stage(lambda copy: copy.write(careful()))
 
         self._run(body, f"store {model.display}")
+        self._created.add(name)
+        self._stale.discard(msg.binding)
         self._staged.add(msg.binding)
 
     def quarantine(self, rows: list[dict]) -> None:
@@ -598,7 +645,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         """Commit the transaction.
 
-        Step 1: ``BEGIN``.
+        Step 1: ``BEGIN``, and check that this is still Open's server process.
         Step 2: write the runtime checkpoint where the fence is still ours; none ⇒ FencedOff
         (this also locks the checkpoint row: a newer Open waits for this commit).
         Step 3: per staged binding: deletes, then the upsert (or the append, delta updates).
@@ -610,6 +657,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
 
         def body() -> None:
             with con.transaction():  # Step 1 and Step 5
+                self._same_backend()
                 cur = con.execute(  # Step 2
                     f"UPDATE {ck} SET checkpoint = %s::jsonb WHERE materialization = %s AND key_begin = %s "
                     "AND key_end = %s AND fence = %s",
