@@ -329,6 +329,45 @@ def test_injection_like_identifiers(driver, postgres_url, schema):
         sql(postgres_url, f'DROP SCHEMA IF EXISTS "{evil_schema.replace(chr(34), chr(34) * 2)}" CASCADE')
 
 
+def test_identifiers_longer_than_postgres_allows(driver, config, postgres_url, schema):
+    """PostgreSQL cuts identifiers at 63 bytes without a word. A value field with a longer name is
+    not a column (its value stays in the document); two such names sharing 63 bytes no longer
+    collide; a long table, schema or key name is refused by Validate, before any data moves."""
+    fits = "f" * 63                      # exactly 63 bytes: a column
+    long1 = "g" * 63 + "_one"            # 67 bytes
+    long2 = "g" * 63 + "_two"            # the same first 63 bytes
+    wide = "é" * 32                      # 32 characters, 64 bytes
+    b = binding(types={fits: "string", long1: "string", long2: "integer", wide: "string"})
+    validated = driver.validate(Validate(MAT, driver.config, (b,)))
+    assert set(validated.bindings[0].constraints) == {long1, long2, wide}
+    applied = apply(driver, b)
+    assert f"leave field {long1} out of" in applied.action_description and "stays in flow_document" in \
+        applied.action_description
+    t, _ = open_session(driver, b)
+    d = {"customer": "a", fits: "x", long1: "y", long2: 2, wide: "z"}
+    txn(t, b, [d], 0)
+    assert txn(t, b, [dict(d, **{long2: 3})], 1) == {("a",): d}
+    t.close()
+    assert driver.dump(MAT, b) == {("a",): dict(d, **{long2: 3})}
+    cols = [r[0] for r in sql(postgres_url, "SELECT column_name FROM information_schema.columns "
+                              "WHERE table_schema = %s AND table_name = 'customers' ORDER BY ordinal_position", (schema,))]
+    assert cols == ["customer", "amount", "score", "vip", "tags", fits, "flow_document"]
+    assert sql(postgres_url, f'SELECT "{fits}", flow_document->>%s FROM "{schema}".customers', (long1,)) == [("x", "y")]
+    again = apply(driver, b).action_description  # a second Apply adds nothing
+    assert "create" not in again and "add column" not in again
+
+    with pytest.raises(SpecError, match="table name .* 64 bytes"):
+        driver.validate(Validate(MAT, driver.config, (binding("t" * 64),)))
+    with pytest.raises(IncompatibleSchema, match="key field"):
+        driver.validate(Validate(MAT, driver.config, (binding("k", key_name="k" * 64),)))
+    long_schema = PostgresDriver(dict(config, schema="s" * 64))
+    try:
+        with pytest.raises(SpecError, match="schema name"):
+            long_schema.validate(Validate(MAT, long_schema.config, (binding(),)))
+    finally:
+        long_schema.close()
+
+
 def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     b = binding()
     apply(driver, b)

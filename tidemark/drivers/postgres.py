@@ -19,6 +19,7 @@ CONFLICT DO UPDATE``) or appends (delta updates), and writes quarantine rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -38,7 +39,9 @@ from tidemark.drivers.sql import (
     TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
-from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
+from tidemark.errors import (
+    AuthenticationFailed, DriverError, EndpointUnavailable, IncompatibleSchema, SpecError, TidemarkError,
+)
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
@@ -62,6 +65,26 @@ _AUTH_HINTS = ("password authentication failed", "authentication failed", "no pg
 # libpq reports TLS misconfiguration without a SQLSTATE: a terminal error, not "unreachable"
 _TLS_HINTS = ("does not support ssl", "certificate", "private key", "invalid sslmode", "sslcert", "sslkey",
               "sslrootcert")
+
+
+MAX_IDENTIFIER_BYTES = 63  # PostgreSQL cuts longer identifiers (NAMEDATALEN - 1) without an error
+
+
+def too_long(name: str) -> bool:
+    return len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES
+
+
+def omitted_fields(binding: BindingSpec) -> list[str]:
+    """Value fields with names too long for a PostgreSQL column: they are not columns (their
+    values stay in the document column)."""
+    return [f.name for f in binding.value_fields if too_long(f.name)]
+
+
+def kept_values(binding: BindingSpec) -> Optional[tuple[int, ...]]:
+    """Positions of the value fields that are columns, or None when all of them are."""
+    if not omitted_fields(binding):
+        return None
+    return tuple(i for i, f in enumerate(binding.value_fields) if not too_long(f.name))
 
 
 def _json_dumps(doc: Any) -> str:
@@ -315,7 +338,27 @@ class PostgresDriver(Driver):
         )
 
     def model(self, binding: BindingSpec) -> TableModel:
-        return TableModel.of(binding, self.settings.schema)
+        """The binding's table. PostgreSQL cuts identifiers at 63 bytes without a word, so a
+        longer schema or table name, or key field, is refused here (from Validate, before any
+        data moves). A longer value field is left out of the columns; its value stays in the
+        document (Validate reports it as a constraint and Apply says so)."""
+        model = TableModel.of(binding, self.settings.schema)
+        for what, name in (("schema", model.schema), ("table", model.name)):
+            if name and too_long(name):
+                raise SpecError(
+                    f"binding of {binding.collection!r}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; "
+                    f"PostgreSQL cuts identifiers at {MAX_IDENTIFIER_BYTES} bytes, so it would name another {what}. "
+                    "Choose a shorter one."
+                )
+        long_keys = [c.name for c in model.keys if too_long(c.name)]
+        if long_keys:
+            raise IncompatibleSchema(
+                f"table {model.display!r}: key field(s) {long_keys} are longer than PostgreSQL's "
+                f"{MAX_IDENTIFIER_BYTES}-byte column names, and a key must be a column: rename the property"
+            )
+        if any(too_long(c.name) for c in model.values):
+            model = dataclasses.replace(model, values=tuple(c for c in model.values if not too_long(c.name)))
+        return model
 
     def fillfactor(self, model: TableModel, binding: BindingSpec) -> int:
         """The fillfactor a new table gets: the resource's, else the endpoint's for a standard
@@ -347,7 +390,9 @@ class PostgresDriver(Driver):
 
     def validate(self, req: Validate) -> Validated:
         self.run(lambda: self._plan(self.con, req.bindings), "validate")
-        return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
+        return Validated(tuple(
+            ValidatedBinding(b.resource_path, b.delta_updates, {name: OMITTED_REASON for name in omitted_fields(b)})
+            for b in req.bindings))
 
     def apply(self, req: Apply) -> Applied:
         def body() -> list[str]:
@@ -358,7 +403,9 @@ class PostgresDriver(Driver):
             with con.transaction():
                 if not req.dry_run:
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
-                for model, missing, fillfactor in self._plan(con, req.bindings):
+                for b, (model, missing, fillfactor) in zip(req.bindings, self._plan(con, req.bindings)):
+                    actions.extend(f"leave field {name} out of {model.display}'s columns ({OMITTED_REASON})"
+                                   for name in omitted_fields(b))
                     if missing is None:
                         actions.append(f"create table {model.display}"
                                        + (f" (fillfactor {fillfactor})" if fillfactor != 100 else ""))
@@ -391,7 +438,8 @@ class PostgresDriver(Driver):
             con.close()
             raise
         models = [self.model(b) for b in req.bindings]
-        transactor = PostgresTransactor(self, con, req.materialization, req.range, plan.fence, models, backend=pid)
+        transactor = PostgresTransactor(self, con, req.materialization, req.range, plan.fence, models, backend=pid,
+                                        kept=[kept_values(b) for b in req.bindings])
         return transactor, Opened(plan.checkpoint)
 
     def open_range(self, con, materialization: str, rng: Range):
@@ -442,6 +490,10 @@ class PostgresDriver(Driver):
         return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
 
 
+OMITTED_REASON = (f"its name is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES}-byte column names; "
+                  f"its value stays in {DOCUMENT_COLUMN}")
+
+
 def backend_pid(con) -> int:
     """The server process this statement ran in (``pg_backend_pid()``; libpq's own
     ``backend_pid`` is a pooler's, where there is one)."""
@@ -470,9 +522,11 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection."""
 
     def __init__(self, driver: PostgresDriver, con, materialization: str, rng: Range, fence: int,
-                 models: list[TableModel], backend: Optional[int] = None):
+                 models: list[TableModel], backend: Optional[int] = None,
+                 kept: Optional[list[Optional[tuple[int, ...]]]] = None):
         self.driver = driver
         self.con = con
+        self.kept = kept or [None] * len(models)  # per binding: the value positions that are columns
         self.backend = backend  # pg_backend_pid() at Open: every later transaction must run there
         self.materialization = materialization
         self.range = rng
@@ -588,10 +642,14 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         seq = self._seq
         self._seq = seq + len(msg.keys)
         dumps_doc = _json_dumps
+        values = msg.values
+        kept = self.kept[msg.binding]
+        if kept is not None:  # fields whose names are too long for a column
+            values = [tuple([v[j] for j in kept]) for v in values]
         # Fast path: psycopg formats the COPY rows in C; JSON columns are encoded here.
         json_at = [3 + j for j, c in enumerate(model.columns) if c.kind == JSON]
         rows = [(seq + i, dele, ex, *key, *vals, dumps_doc(doc))
-                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes, msg.exists))]
+                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))]
         if json_at:
             rows = [_encode_at(r, json_at) for r in rows]
         con = self.con
@@ -606,7 +664,7 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                                 *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
                                 dumps_doc(doc).replace("\\", "\\\\")])
                      for i, (key, vals, doc, dele, ex)
-                     in enumerate(zip(msg.keys, msg.values, msg.docs, msg.deletes, msg.exists))]
+                     in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))]
             lines.append("")
             return "\n".join(lines)
 
