@@ -368,6 +368,29 @@ def test_identifiers_longer_than_postgres_allows(driver, config, postgres_url, s
         long_schema.close()
 
 
+@pytest.mark.parametrize("where, bad, named", [
+    ("value column", dict(doc("a", 1), note="x\x00y"), "document of key ['a'] (at /note)"),
+    ("nested, document only", dict(doc("a", 1), meta={"z": ["ok", "p\x00q"]}), "document of key ['a'] (at /meta/z/1)"),
+    ("property name", dict(doc("a", 1), meta={"n\x00l": 1}), "document of key ['a'] (at /meta/n\x00l)"),
+    ("key", doc("c\x00d", 1), "key ['c\\x00d']"),
+])
+def test_nul_characters_are_named_and_nothing_is_committed(driver, where, bad, named):
+    """PostgreSQL's text and jsonb cannot hold U+0000; its error names only a COPY line. The
+    driver's names the key, and the path in the document, and commits nothing."""
+    b = binding(types={"note": "string", "meta": "object"})
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    txn(t, b, [doc("keep", 1)], 0)
+    with pytest.raises(DriverError, match="U\\+0000") as exc:
+        txn(t, b, [doc("keep", 2), bad], 1)
+    assert named in str(exc.value) and "nothing of this shard's transaction was committed" in str(exc.value)
+    assert not isinstance(exc.value, EndpointUnavailable)
+    t.close()
+    assert driver.dump(MAT, b) == {("keep",): doc("keep", 1)}
+    [row] = driver.checkpoints(MAT)
+    assert row.runtime_checkpoint == cp(0)
+
+
 def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     b = binding()
     apply(driver, b)

@@ -87,6 +87,27 @@ def kept_values(binding: BindingSpec) -> Optional[tuple[int, ...]]:
     return tuple(i for i, f in enumerate(binding.value_fields) if not too_long(f.name))
 
 
+def nul_path(value: Any, path: str = "") -> Optional[str]:
+    """The JSON pointer of the first U+0000 in ``value`` (in a string or a property name),
+    or None: PostgreSQL's text and jsonb cannot hold that character."""
+    if isinstance(value, str):
+        return (path or "/") if "\x00" in value else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            here = path + "/" + str(k).replace("~", "~0").replace("/", "~1")
+            if isinstance(k, str) and "\x00" in k:
+                return here
+            found = nul_path(v, here)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = nul_path(v, f"{path}/{i}")
+            if found is not None:
+                return found
+    return None
+
+
 def _json_dumps(doc: Any) -> str:
     try:
         return orjson.dumps(doc).decode()
@@ -567,6 +588,22 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                 "directly, or through a pooler in session mode. Nothing of this transaction was committed."
             )
 
+    def _name_nul(self, model: TableModel, keys: Sequence[tuple], docs: Optional[Sequence[Any]] = None) -> None:
+        """After PostgreSQL refused a chunk: if a key (or, given ``docs``, a document) in it
+        holds U+0000, raise an error that names it (PostgreSQL's own names a line of the COPY)."""
+        for i, key in enumerate(keys):
+            at = nul_path(list(key))
+            what = f"key {list(key)!r}"
+            if at is None and docs is not None:
+                at = nul_path(docs[i])
+                what = f"document of key {list(key)!r} (at {at})"
+            if at is not None:
+                raise DriverError(
+                    f"PostgreSQL at {self.driver.settings.where}: {model.display}: the {what} holds U+0000 (NUL), "
+                    "which PostgreSQL cannot store in text or jsonb. Remove or replace it upstream; nothing of "
+                    "this shard's transaction was committed."
+                )
+
     # --------------------------------------------------------------- phases
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
         # start_commit committed synchronously: the previous transaction is visible.
@@ -611,7 +648,14 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                     cur.execute(f"SELECT l.i, t.{q(DOCUMENT_COLUMN)}::text FROM {lt} l JOIN {model.ident} t ON {on}")
                     return cur.fetchall()
 
-        rows = self._run(body, f"load {model.display}")
+        def checked():
+            try:
+                return body()
+            except psycopg.DataError:
+                self._name_nul(model, msg.keys)
+                raise
+
+        rows = self._run(checked, f"load {model.display}")
         self._created.add(name)
         if not rows:
             return []
@@ -689,7 +733,11 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
             except (psycopg.DataError, psycopg.ProgrammingError):
                 # a value psycopg cannot write as the column wants it: nothing was staged
                 # (the transaction rolled back); stage the careful text instead
-                stage(lambda copy: copy.write(careful()))
+                try:
+                    stage(lambda copy: copy.write(careful()))
+                except psycopg.DataError:
+                    self._name_nul(model, msg.keys, msg.docs)
+                    raise
 
         self._run(body, f"store {model.display}")
         self._created.add(name)
