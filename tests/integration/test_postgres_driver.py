@@ -391,6 +391,23 @@ def test_nul_characters_are_named_and_nothing_is_committed(driver, where, bad, n
     assert row.runtime_checkpoint == cp(0)
 
 
+def test_a_value_postgres_refuses_is_named_by_key_and_field(driver):
+    """A ``date-time`` string PostgreSQL cannot read (the schema's format is an annotation):
+    PostgreSQL's error names a staging line and column; the driver's names the key and field."""
+    b = binding(extra=(Field("seen", "/seen", "string", format="date-time"),))
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    good = doc("keep", 1, seen="2024-06-30T23:59:60Z")  # a leap second: PostgreSQL takes it
+    txn(t, b, [good], 0)
+    with pytest.raises(DriverError, match=r"the document of key \['b'\]: field 'seen' \(timestamp with time zone\) "
+                                          r"was refused: date/time field value out of range: \"2024-02-30") as exc:
+        txn(t, b, [doc("a", 1, seen="2024-01-01T00:00:00Z"), doc("b", 2, seen="2024-02-30T00:00:00Z")], 1)
+    assert "Nothing of this shard's transaction was committed" in str(exc.value)
+    assert not isinstance(exc.value, EndpointUnavailable)
+    t.close()
+    assert driver.dump(MAT, b) == {("keep",): good}
+
+
 def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     b = binding()
     apply(driver, b)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
@@ -85,6 +86,9 @@ def kept_values(binding: BindingSpec) -> Optional[tuple[int, ...]]:
     if not omitted_fields(binding):
         return None
     return tuple(i for i, f in enumerate(binding.value_fields) if not too_long(f.name))
+
+
+_COPY_CONTEXT = re.compile(r"COPY tidemark_stage_\d+, line (\d+), column c(\d+):")
 
 
 def nul_path(value: Any, path: str = "") -> Optional[str]:
@@ -604,6 +608,22 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                     "this shard's transaction was committed."
                 )
 
+    def _name_refused(self, model: TableModel, keys: Sequence[tuple], exc: psycopg.DataError) -> None:
+        """After PostgreSQL refused a value of the careful COPY text (one line per row, columns
+        ``c0…``): raise an error that names the key and the field, not the staging line."""
+        found = _COPY_CONTEXT.search(exc.diag.context or "")
+        if found is None:
+            return
+        row, col = int(found.group(1)) - 1, int(found.group(2))
+        if not (0 <= row < len(keys) and 0 <= col < len(model.columns)):
+            return
+        text = redact(exc, self.driver.settings.secrets).strip().splitlines()[0]
+        raise DriverError(
+            f"PostgreSQL at {self.driver.settings.where}: {model.display}: the document of key {list(keys[row])!r}: "
+            f"field {model.columns[col].name!r} ({sql_type(model.columns[col].kind)}) was refused: {text}. "
+            "Nothing of this shard's transaction was committed."
+        )
+
     # --------------------------------------------------------------- phases
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
         # start_commit committed synchronously: the previous transaction is visible.
@@ -735,8 +755,9 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
                 # (the transaction rolled back); stage the careful text instead
                 try:
                     stage(lambda copy: copy.write(careful()))
-                except psycopg.DataError:
+                except psycopg.DataError as exc:
                     self._name_nul(model, msg.keys, msg.docs)
+                    self._name_refused(model, msg.keys, exc)
                     raise
 
         self._run(body, f"store {model.display}")
