@@ -212,9 +212,13 @@ class PgSettings:
         except psycopg.ProgrammingError as exc:
             raise SpecError("postgres: invalid url or connection settings: " + redact(exc, secrets)) from None
         secrets += tuple(s for s in (params.get("password"),) if s)
+        schema = str(config.get("schema") or "public")
+        if too_long(schema):
+            raise SpecError(f"postgres: schema name {schema!r} is {len(schema.encode('utf-8'))} bytes; PostgreSQL cuts "
+                            f"identifiers at {MAX_IDENTIFIER_BYTES} bytes, so it would name another schema")
         return PgSettings(
             conninfo=conninfo,
-            schema=str(config.get("schema") or "public"),
+            schema=schema,
             host=str(params.get("host") or "localhost"),
             port=str(params.get("port") or "5432"),
             database=str(params.get("dbname") or params.get("user") or ""),
