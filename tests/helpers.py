@@ -12,6 +12,39 @@ import os
 import random
 import sqlite3
 
+def skip_unless_required(reason: str) -> None:
+    """Skip a test whose server binary is missing here; fail instead where
+    ``TIDEMARK_REQUIRE_ALL`` is set (``.ci/run`` sets it), so CI never skips one silently."""
+    import pytest
+
+    if os.environ.get("TIDEMARK_REQUIRE_ALL", "").strip() not in ("", "0"):
+        pytest.fail(f"{reason} (TIDEMARK_REQUIRE_ALL is set)")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a private server)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_user(program: str):
+    """``(command prefix, pwd entry or None)`` to run a private server: PostgreSQL and
+    PgBouncer refuse to run as root, so as root they run as the ``postgres`` user."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return [], None
+    try:
+        owner = pwd.getpwnam("postgres")
+    except KeyError:
+        skip_unless_required(f"running as root and there is no 'postgres' user to run {program} as")
+    return ["runuser", "-u", "postgres", "--"], owner
+
+
 ORDERS_SCHEMA = {
     "type": "object",
     "required": ["customer", "amount"],

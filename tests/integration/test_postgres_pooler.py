@@ -8,24 +8,23 @@ transaction, that it runs in the server process it opened in; these tests force 
 switch through PgBouncer and check the refusal, and that session pooling works.
 
 The fixture starts a private ``pgbouncer`` (the machine's binary; as the ``postgres`` user
-when the tests run as root, which PgBouncer refuses to run as); the tests skip without one.
+when the tests run as root, which PgBouncer refuses to run as). Without one the tests skip,
+or fail where ``TIDEMARK_REQUIRE_ALL`` is set, as ``.ci/run`` does.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
-import uuid
 
 import psycopg
 import pytest
 
+from tests.helpers import free_port, server_user, skip_unless_required
 from tests.integration.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.errors import DriverError, EndpointUnavailable
@@ -33,31 +32,18 @@ from tidemark.errors import DriverError, EndpointUnavailable
 pytestmark = pytest.mark.postgres
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def pgbouncer(postgres_url):
     """URLs of two pools in front of the test server: ``transaction`` and ``session`` mode."""
     binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None)
     if binary is None:
-        pytest.skip("no pgbouncer binary on this machine")
-    run_as: list[str] = []
-    owner = None
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run pgbouncer as")
-        run_as = ["runuser", "-u", "postgres", "--"]
+        skip_unless_required("no pgbouncer binary on this machine")
+    run_as, owner = server_user("pgbouncer")
     info = psycopg.conninfo.conninfo_to_dict(postgres_url)
     host, port = info.get("host", "127.0.0.1"), info.get("port", "5432")
     user, dbname = info.get("user", "postgres"), info.get("dbname", "test")
     base = tempfile.mkdtemp(prefix="tidemark-pgbouncer-")
-    listen = _free_port()
+    listen = free_port()
     with open(os.path.join(base, "users.txt"), "w") as f:
         f.write(f'"{user}" ""\n')
     with open(os.path.join(base, "pgbouncer.ini"), "w") as f:
@@ -103,17 +89,9 @@ ignore_startup_parameters = application_name,extra_float_digits
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def pooled_schema(postgres_url):
-    name = f"tm_pool_{uuid.uuid4().hex[:10]}"
-    yield name
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-def test_transaction_pooling_is_refused_before_anything_is_staged(pgbouncer, pooled_schema, postgres_url):
+def test_transaction_pooling_is_refused_before_anything_is_staged(pgbouncer, pg_schema, postgres_url):
     url = pgbouncer["tx"]
-    d = PostgresDriver({"url": url, "schema": pooled_schema, "retry": {"attempts": 2, "base_delay": 0}})
+    d = PostgresDriver({"url": url, "schema": pg_schema, "retry": {"attempts": 2, "base_delay": 0}})
     b = binding()
     try:
         apply(d, b)
@@ -133,12 +111,12 @@ def test_transaction_pooling_is_refused_before_anything_is_staged(pgbouncer, poo
     finally:
         d.close()
     with psycopg.connect(postgres_url) as con:
-        assert con.execute(f'SELECT count(*) FROM "{pooled_schema}".customers').fetchone()[0] == 0
-        assert con.execute(f'SELECT checkpoint FROM "{pooled_schema}".tidemark_checkpoints').fetchall() == [(None,)]
+        assert con.execute(f'SELECT count(*) FROM "{pg_schema}".customers').fetchone()[0] == 0
+        assert con.execute(f'SELECT checkpoint FROM "{pg_schema}".tidemark_checkpoints').fetchall() == [(None,)]
 
 
-def test_session_pooling_works(pgbouncer, pooled_schema):
-    d = PostgresDriver({"url": pgbouncer["session"], "schema": pooled_schema})
+def test_session_pooling_works(pgbouncer, pg_schema):
+    d = PostgresDriver({"url": pgbouncer["session"], "schema": pg_schema})
     b = binding()
     try:
         apply(d, b)

@@ -14,9 +14,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -24,7 +22,9 @@ import uuid
 import psycopg
 import pytest
 
-from tests.helpers import normalize, oracle_orders, orders_spec, postgres_view, write_orders
+from tests.helpers import (
+    free_port, normalize, oracle_orders, orders_spec, postgres_view, server_user, skip_unless_required, write_orders,
+)
 from tests.integration.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable
@@ -42,12 +42,6 @@ def _bindir() -> str | None:
             return path
     initdb = shutil.which("initdb")
     return os.path.dirname(initdb) if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TlsServer:
@@ -76,18 +70,12 @@ class TlsServer:
 
 @pytest.fixture(scope="module")
 def tls_server():
-    trustme = pytest.importorskip("trustme")
+    import trustme  # in the test extra
+
     bindir = _bindir()
     if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    run_as: list[str] = []
-    owner = None
-    if os.geteuid() == 0:  # PostgreSQL will not run as root
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run a private server as")
-        run_as = ["runuser", "-u", "postgres", "--"]
+        skip_unless_required("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    run_as, owner = server_user("a private PostgreSQL server")
     base = tempfile.mkdtemp(prefix="tidemark-pg-tls-")
     data = os.path.join(base, "data")
 
@@ -115,7 +103,7 @@ def tls_server():
     os.chmod(files["other-ca.crt"], 0o644)
     os.chmod(base, 0o711)  # the client reads its files and the CA by path; the data dir stays 0700
 
-    port = _free_port()
+    port = free_port()
     subprocess.run([*run_as, os.path.join(bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
                     "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
     with open(os.path.join(data, "pg_hba.conf"), "w") as f:

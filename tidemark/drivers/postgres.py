@@ -37,7 +37,7 @@ from tidemark import jsontext
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
-    TIMESTAMP, CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
+    TIMESTAMP, CheckpointState, TableModel, check_columns, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
 from tidemark.errors import (
@@ -75,6 +75,14 @@ def too_long(name: str) -> bool:
     return len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES
 
 
+def check_name_length(where: str, what: str, name: Optional[str]) -> None:
+    """A schema or table name PostgreSQL would cut (and so name another one): a SpecError."""
+    if name and too_long(name):
+        raise SpecError(f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; PostgreSQL cuts "
+                        f"identifiers at {MAX_IDENTIFIER_BYTES} bytes, so it would name another {what}. "
+                        "Choose a shorter one.")
+
+
 def omitted_fields(binding: BindingSpec) -> list[str]:
     """Value fields with names too long for a PostgreSQL column: they are not columns (their
     values stay in the document column)."""
@@ -83,9 +91,8 @@ def omitted_fields(binding: BindingSpec) -> list[str]:
 
 def kept_values(binding: BindingSpec) -> Optional[tuple[int, ...]]:
     """Positions of the value fields that are columns, or None when all of them are."""
-    if not omitted_fields(binding):
-        return None
-    return tuple(i for i, f in enumerate(binding.value_fields) if not too_long(f.name))
+    kept = tuple(i for i, f in enumerate(binding.value_fields) if not too_long(f.name))
+    return None if len(kept) == len(binding.value_fields) else kept
 
 
 _COPY_CONTEXT = re.compile(r"COPY tidemark_stage_\d+, line (\d+), column c(\d+):")
@@ -213,9 +220,7 @@ class PgSettings:
             raise SpecError("postgres: invalid url or connection settings: " + redact(exc, secrets)) from None
         secrets += tuple(s for s in (params.get("password"),) if s)
         schema = str(config.get("schema") or "public")
-        if too_long(schema):
-            raise SpecError(f"postgres: schema name {schema!r} is {len(schema.encode('utf-8'))} bytes; PostgreSQL cuts "
-                            f"identifiers at {MAX_IDENTIFIER_BYTES} bytes, so it would name another schema")
+        check_name_length("postgres", "schema", schema)
         return PgSettings(
             conninfo=conninfo,
             schema=schema,
@@ -373,12 +378,7 @@ class PostgresDriver(Driver):
         document (Validate reports it as a constraint and Apply says so)."""
         model = TableModel.of(binding, self.settings.schema)
         for what, name in (("schema", model.schema), ("table", model.name)):
-            if name and too_long(name):
-                raise SpecError(
-                    f"binding of {binding.collection!r}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; "
-                    f"PostgreSQL cuts identifiers at {MAX_IDENTIFIER_BYTES} bytes, so it would name another {what}. "
-                    "Choose a shorter one."
-                )
+            check_name_length(f"binding of {binding.collection!r}", what, name)
         long_keys = [c.name for c in model.keys if too_long(c.name)]
         if long_keys:
             raise IncompatibleSchema(
