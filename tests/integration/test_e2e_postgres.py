@@ -86,3 +86,89 @@ def test_materialize_dataframe_api(spark, tmp_path, postgres_url, pg_schema):
     )
     run.await_termination()
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+
+
+def customers_in(data, names) -> set:
+    import json
+    import os
+
+    out = set()
+    for name in names:
+        with open(os.path.join(data, name)) as f:
+            out |= {json.loads(line)["customer"] for line in f}
+    return out
+
+
+def test_keys_above_the_largest_stored_are_not_loaded(spark, tmp_path, postgres_url, pg_schema):
+    """Growing keys: a key above the largest one its range has stored cannot exist, so it is
+    not Loaded (tidemark.runtime.maxkey).  The counts are computed here from the files; the
+    view is compared with the oracle after every run, through a split and a merge."""
+    data = tmp_path / "data"
+
+    def spec(shards):
+        return postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=shards)
+
+    # Batch 0 into the table Apply has just created: nothing can exist, nothing is Loaded.
+    write_orders(data, files=1, per_file=300, customers=100, seed=41, deletes=0.05)
+    [r0] = run(spark, spec(1))
+    assert (r0.loaded, r0.load_skipped) == (0, len(customers_in(data, ["orders-0000.json"])))
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+
+    # Batch 1 reaches back into old keys: those at or below batch 0's largest are Loaded,
+    # the new ones above it are not.
+    top0 = max(customers_in(data, ["orders-0000.json"]))
+    before = set(oracle_orders(data))
+    write_orders(data, files=1, per_file=300, customers=150, seed=42, start=1, first=70, deletes=0.05)
+    keys1 = customers_in(data, ["orders-0001.json"])
+    [r1] = run(spark, spec(1))
+    assert r1.load_skipped == len({k for k in keys1 if k > top0}) > 0
+    assert r1.loaded == len(keys1 & before) > 0
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+
+    # 1 -> 2 shards: each half inherits the whole range's largest key, which bounds its own.
+    top1 = max(top0, max(keys1))
+    before = set(oracle_orders(data))
+    write_orders(data, files=1, per_file=300, customers=150, seed=43, start=2, first=200, deletes=0.05)
+    keys2 = customers_in(data, ["orders-0002.json"])
+    [r2] = run(spark, spec(2))
+    assert r2.shards == 2
+    assert r2.load_skipped == len({k for k in keys2 if k > top1}) > 0
+    assert r2.loaded == len(keys2 & before) > 0
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+    halves = [r[3]["max_keys"] for r in checkpoint_rows(postgres_url, pg_schema) if r[3]["batch_id"] == 2]
+    assert len(halves) == 2 and all(h["bindings"]["customers"] for h in halves)
+
+    # 2 -> 1 shard (a merge): one half's largest key says nothing of the other half's, so
+    # the merged range Loads every key from now on, and records that it does not know.
+    before = set(oracle_orders(data))
+    write_orders(data, files=1, per_file=300, customers=150, seed=44, start=3, first=300)
+    keys3 = customers_in(data, ["orders-0003.json"])
+    [r3] = run(spark, spec(1))
+    assert r3.load_skipped == 0 and r3.loaded == len(keys3 & before) > 0
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+    [full] = [r[3] for r in checkpoint_rows(postgres_url, pg_schema) if (r[0], r[1]) == (0, 0xFFFFFFFF)]
+    assert full["batch_id"] == 3 and full["max_keys"]["bindings"] == {"customers": None}
+
+
+def test_an_existing_table_is_loaded_from(spark, tmp_path, postgres_url, pg_schema, monkeypatch):
+    """A table this run's Apply did not create may hold anything: every key is Loaded (and a
+    second materialization writing it reduces into what is there).  TIDEMARK_MAX_KEY=0 turns
+    the skipping off."""
+    data = tmp_path / "data"
+    write_orders(data, files=1, per_file=200, customers=40, seed=45)
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    run(spark, postgres_spec(one, data_dir=data, url=postgres_url, schema=pg_schema, name="first"))
+    keys = set(oracle_orders(data))
+    [r] = run(spark, postgres_spec(two, data_dir=data, url=postgres_url, schema=pg_schema, name="second"))
+    assert (r.loaded, r.load_skipped) == (len(keys), 0)
+
+    monkeypatch.setenv("TIDEMARK_MAX_KEY", "0")
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute(f'DROP SCHEMA "{pg_schema}" CASCADE')
+    three = tmp_path / "three"
+    three.mkdir()
+    [r] = run(spark, postgres_spec(three, data_dir=data, url=postgres_url, schema=pg_schema, name="third"))
+    assert (r.loaded, r.load_skipped) == (0, 0)
+    assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
