@@ -1,7 +1,7 @@
 """tidemark into PostgreSQL vs what users write by hand, on the same stream.
 
     python bench/bench_postgres_e2e.py [--docs 1000000] [--keys 100000] [--batches 5]
-                                       [--shards 2] [--url URL] [--skip a,b,...]
+                                       [--shards 2] [--url URL] [--skip a,b,...] [--growing]
 
 The stream: ``--docs`` order documents over ``--keys`` customers in ``--batches`` files
 (one file per micro-batch).  Per customer the view holds ``amount`` and ``orders``
@@ -72,19 +72,27 @@ SPARK_SCHEMA = "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, c
 # ------------------------------------------------------------------------- data
 
 
-def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int = 7, prefix: str = "orders"):
-    """One JSON-lines file per batch; returns the documents of each batch."""
+def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int = 7, prefix: str = "orders",
+                 growing: bool = False):
+    """One JSON-lines file per batch; returns the documents of each batch.
+
+    Keys are drawn from all ``keys`` in every batch, or with ``growing`` from a window that
+    moves up: batch b draws from [b * step, (b + 2) * step) with step = keys / (batches + 1),
+    so about half of its keys are above every key stored before (new customers) and half
+    revisit the previous batch's."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
+    step = keys // (batches + 1)
     out, ts = [], 0
     for b in range(batches):
         batch = []
         path = os.path.join(directory, f"{prefix}-{b:04d}.json")
+        lo, span = (b * step, 2 * step) if growing else (0, keys)
         with open(path, "w") as f:
             for _ in range(per):
                 amount = rng.randrange(1, 1000)
-                d = {"customer": f"c{rng.randrange(keys):07d}", "amount": amount, "orders": 1, "largest": amount,
+                d = {"customer": f"c{lo + rng.randrange(span):07d}", "amount": amount, "orders": 1, "largest": amount,
                      "city": rng.choice(CITIES), "ts": ts}
                 ts += 1
                 batch.append(d)
@@ -319,6 +327,8 @@ def main() -> None:
                     help="the view tables' fillfactor for (a) and (d) (default: the driver's)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of (b), (s), (n), (a) in one JVM; the ratios use the last (default 2: one warm-up)")
+    ap.add_argument("--growing", action="store_true",
+                    help="keys grow: each batch's keys are half new (above all stored), half the previous batch's")
     ap.add_argument("--skip", default="", help="comma-separated: a,b,s,n,c,d,e (s: the Spark part of (b) alone; "
                     "n: its read and aggregate only)")
     args = ap.parse_args()
@@ -335,7 +345,9 @@ def main() -> None:
           f"{args.shards} shard(s), Spark local[{args.shards}]")
     data = os.path.join(work, "data")
     t0 = time.perf_counter()
-    batches = write_stream(data, args.docs, args.keys, args.batches)
+    batches = write_stream(data, args.docs, args.keys, args.batches, growing=args.growing)
+    print(f"keys: {'growing (a window moving up)' if args.growing else 'uniform over all keys'}; "
+          f"TIDEMARK_MAX_KEY={os.environ.get('TIDEMARK_MAX_KEY', '1')}")
     plans, view = plan_batches(batches)
     print(f"data + plan: {time.perf_counter() - t0:.1f}s; rows to write per batch: "
           f"{[len(p[2]) for p in plans]}, existing keys to load: {[sum(p[1]) for p in plans]}")
@@ -383,7 +395,8 @@ def main() -> None:
                     print(f"    batch {r.batch_id}: {r.wall:.2f}s plan={t.get('plan', 0):.2f} shards={t.get('shards', 0):.2f} "
                           f"[open={t.get('shard.open', 0):.2f} load={t.get('shard.load', 0):.2f} "
                           f"store={t.get('shard.store', 0):.2f} commit={t.get('shard.commit', 0):.2f}] "
-                          f"log={t.get('recovery_log', 0):.2f} loaded={r.loaded} stored={r.stored}")
+                          f"log={t.get('recovery_log', 0):.2f} loaded={r.loaded} not-loaded={r.load_skipped} "
+                          f"stored={r.stored}")
                 print("    views: " + check_views(args.url, schemas["a"], schemas["b"] if "b" not in skip else None, view))
         if "c" not in skip:
             results["c"], results["c_cpu"] = run_raw_copy(args.url, schemas["c"], plans)
