@@ -67,9 +67,8 @@ CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 
 
 def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0,
-                 pad: int = 0, first: int = 0):
+                 pad: int = 0):
     """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths.
-    Customers are c{first}..c{first + customers - 1}, zero-padded to four digits.
     ``pad`` lengthens each city name by that many characters (big documents)."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
@@ -78,7 +77,7 @@ def write_orders(directory, files: int, per_file: int, customers: int, seed: int
         path = os.path.join(directory, f"orders-{f:04d}.json")
         with open(path, "w") as out:
             for _ in range(per_file):
-                cust = f"c{first + rng.randrange(customers):04d}"
+                cust = f"c{rng.randrange(customers):04d}"
                 if deletes and rng.random() < deletes:
                     doc = {"customer": cust, "amount": 0, "_meta": {"op": "d"}}
                 else:

@@ -97,7 +97,7 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     Validate: st.builds(Validate, text, json_objects, bindings),
     Validated: st.builds(Validated, st.lists(validated_bindings, max_size=3).map(tuple)),
     Apply: st.builds(Apply, text, json_objects, bindings, text, st.booleans()),
-    Applied: st.builds(Applied, text, st.lists(small, max_size=3).map(tuple)),
+    Applied: st.builds(Applied, text),
     Open: st.builds(Open, text, text, ranges(), json_values, json_objects, bindings),
     Opened: st.builds(Opened, st.none() | json_objects),
     Acknowledge: st.builds(Acknowledge, json_values),

@@ -230,15 +230,14 @@ class MemoryDriver(Driver):
     def apply(self, req: Apply) -> Applied:
         if req.dry_run:
             return Applied(f"would create {len(req.bindings)} in-memory resources")
-        created = []
         with self.backend.write() as state:
             m = _mat(state, req.materialization)
-            for i, b in enumerate(req.bindings):
-                kind = "deltas" if b.delta_updates else "views"
-                if resource_name(b) not in m[kind]:
-                    created.append(i)
-                m[kind].setdefault(resource_name(b), [] if b.delta_updates else {})
-        return Applied(f"created {len(req.bindings)} in-memory resources", tuple(created))
+            for b in req.bindings:
+                if b.delta_updates:
+                    m["deltas"].setdefault(resource_name(b), [])
+                else:
+                    m["views"].setdefault(resource_name(b), {})
+        return Applied(f"created {len(req.bindings)} in-memory resources")
 
     # ---------------------------------------------------------- transactions
     def open(self, req: Open) -> tuple[Transactor, Opened]:

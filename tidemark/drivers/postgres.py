@@ -424,16 +424,15 @@ class PostgresDriver(Driver):
             for b in req.bindings))
 
     def apply(self, req: Apply) -> Applied:
-        def body() -> tuple[list[str], list[int]]:
+        def body() -> list[str]:
             con = self.con
             actions: list[str] = []
-            created: list[int] = []
             if not req.dry_run:
                 self.ensure_tables(con)
             with con.transaction():
                 if not req.dry_run:
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
-                for i, (b, (model, missing, fillfactor)) in enumerate(zip(req.bindings, self._plan(con, req.bindings))):
+                for b, (model, missing, fillfactor) in zip(req.bindings, self._plan(con, req.bindings)):
                     actions.extend(f"leave field {name} out of {model.display}'s columns ({OMITTED_REASON})"
                                    for name in omitted_fields(b))
                     if missing is None:
@@ -442,16 +441,15 @@ class PostgresDriver(Driver):
                         if not req.dry_run:
                             con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(model.schema)}")
                             con.execute(create_table_sql(model, fillfactor))
-                            created.append(i)
                         continue
                     for col in missing:
                         actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
                         if not req.dry_run:
                             con.execute(f"ALTER TABLE {model.ident} ADD COLUMN IF NOT EXISTS {q(col.name)} {sql_type(col.kind)}")
-            return actions, created
+            return actions
 
-        actions, created = self.run(body, "apply")
-        return Applied("; ".join(actions) or "nothing to do", tuple(created))
+        actions = self.run(body, "apply")
+        return Applied("; ".join(actions) or "nothing to do")
 
     # ------------------------------------------------------ transaction phase
     def open(self, req: Open) -> tuple["PostgresTransactor", Opened]:

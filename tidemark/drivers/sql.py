@@ -198,14 +198,6 @@ def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
     return pos > rng.key_end
 
 
-def _shared(checkpoint: Optional[dict]) -> str:
-    """What every shard of one batch commits alike: the checkpoint without its own
-    ``max_keys`` (each range records its own; see ``tidemark.runtime.maxkey``)."""
-    if isinstance(checkpoint, dict) and "max_keys" in checkpoint:
-        checkpoint = {k: v for k, v in checkpoint.items() if k != "max_keys"}
-    return dumps(checkpoint)
-
-
 def plan_open(materialization: str, rng: Range, overlapping: Sequence[CheckpointState]) -> OpenPlan:
     """Given the rows overlapping ``rng`` (fences *before* the bump), decide the Open.
 
@@ -222,7 +214,7 @@ def plan_open(materialization: str, rng: Range, overlapping: Sequence[Checkpoint
     # A merge (or a split followed by a merge): the latest rows must cover and agree.
     top = max(_batch(r.checkpoint) for r in bumped)
     latest = [r for r in bumped if _batch(r.checkpoint) == top]
-    cps = {_shared(r.checkpoint) for r in latest}
+    cps = {dumps(r.checkpoint) for r in latest}
     if len(cps) == 1 and _covered(rng, latest):
         cp = latest[0].checkpoint
         return OpenPlan(fence, cp, exact is None, exact is not None and dumps(exact.checkpoint) != dumps(cp))

@@ -181,17 +181,14 @@ class SQLiteDriver(Driver):
     def apply(self, req: Apply) -> Applied:
         con = self.con
         actions: list[str] = []
-        created: list[int] = []
 
         def body() -> None:
             actions.clear()
-            created.clear()
-            for i, (model, missing) in enumerate(self._plan(con, req.bindings)):
+            for model, missing in self._plan(con, req.bindings):
                 if missing is None:
                     actions.append(f"create table {model.display}")
                     if not req.dry_run:
                         con.execute(create_table_sql(model))
-                        created.append(i)
                     continue
                 for col in missing:
                     actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
@@ -205,7 +202,7 @@ class SQLiteDriver(Driver):
                 )
 
         self.transaction(con, body, "apply")
-        return Applied("; ".join(actions) or "nothing to do", tuple(created))
+        return Applied("; ".join(actions) or "nothing to do")
 
     # ------------------------------------------------------ transaction phase
     def open(self, req: Open) -> tuple["SQLiteTransactor", Opened]:

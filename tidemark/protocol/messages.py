@@ -151,11 +151,6 @@ class Apply:
 @dataclass(frozen=True, slots=True)
 class Applied:
     action_description: str = ""
-    # Indexes into ``Apply.bindings`` of the resources this Apply created, empty: nothing
-    # has been stored there yet.  The runtime then skips Loads of their keys until a
-    # commit records what was stored (see ``tidemark.runtime.maxkey``).  A driver that
-    # cannot tell leaves it empty, and every key is Loaded.
-    created: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------- transaction

@@ -7,12 +7,10 @@
 2. skips the whole transaction if the endpoint already committed this batch
    (a batch that Spark re-runs after a crash);
 3. Acknowledge, then Loads the keys of standard bindings in chunks while spilling the
-   combined rows to local disk above a memory budget, then Flush; a key above the
-   largest key the endpoint can hold (``tidemark.runtime.maxkey``) is not Loaded;
+   combined rows to local disk above a memory budget, then Flush;
 4. reduces ``loaded ⊕ combined`` per key and Stores in chunks;
-5. StartCommit with the runtime checkpoint (and the largest keys stored), and returns a
-   :class:`ShardResult` that carries the driver-checkpoint updates to the commit on the
-   Spark driver.
+5. StartCommit with the runtime checkpoint, and returns a :class:`ShardResult` that
+   carries the driver-checkpoint updates to the commit on the Spark driver.
 
 Nothing here imports Spark: the function is a plain iterator transform.
 """
@@ -24,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
@@ -40,7 +37,6 @@ from tidemark.protocol.messages import (
     StateUpdate,
     Store,
 )
-from tidemark.runtime import maxkey
 from tidemark.runtime.spill import LoadedIndex, SpillBuffer
 
 
@@ -62,8 +58,6 @@ class ShardTask:
     memory_budget_bytes: int = 64 << 20
     max_loaded_in_memory: int = 200_000
     quarantine: tuple = ()  # invalid documents, written by shard 0's transaction
-    # resources this run's Apply created (empty); None: never skip a Load (see maxkey)
-    created: Optional[frozenset] = None
 
 
 @dataclass
@@ -73,7 +67,6 @@ class ShardResult:
     skipped: bool
     updates: list = field(default_factory=list)  # StateUpdate in order
     loaded: int = 0
-    load_skipped: int = 0  # keys not Loaded: above the largest key stored (maxkey)
     stored: int = 0
     deleted: int = 0
     documents: int = 0
@@ -124,18 +117,12 @@ def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
                 return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
         session = _session(transactor, task.bindings)
         timings["open"] = time.perf_counter() - t0
-        caps = type(driver).capabilities
-        if task.created is not None and caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE:
-            maxes = maxkey.at_open(task.bindings, rng, cp, task.created)
-        else:
-            maxes = None
-        return _transaction(task, index, rng, session, transactor, rows, timings, caps, maxes)
+        return _transaction(task, index, rng, session, transactor, rows, timings, type(driver).capabilities)
     finally:
         driver.close()
 
 
-def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings, caps,
-                 maxes: Optional[list] = None) -> ShardResult:
+def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings, caps) -> ShardResult:
     result = ShardResult(index, rng, skipped=False, timings=timings)
     bindings = task.bindings
     collections = task.collections
@@ -160,16 +147,11 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
                 loaded.put(resp.binding, tuple(key), doc)
 
     delta = [b.delta_updates for b in bindings]
-    # a binding's MaxKey where keys above the largest stored need no Load, else None
-    absent = [m.absent if m is not None else None for m in maxes] if maxes is not None else [None] * len(bindings)
     try:
         for (_shard, binding, key_json), doc_json in rows:
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
             buffer.append((binding, key, doc_json), len(key_json) + len(doc_json))
             if delta[binding]:
-                continue
-            skip = absent[binding]
-            if skip is not None and skip(key):
                 continue
             keys = pending.setdefault(binding, [])
             keys.append(key)
@@ -188,7 +170,6 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         fault_point("after_load")
         result.documents = buffer.count
         result.loaded = loaded.count
-        result.load_skipped = sum(m.skipped for m in maxes or () if m is not None)
         timings["load"] = time.perf_counter() - t
 
         # Step 4: reduce loaded ⊕ combined, Store in chunks (rows are grouped by binding).
@@ -235,10 +216,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
 
     # Step 5: StartCommit with the runtime checkpoint.
     t = time.perf_counter()
-    checkpoint = task.runtime_checkpoint
-    if maxes is not None:  # the largest keys stored commit with the data
-        checkpoint = {**checkpoint, "max_keys": maxkey.to_record(bindings, rng, maxes)}
-    started = session.start_commit(StartCommit(runtime_checkpoint=checkpoint))
+    started = session.start_commit(StartCommit(runtime_checkpoint=task.runtime_checkpoint))
     if started.state is not None:
         result.updates.append(started.state)
     timings["commit"] = time.perf_counter() - t

@@ -32,7 +32,6 @@ from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import KEY_SPACE_MAX, Apply, Range, Validate
-from tidemark.runtime.maxkey import resource_id
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
 
@@ -52,7 +51,6 @@ class BatchReport:
     keys: int = 0
     stored: int = 0
     loaded: int = 0
-    load_skipped: int = 0  # keys above the largest stored: not Loaded
     deleted: int = 0
     invalid: int = 0
     shards: int = 0
@@ -68,15 +66,12 @@ class RuntimeOptions:
     memory_budget_bytes: int = 64 << 20
     max_loaded_in_memory: int = 200_000
     max_quarantine: int = 100_000
-    # skip Loads of keys above the largest stored (tidemark.runtime.maxkey); off: Load all
-    max_key: bool = True
 
     @staticmethod
     def from_env() -> "RuntimeOptions":
         return RuntimeOptions(
             memory_budget_bytes=int(os.environ.get("TIDEMARK_SHARD_MEMORY_BYTES", 64 << 20)),
             max_loaded_in_memory=int(os.environ.get("TIDEMARK_SHARD_MAX_LOADED", 200_000)),
-            max_key=os.environ.get("TIDEMARK_MAX_KEY", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
 
 
@@ -112,7 +107,6 @@ class Materializer:
         self.options = options or RuntimeOptions.from_env()
         self.error: BaseException | None = None
         self.reports: list[BatchReport] = []
-        self.created: frozenset = frozenset()  # resources this run's Apply created (empty)
 
     # ------------------------------------------------------------------ startup
     def start_up(self) -> None:
@@ -120,8 +114,7 @@ class Materializer:
         self._warn_unsafe()
         validate = Validate(self.mat.name, self.driver_config, self.bindings)
         self.driver.validate(validate)
-        applied = self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
-        self.created = frozenset(resource_id(self.bindings[i]) for i in applied.created)
+        self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
         last = self.log.last()
         if last is not None:
             if last.version != self.version:
@@ -215,7 +208,6 @@ class Materializer:
             memory_budget_bytes=self.options.memory_budget_bytes,
             max_loaded_in_memory=self.options.max_loaded_in_memory,
             quarantine=tuple(results_meta["quarantine"]),
-            created=self.created if self.options.max_key else None,
         )
         try:
             results: list[ShardResult] = planned.mapPartitionsWithIndex(
@@ -234,7 +226,6 @@ class Materializer:
             "documents": report.documents,
             "stored": sum(r.stored for r in results),
             "loaded": sum(r.loaded for r in results),
-            "load_skipped": sum(r.load_skipped for r in results),
             "deleted": sum(r.deleted for r in results),
             "invalid": report.invalid,
             "replayed_shards": sum(r.skipped for r in results),
@@ -256,7 +247,6 @@ class Materializer:
         report.shards = len(ranges)
         report.stored = counts["stored"]
         report.loaded = counts["loaded"]
-        report.load_skipped = counts["load_skipped"]
         report.deleted = counts["deleted"]
         report.keys = sum(r.documents for r in results)
         report.replayed_shards = counts["replayed_shards"]

@@ -16,7 +16,7 @@ from tidemark.drivers.memory import (
     key_text,
     resource_name,
 )
-from tidemark.protocol.messages import Acknowledged, Applied, Flushed, Loaded, Range
+from tidemark.protocol.messages import Acknowledged, Flushed, Loaded, Range
 
 
 def _variant(pattern: CommitPattern):
@@ -160,17 +160,6 @@ class EvaluatesLoadsBeforeAcknowledged(MemoryDriver):
 
 
 # property each broken driver must fail
-class ClaimsEveryResourceCreated(MemoryDriver):
-    """Says every Apply created every resource: the runtime would then skip the Loads of keys
-    that do exist and overwrite their documents."""
-
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
-
-    def apply(self, req):
-        applied = super().apply(req)
-        return Applied(applied.action_description, tuple(range(len(req.bindings))))  # BUG: always
-
-
 BROKEN: dict[type, str] = {
     SkipsFenceCheck: "fencing",
     NonIdempotentAcknowledge: "no-duplicates",
@@ -181,7 +170,6 @@ BROKEN: dict[type, str] = {
     LoadedForMissingKeys: "loaded-existing-only",
     CommitsWithoutCheckpoint: "checkpoints-monotonic",
     LosesStores: "no-loss",
-    ClaimsEveryResourceCreated: "protocol",
 }
 
 __all__ = [c.__name__ for c in BROKEN] + ["BROKEN"]
