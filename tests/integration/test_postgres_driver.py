@@ -258,6 +258,35 @@ def test_schema_evolution(driver, postgres_url, schema):
     assert apply(driver, grown).action_description == "nothing to do"
 
 
+def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_url, schema):
+    """Pointing a binding at the table of a hand-written upsert (no flow_document), at one
+    whose document column is text, or at one with a NOT NULL column that no field writes:
+    Validate refuses each, naming the table and the column, before any data moves (these
+    used to pass Validate and fail the first batch's Load or commit). A NOT NULL column with
+    a default is fine: the commit leaves it to the default."""
+    cols = "customer text PRIMARY KEY, amount bigint, score double precision, vip boolean, tags jsonb"
+    sql(postgres_url, f'CREATE SCHEMA "{schema}"')
+    sql(postgres_url, f'CREATE TABLE "{schema}".by_hand ({cols})')
+    sql(postgres_url, f"INSERT INTO \"{schema}\".by_hand VALUES ('a', 5, 1.0, false, '[]')")
+    sql(postgres_url, f'CREATE TABLE "{schema}".text_doc ({cols}, flow_document text NOT NULL)')
+    sql(postgres_url, f'CREATE TABLE "{schema}".audited ({cols}, flow_document jsonb NOT NULL, '
+                      "updated_by text NOT NULL, seen timestamptz NOT NULL DEFAULT now())")
+    for table, reason in [("by_hand", "exists but has no 'flow_document' column"),
+                          ("text_doc", "column 'flow_document' is text, tidemark needs jsonb or json"),
+                          ("audited", "column 'updated_by' is NOT NULL without a default")]:
+        with pytest.raises(IncompatibleSchema, match=rf"{schema}\.{table}'.*{reason}"):
+            driver.validate(Validate(MAT, {}, (binding(table),)))
+    assert sql(postgres_url, f'SELECT customer, amount FROM "{schema}".by_hand') == [("a", 5)]
+    assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [(3,)]
+
+    sql(postgres_url, f"ALTER TABLE \"{schema}\".audited ALTER COLUMN updated_by SET DEFAULT 'tidemark'")
+    assert apply(driver, binding("audited")).action_description == "nothing to do"
+    t, _ = open_session(driver, binding("audited"))
+    txn(t, binding("audited"), [doc("b", 2)], 0)
+    t.close()
+    assert sql(postgres_url, f'SELECT customer, amount, updated_by FROM "{schema}".audited') == [("b", 2, "tidemark")]
+
+
 def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
     """View tables get room on each page for updated rows (HOT updates); append-only tables
     do not unless their resource asks; a resource overrides the endpoint; an existing table is left as it is; a value

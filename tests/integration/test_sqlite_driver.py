@@ -245,6 +245,30 @@ def test_merge_of_disagreeing_ranges_is_refused(driver):
     t.close()
 
 
+def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, db):
+    """The table of a hand-written upsert (no flow_document), or one with a NOT NULL column
+    that no field writes, is refused by Validate, naming the column; a default makes it fine."""
+    con = sqlite3.connect(db)
+    cols = "customer TEXT PRIMARY KEY, amount INTEGER, score REAL, vip INTEGER, tags TEXT"
+    con.execute(f"CREATE TABLE by_hand ({cols})")
+    con.execute(f"CREATE TABLE audited ({cols}, flow_document TEXT NOT NULL, updated_by TEXT NOT NULL)")
+    con.commit()
+    for table, reason in [("by_hand", "exists but has no 'flow_document' column"),
+                          ("audited", "column 'updated_by' is NOT NULL without a default")]:
+        with pytest.raises(IncompatibleSchema, match=rf"\.{table}'.*{reason}"):
+            driver.validate(Validate(MAT, {}, (binding(table),)))
+    con.executescript("DROP TABLE audited; CREATE TABLE audited (" + cols
+                      + ", flow_document TEXT NOT NULL, updated_by TEXT NOT NULL DEFAULT 'tidemark');")
+    con.close()
+    assert apply(driver, binding("audited")).action_description == "nothing to do"
+    t, _ = open_session(driver, binding("audited"))
+    txn(t, binding("audited"), [doc("b", 2)], 0)
+    t.close()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT customer, amount, updated_by FROM audited").fetchall() == [("b", 2, "tidemark")]
+    con.close()
+
+
 def test_schema_evolution(driver, db):
     b = binding()
     apply(driver, b)

@@ -407,13 +407,23 @@ class PostgresDriver(Driver):
         ).fetchall()
         return {n: (t, bool(pk)) for n, t, pk in rows} or None
 
+    def _required(self, con, model: TableModel) -> list[str]:
+        """Columns an INSERT must fill: NOT NULL, no default, not identity or generated."""
+        return [n for (n,) in con.execute(
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid "
+            "JOIN pg_namespace n ON c.relnamespace = n.oid WHERE n.nspname = %s AND c.relname = %s "
+            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef "
+            "AND a.attidentity = '' AND a.attgenerated = ''",
+            (model.schema, model.name)).fetchall()]
+
     def _plan(self, con, bindings: Sequence[BindingSpec]):
         out = []
         for b in bindings:
             model = self.model(b)
             existing = self._existing(con, model)
             missing = None if existing is None else check_columns(
-                model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing)
+                model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
+                document_types=("jsonb", "json"), required=self._required(con, model))
             out.append((model, missing, self.fillfactor(model, b)))
         return out
 

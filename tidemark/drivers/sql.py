@@ -109,12 +109,25 @@ class TableModel:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
-def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool) -> list[Column]:
+def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool,
+                  document_types: Optional[Sequence[str]] = None, required: Iterable[str] = ()) -> list[Column]:
     """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``.
 
     Returns the columns to add (nullable); raises IncompatibleSchema for a changed type,
-    a changed key, or a changed delta-updates mode."""
+    a changed key, a changed delta-updates mode, a table without the document column (one
+    tidemark did not make, e.g. the target of a hand-written upsert), a document column of
+    another type than ``document_types`` (if given), or a column in ``required`` (NOT NULL
+    without a default) that tidemark would not write."""
     where = f"table {model.display!r}"
+    doc = existing.get(DOCUMENT_COLUMN)
+    if doc is None:
+        raise IncompatibleSchema(
+            f"{where} exists but has no {DOCUMENT_COLUMN!r} column, where tidemark keeps each key's reduced "
+            "document, so tidemark did not make it (the table of a hand-written upsert?). Materialize into a "
+            "table of another name, which tidemark creates, and replay the source into it")
+    if document_types is not None and doc[0].lower() not in document_types:
+        raise IncompatibleSchema(f"{where}: column {DOCUMENT_COLUMN!r} is {doc[0]}, tidemark needs "
+                                 f"{' or '.join(document_types)}")
     if model.delta != has_row_id:
         mode = "delta-updates" if model.delta else "standard"
         raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
@@ -139,6 +152,12 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
         if pk != {c.name for c in model.keys}:
             raise IncompatibleSchema(f"{where}: primary key is {sorted(pk)}, the binding's key is "
                                      f"{[c.name for c in model.keys]}; the key cannot change")
+    unwritten = sorted(set(required) - {c.name for c in model.columns} - {DOCUMENT_COLUMN, ROW_ID_COLUMN})
+    if unwritten:
+        raise IncompatibleSchema(
+            f"{where}: column{'s' if len(unwritten) > 1 else ''} {', '.join(map(repr, unwritten))} "
+            f"{'are' if len(unwritten) > 1 else 'is'} NOT NULL without a default, and no field of the "
+            "binding writes it: give it a default, allow NULL, or use another table")
     return missing
 
 

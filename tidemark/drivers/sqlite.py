@@ -162,6 +162,12 @@ class SQLiteDriver(Driver):
             return None
         return {name: (typ, pk > 0) for name, typ, pk in rows}
 
+    def _required(self, con: sqlite3.Connection, table: str) -> list[str]:
+        """Columns an INSERT must fill: NOT NULL, no default, not the rowid."""
+        return [name for name, typ, pk in con.execute(
+            "SELECT name, type, pk FROM pragma_table_info(?, 'main') WHERE \"notnull\" AND dflt_value IS NULL",
+            (table,)).fetchall() if not (pk and typ.upper() == "INTEGER")]
+
     def _plan(self, con: sqlite3.Connection, bindings: Sequence[BindingSpec]) -> list[tuple[TableModel, Optional[list]]]:
         out = []
         for b in bindings:
@@ -170,7 +176,8 @@ class SQLiteDriver(Driver):
             if existing is None:
                 out.append((model, None))
             else:
-                missing = check_columns(model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing)
+                missing = check_columns(model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
+                                        required=self._required(con, model.name))
                 out.append((model, missing))
         return out
 
