@@ -37,7 +37,7 @@ from tidemark import jsontext
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
-    TIMESTAMP, CheckpointState, TableModel, check_columns, dumps, fenced_off, load_checkpoint, plan_open,
+    TIMESTAMP, CheckpointState, Column, TableModel, check_columns, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
 from tidemark.errors import (
@@ -128,6 +128,24 @@ def _json_dumps(doc: Any) -> str:
 
 def sql_type(kind: str) -> str:
     return SQL_TYPES[kind]
+
+
+def widens(existing_type: str, col: Column) -> bool:
+    """Whether Apply can change an existing value column to ``col``'s type: every value the
+    column holds is still valid under the new schema (integer -> number; anything -> a union
+    or object, i.e. jsonb; a date-time string that lost its format -> text).  The column is
+    then recomputed from ``flow_document``, which holds each value exactly."""
+    return (existing_type, col.kind) in (("bigint", NUMBER), ("timestamp with time zone", TEXT)) or (
+        col.kind == JSON and existing_type in ("text", "bigint", "double precision", "boolean", "timestamp with time zone"))
+
+
+def recompute_sql(col: Column, pointer: str) -> str:
+    """The ``USING`` expression that recomputes a value column from ``flow_document``."""
+    path = [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
+    lit = "ARRAY[" + ", ".join("'" + part.replace("'", "''") + "'" for part in path) + "]::text[]"
+    if col.kind == JSON:
+        return f"NULLIF({q(DOCUMENT_COLUMN)} #> {lit}, 'null'::jsonb)"
+    return f"({q(DOCUMENT_COLUMN)} #>> {lit})::{sql_type(col.kind)}"
 
 
 def copy_text(kind: str, v: Any) -> str:
@@ -423,8 +441,10 @@ class PostgresDriver(Driver):
             existing = self._existing(con, model)
             missing = None if existing is None else check_columns(
                 model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
-                document_types=("jsonb", "json"), required=self._required(con, model))
-            out.append((model, missing, self.fillfactor(model, b)))
+                document_types=("jsonb", "json"), required=self._required(con, model), widens=widens)
+            widened = [(c, existing[c.name][0]) for c in model.values
+                       if existing and c.name in existing and existing[c.name][0].lower() != sql_type(c.kind)]
+            out.append((model, missing, self.fillfactor(model, b), widened))
         return out
 
     def validate(self, req: Validate) -> Validated:
@@ -442,7 +462,7 @@ class PostgresDriver(Driver):
             with con.transaction():
                 if not req.dry_run:
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
-                for b, (model, missing, fillfactor) in zip(req.bindings, self._plan(con, req.bindings)):
+                for b, (model, missing, fillfactor, widened) in zip(req.bindings, self._plan(con, req.bindings)):
                     actions.extend(f"leave field {name} out of {model.display}'s columns ({OMITTED_REASON})"
                                    for name in omitted_fields(b))
                     if missing is None:
@@ -456,6 +476,14 @@ class PostgresDriver(Driver):
                         actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
                         if not req.dry_run:
                             con.execute(f"ALTER TABLE {model.ident} ADD COLUMN IF NOT EXISTS {q(col.name)} {sql_type(col.kind)}")
+                    if widened:
+                        pointers = {f.name: f.pointer for f in b.fields}
+                        actions.extend(f"change column {col.name} of {model.display} from {was} to {sql_type(col.kind)} "
+                                       "(recomputed from flow_document)" for col, was in widened)
+                        if not req.dry_run:  # one statement: the table is rewritten once
+                            con.execute(f"ALTER TABLE {model.ident} " + ", ".join(
+                                f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name])}"
+                                for col, _ in widened))
             return actions
 
         actions = self.run(body, "apply")

@@ -110,14 +110,16 @@ class TableModel:
 
 
 def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool,
-                  document_types: Optional[Sequence[str]] = None, required: Iterable[str] = ()) -> list[Column]:
+                  document_types: Optional[Sequence[str]] = None, required: Iterable[str] = (),
+                  widens=None) -> list[Column]:
     """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``.
 
     Returns the columns to add (nullable); raises IncompatibleSchema for a changed type,
     a changed key, a changed delta-updates mode, a table without the document column (one
     tidemark did not make, e.g. the target of a hand-written upsert), a document column of
     another type than ``document_types`` (if given), or a column in ``required`` (NOT NULL
-    without a default) that tidemark would not write."""
+    without a default) that tidemark would not write.  A value column whose type changed
+    passes where ``widens(existing_type, column)`` says the driver can widen it."""
     where = f"table {model.display!r}"
     doc = existing.get(DOCUMENT_COLUMN)
     if doc is None:
@@ -141,7 +143,7 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
             continue
         sql_type, is_pk = existing[col.name]
         want = type_of(col.kind)
-        if sql_type.lower() != want.lower():
+        if sql_type.lower() != want.lower() and not (widens and not col.is_key and widens(sql_type.lower(), col)):
             raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
                                      "(an incompatible type change; drop or rename the column)")
         if not model.delta and is_pk != col.is_key:
