@@ -256,6 +256,13 @@ def test_schema_evolution(driver, postgres_url, schema):
     with pytest.raises(IncompatibleSchema, match="mode"):
         driver.validate(Validate(MAT, {}, (binding(delta=True),)))
     assert apply(driver, grown).action_description == "nothing to do"
+    # a field leaves the schema: its column stays, and Apply says that nothing writes it
+    shrunk = dataclasses.replace(grown, fields=tuple(f for f in grown.fields if f.name != "score"))
+    assert apply(driver, shrunk).action_description == f"leave column score of {schema}.customers as it is: no field writes it"
+    t, _ = open_session(driver, shrunk)
+    txn(t, shrunk, [doc("a", 7)], 2)
+    t.close()
+    assert sql(postgres_url, f'SELECT amount, score FROM "{schema}".customers WHERE customer = %s', ("a",)) == [(7, 0.5)]
 
 
 def test_a_widened_field_changes_its_column_and_recomputes_it(driver, postgres_url, schema):
@@ -314,7 +321,8 @@ def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_u
     assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [(3,)]
 
     sql(postgres_url, f"ALTER TABLE \"{schema}\".audited ALTER COLUMN updated_by SET DEFAULT 'tidemark'")
-    assert apply(driver, binding("audited")).action_description == "nothing to do"
+    assert apply(driver, binding("audited")).action_description == "; ".join(
+        f"leave column {c} of {schema}.audited as it is: no field writes it" for c in ("seen", "updated_by"))
     t, _ = open_session(driver, binding("audited"))
     txn(t, binding("audited"), [doc("b", 2)], 0)
     t.close()

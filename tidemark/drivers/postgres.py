@@ -444,7 +444,10 @@ class PostgresDriver(Driver):
                 document_types=("jsonb", "json"), required=self._required(con, model), widens=widens)
             widened = [(c, existing[c.name][0]) for c in model.values
                        if existing and c.name in existing and existing[c.name][0].lower() != sql_type(c.kind)]
-            out.append((model, missing, self.fillfactor(model, b), widened))
+            written = {c.name for c in model.columns} | {DOCUMENT_COLUMN, ROW_ID_COLUMN} | {
+                n.encode()[:MAX_IDENTIFIER_BYTES].decode(errors="ignore") for n in omitted_fields(b)}
+            unwritten = sorted(set(existing or ()) - written)
+            out.append((model, missing, self.fillfactor(model, b), widened, unwritten))
         return out
 
     def validate(self, req: Validate) -> Validated:
@@ -462,7 +465,9 @@ class PostgresDriver(Driver):
             with con.transaction():
                 if not req.dry_run:
                     con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
-                for b, (model, missing, fillfactor, widened) in zip(req.bindings, self._plan(con, req.bindings)):
+                for b, (model, missing, fillfactor, widened, unwritten) in zip(req.bindings, self._plan(con, req.bindings)):
+                    actions.extend(f"leave column {name} of {model.display} as it is: no field writes it"
+                                   for name in unwritten)
                     actions.extend(f"leave field {name} out of {model.display}'s columns ({OMITTED_REASON})"
                                    for name in omitted_fields(b))
                     if missing is None:

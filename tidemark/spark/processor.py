@@ -114,7 +114,8 @@ class Materializer:
         self._warn_unsafe()
         validate = Validate(self.mat.name, self.driver_config, self.bindings)
         self.driver.validate(validate)
-        self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
+        applied = self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
+        log.info("materialization %s: apply: %s", self.mat.name, applied.action_description)
         last = self.log.last()
         if last is not None:
             if last.version != self.version:
