@@ -86,3 +86,41 @@ def test_materialize_dataframe_api(spark, tmp_path, postgres_url, pg_schema):
     )
     run.await_termination()
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
+
+
+def test_a_field_widened_from_integer_to_number_carries_on(spark, tmp_path, postgres_url, pg_schema):
+    """`amount` goes from integer to number between two runs. The second run's Apply changes
+    its column to double precision, recomputed from flow_document, and the sums go on
+    exactly (the new amounts end in .5, which binary floating point holds exactly)."""
+    import json
+    import os
+
+    import yaml
+
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=200, customers=40, seed=61)
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=2)
+    run(spark, spec)
+
+    with open(spec) as f:
+        doc = yaml.safe_load(f)
+    doc["collections"]["orders"]["schema"]["properties"]["amount"]["type"] = "number"
+    with open(spec, "w") as f:
+        yaml.safe_dump(doc, f)
+    [path] = write_orders(data, files=1, per_file=200, customers=40, seed=62, start=2)
+    with open(path) as f:
+        lines = [json.loads(line) for line in f]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(dict(d, amount=d["amount"] + 0.5)) + "\n" for d in lines)
+    os.utime(path, (1_700_000_020, 1_700_000_020))  # the file source goes by mtime
+
+    [report] = run(spark, spec)
+    assert report.loaded > 0
+    with psycopg.connect(postgres_url) as con:
+        kind = con.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = %s "
+                           "AND table_name = 'customers' AND column_name = 'amount'", (pg_schema,)).fetchone()[0]
+        columns = dict(con.execute(f'SELECT customer, amount FROM "{pg_schema}".customers').fetchall())
+    view = oracle_orders(data)
+    assert kind == "double precision"
+    assert normalize(postgres_view(postgres_url, pg_schema)) == view
+    assert columns == {k: d["amount"] for k, d in view.items()}
