@@ -270,14 +270,15 @@ def test_a_widened_field_changes_its_column_and_recomputes_it(driver, postgres_u
     changes both columns in one ALTER and recomputes their values from flow_document, which
     holds them exactly; later batches write the new types. A narrowing (number -> integer)
     and a change no old value survives (integer -> string) stay IncompatibleSchema."""
-    b = binding()
+    odd = "o'k\\"  # a name to quote
+    b = binding(extra=(Field(odd, f"/{odd}", "integer"),))
     apply(driver, b)
     big = 2**60 + 1
     t, _ = open_session(driver, b)
-    txn(t, b, [doc("a", 5), doc("b", big)], 0)
+    txn(t, b, [doc("a", 5, **{odd: 3}), doc("b", big)], 0)
     t.close()
 
-    wide = binding(types={"amount": "number", "vip": "json"})
+    wide = binding(types={"amount": "number", "vip": "json"}, extra=(Field(odd, f"/{odd}", "number"),))
     driver.validate(Validate(MAT, {}, (wide,)))
     done = apply(driver, wide).action_description
     assert (f"change column amount of {schema}.customers from bigint to double precision "
@@ -286,17 +287,18 @@ def test_a_widened_field_changes_its_column_and_recomputes_it(driver, postgres_u
     types = dict(sql(postgres_url, "SELECT column_name, data_type FROM information_schema.columns "
                                    "WHERE table_schema = %s AND table_name = 'customers'", (schema,)))
     assert (types["amount"], types["vip"]) == ("double precision", "jsonb")
-    assert sql(postgres_url, f"SELECT customer, amount, vip, flow_document->'amount' FROM \"{schema}\".customers "
-                             "ORDER BY 1") == [("a", 5.0, False, 5), ("b", float(big), True, big)]
+    assert sql(postgres_url, f"SELECT customer, amount, vip, flow_document->'amount', \"o'k\\\" "
+                             f"FROM \"{schema}\".customers ORDER BY 1") == [
+        ("a", 5.0, False, 5, 3.0), ("b", float(big), True, big, None)]
 
     t, _ = open_session(driver, wide)
-    txn(t, wide, [dict(doc("c", 1), amount=2.5, vip="gold")], 1)
+    txn(t, wide, [dict(doc("c", 1), amount=2.5, vip="gold", **{odd: 0.5})], 1)
     t.close()
     assert sql(postgres_url, f"SELECT amount, vip FROM \"{schema}\".customers WHERE customer = 'c'") == [(2.5, "gold")]
     assert apply(driver, wide).action_description == "nothing to do"
     for narrower in ({"amount": "integer", "vip": "json"}, {"amount": "string", "vip": "json"}):
         with pytest.raises(IncompatibleSchema, match="column 'amount' is double precision"):
-            driver.validate(Validate(MAT, {}, (binding(types=narrower),)))
+            driver.validate(Validate(MAT, {}, (binding(types=narrower, extra=wide.fields[-1:]),)))
 
 
 def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_url, schema):

@@ -29,6 +29,7 @@ try:
     import psycopg
     from psycopg import conninfo as pg_conninfo
     from psycopg import errors as pg_errors
+    from psycopg import sql as pg_sql
 except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
     raise ImportError("psycopg is required for the postgres driver: pip install 'tidemark[postgres]'", name="psycopg") from exc
 import orjson  # 3-5x faster JSON for Store (a core dependency of tidemark)
@@ -139,10 +140,10 @@ def widens(existing_type: str, col: Column) -> bool:
         col.kind == JSON and existing_type in ("text", "bigint", "double precision", "boolean", "timestamp with time zone"))
 
 
-def recompute_sql(col: Column, pointer: str) -> str:
+def recompute_sql(col: Column, pointer: str, con) -> str:
     """The ``USING`` expression that recomputes a value column from ``flow_document``."""
     path = [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
-    lit = "ARRAY[" + ", ".join("'" + part.replace("'", "''") + "'" for part in path) + "]::text[]"
+    lit = pg_sql.Literal(path).as_string(con) + "::text[]"  # quoted by psycopg, for this server
     if col.kind == JSON:
         return f"NULLIF({q(DOCUMENT_COLUMN)} #> {lit}, 'null'::jsonb)"
     return f"({q(DOCUMENT_COLUMN)} #>> {lit})::{sql_type(col.kind)}"
@@ -487,7 +488,7 @@ class PostgresDriver(Driver):
                                        "(recomputed from flow_document)" for col, was in widened)
                         if not req.dry_run:  # one statement: the table is rewritten once
                             con.execute(f"ALTER TABLE {model.ident} " + ", ".join(
-                                f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name])}"
+                                f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name], con)}"
                                 for col, _ in widened))
             return actions
 
