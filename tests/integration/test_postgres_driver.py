@@ -320,13 +320,21 @@ def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_u
         with pytest.raises(IncompatibleSchema, match=rf"{schema}\.{table}'.*{reason}"):
             driver.validate(Validate(MAT, {}, (binding(table),)))
     assert sql(postgres_url, f'SELECT customer, amount FROM "{schema}".by_hand') == [("a", 5)]
-    assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [(3,)]
+    assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [(3,)]  # nothing made
+
+    # a json (not jsonb) document column is fine: PostgreSQL casts on assignment
+    sql(postgres_url, f'CREATE TABLE "{schema}".json_doc ({cols}, flow_document json NOT NULL)')
+    assert apply(driver, binding("json_doc")).action_description == "nothing to do"
+    t, _ = open_session(driver, binding("json_doc"))
+    txn(t, binding("json_doc"), [doc("a", 1)], 0)
+    assert txn(t, binding("json_doc"), [doc("a", 2)], 1) == {("a",): doc("a", 1)}
+    t.close()
 
     sql(postgres_url, f"ALTER TABLE \"{schema}\".audited ALTER COLUMN updated_by SET DEFAULT 'tidemark'")
     assert apply(driver, binding("audited")).action_description == "; ".join(
         f"leave column {c} of {schema}.audited as it is: no field writes it" for c in ("seen", "updated_by"))
     t, _ = open_session(driver, binding("audited"))
-    txn(t, binding("audited"), [doc("b", 2)], 0)
+    txn(t, binding("audited"), [doc("b", 2)], 2)
     t.close()
     assert sql(postgres_url, f'SELECT customer, amount, updated_by FROM "{schema}".audited') == [("b", 2, "tidemark")]
 
