@@ -290,6 +290,17 @@ def test_schema_evolution(driver, db):
     with pytest.raises(IncompatibleSchema, match="mode"):
         driver.validate(Validate(MAT, {}, (binding(delta=True),)))
     assert apply(driver, grown).action_description == "nothing to do"
+    # integer -> number: the INTEGER column keeps fractional values as REAL; nothing to change
+    wide = binding(extra=(Field("city", "/city", "string"),), types={"amount": "number"})
+    assert apply(driver, wide).action_description == "nothing to do"
+    t, _ = open_session(driver, wide)
+    txn(t, wide, [dict(doc("c", 1), amount=2.5)], 2)
+    t.close()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT amount, typeof(amount) FROM customers WHERE customer = 'c'").fetchall() == [(2.5, "real")]
+    con.close()
+    with pytest.raises(IncompatibleSchema, match="amount"):  # SQLite changes no column's type
+        driver.validate(Validate(MAT, {}, (binding(types={"amount": "json"}),)))
 
 
 def test_injection_like_identifiers(driver, db):

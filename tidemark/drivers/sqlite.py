@@ -47,6 +47,13 @@ def sql_type(kind: str) -> str:
     return SQL_TYPES.get(kind, "TEXT")
 
 
+def widens(existing_type: str, col) -> bool:
+    """integer -> number needs nothing in SQLite: an INTEGER column keeps a fractional value
+    as REAL (and a whole one as INTEGER), so the column stays as it is.  SQLite cannot
+    change a column's type in place, so every other change is refused."""
+    return existing_type.upper() == "INTEGER" and col.kind == NUMBER
+
+
 CK = f"main.{q(CHECKPOINTS_TABLE)}"
 QT = f"main.{q(QUARANTINE_TABLE)}"
 
@@ -177,7 +184,7 @@ class SQLiteDriver(Driver):
                 out.append((model, None))
             else:
                 missing = check_columns(model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
-                                        required=self._required(con, model.name))
+                                        required=self._required(con, model.name), widens=widens)
                 out.append((model, missing))
         return out
 
