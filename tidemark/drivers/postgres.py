@@ -416,33 +416,27 @@ class PostgresDriver(Driver):
             return parse_fillfactor(value, f"binding {model.display!r}: resource fillfactor")
         return 100 if model.delta else self.settings.fillfactor
 
-    def _existing(self, con, model: TableModel) -> Optional[dict[str, tuple[str, bool]]]:
+    def _existing(self, con, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
+        """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
+        columns an INSERT must fill (NOT NULL, no default, not identity or generated)."""
         rows = con.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), COALESCE(a.attnum = ANY(i.indkey), false) "
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), COALESCE(a.attnum = ANY(i.indkey), false), "
+            "a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = '' "
             "FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid "
             "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
             "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
             (model.schema, model.name),
         ).fetchall()
-        return {n: (t, bool(pk)) for n, t, pk in rows} or None
-
-    def _required(self, con, model: TableModel) -> list[str]:
-        """Columns an INSERT must fill: NOT NULL, no default, not identity or generated."""
-        return [n for (n,) in con.execute(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid "
-            "JOIN pg_namespace n ON c.relnamespace = n.oid WHERE n.nspname = %s AND c.relname = %s "
-            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef "
-            "AND a.attidentity = '' AND a.attgenerated = ''",
-            (model.schema, model.name)).fetchall()]
+        return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
 
     def _plan(self, con, bindings: Sequence[BindingSpec]):
         out = []
         for b in bindings:
             model = self.model(b)
-            existing = self._existing(con, model)
+            existing, required = self._existing(con, model)
             missing = None if existing is None else check_columns(
                 model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
-                document_types=("jsonb", "json"), required=self._required(con, model), widens=widens)
+                document_types=("jsonb", "json"), required=required, widens=widens)
             widened = [(c, existing[c.name][0]) for c in model.values
                        if existing and c.name in existing and existing[c.name][0].lower() != sql_type(c.kind)]
             written = {c.name for c in model.columns} | {DOCUMENT_COLUMN, ROW_ID_COLUMN} | {

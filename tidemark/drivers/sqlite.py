@@ -163,28 +163,24 @@ class SQLiteDriver(Driver):
     def model(self, binding: BindingSpec) -> TableModel:
         return dataclasses.replace(TableModel.of(binding), schema="main")
 
-    def _existing(self, con: sqlite3.Connection, table: str) -> Optional[dict[str, tuple[str, bool]]]:
-        rows = con.execute("SELECT name, type, pk FROM pragma_table_info(?, 'main')", (table,)).fetchall()
-        if not rows:
-            return None
-        return {name: (typ, pk > 0) for name, typ, pk in rows}
-
-    def _required(self, con: sqlite3.Connection, table: str) -> list[str]:
-        """Columns an INSERT must fill: NOT NULL, no default, not the rowid."""
-        return [name for name, typ, pk in con.execute(
-            "SELECT name, type, pk FROM pragma_table_info(?, 'main') WHERE \"notnull\" AND dflt_value IS NULL",
-            (table,)).fetchall() if not (pk and typ.upper() == "INTEGER")]
+    def _existing(self, con: sqlite3.Connection, table: str) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
+        """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
+        columns an INSERT must fill (NOT NULL, no default, not the rowid)."""
+        rows = con.execute('SELECT name, type, pk, "notnull" AND dflt_value IS NULL FROM pragma_table_info(?, \'main\')',
+                           (table,)).fetchall()
+        required = [name for name, typ, pk, must in rows if must and not (pk and typ.upper() == "INTEGER")]
+        return {name: (typ, pk > 0) for name, typ, pk, _ in rows} or None, required
 
     def _plan(self, con: sqlite3.Connection, bindings: Sequence[BindingSpec]) -> list[tuple[TableModel, Optional[list]]]:
         out = []
         for b in bindings:
             model = self.model(b)
-            existing = self._existing(con, model.name)
+            existing, required = self._existing(con, model.name)
             if existing is None:
                 out.append((model, None))
             else:
                 missing = check_columns(model, existing, sql_type, has_row_id=ROW_ID_COLUMN in existing,
-                                        required=self._required(con, model.name), widens=widens)
+                                        required=required, widens=widens)
                 out.append((model, missing))
         return out
 
