@@ -8,3 +8,10 @@ def materialize(*args, **kwargs):
     from tidemark.spark.api import materialize as _materialize
 
     return _materialize(*args, **kwargs)
+
+
+def reset(*args, **kwargs):
+    """Start a view over on purpose (drops its resources and checkpoint). See :func:`tidemark.spark.api.reset`."""
+    from tidemark.spark.api import reset as _reset
+
+    return _reset(*args, **kwargs)

@@ -11,15 +11,33 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import TidemarkError, from_task_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark.")
 console = Console(stderr=True)
+_state = {"verbose": False}
+
+
+@app.callback()
+def _options(verbose: bool = typer.Option(False, "--verbose", "-v", help="print tracebacks with errors")):
+    _state["verbose"] = verbose
 
 
 def _fail(exc: BaseException) -> None:
+    """One clear message and exit code 1; the traceback only with ``--verbose``."""
+    import logging
+    import traceback
+
+    logging.getLogger("tidemark").debug("error", exc_info=exc)
+    if _state["verbose"]:
+        console.print(escape("".join(traceback.format_exception(exc))), highlight=False, soft_wrap=True)
     console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
     raise typer.Exit(1)
+
+
+def _user_error(exc: BaseException) -> "TidemarkError | None":
+    """The tidemark error behind ``exc`` (raised here, or in a Spark task), if any."""
+    return exc if isinstance(exc, TidemarkError) else from_task_failure(exc)
 
 
 @app.command()
@@ -70,6 +88,8 @@ def run(
     pin_group()
     try:
         spark = local_session("tidemark", master=master or "local[*]")
+        # Spark logs a failed batch with every stack trace; the CLI prints the one message.
+        spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
         run_spec(
             spec,
             available_now=available_now,
@@ -78,8 +98,11 @@ def run(
             on_batch=on_batch,
             max_files_per_trigger=max_files_per_trigger,
         )
-    except TidemarkError as exc:
-        _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
+        err = _user_error(exc)
+        if err is None:
+            raise
+        _fail(err)
     console.print(
         f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
         f"{time.perf_counter() - started:.1f}s"
@@ -121,6 +144,33 @@ def check(spec: str = typer.Argument(..., help="the spec file")):
     try:
         for line in check_spec(spec):
             Console().print(line)
+    except TidemarkError as exc:
+        _fail(exc)
+
+
+@app.command()
+def reset(
+    spec: str = typer.Argument(..., help="the spec file"),
+    materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="only these"),
+    yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation"),
+):
+    """Start views over on purpose: drop their tables or files, endpoint checkpoints and checkpoint folders."""
+    from tidemark.spark.runner import reset_plans, reset_spec
+
+    try:
+        plans = reset_plans(spec, materialization or None)
+    except TidemarkError as exc:
+        _fail(exc)
+    for plan in plans:
+        console.print(escape(plan.describe()), soft_wrap=True, highlight=False)
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail(TidemarkError("refusing to reset without confirmation: pass --yes"))
+        if not typer.confirm("Remove all of this? The next run replays the source from its start", default=False):
+            raise typer.Exit(1)
+    try:
+        for line in reset_spec(spec, materialization or None):
+            Console().print(escape(line), soft_wrap=True, highlight=False)
     except TidemarkError as exc:
         _fail(exc)
 

@@ -38,6 +38,9 @@ class Terminal:
 class SpecError(TidemarkError, Terminal):
     """The spec is invalid. The message names the file and the path inside it."""
 
+    file: str | None = None
+    path: str | None = None
+
     def __init__(self, message: str, *, file: str | None = None, path: str | None = None):
         self.file = file
         self.path = path
@@ -51,6 +54,8 @@ class SpecError(TidemarkError, Terminal):
 
 class ProtocolViolation(TidemarkError, Terminal):
     """A protocol message arrived that the current state does not allow."""
+
+    state = received = expected = None
 
     def __init__(self, state: str, message: str, expected: str | None = None, detail: str = ""):
         self.state = state
@@ -66,6 +71,9 @@ class ProtocolViolation(TidemarkError, Terminal):
 
 class DocumentError(TidemarkError, Terminal):
     """A source document is unparseable, invalid against its schema, or lacks its key."""
+
+    location: str | None = None
+    key: object = None
 
     def __init__(self, message: str, *, location: str | None = None, key: object = None):
         self.location = location
@@ -115,3 +123,47 @@ class RecoveryError(TidemarkError, Terminal):
 
 def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, Transient)
+
+
+# ------------------------------------------------------------------ across processes
+# A shard task runs in a Spark executor's Python worker; Spark hands its failure to the
+# driver as text (a Python traceback inside a JVM exception).  The task marks a tidemark
+# error with one line that names its class and message, and the driver turns the marked
+# text back into that error, so the user reads one message, not three stack traces.
+
+import base64 as _base64
+import json as _json
+import re as _re
+
+_MARK = "tidemark-error:"
+_MARKED = _re.compile(r"\[" + _MARK + r"([A-Za-z0-9+/=]+)\]")
+
+
+def mark_for_driver(exc: TidemarkError) -> TidemarkError:
+    """Add the marker line to ``exc`` (in place) and return it, to be raised in a task."""
+    if _MARK in str(exc):
+        return exc
+    payload = _base64.b64encode(_json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()).decode()
+    exc.args = (f"{exc}\n[{_MARK}{payload}]",)
+    return exc
+
+
+def from_task_failure(exc: BaseException) -> "TidemarkError | None":
+    """The tidemark error a task raised, recovered from Spark's wrapper (or ``exc`` itself
+    when it is one); None when ``exc`` carries none."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        match = _MARKED.search(str(exc))
+        if match:
+            obj = _json.loads(_base64.b64decode(match.group(1)))
+            cls = globals().get(obj.get("type"))
+            if not (isinstance(cls, type) and issubclass(cls, TidemarkError)):
+                cls = TidemarkError
+            err = cls.__new__(cls)
+            Exception.__init__(err, obj.get("message", ""))
+            return err
+        if isinstance(exc, TidemarkError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -119,6 +119,22 @@ class Collection:
             return mark_reset(self._reduce(strip_reset(left), right))
         return self._reduce(left, right)
 
+    def finish(self, doc: Any) -> Any:
+        """The document as an endpoint stores it: without the reset marker of a
+        delete-then-re-add (the marker matters only while reducing)."""
+        return strip_reset(doc) if is_reset(doc) else doc
+
+    def strategies(self) -> tuple[str, ...]:
+        """Every reduce strategy the schema declares (the default, lastWriteWins, included)."""
+        from tidemark.collection.schema import iter_schemas
+
+        found = {"lastWriteWins"}
+        for _path, node in iter_schemas(self.schema):
+            red = node.get("reduce")
+            if isinstance(red, dict) and isinstance(red.get("strategy"), str):
+                found.add(red["strategy"])
+        return tuple(sorted(found))
+
     def combine(self, docs: Iterable) -> Any:
         it = iter(docs)
         try:

@@ -127,6 +127,20 @@ class CheckpointRow:
     runtime_checkpoint: Optional[dict]
 
 
+@dataclass(frozen=True, slots=True)
+class Position:
+    """What an endpoint records of a materialization, per place: which tidemark checkpoint
+    writes it and the last batch it holds (-1: none).  Read before anything is written,
+    so that the runtime can refuse a run that would double-apply or skip batches."""
+
+    place: str  # e.g. "range 00000000-7fffffff" or "table /lake/customers"
+    materialization: str
+    checkpoint_id: Optional[str]
+    batch_id: int
+    range: Optional[Range] = None  # store-authoritative checkpoints: the range
+    resource: Optional[tuple] = None  # per-resource positions (coordinator apply): the resource path
+
+
 class Transactor(ABC):
     """One shard session. Not shared between threads or sessions."""
 
@@ -230,6 +244,30 @@ class Driver(ABC):
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         """Committed checkpoints per range (store-authoritative drivers)."""
         return []
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Position]]:
+        """What the endpoint records of ``materialization`` (read-only; see :class:`Position`).
+
+        The default reads :meth:`checkpoints`.  Drivers whose endpoint records ownership
+        elsewhere (Delta: a table property and app transactions) override it; ``None``
+        means the driver cannot tell."""
+        try:
+            rows = self.checkpoints(materialization)
+        except NotImplementedError:
+            return None
+        out = []
+        for r in rows:
+            cp = r.runtime_checkpoint if isinstance(r.runtime_checkpoint, dict) else {}
+            batch = cp.get("batch_id")
+            out.append(Position(f"range {r.range.name}", materialization, cp.get("checkpoint_id"),
+                                batch if isinstance(batch, int) else -1, r.range))
+        return out
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Remove the view: the bindings' resources and everything the endpoint records of
+        the materialization (checkpoints, fences, staged work, quarantine).  Returns what was
+        removed, in words.  Used by ``tidemark reset``; not part of a transaction."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot drop a view")
 
     def close(self) -> None:
         pass

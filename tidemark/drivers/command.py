@@ -444,7 +444,8 @@ class CommandDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         return self._request(
-            Apply(req.materialization, self.program_config, req.bindings, req.version, req.dry_run), Applied
+            Apply(req.materialization, self.program_config, req.bindings, req.version, req.dry_run, req.checkpoint_id),
+            Applied
         )
 
     # --------------------------------------------------------- transaction phase

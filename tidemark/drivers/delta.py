@@ -55,11 +55,13 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Field as DeltaField, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, ReadCommittedLoads, Transactor
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce, dumps, field_kind,
 )
-from tidemark.errors import DriverError, EndpointUnavailable, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
+from tidemark.errors import (
+    DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError,
+)
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
@@ -73,6 +75,7 @@ DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
 KEY_PROPERTY = "tidemark.key"  # table properties written by Apply
 MODE_PROPERTY = "tidemark.deltaUpdates"
+OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 
 ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
 DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
@@ -273,18 +276,24 @@ class DeltaDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         actions: list[str] = []
+        created: list[tuple] = []
+        owner = dumps({"materialization": req.materialization, "checkpoint_id": req.checkpoint_id}) \
+            if req.checkpoint_id else None
         for b in req.bindings:
             model = self.model(b)
 
-            def body(model=model) -> None:
+            def body(model=model, b=b) -> None:
                 missing = self._plan(model)
                 if missing is None:
                     actions.append(f"create delta table {model.location}")
+                    created.append(b.resource_path)
                     if not req.dry_run:
+                        conf = {KEY_PROPERTY: dumps([c.name for c in model.keys]),
+                                MODE_PROPERTY: "true" if model.delta else "false"}
+                        if owner:
+                            conf[OWNER_PROPERTY] = owner
                         DeltaTable.create(
-                            model.location, schema=model.arrow_schema(), mode="ignore",
-                            configuration={KEY_PROPERTY: dumps([c.name for c in model.keys]),
-                                           MODE_PROPERTY: "true" if model.delta else "false"},
+                            model.location, schema=model.arrow_schema(), mode="ignore", configuration=conf,
                             storage_options=self.storage_options, raise_if_key_not_exists=False,
                         )
                     return
@@ -293,9 +302,17 @@ class DeltaDriver(Driver):
                 if missing and not req.dry_run:
                     self.table(model.location).alter.add_columns(
                         [DeltaField(c.name, delta_type(c.kind), nullable=True) for c in missing])
+                if owner and not req.dry_run:
+                    have = owner_of(self.table(model.location))
+                    if have is None:  # a table of an older tidemark: this checkpoint takes it
+                        self.table(model.location).alter.set_table_properties({OWNER_PROPERTY: owner})
+                    elif have != (req.materialization, req.checkpoint_id):
+                        raise RecoveryError(
+                            f"delta table {model.location!r} belongs to materialization {have[0]!r} of tidemark "
+                            f"checkpoint {have[1]}, not to this one ({req.checkpoint_id}); nothing was changed")
 
             self.run(body, "apply", model.location)
-        return Applied("; ".join(actions) or "nothing to do")
+        return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
     # ----------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple["DeltaTransactor", Opened]:
@@ -320,15 +337,25 @@ class DeltaDriver(Driver):
         if unbound:
             raise RecoveryError(f"batch {batch} of {materialization!r} staged data for Delta tables that are no "
                                 f"longer bound: {unbound}; restore the bindings to apply it")
-        for location in sorted(set(files) & set(models)):
-            self.run(lambda: self._apply_table(models[location], files[location], app, batch), "apply batch", location)
+        owner = (materialization, runtime_checkpoint.get("checkpoint_id"))
+        for location in sorted(models):  # every bound table records the batch, with data or without
+            self.run(lambda: self._apply_table(models[location], files.get(location, []), app, batch, owner),
+                     "apply batch", location)
         # Step 3: the staged files of every applied or abandoned attempt.
         self.run(lambda: self._remove_staged(materialization, before=started), "clean staging", self.staging)
 
-    def _apply_table(self, model: TableModel, names: list[str], app: str, batch: int) -> None:
+    def _apply_table(self, model: TableModel, names: list[str], app: str, batch: int, owner: tuple) -> None:
         # Step 1
         dt = self.table(model.location)
         if applied_batch(dt, app) >= batch:
+            return
+        have = owner_of(dt)
+        if have is not None and have != owner:  # the fence between two jobs on one table
+            raise FencedOff(f"delta table {model.location!r} now belongs to materialization {have[0]!r} of tidemark "
+                            f"checkpoint {have[1]}; batch {batch} of {owner[0]!r} was not applied to it")
+        if not names:
+            dt.create_write_transaction([], mode="append", schema=dt.schema(),
+                                        commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
             return
         fs, _ = self.fs
         paths = [f"{self.fs[1].rstrip('/')}/{n}" for n in names]
@@ -387,6 +414,49 @@ class DeltaDriver(Driver):
         keys = zip(*(table.column(c.name).to_pylist() for c in model.keys))
         return {key_of(model, k): d for k, d in zip(keys, docs)}
 
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
+        """Per bound table that exists: its owner (a table property) and the last batch of the
+        owner's app transaction."""
+        out = []
+        for b in bindings:
+            model = self.model(b)
+            try:
+                dt = self.run(lambda: self.table(model.location), "positions", model.location)
+            except (TableNotFoundError, TidemarkError):
+                if not self._exists(model.location):
+                    continue
+                raise
+            have = owner_of(dt)
+            if have is None:
+                out.append(Position(f"delta table {model.location}", materialization, None, -1,
+                                    resource=b.resource_path))
+                continue
+            out.append(Position(f"delta table {model.location}", have[0], have[1],
+                                applied_batch(dt, app_id(*have)), resource=b.resource_path))
+        return out
+
+    def _exists(self, location: str) -> bool:
+        try:
+            return DeltaTable.is_deltatable(location, storage_options=self.storage_options)
+        except Exception:  # noqa: BLE001 - an unreachable store is reported by the next call
+            return False
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Delete the bindings' tables (their folders) and the materialization's staged files."""
+        done = []
+        for b in bindings:
+            location = self.model(b).location
+            fs, path = pafs.FileSystem.from_uri(location) if _is_uri(location) else (pafs.LocalFileSystem(), location)
+            if fs.get_file_info(path).type != pafs.FileType.NotFound:
+                fs.delete_dir(path)
+                done.append(f"deleted delta table {location}")
+        fs, _ = self.fs
+        stage = self.stage_dir(materialization)
+        if fs.get_file_info(stage).type != pafs.FileType.NotFound:
+            fs.delete_dir(stage)
+            done.append(f"deleted staged files of {materialization!r}")
+        return done
+
     def staged_files(self, materialization: str) -> list[str]:
         """Names of the staged files of a materialization (tests, ``tidemark status``)."""
         fs, _ = self.fs
@@ -396,6 +466,18 @@ class DeltaDriver(Driver):
 
 def app_id(materialization: str, checkpoint_id: Any) -> str:
     return f"tidemark/{materialization}/{checkpoint_id}"
+
+
+def owner_of(dt: DeltaTable) -> Optional[tuple[str, str]]:
+    """(materialization, checkpoint id) of the table's owner property, or None."""
+    text = (dt.metadata().configuration or {}).get(OWNER_PROPERTY)
+    if not text:
+        return None
+    try:
+        obj = json.loads(text)
+        return str(obj["materialization"]), str(obj["checkpoint_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def applied_batch(dt: DeltaTable, app: str) -> int:

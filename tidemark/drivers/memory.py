@@ -312,6 +312,12 @@ class MemoryDriver(Driver):
             view = (m.get("views") or {}).get(resource_name(binding), {})
             return {tuple(json.loads(k)): copy.deepcopy(v) for k, v in view.items()}
 
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        with self.backend.write() as state:
+            if state["mats"].pop(materialization, None) is None:
+                return []
+        return [f"dropped the in-memory view of {materialization!r}"]
+
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         with self.backend.read() as state:
             m = state["mats"].get(materialization) or {}

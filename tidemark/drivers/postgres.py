@@ -455,6 +455,7 @@ class PostgresDriver(Driver):
         def body() -> list[str]:
             con = self.con
             actions: list[str] = []
+            created.clear()
             if not req.dry_run:
                 self.ensure_tables(con)
             with con.transaction():
@@ -468,6 +469,7 @@ class PostgresDriver(Driver):
                     if missing is None:
                         actions.append(f"create table {model.display}"
                                        + (f" (fillfactor {fillfactor})" if fillfactor != 100 else ""))
+                        created.append(b.resource_path)
                         if not req.dry_run:
                             con.execute(f"CREATE SCHEMA IF NOT EXISTS {q(model.schema)}")
                             con.execute(create_table_sql(model, fillfactor))
@@ -486,8 +488,9 @@ class PostgresDriver(Driver):
                                 for col, _ in widened))
             return actions
 
+        created: list[tuple] = []
         actions = self.run(body, "apply")
-        return Applied("; ".join(actions) or "nothing to do")
+        return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
     # ------------------------------------------------------ transaction phase
     def open(self, req: Open) -> tuple["PostgresTransactor", Opened]:
@@ -543,6 +546,27 @@ class PostgresDriver(Driver):
             return {tuple(r[:-1]): json.loads(r[-1]) for r in rows}
 
         return self.run(body, f"dump {model.display}")
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
+        models = [self.model(b) for b in bindings]
+
+        def body() -> list[str]:
+            con, done = self.con, []
+            with con.transaction():
+                con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
+                for model in models:
+                    if con.execute("SELECT to_regclass(%s)", (model.ident,)).fetchone()[0]:
+                        con.execute(f"DROP TABLE {model.ident}")
+                        done.append(f"dropped table {model.display}")
+                for table, what in ((self.ck, "checkpoint rows"), (self.qt, "quarantine rows")):
+                    if con.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]:
+                        n = con.execute(f"DELETE FROM {table} WHERE materialization = %s", (materialization,)).rowcount
+                        if n:
+                            done.append(f"deleted {n} {what} of {materialization!r}")
+            return done
+
+        return self.run(body, "drop")
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         def body():

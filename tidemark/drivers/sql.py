@@ -208,6 +208,16 @@ def _batch(cp: Optional[dict]) -> int:
     return -1
 
 
+def identity(cp: Optional[dict]) -> tuple:
+    """What makes two ranges' checkpoints "the same batch": the tidemark checkpoint and the
+    batch identity (Spark query, batch id, source offsets) -- not the spec version or other
+    fields, which may differ between the attempts that committed the ranges of one batch
+    (e.g. a re-run after the configured shard count changed)."""
+    if not isinstance(cp, dict):
+        return (None,)
+    return (cp.get("checkpoint_id"), _batch(cp), cp.get("query_id"), cp.get("offsets"))
+
+
 def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
     pos = rng.key_begin
     for r in sorted(rows, key=lambda r: r.range.key_begin):
@@ -235,15 +245,16 @@ def plan_open(materialization: str, rng: Range, overlapping: Sequence[Checkpoint
     # A merge (or a split followed by a merge): the latest rows must cover and agree.
     top = max(_batch(r.checkpoint) for r in bumped)
     latest = [r for r in bumped if _batch(r.checkpoint) == top]
-    cps = {dumps(r.checkpoint) for r in latest}
+    cps = {identity(r.checkpoint) for r in latest}
     if len(cps) == 1 and _covered(rng, latest):
         cp = latest[0].checkpoint
-        return OpenPlan(fence, cp, exact is None, exact is not None and dumps(exact.checkpoint) != dumps(cp))
+        return OpenPlan(fence, cp, exact is None, exact is not None and identity(exact.checkpoint) != identity(cp))
     detail = ", ".join(f"{r.range.name}: batch {_batch(r.checkpoint)}" for r in sorted(bumped, key=lambda r: r.range.key_begin))
     raise RecoveryError(
         f"materialization {materialization!r}: range {rng.name} cannot inherit a checkpoint: the ranges "
-        f"it overlaps disagree or leave a gap ({detail}); shard layouts may change only after a batch "
-        "committed on every shard"
+        f"it overlaps disagree or leave a gap ({detail}). The ranges of one layout committed different "
+        "batches or different runs; restore the endpoint's checkpoint rows, or start the view over with "
+        f"`tidemark reset SPEC -m {materialization}`"
     )
 
 

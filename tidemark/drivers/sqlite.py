@@ -192,11 +192,15 @@ class SQLiteDriver(Driver):
         con = self.con
         actions: list[str] = []
 
+        created: list[tuple] = []
+
         def body() -> None:
             actions.clear()
-            for model, missing in self._plan(con, req.bindings):
+            created.clear()
+            for b, (model, missing) in zip(req.bindings, self._plan(con, req.bindings)):
                 if missing is None:
                     actions.append(f"create table {model.display}")
+                    created.append(b.resource_path)
                     if not req.dry_run:
                         con.execute(create_table_sql(model))
                     continue
@@ -212,7 +216,7 @@ class SQLiteDriver(Driver):
                 )
 
         self.transaction(con, body, "apply")
-        return Applied("; ".join(actions) or "nothing to do")
+        return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
     # ------------------------------------------------------ transaction phase
     def open(self, req: Open) -> tuple["SQLiteTransactor", Opened]:
@@ -234,6 +238,29 @@ class SQLiteDriver(Driver):
             return [load_checkpoint(d) for (d,) in rows]
         rows = self.con.execute(f"SELECT {cols}, {q(DOCUMENT_COLUMN)} FROM {model.ident}").fetchall()
         return {key_of(model, r[:-1]): load_checkpoint(r[-1]) for r in rows}
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
+        con = self.con
+        models = [self.model(b) for b in bindings]
+        done: list[str] = []
+
+        def body() -> None:
+            done.clear()
+            for model in models:
+                if self._existing(con, model.name)[0] is not None:
+                    con.execute(f"DROP TABLE {model.ident}")
+                    done.append(f"dropped table {model.name}")
+            n = con.execute(f"DELETE FROM {CK} WHERE materialization=?", (materialization,)).rowcount
+            if n:
+                done.append(f"deleted {n} checkpoint rows of {materialization!r}")
+            if con.execute("SELECT 1 FROM main.sqlite_master WHERE name=?", (QUARANTINE_TABLE,)).fetchone():
+                n = con.execute(f"DELETE FROM {QT} WHERE materialization=?", (materialization,)).rowcount
+                if n:
+                    done.append(f"deleted {n} quarantine rows of {materialization!r}")
+
+        self.transaction(con, body, "drop")
+        return done
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         rows = self.con.execute(

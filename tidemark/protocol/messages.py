@@ -146,11 +146,13 @@ class Apply:
     bindings: tuple[BindingSpec, ...]
     version: str = ""
     dry_run: bool = False
+    checkpoint_id: Optional[str] = None  # the tidemark checkpoint that will write the resources
 
 
 @dataclass(frozen=True, slots=True)
 class Applied:
     action_description: str = ""
+    created: tuple = ()  # resource paths Apply created (or would create, on a dry run)
 
 
 # --------------------------------------------------------------------- transaction

@@ -203,7 +203,7 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("validate", Validate, {"bindings": (_bindings_out, _bindings_in)}),
     ("validated", Validated, {"bindings": (lambda bs: [_vb_out(b) for b in bs], lambda ds: tuple(_vb_in(d) for d in ds))}),
     ("apply", Apply, {"bindings": (_bindings_out, _bindings_in)}),
-    ("applied", Applied, {}),
+    ("applied", Applied, {"created": (_rows_out, _rows_in)}),
     ("open", Open, {"range": (_range_out, _range_in), "bindings": (_bindings_out, _bindings_in)}),
     ("opened", Opened, {}),
     ("acknowledge", Acknowledge, {}),

@@ -3,28 +3,45 @@
 Layout under ``<checkpoint>/tidemark/``::
 
     meta.json            {"checkpoint_id": uuid, "materialization": name}   (written once)
-    log/<batch>.json     one committed batch: runtime checkpoint, merged driver checkpoint,
-                         shard layout, spec version, counts
+    log/<batch>.json     one committed batch: runtime checkpoint (with the batch identity),
+                         merged driver checkpoint, shard layout, spec version, the bound
+                         resources, counts; sealed with a checksum
     intent/<batch>.json  the shard layout a batch was *started* with; a re-run of that batch
                          uses the same layout even if the configured shard count changed
 
 Entries are written through :mod:`pyarrow.fs`, so the log works on local disk and on
-cluster storage (HDFS, S3, GCS). A write goes to a temporary name and is renamed into
-place (local/HDFS), or is one PUT (object stores): readers never see half an entry.
+cluster storage (HDFS, S3, GCS).  A write is never visible half-done:
+
+* local disk: a temporary name, fsync, ``rename`` into place, fsync of the directory;
+* object stores (S3, GCS): one PUT, which readers see whole or not at all;
+* any other file system (HDFS, where a file is visible while it is written): a temporary
+  name, then ``move`` into place.
+
+Each entry carries a SHA-256 of its body.  An entry that does not parse or whose checksum
+does not match (a file system that broke the rules above, a disk that lost a write) is
+*torn*.  A torn **newest** entry was never reported committed to Spark (the append is the
+last step before ``foreachBatch`` returns), so it is set aside (renamed ``*.torn``) with a
+warning and the batch re-runs; a torn older entry is a :class:`RecoveryError`.
 Old entries are compacted away, keeping the newest ``keep`` entries.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 import pyarrow.fs as pafs
 
 from tidemark.errors import RecoveryError
+
+log = logging.getLogger("tidemark")
+
+OBJECT_STORES = ("s3", "gcs", "abfs")  # one PUT is atomic; no rename
 
 
 @dataclass(frozen=True)
@@ -35,9 +52,20 @@ class LogEntry:
     layout: list  # [[key_begin, key_end], ...]
     version: str
     counts: dict = field(default_factory=dict)
+    resources: list = field(default_factory=list)  # the bound resource paths of the batch
+
+    @property
+    def query_id(self) -> Optional[str]:
+        return (self.runtime_checkpoint or {}).get("query_id")
+
+    @staticmethod
+    def of(obj: dict) -> "LogEntry":
+        names = {f.name for f in fields(LogEntry)}
+        return LogEntry(**{k: v for k, v in obj.items() if k in names})
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow file system of a path or URI, and the path inside it."""
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("file://"):
@@ -45,24 +73,50 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
+def _digest(body: Any) -> str:
+    return hashlib.sha256(json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")).hexdigest()
+
+
+class TornEntry(Exception):
+    pass
+
+
 class RecoveryLog:
-    def __init__(self, checkpoint_location: str, materialization: str, keep: int = 20):
-        self.fs, root = _filesystem(checkpoint_location)
+    def __init__(self, checkpoint_location: str, materialization: str, keep: int = 20, *, create: bool = True):
+        self.location = checkpoint_location
+        self.fs, root = filesystem(checkpoint_location)
         self.root = root.rstrip("/") + "/tidemark"
         self.materialization = materialization
         self.keep = keep
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
-        self.fs.create_dir(self.root + "/log", recursive=True)
-        self.fs.create_dir(self.root + "/intent", recursive=True)
-        self.checkpoint_id = self._meta()["checkpoint_id"]
+        self._object_store = self.fs.type_name in OBJECT_STORES
+        if create:
+            self.fs.create_dir(self.root + "/log", recursive=True)
+            self.fs.create_dir(self.root + "/intent", recursive=True)
+        meta = self._meta(create)
+        self.checkpoint_id: Optional[str] = meta["checkpoint_id"] if meta else None
+
+    @staticmethod
+    def existing_materialization(checkpoint_location: str) -> Optional[str]:
+        """The materialization a checkpoint folder belongs to, or None (no folder yet)."""
+        fs, root = filesystem(checkpoint_location)
+        try:
+            with fs.open_input_stream(root.rstrip("/") + "/tidemark/meta.json") as f:
+                return json.loads(f.read().decode("utf-8")).get("materialization")
+        except (FileNotFoundError, ValueError):
+            return None
 
     # ------------------------------------------------------------------ io
     def _read(self, path: str) -> Optional[dict]:
         try:
             with self.fs.open_input_stream(path) as f:
-                return json.loads(f.read().decode("utf-8"))
+                data = f.read()
         except FileNotFoundError:
             return None
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise TornEntry(f"{path}: {exc}") from None
 
     def _write(self, path: str, obj: Any) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -78,14 +132,29 @@ class RecoveryLog:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        else:
+        elif self._object_store:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
+        else:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            try:
+                self.fs.delete_file(path)  # HDFS's rename does not replace
+            except (FileNotFoundError, OSError):
+                pass
+            self.fs.move(tmp, path)
 
-    def _meta(self) -> dict:
+    def _meta(self, create: bool) -> Optional[dict]:
         path = self.root + "/meta.json"
-        meta = self._read(path)
+        try:
+            meta = self._read(path)
+        except TornEntry as exc:
+            raise RecoveryError(f"the checkpoint's identity file is damaged ({exc}); restore the checkpoint "
+                                "folder from a copy, or start over with `tidemark reset`") from None
         if meta is None:
+            if not create:
+                return None
             meta = {"checkpoint_id": uuid.uuid4().hex, "materialization": self.materialization}
             self._write(path, meta)
         elif meta.get("materialization") != self.materialization:
@@ -105,13 +174,42 @@ class RecoveryLog:
         return sorted(out)
 
     # ------------------------------------------------------------------ api
+    def batches(self) -> list[int]:
+        return self._batches("log")
+
     def last(self) -> Optional[LogEntry]:
         batches = self._batches("log")
-        return self.get(batches[-1]) if batches else None
+        if not batches:
+            return None
+        try:
+            return self._entry(batches[-1])
+        except TornEntry as exc:
+            aside = f"{self.root}/log/{batches[-1]}.json.torn-{uuid.uuid4().hex[:8]}"
+            self.fs.move(f"{self.root}/log/{batches[-1]}.json", aside)
+            log.warning("recovery log: the newest entry (batch %s) is torn (%s) and was never reported committed; "
+                        "set aside as %s, the batch runs again", batches[-1], exc, aside)
+            return self.last()
 
     def get(self, batch_id: int) -> Optional[LogEntry]:
-        obj = self._read(f"{self.root}/log/{batch_id}.json")
-        return LogEntry(**obj) if obj is not None else None
+        try:
+            return self._entry(batch_id)
+        except TornEntry as exc:
+            raise RecoveryError(f"recovery log entry of batch {batch_id} is damaged ({exc}); restore the "
+                                "checkpoint folder from a copy, or start over with `tidemark reset`") from None
+
+    def _entry(self, batch_id: int) -> Optional[LogEntry]:
+        path = f"{self.root}/log/{batch_id}.json"
+        obj = self._read(path)
+        if obj is None:
+            return None
+        if "entry" in obj:  # sealed: {"entry": {...}, "sha256": ...}
+            if _digest(obj["entry"]) != obj.get("sha256"):
+                raise TornEntry(f"{path}: checksum mismatch")
+            obj = obj["entry"]
+        try:
+            return LogEntry.of(obj)
+        except TypeError as exc:
+            raise TornEntry(f"{path}: {exc}") from None
 
     def append(self, entry: LogEntry) -> None:
         last = self.last()
@@ -119,11 +217,16 @@ class RecoveryLog:
             raise RecoveryError(
                 f"recovery log already holds batch {last.batch_id}; refusing to append batch {entry.batch_id}"
             )
-        self._write(f"{self.root}/log/{entry.batch_id}.json", asdict(entry))
+        body = asdict(entry)
+        self._write(f"{self.root}/log/{entry.batch_id}.json", {"entry": body, "sha256": _digest(body)})
         self._compact()
 
     def intent(self, batch_id: int) -> Optional[list]:
-        obj = self._read(f"{self.root}/intent/{batch_id}.json")
+        try:
+            obj = self._read(f"{self.root}/intent/{batch_id}.json")
+        except TornEntry as exc:
+            raise RecoveryError(f"the layout record of batch {batch_id} is damaged ({exc}); restore the "
+                                "checkpoint folder from a copy, or start over with `tidemark reset`") from None
         return obj["layout"] if obj else None
 
     def write_intent(self, batch_id: int, layout: list) -> None:

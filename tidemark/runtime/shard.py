@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
+from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import RecoveryError
+from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver
 from tidemark.faults import fault_point
 from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
@@ -58,6 +59,7 @@ class ShardTask:
     memory_budget_bytes: int = 64 << 20
     max_loaded_in_memory: int = 200_000
     quarantine: tuple = ()  # invalid documents, written by shard 0's transaction
+    committed_batch: int = -1  # the recovery log's last batch (-1: none)
 
 
 @dataclass
@@ -84,6 +86,59 @@ def _session(transactor, bindings):
 
 
 def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
+    try:
+        return _run_shard(task, index, rows)
+    except TidemarkError as exc:
+        raise mark_for_driver(exc)  # read back on the Spark driver as this error
+
+
+def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authoritative: bool) -> bool:
+    """Compare the range's committed checkpoint with this batch; True: the endpoint already
+    committed this very batch (a re-run), so the session skips it.  Refuses a checkpoint of
+    another tidemark checkpoint, of the same batch number with another identity (other
+    input, another Spark query), one ahead of this batch, or one behind the recovery log."""
+    from tidemark.runtime.coordinator import reset_hint
+    from tidemark.runtime.identity import BatchIdentity
+
+    where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"
+    if cp is None:
+        if store_authoritative and task.committed_batch >= 0:
+            raise RecoveryError(
+                f"{where} holds no checkpoint, but the recovery log is at batch {task.committed_batch} (were the "
+                f"endpoint's tables or checkpoint rows dropped?). Restore them, or start over with "
+                f"{reset_hint(task.materialization)}; this session committed nothing")
+        return False
+    if cp.get("checkpoint_id") != task.checkpoint_id:
+        raise RecoveryError(
+            f"{where} is written by another tidemark checkpoint (id {cp.get('checkpoint_id')}, batch "
+            f"{cp.get('batch_id')}), not this one (id {task.checkpoint_id}). If this checkpoint folder was "
+            f"deleted, restore it; if this is another job, give it its own materialization name; to start this "
+            f"view over on purpose: {reset_hint(task.materialization)}; this session committed nothing")
+    at = BatchIdentity.of(cp)
+    mine = BatchIdentity.of(task.runtime_checkpoint)
+    at_batch = at.batch_id if at else -1
+    if at_batch == task.batch_id:
+        diff = mine.differences(at) if (mine and at) else []
+        if diff:
+            raise RecoveryError(
+                f"{where} committed batch {task.batch_id} with another identity ({'; '.join(diff)}): the input "
+                "differs from what this run would write. Restore Spark's checkpoint, or start over with "
+                f"{reset_hint(task.materialization)}; this session committed nothing")
+        return True
+    if at_batch > task.batch_id:
+        raise RecoveryError(
+            f"{where} holds batch {at_batch}, ahead of this batch {task.batch_id}: the recovery log is behind the "
+            f"endpoint (restored from an older copy?). Restore the checkpoint folder, or start over with "
+            f"{reset_hint(task.materialization)}; this session committed nothing")
+    if store_authoritative and at_batch < task.committed_batch:
+        raise RecoveryError(
+            f"{where} holds batch {at_batch}, behind the recovery log's batch {task.committed_batch} (restored "
+            f"from an older backup, or a lagging replica?). Restore it to batch {task.committed_batch}, or start "
+            f"over with {reset_hint(task.materialization)}; this session committed nothing")
+    return False
+
+
+def _run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
     rng = task.ranges[index]
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -100,21 +155,18 @@ def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
                 bindings=task.bindings,
             )
         )
-        cp = opened.runtime_checkpoint
-        if cp is not None:
-            if cp.get("checkpoint_id") != task.checkpoint_id:
-                raise RecoveryError(
-                    f"range {rng.name} of endpoint {task.driver_name!r} was last written by another "
-                    f"tidemark checkpoint (id {cp.get('checkpoint_id')}, batch {cp.get('batch_id')}), "
-                    f"not this one (id {task.checkpoint_id}). Was the checkpoint directory deleted? "
-                    "Restore it, or drop the endpoint's tables and checkpoints to rebuild the view."
-                )
-            if int(cp.get("batch_id", -1)) >= task.batch_id:
-                # Step 2: the endpoint committed this batch already (a re-run): skip.
-                for _ in rows:
-                    pass
-                transactor.close()
-                return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
+        store_authoritative = type(driver).capabilities.commit_pattern is CommitPattern.STORE_AUTHORITATIVE
+        try:
+            replayed = check_opened(task, rng, opened.runtime_checkpoint, store_authoritative)
+        except BaseException:
+            transactor.close()
+            raise
+        if replayed:
+            # Step 2: the endpoint committed this very batch already (a re-run): skip.
+            for _ in rows:
+                pass
+            transactor.close()
+            return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
         session = _session(transactor, task.bindings)
         timings["open"] = time.perf_counter() - t0
         return _transaction(task, index, rng, session, transactor, rows, timings, type(driver).capabilities)
@@ -191,6 +243,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
             delete = bool(coll.is_deletion(doc))
             if delete and prior is None and not delta[binding]:
                 continue  # deleting a key the endpoint does not have: nothing to do
+            doc = coll.finish(doc)  # the reset marker of a delete-then-re-add is never stored
             cols.add(key, coll.values(doc), doc, prior is not None, delete)
             result.stored += 1
             result.deleted += int(delete)

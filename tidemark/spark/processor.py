@@ -1,22 +1,20 @@
 """The per-batch transaction on Spark: plan → shard sessions → commit.
 
-:class:`Materializer` is the ``foreachBatch`` function of one materialization.
-Spark writes ``offsets/N`` before batch N and ``commits/N`` after it returns; a crash in
-between re-runs batch N with the same id and input.  :meth:`Materializer.process`:
+:class:`Materializer` is the ``foreachBatch`` function of one materialization: the Spark
+adapter around :class:`tidemark.runtime.coordinator.Coordinator`, which owns the commit path
+(its steps are numbered there).  Spark writes ``offsets/N`` before batch N and ``commits/N``
+after it returns; a crash in between re-runs batch N with the same id and input.
+:meth:`Materializer.process`:
 
-Step 0. Recognise a re-run: if the recovery log already holds batch N, only re-run the
-        coordinator Acknowledge of N (idempotent) and return.
-Step 1. Plan (distributed): validate, key, combine per key, assign each key to the shard
-        whose range holds its 32-bit hash, partition by shard, sort by key.  The layout
-        a batch starts with is recorded (``intent``) so a re-run uses the same one.
-Step 2. Shard sessions (one executor task per shard): see :mod:`tidemark.runtime.shard`.
-Step 3. Commit (Spark driver): merge the shards' driver-checkpoint updates, append batch
-        N to the recovery log atomically.
-Step 4. Coordinator Acknowledge for drivers that apply after commit.
-Step 5. Return: Spark writes ``commits/N``.
+Step 0–1. ``Coordinator.begin``: a re-run with the same identity is only acknowledged;
+          else the batch's layout (its intent) and runtime checkpoint.
+Step 1.   Plan (distributed): validate, key, combine per key, assign each key to the shard
+          whose range holds its 32-bit hash, partition by shard, sort by key.
+Step 2.   Shard sessions (one executor task per shard): see :mod:`tidemark.runtime.shard`.
+Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates, append batch
+          N to the recovery log, coordinator Acknowledge; Spark writes ``commits/N``.
 
-:meth:`Materializer.start_up` runs before the first batch: Validate + Apply against the
-endpoint, then re-run the Acknowledge of the last committed batch.
+:meth:`Materializer.start_up` (``Coordinator.start_up``) runs before the first batch.
 """
 
 from __future__ import annotations
@@ -27,17 +25,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import RecoveryError, SpecError
+from tidemark.errors import RecoveryError, SpecError, from_task_failure
 from tidemark.faults import armed, fault_point
-from tidemark.protocol.messages import KEY_SPACE_MAX, Apply, Range, Validate
-from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+from tidemark.protocol.messages import KEY_SPACE_MAX, Range
+from tidemark.runtime.coordinator import UNSAFE_AT_LEAST_ONCE, Coordinator, even_layout
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
 
 log = logging.getLogger("tidemark")
-
-UNSAFE_AT_LEAST_ONCE = ("sum", "append", "merge", "set")
 
 
 @dataclass
@@ -75,10 +70,6 @@ class RuntimeOptions:
         )
 
 
-def even_layout(shards: int) -> list[list[int]]:
-    return [[r.key_begin, r.key_end] for r in Range.split(shards)]
-
-
 class Materializer:
     """The ``foreachBatch`` function of one materialization."""
 
@@ -100,86 +91,51 @@ class Materializer:
         self.driver_config = materialization.driver_config
         self.version = materialization.version(spec)
         self.checkpoint_location = checkpoint_location
-        self.log = RecoveryLog(checkpoint_location, materialization.name)
         self.driver = load_driver(self.driver_name, self.driver_config)
         self.caps = type(self.driver).capabilities
+        self.coordinator = Coordinator(
+            materialization=materialization.name, driver=self.driver, driver_name=self.driver_name,
+            driver_config=self.driver_config, bindings=self.bindings, version=self.version,
+            checkpoint_location=checkpoint_location, shards=materialization.shards,
+            strategies=[c.strategies() for c in self.collections],
+        )
+        self.log = self.coordinator.log
         self.on_batch = on_batch
         self.options = options or RuntimeOptions.from_env()
         self.error: BaseException | None = None
         self.reports: list[BatchReport] = []
 
-    # ------------------------------------------------------------------ startup
     def start_up(self) -> None:
-        """Validate + Apply, warn about unsafe reductions, re-acknowledge the last batch."""
-        self._warn_unsafe()
-        validate = Validate(self.mat.name, self.driver_config, self.bindings)
-        self.driver.validate(validate)
-        applied = self.driver.apply(Apply(self.mat.name, self.driver_config, self.bindings, version=self.version))
-        log.info("materialization %s: apply: %s", self.mat.name, applied.action_description)
-        last = self.log.last()
-        if last is not None:
-            if last.version != self.version:
-                log.warning(
-                    "materialization %s: spec version changed since batch %s (%s -> %s)",
-                    self.mat.name, last.batch_id, last.version, self.version,
-                )
-            self._coordinator_acknowledge(last)
+        """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator)."""
+        self.coordinator.start_up()
 
-    def _warn_unsafe(self) -> None:
-        if self.caps.commit_pattern is not CommitPattern.AT_LEAST_ONCE:
-            return
-        for coll, binding in zip(self.collections, self.mat.bindings):
-            text = repr(coll.schema)
-            bad = [s for s in UNSAFE_AT_LEAST_ONCE if f"'{s}'" in text]
-            if bad and not binding.delta_updates:
-                log.warning(
-                    "binding %s uses %s reductions, which an at-least-once endpoint (%s) may apply twice after a crash",
-                    binding.resource, ", ".join(bad), self.driver_name,
-                )
-
-    def _coordinator_acknowledge(self, entry: LogEntry) -> None:
-        if self.caps.commit_pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
-            self.driver.coordinator_acknowledge(
-                self.mat.name, entry.driver_checkpoint, entry.runtime_checkpoint, self.bindings
-            )
-            fault_point("after_apply")
-
-    # ------------------------------------------------------------------ layout
     def layout_for(self, batch_id: int) -> list[list[int]]:
-        """The layout of batch N: what it started with, else the configured shard count."""
-        intent = self.log.intent(batch_id)
-        if intent is not None:
-            return intent
-        layout = even_layout(self.mat.shards)
-        self.log.write_intent(batch_id, layout)
-        return layout
+        return self.coordinator.layout_for(batch_id)
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
         try:
             self.process(df, int(batch_id))
         except BaseException as exc:
-            self.error = exc
+            self.error = from_task_failure(exc) or exc
             raise
 
     def process(self, df, batch_id: int) -> BatchReport:
         t_start = time.perf_counter()
         report = BatchReport(self.mat.name, batch_id)
 
-        # Step 0: a batch the recovery log already holds is only acknowledged.
-        last = self.log.last()
-        if last is not None and batch_id <= last.batch_id:
-            if batch_id == last.batch_id:
-                self._coordinator_acknowledge(last)
+        # Step 0: a batch the recovery log already holds (same identity) is only acknowledged.
+        start = self.coordinator.begin(batch_id)
+        if start.replayed:
             report.skipped = True
             report.phase = "replayed"
             self._emit(report, t_start)
             return report
+        last = start.last
 
         # Step 1: plan.
         t = time.perf_counter()
-        fault_point("plan")
-        layout = self.layout_for(batch_id)
+        layout = start.layout
         ranges = tuple(Range(b, e) for b, e in layout)
         planned, results_meta, cleanup = self._plan(df, ranges)
         report.documents = results_meta["documents"]
@@ -188,12 +144,7 @@ class Materializer:
 
         # Step 2: shard sessions.
         t = time.perf_counter()
-        runtime_checkpoint = {
-            "checkpoint_id": self.log.checkpoint_id,
-            "batch_id": batch_id,
-            "materialization": self.mat.name,
-            "version": self.version,
-        }
+        runtime_checkpoint = start.runtime_checkpoint
         task = ShardTask(
             materialization=self.mat.name,
             version=self.version,
@@ -201,7 +152,7 @@ class Materializer:
             driver_config=self.driver_config,
             bindings=self.bindings,
             collections=self.collections,
-            checkpoint_id=self.log.checkpoint_id,
+            checkpoint_id=self.coordinator.checkpoint_id,
             batch_id=batch_id,
             ranges=ranges,
             driver_checkpoint=last.driver_checkpoint if last else None,
@@ -209,6 +160,7 @@ class Materializer:
             memory_budget_bytes=self.options.memory_budget_bytes,
             max_loaded_in_memory=self.options.max_loaded_in_memory,
             quarantine=tuple(results_meta["quarantine"]),
+            committed_batch=last.batch_id if last else -1,
         )
         try:
             results: list[ShardResult] = planned.mapPartitionsWithIndex(
@@ -220,7 +172,7 @@ class Materializer:
         if sorted(r.shard for r in results) != list(range(len(ranges))):
             raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
 
-        # Step 3: merge the driver checkpoint and commit to the recovery log.
+        # Step 3–4: merge the driver checkpoint, commit to the recovery log, acknowledge.
         t = time.perf_counter()
         state = merge_updates(last.driver_checkpoint if last else None, results)
         counts = {
@@ -232,16 +184,8 @@ class Materializer:
             "replayed_shards": sum(r.skipped for r in results),
             "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
         }
-        entry = LogEntry(batch_id, runtime_checkpoint, state, [list(x) for x in layout], self.version, counts)
-        fault_point("before_recovery_log")
-        self.log.append(entry)
-        fault_point("after_recovery_log")
+        self.coordinator.commit(start, state, counts)
         report.timings["recovery_log"] = time.perf_counter() - t
-
-        # Step 4: coordinator Acknowledge (idempotent apply after commit).
-        t = time.perf_counter()
-        self._coordinator_acknowledge(entry)
-        report.timings["acknowledge"] = time.perf_counter() - t
 
         # Step 5: return; Spark writes commits/N.
         fault_point("before_spark_commit")
@@ -443,4 +387,4 @@ def _partition_expr(shard_col, n: int):
         .otherwise(F.lit(values[0]))
 
 
-__all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]
+__all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX", "UNSAFE_AT_LEAST_ONCE"]

@@ -156,3 +156,74 @@ def status_spec(spec_path: str) -> list[MaterializationStatus]:
             st.shards = [ShardStatus(f"{b:08x}-{e:08x}", None, last.batch_id) for b, e in last.layout]
         out.append(st)
     return out
+
+
+@dataclass
+class ResetPlan:
+    """What ``tidemark reset`` removes for one materialization."""
+
+    materialization: str
+    endpoint: str
+    resources: list
+    checkpoint_location: str
+
+    def describe(self) -> str:
+        res = ", ".join("/".join(r) for r in self.resources)
+        return (f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with its checkpoint "
+                f"rows, fences, staged files and quarantine rows; delete checkpoint folder {self.checkpoint_location}")
+
+
+def _bound(spec, mat):
+    from tidemark.collection.collection import Collection
+
+    colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
+    return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
+
+
+def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) -> list[ResetPlan]:
+    from tidemark.collection.spec import load_spec
+    from tidemark.errors import SpecError
+    from tidemark.spark.api import _resolve
+
+    spec = load_spec(spec_path)
+    names = materializations or list(spec.materializations)
+    unknown = [n for n in names if n not in spec.materializations]
+    if unknown:
+        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+                        file=spec.file)
+    out = []
+    for n in names:
+        mat = spec.materializations[n]
+        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in _bound(spec, mat)],
+                             os.path.join(_resolve(spec.checkpoint, spec.base_dir), n)))
+    return out
+
+
+def reset_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
+    """Start views over on purpose: drop each materialization's resources and everything its
+    endpoint records of it, then delete its checkpoint folder.  Returns what was done."""
+    from tidemark.collection.spec import load_spec
+
+    spec = load_spec(spec_path)
+    done = []
+    for plan in reset_plans(spec_path, materializations):
+        mat = spec.materializations[plan.materialization]
+        done += reset_view(plan.materialization, mat.driver_name, mat.driver_config, _bound(spec, mat),
+                           plan.checkpoint_location)
+    return done
+
+
+def reset_view(materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str) -> list[str]:
+    """Drop one view's endpoint side first, then its checkpoint folder (a reset cut short by
+    a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
+    can be run again)."""
+    from tidemark.drivers.registry import load_driver
+    from tidemark.runtime.recovery_log import filesystem
+
+    with load_driver(driver_name, driver_config) as driver:
+        done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
+    fs, path = filesystem(checkpoint_location)
+    if fs.get_file_info(path).type.name != "NotFound":
+        fs.delete_dir(path)
+        done.append(f"{materialization}: deleted checkpoint folder {checkpoint_location}")
+    return done

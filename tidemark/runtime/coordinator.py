@@ -1,0 +1,296 @@
+"""The commit path of one materialization, with no Spark in it.
+
+The Spark adapter (:mod:`tidemark.spark.processor`) plans each batch and runs the shard
+sessions; everything that decides *whether* a batch runs, on which layout, and what is
+durable when, is here.
+
+Start-up (:meth:`Coordinator.start_up`), before anything is written anywhere:
+
+Step 1. Spark's checkpoint is the one that wrote the recovery log: its query id
+        (``<checkpoint>/spark/metadata``) equals the one recorded with the log's last batch.
+Step 2. The endpoint belongs to this checkpoint and is where the log says: every place the
+        endpoint records (ranges, tables) names this checkpoint; store-authoritative ranges of
+        the last layout hold the log's last batch (or the next one, committed partially);
+        coordinator-applied tables hold the last batch or the one before it.
+Step 3. Validate, then a dry-run Apply: a resource that the last batch wrote and that Apply
+        would now create was dropped, and is refused.
+Step 4. Apply (the checkpoint id goes with it: the endpoint records its owner).
+Step 5. Re-run the coordinator Acknowledge of the last committed batch (idempotent).
+
+Per batch N (:meth:`Coordinator.begin` and :meth:`Coordinator.commit`):
+
+Step 0. N's identity is (Spark query, N, digest of N's source offsets).  If the log holds N
+        with the same identity, it is a re-run: only acknowledged.  A log entry for N (or a
+        later batch) with another identity is refused: the input the log recorded is not
+        the input Spark is about to give.
+Step 1. The layout: what N started with (its intent), else the configured shard count;
+        recorded before any shard runs, so a re-run of N uses the same ranges.
+Step 2. (the adapter runs the shard sessions)
+Step 3. Merge the shards' driver-checkpoint updates and append N to the recovery log.
+Step 4. Coordinator Acknowledge for drivers that apply after commit.
+Step 5. Return: Spark writes ``commits/N``.
+
+Every refusal is a :class:`~tidemark.errors.RecoveryError` that says what differs and what
+to do, and names ``tidemark reset`` where starting over is the way forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from tidemark.drivers.base import CommitPattern, Driver, Position
+from tidemark.errors import RecoveryError
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import Apply, BindingSpec, Range, Validate
+from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
+from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+
+log = logging.getLogger("tidemark")
+
+# Reductions that are not idempotent: applied twice after a crash, they change the result.
+UNSAFE_AT_LEAST_ONCE = ("sum", "append")
+
+
+def even_layout(shards: int) -> list[list[int]]:
+    return [[r.key_begin, r.key_end] for r in Range.split(shards)]
+
+
+def reset_hint(materialization: str) -> str:
+    return (f"`tidemark reset SPEC -m {materialization}` (from Python: `tidemark.reset(...)` with the "
+            "arguments given to materialize)")
+
+
+@dataclass(frozen=True)
+class BatchStart:
+    """What Step 0 and 1 decided for batch N."""
+
+    batch_id: int
+    replayed: bool
+    layout: list = field(default_factory=list)
+    runtime_checkpoint: dict = field(default_factory=dict)
+    last: Optional[LogEntry] = None
+
+
+class Coordinator:
+    def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
+                 bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
+                 strategies: Sequence[Sequence[str]] = ()):
+        self.name = materialization
+        self.driver = driver
+        self.driver_name = driver_name
+        self.driver_config = driver_config
+        self.caps = type(driver).capabilities
+        self.bindings = tuple(bindings)
+        self.version = version
+        self.shards = shards
+        self.strategies = tuple(tuple(s) for s in strategies)
+        self.log = RecoveryLog(checkpoint_location, materialization)
+        self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
+        self.checkpoint_location = checkpoint_location
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.log.checkpoint_id
+
+    # ------------------------------------------------------------------ start-up
+    def start_up(self) -> None:
+        self.warn_unsafe()
+        last = self.log.last()
+        # Step 1
+        self.check_spark(last)
+        # Step 2
+        self.check_positions(last)
+        # Step 3
+        self.driver.validate(Validate(self.name, self.driver_config, self.bindings))
+        dry = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
+                                      dry_run=True, checkpoint_id=self.checkpoint_id))
+        if last is not None:
+            written = {tuple(r) for r in last.resources}
+            gone = [r for r in dry.created if tuple(r) in written]
+            if gone:
+                names = ", ".join("/".join(r) for r in gone)
+                raise RecoveryError(
+                    f"materialization {self.name!r}: {names} held the view up to batch {last.batch_id}, which the "
+                    f"recovery log records, but no longer exists in endpoint {self.driver_name!r} (dropped?). "
+                    f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
+                    f"with {reset_hint(self.name)}. Nothing was changed")
+        # Step 4
+        applied = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
+                                          checkpoint_id=self.checkpoint_id))
+        log.info("materialization %s: apply: %s", self.name, applied.action_description)
+        # Step 5
+        if last is not None:
+            if last.version != self.version:
+                log.warning("materialization %s: spec version changed since batch %s (%s -> %s)",
+                            self.name, last.batch_id, last.version, self.version)
+            self.acknowledge(last)
+
+    def warn_unsafe(self) -> None:
+        if self.caps.commit_pattern is not CommitPattern.AT_LEAST_ONCE:
+            return
+        for binding, strategies in zip(self.bindings, self.strategies or [()] * len(self.bindings)):
+            where = "/".join(binding.resource_path)
+            if binding.delta_updates:
+                log.warning("binding %s: delta updates into an at-least-once endpoint (%s) may write a batch's "
+                            "rows twice after a crash", where, self.driver_name)
+                continue
+            bad = [s for s in UNSAFE_AT_LEAST_ONCE if s in strategies]
+            if bad:
+                log.warning("binding %s uses %s reductions, which an at-least-once endpoint (%s) may apply twice "
+                            "after a crash", where, ", ".join(bad), self.driver_name)
+
+    def check_spark(self, last: Optional[LogEntry]) -> None:
+        if last is None or not last.query_id:
+            return
+        spark_dir = self.spark.location
+        qid = self.spark.query_id()
+        if qid is None:
+            raise RecoveryError(
+                f"materialization {self.name!r}: Spark's checkpoint {spark_dir} is missing, but the recovery log "
+                f"beside it holds batches up to {last.batch_id} of Spark query {last.query_id}. Spark would start "
+                "over at batch 0 and tidemark cannot tell which input the view already holds. Restore "
+                f"{spark_dir} from where it was, or start the view over with {reset_hint(self.name)}. "
+                "Nothing was changed")
+        if qid != last.query_id:
+            raise RecoveryError(
+                f"materialization {self.name!r}: Spark's checkpoint {spark_dir} belongs to Spark query {qid}, but "
+                f"the recovery log's batches up to {last.batch_id} came from query {last.query_id} (was Spark's "
+                "checkpoint deleted or replaced?). tidemark cannot tell which input the view already holds. "
+                f"Restore {spark_dir}, or start the view over with {reset_hint(self.name)}. Nothing was changed")
+
+    def positions(self) -> Optional[list[Position]]:
+        return self.driver.positions(self.name, self.bindings)
+
+    def check_positions(self, last: Optional[LogEntry]) -> None:
+        positions = self.positions()
+        if positions is None:
+            return
+        mine = self.checkpoint_id
+        foreign = [p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != self.name)]
+        if foreign:
+            p = foreign[0]
+            whose = (f"materialization {p.materialization!r}" if p.materialization != self.name
+                     else f"another tidemark checkpoint of {self.name!r}")
+            raise RecoveryError(
+                f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} is written by {whose} "
+                f"(checkpoint {p.checkpoint_id}, batch {p.batch_id}), not by this checkpoint ({mine}, "
+                f"{'no batch yet' if last is None else f'batch {last.batch_id}'}). If this checkpoint folder "
+                f"was deleted or moved, restore it ({self.checkpoint_location}); if this is another job, give it "
+                f"its own materialization name and resources; to start this view over on purpose: "
+                f"{reset_hint(self.name)}. Nothing was changed")
+        held = [p for p in positions if p.batch_id >= 0]
+        if last is None:
+            if held:
+                p = max(held, key=lambda p: p.batch_id)
+                raise RecoveryError(
+                    f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} holds batch "
+                    f"{p.batch_id} of this checkpoint, but its recovery log ({self.log.root}) holds none (were its "
+                    f"entries deleted?). Restore the checkpoint folder, or start over with {reset_hint(self.name)}. "
+                    "Nothing was changed")
+            return
+        pattern = self.caps.commit_pattern
+        if pattern is CommitPattern.STORE_AUTHORITATIVE:
+            by_range = {(p.range.key_begin, p.range.key_end): p for p in positions if p.range is not None}
+            for b, e in last.layout:
+                p = by_range.get((b, e))
+                at = -1 if p is None else p.batch_id
+                self._compare(f"range {Range(b, e).name}", at, last, ahead_ok=1)
+        elif pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+            written = {tuple(r) for r in last.resources}
+            for p in positions:
+                if p.resource is not None and tuple(p.resource) in written:
+                    # a crash between the log and the apply leaves the table one batch behind:
+                    # Step 5 applies it
+                    self._compare(p.place, p.batch_id, last, behind_ok=1)
+
+    def _compare(self, place: str, at: int, last: LogEntry, *, ahead_ok: int = 0, behind_ok: int = 0) -> None:
+        if last.batch_id - behind_ok <= at <= last.batch_id + ahead_ok:
+            return
+        if at < 0:
+            what = "holds no batch of this view (were its tables or checkpoint rows dropped?)"
+        elif at < last.batch_id:
+            what = (f"holds batch {at}, older than the recovery log's batch {last.batch_id} (restored from an "
+                    "older backup, or a lagging replica?)")
+        else:
+            what = (f"holds batch {at}, newer than the recovery log's batch {last.batch_id} (was the checkpoint "
+                    "folder restored from an older copy?)")
+        raise RecoveryError(
+            f"materialization {self.name!r}: {place} of endpoint {self.driver_name!r} {what}. Running on would "
+            f"{'lose' if at < last.batch_id else 'double-apply or skip'} batches. Restore the endpoint (or the "
+            f"checkpoint folder) to batch {last.batch_id}, or start the view over with {reset_hint(self.name)}. "
+            "Nothing was changed")
+
+    # ------------------------------------------------------------------ per batch
+    def identity(self, batch_id: int) -> BatchIdentity:
+        return self.spark.identity(batch_id)
+
+    def begin(self, batch_id: int) -> BatchStart:
+        ident = self.identity(batch_id)
+        last = self.log.last()
+        # Step 0
+        if last is not None:
+            self._check_query(ident, last)
+            if batch_id <= last.batch_id:
+                entry = self.log.get(batch_id)
+                if entry is None:
+                    raise RecoveryError(
+                        f"materialization {self.name!r}: Spark runs batch {batch_id} again, which the recovery log "
+                        f"compacted away (it holds batches from {self.log.batches()[0]} to {last.batch_id}); "
+                        "Spark's checkpoint is older than the recovery log. Restore both from one copy, or start "
+                        f"over with {reset_hint(self.name)}")
+                logged = BatchIdentity.of(entry.runtime_checkpoint)
+                diff = logged.differences(ident) if logged else []
+                if diff:
+                    raise RecoveryError(
+                        f"materialization {self.name!r}: Spark runs batch {batch_id} with another identity than the "
+                        f"recovery log's ({'; '.join(diff)}): the input differs from what the view already holds. "
+                        f"Restore Spark's checkpoint ({self.spark.location}), or start over with "
+                        f"{reset_hint(self.name)}. Nothing was changed")
+                if batch_id == last.batch_id:
+                    self.acknowledge(last)
+                return BatchStart(batch_id, True, last=last)
+        # Step 1
+        fault_point("plan")
+        layout = self.layout_for(batch_id)
+        cp = {"checkpoint_id": self.checkpoint_id, "materialization": self.name, "version": self.version,
+              **ident.as_checkpoint()}
+        return BatchStart(batch_id, False, layout, cp, last)
+
+    def _check_query(self, ident: BatchIdentity, last: LogEntry) -> None:
+        if last.query_id and ident.query_id and last.query_id != ident.query_id:
+            raise RecoveryError(
+                f"materialization {self.name!r}: batch {ident.batch_id} comes from Spark query {ident.query_id}, "
+                f"but the recovery log's batches up to {last.batch_id} came from query {last.query_id} (Spark's "
+                f"checkpoint {self.spark.location} was deleted or replaced). Restore it, or start over with "
+                f"{reset_hint(self.name)}. Nothing was changed")
+
+    def layout_for(self, batch_id: int) -> list[list[int]]:
+        """The layout of batch N: what it started with, else the configured shard count."""
+        intent = self.log.intent(batch_id)
+        if intent is not None:
+            return intent
+        layout = even_layout(self.shards)
+        self.log.write_intent(batch_id, layout)
+        return layout
+
+    def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
+        # Step 3
+        entry = LogEntry(start.batch_id, start.runtime_checkpoint, state, [list(x) for x in start.layout],
+                         self.version, counts, [list(b.resource_path) for b in self.bindings])
+        fault_point("before_recovery_log")
+        self.log.append(entry)
+        fault_point("after_recovery_log")
+        # Step 4
+        self.acknowledge(entry)
+        return entry
+
+    def acknowledge(self, entry: LogEntry) -> None:
+        if self.caps.commit_pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+            self.driver.coordinator_acknowledge(self.name, entry.driver_checkpoint, entry.runtime_checkpoint,
+                                                self.bindings)
+            fault_point("after_apply")
+
+
+__all__ = ["Coordinator", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint"]

@@ -1,0 +1,93 @@
+"""A batch's identity: which Spark query ran it, its number, and what input it read.
+
+Spark keeps, under its checkpoint location (``<checkpoint>/spark``):
+
+* ``metadata``   ``{"id": "<uuid>"}`` — the query's identity, written once when the
+  checkpoint is created; a deleted or replaced Spark checkpoint gets a new one;
+* ``offsets/N``  ``v1``, a line of batch metadata, then one line per source with the
+  offsets batch N reads — written *before* batch N runs and read again when it re-runs.
+
+tidemark names a batch by ``(query_id, batch_id, offsets)`` where ``offsets`` is a digest
+of the source lines of ``offsets/N``.  A re-run is recognised only when all three match;
+the batch number alone never makes a batch "already committed".  Nothing here imports
+Spark: the files are read through :mod:`pyarrow.fs`, so the checkpoint may live on HDFS
+or an object store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from tidemark.runtime.recovery_log import filesystem
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIdentity:
+    query_id: Optional[str]
+    batch_id: int
+    offsets: Optional[str]  # digest of the batch's source offsets
+
+    def as_checkpoint(self) -> dict:
+        return {"query_id": self.query_id, "batch_id": self.batch_id, "offsets": self.offsets}
+
+    @staticmethod
+    def of(cp: Optional[dict]) -> Optional["BatchIdentity"]:
+        if not isinstance(cp, dict) or not isinstance(cp.get("batch_id"), int):
+            return None
+        return BatchIdentity(cp.get("query_id"), cp["batch_id"], cp.get("offsets"))
+
+    def differences(self, other: "BatchIdentity") -> list[str]:
+        """What differs, in words; a field that one side does not record (written by an
+        older tidemark) is not compared."""
+        out = []
+        if self.batch_id != other.batch_id:
+            out.append(f"batch {other.batch_id} vs {self.batch_id}")
+        if self.query_id and other.query_id and self.query_id != other.query_id:
+            out.append(f"Spark query {other.query_id} vs {self.query_id}")
+        if self.offsets and other.offsets and self.offsets != other.offsets:
+            out.append(f"source offsets {other.offsets} vs {self.offsets}")
+        return out
+
+    def describe(self) -> str:
+        return f"batch {self.batch_id} of Spark query {self.query_id or '?'} (offsets {self.offsets or '?'})"
+
+
+class SparkCheckpoint:
+    """Read-only view of Spark's part of a tidemark checkpoint."""
+
+    def __init__(self, location: str):
+        self.location = location
+        self.fs, self.root = filesystem(location)
+        self.root = self.root.rstrip("/")
+
+    def _text(self, path: str) -> Optional[str]:
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{path}") as f:
+                return f.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def query_id(self) -> Optional[str]:
+        """The query id in ``metadata``, or None when Spark's checkpoint does not exist."""
+        text = self._text("metadata")
+        if not text:
+            return None
+        try:
+            return json.loads(text.splitlines()[0]).get("id")
+        except (ValueError, IndexError, AttributeError):
+            return None
+
+    def offsets(self, batch_id: int) -> Optional[str]:
+        """A digest of the source offsets of batch N (None: not written)."""
+        text = self._text(f"offsets/{batch_id}")
+        if text is None:
+            return None
+        lines = text.splitlines()
+        body = "\n".join(lines[2:]) if lines[:1] == ["v1"] else text
+        return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+    def identity(self, batch_id: int) -> BatchIdentity:
+        return BatchIdentity(self.query_id(), batch_id, self.offsets(batch_id))
