@@ -46,3 +46,38 @@ def test_check_run_status(tmp_path):
         cells = [c.strip() for c in re.split(r"[│|]", row) if c.strip()]
         # range, fence, endpoint batch, recovery-log batch, lag
         assert cells[2:] == ["1", "1", "0"], cells
+
+
+def test_an_error_in_a_shard_task_is_one_line_and_reset_starts_over(tmp_path):
+    """An endpoint error raised inside a Spark task (a trigger refuses the row) reaches the
+    terminal as one line and exit code 1, without Spark's or Python's tracebacks (those come
+    with --verbose); `tidemark reset` then asks for confirmation, and with --yes starts over."""
+    import sqlite3
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=1, per_file=50, customers=10, seed=42)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
+    assert tidemark("run", spec, "--available-now", "--master", "local[2]").returncode == 0
+    con = sqlite3.connect(db)
+    con.execute("CREATE TRIGGER refuse BEFORE UPDATE ON customers BEGIN SELECT RAISE(ABORT, 'frozen by the DBA'); END")
+    con.commit()
+    con.close()
+    write_orders(data, files=1, per_file=50, customers=10, seed=43, start=1)
+
+    failed = tidemark("run", spec, "--available-now", "--master", "local[2]")
+    assert failed.returncode == 1
+    lines = [ln for ln in failed.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("error: SQLite database") and "frozen by the DBA" in lines[-1], failed.stderr[-3000:]
+    assert "Traceback" not in failed.stderr and "py4j" not in failed.stderr and "tidemark-error" not in failed.stderr
+    verbose = tidemark("--verbose", "run", spec, "--available-now", "--master", "local[2]")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+
+    refused = tidemark("reset", spec)  # no terminal to confirm on
+    assert refused.returncode == 1 and "pass --yes" in refused.stderr
+    assert normalize(sqlite_view(db)) != {}
+    done = tidemark("reset", spec, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "dropped table customers" in done.stdout and "deleted checkpoint folder" in done.stdout
+    assert not (tmp_path / "checkpoints" / "view").exists()
+    assert tidemark("run", spec, "--available-now", "--master", "local[2]").returncode == 0
+    assert normalize(sqlite_view(db)) == oracle_orders(data)

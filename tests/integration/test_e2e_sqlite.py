@@ -151,3 +151,28 @@ def test_non_replayable_source_is_refused(spark, tmp_path):
             spark=spark,
         )
     assert not (tmp_path / "x.db").exists()
+
+
+def test_the_reset_marker_of_a_delete_then_re_add_is_never_stored(spark, tmp_path):
+    """Within one batch a key is added, deleted and added again: the stored document is the
+    re-added one, and the marker that carried the reset through the reduction is not in it."""
+    import json
+    import sqlite3
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    data.mkdir()
+    doc = {"orders": 1, "city": "Oslo", "items": ["a"], "flags": {}}
+    lines = [
+        {"customer": "c1", "amount": 3, "largest": 3, **doc},
+        {"customer": "c1", "amount": 0, "_meta": {"op": "d"}},
+        {"customer": "c1", "amount": 5, "largest": 5, **doc},
+        {"customer": "c2", "amount": 2, "largest": 2, **doc},
+    ]
+    (data / "orders-0000.json").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=1)
+    run(spark, spec)
+    con = sqlite3.connect(db)
+    stored = {k: json.loads(d) for k, d in con.execute("SELECT customer, flow_document FROM customers")}
+    con.close()
+    assert stored["c1"]["amount"] == 5 and "_meta" not in stored["c1"], stored
+    assert normalize(stored) == oracle_orders(data)
