@@ -12,6 +12,7 @@ delete is kept as a ``None`` value in both, so it hides the committed value belo
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from typing import Iterator, Optional
@@ -54,6 +55,8 @@ class WriteBuffer:
 
     def _spill_memory(self) -> None:
         if self._spill is None:
+            if self.spill_dir:
+                os.makedirs(self.spill_dir, exist_ok=True)
             self._spill_path = tempfile.mkdtemp(prefix="tidemark-spill-", dir=self.spill_dir)
             opt = Options(raw_mode=True)
             opt.create_if_missing(True)
