@@ -211,9 +211,9 @@ class Changelog:
     def prune(self, rng: Range, keep_snapshots: int = 2) -> None:
         """Delete snapshots but the newest ``keep_snapshots`` and entries they cover."""
         snaps = self.refs(rng, "snap")
-        if len(snaps) <= keep_snapshots or keep_snapshots < 1:
+        if not snaps or keep_snapshots < 1:
             return
-        oldest_kept = snaps[-keep_snapshots].batch
+        oldest_kept = snaps[-keep_snapshots:][0].batch
         for ref in snaps[:-keep_snapshots] + [e for e in self.refs(rng, "log") if e.batch <= oldest_kept]:
             try:
                 self.fs.delete_file(ref.path)

@@ -7,12 +7,12 @@ Steps (the order is the correctness):
 
 1. Lock: under the short layout lock, register the range (its lock file) and take the
    locks of every registered range overlapping it, all or nothing (retry on conflict).
-2. Fence: ``fence = 1 + max(fence of every overlapping local store)``, written into each
+2. Heads: what each overlapping range committed last, locally and in the changelog
+   (the changelog is written first, so it may be ahead: a crash between the two).
+3. Plan: :func:`tidemark.store.layout.plan` (a refusal changes nothing, fences nobody).
+4. Fence: ``fence = 1 + max(fence of every overlapping local store)``, written into each
    of them (and, in step 6, into the range): a zombie of the range, of a parent before a
    split or of a child before a merge finds another fence at its commit.
-3. Heads: what each overlapping range committed last, locally and in the changelog
-   (the changelog is written first, so it may be ahead: a crash between the two).
-4. Plan: :func:`tidemark.store.layout.plan`.
 5. Materialize: keep the local store if it is at the planned batch (and is the commit the
    changelog holds); roll it forward from the changelog if it is behind; else build a
    new DB from the sources (local stores at the planned batch, else the changelog) and
@@ -91,16 +91,8 @@ def open_range(cfg: StoreConfig, rng: Range, changelog: Optional[Changelog]) -> 
     locks = lock_ranges(cfg, rng)
     try:
         _clean_leftovers(cfg, rng)
-        # Step 2: fence every overlapping local store.
         local = local_ranges(cfg, rng)
-        fence = 1 + max((m.fence for m in local.values()), default=0)
-        for r in local:
-            db = rdb.open_primary(cfg.db_path(r))
-            try:
-                rdb.write_fence(db, fence)
-            finally:
-                db.close()
-        # Step 3: heads, local and changelog; the later one wins per range.
+        # Step 2: heads, local and changelog; the later one wins per range.
         heads = {r: Head(r, m.checkpoint) for r, m in local.items()}
         if changelog is not None:
             for r in changelog.ranges():
@@ -108,8 +100,17 @@ def open_range(cfg: StoreConfig, rng: Range, changelog: Optional[Changelog]) -> 
                     h = changelog.head(r)
                     if h is not None and (r not in heads or h.batch > heads[r].batch):
                         heads[r] = h
-        # Step 4: plan.
+        # Step 3: plan.
         p = plan(cfg.path, rng, list(heads.values()))
+        # Step 4 (after the plan, which may refuse: a refused Open fences nobody): fence
+        # every overlapping local store.
+        fence = 1 + max((m.fence for m in local.values()), default=0)
+        for r in local:
+            db = rdb.open_primary(cfg.db_path(r))
+            try:
+                rdb.write_fence(db, fence)
+            finally:
+                db.close()
         # Step 5: materialize.
         _materialize(cfg, rng, p, local, changelog)
         # Step 6: fence the range, snapshot what the changelog lacks.
