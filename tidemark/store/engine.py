@@ -54,7 +54,7 @@ from tidemark.store.changelog import Changelog
 from tidemark.store.config import Isolation, StoreConfig
 from tidemark.store.iters import live, merge
 from tidemark.store.keys import clamp, key_hash_of, prefix_end, range_bounds
-from tidemark.store.locking import FileLock
+from tidemark.store.locking import turnstile_acquire
 from tidemark.store.opening import open_range
 
 
@@ -148,7 +148,7 @@ class RangeStore:
         buf = txn.buffer
         lo, hi = range_bounds(self.range)
         # Step 1: the range's exclusive lock, the DB read-write.
-        lock = FileLock(self.config.lock_path(self.range)).acquire(True, self.config.lock_timeout)
+        lock = turnstile_acquire(self.config.lock_path(self.range), True, self.config.lock_timeout)
         try:
             db = rdb.open_primary(self.config.db_path(self.range))
             try:

@@ -1,5 +1,11 @@
 """Advisory file locks (``flock``) between the processes that share a store directory.
 
+A reader (shared) and a writer (exclusive) of a range meet at two locks: the range lock
+and its *turnstile*.  Both pass the turnstile (exclusive, held only until the range lock
+is theirs), so a reader waiting for the range lock holds the turnstile and the writer's
+next commit waits for it: back-to-back commits cannot starve a reader, which waits for
+at most the commit in progress (:func:`turnstile_acquire`).
+
 ``flock`` locks belong to an open file description, so two sessions conflict even
 inside one process, and the kernel drops a dead process's locks: a SIGKILLed writer
 never leaves a range locked.  Waiting polls with a capped backoff until a deadline
@@ -44,7 +50,7 @@ class FileLock:
                     f"store lock {self.path} is still held by another process after {timeout:.0f}s "
                     "(a commit or an Open of this range is in progress); retry, or raise retry.lock_timeout")
             time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            delay = min(delay * 2, 0.01)
         return self
 
     def release(self) -> None:
@@ -84,9 +90,15 @@ def acquire_all(paths: Sequence[str], timeout: float) -> list[FileLock]:
                 f"store locks {sorted(set(paths))} are still held by other sessions after {timeout:.0f}s; "
                 "retry, or raise retry.lock_timeout")
         time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        delay = min(delay * 2, 0.01)
 
 
 def release_all(locks: Iterable[FileLock]) -> None:
     for lock in locks:
         lock.release()
+
+
+def turnstile_acquire(path: str, exclusive: bool, timeout: float) -> FileLock:
+    """The lock at ``path``, taken through the turnstile ``path + ".turnstile"``."""
+    with FileLock(path + ".turnstile").acquire(True, timeout):
+        return FileLock(path).acquire(exclusive, timeout)

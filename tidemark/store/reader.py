@@ -35,7 +35,7 @@ from tidemark.protocol.messages import Range
 from tidemark.store import db as rdb
 from tidemark.store.config import Isolation, StoreConfig
 from tidemark.store.keys import clamp, prefix_end
-from tidemark.store.locking import FileLock
+from tidemark.store.locking import turnstile_acquire
 
 
 class Reader:
@@ -53,7 +53,7 @@ class Reader:
         """Reopen on the newest state (per the isolation level)."""
         path = self.config.db_path(self.range)
         if self.isolation is Isolation.READ_COMMITTED:
-            with FileLock(self.config.lock_path(self.range)).acquire(False, self.config.lock_timeout):
+            with turnstile_acquire(self.config.lock_path(self.range), False, self.config.lock_timeout):
                 if not rdb.exists(path):
                     raise DriverError(f"{self.name}: no store at {path}; nothing was opened on this range "
                                       "(check the path and the shard layout)")
