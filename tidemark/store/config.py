@@ -9,7 +9,7 @@ Under ``path``::
     ranges/.build-*/         a range being built by a split, a merge or a restore
     locks/<range>.lock       the range's file lock (commit, Open: exclusive; reader: shared)
     locks/_layout.lock       held briefly while an Open picks and locks the ranges it touches
-    tmp/                     SST files of large commits before their ingestion
+    tmp/<range>/             SST files of large commits before their ingestion (emptied at Open)
 """
 
 from __future__ import annotations
@@ -72,6 +72,5 @@ class StoreConfig:
     def layout_lock_path(self) -> str:
         return os.path.join(self.path, "locks", "_layout.lock")
 
-    @property
-    def tmp_dir(self) -> str:
-        return os.path.join(self.path, "tmp")
+    def tmp_dir(self, rng: Range) -> str:
+        return os.path.join(self.path, "tmp", rng.name)

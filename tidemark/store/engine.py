@@ -168,7 +168,7 @@ class RangeStore:
                 # Step 4: data + checkpoint + commit record, one atomic write.
                 commit = {"batch": batch, "digest": digest, "fence": self.fence}
                 rdb.write_atomic(db, buf.items(lo, hi), rdb.meta_items(checkpoint, commit),
-                                 sst_dir=self.config.tmp_dir if buf.spilled else None)
+                                 sst_dir=self.config.tmp_dir(self.range) if buf.spilled else None)
                 faults.fault_point("store_after_commit")
                 self._meta = rdb.Meta(self.fence, checkpoint, commit)
                 # Step 5: periodic snapshot.

@@ -136,6 +136,7 @@ def open_range(cfg: StoreConfig, rng: Range, changelog: Optional[Changelog]) -> 
 def _clean_leftovers(cfg: StoreConfig, rng: Range) -> None:
     """An Open that crashed mid-swap left ``.old-*`` (complete, the previous store) and
     maybe ``.build-*`` (incomplete): put the old one back if the range has none."""
+    shutil.rmtree(cfg.tmp_dir(rng), ignore_errors=True)  # SST files of a commit that died
     final = cfg.db_path(rng)
     base = os.path.dirname(final)
     if not os.path.isdir(base):
@@ -185,7 +186,7 @@ def _roll_forward(cfg: StoreConfig, rng: Range, entries, changelog: Changelog) -
         for ref in entries:
             cp = changelog.metadata(ref)["checkpoint"]
             metas = rdb.meta_items(cp, {"batch": ref.batch, "digest": ref.digest})
-            rdb.write_atomic(db, changelog.read(ref), metas, sst_dir=cfg.tmp_dir)
+            rdb.write_atomic(db, changelog.read(ref), metas, sst_dir=cfg.tmp_dir(rng))
     finally:
         db.close()
 
