@@ -56,7 +56,7 @@ class NatsSettings:
 
     request_timeout: float = 10.0  # one JetStream API request or publish ack
     max_batch: int = 1000  # messages per atomic batch (the server's default limit)
-    ack_every: int = 250  # atomic mode: ask for an empty ack every N messages (flow control)
+    ack_every: int = 250  # await acks every N messages (flow control; atomic mode: an empty ack)
     duplicate_window: float = 120.0  # seconds; ordered mode relies on it against zombies
     fetch_size: int = 512  # messages per pull while scanning
 
@@ -123,6 +123,17 @@ def version_tuple(v: str) -> tuple[int, int, int]:
         return 0, 0, 0
 
 
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more."""
+    p, t = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(p):
+        if tok == ">":
+            return len(t) > i
+        if i >= len(t) or (tok != "*" and tok != t[i]):
+            return False
+    return len(p) == len(t)
+
+
 class AsyncNats:
     """One NATS connection and the channel operations over it."""
 
@@ -150,12 +161,23 @@ class AsyncNats:
         return f"{v.major}.{v.minor}.{v.patch}"
 
     # ------------------------------------------------------------ setup (Apply)
+    async def _api(self, subject: str, body: Optional[dict] = None) -> dict:
+        """A raw JetStream API request (JSON in, JSON out): stream configs go through here
+        so that fields newer than the installed nats-py (``allow_atomic``) survive."""
+        from nats.js.errors import APIError
+
+        r = await self.nc.request(f"$JS.API.{subject}", json.dumps(body).encode() if body is not None else b"",
+                                  timeout=self.settings.request_timeout)
+        resp = json.loads(r.data)
+        if "error" in resp:
+            raise APIError.from_error(resp["error"])
+        return resp
+
     async def ensure_stream(self, stream: str, subjects: Sequence[str], *, prefix: str = "",
                             atomic: Optional[bool] = None) -> StreamSetup:
         """Create ``stream`` (or extend an existing one) so it holds ``subjects`` and the
         progress subjects under ``prefix``.  ``atomic=None`` turns atomic batch publish on
         where the server supports it; ``True`` requires it; ``False`` leaves it off."""
-        from nats.js.api import StorageType, StreamConfig
         from nats.js.errors import NotFoundError
 
         prefix = prefix or wire.default_prefix(stream)
@@ -166,26 +188,24 @@ class AsyncNats:
                                        f"this one is {self.server_version}")
         use_atomic = supported if atomic is None else atomic
         try:
-            info = await self.jsm.stream_info(stream)
+            cfg = (await self._api(f"STREAM.INFO.{stream}"))["config"]
         except NotFoundError:
-            cfg = StreamConfig(name=stream, subjects=want, storage=StorageType.FILE,
-                               duplicate_window=self.settings.duplicate_window,
-                               allow_atomic=True if use_atomic else None)
-            info = await self.jsm.add_stream(cfg)
+            cfg = {"name": stream, "subjects": want, "storage": "file", "retention": "limits",
+                   "duplicate_window": int(self.settings.duplicate_window * 1e9)}
+            if use_atomic:
+                cfg["allow_atomic"] = True
+            cfg = (await self._api(f"STREAM.CREATE.{stream}", cfg))["config"]
         else:
-            cfg = info.config
-            have = list(cfg.subjects or [])
+            have = list(cfg.get("subjects") or [])
             missing = [s for s in want if s not in have]
-            if missing or bool(cfg.allow_atomic) != use_atomic:
-                cfg = replace(cfg, subjects=have + missing, allow_atomic=True if use_atomic else False)
-                info = await self.jsm.update_stream(cfg)
-        c = info.config
-        return StreamSetup(stream, tuple(c.subjects or ()), bool(c.allow_atomic), self.server_version,
-                           float(c.duplicate_window or 0))
+            if missing or bool(cfg.get("allow_atomic")) != use_atomic:
+                cfg = {**cfg, "subjects": have + missing, "allow_atomic": use_atomic}
+                cfg = (await self._api(f"STREAM.UPDATE.{stream}", cfg))["config"]
+        return StreamSetup(stream, tuple(cfg.get("subjects") or ()), bool(cfg.get("allow_atomic")),
+                           self.server_version, float(cfg.get("duplicate_window", 0)) / 1e9)
 
     async def stream_atomic(self, stream: str) -> bool:
-        info = await self.jsm.stream_info(stream)
-        return bool(info.config.allow_atomic)
+        return bool((await self._api(f"STREAM.INFO.{stream}"))["config"].get("allow_atomic"))
 
     # ------------------------------------------------------------ frontier (Open)
     async def read_frontier(self, channel: Channel) -> Frontier:
@@ -323,14 +343,16 @@ class AsyncNats:
         raise FencedOff(self._fenced_text(session, f)) from exc
 
     async def _publish_ordered(self, session: Session, batch: BatchId, todo: list[tuple[int, OutDoc]]) -> None:
+        """Data messages with message ids, pipelined; acks awaited every ``ack_every``."""
         ch = session.channel
-        futures = []
-        for counter, d in todo:
-            h = wire.data_headers(ch, batch, counter, d.key, delete=d.delete)
-            futures.append(await self.js.publish_async(d.subject, d.payload(), headers=h))
-        if futures:
+        window = max(1, self.settings.ack_every)
+        for start in range(0, len(todo), window):
+            futures = []
+            for counter, d in todo[start:start + window]:
+                h = wire.data_headers(ch, batch, counter, d.key, delete=d.delete)
+                futures.append(await self.js.publish_async(d.subject, d.payload(), headers=h))
             done = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
-                                          timeout=self.settings.request_timeout + len(futures) * 0.01)
+                                          timeout=self.settings.request_timeout)
             for r in done:
                 if isinstance(r, BaseException):
                     raise r
@@ -384,6 +406,9 @@ class AsyncNats:
         if info.state.last_seq < max(1, start_seq) or info.state.messages == 0:
             return
         subjects = list(subjects or ())
+        local_filter: list[str] = []
+        if len(subjects) > 1 and version_tuple(self.server_version) < (2, 10, 0):
+            local_filter, subjects = subjects, []  # no multi-filter consumers before 2.10
         cfg = ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start_seq),
             ack_policy=AckPolicy.NONE, mem_storage=True, inactive_threshold=120.0,
@@ -399,6 +424,8 @@ class AsyncNats:
                 msgs = await sub.fetch(min(pending, self.settings.fetch_size), timeout=self.settings.request_timeout)
                 for m in msgs:
                     pending -= 1
+                    if local_filter and not any(subject_matches(f, m.subject) for f in local_filter):
+                        continue
                     yield RawMsg(int(m.metadata.sequence.stream), m.subject, dict(m.headers or {}), m.data)
             await sub.unsubscribe()
         finally:
