@@ -240,7 +240,7 @@ WRITER_MAX_BATCH = 100  # the writer's atomic chunks: 99 documents + a progress 
 @pytest.mark.chaos
 @pytest.mark.parametrize("mode", MODES)
 def test_writer_killed_mid_batch_then_replayed(client, nats_server, mode):
-    n = 3000
+    n = 2000
     stream = f"K{uuid.uuid4().hex[:10]}"
     subject = nats_writer.subject(stream)
     client.ensure_stream(stream, [subject], atomic=(mode == "atomic"))
