@@ -59,7 +59,7 @@ def find_nats_server() -> tuple[str, tuple[int, int, int]]:
     if found:
         candidates.append(found)
     seen = []
-    for path in candidates:
+    for path in dict.fromkeys(os.path.realpath(c) for c in candidates):
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             continue
         try:
