@@ -35,7 +35,7 @@ def safe_name(name: str) -> str:
         raise SpecError("a materialization name must not be empty")
     if _SAFE.match(name) and len(name) <= MAX_NAME:
         return name
-    readable = _UNSAFE.sub("_", name).strip("_")[: MAX_NAME - 13] or "m"
+    readable = _UNSAFE.sub("_", name).strip("_")[: MAX_NAME - 13].rstrip("_") or "m"
     return f"{readable}-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:12]}"
 
 
