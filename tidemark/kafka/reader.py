@@ -42,7 +42,9 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
 
     timeout = policy.connect_timeout
     admin = call(lambda: AdminClient(client_config(config)), "connecting the admin client", config)
-    metadata = call(lambda: admin.list_topics(topic, timeout=timeout), f"reading metadata of {topic!r}", config)
+    # all topics: a metadata request that names a missing topic may create it (noida-db
+    # does, and Kafka does for clients that allow auto-creation)
+    metadata = call(lambda: admin.list_topics(timeout=timeout), f"reading metadata of {topic!r}", config)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         raise DriverError(f"kafka: topic {topic!r} does not exist or is unavailable"

@@ -81,7 +81,7 @@ class RangeWriter:
         call(lambda: producer.init_transactions(policy.lock_timeout),
              f"initialising transactional id {writer.transactional_id}", config)
         writer._producer = producer
-        metadata = call(lambda: producer.list_topics(progress_topic, timeout=policy.connect_timeout),
+        metadata = call(lambda: producer.list_topics(timeout=policy.connect_timeout),  # naming it may create it
                         f"reading metadata of {progress_topic!r}", config)
         info = metadata.topics.get(progress_topic)
         if info is None or info.error is not None or not info.partitions:
