@@ -32,6 +32,19 @@ from tests.helpers import free_port, skip_unless_required
 START_DEADLINE = 30.0  # seconds for the broker to answer metadata after it was started
 
 
+def confluent_kafka_or_skip():
+    """``confluent_kafka``, imported for a test module; without it the module is skipped, or
+    fails where ``TIDEMARK_REQUIRE_ALL`` is set."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        reason = "confluent-kafka is not installed (pip install -e '.[kafka]')"
+        if os.environ.get("TIDEMARK_REQUIRE_ALL", "").strip() not in ("", "0"):
+            pytest.fail(f"{reason} (TIDEMARK_REQUIRE_ALL is set)", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+    return confluent_kafka
+
+
 def quiet_logger() -> logging.Logger:
     """A logger for librdkafka clients in tests: its connection-refused chatter while a broker
     restarts goes to ``tidemark.tests.rdkafka`` instead of stderr."""

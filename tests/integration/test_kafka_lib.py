@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from tests.kafka_broker import kafka_bootstrap, kafka_broker, quiet_logger  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker, quiet_logger  # noqa: F401
 
-ck = pytest.importorskip("confluent_kafka")
+ck = confluent_kafka_or_skip()
 
 from tidemark.errors import DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema  # noqa: E402
 from tidemark.kafka import (  # noqa: E402
@@ -266,3 +266,16 @@ def test_fence_and_abort_ends_every_transaction_of_an_old_layout(config, topics,
     assert read_frontiers(config, progress, "view", policy=FAST) == {LOW: committed, WHOLE: inherited}
     assert list(tail(config, data, policy=FAST)) == [(("a",), {"n": 2})]
     new.close()
+
+
+def test_an_unusual_materialization_name_works_end_to_end(config, topics):
+    data, progress = topics
+    name = "orders / by customer, ü " * 10
+    w = RangeWriter.open(config, name, HIGH, progress_topic=progress)
+    assert len(w.transactional_id) <= 160 and w.transactional_id.endswith(".80000000-ffffffff")
+    rec = ProgressRecord.first(name, HIGH, cp(0, mat=name), transactional_id=w.transactional_id)
+    commit(w, data, [((True, 2, "ü"), {"x": 1})], rec)
+    assert read_frontier(config, progress, name, HIGH) == rec
+    assert read_frontier(config, progress, name[:-1], HIGH) is None
+    assert list(tail(config, data)) == [((True, 2, "ü"), {"x": 1})]
+    w.close()

@@ -52,16 +52,9 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
     parts = [TopicPartition(topic, p) for p in sorted(info.partitions)]
     if not parts:
         return
-    futures = call(lambda: admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
-                                              isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout),
-                   f"listing offsets of {topic!r}", config)
-    high: dict[int, int] = {}
-    for tp, fut in futures.items():
-        try:
-            high[tp.partition] = fut.result(timeout + 5).offset
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"listing offsets of {topic!r}", config) from exc
-    pending = {p: hw for p, hw in high.items() if hw > 0}
+    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    low = _offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    pending = {p: hw for p, hw in high.items() if hw > max(0, low.get(p, 0))}  # not empty
     if not pending:
         return
     consumer = call(lambda: Consumer(client_config(config, **{
@@ -70,6 +63,7 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,  # a second sign that a partition was read to its end
     })), "connecting a consumer", config)
     try:
         call(lambda: consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending]),
@@ -84,11 +78,15 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= pending.get(msg.partition(), 0):
+                            pending.pop(msg.partition(), None)
                         continue
                     raise translate(err, f"reading {topic!r}", config)
                 hw = high.get(msg.partition(), 0)
                 if msg.offset() < hw:  # later records were written after the read began
                     yield msg
+            if not pending:
+                break
             positions = call(lambda: consumer.position([TopicPartition(topic, p) for p in pending]),
                              f"reading {topic!r}", config)
             for tp in positions:
@@ -96,6 +94,18 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
                     del pending[tp.partition]
     finally:
         consumer.close()
+
+
+def _offsets(admin, parts, spec, level, timeout: float, config) -> dict[int, int]:
+    futures = call(lambda: admin.list_offsets({tp: spec for tp in parts}, isolation_level=level, request_timeout=timeout),
+                   f"listing offsets of {parts[0].topic!r}", config)
+    out: dict[int, int] = {}
+    for tp, fut in futures.items():
+        try:
+            out[tp.partition] = fut.result(timeout + 5).offset
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"listing offsets of {tp.topic!r}", config) from exc
+    return out
 
 
 def _blocked(consumer, topic: str, pending: dict[int, int], waited: float, config) -> str:
