@@ -164,7 +164,6 @@ def test_a_partition_that_ends_in_an_aborted_transaction_is_read_to_its_end(conf
     w = RangeWriter.open(config, "view", WHOLE, progress_topic=progress)
     w.begin()
     w.send(data, ("only",), {"v": "aborted"})
-    w.commit  # noqa: B018 - not committed on purpose
     w.abort()
     started = time.monotonic()
     assert list(tail(config, data, policy=FAST)) == []

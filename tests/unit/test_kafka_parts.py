@@ -16,7 +16,7 @@ from tidemark.errors import (
 )
 from tidemark.kafka import ProgressRecord, layout_ids, progress_key, progress_partition, transactional_id
 from tidemark.kafka.progress import FORMAT_VERSION, decode_key
-from tidemark.protocol.messages import KEY_SPACE_MAX, Range
+from tidemark.protocol.messages import Range
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
 
