@@ -17,6 +17,7 @@ sleep. Without the binary the tests skip, or fail where ``TIDEMARK_REQUIRE_ALL``
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -141,21 +142,31 @@ class NoidaKafka:
         self.kill() if kill else self.stop()
         self.start()
 
-    def wait_saved(self, since: float, deadline: float = 10.0) -> None:
-        """Wait until noida-db has written its data file after ``since`` (a ``time.time()``).
+    def wait_saved(self, topic: str, partition: int = 0, high_watermark: int = 0, deadline: float = 10.0) -> None:
+        """Wait until noida-db's data file holds ``topic`` with ``partition`` written up to
+        ``high_watermark`` (commit markers included).
 
         noida-db acknowledges a commit before it saves (see docs/dev/kafka-broker.md): tests
-        that crash the broker on purpose use this to crash it after the save."""
+        that crash the broker on purpose use this to crash it after the save. It reads the
+        file's format (noida-db 0.2.x), and fails loudly if that changes."""
         until = time.monotonic() + deadline
+        seen = None
         while True:
             try:
-                if self.data_file.stat().st_mtime > since:
+                state = json.loads(self.data_file.read_text())
+                topics = {name: t for name, t in state["topics"]}
+                parts = {pid: p for pid, p in topics[topic]["partitions"]} if topic in topics else {}
+                seen = parts[partition]["high_watermark"] if partition in parts else None
+                if seen is not None and seen >= high_watermark:
                     return
-            except FileNotFoundError:
+            except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
                 pass
+            except (KeyError, TypeError) as exc:
+                raise AssertionError(f"noida-db's data file has a format these tests do not know: {exc!r}") from exc
             if time.monotonic() > until:
-                raise AssertionError(f"noida-db did not save {self.data_file} within {deadline}s")
-            time.sleep(0.02)  # polling a file's mtime, bounded by the deadline above
+                raise AssertionError(f"noida-db did not save {topic}[{partition}] up to {high_watermark} "
+                                     f"within {deadline}s (saved: {seen})")
+            time.sleep(0.02)  # polling a file, bounded by the deadline above
 
     def log_tail(self, lines: int = 30) -> str:
         try:

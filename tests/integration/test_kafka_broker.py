@@ -360,17 +360,18 @@ def test_a_broker_crash_keeps_a_transaction_whole_or_not_at_all(private_kafka):
     progress record together, never one without the other. After the save, a crash keeps it."""
     bootstrap = private_kafka.bootstrap
     data, progress = new_topic(bootstrap), new_topic(bootstrap)
-    private_kafka.wait_saved(time.time())
+    private_kafka.wait_saved(data)
+    private_kafka.wait_saved(progress)
     outcomes = []
     for attempt in range(2):
         p = producer(bootstrap, f"tx-{data}-{attempt}")
         p.begin_transaction()
         p.produce(data, key=b"k", value=b"batch %d" % attempt)
         p.produce(progress, key=b"range", value=b"batch %d" % attempt)
-        committed_at = time.time()
         p.commit_transaction(DEADLINE)
-        if attempt == 1:
-            private_kafka.wait_saved(committed_at)
+        if attempt == 1:  # wait for the save of the commit markers
+            private_kafka.wait_saved(data, 0, watermarks(bootstrap, data, 0, "read_uncommitted")[1])
+            private_kafka.wait_saved(progress, 0, watermarks(bootstrap, progress, 0, "read_uncommitted")[1])
         del p
         private_kafka.restart(kill=True)
         got_data = values(read(bootstrap, data))
