@@ -40,7 +40,8 @@ class RetryPolicy:
     jitter: float = 0.5
     connect_timeout: float = 10.0  # opening a connection to a remote endpoint
     busy_timeout: float = 30.0  # SQLite: wait this long for the write lock before SQLITE_BUSY
-    lock_timeout: float = 60.0  # PostgreSQL: wait this long for a row/table lock
+    lock_timeout: float = 60.0  # PostgreSQL: wait this long for a row/table lock; Kafka: for a transaction
+    # to init/commit/abort, and for a read_committed read held up by another producer's open transaction
     reply_timeout: float = 300.0  # an external driver program (command:): wait this long for a reply
 
     def __post_init__(self) -> None:
