@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,10 @@ def test_local_cluster_two_executors(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
-    log_dir = tmp_path / "checkpoints" / "view" / "tidemark" / "log"
     executors = set()
-    for name in os.listdir(log_dir):
-        executors.update(json.loads((log_dir / name).read_text())["counts"]["executors"])
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
+    for batch in log.batches():
+        executors.update(log.get(batch).counts["executors"])
     assert len(executors) == 2, executors  # shard tasks ran in two executor JVMs

@@ -119,7 +119,7 @@ def test_task_that_raises_is_retried_by_spark_and_exact(tmp_path):
         "TIDEMARK_FAULTS": f"mid_store:raise!once={marker}",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "tidemark", "run", spec, "--available-now", "--master", "local[2,3]"],
+        [sys.executable, "-m", "tidemark", "--verbose", "run", spec, "--available-now", "--master", "local[2,3]"],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

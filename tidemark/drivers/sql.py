@@ -213,9 +213,9 @@ def identity(cp: Optional[dict]) -> tuple:
     batch identity (Spark query, batch id, source offsets) -- not the spec version or other
     fields, which may differ between the attempts that committed the ranges of one batch
     (e.g. a re-run after the configured shard count changed)."""
-    if not isinstance(cp, dict):
-        return (None,)
-    return (cp.get("checkpoint_id"), _batch(cp), cp.get("query_id"), cp.get("offsets"))
+    if not isinstance(cp, dict) or _batch(cp) < 0:
+        return ("whole", dumps(cp))  # not a tidemark runtime checkpoint: compare all of it
+    return (dumps(cp.get("checkpoint_id")), _batch(cp), dumps(cp.get("query_id")), dumps(cp.get("offsets")))
 
 
 def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
