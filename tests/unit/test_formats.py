@@ -200,3 +200,17 @@ def test_conditions_assert_formats_too():
     referring = {"$ref": "#/$defs/d"}
     index = SchemaIndex({"$defs": {"d": cond}, "anyOf": [referring]})
     assert index.is_valid(referring, {"v": "yesterday"}) is False  # jsonschema, for a reference
+
+
+def test_keyed_maximize_compares_date_time_keys_as_instants():
+    schema = {"type": "object", "reduce": {"strategy": "merge"},
+              "properties": {"id": {"type": "string"},
+                             "latest": {"type": "object", "reduce": {"strategy": "maximize", "key": ["/at"]},
+                                        "properties": {"at": {"type": "string", "format": "date-time"},
+                                                       "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}}}
+    coll = Collection(CollectionSpec("t", ("/id",), schema))
+    out = coll.combine([{"id": "a", "latest": {"at": "2024-05-01T10:00:00Z", "v": "ten", "n": 1}},
+                        {"id": "a", "latest": {"at": "2024-05-01T09:30:00-05:00", "v": "14:30", "n": 2}},
+                        {"id": "a", "latest": {"at": "2024-05-01T14:30:00.0Z", "n": 3}},  # a tie: merged
+                        {"id": "a", "latest": {"at": "2024-05-01T11:00:00Z", "v": "eleven", "n": 4}}])
+    assert out == {"id": "a", "latest": {"at": "2024-05-01T14:30:00.0Z", "v": "14:30", "n": 5}}

@@ -130,9 +130,10 @@ def query(doc: Any, pointer: str) -> Any:
     return cur
 
 
-def compare_key(key: Sequence[str], a: Any, b: Any) -> int:
-    """Compare by key pointers; a pointer missing on one side orders before any value."""
-    for ptr in key:
+def compare_key(key: Sequence[str], a: Any, b: Any, orders: Sequence = ()) -> int:
+    """Compare by key pointers; a pointer missing on one side orders before any value.
+    ``orders``: per pointer, the comparison of its values (default :func:`compare`)."""
+    for i, ptr in enumerate(key):
         x, y = query(a, ptr), query(b, ptr)
         if x is _MISSING and y is _MISSING:
             continue
@@ -140,7 +141,7 @@ def compare_key(key: Sequence[str], a: Any, b: Any) -> int:
             return -1
         if y is _MISSING:
             return 1
-        c = compare(x, y)
+        c = (orders[i] if i < len(orders) else compare)(x, y)
         if c:
             return c
     return 0
@@ -193,7 +194,7 @@ class Reducer:
 
     def _minmax(self, app: list, ann: Annotation, lhs: Any, rhs: Any, ptr: str) -> Any:
         if ann.key:
-            c = compare_key(ann.key, lhs, rhs)
+            c = compare_key(ann.key, lhs, rhs, self._key_orders(app, ann.key, rhs))
         elif is_date_time_location(app):
             c = compare_date_time(lhs, rhs)
         else:
@@ -205,6 +206,24 @@ class Reducer:
         if c > 0 or not ann.key:
             return rhs
         return self._merge(app, (), lhs, rhs, ptr, ann.strategy)
+
+    def _key_orders(self, app: list, key: Sequence[str], rhs: Any) -> list:
+        """Per key pointer of a keyed ``minimize`` / ``maximize``: :func:`compare_date_time`
+        where the schema at the pointer (below the location, for the right-hand value) says
+        ``format: date-time``, else :func:`compare`."""
+        out = []
+        for ptr in key:
+            schemas, inst = app, rhs
+            for token in pointer_tokens(ptr):
+                if isinstance(inst, list) and token.isdigit():
+                    subs = SchemaIndex.item_schemas(schemas, int(token))
+                    inst = inst[int(token)] if int(token) < len(inst) else None
+                else:
+                    subs = SchemaIndex.property_schemas(schemas, token)
+                    inst = inst.get(token) if isinstance(inst, dict) else None
+                schemas = self.index.applicable(subs, inst)
+            out.append(compare_date_time if is_date_time_location(schemas) else compare)
+        return out
 
     @staticmethod
     def _append(lhs: Any, rhs: Any, ptr: str) -> Any:
