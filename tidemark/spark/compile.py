@@ -7,7 +7,8 @@ maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
 * scalars (``string``, ``integer``, ``number``, ``boolean``) reduced with
   ``lastWriteWins`` / ``firstWriteWins`` (``max_by`` / ``min_by`` of the source order),
   ``sum`` (``try_sum`` for integers; an ordered fold for numbers, so replays are
-  bit-identical), ``minimize`` / ``maximize`` without a key (``min`` / ``max``);
+  bit-identical), ``minimize`` / ``maximize`` without a key (``min`` / ``max``; of a
+  ``format: date-time`` string, ``max_by`` of the text over :func:`instant_order`);
 * arrays of scalars reduced with ``append`` (ordered ``collect_list`` + ``flatten``);
 * objects or arrays reduced with ``lastWriteWins`` / ``firstWriteWins`` (raw JSON text);
 * maps (``additionalProperties`` of a scalar type) reduced with ``merge``
@@ -18,7 +19,8 @@ Validation keywords compiled natively: ``type``, ``required``, ``enum``, ``minim
 ``additionalProperties: false``, the ``format`` of a string property where it is one of
 :data:`NATIVE_FORMATS` (``date-time``, ``date``, ``time``, ``uuid``, ``ipv4``: the grammar
 and ranges of :mod:`tidemark.collection.formats`, a leap second is a suspect; a property
-with another asserted format, ``email`` or ``ipv6``, is not compiled), plus the key's presence and what ``from_json`` forgives
+with another asserted format, ``email`` or ``ipv6``, is not compiled), plus the key's
+presence and what ``from_json`` forgives
 (``null`` values, content after the document, a non-string read into a string column,
 string array element or string map value, a lone surrogate escape): a document is
 proved free of those by :func:`plain_document`, one scan of the text in the JVM
