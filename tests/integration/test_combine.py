@@ -29,6 +29,11 @@ def plain_proof(request, monkeypatch):
 
 SCHEMA = "value string, _file string, _block long, _row long"
 
+DATE_TIMES = st.builds(
+    "2024-05-{:02d}T{:02d}:{:02d}:00{}{}".format, st.integers(1, 2), st.integers(0, 23), st.sampled_from([0, 30]),
+    st.sampled_from(["", ".0", ".5", ".000000000000000001", ".1234567890123456789"]),
+    st.sampled_from(["Z", "z", "+00:00", "-05:00", "+05:30", "-00:30"]))
+
 FIELD_KINDS = {
     "string": [({"type": "string"}, st.text(max_size=4)),
                ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, st.text(max_size=4)),
@@ -44,6 +49,9 @@ FIELD_KINDS = {
     "map": [({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
              st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2))],
     "raw": [({"type": "object"}, st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))],
+    # compared as instants: mixed offsets, equal instants written differently, long fractions
+    "date-time": [({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
+                  for s in ("maximize", "minimize")],
 }
 ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
 

@@ -472,8 +472,9 @@ def test_nul_characters_are_named_and_nothing_is_committed(driver, where, bad, n
 
 
 def test_a_value_postgres_refuses_is_named_by_key_and_field(driver):
-    """A ``date-time`` string PostgreSQL cannot read (the schema's format is an annotation):
-    PostgreSQL's error names a staging line and column; the driver's names the key and field."""
+    """A ``date-time`` string PostgreSQL cannot read (validation refuses this one before it
+    reaches a driver, but a driver must not rely on that): PostgreSQL's error names a staging
+    line and column; the driver's names the key and field."""
     b = binding(extra=(Field("seen", "/seen", "string", format="date-time"),))
     apply(driver, b)
     t, _ = open_session(driver, b)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from tidemark.collection.reduce import INT64_MAX, INT64_MIN, Reducer, compare
+from tidemark.collection.formats import instant
+from tidemark.collection.reduce import INT64_MAX, INT64_MIN, Reducer, compare, compare_date_time
 from tidemark.collection.validate import pointer_of
 
 
@@ -36,6 +37,8 @@ def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], 
             ops[f.name] = lambda lhs, rhs: lhs
         elif f.strategy == "sum":
             ops[f.name] = _sum(ptr)
+        elif f.strategy in ("minimize", "maximize") and f.schema.get("format") == "date-time":
+            ops[f.name] = _minmax_date_time(f.strategy == "maximize")
         elif f.strategy in ("minimize", "maximize"):
             ops[f.name] = _minmax(f.strategy == "maximize")
         elif f.strategy == "append":
@@ -93,6 +96,20 @@ def _minmax(maximize: bool):
                 return lhs if lhs > rhs else rhs
             return lhs if lhs < rhs else rhs
         c = compare(lhs, rhs)
+        if maximize:
+            c = -c
+        return lhs if c < 0 else rhs
+
+    return pick
+
+
+def _minmax_date_time(maximize: bool):
+    """``minimize`` / ``maximize`` of a ``format: date-time`` property: by instant
+    (:func:`~tidemark.collection.reduce.compare_date_time`); ties take the right side."""
+
+    def pick(lhs: Any, rhs: Any) -> Any:
+        il, ir = instant(lhs), instant(rhs)
+        c = ((il > ir) - (il < ir)) if il is not None and ir is not None else compare_date_time(lhs, rhs)
         if maximize:
             c = -c
         return lhs if c < 0 else rhs

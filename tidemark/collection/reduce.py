@@ -8,7 +8,8 @@ lastWriteWins  take the right-hand value (the default)
 firstWriteWins keep the left-hand value
 sum            add two numbers; integers beyond int64 and non-finite numbers are errors
 minimize       keep the smaller (by ``key`` pointers if given); ties without a key take the
-maximize       right side, ties with a key deep-merge both sides
+maximize       right side, ties with a key deep-merge both sides; on a ``format: date-time``
+               location, date-times compare as the instants they name
 append         concatenate arrays (a ``null`` left side stays ``null``)
 merge          deep merge of objects; arrays by index, or by ``key`` as a sorted merge
 set            ``{add, intersect, remove}`` terms as arrays (sorted by ``key``) or objects
@@ -25,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from tidemark.collection.formats import instant
 from tidemark.collection.schema import Annotation, SchemaIndex, pointer_tokens, push
 from tidemark.errors import ReductionError
 
@@ -95,6 +97,27 @@ def compare(a: Any, b: Any) -> int:
     return (len(ia) > len(ib)) - (len(ia) < len(ib))
 
 
+def compare_date_time(a: Any, b: Any) -> int:
+    """The order of a ``format: date-time`` location: strings that are RFC 3339 date-times
+    by the instant they name (offsets applied, so ``…T10:00:00Z`` is before
+    ``…T09:30:00-05:00``; equal instants tie), before every other string (by code point, as
+    in :func:`compare`); other values as in :func:`compare`.  A total order, so ``minimize``
+    and ``maximize`` stay associative even with a stored value that is not a date-time."""
+    ia, ib = instant(a), instant(b)
+    if ia is not None and ib is not None:
+        return (ia > ib) - (ia < ib)
+    if ia is not None and isinstance(b, str):
+        return -1
+    if ib is not None and isinstance(a, str):
+        return 1
+    return compare(a, b)
+
+
+def is_date_time_location(applicable: Sequence[dict]) -> bool:
+    """True if a schema that applies at the location says ``format: date-time``."""
+    return any(s.get("format") == "date-time" for s in applicable)
+
+
 def query(doc: Any, pointer: str) -> Any:
     cur = doc
     for token in pointer_tokens(pointer):
@@ -107,9 +130,10 @@ def query(doc: Any, pointer: str) -> Any:
     return cur
 
 
-def compare_key(key: Sequence[str], a: Any, b: Any) -> int:
-    """Compare by key pointers; a pointer missing on one side orders before any value."""
-    for ptr in key:
+def compare_key(key: Sequence[str], a: Any, b: Any, orders: Sequence = ()) -> int:
+    """Compare by key pointers; a pointer missing on one side orders before any value.
+    ``orders``: per pointer, the comparison of its values (default :func:`compare`)."""
+    for i, ptr in enumerate(key):
         x, y = query(a, ptr), query(b, ptr)
         if x is _MISSING and y is _MISSING:
             continue
@@ -117,7 +141,7 @@ def compare_key(key: Sequence[str], a: Any, b: Any) -> int:
             return -1
         if y is _MISSING:
             return 1
-        c = compare(x, y)
+        c = (orders[i] if i < len(orders) else compare)(x, y)
         if c:
             return c
     return 0
@@ -169,7 +193,12 @@ class Reducer:
         return out
 
     def _minmax(self, app: list, ann: Annotation, lhs: Any, rhs: Any, ptr: str) -> Any:
-        c = compare_key(ann.key, lhs, rhs) if ann.key else compare(lhs, rhs)
+        if ann.key:
+            c = compare_key(ann.key, lhs, rhs, self._key_orders(app, ann.key, rhs))
+        elif is_date_time_location(app):
+            c = compare_date_time(lhs, rhs)
+        else:
+            c = compare(lhs, rhs)
         if ann.strategy == "maximize":
             c = -c
         if c < 0:
@@ -177,6 +206,24 @@ class Reducer:
         if c > 0 or not ann.key:
             return rhs
         return self._merge(app, (), lhs, rhs, ptr, ann.strategy)
+
+    def _key_orders(self, app: list, key: Sequence[str], rhs: Any) -> list:
+        """Per key pointer of a keyed ``minimize`` / ``maximize``: :func:`compare_date_time`
+        where the schema at the pointer (below the location, for the right-hand value) says
+        ``format: date-time``, else :func:`compare`."""
+        out = []
+        for ptr in key:
+            schemas, inst = app, rhs
+            for token in pointer_tokens(ptr):
+                if isinstance(inst, list) and token.isdigit():
+                    subs = SchemaIndex.item_schemas(schemas, int(token))
+                    inst = inst[int(token)] if int(token) < len(inst) else None
+                else:
+                    subs = SchemaIndex.property_schemas(schemas, token)
+                    inst = inst.get(token) if isinstance(inst, dict) else None
+                schemas = self.index.applicable(subs, inst)
+            out.append(compare_date_time if is_date_time_location(schemas) else compare)
+        return out
 
     @staticmethod
     def _append(lhs: Any, rhs: Any, ptr: str) -> Any:

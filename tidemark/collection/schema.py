@@ -106,9 +106,9 @@ class SchemaIndex:
 
     def _slow_validator(self, schema: Any):
         if self._base is None:
-            from jsonschema import Draft202012Validator
+            from tidemark.collection.validate import slow_validator
 
-            self._base = Draft202012Validator(self.root if isinstance(self.root, dict) else {})
+            self._base = slow_validator(self.root if isinstance(self.root, dict) else {})
         return self._base.evolve(schema=schema)
 
     @staticmethod
@@ -117,14 +117,12 @@ class SchemaIndex:
         only keywords the two packages read alike (see :mod:`tidemark.collection.validate`);
         None otherwise.  Conditions (``if``, ``anyOf``, ``oneOf``) are evaluated for every
         document reduced, so this is where a schema with a deletion condition spends its time."""
-        from tidemark.collection.validate import fast_validation_applies
+        from tidemark.collection.validate import fast_validation_applies, fast_validator
 
         if not isinstance(schema, dict) or not fast_validation_applies(schema, standalone=True):
             return None
         try:
-            import jsonschema_rs
-
-            return jsonschema_rs.Draft202012Validator(schema, validate_formats=False)
+            return fast_validator(schema)
         except Exception:  # a subschema it does not take
             return None
 

@@ -6,6 +6,11 @@ document it does not call valid, and every schema that uses a keyword the two co
 differently (:data:`PYTHON_ONLY_KEYWORDS`).  Violations are always ``jsonschema``'s: short
 human-readable strings that start with the JSON pointer of the offending location:
 ``/total: 'x' is not of type 'number'``.
+
+Both validators assert the formats of :mod:`tidemark.collection.formats` (``date-time``,
+``date``, ``time``, ``uuid``, ``email``, ``ipv4``, ``ipv6``) with the same Python functions,
+and treat every other ``format`` as an annotation: build them with :func:`slow_validator`
+and :func:`fast_validator`, never directly.
 """
 
 from __future__ import annotations
@@ -107,6 +112,25 @@ def fast_validation_applies(schema: Any, standalone: bool = False) -> bool:
     return True
 
 
+def slow_validator(schema: Any):
+    """A ``jsonschema`` validator of ``schema`` (draft 2020-12) asserting tidemark's formats."""
+    from jsonschema import Draft202012Validator
+
+    from tidemark.collection.formats import format_checker
+
+    return Draft202012Validator(schema, format_checker=format_checker())
+
+
+def fast_validator(schema: Any):
+    """A ``jsonschema-rs`` validator of ``schema`` asserting tidemark's formats (raises if it
+    does not take the schema)."""
+    import jsonschema_rs
+
+    from tidemark.collection.formats import rs_formats
+
+    return jsonschema_rs.Draft202012Validator(schema, formats=rs_formats(schema), validate_formats=True)
+
+
 class Validator:
     """A compiled JSON Schema validator; picklable (compiled lazily per process)."""
 
@@ -124,9 +148,7 @@ class Validator:
     @property
     def compiled(self):
         if self._v is None:
-            from jsonschema import Draft202012Validator
-
-            self._v = Draft202012Validator(self.schema)
+            self._v = slow_validator(self.schema)
         return self._v
 
     @property
@@ -136,9 +158,7 @@ class Validator:
             self._fast = False
             if fast_validation_applies(self.schema):
                 try:
-                    import jsonschema_rs
-
-                    self._fast = jsonschema_rs.Draft202012Validator(self.schema, validate_formats=False)
+                    self._fast = fast_validator(self.schema)
                 except Exception:  # a schema it does not take: jsonschema alone
                     self._fast = False
         return self._fast

@@ -7,7 +7,8 @@ maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
 * scalars (``string``, ``integer``, ``number``, ``boolean``) reduced with
   ``lastWriteWins`` / ``firstWriteWins`` (``max_by`` / ``min_by`` of the source order),
   ``sum`` (``try_sum`` for integers; an ordered fold for numbers, so replays are
-  bit-identical), ``minimize`` / ``maximize`` without a key (``min`` / ``max``);
+  bit-identical), ``minimize`` / ``maximize`` without a key (``min`` / ``max``; of a
+  ``format: date-time`` string, ``max_by`` of the text over :func:`instant_order`);
 * arrays of scalars reduced with ``append`` (ordered ``collect_list`` + ``flatten``);
 * objects or arrays reduced with ``lastWriteWins`` / ``firstWriteWins`` (raw JSON text);
 * maps (``additionalProperties`` of a scalar type) reduced with ``merge``
@@ -15,7 +16,11 @@ maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
 
 Validation keywords compiled natively: ``type``, ``required``, ``enum``, ``minimum`` /
 ``maximum`` (and exclusive forms), ``minLength`` / ``maxLength``,
-``additionalProperties: false``, plus the key's presence and what ``from_json`` forgives
+``additionalProperties: false``, the ``format`` of a string property where it is one of
+:data:`NATIVE_FORMATS` (``date-time``, ``date``, ``time``, ``uuid``, ``ipv4``: the grammar
+and ranges of :mod:`tidemark.collection.formats`, a leap second is a suspect; a property
+with another asserted format, ``email`` or ``ipv6``, is not compiled), plus the key's
+presence and what ``from_json`` forgives
 (``null`` values, content after the document, a non-string read into a string column,
 string array element or string map value, a lone surrogate escape): a document is
 proved free of those by :func:`plain_document`, one scan of the text in the JVM
@@ -39,10 +44,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tidemark.collection.formats import ASSERTED as ASSERTED_FORMATS
+
 SCALARS = ("string", "integer", "number", "boolean")
 ANNOTATIONS = ("title", "description", "format", "examples", "default", "$comment", "reduce")
 SCALAR_KEYWORDS = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                    "minLength", "maxLength") + ANNOTATIONS
+# Asserted formats that suspect_expr checks natively (the others are not compiled).
+NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4")
+# Digits of a date-time's fraction that the Spark instant order compares (trailing zeros
+# aside); a minimized / maximized date-time with more is a suspect.
+FRACTION_DIGITS = 18
 ROOT_KEYWORDS = ("type", "properties", "required", "additionalProperties", "$schema", "$id", "$defs") + ANNOTATIONS
 
 
@@ -126,6 +138,9 @@ def _field(name: str, sub: Any) -> Optional[FieldPlan]:
             return None
         if "enum" in sub and not all(_json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]):
             return None
+        fmt = sub.get("format")
+        if t == "string" and fmt in ASSERTED_FORMATS and fmt not in NATIVE_FORMATS:
+            return None  # checked in Python only
         return FieldPlan(name, "scalar", t, strategy, sub)
     if t == "array":
         if set(sub) - {"type", "items"} - set(ANNOTATIONS):
@@ -402,6 +417,115 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
     return F.coalesce(out, F.lit(False))
 
 
+# ----------------------------------------------------------------------------- formats
+# The grammar of tidemark.collection.formats as Java regular expressions (``\z``: the very
+# end; ``$`` would also match before a final line break).
+_FORMAT_SHAPES = {
+    "date-time": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})\z",
+    "date": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\z",
+    "time": r"^[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})\z",
+    "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\z",
+    "ipv4": r"^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}\z",
+}
+
+
+def is_date_time_field(f: FieldPlan) -> bool:
+    return f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time"
+
+
+def _num(c, start: int, length: int):
+    from pyspark.sql import functions as F
+
+    return F.substring(c, start, length).try_cast("int")
+
+
+def _date_ok(y, m, d):
+    from pyspark.sql import functions as F
+
+    leap = ((y % 4) == 0) & (((y % 100) != 0) | ((y % 400) == 0))
+    days = (F.when(m == 2, F.when(leap, F.lit(29)).otherwise(F.lit(28)))
+            .when(m.isin(4, 6, 9, 11), F.lit(30)).otherwise(F.lit(31)))
+    return (m >= 1) & (m <= 12) & (d >= 1) & (d <= days)
+
+
+def _time_parts(c, start: int):
+    """Hour, minute, second, the offset's sign / hours / minutes (null for ``Z``) and the
+    fraction's digits (empty if none) of a ``full-time`` that starts at ``start`` and runs
+    to the end of ``c`` (whose shape was checked)."""
+    from pyspark.sql import functions as F
+
+    zulu = F.upper(F.substring(c, -1, 1)) == F.lit("Z")
+    return {"hour": _num(c, start, 2), "minute": _num(c, start + 3, 2), "second": _num(c, start + 6, 2),
+            "sign": F.when(~zulu, F.when(F.substring(c, -6, 1) == F.lit("-"), F.lit(-1)).otherwise(F.lit(1))),
+            "offset_hour": F.when(~zulu, F.substring(c, -5, 2).try_cast("int")),
+            "offset_minute": F.when(~zulu, F.substring(c, -2, 2).try_cast("int")),
+            "fraction": F.regexp_replace(F.regexp_extract(c, r"^[^.]*\.([0-9]+)", 1), r"0+\z", "")}
+
+
+def _time_ok(t):
+    """A full-time's ranges; a leap second (``:60``) is not proved (a suspect)."""
+    from pyspark.sql import functions as F
+
+    offset_ok = F.coalesce((t["offset_hour"] <= 23) & (t["offset_minute"] <= 59), F.lit(True))
+    return (t["hour"] <= 23) & (t["minute"] <= 59) & (t["second"] <= 59) & offset_ok
+
+
+def _date_time_parts(c):
+    parts = _time_parts(c, 12)
+    parts.update(year=_num(c, 1, 4), month=_num(c, 6, 2), day=_num(c, 9, 2))
+    return parts
+
+
+def format_ok(c, fmt: str):
+    """True where the string ``c`` provably has the format (:mod:`tidemark.collection.formats`);
+    false or null where it may not (the document is then a suspect)."""
+    from pyspark.sql import functions as F
+
+    shape = c.rlike(_FORMAT_SHAPES[fmt])
+    if fmt == "date":
+        return shape & _date_ok(_num(c, 1, 4), _num(c, 6, 2), _num(c, 9, 2))
+    if fmt == "time":
+        return shape & _time_ok(_time_parts(c, 1))
+    if fmt == "date-time":
+        p = _date_time_parts(c)
+        return shape & _date_ok(p["year"], p["month"], p["day"]) & _time_ok(p)
+    return shape
+
+
+def _days_from_civil(y, m, d):
+    """:func:`tidemark.collection.formats.days_from_civil` as a Spark expression (long)."""
+    from pyspark.sql import functions as F
+
+    def fdiv(a, b: int):
+        return F.floor(a / F.lit(b)).cast("long")
+
+    y2 = (y - F.when(m <= 2, F.lit(1)).otherwise(F.lit(0))).cast("long")
+    era = fdiv(y2, 400)
+    yoe = y2 - era * 400
+    doy = fdiv(F.lit(153) * (m + F.when(m > 2, F.lit(-3)).otherwise(F.lit(9))) + 2, 5) + d - 1
+    doe = yoe * 365 + fdiv(yoe, 4) - fdiv(yoe, 100) + doy
+    return era * 146097 + doe - 719468
+
+
+def instant_order(c, maximize: bool):
+    """A struct that orders valid date-times (no leap second, at most
+    :data:`FRACTION_DIGITS` fraction digits: the others are suspects) by the instant they name,
+    ascending for ``maximize`` and descending for ``minimize`` (so that ``max_by`` over it and
+    the source order picks the rightmost of the extreme values, as the Python reducer does):
+    the seconds since the epoch with the offset applied, then the fraction's digits padded to
+    a fixed width."""
+    from pyspark.sql import functions as F
+
+    p = _date_time_parts(c)
+    offset = F.coalesce(p["sign"] * (p["offset_hour"] * 60 + p["offset_minute"]), F.lit(0))
+    seconds = (_days_from_civil(p["year"], p["month"], p["day"]) * 86400 + p["hour"] * 3600
+               + p["minute"] * 60 + p["second"] - offset * 60)
+    fraction = F.rpad(p["fraction"], FRACTION_DIGITS, "0")
+    if maximize:
+        return F.struct(seconds.alias("s"), fraction.alias("f"))
+    return F.struct((-seconds).alias("s"), F.translate(fraction, "0123456789", "9876543210").alias("f"))
+
+
 def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
     """True for every document native validation cannot prove valid (``plain``: the column
     of :func:`plain_document`, computed once per row by the caller).
@@ -448,6 +572,10 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
                 conds.append(F.char_length(c) < F.lit(s["minLength"]))
             if "maxLength" in s:
                 conds.append(F.char_length(c) > F.lit(s["maxLength"]))
+            if f.type == "string" and s.get("format") in NATIVE_FORMATS:
+                conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
+                if s["format"] == "date-time" and f.strategy in ("minimize", "maximize"):
+                    conds.append(F.length(_date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type
     out = conds[0]
@@ -532,6 +660,9 @@ def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=Non
             aggs.append(F.aggregate(_sorted_values(c, ord_col), F.lit(0.0), lambda acc, x: acc + x["v"]).alias(v))
             errors.append(F.when(present & (F.isnan(F.col(v)) | (F.abs(F.col(v)) == F.lit(float("inf")))), F.lit(
                 f"/{f.name}: 'sum' overflowed: the result is not a finite number")))
+        elif f.strategy in ("minimize", "maximize") and is_date_time_field(f):
+            aggs.append(F.max_by(c, F.when(c.isNotNull(), F.struct(
+                instant_order(c, f.strategy == "maximize"), ord_col))).alias(v))
         elif f.strategy == "minimize":
             aggs.append(F.min(c).alias(v))
         elif f.strategy == "maximize":
