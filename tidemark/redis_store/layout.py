@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from tidemark.collection.keys import compact_json, key_json

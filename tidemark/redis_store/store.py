@@ -14,7 +14,7 @@ messages beyond ``Range`` and keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field as dc_field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Sequence
 
 from tidemark.drivers.base import CheckpointRow, chunked
 from tidemark.drivers.sql import dumps, fenced_off, redact
@@ -171,7 +171,10 @@ class RedisStore:
             def body(part=part) -> None:
                 pipe = self.client.pipeline(transaction=False)
                 for op, key, value in part:
-                    pipe.set(key, value) if op == "set" else pipe.delete(key)
+                    if op == "set":
+                        pipe.set(key, value)
+                    else:
+                        pipe.delete(key)
                 pipe.execute()
 
             self._run(body, f"write {len(part)} commands")
