@@ -10,6 +10,7 @@
     ├── DriverError               errors raised by a driver, translated at the boundary
     │   ├── EndpointUnavailable   (Transient) connection refused, timeout, serialization failure
     │   ├── AuthenticationFailed  (Terminal) wrong credentials (never includes them)
+    │   ├── EndpointRefused       (Terminal) the endpoint answered and refused the request (HTTP 4xx, a limit)
     │   ├── FencedOff             (Terminal) a newer session owns this key range
     │   ├── IncompatibleSchema    (Terminal) Validate refused a binding change
     │   └── DriverProgramError    (Terminal) an external driver program crashed, hung or broke the wire form
@@ -101,6 +102,12 @@ class EndpointUnavailable(DriverError, Transient):
 
 class AuthenticationFailed(DriverError, Terminal):
     """The endpoint refused the credentials. The message never contains them."""
+
+
+class EndpointRefused(DriverError, Terminal):
+    """The endpoint answered and refused the request (e.g. an HTTP 4xx other than 408/429),
+    or the request is beyond a limit of the endpoint.  The message names the endpoint
+    without credentials and what was refused."""
 
 
 class FencedOff(DriverError, Terminal):

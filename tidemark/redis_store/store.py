@@ -1,0 +1,232 @@
+"""A Redis endpoint as a library: open a range, load, commit (exactly-once) or write
+(at-least-once).  The driver classes build on this; it knows nothing of the protocol's
+messages beyond ``Range`` and keys.
+
+::
+
+    store = RedisStore(RedisConfig.from_config({"url": "redis://127.0.0.1:6379/0"}))
+    fence = store.open_range("view", Range())           # bumps fences, inherits a checkpoint
+    docs = store.load("orders:", [("c1",), ("c2",)])    # {key: doc} for keys that exist
+    store.commit(fence, {"batch_id": 7, ...},
+                 upserts=[("orders:", ("c1",), {...})], deletes=[("orders:", ("c2",))])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field as dc_field
+from typing import Any, Iterable, Sequence
+
+from tidemark.drivers.base import CheckpointRow, chunked
+from tidemark.drivers.sql import dumps, fenced_off, redact
+from tidemark.errors import EndpointRefused, FencedOff, SpecError
+from tidemark.jsontext import loads
+from tidemark.policy import DEFAULT_POLICY, RetryPolicy
+from tidemark.protocol.messages import Doc, Key, Range
+from tidemark.redis_store import connection, fences
+from tidemark.redis_store.layout import (
+    CHECKPOINT, DEFAULT_NAMESPACE, FENCE, checkpoints_key, data_key, encode_doc, field, glob_escape,
+)
+from tidemark.redis_store.persistence import Persistence, read_persistence
+from tidemark.redis_store.script import COMMIT_LUA
+
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """``endpoint: {redis: {url: …, mode: exactly-once | at-least-once, namespace: "tidemark:",
+    load_chunk: 1000, write_chunk: 1000, max_commit_bytes: 536870912, retry: {…}}}``."""
+
+    url: str
+    mode: str = EXACTLY_ONCE
+    namespace: str = DEFAULT_NAMESPACE  # where tidemark's own keys live
+    load_chunk: int = 1000  # keys per MGET
+    write_chunk: int = 1000  # commands per pipeline round trip (at-least-once writes)
+    max_commit_bytes: int = 512 * 1024 * 1024  # one commit script's payload, at most
+    policy: RetryPolicy = dc_field(default=DEFAULT_POLICY)
+
+    @staticmethod
+    def from_config(config: dict) -> "RedisConfig":
+        if not isinstance(config, dict) or not isinstance(config.get("url"), str):
+            raise SpecError("endpoint redis: needs {url: redis://HOST:PORT/DB}")
+        known = {"url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes", "retry"}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise SpecError(f"endpoint redis: unknown setting(s) {unknown} (known: {sorted(known)})")
+        mode = config.get("mode", EXACTLY_ONCE)
+        if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise SpecError(f"endpoint redis: mode must be {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}, got {mode!r}")
+        ints = {}
+        for k in ("load_chunk", "write_chunk", "max_commit_bytes"):
+            if k in config:
+                try:
+                    ints[k] = int(config[k])
+                except (TypeError, ValueError):
+                    raise SpecError(f"endpoint redis: {k} must be an integer, got {config[k]!r}") from None
+                if ints[k] < 1:
+                    raise SpecError(f"endpoint redis: {k} must be >= 1")
+        namespace = config.get("namespace", DEFAULT_NAMESPACE)
+        if not isinstance(namespace, str):
+            raise SpecError("endpoint redis: namespace must be a string")
+        return RedisConfig(config["url"], mode, namespace, policy=RetryPolicy.from_config(config.get("retry")), **ints)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.mode == EXACTLY_ONCE
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a commit wrote: documents set, keys deleted, the payload's size."""
+
+    upserts: int
+    deletes: int
+    bytes: int
+
+
+class RedisStore:
+    """One Redis endpoint. Not shared between threads (one per shard session is cheap)."""
+
+    def __init__(self, config: RedisConfig, client=None):
+        self.config = config
+        self.client = client if client is not None else connection.connect(config.url, config.policy)
+        self._commit = self.client.register_script(COMMIT_LUA)  # EVALSHA; loads it on NOSCRIPT
+
+    def _run(self, fn, what: str):
+        return connection.run(fn, self.config.url, what, self.config.policy)
+
+    # -------------------------------------------------------------- open
+    def open_range(self, materialization: str, rng: Range) -> fences.RangeFence:
+        """Bump the fence of every range overlapping ``rng`` and return the opened range's
+        fence and inherited checkpoint (see :mod:`tidemark.redis_store.fences`).  In
+        at-least-once mode there are no fences: fence 0, checkpoint None, nothing written."""
+        if not self.config.exactly_once:
+            return fences.RangeFence(materialization, rng, 0, None)
+        return self._run(lambda: fences.open_range(self.client, self.config.namespace, materialization, rng),
+                         f"open {materialization} {rng.name}")
+
+    # -------------------------------------------------------------- load
+    def load(self, prefix: str, keys: Sequence[Key]) -> dict[Key, Doc]:
+        """The documents of ``keys`` that exist, ``{key: doc}``: one ``MGET`` per
+        ``load_chunk`` keys, all chunks of a call in one pipelined round trip."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        encoded = [data_key(prefix, k) for k in keys]
+
+        def body() -> list:
+            pipe = self.client.pipeline(transaction=False)
+            for part in chunked(encoded, self.config.load_chunk):
+                pipe.mget(part)
+            return [v for values in pipe.execute() for v in values]
+
+        values = self._run(body, f"load {len(keys)} keys under {prefix!r}")
+        return {k: loads(v) for k, v in zip(keys, values) if v is not None}
+
+    # ------------------------------------------------------------ commit
+    def commit(self, fence: fences.RangeFence, checkpoint: dict,
+               upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = ()) -> Committed:
+        """Write ``upserts`` (``(prefix, key, doc)``), delete ``deletes`` (``(prefix, key)``)
+        and set the range's checkpoint, in one script, only while ``fence`` is current.
+
+        Step 1: encode everything; refuse a payload above ``max_commit_bytes``.
+        Step 2: ``EVALSHA`` the commit script (``EVAL`` once if the server lost it).
+        Step 3: the script answered "fenced": raise FencedOff; nothing was written.
+
+        Safe to call twice for one batch: a retry after a lost reply writes the same values."""
+        if not self.config.exactly_once:
+            raise SpecError("endpoint redis: commit() needs mode exactly-once; at-least-once uses write()")
+        cp_text = dumps(checkpoint)
+        up_keys, up_vals = [], []
+        for prefix, key, doc in upserts:  # Step 1
+            up_keys.append(data_key(prefix, key))
+            up_vals.append(encode_doc(doc))
+        del_keys = [data_key(prefix, key) for prefix, key in deletes]
+        size = sum(map(len, up_keys)) + sum(map(len, up_vals)) + sum(map(len, del_keys)) + len(cp_text)
+        if size > self.config.max_commit_bytes:
+            raise EndpointRefused(
+                f"redis {redact(self.config.url)}: commit of range {fence.range.name} is {size} bytes, above "
+                f"max_commit_bytes ({self.config.max_commit_bytes}); one commit is one atomic script and cannot be "
+                "split: use more shards or smaller batches (or raise max_commit_bytes and the server's "
+                "client-query-buffer-limit)")
+        hkey = checkpoints_key(self.config.namespace, fence.materialization)
+        keys = [hkey, *up_keys, *del_keys]
+        args = [field(fence.range, FENCE), str(fence.fence), field(fence.range, CHECKPOINT), cp_text,
+                len(up_keys), *up_vals]
+        ok, current = self._run(lambda: self._commit(keys=keys, args=args),  # Step 2
+                                f"commit {fence.materialization} {fence.range.name}")
+        if not ok:  # Step 3
+            raise _fenced(fence, current)
+        return Committed(len(up_keys), len(del_keys), size)
+
+    # ----------------------------------------------------- at-least-once
+    def write(self, upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = ()) -> int:
+        """At-least-once: ``SET``/``DEL`` in pipelines of ``write_chunk`` commands, no fence,
+        no checkpoint.  A crash may leave some of a batch written; its replay writes it again
+        (a ``sum`` then counts twice; last-write-wins documents come out right).  Returns the
+        number of commands sent."""
+        ops = [("set", data_key(p, k), encode_doc(d)) for p, k, d in upserts]
+        ops += [("del", data_key(p, k), None) for p, k in deletes]
+        for part in chunked(ops, self.config.write_chunk):
+            def body(part=part) -> None:
+                pipe = self.client.pipeline(transaction=False)
+                for op, key, value in part:
+                    if op == "set":
+                        pipe.set(key, value)
+                    else:
+                        pipe.delete(key)
+                pipe.execute()
+
+            self._run(body, f"write {len(part)} commands")
+        return len(ops)
+
+    # -------------------------------------------------------- inspection
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        states = self._run(lambda: fences.read_states(self.client, self.config.namespace, materialization),
+                           f"read checkpoints of {materialization}")
+        return [CheckpointRow(materialization, s.range, s.fence, s.checkpoint) for s in states]
+
+    def dump(self, prefix: str) -> dict[Key, Doc]:
+        """Every document under ``prefix`` (SCAN; for tests and the conformance kit)."""
+        from tidemark.collection.keys import key_from_json
+
+        def body() -> dict:
+            out = {}
+            for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
+                for k, v in zip(part, self.client.mget(part)):
+                    if v is not None:
+                        out[key_from_json(k.decode()[len(prefix):])] = loads(v)
+            return out
+
+        return self._run(body, f"dump {prefix!r}")
+
+    def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
+        """Delete the bindings' documents and the materialization's checkpoints hash."""
+        done = []
+
+        def body() -> None:
+            for prefix in prefixes:
+                n = 0
+                for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
+                    n += self.client.delete(*part)
+                done.append(f"deleted {n} documents under {prefix!r}")
+            if self.client.delete(checkpoints_key(self.config.namespace, materialization)):
+                done.append(f"deleted the checkpoints of {materialization!r}")
+
+        self._run(body, f"drop {materialization}")
+        return done
+
+    def persistence(self) -> Persistence:
+        """The server's persistence settings (see :mod:`tidemark.redis_store.persistence`)."""
+        return read_persistence(self.client)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _fenced(fence: fences.RangeFence, current: Any) -> FencedOff:
+    current = current.decode() if isinstance(current, bytes) else current
+    if not current:
+        return FencedOff(f"materialization {fence.materialization!r} range {fence.range.name}: its fence is gone "
+                         "from the endpoint (the view was dropped or reset); nothing of this commit was written")
+    return fenced_off(fence.materialization, fence.range, fence.fence)
