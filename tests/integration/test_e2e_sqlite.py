@@ -176,3 +176,21 @@ def test_the_reset_marker_of_a_delete_then_re_add_is_never_stored(spark, tmp_pat
     con.close()
     assert stored["c1"]["amount"] == 5 and "_meta" not in stored["c1"], stored
     assert normalize(stored) == oracle_orders(data)
+
+
+def test_an_apply_per_shard_endpoint_holds_the_last_batch_when_the_stream_stops(spark, tmp_path):
+    """``idempotent-apply-shard``: each shard stages, and the staged work is applied by an
+    Acknowledge. The last batch of a run is acknowledged by the coordinator right after the
+    recovery log (not only when a next batch's sessions open), so the view is complete when
+    the run stops."""
+    import json
+
+    data, mem = tmp_path / "data", tmp_path / "memory.json"
+    write_orders(data, files=2, per_file=120, customers=30, seed=12, deletes=0.05)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2,
+                       endpoint={"memory": {"pattern": "idempotent-apply-shard", "path": str(mem)}})
+    reports, _ = run(spark, spec)
+    assert [r.batch_id for r in reports] == [0, 1]
+    views = json.loads(mem.read_text())["mats"]["view"]["views"]
+    [view] = views.values()
+    assert normalize({d["customer"]: d for d in view.values()}) == oracle_orders(data)

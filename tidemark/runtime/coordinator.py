@@ -27,7 +27,8 @@ Step 1. The layout: what N started with (its intent), else the configured shard 
         recorded before any shard runs, so a re-run of N uses the same ranges.
 Step 2. (the adapter runs the shard sessions)
 Step 3. Merge the shards' driver-checkpoint updates and append N to the recovery log.
-Step 4. Coordinator Acknowledge for drivers that apply after commit.
+Step 4. Acknowledge for drivers that apply after commit: once on the coordinator, or (apply
+        per shard) a session per range that only acknowledges.
 Step 5. Return: Spark writes ``commits/N``.
 
 Every refusal is a :class:`~tidemark.errors.RecoveryError` that says what differs and what
@@ -43,7 +44,7 @@ from typing import Any, Optional, Sequence
 from tidemark.drivers.base import CommitPattern, Driver, Position
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
-from tidemark.protocol.messages import Apply, BindingSpec, Range, Validate
+from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 
@@ -287,9 +288,25 @@ class Coordinator:
         return entry
 
     def acknowledge(self, entry: LogEntry) -> None:
-        if self.caps.commit_pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+        """Apply what batch ``entry`` staged (idempotent; run after the log append and again
+        at start-up).  ``idempotent-apply-coordinator``: once, over all shards.
+        ``idempotent-apply-shard``: a session per range of the batch's layout, Opened and
+        Acknowledged at once, so that the last batch of a stream that stops is applied too
+        (not only when a next batch's sessions acknowledge it)."""
+        pattern = self.caps.commit_pattern
+        if pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
             self.driver.coordinator_acknowledge(self.name, entry.driver_checkpoint, entry.runtime_checkpoint,
                                                 self.bindings)
+            fault_point("after_apply")
+        elif pattern is CommitPattern.IDEMPOTENT_APPLY_SHARD:
+            for b, e in entry.layout:
+                transactor, _opened = self.driver.open(Open(self.name, self.version, Range(b, e),
+                                                            state=entry.driver_checkpoint, config=self.driver_config,
+                                                            bindings=self.bindings))
+                try:
+                    transactor.acknowledge(Acknowledge(state=entry.driver_checkpoint))
+                finally:
+                    transactor.close()
             fault_point("after_apply")
 
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tidemark.errors import RecoveryError
+from tidemark.runtime.recovery_log import filesystem
 from tidemark.protocol.messages import Range
 from tidemark.store.db import batch_of
 from tidemark.store.iters import bounded, live, merge
@@ -52,14 +53,6 @@ class Ref:
     batch: int
     digest: str
     path: str
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    if uri.startswith("file://"):
-        return pafs.LocalFileSystem(), uri[len("file://"):]
-    return pafs.FileSystem.from_uri(uri)
 
 
 class Changelog:
