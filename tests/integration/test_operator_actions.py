@@ -314,3 +314,23 @@ def test_two_jobs_from_python_on_one_schema_each_own_their_view(spark, tmp_path,
         assert len(names) == 2
         job2 = sorted(names)[1] if sorted(names)[1].startswith("customers2") else sorted(names)[0]
         assert [r for r in after if r[0] == job2] == [r for r in before if r[0] == job2]
+
+
+def test_a_second_materialization_on_the_same_table_is_refused(spark, tmp_path, ep):
+    """Another job (another name, its own checkpoint) pointed at a table this view writes is
+    refused before it writes anything; the first view stays as it was."""
+    data = tmp_path / "data"
+    write_orders(data, files=1, per_file=80, customers=40, seed=11)
+    run(spark, write_spec(tmp_path, data, ep))
+    expected = oracle_orders(data)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    spec = yaml.safe_load((tmp_path / "spec.yaml").read_text())
+    spec["materializations"] = {"intruder": spec["materializations"]["view"]}
+    spec["checkpoint"] = str(other / "checkpoints")
+    (other / "spec.yaml").write_text(yaml.safe_dump(spec))
+    before = ep.positions()
+    with pytest.raises(RecoveryError, match="is written by materialization 'view'.*Nothing was changed"):
+        run(spark, str(other / "spec.yaml"))
+    assert ep.view() == expected and ep.positions() == before

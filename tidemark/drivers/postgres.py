@@ -37,7 +37,8 @@ import orjson  # 3-5x faster JSON for Store (a core dependency of tidemark)
 from tidemark import jsontext
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
-    BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT,
+    BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, RESOURCES_TABLE,
+    ROW_ID_COLUMN, TEXT, claim_resource, owner_positions, resources_ddl,
     TIMESTAMP, CheckpointState, Column, TableModel, check_columns, dumps, fenced_off, load_checkpoint, plan_open,
     quarantine_rows, quote_ident as q, redact,
 )
@@ -301,6 +302,7 @@ class PostgresDriver(Driver):
         self._con: Optional[psycopg.Connection] = None
         self.ck = f"{q(self.settings.schema)}.{q(CHECKPOINTS_TABLE)}"
         self.qt = f"{q(self.settings.schema)}.{q(QUARANTINE_TABLE)}"
+        self.rt = f"{q(self.settings.schema)}.{q(RESOURCES_TABLE)}"
 
     def __repr__(self) -> str:
         return f"PostgresDriver({self.settings!r})"
@@ -359,8 +361,9 @@ class PostgresDriver(Driver):
     def ensure_tables(self, con: psycopg.Connection) -> None:
         """The schema, checkpoints and quarantine tables (serialized: concurrent DDL races)."""
         schema = self.settings.schema
-        found = con.execute("SELECT to_regclass(%s), to_regclass(%s)", (self.ck, self.qt)).fetchone()
-        if found and found[0] and found[1]:
+        found = con.execute("SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)",
+                            (self.ck, self.qt, self.rt)).fetchone()
+        if found and all(found):
             return
         with con.transaction():
             con.execute("SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))")
@@ -370,6 +373,7 @@ class PostgresDriver(Driver):
                 "key_end bigint NOT NULL, fence bigint NOT NULL, checkpoint jsonb, "
                 "PRIMARY KEY (materialization, key_begin, key_end))"
             )
+            con.execute(resources_ddl(self.rt))
             con.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.qt} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
                 "materialization text NOT NULL, batch_id bigint, location text, key_json text, reason text NOT NULL, "
@@ -486,6 +490,10 @@ class PostgresDriver(Driver):
                             con.execute(f"ALTER TABLE {model.ident} " + ", ".join(
                                 f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name], con)}"
                                 for col, _ in widened))
+                if not req.dry_run and req.checkpoint_id:
+                    for b in req.bindings:
+                        claim_resource(con.execute, "%s", self.rt, self.model(b).display, req.materialization,
+                                       req.checkpoint_id)
             return actions
 
         created: list[tuple] = []
@@ -559,6 +567,10 @@ class PostgresDriver(Driver):
                     if con.execute("SELECT to_regclass(%s)", (model.ident,)).fetchone()[0]:
                         con.execute(f"DROP TABLE {model.ident}")
                         done.append(f"dropped table {model.display}")
+                if con.execute("SELECT to_regclass(%s)", (self.rt,)).fetchone()[0]:
+                    for model in models:
+                        con.execute(f"DELETE FROM {self.rt} WHERE resource = %s AND materialization = %s",
+                                    (model.display, materialization))
                 for table, what in ((self.ck, "checkpoint rows"), (self.qt, "quarantine rows")):
                     if con.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]:
                         n = con.execute(f"DELETE FROM {table} WHERE materialization = %s", (materialization,)).rowcount
@@ -567,6 +579,16 @@ class PostgresDriver(Driver):
             return done
 
         return self.run(body, "drop")
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
+        def body():
+            if not self.con.execute("SELECT to_regclass(%s)", (self.rt,)).fetchone()[0]:
+                return []
+            return self.con.execute(f"SELECT resource, materialization, checkpoint_id FROM {self.rt}").fetchall()
+
+        rows = self.run(body, "positions")
+        return super().positions(materialization, bindings) + owner_positions(
+            rows, materialization, bindings, lambda b: self.model(b).display)
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         def body():

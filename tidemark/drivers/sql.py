@@ -34,6 +34,7 @@ from tidemark.protocol.messages import BindingSpec, Field, Range
 
 CHECKPOINTS_TABLE = "tidemark_checkpoints"
 QUARANTINE_TABLE = "tidemark_quarantine"
+RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
 DOCUMENT_COLUMN = "flow_document"
 ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 
@@ -271,6 +272,42 @@ def load_checkpoint(text: Any) -> Optional[dict]:
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode()
     return json.loads(text) if isinstance(text, str) else text
+
+
+# ------------------------------------------------------------------- owners
+
+
+def resources_ddl(table: str) -> str:
+    return (f"CREATE TABLE IF NOT EXISTS {table} (resource TEXT PRIMARY KEY, materialization TEXT NOT NULL, "
+            "checkpoint_id TEXT)")
+
+
+def claim_resource(execute, p: str, table: str, resource: str, materialization: str, checkpoint_id: str) -> None:
+    """Inside Apply's transaction: record that ``materialization`` of tidemark checkpoint
+    ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
+    nobody, is taken); refuse a table another materialization or checkpoint writes.
+    ``execute(sql, params)`` runs a statement, ``p`` is the dialect's placeholder."""
+    row = execute(f"SELECT materialization, checkpoint_id FROM {table} WHERE resource = {p}", (resource,)).fetchone()
+    if row is None:
+        execute(f"INSERT INTO {table} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
+                (resource, materialization, checkpoint_id))
+    elif tuple(row) != (materialization, checkpoint_id):
+        raise RecoveryError(
+            f"table {resource!r} is written by materialization {row[0]!r} of tidemark checkpoint {row[1]}, not by "
+            f"{materialization!r} of checkpoint {checkpoint_id}; give this view its own table. Nothing was changed")
+
+
+def owner_positions(rows, materialization: str, bindings, resource_of) -> list:
+    """Positions of the bindings' tables from ``(resource, materialization, checkpoint_id)`` rows."""
+    from tidemark.drivers.base import Position
+
+    owners = {r[0]: (r[1], r[2]) for r in rows}
+    out = []
+    for b in bindings:
+        owner = owners.get(resource_of(b))
+        if owner is not None:
+            out.append(Position(f"table {resource_of(b)}", owner[0], owner[1], -1, resource=b.resource_path))
+    return out
 
 
 # ------------------------------------------------------------------ quarantine

@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.drivers.sql import (
     BOOLEAN, CHECKPOINTS_TABLE, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN,
-    CheckpointState, TableModel, check_columns, coerce, dumps, fenced_off, load_checkpoint, plan_open,
-    quarantine_rows, quote_ident as q,
+    RESOURCES_TABLE, CheckpointState, TableModel, check_columns, claim_resource, coerce, dumps, fenced_off,
+    load_checkpoint, owner_positions, plan_open, quarantine_rows, quote_ident as q, resources_ddl,
 )
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
@@ -55,6 +55,7 @@ def widens(existing_type: str, col) -> bool:
 
 
 CK = f"main.{q(CHECKPOINTS_TABLE)}"
+RT = f"main.{q(RESOURCES_TABLE)}"
 QT = f"main.{q(QUARANTINE_TABLE)}"
 
 
@@ -118,6 +119,7 @@ class SQLiteDriver(Driver):
                     "key_end INTEGER NOT NULL, fence INTEGER NOT NULL, checkpoint TEXT, "
                     "PRIMARY KEY (materialization, key_begin, key_end))"
                 )
+                con.execute(resources_ddl(RT))
             except BaseException:
                 con.close()
                 raise
@@ -208,6 +210,9 @@ class SQLiteDriver(Driver):
                     actions.append(f"add column {col.name} {sql_type(col.kind)} to {model.display}")
                     if not req.dry_run:
                         con.execute(f"ALTER TABLE {model.ident} ADD COLUMN {q(col.name)} {sql_type(col.kind)}")
+            if not req.dry_run and req.checkpoint_id:
+                for b in req.bindings:
+                    claim_resource(con.execute, "?", RT, self.model(b).name, req.materialization, req.checkpoint_id)
             if not req.dry_run:
                 con.execute(
                     f"CREATE TABLE IF NOT EXISTS {QT} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -251,6 +256,8 @@ class SQLiteDriver(Driver):
                 if self._existing(con, model.name)[0] is not None:
                     con.execute(f"DROP TABLE {model.ident}")
                     done.append(f"dropped table {model.name}")
+            con.executemany(f"DELETE FROM {RT} WHERE resource=? AND materialization=?",
+                            [(m.name, materialization) for m in models])
             n = con.execute(f"DELETE FROM {CK} WHERE materialization=?", (materialization,)).rowcount
             if n:
                 done.append(f"deleted {n} checkpoint rows of {materialization!r}")
@@ -261,6 +268,11 @@ class SQLiteDriver(Driver):
 
         self.transaction(con, body, "drop")
         return done
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
+        rows = self.con.execute(f"SELECT resource, materialization, checkpoint_id FROM {RT}").fetchall()
+        return super().positions(materialization, bindings) + owner_positions(
+            rows, materialization, bindings, lambda b: self.model(b).name)
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         rows = self.con.execute(
