@@ -7,7 +7,6 @@ local[2]); the expected view is computed independently from the input files.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 

@@ -60,7 +60,7 @@ def test_spark_checkpoint_identity(tmp_path):
     a, b, c = cp.identity(0), cp.identity(1), cp.identity(2)
     assert a.query_id == "q-1" and a.offsets == b.offsets != c.offsets  # the batch metadata line is not input
     assert BatchIdentity("q-1", 2, c.offsets).differences(c) == []
-    assert BatchIdentity("q-2", 2, a.offsets).differences(c) == [f"Spark query q-1 vs q-2", f"source offsets {c.offsets} vs {a.offsets}"]
+    assert BatchIdentity("q-2", 2, a.offsets).differences(c) == ["Spark query q-1 vs q-2", f"source offsets {c.offsets} vs {a.offsets}"]
     assert BatchIdentity(None, 2, None).differences(c) == []  # an older tidemark recorded neither
 
 

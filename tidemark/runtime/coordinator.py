@@ -74,6 +74,27 @@ class BatchStart:
     last: Optional[LogEntry] = None
 
 
+def check_position(materialization: str, driver_name: str, place: str, at: int, logged: int, *,
+                   ahead_ok: int = 0, behind_ok: int = 0) -> None:
+    """Refuse a place of the endpoint that holds batch ``at`` (-1: none) when the recovery
+    log's last batch is ``logged``, unless ``logged - behind_ok <= at <= logged + ahead_ok``.
+    Used at start-up (before anything is written) and by every shard session."""
+    if logged - behind_ok <= at <= logged + ahead_ok:
+        return
+    if at < 0:
+        what = "holds no batch of this view (were its tables or checkpoint rows dropped?)"
+    elif at < logged:
+        what = (f"holds batch {at}, older than the recovery log's batch {logged} (restored from an older backup, "
+                "or a lagging replica?)")
+    else:
+        what = (f"holds batch {at}, newer than the recovery log's batch {logged} (was the checkpoint folder "
+                "restored from an older copy?)")
+    raise RecoveryError(
+        f"materialization {materialization!r}: {place} of endpoint {driver_name!r} {what}. Running on would "
+        f"{'lose' if at < logged else 'double-apply or skip'} batches. Restore the endpoint (or the checkpoint "
+        f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed")
+
+
 class Coordinator:
     def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
@@ -87,12 +108,16 @@ class Coordinator:
         self.version = version
         self.shards = shards
         self.strategies = tuple(tuple(s) for s in strategies)
-        self.log = RecoveryLog(checkpoint_location, materialization)
+        self.log = RecoveryLog(checkpoint_location, materialization, create=False)  # created once start-up passes
         self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
         self.checkpoint_location = checkpoint_location
 
     @property
     def checkpoint_id(self) -> str:
+        """This checkpoint's id; the recovery log's folder is created on first use, so a
+        start-up that refuses leaves no new checkpoint folder behind."""
+        if self.log.checkpoint_id is None:
+            self.log.create()
         return self.log.checkpoint_id
 
     # ------------------------------------------------------------------ start-up
@@ -106,7 +131,7 @@ class Coordinator:
         # Step 3
         self.driver.validate(Validate(self.name, self.driver_config, self.bindings))
         dry = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
-                                      dry_run=True, checkpoint_id=self.checkpoint_id))
+                                      dry_run=True, checkpoint_id=self.log.checkpoint_id))
         if last is not None:
             written = {tuple(r) for r in last.resources}
             gone = [r for r in dry.created if tuple(r) in written]
@@ -154,12 +179,7 @@ class Coordinator:
                 "over at batch 0 and tidemark cannot tell which input the view already holds. Restore "
                 f"{spark_dir} from where it was, or start the view over with {reset_hint(self.name)}. "
                 "Nothing was changed")
-        if qid != last.query_id:
-            raise RecoveryError(
-                f"materialization {self.name!r}: Spark's checkpoint {spark_dir} belongs to Spark query {qid}, but "
-                f"the recovery log's batches up to {last.batch_id} came from query {last.query_id} (was Spark's "
-                "checkpoint deleted or replaced?). tidemark cannot tell which input the view already holds. "
-                f"Restore {spark_dir}, or start the view over with {reset_hint(self.name)}. Nothing was changed")
+        self._check_query(qid, last)
 
     def positions(self) -> Optional[list[Position]]:
         return self.driver.positions(self.name, self.bindings)
@@ -168,7 +188,7 @@ class Coordinator:
         positions = self.positions()
         if positions is None:
             return
-        mine = self.checkpoint_id
+        mine = self.log.checkpoint_id  # None: no checkpoint folder yet
         foreign = [p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != self.name)]
         if foreign:
             p = foreign[0]
@@ -207,21 +227,7 @@ class Coordinator:
                     self._compare(p.place, p.batch_id, last, behind_ok=1)
 
     def _compare(self, place: str, at: int, last: LogEntry, *, ahead_ok: int = 0, behind_ok: int = 0) -> None:
-        if last.batch_id - behind_ok <= at <= last.batch_id + ahead_ok:
-            return
-        if at < 0:
-            what = "holds no batch of this view (were its tables or checkpoint rows dropped?)"
-        elif at < last.batch_id:
-            what = (f"holds batch {at}, older than the recovery log's batch {last.batch_id} (restored from an "
-                    "older backup, or a lagging replica?)")
-        else:
-            what = (f"holds batch {at}, newer than the recovery log's batch {last.batch_id} (was the checkpoint "
-                    "folder restored from an older copy?)")
-        raise RecoveryError(
-            f"materialization {self.name!r}: {place} of endpoint {self.driver_name!r} {what}. Running on would "
-            f"{'lose' if at < last.batch_id else 'double-apply or skip'} batches. Restore the endpoint (or the "
-            f"checkpoint folder) to batch {last.batch_id}, or start the view over with {reset_hint(self.name)}. "
-            "Nothing was changed")
+        check_position(self.name, self.driver_name, place, at, last.batch_id, ahead_ok=ahead_ok, behind_ok=behind_ok)
 
     # ------------------------------------------------------------------ per batch
     def identity(self, batch_id: int) -> BatchIdentity:
@@ -232,7 +238,7 @@ class Coordinator:
         last = self.log.last()
         # Step 0
         if last is not None:
-            self._check_query(ident, last)
+            self._check_query(ident.query_id, last)
             if batch_id <= last.batch_id:
                 entry = self.log.get(batch_id)
                 if entry is None:
@@ -259,13 +265,14 @@ class Coordinator:
               **ident.as_checkpoint()}
         return BatchStart(batch_id, False, layout, cp, last)
 
-    def _check_query(self, ident: BatchIdentity, last: LogEntry) -> None:
-        if last.query_id and ident.query_id and last.query_id != ident.query_id:
+    def _check_query(self, query_id: Optional[str], last: LogEntry) -> None:
+        """Spark's query must be the one that wrote the log (at start-up and per batch)."""
+        if last.query_id and query_id and last.query_id != query_id:
             raise RecoveryError(
-                f"materialization {self.name!r}: batch {ident.batch_id} comes from Spark query {ident.query_id}, "
-                f"but the recovery log's batches up to {last.batch_id} came from query {last.query_id} (Spark's "
-                f"checkpoint {self.spark.location} was deleted or replaced). Restore it, or start over with "
-                f"{reset_hint(self.name)}. Nothing was changed")
+                f"materialization {self.name!r}: Spark's checkpoint {self.spark.location} belongs to Spark query "
+                f"{query_id}, but the recovery log's batches up to {last.batch_id} came from query {last.query_id} "
+                "(was Spark's checkpoint deleted or replaced?). tidemark cannot tell which input the view already "
+                f"holds. Restore it, or start the view over with {reset_hint(self.name)}. Nothing was changed")
 
     def layout_for(self, batch_id: int) -> list[list[int]]:
         """The layout of batch N: what it started with, else the configured shard count."""
@@ -310,4 +317,4 @@ class Coordinator:
             fault_point("after_apply")
 
 
-__all__ = ["Coordinator", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint"]
+__all__ = ["Coordinator", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint", "check_position"]

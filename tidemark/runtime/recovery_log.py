@@ -90,11 +90,16 @@ class RecoveryLog:
         self.keep = keep
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
         self._object_store = self.fs.type_name in OBJECT_STORES
-        if create:
-            self.fs.create_dir(self.root + "/log", recursive=True)
-            self.fs.create_dir(self.root + "/intent", recursive=True)
-        meta = self._meta(create)
+        meta = self._meta(False)
         self.checkpoint_id: Optional[str] = meta["checkpoint_id"] if meta else None
+        if create:
+            self.create()
+
+    def create(self) -> None:
+        """Create the log's folders and identity (once; a no-op when they exist)."""
+        self.fs.create_dir(self.root + "/log", recursive=True)
+        self.fs.create_dir(self.root + "/intent", recursive=True)
+        self.checkpoint_id = self._meta(True)["checkpoint_id"]
 
     @staticmethod
     def existing_materialization(checkpoint_location: str) -> Optional[str]:

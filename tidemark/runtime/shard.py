@@ -97,16 +97,13 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     committed this very batch (a re-run), so the session skips it.  Refuses a checkpoint of
     another tidemark checkpoint, of the same batch number with another identity (other
     input, another Spark query), one ahead of this batch, or one behind the recovery log."""
-    from tidemark.runtime.coordinator import reset_hint
+    from tidemark.runtime.coordinator import check_position, reset_hint
     from tidemark.runtime.identity import BatchIdentity
 
     where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"
     if cp is None:
-        if store_authoritative and task.committed_batch >= 0:
-            raise RecoveryError(
-                f"{where} holds no checkpoint, but the recovery log is at batch {task.committed_batch} (were the "
-                f"endpoint's tables or checkpoint rows dropped?). Restore them, or start over with "
-                f"{reset_hint(task.materialization)}; this session committed nothing")
+        if store_authoritative and task.committed_batch >= 0:  # tables or checkpoint rows dropped
+            check_position(task.materialization, task.driver_name, f"range {rng.name}", -1, task.committed_batch)
         return False
     if cp.get("checkpoint_id") != task.checkpoint_id:
         raise RecoveryError(
@@ -125,16 +122,10 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
                 "differs from what this run would write. Restore Spark's checkpoint, or start over with "
                 f"{reset_hint(task.materialization)}; this session committed nothing")
         return True
-    if at_batch > task.batch_id:
-        raise RecoveryError(
-            f"{where} holds batch {at_batch}, ahead of this batch {task.batch_id}: the recovery log is behind the "
-            f"endpoint (restored from an older copy?). Restore the checkpoint folder, or start over with "
-            f"{reset_hint(task.materialization)}; this session committed nothing")
-    if store_authoritative and at_batch < task.committed_batch:
-        raise RecoveryError(
-            f"{where} holds batch {at_batch}, behind the recovery log's batch {task.committed_batch} (restored "
-            f"from an older backup, or a lagging replica?). Restore it to batch {task.committed_batch}, or start "
-            f"over with {reset_hint(task.materialization)}; this session committed nothing")
+    # Never ahead of this batch; a store-authoritative range never behind the recovery log.
+    check_position(task.materialization, task.driver_name, f"range {rng.name}", at_batch, task.committed_batch,
+                   ahead_ok=task.batch_id - 1 - task.committed_batch,
+                   behind_ok=task.committed_batch + 1 if not store_authoritative else 0)
     return False
 
 

@@ -479,8 +479,6 @@ def _date_time_parts(c):
 def format_ok(c, fmt: str):
     """True where the string ``c`` provably has the format (:mod:`tidemark.collection.formats`);
     false or null where it may not (the document is then a suspect)."""
-    from pyspark.sql import functions as F
-
     shape = c.rlike(_FORMAT_SHAPES[fmt])
     if fmt == "date":
         return shape & _date_ok(_num(c, 1, 4), _num(c, 6, 2), _num(c, 9, 2))

@@ -29,7 +29,7 @@ from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError, from_task_failure
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
-from tidemark.runtime.coordinator import UNSAFE_AT_LEAST_ONCE, Coordinator, even_layout
+from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
 
 log = logging.getLogger("tidemark")
@@ -92,7 +92,6 @@ class Materializer:
         self.version = materialization.version(spec)
         self.checkpoint_location = checkpoint_location
         self.driver = load_driver(self.driver_name, self.driver_config)
-        self.caps = type(self.driver).capabilities
         self.coordinator = Coordinator(
             materialization=materialization.name, driver=self.driver, driver_name=self.driver_name,
             driver_config=self.driver_config, bindings=self.bindings, version=self.version,
@@ -108,9 +107,6 @@ class Materializer:
     def start_up(self) -> None:
         """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator)."""
         self.coordinator.start_up()
-
-    def layout_for(self, batch_id: int) -> list[list[int]]:
-        return self.coordinator.layout_for(batch_id)
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
@@ -387,4 +383,4 @@ def _partition_expr(shard_col, n: int):
         .otherwise(F.lit(values[0]))
 
 
-__all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX", "UNSAFE_AT_LEAST_ONCE"]
+__all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]
