@@ -80,7 +80,7 @@ def test_external_example_driver_passes_over_the_wire(tmp_path):
     try:
         probe = load_driver(name, config)
         assert isinstance(probe, CommandDriver)
-        assert type(probe).capabilities.commit_pattern is CommitPattern.STORE_AUTHORITATIVE  # from describe
+        assert probe.capabilities().commit_pattern is CommitPattern.STORE_AUTHORITATIVE  # from describe
         probe.close()
         report = assert_conformance(lambda: load_driver(name, config), quick=True)
         assert report.properties["fencing"].passed and report.properties["read-committed"].passed

@@ -160,7 +160,7 @@ def test_conformance_kit_passes(tmp_path):
 def test_registry_builds_delta(tmp_path):
     d = load_driver("delta", {"path": str(tmp_path)})
     assert isinstance(d, DeltaDriver)
-    assert d.capabilities.commit_pattern.value == "idempotent-apply-coordinator"
+    assert d.capabilities().commit_pattern.value == "idempotent-apply-coordinator"
 
 
 def test_round_trip_typed_columns_and_independent_reader(driver):

@@ -27,7 +27,7 @@ from tidemark.drivers.registry import load_driver
 from tidemark.errors import (
     AuthenticationFailed, DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError,
 )
-from tidemark.protocol.messages import Acknowledge, Apply, Field, Flush, Load, Open, Range, StartCommit, Validate
+from tidemark.protocol.messages import Acknowledge, Apply, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Validate
 
 pytestmark = pytest.mark.postgres
 
@@ -62,7 +62,7 @@ def sql(postgres_url, query, params=()):
 
 def test_registry_builds_postgres(config):
     d = load_driver("postgres", config)
-    assert isinstance(d, PostgresDriver) and d.capabilities.exactly_once
+    assert isinstance(d, PostgresDriver) and d.capabilities().exactly_once
     d.close()
 
 
@@ -498,7 +498,7 @@ def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     for t in (old, new):
         t.acknowledge(Acknowledge())
         t.flush(Flush())
-        t.quarantine(bad)
+        t.quarantine(Quarantine(tuple(bad)))
     with pytest.raises(FencedOff):
         old.start_commit(StartCommit(cp(0)))
     new.start_commit(StartCommit(cp(0)))

@@ -19,6 +19,7 @@ from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, 
 from tidemark.faults import InjectedFault
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
+    Quarantine,
     Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store, Validate,
 )
 
@@ -108,7 +109,7 @@ def driver(db):
 def test_registry_builds_sqlite():
     d = load_driver("sqlite", {"path": ":memory:"})
     assert isinstance(d, SQLiteDriver)
-    assert d.capabilities.commit_pattern.value == "store-authoritative"
+    assert d.capabilities().commit_pattern.value == "store-authoritative"
 
 
 def test_round_trip_upsert_delete(driver, db):
@@ -329,12 +330,12 @@ def test_quarantine_commits_with_the_transaction(driver, db):
     bad = [{"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": '{"x":1}'}]
     old.acknowledge(Acknowledge())
     old.flush(Flush())
-    old.quarantine(bad)
+    old.quarantine(Quarantine(tuple(bad)))
     with pytest.raises(FencedOff):
         old.start_commit(StartCommit(cp(0)))
     new.acknowledge(Acknowledge())
     new.flush(Flush())
-    new.quarantine(bad)
+    new.quarantine(Quarantine(tuple(bad)))
     new.start_commit(StartCommit(cp(0)))
     con = sqlite3.connect(db)
     rows = con.execute("SELECT materialization, batch_id, location, key_json, reason, value FROM tidemark_quarantine").fetchall()

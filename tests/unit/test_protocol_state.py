@@ -12,7 +12,7 @@ import itertools
 import pytest
 
 from tidemark.drivers.base import Transactor
-from tidemark.drivers.guard import GuardedTransactor
+from tidemark.testing.guard import GuardedTransactor
 from tidemark.errors import ProtocolViolation
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -25,6 +25,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     StartCommit,
     StartedCommit,
@@ -40,7 +41,7 @@ BINDINGS = (STANDARD, DELTA)
 CHECKPOINT = {"checkpoint_id": "cp", "batch_id": 0, "materialization": "m"}
 A, B, C = ("a",), ("b",), ("c",)
 
-RUNTIME_MSGS = (Open, Acknowledge, Load, Flush, Store, StartCommit)
+RUNTIME_MSGS = (Open, Acknowledge, Load, Flush, Store, Quarantine, StartCommit)
 DRIVER_MSGS = (Opened, Acknowledged, Loaded, Flushed, StartedCommit)
 
 # What the error says each side may send next, per state.
@@ -50,7 +51,7 @@ RUNTIME_EXPECTS = {
     Status.ACKNOWLEDGE: "Acknowledge (then Load*)",
     Status.LOAD: "Load or Flush",
     Status.FLUSH: "nothing until Flushed",
-    Status.STORE: "Store or StartCommit",
+    Status.STORE: "Store, Quarantine or StartCommit",
     Status.COMMIT: "nothing until StartedCommit",
     Status.CLOSED: "nothing (the session is closed)",
 }
@@ -88,6 +89,7 @@ def sample(cls):
         Flush: Flush(),
         Flushed: Flushed(),
         Store: store(keys=(C,)),
+        Quarantine: Quarantine(({"binding": 0, "location": "f:1", "key_json": "[]", "reason": "r", "value": "x"},)),
         StartCommit: StartCommit(CHECKPOINT),
         StartedCommit: StartedCommit(),
     }[cls]
@@ -129,7 +131,7 @@ POINTS = {
     "acknowledged-first": (ACKED_FIRST, Status.ACKNOWLEDGE, {Acknowledge}),
     "load": (LOADING, Status.LOAD, {Load, Flush, Loaded}),
     "flush": (FLUSHING, Status.FLUSH, {Loaded, Flushed}),
-    "store": (STORING, Status.STORE, {Store, StartCommit}),
+    "store": (STORING, Status.STORE, {Store, Quarantine, StartCommit}),
     "commit": (COMMITTING, Status.COMMIT, {StartedCommit}),
     "next-transaction": (COMMITTING + [StartedCommit()], Status.ACKNOWLEDGE, {Acknowledge, Acknowledged}),
 }

@@ -75,6 +75,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     SpecResponse,
     StartCommit,
@@ -111,6 +112,7 @@ class Capabilities:
     max_load_keys: int = 10_000  # keys per Load message
     max_store_docs: int = 10_000  # documents per Store message
     concurrent_shards: bool = True  # several shards may write one endpoint at once
+    quarantine: bool = False  # Transactor.quarantine writes invalid documents with the transaction
 
     @property
     def exactly_once(self) -> bool:
@@ -169,6 +171,13 @@ class Transactor(ABC):
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         """Finish every Store and commit (or stage) the transaction."""
 
+    def quarantine(self, msg: Quarantine) -> None:
+        """Write ``msg.rows`` (invalid documents) to the endpoint's dead-letter place as
+        part of this transaction: they commit with it, or not at all.  Sent after the
+        transaction's Stores, before StartCommit; no reply.  Only drivers whose
+        :class:`Capabilities` declare ``quarantine`` receive it."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare the quarantine capability")
+
     def close(self) -> None:
         """Release resources. Not guaranteed to be called."""
 
@@ -204,10 +213,15 @@ class Driver(ABC):
     """An endpoint. Constructed from its config alone, on any process."""
 
     name: ClassVar[str] = ""
-    capabilities: ClassVar[Capabilities]
 
     def __init__(self, config: dict | None = None):
         self.config = dict(config or {})
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this instance can do (it may depend on its config, or on what an external
+        program says of itself).  Read once per process by the runtime
+        (:func:`capabilities_of`) and carried to the shard sessions."""
 
     # ---------------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
@@ -277,6 +291,14 @@ class Driver(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def capabilities_of(driver: Driver) -> Capabilities:
+    """The one place the runtime and the kit read a driver's capabilities."""
+    caps = driver.capabilities()
+    if not isinstance(caps, Capabilities):
+        raise TypeError(f"{type(driver).__name__}.capabilities() returned {caps!r}, not a Capabilities")
+    return caps
 
 
 def chunked(items: Iterable, size: int):

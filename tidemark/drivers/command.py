@@ -19,9 +19,9 @@ and may serve a request or a new ``open`` next (``reuse_processes: false`` turns
 off).  A session dropped without ``close`` (a crash) is never reused: its program gets
 end of input and exits.
 
-Capabilities are the program's answer to ``describe`` (cached per command line); the
-instance's class is swapped for a subclass carrying them, so that
-``type(driver).capabilities`` is right, as the runtime expects.
+Capabilities are the program's answer to ``describe`` (asked on first use, cached per
+command line and process).  A program that declares ``quarantine`` receives the
+``quarantine`` message after a transaction's Stores.
 
 Failures become :mod:`tidemark.errors`, naming the program: an ``error`` reply maps to the
 class it names (``FencedOff``, ``EndpointUnavailable``, ...; unknown names become
@@ -62,6 +62,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     Spec,
     SpecResponse,
@@ -339,7 +340,6 @@ def capabilities_from_wire(program: str, d: dict) -> Capabilities:
 
 
 _DESCRIBED: dict[tuple, Capabilities] = {}
-_CLASSES: dict[Capabilities, type] = {}
 _CACHE_LOCK = threading.Lock()
 
 # Idle programs per command line, reused by every CommandDriver of this process.
@@ -376,8 +376,6 @@ class CommandDriver(Driver):
     """An external driver program. See the module docstring for its config."""
 
     name = "command"
-    # Before a program has described itself, assume the weakest pattern.
-    capabilities = Capabilities(CommitPattern.AT_LEAST_ONCE)
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
@@ -393,7 +391,10 @@ class CommandDriver(Driver):
         self.reuse = bool(self.config.get("reuse_processes", True))
         self.key = (tuple(self.command), self.cwd, tuple(sorted((self.env or {}).items())), self.policy)
         self._sessions: "weakref.WeakSet[CommandTransactor]" = weakref.WeakSet()
-        self.__class__ = _class_for(self.describe())
+        self.describe()  # a program that cannot describe itself is refused here
+
+    def capabilities(self) -> Capabilities:
+        return self.describe()
 
     def __reduce__(self):  # pickles as its config: the program is started again where it is unpickled
         return (CommandDriver, (self.config,))
@@ -500,17 +501,6 @@ class CommandDriver(Driver):
             session.close()
 
 
-def _class_for(caps: Capabilities) -> type:
-    """A subclass of CommandDriver whose class-level ``capabilities`` are ``caps``."""
-    with _CACHE_LOCK:
-        cls = _CLASSES.get(caps)
-        if cls is None:
-            name = "CommandDriver_" + caps.commit_pattern.value.replace("-", "_")
-            cls = type(name, (CommandDriver,), {"capabilities": caps, "__module__": __name__, "__qualname__": name})
-            _CLASSES[caps] = cls
-        return cls
-
-
 # ----------------------------------------------------------------------- a session
 
 
@@ -567,6 +557,10 @@ class CommandTransactor(Transactor):
     def store(self, msg: Store) -> None:
         self._send(msg)
         self._arrived("storing")  # any output now is a violation the machine raises
+
+    def quarantine(self, msg: Quarantine) -> None:
+        self._send(msg)
+        self._arrived("storing")
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         self._arrived("storing")

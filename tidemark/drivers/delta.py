@@ -146,15 +146,20 @@ class TableModel:
 # -------------------------------------------------------------------------- driver
 
 
+CAPABILITIES = Capabilities(
+    commit_pattern=CommitPattern.IDEMPOTENT_APPLY_COORDINATOR,
+    delta_updates=True,
+    max_load_keys=10_000,
+    max_store_docs=10_000,
+    concurrent_shards=True,
+)
+
+
 class DeltaDriver(Driver):
     name = "delta"
-    capabilities = Capabilities(
-        commit_pattern=CommitPattern.IDEMPOTENT_APPLY_COORDINATOR,
-        delta_updates=True,
-        max_load_keys=10_000,
-        max_store_docs=10_000,
-        concurrent_shards=True,
-    )
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)

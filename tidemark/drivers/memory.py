@@ -193,38 +193,34 @@ def _row_range(row: dict) -> Range:
 # -------------------------------------------------------------------------- driver
 
 
+def _pattern(config: dict, default: CommitPattern) -> CommitPattern:
+    pattern = config.get("pattern", default.value)
+    try:
+        return CommitPattern(pattern)
+    except ValueError:
+        known = ", ".join(p.value for p in CommitPattern)
+        raise SpecError(f"memory driver: unknown pattern {pattern!r} (known: {known})") from None
+
+
 class MemoryDriver(Driver):
-    """The test double. ``MemoryDriver(config)`` returns an instance of the subclass for
-    ``config["pattern"]`` so that ``type(driver).capabilities`` is right too."""
+    """The test double; ``config["pattern"]`` chooses its commit pattern."""
 
     name = "memory"
-    capabilities = Capabilities(CommitPattern.STORE_AUTHORITATIVE)
-
-    def __new__(cls, config: dict | None = None):
-        if cls is MemoryDriver:
-            pattern = (config or {}).get("pattern", CommitPattern.STORE_AUTHORITATIVE.value)
-            try:
-                cls = _BY_PATTERN[CommitPattern(pattern)]
-            except ValueError:
-                known = ", ".join(p.value for p in CommitPattern)
-                raise SpecError(f"memory driver: unknown pattern {pattern!r} (known: {known})") from None
-        return super().__new__(cls)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        self.pattern = type(self).capabilities.commit_pattern
+        self.pattern = _pattern(self.config, self.default_pattern)
         self.backend = _backend(self.config)
 
-    def __getnewargs__(self):  # pickling: __new__ needs the config
-        return (self.config,)
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.pattern)
 
     def __getstate__(self):
         return {"config": self.config}
 
     def __setstate__(self, st):
-        self.config = st["config"]
-        self.pattern = type(self).capabilities.commit_pattern
-        self.backend = _backend(self.config)
+        self.__init__(st["config"])
 
     # ---------------------------------------------------------------- setup
     def apply(self, req: Apply) -> Applied:
@@ -428,17 +424,6 @@ class MemoryTransactor(Transactor):
 
 
 MemoryDriver.transactor_class = MemoryTransactor
-
-
-def _pattern_class(pattern: CommitPattern) -> type:
-    name = "MemoryDriver_" + pattern.value.replace("-", "_")
-    cls = type(name, (MemoryDriver,), {"capabilities": Capabilities(pattern), "__module__": __name__,
-                                      "__qualname__": name})
-    globals()[name] = cls
-    return cls
-
-
-_BY_PATTERN = {p: _pattern_class(p) for p in CommitPattern}
 
 
 def reset(name: str = "default") -> None:

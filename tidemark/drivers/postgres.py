@@ -48,7 +48,7 @@ from tidemark.errors import (
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Range,
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Quarantine, Range,
     SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
 )
 
@@ -285,15 +285,21 @@ def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
     return DriverError(f"PostgreSQL at {s.where}: {what}: {type(exc).__name__}: {text}")
 
 
+CAPABILITIES = Capabilities(
+    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
+    delta_updates=True,
+    max_load_keys=50_000,
+    max_store_docs=50_000,
+    concurrent_shards=True,
+    quarantine=True,
+)
+
+
 class PostgresDriver(Driver):
     name = "postgres"
-    capabilities = Capabilities(
-        commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-        delta_updates=True,
-        max_load_keys=50_000,
-        max_store_docs=50_000,
-        concurrent_shards=True,
-    )
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
@@ -853,9 +859,9 @@ class PostgresTransactor(ReadCommittedLoads, Transactor):
         self._stale.discard(msg.binding)
         self._staged.add(msg.binding)
 
-    def quarantine(self, rows: list[dict]) -> None:
+    def quarantine(self, msg: Quarantine) -> None:
         """Invalid documents for ``tidemark_quarantine``, written by this transaction's commit."""
-        self._quarantine.extend(rows)
+        self._quarantine.extend(msg.rows)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         """Commit the transaction.

@@ -34,7 +34,7 @@ from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened,
+    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Quarantine,
     Range, SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
 )
 
@@ -69,15 +69,21 @@ def _translate(exc: sqlite3.Error, path: str) -> TidemarkError:
     return DriverError(f"SQLite database {path!r}: {type(exc).__name__}: {text}")
 
 
+CAPABILITIES = Capabilities(
+    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
+    delta_updates=True,
+    max_load_keys=10_000,
+    max_store_docs=10_000,
+    concurrent_shards=True,
+    quarantine=True,
+)
+
+
 class SQLiteDriver(Driver):
     name = "sqlite"
-    capabilities = Capabilities(
-        commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-        delta_updates=True,
-        max_load_keys=10_000,
-        max_store_docs=10_000,
-        concurrent_shards=True,
-    )
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
@@ -422,9 +428,9 @@ class SQLiteTransactor(ReadCommittedLoads, Transactor):
         self.driver.run(body, "store")
         self._staged.add(msg.binding)
 
-    def quarantine(self, rows: list[dict]) -> None:
+    def quarantine(self, msg: Quarantine) -> None:
         """Invalid documents for ``tidemark_quarantine``, written by this transaction's commit."""
-        self._quarantine.extend(rows)
+        self._quarantine.extend(msg.rows)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         """Commit the transaction.

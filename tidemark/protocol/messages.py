@@ -227,6 +227,15 @@ class Store:
 
 
 @dataclass(frozen=True, slots=True)
+class Quarantine:
+    """Invalid documents of this transaction, for the endpoint's dead-letter place.  Each
+    row: ``{"binding", "location", "key_json", "reason", "value"}``.  Sent after the
+    Stores, before StartCommit, to drivers declaring the ``quarantine`` capability."""
+
+    rows: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StartCommit:
     runtime_checkpoint: dict
 
@@ -236,5 +245,5 @@ class StartedCommit:
     state: Optional[StateUpdate] = None
 
 
-RUNTIME_MESSAGES = (Spec, Validate, Apply, Open, Acknowledge, Load, Flush, Store, StartCommit)
+RUNTIME_MESSAGES = (Spec, Validate, Apply, Open, Acknowledge, Load, Flush, Store, Quarantine, StartCommit)
 DRIVER_MESSAGES = (SpecResponse, Validated, Applied, Opened, Acknowledged, Loaded, Flushed, StartedCommit)

@@ -7,7 +7,7 @@ One session (one shard's RPC) walks through these states::
                  Loads may follow Acknowledge before Acknowledged arrives
     ACKNOWLEDGE --both seen--> LOAD: Load* / Loaded*
     LOAD --Flush (never before Acknowledged)--> FLUSH: Loaded* then Flushed
-    FLUSH --Flushed--> STORE: Store* (no driver output at all)
+    FLUSH --Flushed--> STORE: Store* Quarantine? (no driver output at all)
     STORE --StartCommit--> COMMIT --StartedCommit--> ACKNOWLEDGE (the next transaction)
     any --close--> CLOSED
 
@@ -24,7 +24,7 @@ Key rules checked on top of the phase:
 :class:`~tidemark.errors.ProtocolViolation` naming the state, the message and what was
 expected, and say which side broke the rule.  :class:`RuntimeSession` wraps a
 :class:`~tidemark.drivers.base.Transactor` for the runtime: same methods, every
-message and reply checked.  (:class:`tidemark.drivers.guard.GuardedTransactor` is the
+message and reply checked.  (:class:`tidemark.testing.guard.GuardedTransactor` is the
 driver-side twin.)
 
 Key tracking costs memory per requested key; above ``max_tracked_keys`` keys in one
@@ -47,6 +47,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     StartCommit,
     StartedCommit,
     Store,
@@ -73,7 +74,7 @@ _RUNTIME_EXPECTS = {
     Status.ACKNOWLEDGE: "Acknowledge (then Load*)",
     Status.LOAD: "Load or Flush",
     Status.FLUSH: "nothing until Flushed",
-    Status.STORE: "Store or StartCommit",
+    Status.STORE: "Store, Quarantine or StartCommit",
     Status.COMMIT: "nothing until StartedCommit",
     Status.CLOSED: "nothing (the session is closed)",
 }
@@ -188,6 +189,9 @@ class _Machine:
                     key, exists = wrong[0]
                     g(False, f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
                              f"{'' if key in loaded else 'not '}Loaded in this transaction")
+        elif isinstance(msg, Quarantine):
+            g(s is Status.STORE)
+            g(all(isinstance(r, dict) for r in msg.rows), "Quarantine rows must be JSON objects")
         elif isinstance(msg, StartCommit):
             g(s is Status.STORE)
             g(isinstance(msg.runtime_checkpoint, dict), "runtime_checkpoint must be a JSON object")
@@ -341,6 +345,10 @@ class RuntimeSession:
     def store(self, msg: Store) -> None:
         self.machine.send(msg)
         self.transactor.store(msg)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        self.machine.send(msg)
+        self.transactor.quarantine(msg)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         self.machine.send(msg)

@@ -11,6 +11,7 @@ snake_case, whose value holds the message's fields::
     {"flush": {}}                                          {"flushed": {"state": null}}
     {"store": {"binding": 0, "keys": [["a"]], "values": [[3, "x"]], "docs": [{...}],
                "exists": [true], "deletes": [false]}}
+    {"quarantine": {"rows": [{"binding": 0, "location": "f.json:3", "key_json": "[\"a\"]", "reason": "...", "value": "..."}]}}
     {"start_commit": {"runtime_checkpoint": {...}}}       {"started_commit": {"state": {"updated": {...}, "merge_patch": true}}}
 
 Keys and value rows are JSON arrays (tuples in Python).  Lines are ASCII (non-ASCII is
@@ -40,6 +41,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     Spec,
     SpecResponse,
@@ -214,6 +216,7 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("flushed", Flushed, {"state": (_update_out, _update_in)}),
     ("store", Store, {"keys": (_keys_out, _keys_in), "values": (_rows_out, _rows_in), "docs": (list, _tuple),
                       "exists": (list, _tuple), "deletes": (list, _tuple)}),
+    ("quarantine", Quarantine, {"rows": (list, _tuple)}),
     ("start_commit", StartCommit, {}),
     ("started_commit", StartedCommit, {"state": (_update_out, _update_in)}),
     ("describe", Describe, {}),

@@ -6,6 +6,8 @@ durable when, is here.
 
 Start-up (:meth:`Coordinator.start_up`), before anything is written anywhere:
 
+Step 0. The endpoint's capabilities (read once, here) cover the spec: quarantine for
+        ``on_invalid: quarantine``, delta or standard updates per binding.
 Step 1. Spark's checkpoint is the one that wrote the recovery log: its query id
         (``<checkpoint>/spark/metadata``) equals the one recorded with the log's last batch.
 Step 2. The endpoint belongs to this checkpoint and is where the log says: every place the
@@ -41,8 +43,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import CommitPattern, Driver, Position
-from tidemark.errors import RecoveryError
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, capabilities_of
+from tidemark.errors import RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
@@ -74,6 +76,25 @@ class BatchStart:
     last: Optional[LogEntry] = None
 
 
+def check_capabilities(caps: Capabilities, *, materialization: str, driver_name: str,
+                       bindings: Sequence[BindingSpec], on_invalid: str = "fail") -> None:
+    """Refuse, before anything is written, what the endpoint declares it cannot do."""
+    problems = []
+    if on_invalid == "quarantine" and not caps.quarantine:
+        problems.append(f"on_invalid: quarantine needs a dead-letter place, which endpoint {driver_name!r} does "
+                        "not have (it does not declare the quarantine capability); use on_invalid: fail, or an "
+                        "endpoint that quarantines (sqlite, postgres, delta)")
+    for b in bindings:
+        where = "/".join(b.resource_path)
+        if b.delta_updates and not caps.delta_updates:
+            problems.append(f"binding {where}: endpoint {driver_name!r} does not take delta updates")
+        if not b.delta_updates and not caps.standard_updates:
+            problems.append(f"binding {where}: endpoint {driver_name!r} takes only delta updates "
+                            "(set delta_updates: true)")
+    if problems:
+        raise SpecError(f"materialization {materialization!r}: " + "; ".join(problems) + ". Nothing was changed")
+
+
 def check_position(materialization: str, driver_name: str, place: str, at: int, logged: int, *,
                    ahead_ok: int = 0, behind_ok: int = 0) -> None:
     """Refuse a place of the endpoint that holds batch ``at`` (-1: none) when the recovery
@@ -98,12 +119,13 @@ def check_position(materialization: str, driver_name: str, place: str, at: int, 
 class Coordinator:
     def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
-                 strategies: Sequence[Sequence[str]] = ()):
+                 strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail"):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
         self.driver_config = driver_config
-        self.caps = type(driver).capabilities
+        self.caps = capabilities_of(driver)  # read once; carried to the shard sessions
+        self.on_invalid = on_invalid
         self.bindings = tuple(bindings)
         self.version = version
         self.shards = shards
@@ -122,6 +144,8 @@ class Coordinator:
 
     # ------------------------------------------------------------------ start-up
     def start_up(self) -> None:
+        check_capabilities(self.caps, materialization=self.name, driver_name=self.driver_name,
+                           bindings=self.bindings, on_invalid=self.on_invalid)
         self.warn_unsafe()
         last = self.log.last()
         # Step 1
@@ -317,4 +341,4 @@ class Coordinator:
             fault_point("after_apply")
 
 
-__all__ = ["Coordinator", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint", "check_position"]
+__all__ = ["Coordinator", "check_capabilities", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint", "check_position"]

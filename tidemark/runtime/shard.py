@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from tidemark.drivers.base import CommitPattern
+from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver
 from tidemark.faults import fault_point
@@ -33,6 +33,7 @@ from tidemark.protocol.messages import (
     Flush,
     Load,
     Open,
+    Quarantine,
     Range,
     StartCommit,
     StateUpdate,
@@ -60,6 +61,7 @@ class ShardTask:
     max_loaded_in_memory: int = 200_000
     quarantine: tuple = ()  # invalid documents, written by shard 0's transaction
     committed_batch: int = -1  # the recovery log's last batch (-1: none)
+    capabilities: Optional[Capabilities] = None  # read once by the coordinator (None: ask the driver)
 
 
 @dataclass
@@ -146,7 +148,8 @@ def _run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
                 bindings=task.bindings,
             )
         )
-        store_authoritative = type(driver).capabilities.commit_pattern is CommitPattern.STORE_AUTHORITATIVE
+        caps = task.capabilities or capabilities_of(driver)
+        store_authoritative = caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE
         try:
             replayed = check_opened(task, rng, opened.runtime_checkpoint, store_authoritative)
         except BaseException:
@@ -160,7 +163,7 @@ def _run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
             return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
         session = _session(transactor, task.bindings)
         timings["open"] = time.perf_counter() - t0
-        return _transaction(task, index, rng, session, transactor, rows, timings, type(driver).capabilities)
+        return _transaction(task, index, rng, session, transactor, rows, timings, caps)
     finally:
         driver.close()
 
@@ -250,11 +253,9 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         buffer.close()
         loaded.close()
     if index == 0 and task.quarantine:
-        # Invalid documents go to the dead-letter location in the same transaction.
-        quarantine = getattr(transactor, "quarantine", None)
-        if quarantine is None:
-            raise RecoveryError(f"endpoint {task.driver_name!r} has no dead-letter location for on_invalid: quarantine")
-        quarantine(list(task.quarantine))
+        # Invalid documents go to the dead-letter place in the same transaction (the
+        # coordinator refused on_invalid: quarantine where the driver cannot).
+        session.quarantine(Quarantine(tuple(task.quarantine)))
     fault_point("after_store")
     timings["store"] = time.perf_counter() - t
 
@@ -268,9 +269,8 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     return result
 
 
-def _limit(caps, name: str, default: int) -> int:
-    """A limit the driver declares (``Capabilities``), read from the driver instance: an
-    external program's capabilities are only known once it has described itself."""
+def _limit(caps: Capabilities, name: str, default: int) -> int:
+    """A limit the driver declares (``Capabilities``)."""
     return int(getattr(caps, name, default) or default)
 
 

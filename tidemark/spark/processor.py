@@ -96,7 +96,7 @@ class Materializer:
             materialization=materialization.name, driver=self.driver, driver_name=self.driver_name,
             driver_config=self.driver_config, bindings=self.bindings, version=self.version,
             checkpoint_location=checkpoint_location, shards=materialization.shards,
-            strategies=[c.strategies() for c in self.collections],
+            strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
@@ -157,6 +157,7 @@ class Materializer:
             max_loaded_in_memory=self.options.max_loaded_in_memory,
             quarantine=tuple(results_meta["quarantine"]),
             committed_batch=last.batch_id if last else -1,
+            capabilities=self.coordinator.caps,
         )
         try:
             results: list[ShardResult] = planned.mapPartitionsWithIndex(

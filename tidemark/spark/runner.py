@@ -99,8 +99,10 @@ def check_spec(spec_path: str) -> list[str]:
     """Validate the spec and dry-run Validate/Apply against each endpoint; return what was checked."""
     from tidemark.collection.collection import Collection
     from tidemark.collection.spec import load_spec
+    from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
+    from tidemark.runtime.coordinator import check_capabilities
 
     spec = load_spec(spec_path)
     lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
@@ -108,6 +110,8 @@ def check_spec(spec_path: str) -> list[str]:
         colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
         bindings = tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
         with load_driver(mat.driver_name, mat.driver_config) as driver:
+            check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
+                               bindings=bindings, on_invalid=mat.on_invalid)
             validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
             applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
         lines.append(

@@ -7,7 +7,7 @@ check the kit itself, or as a catalogue of the bugs a driver author should avoid
 
 from __future__ import annotations
 
-from tidemark.drivers.base import Capabilities, CommitPattern
+from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.memory import (
     MemoryDriver,
     MemoryTransactor,
@@ -17,10 +17,6 @@ from tidemark.drivers.memory import (
     resource_name,
 )
 from tidemark.protocol.messages import Acknowledged, Flushed, Loaded, Range
-
-
-def _variant(pattern: CommitPattern):
-    return Capabilities(pattern)
 
 
 # --------------------------------------------------------------- store-authoritative
@@ -36,14 +32,14 @@ class _SkipsFenceTransactor(MemoryTransactor):
 class SkipsFenceCheck(MemoryDriver):
     """Commits without verifying the fence: a zombie session overwrites the newer one."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _SkipsFenceTransactor
 
 
 class IgnoresRange(MemoryDriver):
     """Keeps one checkpoint (and fence) for all ranges of a materialization."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
 
     def _open_range(self, materialization, rng):
         return super()._open_range(materialization, Range())  # BUG: the range is ignored
@@ -63,7 +59,7 @@ class _AtLeastOnceTransactor(MemoryTransactor):
 class AtLeastOnceClaimsExactlyOnce(MemoryDriver):
     """Writes each Store straight away but declares store-authoritative (exactly-once)."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _AtLeastOnceTransactor
 
 
@@ -75,7 +71,7 @@ class _ForgetsDeletesTransactor(MemoryTransactor):
 class ForgetsDeletes(MemoryDriver):
     """Stores the deletion document instead of removing the key."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _ForgetsDeletesTransactor
 
 
@@ -89,7 +85,7 @@ class _LoadsMissingTransactor(MemoryTransactor):
 class LoadedForMissingKeys(MemoryDriver):
     """Answers Loaded (with an empty document) for keys that do not exist."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _LoadsMissingTransactor
 
 
@@ -104,7 +100,7 @@ class _NoCheckpointTransactor(MemoryTransactor):
 class CommitsWithoutCheckpoint(MemoryDriver):
     """Commits the data but not the runtime checkpoint with it."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _NoCheckpointTransactor
 
 
@@ -118,7 +114,7 @@ class _LosesStoresTransactor(MemoryTransactor):
 class LosesStores(MemoryDriver):
     """Keeps only the first Store message of a session."""
 
-    capabilities = _variant(CommitPattern.STORE_AUTHORITATIVE)
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _LosesStoresTransactor
 
 
@@ -128,7 +124,7 @@ class LosesStores(MemoryDriver):
 class NonIdempotentAcknowledge(MemoryDriver):
     """Re-applies staged work every time Acknowledge names it (delta rows are appended again)."""
 
-    capabilities = _variant(CommitPattern.IDEMPOTENT_APPLY_SHARD)
+    default_pattern = CommitPattern.IDEMPOTENT_APPLY_SHARD
 
     def apply_stages(self, materialization, driver_state, rng):
         stages = (driver_state or {}).get("stages") or {} if isinstance(driver_state, dict) else {}
@@ -155,7 +151,7 @@ class _EagerLoadsTransactor(MemoryTransactor):
 class EvaluatesLoadsBeforeAcknowledged(MemoryDriver):
     """Answers Acknowledged before its staged work is applied, and evaluates Loads meanwhile."""
 
-    capabilities = _variant(CommitPattern.IDEMPOTENT_APPLY_SHARD)
+    default_pattern = CommitPattern.IDEMPOTENT_APPLY_SHARD
     transactor_class = _EagerLoadsTransactor
 
 

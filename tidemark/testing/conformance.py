@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tidemark.drivers.base import Driver
+from tidemark.drivers.base import Driver, capabilities_of
 from tidemark.errors import ProtocolViolation, TidemarkError
 from tidemark.testing.kit import PHASES, PROPERTIES, KitCrash, KitRuntime, Recorder, ScenarioAbort
 from tidemark.testing.workload import key_space, make_batch
@@ -228,7 +228,7 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
     """Drive fresh drivers from ``driver_factory`` through every scenario; report per property."""
     probe = driver_factory()
     try:
-        caps = probe.capabilities
+        caps = capabilities_of(probe)
         name = type(probe).name or type(probe).__name__
     finally:
         probe.close()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, Driver, Transactor
 from tidemark.faults import InjectedFault
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -40,6 +40,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     StartCommit,
     StartedCommit,
     Store,
@@ -55,7 +56,6 @@ class SimulatedCrash(InjectedFault):
 
 class FaultyDriver(Driver):
     name = "faulty"
-    capabilities = Capabilities(CommitPattern.STORE_AUTHORITATIVE)
 
     def __init__(
         self,
@@ -75,7 +75,6 @@ class FaultyDriver(Driver):
             raise ValueError("when must be 'before' or 'after'")
         super().__init__(inner.config)
         self.inner = inner
-        self.capabilities = inner.capabilities  # the instance speaks for the inner driver
         self.fault = fault
         self.at_event = at_event
         self.on = on
@@ -87,6 +86,9 @@ class FaultyDriver(Driver):
         self.stalled = threading.Event()  # set while a stall is in progress
         self._release = threading.Event()
         self._lock = threading.Lock()
+
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities()  # it speaks for the inner driver
 
     def release(self) -> None:
         """End a stall."""
@@ -175,6 +177,9 @@ class FaultySession(Transactor):
 
     def store(self, msg: Store) -> None:
         return self.driver.event("store", lambda: self.inner.store(msg), self, self.req)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        return self.driver.event("store", lambda: self.inner.quarantine(msg), self, self.req)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         return self.driver.event("start_commit", lambda: self.inner.start_commit(msg), self, self.req)

@@ -20,6 +20,7 @@ from tidemark.protocol.messages import (
     Flushed,
     Load,
     Loaded,
+    Quarantine,
     StartCommit,
     StartedCommit,
     Store,
@@ -76,15 +77,13 @@ class GuardedTransactor(Transactor):
         self.machine.send(reply)
         return reply
 
+    def quarantine(self, msg: Quarantine) -> None:
+        self.machine.receive(msg)
+        self.inner.quarantine(msg)
+
     def close(self) -> None:
         self.machine.close()
         self.inner.close()
-
-    def __getattr__(self, name: str):
-        # Extra driver-specific methods (e.g. ``quarantine``) pass through.
-        if name in ("inner", "machine"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 __all__ = ["GuardedTransactor"]
