@@ -12,9 +12,11 @@ Commit pattern ``idempotent-apply-coordinator`` (see :mod:`tidemark.drivers.base
 * **Store** streams each binding's rows (typed columns, the document as JSON, a delete
   marker) into one staged Parquet file per (session, binding) under
   ``STAGING/<materialization>/``.
+* **Quarantine** (``on_invalid: quarantine``): the batch's invalid documents, kept by the
+  session and written at StartCommit into one staged Parquet file.
 * **StartCommit** closes the files and returns the patch
-  ``{"stages": {RANGE: {"batch": N, "app": APP_ID, "files": [[TABLE, FILE, ROWS], ...]}}}``.
-  Nothing is visible in the tables yet.
+  ``{"stages": {RANGE: {"batch": N, "app": APP_ID, "files": [[TABLE, FILE, ROWS], ...],
+  "quarantine": [[FILE, ROWS]]}}}``.  Nothing is visible in the tables yet.
 * **Coordinator Acknowledge** (:meth:`DeltaDriver.coordinator_acknowledge`), after the
   recovery log holds batch N, for each table named by batch N's stages:
 
@@ -22,6 +24,8 @@ Commit pattern ``idempotent-apply-coordinator`` (see :mod:`tidemark.drivers.base
   Step 2. one MERGE of all shards' staged files (upsert + hard delete; delta-updates
           tables: one append), committed with the app transaction ``(APP_ID, N)``;
           a MERGE that changed nothing still commits the app transaction (empty commit);
+          then, if batch N quarantined documents, steps 1-2 for the dead-letter table
+          ``PATH/tidemark_quarantine`` (one append, :mod:`tidemark.drivers.delta.quarantine`);
   Step 3. once every table is applied, delete the staged files of the materialization
           older than this call: the applied ones and orphans of attempts that never
           reached the recovery log (a crashed or fenced shard, a re-run batch).
@@ -52,12 +56,13 @@ from deltalake import CommitProperties, DeltaTable, Field as DeltaField, Transac
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
+from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
 from tidemark.drivers.delta.tables import (
     DELETE_COLUMN, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, TableModel, app_id, applied_batch, delta_type,
     ident, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
-from tidemark.drivers.sql import DOCUMENT_COLUMN, Column, dumps, field_kind
+from tidemark.drivers.sql import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
@@ -72,6 +77,7 @@ CAPABILITIES = Capabilities(
     max_load_keys=10_000,
     max_store_docs=10_000,
     concurrent_shards=True,
+    quarantine=True,  # PATH/tidemark_quarantine, applied with the batch (drivers/delta/quarantine.py)
 )
 
 
@@ -91,6 +97,7 @@ class DeltaDriver(Driver):
         self.staging = staging if is_uri(staging) else os.path.abspath(staging)
         self.storage_options = {str(k): str(v) for k, v in (self.config.get("storage_options") or {}).items()} or None
         self.policy = RetryPolicy.from_config(self.config.get("retry"))
+        self.quarantine_location = join_path(self.root, QUARANTINE_TABLE)
         self._fs: Optional[tuple[pafs.FileSystem, str]] = None
 
     def __repr__(self) -> str:
@@ -144,6 +151,8 @@ class DeltaDriver(Driver):
         else:
             raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}} or {{path: P}}, "
                             f"got {binding.resource!r}")
+        if (location if is_uri(location) else os.path.normpath(location)) == self.quarantine_location:
+            raise SpecError(f"delta table {location!r} is the endpoint's dead-letter table; bind another table")
         keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
         if not keys:
             raise SpecError(f"delta table {location!r}: no key fields")
@@ -266,6 +275,11 @@ class DeltaDriver(Driver):
         for location in sorted(models):  # every bound table records the batch, with data or without
             self.run(lambda: self._apply_table(models[location], files.get(location, []), app, batch, owner),
                      "apply batch", location)
+        quarantined = [name for stage in stages_of(state) if stage.get("batch") == batch
+                       for name, rows in stage.get("quarantine") or () if rows]
+        if quarantined:  # the batch's invalid documents, by the same rule
+            self.run(lambda: apply_quarantine(self, quarantined, app, batch), "apply quarantine",
+                     self.quarantine_location)
         # Step 3: the staged files of every applied or abandoned attempt.
         self.run(lambda: self._remove_staged(materialization, before=started), "clean staging", self.staging)
 
@@ -366,8 +380,13 @@ class DeltaDriver(Driver):
         except Exception:  # noqa: BLE001 - an unreachable store is reported by the next call
             return False
 
+    def quarantined(self, materialization: str) -> list[dict]:
+        """The materialization's rows of the dead-letter table (tests, inspection)."""
+        return self.run(lambda: read_quarantine(self, materialization), "read quarantine", self.quarantine_location)
+
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
-        """Delete the bindings' tables (their folders) and the materialization's staged files."""
+        """Delete the bindings' tables (their folders), the materialization's staged files and its
+        rows of the quarantine table."""
         done = []
         for b in bindings:
             location = self.model(b).location
@@ -380,6 +399,10 @@ class DeltaDriver(Driver):
         if fs.get_file_info(stage).type != pafs.FileType.NotFound:
             fs.delete_dir(stage)
             done.append(f"deleted staged files of {materialization!r}")
+        if self._exists(self.quarantine_location):
+            n = self.run(lambda: drop_quarantine(self, materialization), "drop quarantine", self.quarantine_location)
+            if n:
+                done.append(f"deleted {n} quarantine rows of {materialization!r}")
         return done
 
     def staged_files(self, materialization: str) -> list[str]:

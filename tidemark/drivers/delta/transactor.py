@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder
 
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.delta.quarantine import stage_quarantine
 from tidemark.drivers.delta.tables import (
     IN_LIST_MAX, TableModel, app_id, applied_batch, arrow_type, column, ident, sql_literal, stages_of,
 )
@@ -20,7 +21,7 @@ from tidemark.drivers.sql import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Load, Loaded, Open, StartCommit, StartedCommit, StateUpdate, Store,
+    Acknowledge, Acknowledged, Load, Loaded, Open, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         self._state: Any = req.state
         self._writers: dict[int, tuple[Any, pq.ParquetWriter, str]] = {}
         self._rows: dict[int, int] = {}
+        self._quarantine: list[dict] = []
         self._seq = 0
 
     # ------------------------------------------------------------- phases
@@ -140,6 +142,27 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
             self._writers[binding] = (stream, pq.ParquetWriter(stream, schema, compression="snappy"), name)
         return self._writers[binding][1]
 
+    def quarantine(self, msg: Quarantine) -> None:
+        """Invalid documents: staged at StartCommit, applied with the batch (:mod:`.quarantine`)."""
+        self._quarantine.extend(msg.rows)
+
+    def _stage_quarantine(self, batch: int) -> list[list]:
+        """The transaction's invalid documents in one staged file: ``[[FILE, ROWS]]`` or ``[]``."""
+        rows, self._quarantine = self._quarantine, []
+        if not rows:
+            return []
+        fs, _ = self.driver.fs
+        directory = self.driver.stage_dir(self.materialization)
+        self._seq += 1
+        name = f"{self.range.name}-{self.session}-{self._seq:04d}-q.parquet"
+
+        def write() -> int:
+            fs.create_dir(directory, recursive=True)
+            return stage_quarantine(fs, f"{directory}/{name}", self.materialization, batch, rows)
+
+        n = self.driver.run(write, "stage quarantine", self.driver.staging)
+        return [[f"{urllib.parse.quote(self.materialization, safe='')}/{name}", n]]
+
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         """Close the staged files; name them in the driver checkpoint (applied after the log commits)."""
         cp = msg.runtime_checkpoint
@@ -149,12 +172,14 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         for binding, (stream, writer, name) in sorted(writers.items()):
             self.driver.run(lambda: (writer.close(), stream.close()), "stage", self.driver.staging, idempotent=False)
             files.append([self.models[binding].location, f"{quoted}/{name}", self._rows.get(binding, 0)])
+        quarantined = self._stage_quarantine(int(cp["batch_id"]))
         fault_point("before_endpoint_commit")
         self._rows = {}
         self._acknowledged = False
         self._snapshots = {}
+        # "quarantine" is always set: the merge patch must replace the range's previous list
         stage = {"batch": int(cp["batch_id"]), "app": app_id(self.materialization, cp.get("checkpoint_id")),
-                 "files": files}
+                 "files": files, "quarantine": quarantined}
         fault_point("after_endpoint_commit")
         return StartedCommit(StateUpdate({"stages": {self.range.name: stage}}, merge_patch=True))
 
@@ -166,3 +191,4 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
             except Exception:  # noqa: BLE001 - an abandoned attempt; its files are orphans
                 pass
         self._writers = {}
+        self._quarantine = []
