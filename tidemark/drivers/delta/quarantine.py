@@ -79,7 +79,8 @@ def read_quarantine(driver: DeltaDriver, materialization: str) -> list[dict]:
         dt = driver.table(driver.quarantine_location)
     except TableNotFoundError:
         return []
-    rows = [r for r in dt.to_pyarrow_table(columns=list(COLUMNS)).to_pylist() if r["materialization"] == materialization]
+    table = dt.to_pyarrow_table(columns=list(COLUMNS))
+    rows = [r for r in table.to_pylist() if r["materialization"] == materialization]
     return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
 
 
