@@ -28,6 +28,7 @@ CAPABILITIES = {
     "standard_updates": True,
     "max_load_keys": 1000,
     "max_store_docs": 1000,
+    "quarantine": True,
 }
 
 SCHEMA = """
@@ -42,6 +43,8 @@ CREATE TABLE IF NOT EXISTS deltas (
     id INTEGER PRIMARY KEY AUTOINCREMENT, materialization TEXT NOT NULL, resource TEXT NOT NULL,
     doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, materialization TEXT NOT NULL, batch_id INTEGER, row TEXT NOT NULL);
 """
 
 
@@ -119,8 +122,9 @@ class Store:
                 found.append((list(key), json.loads(row[0])))
         return found
 
-    def commit(self, mat, begin, end, fence, ops, checkpoint):
-        """Step 1 verify the fence, step 2 write the data, step 3 the checkpoint: one SQLite transaction."""
+    def commit(self, mat, begin, end, fence, ops, checkpoint, quarantined=()):
+        """Step 1 verify the fence, step 2 write the data and invalid documents, step 3 the checkpoint:
+        one SQLite transaction."""
         with self.transaction():
             row = self.db.execute(
                 "SELECT fence FROM checkpoints WHERE materialization = ? AND key_begin = ? AND key_end = ?",
@@ -138,6 +142,8 @@ class Store:
                 else:
                     self.db.execute("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)",
                                     (mat, resource, key, json.dumps(doc)))
+            self.db.executemany("INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
+                                [(mat, checkpoint.get("batch_id"), json.dumps(r)) for r in quarantined])
             self.db.execute("INSERT INTO counter VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET seq = seq + 1")
             seq = self.db.execute("SELECT seq FROM counter").fetchone()[0]
             self.db.execute(
@@ -172,6 +178,7 @@ class Session:
         self.acknowledged = False
         self.deferred = []  # Loads that arrived before our Acknowledged: evaluated at Flush
         self.ops = []
+        self.quarantined = []  # invalid documents, committed with the transaction
 
     def expect(self, name, *phases):
         if self.phase not in phases:
@@ -216,10 +223,16 @@ class Session:
             self.ops.append((resource, delta, key_text(key), doc, bool(delete)))
         return []  # Store has no reply
 
+    def quarantine(self, req):
+        self.expect("quarantine", "store")
+        self.quarantined += req.get("rows") or []
+        return []  # no reply
+
     def start_commit(self, req):
         self.expect("start_commit", "store")
         ops, self.ops = self.ops, []
-        self.store.commit(self.mat, self.begin, self.end, self.fence, ops, req["runtime_checkpoint"])
+        quarantined, self.quarantined = self.quarantined, []
+        self.store.commit(self.mat, self.begin, self.end, self.fence, ops, req["runtime_checkpoint"], quarantined)
         self.phase, self.acknowledged = "acknowledge", False
         return [{"started_commit": {"state": None}}]
 
@@ -231,12 +244,12 @@ class Driver:
 
     def handle(self, name, req):
         """The reply lines for one request."""
-        if name in ("acknowledge", "load", "flush", "store", "start_commit"):
+        if name in ("acknowledge", "load", "flush", "store", "quarantine", "start_commit"):
             if self.session is None:
                 raise DriverError("ProtocolViolation", f"{name} before open")
             return {"acknowledge": self.session.acknowledge, "load": self.session.load,
                     "flush": self.session.flush, "store": self.session.store_docs,
-                    "start_commit": self.session.start_commit}[name](req)
+                    "quarantine": self.session.quarantine, "start_commit": self.session.start_commit}[name](req)
         if name == "describe":
             return [{"described": {"capabilities": CAPABILITIES}}]
         if name == "spec":

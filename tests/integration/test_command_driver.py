@@ -3,6 +3,7 @@ misbehave on purpose (error replies, crashes, garbage, silence, protocol violati
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import pytest
 from tidemark.drivers.command import CommandDriver, close_idle_programs
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import DriverError, DriverProgramError, FencedOff, ProtocolViolation, SpecError
-from tidemark.protocol.messages import Acknowledge, Apply, Flush, Load, Open, Range, StartCommit, Store
+from tidemark.protocol.messages import Acknowledge, Apply, Flush, Load, Open, Quarantine, Range, StartCommit, Store
 from tidemark.testing.workload import bindings as kit_bindings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,3 +207,32 @@ def test_command_driver_pickles_as_its_config(tmp_path):
         assert clone.checkpoints("nothing-yet") == []
     finally:
         close_idle_programs()
+
+
+def test_quarantine_passes_through_to_a_program_that_declares_it(program, tmp_path):
+    import sqlite3
+
+    from tidemark.drivers.base import capabilities_of
+
+    assert not capabilities_of(program("good")).quarantine  # undeclared: off
+    db = tmp_path / "v.db"
+    try:
+        driver = load_driver(f"command:{sys.executable} {EXAMPLE_DRIVER} --state {db}")
+        assert capabilities_of(driver).quarantine
+        driver.apply(Apply("m", {}, BINDINGS))
+        row = {"binding": 0, "location": "f.json:3", "key_json": None, "reason": "unparseable JSON", "value": "x{"}
+        for commit in (False, True):
+            t, _ = driver.open(open_msg())
+            t.acknowledge(Acknowledge())
+            t.flush(Flush())
+            t.quarantine(Quarantine((row,)))
+            if commit:
+                t.start_commit(StartCommit(CHECKPOINT))
+            t.close()  # without StartCommit: nothing of the transaction commits
+        driver.close()
+    finally:
+        close_idle_programs()
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT materialization, batch_id, row FROM quarantine").fetchall()
+    con.close()
+    assert [(m, b, json.loads(r)) for m, b, r in rows] == [("m", 0, row)]

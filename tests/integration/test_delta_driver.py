@@ -16,9 +16,9 @@ import pytest
 from tidemark import faults
 from tidemark.drivers.delta import DeltaDriver, app_id
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import IncompatibleSchema, RecoveryError, TidemarkError
+from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Validate,
+    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Validate,
 )
 from tidemark.runtime.merge_patch import apply_update
 from tidemark.testing.conformance import assert_conformance
@@ -71,22 +71,23 @@ def independent_view(location, key="customer") -> dict:
 class Runtime:
     """Plays the runtime's commit for one materialization: the recovery log is a list."""
 
-    def __init__(self, driver: DeltaDriver, *bindings: BindingSpec, checkpoint_id="chk-1"):
+    def __init__(self, driver: DeltaDriver, *bindings: BindingSpec, checkpoint_id="chk-1", mat=MAT):
         self.driver = driver
+        self.mat = mat
         self.bindings = tuple(bindings)
         self.state = None
         self.checkpoint_id = checkpoint_id
         self.last: dict | None = None
 
     def apply(self):
-        self.driver.validate(Validate(MAT, self.driver.config, self.bindings))
-        return self.driver.apply(Apply(MAT, self.driver.config, self.bindings))
+        self.driver.validate(Validate(self.mat, self.driver.config, self.bindings))
+        return self.driver.apply(Apply(self.mat, self.driver.config, self.bindings))
 
     def open(self, rng=Range()):
-        return self.driver.open(Open(MAT, "v1", rng, state=self.state, bindings=self.bindings))[0]
+        return self.driver.open(Open(self.mat, "v1", rng, state=self.state, bindings=self.bindings))[0]
 
-    def stage(self, t, batch, per_binding, deletes=None):
-        """One transaction: Acknowledge, Load (standard bindings), Store, StartCommit."""
+    def stage(self, t, batch, per_binding, deletes=None, quarantine=()):
+        """One transaction: Acknowledge, Load (standard bindings), Store, Quarantine, StartCommit."""
         t.acknowledge(Acknowledge(state=self.state))
         loaded = {}
         for i, docs in per_binding.items():
@@ -100,10 +101,12 @@ class Runtime:
             b = self.bindings[i]
             keys = [tuple(d[f.name] for f in b.key_fields) for d in docs]
             t.store(store_msg(b, docs, (deletes or {}).get(i), [k in loaded.get(i, {}) for k in keys], binding_index=i))
+        if quarantine:
+            t.quarantine(Quarantine(tuple(quarantine)))
         return t.start_commit(StartCommit(self.cp(batch))), loaded
 
     def cp(self, batch):
-        return dict(cp(batch), checkpoint_id=self.checkpoint_id)
+        return dict(cp(batch), checkpoint_id=self.checkpoint_id, materialization=self.mat)
 
     def log(self, batch, *started):
         """The recovery log commits batch N, then the coordinator Acknowledge runs."""
@@ -113,11 +116,11 @@ class Runtime:
         self.acknowledge()
 
     def acknowledge(self):
-        self.driver.coordinator_acknowledge(MAT, self.state, self.last, self.bindings)
+        self.driver.coordinator_acknowledge(self.mat, self.state, self.last, self.bindings)
 
-    def batch(self, batch, per_binding, deletes=None, rng=Range()):
+    def batch(self, batch, per_binding, deletes=None, rng=Range(), quarantine=()):
         t = self.open(rng)
-        started, loaded = self.stage(t, batch, per_binding, deletes)
+        started, loaded = self.stage(t, batch, per_binding, deletes, quarantine)
         t.close()
         self.log(batch, started)
         return loaded
@@ -161,6 +164,7 @@ def test_registry_builds_delta(tmp_path):
     d = load_driver("delta", {"path": str(tmp_path)})
     assert isinstance(d, DeltaDriver)
     assert d.capabilities().commit_pattern.value == "idempotent-apply-coordinator"
+    assert d.capabilities().quarantine
 
 
 def test_round_trip_typed_columns_and_independent_reader(driver):
@@ -389,3 +393,63 @@ def test_resource_path_and_config_errors(tmp_path):
         DeltaDriver({})
     with pytest.raises(SpecError, match="table"):
         d.model(BindingSpec({"table": "../up"}, "orders", ("/customer",), binding().fields))
+
+
+def bad(line, reason="not an object", value="not json"):
+    return {"binding": 0, "location": f"orders.json:{line}", "key_json": None, "reason": reason, "value": value}
+
+
+def test_quarantine_is_applied_once_with_the_batch(driver, armed):
+    b = binding()
+    rt = Runtime(driver, b)
+    rt.apply()
+    rt.batch(0, {0: [doc("a", 1)]})
+    t = rt.open()
+    started, _ = rt.stage(t, 1, {0: [doc("b", 2)]}, quarantine=[bad(3), bad(9, "/amount: not an integer",
+                                                                               {"customer": "c", "amount": "x"})])
+    t.close()
+    stage = started.state.updated["stages"][Range().name]
+    assert [n for _, n in stage["quarantine"]] == [2]
+    assert driver.quarantined(MAT) == []  # staged, not applied
+    rt.state = apply_update(rt.state, started.state)
+    rt.last = rt.cp(1)
+    # killed while appending the dead letters: the data table committed, the quarantine did not
+    armed("mid_apply:raise@2")
+    with pytest.raises(TidemarkError, match="injected fault at mid_apply"):
+        rt.acknowledge()
+    assert driver.dump(MAT, b) == {("a",): doc("a", 1), ("b",): doc("b", 2)}
+    assert driver.quarantined(MAT) == []
+    armed("")
+    for _ in range(3):  # re-run the coordinator apply any number of times
+        rt.acknowledge()
+    want = [{"materialization": MAT, "batch_id": 1, "location": "orders.json:3", "key_json": None,
+             "reason": "not an object", "value": "not json"},
+            {"materialization": MAT, "batch_id": 1, "location": "orders.json:9", "key_json": None,
+             "reason": "/amount: not an integer", "value": '{"customer":"c","amount":"x"}'}]
+    assert driver.quarantined(MAT) == want
+    qt = driver.quarantine_location
+    assert qt == str(driver.root) + "/tidemark_quarantine"
+    assert sorted(independent_rows(qt, ["batch_id", "location"])) == [(1, "orders.json:3"), (1, "orders.json:9")]
+    assert deltalake.DeltaTable(qt).transaction_version(app_id(MAT, "chk-1")) == 1
+    assert driver.dump(MAT, b) == {("a",): doc("a", 1), ("b",): doc("b", 2)}
+    assert driver.staged_files(MAT) == []
+    # a batch without invalid documents replaces the range's list; a later one appends once
+    rt.batch(2, {0: [doc("c", 3)]})
+    rt.batch(3, {0: [doc("d", 4)]}, quarantine=[bad(4)])
+    rt.acknowledge()
+    assert [(r["batch_id"], r["location"]) for r in driver.quarantined(MAT)] == [
+        (1, "orders.json:3"), (1, "orders.json:9"), (3, "orders.json:4")]
+    # another materialization shares the table; drop removes only this one's rows
+    other = Runtime(driver, binding("others"), checkpoint_id="chk-o", mat="other")
+    other.apply()
+    other.batch(0, {0: [doc("z", 1)]}, quarantine=[bad(1)])
+    assert [r["location"] for r in driver.quarantined("other")] == ["orders.json:1"]
+    assert f"deleted 3 quarantine rows of {MAT!r}" in driver.drop(MAT, (b,))
+    assert driver.quarantined(MAT) == []
+    assert [r["materialization"] for r in driver.quarantined("other")] == ["other"]
+    assert independent_rows(qt, ["materialization"]) == [("other",)]
+
+
+def test_the_quarantine_table_cannot_be_bound(driver):
+    with pytest.raises(SpecError, match="dead-letter"):
+        driver.model(BindingSpec({"table": "tidemark_quarantine"}, "orders", ("/customer",), binding().fields))

@@ -5,7 +5,8 @@ Config::
     {"pattern": "store-authoritative"            # default
                | "idempotent-apply-shard" | "idempotent-apply-coordinator" | "at-least-once",
      "name": "default",       # in-process store shared by every MemoryDriver with this name
-     "path": "/tmp/x.json"}   # or: the whole state in one file shared by processes
+     "path": "/tmp/x.json",   # or: the whole state in one file shared by processes
+     "quarantine": true}      # declare the quarantine capability (default true)
 
 With ``path`` every operation takes an exclusive ``flock`` on ``PATH.lock``, reads the
 file, and (for writes) replaces it atomically (temp file + rename), so Spark executor
@@ -28,6 +29,11 @@ How each pattern commits:
     ``coordinator_acknowledge`` (all stages) applies the named stages, each once.
 ``at-least-once``
     every Store is written at once; Opened is null.
+
+Quarantine rows (``Transactor.quarantine``) travel with the transaction's data -- in the
+same write, or in the same stage -- and land in the materialization's ``quarantine`` list,
+each with its ``batch_id``: read it with :meth:`MemoryDriver.quarantined` or
+:func:`quarantined`.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     StartCommit,
     StartedCommit,
@@ -170,15 +177,21 @@ def _backend(config: dict) -> _Backend:
 
 def _mat(state: dict, materialization: str) -> dict:
     m = state["mats"].setdefault(materialization, {})
-    for k, v in (("views", {}), ("deltas", {}), ("checkpoints", []), ("staged", {}), ("applied", [])):
+    for k, v in (("views", {}), ("deltas", {}), ("checkpoints", []), ("staged", {}), ("applied", []),
+                 ("quarantine", [])):
         m.setdefault(k, v)
     return m
 
 
+QUARANTINED = None  # the resource of an op that quarantines its doc (an invalid document's row)
+
+
 def _apply_ops(m: dict, ops: list) -> None:
-    """ops: ``[resource, delta, key_text, doc, delete]``."""
+    """ops: ``[resource, delta, key_text, doc, delete]``; resource ``QUARANTINED``: a quarantine row."""
     for resource, delta, key, doc, delete in ops:
-        if delta:
+        if resource is QUARANTINED:
+            m.setdefault("quarantine", []).append(doc)
+        elif delta:
             m["deltas"].setdefault(resource, []).append(doc)
         elif delete:
             m["views"].setdefault(resource, {}).pop(key, None)
@@ -214,7 +227,7 @@ class MemoryDriver(Driver):
         self.backend = _backend(self.config)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(self.pattern)
+        return Capabilities(self.pattern, quarantine=bool(self.config.get("quarantine", True)))
 
     def __getstate__(self):
         return {"config": self.config}
@@ -308,6 +321,11 @@ class MemoryDriver(Driver):
             view = (m.get("views") or {}).get(resource_name(binding), {})
             return {tuple(json.loads(k)): copy.deepcopy(v) for k, v in view.items()}
 
+    def quarantined(self, materialization: str) -> list[dict]:
+        """The committed quarantine rows of a materialization, in commit order."""
+        with self.backend.read() as state:
+            return copy.deepcopy(list((state["mats"].get(materialization) or {}).get("quarantine") or []))
+
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         with self.backend.write() as state:
             if state["mats"].pop(materialization, None) is None:
@@ -346,6 +364,7 @@ class MemoryTransactor(Transactor):
         self.acknowledged = False
         self.deferred: list[Load] = []
         self.ops: list = []
+        self.quarantine_rows: list[dict] = []
 
     @property
     def pattern(self) -> CommitPattern:
@@ -388,13 +407,22 @@ class MemoryTransactor(Transactor):
         else:
             self.ops.extend(self._ops(msg))
 
+    def quarantine(self, msg: Quarantine) -> None:
+        """Invalid documents: committed (or staged) with this transaction's data."""
+        self.quarantine_rows.extend(msg.rows)
+
     def start_commit(self, msg: StartCommit) -> StartedCommit:
-        ops, self.ops = self.ops, []
+        batch_id = msg.runtime_checkpoint.get("batch_id")
+        quarantined = [[QUARANTINED, False, None, dict(r, batch_id=batch_id), False] for r in self.quarantine_rows]
+        ops, self.ops, self.quarantine_rows = self.ops + quarantined, [], []
         self.acknowledged = False  # the next transaction starts with Acknowledge
         if self.pattern is CommitPattern.STORE_AUTHORITATIVE:
             self.commit_store(ops, msg.runtime_checkpoint)
             return StartedCommit()
         if self.pattern is CommitPattern.AT_LEAST_ONCE:
+            if quarantined:  # the Stores went out at once; the dead letters go now
+                with self.driver.backend.write() as state:
+                    _apply_ops(_mat(state, self.materialization), quarantined)
             return StartedCommit()
         stage_id = f"{self.range.name}.{uuid.uuid4().hex[:16]}"
         with self.driver.backend.write() as state:
@@ -426,10 +454,16 @@ class MemoryTransactor(Transactor):
 MemoryDriver.transactor_class = MemoryTransactor
 
 
+def quarantined(materialization: str, config: dict | None = None) -> list[dict]:
+    """The quarantine rows a materialization committed to the memory endpoint of ``config``
+    (default: the in-process store ``"default"``)."""
+    return MemoryDriver(config).quarantined(materialization)
+
+
 def reset(name: str = "default") -> None:
     """Forget an in-process store (tests)."""
     with _SHARED_LOCK:
         _SHARED.pop(name, None)
 
 
-__all__ = ["MemoryDriver", "MemoryTransactor", "reset", "key_text", "resource_name"]
+__all__ = ["MemoryDriver", "MemoryTransactor", "quarantined", "reset", "key_text", "resource_name"]

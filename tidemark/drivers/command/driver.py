@@ -33,21 +33,14 @@ The program's stderr is passed through to ours, line by line.
 
 from __future__ import annotations
 
-import collections
-import os
-import queue
-import select
 import shlex
-import subprocess
-import sys
 import threading
-import time
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
-from tidemark import errors
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
-from tidemark.errors import DriverError, DriverProgramError, ProtocolViolation, SpecError
+from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
+from tidemark.errors import DriverProgramError, SpecError
 from tidemark.policy import RetryPolicy
 from tidemark.protocol import wire
 from tidemark.protocol.messages import (
@@ -73,241 +66,6 @@ from tidemark.protocol.messages import (
     Validated,
 )
 from tidemark.protocol.state import RuntimeStateMachine, Status
-
-STDERR_TAIL = 20  # lines of the program's stderr kept for error messages
-_EOF = object()
-
-# Error names a program may send in an ``error`` reply, and the class each one raises.
-_ERROR_TYPES: dict[str, type] = {
-    c.__name__: c
-    for c in (
-        errors.DriverError,
-        errors.EndpointUnavailable,
-        errors.AuthenticationFailed,
-        errors.FencedOff,
-        errors.IncompatibleSchema,
-        errors.SpecError,
-        errors.RecoveryError,
-        errors.DocumentError,
-        errors.ReductionError,
-    )
-}
-
-
-def program_name(command: Sequence[str]) -> str:
-    """A short name for messages: the script if the program is an interpreter, else the program."""
-    words = list(command)
-    if not words:
-        return "?"
-    interpreters = ("python", "python3", "node", "ruby", "perl", "bash", "sh", "java", "deno", "bun")
-    if os.path.basename(words[0]).split(".")[0] in interpreters or os.path.basename(words[0]).startswith("python"):
-        for w in words[1:]:
-            if not w.startswith("-"):
-                return f"{os.path.basename(words[0])} {w}"
-    return words[0]
-
-
-# --------------------------------------------------------------------------- a process
-
-
-class _Program:
-    """One running driver program: write wire lines, read wire replies, with timeouts."""
-
-    def __init__(self, command: list[str], env: Optional[dict], cwd: Optional[str], policy: RetryPolicy):
-        self.command = command
-        self.name = program_name(command)
-        self.policy = policy
-        full_env = None
-        if env:
-            full_env = dict(os.environ)
-            full_env.update({str(k): str(v) for k, v in env.items()})
-        try:
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=full_env, cwd=cwd, bufsize=0,
-            )
-        except OSError as exc:
-            raise DriverProgramError(f"driver program {self.name!r} could not be started: {exc}") from exc
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        self.lines: queue.Queue = queue.Queue()
-        self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
-        self.broken: Optional[str] = None  # why the program may not be used any more
-        threading.Thread(target=_read_stdout, args=(self.proc.stdout, self.lines), daemon=True,
-                         name=f"tidemark-stdout-{self.proc.pid}").start()
-        self._stderr_done = threading.Event()
-        threading.Thread(target=_pass_stderr, args=(self.proc.stderr, self.stderr_tail, self._stderr_done),
-                         daemon=True, name=f"tidemark-stderr-{self.proc.pid}").start()
-        # Closing our end of stdin lets a program that is dropped (never closed) exit.
-        self._finalizer = weakref.finalize(self, _release, self.proc)
-
-    # ---------------------------------------------------------------- failures
-    def fail(self, what: str, cause: Optional[BaseException] = None) -> DriverProgramError:
-        """Mark the program unusable and return the error to raise (with exit code and stderr)."""
-        self.broken = what
-        code = self.proc.poll()
-        if code is None and not what.startswith("exited"):
-            self.kill()
-            code = self.proc.poll()
-        text = f"driver program {self.name!r} {what}"
-        if code is not None:
-            text += f" (exit code {code})"
-        self._stderr_done.wait(1.0)  # let the last stderr lines arrive
-        tail = [line for line in self.stderr_tail if line.strip()]
-        if tail:
-            text += "; its last stderr lines:\n    " + "\n    ".join(tail[-STDERR_TAIL:])
-        exc = DriverProgramError(text)
-        exc.__cause__ = cause
-        return exc
-
-    def _check_usable(self) -> None:
-        if self.broken is not None:
-            raise DriverProgramError(f"driver program {self.name!r} is unusable: it {self.broken}")
-
-    # ------------------------------------------------------------------ writing
-    def send(self, msg: Any) -> None:
-        """Write one message; fail if the program has exited or stopped reading for ``reply_timeout``."""
-        self._check_usable()
-        data = (wire.encode(msg) + "\n").encode("ascii")
-        fd = self.proc.stdin.fileno()
-        deadline = time.monotonic() + self.policy.reply_timeout
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.write(fd, view)
-                view = view[n:]
-                continue
-            except BlockingIOError:
-                pass
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                self.proc_wait(1.0)
-                raise self.fail(f"exited while being sent {type(msg).__name__}", exc) from exc
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self.fail(f"did not read its input for {self.policy.reply_timeout:g}s "
-                                f"(sending {type(msg).__name__}); it was killed")
-            select.select([], [fd], [], min(remaining, 1.0))
-
-    # ------------------------------------------------------------------ reading
-    def _decode(self, line: bytes, waiting_for: str) -> Any:
-        try:
-            return wire.decode(line)
-        except wire.WireError as exc:
-            raise self.fail(f"wrote a line that is not a wire message while {waiting_for}: {exc}", exc) from exc
-
-    def receive(self, waiting_for: str) -> Any:
-        """The next message (an ``Error`` reply is raised); waits at most ``reply_timeout``."""
-        self._check_usable()
-        try:
-            line = self.lines.get(timeout=self.policy.reply_timeout)
-        except queue.Empty:
-            raise self.fail(f"did not answer within {self.policy.reply_timeout:g}s while {waiting_for}; "
-                            "it was killed (raise retry.reply_timeout if it needs longer)") from None
-        if line is _EOF:
-            self.proc_wait(self.policy.connect_timeout)
-            raise self.fail(f"exited while {waiting_for}")
-        return self._raise_error(self._decode(line, waiting_for))
-
-    def poll(self, waiting_for: str) -> list:
-        """The messages that arrived already, without waiting (an ``Error`` reply is raised)."""
-        self._check_usable()
-        out = []
-        while True:
-            try:
-                line = self.lines.get_nowait()
-            except queue.Empty:
-                return out
-            if line is _EOF:
-                self.lines.put(_EOF)  # seen again by the next receive
-                return out
-            out.append(self._raise_error(self._decode(line, waiting_for)))
-
-    def _raise_error(self, msg: Any) -> Any:
-        if isinstance(msg, wire.Error):
-            raise error_from_wire(self.name, msg)
-        return msg
-
-    def request(self, msg: Any, reply_type: type, waiting_for: Optional[str] = None) -> Any:
-        """Send a request and return its reply, which must be a ``reply_type``."""
-        waiting_for = waiting_for or f"answering {type(msg).__name__}"
-        self.send(msg)
-        reply = self.receive(waiting_for)
-        if not isinstance(reply, reply_type):
-            raise self.fail(f"answered {type(msg).__name__} with {type(reply).__name__}, "
-                            f"expected {reply_type.__name__}")
-        return reply
-
-    # ---------------------------------------------------------------- lifecycle
-    def proc_wait(self, timeout: float) -> Optional[int]:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc_wait(self.policy.connect_timeout)
-
-    def close(self) -> None:
-        """Close its stdin (the program exits at end of input); kill it if it lingers."""
-        if self.broken is None:
-            self.broken = "was closed"
-        _release(self.proc)
-        if self.proc_wait(self.policy.connect_timeout) is None:
-            self.kill()
-        self._finalizer.detach()
-
-
-def _read_stdout(stream, lines: queue.Queue) -> None:
-    try:
-        for line in iter(stream.readline, b""):
-            if line.strip():
-                lines.put(line)
-    except (OSError, ValueError):
-        pass
-    finally:
-        lines.put(_EOF)
-
-
-def _pass_stderr(stream, tail: collections.deque, done: threading.Event) -> None:
-    try:
-        for raw in iter(stream.readline, b""):
-            text = raw.decode("utf-8", "replace").rstrip("\n")
-            tail.append(text)
-            try:
-                sys.stderr.write(text + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):  # our stderr is closed: keep draining the pipe
-                pass
-    except (OSError, ValueError):
-        pass
-    finally:
-        done.set()
-
-
-def _release(proc: subprocess.Popen) -> None:
-    try:
-        proc.stdin.close()
-    except (OSError, ValueError):
-        pass
-
-
-def error_from_wire(program: str, err: wire.Error) -> errors.TidemarkError:
-    """The :mod:`tidemark.errors` exception for an ``error`` reply of ``program``."""
-    text = f"driver program {program!r}: {err.message}"
-    if err.type == "ProtocolViolation":
-        exc = ProtocolViolation.__new__(ProtocolViolation)
-        Exception.__init__(exc, f"driver program {program!r} reports a protocol violation: {err.message}")
-        exc.state, exc.received, exc.expected = "unknown (checked by the driver program)", err.message, None
-        return exc
-    cls = _ERROR_TYPES.get(err.type)
-    if cls is None:
-        return DriverError(f"{text} ({err.type})")
-    return cls(text)
-
-
-# ------------------------------------------------------------------------ the driver
-
 
 def _parse_command(config: dict) -> list[str]:
     command = config.get("command")
@@ -339,37 +97,8 @@ def capabilities_from_wire(program: str, d: dict) -> Capabilities:
                                  f"{patterns})") from exc
 
 
-_DESCRIBED: dict[tuple, Capabilities] = {}
+_DESCRIBED: dict[tuple, Capabilities] = {}  # per command line, in this process
 _CACHE_LOCK = threading.Lock()
-
-# Idle programs per command line, reused by every CommandDriver of this process.
-MAX_IDLE_PROGRAMS = 4
-_IDLE: dict[tuple, list[_Program]] = {}
-_IDLE_LOCK = threading.Lock()
-
-
-def _usable(program: _Program) -> bool:
-    return program.broken is None and program.proc.poll() is None and program.lines.empty()
-
-
-def _give_back(key: tuple, program: _Program) -> None:
-    """Keep an idle, healthy program for the next request or session; close it otherwise."""
-    if _usable(program):
-        with _IDLE_LOCK:
-            idle = _IDLE.setdefault(key, [])
-            if len(idle) < MAX_IDLE_PROGRAMS:
-                idle.append(program)
-                return
-    program.close()
-
-
-def close_idle_programs() -> None:
-    """Close every idle program of this process (tests; programs also exit when we do)."""
-    with _IDLE_LOCK:
-        programs = [p for idle in _IDLE.values() for p in idle]
-        _IDLE.clear()
-    for p in programs:
-        p.close()
 
 
 class CommandDriver(Driver):
@@ -400,21 +129,14 @@ class CommandDriver(Driver):
         return (CommandDriver, (self.config,))
 
     # ----------------------------------------------------------------- plumbing
-    def _take(self) -> _Program:
+    def _take(self) -> Program:
         """An idle program of this command line, or a new one."""
-        if self.reuse:
-            with _IDLE_LOCK:
-                idle = _IDLE.get(self.key, [])
-                while idle:
-                    program = idle.pop()
-                    if _usable(program):
-                        return program
-                    program.close()
-        return _Program(self.command, self.env, self.cwd, self.policy)
+        program = take_idle(self.key) if self.reuse else None
+        return program or Program(self.command, self.env, self.cwd, self.policy)
 
-    def _release(self, program: _Program) -> None:
+    def _release(self, program: Program) -> None:
         if self.reuse:
-            _give_back(self.key, program)
+            give_back(self.key, program)
         else:
             program.close()
 
@@ -513,7 +235,7 @@ class CommandTransactor(Transactor):
     Acknowledged, a Loaded for a key never requested or any output during the Store phase
     raises :class:`~tidemark.errors.ProtocolViolation` naming the program."""
 
-    def __init__(self, program: _Program, bindings: Sequence[BindingSpec], release=None):
+    def __init__(self, program: Program, bindings: Sequence[BindingSpec], release=None):
         self.program = program
         self.release = release
         self.machine = RuntimeStateMachine(bindings, opened=True)
@@ -579,4 +301,4 @@ class CommandTransactor(Transactor):
             self.program.close()
 
 
-__all__ = ["CommandDriver", "CommandTransactor", "error_from_wire", "capabilities_from_wire", "program_name"]
+__all__ = ["CommandDriver", "CommandTransactor", "capabilities_from_wire"]

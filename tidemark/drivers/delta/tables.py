@@ -1,0 +1,149 @@
+"""Delta tables: the binding's table model, Arrow/Delta types, identifiers, app transactions."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as pds
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+from tidemark.drivers.sql import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce
+from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
+from tidemark.faults import fault_point
+
+DELETE_COLUMN = "_tidemark_delete"  # staged files only
+IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
+KEY_PROPERTY = "tidemark.key"  # table properties written by Apply
+MODE_PROPERTY = "tidemark.deltaUpdates"
+OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
+
+ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
+DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
+
+
+def arrow_type(kind: str) -> pa.DataType:
+    return ARROW_TYPES.get(kind, pa.string())
+
+
+def delta_type(kind: str) -> str:
+    return DELTA_TYPES.get(kind, "string")
+
+
+def ident(name: str) -> str:
+    """A DataFusion SQL identifier (case-sensitive, ``"`` doubled)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def sql_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def is_uri(p: str) -> bool:
+    return "://" in p
+
+
+def join_path(root: str, name: str) -> str:
+    return root.rstrip("/") + "/" + name if is_uri(root) else os.path.join(root, name)
+
+
+def translate_error(exc: Exception, where: str) -> TidemarkError:
+    if isinstance(exc, TidemarkError):
+        return exc
+    if isinstance(exc, CommitFailedError):
+        return EndpointUnavailable(f"Delta table {where}: concurrent commit: {exc}")
+    if isinstance(exc, (OSError, pa.ArrowIOError)) and not isinstance(exc, FileNotFoundError):
+        return EndpointUnavailable(f"Delta table {where}: {type(exc).__name__}: {exc}")
+    return DriverError(f"Delta table {where}: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class TableModel:
+    """One binding's Delta table."""
+
+    location: str
+    keys: tuple[Column, ...]
+    values: tuple[Column, ...]
+    delta: bool
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.keys + self.values
+
+    def arrow_schema(self) -> pa.Schema:
+        """The table's schema (keys not null, the document not null)."""
+        fields = [pa.field(c.name, arrow_type(c.kind), nullable=not c.is_key) for c in self.columns]
+        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string(), nullable=False)])
+
+    def staged_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]
+        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string()), pa.field(DELETE_COLUMN, pa.bool_())])
+
+
+def app_id(materialization: str, checkpoint_id: Any) -> str:
+    return f"tidemark/{materialization}/{checkpoint_id}"
+
+
+def owner_of(dt: DeltaTable) -> Optional[tuple[str, str]]:
+    """(materialization, checkpoint id) of the table's owner property, or None."""
+    text = (dt.metadata().configuration or {}).get(OWNER_PROPERTY)
+    if not text:
+        return None
+    try:
+        obj = json.loads(text)
+        return str(obj["materialization"]), str(obj["checkpoint_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def applied_batch(dt: DeltaTable, app: str) -> int:
+    """The last batch of ``app`` committed to the table, or -1."""
+    v = dt.transaction_version(app)
+    return -1 if v is None else int(v)
+
+
+def stages_of(state: Any) -> list[dict]:
+    stages = state.get("stages") if isinstance(state, dict) else None
+    return [s for s in (stages or {}).values() if isinstance(s, dict)]
+
+
+def staged_reader(source: pds.Dataset, drop: Optional[str] = None) -> pa.RecordBatchReader:
+    """The staged rows as a stream; the ``mid_apply`` fault point fires while delta-rs reads it."""
+    schema = source.schema if drop is None else pa.schema([f for f in source.schema if f.name != drop])
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for i, rb in enumerate(source.to_batches()):
+            if drop is not None:
+                rb = rb.drop_columns([drop])
+            yield rb
+            if i == 0:
+                fault_point("mid_apply")
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def column(kind: str, values: list) -> pa.Array:
+    """A typed column of JSON values (JSON kinds as text)."""
+    if kind != JSON:
+        try:
+            return pa.array(values, arrow_type(kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            pass  # e.g. 3.0 for an integer, an object in a scalar column
+    return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
+
+
+def key_of(model: TableModel, values: Sequence[Any]) -> tuple:
+    out = []
+    for col, v in zip(model.keys, values):
+        if col.kind == JSON and isinstance(v, str):
+            v = json.loads(v)
+        out.append(v)
+    return tuple(out)
