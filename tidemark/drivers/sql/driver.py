@@ -46,6 +46,7 @@ class TablePlan:
     existing: Optional[dict[str, tuple[str, bool]]]  # {column: (type, is_primary_key)}; None: no table
     missing: Optional[list[Column]]  # columns to add; None: create the table
     widened: list[tuple[Column, str]]  # value columns whose type changes, with the type they have
+    options: tuple[str, str] = ("", "")  # a new table's CREATE TABLE suffix, and Apply's words for it
 
 
 def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str]) -> None:
@@ -201,7 +202,7 @@ class SqlDriver(Driver):
                 document_types=d.document_types, required=required, widens=d.widens)
             widened = [(c, existing[c.name][0]) for c in model.values
                        if existing and c.name in existing and existing[c.name][0].lower() != d.sql_type(c.kind).lower()]
-            out.append(TablePlan(b, model, existing, missing, widened))
+            out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
         return out
 
     def notes(self, plan: TablePlan) -> list[str]:
@@ -210,7 +211,8 @@ class SqlDriver(Driver):
                 for name in self.omitted_fields(plan.binding)]
 
     def table_options(self, model: TableModel, binding: BindingSpec) -> tuple[str, str]:
-        """What ``CREATE TABLE`` appends for a new table, and how Apply says it."""
+        """What ``CREATE TABLE`` appends for a new table, and how Apply says it (read by
+        Validate too: raise SpecError for a resource's bad options)."""
         return "", ""
 
     def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
@@ -237,7 +239,7 @@ class SqlDriver(Driver):
                 model = plan.model
                 actions.extend(self.notes(plan))
                 if plan.missing is None:
-                    options, note = self.table_options(model, plan.binding)
+                    options, note = plan.options
                     actions.append(f"create table {model.display}{note}")
                     created.append(plan.binding.resource_path)
                     if not req.dry_run:

@@ -73,14 +73,18 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def check_session(self) -> None:
         """First in each of the session's transactions: raise if it must not go on."""
 
-    def in_transaction(self, body: Callable[[], T], what: str, write: bool = True) -> T:
-        """``body()`` in one transaction of this session, after :meth:`check_session`."""
+    def transaction(self, body: Callable[[], T], write: bool = True) -> T:
+        """``body()`` in one transaction of this session, after :meth:`check_session` (once)."""
 
-        def checked(_con: Any) -> T:
+        def checked() -> T:
             self.check_session()
             return body()
 
-        return self.driver.atomically(checked, what, self.con, write)
+        return self.driver.transaction(self.con, checked, write)
+
+    def in_transaction(self, body: Callable[[], T], what: str, write: bool = True) -> T:
+        """:meth:`transaction`, retried as the driver's ``run`` retries."""
+        return self.driver.run(lambda: self.transaction(body, write), what, self.con)
 
     def temp(self, name: str, columns: Sequence[str], options: str = "") -> tuple[str, Optional[str]]:
         """A temp table's name in statements, and the statement that creates it if this
