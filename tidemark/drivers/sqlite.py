@@ -22,8 +22,8 @@ import os
 import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from tidemark.drivers.base import Capabilities, CommitPattern
-from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver
+from tidemark.drivers.base import Capabilities
+from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver, sql_capabilities
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import SpecResponse
@@ -75,14 +75,7 @@ def _translate(exc: sqlite3.Error, path: str) -> TidemarkError:
     return DriverError(f"SQLite database {path!r}: {type(exc).__name__}: {text}")
 
 
-CAPABILITIES = Capabilities(
-    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-    delta_updates=True,
-    max_load_keys=10_000,
-    max_store_docs=10_000,
-    concurrent_shards=True,
-    quarantine=True,
-)
+CAPABILITIES = sql_capabilities(10_000)
 
 
 class SQLiteDriver(SqlDriver):
@@ -142,11 +135,6 @@ class SQLiteDriver(SqlDriver):
         if self._con is None:
             self._con = self.connect()
         return self._con
-
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
 
     def transaction(self, con: sqlite3.Connection, body: Callable[[], T], write: bool = True) -> T:
         """``BEGIN IMMEDIATE`` (``BEGIN`` where only temp tables are written); body;

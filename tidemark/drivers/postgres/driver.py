@@ -12,26 +12,19 @@ from typing import Any, Callable, Optional, TypeVar
 
 import psycopg
 
-from tidemark.drivers.base import Capabilities, CommitPattern
+from tidemark.drivers.base import Capabilities
 from tidemark.drivers.postgres.ddl import PostgresDDL
 from tidemark.drivers.postgres.dialect import DIALECT
 from tidemark.drivers.postgres.settings import CONFIG_KEYS, PgSettings, translate
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
-from tidemark.drivers.sql import SqlDriver
+from tidemark.drivers.sql import SqlDriver, sql_capabilities
 from tidemark.errors import EndpointUnavailable, TidemarkError
 from tidemark.policy import retry
 from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
 
-CAPABILITIES = Capabilities(
-    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-    delta_updates=True,
-    max_load_keys=50_000,
-    max_store_docs=50_000,
-    concurrent_shards=True,
-    quarantine=True,
-)
+CAPABILITIES = sql_capabilities(50_000)
 
 
 class _NoRetry(Exception):
@@ -103,11 +96,6 @@ class PostgresDriver(PostgresDDL, SqlDriver):
         if self._con is None or self._con.closed or self._con.broken:
             self._con = self.connect(retrying=False)  # used inside run(), which retries
         return self._con
-
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
 
     def transaction(self, con: psycopg.Connection, body: Callable[[], T], write: bool = True) -> T:
         with con.transaction():

@@ -16,7 +16,7 @@ An endpoint adds a dialect and its connection code (``drivers/sqlite.py``,
 """
 
 from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier
+from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier, sql_capabilities
 from tidemark.drivers.sql.fences import (
     CheckpointState, OpenPlan, fenced_off, identity, load_checkpoint, plan_open,
 )
@@ -33,5 +33,5 @@ __all__ = [
     "RESOURCES_TABLE", "REDACTED", "ROW_ID_COLUMN", "TEXT", "TIMESTAMP", "CheckpointState", "Column", "Dialect",
     "OpenPlan", "SqlDriver", "SqlTransactor", "TableModel", "TablePlan", "check_columns", "check_identifier",
     "coerce", "dumps", "fenced_off", "field_kind", "identity", "load_checkpoint", "plan_open", "quarantine_rows",
-    "quote_ident", "redact",
+    "quote_ident", "redact", "sql_capabilities",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
-from tidemark.drivers.base import CheckpointRow, Driver, Position
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.sql.model import (
@@ -49,6 +49,13 @@ class TablePlan:
     options: tuple[str, str] = ("", "")  # a new table's CREATE TABLE suffix, and Apply's words for it
 
 
+def sql_capabilities(chunk: int) -> Capabilities:
+    """What an endpoint on the skeleton can do: store-authoritative, standard and delta
+    updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``."""
+    return Capabilities(commit_pattern=CommitPattern.STORE_AUTHORITATIVE, delta_updates=True, max_load_keys=chunk,
+                        max_store_docs=chunk, concurrent_shards=True, quarantine=True)
+
+
 def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str]) -> None:
     """A schema or table name the endpoint would cut (and so name another one): a SpecError."""
     if name and dialect.too_long(name):
@@ -63,6 +70,7 @@ class SqlDriver(Driver):
     dialect: ClassVar[Dialect] = Dialect()
     transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
     schema: str = ""  # where tidemark's own tables live, and tables without a schema of their own
+    _con: Any = None  # the driver's own connection (see :attr:`con`)
 
     # -------------------------------------------------------- connection code
     def connect(self) -> Any:
@@ -73,6 +81,11 @@ class SqlDriver(Driver):
     def con(self) -> Any:
         """The driver's own connection (setup and inspection), made on first use."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
         """``fn()``, its client errors translated to tidemark's, transient ones retried (not
