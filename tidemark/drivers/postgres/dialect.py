@@ -46,7 +46,7 @@ class PostgresDialect(Dialect):
         return ", quarantined_at timestamp with time zone NOT NULL DEFAULT now()"
 
     def add_column(self, model, col: Column) -> str:
-        return f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.sql_type(col.kind)}"
+        return f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.column_type(col)}"
 
     def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)

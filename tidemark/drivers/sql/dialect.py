@@ -65,6 +65,10 @@ class Dialect:
     def sql_type(self, kind: str) -> str:
         return self.types[kind]
 
+    def column_type(self, col: Column) -> str:
+        """The type of a view column (a key column may need another, e.g. a bounded string)."""
+        return self.sql_type(col.kind)
+
     def widens(self, existing_type: str, col: Column) -> bool:
         """Whether Apply accepts an existing value column of ``existing_type`` (lower case)
         for ``col``; the driver's ``migrate`` then changes it, if it must."""
@@ -100,9 +104,9 @@ class Dialect:
         return f"CREATE SCHEMA IF NOT EXISTS {self.quote(schema)}"
 
     def create_table(self, model: TableModel, options: str = "") -> str:
-        q, t = self.quote, self.sql_type
-        cols = [f"{q(c.name)} {t(c.kind)} NOT NULL" for c in model.keys]
-        cols += [f"{q(c.name)} {t(c.kind)}" for c in model.values]
+        q, t = self.quote, self.column_type
+        cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
+        cols += [f"{q(c.name)} {t(c)}" for c in model.values]
         cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type} NOT NULL")
         if model.delta:
             cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
@@ -111,7 +115,7 @@ class Dialect:
         return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}){options}"
 
     def add_column(self, model: TableModel, col: Column) -> str:
-        return f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.sql_type(col.kind)}"
+        return f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.column_type(col)}"
 
     def create_temp(self, name: str, columns: Sequence[str], options: str = "") -> str:
         return f"CREATE TEMP TABLE IF NOT EXISTS {self.quote(name)} ({', '.join(columns)}){options}"

@@ -211,10 +211,10 @@ class SqlDriver(Driver):
             model = self.model(b)
             existing, required = self.existing(con, model)
             missing = None if existing is None else check_columns(
-                model, existing, d.sql_type, has_row_id=ROW_ID_COLUMN in existing,
+                model, existing, d.column_type, has_row_id=ROW_ID_COLUMN in existing,
                 document_types=d.document_types, required=required, widens=d.widens)
             widened = [(c, existing[c.name][0]) for c in model.values
-                       if existing and c.name in existing and existing[c.name][0].lower() != d.sql_type(c.kind).lower()]
+                       if existing and c.name in existing and existing[c.name][0].lower() != d.column_type(c).lower()]
             out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
         return out
 
@@ -261,7 +261,7 @@ class SqlDriver(Driver):
                         self.execute(con, d.create_table(model, options))
                     continue
                 for col in plan.missing:
-                    actions.append(f"add column {col.name} {d.sql_type(col.kind)} to {model.display}")
+                    actions.append(f"add column {col.name} {d.column_type(col)} to {model.display}")
                     if not req.dry_run:
                         self.execute(con, d.add_column(model, col))
                 actions.extend(self.migrate(con, plan, req.dry_run))

@@ -93,7 +93,8 @@ class TableModel:
 def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool,
                   document_types: Optional[Sequence[str]] = None, required: Iterable[str] = (),
                   widens=None) -> list[Column]:
-    """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``.
+    """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``;
+    ``type_of(column)`` is the SQL type the model wants for a column.
 
     Returns the columns to add (nullable); raises IncompatibleSchema for a changed type,
     a changed key, a changed delta-updates mode, a table without the document column (one
@@ -123,7 +124,7 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
             missing.append(col)
             continue
         sql_type, is_pk = existing[col.name]
-        want = type_of(col.kind)
+        want = type_of(col)
         if sql_type.lower() != want.lower() and not (widens and not col.is_key and widens(sql_type.lower(), col)):
             raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
                                      "(an incompatible type change; drop or rename the column)")

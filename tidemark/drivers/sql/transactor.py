@@ -121,7 +121,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         name = f"tidemark_load_{binding}"
         kinds = [c.kind for c in model.keys]
         lt, create = self.temp(name, [f"i {d.sql_type(INTEGER)} PRIMARY KEY"]
-                               + [f"k{j} {d.sql_type(k)}" for j, k in enumerate(kinds)])
+                               + [f"k{j} {d.column_type(c)}" for j, c in enumerate(model.keys)])
         on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
         rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
         select = f"SELECT l.i, t.{d.document_text(d.quote(DOCUMENT_COLUMN))} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
@@ -147,7 +147,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         n = len(model.keys)
         name = stage_name(msg.binding)
         columns = [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"] + [
-            f"c{j} {d.sql_type(k)}" for j, k in enumerate(kinds)] + [f"d {d.document_type}"]
+            f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)] + [f"d {d.document_type}"]
         if not model.delta:
             columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
         st, create = self.temp(name, columns)
