@@ -65,7 +65,7 @@ def main() -> None:
         Field("amount", "/amount", "integer"), Field("city", "/city", "string"),
         Field("score", "/score", "number"), Field("vip", "/vip", "boolean")))
     driver = PostgresDriver({"url": url, "schema": schema})
-    chunk = driver.capabilities.max_store_docs
+    chunk = driver.capabilities().max_store_docs
     try:
         driver.apply(Apply("bench", driver.config, (b,)))
         keys = [(f"customer-{i:08d}",) for i in range(n)]
@@ -95,7 +95,7 @@ def main() -> None:
 
         t.acknowledge(Acknowledge())
         found = 0
-        lchunk = driver.capabilities.max_load_keys
+        lchunk = driver.capabilities().max_load_keys
         with clock:
             for s in range(0, n, lchunk):
                 for resp in t.load(Load(0, tuple(keys[s:s + lchunk]))):

@@ -1,0 +1,90 @@
+"""PostgreSQL's SQL: types, identifiers (63 bytes), upserts, advisory locks, catalogs."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from tidemark.drivers.sql import (
+    BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Column, Dialect, check_identifier,
+)
+
+SQL_TYPES = {TEXT: "text", INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean", JSON: "jsonb",
+             TIMESTAMP: "timestamp with time zone"}
+MAX_IDENTIFIER_BYTES = 63  # PostgreSQL cuts longer identifiers (NAMEDATALEN - 1) without an error
+DDL_LOCK = "SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))"
+
+
+class PostgresDialect(Dialect):
+    title = "PostgreSQL"
+    placeholder = "%s"
+    json_placeholder = "%s::jsonb"
+    types = SQL_TYPES
+    document_type = "jsonb"
+    document_types = ("jsonb", "json")
+    row_id_type = "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    max_identifier_bytes = MAX_IDENTIFIER_BYTES
+    schemas = True
+    temp_schema = "pg_temp"
+    bool_as_int = False
+    json_as_text = False  # psycopg reads jsonb as Python values
+    ddl_lock = DDL_LOCK  # concurrent DDL races in PostgreSQL's catalogs
+    for_update = " FOR UPDATE"
+
+    def widens(self, existing_type: str, col: Column) -> bool:
+        """Whether Apply can change an existing value column to ``col``'s type: every value the
+        column holds is still valid under the new schema (integer -> number; anything -> a union
+        or object, i.e. jsonb; a date-time string that lost its format -> text).  The column is
+        then recomputed from ``flow_document``, which holds each value exactly."""
+        return (existing_type, col.kind) in (("bigint", NUMBER), ("timestamp with time zone", TEXT)) or (
+            col.kind == JSON and existing_type in ("text", "bigint", "double precision", "boolean",
+                                                   "timestamp with time zone"))
+
+    def document_text(self, expr: str) -> str:
+        return f"{expr}::text"
+
+    def quarantine_extra(self) -> str:
+        return ", quarantined_at timestamp with time zone NOT NULL DEFAULT now()"
+
+    def add_column(self, model, col: Column) -> str:
+        return f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.column_type(col)}"
+
+    def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:
+        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
+        return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
+
+    def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
+        return "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tidemark open {schema} {materialization}",)
+
+    def exists(self, schema: str, names: Sequence[str]) -> tuple[str, tuple]:
+        return "SELECT " + ", ".join(["to_regclass(%s)"] * len(names)), tuple(self.table(schema, n) for n in names)
+
+    def columns(self, schema: str, table: str) -> tuple[str, tuple]:
+        # required: NOT NULL without a default, not identity or generated
+        return (
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), COALESCE(a.attnum = ANY(i.indkey), false), "
+            "a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = '' "
+            "FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid "
+            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
+            (schema, table),
+        )
+
+
+DIALECT = PostgresDialect()
+
+
+def sql_type(kind: str) -> str:
+    return SQL_TYPES[kind]
+
+
+def widens(existing_type: str, col: Column) -> bool:
+    return DIALECT.widens(existing_type, col)
+
+
+def too_long(name: str) -> bool:
+    return DIALECT.too_long(name)
+
+
+def check_name_length(where: str, what: str, name: Optional[str]) -> None:
+    """A schema or table name PostgreSQL would cut (and so name another one): a SpecError."""
+    check_identifier(DIALECT, where, what, name)

@@ -1,0 +1,165 @@
+"""What one SQL endpoint's SQL looks like: the only SQL text the skeleton does not write.
+
+A :class:`Dialect` is stateless (one instance per endpoint kind, a class attribute of the
+driver) and holds no connection.  The defaults are ANSI SQL where it has an answer
+(``"`` quoting, ``CREATE SCHEMA``, ``information_schema``); SQLite and PostgreSQL
+override what differs (``drivers/sqlite.py``, ``drivers/postgres/dialect.py``), as
+Estuary's ``materialize-sql`` dialects do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+from tidemark.drivers.sql.model import (
+    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, TableModel, quote_ident,
+)
+
+
+class Dialect:
+    """Placeholders, identifiers and their limits, types, upserts, DDL and catalogs."""
+
+    title: str = "SQL"  # the endpoint's name in messages, e.g. "PostgreSQL"
+    placeholder: str = "?"  # the DB-API marker of one parameter: "?" (qmark) or "%s" (format)
+    json_placeholder: Optional[str] = None  # the marker of a JSON parameter (e.g. "%s::jsonb"); None: placeholder
+    types: Mapping[str, str] = {TEXT: "TEXT", INTEGER: "BIGINT", NUMBER: "DOUBLE PRECISION", BOOLEAN: "BOOLEAN",
+                                JSON: "TEXT", TIMESTAMP: "TEXT"}  # column kind -> SQL type
+    document_type: str = "TEXT"  # the type of flow_document in a new table
+    document_types: Optional[tuple[str, ...]] = None  # the types an existing flow_document may have; None: any
+    row_id_type: str = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"  # flow_row_id of delta-updates tables
+    max_identifier_bytes: Optional[int] = None  # longer names: refused (tables, keys) or left out (values)
+    schemas: bool = False  # tables live in named schemas (a resource may name one; Apply creates it)
+    temp_schema: str = ""  # how a session's temp tables are qualified (SQLite "temp"), "" not at all
+    bool_as_int: bool = False  # boolean columns read back as 0/1
+    json_as_text: bool = True  # JSON columns read back as text (else: as Python values)
+    ddl_lock: Optional[str] = None  # a statement that serializes DDL between sessions, first in its transaction
+    for_update: str = ""  # appended to Open's SELECT of the overlapping checkpoint rows, to lock them
+
+    # ------------------------------------------------------------- identifiers
+    def quote(self, name: str) -> str:
+        return quote_ident(name)
+
+    def too_long(self, name: str) -> bool:
+        return self.max_identifier_bytes is not None and len(name.encode("utf-8")) > self.max_identifier_bytes
+
+    def table(self, schema: Optional[str], name: str) -> str:
+        return (self.quote(schema) + "." if schema else "") + self.quote(name)
+
+    def ident(self, model: TableModel) -> str:
+        return self.table(model.schema, model.name)
+
+    def temp(self, name: str) -> str:
+        """A session temp table as statements name it."""
+        return (self.temp_schema + "." if self.temp_schema else "") + self.quote(name)
+
+    # ------------------------------------------------------------- parameters
+    def params(self, n: int) -> str:
+        return ", ".join([self.placeholder] * n)
+
+    @property
+    def json_param(self) -> str:
+        return self.json_placeholder or self.placeholder
+
+    # ------------------------------------------------------------------ types
+    def sql_type(self, kind: str) -> str:
+        return self.types[kind]
+
+    def column_type(self, col: Column) -> str:
+        """The type of a view column (a key column may need another, e.g. a bounded string)."""
+        return self.sql_type(col.kind)
+
+    def widens(self, existing_type: str, col: Column) -> bool:
+        """Whether Apply accepts an existing value column of ``existing_type`` (lower case)
+        for ``col``; the driver's ``migrate`` then changes it, if it must."""
+        return False
+
+    def document_text(self, expr: str) -> str:
+        """``expr`` (a JSON column) read as JSON text."""
+        return expr
+
+    # -------------------------------------------------------------------- DDL
+    def system_tables(self, checkpoints: str, resources: str, quarantine: str) -> list[str]:
+        """``CREATE TABLE IF NOT EXISTS`` of tidemark's own tables (qualified names given)."""
+        big, text = self.sql_type(INTEGER), self.sql_type(TEXT)
+        return [
+            f"CREATE TABLE IF NOT EXISTS {checkpoints} (materialization {text} NOT NULL, key_begin {big} NOT NULL, "
+            f"key_end {big} NOT NULL, fence {big} NOT NULL, checkpoint {self.sql_type(JSON)}, "
+            "PRIMARY KEY (materialization, key_begin, key_end))",
+            f"CREATE TABLE IF NOT EXISTS {resources} (resource {text} PRIMARY KEY, materialization {text} NOT NULL, "
+            f"checkpoint_id {text})",
+            f"CREATE TABLE IF NOT EXISTS {quarantine} ({self.quarantine_id()}, materialization {text} NOT NULL, "
+            f"batch_id {big}, location {text}, key_json {text}, reason {text} NOT NULL, value {text}"
+            f"{self.quarantine_extra()})",
+        ]
+
+    def quarantine_id(self) -> str:
+        return f"id {self.row_id_type}"
+
+    def quarantine_extra(self) -> str:
+        """Further columns of the quarantine table (``, name type``), filled by defaults."""
+        return ""
+
+    def create_schema(self, schema: str) -> str:
+        return f"CREATE SCHEMA IF NOT EXISTS {self.quote(schema)}"
+
+    def create_table(self, model: TableModel, options: str = "") -> str:
+        q, t = self.quote, self.column_type
+        cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
+        cols += [f"{q(c.name)} {t(c)}" for c in model.values]
+        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type} NOT NULL")
+        if model.delta:
+            cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
+        else:
+            cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}){options}"
+
+    def add_column(self, model: TableModel, col: Column) -> str:
+        return f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.column_type(col)}"
+
+    def create_temp(self, name: str, columns: Sequence[str], options: str = "") -> str:
+        return f"CREATE TEMP TABLE IF NOT EXISTS {self.quote(name)} ({', '.join(columns)}){options}"
+
+    # ------------------------------------------------------------------- DML
+    def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:
+        """The clause after an ``INSERT`` that replaces the ``columns`` of a row whose ``keys``
+        (quoted names) are already there."""
+        sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
+        return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
+
+    def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
+        """A statement run first in Open's transaction so that Opens of one materialization
+        run one at a time (None: the transaction's own locks do it)."""
+        return None
+
+    # --------------------------------------------------------------- catalogs
+    def exists(self, schema: str, names: Sequence[str]) -> tuple[str, tuple]:
+        """One row, one value per table name: not NULL (nor 0) where the table exists."""
+        p = self.placeholder
+        one = f"(SELECT 1 FROM information_schema.tables WHERE table_schema = {p} AND table_name = {p})"
+        return "SELECT " + ", ".join([one] * len(names)), tuple(x for n in names for x in (schema, n))
+
+    def columns(self, schema: str, table: str) -> tuple[str, tuple]:
+        """Rows ``(name, type, is_primary_key, required)`` of an existing table (none: no
+        table); required: NOT NULL without a default, so an INSERT must fill it."""
+        p = self.placeholder
+        return (
+            "SELECT c.column_name, c.data_type, k.column_name IS NOT NULL, "
+            "c.is_nullable = 'NO' AND c.column_default IS NULL FROM information_schema.columns c "
+            "LEFT JOIN information_schema.table_constraints t ON t.table_schema = c.table_schema "
+            "AND t.table_name = c.table_name AND t.constraint_type = 'PRIMARY KEY' "
+            "LEFT JOIN information_schema.key_column_usage k ON k.constraint_name = t.constraint_name "
+            "AND k.table_schema = c.table_schema AND k.table_name = c.table_name AND k.column_name = c.column_name "
+            f"WHERE c.table_schema = {p} AND c.table_name = {p} ORDER BY c.ordinal_position",
+            (schema, table),
+        )
+
+    def read_value(self, kind: str, value: Any) -> Any:
+        """A key column's value as read back, as the key holds it."""
+        if value is None:
+            return None
+        if kind == BOOLEAN and self.bool_as_int:
+            return bool(value)
+        if kind == JSON and self.json_as_text and isinstance(value, str):
+            return json.loads(value)
+        return value

@@ -1,0 +1,405 @@
+"""The skeleton of a store-authoritative SQL endpoint, written once over a dialect.
+
+:class:`SqlDriver` holds everything but the connection code and the dialect: tidemark's
+own tables (``tidemark_checkpoints``, ``tidemark_resources``, ``tidemark_quarantine``),
+Validate and Apply (create, add columns, claim the tables), Open (bump the fence of the
+range and of every overlapping range, inherit the checkpoint; see
+:mod:`tidemark.drivers.sql.fences`), and the inspection calls (``dump``, ``checkpoints``,
+``positions``, ``drop``).  The session is :class:`~tidemark.drivers.sql.transactor.SqlTransactor`.
+
+A subclass provides the connection code — :meth:`SqlDriver.connect`, :attr:`SqlDriver.con`,
+:meth:`SqlDriver.run`, :meth:`SqlDriver.transaction` — a :class:`~tidemark.drivers.sql.dialect.Dialect`
+as ``dialect``, ``schema`` (where its own tables live), and ``capabilities``/``spec``.
+``docs/dev/sql-skeleton.md`` says what a new SQL endpoint writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
+
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
+from tidemark.drivers.sql.dialect import Dialect
+from tidemark.drivers.sql.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
+from tidemark.drivers.sql.model import (
+    CHECKPOINTS_TABLE, DOCUMENT_COLUMN, QUARANTINE_TABLE, RESOURCES_TABLE, ROW_ID_COLUMN, Column, TableModel,
+    check_columns, dumps,
+)
+from tidemark.drivers.sql.transactor import SqlTransactor
+from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
+from tidemark.protocol.messages import (
+    Applied, Apply, BindingSpec, Open, Opened, Range, Validate, Validated, ValidatedBinding,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """What Apply finds for one binding."""
+
+    binding: BindingSpec
+    model: TableModel
+    existing: Optional[dict[str, tuple[str, bool]]]  # {column: (type, is_primary_key)}; None: no table
+    missing: Optional[list[Column]]  # columns to add; None: create the table
+    widened: list[tuple[Column, str]]  # value columns whose type changes, with the type they have
+    options: tuple[str, str] = ("", "")  # a new table's CREATE TABLE suffix, and Apply's words for it
+
+
+def sql_capabilities(chunk: int) -> Capabilities:
+    """What an endpoint on the skeleton can do: store-authoritative, standard and delta
+    updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``."""
+    return Capabilities(commit_pattern=CommitPattern.STORE_AUTHORITATIVE, delta_updates=True, max_load_keys=chunk,
+                        max_store_docs=chunk, concurrent_shards=True, quarantine=True)
+
+
+def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str]) -> None:
+    """A schema or table name the endpoint would cut (and so name another one): a SpecError."""
+    if name and dialect.too_long(name):
+        raise SpecError(f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; {dialect.title} cuts "
+                        f"identifiers at {dialect.max_identifier_bytes} bytes, so it would name another {what}. "
+                        "Choose a shorter one.")
+
+
+class SqlDriver(Driver):
+    """A store-authoritative SQL endpoint (see the module docstring)."""
+
+    dialect: ClassVar[Dialect] = Dialect()
+    transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
+    schema: str = ""  # where tidemark's own tables live, and tables without a schema of their own
+    _con: Any = None  # the driver's own connection (see :attr:`con`)
+
+    # -------------------------------------------------------- connection code
+    def connect(self) -> Any:
+        """A new connection for a session (retried under the driver's policy)."""
+        raise NotImplementedError
+
+    @property
+    def con(self) -> Any:
+        """The driver's own connection (setup and inspection), made on first use."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
+        """``fn()``, its client errors translated to tidemark's, transient ones retried (not
+        when ``con``, a session's connection, is lost)."""
+        raise NotImplementedError
+
+    def transaction(self, con: Any, body: Callable[[], T], write: bool = True) -> T:
+        """``body()`` in one transaction of ``con``: committed, or rolled back on any error.
+        ``write`` is false when the body writes only the session's temp tables."""
+        raise NotImplementedError
+
+    def execute(self, con: Any, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
+        """Run a statement; returns a cursor (``fetchone``, ``fetchall``, ``rowcount``)."""
+        return con.execute(sql) if params is None else con.execute(sql, params)
+
+    def executemany(self, con: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        cur = con.cursor()
+        try:
+            cur.executemany(sql, rows)
+        finally:
+            cur.close()
+
+    def session_info(self, con: Any) -> Any:
+        """Read inside Open's transaction and handed to the session (PostgreSQL: the server process)."""
+        return None
+
+    def atomically(self, body: Callable[[Any], T], what: str, con: Any = None, write: bool = True) -> T:
+        """``body(con)`` in one transaction, retried as :meth:`run` retries; without ``con``,
+        on the driver's own connection (fetched again by each attempt)."""
+
+        def attempt() -> T:
+            c = self.con if con is None else con
+            return self.transaction(c, lambda: body(c), write)
+
+        return self.run(attempt, what, con)
+
+    # ------------------------------------------------------------ own tables
+    @cached_property
+    def ck(self) -> str:
+        return self.dialect.table(self.schema, CHECKPOINTS_TABLE)
+
+    @cached_property
+    def rt(self) -> str:
+        return self.dialect.table(self.schema, RESOURCES_TABLE)
+
+    @cached_property
+    def qt(self) -> str:
+        return self.dialect.table(self.schema, QUARANTINE_TABLE)
+
+    def tables_exist(self, con: Any, *names: str, schema: Optional[str] = None) -> bool:
+        sql, params = self.dialect.exists(schema or self.schema, names)
+        return all(v is not None and v != 0 for v in self.execute(con, sql, params).fetchone())
+
+    def ensure_tables(self, con: Any) -> None:
+        """tidemark's own tables (and the schema), serialized with other DDL."""
+        if self.tables_exist(con, CHECKPOINTS_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE):
+            return
+        d = self.dialect
+
+        def body() -> None:
+            if d.ddl_lock:
+                self.execute(con, d.ddl_lock)
+            if d.schemas:
+                self.execute(con, d.create_schema(self.schema))
+            for statement in d.system_tables(self.ck, self.rt, self.qt):
+                self.execute(con, statement)
+
+        self.transaction(con, body)
+
+    # ------------------------------------------------------------ setup phase
+    def model(self, binding: BindingSpec) -> TableModel:
+        """The binding's table.  Where the dialect limits identifiers, a longer schema, table
+        or key name is refused here (from Validate, before any data moves); a longer value
+        field is left out of the columns, its value stays in the document (Validate reports
+        it as a constraint and Apply says so)."""
+        d = self.dialect
+        model = TableModel.of(binding, self.schema if d.schemas else None)
+        if not d.schemas:
+            model = dataclasses.replace(model, schema=self.schema)
+        if d.max_identifier_bytes is None:
+            return model
+        for what, name in (("schema", model.schema), ("table", model.name)):
+            check_identifier(d, f"binding of {binding.collection!r}", what, name)
+        long_keys = [c.name for c in model.keys if d.too_long(c.name)]
+        if long_keys:
+            raise IncompatibleSchema(
+                f"table {model.display!r}: key field(s) {long_keys} are longer than {d.title}'s "
+                f"{d.max_identifier_bytes}-byte column names, and a key must be a column: rename the property"
+            )
+        if any(d.too_long(c.name) for c in model.values):
+            model = dataclasses.replace(model, values=tuple(c for c in model.values if not d.too_long(c.name)))
+        return model
+
+    def resource_name(self, model: TableModel) -> str:
+        """How ``tidemark_resources`` (and ``drop``) name a binding's table."""
+        return model.display if self.dialect.schemas else model.name
+
+    def omitted_fields(self, binding: BindingSpec) -> list[str]:
+        """Value fields with names too long for a column: their values stay in the document."""
+        return [f.name for f in binding.value_fields if self.dialect.too_long(f.name)]
+
+    def kept_values(self, binding: BindingSpec) -> Optional[tuple[int, ...]]:
+        """Positions of the value fields that are columns, or None when all of them are."""
+        kept = tuple(i for i, f in enumerate(binding.value_fields) if not self.dialect.too_long(f.name))
+        return None if len(kept) == len(binding.value_fields) else kept
+
+    @property
+    def omitted_reason(self) -> str:
+        d = self.dialect
+        return (f"its name is longer than {d.title}'s {d.max_identifier_bytes}-byte column names; "
+                f"its value stays in {DOCUMENT_COLUMN}")
+
+    def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
+        """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
+        columns an INSERT must fill."""
+        rows = self.execute(con, *self.dialect.columns(model.schema, model.name)).fetchall()
+        return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
+
+    def plan(self, con: Any, bindings: Sequence[BindingSpec]) -> list[TablePlan]:
+        d = self.dialect
+        out = []
+        for b in bindings:
+            model = self.model(b)
+            existing, required = self.existing(con, model)
+            missing = None if existing is None else check_columns(
+                model, existing, d.column_type, has_row_id=ROW_ID_COLUMN in existing,
+                document_types=d.document_types, required=required, widens=d.widens)
+            widened = [(c, existing[c.name][0]) for c in model.values
+                       if existing and c.name in existing and existing[c.name][0].lower() != d.column_type(c).lower()]
+            out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
+        return out
+
+    def notes(self, plan: TablePlan) -> list[str]:
+        """Apply's words on what it leaves as it is."""
+        return [f"leave field {name} out of {plan.model.display}'s columns ({self.omitted_reason})"
+                for name in self.omitted_fields(plan.binding)]
+
+    def table_options(self, model: TableModel, binding: BindingSpec) -> tuple[str, str]:
+        """What ``CREATE TABLE`` appends for a new table, and how Apply says it (read by
+        Validate too: raise SpecError for a resource's bad options)."""
+        return "", ""
+
+    def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
+        """Change the types of ``plan.widened`` columns (the dialect accepted them); returns
+        what it does, in words.  The default changes nothing."""
+        return []
+
+    def validate(self, req: Validate) -> Validated:
+        self.run(lambda: self.plan(self.con, req.bindings), "validate")
+        return Validated(tuple(
+            ValidatedBinding(b.resource_path, b.delta_updates, {name: self.omitted_reason for name in self.omitted_fields(b)})
+            for b in req.bindings))
+
+    def apply(self, req: Apply) -> Applied:
+        d = self.dialect
+        created: list[tuple] = []
+
+        def body(con: Any) -> list[str]:
+            actions: list[str] = []
+            created.clear()
+            if not req.dry_run and d.ddl_lock:
+                self.execute(con, d.ddl_lock)
+            for plan in self.plan(con, req.bindings):
+                model = plan.model
+                actions.extend(self.notes(plan))
+                if plan.missing is None:
+                    options, note = plan.options
+                    actions.append(f"create table {model.display}{note}")
+                    created.append(plan.binding.resource_path)
+                    if not req.dry_run:
+                        if d.schemas:
+                            self.execute(con, d.create_schema(model.schema))
+                        self.execute(con, d.create_table(model, options))
+                    continue
+                for col in plan.missing:
+                    actions.append(f"add column {col.name} {d.column_type(col)} to {model.display}")
+                    if not req.dry_run:
+                        self.execute(con, d.add_column(model, col))
+                actions.extend(self.migrate(con, plan, req.dry_run))
+            if not req.dry_run and req.checkpoint_id:
+                for b in req.bindings:
+                    self.claim(con, self.resource_name(self.model(b)), req.materialization, req.checkpoint_id)
+            return actions
+
+        def attempt() -> list[str]:
+            con = self.con
+            if not req.dry_run:
+                self.ensure_tables(con)
+            return self.transaction(con, lambda: body(con))
+
+        actions = self.run(attempt, "apply")
+        return Applied("; ".join(actions) or "nothing to do", tuple(created))
+
+    def claim(self, con: Any, resource: str, materialization: str, checkpoint_id: str) -> None:
+        """Inside Apply's transaction: record that ``materialization`` of tidemark checkpoint
+        ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
+        nobody, is taken); refuse a table another materialization or checkpoint writes."""
+        p = self.dialect.placeholder
+        row = self.execute(con, f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}",
+                           (resource,)).fetchone()
+        if row is None:
+            self.execute(con, f"INSERT INTO {self.rt} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
+                         (resource, materialization, checkpoint_id))
+        elif tuple(row) != (materialization, checkpoint_id):
+            raise RecoveryError(
+                f"table {resource!r} is written by materialization {row[0]!r} of tidemark checkpoint {row[1]}, not by "
+                f"{materialization!r} of checkpoint {checkpoint_id}; give this view its own table. Nothing was changed")
+
+    # ------------------------------------------------------ transaction phase
+    def open(self, req: Open) -> tuple[SqlTransactor, Opened]:
+        con = self.connect()
+        try:
+            self.run(lambda: self.ensure_tables(con), "open", con)
+            plan, info = self.atomically(
+                lambda c: (self.open_range(c, req.materialization, req.range), self.session_info(c)),
+                f"open {req.range.name}", con)
+        except BaseException:
+            con.close()
+            raise
+        models = [self.model(b) for b in req.bindings]
+        transactor = self.transactor(self, con, req.materialization, req.range, plan.fence, models,
+                                     [self.kept_values(b) for b in req.bindings], info)
+        return transactor, Opened(plan.checkpoint)
+
+    def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
+        """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see
+        :mod:`tidemark.drivers.sql.fences`)."""
+        d, ck = self.dialect, self.ck
+        p = d.placeholder
+        lock = d.open_lock(self.schema, materialization)
+        if lock is not None:
+            self.execute(con, *lock)
+        over = (materialization, rng.key_begin, rng.key_end)
+        overlapping = f"materialization = {p} AND key_end >= {p} AND key_begin <= {p}"
+        rows = self.execute(con, f"SELECT key_begin, key_end, fence, checkpoint FROM {ck} WHERE {overlapping} "
+                                 f"ORDER BY key_begin, key_end{d.for_update}", over).fetchall()
+        plan = plan_open(materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows])
+        self.execute(con, f"UPDATE {ck} SET fence = fence + 1 WHERE {overlapping}", over)
+        if plan.insert:
+            self.execute(
+                con, f"INSERT INTO {ck} (materialization, key_begin, key_end, fence, checkpoint) "
+                     f"VALUES ({p}, {p}, {p}, {p}, {d.json_param})",
+                (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)))
+        elif plan.refresh:
+            self.execute(con, f"UPDATE {ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                              f"AND key_begin = {p} AND key_end = {p}", (dumps(plan.checkpoint), *over))
+        return plan
+
+    # ------------------------------------------------------------- inspection
+    def dump(self, materialization: str, binding: BindingSpec):
+        model = self.model(binding)
+        d = self.dialect
+        doc = d.document_text(d.quote(DOCUMENT_COLUMN))
+
+        def body():
+            if model.delta:
+                rows = self.execute(self.con, f"SELECT {doc} FROM {d.ident(model)} ORDER BY {d.quote(ROW_ID_COLUMN)}")
+                return [json.loads(x) for (x,) in rows.fetchall()]
+            cols = ", ".join(d.quote(c.name) for c in model.keys)
+            rows = self.execute(self.con, f"SELECT {cols}, {doc} FROM {d.ident(model)}").fetchall()
+            return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows}
+
+        return self.run(body, f"dump {model.display}")
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
+        models = [self.model(b) for b in bindings]
+        d = self.dialect
+        p = d.placeholder
+
+        def body(con: Any) -> list[str]:
+            done: list[str] = []
+            if d.ddl_lock:
+                self.execute(con, d.ddl_lock)
+            for model in models:
+                if self.tables_exist(con, model.name, schema=model.schema):
+                    self.execute(con, f"DROP TABLE {d.ident(model)}")
+                    done.append(f"dropped table {self.resource_name(model)}")
+            if self.tables_exist(con, RESOURCES_TABLE):
+                for model in models:
+                    self.execute(con, f"DELETE FROM {self.rt} WHERE resource = {p} AND materialization = {p}",
+                                 (self.resource_name(model), materialization))
+            for table, name, what in ((self.ck, CHECKPOINTS_TABLE, "checkpoint rows"),
+                                      (self.qt, QUARANTINE_TABLE, "quarantine rows")):
+                if self.tables_exist(con, name):
+                    n = self.execute(con, f"DELETE FROM {table} WHERE materialization = {p}", (materialization,)).rowcount
+                    if n:
+                        done.append(f"deleted {n} {what} of {materialization!r}")
+            return done
+
+        return self.atomically(body, "drop")
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
+        def body():
+            if not self.tables_exist(self.con, RESOURCES_TABLE):
+                return []
+            return self.execute(self.con, f"SELECT resource, materialization, checkpoint_id FROM {self.rt}").fetchall()
+
+        owners = {r[0]: (r[1], r[2]) for r in self.run(body, "positions")}
+        out = super().positions(materialization, bindings)
+        for b in bindings:
+            owner = owners.get(self.resource_name(self.model(b)))
+            if owner is not None:
+                out.append(Position(f"table {self.resource_name(self.model(b))}", owner[0], owner[1], -1,
+                                    resource=b.resource_path))
+        return out
+
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        def body():
+            if not self.tables_exist(self.con, CHECKPOINTS_TABLE):
+                return []
+            return self.execute(
+                self.con, f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = "
+                          f"{self.dialect.placeholder} ORDER BY key_begin, key_end", (materialization,)).fetchall()
+
+        rows = self.run(body, "checkpoints")
+        return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]

@@ -1,0 +1,182 @@
+"""Table models of SQL endpoints: column kinds, the table of a binding, schema checks,
+value coercion, quarantine rows.  Dialect-free: names are quoted ANSI-style here
+(``TableModel.ident``); a :class:`~tidemark.drivers.sql.dialect.Dialect` quotes for its
+endpoint."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from tidemark.errors import IncompatibleSchema, SpecError
+from tidemark.protocol.messages import BindingSpec, Field
+
+CHECKPOINTS_TABLE = "tidemark_checkpoints"
+QUARANTINE_TABLE = "tidemark_quarantine"
+RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
+DOCUMENT_COLUMN = "flow_document"
+ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
+
+# Column kinds: the dialects map each to one SQL type.
+TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier (``"`` doubled); NUL cannot be stored and is refused."""
+    name = str(name)
+    if not name or "\x00" in name:
+        raise SpecError(f"invalid SQL identifier {name!r}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def field_kind(f: Field) -> str:
+    t = (f.type or "json").lower()
+    if t == "string":
+        return TIMESTAMP if (f.format or "") == "date-time" else TEXT
+    if t == "integer":
+        return INTEGER
+    if t == "number":
+        return NUMBER
+    if t == "boolean":
+        return BOOLEAN
+    return JSON  # object, array, json, or a union of types
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    kind: str
+    is_key: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TableModel:
+    """The table of one binding: key columns, value columns, the document column."""
+
+    name: str
+    keys: tuple[Column, ...]
+    values: tuple[Column, ...]
+    delta: bool
+    schema: Optional[str] = None  # PostgreSQL schema (None: the driver's default)
+
+    @staticmethod
+    def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":
+        table = binding.resource.get("table") if isinstance(binding.resource, dict) else None
+        if not isinstance(table, str) or not table:
+            raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}")
+        keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
+        if not keys:
+            raise SpecError(f"binding {table!r}: no key fields")
+        values = tuple(Column(f.name, field_kind(f)) for f in binding.value_fields)
+        names = [c.name for c in keys + values] + [DOCUMENT_COLUMN] + ([ROW_ID_COLUMN] if binding.delta_updates else [])
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise IncompatibleSchema(f"table {table!r}: column names collide: {sorted(dup)} "
+                                     f"({DOCUMENT_COLUMN!r} and {ROW_ID_COLUMN!r} are reserved)")
+        schema = binding.resource.get("schema", default_schema)
+        return TableModel(table, keys, values, bool(binding.delta_updates), schema)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.keys + self.values
+
+    @property
+    def ident(self) -> str:
+        return (quote_ident(self.schema) + "." if self.schema else "") + quote_ident(self.name)
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool,
+                  document_types: Optional[Sequence[str]] = None, required: Iterable[str] = (),
+                  widens=None) -> list[Column]:
+    """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``;
+    ``type_of(column)`` is the SQL type the model wants for a column.
+
+    Returns the columns to add (nullable); raises IncompatibleSchema for a changed type,
+    a changed key, a changed delta-updates mode, a table without the document column (one
+    tidemark did not make, e.g. the target of a hand-written upsert), a document column of
+    another type than ``document_types`` (if given), or a column in ``required`` (NOT NULL
+    without a default) that tidemark would not write.  A value column whose type changed
+    passes where ``widens(existing_type, column)`` says the driver can widen it."""
+    where = f"table {model.display!r}"
+    doc = existing.get(DOCUMENT_COLUMN)
+    if doc is None:
+        raise IncompatibleSchema(
+            f"{where} exists but has no {DOCUMENT_COLUMN!r} column, where tidemark keeps each key's reduced "
+            "document, so tidemark did not make it (the table of a hand-written upsert?). Materialize into a "
+            "table of another name, which tidemark creates, and replay the source into it")
+    if document_types is not None and doc[0].lower() not in document_types:
+        raise IncompatibleSchema(f"{where}: column {DOCUMENT_COLUMN!r} is {doc[0]}, tidemark needs "
+                                 f"{' or '.join(document_types)}")
+    if model.delta != has_row_id:
+        mode = "delta-updates" if model.delta else "standard"
+        raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
+                                 "(drop the table or use another one)")
+    missing: list[Column] = []
+    for col in model.columns:
+        if col.name not in existing:
+            if col.is_key:
+                raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
+            missing.append(col)
+            continue
+        sql_type, is_pk = existing[col.name]
+        want = type_of(col)
+        if sql_type.lower() != want.lower() and not (widens and not col.is_key and widens(sql_type.lower(), col)):
+            raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
+                                     "(an incompatible type change; drop or rename the column)")
+        if not model.delta and is_pk != col.is_key:
+            raise IncompatibleSchema(f"{where}: column {col.name!r} {'is' if is_pk else 'is not'} part of the "
+                                     "primary key; the key cannot change")
+    if not model.delta:
+        pk = {n for n, (_t, is_pk) in existing.items() if is_pk}
+        if pk != {c.name for c in model.keys}:
+            raise IncompatibleSchema(f"{where}: primary key is {sorted(pk)}, the binding's key is "
+                                     f"{[c.name for c in model.keys]}; the key cannot change")
+    unwritten = sorted(set(required) - {c.name for c in model.columns} - {DOCUMENT_COLUMN, ROW_ID_COLUMN})
+    if unwritten:
+        raise IncompatibleSchema(
+            f"{where}: column{'s' if len(unwritten) > 1 else ''} {', '.join(map(repr, unwritten))} "
+            f"{'are' if len(unwritten) > 1 else 'is'} NOT NULL without a default, and no field of the "
+            "binding writes it: give it a default, allow NULL, or use another table")
+    return missing
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def coerce(kind: str, value: Any) -> Any:
+    """A JSON value as the column wants it (JSON kinds as text); None stays None."""
+    if value is None:
+        return None
+    if kind == JSON or isinstance(value, (dict, list)):
+        return _encode(value)
+    if kind == INTEGER and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON text (one shared encoder: cheaper than ``json.dumps`` with options)."""
+    return _encode(doc)
+
+
+def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
+    """Rows for ``tidemark_quarantine(materialization, batch_id, location, key_json, reason, value)``."""
+    out = []
+    for r in rows:
+        value = r.get("value")
+        if value is not None and not isinstance(value, str):
+            value = dumps(value)
+        key = r.get("key_json")
+        if key is not None and not isinstance(key, str):
+            key = dumps(key)
+        loc = r.get("location")
+        out.append((materialization, batch_id, None if loc is None else str(loc), key,
+                    str(r.get("reason", "")), value))
+    return out
+
+

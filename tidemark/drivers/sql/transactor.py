@@ -1,0 +1,245 @@
+"""One shard session of a store-authoritative SQL endpoint, written once over a dialect.
+
+A session has its own connection.  Loads are evaluated only after this session's
+Acknowledged (read-committed; the commit is synchronous, so Acknowledged is immediate):
+the keys go to a temp table, joined with the view.  Stores go to a temp staging table per
+binding (a key stored twice: the last wins).  :meth:`SqlTransactor.start_commit` then
+moves them in ONE transaction that also verifies the fence and writes the runtime
+checkpoint and the quarantine rows (steps 1-5 in its docstring).
+
+The generic Load and Store run ``executemany`` through the DB-API; an endpoint with a
+faster path (PostgreSQL's COPY) overrides :meth:`SqlTransactor.lookup`,
+:meth:`SqlTransactor.store`, :meth:`SqlTransactor.apply_staged` and :meth:`SqlTransactor.committed`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+
+from tidemark import jsontext
+from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.sql.fences import fenced_off
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import (
+    Acknowledge, Acknowledged, Load, Loaded, Quarantine, Range, StartCommit, StartedCommit, Store,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidemark.drivers.sql.driver import SqlDriver
+
+T = TypeVar("T")
+
+
+def stage_name(binding: int) -> str:
+    return f"tidemark_stage_{binding}"
+
+
+def staged_columns(model: TableModel, quote: Callable[[str], str]) -> tuple[list[str], list[str]]:
+    """The view's columns (quoted; keys, values, document) and the staging columns that fill them."""
+    return ([quote(c.name) for c in model.columns] + [quote(DOCUMENT_COLUMN)],
+            [f"c{j}" for j in range(len(model.columns))] + ["d"])
+
+
+class SqlTransactor(ReadCommittedLoads, Transactor):
+    """One shard session on its own connection (see the module docstring)."""
+
+    def __init__(self, driver: "SqlDriver", con: Any, materialization: str, rng: Range, fence: int,
+                 models: list[TableModel], kept: Optional[list[Optional[tuple[int, ...]]]] = None,
+                 session: Any = None):
+        self.driver = driver
+        self.dialect = driver.dialect
+        self.con = con
+        self.materialization = materialization
+        self.range = rng
+        self.fence = fence
+        self.models = models
+        self.kept = kept or [None] * len(models)  # per binding: the value positions that are columns
+        self.session = session  # what the driver's session_info read at Open
+        self._acknowledged = False
+        self._deferred: list[Load] = []
+        self._staged: set[int] = set()  # bindings with staged rows
+        self._created: set[str] = set()  # temp tables this session made
+        self._quarantine: list[dict] = []
+        self._seq = 0  # Store order within the transaction
+
+    # --------------------------------------------------------------- helpers
+    def execute(self, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
+        return self.driver.execute(self.con, sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.driver.executemany(self.con, sql, rows)
+
+    def check_session(self) -> None:
+        """First in each of the session's transactions: raise if it must not go on."""
+
+    def transaction(self, body: Callable[[], T], write: bool = True) -> T:
+        """``body()`` in one transaction of this session, after :meth:`check_session` (once)."""
+
+        def checked() -> T:
+            self.check_session()
+            return body()
+
+        return self.driver.transaction(self.con, checked, write)
+
+    def in_transaction(self, body: Callable[[], T], what: str, write: bool = True) -> T:
+        """:meth:`transaction`, retried as the driver's ``run`` retries."""
+        return self.driver.run(lambda: self.transaction(body, write), what, self.con)
+
+    def temp(self, name: str, columns: Sequence[str], options: str = "") -> tuple[str, Optional[str]]:
+        """A temp table's name in statements, and the statement that creates it if this
+        session has not yet: the caller runs it inside its transaction, and adds ``name`` to
+        ``_created`` once that transaction has committed."""
+        create = None if name in self._created else self.dialect.create_temp(name, columns, options)
+        return self.dialect.temp(name), create
+
+    def values_of(self, msg: Store) -> Sequence[tuple]:
+        """``msg.values`` without the fields that are not columns (names too long)."""
+        kept = self.kept[msg.binding]
+        if kept is None:
+            return msg.values
+        return [tuple([v[j] for j in kept]) for v in msg.values]
+
+    # ---------------------------------------------------------------- phases
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        # start_commit committed synchronously: the previous transaction is visible.
+        self._acknowledged = True
+        return Acknowledged()
+
+    def _evaluate(self, msg: Load) -> list[Loaded]:
+        if not msg.keys:
+            return []
+        rows = self.lookup(msg.binding, self.models[msg.binding], msg.keys)
+        if not rows:
+            return []
+        keys, loads = msg.keys, jsontext.loads
+        return [Loaded(msg.binding, tuple([keys[i] for i, _ in rows]), tuple([loads(d) for _, d in rows]))]
+
+    def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
+        """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
+        d = self.dialect
+        name = f"tidemark_load_{binding}"
+        kinds = [c.kind for c in model.keys]
+        lt, create = self.temp(name, [f"i {d.sql_type(INTEGER)} PRIMARY KEY"]
+                               + [f"k{j} {d.column_type(c)}" for j, c in enumerate(model.keys)])
+        on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
+        rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
+        select = f"SELECT l.i, t.{d.document_text(d.quote(DOCUMENT_COLUMN))} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
+
+        def body() -> list:
+            if create:
+                self.execute(create)
+            self.execute(f"DELETE FROM {lt}")
+            self.executemany(f"INSERT INTO {lt} VALUES ({d.params(len(kinds) + 1)})", rows)
+            return self.execute(select).fetchall()
+
+        found = self.in_transaction(body, f"load {model.display}", write=False)
+        self._created.add(name)
+        found.sort()
+        return found
+
+    def store(self, msg: Store) -> None:
+        if not msg.keys:
+            return
+        d = self.dialect
+        model = self.models[msg.binding]
+        kinds = [c.kind for c in model.columns]
+        n = len(model.keys)
+        name = stage_name(msg.binding)
+        columns = [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"] + [
+            f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)] + [f"d {d.document_type}"]
+        if not model.delta:
+            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
+        st, create = self.temp(name, columns)
+        seq = self._seq
+        self._seq = seq + len(msg.keys)
+        rows = [(seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), dumps(doc))
+                for i, (key, vals, doc, x) in enumerate(zip(msg.keys, self.values_of(msg), msg.docs, msg.deletes))]
+        names = ["seq", "x"] + [f"c{j}" for j in range(len(kinds))] + ["d"]
+        sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+        if not model.delta:  # a key stored twice: the last wins
+            sql += " " + d.upsert(names[2:2 + n], names[:2] + names[2 + n:])
+
+        def body() -> None:
+            if create:
+                self.execute(create)
+            self.executemany(sql, rows)
+
+        self.in_transaction(body, f"store {model.display}", write=False)
+        self._created.add(name)
+        self._staged.add(msg.binding)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        """Invalid documents for ``tidemark_quarantine``, written by this transaction's commit."""
+        self._quarantine.extend(msg.rows)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        """Commit the transaction.
+
+        Step 1: begin (the driver's :meth:`~SqlDriver.transaction`; SQLite takes the write
+        lock), then :meth:`check_session`.
+        Step 2: write the runtime checkpoint where the fence is still ours; no row ⇒ FencedOff
+        (the row stays locked until the commit: a newer Open waits for it).
+        Step 3: per staged binding, :meth:`apply_staged`: deletes, then the upsert (or the
+        append, delta updates).
+        Step 4: dead-letter rows.
+        Step 5: commit; then :meth:`committed` (the staging tables)."""
+        d = self.dialect
+        p = d.placeholder
+        cp = msg.runtime_checkpoint
+
+        def body() -> None:
+            cur = self.execute(  # Step 2
+                f"UPDATE {self.driver.ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"AND key_begin = {p} AND key_end = {p} AND fence = {p}",
+                (dumps(cp), self.materialization, self.range.key_begin, self.range.key_end, self.fence),
+            )
+            if cur.rowcount != 1:
+                raise fenced_off(self.materialization, self.range, self.fence)
+            for b in sorted(self._staged):  # Step 3
+                self.apply_staged(b)
+            if self._quarantine:  # Step 4
+                self.executemany(
+                    f"INSERT INTO {self.driver.qt} (materialization, batch_id, location, key_json, reason, value) "
+                    f"VALUES ({d.params(6)})",
+                    quarantine_rows(self.materialization, cp.get("batch_id"), self._quarantine),
+                )
+            fault_point("before_endpoint_commit")
+
+        self.in_transaction(body, f"commit {self.range.name}")  # Step 1 and Step 5
+        fault_point("after_endpoint_commit")
+        self.committed()
+        self._staged.clear()
+        self._quarantine = []
+        self._acknowledged = False
+        self._seq = 0
+        return StartedCommit()
+
+    def apply_staged(self, binding: int) -> None:
+        """Inside the commit: move one binding's staged rows into its table."""
+        d = self.dialect
+        model = self.models[binding]
+        st = d.temp(stage_name(binding))
+        table = d.ident(model)
+        n = len(model.keys)
+        names, sources = staged_columns(model, d.quote)
+        target, source = ", ".join(names), ", ".join(sources)
+        if model.delta:
+            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            return
+        self.execute(f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
+                     f"(SELECT {', '.join(sources[:n])} FROM {st} WHERE x = 1)")
+        self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 "
+                     + d.upsert(names[:n], names[n:]))
+
+    def committed(self) -> None:
+        """After the commit: empty the staging tables it applied."""
+        for b in self._staged:
+            st = self.dialect.temp(stage_name(b))
+            self.driver.run(lambda: self.execute(f"DELETE FROM {st}"), "clear staging", self.con)
+
+    def close(self) -> None:
+        try:
+            self.con.close()
+        except Exception:  # noqa: BLE001 - a connection that is gone is closed
+            pass
