@@ -181,11 +181,14 @@ def conformance(
     config: Optional[str] = typer.Option(None, "--config", help="driver config file (YAML/JSON)"),
     quick: bool = typer.Option(False, "--quick", help="fewer scenarios and batches (a smoke test)"),
     seed: int = typer.Option(0, "--seed", help="seed of the randomized workloads"),
+    deadline: Optional[float] = typer.Option(
+        None, "--deadline", help="seconds for the whole run (default 300 with --quick, else 900): a driver still "
+        "not answering then is reported as stalled"),
 ):
-    """Run the conformance kit against a driver."""
+    """Run the conformance kit against a driver: a line per scenario as it goes, then the report."""
     from tidemark.testing.conformance import main as kit_main
 
-    raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed))
+    raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed, deadline=deadline))
 
 
 def main() -> None:

@@ -1,264 +1,144 @@
-"""The conformance kit: does a driver keep exactly-once views through crashes, zombies and re-sharding?
+"""The conformance kit: does a driver keep exactly-once views through crashes, kills, races,
+zombies, re-sharding and large transactions?
 
 ::
 
     from tidemark.testing.conformance import run_conformance, assert_conformance
 
     report = run_conformance(lambda: MyDriver({...}), quick=True)
-    print(report.summary())            # property -> pass / FAIL + why
+    print(report.summary())            # property -> pass / FAIL + why + how to fix it
     assert_conformance(lambda: MyDriver({...}))   # in pytest
 
     $ tidemark conformance sqlite --config endpoint.yaml
 
 ``driver_factory`` returns a fresh Driver for the *same* endpoint on every call (the kit
-opens one per session, like executors do).  Every scenario uses a fresh materialization
-and fresh resource names (``kit_<random>_sums``), so runs against a shared database do
-not collide.  The kit plays the runtime (see :mod:`tidemark.testing.kit`) over two
-bindings (:mod:`tidemark.testing.workload`) and checks the properties listed in
-:data:`~tidemark.testing.kit.PROPERTIES`.
+opens one per session, like executors do).  Every scenario uses a fresh materialization,
+fresh resource names (``kit_<random>_sums``) and its own checkpoint folder, so runs
+against a shared database do not collide.  The kit runs tidemark's own coordinator
+(:mod:`tidemark.testing.kit.runtime`) over two bindings (:mod:`tidemark.testing.workload`),
+through the scenarios of :mod:`tidemark.testing.kit.scenarios`, and checks the
+properties of :data:`~tidemark.testing.kit.report.PROPERTIES`.
 
-Scenarios: ``steady`` (a batch per session), ``pipelined`` (several transactions per
-session), ``crash-<phase>`` (the runtime dies after each phase and restarts),
-``repeat-acknowledge`` (start-up re-runs Acknowledge), ``zombie-early`` /
-``zombie-late`` (an older session tries to commit after a newer one opened),
-``split-merge`` (1 → 2 → 1 → 4 → 3 shards) and ``random-<i>`` (all of it, seeded).
+A run has ONE deadline (``deadline`` seconds, printed at the start): a scenario still
+waiting for the driver then is reported as a ``liveness`` failure naming the request it
+waits for, and the run ends there.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.base import Driver, capabilities_of
 from tidemark.errors import ProtocolViolation, TidemarkError
-from tidemark.testing.kit import PHASES, PROPERTIES, KitCrash, KitRuntime, Recorder, ScenarioAbort
-from tidemark.testing.workload import key_space, make_batch
+from tidemark.testing.kit.report import ConformanceReport, PropertyResult, Recorder, build_report, classify
+from tidemark.testing.kit.runtime import KitRuntime, ScenarioAbort, Tracker
+from tidemark.testing.kit.scenarios import scenarios
 
 DriverFactory = Callable[[], Driver]
+DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
 
 
-# ------------------------------------------------------------------------ report
-
-
-@dataclass
-class PropertyResult:
-    name: str
-    description: str
-    passed: Optional[bool]  # None: not exercised (e.g. fencing of an at-least-once driver)
-    checks: int
-    failures: list[str] = field(default_factory=list)
-    failure_count: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        return {True: "pass", False: "FAIL", None: "n/a"}[self.passed]
-
-
-@dataclass
-class ConformanceReport:
-    driver: str
-    commit_pattern: str
-    properties: dict[str, PropertyResult]
-    scenarios: list[str]
-    seed: int
-    quick: bool
-
-    @property
-    def ok(self) -> bool:
-        return all(p.passed is not False for p in self.properties.values())
-
-    @property
-    def failed(self) -> list[str]:
-        return [name for name, p in self.properties.items() if p.passed is False]
-
-    def summary(self) -> str:
-        lines = [f"conformance of {self.driver} ({self.commit_pattern}), {len(self.scenarios)} scenarios, "
-                 f"seed {self.seed}{', quick' if self.quick else ''}: {'PASS' if self.ok else 'FAIL'}"]
-        for p in self.properties.values():
-            lines.append(f"  {p.status:4}  {p.name}: {p.description}")
-            for f in p.failures:
-                lines.append(f"          - {f}")
-            if p.failure_count > len(p.failures):
-                lines.append(f"          ... and {p.failure_count - len(p.failures)} more")
-            for n in p.notes:
-                lines.append(f"          note: {n}")
-        return "\n".join(lines)
-
-    __str__ = summary
-
-    def render(self, console=None) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        console = console or Console()
-        table = Table(title=f"tidemark conformance: {self.driver} ({self.commit_pattern})", show_lines=True)
-        table.add_column("property", style="bold")
-        table.add_column("result")
-        table.add_column("what it means / what went wrong")
-        for p in self.properties.values():
-            style = {"pass": "green", "FAIL": "bold red", "n/a": "dim"}[p.status]
-            text = p.description
-            if p.failures:
-                text += "\n" + "\n".join(f"• {f}" for f in p.failures)
-                if p.failure_count > len(p.failures):
-                    text += f"\n… and {p.failure_count - len(p.failures)} more"
-            for n in p.notes:
-                text += f"\nnote: {n}"
-            table.add_row(p.name, f"[{style}]{p.status}[/]", text)
-        console.print(table)
-        verdict = "[bold green]PASS[/]" if self.ok else f"[bold red]FAIL[/] ({', '.join(self.failed)})"
-        console.print(f"{len(self.scenarios)} scenarios, seed {self.seed}: {verdict}")
-
-
-# --------------------------------------------------------------------- scenarios
-
-
-def _run(kit: KitRuntime, batch: int, events, crash=None, zombie=None) -> None:
-    """Run a batch; after a crash, restart and re-run it with the same input (as Spark does)."""
+def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
+    kit = None
     try:
-        kit.run_batch(batch, events, crash=crash, zombie=zombie)
-    except KitCrash:
-        kit.restart()
-        kit.run_batch(batch, events)
+        kit = KitRuntime(factory, rec, tag, caps, driver_name=name, tracker=tracker)
+        kit.start()
+        fn(kit, rng, quick)
+        rec.check("protocol", True)
+    except ScenarioAbort:
+        pass
+    except ProtocolViolation as exc:
+        rec.fail("protocol", str(exc), classify(exc)[1])
+    except Exception as exc:  # noqa: BLE001 - a driver failing is a finding
+        prop, hint = classify(exc)
+        rec.fail(prop, f"unexpected {type(exc).__name__}: {exc}", hint)
+    finally:
+        if kit is not None:
+            try:
+                kit.close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
-def _events(rng: random.Random, keys, batch: int, size: int = 18):
-    return make_batch(rng, keys, size, batch)
+def _abandon(tracker: Tracker) -> None:
+    """The deadline passed: kill the programs of the kit's sessions, so that the stalled call returns."""
+    for program in tracker.programs:
+        try:
+            if program.proc.poll() is None:
+                program.proc.kill()
+        except Exception:  # noqa: BLE001
+            pass
 
 
-def steady(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
-    for b in range(3 if quick else 5):
-        _run(kit, b, _events(rng, keys, b))
-    kit.check_views()
+def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed: int = 0,
+                    deadline: Optional[float] = None, progress: Optional[Callable[[str], None]] = None,
+                    only: Optional[Sequence[str]] = None) -> ConformanceReport:
+    """Drive fresh drivers from ``driver_factory`` through every scenario; report per property.
 
-
-def pipelined(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
-    kit.set_layout(2)
-    kit.run_pipelined([(b, _events(rng, keys, b)) for b in range(3)])
-    _run(kit, 3, _events(rng, keys, 3))
-    kit.check_views()
-
-
-def crash_at(phase: str) -> Callable:
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 12)
-        kit.set_layout(2)
-        _run(kit, 0, _events(rng, keys, 0))
-        _run(kit, 1, _events(rng, keys, 1))
-        shard = 0 if phase == "start_commit" else 1
-        _run(kit, 2, _events(rng, keys, 2, 24), crash=(phase, shard))
-        _run(kit, 3, _events(rng, keys, 3))
-        kit.check_views()
-
-    scenario.__name__ = f"crash_{phase}"
-    return scenario
-
-
-def repeat_acknowledge(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
-    _run(kit, 0, _events(rng, keys, 0))
-    _run(kit, 1, _events(rng, keys, 1))
-    kit.restart()
-    kit.restart()
-    _run(kit, 2, _events(rng, keys, 2))
-    kit.restart()
-    kit.restart()
-    kit.check_views(repeated_ack=True)
-
-
-def zombie(when: str, shards: int = 1) -> Callable:
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 10)
-        kit.set_layout(shards)
-        _run(kit, 0, _events(rng, keys, 0))
-        _run(kit, 1, _events(rng, keys, 1), zombie=(shards - 1, when))
-        _run(kit, 2, _events(rng, keys, 2))
-        kit.check_views()
-
-    return scenario
-
-
-def split_merge(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 16)
-    layouts = [1, 2, 2, 1, 4, 3] if quick else [1, 1, 2, 2, 1, 4, 4, 3, 1]
-    for b, n in enumerate(layouts):
-        kit.set_layout(n)
-        _run(kit, b, _events(rng, keys, b, 24))
-    kit.check_views()
-
-
-def randomized(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, rng.randint(6, 20))
-    for b in range(6 if quick else 10):
-        if rng.random() < 0.25:
-            kit.set_layout(rng.randint(1, 4))
-        crash = zombie_at = None
-        r = rng.random()
-        if r < 0.35:
-            crash = (rng.choice(PHASES), rng.randrange(len(kit.layout)))
-        elif r < 0.5 and kit.exactly_once:
-            zombie_at = (rng.randrange(len(kit.layout)), rng.choice(("early", "late")))
-        _run(kit, b, _events(rng, keys, b, rng.randint(5, 30)), crash=crash, zombie=zombie_at)
-    kit.check_views()
-
-
-def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
-    out: list[tuple[str, Callable]] = [("steady", steady), ("pipelined", pipelined)]
-    out += [(f"crash-{p}", crash_at(p)) for p in PHASES]
-    out.append(("repeat-acknowledge", repeat_acknowledge))
-    if exactly_once:
-        out += [("zombie-early", zombie("early")), ("zombie-late", zombie("late"))]
-        if not quick:
-            out += [("zombie-early-2-shards", zombie("early", 2)), ("zombie-late-2-shards", zombie("late", 2))]
-    out.append(("split-merge", split_merge))
-    out += [(f"random-{i}", randomized) for i in range(1 if quick else 3)]
-    return out
-
-
-# ----------------------------------------------------------------------- running
-
-
-def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed: int = 0) -> ConformanceReport:
-    """Drive fresh drivers from ``driver_factory`` through every scenario; report per property."""
+    ``deadline``: seconds for the whole run (default 300 quick, 900 full); ``progress``: called
+    with a line at the start and after each scenario; ``only``: run just these scenarios."""
+    started = time.monotonic()
     probe = driver_factory()
     try:
         caps = capabilities_of(probe)
         name = type(probe).name or type(probe).__name__
+        if name == "command" and getattr(probe, "program", None):
+            name = f"command:{probe.program}"
     finally:
         probe.close()
+    say = progress or (lambda line: None)
     rec = Recorder()
     run = uuid.uuid4().hex[:8]
-    plan = scenarios(caps.exactly_once, quick)
+    plan = [(n, f) for n, f in scenarios(caps.exactly_once, quick) if only is None or n in only]
+    limit = DEFAULT_DEADLINE[quick] if deadline is None else float(deadline)
+    end = started + limit
+    say(f"conformance of {name} ({caps.commit_pattern.value}): {len(plan)} scenarios, seed {seed}; deadline "
+        f"{limit:g} s (until {time.strftime('%H:%M:%S', time.localtime(time.time() + limit))}): a driver that has "
+        "not answered by then is reported as stalled")
+    tracker = Tracker()
+    timings: dict[str, float] = {}
     for i, (scenario_name, fn) in enumerate(plan):
         rec.scenario = scenario_name
-        kit = KitRuntime(driver_factory, rec, f"kit_{run}_{i:02d}", caps)
-        try:
-            kit.apply()
-            fn(kit, random.Random(f"{seed}:{scenario_name}"), quick)
-            rec.check("protocol", True)
-        except ScenarioAbort:
-            pass
-        except ProtocolViolation as exc:
-            rec.fail("protocol", f"{exc}")
-        except (TidemarkError, Exception) as exc:  # noqa: BLE001 - a driver failing is a finding
-            rec.fail("protocol", f"unexpected {type(exc).__name__}: {exc}")
+        before = dict(rec.counts)
+        t0 = time.monotonic()
+        worker = threading.Thread(
+            target=_scenario, name=f"tidemark-kit-{scenario_name}", daemon=True,
+            args=(driver_factory, rec, f"kit_{run}_{i:02d}", caps, name, tracker, fn,
+                  random.Random(f"{seed}:{scenario_name}"), quick))
+        worker.start()
+        worker.join(max(0.0, end - time.monotonic()))
+        if worker.is_alive():
+            waited = time.monotonic() - tracker.since
+            rec.fail("liveness", f"the run's deadline ({limit:g} s) passed during scenario {scenario_name}: the kit "
+                                 f"had been waiting {waited:.0f} s for {tracker.doing}")
+            rest = [n for n, _ in plan[i + 1:]]
+            if rest:
+                rec.note("liveness", f"not run after the deadline: {', '.join(rest)}")
+            rec.closed = True
+            _abandon(tracker)
+            say(f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} STALLED: waiting for {tracker.doing} "
+                f"({waited:.0f} s)")
+            break
+        timings[scenario_name] = time.monotonic() - t0
+        failed = rec.failed_since(before)
+        say(f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} {'FAIL ' + ', '.join(failed) if failed else 'ok':<28} "
+            f"{timings[scenario_name]:6.1f} s")
+        tracker.programs = [p for p in tracker.programs if p.proc.poll() is None]
+    else:
+        rec.check("liveness", True)
+    rec.closed = True
     if not caps.exactly_once:
-        rec.note("fencing", "the driver declares at-least-once: zombie scenarios are skipped (it does not fence)")
-    props = {}
-    for prop, desc in PROPERTIES.items():
-        failed = rec.counts[prop] > 0
-        exercised = rec.checks[prop] > 0 or failed
-        props[prop] = PropertyResult(
-            prop, desc, (not failed) if exercised else None, rec.checks[prop], rec.failures[prop],
-            rec.counts[prop], rec.notes[prop],
-        )
-    return ConformanceReport(name, caps.commit_pattern.value, props, [n for n, _ in plan], seed, quick)
+        rec.closed = False
+        rec.note("fencing", "the driver declares at-least-once: zombie and race scenarios are skipped (it does not fence)")
+        rec.closed = True
+    report = build_report(rec, name, caps.commit_pattern.value, [n for n, _ in plan], seed, quick)
+    report.seconds, report.deadline, report.timings = time.monotonic() - started, limit, timings
+    return report
 
 
 def assert_conformance(driver_factory: DriverFactory, **kw) -> ConformanceReport:
@@ -284,9 +164,11 @@ def _load_config(path: Optional[str]) -> dict:
     return data
 
 
-def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False, seed: int = 0) -> int:
-    """``tidemark conformance DRIVER [--config FILE]``: print the report; 0 when it passes."""
+def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False, seed: int = 0,
+         deadline: Optional[float] = None) -> int:
+    """``tidemark conformance DRIVER [--config FILE]``: a line per scenario, then the report; 0 when it passes."""
     from rich.console import Console
+    from rich.markup import escape
 
     from tidemark.drivers.registry import load_driver
 
@@ -295,9 +177,10 @@ def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False,
     try:
         load_driver(driver, config).close()  # fail early on an unknown driver / missing library
     except TidemarkError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
-    report = run_conformance(lambda: load_driver(driver, config), quick=quick, seed=seed)
+    report = run_conformance(lambda: load_driver(driver, config), quick=quick, seed=seed, deadline=deadline,
+                             progress=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     report.render(console)
     return 0 if report.ok else 1
 

@@ -1,0 +1,248 @@
+"""What the kit compares against its model: Opened, Loaded, the checkpoint rows and the views.
+
+A mixin of :class:`~tidemark.testing.kit.runtime.KitRuntime` (it uses the runtime's model,
+recorder and what it saw of the endpoint)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any, Optional
+
+from tidemark.protocol.messages import Range
+from tidemark.testing.workload import APPENDS, SUMS, canon
+
+
+def fmt_key(k: str) -> str:
+    return json.dumps([k], ensure_ascii=False)
+
+
+def batch_of(doc: Any) -> Optional[int]:
+    """The batch whose event wrote ``doc["last"]`` (the kit's ``last`` values are ``b<N>.<i>``)."""
+    last = doc.get("last") if isinstance(doc, dict) else None
+    m = re.fullmatch(r"b(\d+)\.\d+", last) if isinstance(last, str) else None
+    return int(m.group(1)) if m else None
+
+
+SPILL_HINT = ("keep a transaction's Stores where neither Loads nor readers see them until StartCommit commits "
+              "them, also a large transaction that does not fit in memory (stage it, do not write it early)")
+TRUNCATION_HINT = ("answer every existing key of a Load, however many (up to the max_load_keys you declare): "
+                   "split the answer over several Loaded messages if you must, but drop none (a LIMIT, page or "
+                   "batch size cut it?)")
+
+
+class Checks:
+    # ------------------------------------------------------------------ Opened
+    def check_opened_extra(self, shard) -> None:
+        if not self.store_authoritative:
+            return
+        cp = shard.opened.runtime_checkpoint
+        rec, rng = self.rec, shard.range
+        if cp is not None:
+            rec.check("range-isolation", cp.get("materialization") == self.materialization,
+                      lambda: f"Opened on range {rng.name} returned a checkpoint of another materialization: {cp!r}",
+                      "keep checkpoints per (materialization, range)")
+        got = shard.opened_batch
+        expected = max((b for r, b in self.endpoint_commits.items() if Range(*r).overlaps(rng)), default=-1)
+        seen, how = max(((b, how) for r, (b, how) in self.observed.items() if Range(*r).overlaps(rng)),
+                        default=(-1, ""))
+        if seen > got and seen > expected:
+            rec.fail("checkpoints-monotonic",
+                     f"{how}, but after the restart Opened on range {rng.name} returns batch "
+                     f"{got if got >= 0 else 'none'}: the data committed without its runtime checkpoint, so the batch "
+                     "runs again",
+                     "write the data, the runtime checkpoint and the fence check in ONE endpoint transaction (not the "
+                     "checkpoint in a second one)")
+            return
+        rec.check("checkpoints-monotonic", got >= expected,
+                  lambda: f"Opened on range {rng.name} returned batch {got if got >= 0 else 'none'}, but the endpoint had "
+                  f"already committed batch {expected} there (StartedCommit was returned)")
+        rec.check("range-isolation", got <= max(expected, seen),
+                  lambda: f"Opened on range {rng.name} returned batch {got}, but sessions on ranges overlapping it "
+                  f"committed only up to batch {expected}: the checkpoint came from another key range")
+
+    # ------------------------------------------------------------------ Loaded
+    def check_loaded(self, rng: Range, requests: list[list[str]], loaded: dict[str, Any]) -> None:
+        rec, committed = self.rec, self.model.view
+
+        def counted(k: str) -> bool:
+            return self.exactly_once or k not in self.dirty
+
+        truncated: set[str] = set()
+        for chunk in requests:
+            existing = [k for k in chunk if k in committed and counted(k)]
+            answered = [k for k in existing if k in loaded]
+            if existing and 0 < len(answered) < len(existing) and len(existing) >= 10:
+                missing = [k for k in existing if k not in loaded]
+                truncated.update(missing)
+                rec.fail("read-committed",
+                         f"a Load of {len(chunk)} keys on range {rng.name}, {len(existing)} of which exist in the "
+                         f"committed view, was answered for only {len(answered)} of them (e.g. {fmt_key(missing[0])} is "
+                         "missing): the answer was cut short", TRUNCATION_HINT)
+        for k in sorted(k for chunk in requests for k in chunk):
+            doc, want = loaded.get(k), committed.get(k)
+            origin = batch_of(doc)
+            uncommitted = origin is not None and origin not in self.model.batches and origin not in self.started
+            if doc is not None and uncommitted and counted(k):
+                rec.fail("read-committed",
+                         f"Load of key {fmt_key(k)} returned {doc!r}, written by batch {origin}, which never "
+                         f"committed (the kit crashed or fenced that transaction before its commit finished; the "
+                         f"committed view has {want!r}): the transaction's Stores reached the endpoint before "
+                         "StartCommit", SPILL_HINT)
+                continue
+            if doc is not None:
+                rec.check("loaded-existing-only",
+                          isinstance(doc, dict) and doc.get("k") == k and isinstance(doc.get("n"), int),
+                          lambda: f"Loaded key {fmt_key(k)} with {doc!r}, which is not a stored document of that key")
+                if want is None and counted(k):
+                    rec.fail("loaded-existing-only",
+                             f"Loaded key {fmt_key(k)} (doc {doc!r}), which does not exist in the committed view"
+                             + (" (it was deleted)" if k in self.model.deleted else ""))
+                    continue
+            if want is None or not counted(k) or k in truncated:
+                continue
+            if doc is None:
+                rec.fail("read-committed",
+                         f"Load of key {fmt_key(k)} found nothing, but the committed view has {want!r}: the Load was "
+                         "evaluated before the previous transaction was visible",
+                         "evaluate Loads only after Acknowledged returned, and only once staged work is applied")
+            elif isinstance(doc, dict) and (doc.get("n"), doc.get("last")) != (want["n"], want["last"]):
+                rec.fail("read-committed",
+                         f"Load of key {fmt_key(k)} returned n={doc.get('n')!r}, last={doc.get('last')!r}, but the "
+                         f"committed view has n={want['n']}, last={want['last']!r}: the Load saw unapplied or "
+                         "uncommitted state")
+            else:
+                rec.check("read-committed", True)
+
+    # -------------------------------------------------------------- checkpoints
+    def check_checkpoint_rows(self) -> None:
+        last = self.last
+        if not self.store_authoritative or last is None:
+            return
+        driver = self.factory()
+        try:
+            self.tracker("checkpoints() (list_checkpoints)")
+            rows = driver.checkpoints(self.materialization)
+        finally:
+            driver.close()
+        by_range = {}
+        for row in rows:
+            cp = row.runtime_checkpoint
+            b = cp.get("batch_id", -1) if isinstance(cp, dict) else -1
+            b = b if isinstance(b, int) else -1
+            key = (row.range.key_begin, row.range.key_end)
+            by_range[key] = b
+            prev = self.last_checkpoint_rows.get(key, -1)
+            self.rec.check("checkpoints-monotonic", b >= prev,
+                           lambda: f"the checkpoint of range {row.range.name} went back from batch {prev} to {b}",
+                           "never overwrite a range's checkpoint with an older one: fence zombies, and commit the "
+                           "checkpoint with the data")
+            self.last_checkpoint_rows[key] = max(prev, b)
+        for begin, end in last.layout:
+            rng = Range(begin, end)
+            have = by_range.get((begin, end))
+            if have is None:
+                self.rec.fail("range-isolation",
+                              f"checkpoints() has no row for range {rng.name} after batch {last.batch_id} committed on "
+                              f"it (rows: {', '.join(Range(*r).name for r in by_range) or 'none'})",
+                              "keep a checkpoint row per (materialization, range) and list it in checkpoints()")
+            else:
+                self.rec.check("checkpoints-monotonic", have >= last.batch_id,
+                               lambda: f"after batch {last.batch_id} committed, the checkpoint of range {rng.name} is at "
+                               f"batch {have if have >= 0 else 'none'}: data committed without its checkpoint")
+
+    # ------------------------------------------------------------------- views
+    def check_views(self, repeated_ack: bool = False) -> None:
+        """Compare the dumps with the model (the coordinator acknowledged the last batch)."""
+        driver = self.factory()
+        try:
+            self.tracker("dump() of both bindings")
+            view = driver.dump(self.materialization, self.bindings[SUMS])
+            rows = driver.dump(self.materialization, self.bindings[APPENDS])
+        finally:
+            driver.close()
+        self._check_sums(view, repeated_ack)
+        self._check_appends(rows)
+        if self.exactly_once and self.crashed:
+            self.rec.check("at-least-once-honesty", True)
+
+    def _excess(self) -> tuple[str, str]:
+        if self.exactly_once and self.crashed:
+            return "at-least-once-honesty", ("an exactly-once driver must survive a crash at any point (also inside "
+                                             "a request) without applying anything twice; or declare at-least-once")
+        return "no-duplicates", None
+
+    def _check_sums(self, view: Any, repeated_ack: bool) -> None:
+        rec, want = self.rec, self.model.view
+        if not isinstance(view, dict):
+            rec.fail("protocol", f"dump() of a standard binding must return {{key: doc}}, got {type(view).__name__}")
+            return
+        got = {}
+        for key, doc in view.items():
+            got[key[0] if isinstance(key, (tuple, list)) and len(key) == 1 else key] = doc
+        why = " after Acknowledge was repeated (Acknowledge must be idempotent)" if repeated_ack else ""
+        crash = " after a crash, although the driver declares exactly-once" if self.exactly_once and self.crashed else ""
+        for k, w in sorted(want.items()):
+            d = got.get(k)
+            if d is None:
+                rec.fail("no-loss", f"key {fmt_key(k)} is missing from the view (expected n={w['n']}, last={w['last']!r})")
+                continue
+            n, last = (d.get("n"), d.get("last")) if isinstance(d, dict) else (None, None)
+            if not isinstance(n, int):
+                rec.fail("no-loss", f"key {fmt_key(k)} holds {d!r}, expected n={w['n']}, last={w['last']!r}")
+                continue
+            rec.check("no-loss", last == w["last"],
+                      lambda: f"key {fmt_key(k)} has last={last!r}, expected {w['last']!r}: an update was lost")
+            if n < w["n"]:
+                rec.fail("no-loss", f"key {fmt_key(k)} has n={n}, expected {w['n']}: a committed update was lost")
+            elif n > w["n"]:
+                if self.exactly_once:
+                    prop, hint = self._excess()
+                    rec.fail(prop, f"key {fmt_key(k)} has n={n}, expected {w['n']}: a sum was applied twice{why}{crash}",
+                             hint)
+                else:
+                    rec.note("at-least-once-honesty", "the driver declares at-least-once: sums were re-applied after "
+                             "crashes, as it warns")
+            else:
+                rec.check("no-duplicates", True)
+        for k, d in sorted(got.items(), key=lambda kv: str(kv[0])):
+            if k in want:
+                continue
+            if k in self.model.deleted:
+                rec.fail("deletes-applied", f"key {fmt_key(k)} was deleted but is still in the view as {d!r}")
+            else:
+                rec.fail("no-duplicates", f"key {fmt_key(k)} is in the view ({d!r}) but was never committed")
+        rec.check("deletes-applied", True)
+        total = sum(d.get("n", 0) for d in got.values() if isinstance(d, dict) and isinstance(d.get("n"), int))
+        expect = sum(w["n"] for w in want.values())
+        ok = total == expect if self.exactly_once else total >= expect
+        rec.check("conservation-of-sums", ok, lambda: f"the view's sums add up to {total}, the input's to {expect}{why}{crash}")
+
+    def _check_appends(self, rows: Any) -> None:
+        rec = self.rec
+        if not isinstance(rows, list):
+            rec.fail("protocol", f"dump() of a delta-updates binding must return a list, got {type(rows).__name__}")
+            return
+        got = Counter(canon({"k": r.get("k"), "n": r.get("n"), "last": r.get("last")}) if isinstance(r, dict)
+                      else canon(r) for r in rows)
+        want = self.model.appends
+        missing, extra = want - got, got - want
+        if missing:
+            rec.fail("no-loss", f"{sum(missing.values())} delta-update rows are missing, e.g. {next(iter(missing))}")
+        else:
+            rec.check("no-loss", True)
+        if extra:
+            if self.exactly_once:
+                prop, hint = self._excess()
+                rec.fail(prop, f"{sum(extra.values())} delta-update rows are extra (appended twice or never "
+                               f"committed), e.g. {next(iter(extra))}", hint)
+            else:
+                rec.note("at-least-once-honesty", "delta-update rows were re-appended after crashes (at-least-once)")
+        total = sum(r.get("n", 0) for r in rows if isinstance(r, dict) and isinstance(r.get("n"), int))
+        ok = total == self.model.appended_sum if self.exactly_once else total >= self.model.appended_sum
+        rec.check("conservation-of-sums", ok,
+                  lambda: f"the delta-update rows add up to {total}, the input's to {self.model.appended_sum}")
+
+
+__all__ = ["Checks", "fmt_key", "batch_of", "SPILL_HINT", "TRUNCATION_HINT"]

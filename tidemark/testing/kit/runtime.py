@@ -1,0 +1,496 @@
+"""The kit's runtime: tidemark's own commit path, driven without Spark.
+
+Per scenario the kit keeps a checkpoint folder and writes Spark's part of it itself
+(``spark/metadata`` with the query id, ``spark/offsets/N`` before batch N), so that the
+real :class:`~tidemark.runtime.coordinator.Coordinator` runs it: start-up (capabilities,
+positions, Validate, dry-run Apply, Apply, the Acknowledge of the last batch), per batch
+``begin`` (replay check, layout intent), ``commit`` (recovery-log append, then the
+coordinator Acknowledge or the Acknowledge per shard).  Driver-checkpoint updates are
+merged by :func:`tidemark.runtime.shard.merge_updates` (RFC 7396,
+:mod:`tidemark.runtime.merge_patch`) and every Opened goes through
+:func:`tidemark.runtime.shard.check_opened`.
+
+The kit drives the shard sessions itself: a transaction is a generator that yields after
+each phase, so a scenario can crash the runtime at any phase (its sessions are dropped
+without close), kill the driver inside a request (:mod:`.kill`), race sessions
+(:mod:`.race`) or keep a zombie session to commit later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+from tidemark.drivers.base import CommitPattern, Driver
+from tidemark.errors import FencedOff, RecoveryError
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
+from tidemark.protocol.state import RuntimeSession
+from tidemark.runtime.coordinator import BatchStart, Coordinator
+from tidemark.runtime.shard import ShardResult, ShardTask, check_opened, merge_updates
+from tidemark.testing.kit import kill as killing
+from tidemark.testing.kit.checks import Checks
+from tidemark.testing.kit.report import Recorder, classify
+from tidemark.testing.workload import APPENDS, SUMS, Event, Model, bindings as make_bindings, combine, deletion_doc, deltas, key_hash
+
+PHASES = ("open", "acknowledge", "load", "flush", "store", "start_commit", "recovery_log")
+LOAD_CHUNK = 3  # small chunks in the ordinary scenarios: many messages per transaction
+STORE_CHUNK = 4
+VERSION = "v1"
+
+
+class KitCrash(Exception):
+    """The kit's runtime 'died' (its sessions are dropped without close)."""
+
+
+class ScenarioAbort(Exception):
+    """The driver failed in a way that makes the rest of the scenario meaningless (already recorded)."""
+
+
+class KitCoordinator(Coordinator):
+    """The real coordinator; the kit can make it die between the recovery log and Acknowledge."""
+
+    crash_after_log = False
+    skip_shard_apply = False  # pipelined sessions acknowledge the batch themselves
+
+    def acknowledge(self, entry) -> None:
+        if self.crash_after_log:
+            self.crash_after_log = False
+            raise KitCrash("the runtime died between the recovery log append and Acknowledge")
+        if self.skip_shard_apply and self.caps.commit_pattern is CommitPattern.IDEMPOTENT_APPLY_SHARD:
+            return
+        super().acknowledge(entry)
+
+
+class Tracker:
+    """What the kit waits for, and the driver programs it runs (for the deadline)."""
+
+    def __init__(self):
+        self.doing = "starting"
+        self.since = time.monotonic()
+        self.programs: list = []
+
+    def __call__(self, doing: str) -> None:
+        self.doing, self.since = doing, time.monotonic()
+
+
+@dataclass
+class Shard:
+    index: int
+    range: Range
+    driver: Driver
+    transactor: Any
+    opened: Any
+    session: RuntimeSession
+    task: ShardTask
+    skipped: bool = False
+    updates: list = field(default_factory=list)
+    committed: bool = False  # StartedCommit received
+    dead: bool = False
+
+    @property
+    def opened_batch(self) -> int:
+        cp = self.opened.runtime_checkpoint
+        b = cp.get("batch_id", -1) if isinstance(cp, dict) else -1
+        return b if isinstance(b, int) else -1
+
+
+def rk(r: Range) -> tuple[int, int]:
+    return (r.key_begin, r.key_end)
+
+
+class KitRuntime(Checks):
+    """One materialization, driven through the real coordinator by the kit."""
+
+    def __init__(self, factory: Callable[[], Driver], recorder: Recorder, tag: str, capabilities, *,
+                 driver_name: str = "driver", tracker: Optional[Tracker] = None):
+        self.factory = factory
+        self.rec = recorder
+        self.tag = tag
+        self.materialization = tag
+        self.bindings = make_bindings(tag)
+        self.caps = capabilities
+        self.pattern: CommitPattern = capabilities.commit_pattern
+        self.driver_name = driver_name
+        self.tracker = tracker or Tracker()
+        self.folder = tempfile.mkdtemp(prefix=f"tidemark-{tag}-")
+        self._write(("spark", "metadata"), json.dumps({"id": str(uuid.uuid4())}) + "\n")
+        self.shards = 1
+        self.load_chunk = min(LOAD_CHUNK, capabilities.max_load_keys)
+        self.store_chunk = min(STORE_CHUNK, capabilities.max_store_docs)
+        self.coord: Optional[KitCoordinator] = None
+        self.model = Model()
+        self.crashed = False  # a crash (or kill) happened in this scenario
+        self.dirty: set[str] = set()  # at-least-once: keys a crashed attempt may have half-written
+        self.endpoint_commits: dict[tuple[int, int], int] = {}  # range -> batch (StartedCommit seen)
+        self.observed: dict[tuple[int, int], tuple[int, str]] = {}  # range -> (batch, what the kit saw) at a kill
+        self.started: set[int] = set()  # batches some session committed (StartedCommit, or killed inside StartCommit)
+        self.last_checkpoint_rows: dict[tuple[int, int], int] = {}
+        self.live: list[Shard] = []  # open sessions (dropped when the runtime dies)
+        self.events: dict[int, list[Event]] = {}
+
+    # ------------------------------------------------------------- the coordinator
+    @property
+    def exactly_once(self) -> bool:
+        return self.pattern.exactly_once
+
+    @property
+    def store_authoritative(self) -> bool:
+        return self.pattern is CommitPattern.STORE_AUTHORITATIVE
+
+    def _write(self, parts: tuple, text: str) -> None:
+        path = os.path.join(self.folder, *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def start(self) -> None:
+        """A runtime process starts: a new coordinator, start-up (Step 5 re-runs the last Acknowledge)."""
+        driver = self.factory()
+        coord = KitCoordinator(materialization=self.materialization, driver=driver, driver_name=self.driver_name,
+                               driver_config=dict(driver.config), bindings=self.bindings, version=VERSION,
+                               checkpoint_location=self.folder, shards=self.shards)
+        self.tracker(f"start-up of the coordinator (Validate, Apply, the Acknowledge of the last batch)")
+        try:
+            coord.start_up()
+        except RecoveryError as exc:
+            driver.close()
+            prop, hint = classify(exc)
+            self.rec.fail(prop, f"the runtime's start-up refuses the endpoint: {exc}", hint)
+            raise ScenarioAbort(str(exc)) from exc
+        except BaseException:
+            driver.close()
+            raise
+        if self.coord is not None:
+            self.coord.driver.close()
+        self.coord = coord
+
+    restart = start
+
+    def close(self) -> None:
+        for shard in list(self.live):
+            self.drop(shard)
+        if self.coord is not None:
+            self.coord.driver.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def set_layout(self, n: int) -> None:
+        """Shard count for the next batch (a batch re-run keeps the layout it started with)."""
+        self.shards = n
+        if self.coord is not None:
+            self.coord.shards = n
+
+    @property
+    def last(self):
+        return self.coord.log.last()
+
+    @property
+    def last_batch(self) -> int:
+        last = self.last
+        return last.batch_id if last is not None else -1
+
+    def register(self, batch_id: int, events: list[Event]) -> None:
+        """Spark writes ``offsets/N`` before batch N runs; a re-run reads the same file."""
+        self.events[batch_id] = events
+        if not os.path.exists(os.path.join(self.folder, "spark", "offsets", str(batch_id))):
+            digest = hashlib.sha256(repr(events).encode("utf-8")).hexdigest()
+            self._write(("spark", "offsets", str(batch_id)),
+                        f'v1\n{{"batchWatermarkMs":0}}\n{{"kit":"{digest}"}}\n')
+
+    def checkpoint_for(self, batch_id: int) -> dict:
+        """The runtime checkpoint ``begin`` gives batch N (for a stale session of an old layout)."""
+        return {"checkpoint_id": self.coord.checkpoint_id, "materialization": self.materialization,
+                "version": VERSION, **self.coord.identity(batch_id).as_checkpoint()}
+
+    def task(self, batch_id: int, layout: list[Range], runtime_checkpoint: dict) -> ShardTask:
+        last = self.last
+        return ShardTask(self.materialization, VERSION, self.driver_name, {}, self.bindings, (),
+                         self.coord.checkpoint_id, batch_id, tuple(layout),
+                         last.driver_checkpoint if last is not None else None, runtime_checkpoint,
+                         committed_batch=last.batch_id if last is not None else -1, capabilities=self.caps)
+
+    def begin(self, batch_id: int, events: list[Event]) -> tuple[BatchStart, list[Range], Optional[ShardTask]]:
+        self.register(batch_id, events)
+        self.tracker(f"the coordinator's begin of batch {batch_id}")
+        start = self.coord.begin(batch_id)
+        if start.replayed:
+            return start, [], None
+        layout = [Range(*r) for r in start.layout]
+        return start, layout, self.task(batch_id, layout, start.runtime_checkpoint)
+
+    def commit(self, start: BatchStart, events: list[Event], shards: list[Shard], crash_after_log: bool = False) -> None:
+        """Step 3 and 4: merge the live sessions' updates, append to the log, acknowledge."""
+        results = [ShardResult(s.index, s.range, s.skipped, [u for u in s.updates if u is not None]) for s in shards]
+        state = merge_updates(start.last.driver_checkpoint if start.last is not None else None, results)
+        self.coord.crash_after_log = crash_after_log
+        self.tracker(f"the recovery log append and Acknowledge of batch {start.batch_id}")
+        try:
+            self.coord.commit(start, state, {"shards": len(shards)})
+        except KitCrash:
+            self.model.commit(start.batch_id, events)
+            self.die(events, logged=True)
+        self.model.commit(start.batch_id, events)
+
+    # ------------------------------------------------------------------ sessions
+    def open_shard(self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None,
+                   check: bool = True) -> Shard:
+        driver = self.factory()
+        if kill is not None and not killing.is_process_driver(driver):
+            driver = killing.crashing(driver, kill)
+        self.tracker(f"Opened of range {rng.name} (batch {task.batch_id})")
+        try:
+            transactor, opened = driver.open(Open(self.materialization, VERSION, rng, state=task.driver_checkpoint,
+                                                  config=dict(driver.config), bindings=self.bindings))
+        except BaseException:
+            driver.close()
+            raise
+        program = killing.program_of(transactor)
+        if program is not None:
+            self.tracker.programs.append(program)
+        shard = Shard(index, rng, driver, transactor, opened, RuntimeSession(transactor, self.bindings), task)
+        self.live.append(shard)
+        if check:
+            self.check_opened(shard)
+        return shard
+
+    def check_opened(self, shard: Shard, extra: bool = True) -> None:
+        """The kit's own checks, then the runtime's (:func:`tidemark.runtime.shard.check_opened`)."""
+        cp = shard.opened.runtime_checkpoint
+        if cp is not None and not isinstance(cp, dict):
+            self.rec.fail("protocol", f"Opened.runtime_checkpoint must be an object or null, got {cp!r}")
+            raise ScenarioAbort("bad Opened")
+        before = self.rec.total_failures()
+        if extra:
+            self.check_opened_extra(shard)
+        try:
+            shard.skipped = check_opened(shard.task, shard.range, cp, self.store_authoritative)
+        except RecoveryError as exc:
+            if self.rec.total_failures() == before:
+                prop, hint = classify(exc)
+                self.rec.fail(prop, f"Opened on range {shard.range.name} returned {cp!r}, which the runtime "
+                                    f"refuses: {exc}", hint)
+            raise ScenarioAbort(str(exc)) from exc
+
+    def drop(self, shard: Shard) -> None:
+        """A crash: the session disappears without close (a program gets end of input)."""
+        shard.dead = True
+        if shard in self.live:
+            self.live.remove(shard)
+        killing.drop(shard.transactor)
+
+    def finish(self, shard: Shard) -> None:
+        if shard in self.live:
+            self.live.remove(shard)
+        try:
+            if not shard.dead:
+                shard.session.close()
+        except Exception:  # noqa: BLE001 - a session that failed may not close cleanly
+            killing.drop(shard.transactor)
+        finally:
+            shard.driver.close()
+
+    def die(self, events: list[Event], logged: bool = False) -> None:
+        self.crashed = True
+        if not self.exactly_once and not logged:
+            self.dirty.update(e.key for e in events)
+        for shard in list(self.live):
+            self.drop(shard)
+        raise KitCrash()
+
+    def transaction(self, shard: Shard, events: list[Event], kill: Optional[str] = None) -> Iterator[str]:
+        """One transaction on ``shard``; yields the name of each phase once it is done (``ready``:
+        every Store is sent, StartCommit is next).  ``kill``: the request inside which the driver dies."""
+        rng, task, sess = shard.range, shard.task, shard.session
+        where = f"range {rng.name}, batch {task.batch_id}"
+        mine = [e for e in events if rng.contains(key_hash((e.key,)))]
+        ack = Acknowledge(state=task.driver_checkpoint)
+        if kill == "acknowledge":
+            killing.kill_inside(self, shard, lambda: sess.acknowledge(ack), "Acknowledge", events)
+        self.tracker(f"Acknowledged ({where})")
+        shard.updates.append(sess.acknowledge(ack).state)
+        yield "acknowledge"
+        combined = combine(mine)
+        keys = sorted(combined)
+        loaded: dict[str, Any] = {}
+        requests: list[list[str]] = []
+
+        def take(replies):
+            for r in replies:
+                if r.binding != SUMS:
+                    self.rec.fail("protocol", f"Loaded for binding {r.binding}, which is delta-updates",
+                                  "delta-updates bindings get no Load, so never a Loaded")
+                    continue
+                for key, doc in zip(r.keys, r.docs):
+                    loaded[key[0]] = doc
+
+        for i in range(0, len(keys), self.load_chunk):
+            chunk = keys[i:i + self.load_chunk]
+            requests.append(chunk)
+            self.tracker(f"the answer to a Load of {len(chunk)} keys ({where})")
+            take(sess.load(Load(SUMS, tuple((k,) for k in chunk))))
+            yield "load"
+        self.tracker(f"Flushed ({where})")
+        late, flushed = sess.flush(Flush())
+        take(late)
+        shard.updates.append(flushed.state)
+        self.check_loaded(rng, requests, loaded)
+        yield "flush"
+        stores: list[tuple[int, tuple, tuple, Any, bool, bool]] = []
+        for k in keys:
+            prior = loaded.get(k)
+            doc = combined[k].over(k, prior)
+            if doc is None:
+                if prior is not None:
+                    stores.append((SUMS, (k,), (None, None), deletion_doc(k), True, True))
+            else:
+                stores.append((SUMS, (k,), (doc["n"], doc["last"]), doc, prior is not None, False))
+        for k, doc in sorted(deltas(mine).items()):
+            stores.append((APPENDS, (k,), (doc["n"], doc["last"]), doc, False, False))
+        for binding in (SUMS, APPENDS):
+            rows = [s for s in stores if s[0] == binding]
+            for i in range(0, len(rows), self.store_chunk):
+                chunk = rows[i:i + self.store_chunk]
+                self.tracker(f"the driver reading a Store of {len(chunk)} documents ({where})")
+                sess.store(Store(binding, tuple(r[1] for r in chunk), tuple(r[2] for r in chunk),
+                                 tuple(r[3] for r in chunk), tuple(r[4] for r in chunk), tuple(r[5] for r in chunk)))
+                yield "store"
+        yield "ready"
+        msg = StartCommit(task.runtime_checkpoint)
+        if kill == "start_commit":
+            killing.kill_inside(self, shard, lambda: sess.start_commit(msg), "StartCommit", events)
+        self.tracker(f"StartedCommit ({where})")
+        started = sess.start_commit(msg)
+        shard.updates.append(started.state)
+        shard.committed = True
+        self.started.add(task.batch_id)
+        if self.store_authoritative:
+            self.endpoint_commits[rk(rng)] = max(task.batch_id, self.endpoint_commits.get(rk(rng), -1))
+        yield "start_commit"
+
+    # ------------------------------------------------------------------- batches
+    def run_batch(self, batch_id: int, events: list[Event], crash: Optional[tuple[str, int]] = None,
+                  zombie: Optional[tuple[int, str]] = None, kill: Optional[tuple[str, int]] = None) -> None:
+        """One batch on the layout the coordinator gives it.
+
+        ``crash=(phase, shard)`` kills the runtime after ``phase`` of shard ``shard`` (raising
+        :class:`KitCrash`); ``kill=(request, shard)`` kills the driver inside ``request``
+        (``start_commit`` or ``acknowledge``) once the endpoint shows its effect;
+        ``zombie=(shard, "early" | "late")`` runs an older session of that shard up to
+        StartCommit and commits it after the newer session opened ("early") or after the
+        batch is in the log ("late")."""
+        start, layout, task = self.begin(batch_id, events)
+        if start.replayed:
+            return
+        crash_phase, crash_shard = crash if crash else (None, None)
+        kill_request, kill_shard = kill if kill else (None, None)
+        z = z_steps = None
+        if zombie is not None:
+            z = self.open_shard(zombie[0], layout[zombie[0]], task)
+            z_steps = self.transaction(z, events)
+            self.advance(z_steps, "ready")
+        shards: list[Shard] = []
+        for i, rng in enumerate(layout):
+            shards.append(self.open_shard(i, rng, task, kill=kill_request if kill_shard == i else None))
+            if crash_phase == "open" and crash_shard == i:
+                self.die(events)
+        if z is not None and zombie[1] == "early":
+            self.zombie_commit(z, z_steps, [z.range])
+        for shard in shards:
+            if not shard.skipped:
+                self.run_shard(shard, events, crash_phase if crash_shard == shard.index else None,
+                               kill_request if kill_shard == shard.index else None)
+            self.finish(shard)
+        self.commit(start, events, shards, crash_after_log=crash_phase == "recovery_log")
+        if z is not None and zombie[1] == "late":
+            self.zombie_commit(z, z_steps, [z.range])
+        self.check_checkpoint_rows()
+
+    def run_shard(self, shard: Shard, events: list[Event], crash_phase: Optional[str] = None,
+                  kill: Optional[str] = None) -> None:
+        try:
+            for phase in self.transaction(shard, events, kill):
+                if phase == crash_phase:
+                    self.die(events)
+        except FencedOff as exc:
+            self.unexpected_fence(shard, exc)
+
+    @staticmethod
+    def advance(steps: Iterator[str], until: str) -> None:
+        for phase in steps:
+            if phase == until:
+                return
+
+    def run_pipelined(self, batches: list[tuple[int, list[Event]]]) -> None:
+        """Several transactions in one session per shard (StartedCommit loops to Acknowledge)."""
+        shards: list[Shard] = []
+        for n, (batch_id, events) in enumerate(batches):
+            start, layout, task = self.begin(batch_id, events)
+            if not shards:
+                shards = [self.open_shard(i, rng, task) for i, rng in enumerate(layout)]
+            for shard in shards:
+                shard.task, shard.updates, shard.committed = task, [], False
+                self.run_shard(shard, events)
+            self.coord.skip_shard_apply = n < len(batches) - 1
+            try:
+                self.commit(start, events, shards)
+            finally:
+                self.coord.skip_shard_apply = False
+            self.check_checkpoint_rows()
+        for shard in shards:
+            self.finish(shard)
+
+    def unexpected_fence(self, shard: Shard, exc: FencedOff) -> None:
+        others = [r for r in shard.task.ranges if r != shard.range]
+        if others:
+            self.rec.fail("range-isolation",
+                          f"the session on range {shard.range.name} was fenced off ({exc}) although only sessions on "
+                          f"other ranges ({', '.join(r.name for r in others)}) opened after it",
+                          "fence per (materialization, range): opening one range must not fence a disjoint one")
+        else:
+            self.rec.fail("fencing", f"the only session on range {shard.range.name} was fenced off ({exc})",
+                          "only a newer session on the same or an overlapping range may fence a session off")
+        self.drop(shard)
+        raise ScenarioAbort(str(exc))
+
+    def open_stale(self, index: int, rng: Range, batch_id: int, events: list[Event]) -> tuple[Shard, Iterator[str]]:
+        """A session of the current layout for batch N, run up to StartCommit, that will outlive
+        a layout change (a zombie of the old layout)."""
+        self.register(batch_id, events)
+        task = self.task(batch_id, [rng], self.checkpoint_for(batch_id))
+        z = self.open_shard(index, rng, task)
+        steps = self.transaction(z, events)
+        self.advance(steps, "ready")
+        return z, steps
+
+    def zombie_commit(self, z: Shard, steps: Iterator[str], newer: list[Range]) -> None:
+        """A zombie tries to commit: it must get FencedOff where the store is authoritative."""
+        try:
+            for _ in steps:
+                pass
+        except FencedOff:
+            self.rec.check("fencing", True)
+            return
+        finally:
+            self.finish(z)
+        if not self.store_authoritative:
+            self.rec.check("fencing", True)  # the recovery log fences: the zombie's update is never logged
+            return
+        if newer == [z.range]:
+            self.rec.fail("fencing", f"an older session on range {z.range.name} committed batch {z.task.batch_id} "
+                                     "after a newer session opened the same range",
+                          "start_commit verifies the fence inside the endpoint transaction and raises FencedOff")
+        else:
+            self.rec.fail("fencing", f"a session of the old layout on range {z.range.name} committed batch "
+                                     f"{z.task.batch_id} after the re-sharded sessions on "
+                                     f"{', '.join(r.name for r in newer)} (which overlap it) had opened",
+                          "Open bumps the fence of its range and of every overlapping range (a split or merge "
+                          "leaves zombies of the old layout), not only its own")
+
+
+__all__ = ["KitRuntime", "KitCoordinator", "KitCrash", "ScenarioAbort", "PHASES", "Shard", "Tracker", "rk"]
