@@ -45,6 +45,7 @@ DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
 
 def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
     kit = None
+    before = rec.total_failures()
     try:
         kit = KitRuntime(factory, rec, tag, caps, driver_name=name, tracker=tracker)
         kit.start()
@@ -60,7 +61,7 @@ def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracke
     finally:
         if kit is not None:
             try:
-                kit.close()
+                kit.close(drop_view=rec.total_failures() == before and not rec.closed)
             except Exception:  # noqa: BLE001
                 pass
 
@@ -103,7 +104,7 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
     tracker = Tracker()
     timings: dict[str, float] = {}
     for i, (scenario_name, fn) in enumerate(plan):
-        rec.scenario = scenario_name
+        rec.start(scenario_name)
         before = dict(rec.counts)
         t0 = time.monotonic()
         worker = threading.Thread(

@@ -53,7 +53,7 @@ class Checks:
                      f"{got if got >= 0 else 'none'}: the data committed without its runtime checkpoint, so the batch "
                      "runs again",
                      "write the data, the runtime checkpoint and the fence check in ONE endpoint transaction (not the "
-                     "checkpoint in a second one)")
+                     "checkpoint in a second one)", cause=True)
             return
         rec.check("checkpoints-monotonic", got >= expected,
                   lambda: f"Opened on range {rng.name} returned batch {got if got >= 0 else 'none'}, but the endpoint had "
@@ -79,7 +79,7 @@ class Checks:
                 rec.fail("read-committed",
                          f"a Load of {len(chunk)} keys on range {rng.name}, {len(existing)} of which exist in the "
                          f"committed view, was answered for only {len(answered)} of them (e.g. {fmt_key(missing[0])} is "
-                         "missing): the answer was cut short", TRUNCATION_HINT)
+                         "missing): the answer was cut short", TRUNCATION_HINT, cause=True)
         for k in sorted(k for chunk in requests for k in chunk):
             doc, want = loaded.get(k), committed.get(k)
             origin = batch_of(doc)
@@ -89,7 +89,7 @@ class Checks:
                          f"Load of key {fmt_key(k)} returned {doc!r}, written by batch {origin}, which never "
                          f"committed (the kit crashed or fenced that transaction before its commit finished; the "
                          f"committed view has {want!r}): the transaction's Stores reached the endpoint before "
-                         "StartCommit", SPILL_HINT)
+                         "StartCommit", SPILL_HINT, cause=True)
                 continue
             if doc is not None:
                 rec.check("loaded-existing-only",
@@ -217,7 +217,8 @@ class Checks:
         total = sum(d.get("n", 0) for d in got.values() if isinstance(d, dict) and isinstance(d.get("n"), int))
         expect = sum(w["n"] for w in want.values())
         ok = total == expect if self.exactly_once else total >= expect
-        rec.check("conservation-of-sums", ok, lambda: f"the view's sums add up to {total}, the input's to {expect}{why}{crash}")
+        rec.check("conservation-of-sums", ok, lambda: f"the view's sums add up to {total}, the input's to {expect}{why}{crash}",
+                  self._excess()[1] if crash else None)
 
     def _check_appends(self, rows: Any) -> None:
         rec = self.rec
@@ -242,7 +243,8 @@ class Checks:
         total = sum(r.get("n", 0) for r in rows if isinstance(r, dict) and isinstance(r.get("n"), int))
         ok = total == self.model.appended_sum if self.exactly_once else total >= self.model.appended_sum
         rec.check("conservation-of-sums", ok,
-                  lambda: f"the delta-update rows add up to {total}, the input's to {self.model.appended_sum}")
+                  lambda: f"the delta-update rows add up to {total}, the input's to {self.model.appended_sum}",
+                  self._excess()[1])
 
 
 __all__ = ["Checks", "fmt_key", "batch_of", "SPILL_HINT", "TRUNCATION_HINT"]

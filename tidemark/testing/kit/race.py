@@ -108,7 +108,7 @@ def judge(kit, z, result: str, news: list, batch_id: int) -> None:
                      "verify the fence inside the commit transaction, not before it (a check before the transaction "
                      "lets an Open slip in between)" if same else
                      "Open bumps the fence of every overlapping range, and start_commit verifies the fence inside the "
-                     "commit transaction")
+                     "commit transaction", cause=True)
     elif kit.exactly_once:
         kit.rec.check("fencing", True)
     for n in news:

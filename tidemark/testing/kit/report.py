@@ -34,7 +34,8 @@ HINTS: dict[str, str] = {
                "Store messages",
     "no-duplicates": "apply staged work once (keyed by batch or stage id), however often Acknowledge repeats",
     "read-committed": "evaluate Loads only after your own Acknowledged, against committed and applied state",
-    "conservation-of-sums": "store the documents the runtime sends as they are; never add to what is stored",
+    "conservation-of-sums": "every sum of the input must reach the views exactly once (the no-loss and no-duplicates "
+                            "failures say which keys differ)",
     "checkpoints-monotonic": "commit the runtime checkpoint in the same endpoint transaction as the data",
     "fencing": "Open bumps the fence of its range and every overlapping range; start_commit verifies it "
                "inside the commit transaction and raises FencedOff",
@@ -56,6 +57,10 @@ class Recorder:
     notes: dict[str, list[str]] = field(default_factory=lambda: {p: [] for p in PROPERTIES})
     scenario: str = ""
     closed: bool = False  # the run is over (a stalled scenario that wakes up later is not counted)
+    cause: Optional[tuple[str, str]] = None  # the scenario's first root-cause failure: (property, hint)
+
+    def start(self, scenario: str) -> None:
+        self.scenario, self.cause = scenario, None
 
     def check(self, prop: str, ok: bool, explanation: str | Callable[[], str] = "", hint: Optional[str] = None) -> bool:
         if self.closed:
@@ -65,12 +70,21 @@ class Recorder:
             self.fail(prop, explanation() if callable(explanation) else explanation, hint)
         return ok
 
-    def fail(self, prop: str, explanation: str, hint: Optional[str] = None) -> None:
+    def fail(self, prop: str, explanation: str, hint: Optional[str] = None, cause: bool = False) -> None:
+        """Record a failure.  ``cause``: a root cause (a fence that did not hold, a checkpoint apart
+        from its data, ...); later failures of the scenario on other properties are most likely
+        its consequences, and their hint says so."""
         if self.closed:
             return
+        hint = hint or HINTS[prop]
+        if cause and self.cause is None:
+            self.cause = (prop, hint)
+        elif not cause and self.cause is not None and self.cause[0] != prop:
+            hint = f"probably a consequence of the {self.cause[0]} failure of this scenario ({self.cause[1]}); if not: {hint}"
         self.counts[prop] += 1
-        if len(self.failures[prop]) < MAX_EXPLANATIONS:
-            self.failures[prop].append(f"[{self.scenario}] {explanation} (fix: {hint or HINTS[prop]})")
+        text = f"[{self.scenario}] {explanation} (fix: {hint})"
+        if len(self.failures[prop]) < MAX_EXPLANATIONS and text not in self.failures[prop]:
+            self.failures[prop].append(text)
 
     def note(self, prop: str, text: str) -> None:
         if not self.closed and text not in self.notes[prop]:

@@ -173,11 +173,20 @@ class KitRuntime(Checks):
 
     restart = start
 
-    def close(self) -> None:
+    def close(self, drop_view: bool = False) -> None:
+        """End the scenario; ``drop_view``: remove its view from the endpoint (a scenario that passed)."""
         for shard in list(self.live):
             self.drop(shard)
         if self.coord is not None:
             self.coord.driver.close()
+        if drop_view:
+            driver = self.factory()
+            try:
+                driver.drop(self.materialization, self.bindings)
+            except Exception:  # noqa: BLE001 - a driver that cannot drop keeps the view
+                pass
+            finally:
+                driver.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def set_layout(self, n: int) -> None:
@@ -484,13 +493,13 @@ class KitRuntime(Checks):
         if newer == [z.range]:
             self.rec.fail("fencing", f"an older session on range {z.range.name} committed batch {z.task.batch_id} "
                                      "after a newer session opened the same range",
-                          "start_commit verifies the fence inside the endpoint transaction and raises FencedOff")
+                          "start_commit verifies the fence inside the endpoint transaction and raises FencedOff", cause=True)
         else:
             self.rec.fail("fencing", f"a session of the old layout on range {z.range.name} committed batch "
                                      f"{z.task.batch_id} after the re-sharded sessions on "
                                      f"{', '.join(r.name for r in newer)} (which overlap it) had opened",
                           "Open bumps the fence of its range and of every overlapping range (a split or merge "
-                          "leaves zombies of the old layout), not only its own")
+                          "leaves zombies of the old layout), not only its own", cause=True)
 
 
 __all__ = ["KitRuntime", "KitCoordinator", "KitCrash", "ScenarioAbort", "PHASES", "Shard", "Tracker", "rk"]

@@ -212,9 +212,9 @@ def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
         if not quick:
             out += [("zombie-early-2-shards", zombie("early", 2)), ("zombie-late-2-shards", zombie("late", 2))]
         out += [("zombie-split", zombie_reshard(1, 2)), ("zombie-merge", zombie_reshard(2, 1)), ("race", race)]
-    out.append(("large", large))
     out.append(("split-merge", split_merge))
     out += [(f"random-{i}", randomized) for i in range(1 if quick else 3)]
+    out.append(("large", large))
     return out
 
 

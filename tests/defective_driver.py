@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The external example driver (examples/external_driver/driver.py) with ONE realistic defect,
+chosen by ``--defect NAME`` (or ``TIDEMARK_EXAMPLE_DEFECT``).  Each is a mistake a driver
+author can make while following docs/protocol.md, and each loses or doubles data:
+
+``checkpoint-second-tx``  the runtime checkpoint is written in a second endpoint transaction
+                          after the data: a kill between the two replays the batch
+``fence-before-tx``       the fence is checked before the commit transaction, not inside it: an
+                          Open that slips in between does not stop the commit
+``exact-range-fence``     Open bumps only the fence of its exact range: a session of the old
+                          layout commits after a split or merge
+``loaded-100``            Loaded answers at most 100 documents per Load
+``store-early``           a transaction of more than 500 documents is written to the view
+                          early, at Store, before StartCommit
+
+``tests/integration/test_conformance.py`` checks that the kit fails each one on the property
+it breaks.  Standard library only, like the example.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "external_driver", "driver.py")
+
+spec = importlib.util.spec_from_file_location("example_driver", EXAMPLE)
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+DriverError, log = example.DriverError, example.log
+SPILL_DOCS = 500  # store-early: buffered documents above which a session writes ahead
+MAX_LOADED = 100  # loaded-100: documents per Loaded
+
+
+def _write_ops(db, mat, ops):
+    for resource, delta, key, doc, delete in ops:
+        if delta:
+            db.execute("INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)",
+                       (mat, resource, json.dumps(doc)))
+        elif delete:
+            db.execute("DELETE FROM docs WHERE materialization = ? AND resource = ? AND key = ?", (mat, resource, key))
+        else:
+            db.execute("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", (mat, resource, key, json.dumps(doc)))
+
+
+def _write_checkpoint(db, mat, begin, end, checkpoint):
+    db.execute("INSERT INTO counter VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET seq = seq + 1")
+    seq = db.execute("SELECT seq FROM counter").fetchone()[0]
+    db.execute("UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND key_begin = ? "
+               "AND key_end = ?", (json.dumps(checkpoint), seq, mat, begin, end))
+
+
+def _fence(db, mat, begin, end, fence):
+    row = db.execute("SELECT fence FROM checkpoints WHERE materialization = ? AND key_begin = ? AND key_end = ?",
+                     (mat, begin, end)).fetchone()
+    if row is None or row[0] != fence:
+        raise DriverError("FencedOff", f"a newer session opened range [{begin:#x}, {end:#x}] of {mat!r} "
+                                       f"(fence {fence} is stale)")
+
+
+class CheckpointSecondTx(example.Store):
+    def commit(self, mat, begin, end, fence, ops, checkpoint):
+        with self.transaction():
+            _fence(self.db, mat, begin, end, fence)
+            _write_ops(self.db, mat, ops)
+        with self.transaction():  # DEFECT: the checkpoint commits apart from the data
+            _write_checkpoint(self.db, mat, begin, end, checkpoint)
+
+
+class FenceBeforeTx(example.Store):
+    def commit(self, mat, begin, end, fence, ops, checkpoint):
+        _fence(self.db, mat, begin, end, fence)  # DEFECT: checked before the transaction
+        with self.transaction():
+            _write_ops(self.db, mat, ops)
+            _write_checkpoint(self.db, mat, begin, end, checkpoint)
+
+
+class ExactRangeFence(example.Store):
+    def open_range(self, mat, begin, end):
+        with self.transaction():
+            rows = [r for r in self.db.execute(
+                "SELECT key_begin, key_end, fence, checkpoint, seq FROM checkpoints WHERE materialization = ?",
+                (mat,)) if example.overlaps(r[0], r[1], begin, end)]
+            covering = sorted((r for r in rows if r[0] <= begin and end <= r[1]), key=lambda r: r[1] - r[0])
+            source = covering[0] if covering else None
+            latest = max(rows, key=lambda r: r[4], default=None)
+            if latest is not None and latest[3] is not None and (source is None or latest[4] > source[4]):
+                source = latest
+            exact = next((r for r in rows if r[0] == begin and r[1] == end), None)
+            if exact is None:
+                fence = 1
+                self.db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, NULL, 0)", (mat, begin, end, fence))
+            else:  # DEFECT: only the exact range's fence is bumped, not the overlapping ranges'
+                fence = exact[2] + 1
+                self.db.execute("UPDATE checkpoints SET fence = ? WHERE materialization = ? AND key_begin = ? "
+                                "AND key_end = ?", (fence, mat, begin, end))
+            checkpoint = None
+            if source is not None:
+                checkpoint = source[3]
+                self.db.execute("UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND "
+                                "key_begin = ? AND key_end = ?", (source[3], source[4], mat, begin, end))
+            return fence, (json.loads(checkpoint) if checkpoint else None)
+
+
+class Loaded100(example.Session):
+    def evaluate(self, load):
+        out = super().evaluate(load)
+        for reply in out:  # DEFECT: a Loaded holds at most MAX_LOADED documents
+            body = reply["loaded"]
+            body["keys"], body["docs"] = body["keys"][:MAX_LOADED], body["docs"][:MAX_LOADED]
+        return out
+
+
+class StoreEarly(example.Session):
+    def store_docs(self, req):
+        replies = super().store_docs(req)
+        if len(self.ops) > SPILL_DOCS:  # DEFECT: a large transaction is written ahead, outside the commit
+            with self.store.transaction():
+                _write_ops(self.store.db, self.mat, self.ops)
+            self.ops = []
+        return replies
+
+
+DEFECTS = {
+    "checkpoint-second-tx": ("Store", CheckpointSecondTx),
+    "fence-before-tx": ("Store", FenceBeforeTx),
+    "exact-range-fence": ("Store", ExactRangeFence),
+    "loaded-100": ("Session", Loaded100),
+    "store-early": ("Session", StoreEarly),
+}
+
+
+def main(argv):
+    defect = os.environ.get("TIDEMARK_EXAMPLE_DEFECT")
+    if "--defect" in argv:
+        i = argv.index("--defect")
+        defect, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    if defect not in DEFECTS:
+        print(f"--defect must be one of {', '.join(DEFECTS)}", file=sys.stderr)
+        return 2
+    name, cls = DEFECTS[defect]
+    setattr(example, name, cls)  # the example builds its Store and Sessions through these names
+    return example.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
