@@ -1,11 +1,14 @@
 """The conformance kit against every driver that ships, and against drivers that are broken
-on purpose: the good ones pass, each broken one fails on the property it breaks."""
+on purpose: the good ones pass, each broken one fails on the property it breaks — the
+in-process ones of tidemark.testing.broken, and external programs each with one realistic
+defect (tests/defective_driver.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +22,16 @@ from tidemark.testing.conformance import assert_conformance, run_conformance
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
+DEFECTIVE_DRIVER = ROOT / "tests" / "defective_driver.py"
+
+# defect of tests/defective_driver.py -> (the property the kit must fail, words of the fitting hint)
+DEFECTS = {
+    "checkpoint-second-tx": ("checkpoints-monotonic", "ONE endpoint transaction"),
+    "fence-before-tx": ("fencing", "inside the commit transaction"),
+    "exact-range-fence": ("fencing", "every overlapping range"),
+    "loaded-100": ("read-committed", "answer every existing key of a Load"),
+    "store-early": ("read-committed", "until StartCommit commits them"),
+}
 
 
 @pytest.fixture
@@ -89,9 +102,69 @@ def test_external_example_driver_passes_over_the_wire(tmp_path):
     assert state.exists()
 
 
+@pytest.mark.parametrize("defect", [d for d in DEFECTS if d != "loaded-100"])
+def test_each_seeded_external_defect_fails_on_its_property(defect, tmp_path):
+    """Five realistic defects of an external driver that the kit once passed; loaded-100 runs
+    through the CLI below."""
+    from tidemark.drivers.command import close_idle_programs
+
+    prop, hint = DEFECTS[defect]
+    name = f"command:{sys.executable} {DEFECTIVE_DRIVER} --defect {defect} --state {tmp_path / 'x.db'}"
+    try:
+        report = run_conformance(lambda: load_driver(name, {}), quick=True)
+    finally:
+        close_idle_programs()
+    assert prop in report.failed, report.summary()
+    assert any(hint in f for f in report.properties[prop].failures), report.summary()
+    assert report.properties["protocol"].passed and report.properties["liveness"].passed, report.summary()
+
+
 def test_cli_conformance_memory_exits_zero():
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.run([sys.executable, "-m", "tidemark", "conformance", "memory"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout and "no-loss" in proc.stdout
+    assert "deadline 900 s" in proc.stdout  # one deadline for the run, printed first
+    assert "race" in proc.stdout and "kill-start_commit" in proc.stdout  # a line per scenario
+
+
+def test_cli_conformance_names_the_property_with_scenario_prefixes(tmp_path):
+    """The external driver whose Loaded stops at 100 documents fails read-committed; the table
+    keeps the ``[scenario]`` prefixes (escaped, not read as markup)."""
+    env = dict(os.environ, COLUMNS="250")
+    driver = f"command:{sys.executable} {DEFECTIVE_DRIVER} --defect loaded-100 --state {tmp_path / 'x.db'}"
+    proc = subprocess.run([sys.executable, "-m", "tidemark", "conformance", driver, "--quick", "--deadline", "240"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "deadline 240 s" in proc.stdout.splitlines()[0]
+    out = " ".join(proc.stdout.split())  # the table wraps long lines
+    assert "FAIL (" in out and "read-committed" in out.split("FAIL (")[-1]
+    assert "[large] a Load of 1000 keys" in out
+    assert "answer every existing key of a Load" in out
+
+
+def test_a_stalled_driver_is_reported_by_the_run_deadline(memory_name):
+    from tidemark.testing.faulty import FaultyDriver
+
+    stalls: list[FaultyDriver] = []
+
+    def factory():
+        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=2, on="start_commit",
+                              stall_timeout=60)
+        stalls.append(driver)
+        return driver
+
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        report = run_conformance(factory, quick=True, deadline=3, progress=lines.append)
+    finally:
+        for d in stalls:
+            d.release()
+    assert time.monotonic() - started < 10
+    assert "deadline 3 s" in lines[0]
+    assert any("STALLED" in line and "StartedCommit" in line for line in lines), lines
+    assert report.failed == ["liveness"], report.summary()
+    failure = report.properties["liveness"].failures[0]
+    assert "waiting" in failure and "StartedCommit" in failure and "fix:" in failure

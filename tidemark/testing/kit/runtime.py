@@ -101,6 +101,13 @@ class Shard:
         return b if isinstance(b, int) else -1
 
 
+def _scratch() -> Optional[str]:
+    """Where the kit keeps its checkpoint folders: memory-backed when there is one (the kit's
+    recovery log need not survive the machine, and its fsyncs are then free)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
 def rk(r: Range) -> tuple[int, int]:
     return (r.key_begin, r.key_end)
 
@@ -119,7 +126,7 @@ class KitRuntime(Checks):
         self.pattern: CommitPattern = capabilities.commit_pattern
         self.driver_name = driver_name
         self.tracker = tracker or Tracker()
-        self.folder = tempfile.mkdtemp(prefix=f"tidemark-{tag}-")
+        self.folder = tempfile.mkdtemp(prefix=f"tidemark-{tag}-", dir=_scratch())
         self._write(("spark", "metadata"), json.dumps({"id": str(uuid.uuid4())}) + "\n")
         self.shards = 1
         self.load_chunk = min(LOAD_CHUNK, capabilities.max_load_keys)
