@@ -45,7 +45,6 @@ DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
 
 def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
     kit = None
-    before = rec.total_failures()
     try:
         kit = KitRuntime(factory, rec, tag, caps, driver_name=name, tracker=tracker)
         kit.start()
@@ -61,7 +60,7 @@ def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracke
     finally:
         if kit is not None:
             try:
-                kit.close(drop_view=rec.total_failures() == before and not rec.closed)
+                kit.close()
             except Exception:  # noqa: BLE001
                 pass
 

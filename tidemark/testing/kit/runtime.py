@@ -23,34 +23,22 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from tidemark.drivers.base import CommitPattern, Driver
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
-from tidemark.protocol.state import RuntimeSession
+from tidemark.protocol.messages import Range
 from tidemark.runtime.coordinator import BatchStart, Coordinator
-from tidemark.runtime.shard import ShardResult, ShardTask, check_opened, merge_updates
-from tidemark.testing.kit import kill as killing
+from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates
 from tidemark.testing.kit.checks import Checks
 from tidemark.testing.kit.report import Recorder, classify
-from tidemark.testing.workload import APPENDS, SUMS, Event, Model, bindings as make_bindings, combine, deletion_doc, deltas, key_hash
+from tidemark.testing.kit.sessions import VERSION, KitCrash, ScenarioAbort, Sessions, Shard, Tracker, rk
+from tidemark.testing.workload import Event, Model, bindings as make_bindings
 
 PHASES = ("open", "acknowledge", "load", "flush", "store", "start_commit", "recovery_log")
 LOAD_CHUNK = 3  # small chunks in the ordinary scenarios: many messages per transaction
 STORE_CHUNK = 4
-VERSION = "v1"
-
-
-class KitCrash(Exception):
-    """The kit's runtime 'died' (its sessions are dropped without close)."""
-
-
-class ScenarioAbort(Exception):
-    """The driver failed in a way that makes the rest of the scenario meaningless (already recorded)."""
 
 
 class KitCoordinator(Coordinator):
@@ -68,39 +56,6 @@ class KitCoordinator(Coordinator):
         super().acknowledge(entry)
 
 
-class Tracker:
-    """What the kit waits for, and the driver programs it runs (for the deadline)."""
-
-    def __init__(self):
-        self.doing = "starting"
-        self.since = time.monotonic()
-        self.programs: list = []
-
-    def __call__(self, doing: str) -> None:
-        self.doing, self.since = doing, time.monotonic()
-
-
-@dataclass
-class Shard:
-    index: int
-    range: Range
-    driver: Driver
-    transactor: Any
-    opened: Any
-    session: RuntimeSession
-    task: ShardTask
-    skipped: bool = False
-    updates: list = field(default_factory=list)
-    committed: bool = False  # StartedCommit received
-    dead: bool = False
-
-    @property
-    def opened_batch(self) -> int:
-        cp = self.opened.runtime_checkpoint
-        b = cp.get("batch_id", -1) if isinstance(cp, dict) else -1
-        return b if isinstance(b, int) else -1
-
-
 def _scratch() -> Optional[str]:
     """Where the kit keeps its checkpoint folders: memory-backed when there is one (the kit's
     recovery log need not survive the machine, and its fsyncs are then free)."""
@@ -108,11 +63,7 @@ def _scratch() -> Optional[str]:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
-def rk(r: Range) -> tuple[int, int]:
-    return (r.key_begin, r.key_end)
-
-
-class KitRuntime(Checks):
+class KitRuntime(Sessions, Checks):
     """One materialization, driven through the real coordinator by the kit."""
 
     def __init__(self, factory: Callable[[], Driver], recorder: Recorder, tag: str, capabilities, *,
@@ -163,7 +114,7 @@ class KitRuntime(Checks):
         coord = KitCoordinator(materialization=self.materialization, driver=driver, driver_name=self.driver_name,
                                driver_config=dict(driver.config), bindings=self.bindings, version=VERSION,
                                checkpoint_location=self.folder, shards=self.shards)
-        self.tracker(f"start-up of the coordinator (Validate, Apply, the Acknowledge of the last batch)")
+        self.tracker("start-up of the coordinator (Validate, Apply, the Acknowledge of the last batch)")
         try:
             coord.start_up()
         except RecoveryError as exc:
@@ -180,20 +131,12 @@ class KitRuntime(Checks):
 
     restart = start
 
-    def close(self, drop_view: bool = False) -> None:
-        """End the scenario; ``drop_view``: remove its view from the endpoint (a scenario that passed)."""
+    def close(self) -> None:
+        """End the scenario (its views stay in the endpoint, under names of their own)."""
         for shard in list(self.live):
             self.drop(shard)
         if self.coord is not None:
             self.coord.driver.close()
-        if drop_view:
-            driver = self.factory()
-            try:
-                driver.drop(self.materialization, self.bindings)
-            except Exception:  # noqa: BLE001 - a driver that cannot drop keeps the view
-                pass
-            finally:
-                driver.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def set_layout(self, n: int) -> None:
@@ -253,142 +196,6 @@ class KitRuntime(Checks):
             self.die(events, logged=True)
         self.model.commit(start.batch_id, events)
 
-    # ------------------------------------------------------------------ sessions
-    def open_shard(self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None,
-                   check: bool = True) -> Shard:
-        driver = self.factory()
-        if kill is not None and not killing.is_process_driver(driver):
-            driver = killing.crashing(driver, kill)
-        self.tracker(f"Opened of range {rng.name} (batch {task.batch_id})")
-        try:
-            transactor, opened = driver.open(Open(self.materialization, VERSION, rng, state=task.driver_checkpoint,
-                                                  config=dict(driver.config), bindings=self.bindings))
-        except BaseException:
-            driver.close()
-            raise
-        program = killing.program_of(transactor)
-        if program is not None:
-            self.tracker.programs.append(program)
-        shard = Shard(index, rng, driver, transactor, opened, RuntimeSession(transactor, self.bindings), task)
-        self.live.append(shard)
-        if check:
-            self.check_opened(shard)
-        return shard
-
-    def check_opened(self, shard: Shard, extra: bool = True) -> None:
-        """The kit's own checks, then the runtime's (:func:`tidemark.runtime.shard.check_opened`)."""
-        cp = shard.opened.runtime_checkpoint
-        if cp is not None and not isinstance(cp, dict):
-            self.rec.fail("protocol", f"Opened.runtime_checkpoint must be an object or null, got {cp!r}")
-            raise ScenarioAbort("bad Opened")
-        before = self.rec.total_failures()
-        if extra:
-            self.check_opened_extra(shard)
-        try:
-            shard.skipped = check_opened(shard.task, shard.range, cp, self.store_authoritative)
-        except RecoveryError as exc:
-            if self.rec.total_failures() == before:
-                prop, hint = classify(exc)
-                self.rec.fail(prop, f"Opened on range {shard.range.name} returned {cp!r}, which the runtime "
-                                    f"refuses: {exc}", hint)
-            raise ScenarioAbort(str(exc)) from exc
-
-    def drop(self, shard: Shard) -> None:
-        """A crash: the session disappears without close (a program gets end of input)."""
-        shard.dead = True
-        if shard in self.live:
-            self.live.remove(shard)
-        killing.drop(shard.transactor)
-
-    def finish(self, shard: Shard) -> None:
-        if shard in self.live:
-            self.live.remove(shard)
-        try:
-            if not shard.dead:
-                shard.session.close()
-        except Exception:  # noqa: BLE001 - a session that failed may not close cleanly
-            killing.drop(shard.transactor)
-        finally:
-            shard.driver.close()
-
-    def die(self, events: list[Event], logged: bool = False) -> None:
-        self.crashed = True
-        if not self.exactly_once and not logged:
-            self.dirty.update(e.key for e in events)
-        for shard in list(self.live):
-            self.drop(shard)
-        raise KitCrash()
-
-    def transaction(self, shard: Shard, events: list[Event], kill: Optional[str] = None) -> Iterator[str]:
-        """One transaction on ``shard``; yields the name of each phase once it is done (``ready``:
-        every Store is sent, StartCommit is next).  ``kill``: the request inside which the driver dies."""
-        rng, task, sess = shard.range, shard.task, shard.session
-        where = f"range {rng.name}, batch {task.batch_id}"
-        mine = [e for e in events if rng.contains(key_hash((e.key,)))]
-        ack = Acknowledge(state=task.driver_checkpoint)
-        if kill == "acknowledge":
-            killing.kill_inside(self, shard, lambda: sess.acknowledge(ack), "Acknowledge", events)
-        self.tracker(f"Acknowledged ({where})")
-        shard.updates.append(sess.acknowledge(ack).state)
-        yield "acknowledge"
-        combined = combine(mine)
-        keys = sorted(combined)
-        loaded: dict[str, Any] = {}
-        requests: list[list[str]] = []
-
-        def take(replies):
-            for r in replies:
-                if r.binding != SUMS:
-                    self.rec.fail("protocol", f"Loaded for binding {r.binding}, which is delta-updates",
-                                  "delta-updates bindings get no Load, so never a Loaded")
-                    continue
-                for key, doc in zip(r.keys, r.docs):
-                    loaded[key[0]] = doc
-
-        for i in range(0, len(keys), self.load_chunk):
-            chunk = keys[i:i + self.load_chunk]
-            requests.append(chunk)
-            self.tracker(f"the answer to a Load of {len(chunk)} keys ({where})")
-            take(sess.load(Load(SUMS, tuple((k,) for k in chunk))))
-            yield "load"
-        self.tracker(f"Flushed ({where})")
-        late, flushed = sess.flush(Flush())
-        take(late)
-        shard.updates.append(flushed.state)
-        self.check_loaded(rng, requests, loaded)
-        yield "flush"
-        stores: list[tuple[int, tuple, tuple, Any, bool, bool]] = []
-        for k in keys:
-            prior = loaded.get(k)
-            doc = combined[k].over(k, prior)
-            if doc is None:
-                if prior is not None:
-                    stores.append((SUMS, (k,), (None, None), deletion_doc(k), True, True))
-            else:
-                stores.append((SUMS, (k,), (doc["n"], doc["last"]), doc, prior is not None, False))
-        for k, doc in sorted(deltas(mine).items()):
-            stores.append((APPENDS, (k,), (doc["n"], doc["last"]), doc, False, False))
-        for binding in (SUMS, APPENDS):
-            rows = [s for s in stores if s[0] == binding]
-            for i in range(0, len(rows), self.store_chunk):
-                chunk = rows[i:i + self.store_chunk]
-                self.tracker(f"the driver reading a Store of {len(chunk)} documents ({where})")
-                sess.store(Store(binding, tuple(r[1] for r in chunk), tuple(r[2] for r in chunk),
-                                 tuple(r[3] for r in chunk), tuple(r[4] for r in chunk), tuple(r[5] for r in chunk)))
-                yield "store"
-        yield "ready"
-        msg = StartCommit(task.runtime_checkpoint)
-        if kill == "start_commit":
-            killing.kill_inside(self, shard, lambda: sess.start_commit(msg), "StartCommit", events)
-        self.tracker(f"StartedCommit ({where})")
-        started = sess.start_commit(msg)
-        shard.updates.append(started.state)
-        shard.committed = True
-        self.started.add(task.batch_id)
-        if self.store_authoritative:
-            self.endpoint_commits[rk(rng)] = max(task.batch_id, self.endpoint_commits.get(rk(rng), -1))
-        yield "start_commit"
-
     # ------------------------------------------------------------------- batches
     def run_batch(self, batch_id: int, events: list[Event], crash: Optional[tuple[str, int]] = None,
                   zombie: Optional[tuple[int, str]] = None, kill: Optional[tuple[str, int]] = None) -> None:
@@ -427,21 +234,6 @@ class KitRuntime(Checks):
             self.zombie_commit(z, z_steps, [z.range])
         self.check_checkpoint_rows()
 
-    def run_shard(self, shard: Shard, events: list[Event], crash_phase: Optional[str] = None,
-                  kill: Optional[str] = None) -> None:
-        try:
-            for phase in self.transaction(shard, events, kill):
-                if phase == crash_phase:
-                    self.die(events)
-        except FencedOff as exc:
-            self.unexpected_fence(shard, exc)
-
-    @staticmethod
-    def advance(steps: Iterator[str], until: str) -> None:
-        for phase in steps:
-            if phase == until:
-                return
-
     def run_pipelined(self, batches: list[tuple[int, list[Event]]]) -> None:
         """Several transactions in one session per shard (StartedCommit loops to Acknowledge)."""
         shards: list[Shard] = []
@@ -460,19 +252,6 @@ class KitRuntime(Checks):
             self.check_checkpoint_rows()
         for shard in shards:
             self.finish(shard)
-
-    def unexpected_fence(self, shard: Shard, exc: FencedOff) -> None:
-        others = [r for r in shard.task.ranges if r != shard.range]
-        if others:
-            self.rec.fail("range-isolation",
-                          f"the session on range {shard.range.name} was fenced off ({exc}) although only sessions on "
-                          f"other ranges ({', '.join(r.name for r in others)}) opened after it",
-                          "fence per (materialization, range): opening one range must not fence a disjoint one")
-        else:
-            self.rec.fail("fencing", f"the only session on range {shard.range.name} was fenced off ({exc})",
-                          "only a newer session on the same or an overlapping range may fence a session off")
-        self.drop(shard)
-        raise ScenarioAbort(str(exc))
 
     def open_stale(self, index: int, rng: Range, batch_id: int, events: list[Event]) -> tuple[Shard, Iterator[str]]:
         """A session of the current layout for batch N, run up to StartCommit, that will outlive
