@@ -141,7 +141,7 @@ def race(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
         variant = "retry" if i % 2 == 0 else "split"
         if variant == "retry":
             kit.set_layout(1 + (i // 2) % 2)
-        race_batch(kit, b, events_for(rng, keys, b), variant, OFFSETS[i % len(OFFSETS)], rng.randrange)
+        race_batch(kit, b, events_for(rng, keys, b), variant, OFFSETS[(i // 2) % len(OFFSETS)], rng.randrange)
     kit.check_views()
 
 
