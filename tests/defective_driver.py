@@ -34,7 +34,9 @@ SPILL_DOCS = 500  # store-early: buffered documents above which a session writes
 MAX_LOADED = 100  # loaded-100: documents per Loaded
 
 
-def _write_ops(db, mat, ops):
+def _write_ops(db, mat, ops, quarantined=(), batch_id=None):
+    db.executemany("INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
+                   [(mat, batch_id, json.dumps(r)) for r in quarantined])
     for resource, delta, key, doc, delete in ops:
         if delta:
             db.execute("INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)",
@@ -61,19 +63,19 @@ def _fence(db, mat, begin, end, fence):
 
 
 class CheckpointSecondTx(example.Store):
-    def commit(self, mat, begin, end, fence, ops, checkpoint):
+    def commit(self, mat, begin, end, fence, ops, checkpoint, quarantined=()):
         with self.transaction():
             _fence(self.db, mat, begin, end, fence)
-            _write_ops(self.db, mat, ops)
+            _write_ops(self.db, mat, ops, quarantined, checkpoint.get("batch_id"))
         with self.transaction():  # DEFECT: the checkpoint commits apart from the data
             _write_checkpoint(self.db, mat, begin, end, checkpoint)
 
 
 class FenceBeforeTx(example.Store):
-    def commit(self, mat, begin, end, fence, ops, checkpoint):
+    def commit(self, mat, begin, end, fence, ops, checkpoint, quarantined=()):
         _fence(self.db, mat, begin, end, fence)  # DEFECT: checked before the transaction
         with self.transaction():
-            _write_ops(self.db, mat, ops)
+            _write_ops(self.db, mat, ops, quarantined, checkpoint.get("batch_id"))
             _write_checkpoint(self.db, mat, begin, end, checkpoint)
 
 
