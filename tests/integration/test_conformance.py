@@ -150,7 +150,7 @@ def test_a_stalled_driver_is_reported_by_the_run_deadline(memory_name):
     stalls: list[FaultyDriver] = []
 
     def factory():
-        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=2, on="start_commit",
+        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit",
                               stall_timeout=60)
         stalls.append(driver)
         return driver
