@@ -95,3 +95,14 @@ def test_cli_conformance_memory_exits_zero():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout and "no-loss" in proc.stdout
+
+
+@pytest.mark.parametrize("changelog", [False, True], ids=["local", "changelog+spill"])
+def test_store_driver_passes(tmp_path, changelog):
+    from tidemark.drivers.store import StoreDriver
+
+    config = {"path": str(tmp_path / "store")}
+    if changelog:  # restore and snapshots exercised too; a tiny buffer spills every transaction
+        config.update(changelog=str(tmp_path / "changelog"), snapshot_every=2, max_uncommitted_bytes=300)
+    report = assert_conformance(lambda: StoreDriver(config), quick=True)
+    assert report.commit_pattern == "store-authoritative" and report.properties["fencing"].passed
