@@ -116,7 +116,10 @@ def heads(cfg: StoreConfig, changelog: Optional[Changelog], isolation: Isolation
 
 
 def plan(sources: dict[Range, Source]) -> list[tuple[int, int, Source]]:
-    """``[(hash_begin, hash_end, source)]`` in hash order: who holds each part now."""
+    """``[(hash_begin, hash_end, source)]`` in hash order: who holds each part now (a part
+    no range holds yet is an empty source at batch -1, so that read-committed waits for it)."""
+    if not sources:
+        return []
     points = {0}
     for r in sources:
         points.add(r.key_begin)
@@ -127,8 +130,8 @@ def plan(sources: dict[Range, Source]) -> list[tuple[int, int, Source]]:
     for i, lo in enumerate(bounds):
         hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else _U32_MAX
         cover = [s for r, s in sources.items() if r.key_begin <= lo and hi <= r.key_end]
-        if not cover:
-            continue
+        if not cover:  # no range ever held this part: empty, at no batch (-1)
+            cover = [Source(Range(lo, hi), None)]
         best = max(cover, key=lambda s: (s.batch, s.reader is not None, -(s.range.key_end - s.range.key_begin)))
         if out and out[-1][2] is best and out[-1][1] + 1 == lo:
             out[-1] = (out[-1][0], hi, best)
@@ -174,10 +177,14 @@ class StoreView:
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
             top = max(batches)
-            lagging = list({s.range: None for _, _, s in self.parts if s.batch < top})
-            for r in lagging:
+            lagging = [s.range for _, _, s in self.parts if s.batch < top]
+            if any(r not in self.sources for r in lagging):  # a part no range held: look again
+                self.close()
+                self.sources = heads(self.config, self.changelog, self.isolation)
+                continue
+            for r in set(lagging):
                 self.sources.pop(r).close()
-            self.sources.update(heads(self.config, self.changelog, self.isolation, lagging))
+            self.sources.update(heads(self.config, self.changelog, self.isolation, list(set(lagging))))
         used = {id(s) for _, _, s in self.parts}
         for s in self.sources.values():
             if id(s) not in used:
