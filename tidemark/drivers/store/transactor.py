@@ -13,7 +13,9 @@
 * StartCommit: one atomic commit of the data, the quarantined rows and the runtime
   checkpoint, with the fence verified inside the range's exclusive lock
   (:meth:`tidemark.store.Transaction.commit`; a stale fence is
-  :class:`~tidemark.errors.FencedOff` and writes nothing).
+  :class:`~tidemark.errors.FencedOff` and writes nothing).  With a changelog, StartedCommit
+  patches the driver checkpoint with the entry's digest (``{"store": {RANGE: {batch,
+  digest}}}``), so the recovery log names the commit that counts.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tidemark.drivers.store.naming import delta_key, quarantine_key, resource_na
 from tidemark.faults import fault_point
 from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, BindingSpec, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
+    Acknowledge, Acknowledged, BindingSpec, Load, Loaded, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
 )
 from tidemark.store import Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
@@ -106,7 +108,12 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
         self._quarantine = []
         self._rows = 0
         self._acknowledged = False
-        return StartedCommit()
+        digest = self.last_commit.digest
+        if digest is None:
+            return StartedCommit()
+        # The recovery log keeps the digest of the changelog entry that won: if attempts on
+        # two machines both committed a batch, it names the one to keep.
+        return StartedCommit(StateUpdate({"store": {self.range.name: {"batch": batch, "digest": digest}}}))
 
     def close(self) -> None:
         self.rs.close()
