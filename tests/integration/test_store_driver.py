@@ -127,7 +127,8 @@ def test_sessions_views_deltas_quarantine_and_queries(tmp_path):
     assert commit(d, 0, {"a": {"id": "a", "n": 1}, "b": {"id": "b", "n": 2}, "c": {"id": "c", "n": 3}},
                   log={"a": {"id": "a", "n": 1}}).runtime_checkpoint is None
     opened = commit(d, 1, {"a": {"id": "a", "n": 10}}, deletes=("b",), log={"a": {"id": "a", "n": 9}},
-                    quarantine=[{"binding": 0, "location": "f:1", "key_json": None, "reason": "bad", "value": "x"}])
+                    quarantine=[{"binding": 0, "location": f"f:{i}", "key_json": None, "reason": "bad", "value": "x"}
+                                for i in range(300)])  # row numbers past 127: keys that are not UTF-8
     assert opened.runtime_checkpoint == cp(0)
     # Loads are read-committed: deferred until Acknowledged, then the committed documents.
     txn, opened = d.open(Open("m", "v1", Range(), bindings=BINDINGS))
@@ -144,8 +145,9 @@ def test_sessions_views_deltas_quarantine_and_queries(tmp_path):
     with pytest.raises(FencedOff):
         txn.start_commit(StartCommit(cp(2)))
     newer.close()
-    [row] = d.quarantined("m")
-    assert row["batch_id"] == 1 and row["resource"] == "totals" and row["reason"] == "bad"
+    rows = d.quarantined("m")
+    assert [r["location"] for r in rows] == [f"f:{i}" for i in range(300)]
+    assert rows[0]["batch_id"] == 1 and rows[0]["resource"] == "totals" and rows[0]["reason"] == "bad"
     rows = d.checkpoints("m")
     assert [(r.range, r.runtime_checkpoint) for r in rows] == [(Range(), cp(1))]
 

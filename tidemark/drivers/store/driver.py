@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.store.naming import (
-    QUARANTINE_ID, SUFFIX, binding_id, binding_ids, changelog_dir, local_dir, quarantine_prefix, resource_name,
+    QUARANTINE_ID, binding_id, binding_ids, changelog_dir, local_dir, quarantine_prefix, resource_name,
     split_key,
 )
 from tidemark.drivers.store.transactor import StoreTransactor
@@ -204,16 +204,12 @@ class StoreDriver(Driver):
 
     # -------------------------------------------------------------- inspection
     def dump(self, materialization: str, binding: BindingSpec):
-        bid = binding_id(resource_name(binding))
+        bid = binding_id(resource_name(binding)).to_bytes(2, "big")
         with self.view(materialization) as view:
+            mine = ((k, v) for k, v in view.items() if k[4:6] == bid)
             if binding.delta_updates:
-                return [loads(v) for k, v in view.items() if split_key(k, True)[0] == bid and len(k) > 6 + SUFFIX]
-            out = {}
-            for k, v in view.items():
-                b, text = split_key(k, False)
-                if b == bid:
-                    out[tuple(loads(text))] = loads(v)
-            return out
+                return [loads(v) for _, v in mine]
+            return {tuple(loads(split_key(k, False)[1])): loads(v) for k, v in mine}
 
     def quarantined(self, materialization: str) -> list[dict]:
         """The quarantined documents of the view, oldest batch first."""

@@ -18,7 +18,7 @@ order) and ``scan`` yields one ``(key, row)`` per row.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
 from tidemark.drivers.store.naming import binding_id, resource_name, split_key
 from tidemark.errors import DriverError, SpecError
