@@ -277,3 +277,32 @@ def test_cli_query(tmp_path):
     assert query("--view", "m/log", "--prefix", '["a"]', "--isolation", "read-uncommitted")[1] == [{"id": "a", "n": 7}]
     rc, _, err = query("--view", "totals", "--isolation", "dirty")
     assert rc == 1 and "read-committed or read-uncommitted" in err
+
+
+def test_two_machines_committing_one_batch_resolve_to_the_recovery_logs_digest(tmp_path):
+    """Fences hold per machine: attempts on two machines (two local stores, one changelog)
+    can both commit batch 1.  A restore then refuses to guess; the recovery log's digest
+    (StartedCommit's driver-checkpoint patch) picks the winner at the next Open."""
+    cl = str(tmp_path / "cl")
+    a, b, c = (StoreDriver({"path": str(tmp_path / m), "changelog": cl}) for m in "abc")
+    a.apply(Apply("m", {}, BINDINGS, checkpoint_id="cp1"))
+    commit(a, 0, {"x": {"id": "x", "n": 0}})
+    sessions = []
+    for d, n in ((a, 1), (b, 2)):  # both open at batch 0: neither fences the other
+        txn, opened = d.open(Open("m", "v1", Range(), bindings=BINDINGS))
+        assert opened.runtime_checkpoint == cp(0)
+        txn.acknowledge(Acknowledge())
+        txn.store(store_msg(0, {"x": {"id": "x", "n": n}}))
+        sessions.append(txn)
+    won = sessions[0].start_commit(StartCommit(cp(1))).state.updated  # the coordinator logs this one
+    sessions[1].start_commit(StartCommit(cp(1)))  # the zombie on the other machine commits too
+    assert list(won["store"]) == [Range().name] and won["store"][Range().name]["batch"] == 1
+    with pytest.raises(RecoveryError, match="committed twice"):
+        c.open(Open("m", "v1", Range(), bindings=BINDINGS))
+    txn, opened = b.open(Open("m", "v1", Range(), state=won, bindings=BINDINGS))  # the next batch's Open
+    assert opened.runtime_checkpoint == cp(1)
+    txn.close()
+    assert b.dump("m", VIEW) == a.dump("m", VIEW) == {("x",): {"id": "x", "n": 1}}  # b's store was rebuilt
+    txn, _ = c.open(Open("m", "v1", Range(), bindings=BINDINGS))
+    txn.close()
+    assert c.dump("m", VIEW) == {("x",): {"id": "x", "n": 1}}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -40,7 +41,7 @@ from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
 from tidemark.jsontext import loads
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
 
@@ -56,6 +57,8 @@ CAPABILITIES = Capabilities(
 
 STORE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
 MANIFEST = "manifest.json"
+
+log = logging.getLogger("tidemark")
 
 
 def _is_local_relative(value: Any) -> bool:
@@ -199,8 +202,33 @@ class StoreDriver(Driver):
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[StoreTransactor, Opened]:
         ids = binding_ids(req.bindings)
+        self.resolve_duplicates(req.materialization, req.range, req.state)
         store = RangeStore.open(self.store_config(req.materialization), req.range)
         return StoreTransactor(store, req.materialization, req.bindings, ids), Opened(store.recover())
+
+    def resolve_duplicates(self, materialization: str, rng: Range, state: Any) -> list[str]:
+        """Attempts on two machines (each fenced only on its own) may both commit a batch
+        of ``rng`` to the changelog.  The recovery log's driver checkpoint names the digest
+        of the commit that counted: delete the other entries of that batch, so the Open that
+        follows restores from the winner (a local store holding the loser is rebuilt)."""
+        won = ((state or {}).get("store") or {}).get(rng.name) if isinstance(state, dict) else None
+        cl = self.changelog(materialization) if isinstance(won, dict) else None
+        if cl is None:
+            return []
+        refs = [r for r in cl.refs(rng, "log") if r.batch == won.get("batch")]
+        if len(refs) < 2 or won.get("digest") not in {r.digest for r in refs}:
+            return []
+        removed = []
+        for ref in refs:
+            if ref.digest != won["digest"]:
+                try:
+                    cl.fs.delete_file(ref.path)
+                except FileNotFoundError:
+                    pass
+                removed.append(ref.path)
+        log.warning("store %s range %s: batch %s was committed by two attempts; kept %s (the recovery log's), "
+                    "removed %s", materialization, rng.name, won.get("batch"), won["digest"], removed)
+        return removed
 
     # -------------------------------------------------------------- inspection
     def dump(self, materialization: str, binding: BindingSpec):
