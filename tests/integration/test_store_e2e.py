@@ -82,7 +82,7 @@ def test_restore_from_the_changelog_after_the_local_store_is_deleted(spark, tmp_
     run(spark, spec)
     expected = oracle_orders(data)
     assert normalize(store_view(spec)) == expected
-    logged = json.loads((tmp_path / "checkpoints" / "view" / "tidemark" / "log" / "2.json").read_text())
+    logged = json.loads((tmp_path / "checkpoints" / "view" / "tidemark" / "log" / "2.json").read_text())["entry"]
     digests = logged["driver_checkpoint"]["store"]  # the changelog entries that count, per range
     assert sorted(digests) == ["00000000-7fffffff", "80000000-ffffffff"]
     assert all(d["batch"] == 2 and d["digest"] for d in digests.values())
