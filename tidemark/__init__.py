@@ -15,3 +15,10 @@ def reset(*args, **kwargs):
     from tidemark.spark.api import reset as _reset
 
     return _reset(*args, **kwargs)
+
+
+def open_view(spec, name, isolation="read-committed", timeout=30.0):
+    """Read the ``store`` view ``name`` of ``spec`` (``get(key)``, ``scan(prefix=None)``). See :func:`tidemark.drivers.store.query.open_view`."""
+    from tidemark.drivers.store.query import open_view as _open_view
+
+    return _open_view(spec, name, isolation=isolation, timeout=timeout)

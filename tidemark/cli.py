@@ -191,6 +191,42 @@ def conformance(
     raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed, deadline=deadline))
 
 
+@app.command()
+def query(
+    spec: str = typer.Argument(..., help="the spec file"),
+    view: str = typer.Option(..., "--view", help="the store view: its resource name (or MATERIALIZATION/NAME)"),
+    key: Optional[List[str]] = typer.Option(None, "--key", help="a key as JSON, e.g. '\"c1\"' or '[\"c1\", 2]' (repeatable)"),
+    prefix: Optional[str] = typer.Option(None, "--prefix", help="the first key components as a JSON array"),
+    isolation: str = typer.Option("read-committed", "--isolation", help="read-committed or read-uncommitted"),
+    timeout: float = typer.Option(30.0, "--timeout", help="read-committed: seconds to wait for the shards to agree"),
+):
+    """Print the documents of a store view as JSON lines, in key order (all of them when no --key/--prefix)."""
+    import json
+
+    from tidemark.drivers.store.query import key_order, open_view
+
+    try:
+        keys = [json.loads(k) for k in key or []]
+        pre = None if prefix is None else json.loads(prefix)
+    except json.JSONDecodeError as exc:
+        _fail(TidemarkError(f"--key/--prefix must be JSON: {exc}"))
+    if keys and pre is not None:
+        _fail(TidemarkError("give --key or --prefix, not both"))
+    out = sys.stdout.buffer
+    try:
+        with open_view(spec, view, isolation=isolation, timeout=timeout) as v:
+            if keys:
+                for k in sorted({tuple(k) if isinstance(k, list) else (k,) for k in keys}, key=key_order):
+                    for _, doc in v.scan_raw(k):
+                        out.write(bytes(doc) + b"\n")
+            else:
+                for _, doc in v.scan_raw(pre):
+                    out.write(bytes(doc) + b"\n")
+        out.flush()
+    except (TidemarkError, ValueError) as exc:
+        _fail(exc)
+
+
 def main() -> None:
     try:
         app()

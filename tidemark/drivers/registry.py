@@ -17,6 +17,7 @@ DRIVERS: dict[str, str] = {
     "sqlite": "tidemark.drivers.sqlite:SQLiteDriver",
     "postgres": "tidemark.drivers.postgres:PostgresDriver",
     "delta": "tidemark.drivers.delta:DeltaDriver",
+    "store": "tidemark.drivers.store:StoreDriver",
 }
 
 # driver name -> pip extra that installs its client library

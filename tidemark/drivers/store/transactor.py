@@ -1,0 +1,127 @@
+"""One shard session of the ``store`` endpoint over a :class:`tidemark.store.RangeStore`.
+
+* Acknowledge: nothing to apply (the previous transaction committed synchronously in
+  its StartCommit); from now on Loads are answered.
+* Load: read-committed (:class:`~tidemark.drivers.base.ReadCommittedLoads`): Loads that
+  arrive before Acknowledged wait for Flush; each key is looked up in the committed state
+  of the range (the session's read-only snapshot, which is the range's newest commit: any
+  later commit would be another session's, and that session fenced this one).
+* Store: puts and deletes into the KIP-892 buffer of the open transaction (memory up to
+  ``max_uncommitted_bytes``, then a private spill store); delta-updates rows are appended
+  under their own keys (:mod:`.naming`).
+* Quarantine: the rows are kept and written by StartCommit, with the transaction.
+* StartCommit: one atomic commit of the data, the quarantined rows and the runtime
+  checkpoint, with the fence verified inside the range's exclusive lock
+  (:meth:`tidemark.store.Transaction.commit`; a stale fence is
+  :class:`~tidemark.errors.FencedOff` and writes nothing).  With a changelog, StartedCommit
+  patches the driver checkpoint with the entry's digest (``{"store": {RANGE: {batch,
+  digest}}}``), so the recovery log names the commit that counts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from tidemark.collection.keys import compact_json
+from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.store.naming import delta_key, quarantine_key, resource_name
+from tidemark.faults import fault_point
+from tidemark.jsontext import loads
+from tidemark.protocol.messages import (
+    Acknowledge, Acknowledged, BindingSpec, Load, Loaded, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
+)
+from tidemark.store import Isolation, RangeStore, tidemark_key
+from tidemark.store.db import batch_of
+
+
+def encode_doc(doc) -> bytes:
+    return compact_json(doc).encode("utf-8")
+
+
+class StoreTransactor(ReadCommittedLoads, Transactor):
+    def __init__(self, store: RangeStore, materialization: str, bindings: Sequence[BindingSpec], ids: Sequence[int]):
+        self.rs = store
+        self.materialization = materialization
+        self.range = store.range
+        self.ids = list(ids)
+        self.delta = [b.delta_updates for b in bindings]
+        self.names = [resource_name(b) for b in bindings]
+        self._acknowledged = False
+        self._deferred: list[Load] = []
+        self._quarantine: list[dict] = []
+        self._rows = 0  # delta-updates rows of this transaction
+        self.last_commit = None  # tidemark.store.CommitInfo of the last StartCommit
+
+    @property
+    def _seq(self) -> int:
+        """The committed batch this transaction builds on, + 1 (delta-updates row keys)."""
+        return max(batch_of(self.rs.checkpoint), -1) + 1
+
+    # ------------------------------------------------------------------ phases
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        self._acknowledged = True
+        return Acknowledged()
+
+    def _evaluate(self, msg: Load) -> list[Loaded]:
+        if not msg.keys:
+            return []
+        txn = self.rs.transaction()
+        bid = self.ids[msg.binding]
+        keys, docs = [], []
+        for key in msg.keys:
+            raw = txn.get(tidemark_key(key, bid), Isolation.READ_COMMITTED)
+            if raw is not None:
+                keys.append(tuple(key))
+                docs.append(loads(raw))
+        return [Loaded(msg.binding, tuple(keys), tuple(docs))] if keys else []
+
+    def store(self, msg: Store) -> None:
+        txn = self.rs.transaction()
+        bid = self.ids[msg.binding]
+        if self.delta[msg.binding]:
+            seq = self._seq
+            for key, doc in zip(msg.keys, msg.docs):
+                txn.put(delta_key(key, bid, seq, self._rows), encode_doc(doc))
+                self._rows += 1
+            return
+        for key, doc, delete in zip(msg.keys, msg.docs, msg.deletes):
+            if delete:
+                txn.delete(tidemark_key(key, bid))
+            else:
+                txn.put(tidemark_key(key, bid), encode_doc(doc))
+
+    def quarantine(self, msg: Quarantine) -> None:
+        self._quarantine.extend(msg.rows)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        cp = msg.runtime_checkpoint
+        txn = self.rs.transaction()
+        batch = batch_of(cp)
+        for n, row in enumerate(self._quarantine):
+            b = row.get("binding")
+            name = self.names[b] if isinstance(b, int) and 0 <= b < len(self.names) else None
+            txn.put(quarantine_key(self.range, batch, n),
+                    encode_doc(quarantine_row(self.materialization, batch, name, row)))
+        fault_point("before_endpoint_commit")
+        self.last_commit = txn.commit(cp)
+        fault_point("after_endpoint_commit")
+        self._quarantine = []
+        self._rows = 0
+        self._acknowledged = False
+        digest = self.last_commit.digest
+        if digest is None:
+            return StartedCommit()
+        # The recovery log keeps the digest of the changelog entry that won: if attempts on
+        # two machines both committed a batch, it names the one to keep.
+        return StartedCommit(StateUpdate({"store": {self.range.name: {"batch": batch, "digest": digest}}}))
+
+    def close(self) -> None:
+        self.rs.close()
+
+
+def quarantine_row(materialization: str, batch: Optional[int], resource: Optional[str], row: dict) -> dict:
+    """A quarantined document as the store keeps it (the columns of the SQL endpoints'
+    ``tidemark_quarantine``, and the resource name of its binding)."""
+    return {"materialization": materialization, "batch_id": batch, "resource": resource,
+            "location": row.get("location"), "key_json": row.get("key_json"), "reason": str(row.get("reason", "")),
+            "value": row.get("value")}
