@@ -12,7 +12,7 @@ import yaml
 
 from tidemark.collection import formats
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.errors import DocumentError
 from tidemark.spark.combine import combine_batch
 from tidemark.spark.compile import FRACTION_DIGITS, compile_collection, format_ok, instant_order
