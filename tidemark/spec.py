@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from tidemark.collection.keys import KEY_TYPES
-from tidemark.collection.schema import KEYED_STRATEGIES, STRATEGIES, SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.schema import SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
 from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
 from tidemark.errors import SpecError
@@ -268,31 +269,25 @@ class _Parser:
             raise self.fail(f"{path}.delete", "must be true or false")
         if "strategy" not in red:
             if "key" in red:
-                raise self.fail(path, "'key' needs a strategy (one of minimize, maximize, merge, set)")
+                keyed = ", ".join(n for n, s in STRATEGIES.items() if s.keyed)
+                raise self.fail(path, f"'key' needs a strategy (one of {keyed})")
             if "delete" not in red:
                 raise self.fail(path, "needs a strategy (or delete: true)")
             return
         strategy = red["strategy"]
-        if strategy not in STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
         if "key" in red:
-            if strategy not in KEYED_STRATEGIES:
+            if not STRATEGIES[strategy].keyed:
                 raise self.fail(f"{path}.key", f"strategy {strategy!r} takes no key")
             k = red["key"]
             if not isinstance(k, list) or not all(isinstance(p, str) and (p == "" or p.startswith("/")) for p in k):
                 raise self.fail(f"{path}.key", "must be a list of JSON pointers, e.g. [/id]")
         types = types_of(node)
-        if types is not None:
-            t = set(types) - {"null"}
-            wrong = {
-                "sum": t - {"number", "integer"},
-                "append": t - {"array"},
-                "merge": t - {"object", "array"},
-                "set": t - {"object"},
-            }.get(strategy)
-            if wrong:
-                expects = {"sum": "numbers", "append": "arrays", "merge": "objects or arrays", "set": "objects"}[strategy]
-                raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {expects}, but the location has type {'/'.join(types)}")
+        allowed = STRATEGIES[strategy].location_types
+        if types is not None and allowed is not None and set(types) - {"null"} - allowed:
+            raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {STRATEGIES[strategy].expects}, "
+                                                f"but the location has type {'/'.join(types)}")
 
     def check_key(self, schema: dict, ptr: Any, path: str) -> None:
         if not isinstance(ptr, str) or not ptr.startswith("/") or ptr == "/":

@@ -14,7 +14,7 @@ from tidemark.collection.collection import Collection
 from tidemark.spec import CollectionSpec
 from tidemark.spark import jvm
 from tidemark.spark.combine import combine_batch
-from tidemark.spark.compile import FieldPlan, compile_collection
+from tidemark.collection.plan import FieldPlan, compile_collection
 
 pytestmark = pytest.mark.spark
 

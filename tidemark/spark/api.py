@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from tidemark.options import RuntimeOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
 
 
 @dataclass
