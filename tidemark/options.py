@@ -27,10 +27,10 @@ from tidemark.errors import SpecError
 class RuntimeOptions:
     """Runtime knobs (all positive integers)."""
 
-    #: Bytes of a shard session's combined and loaded documents held in memory before
-    #: they spill to local disk.
+    #: Bytes of a shard session's combined documents (held from Load to Store) kept in
+    #: memory before they spill to local disk.
     memory_budget_bytes: int = 64 << 20
-    #: Loaded documents a shard session keeps in memory before it spills them.
+    #: Documents a shard session loaded from the endpoint kept in memory before they spill.
     max_loaded_in_memory: int = 200_000
     #: Invalid documents one batch may quarantine (``on_invalid: quarantine``); more fail it.
     max_quarantine: int = 100_000
