@@ -4,9 +4,10 @@
 ``_block``, ``_row``; source order is ascending ``(_file, _block, _row)``) and returns one
 reduced document per key.
 
-1. If the schema compiles (:mod:`tidemark.collection.plan`, :mod:`tidemark.spark.compile`), parse, validate and aggregate
-   natively in one pass (``groupBy(key).agg(...)``, *suspects* -- documents native
-   validation cannot prove valid -- masked out and counted per key), then check the
+1. If the schema compiles (:mod:`tidemark.collection.plan`; the Spark side is
+   :mod:`tidemark.spark.compile`), parse, validate and aggregate natively in one pass
+   (``groupBy(key).agg(...)``, *suspects* -- documents native validation cannot prove
+   valid -- masked out and counted per key), then check the
    suspects with the Python validator.  If every suspect is invalid: path ``"compiled"``.
 2. Otherwise (or when a suspect turns out valid, or a document carries properties the
    plan does not), the vectorized fallback: repartition by key, sort by key and source
