@@ -177,7 +177,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tidemark.collection.collection import Collection
-    from tidemark.collection.spec import CollectionSpec
+    from tidemark.spec import CollectionSpec
     from tidemark.spark.session import local_session
 
     directory = os.path.join(HERE, "out", f"combine-{args.n}")

@@ -76,7 +76,7 @@ def main() -> None:
     import pyarrow as pa
 
     from tidemark.collection.collection import Collection
-    from tidemark.collection.spec import CollectionSpec
+    from tidemark.spec import CollectionSpec
     from tidemark.spark.combine import _fold_partitions, check_document
 
     print(f"Python {platform.python_version()}, {args.docs:,} documents per schema, best of {args.repeats}")

@@ -1,24 +1,32 @@
-"""tidemark: exactly-once materialized views of streams on Apache Spark."""
+"""tidemark: exactly-once materialized views of streams on Apache Spark.
+
+``tidemark.materialize`` (:func:`tidemark.spark.api.materialize`), ``tidemark.reset``
+(:func:`tidemark.ops.reset`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
+imported when first used, so that ``import tidemark`` stays cheap (executors import it).
+"""
 
 __version__ = "0.1.0"
 
+__all__ = ["materialize", "reset", "open_view", "RuntimeOptions", "__version__"]
 
-def materialize(*args, **kwargs):
-    """Materialize a collection into an endpoint, exactly once. See :func:`tidemark.spark.api.materialize`."""
-    from tidemark.spark.api import materialize as _materialize
-
-    return _materialize(*args, **kwargs)
-
-
-def reset(*args, **kwargs):
-    """Start a view over on purpose (drops its resources and checkpoint). See :func:`tidemark.spark.api.reset`."""
-    from tidemark.spark.api import reset as _reset
-
-    return _reset(*args, **kwargs)
+_LAZY = {
+    "materialize": ("tidemark.spark.api", "materialize"),
+    "reset": ("tidemark.ops", "reset"),
+    "RuntimeOptions": ("tidemark.options", "RuntimeOptions"),
+    "open_view": ("tidemark.drivers.store.query", "open_view"),  # a store view: get(key), scan(prefix)
+}
 
 
-def open_view(spec, name, isolation="read-committed", timeout=30.0):
-    """Read the ``store`` view ``name`` of ``spec`` (``get(key)``, ``scan(prefix=None)``). See :func:`tidemark.drivers.store.query.open_view`."""
-    from tidemark.drivers.store.query import open_view as _open_view
+def __getattr__(name):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'tidemark' has no attribute {name!r}")
+    import importlib
 
-    return _open_view(spec, name, isolation=isolation, timeout=timeout)
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,4 +1,5 @@
-"""The ``tidemark`` command: a thin layer over :mod:`tidemark.spark.runner`."""
+"""The ``tidemark`` command: a thin layer over :mod:`tidemark.ops` (check, status, reset: no Spark)
+and :mod:`tidemark.spark.runner` (run)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def run(
     started = time.perf_counter()
     totals = {"batches": 0, "documents": 0}
 
-    from tidemark.collection.spec import load_spec
-    from tidemark.spark.runner import pending_files
+    from tidemark.ops import pending_files
+    from tidemark.spec import load_spec
 
     try:
         parsed = load_spec(spec)
@@ -112,7 +113,7 @@ def run(
 @app.command()
 def status(spec: str = typer.Argument(..., help="the spec file")):
     """Per shard: last committed batch, fence and lag."""
-    from tidemark.spark.runner import status_spec
+    from tidemark.ops import status_spec
 
     try:
         statuses = status_spec(spec)
@@ -139,7 +140,7 @@ def status(spec: str = typer.Argument(..., help="the spec file")):
 @app.command()
 def check(spec: str = typer.Argument(..., help="the spec file")):
     """Validate SPEC and dry-run Validate/Apply against each endpoint."""
-    from tidemark.spark.runner import check_spec
+    from tidemark.ops import check_spec
 
     try:
         for line in check_spec(spec):
@@ -155,7 +156,7 @@ def reset(
     yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation"),
 ):
     """Start views over on purpose: drop their tables or files, endpoint checkpoints and checkpoint folders."""
-    from tidemark.spark.runner import reset_plans, reset_spec
+    from tidemark.ops import reset_plans, reset_spec
 
     try:
         plans = reset_plans(spec, materialization or None)

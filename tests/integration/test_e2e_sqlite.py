@@ -122,15 +122,23 @@ def test_shard_count_change_at_boundary(spark, tmp_path):
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 
 
-def test_shard_memory_stays_bounded_by_spilling(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("given_by", ["spec", "env"])
+def test_shard_memory_stays_bounded_by_spilling(spark, tmp_path, monkeypatch, given_by):
     """A tiny memory budget makes every shard spill its combined rows and loaded documents
-    to local disk; the view is still exact."""
-    monkeypatch.setenv("TIDEMARK_SHARD_MEMORY_BYTES", "4096")
-    monkeypatch.setenv("TIDEMARK_SHARD_MAX_LOADED", "16")
+    to local disk; the view is still exact.  The budget is given by the spec's ``options:``
+    block, or by environment variables (which override it)."""
+    if given_by == "env":
+        monkeypatch.setenv("TIDEMARK_SHARD_MEMORY_BYTES", "4096")
+        monkeypatch.setenv("TIDEMARK_SHARD_MAX_LOADED", "16")
+        options = {"memory_budget_bytes": 1 << 30}  # overridden
+    else:
+        monkeypatch.delenv("TIDEMARK_SHARD_MEMORY_BYTES", raising=False)
+        monkeypatch.delenv("TIDEMARK_SHARD_MAX_LOADED", raising=False)
+        options = {"memory_budget_bytes": 4096, "max_loaded_in_memory": 16}
     data = tmp_path / "data"
     db = tmp_path / "views.db"
     write_orders(data, files=2, per_file=400, customers=300, seed=14, deletes=0.02)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1, extra_mat={"options": options})
     reports, _ = run(spark, spec)
     assert [r.spilled for r in reports] == [True, True]
     assert normalize(sqlite_view(db)) == oracle_orders(data)

@@ -12,10 +12,11 @@ import yaml
 
 from tidemark.collection import formats
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.errors import DocumentError
 from tidemark.spark.combine import combine_batch
-from tidemark.spark.compile import FRACTION_DIGITS, compile_collection, format_ok, instant_order
+from tidemark.collection.plan import compile_collection
+from tidemark.spark.datetimes import FRACTION_DIGITS, format_ok, instant_order
 from tests.unit.test_formats import CASES, DATE_TIMES_IN_ORDER
 
 pytestmark = pytest.mark.spark

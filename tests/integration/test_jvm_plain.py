@@ -11,10 +11,10 @@ import json
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.spark import jvm
 from tidemark.spark.combine import combine_batch
-from tidemark.spark.compile import FieldPlan, compile_collection
+from tidemark.collection.plan import FieldPlan, compile_collection
 
 pytestmark = pytest.mark.spark
 
@@ -150,7 +150,7 @@ def test_a_name_that_cannot_be_encoded_means_expressions():
 LOCAL_CLUSTER_SCRIPT = r"""
 import json, sys
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.spark import jvm
 from tidemark.spark.combine import combine_batch
 from tidemark.spark.session import local_session

@@ -181,7 +181,7 @@ def run(spark, spec):
 
 
 def reset(spec):
-    from tidemark.spark.runner import reset_spec
+    from tidemark.ops import reset_spec
 
     return reset_spec(spec)
 

@@ -26,16 +26,15 @@ from tidemark.faults import hooked
 def _shard_task(spec_path: str, batch_id: int):
     """The Materializer and the ShardTask of one batch with one shard, as the processor builds them."""
     from tidemark.collection.collection import Collection
-    from tidemark.collection.spec import load_spec
+    from tidemark.spec import load_spec
     from tidemark.protocol.messages import Range
     from tidemark.runtime.shard import ShardTask
-    from tidemark.spark.api import _resolve
     from tidemark.spark.processor import Materializer
 
     spec = load_spec(spec_path)
     mat = spec.materializations["view"]
     colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
-    location = os.path.join(_resolve(spec.checkpoint, spec.base_dir), mat.name)
+    location = spec.checkpoint_location(mat.name)
     m = Materializer(spec, mat, colls, location)
     m.start_up()  # Validate + Apply: creates the table and the checkpoints table
     return ShardTask(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tidemark.collection.collection import Collection
 from tidemark.collection.fast import fast_reducer
 from tidemark.collection.reduce import Reducer
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.errors import ReductionError
 
 SCHEMA = {

@@ -117,7 +117,7 @@ def test_the_at_least_once_warning_reads_parsed_strategies(tmp_path, caplog):
 
 def test_collection_strategies_come_from_the_parsed_schema():
     from tidemark.collection.collection import Collection
-    from tidemark.collection.spec import CollectionSpec
+    from tidemark.spec import CollectionSpec
 
     schema = {"type": "object", "reduce": {"strategy": "merge"}, "description": "not 'sum' here",
               "properties": {"n": {"type": "integer", "reduce": {"strategy": "sum"}},

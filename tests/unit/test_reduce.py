@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.errors import ReductionError
 
 
@@ -308,7 +308,7 @@ def _docs_examples():
 @pytest.mark.parametrize("schema, inputs, result, associative", _docs_examples())
 def test_docs_examples(schema, inputs, result, associative):
     """Every example in docs/reductions.md: the inputs, folded in order, give the result."""
-    from tidemark.collection.spec import parse_spec
+    from tidemark.spec import parse_spec
 
     # the schema is also a valid spec (the same checks load_spec runs)
     parse_spec({"collections": {"c": {"key": ["/id"], "schema": schema}}})

@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from tidemark.collection.spec import load_spec, parse_spec
+from tidemark.spec import load_spec, parse_spec
 from tidemark.errors import SpecError
 
 BASE = {
@@ -140,7 +140,7 @@ def test_invalid_yaml_names_line(tmp_path):
 
 
 def test_constructible_in_python():
-    from tidemark.collection.spec import BindingConfig, CollectionSpec, MaterializationSpec, SourceSpec, TidemarkSpec
+    from tidemark.spec import BindingConfig, CollectionSpec, MaterializationSpec, SourceSpec, TidemarkSpec
 
     coll = CollectionSpec("c", ("/id",), {"type": "object", "properties": {"id": {"type": "string"}}}, SourceSpec(path="/data"))
     mat = MaterializationSpec("m", {"memory": {}}, bindings=(BindingConfig("c", {"table": "t"}),))

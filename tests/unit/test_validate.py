@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.spec import CollectionSpec
+from tidemark.spec import CollectionSpec
 from tidemark.errors import DocumentError
 
 SCHEMA = {

@@ -52,7 +52,7 @@ def mark_reset(doc: Any) -> Any:
 
 
 class Collection:
-    """The runtime view of one collection spec (see :mod:`tidemark.collection.spec`)."""
+    """The runtime view of one collection spec (see :mod:`tidemark.spec`)."""
 
     def __init__(self, spec, *, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES):
         self.spec = spec
@@ -231,7 +231,7 @@ def _dumps(obj: Any) -> str:
 
 
 def collection_from_spec(spec, name: str) -> Collection:
-    """The :class:`Collection` named ``name`` of a :class:`~tidemark.collection.spec.TidemarkSpec`."""
+    """The :class:`Collection` named ``name`` of a :class:`~tidemark.spec.TidemarkSpec`."""
     if name not in spec.collections:
         from tidemark.errors import SpecError
 

@@ -23,7 +23,7 @@ ipv6         RFC 4291 text form (``::``, an embedded IPv4 address), no zone inde
 Digits are ASCII digits.  These functions are the only definition: the ``jsonschema``
 and ``jsonschema-rs`` validators both call them (:func:`tidemark.collection.validate`),
 and the Spark-compiled checks either prove a value matches the same grammar or hand the
-document to them (:mod:`tidemark.spark.compile`).
+document to them (:mod:`tidemark.spark.suspects`, :mod:`tidemark.spark.datetimes`).
 
 :func:`instant` orders ``date-time`` values by the instant they name, which is what
 ``minimize`` / ``maximize`` compare on a ``date-time`` location.

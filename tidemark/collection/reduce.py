@@ -1,19 +1,10 @@
-"""Reduction strategies (Estuary Flow semantics), pure Python.
+"""The generic reducer (Estuary Flow semantics), pure Python.
 
 ``reduce(index, lhs, rhs)`` combines two documents of one key; ``rhs`` is the later one
-and its schema location decides the strategy at every location.  Strategies:
-
-============== ==============================================================================
-lastWriteWins  take the right-hand value (the default)
-firstWriteWins keep the left-hand value
-sum            add two numbers; integers beyond int64 and non-finite numbers are errors
-minimize       keep the smaller (by ``key`` pointers if given); ties without a key take the
-maximize       right side, ties with a key deep-merge both sides; on a ``format: date-time``
-               location, date-times compare as the instants they name
-append         concatenate arrays (a ``null`` left side stays ``null``)
-merge          deep merge of objects; arrays by index, or by ``key`` as a sorted merge
-set            ``{add, intersect, remove}`` terms as arrays (sorted by ``key``) or objects
-============== ==============================================================================
+and its schema location decides the strategy at every location: :class:`Reducer` walks the
+schema and applies each location's strategy from the table of
+:mod:`tidemark.collection.strategies` (which also lists what each strategy does).  The deep
+``merge`` and the ``set`` terms, which recurse into the schema, are written here.
 
 Values that a location does not hold on one side are taken from the other side.  Errors
 are :class:`~tidemark.errors.ReductionError` naming the JSON pointer and the strategy.
@@ -23,128 +14,13 @@ Deletions and the reset marker are handled one level up, in
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
-from tidemark.collection.formats import instant
-from tidemark.collection.schema import Annotation, SchemaIndex, pointer_tokens, push
-from tidemark.errors import ReductionError
+from tidemark.collection.order import compare, compare_date_time, compare_key, is_date_time_location
+from tidemark.collection.schema import SchemaIndex, pointer_tokens, push
+from tidemark.collection.strategies import STRATEGIES, reduction_error as _error, short as _short
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-
-_MISSING = object()
-
-
-def _short(v: Any) -> str:
-    import json
-
-    text = json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _error(ptr: str, strategy: str, what: str, lhs: Any = _MISSING, rhs: Any = _MISSING) -> ReductionError:
-    where = ptr or "/"
-    text = f"{where}: '{strategy}' {what}"
-    if lhs is not _MISSING:
-        text += f" (left {_short(lhs)}, right {_short(rhs)})"
-    return ReductionError(text)
-
-
-# ----------------------------------------------------------------------------- ordering
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _rank(v: Any) -> int:
-    if v is None:
-        return 0
-    if isinstance(v, bool):
-        return 1
-    if _is_number(v):
-        return 2
-    if isinstance(v, str):
-        return 3
-    if isinstance(v, list):
-        return 4
-    return 5
-
-
-def compare(a: Any, b: Any) -> int:
-    """Total order of JSON values: null < booleans < numbers < strings < arrays < objects."""
-    ra, rb = _rank(a), _rank(b)
-    if ra != rb:
-        return -1 if ra < rb else 1
-    if ra == 0:
-        return 0
-    if ra in (1, 2, 3):
-        return -1 if a < b else (1 if a > b else 0)
-    if ra == 4:
-        for x, y in zip(a, b):
-            c = compare(x, y)
-            if c:
-                return c
-        return (len(a) > len(b)) - (len(a) < len(b))
-    ia, ib = sorted(a.items()), sorted(b.items())
-    for (ka, va), (kb, vb) in zip(ia, ib):
-        if ka != kb:
-            return -1 if ka < kb else 1
-        c = compare(va, vb)
-        if c:
-            return c
-    return (len(ia) > len(ib)) - (len(ia) < len(ib))
-
-
-def compare_date_time(a: Any, b: Any) -> int:
-    """The order of a ``format: date-time`` location: strings that are RFC 3339 date-times
-    by the instant they name (offsets applied, so ``…T10:00:00Z`` is before
-    ``…T09:30:00-05:00``; equal instants tie), before every other string (by code point, as
-    in :func:`compare`); other values as in :func:`compare`.  A total order, so ``minimize``
-    and ``maximize`` stay associative even with a stored value that is not a date-time."""
-    ia, ib = instant(a), instant(b)
-    if ia is not None and ib is not None:
-        return (ia > ib) - (ia < ib)
-    if ia is not None and isinstance(b, str):
-        return -1
-    if ib is not None and isinstance(a, str):
-        return 1
-    return compare(a, b)
-
-
-def is_date_time_location(applicable: Sequence[dict]) -> bool:
-    """True if a schema that applies at the location says ``format: date-time``."""
-    return any(s.get("format") == "date-time" for s in applicable)
-
-
-def query(doc: Any, pointer: str) -> Any:
-    cur = doc
-    for token in pointer_tokens(pointer):
-        if isinstance(cur, dict) and token in cur:
-            cur = cur[token]
-        elif isinstance(cur, list) and token.isdigit() and int(token) < len(cur):
-            cur = cur[int(token)]
-        else:
-            return _MISSING
-    return cur
-
-
-def compare_key(key: Sequence[str], a: Any, b: Any, orders: Sequence = ()) -> int:
-    """Compare by key pointers; a pointer missing on one side orders before any value.
-    ``orders``: per pointer, the comparison of its values (default :func:`compare`)."""
-    for i, ptr in enumerate(key):
-        x, y = query(a, ptr), query(b, ptr)
-        if x is _MISSING and y is _MISSING:
-            continue
-        if x is _MISSING:
-            return -1
-        if y is _MISSING:
-            return 1
-        c = (orders[i] if i < len(orders) else compare)(x, y)
-        if c:
-            return c
-    return 0
+_FOLDS = {name: s.fold for name, s in STRATEGIES.items()}
 
 
 # ----------------------------------------------------------------------------- reduce
@@ -162,52 +38,13 @@ class Reducer:
     def at(self, schemas: list, lhs: Any, rhs: Any, ptr: str) -> Any:
         app = self.index.applicable(schemas, rhs)
         ann = SchemaIndex.annotation(app)
-        s = ann.strategy
-        if s == "lastWriteWins":
-            return rhs
-        if s == "firstWriteWins":
-            return lhs
-        if s == "sum":
-            return self._sum(lhs, rhs, ptr)
-        if s in ("minimize", "maximize"):
-            return self._minmax(app, ann, lhs, rhs, ptr)
-        if s == "append":
-            return self._append(lhs, rhs, ptr)
-        if s == "merge":
-            return self._merge(app, ann.key, lhs, rhs, ptr, "merge")
-        if s == "set":
-            return self._set(app, ann.key, lhs, rhs, ptr)
-        raise _error(ptr, s, "is not a known reduction strategy")
+        fold = _FOLDS.get(ann.strategy)
+        if fold is None:
+            raise _error(ptr, ann.strategy, "is not a known reduction strategy")
+        return fold(self, app, ann, lhs, rhs, ptr)
 
-    # -- strategies -------------------------------------------------------------
-    @staticmethod
-    def _sum(lhs: Any, rhs: Any, ptr: str) -> Any:
-        if not (_is_number(lhs) and _is_number(rhs)):
-            raise _error(ptr, "sum", "expects numbers", lhs, rhs)
-        out = lhs + rhs
-        if isinstance(out, int):
-            if not INT64_MIN <= out <= INT64_MAX:
-                raise _error(ptr, "sum", "overflowed: the result is beyond a 64-bit integer", lhs, rhs)
-        elif not math.isfinite(out):
-            raise _error(ptr, "sum", "overflowed: the result is not a finite number", lhs, rhs)
-        return out
-
-    def _minmax(self, app: list, ann: Annotation, lhs: Any, rhs: Any, ptr: str) -> Any:
-        if ann.key:
-            c = compare_key(ann.key, lhs, rhs, self._key_orders(app, ann.key, rhs))
-        elif is_date_time_location(app):
-            c = compare_date_time(lhs, rhs)
-        else:
-            c = compare(lhs, rhs)
-        if ann.strategy == "maximize":
-            c = -c
-        if c < 0:
-            return lhs
-        if c > 0 or not ann.key:
-            return rhs
-        return self._merge(app, (), lhs, rhs, ptr, ann.strategy)
-
-    def _key_orders(self, app: list, key: Sequence[str], rhs: Any) -> list:
+    # -- what the strategies' folds recurse into -----------------------------------
+    def key_orders(self, app: list, key: Sequence[str], rhs: Any) -> list:
         """Per key pointer of a keyed ``minimize`` / ``maximize``: :func:`compare_date_time`
         where the schema at the pointer (below the location, for the right-hand value) says
         ``format: date-time``, else :func:`compare`."""
@@ -225,21 +62,13 @@ class Reducer:
             out.append(compare_date_time if is_date_time_location(schemas) else compare)
         return out
 
-    @staticmethod
-    def _append(lhs: Any, rhs: Any, ptr: str) -> Any:
-        if isinstance(lhs, list) and isinstance(rhs, list):
-            return lhs + rhs
-        if lhs is None and isinstance(rhs, list):
-            return None
-        raise _error(ptr, "append", "expects arrays", lhs, rhs)
-
     def _prop(self, app: list, name: str, lhs: Any, rhs: Any, ptr: str) -> Any:
         return self.at(SchemaIndex.property_schemas(app, name), lhs, rhs, push(ptr, name))
 
     def _item(self, app: list, index: int, lhs: Any, rhs: Any, ptr: str) -> Any:
         return self.at(SchemaIndex.item_schemas(app, index), lhs, rhs, push(ptr, index))
 
-    def _merge(self, app: list, key: Sequence[str], lhs: Any, rhs: Any, ptr: str, strategy: str) -> Any:
+    def merge(self, app: list, key: Sequence[str], lhs: Any, rhs: Any, ptr: str, strategy: str) -> Any:
         if isinstance(lhs, dict) and isinstance(rhs, dict):
             out = dict(lhs)
             for name, r in rhs.items():
@@ -272,7 +101,7 @@ class Reducer:
         raise _error(ptr, strategy, "expects objects or arrays", lhs, rhs)
 
     # -- set ----------------------------------------------------------------------
-    def _set(self, app: list, key: Sequence[str], lhs: Any, rhs: Any, ptr: str) -> Any:
+    def reduce_set(self, app: list, key: Sequence[str], lhs: Any, rhs: Any, ptr: str) -> Any:
         terms_l = _set_terms(lhs, ptr)
         terms_r = _set_terms(rhs, ptr)
         kinds = {type(v) for v in (*terms_l.values(), *terms_r.values())}

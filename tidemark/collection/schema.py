@@ -17,18 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-STRATEGIES = (
-    "lastWriteWins",
-    "firstWriteWins",
-    "sum",
-    "minimize",
-    "maximize",
-    "append",
-    "merge",
-    "set",
-)
-KEYED_STRATEGIES = ("minimize", "maximize", "merge", "set")
-
 # Keywords whose value is a schema, a list of schemas, or a map of schemas.
 SCHEMA_KEYWORDS = ("additionalProperties", "additionalItems", "if", "then", "else", "not", "contains",
                    "propertyNames", "unevaluatedProperties", "unevaluatedItems")

@@ -57,6 +57,7 @@ Commit patterns (see ``Capabilities.commit_pattern``)
 from __future__ import annotations
 
 import enum
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Optional, Sequence
@@ -223,6 +224,13 @@ class Driver(ABC):
         program says of itself).  Read once per process by the runtime
         (:func:`capabilities_of`) and carried to the shard sessions."""
 
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        """The config as the spec stores it, resolved against ``base_dir`` (the spec
+        file's folder): e.g. a relative file path made absolute.  Called once, when the
+        spec is loaded, never on executors; the default changes nothing."""
+        return config
+
     # ---------------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse()
@@ -299,6 +307,15 @@ def capabilities_of(driver: Driver) -> Capabilities:
     if not isinstance(caps, Capabilities):
         raise TypeError(f"{type(driver).__name__}.capabilities() returned {caps!r}, not a Capabilities")
     return caps
+
+
+def resolve_local_path(config: dict, key: str, base_dir: str) -> dict:
+    """``config`` with ``config[key]``, a relative local path, made absolute against
+    ``base_dir`` (a URI, an absolute path or SQLite's ``:memory:`` stay as they are)."""
+    path = config.get(key)
+    if isinstance(path, str) and path and path != ":memory:" and "://" not in path and not os.path.isabs(path):
+        return {**config, key: os.path.abspath(os.path.join(base_dir, path))}
+    return config
 
 
 def chunked(items: Iterable, size: int):

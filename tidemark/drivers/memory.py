@@ -50,6 +50,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from tidemark.collection.keys import key_json
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import resolve_local_path
 from tidemark.errors import FencedOff, SpecError
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -220,6 +221,11 @@ class MemoryDriver(Driver):
 
     name = "memory"
     default_pattern = CommitPattern.STORE_AUTHORITATIVE
+
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        """``path`` (the file backend) relative to the spec's folder."""
+        return resolve_local_path(config, "path", base_dir)
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)

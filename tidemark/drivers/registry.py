@@ -53,6 +53,12 @@ def load_driver(name: str, config: dict | None = None):
     return driver_class(name)(config)
 
 
+def resolve_config(name: str, config: dict, base_dir: str) -> dict:
+    """The config of driver ``name`` as it resolves it against the spec's folder
+    (:meth:`tidemark.drivers.base.Driver.resolve_config`): what the spec stores."""
+    return driver_class(name).resolve_config(dict(config or {}), base_dir)
+
+
 def endpoint_of(endpoint: dict) -> tuple[str, dict]:
     """Split a spec ``endpoint: {sqlite: {path: ...}}`` into ``("sqlite", {...})``."""
     if not isinstance(endpoint, dict) or len(endpoint) != 1:

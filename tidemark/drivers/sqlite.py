@@ -22,7 +22,7 @@ import os
 import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from tidemark.drivers.base import Capabilities
+from tidemark.drivers.base import Capabilities, resolve_local_path
 from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver, sql_capabilities
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import RetryPolicy, retry
@@ -94,6 +94,13 @@ class SQLiteDriver(SqlDriver):
         if self.synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise DriverError("sqlite: synchronous must be FULL, NORMAL or EXTRA")
         self._con: Optional[sqlite3.Connection] = None
+
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        """``path`` relative to the spec's folder (``:memory:`` and ``file:`` URIs as they are)."""
+        if str(config.get("path", "")).startswith("file:"):
+            return config
+        return resolve_local_path(config, "path", base_dir)
 
     def __repr__(self) -> str:
         return f"SQLiteDriver(path={self.path!r})"

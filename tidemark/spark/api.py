@@ -15,17 +15,21 @@ Two forms::
         shards=4,
     )
 
-Both return a started ``StreamingQuery`` (``start=False``: the configured
+Both return a started :class:`MaterializationRun` (``start=False``: the configured
 ``DataStreamWriter``).  ``available_now=True`` processes what is there and stops.
+:func:`tidemark.reset` (:mod:`tidemark.ops`) takes the same arguments and needs no Spark.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
-from tidemark.errors import SpecError
+from tidemark.options import RuntimeOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
 
 
 @dataclass
@@ -78,23 +82,50 @@ def materialize(
     name: Optional[str] = None,
     delta_updates: bool = False,
     on_invalid: str = "fail",
+    options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
     available_now: bool = True,
     processing_time: Optional[str] = None,
     start: bool = True,
     spark=None,
     on_batch: Optional[Callable] = None,
     max_files_per_trigger: Optional[int] = None,
-):
-    """Materialize a collection into an endpoint, exactly once. See the module docstring."""
+) -> MaterializationRun | DataStreamWriter:
+    """Materialize a collection into an endpoint, exactly once.
+
+    ``source`` is either a spec (a YAML/JSON file path or a :class:`~tidemark.spec.TidemarkSpec`;
+    name one of its materializations with ``materialization=`` unless it has only one), or a
+    streaming DataFrame with a JSON ``value`` column (or any columns), described by
+    ``collection={"key": [...], "schema": {...}}``, ``endpoint={driver: config}``,
+    ``resource=`` (default ``{"table": name}``), ``checkpoint=`` (required), ``shards=``,
+    ``name=`` (default: see :func:`tidemark.ops.default_name`), ``delta_updates=`` and
+    ``on_invalid=`` (``"fail"`` or ``"quarantine"``).
+
+    ``options``: the runtime options (:class:`~tidemark.options.RuntimeOptions`, or a mapping of
+    the fields to change); they replace / override the spec's ``options:``, and environment
+    variables (:data:`tidemark.options.ENV`) override both.  ``available_now=True``
+    processes what is there and stops; else ``processing_time=`` (e.g. ``"10 seconds"``) or
+    Spark's default trigger.  ``spark``: the session (default: the active one, or a local
+    one).  ``on_batch``: called with each batch's
+    :class:`~tidemark.spark.processor.BatchReport`.  ``max_files_per_trigger``: files per batch
+    of a spec's file sources that set none.
+
+    Returns a started :class:`MaterializationRun` (``.await_termination()``, ``.stop()``, and
+    the Spark ``StreamingQuery``'s attributes), or with ``start=False`` the configured
+    ``DataStreamWriter`` (not started).  Raises :class:`~tidemark.errors.SpecError` for an
+    invalid spec or arguments, and start-up's refusals
+    (:class:`~tidemark.errors.RecoveryError`) before anything is written.
+    """
     from tidemark.collection.collection import Collection
-    from tidemark.collection.spec import TidemarkSpec
+    from tidemark.ops import target
     from tidemark.spark.processor import Materializer
     from tidemark.spark.sources import prepare_dataframe, read_collection
+    from tidemark.spec import TidemarkSpec
 
     spark = _spark(spark)
-    spec, mat, checkpoint_location = _target(
+    spec, mat, checkpoint_location = target(
         source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
-        checkpoint=checkpoint, shards=shards, name=name, delta_updates=delta_updates, on_invalid=on_invalid)
+        checkpoint=checkpoint, shards=shards, name=name, delta_updates=delta_updates, on_invalid=on_invalid,
+        options=options)
     if isinstance(source, (str, os.PathLike, TidemarkSpec)):
         streams = []
         for i, b in enumerate(mat.bindings):
@@ -124,96 +155,6 @@ def materialize(
     if not start:
         return writer
     return MaterializationRun(writer.start(), materializer)
-
-
-def _target(source, *, materialization=None, collection=None, endpoint=None, resource=None, checkpoint=None,
-            shards=1, name=None, delta_updates=False, on_invalid="fail"):
-    """(spec, materialization, checkpoint location) of a materialize()/reset() call; no Spark."""
-    from tidemark.collection.spec import TidemarkSpec, load_spec, parse_spec
-
-    if isinstance(source, (str, os.PathLike)) or isinstance(source, TidemarkSpec):
-        spec = source if isinstance(source, TidemarkSpec) else load_spec(str(source))
-        if materialization is None:
-            if len(spec.materializations) != 1:
-                raise SpecError(
-                    f"the spec has {len(spec.materializations)} materializations; name one with materialization=…"
-                )
-            materialization = next(iter(spec.materializations))
-        if materialization not in spec.materializations:
-            known = ", ".join(sorted(spec.materializations))
-            raise SpecError(f"unknown materialization {materialization!r} (known: {known})", file=spec.file)
-        mat = spec.materializations[materialization]
-        checkpoint_location = os.path.join(_resolve(spec.checkpoint, spec.base_dir), mat.name)
-    else:
-        if collection is None or endpoint is None:
-            raise SpecError("materialize(df, ...) needs collection={'key': [...], 'schema': {...}} and endpoint={...}")
-        if checkpoint is None:
-            raise SpecError("materialize(df, ...) needs checkpoint=PATH (where the recovery log and Spark's checkpoint live)")
-        checkpoint_location = _resolve(str(checkpoint), os.getcwd())
-        if name is None:
-            name = default_name(checkpoint_location, resource)
-        obj = {
-            "collections": {name: {k: v for k, v in collection.items() if k != "source"}},
-            "materializations": {
-                name: {
-                    "endpoint": endpoint,
-                    "shards": shards,
-                    "on_invalid": on_invalid,
-                    "bindings": [{"source": name, "resource": resource or {"table": name}, "delta_updates": delta_updates}],
-                }
-            },
-            "checkpoint": str(checkpoint),
-        }
-        spec = parse_spec(obj, file=None, base_dir=os.getcwd())
-        mat = spec.materializations[name]
-
-    return spec, mat, checkpoint_location
-
-
-def reset(source=None, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
-          endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
-          name: Optional[str] = None, delta_updates: bool = False) -> list[str]:
-    """Start a view over on purpose: drop its resources and everything its endpoint records
-    of it (checkpoint rows, fences, staged files, quarantine), then its checkpoint folder.
-
-    Takes the arguments given to :func:`materialize` (a spec and a materialization name, or
-    ``collection=``, ``endpoint=``, ``resource=``, ``checkpoint=`` and ``name=``); the
-    DataFrame itself is not needed (pass ``None``).  Returns what was done.  The next run
-    replays the source from its start into a fresh view."""
-    from tidemark.collection.collection import Collection
-    from tidemark.spark.runner import reset_view
-
-    spec, mat, checkpoint_location = _target(
-        source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
-        checkpoint=checkpoint, name=name, delta_updates=delta_updates)
-    colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
-    bindings = tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
-    return reset_view(mat.name, mat.driver_name, mat.driver_config, bindings, checkpoint_location)
-
-
-def default_name(checkpoint_location: str, resource: Optional[dict]) -> str:
-    """The materialization name of ``materialize(df, ...)`` without ``name=``: the one its
-    checkpoint folder already records, else one derived from the resource and the
-    checkpoint's location -- unique to this view, so that two jobs never share a name (and
-    with it the endpoint's checkpoint rows and fences)."""
-    import hashlib
-    import re
-
-    from tidemark.runtime.recovery_log import RecoveryLog
-
-    existing = RecoveryLog.existing_materialization(checkpoint_location)
-    if existing:
-        return existing
-    res = resource or {}
-    base = next((str(res[k]) for k in ("table", "name", "topic", "stream", "path", "prefix") if res.get(k)), "view")
-    base = re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_")[:40] or "view"
-    return f"{base}_{hashlib.sha256(checkpoint_location.encode()).hexdigest()[:8]}"
-
-
-def _resolve(path: str, base: str) -> str:
-    if "://" in path or os.path.isabs(path):
-        return path
-    return os.path.abspath(os.path.join(base, path))
 
 
 def _with_option(cspec, key, value):

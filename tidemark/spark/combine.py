@@ -4,9 +4,10 @@
 ``_block``, ``_row``; source order is ascending ``(_file, _block, _row)``) and returns one
 reduced document per key.
 
-1. If the schema compiles (:mod:`tidemark.spark.compile`), parse, validate and aggregate
-   natively in one pass (``groupBy(key).agg(...)``, *suspects* -- documents native
-   validation cannot prove valid -- masked out and counted per key), then check the
+1. If the schema compiles (:mod:`tidemark.collection.plan`; the Spark side is
+   :mod:`tidemark.spark.compile`), parse, validate and aggregate natively in one pass
+   (``groupBy(key).agg(...)``, *suspects* -- documents native validation cannot prove
+   valid -- masked out and counted per key), then check the
    suspects with the Python validator.  If every suspect is invalid: path ``"compiled"``.
 2. Otherwise (or when a suspect turns out valid, or a document carries properties the
    plan does not), the vectorized fallback: repartition by key, sort by key and source
@@ -65,7 +66,7 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
                    F.col("_row").cast("long").alias("_row"))
 
     if force_path != "fallback":
-        from tidemark.spark.compile import compile_collection
+        from tidemark.collection.plan import compile_collection
 
         plan = compile_collection(collection)
         if plan is not None:
@@ -234,6 +235,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     from pyspark.sql import functions as F
 
     from tidemark.spark import compile as C
+    from tidemark.spark import suspects as V
 
     whole = jvm_spec is not None
     # Every per-row expression is written over the ``from_json`` expression itself and
@@ -251,10 +253,10 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     if subexpr_off:
         pre = ("value", "_file", "_block", "_row", pc.alias("p"))
         pc = F.col("p")
-    plain = C.plain_document(plan, F.col("value"), pc, jvm_spec)
-    suspect = C.suspect_expr(plan, F.col("value"), pc, plain, whole)
+    plain = V.plain_document(plan, F.col("value"), pc, jvm_spec)
+    suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole)
     stage = ("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
-             C.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
+             V.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
              F.struct("_file", "_block", "_row").alias("_o"))
     pc = F.col("p")
     ok = ~F.col("_suspect")

@@ -20,7 +20,6 @@ Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates,
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -28,6 +27,7 @@ from typing import Callable, Optional, Sequence
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError, from_task_failure
 from tidemark.faults import armed, fault_point
+from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
@@ -52,22 +52,6 @@ class BatchReport:
     spilled: bool = False
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
-
-
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """Runtime knobs, parsed once (Spark options are strings)."""
-
-    memory_budget_bytes: int = 64 << 20
-    max_loaded_in_memory: int = 200_000
-    max_quarantine: int = 100_000
-
-    @staticmethod
-    def from_env() -> "RuntimeOptions":
-        return RuntimeOptions(
-            memory_budget_bytes=int(os.environ.get("TIDEMARK_SHARD_MEMORY_BYTES", 64 << 20)),
-            max_loaded_in_memory=int(os.environ.get("TIDEMARK_SHARD_MAX_LOADED", 200_000)),
-        )
 
 
 class Materializer:
@@ -100,7 +84,8 @@ class Materializer:
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
-        self.options = options or RuntimeOptions.from_env()
+        # the spec's (or materialize()'s) options; environment variables override them
+        self.options = (options or materialization.options).with_env()
         self.error: BaseException | None = None
         self.reports: list[BatchReport] = []
 

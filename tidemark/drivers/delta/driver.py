@@ -56,6 +56,7 @@ from deltalake import CommitProperties, DeltaTable, Field as DeltaField, Transac
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
+from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
 from tidemark.drivers.delta.tables import (
     DELETE_COLUMN, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, TableModel, app_id, applied_batch, delta_type,
@@ -99,6 +100,11 @@ class DeltaDriver(Driver):
         self.policy = RetryPolicy.from_config(self.config.get("retry"))
         self.quarantine_location = join_path(self.root, QUARANTINE_TABLE)
         self._fs: Optional[tuple[pafs.FileSystem, str]] = None
+
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        """``path`` relative to the spec's folder (a URI as it is)."""
+        return resolve_local_path(config, "path", base_dir)
 
     def __repr__(self) -> str:
         return f"DeltaDriver(path={self.root!r})"

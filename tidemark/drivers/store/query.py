@@ -30,10 +30,8 @@ from tidemark.store import Isolation, tidemark_key
 def _load_spec(spec: Any):
     if not isinstance(spec, (str, os.PathLike)):
         return spec  # a parsed spec
-    try:
-        from tidemark.spec import load_spec  # type: ignore[import-not-found]
-    except ImportError:
-        from tidemark.collection.spec import load_spec
+    from tidemark.spec import load_spec
+
     return load_spec(spec)
 
 

@@ -1,7 +1,7 @@
 """A JVM function that proves a document plain in one pass (``PlainDocument.java``).
 
 The compiled combine must prove, for every document, that ``from_json`` forgave nothing in
-it (see :func:`tidemark.spark.compile.plain_document`).  Written as Spark expressions that
+it (see :func:`tidemark.spark.suspects.plain_document`).  Written as Spark expressions that
 proof costs two splits of the text and a few checks per string field: about 2.3 s of CPU per
 million documents, a fifth of the whole combine.  ``PlainDocument`` scans the text once
 instead (about a fifth of that cost).

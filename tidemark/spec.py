@@ -1,4 +1,4 @@
-"""The tidemark spec: collections and materializations, validated before Spark starts.
+"""The tidemark spec: collections and materializations, typed, frozen and validated once.
 
 ::
 
@@ -14,9 +14,16 @@
         shards: 2
         on_invalid: fail            # or quarantine
         max_document_bytes: 16777216
+        options: {memory_budget_bytes: 67108864}   # runtime options (tidemark.options)
         bindings:
           - {source: orders, resource: {table: customers}, delta_updates: false}
     checkpoint: .tidemark/checkpoints
+
+:func:`load_spec` / :func:`parse_spec` check everything once and build the frozen
+dataclasses below.  Relative paths mean the spec file's folder: a source's ``path`` is
+resolved here; an endpoint's config is resolved by its driver
+(:meth:`tidemark.drivers.base.Driver.resolve_config`, called through the registry), once,
+into :attr:`MaterializationSpec.driver_config`.
 
 Every error is a :class:`~tidemark.errors.SpecError` naming the file and the path inside
 the spec (``materializations.customer_view.bindings[0].source``).
@@ -28,12 +35,15 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from tidemark.collection.keys import KEY_TYPES
-from tidemark.collection.schema import KEYED_STRATEGIES, STRATEGIES, SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.schema import SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
+from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
 from tidemark.errors import SpecError
+from tidemark.options import RuntimeOptions
 
 ON_INVALID = ("fail", "quarantine")
 DEFAULT_CHECKPOINT = ".tidemark/checkpoints"
@@ -64,35 +74,28 @@ class BindingConfig:
 @dataclass(frozen=True)
 class MaterializationSpec:
     name: str
-    endpoint: dict
+    endpoint: dict  # as written: {driver: config}
     shards: int = 1
     bindings: tuple[BindingConfig, ...] = ()
     on_invalid: str = "fail"
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
     base_dir: str = "."  # the spec file's directory: relative driver paths resolve against it
+    options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    #: The endpoint's driver name and its config as the driver resolved it (set once, here).
+    driver_name: str = field(init=False)
+    driver_config: dict = field(init=False)
 
-    @property
-    def driver_name(self) -> str:
-        from tidemark.drivers.registry import endpoint_of
-
-        return endpoint_of(self.endpoint)[0]
-
-    @property
-    def driver_config(self) -> dict:
-        from tidemark.drivers.registry import endpoint_of
-
-        config = dict(endpoint_of(self.endpoint)[1])
-        path = config.get("path")
-        if isinstance(path, str) and path and path != ":memory:" and "://" not in path and not os.path.isabs(path):
-            config["path"] = os.path.abspath(os.path.join(self.base_dir, path))
-        return config
+    def __post_init__(self):
+        name, config = endpoint_of(self.endpoint)
+        object.__setattr__(self, "driver_name", name)
+        object.__setattr__(self, "driver_config", resolve_config(name, config, os.path.abspath(self.base_dir)))
 
     def version(self, spec: "TidemarkSpec") -> str:
         """A stable hash of this materialization and its collections' keys and schemas.
 
         The shard count is not part of it: a layout may change between batches (the
         recovery log records each batch's layout), and the ranges of one batch may be
-        committed by runs with different configured counts."""
+        committed by runs with different configured counts.  Nor are runtime options."""
         colls = {}
         for b in self.bindings:
             c = spec.collections.get(b.source)
@@ -111,11 +114,22 @@ class MaterializationSpec:
 
 @dataclass(frozen=True)
 class TidemarkSpec:
-    collections: dict
-    materializations: dict
+    collections: Mapping[str, CollectionSpec]
+    materializations: Mapping[str, MaterializationSpec]
     checkpoint: str = DEFAULT_CHECKPOINT
     file: Optional[str] = None
     base_dir: str = "."
+
+    def checkpoint_location(self, materialization: str) -> str:
+        """The checkpoint folder of one materialization (recovery log and Spark's checkpoint)."""
+        return os.path.join(resolve_path(self.checkpoint, self.base_dir), materialization)
+
+
+def resolve_path(path: str, base: str) -> str:
+    """``path`` (a URI, absolute, or relative to ``base``) as a URI or an absolute path."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    return os.path.abspath(os.path.join(base, path))
 
 
 # ----------------------------------------------------------------------------- loading
@@ -255,31 +269,25 @@ class _Parser:
             raise self.fail(f"{path}.delete", "must be true or false")
         if "strategy" not in red:
             if "key" in red:
-                raise self.fail(path, "'key' needs a strategy (one of minimize, maximize, merge, set)")
+                keyed = ", ".join(n for n, s in STRATEGIES.items() if s.keyed)
+                raise self.fail(path, f"'key' needs a strategy (one of {keyed})")
             if "delete" not in red:
                 raise self.fail(path, "needs a strategy (or delete: true)")
             return
         strategy = red["strategy"]
-        if strategy not in STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
         if "key" in red:
-            if strategy not in KEYED_STRATEGIES:
+            if not STRATEGIES[strategy].keyed:
                 raise self.fail(f"{path}.key", f"strategy {strategy!r} takes no key")
             k = red["key"]
             if not isinstance(k, list) or not all(isinstance(p, str) and (p == "" or p.startswith("/")) for p in k):
                 raise self.fail(f"{path}.key", "must be a list of JSON pointers, e.g. [/id]")
         types = types_of(node)
-        if types is not None:
-            t = set(types) - {"null"}
-            wrong = {
-                "sum": t - {"number", "integer"},
-                "append": t - {"array"},
-                "merge": t - {"object", "array"},
-                "set": t - {"object"},
-            }.get(strategy)
-            if wrong:
-                expects = {"sum": "numbers", "append": "arrays", "merge": "objects or arrays", "set": "objects"}[strategy]
-                raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {expects}, but the location has type {'/'.join(types)}")
+        allowed = STRATEGIES[strategy].location_types
+        if types is not None and allowed is not None and set(types) - {"null"} - allowed:
+            raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {STRATEGIES[strategy].expects}, "
+                                                f"but the location has type {'/'.join(types)}")
 
     def check_key(self, schema: dict, ptr: Any, path: str) -> None:
         if not isinstance(ptr, str) or not ptr.startswith("/") or ptr == "/":
@@ -306,9 +314,11 @@ class _Parser:
 
     # ------------------------------------------------------------------ materializations
     def materialization(self, name: str, obj: Any, path: str, collections: dict) -> MaterializationSpec:
-        self.mapping(obj, path, ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes"), ("endpoint", "bindings"))
+        self.mapping(obj, path, ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes", "options"),
+                     ("endpoint", "bindings"))
         endpoint = obj["endpoint"]
         self.check_endpoint(endpoint, f"{path}.endpoint")
+        options = RuntimeOptions.from_mapping(obj.get("options"), file=self.file, path=f"{path}.options")
         shards = obj.get("shards", 1)
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
             raise self.fail(f"{path}.shards", f"must be an integer >= 1, got {shards!r}")
@@ -341,11 +351,13 @@ class _Parser:
             if not isinstance(delta, bool):
                 raise self.fail(f"{bpath}.delta_updates", "must be true or false")
             bindings.append(BindingConfig(str(source), dict(resource), delta))
-        return MaterializationSpec(name, endpoint, shards, tuple(bindings), on_invalid, max_bytes, os.path.abspath(self.base_dir))
+        try:
+            return MaterializationSpec(name, endpoint, shards, tuple(bindings), on_invalid, max_bytes,
+                                       os.path.abspath(self.base_dir), options)
+        except SpecError as exc:  # the driver's own config resolution (or its library missing)
+            raise self.fail(f"{path}.endpoint.{_driver_of(endpoint)}", str(exc)) from None
 
     def check_endpoint(self, endpoint: Any, path: str) -> None:
-        from tidemark.drivers.registry import DRIVERS, endpoint_of
-
         try:
             name, _config = endpoint_of(endpoint)
         except SpecError as exc:
@@ -353,6 +365,10 @@ class _Parser:
         if name not in DRIVERS and not name.startswith("command:") and name != "command":
             known = ", ".join(sorted(DRIVERS) + ["command:PROGRAM"])
             raise self.fail(f"{path}.{name}", f"unknown endpoint driver {name!r} (known: {known})")
+
+
+def _driver_of(endpoint: dict) -> str:
+    return str(next(iter(endpoint)))
 
 
 def _deref(index: SchemaIndex, node: Any) -> Any:

@@ -1,0 +1,161 @@
+"""Which collection schemas compile to native Spark, and their plan (pure Python, no Spark).
+
+:func:`compile_collection` returns a :class:`CompiledPlan` when every part of the schema
+maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
+``lastWriteWins`` / ``firstWriteWins`` as a whole), a key of top-level ``string`` /
+``integer`` / ``boolean`` properties, and top-level properties whose shape is one of
+
+* ``scalar``: ``string``, ``integer``, ``number``, ``boolean`` (with ``enum``, bounds,
+  lengths, and a ``format`` of :data:`NATIVE_FORMATS` or an unasserted one);
+* ``append``: an array with ``items`` of one scalar type;
+* ``raw``: an array without ``items`` or an object without ``additionalProperties``
+  (carried as JSON text);
+* ``map``: an object with ``additionalProperties`` of one scalar type;
+
+reduced with a strategy whose Spark aggregation takes that shape (the table of
+:mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
+Anything else (conditionals, ``$ref``, deletions, keyed strategies, sets, nested merges of
+declared properties, nullable types, ...) returns ``None``: the caller uses the vectorized
+Python fallback.  The Spark side of a plan is :mod:`tidemark.spark.compile`; the fast
+Python fold of one is :mod:`tidemark.collection.fast`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tidemark.collection.formats import ASSERTED as ASSERTED_FORMATS
+from tidemark.collection.strategies import STRATEGIES
+
+SCALARS = ("string", "integer", "number", "boolean")
+ANNOTATIONS = ("title", "description", "format", "examples", "default", "$comment", "reduce")
+SCALAR_KEYWORDS = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                   "minLength", "maxLength") + ANNOTATIONS
+# Asserted formats that native validation checks (the others are not compiled).
+NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4")
+ROOT_KEYWORDS = ("type", "properties", "required", "additionalProperties", "$schema", "$id", "$defs") + ANNOTATIONS
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    name: str
+    kind: str  # scalar | append | raw | map
+    type: str  # JSON type of the value (scalar kinds), or of the items / map values
+    strategy: str
+    schema: dict
+
+
+@dataclass(frozen=True)
+class CompiledPlan:
+    root_strategy: str  # merge | lastWriteWins | firstWriteWins
+    fields: tuple[FieldPlan, ...]
+    key: tuple[str, ...]  # top-level property names
+    key_types: tuple[str, ...]
+    required: tuple[str, ...]
+    closed: bool  # additionalProperties: false
+    max_bytes: int
+
+
+def _strategy(schema: dict) -> Optional[str]:
+    red = schema.get("reduce")
+    if red is None:
+        return "lastWriteWins"
+    if not isinstance(red, dict) or set(red) - {"strategy"}:
+        return None  # keys, deletions
+    return red.get("strategy", "lastWriteWins")
+
+
+def compile_collection(collection) -> Optional[CompiledPlan]:
+    """A :class:`CompiledPlan` for the collection, or None if it needs the Python fallback."""
+    root = collection.schema
+    if not isinstance(root, dict) or root.get("type") != "object" or set(root) - set(ROOT_KEYWORDS):
+        return None
+    root_strategy = _strategy(root)
+    if root_strategy not in ("merge", "lastWriteWins", "firstWriteWins"):
+        return None
+    addl = root.get("additionalProperties", True)
+    if addl not in (True, False):
+        return None
+    props = root.get("properties") or {}
+    key_names, key_types = [], []
+    for ptr in collection.key:
+        tokens = ptr.lstrip("/").split("/")
+        if len(tokens) != 1 or "~" in ptr:
+            return None
+        sub = props.get(tokens[0])
+        if not isinstance(sub, dict) or sub.get("type") not in ("string", "integer", "boolean"):
+            return None
+        key_names.append(tokens[0])
+        key_types.append(sub["type"])
+    fields = []
+    for name, sub in props.items():
+        fp = _field(name, sub)
+        if fp is None:
+            return None
+        fields.append(fp)
+    required = tuple(root.get("required") or ())
+    if any(r not in props for r in required):
+        return None
+    return CompiledPlan(root_strategy, tuple(fields), tuple(key_names), tuple(key_types), required,
+                        addl is False, collection.max_document_bytes)
+
+
+def _field(name: str, sub: Any) -> Optional[FieldPlan]:
+    """The plan of one top-level property: its shape, if Spark reads it, and its strategy,
+    if the strategy's Spark aggregation takes that shape."""
+    if not isinstance(sub, dict):
+        return None
+    t = sub.get("type")
+    name_ = _strategy(sub)
+    strategy = STRATEGIES.get(name_) if isinstance(name_, str) else None
+    if not isinstance(t, str) or strategy is None:
+        return None
+    shape = _shape(t, sub)
+    if shape is None or not strategy.compiles(*shape):
+        return None
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub)
+
+
+def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
+    """(kind, type) of a property that Spark reads natively, or None."""
+    if t in SCALARS:
+        if set(sub) - set(SCALAR_KEYWORDS):
+            return None
+        if "enum" in sub and not all(_json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]):
+            return None
+        fmt = sub.get("format")
+        if t == "string" and fmt in ASSERTED_FORMATS and fmt not in NATIVE_FORMATS:
+            return None  # checked in Python only
+        return "scalar", t
+    if t == "array":
+        if set(sub) - {"type", "items"} - set(ANNOTATIONS):
+            return None
+        if "items" not in sub:
+            return "raw", "array"
+        items = sub["items"]
+        if isinstance(items, dict) and set(items) <= {"type"} and items.get("type") in SCALARS:
+            return "append", items["type"]
+        return None
+    if t == "object":
+        if set(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS):
+            return None
+        addl = sub.get("additionalProperties")
+        if addl is None:
+            return "raw", "object"
+        if isinstance(addl, dict) and set(addl) <= {"type"} and addl.get("type") in SCALARS:
+            return "map", addl["type"]
+        return None
+    return None
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "other"

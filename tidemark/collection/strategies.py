@@ -1,0 +1,323 @@
+"""The reduction strategies: one table, each strategy's three implementations side by side.
+
+==============  ==============================================================================
+lastWriteWins   take the right-hand value (the default)
+firstWriteWins  keep the left-hand value
+sum             add two numbers; integers beyond int64 and non-finite numbers are errors
+minimize        keep the smaller (by ``key`` pointers if given); ties without a key take the
+maximize        right side, ties with a key deep-merge both sides; on a ``format: date-time``
+                location, date-times compare as the instants they name
+append          concatenate arrays (a ``null`` left side stays ``null``)
+merge           deep merge of objects; arrays by index, or by ``key`` as a sorted merge
+set             ``{add, intersect, remove}`` terms as arrays (sorted by ``key``) or objects
+==============  ==============================================================================
+
+Each :class:`Strategy` in :data:`STRATEGIES` holds
+
+``fold``
+    the Python fold: ``fold(reducer, app, ann, lhs, rhs, ptr)`` reduces ``rhs`` (the later
+    value) into ``lhs`` at one schema location (``app``: the schemas that apply there, ``ann``
+    their annotation); :class:`tidemark.collection.reduce.Reducer` dispatches on this table.
+``fast``
+    the fast fold of one top-level property of a compiled schema
+    (:mod:`tidemark.collection.fast`, used where the runtime reduces loaded documents and by
+    the ``mapInArrow`` fallback through :meth:`Collection.reduce`): ``fast(field)`` returns
+    ``op(lhs, rhs)`` with exactly the Python fold's results and errors, or ``None`` for "the
+    right side wins"; a strategy without one (``fast=None``) makes the schema take the generic
+    fold.
+``spark``
+    the Spark aggregation of one compiled property (:func:`tidemark.spark.compile.aggregations`):
+    ``spark(S, field, c)`` with ``S`` the Spark helpers (``S.F`` is ``pyspark.sql.functions``;
+    see :class:`tidemark.spark.compile.SparkOps`), ``c`` the property's column, returning a
+    :class:`SparkAggregate`.  No pyspark is imported here: everything Spark comes in ``S``.
+    ``spark_kinds`` / ``spark_types`` say which property shapes it aggregates
+    (:mod:`tidemark.collection.plan`).
+
+plus what the spec checks (``keyed``, ``location_types``).  Errors are
+:class:`~tidemark.errors.ReductionError` naming the JSON pointer and the strategy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from tidemark.collection.formats import instant
+from tidemark.collection.order import MISSING, compare, compare_date_time, compare_key, is_date_time_location, is_number
+from tidemark.collection.validate import pointer_of
+from tidemark.errors import ReductionError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+SUM_BEYOND_INT64 = "overflowed: the result is beyond a 64-bit integer"
+SUM_NOT_FINITE = "overflowed: the result is not a finite number"
+
+_PLAIN = frozenset((int, float))  # numbers that Python compares as JSON does (not bool)
+
+
+@dataclass(frozen=True)
+class SparkAggregate:
+    """A strategy's Spark aggregation of one property."""
+
+    column: Any  # the aggregate column
+    count: Any = None  # where the aggregate of no values is not null: the count of values present
+    error: Optional[Callable[[Any, Any], Any]] = None  # (present, result) -> the error's text, or null
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    fold: Callable[..., Any]
+    fast: Optional[Callable[[Any], Optional[Callable[[Any, Any], Any]]]] = None
+    spark: Optional[Callable[..., SparkAggregate]] = None
+    spark_kinds: frozenset = frozenset()
+    spark_types: Optional[frozenset] = None  # JSON types of the property (None: any)
+    group_value: bool = False  # equal values reduce to that value (a key property needs no aggregate)
+    keyed: bool = False  # takes ``reduce.key``
+    location_types: Optional[frozenset] = None  # the JSON types its location may have (besides null)
+    expects: str = ""  # those types, as an error names them
+
+    def compiles(self, kind: str, type_: str) -> bool:
+        """True if the Spark aggregation takes a property of this kind and type."""
+        return self.spark is not None and kind in self.spark_kinds and (self.spark_types is None or type_ in self.spark_types)
+
+
+def short(v: Any) -> str:
+    """A value as an error shows it (at most 80 characters of JSON)."""
+    import json
+
+    text = json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def reduction_error(ptr: str, strategy: str, what: str, lhs: Any = MISSING, rhs: Any = MISSING) -> ReductionError:
+    where = ptr or "/"
+    text = f"{where}: '{strategy}' {what}"
+    if lhs is not MISSING:
+        text += f" (left {short(lhs)}, right {short(rhs)})"
+    return ReductionError(text)
+
+
+# ----------------------------------------------------------------------------- lastWriteWins, firstWriteWins
+
+
+def _last(r, app, ann, lhs, rhs, ptr):
+    return rhs
+
+
+def _first(r, app, ann, lhs, rhs, ptr):
+    return lhs
+
+
+def _keep_left(lhs: Any, rhs: Any) -> Any:
+    return lhs
+
+
+def _spark_pick(last: bool):
+    """``max_by`` / ``min_by`` of the source order, over the values present."""
+
+    def aggregate(S, f, c) -> SparkAggregate:
+        pick = S.F.max_by if last else S.F.min_by
+        return SparkAggregate(pick(c, S.F.when(c.isNotNull(), S.order)))
+
+    return aggregate
+
+
+# ----------------------------------------------------------------------------- sum
+
+
+def add_numbers(lhs: Any, rhs: Any, ptr: str) -> Any:
+    """``sum`` of two values: numbers, within int64 for integers, finite for the others."""
+    if not (is_number(lhs) and is_number(rhs)):
+        raise reduction_error(ptr, "sum", "expects numbers", lhs, rhs)
+    out = lhs + rhs
+    if isinstance(out, int):
+        if not INT64_MIN <= out <= INT64_MAX:
+            raise reduction_error(ptr, "sum", SUM_BEYOND_INT64, lhs, rhs)
+    elif not math.isfinite(out):
+        raise reduction_error(ptr, "sum", SUM_NOT_FINITE, lhs, rhs)
+    return out
+
+
+def _sum(r, app, ann, lhs, rhs, ptr):
+    return add_numbers(lhs, rhs, ptr)
+
+
+def _fast_sum(f):
+    """Two integers whose sum fits 64 bits are added here; anything else (floats, overflow,
+    wrong types) goes to :func:`add_numbers` for its result or error."""
+    ptr = pointer_of((f.name,))
+
+    def add(lhs: Any, rhs: Any) -> Any:
+        if lhs.__class__ is int and rhs.__class__ is int:
+            out = lhs + rhs
+            if INT64_MIN <= out <= INT64_MAX:
+                return out
+        return add_numbers(lhs, rhs, ptr)
+
+    return add
+
+
+def _spark_sum(S, f, c) -> SparkAggregate:
+    """Integers: ``try_sum`` (null on overflow); numbers: an ordered fold of the values in
+    source order, so that replays are bit-identical."""
+    F = S.F
+    if f.type == "integer":
+        return SparkAggregate(F.try_sum(c), F.count(c), lambda present, v: F.when(
+            present & v.isNull(), F.lit(f"/{f.name}: 'sum' {SUM_BEYOND_INT64}")))
+    c = S.collected(c)
+    return SparkAggregate(F.aggregate(S.sorted_values(c), F.lit(0.0), lambda acc, x: acc + x["v"]), F.count(c),
+                          lambda present, v: F.when(present & (F.isnan(v) | (F.abs(v) == F.lit(float("inf")))),
+                                                    F.lit(f"/{f.name}: 'sum' {SUM_NOT_FINITE}")))
+
+
+# ----------------------------------------------------------------------------- minimize, maximize
+
+
+def _minmax(r, app, ann, lhs, rhs, ptr):
+    if ann.key:
+        c = compare_key(ann.key, lhs, rhs, r.key_orders(app, ann.key, rhs))
+    elif is_date_time_location(app):
+        c = compare_date_time(lhs, rhs)
+    else:
+        c = compare(lhs, rhs)
+    if ann.strategy == "maximize":
+        c = -c
+    if c < 0:
+        return lhs
+    if c > 0 or not ann.key:
+        return rhs
+    return r.merge(app, (), lhs, rhs, ptr, ann.strategy)
+
+
+def _fast_minmax(maximize: bool):
+    def make(f):
+        if f.schema.get("format") == "date-time":
+            return _pick_date_time(maximize)
+        return _pick(maximize)
+
+    return make
+
+
+def _pick(maximize: bool):
+    """Without a key: ties take the right side."""
+
+    def pick(lhs: Any, rhs: Any) -> Any:
+        lc, rc = lhs.__class__, rhs.__class__
+        if (lc in _PLAIN and rc in _PLAIN) or (lc is str and rc is str):
+            if maximize:
+                return lhs if lhs > rhs else rhs
+            return lhs if lhs < rhs else rhs
+        c = compare(lhs, rhs)
+        if maximize:
+            c = -c
+        return lhs if c < 0 else rhs
+
+    return pick
+
+
+def _pick_date_time(maximize: bool):
+    """Of a ``format: date-time`` property: by instant (:func:`compare_date_time`); ties
+    take the right side."""
+
+    def pick(lhs: Any, rhs: Any) -> Any:
+        il, ir = instant(lhs), instant(rhs)
+        c = ((il > ir) - (il < ir)) if il is not None and ir is not None else compare_date_time(lhs, rhs)
+        if maximize:
+            c = -c
+        return lhs if c < 0 else rhs
+
+    return pick
+
+
+def is_date_time_field(f) -> bool:
+    return f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time"
+
+
+def _spark_minmax(maximize: bool):
+    """``min`` / ``max``; of a date-time, ``max_by`` of the text over (instant, source order)."""
+
+    def aggregate(S, f, c) -> SparkAggregate:
+        F = S.F
+        if is_date_time_field(f):
+            return SparkAggregate(F.max_by(c, F.when(c.isNotNull(), F.struct(S.instant_order(c, maximize), S.order))))
+        return SparkAggregate(F.max(c) if maximize else F.min(c))
+
+    return aggregate
+
+
+# ----------------------------------------------------------------------------- append
+
+
+def append_arrays(lhs: Any, rhs: Any, ptr: str) -> Any:
+    if isinstance(lhs, list) and isinstance(rhs, list):
+        return lhs + rhs
+    if lhs is None and isinstance(rhs, list):
+        return None
+    raise reduction_error(ptr, "append", "expects arrays", lhs, rhs)
+
+
+def _append(r, app, ann, lhs, rhs, ptr):
+    return append_arrays(lhs, rhs, ptr)
+
+
+def _fast_append(f):
+    ptr = pointer_of((f.name,))
+    return lambda lhs, rhs: append_arrays(lhs, rhs, ptr)
+
+
+def _spark_append(S, f, c) -> SparkAggregate:
+    """The arrays in source order, flattened."""
+    F = S.F
+    c = S.collected(c)
+    return SparkAggregate(F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"])), F.count(c))
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def _merge(r, app, ann, lhs, rhs, ptr):
+    return r.merge(app, ann.key, lhs, rhs, ptr, "merge")
+
+
+def _spark_merge(S, f, c) -> SparkAggregate:
+    """A map (``additionalProperties`` of one scalar type): ``map_zip_with`` over the maps in
+    source order, the later value winning."""
+    F = S.F
+    c = S.collected(c)
+    empty = F.create_map().cast(f"map<string,{S.spark_type(f.type).simpleString()}>")
+    return SparkAggregate(F.aggregate(S.sorted_values(c, orderable=False), empty,
+                                      lambda acc, x: F.map_zip_with(acc, x["v"], lambda k, a, b: F.coalesce(b, a))),
+                          F.count(c))
+
+
+# ----------------------------------------------------------------------------- set
+
+
+def _set(r, app, ann, lhs, rhs, ptr):
+    return r.reduce_set(app, ann.key, lhs, rhs, ptr)
+
+
+# ----------------------------------------------------------------------------- the table
+
+_NUMBERS = frozenset(("number", "integer"))
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("lastWriteWins", _last, lambda f: None, _spark_pick(True), frozenset(("scalar", "raw")),
+             group_value=True),
+    Strategy("firstWriteWins", _first, lambda f: _keep_left, _spark_pick(False), frozenset(("scalar", "raw")),
+             group_value=True),
+    Strategy("sum", _sum, _fast_sum, _spark_sum, frozenset(("scalar",)), _NUMBERS,
+             location_types=_NUMBERS, expects="numbers"),
+    Strategy("minimize", _minmax, _fast_minmax(False), _spark_minmax(False), frozenset(("scalar",)),
+             group_value=True, keyed=True),
+    Strategy("maximize", _minmax, _fast_minmax(True), _spark_minmax(True), frozenset(("scalar",)),
+             group_value=True, keyed=True),
+    Strategy("append", _append, _fast_append, _spark_append, frozenset(("append",)),
+             location_types=frozenset(("array",)), expects="arrays"),
+    Strategy("merge", _merge, None, _spark_merge, frozenset(("map",)), keyed=True,
+             location_types=frozenset(("object", "array")), expects="objects or arrays"),
+    Strategy("set", _set, keyed=True, location_types=frozenset(("object",)), expects="objects"),
+)}

@@ -1,0 +1,307 @@
+"""What the CLI and the library do without Spark: check, status, reset, and naming a view.
+
+``tidemark check``, ``status`` and ``reset`` (and :func:`tidemark.reset`) live here and never
+import pyspark; ``tidemark run`` is :func:`tidemark.spark.runner.run_spec`.  :func:`target`
+turns the arguments of :func:`tidemark.materialize` into (spec, materialization, checkpoint
+location) for both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
+
+from tidemark.errors import SpecError
+from tidemark.options import RuntimeOptions
+from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+def target(source, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
+           endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
+           shards: int = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
+           options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
+           ) -> tuple[TidemarkSpec, MaterializationSpec, str]:
+    """(spec, materialization, checkpoint location) of a ``materialize()`` / ``reset()`` call.
+
+    ``source`` is a spec file, a :class:`~tidemark.spec.TidemarkSpec` (with ``materialization=``
+    unless it has one), or anything else (a DataFrame, or None for ``reset``) with
+    ``collection=``, ``endpoint=`` and ``checkpoint=``.  ``options`` (a
+    :class:`~tidemark.options.RuntimeOptions`, or a mapping of the fields to change) replaces
+    or overrides the materialization's ``options:``."""
+    if isinstance(source, (str, os.PathLike, TidemarkSpec)):
+        spec = source if isinstance(source, TidemarkSpec) else load_spec(str(source))
+        if materialization is None:
+            if len(spec.materializations) != 1:
+                raise SpecError(
+                    f"the spec has {len(spec.materializations)} materializations; name one with materialization=…"
+                )
+            materialization = next(iter(spec.materializations))
+        if materialization not in spec.materializations:
+            known = ", ".join(sorted(spec.materializations))
+            raise SpecError(f"unknown materialization {materialization!r} (known: {known})", file=spec.file)
+        mat = spec.materializations[materialization]
+        checkpoint_location = spec.checkpoint_location(mat.name)
+    else:
+        if collection is None or endpoint is None:
+            raise SpecError("materialize(df, ...) needs collection={'key': [...], 'schema': {...}} and endpoint={...}")
+        if checkpoint is None:
+            raise SpecError("materialize(df, ...) needs checkpoint=PATH (where the recovery log and Spark's checkpoint live)")
+        checkpoint_location = resolve_path(str(checkpoint), os.getcwd())
+        if name is None:
+            name = default_name(checkpoint_location, resource)
+        obj = {
+            "collections": {name: {k: v for k, v in collection.items() if k != "source"}},
+            "materializations": {
+                name: {
+                    "endpoint": endpoint,
+                    "shards": shards,
+                    "on_invalid": on_invalid,
+                    "bindings": [{"source": name, "resource": resource or {"table": name}, "delta_updates": delta_updates}],
+                }
+            },
+            "checkpoint": str(checkpoint),
+        }
+        spec = parse_spec(obj, file=None, base_dir=os.getcwd())
+        mat = spec.materializations[name]
+    if options is not None:
+        mat = _with_options(spec, mat, options)
+        spec = TidemarkSpec(spec.collections, {**spec.materializations, mat.name: mat}, spec.checkpoint, spec.file,
+                            spec.base_dir)
+    return spec, mat, checkpoint_location
+
+
+def _with_options(spec: TidemarkSpec, mat: MaterializationSpec, options) -> MaterializationSpec:
+    import dataclasses
+
+    if not isinstance(options, RuntimeOptions):
+        options = RuntimeOptions.from_mapping(options, base=mat.options, file=spec.file, path="options")
+    return dataclasses.replace(mat, options=options)
+
+
+def default_name(checkpoint_location: str, resource: Optional[dict]) -> str:
+    """The materialization name of ``materialize(df, ...)`` without ``name=``: the one its
+    checkpoint folder already records, else one derived from the resource and the
+    checkpoint's location -- unique to this view, so that two jobs never share a name (and
+    with it the endpoint's checkpoint rows and fences)."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    existing = RecoveryLog.existing_materialization(checkpoint_location)
+    if existing:
+        return existing
+    res = resource or {}
+    base = next((str(res[k]) for k in ("table", "name", "topic", "stream", "path", "prefix") if res.get(k)), "view")
+    base = re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_")[:40] or "view"
+    return f"{base}_{hashlib.sha256(checkpoint_location.encode()).hexdigest()[:8]}"
+
+
+def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
+    """The :class:`~tidemark.protocol.messages.BindingSpec` of each binding of ``mat``."""
+    from tidemark.collection.collection import Collection
+
+    colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
+    return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def check_spec(spec_path: str) -> list[str]:
+    """Validate the spec and dry-run Validate/Apply against each endpoint; return what was checked."""
+    from tidemark.drivers.base import capabilities_of
+    from tidemark.drivers.registry import load_driver
+    from tidemark.protocol.messages import Apply, Validate
+    from tidemark.runtime.coordinator import check_capabilities
+
+    spec = load_spec(spec_path)
+    lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
+    for mat in spec.materializations.values():
+        bindings = bound(spec, mat)
+        with load_driver(mat.driver_name, mat.driver_config) as driver:
+            check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
+                               bindings=bindings, on_invalid=mat.on_invalid)
+            validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
+            applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
+        lines.append(
+            f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
+            + (f"; apply would: {applied.action_description}" if applied.action_description else "")
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------- status
+
+
+@dataclass
+class ShardStatus:
+    range: str
+    fence: Optional[int]
+    batch_id: Optional[int]
+
+
+@dataclass
+class MaterializationStatus:
+    name: str
+    endpoint: str
+    last_batch: Optional[int]
+    spark_offsets: Optional[int]
+    spark_commits: Optional[int]
+    layout: list = field(default_factory=list)
+    shards: list = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def lag_batches(self) -> Optional[int]:
+        if self.spark_offsets is None:
+            return None
+        return self.spark_offsets - (self.last_batch if self.last_batch is not None else -1)
+
+
+def _spark_log_max(path: str) -> Optional[int]:
+    try:
+        names = [n for n in os.listdir(path) if n.isdigit()]
+    except FileNotFoundError:
+        return None
+    return max(map(int, names)) if names else None
+
+
+def status_spec(spec_path: str) -> list[MaterializationStatus]:
+    """Per materialization and shard: last committed batch, fence and lag."""
+    from tidemark.drivers.registry import load_driver
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    spec = load_spec(spec_path)
+    out = []
+    for mat in spec.materializations.values():
+        location = spec.checkpoint_location(mat.name)
+        last = None
+        if os.path.exists(os.path.join(location, "tidemark")) or "://" in location:
+            last = RecoveryLog(location, mat.name).last()
+        st = MaterializationStatus(
+            name=mat.name,
+            endpoint=mat.driver_name,
+            last_batch=last.batch_id if last else None,
+            spark_offsets=_spark_log_max(os.path.join(location, "spark", "offsets")),
+            spark_commits=_spark_log_max(os.path.join(location, "spark", "commits")),
+            layout=last.layout if last else [],
+            counts=last.counts if last else {},
+        )
+        with load_driver(mat.driver_name, mat.driver_config) as driver:
+            for row in driver.checkpoints(mat.name):
+                cp = row.runtime_checkpoint or {}
+                st.shards.append(ShardStatus(row.range.name, row.fence, cp.get("batch_id")))
+        if not st.shards and last:
+            st.shards = [ShardStatus(f"{b:08x}-{e:08x}", None, last.batch_id) for b, e in last.layout]
+        out.append(st)
+    return out
+
+
+def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:
+    """Input lag of a spec's file sources: files under the bindings' source paths that
+    Spark's file-source log has not yet planned into a batch. None where it cannot tell
+    (no local source path)."""
+    mat = spec.materializations[materialization]
+    spark_root = os.path.join(spec.checkpoint_location(mat.name), "spark", "sources")
+    pending = 0
+    for i, b in enumerate(mat.bindings):
+        src = spec.collections[b.source].source
+        if src is None or not src.path or "://" in src.path:
+            return None
+        path = src.path if os.path.isabs(src.path) else os.path.join(spec.base_dir, src.path)
+        present = set()
+        for root, _dirs, names in os.walk(path):
+            present.update(os.path.join(root, n) for n in names if not n.startswith((".", "_")))
+        planned = set()
+        log_dir = os.path.join(spark_root, str(i))
+        for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+            if name.startswith("."):
+                continue
+            with open(os.path.join(log_dir, name)) as f:
+                for line in f:
+                    if line.startswith("{"):
+                        planned.add(json.loads(line)["path"].removeprefix("file://").removeprefix("file:"))
+        pending += len(present - planned)
+    return pending
+
+
+# ----------------------------------------------------------------------------- reset
+
+
+@dataclass
+class ResetPlan:
+    """What ``tidemark reset`` removes for one materialization."""
+
+    materialization: str
+    endpoint: str
+    resources: list
+    checkpoint_location: str
+
+    def describe(self) -> str:
+        res = ", ".join("/".join(r) for r in self.resources)
+        return (f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with its checkpoint "
+                f"rows, fences, staged files and quarantine rows; delete checkpoint folder {self.checkpoint_location}")
+
+
+def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) -> list[ResetPlan]:
+    spec = load_spec(spec_path)
+    names = materializations or list(spec.materializations)
+    unknown = [n for n in names if n not in spec.materializations]
+    if unknown:
+        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+                        file=spec.file)
+    out = []
+    for n in names:
+        mat = spec.materializations[n]
+        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bound(spec, mat)],
+                             spec.checkpoint_location(n)))
+    return out
+
+
+def reset_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
+    """Start views over on purpose: drop each materialization's resources and everything its
+    endpoint records of it, then delete its checkpoint folder.  Returns what was done."""
+    spec = load_spec(spec_path)
+    done = []
+    for plan in reset_plans(spec_path, materializations):
+        mat = spec.materializations[plan.materialization]
+        done += reset_view(plan.materialization, mat.driver_name, mat.driver_config, bound(spec, mat),
+                           plan.checkpoint_location)
+    return done
+
+
+def reset(source=None, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
+          endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
+          name: Optional[str] = None, delta_updates: bool = False) -> list[str]:
+    """Start a view over on purpose: drop its resources and everything its endpoint records
+    of it (checkpoint rows, fences, staged files, quarantine), then its checkpoint folder.
+
+    Takes the arguments given to :func:`tidemark.materialize` (a spec and a materialization
+    name, or ``collection=``, ``endpoint=``, ``resource=``, ``checkpoint=`` and ``name=``); the
+    DataFrame itself is not needed (pass ``None``).  Returns what was done.  The next run
+    replays the source from its start into a fresh view.  Needs no Spark."""
+    spec, mat, checkpoint_location = target(
+        source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
+        checkpoint=checkpoint, name=name, delta_updates=delta_updates)
+    return reset_view(mat.name, mat.driver_name, mat.driver_config, bound(spec, mat), checkpoint_location)
+
+
+def reset_view(materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str) -> list[str]:
+    """Drop one view's endpoint side first, then its checkpoint folder (a reset cut short by
+    a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
+    can be run again)."""
+    from tidemark.drivers.registry import load_driver
+    from tidemark.runtime.recovery_log import filesystem
+
+    with load_driver(driver_name, driver_config) as driver:
+        done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
+    fs, path = filesystem(checkpoint_location)
+    if fs.get_file_info(path).type.name != "NotFound":
+        fs.delete_dir(path)
+        done.append(f"{materialization}: deleted checkpoint folder {checkpoint_location}")
+    return done

@@ -1,0 +1,94 @@
+"""Runtime options: the knobs of a running materialization, typed and frozen.
+
+They come, in this order (later wins), from
+
+1. the defaults below;
+2. a materialization's ``options:`` block in the spec, or the ``options=`` argument of
+   :func:`tidemark.materialize` (a :class:`RuntimeOptions`, or a mapping that overrides the
+   named fields of the spec's);
+3. environment variables (:data:`ENV`), as overrides of a deployment -- applied once, by
+   :meth:`RuntimeOptions.with_env`, where a run starts.
+
+None of them changes what a view holds, only how a batch is processed: they are not part
+of a materialization's version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from tidemark.errors import SpecError
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Runtime knobs (all positive integers)."""
+
+    #: Bytes of a shard session's combined documents (held from Load to Store) kept in
+    #: memory before they spill to local disk.
+    memory_budget_bytes: int = 64 << 20
+    #: Documents a shard session loaded from the endpoint kept in memory before they spill.
+    max_loaded_in_memory: int = 200_000
+    #: Invalid documents one batch may quarantine (``on_invalid: quarantine``); more fail it.
+    max_quarantine: int = 100_000
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"runtime option {f.name} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, obj: Optional[Mapping[str, Any]], *, base: Optional["RuntimeOptions"] = None,
+                     file: Optional[str] = None, path: Optional[str] = None) -> "RuntimeOptions":
+        """``base`` (default: the defaults) with the fields ``obj`` names; a
+        :class:`~tidemark.errors.SpecError` naming ``path`` for an unknown field or a bad value."""
+        base = base or cls()
+        if obj is None:
+            return base
+        if not isinstance(obj, Mapping):
+            raise SpecError(f"must be a mapping of option to value, got {type(obj).__name__}", file=file, path=path)
+        names = [f.name for f in dataclasses.fields(cls)]
+        for k, v in obj.items():
+            where = f"{path}.{k}" if path else str(k)
+            if k not in names:
+                raise SpecError(f"unknown runtime option {k!r} (known: {', '.join(names)})", file=file, path=where)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SpecError(f"must be a positive integer, got {v!r}", file=file, path=where)
+        return dataclasses.replace(base, **dict(obj))
+
+    def with_env(self, environ: Optional[Mapping[str, str]] = None) -> "RuntimeOptions":
+        """These options with the environment's overrides (:data:`ENV`) applied."""
+        environ = os.environ if environ is None else environ
+        changes = {}
+        for name, var in ENV.items():
+            text = environ.get(var)
+            if text is None or not text.strip():
+                continue
+            try:
+                value = int(text)
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise SpecError(f"environment variable {var} must be a positive integer, got {text!r}")
+            changes[name] = value
+        return dataclasses.replace(self, **changes) if changes else self
+
+    @staticmethod
+    def from_env() -> "RuntimeOptions":
+        """The defaults with the environment's overrides."""
+        return RuntimeOptions().with_env()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+#: Option name -> the environment variable that overrides it.
+ENV: dict[str, str] = {
+    "memory_budget_bytes": "TIDEMARK_SHARD_MEMORY_BYTES",
+    "max_loaded_in_memory": "TIDEMARK_SHARD_MAX_LOADED",
+    "max_quarantine": "TIDEMARK_MAX_QUARANTINE",
+}
