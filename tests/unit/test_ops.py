@@ -109,6 +109,10 @@ def test_each_driver_resolves_its_own_paths_against_the_spec_folder(tmp_path, mo
         assert mat.driver_config == config
     mat = load_spec(write_spec(folder, {"delta": {"path": "s3://bucket/lake"}})).materializations["view"]
     assert mat.driver_config["path"] == "s3://bucket/lake"
+    mat = load_spec(write_spec(folder, {"delta": {"path": "lake", "staging": "stage"}})).materializations["view"]
+    assert mat.driver_config["staging"] == str(folder / "stage")
+    mat = load_spec(write_spec(folder, {"store": {"path": "st", "changelog": "cl"}})).materializations["view"]
+    assert (mat.driver_config["path"], mat.driver_config["changelog"]) == (str(folder / "st"), str(folder / "cl"))
 
 
 def test_the_default_hook_leaves_the_config_as_it_is():

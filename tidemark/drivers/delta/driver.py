@@ -103,8 +103,8 @@ class DeltaDriver(Driver):
 
     @classmethod
     def resolve_config(cls, config: dict, base_dir: str) -> dict:
-        """``path`` relative to the spec's folder (a URI as it is)."""
-        return resolve_local_path(config, "path", base_dir)
+        """``path`` and ``staging`` relative to the spec's folder (a URI as it is)."""
+        return resolve_local_path(resolve_local_path(config, "path", base_dir), "staging", base_dir)
 
     def __repr__(self) -> str:
         return f"DeltaDriver(path={self.root!r})"
