@@ -183,3 +183,25 @@ def normalize(view: dict) -> dict:
         d = {f: v for f, v in doc.items() if f != "_meta"}
         out[k] = d
     return out
+
+
+def store_spec(tmp_path, data, shards: int, **config) -> str:
+    """The orders spec with a store endpoint and ``resource: {name: customers}``."""
+    import yaml
+
+    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1,
+                       endpoint={"store": {"path": str(tmp_path / "store"), **config}})
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def store_view(spec: str) -> dict:
+    """A store view's documents by customer (read-committed)."""
+    import tidemark
+
+    with tidemark.open_view(spec, "customers") as view:
+        return {key[0]: doc for key, doc in view.scan(ordered=False)}

@@ -12,12 +12,11 @@ import os
 import random
 
 import pytest
-import yaml
 
 pytest.importorskip("rocksdict")
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
-from tests.helpers import normalize, oracle_orders, orders_spec, write_orders
+from tests.helpers import normalize, oracle_orders, store_spec, store_view, write_orders
 
 pytestmark = pytest.mark.chaos
 
@@ -36,23 +35,9 @@ POINTS = [
 ]
 
 
-def store_spec(tmp_path, data, shards: int) -> str:
-    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1, endpoint={"store": {
-        "path": str(tmp_path / "store"), "changelog": str(tmp_path / "checkpoints" / "store-changelog"),
-        "snapshot_every": 3}})
-    with open(path) as f:
-        spec = yaml.safe_load(f)
-    spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
-
-
-def store_view(spec: str) -> dict:
-    import tidemark
-
-    with tidemark.open_view(spec, "customers") as view:
-        return {key[0]: doc for key, doc in view.scan(ordered=False)}
+def chaos_store_spec(tmp_path, data, shards: int) -> str:
+    return store_spec(tmp_path, data, shards, changelog=str(tmp_path / "checkpoints" / "store-changelog"),
+                      snapshot_every=3)
 
 
 def identities(tmp_path) -> dict[str, tuple]:
@@ -71,7 +56,7 @@ def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=71 + shards, deletes=0.03)
-    spec = store_spec(tmp_path, data, shards)
+    spec = chaos_store_spec(tmp_path, data, shards)
     assert run_until_done(spec).kills == 0  # a clean first run: the killed batches load existing keys
     before = identities(tmp_path)
     assert len(before) == shards
@@ -88,7 +73,7 @@ def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path
 def test_kill_at_random_moments_then_restart_is_exact_and_nothing_is_wiped(tmp_path):
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=150, customers=40, seed=91, deletes=0.03)
-    spec = store_spec(tmp_path, data, 2)
+    spec = chaos_store_spec(tmp_path, data, 2)
     assert run_until_done(spec).kills == 0
     before = identities(tmp_path)
     write_orders(data, files=4, per_file=150, customers=40, seed=92, start=1, deletes=0.03)

@@ -9,31 +9,13 @@ import os
 import shutil
 
 import pytest
-import yaml
 
 pytest.importorskip("rocksdict")
 
 import tidemark
-from tests.helpers import normalize, oracle_orders, orders_spec, write_orders
+from tests.helpers import normalize, oracle_orders, store_spec, store_view, write_orders
 
 pytestmark = pytest.mark.spark
-
-
-def store_spec(tmp_path, data, shards: int, **config) -> str:
-    """The orders spec with a store endpoint and ``resource: {name: customers}``."""
-    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1,
-                       endpoint={"store": {"path": str(tmp_path / "store"), **config}})
-    with open(path) as f:
-        spec = yaml.safe_load(f)
-    spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
-
-
-def store_view(spec: str) -> dict:
-    with tidemark.open_view(spec, "customers") as view:
-        return {key[0]: doc for key, doc in view.scan(ordered=False)}
 
 
 def run(spark, spec_path):
