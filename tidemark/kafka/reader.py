@@ -75,7 +75,7 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
             left = until - time.monotonic()
             if left <= 0:
                 raise EndpointUnavailable(_blocked(consumer, topic, pending, policy.lock_timeout, config))
-            batch = call(lambda: consumer.consume(BATCH, min(0.05, left)), f"reading {topic!r}", config)
+            batch = call(lambda: consumer.consume(BATCH, min(0.01, left)), f"reading {topic!r}", config)
             for msg in batch:
                 err = msg.error()
                 if err is not None:
