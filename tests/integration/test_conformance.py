@@ -19,6 +19,7 @@ from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
 from tidemark.testing.broken import BROKEN
 from tidemark.testing.conformance import assert_conformance, run_conformance
+from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401  (the kafka driver's broker)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
@@ -70,12 +71,16 @@ SHIPPED = {
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
     "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
                                           "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill
+    "kafka": lambda tmp, urls: {"bootstrap_servers": urls["kafka"], "state": str(tmp / "state"),
+                                "progress_topic": f"kit-progress-{uuid.uuid4().hex[:8]}"},  # Loads via the store
 }
+# driver -> the fixture that gives its URL
+URL_FIXTURES = {"postgres": "postgres_url", "kafka": "kafka_bootstrap"}
 
 
 @pytest.mark.parametrize("driver", list(SHIPPED))
 def test_every_shipped_driver_passes(driver, tmp_path, request):
-    urls = {"postgres": request.getfixturevalue("postgres_url")} if driver == "postgres" else {}
+    urls = {driver: request.getfixturevalue(URL_FIXTURES[driver])} if driver in URL_FIXTURES else {}
     config = SHIPPED[driver](tmp_path, urls)
     name = driver.split("-")[0]
     try:
