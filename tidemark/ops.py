@@ -122,6 +122,7 @@ def check_spec(spec_path: str) -> list[str]:
     spec = load_spec(spec_path)
     lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
     for mat in spec.materializations.values():
+        check_live_reductions(spec, mat)
         bindings = bound(spec, mat)
         with load_driver(mat.driver_name, mat.driver_config) as driver:
             check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
@@ -133,6 +134,22 @@ def check_spec(spec_path: str) -> list[str]:
             + (f"; apply would: {applied.action_description}" if applied.action_description else "")
         )
     return lines
+
+
+def check_live_reductions(spec: TidemarkSpec, mat: MaterializationSpec) -> None:
+    """Refuse a spec whose reduce annotations changed since the view's last committed batch
+    (:mod:`tidemark.runtime.spec_changes`)."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+    from tidemark.runtime.spec_changes import check_reductions, reductions_of
+
+    location = spec.checkpoint_location(mat.name)
+    if not (os.path.exists(os.path.join(location, "tidemark")) or "://" in location):
+        return
+    last = RecoveryLog(location, mat.name, create=False).last()
+    if last is None or not last.reductions:
+        return
+    current = [reductions_of(b.source, spec.collections[b.source].schema) for b in mat.bindings]
+    check_reductions(mat.name, last.batch_id, last.reductions, current, spec.file)
 
 
 # ----------------------------------------------------------------------------- status

@@ -65,8 +65,14 @@ def schema_and_docs(draw):
     for i, (schema, gen) in enumerate(picks):
         props[f"f{i}"] = schema
         gens[f"f{i}"] = gen
-    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins"]))
-    schema = {"type": "object", "required": ["k"], "reduce": {"strategy": root}, "properties": props}
+    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins", "ordered"]))
+    reduce_ = {"strategy": root}
+    if root == "ordered":  # event-time order by a scalar property (ties: source order)
+        scalars = [f"f{i}" for i, (sub, _) in enumerate(picks) if sub["type"] in ("string", "integer", "number", "boolean")]
+        reduce_ = {"strategy": draw(st.sampled_from(["lastWriteWins", "firstWriteWins"]))}
+        if scalars:
+            reduce_["order"] = "/" + draw(st.sampled_from(scalars))
+    schema = {"type": "object", "required": ["k"], "reduce": reduce_, "properties": props}
     key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", "é\"", "\x1f"])
     docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen}, optional=gens), min_size=1, max_size=25))
     return schema, docs

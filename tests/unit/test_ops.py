@@ -85,6 +85,13 @@ def test_materialize_shows_its_real_signature():
     params = inspect.signature(tidemark.materialize).parameters
     assert {"source", "collection", "endpoint", "checkpoint", "options", "available_now", "start"} <= set(params)
     assert "MaterializationRun" in tidemark.materialize.__doc__
+    # help() shows the parameters, and a stream's default: run until stopped
+    import pydoc
+
+    text = pydoc.render_doc(tidemark.materialize)
+    assert "*args" not in text and "**kwargs" not in text and "available_now: 'bool' = False" in text
+    assert params["available_now"].default is False
+    assert "not a ``StreamingQuery``" in tidemark.materialize.__doc__
     assert tidemark.reset.__module__ == "tidemark.ops"  # needs no Spark
     assert tidemark.RuntimeOptions is RuntimeOptions
 

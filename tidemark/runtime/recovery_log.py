@@ -5,7 +5,7 @@ Layout under ``<checkpoint>/tidemark/``::
     meta.json            {"checkpoint_id": uuid, "materialization": name}   (written once)
     log/<batch>.json     one committed batch: runtime checkpoint (with the batch identity),
                          merged driver checkpoint, shard layout, spec version, the bound
-                         resources, counts; sealed with a checksum
+                         resources, counts, the reduce annotations; sealed with a checksum
     intent/<batch>.json  the shard layout a batch was *started* with; a re-run of that batch
                          uses the same layout even if the configured shard count changed
 
@@ -53,6 +53,7 @@ class LogEntry:
     version: str
     counts: dict = field(default_factory=dict)
     resources: list = field(default_factory=list)  # the bound resource paths of the batch
+    reductions: list = field(default_factory=list)  # per binding: its reduce annotations (runtime.spec_changes)
 
     @property
     def query_id(self) -> Optional[str]:

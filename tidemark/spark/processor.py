@@ -31,6 +31,7 @@ from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
+from tidemark.runtime.spec_changes import reductions_of
 
 log = logging.getLogger("tidemark")
 
@@ -81,6 +82,7 @@ class Materializer:
             driver_config=self.driver_config, bindings=self.bindings, version=self.version,
             checkpoint_location=checkpoint_location, shards=materialization.shards,
             strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
+            reductions=[reductions_of(c.name, c.schema) for c in self.collections],
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
