@@ -228,6 +228,34 @@ def query(
         _fail(exc)
 
 
+@app.command()
+def tail(
+    spec: str = typer.Argument(..., help="the spec file"),
+    view: str = typer.Option(..., "--view", help="the binding: its topic (or MATERIALIZATION/TOPIC)"),
+):
+    """Print what an endpoint committed for one binding, as JSON lines: a Kafka topic's last
+    document per key (read_committed, tombstones drop the key), in key order."""
+    import orjson
+
+    from tidemark.drivers.store.query import key_order
+    from tidemark.ops import committed_view
+
+    out = sys.stdout.buffer
+    try:
+        _, docs = committed_view(spec, view)
+        if isinstance(docs, dict):
+            try:
+                items = sorted(docs.items(), key=lambda kv: key_order(kv[0]))
+            except TypeError:
+                items = list(docs.items())
+            docs = [d for _, d in items]
+        for doc in docs:
+            out.write(orjson.dumps(doc) + b"\n")
+        out.flush()
+    except (TidemarkError, ValueError) as exc:
+        _fail(exc)
+
+
 def main() -> None:
     try:
         app()

@@ -109,6 +109,34 @@ def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
     return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
 
 
+def committed_view(spec_path: str, name: str):
+    """``(binding, documents)`` of the binding named ``name`` (its resource name — a topic,
+    table, … — or ``MATERIALIZATION/NAME``) as its endpoint has committed it: ``{key: doc}``
+    (``[doc, ...]`` for delta updates). For endpoints that can read themselves back
+    (``Driver.dump``), e.g. ``tidemark tail`` on a Kafka topic."""
+    from tidemark.drivers.registry import load_driver
+
+    spec = load_spec(spec_path)
+    found, names = [], []
+    for mat in spec.materializations.values():
+        for b in bound(spec, mat):
+            rname = "/".join(b.resource_path)
+            names.append(f"{mat.name}/{rname}")
+            if name in (rname, f"{mat.name}/{rname}"):
+                found.append((mat, b))
+    if len(found) != 1:
+        what = "is ambiguous" if found else "is not a binding of the spec"
+        raise SpecError(f"{name!r} {what} (bindings: {', '.join(names) or 'none'})")
+    mat, binding = found[0]
+    driver = load_driver(mat.driver_name, mat.driver_config)
+    try:
+        return binding, driver.dump(mat.name, binding)
+    except NotImplementedError:
+        raise SpecError(f"endpoint {mat.driver_name!r} cannot be read back by tidemark; read it with its own tools") from None
+    finally:
+        driver.close()
+
+
 # ----------------------------------------------------------------------------- check
 
 

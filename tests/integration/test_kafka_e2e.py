@@ -4,7 +4,10 @@ local state lost between runs is rebuilt from the topic; no transaction is left 
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -41,6 +44,13 @@ def test_several_batches_restart_and_resume(spark, tmp_path, kafka_bootstrap, sh
     assert sum(r.loaded for r in reports) > 0  # full documents came from the local store
     assert normalize(kafka_view(kafka_bootstrap, topic)) == oracle_orders(data)
     assert open_transactions(kafka_bootstrap) == {}
+    if shards == 1:  # `tidemark tail` prints the topic's committed view, in key order
+        proc = subprocess.run([sys.executable, "-m", "tidemark", "tail", spec, "--view", topic],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        docs = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert [d["customer"] for d in docs] == sorted(oracle_orders(data))
+        assert normalize({d["customer"]: d for d in docs}) == oracle_orders(data)
 
 
 def test_lost_local_state_is_rebuilt_from_the_topic(spark, tmp_path, kafka_bootstrap):
