@@ -11,8 +11,8 @@
   that SIGHUP, so the moment lasts until the worker is done.
 * ``NAME:raise``  — raise :class:`InjectedFault` (an executor task fails; Spark retries)
 * ``NAME:stall=SECONDS`` — sleep (simulates a slow endpoint / a zombie)
-* ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it, so a
-  restarted process is not killed again at the same point.
+* ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it (holding
+  ``NAME PID``), so a restarted process is not killed again at the same point.
 
 ``TIDEMARK_FAULT_RANDOM="SEED:P"`` kills at any point with probability P.
 
@@ -152,10 +152,12 @@ def fault_point(name: str) -> None:
         if _counts[name] != nth:
             continue
         if once:
-            if os.path.exists(once):
+            try:  # atomic: of two processes that reach the point together, one fires
+                fd = os.open(once, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
                 continue
-            with open(once, "w") as f:
-                f.write(name)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{name} {os.getpid()}\n")  # the pid: a test may kill this process's machine
         if action == "kill":
             _kill()
         elif action == "orphan":
