@@ -89,6 +89,7 @@ class Materializer:
         # the spec's (or materialize()'s) options; environment variables override them
         self.options = (options or materialization.options).with_env()
         self.error: BaseException | None = None
+        self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
 
     def start_up(self) -> None:
@@ -101,6 +102,8 @@ class Materializer:
             self.process(df, int(batch_id))
         except BaseException as exc:
             self.error = from_task_failure(exc) or exc
+            if self.on_error is not None:
+                self.on_error(self.error)
             raise
 
     def process(self, df, batch_id: int) -> BatchReport:
@@ -167,7 +170,13 @@ class Materializer:
             "invalid": report.invalid,
             "replayed_shards": sum(r.skipped for r in results),
             "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
+            # for `tidemark status` (read-only; not part of the batch's identity)
+            "endpoint": self.driver_name,
+            "seconds": round(time.perf_counter() - t_start, 3),
+            "timings": {k: round(v, 3) for k, v in report.timings.items()},
+            "committed_at": round(time.time(), 3),
         }
+        counts["totals"] = _totals(last, counts)
         self.coordinator.commit(start, state, counts)
         report.timings["recovery_log"] = time.perf_counter() - t
 
@@ -265,6 +274,15 @@ class Materializer:
                 r.unpersist()
 
         return planned, {"documents": documents, "quarantine": quarantine}, cleanup
+
+
+def _totals(last, counts: dict) -> dict:
+    """Running totals since the view's first batch (carried from entry to entry)."""
+    prev = dict(((last.counts or {}).get("totals") or {}) if last else {})
+    out = {"batches": prev.get("batches", 0) + 1}
+    for k in ("documents", "stored", "deleted", "invalid"):
+        out[k] = prev.get(k, 0) + int(counts.get(k) or 0)
+    return out
 
 
 _MASK32 = 0xFFFFFFFF
