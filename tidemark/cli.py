@@ -91,14 +91,13 @@ def run(
     from tidemark.faults import pin_group
 
     pin_group()
-    spark = None
     with _interruptible() as stop:
         try:
             from tidemark.spark.runner import run_spec
             from tidemark.spark.session import local_session
 
             spark = local_session("tidemark", master=master or "local[*]")
-            stop.spark = spark
+            stop.started(spark)
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.
             spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
             run_spec(
@@ -112,14 +111,16 @@ def run(
                 on_metrics=lambda url: console.print(f"metrics: {url}", highlight=False),
             )
         except KeyboardInterrupt:
-            stop.now(last_batches)
+            stop.finish(last_batches)
         except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
             if stop.requested:
-                stop.now(last_batches)
+                stop.finish(last_batches)
             err = _user_error(exc)
             if err is None:
                 raise
             _fail(err)
+        if stop.requested:
+            stop.finish(last_batches)
     console.print(
         f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
         f"{time.perf_counter() - started:.1f}s"
@@ -127,9 +128,10 @@ def run(
 
 
 class _interruptible:
-    """Ctrl-C (SIGINT) during ``run``: stop the streaming queries (a batch cut short is not
-    committed and runs again next time), print one line and exit with code 130.  A second
-    Ctrl-C exits at once."""
+    """Ctrl-C (SIGINT) during ``run``: stop the streaming queries, print one line and exit
+    with code 130.  Once Spark runs, the queries are stopped from another thread (Spark lets
+    the batch in progress finish, or cuts it short before its commit: then it runs again
+    next time); a second Ctrl-C exits at once."""
 
     EXIT = 130
 
@@ -138,17 +140,38 @@ class _interruptible:
         self.requested = False
         self._previous = None
 
+    def _handler(self, signum, frame):
+        import threading
+
+        if self.requested:
+            os._exit(self.EXIT)
+        self.requested = True
+        if self.spark is None:
+            raise KeyboardInterrupt  # Spark not started yet: nothing to stop
+        threading.Thread(target=self._stop_queries, daemon=True).start()
+
+    def _stop_queries(self) -> None:
+        try:
+            for q in self.spark.streams.active:
+                q.stop()
+        except Exception:  # noqa: BLE001 - the session may be half gone; we are leaving anyway
+            pass
+
     def __enter__(self):
         import signal
 
-        def handler(signum, frame):
-            if self.requested:
-                os._exit(self.EXIT)
-            self.requested = True
-            raise KeyboardInterrupt
-
-        self._previous = signal.signal(signal.SIGINT, handler)
+        self._previous = signal.signal(signal.SIGINT, self._handler)
         return self
+
+    def started(self, spark) -> None:
+        """Spark is up: take SIGINT back from PySpark (which would cancel jobs from inside
+        the signal handler, over the py4j connection the main thread is reading)."""
+        import signal
+
+        self.spark = spark
+        signal.signal(signal.SIGINT, self._handler)
+        if self.requested:
+            self._stop_queries()
 
     def __exit__(self, *exc):
         import signal
@@ -156,23 +179,10 @@ class _interruptible:
         signal.signal(signal.SIGINT, self._previous)
         return False
 
-    def now(self, last_batches: dict) -> None:
-        import threading
-
+    def finish(self, last_batches: dict) -> None:
         self.requested = True
-
-        def stop_queries():
-            try:
-                for q in self.spark.streams.active if self.spark is not None else ():
-                    q.stop()
-            except Exception:  # noqa: BLE001 - the session may be half gone; we are leaving anyway
-                pass
-
-        stopper = threading.Thread(target=stop_queries, daemon=True)
-        stopper.start()
-        stopper.join(timeout=20)
-        done = ", ".join(f"{m} batch {b}" for m, b in sorted(last_batches.items())) or "none this run"
-        console.print(f"interrupted: stopped; committed: {escape(done)}; run again to go on from there",
+        done = ", ".join(f"{m} batch {b}" for m, b in sorted(last_batches.items())) or "nothing new"
+        console.print(f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
                       highlight=False, soft_wrap=True)
         sys.stderr.flush()
         sys.stdout.flush()

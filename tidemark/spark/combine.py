@@ -102,8 +102,8 @@ def _raise_invalid(df, bad, total: int) -> None:
         errors.append(DocumentError(r["reason"], location=r["location"], key=key))
     first = errors[0]
     shown = f" (the first {len(errors)} above)" if total > len(errors) else ""
-    lines = [str(e) for e in errors] + [
-        f"{total} invalid document(s) in this batch{shown}; nothing of the batch was written. Fix them, or set "
+    lines = [str(errors[0])] + [f"  {e}" for e in errors[1:]] + [
+        f"  {total} invalid document(s) in this batch{shown}; nothing of the batch was written. Fix them, or set "
         "`on_invalid: quarantine` on the materialization to set invalid documents aside and go on"]
     err = DocumentError("\n".join(lines), location=None)
     err.location, err.key, err.documents, err.total = first.location, first.key, errors, total
