@@ -92,6 +92,7 @@ def run(
 
     pin_group()
     with _interruptible() as stop:
+        stop.last_batches = last_batches
         try:
             from tidemark.spark.runner import run_spec
             from tidemark.spark.session import local_session
@@ -111,16 +112,16 @@ def run(
                 on_metrics=lambda url: console.print(f"metrics: {url}", highlight=False),
             )
         except KeyboardInterrupt:
-            stop.finish(last_batches)
+            stop.finish()
         except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
             if stop.requested:
-                stop.finish(last_batches)
+                stop.finish()
             err = _user_error(exc)
             if err is None:
                 raise
             _fail(err)
         if stop.requested:
-            stop.finish(last_batches)
+            stop.finish()
     console.print(
         f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
         f"{time.perf_counter() - started:.1f}s"
@@ -128,16 +129,17 @@ def run(
 
 
 class _interruptible:
-    """Ctrl-C (SIGINT) during ``run``: stop the streaming queries, print one line and exit
-    with code 130.  Once Spark runs, the queries are stopped from another thread (Spark lets
-    the batch in progress finish, or cuts it short before its commit: then it runs again
-    next time); a second Ctrl-C exits at once."""
+    """Ctrl-C (SIGINT) during ``run``: stop at the next safe point -- the batch in progress
+    finishes and commits, no later batch starts -- then print one line and exit with code
+    130.  A second Ctrl-C exits at once (also safe: a batch cut short is not committed and
+    runs again next time)."""
 
     EXIT = 130
 
     def __init__(self):
         self.spark = None
         self.requested = False
+        self.last_batches: dict = {}
         self._previous = None
 
     def _handler(self, signum, frame):
@@ -147,15 +149,14 @@ class _interruptible:
             os._exit(self.EXIT)
         self.requested = True
         if self.spark is None:
-            raise KeyboardInterrupt  # Spark not started yet: nothing to stop
-        threading.Thread(target=self._stop_queries, daemon=True).start()
+            raise KeyboardInterrupt  # Spark not started yet: nothing to wait for
+        threading.Thread(target=self._stop_between_batches, daemon=True).start()
 
-    def _stop_queries(self) -> None:
-        try:
-            for q in self.spark.streams.active:
-                q.stop()
-        except Exception:  # noqa: BLE001 - the session may be half gone; we are leaving anyway
-            pass
+    def _stop_between_batches(self) -> None:
+        from tidemark.spark.processor import GATE
+
+        GATE.close_and_wait()
+        self.finish()
 
     def __enter__(self):
         import signal
@@ -164,14 +165,12 @@ class _interruptible:
         return self
 
     def started(self, spark) -> None:
-        """Spark is up: take SIGINT back from PySpark (which would cancel jobs from inside
-        the signal handler, over the py4j connection the main thread is reading)."""
+        """Spark is up: take SIGINT back from PySpark (whose handler cancels the jobs from
+        inside the signal handler, over the py4j connection the main thread is reading)."""
         import signal
 
         self.spark = spark
         signal.signal(signal.SIGINT, self._handler)
-        if self.requested:
-            self._stop_queries()
 
     def __exit__(self, *exc):
         import signal
@@ -179,14 +178,14 @@ class _interruptible:
         signal.signal(signal.SIGINT, self._previous)
         return False
 
-    def finish(self, last_batches: dict) -> None:
-        self.requested = True
-        done = ", ".join(f"{m} batch {b}" for m, b in sorted(last_batches.items())) or "nothing new"
+    def finish(self) -> None:
+        done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
         console.print(f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
                       highlight=False, soft_wrap=True)
         sys.stderr.flush()
         sys.stdout.flush()
-        # leave without Python's and py4j's shutdown (the JVM exits when its pipe closes)
+        # leave without stopping Spark's queries (Spark would cut a batch short and print its
+        # traces) and without py4j's shutdown; the JVM exits when its pipe closes
         os._exit(self.EXIT)
 
 

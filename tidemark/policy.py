@@ -97,16 +97,15 @@ def retry(
             return fn()
         except BaseException as exc:
             if attempt >= policy.attempts or not retryable(exc):
-                if attempt > 1 and exc.args and isinstance(exc.args[0], str) and "attempts)" not in exc.args[0]:
-                    exc.args = (f"{exc.args[0]} ({what} failed {attempt} attempts)", *exc.args[1:])
+                if attempt > 1 and exc.args and isinstance(exc.args[0], str) and " attempts)" not in exc.args[0]:
+                    first, sep, rest = exc.args[0].partition("\n")
+                    exc.args = (f"{first} (failed {attempt} attempts){sep}{rest}", *exc.args[1:])
                 raise
             delay = policy.delay(attempt)
-            if attempt == 1:
-                log.warning("%s failed (%s); retrying up to %d time(s)", what,
-                            (str(exc).splitlines() or [type(exc).__name__])[0], policy.attempts - 1)
-            else:
-                log.debug("%s failed again (%s); retry %d/%d in %.2fs",
-                          what, type(exc).__name__, attempt, policy.attempts - 1, delay)
+            # the error itself is shown once, by whoever gets it in the end
+            (log.warning if attempt == 1 else log.debug)(
+                "%s failed (%s), retry %d/%d", what, type(exc).__name__, attempt, policy.attempts - 1)
+            log.debug("%s: %s", what, exc)
             if on_retry is not None:
                 on_retry(exc, attempt)
             time.sleep(delay)  # backoff before the retry (not a wait for a condition)

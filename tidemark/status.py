@@ -308,6 +308,26 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
                                    subsequent_indent=" " * label, break_on_hyphens=False, break_long_words=True)
                      or [f"  {name}"])
 
+    def path_row(name: str, path: str) -> None:
+        """A path, broken after a ``/`` where it does not fit."""
+        room = max(20, width) - label
+        parts = [p + "/" for p in path.split("/")[:-1]] + [path.split("/")[-1]]
+        chunks, cur = [], ""
+        for part in parts:
+            while len(part) > room:  # one very long name
+                if cur:
+                    chunks.append(cur)
+                    cur = ""
+                chunks.append(part[:room])
+                part = part[room:]
+            if len(cur) + len(part) > room:
+                chunks.append(cur)
+                cur = ""
+            cur += part
+        chunks.append(cur)
+        for i, chunk in enumerate(c for c in chunks if c):
+            lines.append(f"  {name if i == 0 else '':<{label - 2}}{chunk}")
+
     head = f"{st.name} ({st.endpoint or 'endpoint not recorded'}): {verdict(st)}"
     lines.extend(textwrap.wrap(head, width=max(20, width), subsequent_indent="  "))
     if st.last_batch is None:
@@ -332,7 +352,7 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         row("input", f"{inp.files_waiting} file(s) waiting{size}")
         where = "read from" if inp.guessed else "source"
         for folder in inp.folders:
-            row(where, folder)
+            path_row(where, folder)
             where = ""
         if inp.guessed:
             row("", "(the folders of the files read so far)")
@@ -348,7 +368,7 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         row("spark", "no batch planned yet")
     else:
         row("spark", f"planned up to batch {st.planned_batch}; {st.batches_waiting} not committed")
-    row("checkpoint", st.checkpoint)
+    path_row("checkpoint", st.checkpoint)
     if st.shards:
         wide = max(len(s.place) for s in st.shards)
         if wide + label + 14 <= width:

@@ -20,6 +20,7 @@ Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates,
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -53,6 +54,36 @@ class BatchReport:
     spilled: bool = False
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
+
+
+class _Gate:
+    """Where a process stops on request (``tidemark run`` on Ctrl-C): between batches.
+    :meth:`close_and_wait` lets the batches in progress finish and holds every later one
+    before it starts (Spark has planned it; it runs again next time, like after a crash)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._closed = False
+
+    def enter(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._closed)
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify_all()
+
+    def close_and_wait(self, timeout: Optional[float] = None) -> bool:
+        """Close the gate; True once no batch is in progress (False at ``timeout``)."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
+
+GATE = _Gate()
 
 
 class Materializer:
@@ -98,6 +129,7 @@ class Materializer:
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
+        GATE.enter()
         try:
             self.process(df, int(batch_id))
         except BaseException as exc:
@@ -105,6 +137,8 @@ class Materializer:
             if self.on_error is not None:
                 self.on_error(self.error)
             raise
+        finally:
+            GATE.leave()
 
     def process(self, df, batch_id: int) -> BatchReport:
         t_start = time.perf_counter()
