@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from tidemark.errors import SpecError
+from tidemark.errors import DriverError, SpecError
 from tidemark.runtime.identity import SparkCheckpoint
 from tidemark.runtime.recovery_log import RecoveryLog, filesystem
 
@@ -206,8 +206,11 @@ def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, 
     from tidemark.drivers.registry import load_driver
 
     with load_driver(driver_name, driver_config) as driver:
-        rows = [ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
-                for r in driver.checkpoints(materialization)]
+        try:
+            rows = [ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
+                    for r in driver.checkpoints(materialization)]
+        except NotImplementedError:
+            rows = []
         if rows:
             return rows
         positions = driver.positions(materialization, tuple(bindings)) or []
@@ -234,7 +237,10 @@ def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None,
         st.planned_batch = _spark_planned(st.checkpoint)
         _input_from_spec(spec, mat, st)
         if endpoint:
-            st.shards = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat))
+            try:
+                st.shards = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat))
+            except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
+                st.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
         if not st.shards:
             st.shards = _layout_rows(st)
         out.append(st)
