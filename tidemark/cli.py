@@ -62,8 +62,6 @@ def run(
 
     try:
         parsed = load_spec(spec)
-        # the endpoints first (credentials, reachability, the tables), before Spark starts
-        check_spec(spec, materialization or None)
     except TidemarkError as exc:
         _fail(exc)
 
@@ -97,6 +95,8 @@ def run(
             from tidemark.spark.runner import run_spec
             from tidemark.spark.session import local_session
 
+            # the endpoints first (credentials, reachability, the tables), before Spark starts
+            check_spec(spec, materialization or None)
             spark = local_session("tidemark", master=master or "local[*]")
             stop.started(spark)
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from tests.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
-from tests.unit.test_metrics import scrape
+from tests.unit.test_day_ops_parts import scrape
 
 pytestmark = pytest.mark.spark
 

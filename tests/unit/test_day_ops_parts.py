@@ -1,4 +1,5 @@
-"""The metrics endpoint and the retry log, without Spark: a real HTTP server on a free port."""
+"""Without Spark: the metrics endpoint (a real HTTP server on a free port), the retry log,
+and `tidemark run` refusing an unreachable endpoint before Spark starts."""
 
 from __future__ import annotations
 
@@ -85,3 +86,31 @@ def test_a_retried_error_is_logged_once_and_names_its_attempts(caplog):
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warned) == 1 and "unreachable" not in warned[0].getMessage()  # the error is shown once, by its raiser
     assert str(err.value).splitlines()[0] == "db at host:1 is unreachable (failed 4 attempts)"
+
+
+def test_run_reports_an_unreachable_endpoint_once_before_spark_starts(tmp_path):
+    """Nothing listens on the port: the policy retries, the warning comes once, the error
+    once with its attempt count, exit code 1, and Spark never starts."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import free_port, orders_spec, write_orders
+
+    pytest.importorskip("psycopg")
+    data = tmp_path / "data"
+    write_orders(data, files=1, per_file=5, customers=2, seed=1)
+    port = free_port()
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, endpoint={"postgres": {
+        "url": f"postgresql://postgres:pw-not-shown@127.0.0.1:{port}/test",
+        "retry": {"attempts": 3, "base_delay": 0.01}}})
+    done = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 1
+    assert done.stderr.count("retry 1/2") == 1 and "retry 2/2" not in done.stderr, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and f"127.0.0.1:{port} is unreachable" in errors[0], done.stderr
+    assert errors[0].endswith("(failed 3 attempts)"), errors
+    assert done.stderr.count("Connection refused") == 1
+    assert "pw-not-shown" not in done.stderr + done.stdout
+    assert "log4j" not in done.stderr and "Traceback" not in done.stderr
