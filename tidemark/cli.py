@@ -196,6 +196,8 @@ def status(
                                              "with tidemark.materialize(df, ...))"),
     materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="only these"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (one object per materialization, in a list)"),
+    kafka_bootstrap: Optional[str] = typer.Option(None, "--kafka-bootstrap", help="with --checkpoint: the Kafka "
+                                                  "source's bootstrap servers, to count the messages waiting"),
 ):
     """Is the view behind? Input waiting, last commit, counts and shard ranges."""
     import json
@@ -206,7 +208,8 @@ def status(
     if (spec is None) == (checkpoint is None):
         _fail(TidemarkError("give a spec file or --checkpoint DIR (one of them)"))
     try:
-        statuses = status_of_spec(spec, materialization or None) if spec else [status_of_checkpoint(checkpoint)]
+        statuses = (status_of_spec(spec, materialization or None) if spec
+                    else [status_of_checkpoint(checkpoint, kafka=kafka_bootstrap)])
     except TidemarkError as exc:
         _fail(exc)
     if as_json:

@@ -41,7 +41,8 @@ class InputStatus:
     bytes_waiting: Optional[int] = None
     folders: list = field(default_factory=list)  # where the files were looked for
     guessed: bool = False  # folders inferred from the files Spark read (no spec)
-    read_to: dict = field(default_factory=dict)  # offsets sources: the last planned offsets
+    read_to: dict = field(default_factory=dict)  # offsets sources: where the last committed batch ends
+    offsets_waiting: Optional[int] = None  # Kafka: messages past read_to (with the brokers' address)
 
 
 @dataclass
@@ -70,9 +71,10 @@ class MaterializationStatus:
     def behind(self) -> Optional[bool]:
         if self.batches_waiting:
             return True
-        if self.input.files_waiting is None:
+        waiting = self.input.files_waiting if self.input.kind == "files" else self.input.offsets_waiting
+        if waiting is None:
             return None
-        return self.input.files_waiting > 0
+        return waiting > 0
 
     def as_json(self) -> dict:
         out = asdict(self)
@@ -174,9 +176,10 @@ def _input_from_spec(spec, mat, st: MaterializationStatus) -> None:
     st.input = InputStatus("files", files, size, folders)
 
 
-def _input_from_checkpoint(st: MaterializationStatus) -> None:
+def _input_from_checkpoint(st: MaterializationStatus, kafka: Optional[str] = None) -> None:
     """Without a spec: file sources by the folders of the files Spark read; offsets
-    sources (Kafka, ...) by the offsets of the last planned batch."""
+    sources (Kafka, ...) by the offsets of the last committed batch, and with ``kafka``
+    (the brokers' ``bootstrap.servers``) the messages past them."""
     planned = _file_source_log(st.checkpoint, 0)
     if planned:
         folders = sorted({os.path.dirname(p) for p in planned})
@@ -189,17 +192,60 @@ def _input_from_checkpoint(st: MaterializationStatus) -> None:
         files, size = _waiting(present, planned, st.last_batch)
         st.input = InputStatus("files", files, size, folders, guessed=True)
         return
-    if st.planned_batch is None:
+    batch = st.last_batch if st.last_batch is not None else st.planned_batch
+    if batch is None:
         return
-    text = SparkCheckpoint(st.checkpoint)._text(f"offsets/{st.planned_batch}") or ""
-    lines = text.splitlines()[2:]
-    read_to = {}
-    for n, line in enumerate(lines):
+    read_to = _source_offsets(st.checkpoint, batch)
+    st.input = InputStatus("offsets", read_to=read_to if st.last_batch is not None else {})
+    if kafka:
+        topics = {t: parts for offsets in read_to.values() if _is_kafka(offsets) for t, parts in offsets.items()}
+        if st.last_batch is None:  # nothing committed: every message of the topics is waiting
+            topics = {t: {} for t in topics}
         try:
-            read_to[str(n)] = json.loads(line)
+            st.input.offsets_waiting = kafka_waiting(kafka, topics)
+        except Exception as exc:  # noqa: BLE001 - the checkpoint still answers; say why Kafka does not
+            st.notes.append(f"kafka not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def _source_offsets(location: str, batch: int) -> dict:
+    """Source index -> the offsets Spark recorded for batch ``batch`` (``offsets/N``: after
+    the version and metadata lines, one line per source)."""
+    text = SparkCheckpoint(location.rstrip("/") + "/spark")._text(f"offsets/{batch}") or ""
+    out = {}
+    for n, line in enumerate(text.splitlines()[2:]):
+        try:
+            out[str(n)] = json.loads(line)
         except ValueError:
-            read_to[str(n)] = line
-    st.input = InputStatus("offsets", read_to=read_to)
+            out[str(n)] = line
+    return out
+
+
+def _is_kafka(offsets) -> bool:
+    """Spark's Kafka source writes ``{"topic": {"partition": next_offset, ...}, ...}``."""
+    return isinstance(offsets, dict) and bool(offsets) and all(
+        isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values())
+
+
+def kafka_waiting(bootstrap: str, topics: dict) -> int:
+    """Messages in ``topics`` past the given next offsets (``{topic: {partition: offset}}``;
+    a partition not listed, or a negative offset, counts from its earliest message)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tidemark-status", "enable.auto.commit": False,
+                         "socket.connection.setup.timeout.ms": 5000, "log_level": 0})  # errors raise
+    try:
+        waiting = 0
+        for topic, parts in topics.items():
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            if meta.error is not None:
+                raise RuntimeError(f"topic {topic!r}: {meta.error.str()}")
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                at = parts.get(str(p), -1)
+                waiting += max(0, high - max(at, low))
+        return waiting
+    finally:
+        consumer.close()
 
 
 def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, bindings) -> list[ShardStatus]:
@@ -247,9 +293,10 @@ def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None,
     return out
 
 
-def status_of_checkpoint(location: str) -> MaterializationStatus:
+def status_of_checkpoint(location: str, *, kafka: Optional[str] = None) -> MaterializationStatus:
     """The status of the view whose checkpoint folder is ``location`` (its endpoint's rows
-    are not read: the folder does not hold the endpoint's settings)."""
+    are not read: the folder does not hold the endpoint's settings).  ``kafka``: the
+    ``bootstrap.servers`` of a Kafka source, to count the messages waiting."""
     from tidemark.spec import resolve_path
 
     location = location if "://" in location else resolve_path(location, os.getcwd())
@@ -259,7 +306,7 @@ def status_of_checkpoint(location: str) -> MaterializationStatus:
     st = MaterializationStatus(name, None, location)
     _read_log(location, name, st)
     st.planned_batch = _spark_planned(location)
-    _input_from_checkpoint(st)
+    _input_from_checkpoint(st, kafka)
     st.shards = _layout_rows(st)
     return st
 
@@ -294,12 +341,15 @@ def verdict(st: MaterializationStatus) -> str:
     waiting = []
     if st.input.files_waiting:
         waiting.append(f"{st.input.files_waiting} file(s) waiting")
+    if st.input.offsets_waiting:
+        waiting.append(f"{st.input.offsets_waiting} message(s) waiting")
     if st.batches_waiting:
         waiting.append(f"{st.batches_waiting} planned batch(es) not committed")
     if waiting:
         return "behind: " + ", ".join(waiting)
     if st.behind is None:
-        return "input waiting: unknown (not a local file source)"
+        return "input waiting: unknown (" + ("give --kafka-bootstrap" if st.input.kind == "offsets"
+                                            else "not a local file source") + ")"
     return "up to date: no input waiting"
 
 
@@ -362,10 +412,13 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
             where = ""
         if inp.guessed:
             row("", "(the folders of the files read so far)")
-    elif inp.kind == "offsets" and inp.read_to:
+    elif inp.kind == "offsets":
+        if inp.offsets_waiting is not None:
+            row("input", f"{inp.offsets_waiting} message(s) waiting")
+        else:
+            row("input", "unknown: give --kafka-bootstrap, or compare with the source's latest offsets")
         for n, offsets in inp.read_to.items():
-            row(f"source {n}", "read to " + json.dumps(offsets, separators=(",", ":")))
-        row("input", "waiting offsets unknown: compare with the source's latest offsets")
+            row(f"source {n}", "committed to " + json.dumps(offsets, separators=(",", ":")))
     elif inp.kind == "files":
         row("input", "unknown: the folders read so far are gone")
     else:
