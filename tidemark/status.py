@@ -282,7 +282,8 @@ def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None,
         _read_log(st.checkpoint, n, st)
         st.planned_batch = _spark_planned(st.checkpoint)
         _input_from_spec(spec, mat, st)
-        if endpoint:
+        # the endpoint only once the view has run (opening it may create a database file)
+        if endpoint and RecoveryLog.existing_materialization(st.checkpoint):
             try:
                 st.shards = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat))
             except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
