@@ -176,8 +176,12 @@ def test_invalid_document_fails_with_location_key_and_rule(spark, path):
     ]
     with pytest.raises(DocumentError) as exc:
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
-    assert str(exc.value) == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
-    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",)
+    lines = str(exc.value).splitlines()
+    assert lines[0] == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    # every invalid document of the batch, in source order, then the count and the way on
+    assert lines[1] == "  /data/orders/b.json:1 key ('d',): document violates its schema: /total: 'y' is not of type 'number'"
+    assert lines[2].startswith("  2 invalid document(s) in this batch") and "on_invalid: quarantine" in lines[2]
+    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",) and exc.value.total == 2
 
 
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
@@ -495,8 +499,11 @@ def test_mutated_documents_agree_with_python(spark, lines):
     bad = [i for i, (reason, _kj, _doc) in enumerate(checked) if reason is not None]
     df = spark.createDataFrame(rows, SCHEMA)
     if bad:
-        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]"):
+        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]") as err:
             combine_batch(df, coll)
+        # all of them, in order, up to the limit
+        assert err.value.total == len(bad)
+        assert [d.location for d in err.value.documents] == [f"src:{i + 1}" for i in bad[:20]]
         return
     want: dict = {}
     for reason, kj, doc in checked:

@@ -69,7 +69,8 @@ def test_check_status_and_reset_never_import_pyspark(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for args, expect in [(("check", spec_path), "endpoint sqlite ok"),
-                         (("status", spec_path), "recovery log batch"),
+                         (("status", spec_path), "last commit  batch 0"),
+                         (("status", "--checkpoint", spec.checkpoint_location("view")), "last commit  batch 0"),
                          (("reset", spec_path, "--yes"), "deleted checkpoint folder")]:
         done = _cli(*args, cwd=elsewhere)
         assert "EXIT 0 PYSPARK 0 " in done.stderr, done.stdout + done.stderr

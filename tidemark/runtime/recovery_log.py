@@ -196,6 +196,25 @@ class RecoveryLog:
                         "set aside as %s, the batch runs again", batches[-1], exc, aside)
             return self.last()
 
+    def peek_last(self) -> tuple[Optional[LogEntry], Optional[int]]:
+        """Read-only :meth:`last` (for ``tidemark status``): (the newest whole entry, the
+        batch of a torn newer entry or None).  Sets nothing aside."""
+        torn = None
+        for batch in reversed(self._batches("log")):
+            try:
+                entry = self._entry(batch)
+            except TornEntry:
+                torn = torn if torn is not None else batch
+                continue
+            if entry is not None:
+                return entry, torn
+        return None, torn
+
+    def entry_mtime(self, batch_id: int) -> Optional[float]:
+        """When batch ``batch_id``'s entry was written (epoch seconds), if the file system says."""
+        info = self.fs.get_file_info(f"{self.root}/log/{batch_id}.json")
+        return info.mtime.timestamp() if info.mtime is not None else None
+
     def get(self, batch_id: int) -> Optional[LogEntry]:
         try:
             return self._entry(batch_id)

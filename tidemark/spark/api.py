@@ -42,6 +42,7 @@ class MaterializationRun:
 
     query: object
     materializer: object
+    metrics_url: Optional[str] = None  # where /metrics is served (``metrics_port=``)
 
     def await_termination(self, timeout: Optional[float] = None):
         """Wait; re-raise tidemark's own error (not Spark's wrapper) if the batch failed."""
@@ -93,6 +94,7 @@ def materialize(
     spark=None,
     on_batch: Optional[Callable] = None,
     max_files_per_trigger: Optional[int] = None,
+    metrics_port: Union[int, str, None] = None,
 ) -> MaterializationRun | DataStreamWriter:
     """Materialize a collection into an endpoint, exactly once.
 
@@ -113,7 +115,9 @@ def materialize(
     ``spark.sql.shuffle.partitions``, the query gets the CLI's 4
     (:data:`tidemark.spark.session.SHUFFLE_PARTITIONS`; not with ``start=False``).  ``on_batch``: called with each batch's
     :class:`~tidemark.spark.processor.BatchReport`.  ``max_files_per_trigger``: files per batch
-    of a spec's file sources that set none.
+    of a spec's file sources that set none.  ``metrics_port``: serve Prometheus metrics of
+    this materialization at ``http://HOST:PORT/metrics`` (a port, or ``"HOST:PORT"``; 0 picks
+    a free port; see :mod:`tidemark.metrics`); the URL is the run's ``metrics_url``.
 
     Source order: a DataFrame's rows are ordered by its ``_file`` / ``_block`` columns, or by
     Kafka's ``topic`` / ``partition`` / ``offset`` columns kept beside a string ``value``;
@@ -156,7 +160,12 @@ def materialize(
     for s in streams[1:]:
         stream = stream.unionByName(s)
 
+    metrics_url = None
+    if metrics_port is not None:
+        on_batch, metrics_url, watch = _with_metrics(metrics_port, spec, mat, source, on_batch)
     materializer = Materializer(spec, mat, collections, checkpoint_location, on_batch=on_batch)
+    if metrics_port is not None:
+        watch(materializer)
     materializer.start_up()
     writer = (
         stream.writeStream.foreachBatch(materializer)
@@ -169,7 +178,7 @@ def materialize(
         writer = writer.trigger(processingTime=processing_time)
     if not start:
         return writer
-    return MaterializationRun(start_query(writer, spark), materializer)
+    return MaterializationRun(start_query(writer, spark), materializer, metrics_url)
 
 
 def warn_unordered(name: str, collection) -> None:
@@ -181,6 +190,28 @@ def warn_unordered(name: str, collection) -> None:
                     "(Spark may hand a batch's rows over in any order); give the reduce an order: (e.g. "
                     "reduce: {strategy: lastWriteWins, order: /updated_at}) or keep _file/_block or Kafka's "
                     "partition and offset columns (docs/reductions.md, \"Source order\")", name, shown)
+
+
+def _with_metrics(port, spec, mat, source, on_batch):
+    """(on_batch that also feeds the metrics, the metrics URL, a function that watches the
+    materializer's failures)."""
+    from tidemark.metrics import serve
+    from tidemark.ops import pending_files
+    from tidemark.spec import TidemarkSpec
+
+    metrics, url = serve(port)
+    from_spec = isinstance(source, (str, os.PathLike, TidemarkSpec))
+    metrics.register(mat.name, (lambda: pending_files(spec, mat.name)) if from_spec else None)
+
+    def fed(report):
+        metrics.batch(report)
+        if on_batch is not None:
+            on_batch(report)
+
+    def watch(materializer):
+        materializer.on_error = lambda exc: metrics.failure(mat.name, exc)
+
+    return fed, url, watch
 
 
 def _with_option(cspec, key, value):
