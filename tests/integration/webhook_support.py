@@ -1,7 +1,8 @@
 """Two real HTTP receivers for the webhook tests (stdlib ``http.server`` in a thread):
 one applies each ``Idempotency-Key`` once, the other applies every request.
 
-"Applying" a request counts each of its documents by ``id``.  ``script`` queues what the
+"Applying" a request counts each of its documents by ``id`` (when it has one) and keeps
+it in ``rows`` with the body's materialization, resource and batch.  ``script`` queues what the
 next requests get instead of a plain 200: ``(status, headers, body)`` (nothing applied),
 ``"drop"`` (connection closed, nothing applied) or ``"apply_then_drop"`` (applied, then
 the connection closed before the reply: a lost acknowledgement)."""
@@ -22,12 +23,14 @@ class Receiver:
         self.applied: collections.Counter = collections.Counter()
         self.seen: set[str] = set()
         self.requests: list[dict] = []  # per request: key, headers, outcome
+        self.rows: list[tuple] = []  # per applied document: (materialization, resource, batch_id, document)
         self.script: collections.deque = collections.deque()
         self.lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as real receivers
+            disable_nagle_algorithm = True  # headers and body in separate writes: no delayed-ACK stall
 
             def log_message(self, *args):  # quiet
                 pass
@@ -60,8 +63,12 @@ class Receiver:
                 if self.dedup and key in self.seen:
                     record["outcome"] = "duplicate"
                 else:
-                    for doc in json.loads(body)["documents"]:
-                        self.applied[doc["id"]] += 1
+                    payload = json.loads(body)
+                    for doc in payload["documents"]:
+                        if isinstance(doc, dict) and "id" in doc:
+                            self.applied[doc["id"]] += 1
+                        self.rows.append((payload.get("materialization"), payload.get("resource"),
+                                          payload.get("batch_id"), doc))
                     self.seen.add(key)
                     record["outcome"] = "applied"
                 status, headers, text = 200, {}, b'{"ok":true}'
@@ -75,6 +82,11 @@ class Receiver:
         h.send_header("Content-Length", str(len(text)))
         h.end_headers()
         h.wfile.write(text)
+
+    def documents(self, materialization: str, resource: str) -> list:
+        """The documents applied for one binding of one materialization, in arrival order."""
+        with self.lock:
+            return [d for m, r, _b, d in self.rows if m == materialization and r == resource]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -93,3 +105,18 @@ def naive_receiver():
     r = Receiver(dedup=False)
     yield r
     r.close()
+
+
+def receiver_view(receiver: Receiver):
+    """A webhook driver class whose ``dump`` of a delta-updates binding reads what
+    ``receiver`` applied (tidemark keeps those rows nowhere else), for the conformance kit."""
+    from tidemark.drivers.store.naming import resource_name
+    from tidemark.drivers.webhook_driver import WebhookDriver
+
+    class ReceiverView(WebhookDriver):
+        def dump(self, materialization, binding):
+            if binding.delta_updates:
+                return receiver.documents(materialization, resource_name(binding))
+            return super().dump(materialization, binding)
+
+    return ReceiverView
