@@ -120,3 +120,63 @@ def receiver_view(receiver: Receiver):
             return super().dump(materialization, binding)
 
     return ReceiverView
+
+
+def webhook_spec(tmp, data, *, url, shards=1, **config) -> str:
+    """The orders spec (tests/helpers.py) into a webhook: ``resource: {name: customers}``,
+    the state store in ``tmp/webhook-state`` (the default, beside the spec)."""
+    import yaml
+
+    from tests.helpers import orders_spec
+
+    path = orders_spec(tmp, data_dir=data, db_path=None, shards=shards, max_files=1,
+                       endpoint={"webhook": {"url": url, **config}})
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def applied_view(receiver: Receiver, resource: str = "customers") -> dict:
+    """What a receiver that keeps the latest document per customer holds: the applied
+    documents in batch order (a deletion document removes the key)."""
+    view: dict = {}
+    with receiver.lock:
+        rows = sorted(((b, i, d) for i, (_m, r, b, d) in enumerate(receiver.rows) if r == resource),
+                      key=lambda row: (row[0], row[1]))
+    for _b, _i, doc in rows:
+        if (doc.get("_meta") or {}).get("op") == "d":
+            view.pop(doc["customer"], None)
+        else:
+            view[doc["customer"]] = doc
+    return view
+
+
+def applied_per_batch(receiver: Receiver, resource: str = "customers"):
+    """Counter of (batch, customer): how often the receiver applied a customer's document in a batch."""
+    with receiver.lock:
+        return collections.Counter((b, d["customer"]) for _m, r, b, d in receiver.rows if r == resource)
+
+
+def expected_per_batch(directory) -> set:
+    """(batch, customer) pairs a batch must deliver when each file is one batch: every
+    customer of the file, except a deletion of a customer the view does not hold."""
+    import json
+    import os
+
+    held: set = set()
+    out = set()
+    for batch, name in enumerate(sorted(n for n in os.listdir(directory) if n.endswith(".json"))):
+        last: dict = {}
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                doc = json.loads(line)
+                last[doc["customer"]] = (doc.get("_meta") or {}).get("op") == "d"
+        for customer, deleted in last.items():
+            if deleted and customer not in held:
+                continue
+            out.add((batch, customer))
+            (held.discard if deleted else held.add)(customer)
+    return out
