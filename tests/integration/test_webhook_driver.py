@@ -57,6 +57,8 @@ def test_config_state_defaults_beside_the_spec_and_reserved_headers_are_refused(
     assert capabilities_of(d).commit_pattern is CommitPattern.STORE_AUTHORITATIVE
     with pytest.raises(SpecError, match="set by tidemark"):
         load_driver("webhook", {"url": "http://h/x", "headers": {"Idempotency-Key": "x"}})
+    with pytest.raises(SpecError, match="webhook endpoint needs resource {name"):
+        d.validate(Validate(MAT, d.config, (BindingSpec({"bucket": "x"}, "orders", ("/customer",), FIELDS),)))
     with pytest.raises(SpecError, match="unknown state option"):
         load_driver("webhook", {"url": "http://h/x", "state": {"path": "s", "colour": "red"}})
 

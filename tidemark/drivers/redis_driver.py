@@ -58,7 +58,7 @@ def binding_prefix(binding: BindingSpec) -> str:
                     f"(e.g. {{prefix: \"orders:\"}}), got {binding.resource!r}")
 
 
-def check_prefixes(bindings: Sequence[BindingSpec], namespace: str) -> list[str]:
+def check_prefixes(bindings: Sequence[BindingSpec]) -> list[str]:
     """The bindings' prefixes; two bindings may not share one (their keys would collide)."""
     prefixes = [binding_prefix(b) for b in bindings]
     seen: dict[str, str] = {}
@@ -125,20 +125,20 @@ class RedisDriver(Driver):
         return warning
 
     def validate(self, req: Validate) -> Validated:
-        check_prefixes(req.bindings, self.cfg.namespace)
+        check_prefixes(req.bindings)
         self._check_server()
         return Validated(tuple(ValidatedBinding((binding_prefix(b),), b.delta_updates) for b in req.bindings))
 
     def apply(self, req: Apply) -> Applied:
         """Nothing to create in Redis: keys appear with their first commit."""
-        check_prefixes(req.bindings, self.cfg.namespace)
+        check_prefixes(req.bindings)
         if not req.dry_run:
             self.warn_persistence()
         return Applied("nothing to create (redis keys appear with the first commit)", ())
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple["RedisTransactor", Opened]:
-        prefixes = check_prefixes(req.bindings, self.cfg.namespace)
+        prefixes = check_prefixes(req.bindings)
         store = RedisStore(self.cfg)
         try:
             self.warn_persistence(store)
@@ -146,8 +146,7 @@ class RedisDriver(Driver):
         except BaseException:
             store.close()
             raise
-        t = RedisTransactor(store, fence, prefixes, [b.delta_updates for b in req.bindings],
-                            [binding_prefix(b) for b in req.bindings])
+        t = RedisTransactor(store, fence, prefixes, [b.delta_updates for b in req.bindings])
         return t, Opened(fence.checkpoint)
 
     # -------------------------------------------------------------- inspection
@@ -183,13 +182,11 @@ class RedisTransactor(ReadCommittedLoads, Transactor):
     * StartCommit: exactly-once: the commit script (fence, data, checkpoint, all or nothing);
       at-least-once: non-transactional pipelines."""
 
-    def __init__(self, store: RedisStore, fence: RangeFence, prefixes: list[str], delta: list[bool],
-                 names: list[str]):
+    def __init__(self, store: RedisStore, fence: RangeFence, prefixes: list[str], delta: list[bool]):
         self.rs = store
         self.fence = fence
-        self.prefixes = prefixes
+        self.prefixes = prefixes  # per binding; a quarantined row names its binding's prefix
         self.delta = delta
-        self.names = names
         self._acknowledged = False
         self._deferred: list[Load] = []
         self._reset()
@@ -229,7 +226,7 @@ class RedisTransactor(ReadCommittedLoads, Transactor):
         out = []
         for row in self._quarantine:
             b = row.get("binding")
-            name = self.names[b] if isinstance(b, int) and 0 <= b < len(self.names) else None
+            name = self.prefixes[b] if isinstance(b, int) and 0 <= b < len(self.prefixes) else None
             out.append({"materialization": self.fence.materialization, "batch_id": cp.get("batch_id"),
                         "resource": name, "location": row.get("location"), "key_json": row.get("key_json"),
                         "reason": str(row.get("reason", "")), "value": row.get("value")})

@@ -118,10 +118,20 @@ class WebhookDriver(Driver):
         )
 
     # ------------------------------------------------------------- setup phase
+    @staticmethod
+    def _check_resources(bindings: Sequence[BindingSpec]) -> None:
+        for b in bindings:
+            res = b.resource if isinstance(b.resource, dict) else {}
+            if not isinstance(res.get("name", res.get("table")), str):
+                raise SpecError(f"binding of {b.collection!r}: the webhook endpoint needs resource {{name: NAME}} (the "
+                                f"name the receiver sees in each request), got {b.resource!r}")
+
     def validate(self, req: Validate) -> Validated:
+        self._check_resources(req.bindings)
         return self.state.validate(req)
 
     def apply(self, req: Apply) -> Applied:
+        self._check_resources(req.bindings)
         return self.state.apply(req)
 
     # ------------------------------------------------------- transaction phase
