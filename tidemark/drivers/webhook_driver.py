@@ -33,6 +33,7 @@ Delta-updates bindings post their combined deltas and keep nothing in the state 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Optional, Sequence
 
@@ -132,7 +133,9 @@ class WebhookDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         self._check_resources(req.bindings)
-        return self.state.apply(req)
+        applied = self.state.apply(req)
+        return dataclasses.replace(applied, action_description=applied.action_description.replace(
+            "create store view", "create the state store of"))
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple["WebhookTransactor", Opened]:
