@@ -39,7 +39,7 @@ from tidemark.redis_store.layout import check_prefix
 
 log = logging.getLogger("tidemark")
 
-_WARNED: set[str] = set()  # persistence warnings already logged by this process (one per URL)
+_WARNED: set[str] = set()  # URLs whose persistence this process has checked (and warned about)
 
 
 def binding_prefix(binding: BindingSpec) -> str:
@@ -115,12 +115,13 @@ class RedisDriver(Driver):
                 "several hash slots, which Cluster refuses; use a standalone Redis (or a primary with replicas)")
 
     def warn_persistence(self, store: Optional[RedisStore] = None) -> Optional[str]:
-        """Log (once per process and URL) what the server's persistence risks for exactly-once."""
-        if not self.cfg.exactly_once or (store is not None and self.cfg.url in _WARNED):
+        """Log (once per process and URL: at Apply, or at the first Open of an executor) what the
+        server's persistence risks for exactly-once."""
+        if not self.cfg.exactly_once or self.cfg.url in _WARNED:
             return None
         warning = (store or self.store).persistence().warning()
-        if warning and self.cfg.url not in _WARNED:
-            _WARNED.add(self.cfg.url)
+        _WARNED.add(self.cfg.url)
+        if warning:
             log.warning("%s", redact(warning, [self.cfg.url]))
         return warning
 
