@@ -184,29 +184,34 @@ class RedisStore:
     def write(self, upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = (),
               appends: Iterable[tuple[str, Key, Doc]] = (), quarantine: Sequence[Doc] = (),
               materialization: str = "") -> int:
-        """At-least-once: ``SET``/``DEL`` in pipelines of ``write_chunk`` commands, no fence,
-        no checkpoint.  A crash may leave some of a batch written; its replay writes it again
-        (a ``sum`` then counts twice; last-write-wins documents come out right).  Returns the
-        number of commands sent."""
-        ops = [("set", data_key(p, k), encode_doc(d)) for p, k, d in upserts]
-        ops += [("rpush", data_key(p, k), encode_doc(d)) for p, k, d in appends]
+        """At-least-once: no fence, no checkpoint; ``MSET`` and ``DEL`` of up to ``write_chunk``
+        keys per command, an ``RPUSH`` per appended row, sent in pipelines of ``write_chunk``
+        commands.  A crash may leave some of a batch written; its replay writes it again (a
+        ``sum`` then counts twice; last-write-wins documents come out right).  Returns the
+        number of keys set, rows appended and keys deleted."""
+        wc = self.config.write_chunk
+        sets = [(data_key(p, k), encode_doc(d)) for p, k, d in upserts]
+        pushes = [(data_key(p, k), encode_doc(d)) for p, k, d in appends]
         qkey = quarantine_key(self.config.namespace, materialization)
-        ops += [("rpush", qkey, encode_doc(row)) for row in quarantine]
-        ops += [("del", data_key(p, k), None) for p, k in deletes]
-        for part in chunked(ops, self.config.write_chunk):
+        pushes += [(qkey, encode_doc(row)) for row in quarantine]
+        dels = [data_key(p, k) for p, k in deletes]
+        cmds: list[tuple] = [("mset", dict(part)) for part in chunked(sets, wc)]
+        cmds += [("rpush", key, value) for key, value in pushes]
+        cmds += [("del", part) for part in chunked(dels, wc)]
+        for part in chunked(cmds, wc):
             def body(part=part) -> None:
                 pipe = self.client.pipeline(transaction=False)
-                for op, key, value in part:
-                    if op == "set":
-                        pipe.set(key, value)
+                for op, *args in part:
+                    if op == "mset":
+                        pipe.mset(args[0])
                     elif op == "rpush":
-                        pipe.rpush(key, value)
+                        pipe.rpush(*args)
                     else:
-                        pipe.delete(key)
+                        pipe.delete(*args[0])
                 pipe.execute()
 
             self._run(body, f"write {len(part)} commands")
-        return len(ops)
+        return len(sets) + len(pushes) + len(dels)
 
     # -------------------------------------------------------- inspection
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
