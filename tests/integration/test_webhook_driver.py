@@ -183,3 +183,21 @@ def test_a_kill_between_the_posts_and_the_commit_replays_the_same_keys(dedup, de
     assert set(applied.values()) == ({1} if dedup else {2})
     again = run_child(receiver.url, state, 0, 25)  # the batch is committed: nothing is posted again
     assert again.stdout.split() == ["opened", "0", "skipped"] and len(receiver.requests) == 6
+
+
+def test_quarantined_documents_stay_in_the_state_store_with_the_batch(dedup_receiver, tmp_path):
+    from tidemark.protocol.messages import Quarantine
+
+    d = make(dedup_receiver.url, tmp_path)
+    t, _ = session(d)
+    t.acknowledge(Acknowledge())
+    t.flush(Flush())
+    t.store(store_msg(docs(1)))
+    t.quarantine(Quarantine(({"binding": 0, "location": "/amount", "key_json": '["x"]', "reason": "not an integer",
+                              "value": {"customer": "x", "amount": "lots"}},)))
+    t.start_commit(StartCommit(cp(0)))
+    [row] = d.quarantined(MAT)
+    assert row["resource"] == "customers" and row["batch_id"] == 0 and row["value"]["amount"] == "lots"
+    assert [doc for *_x, doc in dedup_receiver.rows] == docs(1)  # the receiver gets only the valid documents
+    t.close()
+    d.close()
