@@ -12,7 +12,9 @@ pytest.importorskip("redis")
 
 from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
 from tests.integration.redis_support import redis_ns, redis_spec, redis_url, redis_view  # noqa: E402,F401
+from tests.integration.webhook_support import add_delta_binding, delta_rows, expected_delta_rows  # noqa: E402
 from tidemark.drivers.registry import load_driver  # noqa: E402
+from tidemark.protocol.messages import BindingSpec  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -29,16 +31,20 @@ def test_one_shard_then_two_is_exact(spark, tmp_path, redis_url, redis_ns):
     data, prefix = tmp_path / "data", redis_ns + "customers:"
     write_orders(data, files=2, per_file=200, customers=60, seed=131, deletes=0.05)
     spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=1)
+    add_delta_binding(spec, {"prefix": redis_ns + "order_log:"})
     assert [r.batch_id for r in run(spark, spec)] == [0, 1]
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)
 
     write_orders(data, files=2, per_file=200, customers=60, seed=132, start=2, deletes=0.05)
     spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=2)
+    add_delta_binding(spec, {"prefix": redis_ns + "order_log:"})
     reports = run(spark, spec)
     assert [r.batch_id for r in reports] == [2, 3] and all(r.shards == 2 for r in reports)
     assert sum(r.loaded for r in reports) > 0  # existing keys were loaded from Redis and reduced
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)
     driver = load_driver("redis", {"url": redis_url, "namespace": redis_ns})
+    log = BindingSpec({"prefix": redis_ns + "order_log:"}, "orders", ("/customer",), (), delta_updates=True)
+    assert delta_rows(driver.dump("view", log)) == expected_delta_rows(data)  # each batch's deltas, once
     rows = {r.range.name: r.runtime_checkpoint["batch_id"] for r in driver.checkpoints("view")}
     assert rows == {"00000000-ffffffff": 1, "00000000-7fffffff": 3, "80000000-ffffffff": 3}
     driver.close()

@@ -180,3 +180,46 @@ def expected_per_batch(directory) -> set:
             out.add((batch, customer))
             (held.discard if deleted else held.add)(customer)
     return out
+
+
+def add_delta_binding(spec_path: str, resource: dict) -> None:
+    """Add a delta-updates binding of the orders collection to the spec's view."""
+    import yaml
+
+    with open(spec_path) as f:
+        spec = yaml.safe_load(f)
+    spec["materializations"]["view"]["bindings"].append(
+        {"source": "orders", "resource": resource, "delta_updates": True})
+    with open(spec_path, "w") as f:
+        yaml.safe_dump(spec, f)
+
+
+def expected_delta_rows(directory) -> collections.Counter:
+    """The rows a delta-updates binding of the orders files gets when each file is one batch:
+    per file and customer, the file's lines folded (a deletion starts over), as
+    ``(customer, amount, orders, deleted)``; without tidemark code."""
+    import json
+    import os
+
+    rows: collections.Counter = collections.Counter()
+    for name in sorted(n for n in os.listdir(directory) if n.endswith(".json")):
+        folded: dict = {}
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                doc = json.loads(line)
+                c = doc["customer"]
+                if (doc.get("_meta") or {}).get("op") == "d":
+                    folded[c] = (0, 0, True)
+                else:
+                    amount, orders, deleted = folded.get(c, (0, 0, False))
+                    if deleted:
+                        amount, orders = 0, 0
+                    folded[c] = (amount + doc["amount"], orders + doc["orders"], False)
+        rows.update((c, a, o, d) for c, (a, o, d) in folded.items())
+    return rows
+
+
+def delta_rows(docs) -> collections.Counter:
+    """``(customer, amount, orders, deleted)`` of delta-update rows as an endpoint kept them."""
+    return collections.Counter((d["customer"], d.get("amount", 0), d.get("orders", 0),
+                                (d.get("_meta") or {}).get("op") == "d") for d in docs)
