@@ -82,6 +82,8 @@ class WebhookDriver(Driver):
         hook = {k: v for k, v in self.config.items() if k != "state"}
         self.hook = WebhookConfig.from_config(hook)
         opts = _state_options(self.config.get("state", DEFAULT_STATE))
+        if self.config.get("retry"):
+            opts["retry"] = self.config["retry"]  # lock_timeout: how long an Open waits for a range's lock
         self.state = StoreDriver(opts)
         self._client: Optional[WebhookClient] = None
 
