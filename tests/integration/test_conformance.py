@@ -36,6 +36,27 @@ DEFECTS = {
 
 
 @pytest.fixture
+def redis_kit_db():
+    """A Redis database of its own for the kit (its resources are ``kit_<run>_…`` keys outside
+    any namespace); afterwards the keys of the runs that this test started are deleted."""
+    redis = pytest.importorskip("redis")
+    from tests.integration.redis_support import REDIS_URL
+
+    url = REDIS_URL.rsplit("/", 1)[0] + "/13"
+    client = redis.Redis.from_url(url)
+    runs_before = {k.split(b"_")[1] for k in client.scan_iter(match="kit_*", count=1000)}
+
+    def cleanup(config):
+        ours = [k for k in client.scan_iter(match="kit_*", count=1000) if k.split(b"_")[1] not in runs_before]
+        ours += list(client.scan_iter(match=(config.get("namespace") or "tidemark:") + "*kit_*", count=1000))
+        for i in range(0, len(ours), 1000):
+            client.delete(*ours[i:i + 1000])
+
+    yield url, cleanup
+    client.close()
+
+
+@pytest.fixture
 def memory_name():
     name = f"kit-{uuid.uuid4().hex[:8]}"
     yield name
@@ -73,6 +94,10 @@ SHIPPED = {
                                           "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill
     "kafka": lambda tmp, urls: {"bootstrap_servers": urls["kafka"], "state": str(tmp / "state"),
                                 "progress_topic": f"kit-progress-{uuid.uuid4().hex[:8]}"},  # Loads via the store
+    "redis": lambda tmp, urls: {"url": urls["redis"], "namespace": f"tm_kit_{uuid.uuid4().hex[:10]}:"},
+    "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
+    # the kit reads the standard binding from the state store, the delta rows from the receiver
+    "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
 }
 # driver -> the fixture that gives its URL
 URL_FIXTURES = {"postgres": "postgres_url", "kafka": "kafka_bootstrap"}
@@ -81,14 +106,27 @@ URL_FIXTURES = {"postgres": "postgres_url", "kafka": "kafka_bootstrap"}
 @pytest.mark.parametrize("driver", list(SHIPPED))
 def test_every_shipped_driver_passes(driver, tmp_path, request):
     urls = {driver: request.getfixturevalue(URL_FIXTURES[driver])} if driver in URL_FIXTURES else {}
-    config = SHIPPED[driver](tmp_path, urls)
     name = driver.split("-")[0]
+    factory = lambda: load_driver(name, config)  # noqa: E731
+    cleanup = None
+    if name == "redis":
+        urls["redis"], cleanup = request.getfixturevalue("redis_kit_db")
+    if name == "webhook":
+        from tests.integration.webhook_support import Receiver, receiver_view
+
+        receiver = Receiver(dedup=True)
+        request.addfinalizer(receiver.close)
+        urls["webhook"] = receiver.url
+        factory = lambda: receiver_view(receiver)(config)  # noqa: E731
+    config = SHIPPED[driver](tmp_path, urls)
     try:
-        report = assert_conformance(lambda: load_driver(name, config), quick=True)
+        report = assert_conformance(factory, quick=True)
         assert report.properties["no-loss"].passed and report.properties["no-loss"].checks > 0
         if report.commit_pattern != "at-least-once":
             assert report.properties["fencing"].passed is not False
     finally:
+        if cleanup is not None:
+            cleanup(config)
         if driver == "postgres":
             import psycopg
 

@@ -19,10 +19,12 @@ DRIVERS: dict[str, str] = {
     "delta": "tidemark.drivers.delta:DeltaDriver",
     "store": "tidemark.drivers.store:StoreDriver",
     "kafka": "tidemark.drivers.kafka:KafkaDriver",
+    "redis": "tidemark.drivers.redis_driver:RedisDriver",
+    "webhook": "tidemark.drivers.webhook_driver:WebhookDriver",
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta", "kafka": "kafka"}
+EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta", "kafka": "kafka", "redis": "redis", "webhook": "webhook"}
 
 
 def driver_class(name: str):

@@ -93,7 +93,9 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
     def quarantine(self, msg: Quarantine) -> None:
         self._quarantine.extend(msg.rows)
 
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
+    def start_commit(self, msg: StartCommit, inside=None) -> StartedCommit:
+        """``inside()``: run under the range's lock after the fence check, before the write
+        (:meth:`tidemark.store.Transaction.commit`; the webhook endpoint POSTs there)."""
         cp = msg.runtime_checkpoint
         txn = self.rs.transaction()
         batch = batch_of(cp)
@@ -103,7 +105,7 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
             txn.put(quarantine_key(self.range, batch, n),
                     encode_doc(quarantine_row(self.materialization, batch, name, row)))
         fault_point("before_endpoint_commit")
-        self.last_commit = txn.commit(cp)
+        self.last_commit = txn.commit(cp, inside)
         fault_point("after_endpoint_commit")
         self._quarantine = []
         self._rows = 0
