@@ -21,6 +21,8 @@ import re
 import tempfile
 from typing import Any, Callable, Optional, Sequence
 
+import pymysql
+
 from tidemark.drivers.mysql.dialect import KEY_CHARS, MySqlDialect
 from tidemark.drivers.sql import (
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, TEXT, TIMESTAMP, SqlTransactor, TableModel, coerce, dumps,
@@ -30,6 +32,9 @@ from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
 
 _ROW = re.compile(r"\brow (\d+)")
+_COLUMN = re.compile(r"column [`']?(\w+)[`']?")
+# the server cannot hold a value: out of range, too long, incorrect value or date-time, truncated
+DATA_CODES = {1264, 1406, 1292, 1366, 1265, 1367, 1048, 4025, 3140}
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\x00": "\\0"})
 
 
@@ -85,10 +90,33 @@ class MySqlTransactor(SqlTransactor):
 
     # ----------------------------------------------------------------- bulk
     def bulk(self, table: str, names: Sequence[str], rows: list[tuple], keys: Callable[[int], Any],
-             what: str, upsert_keys: int = 0) -> None:
+             what: str, upsert_keys: int = 0, fields: Sequence[str] = ()) -> None:
         """Write ``rows`` into the temp ``table`` in one statement; with ``upsert_keys``, a
-        row whose first ``upsert_keys`` columns are already there replaces it.  Any warning
-        (a value the column cannot hold) refuses the chunk, naming ``keys(row index)``."""
+        row whose first ``upsert_keys`` columns are already there replaces it.  A value the
+        column cannot hold (an error, or a warning) refuses the chunk, naming the field
+        (``fields``: the names of the staging columns ``c0``, ``c1``…) and, from one
+        statement, the key (``keys(row index)``)."""
+        try:
+            self._bulk(table, names, rows, keys, what, upsert_keys)
+        except pymysql.Error as exc:
+            code, message = (exc.args + (None, ""))[:2]
+            if code not in DATA_CODES:
+                raise
+            raise self.refused(what, str(message), f"{code}", keys if self.infile else None, fields) from None
+
+    def refused(self, what: str, message: str, code: str, keys: Optional[Callable[[int], Any]],
+                fields: Sequence[str]) -> DriverError:
+        m = _ROW.search(message)
+        at = f" key {keys(int(m.group(1)) - 1)!r}" if keys and m else ""
+        c = _COLUMN.search(message)
+        if c and c.group(1).startswith("c") and c.group(1)[1:].isdigit() and int(c.group(1)[1:]) < len(fields):
+            at += f" field {fields[int(c.group(1)[1:])]!r}"
+        return DriverError(
+            f"MySQL at {self.driver.settings.where}: {what}:{at or ' a value'}: the column cannot hold the value "
+            f"({code}: {message}). Nothing of this chunk was written; fix the document or the column's type")
+
+    def _bulk(self, table: str, names: Sequence[str], rows: list[tuple], keys: Callable[[int], Any],
+              what: str, upsert_keys: int = 0) -> None:
         if self.infile:
             fd, path = tempfile.mkstemp(prefix="tidemark-mysql-", suffix=".tsv")
             try:
@@ -112,15 +140,9 @@ class MySqlTransactor(SqlTransactor):
 
     def refuse_warnings(self, what: str, keys: Callable[[int], Any]) -> None:
         warnings = self.execute("SHOW WARNINGS").fetchall()
-        if not warnings:
-            return
-        level, code, message = warnings[0][:3]
-        m = _ROW.search(str(message))
-        at = f" (key {keys(int(m.group(1)) - 1)!r})" if m else ""
-        raise DriverError(
-            f"MySQL at {self.driver.settings.where}: {what}: the server cannot hold a value{at}: {message} "
-            f"[{level} {code}; {len(warnings)} warning(s)]. Nothing of this chunk was written; fix the document "
-            "or the column's type")
+        if warnings:
+            level, code, message = warnings[0][:3]
+            raise self.refused(what, str(message), f"{level} {code}; {len(warnings)} warning(s)", keys, ())
 
     def check_keys(self, model: TableModel, keys: Sequence[tuple]) -> None:
         """String keys longer than a key column holds: refused, naming the key."""
@@ -133,18 +155,21 @@ class MySqlTransactor(SqlTransactor):
                         f"MySQL: {model.display}: key {list(key)!r} has a {model.keys[j].name!r} of {len(v)} characters; "
                         f"a key column holds {KEY_CHARS} in MySQL. Shorten the key (or hash it into a key of its own)")
 
-    def converted(self, model: TableModel, rows: Callable[[], list[tuple]], keys: Sequence[tuple]) -> list[tuple]:
+    def converted(self, model: TableModel, rows: Callable[[], list[tuple]], keys: Sequence[tuple],
+                  values: Optional[Sequence[tuple]] = None) -> list[tuple]:
+        """``rows()``; a date-time that is not RFC 3339 is refused, naming its key and field."""
         try:
             return rows()
-        except ValueError:  # a date-time that is not RFC 3339: find it
-            for key in keys:
-                for c, v in zip(model.keys, key):
-                    if c.kind == TIMESTAMP:
+        except ValueError:
+            columns = model.columns if values is not None else model.keys
+            for i, key in enumerate(keys):
+                for c, v in zip(columns, (*key, *(values[i] if values is not None else ()))):
+                    if c.kind == TIMESTAMP and v is not None:
                         try:
                             to_utc(v)
-                        except ValueError:
-                            raise DriverError(f"MySQL: {model.display}: key {list(key)!r}: {c.name!r} is not an RFC 3339 "
-                                              "date-time") from None
+                        except (ValueError, TypeError):
+                            raise DriverError(f"MySQL: {model.display}: key {list(key)!r} field {c.name!r}: {v!r} is "
+                                              "not an RFC 3339 date-time. Nothing of this chunk was written") from None
             raise
 
     # ----------------------------------------------------------------- Load
@@ -165,7 +190,8 @@ class MySqlTransactor(SqlTransactor):
                 self.execute(create)
             else:
                 self.execute(f"DELETE FROM {lt}")
-            self.bulk(lt, names, rows, lambda i: list(keys[i]), f"load {model.display}")
+            self.bulk(lt, names, rows, lambda i: list(keys[i]), f"load {model.display}",
+                      fields=[c.name for c in model.keys])
             return self.execute(f"SELECT l.i, t.{d.quote(DOCUMENT_COLUMN)} FROM {lt} l JOIN {d.ident(model)} t "
                                 f"ON {on} ORDER BY l.i").fetchall()
 
@@ -199,7 +225,7 @@ class MySqlTransactor(SqlTransactor):
                      dumps(doc))
                     for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes))]
 
-        rows = self.converted(model, make, msg.keys)
+        rows = self.converted(model, make, msg.keys, values)
         names = ["seq", "x"] + [f"c{j}" for j in range(len(model.columns))] + ["d"]
         if any(msg.deletes):
             self._deletes.add(msg.binding)
@@ -210,7 +236,7 @@ class MySqlTransactor(SqlTransactor):
             elif stale:
                 self.execute(f"DELETE FROM {st}")
             self.bulk(st, names, rows, lambda i: list(msg.keys[i]), f"store {model.display}",
-                      0 if model.delta else 2 + n)
+                      0 if model.delta else 2 + n, [c.name for c in model.columns])
 
         if not model.delta:  # the upsert's key columns come first
             names = names[2:2 + n] + names[:2] + names[2 + n:]
