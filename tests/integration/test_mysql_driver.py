@@ -58,7 +58,7 @@ def test_round_trip_types_keys_and_deletes(mysql_url, mysql_db, bulk):
     t, opened = open_session(d, b)
     assert opened.runtime_checkpoint is None
     first = [doc("a", 1, seen="2024-05-01T12:00:00+02:00", meta={"x": 1}), doc("A", 20), doc("a ", 3), doc("c", 4),
-             doc("tab\tnew\nline\\ \u00e9\U0001F600", 5)]
+             doc("tab\tnew\nline\\ cr\r nul\x00 \u00e9\U0001F600", 5)]
     assert txn(t, b, first, 0) == {}
     loaded = txn(t, b, [doc("a", 2), doc("c", 3)], 1, deletes=[False, True])
     assert loaded == {("a",): first[0], ("c",): doc("c", 4)}

@@ -85,8 +85,7 @@ class MySqlDriver(SqlDriver):
                     cur.execute(f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
                                 f"SESSION innodb_lock_wait_timeout = {max(1, int(s.policy.lock_timeout))}")
                     cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    cur.execute("SELECT VERSION()")
-                    self.dialect = dialect_for(cur.fetchone()[0])
+                self.dialect = dialect_for(con.get_server_info())  # from the handshake
             except pymysql.Error as exc:
                 con.close()
                 raise translate(exc, s, "connect") from None

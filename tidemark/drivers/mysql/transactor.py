@@ -268,8 +268,3 @@ class MySqlTransactor(SqlTransactor):
         # emptied lazily by the next Store of this session: most sessions end here
         self._stale |= self._staged
         self._deletes.clear()
-
-    def check_session(self) -> None:
-        """The session's temp tables must still be there (a proxy that multiplexes
-        connections, or a reconnect, would lose them): checked by :meth:`driver.run`'s
-        translation of a lost connection, which is never retried on a session."""
