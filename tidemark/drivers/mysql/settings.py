@@ -129,6 +129,9 @@ def translate(exc: BaseException, s: MySqlSettings, what: str) -> TidemarkError:
     if code == 1049:
         return DriverError(f"MySQL at {s.host}:{s.port}: database {s.database!r} does not exist: create it "
                            f"(CREATE DATABASE `{s.database}`) or name another in the url")
+    if code == 1665:
+        return DriverError(f"MySQL at {s.where}: {what}: the server logs statements (binlog_format = STATEMENT), "
+                           "which cannot log READ COMMITTED writes; set binlog_format = ROW or MIXED")
     if code in (1148, 2068, 3948, 3950):
         return DriverError(f"MySQL at {s.where}: {what}: the server refuses LOAD DATA LOCAL INFILE ({code}: {text}); "
                            "set local_infile=ON on the server, or bulk: insert in the endpoint config")
