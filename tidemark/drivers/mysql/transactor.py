@@ -178,12 +178,12 @@ class MySqlTransactor(SqlTransactor):
         self.check_keys(model, keys)
         name = f"tidemark_load_{binding}"
         lt, create = self.temp(name, ["i bigint NOT NULL PRIMARY KEY"]
-                               + [f"k{j} {d.ddl_type(c)}" for j, c in enumerate(model.keys)])
-        on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
+                               + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.keys)])
+        on = " AND ".join(f"t.{d.quote(c.name)} = l.c{j}" for j, c in enumerate(model.keys))
         convs = [param(c.kind) for c in model.keys]
         rows = self.converted(model, lambda: [(i, *[f(v) for f, v in zip(convs, key)]) for i, key in enumerate(keys)],
                               keys)
-        names = ["i"] + [f"k{j}" for j in range(len(convs))]
+        names = ["i"] + [f"c{j}" for j in range(len(convs))]
 
         def body() -> list:
             if create:
