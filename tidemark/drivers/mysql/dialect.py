@@ -26,7 +26,7 @@ LOCKS_TABLE = "tidemark_open_locks"  # one row per materialization: Opens of it 
 
 
 def quote(name: str) -> str:
-    """A MySQL identifier in backticks (a backtick doubled); NUL and names ending in a space are refused."""
+    """A MySQL identifier in backticks (a backtick doubled); an empty name or NUL is refused."""
     name = str(name)
     if not name or "\x00" in name:
         raise SpecError(f"invalid MySQL identifier {name!r}")
