@@ -20,6 +20,7 @@ from tidemark.drivers.registry import load_driver
 from tidemark.testing.broken import BROKEN
 from tidemark.testing.conformance import assert_conformance, run_conformance
 from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401  (the kafka driver's broker)
+from tests.mysql_support import mysql_url  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
@@ -88,6 +89,7 @@ def test_each_broken_driver_fails_on_its_property(cls, prop, memory_name):
 SHIPPED = {
     "sqlite": lambda tmp, urls: {"path": str(tmp / "views.db")},
     "postgres": lambda tmp, urls: {"url": urls["postgres"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
+    "mysql": lambda tmp, urls: {"url": urls["mysql"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "delta": lambda tmp, urls: {"path": str(tmp / "lake")},
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
     "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
@@ -100,7 +102,7 @@ SHIPPED = {
     "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
 }
 # driver -> the fixture that gives its URL
-URL_FIXTURES = {"postgres": "postgres_url", "kafka": "kafka_bootstrap"}
+URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap"}
 
 
 @pytest.mark.parametrize("driver", list(SHIPPED))
@@ -132,6 +134,10 @@ def test_every_shipped_driver_passes(driver, tmp_path, request):
 
             with psycopg.connect(urls["postgres"], autocommit=True) as con:
                 con.execute(f'DROP SCHEMA IF EXISTS "{config["schema"]}" CASCADE')
+        if driver == "mysql":
+            from tests.mysql_support import drop_database
+
+            drop_database(urls["mysql"], config["schema"])
 
 
 def test_external_example_driver_passes_over_the_wire(tmp_path):

@@ -16,6 +16,7 @@ DRIVERS: dict[str, str] = {
     "memory": "tidemark.drivers.memory:MemoryDriver",
     "sqlite": "tidemark.drivers.sqlite:SQLiteDriver",
     "postgres": "tidemark.drivers.postgres:PostgresDriver",
+    "mysql": "tidemark.drivers.mysql:MySqlDriver",
     "delta": "tidemark.drivers.delta:DeltaDriver",
     "store": "tidemark.drivers.store:StoreDriver",
     "kafka": "tidemark.drivers.kafka:KafkaDriver",
@@ -24,7 +25,8 @@ DRIVERS: dict[str, str] = {
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta", "kafka": "kafka", "redis": "redis", "webhook": "webhook"}
+EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "kafka": "kafka", "redis": "redis",
+                          "webhook": "webhook"}
 
 
 def driver_class(name: str):
