@@ -51,9 +51,9 @@ class StandaloneCluster:
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], **env) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
-        return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args], env=self.env,
+        return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args], env={**self.env, **env},
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self) -> None:
@@ -67,9 +67,12 @@ class StandaloneCluster:
         n = len(self.workers)
         work = self.base / f"work{n}"
         work.mkdir(exist_ok=True)
+        # Each worker on a loopback address of its own: Spark sees two hosts, as on two machines
+        # (it never runs a speculative copy of a task on the host that runs the original).
+        host = f"127.0.0.{n + 1}"
         self.workers.append(self._spawn(f"worker{n}", [
-            "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores", str(self.cores),
-            "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", str(work)]))
+            "org.apache.spark.deploy.worker.Worker", self.url, "--host", host, "--cores", str(self.cores),
+            "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", str(work)], SPARK_LOCAL_IP=host))
         self.await_workers(sum(1 for w in self.workers if w.poll() is None))
 
     def state(self) -> dict:
