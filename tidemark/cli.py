@@ -50,6 +50,9 @@ def run(
     max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", help="files per batch"),
     metrics_port: Optional[str] = typer.Option(None, "--metrics-port", help="serve Prometheus metrics at "
                                                "http://HOST:PORT/metrics (PORT, or HOST:PORT; 0 picks a port)"),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", help="a Spark setting KEY=VALUE (repeatable), "
+                                             "e.g. --conf spark.executor.memory=4g"),
+    spark_ui: bool = typer.Option(False, "--spark-ui", help="keep Spark's web UI on (port 4040)"),
 ):
     """Run the materializations of SPEC, with live progress.  Ctrl-C stops it (exit code 130);
     every batch committed by then stays, and the next run goes on from there."""
@@ -62,6 +65,7 @@ def run(
 
     try:
         parsed = load_spec(spec)
+        spark_conf = _spark_conf(conf or [], spark_ui)
     except TidemarkError as exc:
         _fail(exc)
 
@@ -97,7 +101,7 @@ def run(
 
             # the endpoints first (credentials, reachability, the tables), before Spark starts
             check_spec(spec, materialization or None)
-            spark = local_session("tidemark", master=master or "local[*]")
+            spark = local_session("tidemark", master=master or "local[*]", **spark_conf)
             stop.started(spark)
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.
             spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
@@ -126,6 +130,17 @@ def run(
         f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
         f"{time.perf_counter() - started:.1f}s"
     )
+
+
+def _spark_conf(pairs: List[str], ui: bool) -> dict:
+    """``--conf KEY=VALUE`` settings (and ``--spark-ui``) as a dict for the SparkSession."""
+    out = {"spark.ui.enabled": "true"} if ui else {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise TidemarkError(f"--conf takes KEY=VALUE with a Spark key (spark.…), got {pair!r}")
+        out[key.strip()] = value
+    return out
 
 
 class _interruptible:
