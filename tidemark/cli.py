@@ -52,7 +52,8 @@ def run(
                                                "http://HOST:PORT/metrics (PORT, or HOST:PORT; 0 picks a port)"),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="a Spark setting KEY=VALUE (repeatable), "
                                              "e.g. --conf spark.executor.memory=4g"),
-    spark_ui: bool = typer.Option(False, "--spark-ui", help="keep Spark's web UI on (port 4040)"),
+    spark_ui: bool = typer.Option(True, "--spark-ui/--no-spark-ui", help="Spark's web UI (http://localhost:4040, "
+                                  "the next free port when taken)"),
 ):
     """Run the materializations of SPEC, with live progress.  Ctrl-C stops it (exit code 130);
     every batch committed by then stays, and the next run goes on from there."""
@@ -134,7 +135,7 @@ def run(
 
 def _spark_conf(pairs: List[str], ui: bool) -> dict:
     """``--conf KEY=VALUE`` settings (and ``--spark-ui``) as a dict for the SparkSession."""
-    out = {"spark.ui.enabled": "true"} if ui else {}
+    out = {"spark.ui.enabled": "true" if ui else "false"}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip().startswith("spark."):

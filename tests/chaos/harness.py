@@ -100,7 +100,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
             seed, p = random_points
             run_env["TIDEMARK_FAULT_RANDOM"] = f"{seed}-{attempt}:{p}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master],
+            [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master, "--no-spark-ui"],
             env=run_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -14,9 +14,10 @@ from tidemark.errors import TidemarkError
 
 def test_conf_pairs_and_the_ui_flag():
     assert _spark_conf(["spark.executor.memory=4g", "spark.sql.shuffle.partitions=8"], False) == {
-        "spark.executor.memory": "4g", "spark.sql.shuffle.partitions": "8"}
-    assert _spark_conf([], True) == {"spark.ui.enabled": "true"}
-    assert _spark_conf(["spark.x=a=b"], False) == {"spark.x": "a=b"}  # only the first '=' splits
+        "spark.ui.enabled": "false", "spark.executor.memory": "4g", "spark.sql.shuffle.partitions": "8"}
+    assert _spark_conf([], True) == {"spark.ui.enabled": "true"}  # the default: the UI is on
+    assert _spark_conf(["spark.ui.enabled=false"], True) == {"spark.ui.enabled": "false"}  # --conf wins
+    assert _spark_conf(["spark.x=a=b"], False)["spark.x"] == "a=b"  # only the first '=' splits
 
 
 @pytest.mark.parametrize("pair", ["spark.executor.memory", "executor.memory=4g", "=4g"])
