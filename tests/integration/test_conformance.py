@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.nats_server import nats_server, nats_url  # noqa: F401 (fixtures)
 from tidemark.drivers import memory
 from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
@@ -70,12 +71,18 @@ SHIPPED = {
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
     "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
                                           "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill
+    # atomic batch publish, in chunks of 9 documents + the progress record
+    "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}",
+                               "max_batch": 10},
 }
 
 
 @pytest.mark.parametrize("driver", list(SHIPPED))
 def test_every_shipped_driver_passes(driver, tmp_path, request):
     urls = {"postgres": request.getfixturevalue("postgres_url")} if driver == "postgres" else {}
+    if driver == "nats":
+        pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
+        urls["nats"] = request.getfixturevalue("nats_url")
     config = SHIPPED[driver](tmp_path, urls)
     name = driver.split("-")[0]
     try:

@@ -18,10 +18,11 @@ DRIVERS: dict[str, str] = {
     "postgres": "tidemark.drivers.postgres:PostgresDriver",
     "delta": "tidemark.drivers.delta:DeltaDriver",
     "store": "tidemark.drivers.store:StoreDriver",
+    "nats": "tidemark.drivers.nats:NatsDriver",
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta"}
+EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta", "nats": "nats"}
 
 
 def driver_class(name: str):
