@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 pytest.importorskip("rocksdict")
 
-from tests.nats_server import nats_server  # noqa: E402,F401 (fixture)
+from tests.nats_server import nats_server, private_nats_server  # noqa: E402,F401 (fixtures)
 from tidemark.drivers.nats import NatsDriver  # noqa: E402
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError  # noqa: E402
 from tidemark.nats import NatsClient, wire  # noqa: E402
@@ -94,3 +94,46 @@ def test_a_state_store_ahead_of_the_log_is_refused_and_drop_removes_the_view(set
         txn, opened = d.open(Open("m", "v", Range(), bindings=(binding,)))  # starts over
         assert opened.runtime_checkpoint is None
         txn.close()
+
+
+def test_tidemark_query_prints_only_committed_documents(tmp_path, private_nats_server):
+    """`tidemark query` over a nats view: the last committed document per key, in key order;
+    a batch whose progress record is missing (a writer killed mid-batch) is not shown."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.nats_helpers import STREAM, SUBJECT, nats_spec
+    from tidemark.spec import load_spec
+
+    url = private_nats_server.url
+    spec = nats_spec(tmp_path, tmp_path / "data", 1, url, atomic=False)
+    mat = load_spec(spec).materializations["view"]
+    binding = BindingSpec({"stream": STREAM, "subject": SUBJECT}, "orders", ("/customer",), FIELDS)
+    with NatsDriver(mat.driver_config) as d:
+        d.apply(Apply("view", {}, (binding,), checkpoint_id="cp"))
+        txn, _ = d.open(Open("view", "v", Range(), bindings=(binding,)))
+        for batch, n in ((0, 3), (1, 2)):
+            txn.acknowledge(Acknowledge())
+            keys = tuple((f"c{i}",) for i in range(n))
+            docs = tuple({"customer": k[0], "batch": batch} for k in keys)
+            txn.store(Store(0, keys, ((0,),) * n, docs, (False,) * n, (False,) * n))
+            txn.start_commit(StartCommit({"checkpoint_id": "cp", "batch_id": batch, "materialization": "view"}))
+        txn.close()
+    with NatsClient(url) as nc:  # a partial batch 2: data without its progress record
+        nc.ensure_stream(STREAM, [SUBJECT])
+        from tidemark.nats import BatchId, Channel
+
+        ch = Channel(STREAM, "view", Range())
+        h = wire.data_headers(ch, BatchId("cp", 2), 1, ["c0"])
+        nc._run(nc._aio.js.publish(SUBJECT, json.dumps({"customer": "c0", "batch": 2}).encode(), headers=h), "pub")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", SUBJECT],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"customer": "c0", "batch": 1}, {"customer": "c1", "batch": 1}, {"customer": "c2", "batch": 0}]
+    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", "view", "--key", '"c2"'],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout) == {"customer": "c2", "batch": 0}, out.stderr
