@@ -205,3 +205,94 @@ def store_view(spec: str) -> dict:
 
     with tidemark.open_view(spec, "customers") as view:
         return {key[0]: doc for key, doc in view.scan(ordered=False)}
+
+
+def kafka_spec(tmp_path, data, shards: int, bootstrap: str, *, topic: str = "customers", **config) -> str:
+    """The orders spec with a kafka endpoint and ``resource: {topic: TOPIC}``."""
+    import yaml
+
+    endpoint = {"kafka": {"bootstrap_servers": bootstrap, "state": str(tmp_path / "state"), **config}}
+    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1, endpoint=endpoint)
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    spec["materializations"]["view"]["bindings"][0]["resource"] = {"topic": topic, "partitions": 3}
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def set_shards(spec_path: str, shards: int) -> None:
+    """Change the shard count of the spec's one materialization."""
+    import yaml
+
+    with open(spec_path) as f:
+        spec = yaml.safe_load(f)
+    (mat,) = spec["materializations"].values()
+    mat["shards"] = shards
+    with open(spec_path, "w") as f:
+        yaml.safe_dump(spec, f)
+
+
+def kafka_view(bootstrap: str, topic: str = "customers") -> dict:
+    """What a read_committed consumer ends with: the last document per customer (tombstones
+    delete), read with a plain confluent-kafka consumer, not tidemark's reader."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"oracle-{os.getpid()}-{random.random()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    view, records = {}, []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        pending = set(parts)
+        import time as _time
+
+        deadline = _time.monotonic() + 30
+        while pending and _time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.05):
+                if msg.error():
+                    pending.discard(msg.partition())
+                    continue
+                key = tuple(json.loads(msg.key()))[0]
+                headers = dict(msg.headers() or [])
+                records.append((headers.get("tidemark-range"), headers.get("tidemark-sequence"), key))
+                if msg.value() is None:
+                    view.pop(key, None)
+                else:
+                    view[key] = json.loads(msg.value())
+        assert not pending, f"read_committed did not reach the end of {sorted(pending)} (an open transaction?)"
+    finally:
+        consumer.close()
+    from collections import Counter
+
+    dupes = [r for r, n in Counter(records).items() if n > 1]
+    assert not dupes, f"records of one committed transaction appear twice: {sorted(dupes)[:5]}"
+    return view
+
+
+def open_transactions(bootstrap: str) -> dict:
+    """Partitions whose last stable offset is below the high watermark: an open transaction
+    holds them ({(topic, partition): (lso, hw)}); empty when none lingers."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(timeout=10)
+    parts = [TopicPartition(t, p) for t, info in md.topics.items() if not t.startswith("__")
+             for p in info.partitions]
+    out = {}
+    if not parts:
+        return out
+
+    def offsets(level):
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts}, isolation_level=level)
+        return {(tp.topic, tp.partition): f.result(15).offset for tp, f in futures.items()}
+
+    lso, hw = offsets(IsolationLevel.READ_COMMITTED), offsets(IsolationLevel.READ_UNCOMMITTED)
+    for k in hw:
+        if lso[k] < hw[k]:
+            out[k] = (lso[k], hw[k])
+    return out

@@ -3,6 +3,7 @@ and :mod:`tidemark.spark.runner` (run)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import List, Optional
@@ -10,7 +11,6 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from tidemark.errors import TidemarkError, from_task_failure
 
@@ -48,16 +48,17 @@ def run(
     materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="run only these"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
     max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", help="files per batch"),
+    metrics_port: Optional[str] = typer.Option(None, "--metrics-port", help="serve Prometheus metrics at "
+                                               "http://HOST:PORT/metrics (PORT, or HOST:PORT; 0 picks a port)"),
 ):
-    """Run the materializations of SPEC, with live progress."""
-    from tidemark.spark.runner import run_spec
-    from tidemark.spark.session import local_session
+    """Run the materializations of SPEC, with live progress.  Ctrl-C stops it (exit code 130);
+    every batch committed by then stays, and the next run goes on from there."""
+    from tidemark.ops import check_spec, pending_files
+    from tidemark.spec import load_spec
 
     started = time.perf_counter()
     totals = {"batches": 0, "documents": 0}
-
-    from tidemark.ops import pending_files
-    from tidemark.spec import load_spec
+    last_batches: dict = {}
 
     try:
         parsed = load_spec(spec)
@@ -66,6 +67,7 @@ def run(
 
     def on_batch(r):
         totals["batches"] += 1
+        last_batches[r.materialization] = r.batch_id
         lag = pending_files(parsed, r.materialization)
         totals["documents"] += r.documents
         rate = r.documents / r.wall if r.wall > 0 else 0.0
@@ -87,54 +89,137 @@ def run(
     from tidemark.faults import pin_group
 
     pin_group()
-    try:
-        spark = local_session("tidemark", master=master or "local[*]")
-        # Spark logs a failed batch with every stack trace; the CLI prints the one message.
-        spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
-        run_spec(
-            spec,
-            available_now=available_now,
-            materializations=materialization or None,
-            spark=spark,
-            on_batch=on_batch,
-            max_files_per_trigger=max_files_per_trigger,
-        )
-    except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
-        err = _user_error(exc)
-        if err is None:
-            raise
-        _fail(err)
+    with _interruptible() as stop:
+        stop.last_batches = last_batches
+        try:
+            from tidemark.spark.runner import run_spec
+            from tidemark.spark.session import local_session
+
+            # the endpoints first (credentials, reachability, the tables), before Spark starts
+            check_spec(spec, materialization or None)
+            spark = local_session("tidemark", master=master or "local[*]")
+            stop.started(spark)
+            # Spark logs a failed batch with every stack trace; the CLI prints the one message.
+            spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
+            run_spec(
+                spec,
+                available_now=available_now,
+                materializations=materialization or None,
+                spark=spark,
+                on_batch=on_batch,
+                max_files_per_trigger=max_files_per_trigger,
+                metrics_port=metrics_port,
+                on_metrics=lambda url: console.print(f"metrics: {url}", highlight=False),
+            )
+        except KeyboardInterrupt:
+            stop.finish()
+        except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
+            if stop.requested:
+                stop.finish()
+            err = _user_error(exc)
+            if err is None:
+                raise
+            _fail(err)
+        if stop.requested:
+            stop.finish()
     console.print(
         f"[green]done[/]: {totals['batches']} batch(es), {totals['documents']} documents in "
         f"{time.perf_counter() - started:.1f}s"
     )
 
 
-@app.command()
-def status(spec: str = typer.Argument(..., help="the spec file")):
-    """Per shard: last committed batch, fence and lag."""
-    from tidemark.ops import status_spec
+class _interruptible:
+    """Ctrl-C (SIGINT) during ``run``: stop at the next safe point -- the batch in progress
+    finishes and commits, no later batch starts -- then print one line and exit with code
+    130.  A second Ctrl-C exits at once (also safe: a batch cut short is not committed and
+    runs again next time)."""
 
+    EXIT = 130
+
+    def __init__(self):
+        self.spark = None
+        self.requested = False
+        self.last_batches: dict = {}
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        import threading
+
+        if self.requested:
+            os._exit(self.EXIT)
+        self.requested = True
+        if self.spark is None:
+            raise KeyboardInterrupt  # Spark not started yet: nothing to wait for
+        threading.Thread(target=self._stop_between_batches, daemon=True).start()
+
+    def _stop_between_batches(self) -> None:
+        from tidemark.spark.processor import GATE
+
+        GATE.close_and_wait()
+        self.finish()
+
+    def __enter__(self):
+        import signal
+
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def started(self, spark) -> None:
+        """Spark is up: take SIGINT back from PySpark (whose handler cancels the jobs from
+        inside the signal handler, over the py4j connection the main thread is reading)."""
+        import signal
+
+        self.spark = spark
+        signal.signal(signal.SIGINT, self._handler)
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    def finish(self) -> None:
+        done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
+        console.print(f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
+                      highlight=False, soft_wrap=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        # leave without stopping Spark's queries (Spark would cut a batch short and print its
+        # traces) and without py4j's shutdown; the JVM exits when its pipe closes
+        os._exit(self.EXIT)
+
+
+@app.command()
+def status(
+    spec: Optional[str] = typer.Argument(None, help="the spec file (or give --checkpoint)"),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="a view's checkpoint folder (views made "
+                                             "with tidemark.materialize(df, ...))"),
+    materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="only these"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (one object per materialization, in a list)"),
+    kafka_bootstrap: Optional[str] = typer.Option(None, "--kafka-bootstrap", help="with --checkpoint: the Kafka "
+                                                  "source's bootstrap servers, to count the messages waiting"),
+):
+    """Is the view behind? Input waiting, last commit, counts and shard ranges."""
+    import json
+    import shutil
+
+    from tidemark.status import render, status_of_checkpoint, status_of_spec
+
+    if (spec is None) == (checkpoint is None):
+        _fail(TidemarkError("give a spec file or --checkpoint DIR (one of them)"))
     try:
-        statuses = status_spec(spec)
+        statuses = (status_of_spec(spec, materialization or None) if spec
+                    else [status_of_checkpoint(checkpoint, kafka=kafka_bootstrap)])
     except TidemarkError as exc:
         _fail(exc)
-    out = Console()
-    for st in statuses:
-        table = Table(title=f"{st.name} ({st.endpoint})")
-        for col in ("range", "fence", "endpoint batch", "recovery log batch", "lag (batches)"):
-            table.add_column(col)
-        for sh in st.shards:
-            table.add_row(
-                sh.range,
-                "-" if sh.fence is None else str(sh.fence),
-                "-" if sh.batch_id is None else str(sh.batch_id),
-                "-" if st.last_batch is None else str(st.last_batch),
-                "-" if st.lag_batches is None else str(st.lag_batches),
-            )
-        out.print(table)
-        if not st.shards:
-            out.print("no batch committed yet")
+    if as_json:
+        print(json.dumps([st.as_json() for st in statuses], indent=2))
+        return
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
+    for i, st in enumerate(statuses):
+        if i:
+            print()
+        print("\n".join(render(st, width)))
 
 
 @app.command()
@@ -235,6 +320,34 @@ def query(
             else:
                 for _, doc in v.scan_raw(pre):
                     out.write(bytes(doc) + b"\n")
+        out.flush()
+    except (TidemarkError, ValueError) as exc:
+        _fail(exc)
+
+
+@app.command()
+def tail(
+    spec: str = typer.Argument(..., help="the spec file"),
+    view: str = typer.Option(..., "--view", help="the binding: its topic (or MATERIALIZATION/TOPIC)"),
+):
+    """Print what an endpoint committed for one binding, as JSON lines: a Kafka topic's last
+    document per key (read_committed, tombstones drop the key), in key order."""
+    import orjson
+
+    from tidemark.drivers.store.query import key_order
+    from tidemark.ops import committed_view
+
+    out = sys.stdout.buffer
+    try:
+        _, docs = committed_view(spec, view)
+        if isinstance(docs, dict):
+            try:
+                items = sorted(docs.items(), key=lambda kv: key_order(kv[0]))
+            except TypeError:
+                items = list(docs.items())
+            docs = [d for _, d in items]
+        for doc in docs:
+            out.write(orjson.dumps(doc) + b"\n")
         out.flush()
     except (TidemarkError, ValueError) as exc:
         _fail(exc)

@@ -75,6 +75,8 @@ class DocumentError(TidemarkError, Terminal):
 
     location: str | None = None
     key: object = None
+    documents: list = []  # a failed batch: each invalid document's own DocumentError (up to a limit)
+    total: int = 1  # a failed batch: how many of its documents are invalid
 
     def __init__(self, message: str, *, location: str | None = None, key: object = None):
         self.location = location

@@ -11,15 +11,16 @@
   that SIGHUP, so the moment lasts until the worker is done.
 * ``NAME:raise``  — raise :class:`InjectedFault` (an executor task fails; Spark retries)
 * ``NAME:stall=SECONDS`` — sleep (simulates a slow endpoint / a zombie)
-* ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it, so a
-  restarted process is not killed again at the same point.
+* ``NAME:...!once=PATH`` — fire only if ``PATH`` does not exist, then create it (holding
+  ``NAME PID``), so a restarted process is not killed again at the same point.
 
 ``TIDEMARK_FAULT_RANDOM="SEED:P"`` kills at any point with probability P.
 
 Points used by tidemark (see docs/guarantees.md): ``plan``, ``open``, ``mid_load``,
 ``after_load``, ``mid_store``, ``after_store``, ``before_endpoint_commit``,
 ``after_endpoint_commit``, ``before_recovery_log``, ``after_recovery_log``,
-``mid_apply``, ``after_apply``, ``before_spark_commit``; and ``mid_stream``, reached at
+``mid_apply``, ``after_apply``, ``before_spark_commit``; the webhook's
+``webhook_after_chunk`` and ``webhook_after_post``; and ``mid_stream``, reached at
 every row a shard task reads from Spark, only when armed by name (a random kill never
 picks it: it would fire at almost every row).
 """
@@ -152,10 +153,12 @@ def fault_point(name: str) -> None:
         if _counts[name] != nth:
             continue
         if once:
-            if os.path.exists(once):
+            try:  # atomic: of two processes that reach the point together, one fires
+                fd = os.open(once, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
                 continue
-            with open(once, "w") as f:
-                f.write(name)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{name} {os.getpid()}\n")  # the pid: a test may kill this process's machine
         if action == "kill":
             _kill()
         elif action == "orphan":

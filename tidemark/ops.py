@@ -1,7 +1,7 @@
-"""What the CLI and the library do without Spark: check, status, reset, and naming a view.
+"""What the CLI and the library do without Spark: check, reset, and naming a view.
 
-``tidemark check``, ``status`` and ``reset`` (and :func:`tidemark.reset`) live here and never
-import pyspark; ``tidemark run`` is :func:`tidemark.spark.runner.run_spec`.  :func:`target`
+``tidemark check`` and ``reset`` (and :func:`tidemark.reset`) live here and never
+import pyspark (``status``: :mod:`tidemark.status`); ``tidemark run`` is :func:`tidemark.spark.runner.run_spec`.  :func:`target`
 turns the arguments of :func:`tidemark.materialize` into (spec, materialization, checkpoint
 location) for both.
 """
@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from tidemark.errors import SpecError
@@ -109,97 +109,87 @@ def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
     return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
 
 
+def committed_view(spec_path: str, name: str):
+    """``(binding, documents)`` of the binding named ``name`` (its resource name — a topic,
+    table, … — or ``MATERIALIZATION/NAME``) as its endpoint has committed it: ``{key: doc}``
+    (``[doc, ...]`` for delta updates). For endpoints that can read themselves back
+    (``Driver.dump``), e.g. ``tidemark tail`` on a Kafka topic."""
+    from tidemark.drivers.registry import load_driver
+
+    spec = load_spec(spec_path)
+    found, names = [], []
+    for mat in spec.materializations.values():
+        for b in bound(spec, mat):
+            rname = "/".join(b.resource_path)
+            names.append(f"{mat.name}/{rname}")
+            if name in (rname, f"{mat.name}/{rname}"):
+                found.append((mat, b))
+    if len(found) != 1:
+        what = "is ambiguous" if found else "is not a binding of the spec"
+        raise SpecError(f"{name!r} {what} (bindings: {', '.join(names) or 'none'})")
+    mat, binding = found[0]
+    driver = load_driver(mat.driver_name, mat.driver_config)
+    try:
+        return binding, driver.dump(mat.name, binding)
+    except NotImplementedError:
+        raise SpecError(f"endpoint {mat.driver_name!r} cannot be read back by tidemark; read it with its own tools") from None
+    finally:
+        driver.close()
+
+
 # ----------------------------------------------------------------------------- check
 
 
-def check_spec(spec_path: str) -> list[str]:
-    """Validate the spec and dry-run Validate/Apply against each endpoint; return what was checked."""
+def check_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
+    """Validate the spec and dry-run Validate/Apply against each (or each named) endpoint;
+    return what was checked.  ``tidemark run`` calls it before Spark starts, so that a wrong
+    password or an unreachable endpoint is reported at once."""
+    spec = load_spec(spec_path)
+    names = materializations or list(spec.materializations)
+    unknown = [n for n in names if n not in spec.materializations]
+    if unknown:
+        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+                        file=spec.file)
+    lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
+    lines += [check_materialization(spec, spec.materializations[n]) for n in names]
+    return lines
+
+
+def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec) -> str:
+    """Capabilities, Validate and a dry-run Apply of one materialization against its endpoint."""
     from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
     from tidemark.runtime.coordinator import check_capabilities
 
-    spec = load_spec(spec_path)
-    lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
-    for mat in spec.materializations.values():
-        bindings = bound(spec, mat)
-        with load_driver(mat.driver_name, mat.driver_config) as driver:
-            check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
-                               bindings=bindings, on_invalid=mat.on_invalid)
-            validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
-            applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
-        lines.append(
-            f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
-            + (f"; apply would: {applied.action_description}" if applied.action_description else "")
-        )
-    return lines
+    check_live_reductions(spec, mat)
+    bindings = bound(spec, mat)
+    with load_driver(mat.driver_name, mat.driver_config) as driver:
+        check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
+                           bindings=bindings, on_invalid=mat.on_invalid)
+        validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
+        applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
+    return (f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
+            + (f"; apply would: {applied.action_description}" if applied.action_description else ""))
 
 
-# ----------------------------------------------------------------------------- status
-
-
-@dataclass
-class ShardStatus:
-    range: str
-    fence: Optional[int]
-    batch_id: Optional[int]
-
-
-@dataclass
-class MaterializationStatus:
-    name: str
-    endpoint: str
-    last_batch: Optional[int]
-    spark_offsets: Optional[int]
-    spark_commits: Optional[int]
-    layout: list = field(default_factory=list)
-    shards: list = field(default_factory=list)
-    counts: dict = field(default_factory=dict)
-
-    @property
-    def lag_batches(self) -> Optional[int]:
-        if self.spark_offsets is None:
-            return None
-        return self.spark_offsets - (self.last_batch if self.last_batch is not None else -1)
-
-
-def _spark_log_max(path: str) -> Optional[int]:
-    try:
-        names = [n for n in os.listdir(path) if n.isdigit()]
-    except FileNotFoundError:
-        return None
-    return max(map(int, names)) if names else None
-
-
-def status_spec(spec_path: str) -> list[MaterializationStatus]:
-    """Per materialization and shard: last committed batch, fence and lag."""
-    from tidemark.drivers.registry import load_driver
+def check_live_reductions(spec: TidemarkSpec, mat: MaterializationSpec) -> None:
+    """Refuse a spec whose reduce annotations changed since the view's last committed batch
+    (:mod:`tidemark.runtime.spec_changes`)."""
     from tidemark.runtime.recovery_log import RecoveryLog
+    from tidemark.runtime.spec_changes import check_reductions, reductions_of
 
-    spec = load_spec(spec_path)
-    out = []
-    for mat in spec.materializations.values():
-        location = spec.checkpoint_location(mat.name)
-        last = None
-        if os.path.exists(os.path.join(location, "tidemark")) or "://" in location:
-            last = RecoveryLog(location, mat.name).last()
-        st = MaterializationStatus(
-            name=mat.name,
-            endpoint=mat.driver_name,
-            last_batch=last.batch_id if last else None,
-            spark_offsets=_spark_log_max(os.path.join(location, "spark", "offsets")),
-            spark_commits=_spark_log_max(os.path.join(location, "spark", "commits")),
-            layout=last.layout if last else [],
-            counts=last.counts if last else {},
-        )
-        with load_driver(mat.driver_name, mat.driver_config) as driver:
-            for row in driver.checkpoints(mat.name):
-                cp = row.runtime_checkpoint or {}
-                st.shards.append(ShardStatus(row.range.name, row.fence, cp.get("batch_id")))
-        if not st.shards and last:
-            st.shards = [ShardStatus(f"{b:08x}-{e:08x}", None, last.batch_id) for b, e in last.layout]
-        out.append(st)
-    return out
+    location = spec.checkpoint_location(mat.name)
+    if not (os.path.exists(os.path.join(location, "tidemark")) or "://" in location):
+        return
+    last = RecoveryLog(location, mat.name, create=False).last()
+    if last is None or not last.reductions:
+        return
+    current = [reductions_of(b.source, spec.collections[b.source].schema) for b in mat.bindings]
+    check_reductions(mat.name, last.batch_id, last.reductions, current, spec.file)
+
+
+# ----------------------------------------------------------------------------- input lag
 
 
 def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:

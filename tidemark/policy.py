@@ -87,18 +87,25 @@ def retry(
 ) -> T:
     """Call ``fn()``; retry while it raises a retryable error, at most ``policy.attempts`` times.
 
-    The last error propagates unchanged.  ``on_retry(exc, n)`` runs before retry ``n``
-    (e.g. to reconnect)."""
+    The last error propagates; when it was retried, its message ends with how many
+    attempts failed.  The first failure is logged once (a warning); the retries after it at
+    debug level, so that a retried error is not printed once per attempt.  ``on_retry(exc,
+    n)`` runs before retry ``n`` (e.g. to reconnect)."""
     attempt = 1
     while True:
         try:
             return fn()
         except BaseException as exc:
             if attempt >= policy.attempts or not retryable(exc):
+                if attempt > 1 and exc.args and isinstance(exc.args[0], str) and " attempts)" not in exc.args[0]:
+                    first, sep, rest = exc.args[0].partition("\n")
+                    exc.args = (f"{first} (failed {attempt} attempts){sep}{rest}", *exc.args[1:])
                 raise
             delay = policy.delay(attempt)
-            log.warning("%s failed (%s: %s); retry %d/%d in %.2fs",
-                        what, type(exc).__name__, exc, attempt, policy.attempts - 1, delay)
+            # the error itself is shown once, by whoever gets it in the end
+            (log.warning if attempt == 1 else log.debug)(
+                "%s failed (%s), retry %d/%d", what, type(exc).__name__, attempt, policy.attempts - 1)
+            log.debug("%s: %s", what, exc)
             if on_retry is not None:
                 on_retry(exc, attempt)
             time.sleep(delay)  # backoff before the retry (not a wait for a condition)

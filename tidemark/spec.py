@@ -263,8 +263,8 @@ class _Parser:
         if not isinstance(red, dict):
             raise self.fail(path, f"must be a mapping like {{strategy: merge}}, got {_type_name(red)}")
         for k in red:
-            if k not in ("strategy", "key", "delete"):
-                raise self.fail(f"{path}.{k}", f"unknown field {k!r} (allowed: strategy, key, delete)")
+            if k not in ("strategy", "key", "delete", "order"):
+                raise self.fail(f"{path}.{k}", f"unknown field {k!r} (allowed: strategy, key, order, delete)")
         if "delete" in red and not isinstance(red["delete"], bool):
             raise self.fail(f"{path}.delete", "must be true or false")
         if "strategy" not in red:
@@ -284,10 +284,30 @@ class _Parser:
             if not isinstance(k, list) or not all(isinstance(p, str) and (p == "" or p.startswith("/")) for p in k):
                 raise self.fail(f"{path}.key", "must be a list of JSON pointers, e.g. [/id]")
         types = types_of(node)
+        if "order" in red:
+            self.check_order(red, strategy, types, f"{path}.order")
         allowed = STRATEGIES[strategy].location_types
         if types is not None and allowed is not None and set(types) - {"null"} - allowed:
             raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {STRATEGIES[strategy].expects}, "
                                                 f"but the location has type {'/'.join(types)}")
+
+    def check_order(self, red: dict, strategy: str, types, path: str) -> None:
+        """``reduce.order``: a pointer inside the location's value, for a strategy that keeps
+        the later (or earlier) side (docs/reductions.md, "Event-time order")."""
+        ordered = STRATEGIES[strategy].ordered
+        if not ordered:
+            takes = ", ".join(n for n, s in STRATEGIES.items() if s.ordered)
+            raise self.fail(path, f"strategy {strategy!r} takes no order (those that do: {takes})")
+        if ordered == "keyed" and not red.get("key"):
+            raise self.fail(path, f"order on {strategy!r} breaks ties of its key: give key too, e.g. key: [/id]")
+        order = red["order"]
+        if not isinstance(order, str) or not order.startswith("/") or order == "/":
+            raise self.fail(path, f"must be a JSON pointer inside the value at this location, e.g. /updated_at, "
+                                  f"got {order!r}")
+        if types is not None and "object" not in types:
+            raise self.fail(path, f"order {order} is read inside the value at this location, which has type "
+                                  f"{'/'.join(types)}; put the reduce (with its order) on the object that holds "
+                                  f"both, e.g. the document's root")
 
     def check_key(self, schema: dict, ptr: Any, path: str) -> None:
         if not isinstance(ptr, str) or not ptr.startswith("/") or ptr == "/":

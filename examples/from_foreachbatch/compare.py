@@ -123,7 +123,7 @@ def with_tidemark(spark, data: str, url: str, schema: str, checkpoint: str, fail
         df = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(data)
         return tidemark.materialize(df, collection=COLLECTION, endpoint={"postgres": {"url": url, "schema": schema}},
                                     resource={"table": "with_tidemark"}, checkpoint=checkpoint, shards=2,
-                                    spark=spark)
+                                    spark=spark, available_now=True)
 
     # The same failure, at tidemark's named point after everything but Spark's own commit.
     os.environ["TIDEMARK_FAULTS"] = f"before_spark_commit:raise@{fail_at_batch + 1}"

@@ -83,3 +83,14 @@ def test_jvm_killed_mid_stream_orphaned_workers_commit_nothing(tmp_path):
     assert fired(markers) == {"mid_stream"}, outcome
     assert outcome.kills == 1, outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_a_kill_after_the_first_batch_committed_before_the_log_has_it_resumes(tmp_path):
+    """The endpoint holds batch 0 while the recovery log holds nothing: the restart skips the
+    committed batch instead of refusing the view."""
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=2, per_file=100, customers=30, seed=211, deletes=0.03)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=1, max_files=1)
+    outcome = run_until_done(spec, faults=f"after_endpoint_commit:kill!once={tmp_path / 'fired'}", max_attempts=3)
+    assert outcome.kills == 1, outcome
+    assert normalize(sqlite_view(db)) == oracle_orders(data)

@@ -39,3 +39,38 @@ def redis_ns(redis_url):
     for i in range(0, len(keys), 1000):
         client.delete(*keys[i:i + 1000])
     client.close()
+
+
+def redis_spec(tmp, data, *, url, prefix, shards=1, **config) -> str:
+    """The orders spec (tests/helpers.py) into Redis: ``resource: {prefix: PREFIX}``."""
+    import yaml
+
+    from tests.helpers import orders_spec
+
+    path = orders_spec(tmp, data_dir=data, db_path=None, shards=shards, max_files=1,
+                       endpoint={"redis": {"url": url, **config}})
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    spec["materializations"]["view"]["bindings"][0]["resource"] = {"prefix": prefix}
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
+
+
+def redis_view(url, prefix) -> dict:
+    """customer -> document, read straight from Redis (SCAN + MGET, no tidemark code)."""
+    import json
+
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=prefix.replace("[", "\\[") + "\\[*", count=1000))
+        out = {}
+        for i in range(0, len(keys), 1000):
+            part = keys[i:i + 1000]
+            for k, v in zip(part, client.mget(part)):
+                out[json.loads(k[len(prefix.encode()):])[0]] = json.loads(v)
+        return out
+    finally:
+        client.close()

@@ -65,8 +65,14 @@ def schema_and_docs(draw):
     for i, (schema, gen) in enumerate(picks):
         props[f"f{i}"] = schema
         gens[f"f{i}"] = gen
-    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins"]))
-    schema = {"type": "object", "required": ["k"], "reduce": {"strategy": root}, "properties": props}
+    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins", "ordered"]))
+    reduce_ = {"strategy": root}
+    if root == "ordered":  # event-time order by a scalar property (ties: source order)
+        scalars = [f"f{i}" for i, (sub, _) in enumerate(picks) if sub["type"] in ("string", "integer", "number", "boolean")]
+        reduce_ = {"strategy": draw(st.sampled_from(["lastWriteWins", "firstWriteWins"]))}
+        if scalars:
+            reduce_["order"] = "/" + draw(st.sampled_from(scalars))
+    schema = {"type": "object", "required": ["k"], "reduce": reduce_, "properties": props}
     key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", "é\"", "\x1f"])
     docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen}, optional=gens), min_size=1, max_size=25))
     return schema, docs
@@ -170,8 +176,12 @@ def test_invalid_document_fails_with_location_key_and_rule(spark, path):
     ]
     with pytest.raises(DocumentError) as exc:
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
-    assert str(exc.value) == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
-    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",)
+    lines = str(exc.value).splitlines()
+    assert lines[0] == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    # every invalid document of the batch, in source order, then the count and the way on
+    assert lines[1] == "  /data/orders/b.json:1 key ('d',): document violates its schema: /total: 'y' is not of type 'number'"
+    assert lines[2].startswith("  2 invalid document(s) in this batch") and "on_invalid: quarantine" in lines[2]
+    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",) and exc.value.total == 2
 
 
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
@@ -489,8 +499,11 @@ def test_mutated_documents_agree_with_python(spark, lines):
     bad = [i for i, (reason, _kj, _doc) in enumerate(checked) if reason is not None]
     df = spark.createDataFrame(rows, SCHEMA)
     if bad:
-        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]"):
+        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]") as err:
             combine_batch(df, coll)
+        # all of them, in order, up to the limit
+        assert err.value.total == len(bad)
+        assert [d.location for d in err.value.documents] == [f"src:{i + 1}" for i in bad[:20]]
         return
     want: dict = {}
     for reason, kj, doc in checked:

@@ -20,6 +20,8 @@ from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
 from tidemark.testing.broken import BROKEN
 from tidemark.testing.conformance import assert_conformance, run_conformance
+from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401  (the kafka driver's broker)
+from tests.mysql_support import mysql_url  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
@@ -33,6 +35,27 @@ DEFECTS = {
     "loaded-100": ("read-committed", "answer every existing key of a Load"),
     "store-early": ("read-committed", "until StartCommit commits them"),
 }
+
+
+@pytest.fixture
+def redis_kit_db():
+    """A Redis database of its own for the kit (its resources are ``kit_<run>_…`` keys outside
+    any namespace); afterwards the keys of the runs that this test started are deleted."""
+    redis = pytest.importorskip("redis")
+    from tests.integration.redis_support import REDIS_URL
+
+    url = REDIS_URL.rsplit("/", 1)[0] + "/13"
+    client = redis.Redis.from_url(url)
+    runs_before = {k.split(b"_")[1] for k in client.scan_iter(match="kit_*", count=1000)}
+
+    def cleanup(config):
+        ours = [k for k in client.scan_iter(match="kit_*", count=1000) if k.split(b"_")[1] not in runs_before]
+        ours += list(client.scan_iter(match=(config.get("namespace") or "tidemark:") + "*kit_*", count=1000))
+        for i in range(0, len(ours), 1000):
+            client.delete(*ours[i:i + 1000])
+
+    yield url, cleanup
+    client.close()
 
 
 @pytest.fixture
@@ -67,35 +90,58 @@ def test_each_broken_driver_fails_on_its_property(cls, prop, memory_name):
 SHIPPED = {
     "sqlite": lambda tmp, urls: {"path": str(tmp / "views.db")},
     "postgres": lambda tmp, urls: {"url": urls["postgres"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
+    "mysql": lambda tmp, urls: {"url": urls["mysql"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "delta": lambda tmp, urls: {"path": str(tmp / "lake")},
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
     "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
                                           "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill
+    "kafka": lambda tmp, urls: {"bootstrap_servers": urls["kafka"], "state": str(tmp / "state"),
+                                "progress_topic": f"kit-progress-{uuid.uuid4().hex[:8]}"},  # Loads via the store
+    "redis": lambda tmp, urls: {"url": urls["redis"], "namespace": f"tm_kit_{uuid.uuid4().hex[:10]}:"},
+    "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
+    # the kit reads the standard binding from the state store, the delta rows from the receiver
+    "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
     # atomic batch publish, in chunks of 9 documents + the progress record
     "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}",
                                "max_batch": 10},
 }
+# driver -> the fixture that gives its URL
+URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap", "nats": "nats_url"}
 
 
 @pytest.mark.parametrize("driver", list(SHIPPED))
 def test_every_shipped_driver_passes(driver, tmp_path, request):
-    urls = {"postgres": request.getfixturevalue("postgres_url")} if driver == "postgres" else {}
-    if driver == "nats":
-        pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
-        urls["nats"] = request.getfixturevalue("nats_url")
-    config = SHIPPED[driver](tmp_path, urls)
+    urls = {driver: request.getfixturevalue(URL_FIXTURES[driver])} if driver in URL_FIXTURES else {}
     name = driver.split("-")[0]
+    factory = lambda: load_driver(name, config)  # noqa: E731
+    cleanup = None
+    if name == "redis":
+        urls["redis"], cleanup = request.getfixturevalue("redis_kit_db")
+    if name == "webhook":
+        from tests.integration.webhook_support import Receiver, receiver_view
+
+        receiver = Receiver(dedup=True)
+        request.addfinalizer(receiver.close)
+        urls["webhook"] = receiver.url
+        factory = lambda: receiver_view(receiver)(config)  # noqa: E731
+    config = SHIPPED[driver](tmp_path, urls)
     try:
-        report = assert_conformance(lambda: load_driver(name, config), quick=True)
+        report = assert_conformance(factory, quick=True)
         assert report.properties["no-loss"].passed and report.properties["no-loss"].checks > 0
         if report.commit_pattern != "at-least-once":
             assert report.properties["fencing"].passed is not False
     finally:
+        if cleanup is not None:
+            cleanup(config)
         if driver == "postgres":
             import psycopg
 
             with psycopg.connect(urls["postgres"], autocommit=True) as con:
                 con.execute(f'DROP SCHEMA IF EXISTS "{config["schema"]}" CASCADE')
+        if driver == "mysql":
+            from tests.mysql_support import drop_database
+
+            drop_database(urls["mysql"], config["schema"])
 
 
 def test_external_example_driver_passes_over_the_wire(tmp_path):

@@ -83,6 +83,7 @@ def test_materialize_dataframe_api(spark, tmp_path, postgres_url, pg_schema):
         checkpoint=str(tmp_path / "chk"),
         shards=2,
         spark=spark,
+        available_now=True,
     )
     run.await_termination()
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)

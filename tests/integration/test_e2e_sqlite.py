@@ -100,6 +100,7 @@ def test_materialize_dataframe_api(spark, tmp_path):
         checkpoint=str(tmp_path / "chk"),
         shards=2,
         spark=spark,
+        available_now=True,
     )
     run.await_termination()
     assert normalize(sqlite_view(db)) == oracle_orders(data)

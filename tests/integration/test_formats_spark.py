@@ -133,7 +133,7 @@ def test_a_bad_value_is_a_document_error_with_location_key_and_rule(spark, path,
     rows = _rows([{"id": "a", "last": "2024-05-01T10:00:00Z"}, {"id": "b", field: value}])
     with pytest.raises(DocumentError) as err:
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
-    assert str(err.value) == f"/data/events.json:2 key ('b',): document violates its schema: {rule}"
+    assert str(err.value).splitlines()[0] == f"/data/events.json:2 key ('b',): document violates its schema: {rule}"
 
 
 def test_end_to_end_sqlite_instants_and_a_refusal(spark, tmp_path):

@@ -298,6 +298,7 @@ def test_two_jobs_from_python_on_one_schema_each_own_their_view(spark, tmp_path,
         tidemark.materialize(
             df, collection={"key": ["/customer"], "schema": ORDERS_SCHEMA}, endpoint=ep.endpoint(),
             resource={"table": f"customers{i}"}, checkpoint=str(tmp_path / f"chk{i}"), shards=2, spark=spark,
+            available_now=True,
         ).await_termination()
         return data
 

@@ -308,3 +308,28 @@ def test_a_server_that_comes_back_is_reached_by_the_retry_policy(tls_server, tls
         if not seen:
             tls_server.start()
     assert len(seen) == 1 and "EndpointUnavailable" in seen[0] and SECRET not in seen[0]
+
+
+def test_tidemark_run_finds_a_wrong_password_before_spark_starts(tls_server, tls_schema, tmp_path):
+    """`tidemark run` checks its endpoints before it starts Spark: a wrong password is one
+    error line within seconds, naming the user and no password, and no JVM is started."""
+    import subprocess
+    import sys
+    import time
+
+    data = tmp_path / "data"
+    write_orders(data, files=1, per_file=10, customers=5, seed=3)
+    wrong = "Wr0ng-" + SECRET
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None,
+                       endpoint={"postgres": tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong)})
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert lines[0].startswith("error: ") and PASSWORD_USER in lines[0], done.stderr
+    assert "password authentication failed" in done.stderr
+    assert wrong not in done.stderr + done.stdout and SECRET not in done.stderr + done.stdout
+    assert "log4j" not in done.stderr and "Spark" not in done.stderr  # Spark never started
+    assert took < 20, took

@@ -69,7 +69,8 @@ def test_check_status_and_reset_never_import_pyspark(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for args, expect in [(("check", spec_path), "endpoint sqlite ok"),
-                         (("status", spec_path), "recovery log batch"),
+                         (("status", spec_path), "last commit  batch 0"),
+                         (("status", "--checkpoint", spec.checkpoint_location("view")), "last commit  batch 0"),
                          (("reset", spec_path, "--yes"), "deleted checkpoint folder")]:
         done = _cli(*args, cwd=elsewhere)
         assert "EXIT 0 PYSPARK 0 " in done.stderr, done.stdout + done.stderr
@@ -85,6 +86,13 @@ def test_materialize_shows_its_real_signature():
     params = inspect.signature(tidemark.materialize).parameters
     assert {"source", "collection", "endpoint", "checkpoint", "options", "available_now", "start"} <= set(params)
     assert "MaterializationRun" in tidemark.materialize.__doc__
+    # help() shows the parameters, and a stream's default: run until stopped
+    import pydoc
+
+    text = pydoc.render_doc(tidemark.materialize)
+    assert "*args" not in text and "**kwargs" not in text and "available_now: 'bool' = False" in text
+    assert params["available_now"].default is False
+    assert "not a ``StreamingQuery``" in tidemark.materialize.__doc__
     assert tidemark.reset.__module__ == "tidemark.ops"  # needs no Spark
     assert tidemark.RuntimeOptions is RuntimeOptions
 

@@ -51,6 +51,23 @@ CASES = {
         coll({"reduce": {"strategy": "minimize", "key": ["/t"]}, "properties": {"n": {"reduce": {"strategy": "sum"}}}}),
         st.fixed_dictionaries({"t": st.integers(0, 3)}, optional={"n": st.integers(-5, 5), "x": scalars}),
     ),
+    # event-time order (reduce.order): the later (earlier) value at /t wins, ties by source order
+    "lastWriteWins_order": (
+        coll({"reduce": {"strategy": "lastWriteWins", "order": "/t"}}),
+        st.fixed_dictionaries({}, optional={"t": st.one_of(st.integers(0, 3), st.none()), "x": scalars}),
+    ),
+    "firstWriteWins_order": (
+        coll({"reduce": {"strategy": "firstWriteWins", "order": "/t"},
+              "properties": {"t": {"type": "string", "format": "date-time"}}}),
+        st.fixed_dictionaries({}, optional={"t": st.sampled_from(
+            ["2024-05-01T10:00:00Z", "2024-05-01T09:30:00-05:00", "2024-05-01T14:30:00.0Z", "later"]),
+            "x": scalars}),
+    ),
+    "maximize_key_order": (
+        coll({"reduce": {"strategy": "maximize", "key": ["/k"], "order": "/t"},
+              "properties": {"n": {"reduce": {"strategy": "sum"}}}}),
+        st.fixed_dictionaries({"k": st.integers(0, 2)}, optional={"t": st.integers(0, 2), "n": st.integers(-5, 5)}),
+    ),
     "append": (coll({"reduce": {"strategy": "append"}}), st.lists(scalars, max_size=3)),
     "merge_object": (
         coll({"reduce": {"strategy": "merge"}, "properties": {"n": {"reduce": {"strategy": "sum"}},

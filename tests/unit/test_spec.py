@@ -101,7 +101,7 @@ def test_unknown_collection_names_file_and_path(tmp_path):
         (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce="sum"),
          "collections.orders.schema.properties.total.reduce", "must be a mapping like {strategy: merge}, got a string"),
         (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "sum", "how": 1}),
-         "collections.orders.schema.properties.total.reduce.how", "unknown field 'how' (allowed: strategy, key, delete)"),
+         "collections.orders.schema.properties.total.reduce.how", "unknown field 'how' (allowed: strategy, key, order, delete)"),
         (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={}),
          "collections.orders.schema.properties.total.reduce", "needs a strategy (or delete: true)"),
         (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"key": ["/a"]}),

@@ -135,6 +135,15 @@ class Collection:
                 found.add(red["strategy"])
         return tuple(sorted(found))
 
+    def order_dependent(self) -> list[str]:
+        """The schema's declared locations whose reduced value depends on the source order:
+        ``lastWriteWins`` (the default) or ``firstWriteWins`` without ``order:``, and
+        ``append``; as ``pointer (strategy)``.  Key properties are equal in a key's documents."""
+        keys = {p for p in self.key if p.count("/") == 1}
+        out: list[str] = []
+        _order_dependent(self.index, self.schema, "", keys, out)
+        return out
+
     def combine(self, docs: Iterable) -> Any:
         it = iter(docs)
         try:
@@ -214,6 +223,28 @@ class Collection:
             v = _keys.resolve_pointer(doc, f.pointer, None)
             out.append(v)
         return tuple(out)
+
+
+_BY_SOURCE_ORDER = ("lastWriteWins", "firstWriteWins", "append")
+
+
+def _order_dependent(index: SchemaIndex, node: Any, ptr: str, keys: set, out: list) -> None:
+    node = _deref(index, node)
+    if not isinstance(node, dict) or ptr in keys:
+        return
+    red = node.get("reduce")
+    red = red if isinstance(red, dict) else {}
+    strategy = red.get("strategy", "lastWriteWins")
+    if strategy in _BY_SOURCE_ORDER:
+        if not red.get("order"):
+            out.append(f"{ptr or '/'} ({strategy})")
+        return
+    if strategy != "merge":
+        return  # sum, minimize, maximize, set: the same result in any order (up to ties)
+    for name, sub in (node.get("properties") or {}).items():
+        _order_dependent(index, sub, f"{ptr}/{name.replace('~', '~0').replace('/', '~1')}", keys, out)
+    if isinstance(node.get("items"), dict):
+        _order_dependent(index, node["items"], f"{ptr}/*", keys, out)
 
 
 def _deref(index: SchemaIndex, node: Any) -> Any:

@@ -2,7 +2,8 @@
 
 :func:`compile_collection` returns a :class:`CompiledPlan` when every part of the schema
 maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
-``lastWriteWins`` / ``firstWriteWins`` as a whole), a key of top-level ``string`` /
+``lastWriteWins`` / ``firstWriteWins`` as a whole, by the source order or by an ``order`` that
+names a top-level scalar property), a key of top-level ``string`` /
 ``integer`` / ``boolean`` properties, and top-level properties whose shape is one of
 
 * ``scalar``: ``string``, ``integer``, ``number``, ``boolean`` (with ``enum``, bounds,
@@ -55,6 +56,7 @@ class CompiledPlan:
     required: tuple[str, ...]
     closed: bool  # additionalProperties: false
     max_bytes: int
+    order: str = ""  # a lastWriteWins / firstWriteWins root's ``reduce.order``: a scalar property's name
 
 
 def _strategy(schema: dict) -> Optional[str]:
@@ -71,8 +73,10 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
     root = collection.schema
     if not isinstance(root, dict) or root.get("type") != "object" or set(root) - set(ROOT_KEYWORDS):
         return None
-    root_strategy = _strategy(root)
-    if root_strategy not in ("merge", "lastWriteWins", "firstWriteWins"):
+    red = root.get("reduce")
+    order = red.get("order", "") if isinstance(red, dict) else ""
+    root_strategy = _strategy({"reduce": {k: v for k, v in red.items() if k != "order"}} if order else root)
+    if root_strategy not in ("merge", "lastWriteWins", "firstWriteWins") or (order and root_strategy == "merge"):
         return None
     addl = root.get("additionalProperties", True)
     if addl not in (True, False):
@@ -97,8 +101,16 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
     required = tuple(root.get("required") or ())
     if any(r not in props for r in required):
         return None
+    order_name = ""
+    if order:  # event-time order by a top-level scalar property
+        tokens = order.lstrip("/").split("/")
+        if not isinstance(order, str) or len(tokens) != 1 or "~" in order:
+            return None
+        order_name = tokens[0]
+        if not any(f.name == order_name and f.kind == "scalar" for f in fields):
+            return None
     return CompiledPlan(root_strategy, tuple(fields), tuple(key_names), tuple(key_types), required,
-                        addl is False, collection.max_document_bytes)
+                        addl is False, collection.max_document_bytes, order_name)
 
 
 def _field(name: str, sub: Any) -> Optional[FieldPlan]:

@@ -6,7 +6,9 @@ apply to it: the location's own schema, ``$ref`` targets (local ``#/...`` only),
 ``allOf`` members, the ``then``/``else`` branch that the ``if`` selects, and the
 ``anyOf``/``oneOf`` members the instance validates against.  The ``reduce`` annotations
 of those schemas, in that order, decide the strategy (a later one overrides an earlier
-one), and ``reduce: {delete: true}`` marks a deletion.
+one), and ``reduce: {delete: true}`` marks a deletion.  ``reduce: {order: /pointer}`` makes
+the value at the pointer (inside the location's value) decide which side is the later one
+(:mod:`tidemark.collection.strategies`).
 
 Pure Python (no Spark): executors import it.
 """
@@ -31,6 +33,7 @@ class Annotation:
     strategy: str = "lastWriteWins"
     key: tuple[str, ...] = ()
     delete: bool = False
+    order: str = ""  # ``reduce.order``: a JSON pointer inside the location's value ("" : source order)
 
 
 DEFAULT = Annotation()
@@ -159,7 +162,8 @@ class SchemaIndex:
             return DEFAULT
         if strategy is None:
             return Annotation(delete=delete)
-        return Annotation(str(strategy["strategy"]), tuple(strategy.get("key") or ()), delete)
+        return Annotation(str(strategy["strategy"]), tuple(strategy.get("key") or ()), delete,
+                          str(strategy.get("order") or ""))
 
     @staticmethod
     def property_schemas(applicable: list[dict], prop: str) -> list:

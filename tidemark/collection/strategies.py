@@ -33,7 +33,16 @@ Each :class:`Strategy` in :data:`STRATEGIES` holds
     ``spark_kinds`` / ``spark_types`` say which property shapes it aggregates
     (:mod:`tidemark.collection.plan`).
 
-plus what the spec checks (``keyed``, ``location_types``).  Errors are
+plus what the spec checks (``keyed``, ``ordered``, ``location_types``).
+
+Event-time order (``reduce: {strategy: lastWriteWins, order: /updated_at}``): where a
+strategy keeps one side because it is the later (or earlier) one, ``order`` names a JSON
+pointer inside the location's value whose values decide that, instead of the source order
+(:func:`event_order`): ``lastWriteWins`` keeps the side with the greater value there,
+``firstWriteWins`` the smaller; a side without one orders first; equal values fall back to
+the source order.  Keyed ``minimize`` / ``maximize`` take it as the key's last part.  The
+winner carries its own order value, so the reduction stays associative, and the result does
+not depend on the order the documents arrived in (up to ties).  Errors are
 :class:`~tidemark.errors.ReductionError` naming the JSON pointer and the strategy.
 """
 
@@ -76,6 +85,7 @@ class Strategy:
     spark_types: Optional[frozenset] = None  # JSON types of the property (None: any)
     group_value: bool = False  # equal values reduce to that value (a key property needs no aggregate)
     keyed: bool = False  # takes ``reduce.key``
+    ordered: str = ""  # takes ``reduce.order``: "" no, "any" on its own, "keyed" with a ``key``
     location_types: Optional[frozenset] = None  # the JSON types its location may have (besides null)
     expects: str = ""  # those types, as an error names them
 
@@ -103,11 +113,24 @@ def reduction_error(ptr: str, strategy: str, what: str, lhs: Any = MISSING, rhs:
 # ----------------------------------------------------------------------------- lastWriteWins, firstWriteWins
 
 
+def event_order(r, app, ann, lhs, rhs) -> int:
+    """``reduce.order``: compare the values at the ``order`` pointer inside ``lhs`` and ``rhs``
+    (a side without one orders first; date-times as instants), 0 for a tie (or no ``order``)."""
+    if not ann.order:
+        return 0
+    key = (ann.order,)
+    return compare_key(key, lhs, rhs, r.key_orders(app, key, rhs))
+
+
 def _last(r, app, ann, lhs, rhs, ptr):
+    if ann.order and event_order(r, app, ann, lhs, rhs) > 0:
+        return lhs  # the left side is the later event
     return rhs
 
 
 def _first(r, app, ann, lhs, rhs, ptr):
+    if ann.order and event_order(r, app, ann, lhs, rhs) > 0:
+        return rhs  # the right side is the earlier event
     return lhs
 
 
@@ -178,7 +201,8 @@ def _spark_sum(S, f, c) -> SparkAggregate:
 
 def _minmax(r, app, ann, lhs, rhs, ptr):
     if ann.key:
-        c = compare_key(ann.key, lhs, rhs, r.key_orders(app, ann.key, rhs))
+        key = ann.key + (ann.order,) if ann.order else ann.key  # ``order``: the key's last part
+        c = compare_key(key, lhs, rhs, r.key_orders(app, key, rhs))
     elif is_date_time_location(app):
         c = compare_date_time(lhs, rhs)
     else:
@@ -306,15 +330,15 @@ _NUMBERS = frozenset(("number", "integer"))
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("lastWriteWins", _last, lambda f: None, _spark_pick(True), frozenset(("scalar", "raw")),
-             group_value=True),
+             group_value=True, ordered="any"),
     Strategy("firstWriteWins", _first, lambda f: _keep_left, _spark_pick(False), frozenset(("scalar", "raw")),
-             group_value=True),
+             group_value=True, ordered="any"),
     Strategy("sum", _sum, _fast_sum, _spark_sum, frozenset(("scalar",)), _NUMBERS,
              location_types=_NUMBERS, expects="numbers"),
     Strategy("minimize", _minmax, _fast_minmax(False), _spark_minmax(False), frozenset(("scalar",)),
-             group_value=True, keyed=True),
+             group_value=True, keyed=True, ordered="keyed"),
     Strategy("maximize", _minmax, _fast_minmax(True), _spark_minmax(True), frozenset(("scalar",)),
-             group_value=True, keyed=True),
+             group_value=True, keyed=True, ordered="keyed"),
     Strategy("append", _append, _fast_append, _spark_append, frozenset(("append",)),
              location_types=frozenset(("array",)), expects="arrays"),
     Strategy("merge", _merge, None, _spark_merge, frozenset(("map",)), keyed=True,

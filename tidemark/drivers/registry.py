@@ -16,13 +16,18 @@ DRIVERS: dict[str, str] = {
     "memory": "tidemark.drivers.memory:MemoryDriver",
     "sqlite": "tidemark.drivers.sqlite:SQLiteDriver",
     "postgres": "tidemark.drivers.postgres:PostgresDriver",
+    "mysql": "tidemark.drivers.mysql:MySqlDriver",
     "delta": "tidemark.drivers.delta:DeltaDriver",
     "store": "tidemark.drivers.store:StoreDriver",
+    "kafka": "tidemark.drivers.kafka:KafkaDriver",
+    "redis": "tidemark.drivers.redis_driver:RedisDriver",
+    "webhook": "tidemark.drivers.webhook_driver:WebhookDriver",
     "nats": "tidemark.drivers.nats:NatsDriver",
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "delta": "delta", "nats": "nats"}
+EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "kafka": "kafka", "redis": "redis",
+                          "webhook": "webhook", "nats": "nats"}
 
 
 def driver_class(name: str):

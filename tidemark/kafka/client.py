@@ -69,12 +69,19 @@ def mask(text: str, config: Mapping[str, Any] | None) -> str:
     return text
 
 
+#: Defaults under the user's config: tidemark's clients are short-lived (one per shard session
+#: and batch), so they must start fast; librdkafka still backs off exponentially from these.
+FAST_START = {"retry.backoff.ms": 10, "topic.metadata.refresh.fast.interval.ms": 10, "reconnect.backoff.ms": 5}
+
+
 def client_config(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
-    """A copy of the user's librdkafka ``config`` with tidemark's ``overrides`` on top, and
-    librdkafka's log lines routed to the ``tidemark.kafka`` logger (not stderr)."""
+    """A copy of the user's librdkafka ``config`` (over :data:`FAST_START`) with tidemark's
+    ``overrides`` on top, and librdkafka's log lines routed to the ``tidemark.kafka`` logger
+    (not stderr)."""
     if not config.get("bootstrap.servers"):
         raise DriverError("kafka: the client config needs bootstrap.servers (e.g. '127.0.0.1:9092')")
-    out = {k: v for k, v in config.items() if k != "logger"}
+    out = dict(FAST_START)
+    out.update((k, v) for k, v in config.items() if k != "logger")
     out.update(overrides)
     out["logger"] = config.get("logger") or log
     return out

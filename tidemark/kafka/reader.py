@@ -37,7 +37,7 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
     """Every committed message (a ``confluent_kafka.Message``) of ``topic``, partition by
     partition in offset order (partitions interleaved), up to the high watermarks taken at
     the start. Control records and aborted transactions are not returned."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     timeout = policy.connect_timeout
@@ -64,16 +64,18 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,  # a second sign that a partition was read to its end
+        "fetch.wait.max.ms": 10,  # a read ends at the high watermark: do not let the broker hold a fetch
+        "fetch.error.backoff.ms": 10, "topic.metadata.refresh.fast.interval.ms": 10,  # a short read starts fast
     })), "connecting a consumer", config)
     try:
-        call(lambda: consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending]),
+        call(lambda: consumer.assign([TopicPartition(topic, p, max(0, low.get(p, 0))) for p in pending]),
              f"assigning {topic!r}", config)
         until = time.monotonic() + policy.lock_timeout
         while pending:
             left = until - time.monotonic()
             if left <= 0:
                 raise EndpointUnavailable(_blocked(consumer, topic, pending, policy.lock_timeout, config))
-            batch = call(lambda: consumer.consume(BATCH, min(0.5, left)), f"reading {topic!r}", config)
+            batch = call(lambda: consumer.consume(BATCH, min(0.01, left)), f"reading {topic!r}", config)
             for msg in batch:
                 err = msg.error()
                 if err is not None:

@@ -98,11 +98,15 @@ class RangeWriter:
         self._in_transaction = True
         self.sent = 0
 
-    def send(self, topic: str, key: tuple, doc: Any) -> None:
+    def send(self, topic: str, key: tuple, doc: Any, headers: Optional[list] = None) -> None:
         """Queue one record: key = the key as a JSON array, value = the document as JSON,
         or a tombstone when ``doc`` is None."""
         value = None if doc is None else orjson.dumps(doc)
-        self._produce(topic, key_json(key).encode("utf-8"), value)
+        self._produce(topic, key_json(key).encode("utf-8"), value, headers=headers)
+
+    def send_raw(self, topic: str, key: bytes, value: Optional[bytes], headers: Optional[list] = None) -> None:
+        """Queue one record of bytes as they are."""
+        self._produce(topic, key, value, headers=headers)
 
     def commit(self, progress: ProgressRecord) -> None:
         """Add ``progress`` to the transaction and commit it. On failure the transaction is
@@ -146,9 +150,12 @@ class RangeWriter:
             raise DriverError(f"kafka: the writer of {self.transactional_id} is not open")
         return self._producer
 
-    def _produce(self, topic: str, key: bytes, value: Optional[bytes], partition: Optional[int] = None) -> None:
+    def _produce(self, topic: str, key: bytes, value: Optional[bytes], partition: Optional[int] = None,
+                 headers: Optional[list] = None) -> None:
         producer = self._live()
-        kwargs = {} if partition is None else {"partition": partition}
+        kwargs: dict = {} if partition is None else {"partition": partition}
+        if headers:
+            kwargs["headers"] = headers
         until = time.monotonic() + self.policy.lock_timeout
         while True:
             try:

@@ -102,7 +102,7 @@ class BindingSpec:
     @property
     def resource_path(self) -> tuple[str, ...]:
         """A short identity of the resource (e.g. ``("customers",)``)."""
-        for k in ("table", "path", "subject", "stream", "key_prefix", "name"):
+        for k in ("table", "path", "topic", "subject", "stream", "key_prefix", "name"):
             if k in self.resource:
                 return (str(self.resource[k]),)
         return tuple(str(v) for v in self.resource.values())

@@ -61,6 +61,11 @@ def checkpoints_key(namespace: str, materialization: str) -> str:
     return f"{namespace}checkpoints:{materialization}"
 
 
+def quarantine_key(namespace: str, materialization: str) -> str:
+    """A list of the materialization's quarantined documents (JSON), oldest first."""
+    return f"{namespace}quarantine:{materialization}"
+
+
 def field(rng: Range, what: str) -> str:
     return f"{rng.name}:{what}"
 

@@ -18,13 +18,13 @@ from typing import Any, Iterable, Sequence
 
 from tidemark.drivers.base import CheckpointRow, chunked
 from tidemark.drivers.sql import dumps, fenced_off, redact
-from tidemark.errors import EndpointRefused, FencedOff, SpecError
+from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, SpecError
 from tidemark.jsontext import loads
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Doc, Key, Range
 from tidemark.redis_store import connection, fences
 from tidemark.redis_store.layout import (
-    CHECKPOINT, DEFAULT_NAMESPACE, FENCE, checkpoints_key, data_key, encode_doc, field, glob_escape,
+    CHECKPOINT, DEFAULT_NAMESPACE, FENCE, checkpoints_key, data_key, encode_doc, field, glob_escape, quarantine_key,
 )
 from tidemark.redis_store.persistence import Persistence, read_persistence
 from tidemark.redis_store.script import COMMIT_LUA
@@ -82,6 +82,7 @@ class Committed:
     upserts: int
     deletes: int
     bytes: int
+    appends: int = 0
 
 
 class RedisStore:
@@ -125,15 +126,19 @@ class RedisStore:
 
     # ------------------------------------------------------------ commit
     def commit(self, fence: fences.RangeFence, checkpoint: dict,
-               upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = ()) -> Committed:
-        """Write ``upserts`` (``(prefix, key, doc)``), delete ``deletes`` (``(prefix, key)``)
-        and set the range's checkpoint, in one script, only while ``fence`` is current.
+               upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = (),
+               appends: Iterable[tuple[str, Key, Doc]] = (), quarantine: Sequence[Doc] = ()) -> Committed:
+        """Write ``upserts`` (``(prefix, key, doc)``), append ``appends`` (``(prefix, key,
+        doc)``: ``RPUSH`` to the key's list, delta updates), delete ``deletes`` (``(prefix,
+        key)``), append ``quarantine`` to the materialization's quarantine list and set the
+        range's checkpoint, in one script, only while ``fence`` is current.
 
         Step 1: encode everything; refuse a payload above ``max_commit_bytes``.
         Step 2: ``EVALSHA`` the commit script (``EVAL`` once if the server lost it).
         Step 3: the script answered "fenced": raise FencedOff; nothing was written.
 
-        Safe to call twice for one batch: a retry after a lost reply writes the same values."""
+        Safe to call twice for one batch: a retry after a lost reply finds the checkpoint
+        already there and writes nothing (appends are not doubled)."""
         if not self.config.exactly_once:
             raise SpecError("endpoint redis: commit() needs mode exactly-once; at-least-once uses write()")
         cp_text = dumps(checkpoint)
@@ -141,8 +146,18 @@ class RedisStore:
         for prefix, key, doc in upserts:  # Step 1
             up_keys.append(data_key(prefix, key))
             up_vals.append(encode_doc(doc))
+        push_keys, push_vals = [], []
+        for prefix, key, doc in appends:
+            push_keys.append(data_key(prefix, key))
+            push_vals.append(encode_doc(doc))
+        if quarantine:
+            qkey = quarantine_key(self.config.namespace, fence.materialization).encode("utf-8")
+            for row in quarantine:
+                push_keys.append(qkey)
+                push_vals.append(encode_doc(row))
         del_keys = [data_key(prefix, key) for prefix, key in deletes]
-        size = sum(map(len, up_keys)) + sum(map(len, up_vals)) + sum(map(len, del_keys)) + len(cp_text)
+        size = (sum(map(len, up_keys)) + sum(map(len, up_vals)) + sum(map(len, push_keys)) + sum(map(len, push_vals))
+                + sum(map(len, del_keys)) + len(cp_text))
         if size > self.config.max_commit_bytes:
             raise EndpointRefused(
                 f"redis {redact(self.config.url)}: commit of range {fence.range.name} is {size} bytes, above "
@@ -150,35 +165,53 @@ class RedisStore:
                 "split: use more shards or smaller batches (or raise max_commit_bytes and the server's "
                 "client-query-buffer-limit)")
         hkey = checkpoints_key(self.config.namespace, fence.materialization)
-        keys = [hkey, *up_keys, *del_keys]
+        keys = [hkey, *up_keys, *push_keys, *del_keys]
         args = [field(fence.range, FENCE), str(fence.fence), field(fence.range, CHECKPOINT), cp_text,
-                len(up_keys), *up_vals]
+                len(up_keys), len(push_keys), *up_vals, *push_vals]
         ok, current = self._run(lambda: self._commit(keys=keys, args=args),  # Step 2
                                 f"commit {fence.materialization} {fence.range.name}")
-        if not ok:  # Step 3
+        if ok == 0:  # Step 3
             raise _fenced(fence, current)
-        return Committed(len(up_keys), len(del_keys), size)
+        if ok == 3:
+            key = current.decode("utf-8", "replace") if isinstance(current, bytes) else current
+            raise IncompatibleSchema(
+                f"redis {redact(self.config.url)}: key {key!r} holds a value that is not a list, so delta-update rows "
+                "cannot be appended to it (was the binding switched from standard to delta updates? give it another "
+                "prefix, or start over with `tidemark reset`); nothing of this commit was written")
+        return Committed(len(up_keys), len(del_keys), size, len(push_keys))
 
     # ----------------------------------------------------- at-least-once
-    def write(self, upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = ()) -> int:
-        """At-least-once: ``SET``/``DEL`` in pipelines of ``write_chunk`` commands, no fence,
-        no checkpoint.  A crash may leave some of a batch written; its replay writes it again
-        (a ``sum`` then counts twice; last-write-wins documents come out right).  Returns the
-        number of commands sent."""
-        ops = [("set", data_key(p, k), encode_doc(d)) for p, k, d in upserts]
-        ops += [("del", data_key(p, k), None) for p, k in deletes]
-        for part in chunked(ops, self.config.write_chunk):
+    def write(self, upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = (),
+              appends: Iterable[tuple[str, Key, Doc]] = (), quarantine: Sequence[Doc] = (),
+              materialization: str = "") -> int:
+        """At-least-once: no fence, no checkpoint; ``MSET`` and ``DEL`` of up to ``write_chunk``
+        keys per command, an ``RPUSH`` per appended row, sent in pipelines of ``write_chunk``
+        commands.  A crash may leave some of a batch written; its replay writes it again (a
+        ``sum`` then counts twice; last-write-wins documents come out right).  Returns the
+        number of keys set, rows appended and keys deleted."""
+        wc = self.config.write_chunk
+        sets = [(data_key(p, k), encode_doc(d)) for p, k, d in upserts]
+        pushes = [(data_key(p, k), encode_doc(d)) for p, k, d in appends]
+        qkey = quarantine_key(self.config.namespace, materialization)
+        pushes += [(qkey, encode_doc(row)) for row in quarantine]
+        dels = [data_key(p, k) for p, k in deletes]
+        cmds: list[tuple] = [("mset", dict(part)) for part in chunked(sets, wc)]
+        cmds += [("rpush", key, value) for key, value in pushes]
+        cmds += [("del", part) for part in chunked(dels, wc)]
+        for part in chunked(cmds, wc):
             def body(part=part) -> None:
                 pipe = self.client.pipeline(transaction=False)
-                for op, key, value in part:
-                    if op == "set":
-                        pipe.set(key, value)
+                for op, *args in part:
+                    if op == "mset":
+                        pipe.mset(args[0])
+                    elif op == "rpush":
+                        pipe.rpush(*args)
                     else:
-                        pipe.delete(key)
+                        pipe.delete(*args[0])
                 pipe.execute()
 
             self._run(body, f"write {len(part)} commands")
-        return len(ops)
+        return len(sets) + len(pushes) + len(dels)
 
     # -------------------------------------------------------- inspection
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
@@ -200,6 +233,26 @@ class RedisStore:
 
         return self._run(body, f"dump {prefix!r}")
 
+    def dump_lists(self, prefix: str) -> list[Doc]:
+        """Every appended row under ``prefix`` (delta updates): per key, in append order."""
+
+        def body() -> list:
+            out = []
+            for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
+                pipe = self.client.pipeline(transaction=False)
+                for k in part:
+                    pipe.lrange(k, 0, -1)
+                for values in pipe.execute():
+                    out.extend(loads(v) for v in values)
+            return out
+
+        return self._run(body, f"dump rows under {prefix!r}")
+
+    def quarantined(self, materialization: str) -> list[Doc]:
+        """The materialization's quarantined documents, oldest first."""
+        key = quarantine_key(self.config.namespace, materialization)
+        return [loads(v) for v in self._run(lambda: self.client.lrange(key, 0, -1), f"read quarantine of {materialization}")]
+
     def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
         """Delete the bindings' documents and the materialization's checkpoints hash."""
         done = []
@@ -212,6 +265,8 @@ class RedisStore:
                 done.append(f"deleted {n} documents under {prefix!r}")
             if self.client.delete(checkpoints_key(self.config.namespace, materialization)):
                 done.append(f"deleted the checkpoints of {materialization!r}")
+            if self.client.delete(quarantine_key(self.config.namespace, materialization)):
+                done.append(f"deleted the quarantined documents of {materialization!r}")
 
         self._run(body, f"drop {materialization}")
         return done

@@ -49,6 +49,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+from tidemark.runtime.spec_changes import changes_since
 
 log = logging.getLogger("tidemark")
 
@@ -119,7 +120,8 @@ def check_position(materialization: str, driver_name: str, place: str, at: int, 
 class Coordinator:
     def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
-                 strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail"):
+                 strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail",
+                 reductions: Sequence[dict] = ()):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
@@ -130,6 +132,7 @@ class Coordinator:
         self.version = version
         self.shards = shards
         self.strategies = tuple(tuple(s) for s in strategies)
+        self.reductions = list(reductions)  # per binding, recorded in each log entry (runtime.spec_changes)
         self.log = RecoveryLog(checkpoint_location, materialization, create=False)  # created once start-up passes
         self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
         self.checkpoint_location = checkpoint_location
@@ -175,6 +178,11 @@ class Coordinator:
             if last.version != self.version:
                 log.warning("materialization %s: spec version changed since batch %s (%s -> %s)",
                             self.name, last.batch_id, last.version, self.version)
+                changed = changes_since(last.reductions, self.reductions)
+                if changed:
+                    log.warning("materialization %s: a reduce strategy changed since batch %s, so stored documents "
+                                "were reduced the old way: %s (`tidemark check` refuses this spec)",
+                                self.name, last.batch_id, "; ".join(changed))
             self.acknowledge(last)
 
     def warn_unsafe(self) -> None:
@@ -227,6 +235,10 @@ class Coordinator:
                 f"{reset_hint(self.name)}. Nothing was changed")
         held = [p for p in positions if p.batch_id >= 0]
         if last is None:
+            if self.caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE:
+                # A crash after the endpoint committed the first batch, before the log did:
+                # a range may hold batch 0 (one ahead of "none"); its re-run is skipped.
+                held = [p for p in held if p.batch_id > 0]
             if held:
                 p = max(held, key=lambda p: p.batch_id)
                 raise RecoveryError(
@@ -310,7 +322,7 @@ class Coordinator:
     def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
         # Step 3
         entry = LogEntry(start.batch_id, start.runtime_checkpoint, state, [list(x) for x in start.layout],
-                         self.version, counts, [list(b.resource_path) for b in self.bindings])
+                         self.version, counts, [list(b.resource_path) for b in self.bindings], self.reductions)
         fault_point("before_recovery_log")
         self.log.append(entry)
         fault_point("after_recovery_log")

@@ -5,7 +5,7 @@ Layout under ``<checkpoint>/tidemark/``::
     meta.json            {"checkpoint_id": uuid, "materialization": name}   (written once)
     log/<batch>.json     one committed batch: runtime checkpoint (with the batch identity),
                          merged driver checkpoint, shard layout, spec version, the bound
-                         resources, counts; sealed with a checksum
+                         resources, counts, the reduce annotations; sealed with a checksum
     intent/<batch>.json  the shard layout a batch was *started* with; a re-run of that batch
                          uses the same layout even if the configured shard count changed
 
@@ -53,6 +53,7 @@ class LogEntry:
     version: str
     counts: dict = field(default_factory=dict)
     resources: list = field(default_factory=list)  # the bound resource paths of the batch
+    reductions: list = field(default_factory=list)  # per binding: its reduce annotations (runtime.spec_changes)
 
     @property
     def query_id(self) -> Optional[str]:
@@ -194,6 +195,25 @@ class RecoveryLog:
             log.warning("recovery log: the newest entry (batch %s) is torn (%s) and was never reported committed; "
                         "set aside as %s, the batch runs again", batches[-1], exc, aside)
             return self.last()
+
+    def peek_last(self) -> tuple[Optional[LogEntry], Optional[int]]:
+        """Read-only :meth:`last` (for ``tidemark status``): (the newest whole entry, the
+        batch of a torn newer entry or None).  Sets nothing aside."""
+        torn = None
+        for batch in reversed(self._batches("log")):
+            try:
+                entry = self._entry(batch)
+            except TornEntry:
+                torn = torn if torn is not None else batch
+                continue
+            if entry is not None:
+                return entry, torn
+        return None, torn
+
+    def entry_mtime(self, batch_id: int) -> Optional[float]:
+        """When batch ``batch_id``'s entry was written (epoch seconds), if the file system says."""
+        info = self.fs.get_file_info(f"{self.root}/log/{batch_id}.json")
+        return info.mtime.timestamp() if info.mtime is not None else None
 
     def get(self, batch_id: int) -> Optional[LogEntry]:
         try:

@@ -16,17 +16,21 @@ Two forms::
     )
 
 Both return a started :class:`MaterializationRun` (``start=False``: the configured
-``DataStreamWriter``).  ``available_now=True`` processes what is there and stops.
+``DataStreamWriter``).  The query runs until stopped (``available_now=True``: it processes
+what is there and stops).
 :func:`tidemark.reset` (:mod:`tidemark.ops`) takes the same arguments and needs no Spark.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from tidemark.options import RuntimeOptions
+
+log = logging.getLogger("tidemark")
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter
@@ -38,6 +42,7 @@ class MaterializationRun:
 
     query: object
     materializer: object
+    metrics_url: Optional[str] = None  # where /metrics is served (``metrics_port=``)
 
     def await_termination(self, timeout: Optional[float] = None):
         """Wait; re-raise tidemark's own error (not Spark's wrapper) if the batch failed."""
@@ -83,12 +88,13 @@ def materialize(
     delta_updates: bool = False,
     on_invalid: str = "fail",
     options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
-    available_now: bool = True,
+    available_now: bool = False,
     processing_time: Optional[str] = None,
     start: bool = True,
     spark=None,
     on_batch: Optional[Callable] = None,
     max_files_per_trigger: Optional[int] = None,
+    metrics_port: Union[int, str, None] = None,
 ) -> MaterializationRun | DataStreamWriter:
     """Materialize a collection into an endpoint, exactly once.
 
@@ -102,15 +108,25 @@ def materialize(
 
     ``options``: the runtime options (:class:`~tidemark.options.RuntimeOptions`, or a mapping of
     the fields to change); they replace / override the spec's ``options:``, and environment
-    variables (:data:`tidemark.options.ENV`) override both.  ``available_now=True``
-    processes what is there and stops; else ``processing_time=`` (e.g. ``"10 seconds"``) or
-    Spark's default trigger.  ``spark``: the session (default: the active one, or a local
-    one).  ``on_batch``: called with each batch's
+    variables (:data:`tidemark.options.ENV`) override both.  By default the query runs until
+    stopped, a batch as soon as the previous one is done, or every ``processing_time=`` (e.g.
+    ``"10 seconds"``); ``available_now=True`` processes what is there and stops.  ``spark``:
+    the session (default: the active one, or a local one); where it does not set
+    ``spark.sql.shuffle.partitions``, the query gets the CLI's 4
+    (:data:`tidemark.spark.session.SHUFFLE_PARTITIONS`; not with ``start=False``).  ``on_batch``: called with each batch's
     :class:`~tidemark.spark.processor.BatchReport`.  ``max_files_per_trigger``: files per batch
-    of a spec's file sources that set none.
+    of a spec's file sources that set none.  ``metrics_port``: serve Prometheus metrics of
+    this materialization at ``http://HOST:PORT/metrics`` (a port, or ``"HOST:PORT"``; 0 picks
+    a free port; see :mod:`tidemark.metrics`); the URL is the run's ``metrics_url``.
 
-    Returns a started :class:`MaterializationRun` (``.await_termination()``, ``.stop()``, and
-    the Spark ``StreamingQuery``'s attributes), or with ``start=False`` the configured
+    Source order: a DataFrame's rows are ordered by its ``_file`` / ``_block`` columns, or by
+    Kafka's ``topic`` / ``partition`` / ``offset`` columns kept beside a string ``value``;
+    otherwise a batch has no defined order, and a warning names the locations whose value
+    depends on it (``lastWriteWins`` without ``order:``, ``append``; docs/reductions.md).
+
+    Returns a started :class:`MaterializationRun` (not a ``StreamingQuery``: it holds one in
+    ``.query``; ``.await_termination()`` re-raises tidemark's own error, ``.stop()``, and the
+    query's other attributes pass through), or with ``start=False`` the configured
     ``DataStreamWriter`` (not started).  Raises :class:`~tidemark.errors.SpecError` for an
     invalid spec or arguments, and start-up's refusals
     (:class:`~tidemark.errors.RecoveryError`) before anything is written.
@@ -118,7 +134,8 @@ def materialize(
     from tidemark.collection.collection import Collection
     from tidemark.ops import target
     from tidemark.spark.processor import Materializer
-    from tidemark.spark.sources import prepare_dataframe, read_collection
+    from tidemark.spark.session import start_query
+    from tidemark.spark.sources import prepare_dataframe, read_collection, source_order
     from tidemark.spec import TidemarkSpec
 
     spark = _spark(spark)
@@ -137,11 +154,18 @@ def materialize(
         streams = [prepare_dataframe(source, 0, source_name=mat.name)]
 
     collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
+    if not isinstance(source, (str, os.PathLike, TidemarkSpec)) and not source_order(source):
+        warn_unordered(mat.name, collections[0])
     stream = streams[0]
     for s in streams[1:]:
         stream = stream.unionByName(s)
 
+    metrics_url = None
+    if metrics_port is not None:
+        on_batch, metrics_url, watch = _with_metrics(metrics_port, spec, mat, source, on_batch)
     materializer = Materializer(spec, mat, collections, checkpoint_location, on_batch=on_batch)
+    if metrics_port is not None:
+        watch(materializer)
     materializer.start_up()
     writer = (
         stream.writeStream.foreachBatch(materializer)
@@ -154,7 +178,40 @@ def materialize(
         writer = writer.trigger(processingTime=processing_time)
     if not start:
         return writer
-    return MaterializationRun(writer.start(), materializer)
+    return MaterializationRun(start_query(writer, spark), materializer, metrics_url)
+
+
+def warn_unordered(name: str, collection) -> None:
+    """Warn where a DataFrame without a defined source order feeds reductions that depend on it."""
+    where = collection.order_dependent()
+    if where:
+        shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
+        log.warning("materialization %s: %s depend on the source order, which this DataFrame does not define "
+                    "(Spark may hand a batch's rows over in any order); give the reduce an order: (e.g. "
+                    "reduce: {strategy: lastWriteWins, order: /updated_at}) or keep _file/_block or Kafka's "
+                    "partition and offset columns (docs/reductions.md, \"Source order\")", name, shown)
+
+
+def _with_metrics(port, spec, mat, source, on_batch):
+    """(on_batch that also feeds the metrics, the metrics URL, a function that watches the
+    materializer's failures)."""
+    from tidemark.metrics import serve
+    from tidemark.ops import pending_files
+    from tidemark.spec import TidemarkSpec
+
+    metrics, url = serve(port)
+    from_spec = isinstance(source, (str, os.PathLike, TidemarkSpec))
+    metrics.register(mat.name, (lambda: pending_files(spec, mat.name)) if from_spec else None)
+
+    def fed(report):
+        metrics.batch(report)
+        if on_batch is not None:
+            on_batch(report)
+
+    def watch(materializer):
+        materializer.on_error = lambda exc: metrics.failure(mat.name, exc)
+
+    return fed, url, watch
 
 
 def _with_option(cspec, key, value):

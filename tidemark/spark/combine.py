@@ -81,21 +81,33 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
 # ----------------------------------------------------------------------------- errors
 
 
-def _display_file(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else (path[5:] if path.startswith("file:/") else path)
+MAX_REPORTED_INVALID = 20  # invalid documents named in one batch's error
 
 
-def _line_of(df, file: str, block: int, row: int) -> int:
-    from pyspark.sql import functions as F
-
-    before = df.filter((F.col("_file") == file) & ((F.col("_block") < block) | ((F.col("_block") == block) & (F.col("_row") < row))))
-    return before.count() + 1
-
-
-def _raise_first(df, bad: dict) -> None:
-    line = _line_of(df, bad["_file"], bad["_block"], bad["_row"])
-    key = tuple(json.loads(bad["key_json"])) if bad.get("key_json") else None
-    raise DocumentError(bad["reason"], location=f"{_display_file(bad['_file'])}:{line}", key=key)
+def _raise_invalid(df, bad, total: int) -> None:
+    """Fail the batch with every invalid document (up to :data:`MAX_REPORTED_INVALID`), each
+    as ``file:line key (...): rule``, the first one on the first line, then how many there
+    are and the way to go on (``on_invalid: quarantine``).  ``bad``: rows (dicts) or a
+    DataFrame of them (value, _file, _block, _row, reason, key_json), in source order."""
+    spark = df.sparkSession
+    schema = "value string, _file string, _block long, _row long, reason string, key_json string"
+    if isinstance(bad, list):
+        bad = spark.createDataFrame(bad[:MAX_REPORTED_INVALID], schema)
+    else:
+        bad = bad.orderBy("_file", "_block", "_row").limit(MAX_REPORTED_INVALID)
+    located = _locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json")).collect()
+    errors = []
+    for r in located:
+        key = tuple(json.loads(r["key_json"])) if r["key_json"] else None
+        errors.append(DocumentError(r["reason"], location=r["location"], key=key))
+    first = errors[0]
+    shown = f" (the first {len(errors)} above)" if total > len(errors) else ""
+    lines = [str(errors[0])] + [f"  {e}" for e in errors[1:]] + [
+        f"  {total} invalid document(s) in this batch{shown}; nothing of the batch was written. Fix them, or set "
+        "`on_invalid: quarantine` on the materialization to set invalid documents aside and go on"]
+    err = DocumentError("\n".join(lines), location=None)
+    err.location, err.key, err.documents, err.total = first.location, first.key, errors, total
+    raise err
 
 
 def _locate(df, bad):
@@ -186,7 +198,7 @@ def _compiled(df, collection, plan, on_invalid):
                 invalid_rows.append({"value": r["value"], "_file": r["_file"], "_block": r["_block"],
                                      "_row": r["_row"], "reason": reason, "key_json": kj})
             if on_invalid == "fail":
-                _raise_first(df, invalid_rows[0])
+                _raise_invalid(df, invalid_rows, len(invalid_rows))
         valid_keys = out.filter(valid)
         # Step 4
         if stats["errors"]:
@@ -375,8 +387,7 @@ def _fallback(df, collection, on_invalid):
             raise ReductionError(f"key {err['key_json']}: {err['reason']}")
         bad = folded.filter(F.col("kind") == "bad")
         if stats["bad"] and on_invalid == "fail":
-            first = bad.orderBy("_file", "_block", "_row").limit(1).collect()[0].asDict()
-            _raise_first(df, first)
+            _raise_invalid(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"), int(stats["bad"]))
         combined = folded.filter(F.col("kind") == "ok").select(
             "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc")
         invalid = None

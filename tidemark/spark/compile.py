@@ -8,7 +8,8 @@ strategy's ``spark`` entry in :data:`tidemark.collection.strategies.STRATEGIES`,
 pyspark helpers of :class:`SparkOps`:
 
 * ``lastWriteWins`` / ``firstWriteWins``: ``max_by`` / ``min_by`` of the source order (of
-  scalars, or of raw JSON text for objects and arrays);
+  scalars, or of raw JSON text for objects and arrays); a root with ``reduce.order``: of
+  :func:`event_order`, then the source order;
 * ``sum``: ``try_sum`` for integers; an ordered fold for numbers, so replays are
   bit-identical;
 * ``minimize`` / ``maximize`` without a key: ``min`` / ``max``; of a ``format: date-time``
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tidemark.collection.plan import CompiledPlan
-from tidemark.collection.strategies import STRATEGIES
+from tidemark.collection.strategies import STRATEGIES, is_date_time_field
 from tidemark.spark.datetimes import instant_order
 
 
@@ -142,6 +143,17 @@ class SparkOps:
         return spark_type(t)
 
 
+def event_order(plan: CompiledPlan, c, ord_col):
+    """The order of a root's ``reduce.order`` (property column ``c``), then the source order: a
+    document without the property first (as :func:`tidemark.collection.order.compare_key`
+    orders a missing value), date-times by instant (:func:`instant_order`)."""
+    from pyspark.sql import functions as F
+
+    f = next(f for f in plan.fields if f.name == plan.order)
+    value = instant_order(c, True) if is_date_time_field(f) else c
+    return F.struct(c.isNotNull().alias("a"), value.alias("e"), ord_col.alias("o"))
+
+
 def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None, mask_scalars=True):
     """(agg columns, doc expression over the aggregated columns, error expression).
 
@@ -162,8 +174,10 @@ def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=Non
 
     if mask_scalars:
         ord_col = mask(ord_col)
-    if plan.root_strategy != "merge":  # the whole document, by its source order
+    if plan.root_strategy != "merge":  # the whole document, by its event-time order, then its source order
         pick = F.max_by if plan.root_strategy == "lastWriteWins" else F.min_by
+        if plan.order:
+            ord_col = F.when(ord_col.isNotNull(), event_order(plan, p[plan.order], ord_col))
         return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask)
     aggs, structured, raw, errors = [], [], [], []

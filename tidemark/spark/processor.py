@@ -20,6 +20,7 @@ Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates,
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -31,6 +32,7 @@ from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
+from tidemark.runtime.spec_changes import reductions_of
 
 log = logging.getLogger("tidemark")
 
@@ -52,6 +54,36 @@ class BatchReport:
     spilled: bool = False
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
+
+
+class _Gate:
+    """Where a process stops on request (``tidemark run`` on Ctrl-C): between batches.
+    :meth:`close_and_wait` lets the batches in progress finish and holds every later one
+    before it starts (Spark has planned it; it runs again next time, like after a crash)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._closed = False
+
+    def enter(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._closed)
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify_all()
+
+    def close_and_wait(self, timeout: Optional[float] = None) -> bool:
+        """Close the gate; True once no batch is in progress (False at ``timeout``)."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
+
+GATE = _Gate()
 
 
 class Materializer:
@@ -81,12 +113,14 @@ class Materializer:
             driver_config=self.driver_config, bindings=self.bindings, version=self.version,
             checkpoint_location=checkpoint_location, shards=materialization.shards,
             strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
+            reductions=[reductions_of(c.name, c.schema) for c in self.collections],
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
         # the spec's (or materialize()'s) options; environment variables override them
         self.options = (options or materialization.options).with_env()
         self.error: BaseException | None = None
+        self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
 
     def start_up(self) -> None:
@@ -95,11 +129,16 @@ class Materializer:
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
+        GATE.enter()
         try:
             self.process(df, int(batch_id))
         except BaseException as exc:
             self.error = from_task_failure(exc) or exc
+            if self.on_error is not None:
+                self.on_error(self.error)
             raise
+        finally:
+            GATE.leave()
 
     def process(self, df, batch_id: int) -> BatchReport:
         t_start = time.perf_counter()
@@ -165,7 +204,13 @@ class Materializer:
             "invalid": report.invalid,
             "replayed_shards": sum(r.skipped for r in results),
             "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
+            # for `tidemark status` (read-only; not part of the batch's identity)
+            "endpoint": self.driver_name,
+            "seconds": round(time.perf_counter() - t_start, 3),
+            "timings": {k: round(v, 3) for k, v in report.timings.items()},
+            "committed_at": round(time.time(), 3),
         }
+        counts["totals"] = _totals(last, counts)
         self.coordinator.commit(start, state, counts)
         report.timings["recovery_log"] = time.perf_counter() - t
 
@@ -263,6 +308,15 @@ class Materializer:
                 r.unpersist()
 
         return planned, {"documents": documents, "quarantine": quarantine}, cleanup
+
+
+def _totals(last, counts: dict) -> dict:
+    """Running totals since the view's first batch (carried from entry to entry)."""
+    prev = dict(((last.counts or {}).get("totals") or {}) if last else {})
+    out = {"batches": prev.get("batches", 0) + 1}
+    for k in ("documents", "stored", "deleted", "invalid"):
+        out[k] = prev.get(k, 0) + int(counts.get(k) or 0)
+    return out
 
 
 _MASK32 = 0xFFFFFFFF

@@ -15,8 +15,12 @@ def run_spec(
     spark=None,
     on_batch: Optional[Callable] = None,
     max_files_per_trigger: Optional[int] = None,
+    metrics_port=None,
+    on_metrics: Optional[Callable[[str], None]] = None,
 ):
-    """Run every (or the named) materialization of a spec; return their runs when done."""
+    """Run every (or the named) materialization of a spec; return their runs when done.
+    ``metrics_port``: serve Prometheus metrics (see :mod:`tidemark.metrics`); ``on_metrics``
+    is called once with their URL."""
     from tidemark.spark.api import _spark, materialize
     from tidemark.spec import load_spec
 
@@ -31,9 +35,12 @@ def run_spec(
             spark=spark,
             on_batch=on_batch,
             max_files_per_trigger=max_files_per_trigger,
+            metrics_port=metrics_port,
         )
         for n in names
     ]
+    if on_metrics is not None and runs and runs[0].metrics_url:
+        on_metrics(runs[0].metrics_url)
     for run in runs:
         run.await_termination()
     return runs

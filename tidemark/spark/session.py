@@ -5,8 +5,15 @@ from __future__ import annotations
 import os
 import sys
 
+# Shuffle partitions of tidemark's sessions (Spark's default, 200, makes a small batch
+# schedule 200 tasks per shuffle).  :func:`tidemark.materialize` gives a query on a session
+# that does not set ``spark.sql.shuffle.partitions`` this value too (:func:`query_conf`).
+SHUFFLE_PARTITIONS = 4
+SHUFFLE_KEY = "spark.sql.shuffle.partitions"
 
-def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_partitions: int = 4, **conf):
+
+def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_partitions: int = SHUFFLE_PARTITIONS,
+                  **conf):
     """A local SparkSession suitable for tests, the quickstart and the CLI."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -18,7 +25,7 @@ def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config(SHUFFLE_KEY, str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.memory", os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"))
@@ -41,3 +48,17 @@ def built_once(spark, key, build):
     if value is None:
         value = cache[key] = build()
     return value
+
+
+def start_query(writer, spark):
+    """``writer.start()``, with :data:`SHUFFLE_PARTITIONS` in the query's own session where
+    ``spark`` leaves ``spark.sql.shuffle.partitions`` unset.  A query copies its session's
+    settings when it starts (and keeps the shuffle partitions in its checkpoint from then
+    on), so the setting is removed again at once: the caller's session is left as it was."""
+    if spark.conf.get(SHUFFLE_KEY, None) is not None:
+        return writer.start()
+    spark.conf.set(SHUFFLE_KEY, str(SHUFFLE_PARTITIONS))
+    try:
+        return writer.start()
+    finally:
+        spark.conf.unset(SHUFFLE_KEY)

@@ -46,19 +46,47 @@ def read_collection(spark, collection_spec, binding: int, *, file: str | None = 
     )
 
 
+KAFKA_ORDER = ("partition", "offset")  # with ``topic`` (optional): Kafka's columns that define the order
+
+
+def source_order(df) -> str:
+    """How :func:`prepare_dataframe` orders the rows of one key in a batch: ``"columns"``
+    (the DataFrame's own ``_file`` / ``_block``), ``"kafka"`` (topic, partition, offset) or
+    ``""``: not defined (Spark may hand a batch's rows over in any order)."""
+    from pyspark.sql.types import StringType
+
+    cols = df.columns
+    if "_file" in cols and "_block" in cols:
+        return "columns"
+    if all(c in cols for c in KAFKA_ORDER) and "value" in cols and isinstance(df.schema["value"].dataType, StringType):
+        return "kafka"
+    return ""
+
+
 def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
-    """Adapt any streaming DataFrame: a string ``value`` column, or every column as JSON."""
+    """Adapt any streaming DataFrame: a string ``value`` column, or every column as JSON.
+
+    Source order (docs/reductions.md, "Source order"): the DataFrame's ``_file`` and
+    ``_block`` columns where it has both; else Kafka's ``topic``, ``partition`` and ``offset``
+    beside a string ``value``; else none (the order Spark hands a batch's rows over in)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
     check_replayable(df)
     cols = df.columns
-    if "value" in cols and isinstance(df.schema["value"].dataType, StringType):
+    order = source_order(df)
+    string_value = "value" in cols and isinstance(df.schema["value"].dataType, StringType)
+    if string_value:
         value = F.col("value")
     else:
         value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]))
     file_col = F.col("_file") if "_file" in cols else F.lit(source_name)
     block_col = F.col("_block").cast("long") if "_block" in cols else F.lit(0).cast("long")
+    if order == "kafka":
+        topic = F.col("topic").cast("string") if "topic" in cols else F.lit(source_name)
+        # one key's documents share a partition (Kafka's default partitioner): offsets order them
+        file_col = F.concat(topic, F.lit("/"), F.lpad(F.col("partition").cast("string"), 10, "0"))
+        block_col = F.col("offset").cast("long")
     return df.select(value.alias("value"), file_col.alias("_file"), block_col.alias("_block"), F.lit(binding).alias("_binding"))
 
 

@@ -240,7 +240,7 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
                 conds.append(F.char_length(c) > F.lit(s["maxLength"]))
             if f.type == "string" and s.get("format") in NATIVE_FORMATS:
                 conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
-                if s["format"] == "date-time" and f.strategy in ("minimize", "maximize"):
+                if s["format"] == "date-time" and (f.strategy in ("minimize", "maximize") or f.name == plan.order):
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from tidemark import faults
 from tidemark.errors import DriverError, FencedOff, ProtocolViolation, RecoveryError
@@ -137,7 +137,7 @@ class RangeStore:
         return rdb.iter_data(self._ro, lo, hi)
 
     # ----------------------------------------------------------------- commit
-    def _commit(self, txn: "Transaction", checkpoint: dict) -> CommitInfo:
+    def _commit(self, txn: "Transaction", checkpoint: dict, inside: Optional[Callable[[], None]] = None) -> CommitInfo:
         batch = rdb.batch_of(checkpoint)
         if batch < 0:
             raise ProtocolViolation("active", "commit", detail=f"{self.name}: checkpoint needs an integer batch_id")
@@ -159,6 +159,8 @@ class RangeStore:
                         f"{self.name}: fence {self.fence} is stale (now {current.fence}) — a newer session "
                         "opened this key range or one overlapping it (a retried or speculative task, or a "
                         "new shard layout); this transaction was not committed")
+                if inside is not None:  # e.g. the webhook's POSTs: under the lock, after the fence check
+                    inside()
                 digest = None
                 # Step 3: the changelog entry, before the local commit point.
                 if self.changelog is not None:
@@ -260,11 +262,14 @@ class Transaction:
         return self.scan(bytes(prefix), prefix_end(bytes(prefix)), isolation)
 
     # ------------------------------------------------------------- lifecycle
-    def commit(self, checkpoint: dict) -> CommitInfo:
-        """Commit the writes and ``checkpoint`` atomically (see the module docstring)."""
+    def commit(self, checkpoint: dict, inside: Optional[Callable[[], None]] = None) -> CommitInfo:
+        """Commit the writes and ``checkpoint`` atomically (see the module docstring).
+        ``inside()`` runs in the range's exclusive lock once the fence is verified, before
+        anything is written: if it raises, nothing is committed, and no newer Open of an
+        overlapping range can pass while it runs."""
         self._check("commit")
         try:
-            info = self.store._commit(self, checkpoint)
+            info = self.store._commit(self, checkpoint, inside)
         except BaseException:
             self.status = Status.FAILED
             self.buffer.close()

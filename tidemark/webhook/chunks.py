@@ -8,7 +8,7 @@ A chunk closes when it holds ``chunk_docs`` documents or when the next document 
 take its documents past ``chunk_bytes`` of JSON (a larger document goes alone).
 
 ``Idempotency-Key: tm1-<sha256 hex>`` of (materialization, range, batch identity, chunk
-index, digest of the chunk's documents).  The batch identity is the runtime's (checkpoint
+index, digest of the chunk's documents[, resource]).  The batch identity is the runtime's (checkpoint
 id, batch id, Spark query id, source offsets; :func:`tidemark.drivers.sql.identity`), never
 the batch number alone.  The documents' digest is there so that a replay that differs
 (the chunk settings changed between the crash and the restart) gets new keys: a receiver
@@ -17,7 +17,9 @@ then applies documents twice rather than drops the ones it has not seen under an
 Body (``application/json``)::
 
     {"materialization": "view", "range": "00000000-ffffffff", "checkpoint_id": "…",
-     "batch_id": 7, "chunk": 0, "chunks": 3, "documents": [{…}, …]}
+     "batch_id": 7, "resource": "customers", "chunk": 0, "chunks": 3, "documents": [{…}, …]}
+
+(``resource`` only when the caller names one: the driver does, per binding.)
 """
 
 from __future__ import annotations
@@ -58,15 +60,20 @@ def encode_doc(doc: Any) -> bytes:
         return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
 
-def idempotency_key(materialization: str, rng: Range, checkpoint: Optional[dict], index: int, digest: str) -> str:
+def idempotency_key(materialization: str, rng: Range, checkpoint: Optional[dict], index: int, digest: str,
+                    resource: Optional[str] = None) -> str:
     ident = identity(checkpoint)
-    text = _canonical([KEY_VERSION, materialization, rng.name, list(ident), index, digest])
+    parts = [KEY_VERSION, materialization, rng.name, list(ident), index, digest]
+    if resource is not None:  # one batch posts each binding's documents as chunks of their own
+        parts.append(resource)
+    text = _canonical(parts)
     return f"{KEY_VERSION}-{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterable[Any], *,
-                chunk_docs: int = 500, chunk_bytes: int = 1024 * 1024) -> list[Chunk]:
-    """The requests of one batch of one range, in order (none for no documents)."""
+                chunk_docs: int = 500, chunk_bytes: int = 1024 * 1024, resource: Optional[str] = None) -> list[Chunk]:
+    """The requests of one batch of one range (of one binding's ``resource``, which the body
+    names and the key includes), in order (none for no documents)."""
     groups: list[list[bytes]] = []
     current: list[bytes] = []
     size = 0
@@ -81,6 +88,8 @@ def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterab
         groups.append(current)
     head = {"materialization": materialization, "range": rng.name,
             "checkpoint_id": (checkpoint or {}).get("checkpoint_id"), "batch_id": (checkpoint or {}).get("batch_id")}
+    if resource is not None:
+        head["resource"] = resource
     out, first = [], 0
     for i, group in enumerate(groups):
         documents = b"[" + b",".join(group) + b"]"
@@ -88,6 +97,6 @@ def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterab
         envelope = compact_json({**head, "chunk": i, "chunks": len(groups)}).encode("utf-8")
         body = envelope[:-1] + b',"documents":' + documents + b"}"
         out.append(Chunk(i, len(groups), first, len(group),
-                         idempotency_key(materialization, rng, checkpoint, i, digest), body))
+                         idempotency_key(materialization, rng, checkpoint, i, digest, resource), body))
         first += len(group)
     return out

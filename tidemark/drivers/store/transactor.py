@@ -93,7 +93,9 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
     def quarantine(self, msg: Quarantine) -> None:
         self._quarantine.extend(msg.rows)
 
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
+    def start_commit(self, msg: StartCommit, inside=None) -> StartedCommit:
+        """``inside()``: run under the range's lock after the fence check, before the write
+        (:meth:`tidemark.store.Transaction.commit`; the webhook endpoint POSTs there)."""
         cp = msg.runtime_checkpoint
         txn = self.rs.transaction()
         batch = batch_of(cp)
@@ -103,7 +105,7 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
             txn.put(quarantine_key(self.range, batch, n),
                     encode_doc(quarantine_row(self.materialization, batch, name, row)))
         fault_point("before_endpoint_commit")
-        self.last_commit = txn.commit(cp)
+        self.last_commit = txn.commit(cp, inside)
         fault_point("after_endpoint_commit")
         self._quarantine = []
         self._rows = 0
@@ -114,6 +116,15 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
         # The recovery log keeps the digest of the changelog entry that won: if attempts on
         # two machines both committed a batch, it names the one to keep.
         return StartedCommit(StateUpdate({"store": {self.range.name: {"batch": batch, "digest": digest}}}))
+
+    def commit_quietly(self, cp: dict):
+        """Commit the staged writes with ``cp``, without fault points or changelog digests:
+        for drivers whose own endpoint commit is the one that counts and that keep this
+        store as a follower of it (the log sinks)."""
+        info = self.rs.transaction().commit(cp)
+        self._rows = 0
+        self._acknowledged = False
+        return info
 
     def close(self) -> None:
         self.rs.close()

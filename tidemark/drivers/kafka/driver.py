@@ -1,0 +1,291 @@
+"""The ``kafka`` endpoint: an exactly-once, compactable upsert log per binding, written with
+Kafka transactions and a progress topic (the Materialize seed), full documents from a
+local state store.
+
+Per shard range, one transactional producer whose ``transactional.id`` is a function of
+(materialization, range) (:mod:`tidemark.kafka.ids`). Each batch of the range is one Kafka
+transaction holding the batch's documents and the range's **progress record** (the
+runtime checkpoint, the commit's sequence and counts) — the write frontier. Open:
+
+1. ``init_transactions`` with the range's id: every zombie of the range is fenced and its
+   open transaction aborted;
+2. the frontiers of the materialization's ranges are read (read_committed); the range's
+   checkpoint is its own last record's, or inherited after a split or merge exactly like
+   the SQL endpoints' checkpoint rows (:func:`tidemark.drivers.sql.fences.plan_open`);
+   a range that takes over from an older layout first fences every overlapping old
+   range's transactional id, so no transaction of the old layout lingers;
+3. the local store of the range (:mod:`tidemark.store`, under ``state``) is opened and,
+   if it is not at the frontier, rebuilt from the topics (:mod:`.rebuild`).
+
+Commit pattern: store-authoritative (Kafka's transaction is the endpoint transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Sequence
+
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
+from tidemark.drivers.kafka.settings import (
+    KafkaSettings, check_topic_name, resolve_state, resource_partitions, topic_of,
+)
+from tidemark.drivers.kafka.transactor import KafkaTransactor
+from tidemark.drivers.sql.fences import CheckpointState, plan_open
+from tidemark.drivers.store.naming import binding_id, local_dir
+from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.errors import SpecError
+from tidemark.protocol.messages import (
+    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+)
+
+CAPABILITIES = Capabilities(
+    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
+    delta_updates=True,
+    standard_updates=True,
+    max_load_keys=10_000,
+    max_store_docs=10_000,
+    concurrent_shards=True,
+    quarantine=True,
+)
+
+log = logging.getLogger("tidemark")
+
+
+class KafkaDriver(Driver):
+    name = "kafka"
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        self.settings = KafkaSettings.from_config(self.config)
+
+    def __repr__(self) -> str:
+        return f"KafkaDriver(bootstrap_servers={self.settings.client['bootstrap.servers']!r})"
+
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        return resolve_state(config, base_dir)
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def spec(self) -> SpecResponse:
+        return SpecResponse(
+            config_schema={"type": "object", "required": ["bootstrap_servers"], "properties": {
+                "bootstrap_servers": {"type": "string"}, "state": {"type": "string"},
+                "progress_topic": {"type": "string"}, "quarantine_topic": {"type": "string"},
+                "partitions": {"type": "integer"}, "replication_factor": {"type": "integer"},
+                "transactional_id_prefix": {"type": "string"}, "retry": {"type": "object"}},
+                "additionalProperties": True},
+            resource_schema={"type": "object", "required": ["topic"], "properties": {
+                "topic": {"type": "string"}, "partitions": {"type": "integer"},
+                "replication_factor": {"type": "integer"}}},
+        )
+
+    # ------------------------------------------------------------------ places
+    def state_dir(self, materialization: str) -> str:
+        return local_dir(self.settings.state, materialization)
+
+    def _store_config(self, materialization: str):
+        from tidemark.store import StoreConfig
+
+        return StoreConfig.from_config({"path": self.state_dir(materialization)},
+                                       lock_timeout=self.settings.policy.lock_timeout)
+
+    def _topics(self, bindings: Sequence[BindingSpec]) -> list[str]:
+        topics = [topic_of(b) for b in bindings]
+        s = self.settings
+        seen: dict[str, int] = {}
+        for i, t in enumerate(topics):
+            if t in seen:
+                raise SpecError(f"kafka: bindings {seen[t]} and {i} both write topic {t!r}; give each its own topic")
+            if t in (s.progress_topic, s.quarantine_topic):
+                raise SpecError(f"kafka: topic {t!r} of binding {i} is tidemark's own progress or quarantine topic")
+            seen[t] = i
+        ids = [binding_id(t) for t in topics]
+        if len(set(ids)) != len(ids):
+            raise SpecError(f"kafka: topics {topics} collide in the local store's binding ids; rename one")
+        return topics
+
+    def topic_specs(self, bindings: Sequence[BindingSpec]):
+        from tidemark.kafka.topics import TopicSpec, progress_topic_spec
+
+        s = self.settings
+        specs = []
+        for b, t in zip(bindings, self._topics(bindings)):
+            parts, rf = resource_partitions(b, s)
+            # standard bindings: a compactable upsert log (the last record per key is the view)
+            specs.append(TopicSpec(t, parts, {} if b.delta_updates else {"cleanup.policy": "compact"}, rf))
+        specs.append(progress_topic_spec(s.progress_topic, 1, s.replication_factor))
+        specs.append(TopicSpec(check_topic_name(s.quarantine_topic, "quarantine_topic"), None, {},
+                               s.replication_factor))
+        return specs
+
+    # ------------------------------------------------------------- setup phase
+    def validate(self, req: Validate) -> Validated:
+        self.topic_specs(req.bindings)
+        return Validated(tuple(ValidatedBinding((topic_of(b),), b.delta_updates) for b in req.bindings))
+
+    def apply(self, req: Apply) -> Applied:
+        from tidemark.kafka.topics import ensure_topics
+
+        specs = self.topic_specs(req.bindings)
+        if req.dry_run:
+            return Applied("ensure topics " + ", ".join(s.name for s in specs), ())
+        outcome = ensure_topics(self.settings.client, specs, policy=self.settings.policy)
+        created = tuple((name,) for name, what in outcome.items() if what == "created")
+        actions = [f"created topic {name}" for name, what in outcome.items() if what == "created"]
+        return Applied("; ".join(actions) or "nothing to do", created)
+
+    # ------------------------------------------------------- transaction phase
+    def frontiers(self, materialization: str) -> dict:
+        from tidemark.kafka.reader import read_frontiers
+
+        s = self.settings
+        return read_frontiers(s.client, s.progress_topic, materialization, policy=s.policy)
+
+    def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
+        from tidemark.kafka.ids import transactional_id
+        from tidemark.kafka.writer import RangeWriter, fence_and_abort
+        from tidemark.store import RangeStore
+
+        s, mat, rng = self.settings, req.materialization, req.range
+        topics = self._topics(req.bindings)
+        writer = RangeWriter.open(s.client, mat, rng, progress_topic=s.progress_topic, prefix=s.prefix,
+                                  policy=s.policy)
+        store = None
+        try:
+            frontiers = self.frontiers(mat)
+            overlapping = [r for r in frontiers.values() if r.range.overlaps(rng)]
+            plan = plan_open(mat, rng, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint)
+                                        for r in overlapping])
+            own = frontiers.get(rng)
+            mine = _batch(own.runtime_checkpoint) if own is not None else None
+            # Producers of other layouts' overlapping ranges that may still commit: those not
+            # behind this range's frontier (a range taking over after a split or a merge, and
+            # the first batch after it). Fence them, aborting their open transactions.
+            live = [r for r in overlapping if r.range != rng and (mine is None or _batch(r.runtime_checkpoint) >= mine)]
+            if live:
+                old = sorted({r.transactional_id or transactional_id(mat, r.range, prefix=s.prefix) for r in live})
+                fence_and_abort(s.client, old, policy=s.policy)
+                log.info("kafka: range %s of %s fenced the transactional ids of overlapping ranges: %s",
+                         rng.name, mat, ", ".join(old))
+            if plan.checkpoint is not None and (own is None or plan.refresh):
+                # The range inherits a checkpoint: record it as the range's own frontier.
+                own = _inherit(writer, mat, rng, own, plan.checkpoint)
+            store = RangeStore.open(self._store_config(mat), rng)
+            store.recover()
+            standard = [(t, binding_id(t)) for b, t in zip(req.bindings, topics) if not b.delta_updates]
+            if needs_rebuild(mat, store, plan.checkpoint):
+                rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy)
+            state = StoreTransactor(store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)],
+                                    [binding_id(t) for t in topics])
+        except BaseException:
+            writer.close()
+            if store is not None:
+                store.close()
+            raise
+        transactor = KafkaTransactor(writer, state, materialization=mat, topics=topics,
+                                     delta=[b.delta_updates for b in req.bindings],
+                                     quarantine_topic=s.quarantine_topic, frontier=own)
+        return transactor, Opened(plan.checkpoint)
+
+    # -------------------------------------------------------------- inspection
+    def dump(self, materialization: str, binding: BindingSpec):
+        """The committed view of the binding's topic (``{key: doc}``; delta-updates: every
+        committed document in partition and offset order)."""
+        from tidemark.kafka.reader import committed_messages, tail
+
+        import orjson
+
+        s, topic = self.settings, topic_of(binding)
+        if binding.delta_updates:
+            return [orjson.loads(m.value()) for m in committed_messages(s.client, topic, policy=s.policy)
+                    if m.value() is not None]
+        return dict(tail(s.client, topic, policy=s.policy))
+
+    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
+        try:
+            frontiers = self.frontiers(materialization)
+        except Exception:  # noqa: BLE001 - no progress topic yet: nothing committed
+            if not self._progress_topic_exists():
+                return []
+            raise
+        return [CheckpointRow(materialization, r.range, r.sequence, dict(r.runtime_checkpoint))
+                for r in sorted(frontiers.values(), key=lambda r: (r.range.key_begin, r.range.key_end))]
+
+    def _progress_topic_exists(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        from tidemark.kafka.client import call, client_config
+
+        s = self.settings
+        admin = AdminClient(client_config(s.client))
+        md = call(lambda: admin.list_topics(timeout=s.policy.connect_timeout), "reading topic metadata", s.client)
+        info = md.topics.get(s.progress_topic)
+        return info is not None and info.error is None
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Start the view over: delete the bindings' topics, forget the materialization's
+        frontiers (tombstones in the progress topic, after fencing every range's producer)
+        and remove its local state. Stop the job first."""
+        from confluent_kafka.admin import AdminClient
+
+        from tidemark.kafka.client import call, client_config
+        from tidemark.kafka.writer import _producer, fence_and_abort
+
+        s, done = self.settings, []
+        if self._progress_topic_exists():
+            frontiers = self.frontiers(materialization)
+            if frontiers:
+                fence_and_abort(s.client, sorted({r.transactional_id for r in frontiers.values() if r.transactional_id}),
+                                policy=s.policy)
+                producer = _producer(s.client, f"{s.prefix}.reset", s.policy)
+                producer.init_transactions(s.policy.lock_timeout)
+                producer.begin_transaction()
+                for r in frontiers.values():
+                    producer.produce(s.progress_topic, key=r.key, value=None)
+                producer.commit_transaction(s.policy.lock_timeout)
+                done.append(f"forgot {len(frontiers)} range frontier(s) in {s.progress_topic}")
+        admin = AdminClient(client_config(s.client))
+        md = call(lambda: admin.list_topics(timeout=s.policy.connect_timeout), "reading topic metadata", s.client)
+        topics = [t for t in self._topics(bindings) if t in md.topics]
+        if topics:
+            futures = admin.delete_topics(topics, operation_timeout=s.policy.connect_timeout)
+            for t, f in futures.items():
+                call(lambda: f.result(s.policy.connect_timeout + 5), f"deleting topic {t!r}", s.client)
+                done.append(f"deleted topic {t}")
+        path = self.state_dir(materialization)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+            done.append(f"removed local state {path}")
+        return done
+
+
+def _batch(cp) -> int:
+    from tidemark.store.db import batch_of
+
+    return batch_of(cp)
+
+
+def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
+    """Commit ``checkpoint`` as ``rng``'s frontier (a transaction of one progress record)."""
+    from tidemark.kafka.progress import ProgressRecord
+
+    record = (own.next(checkpoint, {}, transactional_id=writer.transactional_id) if own is not None else
+              ProgressRecord.first(materialization, rng, checkpoint, {}, transactional_id=writer.transactional_id))
+    writer.begin()
+    writer.commit(record)
+    return record
+
+
+def _named(binding: BindingSpec, topic: str) -> BindingSpec:
+    """The binding as the local store names it (by its topic)."""
+    import dataclasses
+
+    return dataclasses.replace(binding, resource={"name": topic})
+
+
+__all__ = ["KafkaDriver", "CAPABILITIES"]

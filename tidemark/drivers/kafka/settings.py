@@ -1,0 +1,128 @@
+"""The ``kafka`` endpoint's config: tidemark's options, and librdkafka's properties.
+
+::
+
+    endpoint:
+      kafka:
+        bootstrap_servers: "127.0.0.1:9092"     # required
+        state: tidemark-state                   # the local store of full documents (Loads);
+                                                #   relative: to the spec's folder
+        progress_topic: tidemark_progress       # compacted; one record per range and commit
+        quarantine_topic: tidemark_quarantine   # invalid documents (on_invalid: quarantine)
+        partitions: 6                           # of the topics Apply creates (default: broker's)
+        replication_factor: 3                   # (default: broker's)
+        transactional_id_prefix: tidemark       # for prefixed ACLs
+        retry: {lock_timeout: 60}
+        security.protocol: SASL_SSL             # any key with a dot: a librdkafka property
+        sasl.username: ...
+
+    bindings: [{source: orders, resource: {topic: customers, partitions: 12}}]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from tidemark.errors import SpecError
+from tidemark.kafka.ids import DEFAULT_PREFIX
+from tidemark.policy import RetryPolicy
+from tidemark.protocol.messages import BindingSpec
+
+OPTIONS = ("bootstrap_servers", "state", "progress_topic", "quarantine_topic", "partitions",
+           "replication_factor", "transactional_id_prefix", "retry")
+RESOURCE_OPTIONS = ("topic", "partitions", "replication_factor")
+RESOURCE_ALIASES = ("table", "name")  # accepted for `topic` (specs written for other endpoints)
+DEFAULT_STATE = "tidemark-state"
+# Kafka's legal topic names: 1-249 of [a-zA-Z0-9._-], not "." or "..".
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _positive(value: Any, what: str, allow_minus_one: bool = False) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"kafka: {what} must be an integer, got {value!r}") from None
+    if n < 1 and not (allow_minus_one and n == -1):
+        raise SpecError(f"kafka: {what} must be >= 1{' (or -1: the broker default)' if allow_minus_one else ''}, "
+                        f"got {n}")
+    return n
+
+
+def check_topic_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _TOPIC.match(name) or name in (".", ".."):
+        raise SpecError(f"kafka: {what} must be a topic name of 1-249 characters [A-Za-z0-9._-], got {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    client: dict  # librdkafka properties (bootstrap.servers, security.*, sasl.*, ...)
+    state: str
+    progress_topic: str = "tidemark_progress"
+    quarantine_topic: str = "tidemark_quarantine"
+    partitions: Optional[int] = None
+    replication_factor: int = -1
+    prefix: str = DEFAULT_PREFIX
+    policy: RetryPolicy = RetryPolicy()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "KafkaSettings":
+        unknown = sorted(k for k in config if "." not in k and k not in OPTIONS)
+        if unknown:
+            raise SpecError(f"kafka: unknown option(s) {unknown}; tidemark's options are {sorted(OPTIONS)}, and any "
+                            "key with a dot is passed to the Kafka client (e.g. security.protocol)")
+        servers = config.get("bootstrap_servers") or config.get("bootstrap.servers")
+        if not isinstance(servers, str) or not servers.strip():
+            raise SpecError("kafka: bootstrap_servers is required, e.g. {kafka: {bootstrap_servers: '127.0.0.1:9092'}}")
+        client = {k: v for k, v in config.items() if "." in k}
+        client["bootstrap.servers"] = servers.strip()
+        for forbidden in ("transactional.id", "enable.idempotence", "isolation.level"):
+            if forbidden in client:
+                raise SpecError(f"kafka: {forbidden} is set by tidemark (exactly-once needs it); remove it from the config")
+        prefix = str(config.get("transactional_id_prefix") or DEFAULT_PREFIX)
+        return cls(
+            client=client,
+            state=str(config.get("state") or DEFAULT_STATE),
+            progress_topic=check_topic_name(config.get("progress_topic") or "tidemark_progress", "progress_topic"),
+            quarantine_topic=check_topic_name(config.get("quarantine_topic") or "tidemark_quarantine",
+                                              "quarantine_topic"),
+            partitions=_positive(config.get("partitions"), "partitions"),
+            replication_factor=_positive(config.get("replication_factor"), "replication_factor", True) or -1,
+            prefix=prefix,
+            policy=RetryPolicy.from_config(config.get("retry")),
+        )
+
+
+def topic_of(binding: BindingSpec) -> str:
+    res = binding.resource if isinstance(binding.resource, dict) else {}
+    extra = sorted(set(res) - set(RESOURCE_OPTIONS) - set(RESOURCE_ALIASES))
+    if extra:
+        raise SpecError(f"binding of {binding.collection!r}: kafka resource options are {list(RESOURCE_OPTIONS)}, "
+                        f"not {extra}")
+    names = [k for k in ("topic",) + RESOURCE_ALIASES if k in res]
+    if len(names) != 1:
+        raise SpecError(f"binding of {binding.collection!r}: the kafka endpoint needs resource {{topic: NAME}}, "
+                        f"got {binding.resource!r}")
+    return check_topic_name(res[names[0]], f"binding of {binding.collection!r}: topic")
+
+
+def resource_partitions(binding: BindingSpec, settings: KafkaSettings) -> tuple[Optional[int], int]:
+    res = binding.resource if isinstance(binding.resource, dict) else {}
+    parts = _positive(res.get("partitions"), f"topic {res.get('topic')!r}: partitions")
+    rf = _positive(res.get("replication_factor"), f"topic {res.get('topic')!r}: replication_factor", True)
+    return (parts if parts is not None else settings.partitions), (rf if rf is not None else settings.replication_factor)
+
+
+def resolve_state(config: dict, base_dir: str) -> dict:
+    """``state`` (default ``tidemark-state``) made absolute against the spec's folder."""
+    out = dict(config)
+    state = out.get("state") or DEFAULT_STATE
+    if isinstance(state, str) and "://" not in state and not os.path.isabs(state):
+        state = os.path.abspath(os.path.join(base_dir, state))
+    out["state"] = state
+    return out

@@ -1,0 +1,119 @@
+"""One shard session of the ``kafka`` endpoint: a Kafka transaction per batch, and the local
+store of full documents that answers Loads.
+
+* Acknowledge: nothing to apply (the previous batch committed in its StartCommit).
+* Load / Flush: read-committed, from the range's local store (:class:`StoreTransactor`),
+  which holds exactly what the range's committed Kafka transactions wrote (Open made sure).
+* Store: each document is sent to its binding's topic inside the range's open Kafka
+  transaction (key: the collection key as a JSON array; value: the full reduced document
+  as JSON; a delete: a tombstone; headers ``tidemark-range`` (the shard range) and
+  ``tidemark-sequence``: the range's commit number, the ``sequence`` of the progress record
+  that commits it), and standard bindings also stage it in the local store.
+* Quarantine: the rows go to the quarantine topic in the same transaction (at StartCommit,
+  which knows the batch).
+* StartCommit: the range's progress record joins the transaction and it commits — the
+  batch is now committed (``before_endpoint_commit`` / ``after_endpoint_commit`` are the
+  fault points around it) — then the local store commits with the same runtime
+  checkpoint. A crash between the two leaves the store one batch behind Kafka; the next
+  Open rebuilds it from the topics (:mod:`.rebuild`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import orjson
+
+from tidemark.collection.keys import key_json
+from tidemark.drivers.base import Transactor
+from tidemark.drivers.store.transactor import StoreTransactor, quarantine_row
+from tidemark.faults import fault_point
+from tidemark.kafka.progress import ProgressRecord
+from tidemark.kafka.writer import RangeWriter
+from tidemark.protocol.messages import (
+    Acknowledge, Acknowledged, Flush, Flushed, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
+)
+from tidemark.store.db import batch_of
+
+
+class KafkaTransactor(Transactor):
+    def __init__(self, writer: RangeWriter, store: StoreTransactor, *, materialization: str, topics: Sequence[str],
+                 delta: Sequence[bool], quarantine_topic: str, frontier: Optional[ProgressRecord]):
+        self.writer = writer
+        self.state = store
+        self.materialization = materialization
+        self.range = writer.range
+        self.topics = list(topics)
+        self.delta = list(delta)
+        self.quarantine_topic = quarantine_topic
+        self.frontier = frontier  # the range's last committed progress record (None: never committed)
+        self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
+        self._quarantine: list[dict] = []
+
+    # ------------------------------------------------------------------ phases
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        return self.state.acknowledge(msg)
+
+    def load(self, msg: Load) -> Sequence[Loaded]:
+        return self.state.load(msg)
+
+    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
+        return self.state.flush(msg)
+
+    def _begin(self) -> None:
+        if not self.writer.in_transaction:
+            self.writer.begin()
+
+    @property
+    def sequence(self) -> int:
+        """The ``sequence`` of the progress record this transaction will commit."""
+        prev = self.frontier
+        return prev.sequence + 1 if prev is not None and prev.range == self.range else 1
+
+    def _headers(self) -> list[tuple[str, bytes]]:
+        return [("tidemark-range", self.range.name.encode()), ("tidemark-sequence", str(self.sequence).encode())]
+
+    def store(self, msg: Store) -> None:
+        self._begin()
+        topic = self.topics[msg.binding]
+        headers = self._headers()
+        for key, doc, delete in zip(msg.keys, msg.docs, msg.deletes):
+            self.writer.send(topic, key, None if delete else doc, headers=headers)
+            self.counts["deletes" if delete else "docs"] += 1
+        if not self.delta[msg.binding]:
+            self.state.store(msg)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        self._quarantine.extend(msg.rows)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        cp = msg.runtime_checkpoint
+        self._begin()  # an empty batch still moves the range's frontier
+        batch = batch_of(cp)
+        headers = self._headers()
+        for row in self._quarantine:
+            b = row.get("binding")
+            name = self.topics[b] if isinstance(b, int) and 0 <= b < len(self.topics) else None
+            value = orjson.dumps(quarantine_row(self.materialization, batch, name, row))
+            self.writer.send_raw(self.quarantine_topic, key_json([self.materialization]).encode("utf-8"), value,
+                                 headers=headers)
+        self.counts["quarantined"] = len(self._quarantine)
+        prev = self.frontier
+        record = (prev.next(cp, self.counts, range=self.range, transactional_id=self.writer.transactional_id)
+                  if prev is not None and prev.range == self.range else
+                  ProgressRecord.first(self.materialization, self.range, cp, self.counts,
+                                       transactional_id=self.writer.transactional_id))
+        fault_point("before_endpoint_commit")
+        self.writer.commit(record)
+        fault_point("after_endpoint_commit")
+        self.frontier = record
+        self._quarantine = []
+        self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
+        self.state.commit_quietly(cp)  # the local store follows Kafka (fenced on this machine)
+        return StartedCommit()
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            self.state.close()

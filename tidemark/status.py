@@ -1,0 +1,449 @@
+"""``tidemark status``: is a view behind its input, and what did it last commit?
+
+Read-only, and without Spark: everything comes from the checkpoint folder (tidemark's
+recovery log and Spark's ``offsets``/``commits``/``sources`` logs), the source folders of
+a spec's file sources, and the endpoint's own checkpoint rows (through the driver's
+read-only :meth:`~tidemark.drivers.base.Driver.checkpoints` /
+:meth:`~tidemark.drivers.base.Driver.positions`).  :func:`status_of_spec` reads a spec's
+materializations; :func:`status_of_checkpoint` reads a checkpoint folder alone (views made
+with :func:`tidemark.materialize` from a DataFrame).  :func:`render` prints it in a given
+width; :meth:`MaterializationStatus.as_json` is the ``--json`` form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from tidemark.errors import DriverError, SpecError
+from tidemark.runtime.identity import SparkCheckpoint
+from tidemark.runtime.recovery_log import RecoveryLog, filesystem
+
+
+@dataclass
+class ShardStatus:
+    place: str  # "00000000-7fffffff", or an endpoint's own place (e.g. a Delta table)
+    fence: Optional[int]
+    batch_id: Optional[int]  # the last batch the endpoint holds there
+
+
+@dataclass
+class InputStatus:
+    """What the view's input holds that the view does not yet.  ``files_waiting`` is None
+    where it cannot be told (no local file source)."""
+
+    kind: str  # "files", "offsets", "unknown"
+    files_waiting: Optional[int] = None
+    bytes_waiting: Optional[int] = None
+    folders: list = field(default_factory=list)  # where the files were looked for
+    guessed: bool = False  # folders inferred from the files Spark read (no spec)
+    read_to: dict = field(default_factory=dict)  # offsets sources: where the last committed batch ends
+    offsets_waiting: Optional[int] = None  # Kafka: messages past read_to (with the brokers' address)
+
+
+@dataclass
+class MaterializationStatus:
+    name: str
+    endpoint: Optional[str]
+    checkpoint: str
+    last_batch: Optional[int] = None  # last batch in the recovery log
+    committed_at: Optional[float] = None  # epoch seconds of that commit
+    last_counts: dict = field(default_factory=dict)  # the last batch's documents, stored, invalid, ...
+    totals: dict = field(default_factory=dict)  # since the view started (batches, documents, invalid, ...)
+    planned_batch: Optional[int] = None  # the newest batch Spark planned (offsets/N)
+    layout: list = field(default_factory=list)  # [[begin, end], ...] of the last batch
+    shards: list = field(default_factory=list)
+    input: InputStatus = field(default_factory=lambda: InputStatus("unknown"))
+    notes: list = field(default_factory=list)
+
+    @property
+    def batches_waiting(self) -> int:
+        """Batches Spark planned that the view has not committed (one in progress, or failed)."""
+        if self.planned_batch is None:
+            return 0
+        return max(0, self.planned_batch - (self.last_batch if self.last_batch is not None else -1))
+
+    @property
+    def behind(self) -> Optional[bool]:
+        if self.batches_waiting:
+            return True
+        waiting = self.input.files_waiting if self.input.kind == "files" else self.input.offsets_waiting
+        if waiting is None:
+            return None
+        return waiting > 0
+
+    def as_json(self) -> dict:
+        out = asdict(self)
+        out["batches_waiting"] = self.batches_waiting
+        out["behind"] = self.behind
+        return out
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _read_log(location: str, materialization: str, st: MaterializationStatus) -> None:
+    log = RecoveryLog(location, materialization, create=False)
+    entry, torn = log.peek_last()
+    if torn:
+        st.notes.append(f"the newest recovery log entry (batch {torn}) is torn; the next run re-runs it")
+    if entry is None:
+        return
+    st.last_batch = entry.batch_id
+    counts = dict(entry.counts or {})
+    st.committed_at = counts.pop("committed_at", None) or log.entry_mtime(entry.batch_id)
+    st.totals = counts.pop("totals", {}) or {}
+    st.endpoint = st.endpoint or counts.pop("endpoint", None)
+    counts.pop("endpoint", None)
+    counts.pop("executors", None)
+    st.last_counts = counts
+    st.layout = [list(r) for r in entry.layout]
+
+
+def _spark_planned(location: str) -> Optional[int]:
+    fs, root = filesystem(location)
+    import pyarrow.fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(root.rstrip("/") + "/spark/offsets", allow_not_found=True))
+    ids = [int(i.base_name) for i in infos if i.base_name.isdigit()]
+    return max(ids) if ids else None
+
+
+def _file_source_log(location: str, source: int) -> Optional[dict]:
+    """path -> batch id of the files Spark's file source ``source`` planned; None when the
+    source is not a file source (or has planned nothing yet)."""
+    fs, root = filesystem(location)
+    import pyarrow.fs as pafs
+
+    base = f"{root.rstrip('/')}/spark/sources/{source}"
+    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    names = [i.base_name for i in infos if not i.base_name.startswith(".") and i.type.name == "File"]
+    if not names:
+        return None
+    planned: dict = {}
+    for name in names:
+        with fs.open_input_stream(f"{base}/{name}") as f:
+            for line in f.read().decode("utf-8").splitlines():
+                if line.startswith("{"):
+                    obj = json.loads(line)
+                    path = obj.get("path", "")
+                    path = path.removeprefix("file://").removeprefix("file:")
+                    planned[path] = obj.get("batchId", -1)
+    return planned
+
+
+def _local_files(folder: str, recursive: bool = True) -> dict:
+    """path -> size of the data files under ``folder`` (hidden and ``_`` files skipped, as Spark does)."""
+    out = {}
+    if recursive:
+        for root, dirs, names in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+            for n in names:
+                if not n.startswith((".", "_")):
+                    p = os.path.join(root, n)
+                    out[p] = os.path.getsize(p)
+    elif os.path.isdir(folder):
+        for n in os.listdir(folder):
+            p = os.path.join(folder, n)
+            if not n.startswith((".", "_")) and os.path.isfile(p):
+                out[p] = os.path.getsize(p)
+    return out
+
+
+def _waiting(present: dict, planned: dict, committed: Optional[int]) -> tuple[int, int]:
+    """(files, bytes) present but not in a committed batch (not planned, or planned in a
+    batch the view has not committed)."""
+    done = -1 if committed is None else committed
+    waiting = [p for p in present if planned.get(p, done + 1) > done]
+    return len(waiting), sum(present[p] for p in waiting)
+
+
+def _input_from_spec(spec, mat, st: MaterializationStatus) -> None:
+    folders, present, planned = [], {}, {}
+    for i, b in enumerate(mat.bindings):
+        src = spec.collections[b.source].source
+        if src is None or not src.path or "://" in src.path:
+            return
+        path = src.path if os.path.isabs(src.path) else os.path.join(spec.base_dir, src.path)
+        folders.append(path)
+        present.update(_local_files(path))
+        planned.update(_file_source_log(st.checkpoint, i) or {})
+    files, size = _waiting(present, planned, st.last_batch)
+    st.input = InputStatus("files", files, size, folders)
+
+
+def _input_from_checkpoint(st: MaterializationStatus, kafka: Optional[str] = None) -> None:
+    """Without a spec: file sources by the folders of the files Spark read; offsets
+    sources (Kafka, ...) by the offsets of the last committed batch, and with ``kafka``
+    (the brokers' ``bootstrap.servers``) the messages past them."""
+    planned = _file_source_log(st.checkpoint, 0)
+    if planned:
+        folders = sorted({os.path.dirname(p) for p in planned})
+        present = {}
+        for folder in folders:
+            if not os.path.isdir(folder):
+                st.input = InputStatus("files", None, None, folders, guessed=True)
+                return
+            present.update(_local_files(folder, recursive=False))
+        files, size = _waiting(present, planned, st.last_batch)
+        st.input = InputStatus("files", files, size, folders, guessed=True)
+        return
+    batch = st.last_batch if st.last_batch is not None else st.planned_batch
+    if batch is None:
+        return
+    read_to = _source_offsets(st.checkpoint, batch)
+    st.input = InputStatus("offsets", read_to=read_to if st.last_batch is not None else {})
+    if kafka:
+        topics = {t: parts for offsets in read_to.values() if _is_kafka(offsets) for t, parts in offsets.items()}
+        if st.last_batch is None:  # nothing committed: every message of the topics is waiting
+            topics = {t: {} for t in topics}
+        try:
+            st.input.offsets_waiting = kafka_waiting(kafka, topics)
+        except Exception as exc:  # noqa: BLE001 - the checkpoint still answers; say why Kafka does not
+            st.notes.append(f"kafka not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def _source_offsets(location: str, batch: int) -> dict:
+    """Source index -> the offsets Spark recorded for batch ``batch`` (``offsets/N``: after
+    the version and metadata lines, one line per source)."""
+    text = SparkCheckpoint(location.rstrip("/") + "/spark")._text(f"offsets/{batch}") or ""
+    out = {}
+    for n, line in enumerate(text.splitlines()[2:]):
+        try:
+            out[str(n)] = json.loads(line)
+        except ValueError:
+            out[str(n)] = line
+    return out
+
+
+def _is_kafka(offsets) -> bool:
+    """Spark's Kafka source writes ``{"topic": {"partition": next_offset, ...}, ...}``."""
+    return isinstance(offsets, dict) and bool(offsets) and all(
+        isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values())
+
+
+def kafka_waiting(bootstrap: str, topics: dict) -> int:
+    """Messages in ``topics`` past the given next offsets (``{topic: {partition: offset}}``;
+    a partition not listed, or a negative offset, counts from its earliest message)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tidemark-status", "enable.auto.commit": False,
+                         "socket.connection.setup.timeout.ms": 5000, "log_level": 0})  # errors raise
+    try:
+        waiting = 0
+        for topic, parts in topics.items():
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            if meta.error is not None:
+                raise RuntimeError(f"topic {topic!r}: {meta.error.str()}")
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                at = parts.get(str(p), -1)
+                waiting += max(0, high - max(at, low))
+        return waiting
+    finally:
+        consumer.close()
+
+
+def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, bindings) -> list[ShardStatus]:
+    from tidemark.drivers.registry import load_driver
+
+    with load_driver(driver_name, driver_config) as driver:
+        try:
+            rows = [ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
+                    for r in driver.checkpoints(materialization)]
+        except NotImplementedError:
+            rows = []
+        if rows:
+            return rows
+        positions = driver.positions(materialization, tuple(bindings)) or []
+        return [ShardStatus(p.place, None, p.batch_id if p.batch_id >= 0 else None) for p in positions]
+
+
+def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None, *,
+                   endpoint: bool = True) -> list[MaterializationStatus]:
+    """The status of every (or the named) materialization of a spec."""
+    from tidemark.ops import bound
+    from tidemark.spec import load_spec
+
+    spec = load_spec(spec_path)
+    names = materializations or list(spec.materializations)
+    unknown = [n for n in names if n not in spec.materializations]
+    if unknown:
+        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+                        file=spec.file)
+    out = []
+    for n in names:
+        mat = spec.materializations[n]
+        st = MaterializationStatus(n, mat.driver_name, spec.checkpoint_location(n))
+        _read_log(st.checkpoint, n, st)
+        st.planned_batch = _spark_planned(st.checkpoint)
+        _input_from_spec(spec, mat, st)
+        # the endpoint only once the view has run (opening it may create a database file)
+        if endpoint and RecoveryLog.existing_materialization(st.checkpoint):
+            try:
+                st.shards = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat))
+            except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
+                st.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
+        if not st.shards:
+            st.shards = _layout_rows(st)
+        out.append(st)
+    return out
+
+
+def status_of_checkpoint(location: str, *, kafka: Optional[str] = None) -> MaterializationStatus:
+    """The status of the view whose checkpoint folder is ``location`` (its endpoint's rows
+    are not read: the folder does not hold the endpoint's settings).  ``kafka``: the
+    ``bootstrap.servers`` of a Kafka source, to count the messages waiting."""
+    from tidemark.spec import resolve_path
+
+    location = location if "://" in location else resolve_path(location, os.getcwd())
+    name = RecoveryLog.existing_materialization(location)
+    if name is None:
+        raise SpecError(f"{location} is not a tidemark checkpoint folder (no tidemark/meta.json in it)")
+    st = MaterializationStatus(name, None, location)
+    _read_log(location, name, st)
+    st.planned_batch = _spark_planned(location)
+    _input_from_checkpoint(st, kafka)
+    st.shards = _layout_rows(st)
+    return st
+
+
+def _layout_rows(st: MaterializationStatus) -> list[ShardStatus]:
+    return [ShardStatus(f"{b:08x}-{e:08x}", None, st.last_batch) for b, e in st.layout]
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    if seconds < 172800:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def verdict(st: MaterializationStatus) -> str:
+    waiting = []
+    if st.input.files_waiting:
+        waiting.append(f"{st.input.files_waiting} file(s) waiting")
+    if st.input.offsets_waiting:
+        waiting.append(f"{st.input.offsets_waiting} message(s) waiting")
+    if st.batches_waiting:
+        waiting.append(f"{st.batches_waiting} planned batch(es) not committed")
+    if waiting:
+        return "behind: " + ", ".join(waiting)
+    if st.behind is None:
+        return "input waiting: unknown (" + ("give --kafka-bootstrap" if st.input.kind == "offsets"
+                                            else "not a local file source") + ")"
+    return "up to date: no input waiting"
+
+
+def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = None) -> list[str]:
+    """The status as lines of at most ``width`` characters."""
+    now = time.time() if now is None else now
+    label = 15
+    lines: list[str] = []
+
+    def row(name: str, text: str) -> None:
+        lines.extend(textwrap.wrap(text, width=max(20, width), initial_indent=f"  {name:<{label - 2}}",
+                                   subsequent_indent=" " * label, break_on_hyphens=False, break_long_words=True)
+                     or [f"  {name}"])
+
+    def path_row(name: str, path: str) -> None:
+        """A path, broken after a ``/`` where it does not fit."""
+        room = max(20, width) - label
+        parts = [p + "/" for p in path.split("/")[:-1]] + [path.split("/")[-1]]
+        chunks, cur = [], ""
+        for part in parts:
+            while len(part) > room:  # one very long name
+                if cur:
+                    chunks.append(cur)
+                    cur = ""
+                chunks.append(part[:room])
+                part = part[room:]
+            if len(cur) + len(part) > room:
+                chunks.append(cur)
+                cur = ""
+            cur += part
+        chunks.append(cur)
+        for i, chunk in enumerate(c for c in chunks if c):
+            lines.append(f"  {name if i == 0 else '':<{label - 2}}{chunk}")
+
+    head = f"{st.name} ({st.endpoint or 'endpoint not recorded'}): {verdict(st)}"
+    lines.extend(textwrap.wrap(head, width=max(20, width), subsequent_indent="  "))
+    if st.last_batch is None:
+        row("last commit", "none yet")
+    else:
+        when = ""
+        if st.committed_at:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(st.committed_at))
+            when = f" at {stamp} ({_ago(now - st.committed_at)})"
+        row("last commit", f"batch {st.last_batch}{when}")
+        c = st.last_counts
+        took = f", took {c['seconds']:.1f} s" if isinstance(c.get("seconds"), (int, float)) else ""
+        row("last batch", f"{c.get('documents', 0)} documents, {c.get('stored', 0)} stored, "
+                          f"{c.get('deleted', 0)} deleted, {c.get('invalid', 0)} quarantined{took}")
+        t = st.totals
+        if t:
+            row("since start", f"{t.get('batches', 0)} batches, {t.get('documents', 0)} documents, "
+                               f"{t.get('invalid', 0)} quarantined")
+    inp = st.input
+    if inp.kind == "files" and inp.files_waiting is not None:
+        size = f" ({_size(inp.bytes_waiting)})" if inp.files_waiting else ""
+        row("input", f"{inp.files_waiting} file(s) waiting{size}")
+        where = "read from" if inp.guessed else "source"
+        for folder in inp.folders:
+            path_row(where, folder)
+            where = ""
+        if inp.guessed:
+            row("", "(the folders of the files read so far)")
+    elif inp.kind == "offsets":
+        if inp.offsets_waiting is not None:
+            row("input", f"{inp.offsets_waiting} message(s) waiting")
+        else:
+            row("input", "unknown: give --kafka-bootstrap, or compare with the source's latest offsets")
+        for n, offsets in inp.read_to.items():
+            row(f"source {n}", "committed to " + json.dumps(offsets, separators=(",", ":")))
+    elif inp.kind == "files":
+        row("input", "unknown: the folders read so far are gone")
+    else:
+        row("input", "unknown: no local file source")
+    if st.planned_batch is None:
+        row("spark", "no batch planned yet")
+    else:
+        row("spark", f"planned up to batch {st.planned_batch}; {st.batches_waiting} not committed")
+    path_row("checkpoint", st.checkpoint)
+    if st.shards:
+        wide = max(len(s.place) for s in st.shards)
+        if wide + label + 14 <= width:
+            lines.append(" " * label + f"{'range':<{wide}}  {'fence':>5}  {'batch':>5}")
+            first = True
+            for s in st.shards:
+                fence = "-" if s.fence is None else str(s.fence)
+                batch = "-" if s.batch_id is None else str(s.batch_id)
+                lines.append(f"  {'shards' if first else '':<{label - 2}}{s.place:<{wide}}  {fence:>5}  {batch:>5}")
+                first = False
+        else:
+            for s in st.shards:
+                fence = "" if s.fence is None else f", fence {s.fence}"
+                batch = "no batch" if s.batch_id is None else f"batch {s.batch_id}"
+                row("shard", f"{s.place}: {batch}{fence}")
+    for note in st.notes:
+        row("note", note)
+    return lines
