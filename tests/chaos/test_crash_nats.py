@@ -91,7 +91,7 @@ def test_kill_at_random_moments_while_a_reader_polls_is_exact(tmp_path, private_
     random moments; a reader polling the read-committed view never sees a partial batch."""
     url = private_nats_server.url
     data = tmp_path / "data"
-    write_orders(data, files=4, per_file=120, customers=40, seed=191, deletes=0.03)
+    write_orders(data, files=3, per_file=120, customers=40, seed=191, deletes=0.03)
     states = [normalize(s) for s in prefix_states(data, tmp_path)]
     spec = nats_spec(tmp_path, data, 1, url, atomic=False)
     seen, bad, stop = [], [], threading.Event()
@@ -110,7 +110,7 @@ def test_kill_at_random_moments_while_a_reader_polls_is_exact(tmp_path, private_
     reader.start()
     rng = random.Random(47)
     try:
-        outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 2 else None)
+        outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(2.5, 5.5) if a < 2 else None)
     finally:
         stop.set()
         reader.join(60)

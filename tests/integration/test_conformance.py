@@ -101,9 +101,8 @@ SHIPPED = {
     "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
     # the kit reads the standard binding from the state store, the delta rows from the receiver
     "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
-    # atomic batch publish, in chunks of 9 documents + the progress record
-    "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}",
-                               "max_batch": 10},
+    # atomic batch publish (chunked batches: tests/chaos/test_crash_nats.py, test_nats_channel.py)
+    "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}"},
 }
 # driver -> the fixture that gives its URL
 URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap", "nats": "nats_url"}
