@@ -302,7 +302,8 @@ def query(
     isolation: str = typer.Option("read-committed", "--isolation", help="read-committed or read-uncommitted"),
     timeout: float = typer.Option(30.0, "--timeout", help="read-committed: seconds to wait for the shards to agree"),
 ):
-    """Print the documents of a store view as JSON lines, in key order (all of them when no --key/--prefix)."""
+    """Print the documents of a store or nats view as JSON lines, in key order (all of them when no
+    --key/--prefix).  A nats view shows only what progress records cover (read-committed)."""
     import json
 
     from tidemark.drivers.store.query import key_order, open_view
@@ -316,6 +317,17 @@ def query(
         _fail(TidemarkError("give --key or --prefix, not both"))
     out = sys.stdout.buffer
     try:
+        from tidemark.drivers.nats.query import documents, find_view as find_nats_view
+        from tidemark.spec import load_spec
+
+        hit = find_nats_view(load_spec(spec), view)
+        if hit is not None:  # a nats view: the committed documents, read from the stream
+            wanted = {tuple(k) if isinstance(k, list) else (k,) for k in keys}
+            pre = None if pre is None else (tuple(pre) if isinstance(pre, list) else (pre,))
+            for doc in documents(*hit, keys=wanted, prefix=pre):
+                out.write(doc + b"\n")
+            out.flush()
+            return
         with open_view(spec, view, isolation=isolation, timeout=timeout) as v:
             if keys:
                 for k in sorted({tuple(k) if isinstance(k, list) else (k,) for k in keys}, key=key_order):

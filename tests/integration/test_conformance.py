@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.nats_server import nats_server, nats_url  # noqa: F401 (fixtures)
 from tidemark.drivers import memory
 from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
@@ -100,9 +101,11 @@ SHIPPED = {
     "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
     # the kit reads the standard binding from the state store, the delta rows from the receiver
     "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
+    # atomic batch publish (chunked batches: tests/chaos/test_crash_nats.py, test_nats_channel.py)
+    "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}"},
 }
 # driver -> the fixture that gives its URL
-URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap"}
+URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap", "nats": "nats_url"}
 
 
 @pytest.mark.parametrize("driver", list(SHIPPED))

@@ -22,11 +22,12 @@ DRIVERS: dict[str, str] = {
     "kafka": "tidemark.drivers.kafka:KafkaDriver",
     "redis": "tidemark.drivers.redis_driver:RedisDriver",
     "webhook": "tidemark.drivers.webhook_driver:WebhookDriver",
+    "nats": "tidemark.drivers.nats:NatsDriver",
 }
 
 # driver name -> pip extra that installs its client library
 EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "kafka": "kafka", "redis": "redis",
-                          "webhook": "webhook"}
+                          "webhook": "webhook", "nats": "nats"}
 
 
 def driver_class(name: str):

@@ -13,6 +13,7 @@ from typing import Any, Coroutine, Iterable, Iterator, Optional, Sequence, TypeV
 from tidemark.errors import TidemarkError
 from tidemark.nats import wire
 from tidemark.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
+from tidemark.nats import layout
 from tidemark.nats.errors import translate
 from tidemark.nats.reader import CommittedMessage, committed_view, fold_committed
 from tidemark.nats.wire import BatchId, Channel, Frontier, InFlight
@@ -124,6 +125,26 @@ class NatsClient:
         return self._run(self._aio.rescale(stream, materialization, old, new, prefix=prefix),
                          f"rescale {materialization!r} on {stream!r}")
 
+    def channel_frontiers(self, stream: str, materialization: str, prefix: str = "") -> dict[Range, Frontier]:
+        """The last progress record of every range of ``materialization`` on ``stream``."""
+        return self._run(layout.channel_frontiers(self._aio, stream, materialization, prefix),
+                         f"read the progress subjects of {materialization!r} on {stream!r}")
+
+    def take_over(self, channel: Channel, choose: layout.Chooser) -> tuple[Session, dict[Range, Frontier]]:
+        """Open ``channel`` on a new layout: close the overlapping ranges, inherit their frontier
+        (:func:`tidemark.nats.layout.take_over`)."""
+        return self._run(layout.take_over(self._aio, channel, choose), f"open {channel.progress_subject}")
+
+    def purge(self, stream: str, subjects: Sequence[str]) -> int:
+        """Remove every message of ``stream`` on ``subjects`` (filters allowed)."""
+        return self._run(layout.purge(self._aio, stream, subjects), f"purge {list(subjects)} of {stream!r}")
+
+    def stream_names(self) -> list[str]:
+        return self._run(layout.stream_names(self._aio), "list the streams")
+
+    def stream_exists(self, stream: str) -> bool:
+        return self._run(layout.stream_exists(self._aio, stream), f"look up stream {stream!r}")
+
     def scan(self, stream: str, start_seq: int = 1,
              subjects: Optional[Sequence[str]] = None) -> list[tuple[int, str, dict, bytes]]:
         """Every message of ``stream`` from ``start_seq`` (as it was when the scan began)."""
@@ -139,7 +160,7 @@ class NatsClient:
         limits the data subjects read (progress subjects are always read)."""
         prefix = prefix or wire.default_prefix(stream)
         filt = None if subjects is None else [*subjects, wire.progress_wildcard(prefix)]
-        return fold_committed(self.scan(stream, 1, filt), prefix, materialization)
+        return fold_committed(self.scan(stream, 1, filt), prefix, materialization, filtered=subjects is not None)
 
     def committed_view(self, stream: str, subject: str, *, prefix: str = "",
                        materialization: Optional[str] = None) -> dict[tuple, Any]:

@@ -58,9 +58,10 @@ class _ChannelState:
 class CommittedFold:
     """The reader's state machine; feed it messages in stream order with :meth:`feed`."""
 
-    def __init__(self, prefix: str, materialization: Optional[str] = None):
+    def __init__(self, prefix: str, materialization: Optional[str] = None, filtered: bool = False):
         self.progress_prefix = f"{prefix}.progress."
         self.materialization = materialization
+        self.filtered = filtered  # the stream is read through a subject filter: a batch's other subjects are absent
         self.channels: dict[tuple[str, str], _ChannelState] = {}
 
     def _state(self, mat: str, rng: str) -> _ChannelState:
@@ -86,12 +87,12 @@ class CommittedFold:
         if rec.kind == wire.KIND_COMMIT and rec.committed is not None and rec.committed.after(st.committed):
             got = st.pending.pop(rec.committed, {})
             missing = [c for c in range(1, rec.count + 1) if c not in got]
-            if missing:
+            if missing and not self.filtered:
                 raise RecoveryError(
                     f"stream sequence {seq}: the commit of batch {rec.committed.batch_id} on range {rec.range} of "
                     f"{rec.materialization!r} covers {rec.count} documents but counters {missing[:5]} are not in the "
                     f"stream (removed by retention limits?)")
-            out = [CommittedMessage(got[c], seq) for c in range(1, rec.count + 1)]
+            out = [CommittedMessage(got[c], seq) for c in range(1, rec.count + 1) if c in got]
             st.committed = rec.committed
         elif rec.kind == wire.KIND_OPEN and rec.inherited_from:
             st.committed = rec.committed
@@ -104,9 +105,10 @@ class CommittedFold:
 
 
 def fold_committed(messages: Iterable[tuple[int, str, Optional[dict], bytes]], prefix: str,
-                   materialization: Optional[str] = None) -> Iterator[CommittedMessage]:
-    """Committed messages, in commit order, of ``(seq, subject, headers, data)`` in stream order."""
-    fold = CommittedFold(prefix, materialization)
+                   materialization: Optional[str] = None, filtered: bool = False) -> Iterator[CommittedMessage]:
+    """Committed messages, in commit order, of ``(seq, subject, headers, data)`` in stream order
+    (``filtered``: read through a subject filter, so a batch's messages on other subjects are absent)."""
+    fold = CommittedFold(prefix, materialization, filtered)
     for seq, subject, headers, data in messages:
         yield from fold.feed(seq, subject, headers, data)
 

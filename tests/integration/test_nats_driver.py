@@ -1,0 +1,139 @@
+"""The ``nats`` driver without Spark, against a private JetStream server: a zombie's publish is
+rejected and leaves nothing a reader sees, operator mistakes are refused with clear errors,
+a state store ahead of the log is refused, and ``drop`` removes the view."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
+pytest.importorskip("rocksdict")
+
+from tests.nats_server import nats_server, private_nats_server  # noqa: E402,F401 (fixtures)
+from tidemark.drivers.nats import NatsDriver  # noqa: E402
+from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError  # noqa: E402
+from tidemark.nats import NatsClient, wire  # noqa: E402
+from tidemark.protocol.messages import (  # noqa: E402
+    Acknowledge, Apply, BindingSpec, Field, Open, Range, StartCommit, Store,
+)
+
+FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
+
+
+@pytest.fixture
+def setup(nats_server, tmp_path):
+    stream = f"D{uuid.uuid4().hex[:8]}"
+    binding = BindingSpec({"stream": stream, "subject": f"{stream}.docs"}, "docs", ("/id",), FIELDS)
+    cfg = {"url": nats_server.url, "state": str(tmp_path / "state"), "max_batch": 5}
+    with NatsDriver(cfg) as d:
+        d.apply(Apply("m", {}, (binding,), checkpoint_id="cp"))
+    return cfg, binding, stream
+
+
+def commit(txn, batch: int, n: int = 12) -> None:
+    txn.acknowledge(Acknowledge())
+    docs = [{"id": f"k{i:03d}", "n": batch} for i in range(n)]
+    txn.store(Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
+                    (False,) * n, (False,) * n))
+    txn.start_commit(StartCommit({"checkpoint_id": "cp", "batch_id": batch, "materialization": "m"}))
+
+
+def test_a_zombies_publish_is_rejected_and_leaves_nothing(setup):
+    cfg, binding, stream = setup
+    with NatsDriver(cfg) as a, NatsDriver(cfg) as b:
+        zombie, _ = a.open(Open("m", "v", Range(), bindings=(binding,)))
+        owner, opened = b.open(Open("m", "v", Range(), bindings=(binding,)))
+        assert opened.runtime_checkpoint is None
+        with pytest.raises(FencedOff, match="progress subject moved"):
+            commit(zombie, 0)
+        with NatsClient(cfg["url"]) as nc:
+            assert nc.scan(stream, 1, [f"{stream}.docs"]) == []  # atomic: not one message of the zombie
+        commit(owner, 0)
+        assert b.dump("m", binding) == {(f"k{i:03d}",): {"id": f"k{i:03d}", "n": 0} for i in range(12)}
+        rows = b.checkpoints("m")
+        assert [(r.range, r.runtime_checkpoint["batch_id"]) for r in rows] == [(Range(), 0)]
+
+
+def test_operator_mistakes_are_refused_clearly(setup, tmp_path):
+    cfg, binding, stream = setup
+    with pytest.raises(SpecError, match="url"):
+        NatsDriver({"url": "http://user:secret@host:4222"})
+    try:
+        NatsDriver({"url": "http://user:secret@host:4222"})
+    except SpecError as exc:
+        assert "secret" not in str(exc)
+    other = BindingSpec({"stream": "OTHER", "subject": "other.docs"}, "docs2", ("/id",), FIELDS)
+    with NatsDriver(cfg) as d, pytest.raises(IncompatibleSchema, match="same stream"):
+        d.apply(Apply("m", {}, (binding, other)))
+    bad = BindingSpec({"stream": stream, "subject": f"tidemark.{stream}.progress.x"}, "d", ("/id",), FIELDS)
+    with NatsDriver(cfg) as d, pytest.raises(SpecError, match="progress records"):
+        d.apply(Apply("m", {}, (bad,)))
+    with NatsDriver(cfg) as d, pytest.raises(RecoveryError, match="tidemark reset"):
+        d.apply(Apply("m", {}, (binding,), checkpoint_id="another"))  # fine until something is committed
+        txn, _ = d.open(Open("m", "v", Range(), bindings=(binding,)))
+        commit(txn, 0)
+        txn.close()
+        d.apply(Apply("m", {}, (binding,), checkpoint_id="another"))
+
+
+def test_a_state_store_ahead_of_the_log_is_refused_and_drop_removes_the_view(setup):
+    cfg, binding, stream = setup
+    with NatsDriver(cfg) as d:
+        txn, _ = d.open(Open("m", "v", Range(), bindings=(binding,)))
+        commit(txn, 0)
+        txn.close()
+        with NatsClient(cfg["url"]) as nc:  # the stream is reset under the state store
+            nc.purge(stream, [wire.progress_wildcard(wire.default_prefix(stream))])
+        with pytest.raises(RecoveryError, match="tidemark reset"):
+            d.open(Open("m", "v", Range(), bindings=(binding,)))
+        done = d.drop("m", (binding,))
+        assert any("purged" in x for x in done) and any("state store" in x for x in done)
+        assert d.checkpoints("m") == [] and d.dump("m", binding) == {}
+        txn, opened = d.open(Open("m", "v", Range(), bindings=(binding,)))  # starts over
+        assert opened.runtime_checkpoint is None
+        txn.close()
+
+
+def test_tidemark_query_prints_only_committed_documents(tmp_path, private_nats_server):
+    """`tidemark query` over a nats view: the last committed document per key, in key order;
+    a batch whose progress record is missing (a writer killed mid-batch) is not shown."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.nats_helpers import STREAM, SUBJECT, nats_spec
+    from tidemark.spec import load_spec
+
+    url = private_nats_server.url
+    spec = nats_spec(tmp_path, tmp_path / "data", 1, url, atomic=False)
+    mat = load_spec(spec).materializations["view"]
+    binding = BindingSpec({"stream": STREAM, "subject": SUBJECT}, "orders", ("/customer",), FIELDS)
+    with NatsDriver(mat.driver_config) as d:
+        d.apply(Apply("view", {}, (binding,), checkpoint_id="cp"))
+        txn, _ = d.open(Open("view", "v", Range(), bindings=(binding,)))
+        for batch, n in ((0, 3), (1, 2)):
+            txn.acknowledge(Acknowledge())
+            keys = tuple((f"c{i}",) for i in range(n))
+            docs = tuple({"customer": k[0], "batch": batch} for k in keys)
+            txn.store(Store(0, keys, ((0,),) * n, docs, (False,) * n, (False,) * n))
+            txn.start_commit(StartCommit({"checkpoint_id": "cp", "batch_id": batch, "materialization": "view"}))
+        txn.close()
+    with NatsClient(url) as nc:  # a partial batch 2: data without its progress record
+        nc.ensure_stream(STREAM, [SUBJECT])
+        from tidemark.nats import BatchId, Channel
+
+        ch = Channel(STREAM, "view", Range())
+        h = wire.data_headers(ch, BatchId("cp", 2), 1, ["c0"])
+        nc._run(nc._aio.js.publish(SUBJECT, json.dumps({"customer": "c0", "batch": 2}).encode(), headers=h), "pub")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", SUBJECT],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"customer": "c0", "batch": 1}, {"customer": "c1", "batch": 1}, {"customer": "c2", "batch": 0}]
+    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", "view", "--key", '"c2"'],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout) == {"customer": "c2", "batch": 0}, out.stderr
