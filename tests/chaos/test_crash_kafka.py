@@ -33,7 +33,7 @@ POINTS = [
     "after_recovery_log",      # the log has N; Spark's commits/N is never written
     "before_spark_commit",     # before commits/N
 ]
-TELLING = ["mid_store", "after_endpoint_commit"]  # the default run; -m chaos_full runs every point
+TELLING = ["mid_store", "after_endpoint_commit"]  # a quick check (chaos_full, like every point)
 
 ZOMBIE = """
 import os, signal, sys
@@ -62,6 +62,7 @@ def _every_point(tmp_path, bootstrap, points, shards, tag):
     assert open_transactions(bootstrap) == {}
 
 
+@pytest.mark.chaos_full  # the default run keeps the random kills (and, for Kafka, the rescale under kills)
 def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, kafka_bootstrap):
     _every_point(tmp_path, kafka_bootstrap, TELLING, 1, "telling")
 
