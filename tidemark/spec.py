@@ -11,7 +11,7 @@
     materializations:
       customer_view:
         endpoint: {sqlite: {path: views.db}}
-        shards: 2
+        shards: 2                   # or {auto: {min: 1, max: 8, keys_per_shard: 50000}}
         on_invalid: fail            # or quarantine
         max_document_bytes: 16777216
         options: {memory_budget_bytes: 67108864}   # runtime options (tidemark.options)
