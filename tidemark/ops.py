@@ -25,7 +25,7 @@ from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_sp
 
 def target(source, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
            endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
-           shards: int = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
+           shards: Union[int, dict] = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
            options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
            ) -> tuple[TidemarkSpec, MaterializationSpec, str]:
     """(spec, materialization, checkpoint location) of a ``materialize()`` / ``reset()`` call.

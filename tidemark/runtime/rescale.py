@@ -131,20 +131,22 @@ class Rescale:
         self.log._write(f"{self.dir}/{req['id']}.request.json", req)
         return req
 
-    def requests(self) -> list[dict]:
-        """Every request, oldest first, each with its ``done`` record (None: pending)."""
+    def _names(self) -> set:
         import pyarrow.fs as pafs
 
-        names = {i.base_name for i in self.log.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))}
-        out = []
-        for name in sorted(n for n in names if n.endswith(".request.json")):
+        return {i.base_name for i in self.log.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))}
+
+    def requests(self, *, newest_first: bool = False, names: Optional[set] = None):
+        """Every request, oldest first (or newest first), each with its ``done`` record
+        (None: pending); read lazily, one request at a time."""
+        names = self._names() if names is None else names
+        for name in sorted((n for n in names if n.endswith(".request.json")), reverse=newest_first):
             rid = name[: -len(".request.json")]
             req = self._read(f"{self.dir}/{name}")
             if req is None:
                 continue
             done = self._read(f"{self.dir}/{rid}.done.json") if f"{rid}.done.json" in names else None
-            out.append({**req, "done": done})
-        return out
+            yield {**req, "done": done}
 
     def _read(self, path: str) -> Optional[dict]:
         from tidemark.runtime.recovery_log import TornEntry
@@ -155,7 +157,11 @@ class Rescale:
             return None  # a request cut short was never acknowledged to whoever made it
 
     def pending(self) -> list[dict]:
-        return [r for r in self.requests() if r["done"] is None]
+        """The requests not yet done, oldest first (reads only those)."""
+        names = self._names()
+        open_names = {n for n in names if n.endswith(".request.json")
+                      and n[: -len(".request.json")] + ".done.json" not in names}
+        return list(self.requests(names=open_names))
 
     def mark_done(self, request_id: str, batch_id: int, *, configured: Any, superseded_by: Optional[str] = None) -> None:
         body = {"batch_id": batch_id, "configured": configured,
@@ -168,8 +174,7 @@ class Rescale:
     def decide(self, last: Optional["LogEntry"], shards: int, auto: Optional[AutoShards]) -> tuple[int, dict]:
         """(shard count, reason) of a new batch; see the module docstring."""
         configured = configured_of(shards, auto)
-        reqs = self.requests()
-        pending = [r for r in reqs if r["done"] is None]
+        pending = self.pending()
         if pending:
             newest = pending[-1]
             return newest["shards"], {"by": "scale", "request": newest["id"],
@@ -179,9 +184,10 @@ class Rescale:
                 return auto.min, {"by": "auto", "keys": []}
             recent = self._recent_keys(last)
             return auto.next_count(len(last.layout), recent), {"by": "auto", "keys": recent}
-        applied = [r for r in reqs if r["done"] and not r["done"].get("superseded_by")]
-        if applied and applied[-1]["done"].get("configured") == configured:
-            return applied[-1]["shards"], {"by": "scale", "held": applied[-1]["id"]}
+        held = next((r for r in self.requests(newest_first=True)
+                     if r["done"] and not r["done"].get("superseded_by")), None)  # the newest applied one
+        if held is not None and held["done"].get("configured") == configured:
+            return held["shards"], {"by": "scale", "held": held["id"]}
         return shards, {"by": "configured"}
 
     def _recent_keys(self, last: "LogEntry") -> list:
@@ -227,7 +233,7 @@ def layout_history(log: "RecoveryLog") -> dict:
             continue
         ranges.append({"first": b, "last": b, "shards": len(layout), "layout": layout, "by": by or "configured",
                        "committed": entry is not None})
-    reqs = Rescale(log).requests() if log.checkpoint_id else []
+    reqs = list(Rescale(log).requests()) if log.checkpoint_id else []
     pending = [{k: r[k] for k in ("id", "shards", "requested_at")} for r in reqs if r["done"] is None]
     return {"ranges": ranges, "pending": pending, "requests": reqs}
 
