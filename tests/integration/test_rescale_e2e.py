@@ -38,3 +38,26 @@ def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind)
     assert [(r["first"], r["last"], r["shards"], r["by"]) for r in hist["ranges"]] == [
         (0, 1, 2, "configured"), (2, 3, 4, "scale"), (4, 5, 3, "scale")]
     assert hist["pending"] == [] and [r["done"]["batch_id"] for r in hist["requests"]] == [2, 4]
+
+
+def test_the_auto_policy_scales_a_running_query_from_its_key_counts(spark, tmp_path, request):
+    """``shards: {auto: ...}``: the first batch on ``min``; after two batches of ~50 keys
+    (target 4 at 15 keys per shard) the query runs on 4 shards, exact."""
+    import yaml
+
+    from tidemark.spark.runner import run_spec
+
+    ep = endpoint(request, tmp_path, "sqlite")
+    data = tmp_path / "data"
+    write_orders(data, files=4, per_file=120, customers=60, seed=26)
+    spec = write_spec(tmp_path, data, ep)
+    obj = yaml.safe_load(open(spec))
+    obj["materializations"]["view"]["shards"] = {"auto": {"min": 1, "max": 4, "keys_per_shard": 15}}
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+    reports = []
+    run_spec(spec, spark=spark, on_batch=reports.append)
+    assert [(r.batch_id, r.shards) for r in reports] == [(0, 1), (1, 1), (2, 4), (3, 4)]
+    assert all(r.keys > 45 for r in reports)
+    assert ep.view() == oracle_orders(data)
+    assert [r["by"] for r in tidemark.layout_history(spec)["ranges"]] == ["auto", "auto"]
