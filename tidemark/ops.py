@@ -258,7 +258,14 @@ def scale(source, *, shards: int, materialization: Optional[str] = None) -> dict
     from tidemark.runtime.rescale import Rescale, check_count
 
     check_count(shards)
-    _name, log = _view_log(source, materialization)
+    name, log = _view_log(source, materialization)
+    if isinstance(source, TidemarkSpec) or (isinstance(source, (str, os.PathLike)) and os.path.isfile(source)):
+        _spec, mat, _loc = target(source, materialization=name)
+        auto = mat.auto_shards
+        if auto is not None and not auto.min <= shards <= auto.max:
+            raise SpecError(f"materialization {name!r} scales itself within shards.auto [{auto.min}, {auto.max}]; "
+                            f"{shards} is outside it (the policy would undo it at the next batch): edit "
+                            "shards.auto in the spec instead; nothing was requested")
     return Rescale(log).request(shards)
 
 

@@ -269,3 +269,20 @@ def test_a_coordinator_apply_endpoint_holds_the_last_batch_before_the_layout_cha
     got = {r["id"]: {"id": r["id"], "n": r["n"]}
            for r in deltalake.DeltaTable(str(lake / "t")).to_pyarrow_table().to_pylist()}
     assert got == v.oracle
+
+
+def test_the_newest_of_several_pending_requests_wins_and_auto_bounds_are_kept(tmp_path):
+    db = tmp_path / "views.db"
+    v = View(tmp_path, {"sqlite": {"path": str(db)}}, shards={"auto": {"min": 1, "max": 4, "keys_per_shard": 1000}})
+    v.batch(0, docs_of(0))
+    with pytest.raises(SpecError, match=r"within shards.auto \[1, 4\]; 6 is outside it"):
+        scale(v.spec_path, shards=6)
+    scale(v.spec_path, shards=4)
+    scale(v.spec_path, shards=3)
+    assert len(v.batch(1, docs_of(1)).layout) == 3
+    reqs = layout_history(v.spec_path)["requests"]
+    assert [(r["shards"], r["done"]["batch_id"], r["done"].get("superseded_by")) for r in reqs] == [
+        (4, 1, reqs[1]["id"]), (3, 1, None)]
+    # few keys, but only batches that ran on 3 shards argue for the next change
+    assert [len(v.batch(n, docs_of(n)).layout) for n in (2, 3, 4)] == [3, 1, 1]  # 3 held for batches 1 and 2
+    assert sqlite_rows(db) == v.oracle

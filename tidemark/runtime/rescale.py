@@ -10,7 +10,8 @@ The shard count of a *new* batch (one the recovery log has no intent for) is dec
    of distinct keys of a *committed* batch (the plan does not count a batch's keys before
    its shard stage, so the policy reads the previous batches'). The count changes only when
    the targets of the last two committed batches both differ from the current count on the
-   same side; it then moves to the one of them nearer the current count (hysteresis);
+   same side, both having run on the current count; it then moves to the one of them
+   nearer the current count (hysteresis: a change holds for at least two batches);
 3. otherwise the count of the last applied scale request, as long as the spec's ``shards``
    is the one it was applied under (editing ``shards`` in the spec wins again);
 4. otherwise the spec's ``shards``.
@@ -191,8 +192,10 @@ class Rescale:
         return shards, {"by": "configured"}
 
     def _recent_keys(self, last: "LogEntry") -> list:
+        """Key counts of the last two committed batches that ran on the current count (a
+        batch before a change does not argue for the next one)."""
         prev = self.log.get(last.batch_id - 1) if last.batch_id > 0 else None
-        return [e.counts.get("keys") for e in (prev, last) if e is not None]
+        return [e.counts.get("keys") for e in (prev, last) if e is not None and len(e.layout) == len(last.layout)]
 
     def settle(self, reason: Optional[dict], batch_id: int, *, configured: Any) -> None:
         """Mark the requests a batch's intent took up as done (again after a crash: idempotent)."""
