@@ -1,17 +1,19 @@
 """tidemark: exactly-once materialized views of streams on Apache Spark.
 
 ``tidemark.materialize`` (:func:`tidemark.spark.api.materialize`), ``tidemark.reset``
-(:func:`tidemark.ops.reset`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
+(:func:`tidemark.ops.reset`), ``tidemark.scale`` and ``tidemark.layout_history`` (:mod:`tidemark.ops`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
 imported when first used, so that ``import tidemark`` stays cheap (executors import it).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["materialize", "reset", "open_view", "RuntimeOptions", "__version__"]
+__all__ = ["materialize", "reset", "scale", "layout_history", "open_view", "RuntimeOptions", "__version__"]
 
 _LAZY = {
     "materialize": ("tidemark.spark.api", "materialize"),
     "reset": ("tidemark.ops", "reset"),
+    "scale": ("tidemark.ops", "scale"),  # rescale a running view at its next batch
+    "layout_history": ("tidemark.ops", "layout_history"),
     "RuntimeOptions": ("tidemark.options", "RuntimeOptions"),
     "open_view": ("tidemark.drivers.store.query", "open_view"),  # a store view: get(key), scan(prefix)
 }

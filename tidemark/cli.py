@@ -1,4 +1,4 @@
-"""The ``tidemark`` command: a thin layer over :mod:`tidemark.ops` (check, status, reset: no Spark)
+"""The ``tidemark`` command: a thin layer over :mod:`tidemark.ops` (check, status, reset, scale: no Spark)
 and :mod:`tidemark.spark.runner` (run)."""
 
 from __future__ import annotations
@@ -275,6 +275,23 @@ def reset(
             Console().print(escape(line), soft_wrap=True, highlight=False)
     except TidemarkError as exc:
         _fail(exc)
+
+
+@app.command()
+def scale(
+    spec: str = typer.Argument(..., help="the spec file (or the view's checkpoint folder)"),
+    shards: int = typer.Option(..., "--shards", help="the shard count from the next batch on"),
+    materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the materialization"),
+):
+    """Rescale a view without a restart: a running query takes the new shard count at its next batch."""
+    from tidemark.ops import scale as request
+
+    try:
+        req = request(spec, shards=shards, materialization=materialization)
+    except TidemarkError as exc:
+        _fail(exc)
+    Console().print(f"requested {req['shards']} shard(s) (request {req['id']}): a running query applies it at its "
+                    "next batch; a stopped one when it runs again", soft_wrap=True, highlight=False)
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""What the CLI and the library do without Spark: check, reset, and naming a view.
+"""What the CLI and the library do without Spark: check, reset, scale, and naming a view.
 
 ``tidemark check`` and ``reset`` (and :func:`tidemark.reset`) live here and never
 import pyspark (``status``: :mod:`tidemark.status`); ``tidemark run`` is :func:`tidemark.spark.runner.run_spec`.  :func:`target`
@@ -25,7 +25,7 @@ from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_sp
 
 def target(source, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
            endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
-           shards: int = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
+           shards: Union[int, dict] = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
            options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
            ) -> tuple[TidemarkSpec, MaterializationSpec, str]:
     """(spec, materialization, checkpoint location) of a ``materialize()`` / ``reset()`` call.
@@ -218,6 +218,65 @@ def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:
                         planned.add(json.loads(line)["path"].removeprefix("file://").removeprefix("file:"))
         pending += len(present - planned)
     return pending
+
+
+# ----------------------------------------------------------------------------- scale
+
+
+def _view_log(source, materialization: Optional[str]):
+    """(materialization name, its RecoveryLog) of a spec (file or TidemarkSpec) or of a
+    checkpoint folder; refuses an unknown materialization, or a view that never ran."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    is_spec = isinstance(source, TidemarkSpec) or (
+        isinstance(source, (str, os.PathLike)) and os.path.isfile(source))
+    if is_spec:
+        spec, mat, location = target(source, materialization=materialization)
+        name = mat.name
+    else:
+        location = str(source)
+        if "://" not in location:
+            location = os.path.abspath(location)
+        name = RecoveryLog.existing_materialization(location)
+        if name is None:
+            raise SpecError(f"{source!r} is neither a spec file nor a tidemark checkpoint folder (no tidemark/meta.json)")
+        if materialization is not None and materialization != name:
+            raise SpecError(f"unknown materialization {materialization!r}: checkpoint {location} belongs to {name!r}")
+    log = RecoveryLog(location, name, create=False)
+    if log.checkpoint_id is None:
+        raise SpecError(f"materialization {name!r} has not run yet (no checkpoint at {location}): set its `shards:` "
+                        "in the spec instead; nothing was requested")
+    return name, log
+
+
+def scale(source, *, shards: int, materialization: Optional[str] = None) -> dict:
+    """Ask a view to run on ``shards`` shards from its next new batch (a running query picks
+    it up there; a stopped one at its next run). ``source``: a spec file (or
+    :class:`~tidemark.spec.TidemarkSpec`) with ``materialization=`` unless it has one, or the
+    view's checkpoint folder. Returns the request ``{"id", "shards", "requested_at"}``. Needs
+    no Spark; refuses ``shards < 1`` and an unknown materialization before writing anything."""
+    from tidemark.runtime.rescale import Rescale, check_count
+
+    check_count(shards)
+    name, log = _view_log(source, materialization)
+    if isinstance(source, TidemarkSpec) or (isinstance(source, (str, os.PathLike)) and os.path.isfile(source)):
+        _spec, mat, _loc = target(source, materialization=name)
+        auto = mat.auto_shards
+        if auto is not None and not auto.min <= shards <= auto.max:
+            raise SpecError(f"materialization {name!r} scales itself within shards.auto [{auto.min}, {auto.max}]; "
+                            f"{shards} is outside it (the policy would undo it at the next batch): edit "
+                            "shards.auto in the spec instead; nothing was requested")
+    return Rescale(log).request(shards)
+
+
+def layout_history(source, *, materialization: Optional[str] = None) -> dict:
+    """The batch ranges each layout was in force for (over the batches the recovery log
+    retains), what chose it, and the pending scale requests:
+    :func:`tidemark.runtime.rescale.layout_history`."""
+    from tidemark.runtime.rescale import layout_history as history
+
+    _name, log = _view_log(source, materialization)
+    return history(log)
 
 
 # ----------------------------------------------------------------------------- reset

@@ -11,7 +11,7 @@
     materializations:
       customer_view:
         endpoint: {sqlite: {path: views.db}}
-        shards: 2
+        shards: 2                   # or {auto: {min: 1, max: 8, keys_per_shard: 50000}}
         on_invalid: fail            # or quarantine
         max_document_bytes: 16777216
         options: {memory_budget_bytes: 67108864}   # runtime options (tidemark.options)
@@ -44,6 +44,7 @@ from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
 from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
 from tidemark.errors import SpecError
 from tidemark.options import RuntimeOptions
+from tidemark.runtime.rescale import AutoShards, parse_shards
 
 ON_INVALID = ("fail", "quarantine")
 DEFAULT_CHECKPOINT = ".tidemark/checkpoints"
@@ -81,6 +82,8 @@ class MaterializationSpec:
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
     base_dir: str = "."  # the spec file's directory: relative driver paths resolve against it
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    #: ``shards: {auto: ...}`` (``shards`` is then its ``min``, the first batch's count); None: fixed
+    auto_shards: Optional[AutoShards] = None
     #: The endpoint's driver name and its config as the driver resolved it (set once, here).
     driver_name: str = field(init=False)
     driver_config: dict = field(init=False)
@@ -339,9 +342,7 @@ class _Parser:
         endpoint = obj["endpoint"]
         self.check_endpoint(endpoint, f"{path}.endpoint")
         options = RuntimeOptions.from_mapping(obj.get("options"), file=self.file, path=f"{path}.options")
-        shards = obj.get("shards", 1)
-        if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-            raise self.fail(f"{path}.shards", f"must be an integer >= 1, got {shards!r}")
+        shards, auto_shards = parse_shards(obj.get("shards", 1), f"{path}.shards", self.fail)
         on_invalid = obj.get("on_invalid", "fail")
         if on_invalid not in ON_INVALID:
             raise self.fail(f"{path}.on_invalid", f"must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
@@ -373,7 +374,7 @@ class _Parser:
             bindings.append(BindingConfig(str(source), dict(resource), delta))
         try:
             return MaterializationSpec(name, endpoint, shards, tuple(bindings), on_invalid, max_bytes,
-                                       os.path.abspath(self.base_dir), options)
+                                       os.path.abspath(self.base_dir), options, auto_shards)
         except SpecError as exc:  # the driver's own config resolution (or its library missing)
             raise self.fail(f"{path}.endpoint.{_driver_of(endpoint)}", str(exc)) from None
 

@@ -25,8 +25,10 @@ Step 0. N's identity is (Spark query, N, digest of N's source offsets).  If the 
         with the same identity, it is a re-run: only acknowledged.  A log entry for N (or a
         later batch) with another identity is refused: the input the log recorded is not
         the input Spark is about to give.
-Step 1. The layout: what N started with (its intent), else the configured shard count;
-        recorded before any shard runs, so a re-run of N uses the same ranges.
+Step 1. The layout: what N started with (its intent), else a pending scale request, the
+        auto policy, or the configured shard count (:mod:`tidemark.runtime.rescale`);
+        recorded before any shard runs, so a re-run of N uses the same ranges.  Before a
+        layout changes, a coordinator-apply endpoint must hold the last batch everywhere.
 Step 2. (the adapter runs the shard sessions)
 Step 3. Merge the shards' driver-checkpoint updates and append N to the recovery log.
 Step 4. Acknowledge for drivers that apply after commit: once on the coordinator, or (apply
@@ -49,6 +51,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.spec_changes import changes_since
 
 log = logging.getLogger("tidemark")
@@ -121,7 +124,7 @@ class Coordinator:
     def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
                  strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail",
-                 reductions: Sequence[dict] = ()):
+                 reductions: Sequence[dict] = (), auto: Optional[AutoShards] = None):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
@@ -131,9 +134,11 @@ class Coordinator:
         self.bindings = tuple(bindings)
         self.version = version
         self.shards = shards
+        self.auto = auto  # shards: {auto: ...}; None: a fixed count
         self.strategies = tuple(tuple(s) for s in strategies)
         self.reductions = list(reductions)  # per binding, recorded in each log entry (runtime.spec_changes)
         self.log = RecoveryLog(checkpoint_location, materialization, create=False)  # created once start-up passes
+        self.rescale = Rescale(self.log)
         self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
         self.checkpoint_location = checkpoint_location
 
@@ -296,7 +301,7 @@ class Coordinator:
                 return BatchStart(batch_id, True, last=last)
         # Step 1
         fault_point("plan")
-        layout = self.layout_for(batch_id)
+        layout = self.layout_for(batch_id, last)
         cp = {"checkpoint_id": self.checkpoint_id, "materialization": self.name, "version": self.version,
               **ident.as_checkpoint()}
         return BatchStart(batch_id, False, layout, cp, last)
@@ -310,14 +315,46 @@ class Coordinator:
                 "(was Spark's checkpoint deleted or replaced?). tidemark cannot tell which input the view already "
                 f"holds. Restore it, or start the view over with {reset_hint(self.name)}. Nothing was changed")
 
-    def layout_for(self, batch_id: int) -> list[list[int]]:
-        """The layout of batch N: what it started with, else the configured shard count."""
-        intent = self.log.intent(batch_id)
-        if intent is not None:
-            return intent
-        layout = even_layout(self.shards)
-        self.log.write_intent(batch_id, layout)
+    def layout_for(self, batch_id: int, last: Optional[LogEntry] = None) -> list[list[int]]:
+        """The layout of batch N: what it started with (a re-run keeps it), else what
+        :meth:`Rescale.decide` chooses; recorded as N's intent before any shard runs."""
+        configured = configured_of(self.shards, self.auto)
+        record = self.log.intent_record(batch_id)
+        if record is not None:
+            self.rescale.settle(record.get("reason"), batch_id, configured=configured)  # after a crash
+            return record["layout"]
+        shards, reason = self.rescale.decide(last, self.shards, self.auto)
+        layout = even_layout(shards)
+        if last is not None and layout != last.layout:
+            self.acknowledged_everywhere(last)
+            log.info("materialization %s: batch %s runs on %d shard(s) (was %d; %s)", self.name, batch_id, shards,
+                     len(last.layout), reason["by"])
+        self.log.write_intent(batch_id, layout, reason)
+        self.rescale.settle(reason, batch_id, configured=configured)
         return layout
+
+    def acknowledged_everywhere(self, last: LogEntry) -> None:
+        """Before a layout changes: a coordinator-apply endpoint holds the last batch in every
+        table it wrote (the apply is re-run, idempotently, where one lags); else refuse."""
+        if self.caps.commit_pattern is not CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
+            return
+        behind = self._behind(last)
+        if behind:
+            log.warning("materialization %s: %s not yet applied batch %s; applying it before the layout changes",
+                        self.name, ", ".join(p.place for p in behind), last.batch_id)
+            self.acknowledge(last)
+            behind = self._behind(last)
+        if behind:
+            p = behind[0]
+            raise RecoveryError(
+                f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} holds batch {p.batch_id}, "
+                f"not the recovery log's batch {last.batch_id}, after re-applying it; the layout does not change "
+                "until every table holds it. Check that the endpoint is writable, then run again")
+
+    def _behind(self, last: LogEntry) -> list[Position]:
+        written = {tuple(r) for r in last.resources}
+        return [p for p in self.positions() or () if p.resource is not None and tuple(p.resource) in written
+                and p.batch_id < last.batch_id]
 
     def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
         # Step 3

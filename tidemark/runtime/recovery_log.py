@@ -6,8 +6,10 @@ Layout under ``<checkpoint>/tidemark/``::
     log/<batch>.json     one committed batch: runtime checkpoint (with the batch identity),
                          merged driver checkpoint, shard layout, spec version, the bound
                          resources, counts, the reduce annotations; sealed with a checksum
-    intent/<batch>.json  the shard layout a batch was *started* with; a re-run of that batch
-                         uses the same layout even if the configured shard count changed
+    intent/<batch>.json  the shard layout a batch was *started* with (and what chose it); a
+                         re-run of that batch uses the same layout even if the configured
+                         shard count changed or a scale request arrived
+    scale/<id>.*.json    scale requests and when each took effect (runtime.rescale)
 
 Entries are written through :mod:`pyarrow.fs`, so the log works on local disk and on
 cluster storage (HDFS, S3, GCS).  A write is never visible half-done:
@@ -247,15 +249,26 @@ class RecoveryLog:
         self._compact()
 
     def intent(self, batch_id: int) -> Optional[list]:
+        obj = self.intent_record(batch_id)
+        return obj["layout"] if obj else None
+
+    def intent_record(self, batch_id: int) -> Optional[dict]:
+        """``{"batch_id", "layout", "reason"}`` of a started batch (``reason``: what chose
+        its layout, see :mod:`tidemark.runtime.rescale`; absent in older records)."""
         try:
-            obj = self._read(f"{self.root}/intent/{batch_id}.json")
+            return self._read(f"{self.root}/intent/{batch_id}.json")
         except TornEntry as exc:
             raise RecoveryError(f"the layout record of batch {batch_id} is damaged ({exc}); restore the "
                                 "checkpoint folder from a copy, or start over with `tidemark reset`") from None
-        return obj["layout"] if obj else None
 
-    def write_intent(self, batch_id: int, layout: list) -> None:
-        self._write(f"{self.root}/intent/{batch_id}.json", {"batch_id": batch_id, "layout": layout})
+    def intent_batches(self) -> list[int]:
+        return self._batches("intent")
+
+    def write_intent(self, batch_id: int, layout: list, reason: Optional[dict] = None) -> None:
+        body = {"batch_id": batch_id, "layout": layout}
+        if reason:
+            body["reason"] = reason
+        self._write(f"{self.root}/intent/{batch_id}.json", body)
 
     def _compact(self) -> None:
         for sub in ("log", "intent"):

@@ -83,7 +83,7 @@ def materialize(
     endpoint: Optional[dict] = None,
     resource: Optional[dict] = None,
     checkpoint: Optional[str] = None,
-    shards: int = 1,
+    shards: Union[int, dict] = 1,
     name: Optional[str] = None,
     delta_updates: bool = False,
     on_invalid: str = "fail",
@@ -102,7 +102,8 @@ def materialize(
     name one of its materializations with ``materialization=`` unless it has only one), or a
     streaming DataFrame with a JSON ``value`` column (or any columns), described by
     ``collection={"key": [...], "schema": {...}}``, ``endpoint={driver: config}``,
-    ``resource=`` (default ``{"table": name}``), ``checkpoint=`` (required), ``shards=``,
+    ``resource=`` (default ``{"table": name}``), ``checkpoint=`` (required), ``shards=`` (a count, or
+    ``{"auto": {"min", "max", "keys_per_shard"}}``; docs/operations.md, also for ``tidemark.scale``),
     ``name=`` (default: see :func:`tidemark.ops.default_name`), ``delta_updates=`` and
     ``on_invalid=`` (``"fail"`` or ``"quarantine"``).
 

@@ -114,6 +114,7 @@ class Materializer:
             checkpoint_location=checkpoint_location, shards=materialization.shards,
             strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
             reductions=[reductions_of(c.name, c.schema) for c in self.collections],
+            auto=materialization.auto_shards,
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
@@ -198,6 +199,7 @@ class Materializer:
         state = merge_updates(last.driver_checkpoint if last else None, results)
         counts = {
             "documents": report.documents,
+            "keys": sum(r.documents for r in results),  # the auto shard policy reads it
             "stored": sum(r.stored for r in results),
             "loaded": sum(r.loaded for r in results),
             "deleted": sum(r.deleted for r in results),

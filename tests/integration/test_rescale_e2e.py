@@ -1,0 +1,63 @@
+"""Rescale without a restart, on Spark: one running query (``run_spec`` with a batch per
+input file) is asked for 4 shards after batch 1 and for 3 after batch 3 (``tidemark.scale``
+from the ``on_batch`` callback, which runs between batches); it ends exact on SQLite,
+PostgreSQL and Delta Lake, against a view computed independently from the input files."""
+
+from __future__ import annotations
+
+import pytest
+
+import tidemark
+from tests.helpers import oracle_orders, write_orders
+from tests.integration.test_operator_actions import endpoint, write_spec
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "delta"])
+def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
+    from tidemark.spark.runner import run_spec
+
+    ep = endpoint(request, tmp_path, kind)
+    data = tmp_path / "data"
+    write_orders(data, files=6, per_file=120, customers=60, seed=25, deletes=0.05)
+    spec = write_spec(tmp_path, data, ep, shards=2)
+    asks = {1: 4, 3: 3}  # after batch N commits: scale to M
+    reports = []
+
+    def on_batch(report):
+        reports.append(report)
+        if report.batch_id in asks:
+            tidemark.scale(spec, shards=asks[report.batch_id], materialization="view")
+
+    runs = run_spec(spec, spark=spark, on_batch=on_batch)
+    assert len(runs) == 1  # one query, never restarted
+    assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 3), (5, 3)]
+    assert ep.view() == oracle_orders(data)
+    hist = tidemark.layout_history(spec)
+    assert [(r["first"], r["last"], r["shards"], r["by"]) for r in hist["ranges"]] == [
+        (0, 1, 2, "configured"), (2, 3, 4, "scale"), (4, 5, 3, "scale")]
+    assert hist["pending"] == [] and [r["done"]["batch_id"] for r in hist["requests"]] == [2, 4]
+
+
+def test_the_auto_policy_scales_a_running_query_from_its_key_counts(spark, tmp_path, request):
+    """``shards: {auto: ...}``: the first batch on ``min``; after two batches of ~50 keys
+    (target 4 at 15 keys per shard) the query runs on 4 shards, exact."""
+    import yaml
+
+    from tidemark.spark.runner import run_spec
+
+    ep = endpoint(request, tmp_path, "sqlite")
+    data = tmp_path / "data"
+    write_orders(data, files=4, per_file=120, customers=60, seed=26)
+    spec = write_spec(tmp_path, data, ep)
+    obj = yaml.safe_load(open(spec))
+    obj["materializations"]["view"]["shards"] = {"auto": {"min": 1, "max": 4, "keys_per_shard": 15}}
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+    reports = []
+    run_spec(spec, spark=spark, on_batch=reports.append)
+    assert [(r.batch_id, r.shards) for r in reports] == [(0, 1), (1, 1), (2, 4), (3, 4)]
+    assert all(r.keys > 45 for r in reports)
+    assert ep.view() == oracle_orders(data)
+    assert [r["by"] for r in tidemark.layout_history(spec)["ranges"]] == ["auto", "auto"]
