@@ -56,6 +56,8 @@ class MaterializationStatus:
     totals: dict = field(default_factory=dict)  # since the view started (batches, documents, invalid, ...)
     planned_batch: Optional[int] = None  # the newest batch Spark planned (offsets/N)
     layout: list = field(default_factory=list)  # [[begin, end], ...] of the last batch
+    layouts: list = field(default_factory=list)  # layout history: [{first, last, shards, by, committed}]
+    pending_scale: list = field(default_factory=list)  # `tidemark scale` requests not yet applied
     shards: list = field(default_factory=list)
     input: InputStatus = field(default_factory=lambda: InputStatus("unknown"))
     notes: list = field(default_factory=list)
@@ -102,6 +104,14 @@ def _read_log(location: str, materialization: str, st: MaterializationStatus) ->
     counts.pop("executors", None)
     st.last_counts = counts
     st.layout = [list(r) for r in entry.layout]
+    try:
+        from tidemark.runtime.rescale import layout_history
+
+        history = layout_history(log)
+        st.layouts = [{k: r[k] for k in ("first", "last", "shards", "by", "committed")} for r in history["ranges"]]
+        st.pending_scale = history["pending"]
+    except Exception as exc:  # noqa: BLE001 - status reads what it can
+        st.notes.append(f"layout history unreadable: {type(exc).__name__}: {exc}")
 
 
 def _spark_planned(location: str) -> Optional[int]:
@@ -429,6 +439,15 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
     else:
         row("spark", f"planned up to batch {st.planned_batch}; {st.batches_waiting} not committed")
     path_row("checkpoint", st.checkpoint)
+    if st.layouts:
+        parts = []
+        for r in st.layouts:
+            span = f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
+            parts.append(f"batch{'es' if r['first'] != r['last'] else ''} {span}: {r['shards']} shard(s), "
+                         f"{r['by']}{'' if r['committed'] else ' (in progress)'}")
+        row("layouts", "; ".join(parts))
+    for req in st.pending_scale:
+        row("scale", f"{req['shards']} shard(s) requested, applied at the next batch")
     if st.shards:
         wide = max(len(s.place) for s in st.shards)
         if wide + label + 14 <= width:

@@ -184,6 +184,19 @@ def test_live_rescale_2_4_3_is_exact_and_a_rerun_keeps_its_layout(tmp_path):
     assert hist["pending"] == []
     assert [(r["shards"], r["done"]["batch_id"]) for r in hist["requests"]] == [(4, 2), (3, 4), (2, 5), (3, 6)]
 
+    # `tidemark status` shows the layout history and a pending change, within 80 columns
+    from tidemark.status import render, status_of_spec
+
+    scale(v.spec_path, shards=5)
+    (st,) = status_of_spec(v.spec_path)
+    assert [(r["first"], r["last"], r["shards"]) for r in st.layouts] == [(0, 1, 2), (2, 3, 4), (4, 4, 3), (5, 5, 2), (6, 6, 3)]
+    lines = render(st, width=80)
+    text = " ".join(line.strip() for line in lines)
+    assert all(len(line) <= 80 for line in lines)
+    assert "batches 0-1: 2 shard(s), configured; batches 2-3: 4 shard(s), scale" in text
+    assert "5 shard(s) requested, applied at the next batch" in text
+    assert st.as_json()["pending_scale"][0]["shards"] == 5
+
 
 def test_scale_refuses_before_writing_anything(tmp_path):
     from tidemark.cli import app
