@@ -7,6 +7,7 @@ batch 2, so the test can SIGKILL it in the middle of that batch.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from tidemark.nats import BatchId, Channel, NatsClient, NatsSettings, OutDoc
@@ -56,6 +57,7 @@ class _Announcing(OutDoc):
 
     def payload(self) -> bytes:
         print(f"mid {self.document['batch'] if isinstance(self.document, dict) else '?'}", flush=True)
+        signal.pause()  # hold the batch half-written until the test's SIGKILL arrives
         return OutDoc.payload(self)
 
 

@@ -28,6 +28,14 @@ def tidemark(*args, env=None, timeout=300):
                           env=env or ENV, timeout=timeout)
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_for(what: str, fn, deadline: float = 180.0, proc=None):
     """Poll ``fn`` until it returns something truthy; fail naming ``what`` at the deadline
     (or when ``proc`` exits first)."""
@@ -105,6 +113,9 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
                  proc=proc)
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=120) == 130
+        # PySpark starts its JVM with SIGINT ignored: it ends when it sees its Python gone. Until
+        # then its stream thread may still plan a batch from new input; wait before adding any.
+        wait_for("the run's JVM to exit", lambda: not _group_alive(proc.pid))
         text = stderr()
         # the batch in progress finished and committed; then one line
         after = text[text.rindex("view batch 1:"):].splitlines()[1:]
