@@ -24,12 +24,12 @@ from typing import Any, Optional, Sequence
 from tidemark.collection.keys import compact_json, key_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.faults import fault_point
-from tidemark.jsontext import loads
 from tidemark.nats import BatchId, InFlight, NatsClient, OutDoc, Session
 from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
 )
-from tidemark.store import Isolation, RangeStore, tidemark_key
+from tidemark.drivers.store.transactor import committed_loads
+from tidemark.store import RangeStore, tidemark_key
 
 
 class _MidBatch(OutDoc):
@@ -68,17 +68,7 @@ class NatsTransactor(ReadCommittedLoads, Transactor):
         return Acknowledged()
 
     def _evaluate(self, msg: Load) -> list[Loaded]:
-        if not msg.keys:
-            return []
-        txn = self.rs.transaction()
-        bid = self.ids[msg.binding]
-        keys, docs = [], []
-        for key in msg.keys:
-            raw = txn.get(tidemark_key(key, bid), Isolation.READ_COMMITTED)
-            if raw is not None:
-                keys.append(tuple(key))
-                docs.append(loads(raw))
-        return [Loaded(msg.binding, tuple(keys), tuple(docs))] if keys else []
+        return committed_loads(self.rs, self.ids[msg.binding], msg)
 
     def store(self, msg: Store) -> None:
         b = msg.binding

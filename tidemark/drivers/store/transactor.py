@@ -63,17 +63,7 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
         return Acknowledged()
 
     def _evaluate(self, msg: Load) -> list[Loaded]:
-        if not msg.keys:
-            return []
-        txn = self.rs.transaction()
-        bid = self.ids[msg.binding]
-        keys, docs = [], []
-        for key in msg.keys:
-            raw = txn.get(tidemark_key(key, bid), Isolation.READ_COMMITTED)
-            if raw is not None:
-                keys.append(tuple(key))
-                docs.append(loads(raw))
-        return [Loaded(msg.binding, tuple(keys), tuple(docs))] if keys else []
+        return committed_loads(self.rs, self.ids[msg.binding], msg)
 
     def store(self, msg: Store) -> None:
         txn = self.rs.transaction()
@@ -128,6 +118,21 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
 
     def close(self) -> None:
         self.rs.close()
+
+
+def committed_loads(rs: RangeStore, bid: int, msg: Load) -> list[Loaded]:
+    """Answer ``msg`` from the committed state of ``rs`` (binding id ``bid``): only the keys
+    that exist. Shared by the drivers whose Loads read a local state store."""
+    if not msg.keys:
+        return []
+    txn = rs.transaction()
+    keys, docs = [], []
+    for key in msg.keys:
+        raw = txn.get(tidemark_key(key, bid), Isolation.READ_COMMITTED)
+        if raw is not None:
+            keys.append(tuple(key))
+            docs.append(loads(raw))
+    return [Loaded(msg.binding, tuple(keys), tuple(docs))] if keys else []
 
 
 def quarantine_row(materialization: str, batch: Optional[int], resource: Optional[str], row: dict) -> dict:
