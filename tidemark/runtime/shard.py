@@ -75,6 +75,8 @@ class ShardResult:
     deleted: int = 0
     documents: int = 0
     spilled: bool = False
+    aborted: bool = False  # committed nothing: the batch needs the checked plan (see the processor)
+    input_documents: int = 0  # documents combined into this shard's rows
     timings: dict = field(default_factory=dict)
     executor: str = field(default_factory=lambda: f"{os.uname().nodename}:{os.getppid()}")  # host:executor JVM pid
 

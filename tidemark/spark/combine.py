@@ -51,20 +51,9 @@ class CombineResult:
 
 def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optional[str] = None) -> CombineResult:
     """Validate and combine a batch per key. ``force_path`` ("compiled"/"fallback") is for tests."""
-    from pyspark.sql import functions as F
-
     if on_invalid not in ("fail", "quarantine"):
         raise ValueError(f"on_invalid must be 'fail' or 'quarantine', got {on_invalid!r}")
-    cols = df.columns
-    if "_file" not in cols:
-        df = df.withColumn("_file", F.lit("dataframe"))
-    if "_block" not in cols:
-        df = df.withColumn("_block", F.lit(0).cast("long"))
-    if "_row" not in cols:
-        df = df.withColumn("_row", F.monotonically_increasing_id())
-    df = df.select(F.col("value").cast("string").alias("value"), "_file", F.col("_block").cast("long").alias("_block"),
-                   F.col("_row").cast("long").alias("_row"))
-
+    df = _prepare(df)
     if force_path != "fallback":
         from tidemark.collection.plan import compile_collection
 
@@ -76,6 +65,21 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
         if force_path == "compiled":
             raise ValueError(f"collection {collection.name!r}: this batch cannot take the compiled path")
     return _fallback(df, collection, on_invalid)
+
+
+def _prepare(df):
+    """``df`` as (value, _file, _block, _row): source order is ascending (_file, _block, _row)."""
+    from pyspark.sql import functions as F
+
+    cols = df.columns
+    if "_file" not in cols:
+        df = df.withColumn("_file", F.lit("dataframe"))
+    if "_block" not in cols:
+        df = df.withColumn("_block", F.lit(0).cast("long"))
+    if "_row" not in cols:
+        df = df.withColumn("_row", F.monotonically_increasing_id())
+    return df.select(F.col("value").cast("string").alias("value"), "_file", F.col("_block").cast("long").alias("_block"),
+                     F.col("_row").cast("long").alias("_row"))
 
 
 # ----------------------------------------------------------------------------- errors

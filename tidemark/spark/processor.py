@@ -20,19 +20,22 @@ Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates,
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError, from_task_failure
-from tidemark.faults import armed, fault_point
+from tidemark.faults import fault_point
 from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
-from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates, run_shard
+from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
+from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_expr: re-exported for tests)
+    END_BINDING, _partition_expr, _shard_expr, _shard_rows, route as _route, run_stage as _run_stage)
 
 log = logging.getLogger("tidemark")
 
@@ -52,6 +55,7 @@ class BatchReport:
     invalid: int = 0
     shards: int = 0
     spilled: bool = False
+    path: str = ""  # "one job" (read, combine and shards in one Spark job) or "checked"
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
 
@@ -123,6 +127,7 @@ class Materializer:
         self.error: BaseException | None = None
         self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
+        self._one_job: dict = {}  # OneJobPlan per (Spark session, source columns, layout)
 
     def start_up(self) -> None:
         """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator)."""
@@ -154,17 +159,11 @@ class Materializer:
             return report
         last = start.last
 
-        # Step 1: plan.
+        # Step 1: plan.  One Spark job reads, combines and routes the batch to the shards,
+        # which commit nothing if a row needs the combine's checks (then the checked plan).
         t = time.perf_counter()
         layout = start.layout
         ranges = tuple(Range(b, e) for b, e in layout)
-        planned, results_meta, cleanup = self._plan(df, ranges)
-        report.documents = results_meta["documents"]
-        report.invalid = len(results_meta["quarantine"])
-        report.timings["plan"] = time.perf_counter() - t
-
-        # Step 2: shard sessions.
-        t = time.perf_counter()
         runtime_checkpoint = start.runtime_checkpoint
         task = ShardTask(
             materialization=self.mat.name,
@@ -180,18 +179,40 @@ class Materializer:
             runtime_checkpoint=runtime_checkpoint,
             memory_budget_bytes=self.options.memory_budget_bytes,
             max_loaded_in_memory=self.options.max_loaded_in_memory,
-            quarantine=tuple(results_meta["quarantine"]),
             committed_batch=last.batch_id if last else -1,
             capabilities=self.coordinator.caps,
         )
-        try:
-            results: list[ShardResult] = planned.mapPartitionsWithIndex(
-                lambda i, rows: [run_shard(task, i, rows)], preservesPartitioning=True
-            ).collect()
-        finally:
-            cleanup()
-        report.timings["shards"] = time.perf_counter() - t
-        if sorted(r.shard for r in results) != list(range(len(ranges))):
+        results = None
+        planned = self._plan_one_job(df, ranges)
+        if planned is not None:
+            report.timings["plan"] = time.perf_counter() - t
+            # Step 2: shard sessions, in the same job.
+            t = time.perf_counter()
+            results = _run_stage(planned, task)
+            report.timings["shards"] = time.perf_counter() - t
+            if any(r.aborted for r in results):
+                log.info("materialization %r batch %d: some documents need checking; combining again with checks",
+                         self.mat.name, batch_id)
+                results = None
+            else:
+                report.documents = sum(r.input_documents for r in results)
+                report.path = "one job"
+        if results is None:
+            t = time.perf_counter()
+            planned, results_meta, cleanup = self._plan(df, ranges)
+            report.documents = results_meta["documents"]
+            report.invalid = len(results_meta["quarantine"])
+            report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
+            task = replace(task, quarantine=tuple(results_meta["quarantine"]))
+            # Step 2: shard sessions.
+            t = time.perf_counter()
+            try:
+                results = _run_stage(planned, task)
+            finally:
+                cleanup()
+            report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
+            report.path = "checked"
+        if sorted(r.shard for r in results) != list(range(len(ranges))) or any(r.aborted for r in results):
             raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
 
         # Step 3–4: merge the driver checkpoint, commit to the recovery log, acknowledge.
@@ -237,12 +258,28 @@ class Materializer:
         if self.on_batch:
             self.on_batch(report)
 
+    def _plan_one_job(self, df, ranges: tuple[Range, ...]):
+        """The planned DataFrame of the batch without checks or cache, when every binding's
+        schema compiles (None otherwise): rows that need the checks (``_odd``) go to every
+        shard, first, and make the shards commit nothing."""
+        from tidemark.spark.route import OneJobPlan
+
+        if os.environ.get("TIDEMARK_ONE_JOB", "1") == "0":  # for benchmarks: the checked plan for every batch
+            return None
+        spark = df.sparkSession
+        key = (spark._jsparkSession.hashCode(), tuple(df.columns), ranges)
+        plan = self._one_job.get(key)
+        if plan is None:
+            plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges)
+        return plan.apply(df) if plan.ok else None
+
     def _plan(self, df, ranges: tuple[Range, ...]):
-        """Validate, combine per key, assign shards; an RDD of ((shard, binding, key_json), doc)."""
+        """Validate, combine per key (checked: a statistics job, the suspects checked in
+        Python, invalid documents located), assign shards: the planned DataFrame (see
+        :func:`_route`), its counts and invalid documents, and a cleanup for its cache."""
         from pyspark.sql import functions as F
 
         from tidemark.spark.combine import combine_batch
-        from tidemark.spark.session import built_once
 
         if "_row" not in df.columns:
             df = df.withColumn("_row", F.monotonically_increasing_id())
@@ -268,41 +305,15 @@ class Materializer:
                             f"batch has more than {self.options.max_quarantine} invalid documents; refusing to quarantine them all"
                         )
                     quarantine.extend({**r.asDict(), "binding": i} for r in rows)
-                parts.append(res.combined.select(F.lit(i).alias("binding"), "key_json", "key_hash", "doc"))
+                parts.append(res.combined.select(F.lit(i).alias("binding"), "key_json", "key_hash", "doc",
+                                                 F.lit(0).cast("long").alias("_n"), F.lit(False).alias("_odd")))
         except BaseException:
             if shared:
                 df.unpersist()
             for r in results:
                 r.unpersist()
             raise
-        combined = parts[0]
-        for p in parts[1:]:
-            combined = combined.unionByName(p)
-        n = len(ranges)
-        # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
-        # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
-        # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
-        # built once per layout: a few hundred py4j calls at many shards
-        shard_col, part_col = built_once(df.sparkSession, ("shards", ranges), lambda: (
-            _shard_expr(F.col("key_hash"), ranges).alias("shard"), _partition_expr(F.col("shard"), n)))
-        # One end row per shard, sorted last: a shard task whose input stream was cut off
-        # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
-        # partition) must not commit what it got as if it were the whole batch.
-        ends = df.sparkSession.range(n).select(
-            F.col("id").cast("int").alias("shard"), F.lit(END_BINDING).alias("binding"),
-            F.lit("").alias("key_json"), F.lit(None).cast("string").alias("doc"))
-        planned = (
-            combined.select(shard_col, "binding", "key_json", "doc")
-            .unionByName(ends)
-            .withColumn("_p", part_col)
-            .repartition(n, "_p")
-            .sortWithinPartitions("binding", "key_json")
-            .select("shard", "binding", "key_json", "doc")
-            .rdd.mapPartitionsWithIndex(_shard_rows, preservesPartitioning=True)
-        )
-        if planned.getNumPartitions() != n:
-            raise RecoveryError(f"planned {planned.getNumPartitions()} partitions for {n} shards")
-
+        planned = _route(df.sparkSession, parts, ranges)
         def cleanup():
             if shared:
                 df.unpersist()
@@ -321,108 +332,6 @@ def _totals(last, counts: dict) -> dict:
     return out
 
 
-_MASK32 = 0xFFFFFFFF
-
-
-def _murmur3_int(value: int, seed: int = 42) -> int:
-    """Spark's ``Murmur3_x86_32.hashInt`` (what ``hash(int_col)`` and ``repartition`` use)."""
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & _MASK32
-
-    k1 = (value * 0xCC9E2D51) & _MASK32
-    k1 = rotl(k1, 15)
-    k1 = (k1 * 0x1B873593) & _MASK32
-    h1 = (seed ^ k1) & _MASK32
-    h1 = rotl(h1, 13)
-    h1 = (h1 * 5 + 0xE6546B64) & _MASK32
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _MASK32
-    h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _MASK32
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
-
-
-_PARTITION_VALUES: dict[int, list[int]] = {}
-
-
-def _partition_values(n: int) -> list[int]:
-    """For each partition i < n, an int v with ``pmod(murmur3(v), n) == i``."""
-    values = _PARTITION_VALUES.get(n)
-    if values is None:
-        found: dict[int, int] = {}
-        v = 0
-        while len(found) < n:
-            found.setdefault(_murmur3_int(v) % n, v)  # Python % is pmod
-            v += 1
-        values = [found[i] for i in range(n)]
-        _PARTITION_VALUES[n] = values
-    return values
-
-
-END_BINDING = 2**31 - 1  # the binding of each shard's end row (sorts after every real binding)
-
-
-def _shard_rows(index: int, rows):
-    """Rows of partition ``index`` as ``((shard, binding, key_json), doc)``; every row must
-    belong to shard ``index`` (a misrouted row would be written by the wrong shard), and the
-    partition must end with its end row: without it the input was cut off, and the error
-    stops the shard before it commits."""
-    ended = False
-    point = armed("mid_stream")
-    for shard, binding, key_json, doc in rows:
-        if point:
-            fault_point("mid_stream")
-        if ended:
-            raise RecoveryError(f"partition {index} received a row after its end row (key {key_json})")
-        if shard != index:
-            raise RecoveryError(f"partition {index} received a row of shard {shard} (key {key_json})")
-        if binding == END_BINDING:
-            ended = True
-            continue
-        yield (shard, binding, key_json), doc
-    if not ended:
-        raise RecoveryError(f"shard {index}: its input ended before the end row (the stream from Spark was cut off); "
-                            "nothing of this session is committed")
-
-
-def _shard_expr(hash_col, ranges: Sequence[Range]):
-    """The index of the range holding ``hash_col`` (-1 for none).
-
-    An even layout (``Range.split(n)``, what the runtime lays out) is arithmetic: the
-    hash's multiple of the range size, divided by it (exact), capped at ``n - 1``.  Other
-    layouts are a ``CASE`` over the ranges, whose generated code grows with their number
-    (past about 130 ranges beyond the 8,000 bytes the JVM compiles)."""
-    from pyspark.sql import functions as F
-
-    n = len(ranges)
-    if list(ranges) == Range.split(n):
-        inside = (hash_col >= F.lit(0)) & (hash_col <= F.lit(KEY_SPACE_MAX))
-        if n == 1:
-            return F.when(inside, F.lit(0)).otherwise(F.lit(-1))
-        size = F.lit((KEY_SPACE_MAX + 1) // n).cast("long")
-        index = ((hash_col - hash_col % size) / size).cast("int")
-        return F.when(inside, F.least(index, F.lit(n - 1))).otherwise(F.lit(-1))
-    expr = None
-    for i, r in enumerate(ranges):
-        cond = (hash_col >= F.lit(r.key_begin)) & (hash_col <= F.lit(r.key_end))
-        expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))
-    return expr.otherwise(F.lit(-1))
-
-
-def _partition_expr(shard_col, n: int):
-    """A value that ``repartition(n, value)`` sends to partition ``shard_col``: an element
-    of a literal array (shard -1 goes to partition 0, where ``_shard_rows`` refuses it)."""
-    from pyspark.sql import functions as F
-
-    values = _partition_values(n)
-    if n == 1:
-        return F.lit(values[0])
-    table = F.array(*[F.lit(v) for v in values])
-    return F.when((shard_col >= F.lit(1)) & (shard_col < F.lit(n)), F.element_at(table, shard_col + F.lit(1))) \
-        .otherwise(F.lit(values[0]))
 
 
 __all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]

@@ -1,0 +1,350 @@
+"""Many small batches into PostgreSQL: tidemark against the hand-written job, side by side.
+
+    python bench/bench_small_batches.py [--docs 1000000] [--batches 40] [--keys 100000]
+                                        [--shards 2] [--rounds 2] [--tiny 20] [--plot PNG]
+
+The stream: ``--docs`` order documents over ``--keys`` customers, one JSON-lines file per
+micro-batch (``--batches`` files, ``maxFilesPerTrigger: 1``).  Nine fields, reduced per
+customer: ``amount``, ``orders`` (sum), ``largest`` (maximize), ``smallest`` (minimize),
+``city`` (last write wins), ``first_city`` (first write wins), ``ts`` (maximize) and
+``items`` (append), keyed by ``customer``.
+
+(h) by hand: ``foreachBatch`` that aggregates the batch in Spark (``groupBy().agg()``, the
+    same meaning: ``max_by``/``min_by`` by ``ts`` for the write-wins fields, the items
+    ordered by ``ts``) and upserts with psycopg ``executemany`` (``ON CONFLICT DO UPDATE``,
+    at-least-once).
+(t) tidemark: ``run_spec`` of a spec with a ``postgres`` endpoint, exactly once.
+(n) Spark's own share: (h)'s aggregate into Spark's ``noop`` sink (nothing leaves the JVM).
+
+They run in ``--rounds`` rounds of (h), (n), (t) in one JVM (fresh tables and checkpoints
+each round); the first round warms the JIT, the ratio uses the last.  Both views are compared
+with an answer computed here in Python.  Per batch, each run's phases come from its own
+timers and from Spark's progress reports (``durationMs``): Spark's own per-batch work
+(``triggerExecution`` minus ``addBatch``) is shown as ``spark``.
+
+``--tiny N``: the per-batch overhead on N batches of 10 documents, tidemark against (n) on
+the same files (medians of ``triggerExecution``).  ``--plot`` draws the per-batch phases of
+the last round (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_postgres_e2e import machine  # noqa: E402
+
+SCHEMA = {
+    "type": "object",
+    "required": ["customer", "amount", "orders", "largest", "smallest", "city", "first_city", "ts", "items"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "customer": {"type": "string"},
+        "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "orders": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "largest": {"type": "integer", "reduce": {"strategy": "maximize"}},
+        "smallest": {"type": "integer", "reduce": {"strategy": "minimize"}},
+        "city": {"type": "string", "reduce": {"strategy": "lastWriteWins"}},
+        "first_city": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+        "ts": {"type": "integer", "reduce": {"strategy": "maximize"}},
+        "items": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+    },
+}
+SPARK_SCHEMA = ("customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, smallest BIGINT, city STRING, "
+                "first_city STRING, ts BIGINT, items ARRAY<STRING>")
+CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi", "Accra", "Lima"]
+SKUS = [f"sku-{i:03d}" for i in range(50)]
+SCALARS = ("amount", "orders", "largest", "smallest", "city", "first_city", "ts")
+
+
+# ------------------------------------------------------------------------- data
+
+
+def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int = 11) -> dict:
+    """One file per batch; returns the final view (the answer), computed as the docs are made."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    per = docs // batches
+    view: dict = {}
+    ts = 0
+    for b in range(batches):
+        path = os.path.join(directory, f"orders-{b:05d}.json")
+        lines = []
+        for _ in range(per):
+            amount = rng.randrange(1, 1000)
+            city = rng.choice(CITIES)
+            d = {"customer": f"c{rng.randrange(keys):07d}", "amount": amount, "orders": 1, "largest": amount,
+                 "smallest": amount, "city": city, "first_city": city, "ts": ts, "items": [rng.choice(SKUS)]}
+            ts += 1
+            lines.append(json.dumps(d, separators=(",", ":")))
+            cur = view.get(d["customer"])
+            if cur is None:
+                view[d["customer"]] = dict(d, items=list(d["items"]))
+            else:
+                cur["amount"] += amount
+                cur["orders"] += 1
+                cur["largest"] = max(cur["largest"], amount)
+                cur["smallest"] = min(cur["smallest"], amount)
+                cur["city"] = city
+                cur["ts"] = max(cur["ts"], d["ts"])
+                cur["items"].extend(d["items"])
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        stamp = 1_700_000_000 + b * 10
+        os.utime(path, (stamp, stamp))
+    return view
+
+
+# ------------------------------------------------------------------------ runs
+
+
+def spark_own(progress: list) -> dict[int, dict]:
+    """Per batch id: Spark's durations (ms → s) from the query's progress reports."""
+    out = {}
+    for p in progress:
+        d = p["durationMs"]
+        if "addBatch" not in d:
+            continue
+        out[int(p["batchId"])] = {"trigger": d["triggerExecution"] / 1000, "add": d["addBatch"] / 1000}
+    return out
+
+
+def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tuple[float, list[dict]]:
+    """What users write: foreachBatch, groupBy/agg, executemany upserts (``write=False``:
+    the aggregate into the ``noop`` sink instead, Spark's own share)."""
+    from pyspark.sql import functions as F
+
+    if write:
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            con.execute(f'CREATE TABLE "{schema}".customers (customer text PRIMARY KEY, amount bigint, orders bigint, '
+                        "largest bigint, smallest bigint, city text, first_city text, ts bigint, items jsonb)")
+    upsert = (f'INSERT INTO "{schema}".customers AS t (customer, amount, orders, largest, smallest, city, first_city, '
+              "ts, items) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT (customer) DO UPDATE SET "
+              "amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
+              "largest = GREATEST(t.largest, EXCLUDED.largest), smallest = LEAST(t.smallest, EXCLUDED.smallest), "
+              "city = EXCLUDED.city, ts = GREATEST(t.ts, EXCLUDED.ts), items = t.items || EXCLUDED.items")
+    phases: dict[int, dict] = {}
+
+    def batch(df, batch_id):
+        t0 = time.perf_counter()
+        agg = df.groupBy("customer").agg(
+            F.sum("amount"), F.sum("orders"), F.max("largest"), F.min("smallest"), F.max_by("city", "ts"),
+            F.min_by("first_city", "ts"), F.max("ts"),
+            F.to_json(F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))),
+                                            lambda s: s["items"]))))
+        if not write:
+            agg.write.format("noop").mode("overwrite").save()
+            phases[batch_id] = {"aggregate": time.perf_counter() - t0}
+            return
+        rows = [tuple(r) for r in agg.collect()]
+        t1 = time.perf_counter()
+        with psycopg.connect(url) as con, con.cursor() as cur:
+            for s in range(0, len(rows), 10_000):
+                cur.executemany(upsert, rows[s:s + 10_000])
+        phases[batch_id] = {"aggregate + collect": t1 - t0, "upsert": time.perf_counter() - t1}
+
+    t0 = time.perf_counter()
+    q = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(data)
+         .writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination()
+    wall = time.perf_counter() - t0
+    return wall, _per_batch(phases, spark_own(q.recentProgress))
+
+
+def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, list[dict]]:
+    import yaml
+
+    from tidemark.spark.runner import run_spec
+
+    spec = {
+        "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
+                                   "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
+        "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema}}, "shards": shards,
+                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
+        "checkpoint": checkpoint,
+    }
+    path = os.path.join(os.path.dirname(checkpoint), f"spec-{uuid.uuid4().hex[:6]}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    phases: dict[int, dict] = {}
+
+    def on_batch(r):
+        t = r.timings
+        shard = {k[6:]: v for k, v in t.items() if k.startswith("shard.")}
+        # the shard stage's wall time, split by the slowest shard's protocol phases; the rest
+        # of it is Spark's (scheduling, the shuffle read, the transfer into Python)
+        rest = max(0.0, t.get("shards", 0) - sum(shard.get(k, 0) for k in ("open", "acknowledge", "load", "store", "commit")))
+        phases[r.batch_id] = {"plan": t.get("plan", 0), "shard tasks": rest, "open": shard.get("open", 0),
+                              "load": shard.get("load", 0) + shard.get("acknowledge", 0),
+                              "store": shard.get("store", 0), "commit": shard.get("commit", 0),
+                              "recovery log": t.get("recovery_log", 0)}
+
+    t0 = time.perf_counter()
+    runs = run_spec(path, spark=spark, on_batch=on_batch)
+    wall = time.perf_counter() - t0
+    return wall, _per_batch(phases, spark_own(runs[0].query.recentProgress))
+
+
+def _per_batch(phases: dict, own: dict) -> list[dict]:
+    out = []
+    for b in sorted(phases):
+        row = dict(phases[b])
+        if b in own:
+            row["spark"] = max(0.0, own[b]["trigger"] - own[b]["add"])
+            row["_trigger"] = own[b]["trigger"]
+            row["_add"] = own[b]["add"]
+        out.append(row)
+    return out
+
+
+def check_views(url, schema_h, schema_t, view) -> str:
+    want = {k: (*(d[c] for c in SCALARS), d["items"]) for k, d in view.items()}
+    cols = ", ".join(SCALARS)
+    out = []
+    with psycopg.connect(url) as con:
+        if schema_h:
+            h = {r[0]: (*r[1:8], r[8]) for r in con.execute(f'SELECT customer, {cols}, items FROM "{schema_h}".customers')}
+            out.append(f"(h) {'==' if h == want else '!='} answer")
+        if schema_t:
+            t = {r[0]: (*r[1:8], r[8]) for r in con.execute(
+                f"""SELECT customer, {cols}, flow_document->'items' FROM "{schema_t}".customers""")}
+            out.append(f"(t) {'==' if t == want else '!='} answer")
+    return ", ".join(out)
+
+
+def summary(rows: list[dict], skip_first: int = 1) -> dict:
+    """Median of each phase over the batches after the first ``skip_first``."""
+    body = rows[skip_first:] or rows
+    keys = [k for k in body[0] if not k.startswith("_")]
+    return {k: statistics.median(r.get(k, 0) for r in body) for k in keys} | {
+        "_trigger": statistics.median(r.get("_trigger", 0) for r in body)}
+
+
+def fmt(d: dict) -> str:
+    return "  ".join(f"{k}={v * 1000:.0f}" for k, v in d.items() if not k.startswith("_")) + " (ms)"
+
+
+def plot(path: str, h: list[dict], t: list[dict], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True, sharey=True)
+    for ax, rows, name in ((axes[0], h, "hand-written: foreachBatch + groupBy + executemany"),
+                           (axes[1], t, "tidemark → PostgreSQL (exactly once)")):
+        keys = [k for k in rows[0] if not k.startswith("_")]
+        keys = ["spark"] + [k for k in keys if k != "spark"]
+        bottom = [0.0] * len(rows)
+        xs = list(range(len(rows)))
+        for k in keys:
+            vals = [r.get(k, 0) for r in rows]
+            ax.bar(xs, vals, bottom=bottom, label=k, width=0.8)
+            bottom = [a + b for a, b in zip(bottom, vals)]
+        ax.set_title(f"{name}: {sum(bottom):.1f} s")
+        ax.set_ylabel("seconds per batch")
+        ax.legend(loc="upper right", fontsize=8, ncol=4)
+    axes[1].set_xlabel("batch")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def tiny_overhead(spark, work, url, shards, batches: int) -> tuple[float, float]:
+    data = os.path.join(work, "tiny")
+    write_stream(data, batches * 10, 500, batches, seed=3)
+    _, n = run_by_hand(spark, data, url, None, os.path.join(work, "tiny-n"), write=False)
+    schema = f"tm_bench_tiny_{uuid.uuid4().hex[:6]}"
+    try:
+        _, t = run_tidemark(spark, data, url, schema, shards, os.path.join(work, "tiny-t"))
+    finally:
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
+    return med(n), med(t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tiny", type=int, default=20, help="tiny batches for the overhead measure (0: skip)")
+    ap.add_argument("--skip", default="", help="comma-separated: h,n,t")
+    ap.add_argument("--plot", default="", help="draw the last round's per-batch phases into this PNG")
+    ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    print(machine())
+    print(f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
+          f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]")
+    work = tempfile.mkdtemp(prefix="tm-small-")
+    data = os.path.join(work, "data")
+    view = write_stream(data, args.docs, args.keys, args.batches)
+    from tidemark.spark.session import local_session
+
+    spark = local_session("tidemark-bench", master=f"local[{args.shards}]", shuffle_partitions=args.shards)
+    from pyspark.sql import functions as F
+
+    spark.range(1000).groupBy((F.col("id") % 3).alias("k")).count().collect()
+    dropped = []
+    last: dict = {}
+    try:
+        for rnd in range(1, args.rounds + 1):
+            print(f"\nround {rnd} of {args.rounds}" + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)"))
+            tag = uuid.uuid4().hex[:6]
+            sh, st = f"tm_small_h_{tag}", f"tm_small_t_{tag}"
+            dropped += [sh, st]
+            run = os.path.join(work, f"round-{rnd}")
+            os.makedirs(run)
+            if "h" not in skip:
+                wall, rows = run_by_hand(spark, data, args.url, sh, os.path.join(run, "chk-h"))
+                last["h"] = (wall, rows)
+                print(f"(h) foreachBatch + executemany: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
+                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+            if "n" not in skip:
+                wall, rows = run_by_hand(spark, data, args.url, None, os.path.join(run, "chk-n"), write=False)
+                last["n"] = (wall, rows)
+                print(f"(n) read and aggregate only (noop sink): {wall:7.2f}s")
+                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+            if "t" not in skip:
+                wall, rows = run_tidemark(spark, data, args.url, st, args.shards, os.path.join(run, "chk-t"))
+                last["t"] = (wall, rows)
+                print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
+                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+            print("    views: " + check_views(args.url, sh if "h" not in skip else None,
+                                              st if "t" not in skip else None, view))
+            if "h" in last and "t" in last:
+                print(f"    (h)/(t) = {last['h'][0] / last['t'][0]:.2f}× (tidemark's speed over the hand-written job's)")
+        if args.plot and "h" in last and "t" in last:
+            plot(args.plot, last["h"][1], last["t"][1],
+                 f"{args.docs:,} documents in {args.batches} batches, {args.keys:,} keys, {args.shards} shards")
+            print(f"plot: {args.plot}")
+        if args.tiny:
+            n, t = tiny_overhead(spark, work, args.url, args.shards, args.tiny)
+            print(f"\ntiny batches (10 documents, {args.tiny} batches), median per batch: Spark's own (n) "
+                  f"{n * 1000:.0f} ms, tidemark {t * 1000:.0f} ms: overhead {1000 * (t - n):.0f} ms")
+    finally:
+        with psycopg.connect(args.url, autocommit=True) as con:
+            for s in dropped:
+                con.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
