@@ -12,6 +12,8 @@ sequences prepared once per query, so a batch's plan costs a few py4j calls.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import time
 from typing import Optional, Sequence
 
@@ -19,6 +21,8 @@ from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.shard import ShardResult, ShardTask, run_shard
+
+log = logging.getLogger("tidemark")
 
 
 def route(spark, parts: list, ranges: tuple[Range, ...]):
@@ -96,6 +100,9 @@ class OneJobPlan:
         self.ranges = ranges
         self.bindings = []
         self.ok = True
+        self.template = None  # (analyzed plan, its source leaf) of the first batch
+        self.rebindable = False
+        self.rebound = 0  # batches planned from the template
         multi = len(collections) > 1
         prep = [
             F.col("value").cast("string").alias("value"),
@@ -112,6 +119,9 @@ class OneJobPlan:
                 return
             if available is None:
                 available = jvm.available(spark)
+                # one source leaf in the plan; TIDEMARK_PLAN_REBIND=0 (benchmarks): build every batch
+                self.rebindable = (available and len(collections) == 1
+                                   and os.environ.get("TIDEMARK_PLAN_REBIND", "1") != "0")
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             error = F.col("_error")
@@ -129,10 +139,19 @@ class OneJobPlan:
             })
 
     def apply(self, df):
-        """The batch ``df`` planned: see :func:`route`."""
+        """The batch ``df`` planned: see :func:`route`.  From the second batch on, the first
+        batch's analyzed plan with this batch's source in it (``PlanRebind.java``), where the
+        session has tidemark's jar: no analysis, three py4j calls."""
         from pyspark.sql import DataFrame
 
         spark = df.sparkSession
+        leaf = df._jdf.queryExecution().analyzed()
+        if self.template is not None:
+            plan = self._rebind(spark, leaf)
+            if plan is not None:
+                self.rebound += 1
+                return DataFrame(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan),
+                                 spark)
         jdf = df._jdf.select(self.prep)
         parts = []
         for b in self.bindings:
@@ -141,7 +160,22 @@ class OneJobPlan:
                 j = j.select(b["pre"])
             j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"]).select(b["out"])
             parts.append(j.select(b["final"]))
-        return DataFrame(_route_j(spark, parts, self.ranges), spark)
+        planned = _route_j(spark, parts, self.ranges)
+        if self.template is None and self.rebindable:
+            self.template = (planned.queryExecution().analyzed(), leaf)
+        return DataFrame(planned, spark)
+
+    def _rebind(self, spark, leaf):
+        from py4j.protocol import Py4JError
+
+        try:
+            plan = spark._jvm.tidemark.jvm.PlanRebind.rebind(self.template[0], self.template[1], leaf)
+        except Py4JError as exc:  # the class is not in this session after all: build every batch
+            log.info("plans are built for every batch (%s)", str(exc).splitlines()[0][:200])
+            plan = None
+        if plan is None:  # another kind of source leaf: build this batch, and keep building
+            self.template, self.rebindable = None, False
+        return plan
 
 
 def run_stage(planned, task: ShardTask) -> list[ShardResult]:

@@ -12,6 +12,9 @@ source and the Spark version), added to the session (``ADD JAR``, so executors f
 too) and registered as a function.  Where that cannot be done (no JDK, a session that
 cannot add jars), or where ``TIDEMARK_JVM_CHECKS=0``, the combine uses the expression form
 of the same proof: results never depend on it, only speed.
+
+The same jar holds ``PlanRebind`` (:class:`tidemark.spark.route.OneJobPlan` reuses one
+batch's analyzed plan for the next batches of a query with it).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 FUNCTION = "tidemark_plain_document"
 CLASS = "tidemark.jvm.PlainDocument"
 SOURCE = Path(__file__).with_name("PlainDocument.java")
+SOURCES = (SOURCE, Path(__file__).with_name("PlanRebind.java"))  # PlanRebind: see tidemark.spark.route
+REBIND_CLASS = "tidemark.jvm.PlanRebind"
 _SEPARATOR = "\u0001"
 
 _lock = threading.Lock()
@@ -72,7 +77,7 @@ def build_jar(spark_version: str) -> Optional[str]:
     """The jar for this Spark version (built once per machine), or None if it cannot be built."""
     import pyspark
 
-    source = SOURCE.read_bytes()
+    source = b"".join(s.read_bytes() for s in SOURCES)
     digest = hashlib.sha256(source + spark_version.encode()).hexdigest()[:16]
     jar = _cache_dir() / digest / "tidemark-jvm.jar"
     if jar.is_file():
@@ -86,10 +91,10 @@ def build_jar(spark_version: str) -> Optional[str]:
     with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
         out = Path(tmp) / "classes"
         cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", str(jars / "*"),
-               "-d", str(out), str(SOURCE)]
+               "-d", str(out), *map(str, SOURCES)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            log.warning("could not compile %s (%s): using Spark expressions instead", SOURCE.name,
+            log.warning("could not compile %s (%s): using Spark expressions instead", ", ".join(s.name for s in SOURCES),
                         (done.stderr or done.stdout).strip()[-500:])
             return None
         staged = Path(tmp) / "tidemark-jvm.jar"
