@@ -60,7 +60,8 @@ class NullTransactor:
 
 
 class NullDriver:
-    capabilities = Capabilities(CommitPattern.STORE_AUTHORITATIVE)
+    def capabilities(self):
+        return Capabilities(CommitPattern.STORE_AUTHORITATIVE)
     docs: dict = {}
 
     def __init__(self, config=None):

@@ -1,7 +1,7 @@
 """Many small batches into PostgreSQL: tidemark against the hand-written job, side by side.
 
     python bench/bench_small_batches.py [--docs 1000000] [--batches 40] [--keys 100000]
-                                        [--shards 2] [--rounds 2] [--tiny 20] [--plot PNG]
+                                        [--shards 2] [--rounds 2] [--tiny 20] [--plot PNG] [--before]
 
 The stream: ``--docs`` order documents over ``--keys`` customers, one JSON-lines file per
 micro-batch (``--batches`` files, ``maxFilesPerTrigger: 1``).  Nine fields, reduced per
@@ -15,6 +15,8 @@ customer: ``amount``, ``orders`` (sum), ``largest`` (maximize), ``smallest`` (mi
     at-least-once).
 (t) tidemark: ``run_spec`` of a spec with a ``postgres`` endpoint, exactly once.
 (n) Spark's own share: (h)'s aggregate into Spark's ``noop`` sink (nothing leaves the JVM).
+(b) with ``--before``: tidemark with its checked plan for every batch (a statistics job, a
+    cache, then the shard job: the runtime before the one-job plan).
 
 They run in ``--rounds`` rounds of (h), (n), (t) in one JVM (fresh tables and checkpoints
 each round); the first round warms the JIT, the ratio uses the last.  Both views are compared
@@ -286,6 +288,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tiny", type=int, default=20, help="tiny batches for the overhead measure (0: skip)")
     ap.add_argument("--skip", default="", help="comma-separated: h,n,t")
+    ap.add_argument("--before", action="store_true",
+                    help="also (b): tidemark with the checked plan for every batch (TIDEMARK_ONE_JOB=0)")
     ap.add_argument("--plot", default="", help="draw the last round's per-batch phases into this PNG")
     ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     args = ap.parse_args()
@@ -327,6 +331,18 @@ def main() -> None:
                 last["t"] = (wall, rows)
                 print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+            if args.before:
+                sb = f"tm_small_b_{tag}"
+                dropped.append(sb)
+                os.environ["TIDEMARK_ONE_JOB"] = "0"
+                try:
+                    wall, rows = run_tidemark(spark, data, args.url, sb, args.shards, os.path.join(run, "chk-b"))
+                finally:
+                    del os.environ["TIDEMARK_ONE_JOB"]
+                last["b"] = (wall, rows)
+                print(f"(b) tidemark, checked plan every batch (before issue 24): {wall:7.2f}s")
+                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
             print("    views: " + check_views(args.url, sh if "h" not in skip else None,
                                               st if "t" not in skip else None, view))
             if "h" in last and "t" in last:

@@ -8,12 +8,14 @@ the oracle, which reduces the input files without tidemark.
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
-from tests.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
+from tests.helpers import (compiled_oracle, compiled_spec, normalize, oracle_orders, orders_spec, sqlite_view,
+                           write_compiled_orders, write_orders)
 
 pytestmark = pytest.mark.chaos
 
@@ -48,6 +50,30 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     # With several shards, two sessions may reach two armed points at once and die together.
     assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path):
+    """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
+    "One Spark job per batch"). One killed batch holds an invalid document: its shards get
+    the odd row, commit nothing, and the batch commits on the checked plan (quarantined)."""
+    data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=31)
+    spec = compiled_spec(tmp_path, data, db, shards=2, on_invalid="quarantine")
+    assert run_until_done(spec).kills == 0
+    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=32, start=2)
+    with open(files[3]) as f:
+        lines = f.readlines()
+    lines[7] = '{"customer": "c0007", "amount": "lots"}\n'
+    with open(files[3], "w") as f:
+        f.writelines(lines)
+    os.utime(files[3], (1_700_000_030,) * 2)
+
+    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+
+    assert fired(markers) == set(POINTS), outcome
+    assert len(POINTS) // 2 <= outcome.kills <= len(POINTS), outcome
+    assert sqlite_view(db) == compiled_oracle(files, skip={(3, 7)})
 
 
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path):

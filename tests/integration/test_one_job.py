@@ -3,80 +3,14 @@ one Spark job, planned from the first batch's analyzed plan (``PlanRebind.java``
 
 from __future__ import annotations
 
-import json
-import os
-import random
-
 import pytest
-import yaml
 
+from tests.helpers import compiled_oracle as oracle
+from tests.helpers import compiled_spec as write_spec
 from tests.helpers import sqlite_view
+from tests.helpers import write_compiled_orders as write_stream
 
 pytestmark = pytest.mark.spark
-
-# Every reduction compiles (no conditionals, no deletes): the one-job plan applies.
-SCHEMA = {
-    "type": "object", "required": ["customer", "amount"], "reduce": {"strategy": "merge"},
-    "properties": {
-        "customer": {"type": "string"},
-        "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
-        "largest": {"type": "integer", "reduce": {"strategy": "maximize"}},
-        "city": {"type": "string", "reduce": {"strategy": "lastWriteWins"}},
-        "items": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
-    },
-}
-
-
-def write_stream(directory, files: int, per_file: int, customers: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    os.makedirs(directory, exist_ok=True)
-    paths = []
-    for f in range(files):
-        path = os.path.join(directory, f"orders-{f:04d}.json")
-        with open(path, "w") as out:
-            for _ in range(per_file):
-                amount = rng.randrange(1, 500)
-                out.write(json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,
-                                      "largest": amount, "city": rng.choice(["Oslo", "Lima", "Accra"]),
-                                      "items": [f"sku-{rng.randrange(9)}"]}) + "\n")
-        os.utime(path, (1_700_000_000 + 10 * f,) * 2)  # Spark takes files in modification order
-        paths.append(path)
-    return paths
-
-
-def oracle(paths, skip=()) -> dict:
-    """The view, folded here in Python, file by file and line by line."""
-    view: dict = {}
-    for i, path in enumerate(paths):
-        with open(path) as f:
-            for j, line in enumerate(f):
-                if (i, j) in skip:
-                    continue
-                d = json.loads(line)
-                cur = view.get(d["customer"])
-                if cur is None:
-                    view[d["customer"]] = d
-                    continue
-                cur["amount"] += d["amount"]
-                cur["largest"] = max(cur["largest"], d["largest"])
-                cur["city"] = d["city"]
-                cur["items"] = cur["items"] + d["items"]
-    return view
-
-
-def write_spec(tmp_path, data, db, **mat) -> str:
-    spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
-                                   "source": {"format": "json", "path": str(data),
-                                              "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-                                      **mat}},
-        "checkpoint": str(tmp_path / "checkpoints"),
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return str(path)
 
 
 def _run(spark, spec):

@@ -1,0 +1,127 @@
+"""The Spark part of a batch, part by part: where a 25k-document batch's JVM time goes.
+
+    python bench/bench_stage_parts.py [--docs 25000] [--repeats 7]
+
+One file of ``--docs`` documents of ``bench_small_batches``' stream (100k keys, nine fields)
+is read as a batch DataFrame, and each query below is planned first and then timed on its
+own (medians of ``--repeats`` interleaved runs, after two warm-up runs of each):
+
+(h)  the hand-written job's aggregate (``groupBy().agg()`` of typed columns) into ``noop``;
+(c)  tidemark's unchecked compiled combine (parse, prove valid, key, combine) into ``noop``;
+(r)  (c) routed to the shards (the exchange by shard, the sort by key) into ``noop``;
+(a)  (r) handed to Python in Arrow batches, which count the rows (the shard stage, minus
+     the shard sessions).
+
+So (c) − (h) is what validation and the document's JSON cost, (r) − (c) the routing, (a) − (r)
+the transfer into Python.  ``plan`` is the time to build (c)–(r)'s DataFrame from JVM column
+sequences (a streaming query's later batches reuse the first one's analyzed plan instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import bench_small_batches as B  # noqa: E402
+
+
+def count_rows(batches):
+    import pyarrow as pa
+
+    n = 0
+    for rb in batches:
+        n += rb.num_rows
+    yield pa.RecordBatch.from_arrays([pa.array([n])], names=["n"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=25_000)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    from pyspark.sql import functions as F
+
+    from tidemark.collection.collection import Collection
+    from tidemark.protocol.messages import Range
+    from tidemark.spark.route import OneJobPlan
+    from tidemark.spark.session import local_session
+    from tidemark.spec import CollectionSpec
+
+    print(B.machine())
+    work = tempfile.mkdtemp(prefix="tm-parts-")
+    B.write_stream(work, args.docs, 100_000, 1)
+    path = os.path.join(work, "orders-00000.json")
+    spark = local_session("tidemark-bench", master="local[2]", shuffle_partitions=2)
+    coll = Collection(CollectionSpec("orders", ("/customer",), B.SCHEMA))
+    ranges = tuple(Range.split(2))
+    plans: dict = {}
+
+    def source():
+        return (spark.read.format("text").load(path)
+                .select("value", F.col("_metadata.file_path").alias("_file"),
+                        F.col("_metadata.file_block_start").alias("_block"), F.lit(0).alias("_binding")))
+
+    def planned():
+        df = source()
+        key = tuple(df.columns)
+        if key not in plans:
+            plans[key] = OneJobPlan(spark, key, (coll,), ranges)
+        t = time.perf_counter()
+        out = plans[key].apply(df)
+        return out, time.perf_counter() - t
+
+    def combined():
+        from pyspark.sql import DataFrame
+
+        df = source()
+        plan = plans[tuple(df.columns)]
+        b = plan.bindings[0]
+        j = df._jdf.select(plan.prep).select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"])
+        return DataFrame(j.select(b["out"]).select(b["final"]), spark)
+
+    def hand():
+        df = spark.read.schema(B.SPARK_SCHEMA).json(path)
+        return df.groupBy("customer").agg(
+            F.sum("amount"), F.sum("orders"), F.max("largest"), F.min("smallest"), F.max_by("city", "ts"),
+            F.min_by("first_city", "ts"), F.max("ts"),
+            F.to_json(F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))),
+                                            lambda s: s["items"]))))
+
+    plan_times: list = []
+
+    def routed():
+        df, took = planned()
+        plan_times.append(took)
+        return df
+
+    queries = {
+        "(h) hand-written aggregate": lambda: hand().write.format("noop").mode("overwrite").save,
+        "(c) tidemark combine, unchecked": lambda: combined().write.format("noop").mode("overwrite").save,
+        "(r) + routed to the shards": lambda: routed().write.format("noop").mode("overwrite").save,
+        "(a) + Arrow batches into Python": lambda: (lambda d=routed(): (lambda: d.mapInArrow(count_rows, "n long").collect()))(),
+    }
+    routed()  # build the plan once
+    times: dict = {k: [] for k in queries}
+    for rep in range(args.repeats + 2):
+        for name, make in queries.items():
+            action = make()  # planned outside the timing
+            t = time.perf_counter()
+            action()
+            if rep >= 2:
+                times[name].append(time.perf_counter() - t)
+    print(f"\none batch of {args.docs:,} documents, Spark local[2], medians of {args.repeats}:")
+    for name, ts in times.items():
+        print(f"  {name:34s} {statistics.median(ts) * 1000:7.0f} ms  (min {min(ts) * 1000:.0f})")
+    print(f"  {'plan (build the DataFrame)':34s} {statistics.median(plan_times) * 1000:7.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
