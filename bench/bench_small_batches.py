@@ -340,7 +340,7 @@ def main() -> None:
                 finally:
                     del os.environ["TIDEMARK_ONE_JOB"]
                 last["b"] = (wall, rows)
-                print(f"(b) tidemark, checked plan every batch (before issue 24): {wall:7.2f}s")
+                print(f"(b) tidemark, checked plan every batch (the runtime before the one-job plan): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
                 print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
             print("    views: " + check_views(args.url, sh if "h" not in skip else None,
