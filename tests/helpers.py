@@ -125,15 +125,17 @@ def oracle_orders(directory) -> dict:
     return view
 
 
-def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None, name="view", extra_mat=None):
-    """Write a spec file for the orders collection; return its path."""
+def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None, name="view", extra_mat=None,
+                schema=None):
+    """Write a spec file for the orders collection (``schema``: another than
+    :data:`ORDERS_SCHEMA`); return its path."""
     import yaml
 
     spec = {
         "collections": {
             "orders": {
                 "key": ["/customer"],
-                "schema": ORDERS_SCHEMA,
+                "schema": schema or ORDERS_SCHEMA,
                 "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": max_files}},
             }
         },
@@ -354,18 +356,4 @@ def compiled_oracle(paths, skip=()) -> dict:
 def compiled_spec(tmp_path, data, db, shards: int = 2, **mat) -> str:
     """A spec file: :data:`COMPILED_SCHEMA` from JSON files in ``data`` (one per batch) into
     SQLite ``db``; ``mat``: more materialization settings."""
-    import yaml
-
-    spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA,
-                                   "source": {"format": "json", "path": str(data),
-                                              "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-                                      **mat}},
-        "checkpoint": str(os.path.join(tmp_path, "checkpoints")),
-    }
-    path = os.path.join(tmp_path, "spec.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
+    return orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards, extra_mat=mat, schema=COMPILED_SCHEMA)

@@ -6,7 +6,9 @@ them and commits nothing) and before one *end row* per shard (its input is compl
 :func:`run_stage` runs the shard sessions over those partitions, rows in Arrow batches.
 
 :class:`OneJobPlan` builds the unchecked combine plus routing of a batch from JVM column
-sequences prepared once per query, so a batch's plan costs a few py4j calls.
+sequences prepared once per query, and later batches of a query reuse the first batch's
+analyzed plan with their own source swapped in (``jvm/PlanRebind.java``): a batch's plan
+costs a few py4j calls and no analysis.
 """
 
 from __future__ import annotations
