@@ -86,8 +86,9 @@ def jseq(spark, cols):
 
 
 class OneJobPlan:
-    """The unchecked combine of a batch (the compiled combine without its checks: ``_odd`` marks a row that needs them) and its
-    routing, from JVM objects built once per query: a batch's plan is a dozen py4j calls
+    """The unchecked combine of a batch (the compiled combine without its checks: ``_odd``
+    marks a row that needs them) and its routing, from JVM objects built once per query: a
+    batch's plan is a dozen py4j calls
     (a select or groupBy with its columns as one prebuilt ``Seq``), where building the same
     DataFrame from Column objects was about a thousand (0.2 s on a 25k-document batch).
     ``ok`` is False when some binding's schema does not compile (the checked plan then)."""
@@ -126,8 +127,7 @@ class OneJobPlan:
                                    and os.environ.get("TIDEMARK_PLAN_REBIND", "1") != "0")
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
-            error = F.col("_error")
-            odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | error.isNotNull()
+            odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | F.col("_error").isNotNull()
             self.bindings.append({
                 "filter": (F.col("_binding") == F.lit(i))._jc if multi else None,
                 "pre": jseq(spark, cols.pre) if cols.pre else None,
