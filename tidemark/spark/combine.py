@@ -69,17 +69,20 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
 
 def _prepare(df):
     """``df`` as (value, _file, _block, _row): source order is ascending (_file, _block, _row)."""
+    return df.select(*source_columns(df.columns))
+
+
+def source_columns(columns) -> list:
+    """The columns (value, _file, _block, _row) of a DataFrame with ``columns``: a missing
+    ``_file`` / ``_block`` is a constant, a missing ``_row`` the row's position."""
     from pyspark.sql import functions as F
 
-    cols = df.columns
-    if "_file" not in cols:
-        df = df.withColumn("_file", F.lit("dataframe"))
-    if "_block" not in cols:
-        df = df.withColumn("_block", F.lit(0).cast("long"))
-    if "_row" not in cols:
-        df = df.withColumn("_row", F.monotonically_increasing_id())
-    return df.select(F.col("value").cast("string").alias("value"), "_file", F.col("_block").cast("long").alias("_block"),
-                     F.col("_row").cast("long").alias("_row"))
+    return [
+        F.col("value").cast("string").alias("value"),
+        F.col("_file") if "_file" in columns else F.lit("dataframe").alias("_file"),
+        (F.col("_block") if "_block" in columns else F.lit(0)).cast("long").alias("_block"),
+        (F.col("_row") if "_row" in columns else F.monotonically_increasing_id()).cast("long").alias("_row"),
+    ]
 
 
 # ----------------------------------------------------------------------------- errors

@@ -98,7 +98,7 @@ class OneJobPlan:
 
         from tidemark.collection.plan import compile_collection
         from tidemark.spark import jvm
-        from tidemark.spark.combine import _compiled_columns
+        from tidemark.spark.combine import _compiled_columns, source_columns
 
         self.ranges = ranges
         self.bindings = []
@@ -107,13 +107,7 @@ class OneJobPlan:
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
         multi = len(collections) > 1
-        prep = [
-            F.col("value").cast("string").alias("value"),
-            F.col("_file") if "_file" in columns else F.lit("dataframe").alias("_file"),
-            (F.col("_block") if "_block" in columns else F.lit(0)).cast("long").alias("_block"),
-            (F.col("_row") if "_row" in columns else F.monotonically_increasing_id()).cast("long").alias("_row"),
-        ] + ([F.col("_binding")] if multi else [])
-        self.prep = jseq(spark, prep)
+        self.prep = jseq(spark, source_columns(columns) + ([F.col("_binding")] if multi else []))
         available = None
         for i, coll in enumerate(collections):
             plan = compile_collection(coll)
