@@ -25,7 +25,7 @@ from tidemark.errors import SpecError
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Runtime knobs (all positive integers)."""
+    """Runtime knobs (positive integers; ``small_batch_keys`` may be 0)."""
 
     #: Bytes of a shard session's combined documents (held from Load to Store) kept in
     #: memory before they spill to local disk.
@@ -34,12 +34,17 @@ class RuntimeOptions:
     max_loaded_in_memory: int = 200_000
     #: Invalid documents one batch may quarantine (``on_invalid: quarantine``); more fail it.
     max_quarantine: int = 100_000
+    #: A batch whose batch before combined to at most this many keys runs its shard
+    #: sessions in the driver, on its combined rows collected there (when they are at most
+    #: this many; else on Spark as usual): no second shuffle and no Python tasks, which
+    #: is most of a small batch's cost.  0: every batch on Spark's executors.
+    small_batch_keys: int = 5_000
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"runtime option {f.name} must be a positive integer, got {value!r}")
+            if not _allowed(f.name, value):
+                raise SpecError(f"runtime option {f.name} must be a {_kind(f.name)}, got {value!r}")
 
     @classmethod
     def from_mapping(cls, obj: Optional[Mapping[str, Any]], *, base: Optional["RuntimeOptions"] = None,
@@ -56,8 +61,8 @@ class RuntimeOptions:
             where = f"{path}.{k}" if path else str(k)
             if k not in names:
                 raise SpecError(f"unknown runtime option {k!r} (known: {', '.join(names)})", file=file, path=where)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise SpecError(f"must be a positive integer, got {v!r}", file=file, path=where)
+            if not _allowed(k, v):
+                raise SpecError(f"must be a {_kind(k)}, got {v!r}", file=file, path=where)
         return dataclasses.replace(base, **dict(obj))
 
     def with_env(self, environ: Optional[Mapping[str, str]] = None) -> "RuntimeOptions":
@@ -71,9 +76,9 @@ class RuntimeOptions:
             try:
                 value = int(text)
             except ValueError:
-                value = 0
-            if value < 1:
-                raise SpecError(f"environment variable {var} must be a positive integer, got {text!r}")
+                value = -1
+            if not _allowed(name, value):
+                raise SpecError(f"environment variable {var} must be a {_kind(name)}, got {text!r}")
             changes[name] = value
         return dataclasses.replace(self, **changes) if changes else self
 
@@ -91,4 +96,17 @@ ENV: dict[str, str] = {
     "memory_budget_bytes": "TIDEMARK_SHARD_MEMORY_BYTES",
     "max_loaded_in_memory": "TIDEMARK_SHARD_MAX_LOADED",
     "max_quarantine": "TIDEMARK_MAX_QUARANTINE",
+    "small_batch_keys": "TIDEMARK_SMALL_BATCH_KEYS",
 }
+
+#: Options for which 0 is a value (it turns something off).
+ZERO_OK = frozenset({"small_batch_keys"})
+
+
+def _allowed(name: str, value) -> bool:
+    floor = 0 if name in ZERO_OK else 1
+    return isinstance(value, int) and not isinstance(value, bool) and value >= floor
+
+
+def _kind(name: str) -> str:
+    return "non-negative integer" if name in ZERO_OK else "positive integer"

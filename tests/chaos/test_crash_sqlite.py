@@ -16,6 +16,7 @@ import pytest
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.helpers import (compiled_oracle, compiled_spec, normalize, oracle_orders, orders_spec, sqlite_view,
                            write_compiled_orders, write_orders)
+from tidemark.runtime.recovery_log import RecoveryLog
 
 pytestmark = pytest.mark.chaos
 
@@ -59,14 +60,18 @@ ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_
 
 @pytest.mark.parametrize("points", [ONE_JOB_POINTS, pytest.param(POINTS, marks=pytest.mark.chaos_full)],
                          ids=["telling", "every"])
-def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points):
+@pytest.mark.parametrize("small_batch_keys", [0, 5000], ids=["spark", "driver"])
+def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
-    "One Spark job per batch"). One killed batch holds an invalid document: its shards get
-    the odd row, commit nothing, and the batch commits on the checked plan (quarantined)."""
+    "One Spark job per batch"), with the shard sessions on Spark's executors or, for batches
+    after a small one, in the driver ("Small batches"). One killed batch holds an invalid
+    document: its shards get the odd row (or the driver sees it), commit nothing, and the
+    batch commits on the checked plan (quarantined)."""
     data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
     markers.mkdir()
     files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=31)
-    spec = compiled_spec(tmp_path, data, db, shards=2, on_invalid="quarantine")
+    spec = compiled_spec(tmp_path, data, db, shards=2, on_invalid="quarantine",
+                         options={"small_batch_keys": small_batch_keys})
     assert run_until_done(spec).kills == 0
     files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=32, start=2)
     with open(files[3]) as f:
@@ -81,6 +86,10 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     assert fired(markers) == set(points), outcome
     assert len(points) // 2 <= outcome.kills <= len(points), outcome
     assert sqlite_view(db) == compiled_oracle(files, skip={(3, 7)})
+    log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
+    paths = [log.get(b).counts["path"] for b in log.batches()]
+    assert paths == (["one job", "driver", "driver", "checked", "driver"] if small_batch_keys
+                     else ["one job", "one job", "one job", "checked", "one job"])
 
 
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path):

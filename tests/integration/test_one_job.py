@@ -13,6 +13,13 @@ from tests.helpers import write_compiled_orders as write_stream
 pytestmark = pytest.mark.spark
 
 
+@pytest.fixture(autouse=True)
+def _on_spark(monkeypatch):
+    """Small batches run their shards in the driver (tests/integration/test_small_batches.py):
+    these tests hold the one-job path to Spark's executors."""
+    monkeypatch.setenv("TIDEMARK_SMALL_BATCH_KEYS", "0")
+
+
 def _run(spark, spec):
     from tidemark.spark.runner import run_spec
 

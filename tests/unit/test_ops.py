@@ -187,6 +187,18 @@ def test_environment_variables_override_options():
         RuntimeOptions(max_quarantine=-1)
 
 
+def test_small_batch_keys_may_be_zero_to_keep_every_batch_on_spark(tmp_path):
+    spec = load_spec(write_spec(tmp_path, {"memory": {}}, options={"small_batch_keys": 0}))
+    assert spec.materializations["view"].options.small_batch_keys == 0
+    assert RuntimeOptions().with_env({ENV["small_batch_keys"]: "0"}).small_batch_keys == 0
+    with pytest.raises(SpecError, match=r"options\.small_batch_keys: must be a non-negative integer, got -3"):
+        load_spec(write_spec(tmp_path, {"memory": {}}, options={"small_batch_keys": -3}))
+    with pytest.raises(SpecError, match="TIDEMARK_SMALL_BATCH_KEYS must be a non-negative integer, got 'few'"):
+        RuntimeOptions().with_env({"TIDEMARK_SMALL_BATCH_KEYS": "few"})
+    with pytest.raises(SpecError, match="small_batch_keys must be a non-negative integer, got True"):
+        RuntimeOptions(small_batch_keys=True)
+
+
 def test_materialize_options_replace_or_override_the_specs(tmp_path, monkeypatch):
     from tidemark.ops import target
     from tidemark.spark.processor import Materializer

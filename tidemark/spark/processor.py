@@ -55,7 +55,7 @@ class BatchReport:
     invalid: int = 0
     shards: int = 0
     spilled: bool = False
-    path: str = ""  # "one job" (read, combine and shards in one Spark job) or "checked"
+    path: str = ""  # "one job" (read, combine and shards in one Spark job), "driver" (shards in the driver) or "checked"
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
 
@@ -160,8 +160,8 @@ class Materializer:
         last = start.last
 
         # Step 1: plan.  One Spark job reads, combines and routes the batch to the shards,
-        # which commit nothing if a row needs the combine's checks (then the checked plan).
-        t = time.perf_counter()
+        # which commit nothing if a row needs the combine's checks (then the checked plan);
+        # a small batch's combined rows go to the driver, which runs the shards (Step 2).
         layout = start.layout
         ranges = tuple(Range(b, e) for b, e in layout)
         runtime_checkpoint = start.runtime_checkpoint
@@ -183,13 +183,16 @@ class Materializer:
             capabilities=self.coordinator.caps,
         )
         results = None
-        planned = self._plan_one_job(df, ranges)
+        if self._small(last):
+            results = self._run_small(df, ranges, task, report)
+        t = time.perf_counter()
+        planned = self._plan_one_job(df, ranges) if results is None and report.path != "checked" else None
         if planned is not None:
-            report.timings["plan"] = time.perf_counter() - t
+            report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
             # Step 2: shard sessions, in the same job.
             t = time.perf_counter()
             results = _run_stage(planned, task)
-            report.timings["shards"] = time.perf_counter() - t
+            report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
             if any(r.aborted for r in results):
                 log.info("materialization %r batch %d: some documents need checking; combining again with checks",
                          self.mat.name, batch_id)
@@ -229,6 +232,7 @@ class Materializer:
             "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
             # for `tidemark status` (read-only; not part of the batch's identity)
             "endpoint": self.driver_name,
+            "path": report.path,
             "seconds": round(time.perf_counter() - t_start, 3),
             "timings": {k: round(v, 3) for k, v in report.timings.items()},
             "committed_at": round(time.time(), 3),
@@ -258,10 +262,40 @@ class Materializer:
         if self.on_batch:
             self.on_batch(report)
 
-    def _plan_one_job(self, df, ranges: tuple[Range, ...]):
+    def _small(self, last) -> bool:
+        """Whether this batch's shard sessions run in the driver: the batch before combined
+        to at most ``options.small_batch_keys`` keys (see :mod:`tidemark.spark.small`)."""
+        from tidemark.spark.small import previous_keys
+
+        keys = previous_keys(last)
+        return keys is not None and keys <= self.options.small_batch_keys
+
+    def _run_small(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport):
+        """Steps 1–2 of a small batch in the driver: the shards' results, or None (too many
+        keys: ``report.path`` is left empty; a row needs the checks: it is "checked")."""
+        from tidemark.spark.small import ODD, run_small
+
+        t = time.perf_counter()
+        combined = self._plan_one_job(df, ranges, routed=False)
+        if combined is None:
+            return None
+        report.timings["plan"] = time.perf_counter() - t
+        t = time.perf_counter()
+        results = run_small(combined, task, self.options.small_batch_keys)
+        report.timings["shards"] = time.perf_counter() - t
+        if results is ODD:
+            report.path = "checked"
+            return None
+        if results is not None:
+            report.documents = sum(r.input_documents for r in results)
+            report.path = "driver"
+        return results
+
+    def _plan_one_job(self, df, ranges: tuple[Range, ...], routed: bool = True):
         """The planned DataFrame of the batch without checks or cache, when every binding's
         schema compiles (None otherwise): rows that need the checks (``_odd``) go to every
-        shard, first, and make the shards commit nothing."""
+        shard, first, and make the shards commit nothing (``routed=False``: the combined
+        rows, unrouted)."""
         from tidemark.spark.route import OneJobPlan
 
         if os.environ.get("TIDEMARK_ONE_JOB", "1") == "0":  # for benchmarks: the checked plan for every batch
@@ -271,7 +305,7 @@ class Materializer:
         plan = self._one_job.get(key)
         if plan is None:
             plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges)
-        return plan.apply(df) if plan.ok else None
+        return plan.apply(df, routed) if plan.ok else None
 
     def _plan(self, df, ranges: tuple[Range, ...]):
         """Validate, combine per key (checked: a statistics job, the suspects checked in

@@ -103,7 +103,7 @@ class OneJobPlan:
         self.ranges = ranges
         self.bindings = []
         self.ok = True
-        self.template = None  # (analyzed plan, its source leaf) of the first batch
+        self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
         multi = len(collections) > 1
@@ -134,16 +134,19 @@ class OneJobPlan:
                                       odd.alias("_odd")]),
             })
 
-    def apply(self, df):
-        """The batch ``df`` planned: see :func:`route`.  From the second batch on, the first
-        batch's analyzed plan with this batch's source in it (``PlanRebind.java``), where the
-        session has tidemark's jar: no analysis, three py4j calls."""
+    def apply(self, df, routed: bool = True):
+        """The batch ``df`` planned: see :func:`route` (``routed=False``: the bindings'
+        combined rows, ``binding, key_json, key_hash, doc, _n, _odd``, unrouted).  From the
+        second batch on, the first batch's analyzed plan with this batch's source in it
+        (``PlanRebind.java``), where the session has tidemark's jar: no analysis, three
+        py4j calls."""
         from pyspark.sql import DataFrame
 
         spark = df.sparkSession
         leaf = df._jdf.queryExecution().analyzed()
-        if self.template is not None:
-            plan = self._rebind(spark, leaf)
+        template = self.templates.get(routed)
+        if template is not None:
+            plan = self._rebind(spark, template, leaf)
             if plan is not None:
                 self.rebound += 1
                 return DataFrame(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan),
@@ -156,21 +159,26 @@ class OneJobPlan:
                 j = j.select(b["pre"])
             j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"]).select(b["out"])
             parts.append(j.select(b["final"]))
-        planned = _route_j(spark, parts, self.ranges)
-        if self.template is None and self.rebindable:
-            self.template = (planned.queryExecution().analyzed(), leaf)
+        if routed:
+            planned = _route_j(spark, parts, self.ranges)
+        else:
+            planned = parts[0]
+            for p in parts[1:]:
+                planned = planned.unionByName(p)
+        if self.rebindable and routed not in self.templates:
+            self.templates[routed] = (planned.queryExecution().analyzed(), leaf)
         return DataFrame(planned, spark)
 
-    def _rebind(self, spark, leaf):
+    def _rebind(self, spark, template, leaf):
         from py4j.protocol import Py4JError
 
         try:
-            plan = spark._jvm.tidemark.jvm.PlanRebind.rebind(self.template[0], self.template[1], leaf)
+            plan = spark._jvm.tidemark.jvm.PlanRebind.rebind(template[0], template[1], leaf)
         except Py4JError as exc:  # the class is not in this session after all: build every batch
             log.info("plans are built for every batch (%s)", str(exc).splitlines()[0][:200])
             plan = None
         if plan is None:  # another kind of source leaf: build this batch, and keep building
-            self.template, self.rebindable = None, False
+            self.templates, self.rebindable = {}, False
         return plan
 
 

@@ -1,0 +1,92 @@
+"""Small batches: after a batch of at most ``small_batch_keys`` keys, the next batch's
+combined rows go to the driver, which runs the shard sessions (tidemark/spark/small.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers import compiled_oracle as oracle
+from tests.helpers import compiled_spec as write_spec
+from tests.helpers import sqlite_view
+from tests.helpers import write_compiled_orders as write_stream
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark, spec):
+    from tidemark.spark.runner import run_spec
+
+    reports = []
+    run_spec(spec, spark=spark, on_batch=reports.append)
+    return reports
+
+
+def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=4, per_file=120, customers=30, seed=61)
+    spec = write_spec(tmp_path, data, db, shards=3)
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]
+    assert sum(r.documents for r in reports) == 480
+    assert all(r.keys <= 30 and r.shards == 3 for r in reports)
+    assert sqlite_view(db) == oracle(files)
+
+
+def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
+    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
+    files += write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+    spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25})
+
+    reports = _run(spark, spec)
+    # batch 1 follows a small batch but has ~60 keys: collected up to 26 rows, then on Spark
+    assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", "driver"]
+    assert [r.keys > 25 for r in reports] == [False, True, True, False, False]
+    assert sqlite_view(db) == oracle(files)
+
+
+def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=3, per_file=50, customers=12, seed=65)
+    spec = write_spec(tmp_path, data, db, on_invalid="quarantine")
+    stat = os.stat(files[1])
+    with open(files[1]) as f:
+        lines = f.readlines()
+    lines[9] = '{"customer": "c0002", "amount": 1.5}\n'
+    with open(files[1], "w") as f:
+        f.writelines(lines)
+    os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still the second batch
+
+    reports = _run(spark, spec)
+    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked", 1), ("driver", 0)]
+    assert sqlite_view(db) == oracle(files, skip={(1, 9)})
+
+
+def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
+    import yaml
+
+    from tests.helpers import COMPILED_SCHEMA
+
+    a = write_stream(tmp_path / "a", files=3, per_file=60, customers=20, seed=66)
+    b = write_stream(tmp_path / "b", files=3, per_file=60, customers=20, seed=67)
+    db = tmp_path / "views.db"
+    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
+    spec = {
+        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
+                        "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")}},
+        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2, "bindings": [
+            {"source": "orders", "resource": {"table": "customers"}},
+            {"source": "returns", "resource": {"table": "returns"}}]}},
+        "checkpoint": str(tmp_path / "checkpoints"),
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    reports = _run(spark, str(path))
+    assert "driver" in {r.path for r in reports}
+    assert sqlite_view(db, "customers") == oracle(a)
+    assert sqlite_view(db, "returns") == oracle(b)

@@ -1,0 +1,45 @@
+"""tidemark/spark/small.py without Spark: the driver-side routing of a small batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.errors import RecoveryError
+from tidemark.protocol.messages import Range
+from tidemark.spark.route import END_BINDING, _shard_rows
+from tidemark.spark.small import previous_keys, split
+
+
+def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
+    ranges = Range.split(2)
+    mid = ranges[1].key_begin
+    rows = split(ranges, [1, 0, 0, 0], ['"b"', '"z"', '"é"', '"a"'], [5, mid, 7, mid + 9], ["d1", "d2", "d3", "d4"],
+                 [1, 2, 3, 4])
+    assert rows[0] == [(0, 0, '"é"', "d3", 3), (0, 1, '"b"', "d1", 1), (0, END_BINDING, "", None, 0)]
+    assert rows[1] == [(1, 0, '"a"', "d4", 4), (1, 0, '"z"', "d2", 2), (1, END_BINDING, "", None, 0)]
+    counted = [0]
+    assert [k for (_, _, k), _ in _shard_rows(1, iter(rows[1]), counted)] == ['"a"', '"z"']
+    assert counted == [6]
+
+
+def test_code_point_order_is_utf8_byte_order():
+    keys = ['"\uffff"', '"\U0001f600"', '"a"', '"\u00e9"', '"Z"']
+    rows = split(Range.split(1), [0] * 5, keys, [1] * 5, [None] * 5, [1] * 5)[0][:-1]
+    assert [r[2] for r in rows] == sorted(keys, key=lambda k: k.encode("utf-8"))
+
+
+def test_a_layout_out_of_order_and_a_hash_outside_it():
+    a, b = Range(0, 99), Range(100, 199)
+    assert [r[0] for r in split((b, a), [0, 0], ['"x"', '"y"'], [150, 3], [None, None], [1, 1])[1][:1]] == [1]
+    with pytest.raises(RecoveryError, match=r'key "y" hashes to 500, outside every range'):
+        split((a, b), [0], ['"y"'], [500], [None], [1])
+
+
+def test_previous_keys_reads_the_last_entry():
+    class Entry:
+        counts = {"keys": 12}
+
+    assert previous_keys(Entry()) == 12
+    assert previous_keys(None) is None
+    Entry.counts = {}
+    assert previous_keys(Entry()) is None
