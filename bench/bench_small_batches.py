@@ -2,6 +2,7 @@
 
     python bench/bench_small_batches.py [--docs 1000000] [--batches 40] [--keys 100000]
                                         [--shards 2] [--rounds 2] [--tiny 20] [--plot PNG] [--before]
+                                        [--crossover 500,2000,5000,10000,20000] [--skip h,n,t]
 
 The stream: ``--docs`` order documents over ``--keys`` customers, one JSON-lines file per
 micro-batch (``--batches`` files, ``maxFilesPerTrigger: 1``).  Nine fields, reduced per
@@ -24,8 +25,11 @@ with an answer computed here in Python.  Per batch, each run's phases come from 
 timers and from Spark's progress reports (``durationMs``): Spark's own per-batch work
 (``triggerExecution`` minus ``addBatch``) is shown as ``spark``.
 
-``--tiny N``: the per-batch overhead on N batches of 10 documents, tidemark against (n) on
-the same files (medians of ``triggerExecution``).  ``--plot`` draws the per-batch phases of
+``--tiny N``: the per-batch overhead on N batches of 10 documents, tidemark (its shard
+sessions in the driver, the default after a small batch, and on Spark) against (n) on the
+same files (medians of ``triggerExecution``).  ``--crossover 500,5000,...``: tidemark's
+batch at each size with its shard sessions in the driver and on Spark (where
+``small_batch_keys``' default comes from).  ``--plot`` draws the per-batch phases of
 the last round (needs matplotlib).
 """
 
@@ -265,18 +269,52 @@ def plot(path: str, h: list[dict], t: list[dict], title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def tiny_overhead(spark, work, url, shards, batches: int) -> tuple[float, float]:
+def tiny_overhead(spark, work, url, shards, batches: int, rounds: int = 2) -> dict:
+    """Median ``triggerExecution`` per tiny batch (after the first two) of (n), of tidemark
+    with its shard sessions in the driver (the default after a small batch) and of tidemark
+    with them on Spark (``small_batch_keys: 0``), the last of ``rounds`` rounds."""
     data = os.path.join(work, "tiny")
     write_stream(data, batches * 10, 500, batches, seed=3)
-    _, n = run_by_hand(spark, data, url, None, os.path.join(work, "tiny-n"), write=False)
+    med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
+    out = {}
+    for rnd in range(rounds):
+        _, n = run_by_hand(spark, data, url, None, os.path.join(work, f"tiny-n{rnd}"), write=False)
+        out["n"] = med(n)
+        for name, keys in (("driver", None), ("spark", "0")):
+            out[name] = med(_tidemark_with(spark, data, url, shards, os.path.join(work, f"tiny-{name}{rnd}"), keys))
+    return out
+
+
+def crossover(spark, work, url, shards, sizes: list[int], batches: int = 10) -> list[tuple[int, float, float]]:
+    """Per batch size (documents, each a key of its own): tidemark's median batch with its
+    shard sessions in the driver and on Spark, second of two rounds."""
+    out = []
+    for size in sizes:
+        data = os.path.join(work, f"cross-{size}")
+        write_stream(data, batches * size, batches * size, batches, seed=5)
+        med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
+        for rnd in range(2):
+            d = med(_tidemark_with(spark, data, url, shards, os.path.join(work, f"cross-d{size}-{rnd}"), "1000000000"))
+            s = med(_tidemark_with(spark, data, url, shards, os.path.join(work, f"cross-s{size}-{rnd}"), "0"))
+        out.append((size, d, s))
+    return out
+
+
+def _tidemark_with(spark, data, url, shards, checkpoint, small_batch_keys) -> list[dict]:
+    """tidemark's per-batch rows with ``TIDEMARK_SMALL_BATCH_KEYS`` set (None: the default)."""
     schema = f"tm_bench_tiny_{uuid.uuid4().hex[:6]}"
+    old = os.environ.pop("TIDEMARK_SMALL_BATCH_KEYS", None)
+    if small_batch_keys is not None:
+        os.environ["TIDEMARK_SMALL_BATCH_KEYS"] = small_batch_keys
     try:
-        _, t = run_tidemark(spark, data, url, schema, shards, os.path.join(work, "tiny-t"))
+        _, rows = run_tidemark(spark, data, url, schema, shards, checkpoint)
+        return rows
     finally:
+        os.environ.pop("TIDEMARK_SMALL_BATCH_KEYS", None)
+        if old is not None:
+            os.environ["TIDEMARK_SMALL_BATCH_KEYS"] = old
         with psycopg.connect(url, autocommit=True) as con:
             con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
-    return med(n), med(t)
 
 
 def main() -> None:
@@ -288,6 +326,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tiny", type=int, default=20, help="tiny batches for the overhead measure (0: skip)")
     ap.add_argument("--skip", default="", help="comma-separated: h,n,t")
+    ap.add_argument("--crossover", default="", help="comma-separated batch sizes: shard sessions in the driver "
+                                                      "against on Spark at each (e.g. 500,2000,5000,10000,20000)")
     ap.add_argument("--before", action="store_true",
                     help="also (b): tidemark with the checked plan for every batch (TIDEMARK_ONE_JOB=0)")
     ap.add_argument("--plot", default="", help="draw the last round's per-batch phases into this PNG")
@@ -299,7 +339,8 @@ def main() -> None:
           f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]")
     work = tempfile.mkdtemp(prefix="tm-small-")
     data = os.path.join(work, "data")
-    view = write_stream(data, args.docs, args.keys, args.batches)
+    main_runs = not {"h", "n", "t"} <= skip or args.before
+    view = write_stream(data, args.docs, args.keys, args.batches) if main_runs else {}
     from tidemark.spark.session import local_session
 
     spark = local_session("tidemark-bench", master=f"local[{args.shards}]", shuffle_partitions=args.shards)
@@ -343,6 +384,8 @@ def main() -> None:
                 print(f"(b) tidemark, checked plan every batch (the runtime before the one-job plan): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
                 print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
+            if not main_runs:
+                break
             print("    views: " + check_views(args.url, sh if "h" not in skip else None,
                                               st if "t" not in skip else None, view))
             if "h" in last and "t" in last:
@@ -352,9 +395,17 @@ def main() -> None:
                  f"{args.docs:,} documents in {args.batches} batches, {args.keys:,} keys, {args.shards} shards")
             print(f"plot: {args.plot}")
         if args.tiny:
-            n, t = tiny_overhead(spark, work, args.url, args.shards, args.tiny)
+            t = tiny_overhead(spark, work, args.url, args.shards, args.tiny)
             print(f"\ntiny batches (10 documents, {args.tiny} batches), median per batch: Spark's own (n) "
-                  f"{n * 1000:.0f} ms, tidemark {t * 1000:.0f} ms: overhead {1000 * (t - n):.0f} ms")
+                  f"{t['n'] * 1000:.0f} ms; tidemark, shards in the driver {t['driver'] * 1000:.0f} ms "
+                  f"(overhead {1000 * (t['driver'] - t['n']):.0f} ms), shards on Spark {t['spark'] * 1000:.0f} ms "
+                  f"(overhead {1000 * (t['spark'] - t['n']):.0f} ms)")
+        if args.crossover:
+            print("\nbatch size: tidemark's median batch with its shard sessions in the driver / on Spark")
+            for size, d, s in crossover(spark, work, args.url, args.shards,
+                                        [int(x) for x in args.crossover.split(",")]):
+                print(f"  {size:>7,} documents (as many keys): driver {d * 1000:.0f} ms, Spark {s * 1000:.0f} ms "
+                      f"({s / d:.2f}×)")
     finally:
         with psycopg.connect(args.url, autocommit=True) as con:
             for s in dropped:

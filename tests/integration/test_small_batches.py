@@ -90,3 +90,17 @@ def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
     assert "driver" in {r.path for r in reports}
     assert sqlite_view(db, "customers") == oracle(a)
     assert sqlite_view(db, "returns") == oracle(b)
+
+
+@pytest.mark.postgres
+def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path, postgres_url, pg_schema):
+    from tests.helpers import COMPILED_SCHEMA, orders_spec, postgres_view
+
+    data = tmp_path / "data"
+    files = write_stream(data, files=4, per_file=150, customers=60, seed=68)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=4, schema=COMPILED_SCHEMA,
+                       endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}})
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]
+    assert postgres_view(postgres_url, pg_schema) == oracle(files)
