@@ -155,10 +155,11 @@ def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None,
     return path
 
 
-def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view") -> str:
-    """A spec file: the orders collection materialized into PostgreSQL ``schema.customers``."""
+def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view", **mat) -> str:
+    """A spec file: the orders collection materialized into PostgreSQL ``schema.customers``
+    (``mat``: more materialization settings)."""
     return orders_spec(tmp, data_dir=data_dir, db_path=None, shards=shards, max_files=max_files, name=name,
-                       endpoint={"postgres": {"url": url, "schema": schema}})
+                       endpoint={"postgres": {"url": url, "schema": schema}}, extra_mat=mat)
 
 
 def postgres_view(url, schema, table="customers") -> dict:

@@ -51,6 +51,9 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     # With several shards, two sessions may reach two armed points at once and die together.
     assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+    # the batches after the first (small ones) ran their shard sessions in the driver
+    log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
+    assert [log.get(b).counts["path"] for b in log.batches()] == ["checked"] + ["checked in driver"] * 4
 
 
 # The points where the one-job plan differs (the shard stage in the combine's job, the
@@ -88,7 +91,7 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     assert sqlite_view(db) == compiled_oracle(files, skip={(3, 7)})
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
     paths = [log.get(b).counts["path"] for b in log.batches()]
-    assert paths == (["one job", "driver", "driver", "checked", "driver"] if small_batch_keys
+    assert paths == (["one job", "driver", "driver", "checked in driver", "driver"] if small_batch_keys
                      else ["one job", "one job", "one job", "checked", "one job"])
 
 

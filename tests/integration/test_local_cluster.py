@@ -17,7 +17,8 @@ def test_local_cluster_two_executors(tmp_path):
     data = tmp_path / "data"
     db = tmp_path / "views.db"
     write_orders(data, files=2, per_file=300, customers=80, seed=21, deletes=0.02)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=4, max_files=1)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=4, max_files=1,
+                       extra_mat={"options": {"small_batch_keys": 0}})  # every batch's shards on executors
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(
         [sys.executable, "-m", "tidemark", "run", spec, "--available-now", "--master", "local-cluster[2,1,1024]"],

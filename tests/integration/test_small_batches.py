@@ -49,7 +49,7 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
     assert sqlite_view(db) == oracle(files)
 
 
-def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan(spark, tmp_path):
+def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driver(spark, tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     files = write_stream(data, files=3, per_file=50, customers=12, seed=65)
     spec = write_spec(tmp_path, data, db, on_invalid="quarantine")
@@ -62,7 +62,7 @@ def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan(spark, tmp_
     os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still the second batch
 
     reports = _run(spark, spec)
-    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked", 1), ("driver", 0)]
+    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked in driver", 1), ("driver", 0)]
     assert sqlite_view(db) == oracle(files, skip={(1, 9)})
 
 
@@ -104,3 +104,15 @@ def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path
     reports = _run(spark, spec)
     assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]
     assert postgres_view(postgres_url, pg_schema) == oracle(files)
+
+
+def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spark, tmp_path):
+    from tests.helpers import normalize, oracle_orders, orders_spec, write_orders
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=3, per_file=80, customers=25, seed=69, deletes=0.05)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)  # if/then deletes: the checked plan
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
+    assert normalize(sqlite_view(db)) == oracle_orders(data)

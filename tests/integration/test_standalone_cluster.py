@@ -22,6 +22,13 @@ from tests.helpers import normalize, oracle_orders, orders_spec, postgres_spec, 
 from tests.spark_cluster import standalone  # noqa: F401
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
+
+
+@pytest.fixture(autouse=True)
+def _on_executors(monkeypatch):
+    """These tests are about shard tasks on the cluster's workers: no batch runs its shard
+    sessions in the driver (``small_batch_keys``; the runs inherit the environment)."""
+    monkeypatch.setenv("TIDEMARK_SMALL_BATCH_KEYS", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -55,7 +55,10 @@ class BatchReport:
     invalid: int = 0
     shards: int = 0
     spilled: bool = False
-    path: str = ""  # "one job" (read, combine and shards in one Spark job), "driver" (shards in the driver) or "checked"
+    # "one job" (read, combine and shards in one Spark job), "driver" (the same combine, the
+    # shards in the driver), "checked" (the combine with its checks, then the shard job) or
+    # "checked in driver" (the shards in the driver)
+    path: str = ""
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
 
@@ -183,7 +186,8 @@ class Materializer:
             capabilities=self.coordinator.caps,
         )
         results = None
-        if self._small(last):
+        small = self._small(last)
+        if small:
             results = self._run_small(df, ranges, task, report)
         t = time.perf_counter()
         planned = self._plan_one_job(df, ranges) if results is None and report.path != "checked" else None
@@ -202,19 +206,25 @@ class Materializer:
                 report.path = "one job"
         if results is None:
             t = time.perf_counter()
-            planned, results_meta, cleanup = self._plan(df, ranges)
+            parts, results_meta, cleanup = self._plan(df, ranges)
             report.documents = results_meta["documents"]
             report.invalid = len(results_meta["quarantine"])
             report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
             task = replace(task, quarantine=tuple(results_meta["quarantine"]))
-            # Step 2: shard sessions.
+            # Step 2: shard sessions, in the driver for a small batch (its rows are cached).
             t = time.perf_counter()
+            report.path = "checked"
             try:
-                results = _run_stage(planned, task)
+                if small:
+                    from tidemark.spark.small import run_small
+
+                    results = run_small(_union(parts), task, self.options.small_batch_keys)
+                    report.path = "checked" if results is None else "checked in driver"
+                if results is None:
+                    results = _run_stage(_route(df.sparkSession, parts, ranges), task)
             finally:
                 cleanup()
             report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
-            report.path = "checked"
         if sorted(r.shard for r in results) != list(range(len(ranges))) or any(r.aborted for r in results):
             raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
 
@@ -309,8 +319,8 @@ class Materializer:
 
     def _plan(self, df, ranges: tuple[Range, ...]):
         """Validate, combine per key (checked: a statistics job, the suspects checked in
-        Python, invalid documents located), assign shards: the planned DataFrame (see
-        :func:`_route`), its counts and invalid documents, and a cleanup for its cache."""
+        Python, invalid documents located): each binding's combined rows (cached; see
+        :func:`_route`), their counts and invalid documents, and a cleanup for the cache."""
         from pyspark.sql import functions as F
 
         from tidemark.spark.combine import combine_batch
@@ -347,14 +357,21 @@ class Materializer:
             for r in results:
                 r.unpersist()
             raise
-        planned = _route(df.sparkSession, parts, ranges)
         def cleanup():
             if shared:
                 df.unpersist()
             for r in results:
                 r.unpersist()
 
-        return planned, {"documents": documents, "quarantine": quarantine}, cleanup
+        return parts, {"documents": documents, "quarantine": quarantine}, cleanup
+
+
+def _union(parts: list):
+    """The bindings' combined rows as one DataFrame."""
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
 
 
 def _totals(last, counts: dict) -> dict:
