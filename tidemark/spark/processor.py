@@ -10,7 +10,9 @@ Step 0–1. ``Coordinator.begin``: a re-run with the same identity is only ackno
           else the batch's layout (its intent) and runtime checkpoint.
 Step 1.   Plan (distributed): validate, key, combine per key, assign each key to the shard
           whose range holds its 32-bit hash, partition by shard, sort by key.
-Step 2.   Shard sessions (one executor task per shard): see :mod:`tidemark.runtime.shard`.
+Step 2.   Shard sessions (one executor task per shard; for a batch after a small one, one
+          thread per shard in the driver, :mod:`tidemark.spark.small`): see
+          :mod:`tidemark.runtime.shard`.
 Step 3–5. ``Coordinator.commit``: merge the shards' driver-checkpoint updates, append batch
           N to the recovery log, coordinator Acknowledge; Spark writes ``commits/N``.
 

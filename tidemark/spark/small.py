@@ -4,11 +4,12 @@ On a batch of a few hundred documents, most of the shard stage's time is Spark's
 shuffle (to route rows to shards) and one Python task per shard, about 0.25 s together
 against a few milliseconds of endpoint work.  When the batch before combined to at most
 ``small_batch_keys`` keys (:class:`tidemark.options.RuntimeOptions`), :func:`run_small`
-collects this batch's combined rows into the driver instead -- at most that many: a
-bigger batch is left to the Spark stage -- and runs each shard's session there, one thread
-per shard, on the same rows in the same order (each shard's keys, sorted, then its end
-row), through the same protocol code: what is committed, and how a crash anywhere in it
-recovers, are the same as on Spark's executors.
+collects this batch's combined rows into the driver instead (the one-job combine's, or the
+checked plan's cached ones) -- at most that many: a bigger batch is left to the Spark
+stage -- and runs each shard's session there, one thread per shard, on the same rows in
+the same order (each shard's keys, sorted, then its end row), through the same protocol
+code: what is committed, and how a crash anywhere in it recovers, are the same as on
+Spark's executors.
 """
 
 from __future__ import annotations
