@@ -7,6 +7,7 @@ local[2]); the expected view is computed independently from the input files.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, postgres_view, sqlite_view, write_orders
+from tidemark import faults
 from tidemark.errors import RecoveryError
 
 pytestmark = pytest.mark.spark
@@ -243,13 +245,16 @@ def test_a_partial_batch_finishes_on_its_layout_then_the_new_count_applies(spark
     write_orders(data, files=2, per_file=150, customers=50, seed=new, start=1, deletes=0.05)
 
     fired = tmp_path / "fired"
+    # armed in the executors and in this process (a small batch's shards run in the driver)
     env = spark.sparkContext.environment
-    env["TIDEMARK_FAULTS"] = f"after_endpoint_commit:raise!once={fired}"
+    env["TIDEMARK_FAULTS"] = os.environ["TIDEMARK_FAULTS"] = f"after_endpoint_commit:raise!once={fired}"
+    faults.rearm()
     try:
         with pytest.raises(Exception, match="injected fault"):
             run(spark, spec)
     finally:
-        del env["TIDEMARK_FAULTS"]
+        del env["TIDEMARK_FAULTS"], os.environ["TIDEMARK_FAULTS"]
+        faults.rearm()
     assert fired.exists()
 
     reports = run(spark, write_spec(tmp_path, data, ep, shards=new))
