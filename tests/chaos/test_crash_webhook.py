@@ -86,8 +86,12 @@ def test_the_naive_receiver_applies_a_replayed_batch_twice(tmp_path, naive_recei
     per_batch = applied_per_batch(naive_receiver)
     assert set(per_batch) == expected_per_batch(data)
     twice = {b for (b, _c), n in per_batch.items() if n == 2}
-    assert twice == {1} and set(per_batch.values()) == {1, 2}  # exactly the killed batch, every document of it
-    assert sum(n for (b, _c), n in per_batch.items() if b == 1) == 2 * sum(1 for (b, _c) in per_batch if b == 1)
+    # exactly the killed batch, every document of it (which batch: the second post in the
+    # process that ran it -- batch 1 on an executor, batch 2 where batches after a small one
+    # run their shard sessions in the driver)
+    assert len(twice) == 1 and twice <= {1, 2} and set(per_batch.values()) == {1, 2}, twice
+    (killed,) = twice
+    assert all(n == 2 for (b, _c), n in per_batch.items() if b == killed)
     assert normalize(applied_view(naive_receiver)) == oracle_orders(data)  # full documents: the latest are right
 
 
