@@ -358,3 +358,24 @@ def compiled_spec(tmp_path, data, db, shards: int = 2, **mat) -> str:
     """A spec file: :data:`COMPILED_SCHEMA` from JSON files in ``data`` (one per batch) into
     SQLite ``db``; ``mat``: more materialization settings."""
     return orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards, extra_mat=mat, schema=COMPILED_SCHEMA)
+
+
+def compiled_two_bindings_spec(tmp_path, db) -> str:
+    """A spec file: two :data:`COMPILED_SCHEMA` collections, from JSON files in
+    ``tmp_path/a`` and ``tmp_path/b`` (one per batch), into SQLite ``db``'s tables
+    ``customers`` and ``returns``, two shards."""
+    import yaml
+
+    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
+    spec = {
+        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
+                        "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")}},
+        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2, "bindings": [
+            {"source": "orders", "resource": {"table": "customers"}},
+            {"source": "returns", "resource": {"table": "returns"}}]}},
+        "checkpoint": str(tmp_path / "checkpoints"),
+    }
+    path = os.path.join(tmp_path, "spec.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path

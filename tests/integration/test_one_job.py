@@ -63,24 +63,12 @@ def test_a_batch_with_an_invalid_document_after_rebound_ones_takes_the_checked_p
 
 
 def test_two_bindings_run_as_one_job_each_exact(spark, tmp_path):
-    import yaml
-
-    from tests.helpers import COMPILED_SCHEMA
+    from tests.helpers import compiled_two_bindings_spec
 
     a = write_stream(tmp_path / "a", files=2, per_file=80, customers=20, seed=51)
     b = write_stream(tmp_path / "b", files=2, per_file=80, customers=20, seed=52)
     db = tmp_path / "views.db"
-    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
-    spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
-                        "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2, "bindings": [
-            {"source": "orders", "resource": {"table": "customers"}},
-            {"source": "returns", "resource": {"table": "returns"}}]}},
-        "checkpoint": str(tmp_path / "checkpoints"),
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = compiled_two_bindings_spec(tmp_path, db)
 
     reports, plans = _run(spark, str(path))
     assert {r.path for r in reports} == {"one job"}

@@ -67,24 +67,12 @@ def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driv
 
 
 def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
-    import yaml
-
-    from tests.helpers import COMPILED_SCHEMA
+    from tests.helpers import compiled_two_bindings_spec
 
     a = write_stream(tmp_path / "a", files=3, per_file=60, customers=20, seed=66)
     b = write_stream(tmp_path / "b", files=3, per_file=60, customers=20, seed=67)
     db = tmp_path / "views.db"
-    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
-    spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
-                        "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2, "bindings": [
-            {"source": "orders", "resource": {"table": "customers"}},
-            {"source": "returns", "resource": {"table": "returns"}}]}},
-        "checkpoint": str(tmp_path / "checkpoints"),
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = compiled_two_bindings_spec(tmp_path, db)
 
     reports = _run(spark, str(path))
     assert "driver" in {r.path for r in reports}

@@ -370,10 +370,11 @@ class Materializer:
 
 def _union(parts: list):
     """The bindings' combined rows as one DataFrame."""
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    from pyspark.sql import DataFrame
+
+    from tidemark.spark.route import union_j
+
+    return DataFrame(union_j([p._jdf for p in parts]), parts[0].sparkSession)
 
 
 def _totals(last, counts: dict) -> dict:

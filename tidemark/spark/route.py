@@ -40,11 +40,17 @@ def route(spark, parts: list, ranges: tuple[Range, ...]):
 def _route_j(spark, jparts: list, ranges: tuple[Range, ...]):
     """:func:`route` on the JVM Datasets ``jparts``: seven py4j calls, whatever the layout."""
     r = _routing(spark, ranges)
+    jdf = union_j(jparts)
+    return (jdf.select(r["first"]).unionByName(r["ends"]).select(r["with_p"])
+            .repartition(len(ranges), r["by"]).sortWithinPartitions(r["sort"]).select(r["final"]))
+
+
+def union_j(jparts: list):
+    """The JVM Datasets ``jparts`` (the bindings' combined rows) as one."""
     jdf = jparts[0]
     for p in jparts[1:]:
         jdf = jdf.unionByName(p)
-    return (jdf.select(r["first"]).unionByName(r["ends"]).select(r["with_p"])
-            .repartition(len(ranges), r["by"]).sortWithinPartitions(r["sort"]).select(r["final"]))
+    return jdf
 
 
 def _routing(spark, ranges: tuple[Range, ...]) -> dict:
@@ -159,12 +165,7 @@ class OneJobPlan:
                 j = j.select(b["pre"])
             j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"]).select(b["out"])
             parts.append(j.select(b["final"]))
-        if routed:
-            planned = _route_j(spark, parts, self.ranges)
-        else:
-            planned = parts[0]
-            for p in parts[1:]:
-                planned = planned.unionByName(p)
+        planned = _route_j(spark, parts, self.ranges) if routed else union_j(parts)
         if self.rebindable and routed not in self.templates:
             self.templates[routed] = (planned.queryExecution().analyzed(), leaf)
         return DataFrame(planned, spark)
