@@ -75,7 +75,10 @@ def write_orders(directory, files: int, per_file: int, customers: int, seed: int
     paths = []
     for f in range(start, start + files):
         path = os.path.join(directory, f"orders-{f:04d}.json")
-        with open(path, "w") as out:
+        # written under a hidden name (Spark's file source skips names starting with "."),
+        # then renamed: a live run never lists it half-written or with today's mtime
+        tmp = os.path.join(directory, f".orders-{f:04d}.json.tmp")
+        with open(tmp, "w") as out:
             for _ in range(per_file):
                 cust = f"c{rng.randrange(customers):04d}"
                 if deletes and rng.random() < deletes:
@@ -94,7 +97,8 @@ def write_orders(directory, files: int, per_file: int, customers: int, seed: int
                 out.write(json.dumps(doc) + "\n")
         # Spark's file source orders files by modification time: make it follow the names.
         stamp = 1_700_000_000 + f * 10
-        os.utime(path, (stamp, stamp))
+        os.utime(tmp, (stamp, stamp))
+        os.replace(tmp, path)
         paths.append(path)
     return paths
 
@@ -322,7 +326,10 @@ def write_compiled_orders(directory, files: int, per_file: int, customers: int, 
     paths = []
     for f in range(start, start + files):
         path = os.path.join(directory, f"orders-{f:04d}.json")
-        with open(path, "w") as out:
+        # written under a hidden name (Spark's file source skips names starting with "."),
+        # then renamed: a live run never lists it half-written or with today's mtime
+        tmp = os.path.join(directory, f".orders-{f:04d}.json.tmp")
+        with open(tmp, "w") as out:
             for _ in range(per_file):
                 amount = rng.randrange(1, 500)
                 out.write(json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,

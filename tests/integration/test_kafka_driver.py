@@ -106,6 +106,58 @@ def test_a_zombie_commit_after_a_newer_open_is_rejected_and_writes_nothing(setup
     assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 2}}
 
 
+DIES_COMMITTING = """
+import os, signal, sys
+from tidemark.kafka.progress import ProgressRecord
+from tidemark.kafka.writer import RangeWriter
+from tidemark.protocol.messages import Range
+bootstrap, progress, topic, checkpoint_id = sys.argv[1:5]
+rng = Range(0, 0x7fffffff)
+w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", rng, progress_topic=progress)
+w.begin()
+w.send(topic, ("a",), {"k": "a", "n": 100})
+record = ProgressRecord.first("view", rng, {"checkpoint_id": checkpoint_id, "batch_id": 1, "materialization": "view"},
+                              transactional_id=w.transactional_id)
+w._produce(progress, record.key, record.encode(), partition=0)  # what commit() does before committing
+w._producer.flush(10)  # on the broker, inside the open transaction
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_nothing_else(setup):
+    """A range killed inside its commit leaves its progress record in an open transaction;
+    every read_committed read of the progress topic (the start-up's position check first)
+    would wait for that range's own next Open. Start-up's recover fences it — only for
+    the checkpoint that wrote it."""
+    import subprocess
+    import sys
+
+    from tests.helpers import open_transactions
+    from tidemark.errors import EndpointUnavailable
+
+    driver, bindings, config = setup
+    commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}])
+    progress, topic = config["progress_topic"], bindings[0].resource["topic"]
+    bootstrap = config["bootstrap_servers"]
+    died = subprocess.run([sys.executable, "-c", DIES_COMMITTING, bootstrap, progress, topic, "q1"], timeout=60)
+    assert died.returncode == -9
+    assert (progress, 0) in open_transactions(bootstrap)
+    impatient = KafkaDriver({**config, "retry": {"lock_timeout": 1}})
+    with pytest.raises(EndpointUnavailable, match=f"{progress}.*open transactions"):
+        impatient.checkpoints(MAT)
+
+    assert driver.recover(MAT, "another-checkpoint") == []  # not this checkpoint's writer: left alone
+    assert driver.recover("other-view", "q1") == []
+    assert (progress, 0) in open_transactions(bootstrap)
+    (action,) = driver.recover(MAT, "q1")
+    assert "tidemark.view.00000000-7fffffff" in action and progress in action
+    assert open_transactions(bootstrap) == {}
+    (row,) = impatient.checkpoints(MAT)  # the dead commit never happened
+    assert row.runtime_checkpoint == cp(0)
+    assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 1}}
+    assert driver.recover(MAT, "q1") == []  # nothing left open
+
+
 def test_a_store_behind_kafka_is_rebuilt_and_a_store_ahead_is_refused(setup, tmp_path):
     driver, bindings, config = setup
     commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}, {"k": "b", "n": 1}])

@@ -12,7 +12,9 @@ transaction below this range's newest commit would hide that commit.)
 Open transactions that block a reader are those of live producers (they end within a
 commit) and of dead ones, which the next ``init_transactions`` with their transactional id
 aborts — the range's own at Open, every id of an old layout at a rescale
-(:func:`tidemark.kafka.fence.fence_and_abort`). Kafka also aborts one after
+(:func:`tidemark.kafka.writer.fence_and_abort`), and at start-up every id of the run's own
+checkpoint whose record lies past the progress topic's last stable offset
+(:func:`undecided_messages`, ``KafkaDriver.recover``). Kafka also aborts one after
 ``transaction.timeout.ms``; noida-db, the test broker, never does.
 """
 
@@ -37,29 +39,63 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
     """Every committed message (a ``confluent_kafka.Message``) of ``topic``, partition by
     partition in offset order (partitions interleaved), up to the high watermarks taken at
     the start. Control records and aborted transactions are not returned."""
-    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
 
+    admin, parts = _partitions(config, topic, policy)
+    if not parts:
+        return
     timeout = policy.connect_timeout
+    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    low = _offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    pending = {p: hw for p, hw in high.items() if hw > max(0, low.get(p, 0))}  # not empty
+    yield from _read(config, topic, "read_committed", {p: max(0, low.get(p, 0)) for p in pending}, pending, policy)
+
+
+def undecided_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> Iterator:
+    """The messages of ``topic`` from each partition's last stable offset to its high
+    watermark, read_uncommitted: the records of the transactions still open (and whatever
+    was written after the first of them). Empty when no transaction holds the topic."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    admin, parts = _partitions(config, topic, policy)
+    if not parts:
+        return
+    timeout = policy.connect_timeout
+    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    stable = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout, config)
+    pending = {p: hw for p, hw in high.items() if stable.get(p, hw) < hw}
+    yield from _read(config, topic, "read_uncommitted", {p: stable[p] for p in pending}, pending, policy)
+
+
+def _partitions(config, topic: str, policy: RetryPolicy):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
     admin = call(lambda: AdminClient(client_config(config)), "connecting the admin client", config)
     # all topics: a metadata request that names a missing topic may create it (noida-db
     # does, and Kafka does for clients that allow auto-creation)
-    metadata = call(lambda: admin.list_topics(timeout=timeout), f"reading metadata of {topic!r}", config)
+    metadata = call(lambda: admin.list_topics(timeout=policy.connect_timeout), f"reading metadata of {topic!r}", config)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         raise DriverError(f"kafka: topic {topic!r} does not exist or is unavailable"
                           f"{f' ({info.error.str()})' if info is not None and info.error else ''}")
-    parts = [TopicPartition(topic, p) for p in sorted(info.partitions)]
-    if not parts:
-        return
-    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    low = _offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    pending = {p: hw for p, hw in high.items() if hw > max(0, low.get(p, 0))}  # not empty
+    return admin, [TopicPartition(topic, p) for p in sorted(info.partitions)]
+
+
+def _read(config, topic: str, isolation: str, start: dict[int, int], pending: dict[int, int],
+          policy: RetryPolicy) -> Iterator:
+    """Messages of the partitions in ``pending`` from ``start`` up to ``pending``'s offsets
+    (exclusive), waiting at most ``policy.lock_timeout`` for the reader to get there."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
     if not pending:
         return
+    high = dict(pending)
     consumer = call(lambda: Consumer(client_config(config, **{
         "group.id": f"tidemark-reader-{uuid.uuid4().hex}",  # never joined, never committed: assign() only
-        "isolation.level": "read_committed",
+        "isolation.level": isolation,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
@@ -68,7 +104,7 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
         "fetch.error.backoff.ms": 10, "topic.metadata.refresh.fast.interval.ms": 10,  # a short read starts fast
     })), "connecting a consumer", config)
     try:
-        call(lambda: consumer.assign([TopicPartition(topic, p, max(0, low.get(p, 0))) for p in pending]),
+        call(lambda: consumer.assign([TopicPartition(topic, p, start[p]) for p in pending]),
              f"assigning {topic!r}", config)
         until = time.monotonic() + policy.lock_timeout
         while pending:

@@ -10,7 +10,10 @@ Step 0. The endpoint's capabilities (read once, here) cover the spec: quarantine
         ``on_invalid: quarantine``, delta or standard updates per binding.
 Step 1. Spark's checkpoint is the one that wrote the recovery log: its query id
         (``<checkpoint>/spark/metadata``) equals the one recorded with the log's last batch.
-Step 2. The endpoint belongs to this checkpoint and is where the log says: every place the
+Step 2. The driver ends what this checkpoint's dead writers left open (``Driver.recover``:
+        Kafka fences the producers whose transactions hold its progress topic; nothing of
+        this run is live yet, and nothing committed changes). Then: the endpoint belongs
+        to this checkpoint and is where the log says: every place the
         endpoint records (ranges, tables) names this checkpoint; store-authoritative ranges of
         the last layout hold the log's last batch (or the next one, committed partially);
         coordinator-applied tables hold the last batch or the one before it.
@@ -158,7 +161,9 @@ class Coordinator:
         last = self.log.last()
         # Step 1
         self.check_spark(last)
-        # Step 2
+        # Step 2 (first, what this checkpoint's dead writers left open: nothing of this run is live yet)
+        for action in self.driver.recover(self.name, self.log.checkpoint_id):
+            log.info("materialization %s: %s", self.name, action)
         self.check_positions(last)
         # Step 3
         self.driver.validate(Validate(self.name, self.driver_config, self.bindings))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
@@ -36,7 +36,7 @@ from tidemark.drivers.kafka.transactor import KafkaTransactor
 from tidemark.drivers.sql.fences import CheckpointState, plan_open
 from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
-from tidemark.errors import SpecError
+from tidemark.errors import RecoveryError, SpecError
 from tidemark.protocol.messages import (
     Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
 )
@@ -145,6 +145,41 @@ class KafkaDriver(Driver):
 
         s = self.settings
         return read_frontiers(s.client, s.progress_topic, materialization, policy=s.policy)
+
+    def recover(self, materialization: str, checkpoint_id: Optional[str]) -> list[str]:
+        """Fence the producers of this checkpoint whose transactions hold the progress topic.
+
+        A run killed while a range was committing can leave that range's transaction open
+        with its progress record in it; a read_committed read of the progress topic (the
+        start-up's position check, and every other range's Open) then waits until the
+        range's id is initialised again — by its own Open, which may never come first.
+        At start-up none of this run's sessions is live, so every producer of this
+        checkpoint with a record past the last stable offset is dead or a zombie: its
+        transaction is aborted here. Producers of other materializations or checkpoints
+        are left alone (the read waits for them as before)."""
+        from tidemark.kafka.ids import transactional_id
+        from tidemark.kafka.progress import ProgressRecord, decode_key
+        from tidemark.kafka.reader import undecided_messages
+        from tidemark.kafka.writer import fence_and_abort
+
+        s = self.settings
+        if checkpoint_id is None or not self._progress_topic_exists():
+            return []
+        ids: set[str] = set()
+        for msg in undecided_messages(s.client, s.progress_topic, policy=s.policy):
+            parsed, value = decode_key(msg.key()), msg.value()
+            if parsed is None or parsed[0] != materialization or value is None:
+                continue
+            try:
+                rec = ProgressRecord.decode(value)
+            except RecoveryError:
+                continue  # not ours to interpret; a committed one is refused by the frontier read
+            if rec.materialization == materialization and rec.runtime_checkpoint.get("checkpoint_id") == checkpoint_id:
+                ids.add(rec.transactional_id or transactional_id(materialization, rec.range, prefix=s.prefix))
+        if not ids:
+            return []
+        fence_and_abort(s.client, sorted(ids), policy=s.policy)
+        return [f"kafka: aborted what earlier runs left open in {s.progress_topic!r} (fenced {', '.join(sorted(ids))})"]
 
     def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
         from tidemark.kafka.ids import transactional_id
