@@ -146,16 +146,18 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     with pytest.raises(EndpointUnavailable, match=f"{progress}.*open transactions"):
         impatient.checkpoints(MAT)
 
-    assert driver.recover(MAT, "another-checkpoint") == []  # not this checkpoint's writer: left alone
-    assert driver.recover("other-view", "q1") == []
+    for mat, checkpoint_id in ((MAT, "another-checkpoint"), ("other-view", "q1")):
+        with pytest.raises(EndpointUnavailable):  # not its writer: left alone, and the read waits as before
+            impatient.recover(mat, checkpoint_id)
     assert (progress, 0) in open_transactions(bootstrap)
-    (action,) = driver.recover(MAT, "q1")
-    assert "tidemark.view.00000000-7fffffff" in action and progress in action
+    aborted, fenced = driver.recover(MAT, "q1")
+    assert "tidemark.view.00000000-7fffffff" in aborted and progress in aborted
+    assert fenced == "kafka: fenced the producers of 1 range(s) of earlier runs"  # the committed range's, too
     assert open_transactions(bootstrap) == {}
     (row,) = impatient.checkpoints(MAT)  # the dead commit never happened
     assert row.runtime_checkpoint == cp(0)
     assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 1}}
-    assert driver.recover(MAT, "q1") == []  # nothing left open
+    assert driver.recover(MAT, "q1") == [fenced]  # nothing left open; the ranges are fenced at every start
 
 
 def test_a_store_behind_kafka_is_rebuilt_and_a_store_ahead_is_refused(setup, tmp_path):

@@ -13,8 +13,8 @@ Open transactions that block a reader are those of live producers (they end with
 commit) and of dead ones, which the next ``init_transactions`` with their transactional id
 aborts — the range's own at Open, every id of an old layout at a rescale
 (:func:`tidemark.kafka.writer.fence_and_abort`), and at start-up every id of the run's own
-checkpoint whose record lies past the progress topic's last stable offset
-(:func:`undecided_messages`, ``KafkaDriver.recover``). Kafka also aborts one after
+checkpoint (``KafkaDriver.recover``: first those with a record past the progress topic's
+last stable offset, :func:`undecided_messages`, then every range it committed). Kafka also aborts one after
 ``transaction.timeout.ms``; noida-db, the test broker, never does.
 """
 

@@ -11,7 +11,7 @@ Step 0. The endpoint's capabilities (read once, here) cover the spec: quarantine
 Step 1. Spark's checkpoint is the one that wrote the recovery log: its query id
         (``<checkpoint>/spark/metadata``) equals the one recorded with the log's last batch.
 Step 2. The driver ends what this checkpoint's dead writers left open (``Driver.recover``:
-        Kafka fences the producers whose transactions hold its progress topic; nothing of
+        Kafka fences this checkpoint's producers, aborting what they left open; nothing of
         this run is live yet, and nothing committed changes). Then: the endpoint belongs
         to this checkpoint and is where the log says: every place the
         endpoint records (ranges, tables) names this checkpoint; store-authoritative ranges of

@@ -147,16 +147,18 @@ class KafkaDriver(Driver):
         return read_frontiers(s.client, s.progress_topic, materialization, policy=s.policy)
 
     def recover(self, materialization: str, checkpoint_id: Optional[str]) -> list[str]:
-        """Fence the producers of this checkpoint whose transactions hold the progress topic.
+        """Fence every producer of this checkpoint, aborting what it left open.
 
-        A run killed while a range was committing can leave that range's transaction open
-        with its progress record in it; a read_committed read of the progress topic (the
-        start-up's position check, and every other range's Open) then waits until the
-        range's id is initialised again — by its own Open, which may never come first.
-        At start-up none of this run's sessions is live, so every producer of this
-        checkpoint with a record past the last stable offset is dead or a zombie: its
-        transaction is aborted here. Producers of other materializations or checkpoints
-        are left alone (the read waits for them as before)."""
+        A run killed while ranges were committing can leave a range's transaction open with
+        its progress record in it; every read_committed read of the progress topic (the
+        start-up's position check, every other range's Open) then waits until the range's
+        id is initialised again — by its own Open, which may never come first when there
+        are more shards than task slots. Likewise a range that rebuilds its local state
+        reads data topics that another range's dead transaction may hold. At start-up none
+        of this run's sessions is live, so every producer of this checkpoint is dead or a
+        zombie: first those with a record past the progress topic's last stable offset,
+        then every range whose committed frontier is this checkpoint's. Producers of other
+        materializations or checkpoints are left alone (a read waits for them as before)."""
         from tidemark.kafka.ids import transactional_id
         from tidemark.kafka.progress import ProgressRecord, decode_key
         from tidemark.kafka.reader import undecided_messages
@@ -165,7 +167,11 @@ class KafkaDriver(Driver):
         s = self.settings
         if checkpoint_id is None or not self._progress_topic_exists():
             return []
-        ids: set[str] = set()
+
+        def tid(rec) -> str:
+            return rec.transactional_id or transactional_id(materialization, rec.range, prefix=s.prefix)
+
+        open_ids: set[str] = set()
         for msg in undecided_messages(s.client, s.progress_topic, policy=s.policy):
             parsed, value = decode_key(msg.key()), msg.value()
             if parsed is None or parsed[0] != materialization or value is None:
@@ -175,11 +181,18 @@ class KafkaDriver(Driver):
             except RecoveryError:
                 continue  # not ours to interpret; a committed one is refused by the frontier read
             if rec.materialization == materialization and rec.runtime_checkpoint.get("checkpoint_id") == checkpoint_id:
-                ids.add(rec.transactional_id or transactional_id(materialization, rec.range, prefix=s.prefix))
-        if not ids:
-            return []
-        fence_and_abort(s.client, sorted(ids), policy=s.policy)
-        return [f"kafka: aborted what earlier runs left open in {s.progress_topic!r} (fenced {', '.join(sorted(ids))})"]
+                open_ids.add(tid(rec))
+        done = []
+        if open_ids:
+            fence_and_abort(s.client, sorted(open_ids), policy=s.policy)
+            done.append(f"kafka: aborted the transactions earlier runs left open in {s.progress_topic!r} "
+                        f"(fenced {', '.join(sorted(open_ids))})")
+        ranges = sorted({tid(r) for r in self.frontiers(materialization).values()
+                         if r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id} - open_ids)
+        if ranges:
+            fence_and_abort(s.client, ranges, policy=s.policy)
+            done.append(f"kafka: fenced the producers of {len(ranges)} range(s) of earlier runs")
+        return done
 
     def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
         from tidemark.kafka.ids import transactional_id
