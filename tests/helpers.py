@@ -66,41 +66,47 @@ ORDERS_SCHEMA = {
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 
 
+def write_input(directory, index: int, lines) -> str:
+    """Put ``orders-NNNN.json`` (NNNN = ``index``) into ``directory`` whole, modified at
+    1_700_000_000 + 10 × index (Spark's file source takes files in modification order: make
+    it follow the names). Written under a hidden name (the file source skips names starting
+    with "."), then renamed: a live run never lists it half-written or with today's mtime,
+    which would make every older file look stale to it (``maxFileAge``)."""
+    path = os.path.join(directory, f"orders-{index:04d}.json")
+    tmp = os.path.join(directory, f".orders-{index:04d}.json.tmp")
+    with open(tmp, "w") as out:
+        out.writelines(line + "\n" for line in lines)
+    stamp = 1_700_000_000 + index * 10
+    os.utime(tmp, (stamp, stamp))
+    os.replace(tmp, path)
+    return path
+
+
 def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0,
                  pad: int = 0):
     """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths.
     ``pad`` lengthens each city name by that many characters (big documents)."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
-    paths = []
-    for f in range(start, start + files):
-        path = os.path.join(directory, f"orders-{f:04d}.json")
-        # written under a hidden name (Spark's file source skips names starting with "."),
-        # then renamed: a live run never lists it half-written or with today's mtime
-        tmp = os.path.join(directory, f".orders-{f:04d}.json.tmp")
-        with open(tmp, "w") as out:
-            for _ in range(per_file):
-                cust = f"c{rng.randrange(customers):04d}"
-                if deletes and rng.random() < deletes:
-                    doc = {"customer": cust, "amount": 0, "_meta": {"op": "d"}}
-                else:
-                    amount = rng.randrange(1, 1000)
-                    doc = {
-                        "customer": cust,
-                        "amount": amount,
-                        "orders": 1,
-                        "largest": amount,
-                        "city": rng.choice(CITIES) + "." * pad,
-                        "items": [rng.choice("abcdef")],
-                        "flags": {"big": True} if amount > 900 else {},
-                    }
-                out.write(json.dumps(doc) + "\n")
-        # Spark's file source orders files by modification time: make it follow the names.
-        stamp = 1_700_000_000 + f * 10
-        os.utime(tmp, (stamp, stamp))
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+
+    def docs():
+        for _ in range(per_file):
+            cust = f"c{rng.randrange(customers):04d}"
+            if deletes and rng.random() < deletes:
+                yield json.dumps({"customer": cust, "amount": 0, "_meta": {"op": "d"}})
+                continue
+            amount = rng.randrange(1, 1000)
+            yield json.dumps({
+                "customer": cust,
+                "amount": amount,
+                "orders": 1,
+                "largest": amount,
+                "city": rng.choice(CITIES) + "." * pad,
+                "items": [rng.choice("abcdef")],
+                "flags": {"big": True} if amount > 900 else {},
+            })
+
+    return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
 
 
 def oracle_orders(directory) -> dict:
@@ -323,21 +329,15 @@ def write_compiled_orders(directory, files: int, per_file: int, customers: int, 
     orders-NNNN.json from ``start`` on, modified in name order; return their paths."""
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
-    paths = []
-    for f in range(start, start + files):
-        path = os.path.join(directory, f"orders-{f:04d}.json")
-        # written under a hidden name (Spark's file source skips names starting with "."),
-        # then renamed: a live run never lists it half-written or with today's mtime
-        tmp = os.path.join(directory, f".orders-{f:04d}.json.tmp")
-        with open(tmp, "w") as out:
-            for _ in range(per_file):
-                amount = rng.randrange(1, 500)
-                out.write(json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,
-                                      "largest": amount, "city": rng.choice(["Oslo", "Lima", "Accra"]),
-                                      "items": [f"sku-{rng.randrange(9)}"]}) + "\n")
-        os.utime(path, (1_700_000_000 + 10 * f,) * 2)  # Spark takes files in modification order
-        paths.append(path)
-    return paths
+
+    def docs():
+        for _ in range(per_file):
+            amount = rng.randrange(1, 500)
+            yield json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,
+                              "largest": amount, "city": rng.choice(["Oslo", "Lima", "Accra"]),
+                              "items": [f"sku-{rng.randrange(9)}"]})
+
+    return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
 
 
 def compiled_oracle(paths, skip=()) -> dict:
