@@ -158,7 +158,8 @@ def _blocked(consumer, topic: str, pending: dict[int, int], waited: float, confi
             details.append(f"partition {p}: high watermark {hw}")
     return (f"kafka: reading {topic!r} with read_committed waited {waited:g}s for open transactions to end ("
             + "; ".join(details) + "); a producer that died inside a transaction holds it until its "
-            "transactional id is initialised again (or the broker's transaction timeout aborts it)")
+            "transactional id is initialised again (or the broker's transaction timeout aborts it): "
+            "starting the view's run again does that for its own producers")
 
 
 def read_frontiers(config: Mapping[str, Any], progress_topic: str, materialization: str, *,
