@@ -111,14 +111,15 @@ import os, signal, sys
 from tidemark.kafka.progress import ProgressRecord
 from tidemark.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
-bootstrap, progress, topic, checkpoint_id = sys.argv[1:5]
-rng = Range(0, 0x7fffffff)
+bootstrap, progress, topic, checkpoint_id, begin, end = sys.argv[1:7]
+rng = Range(int(begin), int(end))
 w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", rng, progress_topic=progress)
 w.begin()
 w.send(topic, ("a",), {"k": "a", "n": 100})
-record = ProgressRecord.first("view", rng, {"checkpoint_id": checkpoint_id, "batch_id": 1, "materialization": "view"},
-                              transactional_id=w.transactional_id)
-w._produce(progress, record.key, record.encode(), partition=0)  # what commit() does before committing
+if checkpoint_id:  # killed inside its commit; else while storing (nothing in the progress topic)
+    record = ProgressRecord.first("view", rng, {"checkpoint_id": checkpoint_id, "batch_id": 1, "materialization": "view"},
+                                  transactional_id=w.transactional_id)
+    w._produce(progress, record.key, record.encode(), partition=0)  # what commit() does before committing
 w._producer.flush(10)  # on the broker, inside the open transaction
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -139,8 +140,12 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}])
     progress, topic = config["progress_topic"], bindings[0].resource["topic"]
     bootstrap = config["bootstrap_servers"]
-    died = subprocess.run([sys.executable, "-c", DIES_COMMITTING, bootstrap, progress, topic, "q1"], timeout=60)
-    assert died.returncode == -9
+    def dies(checkpoint_id: str, rng: Range) -> None:
+        died = subprocess.run([sys.executable, "-c", DIES_COMMITTING, bootstrap, progress, topic, checkpoint_id,
+                               str(rng.key_begin), str(rng.key_end)], timeout=60)
+        assert died.returncode == -9
+
+    dies("q1", Range(0, 0x7fffffff))
     assert (progress, 0) in open_transactions(bootstrap)
     impatient = KafkaDriver({**config, "retry": {"lock_timeout": 1}})
     with pytest.raises(EndpointUnavailable, match=f"{progress}.*open transactions"):
@@ -158,6 +163,16 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     assert row.runtime_checkpoint == cp(0)
     assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 1}}
     assert driver.recover(MAT, "q1") == [fenced]  # nothing left open; the ranges are fenced at every start
+
+    # a range of the log's layout that never committed, killed while storing: only its data
+    # topic is held, and only the layout names it
+    upper = Range(0x80000000, 0xffffffff)
+    dies("", upper)
+    assert set(open_transactions(bootstrap)) <= {(topic, 0), (topic, 1)} and open_transactions(bootstrap)
+    assert driver.recover(MAT, "q1") == [fenced]
+    assert open_transactions(bootstrap)
+    assert driver.recover(MAT, "q1", [WHOLE, upper]) == ["kafka: fenced the producers of 2 range(s) of earlier runs"]
+    assert open_transactions(bootstrap) == {}
 
 
 def test_a_store_behind_kafka_is_rebuilt_and_a_store_ahead_is_refused(setup, tmp_path):

@@ -258,13 +258,14 @@ class Driver(ABC):
         everything the merged driver checkpoint ``state`` names. Called on the Spark
         driver after the recovery log commits, and again at start-up."""
 
-    def recover(self, materialization: str, checkpoint_id: Optional[str]) -> list[str]:
+    def recover(self, materialization: str, checkpoint_id: Optional[str], ranges: Sequence[Range] = ()) -> list[str]:
         """End what dead writers of this checkpoint left open in the endpoint, so that
         reading its checkpoints cannot wait on them. Called once in the job's driver at
         start-up, before the endpoint's checkpoints are read and before any shard session
         of the run opens (so none of this run's sessions is live; one still running from
         an earlier run of the same checkpoint is a zombie and may be fenced).
-        ``checkpoint_id``: the recovery log's (None: none yet). Returns what was done, in
+        ``checkpoint_id``: the recovery log's (None: none yet); ``ranges``: the ranges of
+        the log's last batch and of the batch in flight, if any. Returns what was done, in
         words; the default does nothing."""
         return []
 

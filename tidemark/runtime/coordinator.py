@@ -162,7 +162,7 @@ class Coordinator:
         # Step 1
         self.check_spark(last)
         # Step 2 (first, what this checkpoint's dead writers left open: nothing of this run is live yet)
-        for action in self.driver.recover(self.name, self.log.checkpoint_id):
+        for action in self.driver.recover(self.name, self.log.checkpoint_id, self.known_ranges(last)):
             log.info("materialization %s: %s", self.name, action)
         self.check_positions(last)
         # Step 3
@@ -194,6 +194,18 @@ class Coordinator:
                                 "were reduced the old way: %s (`tidemark check` refuses this spec)",
                                 self.name, last.batch_id, "; ".join(changed))
             self.acknowledge(last)
+
+    def known_ranges(self, last: Optional[LogEntry]) -> list[Range]:
+        """The ranges of the last committed batch's layout and of the batch in flight (its
+        intent), if any: those whose sessions may have died inside an endpoint transaction."""
+        if self.log.checkpoint_id is None:
+            return []
+        layouts = [last.layout] if last is not None else []
+        in_flight = self.log.intent_record(last.batch_id + 1 if last is not None else 0)
+        if in_flight is not None:
+            layouts.append(in_flight["layout"])
+        return sorted({Range(int(b), int(e)) for layout in layouts for b, e in layout},
+                      key=lambda r: (r.key_begin, r.key_end))
 
     def warn_unsafe(self) -> None:
         if self.caps.commit_pattern is not CommitPattern.AT_LEAST_ONCE:

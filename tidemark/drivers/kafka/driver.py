@@ -38,7 +38,7 @@ from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
 )
 
 CAPABILITIES = Capabilities(
@@ -146,7 +146,7 @@ class KafkaDriver(Driver):
         s = self.settings
         return read_frontiers(s.client, s.progress_topic, materialization, policy=s.policy)
 
-    def recover(self, materialization: str, checkpoint_id: Optional[str]) -> list[str]:
+    def recover(self, materialization: str, checkpoint_id: Optional[str], ranges: Sequence[Range] = ()) -> list[str]:
         """Fence every producer of this checkpoint, aborting what it left open.
 
         A run killed while ranges were committing can leave a range's transaction open with
@@ -157,8 +157,10 @@ class KafkaDriver(Driver):
         reads data topics that another range's dead transaction may hold. At start-up none
         of this run's sessions is live, so every producer of this checkpoint is dead or a
         zombie: first those with a record past the progress topic's last stable offset,
-        then every range whose committed frontier is this checkpoint's. Producers of other
-        materializations or checkpoints are left alone (a read waits for them as before)."""
+        then every range whose committed frontier is this checkpoint's, and every range of
+        ``ranges`` (the recovery log's last and in-flight layouts) that has no frontier yet
+        (its first batch may have died). Producers of other materializations or checkpoints
+        are left alone (a read waits for them as before)."""
         from tidemark.kafka.ids import transactional_id
         from tidemark.kafka.progress import ProgressRecord, decode_key
         from tidemark.kafka.reader import undecided_messages
@@ -187,11 +189,13 @@ class KafkaDriver(Driver):
             fence_and_abort(s.client, sorted(open_ids), policy=s.policy)
             done.append(f"kafka: aborted the transactions earlier runs left open in {s.progress_topic!r} "
                         f"(fenced {', '.join(sorted(open_ids))})")
-        ranges = sorted({tid(r) for r in self.frontiers(materialization).values()
-                         if r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id} - open_ids)
-        if ranges:
-            fence_and_abort(s.client, ranges, policy=s.policy)
-            done.append(f"kafka: fenced the producers of {len(ranges)} range(s) of earlier runs")
+        frontiers = self.frontiers(materialization)
+        ids = {tid(r) for r in frontiers.values() if r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id}
+        ids |= {transactional_id(materialization, r, prefix=s.prefix) for r in ranges if r not in frontiers}
+        ids = sorted(ids - open_ids)
+        if ids:
+            fence_and_abort(s.client, ids, policy=s.policy)
+            done.append(f"kafka: fenced the producers of {len(ids)} range(s) of earlier runs")
         return done
 
     def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
