@@ -40,6 +40,24 @@ def test_several_batches_restart_and_resume(spark, tmp_path, shards):
     assert sum(r.loaded for r in reports) > 0  # existing keys were loaded and reduced
 
 
+def test_a_file_older_than_the_newest_by_more_than_a_week_is_still_read(spark, tmp_path):
+    """Spark's file source skips a new file more than maxFileAge (7 days by default) older than
+    the newest it has seen; a backfilled file with its original mtime must still be read."""
+    import time
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_orders(data, files=2, per_file=50, customers=20, seed=7)
+    os.utime(files[1], (time.time(), time.time()))  # today's file
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
+    reports, _ = run(spark, spec)
+    assert [r.batch_id for r in reports] == [0, 1]
+
+    write_orders(data, files=1, per_file=50, customers=20, seed=8, start=2)  # modified in 2023
+    reports, _ = run(spark, spec)
+    assert [r.batch_id for r in reports] == [2]
+    assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
 def _remove_spark_log_entry(directory, batch_id: int):
     """Remove a Spark metadata-log entry and its checksum (a stale .crc makes Spark refuse
     to write the entry again, reporting "multiple streaming queries")."""

@@ -17,6 +17,11 @@ NON_REPLAYABLE = ("TextSocket", "socket", "MemoryStream")
 
 FILE_FORMATS = ("json", "jsonl", "ndjson", "text")
 
+# Spark's file source ignores a new file more than ``maxFileAge`` (default 7 days) older
+# than the newest file it has seen: a backfilled or copied file (``cp -p``, ``rsync -t``)
+# would be skipped without a word. Unless the spec says otherwise, every file is read.
+MAX_FILE_AGE = "36500d"
+
 
 def read_collection(spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = "."):
     """A streaming DataFrame of one collection's source (JSON lines files)."""
@@ -36,6 +41,8 @@ def read_collection(spark, collection_spec, binding: int, *, file: str | None = 
         )
     path = src.path if "://" in src.path or os.path.isabs(src.path) else os.path.join(base_dir, src.path)
     options = {k: str(v) for k, v in (src.options or {}).items()}
+    if not any(k.lower() == "maxfileage" for k in options):
+        options["maxFileAge"] = MAX_FILE_AGE
     reader = spark.readStream.format("text").options(**options)
     df = reader.load(path)
     return df.select(
