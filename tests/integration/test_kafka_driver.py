@@ -1,6 +1,6 @@
 """The ``kafka`` endpoint's driver against a real Kafka-protocol broker (a private noida-db):
-setup, a zombie's late commit, the local store behind and ahead of Kafka, quarantine,
-reset, and config mistakes."""
+setup, a zombie's late commit, what dead producers leave open at start-up, the local store
+behind and ahead of Kafka, quarantine, reset, and config mistakes."""
 
 from __future__ import annotations
 
@@ -140,6 +140,7 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}])
     progress, topic = config["progress_topic"], bindings[0].resource["topic"]
     bootstrap = config["bootstrap_servers"]
+
     def dies(checkpoint_id: str, rng: Range) -> None:
         died = subprocess.run([sys.executable, "-c", DIES_COMMITTING, bootstrap, progress, topic, checkpoint_id,
                                str(rng.key_begin), str(rng.key_end)], timeout=60)
