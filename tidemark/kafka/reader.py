@@ -39,60 +39,43 @@ def committed_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
     """Every committed message (a ``confluent_kafka.Message``) of ``topic``, partition by
     partition in offset order (partitions interleaved), up to the high watermarks taken at
     the start. Control records and aborted transactions are not returned."""
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka.admin import OffsetSpec
-
-    admin, parts = _partitions(config, topic, policy)
-    if not parts:
-        return
-    timeout = policy.connect_timeout
-    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    low = _offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    pending = {p: hw for p, hw in high.items() if hw > max(0, low.get(p, 0))}  # not empty
-    yield from _read(config, topic, "read_committed", {p: max(0, low.get(p, 0)) for p in pending}, pending, policy)
+    yield from _read(config, topic, "read_committed", "earliest", policy)
 
 
 def undecided_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> Iterator:
     """The messages of ``topic`` from each partition's last stable offset to its high
     watermark, read_uncommitted: the records of the transactions still open (and whatever
     was written after the first of them). Empty when no transaction holds the topic."""
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka.admin import OffsetSpec
+    yield from _read(config, topic, "read_uncommitted", "stable", policy)
 
-    admin, parts = _partitions(config, topic, policy)
-    if not parts:
-        return
+
+def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -> Iterator:
+    """Messages of ``topic`` with ``isolation``, from each partition's earliest offset
+    (``since="earliest"``) or last stable offset (``"stable"``) up to its high watermark
+    taken now, waiting at most ``policy.lock_timeout`` for the reader to get there."""
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
     timeout = policy.connect_timeout
-    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    stable = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout, config)
-    pending = {p: hw for p, hw in high.items() if stable.get(p, hw) < hw}
-    yield from _read(config, topic, "read_uncommitted", {p: stable[p] for p in pending}, pending, policy)
-
-
-def _partitions(config, topic: str, policy: RetryPolicy):
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
     admin = call(lambda: AdminClient(client_config(config)), "connecting the admin client", config)
     # all topics: a metadata request that names a missing topic may create it (noida-db
     # does, and Kafka does for clients that allow auto-creation)
-    metadata = call(lambda: admin.list_topics(timeout=policy.connect_timeout), f"reading metadata of {topic!r}", config)
+    metadata = call(lambda: admin.list_topics(timeout=timeout), f"reading metadata of {topic!r}", config)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         raise DriverError(f"kafka: topic {topic!r} does not exist or is unavailable"
                           f"{f' ({info.error.str()})' if info is not None and info.error else ''}")
-    return admin, [TopicPartition(topic, p) for p in sorted(info.partitions)]
-
-
-def _read(config, topic: str, isolation: str, start: dict[int, int], pending: dict[int, int],
-          policy: RetryPolicy) -> Iterator:
-    """Messages of the partitions in ``pending`` from ``start`` up to ``pending``'s offsets
-    (exclusive), waiting at most ``policy.lock_timeout`` for the reader to get there."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
+    parts = [TopicPartition(topic, p) for p in sorted(info.partitions)]
+    if not parts:
+        return
+    high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    start = (_offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+             if since == "earliest" else
+             _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout, config))
+    start = {p: max(0, start.get(p, 0)) for p in high}
+    pending = {p: hw for p, hw in high.items() if hw > start[p]}  # something to read
     if not pending:
         return
-    high = dict(pending)
     consumer = call(lambda: Consumer(client_config(config, **{
         "group.id": f"tidemark-reader-{uuid.uuid4().hex}",  # never joined, never committed: assign() only
         "isolation.level": isolation,
