@@ -65,7 +65,7 @@ def run(bootstrap: str, n: int, batch_size: int, root: str) -> None:
     from confluent_kafka import Producer
 
     raw_topic = f"bench-raw-{tag}"
-    from tidemark.kafka.topics import TopicSpec, ensure_topics
+    from tidemark.drivers.kafka.topics import TopicSpec, ensure_topics
 
     ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(raw_topic, 3)])
     t0 = time.perf_counter()

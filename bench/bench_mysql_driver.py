@@ -21,7 +21,7 @@ import pymysql
 
 from tidemark.drivers.mysql import MySqlDriver, MySqlTransactor
 from tidemark.drivers.mysql.transactor import param
-from tidemark.drivers.sql import DOCUMENT_COLUMN
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN
 from tidemark.protocol.messages import (
     Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
 )

@@ -18,7 +18,7 @@ import uuid
 
 import redis
 
-from tidemark.drivers.redis_driver import RedisDriver
+from tidemark.drivers.redis.driver import RedisDriver
 from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store
 
 URL = os.environ.get("TIDEMARK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -16,9 +16,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tidemark.drivers.webhook_driver import WebhookDriver
+from tidemark.drivers.webhook.driver import WebhookDriver
 from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store
-from tidemark.webhook import WebhookClient, WebhookConfig, plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.chunks import plan_chunks
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
 BINDING = BindingSpec({"name": "docs"}, "docs", ("/id",), FIELDS)

@@ -26,15 +26,16 @@ def nats_spec(tmp_path, data, shards: int, url: str, **config) -> str:
 
 
 def committed_view(url: str) -> dict:
-    """customer -> document, read-committed (tidemark.nats.read_view)."""
-    import tidemark.nats
+    """customer -> document, read-committed (tidemark.drivers.nats.read_view)."""
+    import tidemark.drivers.nats
 
-    return {k[0]: doc for k, doc in tidemark.nats.read_view(url, STREAM, SUBJECT).items()}
+    return {k[0]: doc for k, doc in tidemark.drivers.nats.read_view(url, STREAM, SUBJECT).items()}
 
 
 def raw_last_per_key(url: str) -> dict:
     """customer -> the LAST message of the key in the stream, as a plain consumer sees it."""
-    from tidemark.nats import NatsClient, wire
+    from tidemark.drivers.nats.client import NatsClient
+    from tidemark.drivers.nats import wire
 
     view: dict = {}
     with NatsClient(url) as nc:
@@ -50,7 +51,8 @@ def raw_last_per_key(url: str) -> dict:
 def committed_copies(url: str) -> Counter:
     """(range, checkpoint, batch, counter) -> copies in the stream, for every data message
     of a COMMITTED batch (the progress records say which)."""
-    from tidemark.nats import NatsClient, wire
+    from tidemark.drivers.nats.client import NatsClient
+    from tidemark.drivers.nats import wire
 
     out: Counter = Counter()
     with NatsClient(url) as nc:

@@ -134,6 +134,13 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, Transient)
 
 
+def reset_hint(materialization: str) -> str:
+    """The way to start a view over on purpose, for messages that refuse to go on."""
+    return (f"`tidemark reset SPEC -m {materialization}` (from Python: `tidemark.reset(...)` with the "
+            "arguments given to materialize)")
+
+
+
 # ------------------------------------------------------------------ across processes
 # A shard task runs in a Spark executor's Python worker; Spark hands its failure to the
 # driver as text (a Python traceback inside a JVM exception).  The task marks a tidemark

@@ -345,7 +345,7 @@ def reset_view(materialization: str, driver_name: str, driver_config: dict, bind
     a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
     can be run again)."""
     from tidemark.drivers.registry import load_driver
-    from tidemark.runtime.recovery_log import filesystem
+    from tidemark.files import filesystem
 
     with load_driver(driver_name, driver_config) as driver:
         done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]

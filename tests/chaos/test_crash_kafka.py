@@ -37,7 +37,7 @@ TELLING = ["mid_store", "after_endpoint_commit"]  # a quick check (chaos_full, l
 
 ZOMBIE = """
 import os, signal, sys
-from tidemark.kafka.writer import RangeWriter
+from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
 config = {"bootstrap.servers": sys.argv[1]}
 w = RangeWriter.open(config, "view", Range(0, 0x7fffffff), progress_topic=sys.argv[2])

@@ -22,8 +22,8 @@ import uuid
 from redis.connection import Connection
 
 from tidemark.protocol.messages import Range
-from tidemark.redis_store import RedisConfig, RedisStore
-from tidemark.redis_store.script import COMMIT_LUA
+from tidemark.drivers.redis.store import RedisConfig, RedisStore
+from tidemark.drivers.redis.script import COMMIT_LUA
 
 PAD = "x" * 100
 

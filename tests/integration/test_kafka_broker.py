@@ -274,7 +274,7 @@ def test_compacted_topic_with_partitions_is_created_and_described(kafka_bootstra
 def test_gap_a_metadata_request_that_names_a_topic_creates_it(kafka_bootstrap):
     """GAP: noida-db creates a missing topic when any client's metadata request names it,
     an admin client's too (librdkafka's admin and consumer ask not to; Kafka obeys). So
-    tidemark.kafka lists all topics to see whether one exists."""
+    tidemark.drivers.kafka lists all topics to see whether one exists."""
     admin = AdminClient(conf(kafka_bootstrap))
     name = f"auto-{uuid.uuid4().hex[:10]}"
     assert name not in admin.list_topics(timeout=DEADLINE).topics

@@ -108,8 +108,8 @@ def test_a_zombie_commit_after_a_newer_open_is_rejected_and_writes_nothing(setup
 
 DIES_COMMITTING = """
 import os, signal, sys
-from tidemark.kafka.progress import ProgressRecord
-from tidemark.kafka.writer import RangeWriter
+from tidemark.drivers.kafka.progress import ProgressRecord
+from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
 bootstrap, progress, topic, checkpoint_id, begin, end = sys.argv[1:7]
 rng = Range(int(begin), int(end))
@@ -197,7 +197,7 @@ def test_a_store_behind_kafka_is_rebuilt_and_a_store_ahead_is_refused(setup, tmp
 
 
 def test_quarantined_rows_commit_with_the_batch(setup):
-    from tidemark.kafka.reader import committed_messages
+    from tidemark.drivers.kafka.reader import committed_messages
     import orjson
 
     driver, bindings, config = setup

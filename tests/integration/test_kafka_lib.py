@@ -1,4 +1,4 @@
-"""tidemark.kafka against a real Kafka-protocol broker (a private noida-db)."""
+"""tidemark.drivers.kafka against a real Kafka-protocol broker (a private noida-db)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,11 @@ from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_b
 ck = confluent_kafka_or_skip()
 
 from tidemark.errors import DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema  # noqa: E402
-from tidemark.kafka import (  # noqa: E402
-    ProgressRecord,
-    RangeWriter,
-    TopicSpec,
-    ensure_topics,
-    fence_and_abort,
-    layout_ids,
-    progress_topic_spec,
-    read_frontier,
-    read_frontiers,
-    tail,
-)
+from tidemark.drivers.kafka.progress import ProgressRecord
+from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
+from tidemark.drivers.kafka.topics import TopicSpec, ensure_topics, progress_topic_spec
+from tidemark.drivers.kafka.ids import layout_ids
+from tidemark.drivers.kafka.reader import read_frontier, read_frontiers, tail
 from tidemark.policy import RetryPolicy  # noqa: E402
 from tidemark.protocol.messages import Range  # noqa: E402
 
@@ -193,7 +186,8 @@ def test_a_zombie_writer_is_fenced_by_the_next_open_of_its_range(config, topics)
 CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from tidemark.kafka import ProgressRecord, RangeWriter
+from tidemark.drivers.kafka.progress import ProgressRecord
+from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
 bootstrap, data, progress, begin, end = sys.argv[2:7]
 rng = Range(int(begin), int(end))

@@ -1,4 +1,4 @@
-"""tidemark.nats against a real server: frontier, in-flight scan, fenced batch publish in both
+"""tidemark.drivers.nats against a real server: frontier, in-flight scan, fenced batch publish in both
 modes (atomic batches, ordered with message ids), the read-committed reader, rescale, and a
 writer SIGKILLed mid-batch followed by a replay that writes no message twice."""
 
@@ -20,8 +20,10 @@ pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 
 from tests import nats_writer  # noqa: E402
 from tidemark.errors import EndpointUnavailable, FencedOff, RecoveryError  # noqa: E402
-from tidemark.nats import BatchId, Channel, NatsClient, NatsSettings, OutDoc  # noqa: E402
-from tidemark.nats import wire  # noqa: E402
+from tidemark.drivers.nats.wire import BatchId, Channel  # noqa: E402
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.channel import NatsSettings, OutDoc
+from tidemark.drivers.nats import wire  # noqa: E402
 from tidemark.policy import RetryPolicy  # noqa: E402
 from tidemark.protocol.messages import Range  # noqa: E402
 
@@ -162,8 +164,8 @@ def test_ordered_zombie_data_after_the_owner_scanned_is_dropped_by_msg_id(client
 
 def test_reader_ignores_uncommitted_and_late_duplicates():
     """The fold alone: a partial batch is held back, duplicates and late copies dropped."""
-    from tidemark.nats.reader import fold_committed
-    from tidemark.nats.wire import ProgressRecord
+    from tidemark.drivers.nats.reader import fold_committed
+    from tidemark.drivers.nats.wire import ProgressRecord
 
     ch = Channel("S", "m", Range())
     b1, b2 = BatchId(CP, 1), BatchId(CP, 2)

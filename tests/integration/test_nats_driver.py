@@ -14,7 +14,8 @@ pytest.importorskip("rocksdict")
 from tests.nats_server import nats_server, private_nats_server  # noqa: E402,F401 (fixtures)
 from tidemark.drivers.nats import NatsDriver  # noqa: E402
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError  # noqa: E402
-from tidemark.nats import NatsClient, wire  # noqa: E402
+from tidemark.drivers.nats.client import NatsClient  # noqa: E402
+from tidemark.drivers.nats import wire
 from tidemark.protocol.messages import (  # noqa: E402
     Acknowledge, Apply, BindingSpec, Field, Open, Range, StartCommit, Store,
 )
@@ -123,7 +124,7 @@ def test_tidemark_query_prints_only_committed_documents(tmp_path, private_nats_s
         txn.close()
     with NatsClient(url) as nc:  # a partial batch 2: data without its progress record
         nc.ensure_stream(STREAM, [SUBJECT])
-        from tidemark.nats import BatchId, Channel
+        from tidemark.drivers.nats.wire import BatchId, Channel
 
         ch = Channel(STREAM, "view", Range())
         h = wire.data_headers(ch, BatchId("cp", 2), 1, ["c0"])

@@ -529,7 +529,7 @@ def test_passwords_are_redacted(postgres_url, caplog):
         assert "retry 1/1" in caplog.text  # the policy retried the transient failure
         caplog.clear()
         d.close()
-    from tidemark.drivers.sql import redact
+    from tidemark.drivers.common.redact import redact
     assert SECRET not in redact(f"postgresql://u:{SECRET}@h/db password={SECRET} password='{SECRET}'")
 
 

@@ -172,7 +172,7 @@ def test_validate_refuses_shared_or_missing_prefixes_and_apply_warns_about_persi
     with pytest.raises(SpecError, match="needs resource {prefix"):
         driver.validate(Validate(MAT, driver.config, (dataclasses.replace(a, resource={"bucket": "x"}),)))
     driver.validate(Validate(MAT, driver.config, (a,)))
-    from tidemark.drivers import redis_driver
+    from tidemark.drivers.redis import driver as redis_driver
 
     redis_driver._WARNED.clear()
     with caplog.at_level(logging.WARNING, logger="tidemark"):

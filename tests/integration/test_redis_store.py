@@ -15,8 +15,9 @@ from tidemark.errors import (  # noqa: E402
     DocumentError, EndpointRefused, EndpointUnavailable, FencedOff, RecoveryError, SpecError,
 )
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range  # noqa: E402
-from tidemark.redis_store import AT_LEAST_ONCE, Persistence, RedisConfig, RedisStore  # noqa: E402
-from tidemark.redis_store.layout import data_key, parse_states  # noqa: E402
+from tidemark.drivers.redis.store import AT_LEAST_ONCE, RedisConfig, RedisStore  # noqa: E402
+from tidemark.drivers.redis.persistence import Persistence
+from tidemark.drivers.redis.layout import data_key, parse_states  # noqa: E402
 
 FULL = Range()
 LOW, HIGH = Range.split(2)

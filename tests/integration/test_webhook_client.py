@@ -18,7 +18,9 @@ from tests.integration.webhook_child import CHECKPOINT, batch  # noqa: E402
 from tests.integration.webhook_support import dedup_receiver, naive_receiver  # noqa: E402,F401
 from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, SpecError  # noqa: E402
 from tidemark.protocol.messages import Range  # noqa: E402
-from tidemark.webhook import WebhookClient, WebhookConfig, plan_chunks, retry_after_seconds  # noqa: E402
+from tidemark.drivers.webhook.client import WebhookClient, retry_after_seconds  # noqa: E402
+from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.chunks import plan_chunks
 
 CHILD = os.path.join(os.path.dirname(__file__), "webhook_child.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

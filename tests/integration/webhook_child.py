@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 
 from tidemark.protocol.messages import Range
-from tidemark.webhook import WebhookClient, WebhookConfig, plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.chunks import plan_chunks
 
 CHECKPOINT = {"checkpoint_id": "ck-1", "materialization": "view", "batch_id": 4, "query_id": "q-1",
               "offsets": {"files": 12}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from tidemark.drivers.webhook_driver import WebhookDriver
+from tidemark.drivers.webhook.driver import WebhookDriver
 from tidemark.protocol.messages import (
     Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store,
 )

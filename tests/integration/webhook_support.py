@@ -111,7 +111,7 @@ def receiver_view(receiver: Receiver):
     """A webhook driver class whose ``dump`` of a delta-updates binding reads what
     ``receiver`` applied (tidemark keeps those rows nowhere else), for the conformance kit."""
     from tidemark.drivers.store.naming import resource_name
-    from tidemark.drivers.webhook_driver import WebhookDriver
+    from tidemark.drivers.webhook.driver import WebhookDriver
 
     class ReceiverView(WebhookDriver):
         def dump(self, materialization, binding):

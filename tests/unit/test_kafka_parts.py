@@ -1,4 +1,4 @@
-"""tidemark.kafka without a broker: transactional ids, progress records, error translation."""
+"""tidemark.drivers.kafka without a broker: transactional ids, progress records, error translation."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tidemark.errors import (
     RecoveryError,
     SpecError,
 )
-from tidemark.kafka import ProgressRecord, layout_ids, progress_key, progress_partition, transactional_id
-from tidemark.kafka.progress import FORMAT_VERSION, decode_key
+from tidemark.drivers.kafka.progress import ProgressRecord, progress_key, progress_partition
+from tidemark.drivers.kafka.ids import layout_ids, transactional_id
+from tidemark.drivers.kafka.progress import FORMAT_VERSION, decode_key
 from tidemark.protocol.messages import Range
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
@@ -110,7 +111,7 @@ def kerr(code, text="boom", **kw):
     (ck.KafkaError.INVALID_CONFIG, DriverError),
 ])
 def test_confluent_kafka_errors_become_tidemark_errors(code, cls):
-    from tidemark.kafka.client import translate
+    from tidemark.drivers.kafka.client import translate
 
     err = translate(kerr(code), "committing")
     assert type(err) is cls
@@ -119,7 +120,7 @@ def test_confluent_kafka_errors_become_tidemark_errors(code, cls):
 
 @needs_ck
 def test_an_error_that_requires_an_abort_is_not_transient():
-    from tidemark.kafka.client import translate
+    from tidemark.drivers.kafka.client import translate
 
     err = translate(kerr(ck.KafkaError._STATE, txn_requires_abort=True, retriable=True), "committing")
     assert type(err) is DriverError and "aborted" in str(err)
@@ -127,7 +128,7 @@ def test_an_error_that_requires_an_abort_is_not_transient():
 
 @needs_ck
 def test_secrets_never_appear_in_messages():
-    from tidemark.kafka.client import call, client_config, redacted, translate
+    from tidemark.drivers.kafka.client import call, client_config, redacted, translate
 
     config = {"bootstrap.servers": "127.0.0.1:1", "sasl.username": "app", "sasl.password": "hunter2-secret",
               "ssl.key.password": "k3y-pass"}
@@ -144,4 +145,4 @@ def test_secrets_never_appear_in_messages():
     assert "k3y-pass" not in str(exc.value)
     with pytest.raises(DriverError, match="bootstrap.servers"):
         client_config({})
-    assert client_config(config)["logger"].name == "tidemark.kafka"
+    assert client_config(config)["logger"].name == "tidemark.drivers.kafka"

@@ -70,3 +70,109 @@ def test_pyspark_is_imported_only_inside_tidemark_spark():
     outside = [p for p in _modules(ROOT) if ROOT / "spark" not in p.parents]
     bad = _violations(outside, "pyspark")
     assert not bad, "\n".join(bad)
+
+
+# ----------------------------------------------------------------- the package's layers
+# (docs/dev/package-map.md says why each rule holds)
+
+LIBRARIES = ("tidemark.collection", "tidemark.store", "tidemark.protocol", "tidemark.policy", "tidemark.errors",
+             "tidemark.jsontext", "tidemark.faults", "tidemark.files")
+SQL_ENDPOINTS = ("postgres", "mysql", "sqlite")
+PUSH_ENDPOINTS = ("kafka", "nats", "webhook")  # their Loads are answered by the local store endpoint
+SHARED = ("base", "registry", "common")
+
+
+def _endpoint_folders() -> list[str]:
+    return sorted(p.name for p in (ROOT / "drivers").iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists() and p.name not in SHARED)
+
+
+def test_libraries_import_no_driver_runtime_or_spark():
+    paths = [p for lib in LIBRARIES for p in
+             (_modules(ROOT / lib.split(".")[1]) if (ROOT / lib.split(".")[1]).is_dir() else [ROOT / f"{lib.split('.')[1]}.py"])]
+    bad = _violations(paths, "tidemark.drivers", "tidemark.runtime", "tidemark.spark", "tidemark.cli", "tidemark.spec")
+    assert not bad, "\n".join(bad)
+
+
+def test_drivers_import_neither_the_runtime_nor_spark():
+    bad = _violations(_modules(ROOT / "drivers"), "tidemark.runtime", "tidemark.spark", "tidemark.cli")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
+    """An endpoint folder imports the contract and the shared pieces; the SQL skeleton only
+    from SQL endpoints; the local store endpoint only from the push endpoints; no other
+    endpoint."""
+    folders = _endpoint_folders()
+    assert {"sqlite", "postgres", "mysql", "delta", "store", "kafka", "nats", "redis", "webhook", "command"} <= set(folders)
+    stray = sorted(p.name for p in (ROOT / "drivers").glob("*.py")
+                   if p.stem not in ("__init__", "base", "registry", "memory"))
+    assert not stray, f"endpoint modules outside a folder of their own: {stray}"
+    bad = []
+    for name in folders:
+        allowed = set(SHARED) | {name}
+        if name in SQL_ENDPOINTS:
+            allowed.add("sql")
+        if name in PUSH_ENDPOINTS:
+            allowed.add("store")
+        others = [f"tidemark.drivers.{o}" for o in folders + ["sql", "memory"] if o not in allowed]
+        bad += _violations(_modules(ROOT / "drivers" / name), *others)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_shared_pieces_import_no_endpoint():
+    endpoints = [f"tidemark.drivers.{o}" for o in _endpoint_folders() + ["memory"]]
+    bad = _violations(_modules(ROOT / "drivers" / "common") + [ROOT / "drivers" / "base.py"], *endpoints)
+    assert not bad, "\n".join(bad)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {_module_name(p): p for p in _modules(ROOT)}
+    graph = {}
+    for name, p in mods.items():
+        found = [m for _, m in imported_modules(p)]
+        deps = set()
+        for m in found:
+            if m in mods and any(f.startswith(m + ".") and f in mods for f in found):
+                continue  # ``from pkg import submodule``: the edge is to the submodule
+            while m and m not in mods:
+                m = m.rpartition(".")[0]
+            if m and m != name and not name.startswith(m + "."):  # a module's own packages run first anyway
+                deps.add(m)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_cycles_lazy_and_type_checking_imports_included():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)

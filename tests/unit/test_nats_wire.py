@@ -1,4 +1,4 @@
-"""tidemark.nats.wire without a server: subjects, headers, message ids, progress records."""
+"""tidemark.drivers.nats.wire without a server: subjects, headers, message ids, progress records."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tidemark.nats import wire
-from tidemark.nats.channel import subject_matches, version_tuple
-from tidemark.nats.wire import BatchId, Channel, Frontier, InFlightMark, ProgressRecord
+from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.channel import subject_matches, version_tuple
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlightMark, ProgressRecord
 from tidemark.protocol.messages import Range
 
 

@@ -67,7 +67,7 @@ def test_spark_checkpoint_identity(tmp_path):
 def test_ranges_of_one_batch_agree_by_identity_not_by_the_whole_checkpoint():
     """A batch half-committed with 4 shards, re-run under a configured count of 3: its ranges'
     checkpoints differ in other fields (the spec version) but name the same batch."""
-    from tidemark.drivers.sql import CheckpointState, plan_open
+    from tidemark.drivers.common.fences import CheckpointState, plan_open
 
     a = {"checkpoint_id": "c", "batch_id": 5, "query_id": "q", "offsets": "o", "version": "v4"}
     b = {**a, "version": "v3"}

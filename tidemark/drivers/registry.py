@@ -20,8 +20,8 @@ DRIVERS: dict[str, str] = {
     "delta": "tidemark.drivers.delta:DeltaDriver",
     "store": "tidemark.drivers.store:StoreDriver",
     "kafka": "tidemark.drivers.kafka:KafkaDriver",
-    "redis": "tidemark.drivers.redis_driver:RedisDriver",
-    "webhook": "tidemark.drivers.webhook_driver:WebhookDriver",
+    "redis": "tidemark.drivers.redis:RedisDriver",
+    "webhook": "tidemark.drivers.webhook:WebhookDriver",
     "nats": "tidemark.drivers.nats:NatsDriver",
 }
 

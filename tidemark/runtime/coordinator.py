@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, capabilities_of
-from tidemark.errors import RecoveryError, SpecError
+from tidemark.errors import RecoveryError, SpecError, reset_hint
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
@@ -65,11 +65,6 @@ UNSAFE_AT_LEAST_ONCE = ("sum", "append")
 
 def even_layout(shards: int) -> list[list[int]]:
     return [[r.key_begin, r.key_end] for r in Range.split(shards)]
-
-
-def reset_hint(materialization: str) -> str:
-    return (f"`tidemark reset SPEC -m {materialization}` (from Python: `tidemark.reset(...)` with the "
-            "arguments given to materialize)")
 
 
 @dataclass(frozen=True)

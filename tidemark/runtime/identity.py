@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from tidemark.runtime.recovery_log import filesystem
+from tidemark.files import filesystem
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 import pyarrow.fs as pafs
 
+from tidemark.files import filesystem  # noqa: F401  (re-exported)
 from tidemark.errors import RecoveryError
 
 log = logging.getLogger("tidemark")
@@ -65,15 +66,6 @@ class LogEntry:
     def of(obj: dict) -> "LogEntry":
         names = {f.name for f in fields(LogEntry)}
         return LogEntry(**{k: v for k, v in obj.items() if k in names})
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow file system of a path or URI, and the path inside it."""
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    if uri.startswith("file://"):
-        return pafs.LocalFileSystem(), uri[len("file://"):]
-    return pafs.FileSystem.from_uri(uri)
 
 
 def _digest(body: Any) -> str:

@@ -75,7 +75,7 @@ def check_reductions(materialization: str, batch_id: int, logged: Sequence[dict]
                      spec_file: Optional[str] = None) -> None:
     """Refuse a spec whose reduce annotations changed since the recovery log's last batch."""
     from tidemark.errors import SpecError
-    from tidemark.runtime.coordinator import reset_hint
+    from tidemark.errors import reset_hint
 
     changes = changes_since(logged, current)
     if not changes:

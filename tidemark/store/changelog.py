@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tidemark.errors import RecoveryError
-from tidemark.runtime.recovery_log import filesystem
+from tidemark.files import filesystem
 from tidemark.protocol.messages import Range
 from tidemark.store.db import batch_of
 from tidemark.store.iters import bounded, live, merge

@@ -2,7 +2,7 @@
 
 :func:`plan` gets the *heads* of every range that overlaps the opened one — what each
 committed last, from the local stores and the changelog — and decides, with the rule of
-:func:`tidemark.drivers.sql.plan_open`:
+:func:`tidemark.drivers.common.fences.plan_open`:
 
 1. nothing overlapping ever committed: start empty;
 2. the newest batch among the overlapping ranges is held by the range itself: keep it;

@@ -13,7 +13,7 @@ carrying the app transaction ``(APP_ID, N)``, and skips the table when it is alr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.dataset as pds
@@ -23,11 +23,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
-from tidemark.drivers.sql import QUARANTINE_TABLE, quarantine_rows
+from tidemark.drivers.common.columns import QUARANTINE_TABLE, quarantine_rows
+from tidemark.drivers.base import Driver  # the DeltaDriver
 from tidemark.errors import RecoveryError
-
-if TYPE_CHECKING:
-    from tidemark.drivers.delta.driver import DeltaDriver
 
 COLUMNS = ("materialization", "batch_id", "location", "key_json", "reason", "value")
 SCHEMA = pa.schema([
@@ -54,7 +52,7 @@ def stage_quarantine(fs: pafs.FileSystem, path: str, materialization: str, batch
     return table.num_rows
 
 
-def apply_quarantine(driver: DeltaDriver, names: list[str], app: str, batch: int) -> None:
+def apply_quarantine(driver: Driver, names: list[str], app: str, batch: int) -> None:
     """Append batch ``batch``'s staged quarantine files once (the app transaction ``(app, batch)``)."""
     location = driver.quarantine_location
     DeltaTable.create(location, schema=SCHEMA, mode="ignore", configuration={TABLE_PROPERTY: "true"},
@@ -73,7 +71,7 @@ def apply_quarantine(driver: DeltaDriver, names: list[str], app: str, batch: int
                     commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
 
 
-def read_quarantine(driver: DeltaDriver, materialization: str) -> list[dict]:
+def read_quarantine(driver: Driver, materialization: str) -> list[dict]:
     """The quarantined rows of a materialization, by batch and location (tests, inspection)."""
     try:
         dt = driver.table(driver.quarantine_location)
@@ -84,7 +82,7 @@ def read_quarantine(driver: DeltaDriver, materialization: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
 
 
-def drop_quarantine(driver: DeltaDriver, materialization: str) -> int:
+def drop_quarantine(driver: Driver, materialization: str) -> int:
     """Delete the materialization's rows from the quarantine table; how many."""
     try:
         dt = driver.table(driver.quarantine_location)

@@ -5,32 +5,29 @@ from __future__ import annotations
 import json
 import urllib.parse
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder
 
-from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the DeltaDriver that opened it
 from tidemark.drivers.delta.quarantine import stage_quarantine
 from tidemark.drivers.delta.tables import (
     IN_LIST_MAX, TableModel, app_id, applied_batch, arrow_type, column, ident, sql_literal, stages_of,
 )
-from tidemark.drivers.sql import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Load, Loaded, Open, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
 )
 
-if TYPE_CHECKING:
-    from tidemark.drivers.delta.driver import DeltaDriver
-
 class DeltaTransactor(ReadCommittedLoads, Transactor):
     """One shard session: Loads read the committed table, Stores go to staged Parquet."""
 
-    def __init__(self, driver: DeltaDriver, req: Open, models: list[TableModel]):
+    def __init__(self, driver: Driver, req: Open, models: list[TableModel]):
         self.driver = driver
         self.materialization = req.materialization
         self.range = req.range

@@ -3,7 +3,7 @@ Kafka transactions and a progress topic (the Materialize seed), full documents f
 local state store.
 
 Per shard range, one transactional producer whose ``transactional.id`` is a function of
-(materialization, range) (:mod:`tidemark.kafka.ids`). Each batch of the range is one Kafka
+(materialization, range) (:mod:`tidemark.drivers.kafka.ids`). Each batch of the range is one Kafka
 transaction holding the batch's documents and the range's **progress record** (the
 runtime checkpoint, the commit's sequence and counts) — the write frontier. Open:
 
@@ -11,7 +11,7 @@ runtime checkpoint, the commit's sequence and counts) — the write frontier. Op
    open transaction aborted;
 2. the frontiers of the materialization's ranges are read (read_committed); the range's
    checkpoint is its own last record's, or inherited after a split or merge exactly like
-   the SQL endpoints' checkpoint rows (:func:`tidemark.drivers.sql.fences.plan_open`);
+   the SQL endpoints' checkpoint rows (:func:`tidemark.drivers.common.fences.plan_open`);
    a range that takes over from an older layout first fences every overlapping old
    range's transactional id, so no transaction of the old layout lingers;
 3. the local store of the range (:mod:`tidemark.store`, under ``state``) is opened and,
@@ -33,7 +33,7 @@ from tidemark.drivers.kafka.settings import (
     KafkaSettings, check_topic_name, resolve_state, resource_partitions, topic_of,
 )
 from tidemark.drivers.kafka.transactor import KafkaTransactor
-from tidemark.drivers.sql.fences import CheckpointState, plan_open
+from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import RecoveryError, SpecError
@@ -110,7 +110,7 @@ class KafkaDriver(Driver):
         return topics
 
     def topic_specs(self, bindings: Sequence[BindingSpec]):
-        from tidemark.kafka.topics import TopicSpec, progress_topic_spec
+        from tidemark.drivers.kafka.topics import TopicSpec, progress_topic_spec
 
         s = self.settings
         specs = []
@@ -129,7 +129,7 @@ class KafkaDriver(Driver):
         return Validated(tuple(ValidatedBinding((topic_of(b),), b.delta_updates) for b in req.bindings))
 
     def apply(self, req: Apply) -> Applied:
-        from tidemark.kafka.topics import ensure_topics
+        from tidemark.drivers.kafka.topics import ensure_topics
 
         specs = self.topic_specs(req.bindings)
         if req.dry_run:
@@ -141,7 +141,7 @@ class KafkaDriver(Driver):
 
     # ------------------------------------------------------- transaction phase
     def frontiers(self, materialization: str) -> dict:
-        from tidemark.kafka.reader import read_frontiers
+        from tidemark.drivers.kafka.reader import read_frontiers
 
         s = self.settings
         return read_frontiers(s.client, s.progress_topic, materialization, policy=s.policy)
@@ -161,10 +161,10 @@ class KafkaDriver(Driver):
         ``ranges`` (the recovery log's last and in-flight layouts) that has no frontier yet
         (its first batch may have died). Producers of other materializations or checkpoints
         are left alone (a read waits for them as before)."""
-        from tidemark.kafka.ids import transactional_id
-        from tidemark.kafka.progress import ProgressRecord, decode_key
-        from tidemark.kafka.reader import undecided_messages
-        from tidemark.kafka.writer import fence_and_abort
+        from tidemark.drivers.kafka.ids import transactional_id
+        from tidemark.drivers.kafka.progress import ProgressRecord, decode_key
+        from tidemark.drivers.kafka.reader import undecided_messages
+        from tidemark.drivers.kafka.writer import fence_and_abort
 
         s = self.settings
         if checkpoint_id is None or not self._progress_topic_exists():
@@ -199,8 +199,8 @@ class KafkaDriver(Driver):
         return done
 
     def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
-        from tidemark.kafka.ids import transactional_id
-        from tidemark.kafka.writer import RangeWriter, fence_and_abort
+        from tidemark.drivers.kafka.ids import transactional_id
+        from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
         from tidemark.store import RangeStore
 
         s, mat, rng = self.settings, req.materialization, req.range
@@ -248,7 +248,7 @@ class KafkaDriver(Driver):
     def dump(self, materialization: str, binding: BindingSpec):
         """The committed view of the binding's topic (``{key: doc}``; delta-updates: every
         committed document in partition and offset order)."""
-        from tidemark.kafka.reader import committed_messages, tail
+        from tidemark.drivers.kafka.reader import committed_messages, tail
 
         import orjson
 
@@ -271,7 +271,7 @@ class KafkaDriver(Driver):
     def _progress_topic_exists(self) -> bool:
         from confluent_kafka.admin import AdminClient
 
-        from tidemark.kafka.client import call, client_config
+        from tidemark.drivers.kafka.client import call, client_config
 
         s = self.settings
         admin = AdminClient(client_config(s.client))
@@ -285,8 +285,8 @@ class KafkaDriver(Driver):
         and remove its local state. Stop the job first."""
         from confluent_kafka.admin import AdminClient
 
-        from tidemark.kafka.client import call, client_config
-        from tidemark.kafka.writer import _producer, fence_and_abort
+        from tidemark.drivers.kafka.client import call, client_config
+        from tidemark.drivers.kafka.writer import _producer, fence_and_abort
 
         s, done = self.settings, []
         if self._progress_topic_exists():
@@ -324,7 +324,7 @@ def _batch(cp) -> int:
 
 def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
     """Commit ``checkpoint`` as ``rng``'s frontier (a transaction of one progress record)."""
-    from tidemark.kafka.progress import ProgressRecord
+    from tidemark.drivers.kafka.progress import ProgressRecord
 
     record = (own.next(checkpoint, {}, transactional_id=writer.transactional_id) if own is not None else
               ProgressRecord.first(materialization, rng, checkpoint, {}, transactional_id=writer.transactional_id))

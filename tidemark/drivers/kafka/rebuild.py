@@ -19,9 +19,9 @@ from typing import Any, Optional, Sequence
 import orjson
 
 from tidemark.collection.keys import key_hash
-from tidemark.drivers.sql.fences import identity
+from tidemark.drivers.common.fences import identity
 from tidemark.errors import DocumentError, RecoveryError
-from tidemark.kafka.reader import committed_messages
+from tidemark.drivers.kafka.reader import committed_messages
 from tidemark.store import RangeStore, tidemark_key
 from tidemark.store.db import batch_of
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from tidemark.errors import SpecError
-from tidemark.kafka.ids import DEFAULT_PREFIX
+from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
 

@@ -28,8 +28,8 @@ from tidemark.collection.keys import key_json
 from tidemark.drivers.base import Transactor
 from tidemark.drivers.store.transactor import StoreTransactor, quarantine_row
 from tidemark.faults import fault_point
-from tidemark.kafka.progress import ProgressRecord
-from tidemark.kafka.writer import RangeWriter
+from tidemark.drivers.kafka.progress import ProgressRecord
+from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Flush, Flushed, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
 )

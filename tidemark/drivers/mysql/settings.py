@@ -8,7 +8,7 @@ from typing import Any, Optional
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from tidemark.drivers.mysql.dialect import MAX_IDENTIFIER_CHARS
-from tidemark.drivers.sql import redact
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
 

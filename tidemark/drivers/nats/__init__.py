@@ -1,5 +1,11 @@
-"""The ``nats`` endpoint (NATS JetStream): see :mod:`tidemark.drivers.nats.driver`."""
+"""The ``nats`` endpoint (NATS JetStream): see :mod:`tidemark.drivers.nats.driver`.
 
+Reading a view from a URL in one call: :func:`read_view` and :func:`read_committed`
+(:mod:`.api`).  The write path: :mod:`.wire` (what is written), :mod:`.channel` (how a batch
+is committed and fenced), :mod:`.reader` (the read-committed reader).
+"""
+
+from tidemark.drivers.nats.api import committed_view as read_view, read_committed
 from tidemark.drivers.nats.driver import CAPABILITIES, NatsDriver
 
-__all__ = ["NatsDriver", "CAPABILITIES"]
+__all__ = ["NatsDriver", "CAPABILITIES", "read_committed", "read_view"]

@@ -24,9 +24,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.sql.redact import redact
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import IncompatibleSchema, SpecError
-from tidemark.nats import NatsSettings, wire
+from tidemark.drivers.nats.channel import NatsSettings
+from tidemark.drivers.nats import wire
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
 

@@ -1,5 +1,5 @@
 """The ``nats`` endpoint: each changed key's full document as a message on a JetStream stream,
-exactly once, without transactions (see :mod:`tidemark.nats` for the scheme, and
+exactly once, without transactions (see :mod:`tidemark.drivers.nats` for the scheme, and
 :mod:`.config` for the config and resources).
 
 Commit pattern: store-authoritative — the log's progress record of a range is the endpoint
@@ -72,7 +72,7 @@ class NatsDriver(Driver):
     def client(self):
         with self._lock:
             if self._client is None:
-                from tidemark.nats import NatsClient
+                from tidemark.drivers.nats.client import NatsClient
 
                 self._client = NatsClient(self.cfg.url, policy=self.cfg.policy, settings=self.cfg.settings)
             return self._client
@@ -150,7 +150,7 @@ class NatsDriver(Driver):
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[NatsTransactor, Opened]:
-        from tidemark.nats import Channel
+        from tidemark.drivers.nats.wire import Channel
 
         ts = self._check(req.materialization, req.bindings)
         stream = self.stream(req.materialization, req.bindings)
@@ -212,7 +212,7 @@ class NatsDriver(Driver):
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Purge the view's subjects, its progress records and quarantine from the stream, and
         remove its local state store (stop the job first).  The stream itself stays."""
-        from tidemark.nats.layout import progress_filter
+        from tidemark.drivers.nats.layout import progress_filter
 
         done = []
         stream = self.stream(materialization, bindings) if bindings else self.stream(materialization)

@@ -2,13 +2,13 @@
 
 1. Fence: list the materialization's progress subjects.  When the range has its own live
    record and no other live range overlaps it, append an ``open`` record fenced on the last
-   one (:meth:`tidemark.nats.NatsClient.open`).  Otherwise the layout changed: the range
-   takes over (:func:`tidemark.nats.layout.take_over`) — it inherits the checkpoint by the
-   rule of :func:`tidemark.drivers.sql.fences.plan_open` and closes every other live
+   one (:meth:`tidemark.drivers.nats.NatsClient.open`).  Otherwise the layout changed: the range
+   takes over (:func:`tidemark.drivers.nats.layout.take_over`) — it inherits the checkpoint by the
+   rule of :func:`tidemark.drivers.common.fences.plan_open` and closes every other live
    overlapping range, each close fenced on what was read, so a session of the old layout is
    fenced and nothing it commits is lost.
 2. The in-flight batch: the messages of the range written after its committed batch
-   (:meth:`~tidemark.nats.NatsClient.written_after`); the replay skips exactly those.
+   (:meth:`~tidemark.drivers.nats.NatsClient.written_after`); the replay skips exactly those.
 3. The local store (a cache of the log's full documents, for Loads): open it
    (:meth:`tidemark.store.RangeStore.open` fences this machine's sessions); when its
    checkpoint is not the frontier's, rebuild the range from the log's committed documents
@@ -23,10 +23,12 @@ import shutil
 from typing import Optional, Sequence
 
 from tidemark.collection.keys import key_hash
-from tidemark.drivers.sql.fences import CheckpointState, identity, plan_open
+from tidemark.drivers.common.fences import CheckpointState, identity, plan_open
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.nats import BatchId, Channel, Frontier, NatsClient, Session
-from tidemark.nats.layout import needs_takeover
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.channel import Session
+from tidemark.drivers.nats.layout import needs_takeover
 from tidemark.protocol.messages import Range
 from tidemark.store import Isolation, RangeStore, StoreConfig, tidemark_key
 from tidemark.store.keys import is_range_name, parse_range

@@ -1,7 +1,7 @@
 """``tidemark query SPEC --view NAME`` over a ``nats`` view: the committed documents only.
 
 The stream is read from its start through the read-committed reader
-(:meth:`tidemark.nats.NatsClient.read_committed`): a message is used only when the progress
+(:meth:`tidemark.drivers.nats.NatsClient.read_committed`): a message is used only when the progress
 record of its batch is in the stream, so a query never shows part of a batch.  The result
 is the last committed document per key (deleted keys absent), in key order; a
 delta-updates view yields every committed row, in commit order.

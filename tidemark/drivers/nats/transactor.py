@@ -8,7 +8,7 @@
 * Quarantine: the rows are queued as messages on the materialization's quarantine subject,
   in the same batch (so they commit with it, or not at all).
 * StartCommit: ``before_endpoint_commit``; the batch's messages and its progress record
-  (:meth:`tidemark.nats.NatsClient.publish_batch`: fenced on the range's progress subject,
+  (:meth:`tidemark.drivers.nats.NatsClient.publish_batch`: fenced on the range's progress subject,
   skipping the counters the Open found already written); ``after_endpoint_commit``; then
   the store commits with the same runtime checkpoint.  A crash between the two is repaired
   by the next Open (the store is behind the log: rebuilt from it).
@@ -24,7 +24,9 @@ from typing import Any, Optional, Sequence
 from tidemark.collection.keys import compact_json, key_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.faults import fault_point
-from tidemark.nats import BatchId, InFlight, NatsClient, OutDoc, Session
+from tidemark.drivers.nats.wire import BatchId, InFlight
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.channel import OutDoc, Session
 from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
 )
@@ -61,7 +63,7 @@ class NatsTransactor(ReadCommittedLoads, Transactor):
         self._deferred: list[Load] = []
         self._queued: list[tuple[int, str, OutDoc]] = []
         self._quarantine: list[dict] = []
-        self.last_commit = None  # tidemark.nats.Committed of the last StartCommit
+        self.last_commit = None  # tidemark.drivers.nats.Committed of the last StartCommit
 
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
         self._acknowledged = True

@@ -11,7 +11,7 @@ from psycopg import conninfo as pg_conninfo
 from psycopg import errors as pg_errors
 
 from tidemark.drivers.postgres.dialect import check_name_length
-from tidemark.drivers.sql import redact
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
 

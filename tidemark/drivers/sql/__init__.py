@@ -2,22 +2,22 @@
 
 * :mod:`~tidemark.drivers.sql.model` — column kinds, the table of a binding
   (:class:`TableModel`), schema checks, value coercion, quarantine rows;
-* :mod:`~tidemark.drivers.sql.fences` — the fenced checkpoints' Open rule (:func:`plan_open`);
+* :mod:`~tidemark.drivers.common.fences` — the fenced checkpoints' Open rule (:func:`plan_open`);
 * :mod:`~tidemark.drivers.sql.dialect` — :class:`Dialect`: placeholders, identifiers and
   their limits, types, upserts, DDL, catalogs;
 * :mod:`~tidemark.drivers.sql.driver` — :class:`SqlDriver`: own tables, Validate, Apply,
   Open, dump, checkpoints, positions, drop;
 * :mod:`~tidemark.drivers.sql.transactor` — :class:`SqlTransactor`: Load, Store,
   quarantine and the commit (steps 1-5);
-* :mod:`~tidemark.drivers.sql.redact` — passwords out of messages.
+* :mod:`~tidemark.drivers.common.redact` — passwords out of messages.
 
-An endpoint adds a dialect and its connection code (``drivers/sqlite.py``,
+An endpoint adds a dialect and its connection code (``drivers/sqlite/driver.py``,
 ``drivers/postgres/``); ``docs/dev/sql-skeleton.md`` says what exactly.
 """
 
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier, sql_capabilities
-from tidemark.drivers.sql.fences import (
+from tidemark.drivers.common.fences import (
     CheckpointState, OpenPlan, fenced_off, identity, load_checkpoint, plan_open,
 )
 from tidemark.drivers.sql.model import (
@@ -25,7 +25,7 @@ from tidemark.drivers.sql.model import (
     ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, TableModel, check_columns, coerce, dumps, field_kind, quarantine_rows,
     quote_ident,
 )
-from tidemark.drivers.sql.redact import REDACTED, redact
+from tidemark.drivers.common.redact import REDACTED, redact
 from tidemark.drivers.sql.transactor import SqlTransactor
 
 __all__ = [

@@ -3,7 +3,7 @@
 A :class:`Dialect` is stateless (one instance per endpoint kind, a class attribute of the
 driver) and holds no connection.  The defaults are ANSI SQL where it has an answer
 (``"`` quoting, ``CREATE SCHEMA``, ``information_schema``); SQLite and PostgreSQL
-override what differs (``drivers/sqlite.py``, ``drivers/postgres/dialect.py``), as
+override what differs (``drivers/sqlite/driver.py``, ``drivers/postgres/dialect.py``), as
 Estuary's ``materialize-sql`` dialects do.
 """
 

@@ -4,7 +4,7 @@
 own tables (``tidemark_checkpoints``, ``tidemark_resources``, ``tidemark_quarantine``),
 Validate and Apply (create, add columns, claim the tables), Open (bump the fence of the
 range and of every overlapping range, inherit the checkpoint; see
-:mod:`tidemark.drivers.sql.fences`), and the inspection calls (``dump``, ``checkpoints``,
+:mod:`tidemark.drivers.common.fences`), and the inspection calls (``dump``, ``checkpoints``,
 ``positions``, ``drop``).  The session is :class:`~tidemark.drivers.sql.transactor.SqlTransactor`.
 
 A subclass provides the connection code — :meth:`SqlDriver.connect`, :attr:`SqlDriver.con`,
@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
 from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
+from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.sql.model import (
     CHECKPOINTS_TABLE, DOCUMENT_COLUMN, QUARANTINE_TABLE, RESOURCES_TABLE, ROW_ID_COLUMN, Column, TableModel,
     check_columns, dumps,
@@ -312,7 +312,7 @@ class SqlDriver(Driver):
 
     def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
         """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see
-        :mod:`tidemark.drivers.sql.fences`)."""
+        :mod:`tidemark.drivers.common.fences`)."""
         d, ck = self.dialect, self.ck
         p = d.placeholder
         lock = d.open_lock(self.schema, materialization)

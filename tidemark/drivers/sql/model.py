@@ -5,21 +5,18 @@ endpoint."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
+from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the SQL skeleton's names)
+    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, coerce,
+    dumps, field_kind, quarantine_rows,
+)
 from tidemark.errors import IncompatibleSchema, SpecError
-from tidemark.protocol.messages import BindingSpec, Field
+from tidemark.protocol.messages import BindingSpec
 
 CHECKPOINTS_TABLE = "tidemark_checkpoints"
-QUARANTINE_TABLE = "tidemark_quarantine"
 RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
-DOCUMENT_COLUMN = "flow_document"
-ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
-
-# Column kinds: the dialects map each to one SQL type.
-TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
 
 
 def quote_ident(name: str) -> str:
@@ -28,26 +25,6 @@ def quote_ident(name: str) -> str:
     if not name or "\x00" in name:
         raise SpecError(f"invalid SQL identifier {name!r}")
     return '"' + name.replace('"', '""') + '"'
-
-
-def field_kind(f: Field) -> str:
-    t = (f.type or "json").lower()
-    if t == "string":
-        return TIMESTAMP if (f.format or "") == "date-time" else TEXT
-    if t == "integer":
-        return INTEGER
-    if t == "number":
-        return NUMBER
-    if t == "boolean":
-        return BOOLEAN
-    return JSON  # object, array, json, or a union of types
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    name: str
-    kind: str
-    is_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,40 +120,3 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
             f"{'are' if len(unwritten) > 1 else 'is'} NOT NULL without a default, and no field of the "
             "binding writes it: give it a default, allow NULL, or use another table")
     return missing
-
-
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def coerce(kind: str, value: Any) -> Any:
-    """A JSON value as the column wants it (JSON kinds as text); None stays None."""
-    if value is None:
-        return None
-    if kind == JSON or isinstance(value, (dict, list)):
-        return _encode(value)
-    if kind == INTEGER and isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def dumps(doc: Any) -> str:
-    """Compact JSON text (one shared encoder: cheaper than ``json.dumps`` with options)."""
-    return _encode(doc)
-
-
-def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
-    """Rows for ``tidemark_quarantine(materialization, batch_id, location, key_json, reason, value)``."""
-    out = []
-    for r in rows:
-        value = r.get("value")
-        if value is not None and not isinstance(value, str):
-            value = dumps(value)
-        key = r.get("key_json")
-        if key is not None and not isinstance(key, str):
-            key = dumps(key)
-        loc = r.get("location")
-        out.append((materialization, batch_id, None if loc is None else str(loc), key,
-                    str(r.get("reason", "")), value))
-    return out
-
-

@@ -14,19 +14,16 @@ faster path (PostgreSQL's COPY) overrides :meth:`SqlTransactor.lookup`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from tidemark import jsontext
-from tidemark.drivers.base import ReadCommittedLoads, Transactor
-from tidemark.drivers.sql.fences import fenced_off
+from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
+from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Load, Loaded, Quarantine, Range, StartCommit, StartedCommit, Store,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tidemark.drivers.sql.driver import SqlDriver
 
 T = TypeVar("T")
 
@@ -44,7 +41,7 @@ def staged_columns(model: TableModel, quote: Callable[[str], str]) -> tuple[list
 class SqlTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection (see the module docstring)."""
 
-    def __init__(self, driver: "SqlDriver", con: Any, materialization: str, rng: Range, fence: int,
+    def __init__(self, driver: Driver, con: Any, materialization: str, rng: Range, fence: int,
                  models: list[TableModel], kept: Optional[list[Optional[tuple[int, ...]]]] = None,
                  session: Any = None):
         self.driver = driver

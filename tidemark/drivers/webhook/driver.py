@@ -20,10 +20,10 @@ the documents, the fence and the runtime checkpoint of each range.
 StartCommit, per range:
 
 1. plan the chunks of every binding's documents in Store order (deterministic: a replay of
-   the batch gives the same chunks, bodies and keys; :mod:`tidemark.webhook.chunks`);
+   the batch gives the same chunks, bodies and keys; :mod:`tidemark.drivers.webhook.chunks`);
 2. take the range's lock in the state store and verify the fence (a stale session gets
    FencedOff and posts nothing; a newer Open of an overlapping range waits for the lock);
-3. POST the chunks one by one, retried under the retry policy (:mod:`tidemark.webhook.client`);
+3. POST the chunks one by one, retried under the retry policy (:mod:`tidemark.drivers.webhook.client`);
 4. write the state store's documents and the runtime checkpoint atomically, release the lock.
 
 A crash between 3 and 4 leaves the batch uncommitted: its replay posts the same chunks
@@ -47,7 +47,9 @@ from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened, Quarantine,
     SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated,
 )
-from tidemark.webhook import WebhookClient, WebhookConfig, plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.chunks import plan_chunks
 
 DEFAULT_STATE = "webhook-state"
 STATE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
@@ -180,7 +182,7 @@ class WebhookTransactor(Transactor):
         self.delta = [b.delta_updates for b in bindings]
         self.names = [resource_name(b) for b in bindings]
         self._docs: list[list] = [[] for _ in bindings]
-        self.delivered = None  # tidemark.webhook.Delivered of the last StartCommit
+        self.delivered = None  # tidemark.drivers.webhook.Delivered of the last StartCommit
 
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
         return self.inner.acknowledge(msg)

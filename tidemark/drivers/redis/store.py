@@ -17,17 +17,19 @@ from dataclasses import dataclass, field as dc_field
 from typing import Any, Iterable, Sequence
 
 from tidemark.drivers.base import CheckpointRow, chunked
-from tidemark.drivers.sql import dumps, fenced_off, redact
+from tidemark.drivers.common.columns import dumps
+from tidemark.drivers.common.fences import fenced_off
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, SpecError
 from tidemark.jsontext import loads
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Doc, Key, Range
-from tidemark.redis_store import connection, fences
-from tidemark.redis_store.layout import (
+from tidemark.drivers.redis import connection, fences
+from tidemark.drivers.redis.layout import (
     CHECKPOINT, DEFAULT_NAMESPACE, FENCE, checkpoints_key, data_key, encode_doc, field, glob_escape, quarantine_key,
 )
-from tidemark.redis_store.persistence import Persistence, read_persistence
-from tidemark.redis_store.script import COMMIT_LUA
+from tidemark.drivers.redis.persistence import Persistence, read_persistence
+from tidemark.drivers.redis.script import COMMIT_LUA
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
@@ -99,7 +101,7 @@ class RedisStore:
     # -------------------------------------------------------------- open
     def open_range(self, materialization: str, rng: Range) -> fences.RangeFence:
         """Bump the fence of every range overlapping ``rng`` and return the opened range's
-        fence and inherited checkpoint (see :mod:`tidemark.redis_store.fences`).  In
+        fence and inherited checkpoint (see :mod:`tidemark.drivers.redis.fences`).  In
         at-least-once mode there are no fences: fence 0, checkpoint None, nothing written."""
         if not self.config.exactly_once:
             return fences.RangeFence(materialization, rng, 0, None)
@@ -272,7 +274,7 @@ class RedisStore:
         return done
 
     def persistence(self) -> Persistence:
-        """The server's persistence settings (see :mod:`tidemark.redis_store.persistence`)."""
+        """The server's persistence settings (see :mod:`tidemark.drivers.redis.persistence`)."""
         return read_persistence(self.client)
 
     def close(self) -> None:

@@ -22,9 +22,9 @@ import uuid
 from typing import Callable, Optional, Sequence
 
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.nats import wire
-from tidemark.nats.channel import AsyncNats, Session
-from tidemark.nats.wire import BatchId, Channel, Frontier, ProgressRecord
+from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.channel import AsyncNats, Session
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, ProgressRecord
 from tidemark.protocol.messages import Range
 
 TAKEOVER_ATTEMPTS = 20

@@ -12,7 +12,7 @@ transaction below this range's newest commit would hide that commit.)
 Open transactions that block a reader are those of live producers (they end within a
 commit) and of dead ones, which the next ``init_transactions`` with their transactional id
 aborts — the range's own at Open, every id of an old layout at a rescale
-(:func:`tidemark.kafka.writer.fence_and_abort`), and at start-up every id of the run's own
+(:func:`tidemark.drivers.kafka.writer.fence_and_abort`), and at start-up every id of the run's own
 checkpoint (``KafkaDriver.recover``: first those with a record past the progress topic's
 last stable offset, :func:`undecided_messages`, then every range it committed). Kafka also aborts one after
 ``transaction.timeout.ms``; noida-db, the test broker, never does.
@@ -27,8 +27,8 @@ from typing import Any, Iterator, Mapping, Optional
 import orjson
 
 from tidemark.errors import DocumentError, DriverError, EndpointUnavailable
-from tidemark.kafka.client import call, client_config, translate
-from tidemark.kafka.progress import ProgressRecord, decode_key
+from tidemark.drivers.kafka.client import call, client_config, translate
+from tidemark.drivers.kafka.progress import ProgressRecord, decode_key
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 

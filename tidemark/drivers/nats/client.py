@@ -1,7 +1,7 @@
-"""The sync facade: :class:`NatsClient` runs :class:`~tidemark.nats.channel.AsyncNats` on a
+"""The sync facade: :class:`NatsClient` runs :class:`~tidemark.drivers.nats.channel.AsyncNats` on a
 private event loop in a daemon thread (the runtime is synchronous, and a loop that only
 runs during calls would miss the server's pings), and translates every nats error into
-:mod:`tidemark.errors` (:mod:`tidemark.nats.errors`).
+:mod:`tidemark.errors` (:mod:`tidemark.drivers.nats.errors`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import threading
 from typing import Any, Coroutine, Iterable, Iterator, Optional, Sequence, TypeVar
 
 from tidemark.errors import TidemarkError
-from tidemark.nats import wire
-from tidemark.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
-from tidemark.nats import layout
-from tidemark.nats.errors import translate
-from tidemark.nats.reader import CommittedMessage, committed_view, fold_committed
-from tidemark.nats.wire import BatchId, Channel, Frontier, InFlight
+from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
+from tidemark.drivers.nats import layout
+from tidemark.drivers.nats.errors import translate
+from tidemark.drivers.nats.reader import CommittedMessage, committed_view, fold_committed
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -132,7 +132,7 @@ class NatsClient:
 
     def take_over(self, channel: Channel, choose: layout.Chooser) -> tuple[Session, dict[Range, Frontier]]:
         """Open ``channel`` on a new layout: close the overlapping ranges, inherit their frontier
-        (:func:`tidemark.nats.layout.take_over`)."""
+        (:func:`tidemark.drivers.nats.layout.take_over`)."""
         return self._run(layout.take_over(self._aio, channel, choose), f"open {channel.progress_subject}")
 
     def purge(self, stream: str, subjects: Sequence[str]) -> int:

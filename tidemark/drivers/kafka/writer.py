@@ -24,9 +24,9 @@ import orjson
 
 from tidemark.collection.keys import key_json
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
-from tidemark.kafka.client import call, client_config, kafka_error_of, translate
-from tidemark.kafka.ids import DEFAULT_PREFIX, transactional_id
-from tidemark.kafka.progress import ProgressRecord, progress_partition
+from tidemark.drivers.kafka.client import call, client_config, kafka_error_of, translate
+from tidemark.drivers.kafka.ids import DEFAULT_PREFIX, transactional_id
+from tidemark.drivers.kafka.progress import ProgressRecord, progress_partition
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from tidemark.errors import DriverError, IncompatibleSchema
-from tidemark.kafka.client import call, client_config, kafka_error_of, translate
+from tidemark.drivers.kafka.client import call, client_config, kafka_error_of, translate
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 
 #: Config entries whose value is a comma-separated set (order does not matter).

@@ -1,6 +1,6 @@
 """Open a key range: bump the fences of every overlapping range, inherit a checkpoint.
 
-The rule is the SQL drivers' (:func:`tidemark.drivers.sql.plan_open`); here it runs as an
+The rule is the SQL drivers' (:func:`tidemark.drivers.common.fences.plan_open`); here it runs as an
 optimistic Redis transaction on the materialization's checkpoints hash::
 
     WATCH <hash>;  HGETALL <hash>          read every range's fence and checkpoint
@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from tidemark.drivers.sql import OpenPlan, dumps, plan_open
+from tidemark.drivers.common.columns import dumps
+from tidemark.drivers.common.fences import OpenPlan, plan_open
 from tidemark.protocol.messages import Range
-from tidemark.redis_store.layout import CHECKPOINT, FENCE, checkpoints_key, field, parse_states
+from tidemark.drivers.redis.layout import CHECKPOINT, FENCE, checkpoints_key, field, parse_states
 
 
 @dataclass(frozen=True, slots=True)

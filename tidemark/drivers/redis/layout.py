@@ -23,7 +23,7 @@ import re
 from typing import Any, Optional
 
 from tidemark.collection.keys import compact_json, key_json
-from tidemark.drivers.sql import CheckpointState
+from tidemark.drivers.common.fences import CheckpointState
 from tidemark.errors import DocumentError, SpecError
 from tidemark.protocol.messages import Key, Range
 

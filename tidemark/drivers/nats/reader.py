@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
 from tidemark.errors import RecoveryError
-from tidemark.nats import wire
-from tidemark.nats.wire import BatchId, DataMessage, ProgressRecord
+from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.wire import BatchId, DataMessage, ProgressRecord
 
 
 @dataclass(frozen=True, slots=True)

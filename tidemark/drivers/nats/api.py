@@ -1,11 +1,11 @@
 """Reading a tidemark view from NATS JetStream, read-committed, in a few lines::
 
-    import tidemark.nats
+    import tidemark.drivers.nats
 
-    for m in tidemark.nats.read_committed("nats://127.0.0.1:4222", "VIEWS", subjects=["views.customers"]):
+    for m in tidemark.drivers.nats.read_committed("nats://127.0.0.1:4222", "VIEWS", subjects=["views.customers"]):
         print(m.subject, m.key, "deleted" if m.delete else m.document)
 
-    view = tidemark.nats.committed_view("nats://127.0.0.1:4222", "VIEWS", "views.customers")
+    view = tidemark.drivers.nats.committed_view("nats://127.0.0.1:4222", "VIEWS", "views.customers")
     view[("c0042",)]                       # the key's last committed document
 
 Only messages a progress record covers are returned — never part of a batch, never a
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from tidemark.nats.client import NatsClient
-from tidemark.nats.reader import CommittedMessage, committed_view as fold_view
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.reader import CommittedMessage, committed_view as fold_view
 
 
 def read_committed(url: str, stream: str, *, subjects: Optional[Sequence[str]] = None,

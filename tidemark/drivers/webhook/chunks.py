@@ -9,7 +9,7 @@ take its documents past ``chunk_bytes`` of JSON (a larger document goes alone).
 
 ``Idempotency-Key: tm1-<sha256 hex>`` of (materialization, range, batch identity, chunk
 index, digest of the chunk's documents[, resource]).  The batch identity is the runtime's (checkpoint
-id, batch id, Spark query id, source offsets; :func:`tidemark.drivers.sql.identity`), never
+id, batch id, Spark query id, source offsets; :func:`tidemark.drivers.common.fences.identity`), never
 the batch number alone.  The documents' digest is there so that a replay that differs
 (the chunk settings changed between the crash and the restart) gets new keys: a receiver
 then applies documents twice rather than drops the ones it has not seen under an old key.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from tidemark.collection.keys import compact_json
-from tidemark.drivers.sql import identity
+from tidemark.drivers.common.fences import identity
 from tidemark.protocol.messages import Range
 
 KEY_VERSION = "tm1"

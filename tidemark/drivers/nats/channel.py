@@ -1,11 +1,11 @@
 """The asyncio core: stream setup, frontier, in-flight scan, fenced batch publish, rescale.
 
-The sync facade (:mod:`tidemark.nats.client`) runs these coroutines on its own loop and
+The sync facade (:mod:`tidemark.drivers.nats.client`) runs these coroutines on its own loop and
 translates errors; nothing here is Spark or driver-contract aware.
 
 Exactly-once without transactions
 ---------------------------------
-A channel's progress subject is a chain of :class:`~tidemark.nats.wire.ProgressRecord`
+A channel's progress subject is a chain of :class:`~tidemark.drivers.nats.wire.ProgressRecord`
 messages; each is published with ``Nats-Expected-Last-Subject-Sequence`` naming the one
 before it, so the chain never forks.  :meth:`AsyncNats.open` appends an ``open`` record:
 from then on a zombie's next record names a stale sequence and the server refuses it
@@ -37,14 +37,14 @@ from typing import Any, Iterable, Optional, Sequence
 import orjson
 
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.nats import wire
-from tidemark.nats.errors import (
+from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.errors import (
     ERR_ATOMIC_UNSUPPORTED_HEADER,
     ERR_NO_MESSAGE_FOUND,
     ERR_WRONG_LAST_SEQUENCE,
     NatsApiError,
 )
-from tidemark.nats.wire import BatchId, Channel, Frontier, InFlight, ProgressRecord
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight, ProgressRecord
 from tidemark.protocol.messages import Range
 
 MIN_ATOMIC_VERSION = (2, 12, 0)

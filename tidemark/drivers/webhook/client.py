@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from tidemark.drivers.sql import redact
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointRefused, EndpointUnavailable
 from tidemark.faults import fault_point
 from tidemark.policy import retry
-from tidemark.webhook.chunks import Chunk
-from tidemark.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.chunks import Chunk
+from tidemark.drivers.webhook.config import WebhookConfig
 
 TRANSIENT_STATUS = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 USER_AGENT = "tidemark-webhook/1"

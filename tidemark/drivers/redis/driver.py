@@ -12,12 +12,12 @@ Config::
 ``mode: exactly-once`` (the default) is store-authoritative: Open bumps the fences of every
 overlapping range in the materialization's checkpoints hash, and StartCommit runs ONE Lua
 script that checks the fence and writes the documents, the deletes, the delta-update rows,
-the quarantined documents and the runtime checkpoint (:mod:`tidemark.redis_store.script`).
+the quarantined documents and the runtime checkpoint (:mod:`tidemark.drivers.redis.script`).
 ``mode: at-least-once`` writes with plain pipelines and keeps no checkpoint: the runtime
 warns about reductions (sum, append) that a replay applies twice.
 
 Delta-updates bindings append each stored document to a list, ``RPUSH <prefix><key JSON>``.
-The library under this driver is :mod:`tidemark.redis_store`.
+The library under this driver is :mod:`tidemark.drivers.redis`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from tidemark.protocol.messages import (
     Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Quarantine, SpecResponse,
     StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
 )
-from tidemark.redis_store import RedisConfig, RedisStore
-from tidemark.redis_store.connection import redact
-from tidemark.redis_store.fences import RangeFence
-from tidemark.redis_store.layout import check_prefix
+from tidemark.drivers.redis.store import RedisConfig, RedisStore
+from tidemark.drivers.redis.connection import redact
+from tidemark.drivers.redis.fences import RangeFence
+from tidemark.drivers.redis.layout import check_prefix
 
 log = logging.getLogger("tidemark")
 

@@ -3,14 +3,14 @@
 redis-py retries connection errors by itself (three times, by default, since 6.0); here
 its retries are off, so that :class:`~tidemark.policy.RetryPolicy` is the one place that
 decides how often and how long (:func:`run`).  URLs in messages have their password
-masked (:func:`~tidemark.drivers.sql.redact`).
+masked (:func:`~tidemark.drivers.common.redact.redact`).
 """
 
 from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from tidemark.drivers.sql import redact
+from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointRefused, EndpointUnavailable, TidemarkError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy, retry
 

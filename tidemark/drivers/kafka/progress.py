@@ -3,7 +3,7 @@
 Every transaction of a range writes its documents to the data topics *and* one progress
 record to the progress topic, in one Kafka transaction. The last committed progress record
 of a range is therefore exactly what the range has written (the Materialize seed's
-"consistency topic"); Open reads it back with read_committed (:mod:`tidemark.kafka.frontier`).
+"consistency topic"); Open reads it back with read_committed (:mod:`tidemark.drivers.kafka.frontier`).
 
 Wire form (JSON, UTF-8, compact)::
 

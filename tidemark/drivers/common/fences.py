@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.sql.model import dumps
+from tidemark.drivers.common.columns import dumps
 from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 

@@ -33,7 +33,7 @@ from tidemark.errors import (
 
 T = TypeVar("T")
 
-log = logging.getLogger("tidemark.kafka")
+log = logging.getLogger("tidemark.drivers.kafka")
 
 #: librdkafka properties whose values are secrets (matched by name).
 SECRET_PROPERTY = re.compile(r"(password|secret|token|credential|\.pem$|key\.pem|sasl\.jaas|oauthbearer\.config)", re.I)
@@ -76,7 +76,7 @@ FAST_START = {"retry.backoff.ms": 10, "topic.metadata.refresh.fast.interval.ms":
 
 def client_config(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """A copy of the user's librdkafka ``config`` (over :data:`FAST_START`) with tidemark's
-    ``overrides`` on top, and librdkafka's log lines routed to the ``tidemark.kafka`` logger
+    ``overrides`` on top, and librdkafka's log lines routed to the ``tidemark.drivers.kafka`` logger
     (not stderr)."""
     if not config.get("bootstrap.servers"):
         raise DriverError("kafka: the client config needs bootstrap.servers (e.g. '127.0.0.1:9092')")

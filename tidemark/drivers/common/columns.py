@@ -1,0 +1,74 @@
+"""The column model every table-like endpoint shares (SQL, Delta, Iceberg): column kinds,
+the document column, value coercion, compact JSON, quarantine rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from tidemark.protocol.messages import Field
+
+QUARANTINE_TABLE = "tidemark_quarantine"
+DOCUMENT_COLUMN = "flow_document"
+ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
+
+# Column kinds: each endpoint maps each to one type of its own.
+TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
+
+
+def field_kind(f: Field) -> str:
+    t = (f.type or "json").lower()
+    if t == "string":
+        return TIMESTAMP if (f.format or "") == "date-time" else TEXT
+    if t == "integer":
+        return INTEGER
+    if t == "number":
+        return NUMBER
+    if t == "boolean":
+        return BOOLEAN
+    return JSON  # object, array, json, or a union of types
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    kind: str
+    is_key: bool = False
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def coerce(kind: str, value: Any) -> Any:
+    """A JSON value as the column wants it (JSON kinds as text); None stays None."""
+    if value is None:
+        return None
+    if kind == JSON or isinstance(value, (dict, list)):
+        return _encode(value)
+    if kind == INTEGER and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON text (one shared encoder: cheaper than ``json.dumps`` with options)."""
+    return _encode(doc)
+
+
+def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
+    """Rows for ``tidemark_quarantine(materialization, batch_id, location, key_json, reason, value)``."""
+    out = []
+    for r in rows:
+        value = r.get("value")
+        if value is not None and not isinstance(value, str):
+            value = dumps(value)
+        key = r.get("key_json")
+        if key is not None and not isinstance(key, str):
+            key = dumps(key)
+        loc = r.get("location")
+        out.append((materialization, batch_id, None if loc is None else str(loc), key,
+                    str(r.get("reason", "")), value))
+    return out
+
+
