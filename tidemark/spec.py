@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from tidemark.collection.keys import KEY_TYPES
-from tidemark.collection.schema import SchemaIndex, iter_schemas, pointer_tokens, types_of
+from tidemark.collection.schema import SchemaIndex, closest, iter_schemas, pointer_tokens, types_of, unknown_keywords
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
 from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
@@ -250,6 +250,9 @@ class _Parser:
         except SchemaError as exc:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
             raise self.fail(path + where, f"not a valid JSON Schema: {exc.message}") from None
+        for bad in unknown_keywords(schema):  # a typo would be ignored (``redcue``: lastWriteWins)
+            where = "".join(f"[{t}]" if isinstance(t, int) else f".{t}" for t in bad.tokens)
+            raise self.fail(f"{path}{where}{'.reduce' if bad.in_reduce else ''}.{bad.keyword}", bad.message)
         index = SchemaIndex(schema)
         for sub_path, node in iter_schemas(schema, path):
             ref = node.get("$ref")
@@ -279,7 +282,9 @@ class _Parser:
             return
         strategy = red["strategy"]
         if not isinstance(strategy, str) or strategy not in STRATEGIES:
-            raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+            near = closest(strategy, STRATEGIES) if isinstance(strategy, str) else None
+            hint = f"; did you mean `{near}`?" if near else ""
+            raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)}{hint})")
         if "key" in red:
             if not STRATEGIES[strategy].keyed:
                 raise self.fail(f"{path}.key", f"strategy {strategy!r} takes no key")

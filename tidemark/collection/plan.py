@@ -38,6 +38,11 @@ NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4")
 ROOT_KEYWORDS = ("type", "properties", "required", "additionalProperties", "$schema", "$id", "$defs") + ANNOTATIONS
 
 
+def _keywords(node: dict) -> set:
+    """A schema node's keywords, without the user's own ``x-`` ones (annotations nothing reads)."""
+    return {k for k in node if not (isinstance(k, str) and k.startswith("x-"))}
+
+
 @dataclass(frozen=True)
 class FieldPlan:
     name: str
@@ -71,7 +76,7 @@ def _strategy(schema: dict) -> Optional[str]:
 def compile_collection(collection) -> Optional[CompiledPlan]:
     """A :class:`CompiledPlan` for the collection, or None if it needs the Python fallback."""
     root = collection.schema
-    if not isinstance(root, dict) or root.get("type") != "object" or set(root) - set(ROOT_KEYWORDS):
+    if not isinstance(root, dict) or root.get("type") != "object" or _keywords(root) - set(ROOT_KEYWORDS):
         return None
     red = root.get("reduce")
     order = red.get("order", "") if isinstance(red, dict) else ""
@@ -132,7 +137,7 @@ def _field(name: str, sub: Any) -> Optional[FieldPlan]:
 def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
     """(kind, type) of a property that Spark reads natively, or None."""
     if t in SCALARS:
-        if set(sub) - set(SCALAR_KEYWORDS):
+        if _keywords(sub) - set(SCALAR_KEYWORDS):
             return None
         if "enum" in sub and not all(_json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]):
             return None
@@ -141,7 +146,7 @@ def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
             return None  # checked in Python only
         return "scalar", t
     if t == "array":
-        if set(sub) - {"type", "items"} - set(ANNOTATIONS):
+        if _keywords(sub) - {"type", "items"} - set(ANNOTATIONS):
             return None
         if "items" not in sub:
             return "raw", "array"
@@ -150,7 +155,7 @@ def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
             return "append", items["type"]
         return None
     if t == "object":
-        if set(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS):
+        if _keywords(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS):
             return None
         addl = sub.get("additionalProperties")
         if addl is None:
