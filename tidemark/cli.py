@@ -15,7 +15,9 @@ from rich.markup import escape
 from tidemark.errors import TidemarkError, from_task_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark.")
-console = Console(stderr=True)
+# soft_wrap: a line is never cut at the terminal's (or, off a terminal, 80) columns: logs stay greppable
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 _state = {"verbose": False}
 
 
@@ -101,7 +103,7 @@ def run(
             from tidemark.spark.session import local_session
 
             # the endpoints first (credentials, reachability, the tables), before Spark starts
-            check_spec(spec, materialization or None)
+            check_spec(spec, materialization or None, to_run=True)
             spark = local_session("tidemark", master=master or "local[*]", **spark_conf)
             stop.started(spark)
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.
@@ -245,7 +247,7 @@ def check(spec: str = typer.Argument(..., help="the spec file")):
 
     try:
         for line in check_spec(spec):
-            Console().print(line)
+            out.print(escape(line), highlight=False)
     except TidemarkError as exc:
         _fail(exc)
 
@@ -272,7 +274,7 @@ def reset(
             raise typer.Exit(1)
     try:
         for line in reset_spec(spec, materialization or None):
-            Console().print(escape(line), soft_wrap=True, highlight=False)
+            out.print(escape(line), highlight=False)
     except TidemarkError as exc:
         _fail(exc)
 
@@ -290,7 +292,7 @@ def scale(
         req = request(spec, shards=shards, materialization=materialization)
     except TidemarkError as exc:
         _fail(exc)
-    Console().print(f"requested {req['shards']} shard(s) (request {req['id']}): a running query applies it at its "
+    out.print(f"requested {req['shards']} shard(s) (request {req['id']}): a running query applies it at its "
                     "next batch; a stopped one when it runs again", soft_wrap=True, highlight=False)
 
 

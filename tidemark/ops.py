@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from tidemark.errors import SpecError
+from tidemark.errors import RecoveryError, SpecError
 from tidemark.options import RuntimeOptions
 from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
 
@@ -140,10 +140,11 @@ def committed_view(spec_path: str, name: str):
 # ----------------------------------------------------------------------------- check
 
 
-def check_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
+def check_spec(spec_path: str, materializations: Optional[list[str]] = None, *, to_run: bool = False) -> list[str]:
     """Validate the spec and dry-run Validate/Apply against each (or each named) endpoint;
-    return what was checked.  ``tidemark run`` calls it before Spark starts, so that a wrong
-    password or an unreachable endpoint is reported at once."""
+    return what was checked.  ``tidemark run`` calls it before Spark starts (``to_run``), so that a
+    wrong password, an unreachable endpoint or a checkpoint another run holds is reported at once;
+    ``tidemark check`` reports a running view as running."""
     spec = load_spec(spec_path)
     names = materializations or list(spec.materializations)
     unknown = [n for n in names if n not in spec.materializations]
@@ -151,42 +152,81 @@ def check_spec(spec_path: str, materializations: Optional[list[str]] = None) -> 
         raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
                         file=spec.file)
     lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
-    lines += [check_materialization(spec, spec.materializations[n]) for n in names]
+    lines += [check_materialization(spec, spec.materializations[n], to_run=to_run) for n in names]
     return lines
 
 
-def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec) -> str:
+def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_run: bool = False) -> str:
     """Capabilities, Validate and a dry-run Apply of one materialization against its endpoint."""
     from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
     from tidemark.runtime.coordinator import check_capabilities
 
-    check_live_reductions(spec, mat)
+    from tidemark.spec import check_source_readable
+
+    for b in mat.bindings:
+        check_source_readable(spec, b.source)
     bindings = bound(spec, mat)
+    running = check_live_view(spec, mat, bindings, to_run=to_run)
     with load_driver(mat.driver_name, mat.driver_config) as driver:
         check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
                            bindings=bindings, on_invalid=mat.on_invalid)
+        check_new_checkpoint(spec, mat, driver, bindings)
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
     return (f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
-            + (f"; apply would: {applied.action_description}" if applied.action_description else ""))
+            + (f"; apply would: {applied.action_description}" if applied.action_description else "")
+            + (f"; {running}" if running else ""))
 
 
-def check_live_reductions(spec: TidemarkSpec, mat: MaterializationSpec) -> None:
-    """Refuse a spec whose reduce annotations changed since the view's last committed batch
-    (:mod:`tidemark.runtime.spec_changes`)."""
+def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings) -> None:
+    """A checkpoint with no recovery log yet (a first run, or a deleted checkpoint folder):
+    refuse an endpoint that another checkpoint writes, as start-up would, but before Spark
+    starts.  (A checkpoint with a log is compared at start-up, after its own dead writers
+    are recovered.)"""
+    from tidemark.runtime.coordinator import refuse_foreign
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    location = spec.checkpoint_location(mat.name)
+    if "://" in location or os.path.exists(os.path.join(location, "tidemark")):
+        return
+    positions = driver.positions(mat.name, bindings)
+    if positions:
+        mine = RecoveryLog(location, mat.name, create=False).checkpoint_id
+        refuse_foreign(mat.name, mat.driver_name, positions, mine, None, location)
+
+
+def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, to_run: bool = False) -> str:
+    """What the coordinator's start-up refuses, before Spark starts and with the same code: a
+    checkpoint another run holds (:mod:`tidemark.runtime.lease`), bindings that no longer
+    describe the view (:mod:`tidemark.runtime.view_identity`), and reduce annotations changed
+    since the view's last committed batch (:mod:`tidemark.runtime.spec_changes`).  Returns, for
+    ``tidemark check`` (not ``to_run``), the run that holds the checkpoint now, if any."""
+    from tidemark.runtime.lease import Lease
     from tidemark.runtime.recovery_log import RecoveryLog
     from tidemark.runtime.spec_changes import check_reductions, reductions_of
+    from tidemark.runtime.view_identity import binding_identity, check_identities, source_location
 
     location = spec.checkpoint_location(mat.name)
     if not (os.path.exists(os.path.join(location, "tidemark")) or "://" in location):
-        return
+        return ""
+    running = ""
+    try:
+        Lease(location, mat.name).check_free()
+    except RecoveryError as exc:
+        if to_run:
+            raise
+        running = "running now: " + str(exc).split(" is in use by another run, ", 1)[-1].split(". One checkpoint", 1)[0]
     last = RecoveryLog(location, mat.name, create=False).last()
-    if last is None or not last.reductions:
-        return
-    current = [reductions_of(b.source, spec.collections[b.source].schema) for b in mat.bindings]
-    check_reductions(mat.name, last.batch_id, last.reductions, current, spec.file)
+    if last is None:
+        return running
+    sources = [source_location(spec.collections[b.source].source, spec.base_dir) for b in mat.bindings]
+    check_identities(mat.name, last, [binding_identity(b, s) for b, s in zip(bindings, sources)], spec_file=spec.file)
+    if last.reductions:
+        current = [reductions_of(b.source, spec.collections[b.source].schema) for b in mat.bindings]
+        check_reductions(mat.name, last.batch_id, last.reductions, current, spec.file)
+    return running
 
 
 # ----------------------------------------------------------------------------- input lag
@@ -293,8 +333,9 @@ class ResetPlan:
 
     def describe(self) -> str:
         res = ", ".join("/".join(r) for r in self.resources)
-        return (f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with its checkpoint "
-                f"rows, fences, staged files and quarantine rows; delete checkpoint folder {self.checkpoint_location}")
+        return (f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with everything "
+                f"tidemark keeps there for the view (its progress records, fences, staged data and quarantine); "
+                f"delete checkpoint folder {self.checkpoint_location}")
 
 
 def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) -> list[ResetPlan]:
@@ -346,11 +387,17 @@ def reset_view(materialization: str, driver_name: str, driver_config: dict, bind
     can be run again)."""
     from tidemark.drivers.registry import load_driver
     from tidemark.files import filesystem
+    from tidemark.runtime.lease import Lease
 
-    with load_driver(driver_name, driver_config) as driver:
-        done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
-    fs, path = filesystem(checkpoint_location)
-    if fs.get_file_info(path).type.name != "NotFound":
-        fs.delete_dir(path)
-        done.append(f"{materialization}: deleted checkpoint folder {checkpoint_location}")
+    lease = Lease(checkpoint_location, materialization)
+    lease.acquire()  # a view that is running now is refused: stop it first
+    try:
+        with load_driver(driver_name, driver_config) as driver:
+            done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
+        fs, path = filesystem(checkpoint_location)
+        if fs.get_file_info(path).type.name != "NotFound" and not lease.created_folder:
+            fs.delete_dir(path)
+            done.append(f"{materialization}: deleted checkpoint folder {checkpoint_location}")
+    finally:
+        lease.release()
     return done

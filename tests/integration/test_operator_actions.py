@@ -229,6 +229,13 @@ def test_whole_checkpoint_deleted_is_refused_by_every_endpoint(spark, tmp_path, 
     with pytest.raises(RecoveryError, match="written by another tidemark checkpoint of 'view'.*Nothing was changed"):
         run(spark, spec)
     assert ep.view() == expected and ep.positions() == before  # no fence bumped, nothing applied
+    # `tidemark check` (and `run`, before Spark starts) say so too, naming the way to start over
+    from tidemark.ops import check_spec
+
+    for to_run in (False, True):
+        with pytest.raises(RecoveryError, match="another tidemark checkpoint of 'view'.*tidemark reset SPEC -m view"):
+            check_spec(spec, to_run=to_run)
+    assert not (tmp_path / "checkpoints").exists() and ep.view() == expected
 
 
 @pytest.mark.parametrize("kind,old,new", [("sqlite", 4, 3), ("sqlite", 4, 2), ("sqlite", 2, 4), ("sqlite", 3, 5),
@@ -339,3 +346,85 @@ def test_a_second_materialization_on_the_same_table_is_refused(spark, tmp_path, 
     with pytest.raises(RecoveryError, match="is written by materialization 'view'.*Nothing was changed"):
         run(spark, str(other / "spec.yaml"))
     assert ep.view() == expected and ep.positions() == before
+
+
+# ----------------------------------------------------------------------------- the view's identity
+
+
+def test_a_renamed_table_is_refused_naming_the_old_one_then_reset_builds_it_complete(spark, tmp_path, ep):
+    """``{table: customers}`` -> ``{table: customers_v2}`` on a live view, more input added:
+    refused before anything is written (the new table would hold only later batches), naming
+    both tables and ``tidemark reset``; after a reset the new table holds the whole input."""
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=80, customers=40, seed=21)
+    spec = write_spec(tmp_path, data, ep)
+    run(spark, spec)
+    expected = oracle_orders(data)
+    before = ep.positions()
+
+    renamed = yaml.safe_load(open(spec).read())
+    renamed["materializations"]["view"]["bindings"][0]["resource"] = {"table": "customers_v2"}
+    open(spec, "w").write(yaml.safe_dump(renamed))
+    write_orders(data, files=1, per_file=80, customers=40, seed=22, start=2)
+    with pytest.raises(RecoveryError, match=r"'customers', now 'customers_v2'.*tidemark reset SPEC -m view.*"
+                                            r"Nothing was changed"):
+        run(spark, spec)
+    assert ep.view() == expected and ep.view("customers_v2") == {} and ep.positions() == before
+
+    reset(spec)
+    run(spark, spec)
+    assert ep.view("customers_v2") == oracle_orders(data)
+
+
+def test_a_moved_source_folder_is_refused(spark, tmp_path, ep):
+    """The source's path changed (the files copied to a new folder): Spark would read every
+    file again and double the sums. Refused, naming both paths."""
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=80, customers=40, seed=23)
+    spec = write_spec(tmp_path, data, ep)
+    run(spark, spec)
+    expected = oracle_orders(data)
+    shutil.copytree(data, tmp_path / "moved")
+    spec = write_spec(tmp_path, tmp_path / "moved", ep)
+    with pytest.raises(RecoveryError, match=r"read from .*data, now .*moved.*Nothing was changed"):
+        run(spark, spec)
+    assert ep.view() == expected
+
+
+def test_a_second_run_of_a_running_checkpoint_is_refused_at_once(spark, tmp_path):
+    """Another process holds the checkpoint (a run still going): ``tidemark run`` (the CLI,
+    before Spark starts) and ``run_spec`` both refuse, naming the holder; the view and its
+    staged work are untouched; once the holder ends, the run goes ahead."""
+    import subprocess
+    import sys
+
+    ep = SQLite(tmp_path)
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=80, customers=40, seed=24)
+    spec = write_spec(tmp_path, data, ep)
+    run(spark, spec)
+    write_orders(data, files=1, per_file=80, customers=40, seed=25, start=2)
+    expected = ep.view()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from tidemark.runtime.lease import Lease; "
+         "l = Lease(sys.argv[2], 'view'); l.acquire(); l.keep(); print('held', flush=True); sys.stdin.readline(); "
+         "l.release()", root, str(tmp_path / "checkpoints" / "view")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        cli = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"],
+                             capture_output=True, text=True, timeout=120)
+        assert cli.returncode != 0
+        first = cli.stderr.strip().splitlines()[0]
+        assert "in use by another run" in first and f"pid {holder.pid}" in first, cli.stderr
+        assert "Traceback" not in cli.stderr
+        with pytest.raises(RecoveryError, match="in use by another run"):
+            run(spark, spec)
+        assert ep.view() == expected
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    assert [r.batch_id for r in run(spark, spec)] == [2]
+    assert ep.view() == oracle_orders(data)

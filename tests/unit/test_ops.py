@@ -63,6 +63,7 @@ def test_check_status_and_reset_never_import_pyspark(tmp_path):
 
     spec_path = write_spec(tmp_path / "project", {"sqlite": {"path": "views.db"}})
     spec = load_spec(spec_path)
+    os.makedirs(spec.collections["c"].source.path, exist_ok=True)  # check refuses a missing source folder
     # a recovery log, so that status reads it
     log = RecoveryLog(spec.checkpoint_location("view"), "view")
     log.append(LogEntry(0, {"batch_id": 0}, None, [[0, KEY_SPACE_MAX]], spec.materializations["view"].version(spec), {}))

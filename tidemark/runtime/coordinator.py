@@ -55,7 +55,9 @@ from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Ra
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
+from tidemark.runtime.lease import Lease
 from tidemark.runtime.spec_changes import changes_since
+from tidemark.runtime.view_identity import binding_identity, check_identities
 
 log = logging.getLogger("tidemark")
 
@@ -118,11 +120,32 @@ def check_position(materialization: str, driver_name: str, place: str, at: int, 
         f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed")
 
 
+def refuse_foreign(materialization: str, driver_name: str, positions: Sequence[Position], mine: Optional[str],
+                   last: Optional[LogEntry], checkpoint_location: str) -> None:
+    """Refuse an endpoint whose places are written by another materialization or another
+    checkpoint (``mine``: this checkpoint's id; None: no checkpoint folder yet).  At start-up,
+    and in ``tidemark check``/``run`` before Spark starts."""
+    foreign = [p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)]
+    if not foreign:
+        return
+    p = foreign[0]
+    whose = (f"materialization {p.materialization!r}" if p.materialization != materialization
+             else f"another tidemark checkpoint of {materialization!r}")
+    raise RecoveryError(
+        f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by {whose} "
+        f"(checkpoint {p.checkpoint_id}, batch {p.batch_id}), not by this checkpoint ({mine}, "
+        f"{'no batch yet' if last is None else f'batch {last.batch_id}'}). If this checkpoint folder "
+        f"was deleted or moved, restore it ({checkpoint_location}); if this is another job, give it "
+        f"its own materialization name and resources; to start this view over on purpose: "
+        f"{reset_hint(materialization)}. Nothing was changed")
+
+
 class Coordinator:
     def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
                  strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail",
-                 reductions: Sequence[dict] = (), auto: Optional[AutoShards] = None):
+                 reductions: Sequence[dict] = (), auto: Optional[AutoShards] = None,
+                 sources: Sequence[Optional[str]] = ()):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
@@ -135,6 +158,11 @@ class Coordinator:
         self.auto = auto  # shards: {auto: ...}; None: a fixed count
         self.strategies = tuple(tuple(s) for s in strategies)
         self.reductions = list(reductions)  # per binding, recorded in each log entry (runtime.spec_changes)
+        sources = list(sources) + [None] * (len(self.bindings) - len(sources))
+        # per binding, recorded in each log entry and compared at start-up (runtime.view_identity)
+        self.identities = [binding_identity(b, src) for b, src in zip(self.bindings, sources)]
+        self.lease: Optional[Lease] = None  # one live run per checkpoint, taken at start-up (runtime.lease)
+        self._said_held = False  # a scale request's count outlives the spec's: said once per run
         self.log = RecoveryLog(checkpoint_location, materialization, create=False)  # created once start-up passes
         self.rescale = Rescale(self.log)
         self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
@@ -154,8 +182,19 @@ class Coordinator:
                            bindings=self.bindings, on_invalid=self.on_invalid)
         self.warn_unsafe()
         last = self.log.last()
+        check_identities(self.name, last, self.identities)
         # Step 1
         self.check_spark(last)
+        # One live run per checkpoint: taken before anything is written, given back on a refusal
+        self.lease = Lease(self.checkpoint_location, self.name)
+        self.lease.acquire()
+        try:
+            self._start_up(last)
+        except BaseException:
+            self.lease.release()
+            raise
+
+    def _start_up(self, last: Optional[LogEntry]) -> None:
         # Step 2 (first, what this checkpoint's dead writers left open: nothing of this run is live yet)
         for action in self.driver.recover(self.name, self.log.checkpoint_id, self.known_ranges(last)):
             log.info("materialization %s: %s", self.name, action)
@@ -237,19 +276,7 @@ class Coordinator:
         positions = self.positions()
         if positions is None:
             return
-        mine = self.log.checkpoint_id  # None: no checkpoint folder yet
-        foreign = [p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != self.name)]
-        if foreign:
-            p = foreign[0]
-            whose = (f"materialization {p.materialization!r}" if p.materialization != self.name
-                     else f"another tidemark checkpoint of {self.name!r}")
-            raise RecoveryError(
-                f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} is written by {whose} "
-                f"(checkpoint {p.checkpoint_id}, batch {p.batch_id}), not by this checkpoint ({mine}, "
-                f"{'no batch yet' if last is None else f'batch {last.batch_id}'}). If this checkpoint folder "
-                f"was deleted or moved, restore it ({self.checkpoint_location}); if this is another job, give it "
-                f"its own materialization name and resources; to start this view over on purpose: "
-                f"{reset_hint(self.name)}. Nothing was changed")
+        refuse_foreign(self.name, self.driver_name, positions, self.log.checkpoint_id, last, self.checkpoint_location)
         held = [p for p in positions if p.batch_id >= 0]
         if last is None:
             if self.caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE:
@@ -336,6 +363,11 @@ class Coordinator:
             self.rescale.settle(record.get("reason"), batch_id, configured=configured)  # after a crash
             return record["layout"]
         shards, reason = self.rescale.decide(last, self.shards, self.auto)
+        if reason.get("held") and shards != self.shards and not self._said_held:
+            self._said_held = True
+            log.warning("materialization %s: runs on %d shard(s), as `tidemark scale` asked (request %s), not on the "
+                        "spec's shards: %d; the spec's count applies again once you change it in the spec, or "
+                        "`tidemark scale --shards %d`", self.name, shards, reason["held"], self.shards, self.shards)
         layout = even_layout(shards)
         if last is not None and layout != last.layout:
             self.acknowledged_everywhere(last)
@@ -371,7 +403,10 @@ class Coordinator:
     def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
         # Step 3
         entry = LogEntry(start.batch_id, start.runtime_checkpoint, state, [list(x) for x in start.layout],
-                         self.version, counts, [list(b.resource_path) for b in self.bindings], self.reductions)
+                         self.version, counts, [list(b.resource_path) for b in self.bindings], self.reductions,
+                         self.identities)
+        if self.lease is not None:
+            self.lease.check()
         fault_point("before_recovery_log")
         self.log.append(entry)
         fault_point("after_recovery_log")

@@ -57,6 +57,7 @@ class LogEntry:
     counts: dict = field(default_factory=dict)
     resources: list = field(default_factory=list)  # the bound resource paths of the batch
     reductions: list = field(default_factory=list)  # per binding: its reduce annotations (runtime.spec_changes)
+    identities: list = field(default_factory=list)  # per binding: the view's identity (runtime.view_identity)
 
     @property
     def query_id(self) -> Optional[str]:

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
+from tidemark.errors import SpecError
 from tidemark.options import RuntimeOptions
 
 log = logging.getLogger("tidemark")
@@ -54,9 +55,26 @@ class MaterializationRun:
             if self.materializer.error is not None:
                 raise self.materializer.error from exc
             raise
+        finally:
+            if timeout is None or not self._active():
+                self._release()
 
     def stop(self):
-        self.query.stop()
+        try:
+            self.query.stop()
+        finally:
+            self._release()
+
+    def _active(self) -> bool:
+        try:
+            return bool(self.query.isActive)
+        except Exception:  # noqa: BLE001 - the session is gone
+            return False
+
+    def _release(self) -> None:
+        lease = getattr(getattr(self.materializer, "coordinator", None), "lease", None)
+        if lease is not None:
+            lease.release()
 
     def __getattr__(self, name):
         return getattr(self.query, name)
@@ -95,6 +113,7 @@ def materialize(
     on_batch: Optional[Callable] = None,
     max_files_per_trigger: Optional[int] = None,
     metrics_port: Union[int, str, None] = None,
+    order: Optional[str] = None,
 ) -> MaterializationRun | DataStreamWriter:
     """Materialize a collection into an endpoint, exactly once.
 
@@ -121,9 +140,13 @@ def materialize(
     a free port; see :mod:`tidemark.metrics`); the URL is the run's ``metrics_url``.
 
     Source order: a DataFrame's rows are ordered by its ``_file`` / ``_block`` columns, or by
-    Kafka's ``topic`` / ``partition`` / ``offset`` columns kept beside a string ``value``;
-    otherwise a batch has no defined order, and a warning names the locations whose value
-    depends on it (``lastWriteWins`` without ``order:``, ``append``; docs/reductions.md).
+    Kafka's ``topic`` / ``partition`` / ``offset`` columns kept beside a string ``value``, or —
+    for a file source such as ``spark.readStream.text(dir)`` — by file and position, which
+    tidemark reads from Spark's ``_metadata``.  Any other DataFrame has no defined order
+    within a batch: where the schema has locations whose value depends on it
+    (``lastWriteWins``/``firstWriteWins`` without ``order:``, ``append``) it is refused with
+    the locations named, unless ``order="any"`` says the order does not matter to you
+    (docs/reductions.md, "Source order").
 
     Returns a started :class:`MaterializationRun` (not a ``StreamingQuery``: it holds one in
     ``.query``; ``.await_termination()`` re-raises tidemark's own error, ``.stop()``, and the
@@ -137,7 +160,7 @@ def materialize(
     from tidemark.spark.processor import Materializer
     from tidemark.spark.session import start_query
     from tidemark.spark.sources import prepare_dataframe, read_collection, source_order
-    from tidemark.spec import TidemarkSpec
+    from tidemark.spec import TidemarkSpec, check_source_readable
 
     spark = _spark(spark)
     spec, mat, checkpoint_location = target(
@@ -148,6 +171,7 @@ def materialize(
         streams = []
         for i, b in enumerate(mat.bindings):
             cspec = spec.collections[b.source]
+            check_source_readable(spec, b.source)
             if max_files_per_trigger and not (cspec.source and "maxFilesPerTrigger" in (cspec.source.options or {})):
                 cspec = _with_option(cspec, "maxFilesPerTrigger", max_files_per_trigger)
             streams.append(read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir))
@@ -156,7 +180,7 @@ def materialize(
 
     collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
     if not isinstance(source, (str, os.PathLike, TidemarkSpec)) and not source_order(source):
-        warn_unordered(mat.name, collections[0])
+        check_unordered(mat.name, collections[0], order)
     stream = streams[0]
     for s in streams[1:]:
         stream = stream.unionByName(s)
@@ -177,20 +201,35 @@ def materialize(
         writer = writer.trigger(availableNow=True)
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)
+    lease = materializer.coordinator.lease
     if not start:
+        lease.keep()  # renewed until this process ends (the caller starts the query)
         return writer
-    return MaterializationRun(start_query(writer, spark), materializer, metrics_url)
+    try:
+        run = MaterializationRun(start_query(writer, spark), materializer, metrics_url)
+    except BaseException:
+        lease.release()
+        raise
+    lease.keep(alive=run._active)
+    return run
 
 
-def warn_unordered(name: str, collection) -> None:
-    """Warn where a DataFrame without a defined source order feeds reductions that depend on it."""
+def check_unordered(name: str, collection, order: Optional[str]) -> None:
+    """Refuse a DataFrame without a defined source order where reductions depend on it,
+    unless ``order="any"`` says the order does not matter."""
+    if order not in (None, "any"):
+        raise SpecError(f"materialize(order={order!r}): the only value is \"any\" (the source order does not matter "
+                        "to you); an event-time order is a reduce's `order:` in the schema")
     where = collection.order_dependent()
-    if where:
+    if where and order != "any":
         shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
-        log.warning("materialization %s: %s depend on the source order, which this DataFrame does not define "
-                    "(Spark may hand a batch's rows over in any order); give the reduce an order: (e.g. "
-                    "reduce: {strategy: lastWriteWins, order: /updated_at}) or keep _file/_block or Kafka's "
-                    "partition and offset columns (docs/reductions.md, \"Source order\")", name, shown)
+        raise SpecError(
+            f"materialization {name}: {shown} depend on the source order, which this DataFrame does not define "
+            "(Spark may hand a batch's rows over in any order, so \"last\" would be whichever row came last). "
+            "Fix one of: give the reduce an event-time order (reduce: {strategy: lastWriteWins, order: /updated_at}); "
+            "keep Kafka's topic, partition and offset columns beside a string value; add _file and _block columns "
+            "that order your rows; or pass order=\"any\" to materialize if any order is right for you "
+            "(docs/reductions.md, \"Source order\"). Nothing was started")
 
 
 def _with_metrics(port, spec, mat, source, on_batch):

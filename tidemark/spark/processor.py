@@ -36,6 +36,7 @@ from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
+from tidemark.runtime.view_identity import source_location
 from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_expr: re-exported for tests)
     END_BINDING, _partition_expr, _shard_expr, _shard_rows, route as _route, run_stage as _run_stage)
 
@@ -123,6 +124,8 @@ class Materializer:
             checkpoint_location=checkpoint_location, shards=materialization.shards,
             strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
             reductions=[reductions_of(c.name, c.schema) for c in self.collections],
+            sources=[source_location(spec.collections[b.source].source, spec.base_dir)
+                     if b.source in spec.collections else None for b in materialization.bindings],
             auto=materialization.auto_shards,
         )
         self.log = self.coordinator.log

@@ -1,0 +1,252 @@
+"""One live run per checkpoint: a lease file in the checkpoint folder.
+
+A run takes the lease at start-up, before it writes anything (no driver recovery, no Apply,
+no Acknowledge), renews it every ``ttl / 3`` seconds from a daemon thread while its query
+runs, and gives it back when the query stops.  A second run of the same checkpoint — a cron
+overlap, a second terminal — is refused at once with who holds it (host, pid, since when),
+before it could, say, delete the first run's staged files.
+
+A lease is live while it was renewed within ``ttl`` seconds, and — when it was taken on
+this host — its process is alive: a run killed with SIGKILL on this machine is taken over
+at once; one killed on another machine after ``ttl`` (default 30 s).  The same process
+(another ``tidemark.materialize`` of the same checkpoint after the first stopped) takes its
+own lease again.
+
+Taking and renewing happen under an exclusive ``flock`` on a lock file beside the lease, so
+two runs starting at the same instant on one machine cannot both win.  On a checkpoint on
+an object store (``s3://…``) there is no such lock: the lease is written and read back
+(best effort; a race of two starts within a second can go unnoticed there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from tidemark.errors import RecoveryError
+
+log = logging.getLogger("tidemark")
+
+LEASE_FILE = "tidemark.lease"
+DEFAULT_TTL = 30.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Lease:
+    """The lease of one checkpoint folder (a local path, or a URI)."""
+
+    def __init__(self, checkpoint_location: str, materialization: str, *, ttl: Optional[float] = None):
+        self.location = checkpoint_location.rstrip("/")
+        self.materialization = materialization
+        self.ttl = float(ttl if ttl is not None else os.environ.get("TIDEMARK_LEASE_TTL", DEFAULT_TTL))
+        self.local = "://" not in self.location or self.location.startswith("file://")
+        base = self.location[len("file://"):] if self.location.startswith("file://") else self.location
+        self.path = os.path.join(base, LEASE_FILE) if self.local else f"{self.location}/{LEASE_FILE}"
+        self.token = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.since = time.time()
+        self.held = False
+        self.lost = False
+        self._created_dir = False
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._alive: Optional[Callable[[], bool]] = None
+
+    @property
+    def created_folder(self) -> bool:
+        """True when taking the lease created the checkpoint folder (it held nothing)."""
+        return self._created_dir
+
+    # ------------------------------------------------------------------ file access
+    @contextlib.contextmanager
+    def _locked(self):
+        if not self.local:
+            yield
+            return
+        import fcntl
+
+        fd = os.open(self.path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self) -> Optional[dict]:
+        try:
+            if self.local:
+                with open(self.path, encoding="utf-8") as f:
+                    text = f.read()
+            else:
+                from tidemark.files import filesystem
+
+                fs, p = filesystem(self.path)
+                with fs.open_input_stream(p) as f:
+                    text = f.read().decode("utf-8")
+        except (FileNotFoundError, OSError):
+            return None
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None  # a torn write of a dead run: not a live lease
+        return body if isinstance(body, dict) else None
+
+    def _write(self) -> None:
+        body = json.dumps({"token": self.token, "materialization": self.materialization, "host": self.host,
+                           "pid": self.pid, "since": self.since, "renewed": time.time(), "ttl": self.ttl})
+        if self.local:
+            tmp = f"{self.path}.{self.token}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(body)
+            os.replace(tmp, self.path)
+        else:
+            from tidemark.files import filesystem
+
+            fs, p = filesystem(self.path)
+            with fs.open_output_stream(p) as f:
+                f.write(body.encode("utf-8"))
+
+    def _remove(self) -> None:
+        if self.local:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+            if self._created_dir:  # a first run that ended (or was refused) before writing anything else
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.path + ".lock")  # (otherwise the lock file stays: unlinking it under a waiter races)
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(self.path))  # only if the run left it empty
+        else:
+            from tidemark.files import filesystem
+
+            fs, p = filesystem(self.path)
+            with contextlib.suppress(OSError):
+                fs.delete_file(p)
+
+    def _live_other(self, body: Optional[dict]) -> bool:
+        if not body or body.get("token") == self.token:
+            return False
+        if body.get("host") == self.host and body.get("pid") == self.pid:
+            return False  # this process's own earlier run (it stopped, or it would not start again)
+        if time.time() - float(body.get("renewed", 0)) > float(body.get("ttl", self.ttl)):
+            return False  # expired: its run stopped renewing
+        if body.get("host") == self.host:
+            return _pid_alive(int(body.get("pid", -1)))
+        return True
+
+    # ------------------------------------------------------------------ the lease
+    def _refuse_if_held(self, body: Optional[dict]) -> None:
+        if self._live_other(body):
+            since = _stamp(float(body.get("since", 0)))
+            expires = _stamp(float(body.get("renewed", 0)) + float(body.get("ttl", self.ttl)))
+            raise RecoveryError(
+                f"materialization {self.materialization!r}: its checkpoint {self.location} is in use by another "
+                f"run, running since {since} (host {body.get('host')}, pid {body.get('pid')}). One checkpoint "
+                f"has one live run; this one started nothing. Wait for that run to end (or stop it); if it is "
+                f"dead on another machine, its lease expires at {expires}")
+
+    def check_free(self) -> None:
+        """Raise as :meth:`acquire` would, without taking the lease (``tidemark check``, and
+        ``tidemark run`` before Spark starts)."""
+        self._refuse_if_held(self._read())
+
+    def acquire(self) -> None:
+        """Take the lease, or raise :class:`RecoveryError` naming the run that holds it."""
+        if self.local:
+            folder = os.path.dirname(self.path)
+            if not os.path.isdir(folder):
+                os.makedirs(folder, exist_ok=True)
+                self._created_dir = True
+        try:
+            with self._locked():
+                self._refuse_if_held(self._read())
+                self._write()
+        except BaseException:
+            if self._created_dir:
+                self.held = True  # so that release() cleans up what acquire() created
+                self.release()
+            raise
+        if not self.local and (self._read() or {}).get("token") != self.token:
+            raise RecoveryError(f"materialization {self.materialization!r}: another run took the lease of "
+                                f"{self.location} at the same moment; this one started nothing")
+        self.held = True
+
+    def renew(self) -> bool:
+        """Renew the lease; False (and ``lost``) when another run holds it now."""
+        if not self.held:
+            return False
+        with self._locked():
+            body = self._read()
+            if body is not None and body.get("token") != self.token:
+                self.lost, self.held = True, False
+                log.error("materialization %s: the lease of %s was taken by another run (host %s, pid %s); this "
+                          "run stops committing", self.materialization, self.location, body.get("host"), body.get("pid"))
+                return False
+            self._write()
+        return True
+
+    def keep(self, alive: Optional[Callable[[], bool]] = None) -> None:
+        """Renew in a daemon thread until :meth:`release`, or until ``alive()`` says the run ended."""
+        self._alive = alive
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name=f"tidemark-lease-{self.materialization}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                ended = self._alive is not None and not self._alive()
+            except Exception:  # noqa: BLE001 - the session is gone: so is the run
+                ended = True
+            if ended:
+                self.release()
+                return
+            try:
+                if not self.renew():
+                    return
+            except Exception as exc:  # noqa: BLE001 - a renewal that fails is retried; expiry is the backstop
+                log.warning("materialization %s: renewing the lease failed: %s", self.materialization, exc)
+
+    def check(self) -> None:
+        """Raise when the lease was lost (called before each commit)."""
+        if self.lost:
+            raise RecoveryError(f"materialization {self.materialization!r}: this run lost its lease of "
+                                f"{self.location} to another run; it commits nothing more. Nothing of the batch "
+                                "was committed by this run")
+
+    def release(self) -> None:
+        """Give the lease back (idempotent); the next run starts without waiting."""
+        self._stop.set()
+        if not self.held:
+            return
+        self.held = False
+        with contextlib.suppress(OSError):
+            with self._locked():
+                body = self._read()
+                if body is None or body.get("token") == self.token:
+                    self._remove()
+
+
+__all__ = ["Lease", "LEASE_FILE", "DEFAULT_TTL"]

@@ -1,0 +1,124 @@
+"""Whose view a bound resource holds, and from what: one record per binding, compared in one place.
+
+Every recovery-log entry records, per binding, the view's identity (:func:`binding_identity`):
+the resource as the spec names it, the collection, its key pointers and their types, and
+the source location the collection is read from.  At start-up, before anything is written
+(and in ``tidemark check``, through the same function), :func:`check_identities` compares the
+log's last record with the spec about to run and refuses what would lose or mix data:
+
+* a **renamed resource** (``{table: orders}`` -> ``{table: orders_v2}``): the new resource would
+  hold only what later batches touch (``sum`` restarted from zero);
+* **swapped bindings**, or a binding now fed by **another collection**: Spark's source state
+  is kept per source position, so the view would mix two streams' histories;
+* a **moved source** (another path): Spark's file source would read every file again;
+* a **changed key**: old-key and new-key documents would stand side by side.
+
+The way forward is named in each message: undo the edit, or start the view over on
+purpose with ``tidemark reset`` (which builds the new resource complete).  Entries written
+before this record existed carry ``resources`` and ``reductions`` (collection names): those
+are compared instead.
+
+Pure Python (no Spark, no driver).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+from tidemark.errors import RecoveryError, reset_hint
+
+#: resource keys that name *where* a view is, beside its name (schema-qualified names)
+QUALIFIERS = ("schema", "namespace", "database", "catalog", "bucket")
+
+
+def resource_identity(binding) -> list[str]:
+    """The resource as the spec names it: its name and, where given, what qualifies it."""
+    out = list(binding.resource_path)
+    for k in QUALIFIERS:
+        if k in binding.resource and binding.resource[k] not in (None, ""):
+            out.append(f"{k}={binding.resource[k]}")
+    return out
+
+
+def source_location(source: Any, base_dir: str = ".") -> Optional[str]:
+    """A spec source's location as Spark reads it (an absolute path or a URI); None for a
+    DataFrame given to ``tidemark.materialize`` (its identity is the Spark checkpoint's)."""
+    path = getattr(source, "path", None)
+    if not path:
+        return None
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.path.abspath(base_dir), path))
+
+
+def binding_identity(binding, source: Optional[str] = None) -> dict:
+    """The identity record of one binding (a :class:`~tidemark.protocol.messages.BindingSpec`)."""
+    key_types = {f.pointer: f.type for f in binding.key_fields}
+    return {
+        "resource": resource_identity(binding),
+        "collection": binding.collection,
+        "key": list(binding.key),
+        "key_types": [key_types.get(p) for p in binding.key],
+        "source": source,
+    }
+
+
+def _legacy(entry) -> list[dict]:
+    """Identities of a log entry written before they were recorded: resources, collections."""
+    resources = list(entry.resources or [])
+    collections = [r.get("collection") for r in (entry.reductions or [])]
+    n = max(len(resources), len(collections))
+    return [{"resource": list(resources[i]) if i < len(resources) else None,
+             "collection": collections[i] if i < len(collections) else None,
+             "key": None, "key_types": None, "source": None} for i in range(n)]
+
+
+def _show(resource: Optional[Sequence[str]]) -> str:
+    return "/".join(resource) if resource else "?"
+
+
+def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
+    """What differs, binding by binding (by position, as Spark keeps its sources)."""
+    out = []
+    for i, (old, new) in enumerate(zip(logged, current)):
+        where = f"binding {i}"
+        if old.get("collection") and old["collection"] != new["collection"]:
+            moved = [j for j, n in enumerate(current) if n["collection"] == old["collection"]]
+            hint = f" (now binding {moved[0]}: were bindings reordered?)" if moved else ""
+            out.append(f"{where} read collection {old['collection']!r}, now {new['collection']!r}{hint}: Spark keeps "
+                       "a source's position per binding, so the view would mix two streams' histories")
+            continue
+        if old.get("resource") and list(old["resource"]) != list(new["resource"]):
+            out.append(f"{where} ({new['collection']}) was materialized into {_show(old['resource'])!r}, now "
+                       f"{_show(new['resource'])!r}: the new resource would hold only what later batches touch "
+                       f"(sums restarting from zero); the view up to here is in {_show(old['resource'])!r}")
+        if old.get("key") is not None and list(old["key"]) != list(new["key"]):
+            out.append(f"{where} ({new['collection']}) was keyed by {old['key']}, now {new['key']}: documents of the "
+                       "old and the new key would stand side by side")
+        elif old.get("key_types") is not None and list(old["key_types"]) != list(new["key_types"]):
+            out.append(f"{where} ({new['collection']}) key types were {old['key_types']}, now {new['key_types']}")
+        if old.get("source") and new.get("source") and old["source"] != new["source"]:
+            out.append(f"{where} ({new['collection']}) was read from {old['source']}, now {new['source']}: Spark would "
+                       "read every file of the new location again (sums doubled)")
+    return out
+
+
+def check_identities(materialization: str, entry, current: Sequence[dict], *, spec_file: Optional[str] = None) -> None:
+    """Refuse a spec whose bindings no longer match the view the recovery log's last batch
+    (``entry``) wrote.  Raises :class:`~tidemark.errors.RecoveryError` naming both sides."""
+    if entry is None:
+        return
+    logged = list(getattr(entry, "identities", None) or []) or _legacy(entry)
+    found = differences(logged, current)
+    if not found:
+        return
+    where = f" ({spec_file})" if spec_file else ""
+    raise RecoveryError(
+        f"materialization {materialization!r}{where}: the spec no longer describes the view its checkpoint holds up to "
+        f"batch {entry.batch_id}: " + "; ".join(found) + ". Undo the edit (the old names are above), or start the "
+        f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source. "
+        "Nothing was changed")
+
+
+__all__ = ["binding_identity", "check_identities", "differences", "resource_identity", "source_location"]
