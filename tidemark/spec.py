@@ -50,6 +50,10 @@ ON_INVALID = ("fail", "quarantine")
 DEFAULT_CHECKPOINT = ".tidemark/checkpoints"
 
 
+#: the formats of a spec's file sources (other sources: ``tidemark.materialize(df, ...)``)
+FILE_FORMATS = ("json", "jsonl", "ndjson", "text")
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     format: str = "json"
@@ -230,6 +234,13 @@ class _Parser:
         fmt = obj.get("format", "json")
         if not isinstance(fmt, str) or not fmt:
             raise self.fail(f"{path}.format", "must be a Spark source format name, e.g. json")
+        if fmt.lower() not in FILE_FORMATS:
+            import difflib
+
+            near = difflib.get_close_matches(fmt.lower(), FILE_FORMATS, n=1)
+            raise self.fail(f"{path}.format", f"format {fmt!r} is not one the spec runner reads "
+                            f"({', '.join(FILE_FORMATS)}{'; did you mean ' + repr(near[0]) + '?' if near else ''}); "
+                            "read other sources yourself and call tidemark.materialize(df, ...)")
         src_path = obj.get("path")
         if src_path is not None:
             if not isinstance(src_path, str) or not src_path:
@@ -414,3 +425,19 @@ def _type_name(v: Any) -> str:
     if v is None:
         return "null"
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
+def check_source_readable(spec: "TidemarkSpec", collection: str) -> None:
+    """Refuse a collection whose source folder does not exist or cannot be read, naming the
+    spec's file and place (``tidemark check``, ``tidemark run`` before Spark starts, and the
+    spec runner itself: one function).  URIs and glob patterns are left to Spark."""
+    c = spec.collections[collection]
+    path = c.source.path if c.source else None
+    if not path or "://" in path or any(ch in path for ch in "*?[{"):
+        return
+    where = f"collections.{collection}.source.path"
+    if not os.path.exists(path):
+        raise SpecError(f"the source folder {path} does not exist (create it, or fix the path; a file source "
+                        "reads the files put into it)", file=spec.file, path=where)
+    if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
+        raise SpecError(f"the source folder {path} cannot be read by this user", file=spec.file, path=where)

@@ -1,6 +1,7 @@
 """``tidemark.materialize`` on a DataFrame: a stream runs until stopped, a session that sets no
-shuffle partitions gets the CLI's, a source without a defined order is warned about, and
-Kafka's partition/offset columns define the order."""
+shuffle partitions gets the CLI's, a file stream is ordered by file and position as a spec's
+file source is, Kafka's partition/offset columns define the order, and a source without a
+defined order is refused where reductions depend on it (unless ``order="any"``)."""
 
 from __future__ import annotations
 
@@ -58,9 +59,8 @@ def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_
     offsets = (tmp_path / "chk" / "spark" / "offsets" / "0").read_text().splitlines()
     assert json.loads(offsets[1])["conf"][SHUFFLE_KEY] == str(SHUFFLE_PARTITIONS)
     assert {k: d["n"] for k, d in _view(db, "t").items()} == {"k0": 9, "k1": 12, "k2": 15}
-    # a text stream has no defined order: the lastWriteWins property is named
-    warned = [r.getMessage() for r in caplog.records if "depend on the source order" in r.getMessage()]
-    assert len(warned) == 1 and "/city (lastWriteWins)" in warned[0] and "/n" not in warned[0]
+    # a text stream over files is ordered by file and position (Spark's _metadata): no warning
+    assert not [r for r in caplog.records if "source order" in r.getMessage()]
 
 
 def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, caplog):
@@ -89,3 +89,56 @@ def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, ca
     last = {r["id"]: r["city"] for r in records}  # by offset
     assert {k: d["city"] for k, d in _view(db, "t").items()} == last
     assert not [r for r in caplog.records if "depend on the source order" in r.getMessage()]
+
+
+def test_a_file_stream_is_reduced_in_file_order_like_a_spec_and_says_nothing(spark, tmp_path, caplog):
+    """``spark.readStream.text(dir)`` over several files: every customer's lastWriteWins
+    ``status`` is the last one of the files in order (path, then line), as a spec's file source
+    gives, however Spark splits the batch; nothing is logged about the order."""
+    import tidemark
+
+    rng = random.Random(7)
+    data = tmp_path / "data"
+    data.mkdir()
+    rows_by_file = []
+    for f in range(6):
+        rows = [{"id": f"c{rng.randrange(100)}", "n": 1, "city": f"city-{f}-{i}"} for i in range(400)]
+        rows_by_file.append(rows)
+        (data / f"part-{f:02d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    expected = {}
+    for rows in rows_by_file:  # files in path order, lines in file order
+        for r in rows:
+            expected[r["id"]] = r["city"]
+    db = tmp_path / "v.db"
+    with caplog.at_level(logging.WARNING, logger="tidemark"):
+        tidemark.materialize(spark.readStream.text(str(data)), collection={"key": ["/id"], "schema": SCHEMA},
+                             endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"},
+                             checkpoint=str(tmp_path / "chk"), spark=spark, available_now=True).await_termination()
+    got = {k: d["city"] for k, d in _view(db, "t").items()}
+    assert got == expected
+    assert not [r for r in caplog.records if "source order" in r.getMessage()]
+
+
+def test_a_source_without_an_order_is_refused_where_the_reductions_need_one(spark, tmp_path):
+    """A rate stream has no order within a batch: a lastWriteWins field is refused before
+    anything starts, naming the field and the fixes; ``order="any"`` runs it."""
+    import tidemark
+    from tidemark.errors import SpecError
+
+    schema = {"type": "object", "required": ["value"], "reduce": {"strategy": "merge"},
+              "properties": {"value": {"type": "integer"}, "timestamp": {"type": "string"}}}
+    df = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    db = tmp_path / "v.db"
+    with pytest.raises(SpecError) as err:
+        tidemark.materialize(df, collection={"key": ["/value"], "schema": schema}, endpoint={"sqlite": {"path": str(db)}},
+                             resource={"table": "t"}, checkpoint=str(tmp_path / "chk"), spark=spark, available_now=True)
+    msg = str(err.value)
+    assert "/timestamp (lastWriteWins)" in msg and "order=\"any\"" in msg and "order: /updated_at" in msg
+    assert not db.exists() and not (tmp_path / "chk").exists()  # refused before anything was written
+    with pytest.raises(SpecError, match="the only value"):
+        tidemark.materialize(df, collection={"key": ["/value"], "schema": schema}, endpoint={"sqlite": {"path": str(db)}},
+                             resource={"table": "t"}, checkpoint=str(tmp_path / "chk"), spark=spark, order="sorted")
+    writer = tidemark.materialize(df, collection={"key": ["/value"], "schema": schema},
+                                  endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"},
+                                  checkpoint=str(tmp_path / "chk"), spark=spark, order="any", start=False)
+    assert writer is not None

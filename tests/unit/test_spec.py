@@ -146,3 +146,34 @@ def test_constructible_in_python():
     mat = MaterializationSpec("m", {"memory": {}}, bindings=(BindingConfig("c", {"table": "t"}),))
     spec = TidemarkSpec({"c": coll}, {"m": mat}, "chk", None, ".")
     assert mat.driver_name == "memory" and len(mat.version(spec)) == 16
+
+
+def _orders_spec(tmp_path, source: dict) -> str:
+    spec = {"collections": {"orders": {"key": ["/id"], "schema": {"type": "object", "properties": {"id": {"type": "string"}},
+                                                                  "required": ["id"]}, "source": source}},
+            "materializations": {"v": {"endpoint": {"sqlite": {"path": "v.db"}},
+                                       "bindings": [{"source": "orders", "resource": {"table": "t"}}]}}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_a_misspelt_source_format_is_refused_at_load_with_the_closest_one(tmp_path):
+    with pytest.raises(SpecError) as err:
+        load_spec(_orders_spec(tmp_path, {"format": "jsn", "path": "data"}))
+    assert "spec.yaml:collections.orders.source.format" in str(err.value) and "did you mean 'json'?" in str(err.value)
+
+
+def test_check_and_run_refuse_a_missing_source_folder_before_spark_with_one_function(tmp_path):
+    """``tidemark check`` (and ``tidemark run``, which calls it before Spark starts) refuse a
+    source folder that does not exist, naming the file and place; nothing is created."""
+    from tidemark.ops import check_spec
+
+    spec = _orders_spec(tmp_path, {"format": "json", "path": "data"})
+    for to_run in (False, True):
+        with pytest.raises(SpecError) as err:
+            check_spec(spec, to_run=to_run)
+        assert "spec.yaml:collections.orders.source.path" in str(err.value) and "does not exist" in str(err.value)
+    assert not (tmp_path / "v.db").exists() and not (tmp_path / ".tidemark").exists()
+    (tmp_path / "data").mkdir()
+    assert any("endpoint sqlite ok" in line for line in check_spec(spec))

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 from tidemark.errors import SpecError
+from tidemark.spec import FILE_FORMATS  # (the spec checks the format when it is loaded)
 
 # Spark sources whose batches cannot be re-read after a crash.
 NON_REPLAYABLE = ("TextSocket", "socket", "MemoryStream")
 
-FILE_FORMATS = ("json", "jsonl", "ndjson", "text")
 
 # Spark's file source ignores a new file more than ``maxFileAge`` (default 7 days) older
 # than the newest file it has seen: a backfilled or copied file (``cp -p``, ``rsync -t``)
@@ -56,10 +56,28 @@ def read_collection(spark, collection_spec, binding: int, *, file: str | None = 
 KAFKA_ORDER = ("partition", "offset")  # with ``topic`` (optional): Kafka's columns that define the order
 
 
+def _with_file_order(df):
+    """``df`` with ``_file`` / ``_block`` from Spark's hidden ``_metadata`` column, where its
+    rows still come straight from a file scan (``spark.readStream.text(dir)`` and projections
+    of it); None where ``_metadata`` does not resolve (not a file source, or no longer one)."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    if "_metadata" in df.columns:  # a column of the user's own with that name
+        return None
+    try:
+        return df.select("*", F.col("_metadata.file_path").alias("_file"),
+                         F.col("_metadata.file_block_start").alias("_block"))
+    except AnalysisException:
+        return None
+
+
 def source_order(df) -> str:
     """How :func:`prepare_dataframe` orders the rows of one key in a batch: ``"columns"``
-    (the DataFrame's own ``_file`` / ``_block``), ``"kafka"`` (topic, partition, offset) or
-    ``""``: not defined (Spark may hand a batch's rows over in any order)."""
+    (the DataFrame's own ``_file`` / ``_block``), ``"files"`` (a file source: the file's path
+    and position, from Spark's ``_metadata``, as a spec's file source is ordered), ``"kafka"``
+    (topic, partition, offset) or ``""``: not defined (Spark may hand a batch's rows over in
+    any order)."""
     from pyspark.sql.types import StringType
 
     cols = df.columns
@@ -67,6 +85,8 @@ def source_order(df) -> str:
         return "columns"
     if all(c in cols for c in KAFKA_ORDER) and "value" in cols and isinstance(df.schema["value"].dataType, StringType):
         return "kafka"
+    if "_file" not in cols and "_block" not in cols and _with_file_order(df) is not None:
+        return "files"
     return ""
 
 
@@ -75,18 +95,22 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
 
     Source order (docs/reductions.md, "Source order"): the DataFrame's ``_file`` and
     ``_block`` columns where it has both; else Kafka's ``topic``, ``partition`` and ``offset``
-    beside a string ``value``; else none (the order Spark hands a batch's rows over in)."""
+    beside a string ``value``; else, for a file source, the file path and position that
+    Spark's ``_metadata`` gives; else none (the order Spark hands a batch's rows over in)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
     check_replayable(df)
-    cols = df.columns
     order = source_order(df)
+    cols = df.columns
     string_value = "value" in cols and isinstance(df.schema["value"].dataType, StringType)
     if string_value:
         value = F.col("value")
     else:
         value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]))
+    if order == "files":
+        df = _with_file_order(df)
+        cols = df.columns
     file_col = F.col("_file") if "_file" in cols else F.lit(source_name)
     block_col = F.col("_block").cast("long") if "_block" in cols else F.lit(0).cast("long")
     if order == "kafka":
