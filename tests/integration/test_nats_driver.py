@@ -15,7 +15,7 @@ from tests.nats_server import nats_server, private_nats_server  # noqa: E402,F40
 from tidemark.drivers.nats import NatsDriver  # noqa: E402
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError  # noqa: E402
 from tidemark.drivers.nats.client import NatsClient  # noqa: E402
-from tidemark.drivers.nats import wire
+from tidemark.drivers.nats import wire  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
     Acknowledge, Apply, BindingSpec, Field, Open, Range, StartCommit, Store,
 )
@@ -138,3 +138,45 @@ def test_tidemark_query_prints_only_committed_documents(tmp_path, private_nats_s
     out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", "view", "--key", '"c2"'],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and json.loads(out.stdout) == {"customer": "c2", "batch": 0}, out.stderr
+
+
+def test_check_and_apply_say_when_batches_are_not_published_atomically(nats_server, tmp_path):
+    """``atomic: false`` (or a server older than 2.12): the dry run that ``tidemark check``
+    prints, and the run's apply, say ordered mode and what a plain consumer may see."""
+    stream = f"O{uuid.uuid4().hex[:8]}"
+    binding = BindingSpec({"stream": stream, "subject": f"{stream}.docs"}, "docs", ("/id",), FIELDS)
+    for atomic, expect in (("false", "ordered mode: a plain consumer of the stream may see part of a batch"),
+                           ("true", "atomic batch publish on")):
+        with NatsDriver({"url": nats_server.url, "state": str(tmp_path / f"state-{atomic}"), "atomic": atomic}) as d:
+            dry = d.apply(Apply("m", {}, (binding,), dry_run=True))
+            assert expect in dry.action_description and "nats-server 2." in dry.action_description
+    with NatsDriver({"url": nats_server.url, "state": str(tmp_path / "state"), "atomic": "false"}) as d:
+        assert "ordered mode" in d.apply(Apply("m", {}, (binding,), checkpoint_id="cp")).action_description
+
+
+@pytest.mark.parametrize("limit", [{"max_age": 3600}, {"max_msgs": 1000}, {"max_bytes": 1 << 20}])
+def test_a_stream_that_deletes_messages_on_its_own_is_refused(nats_server, tmp_path, limit):
+    """A view's stream with a limit (max age, messages, bytes): the server would silently
+    drop documents and progress records. Refused by the dry run (``tidemark check``) and by
+    Apply, naming the limit; nothing is changed."""
+    import asyncio
+
+    import nats
+
+    stream = f"L{uuid.uuid4().hex[:8]}"
+    binding = BindingSpec({"stream": stream, "subject": f"{stream}.docs"}, "docs", ("/id",), FIELDS)
+
+    async def make():
+        nc = await nats.connect(nats_server.url)
+        try:
+            await nc.jetstream().add_stream(name=stream, subjects=[f"{stream}.docs"], **limit)
+        finally:
+            await nc.close()
+
+    asyncio.run(make())
+    (name, value), = limit.items()
+    with NatsDriver({"url": nats_server.url, "state": str(tmp_path / "state")}) as d:
+        for dry in (True, False):
+            with pytest.raises(IncompatibleSchema, match=f"deletes messages on its own \\({name} .*Nothing was changed"):
+                d.apply(Apply("m", {}, (binding,), dry_run=dry, checkpoint_id="cp"))
+        assert d.client().stream_config(stream)["subjects"] == [f"{stream}.docs"]  # not extended

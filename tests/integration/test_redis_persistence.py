@@ -125,3 +125,26 @@ def test_without_the_aof_data_and_checkpoint_are_lost_together(server_factory, c
     d = load_driver("redis", {"url": server.url})
     assert d.checkpoints(MAT) == [] and d.dump(MAT, b) == {}  # behind the recovery log, never half-applied
     d.close()
+
+
+@pytest.mark.parametrize("policy,refused", [("allkeys-lru", True), ("allkeys-random", True),
+                                            ("volatile-lru", False), ("noeviction", False)])
+def test_a_server_that_may_evict_the_view_is_refused_at_validate(server_factory, policy, refused):
+    """``maxmemory`` with an ``allkeys-*`` policy evicts keys without a TTL — a view's
+    documents and checkpoints — when the server is full: refused at Validate (so by
+    ``tidemark check`` and before a run writes anything), naming the setting to change."""
+    from tidemark.errors import IncompatibleSchema
+    from tidemark.protocol.messages import Validate
+
+    server = server_factory("--maxmemory", "64mb", "--maxmemory-policy", policy)
+    b = binding()
+    with load_driver("redis", {"url": server.url}) as d:
+        if refused:
+            with pytest.raises(IncompatibleSchema, match=f"maxmemory-policy {policy}.*CONFIG SET maxmemory-policy "
+                                                         "noeviction.*Nothing was changed"):
+                d.validate(Validate(MAT, d.config, (b,)))
+        else:
+            d.validate(Validate(MAT, d.config, (b,)))
+    unlimited = server_factory("--maxmemory", "0", "--maxmemory-policy", "allkeys-lru")
+    with load_driver("redis", {"url": unlimited.url}) as d:
+        d.validate(Validate(MAT, d.config, (b,)))  # no limit: nothing is evicted

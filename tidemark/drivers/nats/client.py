@@ -145,6 +145,9 @@ class NatsClient:
     def stream_exists(self, stream: str) -> bool:
         return self._run(layout.stream_exists(self._aio, stream), f"look up stream {stream!r}")
 
+    def stream_config(self, stream: str) -> Optional[dict]:
+        return self._run(layout.stream_config(self._aio, stream), f"look up stream {stream!r}")
+
     def scan(self, stream: str, start_seq: int = 1,
              subjects: Optional[Sequence[str]] = None) -> list[tuple[int, str, dict, bytes]]:
         """Every message of ``stream`` from ``start_seq`` (as it was when the scan began)."""

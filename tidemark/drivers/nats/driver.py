@@ -11,13 +11,16 @@ rebuilds from the log whenever the two disagree (:mod:`.opening`).
 
 from __future__ import annotations
 
-import shutil
+import logging
 import os
+import shutil
 import threading
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.nats import config as conf
+from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
+from tidemark.drivers.nats.layout import dropping_limits
 from tidemark.drivers.nats.opening import fence, open_store
 from tidemark.drivers.nats.transactor import NatsTransactor
 from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
@@ -25,6 +28,18 @@ from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.protocol.messages import (
     Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
 )
+
+log = logging.getLogger("tidemark")
+
+
+def publish_mode(atomic: bool) -> str:
+    """How batches reach the stream, as ``check`` and the run's apply line say it."""
+    if atomic:
+        return "atomic batch publish on"
+    return ("atomic batch publish off (ordered mode: a plain consumer of the stream may see part of a batch until it "
+            "is complete; `tidemark query` and read_committed see whole batches only; nats-server 2.12 or newer "
+            "publishes each batch atomically)")
+
 
 CAPABILITIES = Capabilities(
     commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
@@ -128,7 +143,15 @@ class NatsDriver(Driver):
         ts = self._check(req.materialization, req.bindings)
         stream = self.stream(req.materialization, req.bindings)
         client = self.client()
-        exists = client.stream_exists(stream)
+        existing = client.stream_config(stream)
+        exists = existing is not None
+        limits = dropping_limits(existing or {})
+        if limits:
+            raise IncompatibleSchema(
+                f"stream {stream!r} deletes messages on its own ({', '.join(limits)}): the view's documents and "
+                "progress records would silently go, and a rebuild or a reader would miss them. Remove the limits "
+                f"(`nats stream edit {stream}` with no max age/messages/bytes and retention limits), or give the "
+                "view a stream of its own. Nothing was changed")
         if exists and req.checkpoint_id:
             owners = {str(f.checkpoint.get("checkpoint_id")) for f in
                       client.channel_frontiers(stream, req.materialization).values()
@@ -143,10 +166,13 @@ class NatsDriver(Driver):
         action = f"{'update' if exists else 'create'} stream {stream} for subjects {', '.join(subjects)}"
         created = () if exists else tuple(b.resource_path for b in req.bindings)
         if req.dry_run:
-            return Applied(action, created)
+            version = client.server_version
+            atomic = self.cfg.atomic if self.cfg.atomic is not None else version_tuple(version) >= MIN_ATOMIC_VERSION
+            return Applied(f"{action} ({publish_mode(atomic)}, nats-server {version})", created)
         setup = client.ensure_stream(stream, subjects, atomic=self.cfg.atomic)
-        return Applied(f"{action} (atomic batch publish {'on' if setup.atomic else 'off'}, "
-                       f"nats-server {setup.server_version})", created)
+        if not setup.atomic:
+            log.warning("materialization %s: stream %s: %s", req.materialization, stream, publish_mode(False))
+        return Applied(f"{action} ({publish_mode(setup.atomic)}, nats-server {setup.server_version})", created)
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[NatsTransactor, Opened]:

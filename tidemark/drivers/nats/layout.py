@@ -133,14 +133,32 @@ async def purge(aio: AsyncNats, stream: str, subjects: Sequence[str]) -> int:
     return n
 
 
-async def stream_exists(aio: AsyncNats, stream: str) -> bool:
+async def stream_config(aio: AsyncNats, stream: str) -> Optional[dict]:
+    """The stream's configuration, or None when there is no such stream."""
     from nats.js.errors import NotFoundError
 
     try:
-        await aio._api(f"STREAM.INFO.{stream}")
+        return (await aio._api(f"STREAM.INFO.{stream}"))["config"]
     except NotFoundError:
-        return False
-    return True
+        return None
+
+
+async def stream_exists(aio: AsyncNats, stream: str) -> bool:
+    return await stream_config(aio, stream) is not None
+
+
+def dropping_limits(cfg: dict) -> list[str]:
+    """The settings of a stream under which the server deletes messages on its own: a view's
+    documents and progress records would silently go (a rebuild of the local state, and
+    readers, need every one)."""
+    out = []
+    for name in ("max_age", "max_msgs", "max_bytes", "max_msgs_per_subject"):
+        value = cfg.get(name)
+        if isinstance(value, (int, float)) and value > 0:
+            out.append(f"{name} {value}")
+    if cfg.get("retention", "limits") != "limits":
+        out.append(f"retention {cfg.get('retention')}")
+    return out
 
 
 async def stream_names(aio: AsyncNats) -> list[str]:

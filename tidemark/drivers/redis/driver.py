@@ -113,6 +113,9 @@ class RedisDriver(Driver):
             raise IncompatibleSchema(
                 f"redis {redact(self.cfg.url)} is a Redis Cluster node: the commit script touches the keys of "
                 "several hash slots, which Cluster refuses; use a standalone Redis (or a primary with replicas)")
+        evicts = self.store.persistence().eviction()
+        if evicts:
+            raise IncompatibleSchema(f"{redact(evicts, [self.cfg.url])} ({redact(self.cfg.url)}). Nothing was changed")
 
     def warn_persistence(self, store: Optional[RedisStore] = None) -> Optional[str]:
         """Log (once per process and URL: at Apply, or at the first Open of an executor) what the

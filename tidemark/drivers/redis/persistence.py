@@ -36,6 +36,19 @@ class Persistence:
     appendfsync: Optional[str]
     save: Optional[str]
     error: Optional[str] = None
+    maxmemory: Optional[str] = None
+    maxmemory_policy: Optional[str] = None
+
+    def eviction(self) -> Optional[str]:
+        """Why the server may evict the view's keys (a memory limit with an ``allkeys-*``
+        policy evicts keys without a TTL: a view's documents and checkpoints), or None."""
+        policy = (self.maxmemory_policy or "").lower()
+        if not policy.startswith("allkeys-") or str(self.maxmemory or "0") in ("0", ""):
+            return None
+        return (f"redis: maxmemory-policy {policy} with maxmemory {self.maxmemory}: when the server is full it "
+                "evicts keys without a TTL, so it could silently drop a view's documents (Loads would then reduce "
+                "new documents into nothing) or its checkpoints. Fix: `CONFIG SET maxmemory-policy noeviction` "
+                "(or a volatile-* policy; and in redis.conf so that it lasts), or `maxmemory 0`")
 
     def warning(self) -> Optional[str]:
         """A warning for exactly-once mode, or None when every acknowledged commit survives
@@ -69,10 +82,11 @@ def read_persistence(client) -> Persistence:
 
     out: dict[str, Optional[str]] = {}
     try:
-        for name in ("appendonly", "appendfsync", "save"):
+        for name in ("appendonly", "appendfsync", "save", "maxmemory", "maxmemory-policy"):
             reply = client.config_get(name)
             value = reply.get(name, reply.get(name.encode())) if isinstance(reply, dict) else None
             out[name] = value.decode() if isinstance(value, bytes) else value
     except redis.exceptions.RedisError as exc:
         return Persistence(None, None, None, f"{type(exc).__name__}: {exc}")
-    return Persistence(out["appendonly"], out["appendfsync"], out["save"])
+    return Persistence(out["appendonly"], out["appendfsync"], out["save"], maxmemory=out["maxmemory"],
+                       maxmemory_policy=out["maxmemory-policy"])
