@@ -295,13 +295,36 @@ def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None,
         # the endpoint only once the view has run (opening it may create a database file)
         if endpoint and RecoveryLog.existing_materialization(st.checkpoint):
             try:
-                st.shards = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat))
+                st.shards = _current_first(st, _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat)))
             except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
                 st.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
         if not st.shards:
             st.shards = _layout_rows(st)
         out.append(st)
     return out
+
+
+def _current_first(st: MaterializationStatus, rows: list[ShardStatus]) -> list[ShardStatus]:
+    """The endpoint's rows of the current layout first, in key order; rows of earlier layouts
+    (an endpoint keeps a split range's parent) only while they matter: while a current range
+    has not yet committed a batch as new as theirs (it inherits from them at its next Open)."""
+    if not st.layout:
+        return rows
+    from tidemark.protocol.messages import Range
+
+    order = {Range(b, e).name: i for i, (b, e) in enumerate(st.layout)}
+    current = sorted((r for r in rows if r.place in order), key=lambda r: order[r.place])
+    older = [r for r in rows if r.place not in order]
+    if not current:
+        return rows  # places that are not ranges (a coordinator-apply endpoint's tables)
+    oldest = min(-1 if r.batch_id is None else r.batch_id for r in current)
+    if len(current) < len(order):
+        oldest = -1
+    matter = [r for r in older if r.batch_id is not None and r.batch_id > oldest]
+    if len(matter) < len(older):
+        st.notes.append(f"{len(older) - len(matter)} range(s) of earlier layouts are kept by the endpoint; the "
+                        "current ranges took over from them")
+    return current + matter
 
 
 def status_of_checkpoint(location: str, *, kafka: Optional[str] = None) -> MaterializationStatus:

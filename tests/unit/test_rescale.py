@@ -299,3 +299,35 @@ def test_the_newest_of_several_pending_requests_wins_and_auto_bounds_are_kept(tm
     # few keys, but only batches that ran on 3 shards argue for the next change
     assert [len(v.batch(n, docs_of(n)).layout) for n in (2, 3, 4)] == [3, 1, 1]  # 3 held for batches 1 and 2
     assert sqlite_rows(db) == v.oracle
+
+
+def test_a_scaled_count_that_outlives_the_spec_s_is_said_once_per_run(tmp_path, caplog):
+    """``shards: 2`` in the spec, ``tidemark scale --shards 4``: the batches after the one that
+    took the request stay on 4 (the request holds while the spec's count is unchanged), and
+    the run says so once, naming both counts and how to go back."""
+    import logging
+
+    db = tmp_path / "views.db"
+    v = View(tmp_path, {"sqlite": {"path": str(db)}}, shards=2)
+    v.batch(0, docs_of(0))
+    scale(v.spec_path, shards=4)
+    with caplog.at_level(logging.WARNING, logger="tidemark"):
+        assert [len(v.batch(n, docs_of(n)).layout) for n in (1, 2, 3)] == [4, 4, 4]
+    said = [r.getMessage() for r in caplog.records if "as `tidemark scale` asked" in r.getMessage()]
+    assert len(said) == 1 and "not on the spec's shards: 2" in said[0] and "tidemark scale --shards 2" in said[0]
+    assert sqlite_rows(db) == v.oracle
+
+
+def test_status_after_a_scale_lists_the_current_layout_and_not_the_ranges_it_replaced(tmp_path):
+    from tidemark.protocol.messages import Range
+    from tidemark.status import status_of_spec
+
+    db = tmp_path / "views.db"
+    v = View(tmp_path, {"sqlite": {"path": str(db)}}, shards=2)
+    v.batch(0, docs_of(0))
+    scale(v.spec_path, shards=4)
+    v.batch(1, docs_of(1))
+    [st] = status_of_spec(v.spec_path)
+    assert [s.place for s in st.shards] == [r.name for r in Range.split(4)]
+    assert all(s.batch_id == 1 for s in st.shards)
+    assert any("2 range(s) of earlier layouts" in n for n in st.notes)
