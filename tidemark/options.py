@@ -82,11 +82,6 @@ class RuntimeOptions:
             changes[name] = value
         return dataclasses.replace(self, **changes) if changes else self
 
-    @staticmethod
-    def from_env() -> "RuntimeOptions":
-        """The defaults with the environment's overrides."""
-        return RuntimeOptions().with_env()
-
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 

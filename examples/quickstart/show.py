@@ -11,5 +11,5 @@ rows = con.execute(
 total = con.execute('SELECT count(*), sum("orders") FROM "customers"').fetchone()
 print(f"{total[0]} customers, {total[1]} orders materialized. Top spenders:")
 print(f"{'customer':<10}{'orders':>8}{'amount':>12}{'largest':>10}  city")
-for c, n, a, l, city in rows:
-    print(f"{c:<10}{n:>8}{a:>12}{l:>10}  {city}")
+for c, n, a, big, city in rows:
+    print(f"{c:<10}{n:>8}{a:>12}{big:>10}  {city}")

@@ -210,11 +210,11 @@ class _SetCtx:
             return dict(out)
         return out
 
-    def _reduce_both(self, l, r, j):
+    def _reduce_both(self, left, r, j):
         if self.is_obj:
             name = r[0]
-            return (name, self.r._prop(self.add_app, name, l[1], r[1], self.ptr))
-        return self.r._item(self.add_app, j, l, r, self.ptr)
+            return (name, self.r._prop(self.add_app, name, left[1], r[1], self.ptr))
+        return self.r._item(self.add_app, j, left, r, self.ptr)
 
 
 def reduce(index: SchemaIndex, lhs: Any, rhs: Any) -> Any:

@@ -98,10 +98,6 @@ class CommitPattern(str, enum.Enum):
     def exactly_once(self) -> bool:
         return self is not CommitPattern.AT_LEAST_ONCE
 
-    @property
-    def recovery_log_authoritative(self) -> bool:
-        return self is not CommitPattern.STORE_AUTHORITATIVE
-
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
@@ -301,6 +297,14 @@ class Driver(ABC):
         the materialization (checkpoints, fences, staged work, quarantine).  Returns what was
         removed, in words.  Used by ``tidemark reset``; not part of a transaction."""
         raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot drop a view")
+
+    def quarantined(self, materialization: str) -> list[dict]:
+        """The documents quarantined for ``materialization`` (``on_invalid: quarantine``), oldest
+        first, as dicts of ``batch_id``, ``location``, ``key_json``, ``reason`` and ``value``.
+        Endpoints that keep them where the user reads them with the endpoint's own tools (SQL:
+        the ``tidemark_quarantine`` table) need not implement it."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} driver keeps its quarantine in the "
+                                  "endpoint: read it there (docs/operations.md)")
 
     def close(self) -> None:
         pass

@@ -182,10 +182,6 @@ def _vb_in(d: dict) -> ValidatedBinding:
     return ValidatedBinding(tuple(d["resource_path"]), bool(d.get("delta_updates", False)), d.get("constraints") or {})
 
 
-def _ident(x):
-    return x
-
-
 def _tuple(x):
     return tuple(x)
 

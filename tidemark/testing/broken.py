@@ -13,10 +13,9 @@ from tidemark.drivers.memory import (
     MemoryTransactor,
     _apply_ops,
     _mat,
-    key_text,
     resource_name,
 )
-from tidemark.protocol.messages import Acknowledged, Flushed, Loaded, Range
+from tidemark.protocol.messages import Acknowledged, Loaded, Range
 
 
 # --------------------------------------------------------------- store-authoritative

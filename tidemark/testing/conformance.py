@@ -172,7 +172,7 @@ def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False,
 
     from tidemark.drivers.registry import load_driver
 
-    console = Console()
+    console = Console(soft_wrap=True)
     config = _load_config(config_path)
     try:
         load_driver(driver, config).close()  # fail early on an unknown driver / missing library

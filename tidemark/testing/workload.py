@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tidemark.protocol.messages import BindingSpec, Field, Range
+from tidemark.protocol.messages import BindingSpec, Field
 
 SUMS, APPENDS = 0, 1
 
@@ -196,9 +196,6 @@ class Model:
             self.appends[canon(doc)] += 1
             self.appended_sum += doc["n"]
         self.batches.append(batch_id)
-
-    def in_range(self, rng: Range) -> dict[str, dict]:
-        return {k: v for k, v in self.view.items() if rng.contains(key_hash((k,)))}
 
 
 __all__ = [

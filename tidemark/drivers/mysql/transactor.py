@@ -25,7 +25,7 @@ import pymysql
 
 from tidemark.drivers.mysql.dialect import KEY_CHARS, MySqlDialect
 from tidemark.drivers.sql import (
-    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, TEXT, TIMESTAMP, SqlTransactor, TableModel, coerce, dumps,
+    BOOLEAN, DOCUMENT_COLUMN, JSON, TEXT, TIMESTAMP, SqlTransactor, TableModel, coerce, dumps,
 )
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError

@@ -191,7 +191,7 @@ class ConformanceReport:
         from rich.markup import escape
         from rich.table import Table
 
-        console = console or Console()
+        console = console or Console(soft_wrap=True)
         table = Table(title=escape(f"tidemark conformance: {self.driver} ({self.commit_pattern})"), show_lines=True)
         table.add_column("property", style="bold")
         table.add_column("result")
