@@ -92,6 +92,8 @@ SHIPPED = {
     "postgres": lambda tmp, urls: {"url": urls["postgres"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "mysql": lambda tmp, urls: {"url": urls["mysql"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "delta": lambda tmp, urls: {"path": str(tmp / "lake")},
+    "iceberg": lambda tmp, urls: {"catalog": {"uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": str(tmp / "wh")},
+                                  "namespace": "kit"},
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
     "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
                                           "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill

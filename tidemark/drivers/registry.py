@@ -18,6 +18,7 @@ DRIVERS: dict[str, str] = {
     "postgres": "tidemark.drivers.postgres:PostgresDriver",
     "mysql": "tidemark.drivers.mysql:MySqlDriver",
     "delta": "tidemark.drivers.delta:DeltaDriver",
+    "iceberg": "tidemark.drivers.iceberg:IcebergDriver",
     "store": "tidemark.drivers.store:StoreDriver",
     "kafka": "tidemark.drivers.kafka:KafkaDriver",
     "redis": "tidemark.drivers.redis:RedisDriver",
@@ -26,7 +27,8 @@ DRIVERS: dict[str, str] = {
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "kafka": "kafka", "redis": "redis",
+EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "iceberg": "iceberg",
+                          "kafka": "kafka", "redis": "redis",
                           "webhook": "webhook", "nats": "nats"}
 
 

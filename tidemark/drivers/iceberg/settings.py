@@ -1,0 +1,124 @@
+"""The Iceberg endpoint's config: the SQL catalog, the warehouse, the staging folder.
+
+``{catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL, name: tidemark, ...}, namespace: NAME,
+staging: PATH_OR_URL, retry: {...}}``.  Every ``catalog`` key but ``name`` is a pyiceberg
+catalog property (``s3.endpoint``, ``s3.access-key-id``, ``pool_pre_ping``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any, Optional
+
+from tidemark.drivers.base import resolve_local_path
+from tidemark.drivers.common.redact import redact
+from tidemark.errors import SpecError
+
+DEFAULT_CATALOG_NAME = "tidemark"
+SECRET_WORDS = ("secret", "password", "token", "credential", "key-id", "access-key")
+
+
+def is_uri(p: str) -> bool:
+    return "://" in p
+
+
+def join_path(root: str, name: str) -> str:
+    return root.rstrip("/") + "/" + name if is_uri(root) else os.path.join(root, name)
+
+
+def sqlalchemy_url(uri: str) -> str:
+    """A PostgreSQL URL without a driver runs on psycopg 3 (what ``tidemark[iceberg]``
+    installs); SQLAlchemy's default there would be psycopg2."""
+    for prefix in ("postgresql://", "postgres://"):
+        if uri.startswith(prefix):
+            return "postgresql+psycopg://" + uri[len(prefix):]
+    return uri
+
+
+def _sqlite_path(uri: str) -> Optional[str]:
+    """The file of a ``sqlite:///PATH`` URL (None for another database or ``:memory:``)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = urllib.parse.urlsplit(uri).path[1:]  # sqlite:///rel.db -> rel.db; sqlite:////abs -> /abs
+    return None if not path or path == ":memory:" else path
+
+
+class Settings:
+    """The parsed config (no connection is made here)."""
+
+    def __init__(self, config: dict):
+        cat = config.get("catalog")
+        if not isinstance(cat, dict):
+            raise SpecError("iceberg endpoint needs {catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL}, "
+                            "namespace: NAME}")
+        props = {str(k): str(v) for k, v in cat.items() if k != "name" and v is not None}
+        warehouse = props.get("warehouse")
+        if not warehouse:
+            raise SpecError("iceberg endpoint: catalog.warehouse is required (a folder or an object-store URL)")
+        if not is_uri(warehouse):
+            warehouse = os.path.abspath(warehouse)
+        props["warehouse"] = warehouse
+        uri = props.get("uri") or (f"sqlite:///{os.path.join(warehouse, 'catalog.db')}" if not is_uri(warehouse)
+                                   else None)
+        if not uri:
+            raise SpecError("iceberg endpoint: catalog.uri is required (a SQLAlchemy URL: sqlite:///catalog.db, "
+                            "postgresql://user@host/db) when the warehouse is not a local folder")
+        props["uri"] = sqlalchemy_url(uri)
+        self.catalog_name = str(cat.get("name") or DEFAULT_CATALOG_NAME)
+        self.properties = props
+        self.warehouse = warehouse
+        namespace = config.get("namespace")
+        if not isinstance(namespace, str) or not namespace or any(not p for p in namespace.split(".")):
+            raise SpecError(f"iceberg endpoint needs namespace: NAME (e.g. views), got {namespace!r}")
+        self.namespace = tuple(namespace.split("."))
+        staging = str(config.get("staging") or join_path(warehouse, "_tidemark_staging"))
+        self.staging = staging if is_uri(staging) else os.path.abspath(staging)
+
+    @property
+    def secrets(self) -> list[str]:
+        """Values never to print: the catalog URL's password and secret-looking properties."""
+        out = []
+        pw = urllib.parse.urlsplit(self.properties["uri"]).password
+        if pw:
+            out.append(urllib.parse.unquote(pw))
+            out.append(pw)
+        out += [v for k, v in self.properties.items() if any(w in k.lower() for w in SECRET_WORDS) and v]
+        return out
+
+    def shown(self, text: Any) -> str:
+        return redact(text, self.secrets)
+
+    def catalog(self):
+        """A new pyiceberg SQL catalog (creates its two tables in the database if missing)."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        path = _sqlite_path(self.properties["uri"])
+        if path is not None:  # SQLite creates the file, not its folder
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return SqlCatalog(self.catalog_name, **self.properties)
+
+    def staging_fs(self):
+        """(pyarrow file system, base path) of the staging folder, configured from the catalog
+        properties (``s3.endpoint`` and credentials) the way pyiceberg's own FileIO is."""
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        io = PyArrowFileIO(self.properties)
+        scheme, netloc, path = io.parse_location(self.staging)
+        return io.fs_by_scheme(scheme, netloc), path.rstrip("/")
+
+
+def resolve_config(config: dict, base_dir: str) -> dict:
+    """``catalog.warehouse``, a ``sqlite:///`` catalog file and ``staging`` relative to the
+    spec's folder (URLs stay as they are)."""
+    out = resolve_local_path(dict(config), "staging", base_dir)
+    cat = out.get("catalog")
+    if isinstance(cat, dict):
+        cat = resolve_local_path(dict(cat), "warehouse", base_dir)
+        uri = cat.get("uri")
+        path = _sqlite_path(uri) if isinstance(uri, str) else None
+        if path is not None and not os.path.isabs(path):
+            query = urllib.parse.urlsplit(uri).query
+            cat["uri"] = "sqlite:///" + os.path.abspath(os.path.join(base_dir, path)) + (f"?{query}" if query else "")
+        out["catalog"] = cat
+    return out

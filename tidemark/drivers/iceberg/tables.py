@@ -1,0 +1,183 @@
+"""Iceberg tables: the binding's table model, Arrow/Iceberg types, the properties tidemark
+keeps on a table (key, mode, owner, the batch applied per materialization), error translation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
+from pyiceberg.types import BooleanType, DoubleType, IcebergType, LongType, NestedField, StringType
+
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce, dumps
+from tidemark.drivers.common.redact import redact
+from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
+
+DELETE_COLUMN = "_tidemark_delete"  # staged files only
+KEY_PROPERTY = "tidemark.key"  # table properties written by Apply
+MODE_PROPERTY = "tidemark.deltaUpdates"
+OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
+RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
+# snapshot summary properties of every apply
+SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = "tidemark.materialization", "tidemark.checkpoint-id", \
+    "tidemark.batch"
+
+ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
+ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType(), BOOLEAN: BooleanType()}
+
+
+def arrow_type(kind: str) -> pa.DataType:
+    return ARROW_TYPES.get(kind, pa.string())
+
+
+def iceberg_type(kind: str) -> IcebergType:
+    return ICEBERG_TYPES.get(kind, StringType())
+
+
+def applied_property(materialization: str) -> str:
+    """The table property recording the last batch of ``materialization`` applied to it."""
+    return f"tidemark.{materialization}.applied"
+
+
+@dataclass(frozen=True, slots=True)
+class TableModel:
+    """One binding's Iceberg table."""
+
+    identifier: tuple[str, ...]  # namespace levels + table name
+    keys: tuple[Column, ...]
+    values: tuple[Column, ...]
+    delta: bool
+
+    @property
+    def name(self) -> str:
+        """``namespace.table``: how stages and messages name it."""
+        return ".".join(self.identifier)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.keys + self.values
+
+    def schema(self) -> Schema:
+        """The table's schema: keys required (and the identifier fields of a standard table),
+        one optional typed column per value, the document required."""
+        fields = [NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key)
+                  for i, c in enumerate(self.columns)]
+        fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
+        ids = [] if self.delta else list(range(1, len(self.keys) + 1))
+        return Schema(*fields, identifier_field_ids=ids)
+
+    def staged_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]
+        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string()), pa.field(DELETE_COLUMN, pa.bool_())])
+
+
+def _json_property(properties: dict, name: str) -> Optional[dict]:
+    text = properties.get(name)
+    if not text:
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def owner_of(properties: dict) -> Optional[tuple[str, str]]:
+    """(materialization, checkpoint id) of the table's owner property, or None."""
+    obj = _json_property(properties, OWNER_PROPERTY)
+    try:
+        return (str(obj["materialization"]), str(obj["checkpoint_id"])) if obj else None
+    except KeyError:
+        return None
+
+
+def owner_text(materialization: str, checkpoint_id: Any) -> str:
+    return dumps({"materialization": materialization, "checkpoint_id": str(checkpoint_id)})
+
+
+def applied_batch(properties: dict, materialization: str, checkpoint_id: Any) -> int:
+    """The last batch of (materialization, checkpoint) applied to the table, or -1 (none, or
+    another checkpoint's: batch ids restart at 0 with a new checkpoint)."""
+    obj = _json_property(properties, applied_property(materialization))
+    if not obj or str(obj.get("checkpoint_id")) != str(checkpoint_id):
+        return -1
+    batch = obj.get("batch")
+    return batch if isinstance(batch, int) else -1
+
+
+def snapshot_batch(table, materialization: str, checkpoint_id: Any) -> Optional[int]:
+    """The batch in the summary of the newest snapshot of the table's history (current
+    snapshot, then its parents) that ``materialization`` wrote: -1 if that was another
+    checkpoint, None if there is none (never written, or expired)."""
+    snap = table.current_snapshot()
+    while snap is not None:
+        summary = snap.summary
+        if summary is not None and summary[SUMMARY_MATERIALIZATION] == materialization:
+            if summary[SUMMARY_CHECKPOINT] != str(checkpoint_id):
+                return -1
+            try:
+                return int(summary[SUMMARY_BATCH])
+            except (TypeError, ValueError):
+                return -1
+        parent = snap.parent_snapshot_id
+        snap = table.snapshot_by_id(parent) if parent is not None else None
+    return None
+
+
+def table_batch(table, materialization: str, checkpoint_id: Any) -> int:
+    """The last batch of (materialization, checkpoint) the table holds: its ``applied``
+    property, unless the data say less -- a table rolled back to an older snapshot keeps its
+    properties, but its current snapshot's history ends at an older batch."""
+    have = applied_batch(table.properties, materialization, checkpoint_id)
+    data = snapshot_batch(table, materialization, checkpoint_id)
+    return have if data is None else min(have, data)
+
+
+def applied_text(checkpoint_id: Any, batch: int) -> str:
+    return dumps({"checkpoint_id": str(checkpoint_id), "batch": int(batch)})
+
+
+def stages_of(state: Any) -> list[dict]:
+    stages = state.get("stages") if isinstance(state, dict) else None
+    return [s for s in (stages or {}).values() if isinstance(s, dict)]
+
+
+def column(kind: str, values: list) -> pa.Array:
+    """A typed column of JSON values (JSON kinds as text)."""
+    if kind != JSON:
+        try:
+            return pa.array(values, arrow_type(kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            pass  # e.g. 3.0 for an integer, an object in a scalar column
+    return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
+
+
+def key_of(model: TableModel, values: Sequence[Any]) -> tuple:
+    out = []
+    for col, v in zip(model.keys, values):
+        if col.kind == JSON and isinstance(v, str):
+            v = json.loads(v)
+        out.append(v)
+    return tuple(out)
+
+
+def translate_error(exc: Exception, where: str, secrets: Iterable[Optional[str]] = ()) -> TidemarkError:
+    """A library error as tidemark's, its message without passwords.  A lost compare-and-swap
+    (``CommitFailedException``) is transient: the caller reloads the table and checks again."""
+    if isinstance(exc, TidemarkError):
+        return exc
+    text = redact(f"{type(exc).__name__}: {exc}", secrets)
+    if isinstance(exc, CommitFailedException):
+        return EndpointUnavailable(f"Iceberg table {where}: concurrent commit: {text}")
+    try:
+        from sqlalchemy.exc import DBAPIError, OperationalError
+    except ImportError:  # pragma: no cover - sqlalchemy comes with pyiceberg[sql-sqlite]
+        DBAPIError = OperationalError = ()  # type: ignore[assignment,misc]  # noqa: N806
+    if isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+        return EndpointUnavailable(f"Iceberg catalog ({where}): {text}")
+    if isinstance(exc, (OSError, pa.ArrowIOError)) and not isinstance(exc, FileNotFoundError):
+        return EndpointUnavailable(f"Iceberg table {where}: {text}")
+    return DriverError(f"Iceberg table {where}: {text}")
