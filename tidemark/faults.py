@@ -20,7 +20,8 @@ Points used by tidemark (see docs/guarantees.md): ``plan``, ``open``, ``mid_load
 ``after_load``, ``mid_store``, ``after_store``, ``before_endpoint_commit``,
 ``after_endpoint_commit``, ``before_recovery_log``, ``after_recovery_log``,
 ``mid_apply``, ``after_apply``, ``before_spark_commit``; the webhook's
-``webhook_after_chunk`` and ``webhook_after_post``; and ``mid_stream``, reached at
+``webhook_after_chunk`` and ``webhook_after_post``; Iceberg's ``iceberg_after_commit``
+(after a table's snapshot commits, before the coordinator's apply returns); and ``mid_stream``, reached at
 every row a shard task reads from Spark, only when armed by name (a random kill never
 picks it: it would fire at almost every row).
 """
