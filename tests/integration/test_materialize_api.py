@@ -6,6 +6,7 @@ defined order is refused where reductions depend on it (unless ``order="any"``).
 from __future__ import annotations
 
 import json
+import os
 import logging
 import random
 import sqlite3
@@ -142,3 +143,39 @@ def test_a_source_without_an_order_is_refused_where_the_reductions_need_one(spar
                                   endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"},
                                   checkpoint=str(tmp_path / "chk"), spark=spark, order="any", start=False)
     assert writer is not None
+
+
+def test_a_failed_batch_shows_tidemark_s_error_without_spark_s_stacks(tmp_path):
+    """From Python, in a fresh process with a session of the user's own: a document that
+    violates the schema. ``await_termination`` raises tidemark's ``DocumentError``; Spark's
+    own ~100-line log of the failed query (JVM and Python stacks) is not printed."""
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "1.json").write_text('{"id": "a", "n": 1}\n{"id": "b", "n": "x"}\n')
+    program = textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        import tidemark
+        from tidemark.errors import DocumentError
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        print("STARTED", file=sys.stderr, flush=True)
+        try:
+            tidemark.materialize(spark.readStream.text("data"), collection={"key": ["/id"], "schema": {
+                "type": "object", "required": ["id"], "properties": {"id": {"type": "string"}, "n": {"type": "integer"}}}},
+                endpoint={"sqlite": {"path": "v.db"}}, resource={"table": "t"}, checkpoint="chk", spark=spark,
+                available_now=True).await_termination()
+        except DocumentError as exc:
+            print("RAISED", str(exc).splitlines()[0], file=sys.stderr, flush=True)
+    """)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("TIDEMARK_SPARK_LOG_DEFAULTS", None)
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=300)
+    after = done.stderr.split("STARTED", 1)[1]
+    assert "RAISED" in after and "1.json:2" in after and "'x' is not of type 'integer'" in after, done.stderr
+    assert "MicroBatchExecution" not in after and "Traceback" not in after and "py4j" not in after, after
+    assert len(after.strip().splitlines()) <= 2, after

@@ -162,7 +162,10 @@ def materialize(
     from tidemark.spark.sources import prepare_dataframe, read_collection, source_order
     from tidemark.spec import TidemarkSpec, check_source_readable
 
+    from tidemark.spark.session import quiet_failed_queries
+
     spark = _spark(spark)
+    quiet_failed_queries(spark)
     spec, mat, checkpoint_location = target(
         source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
         checkpoint=checkpoint, shards=shards, name=name, delta_updates=delta_updates, on_invalid=on_invalid,

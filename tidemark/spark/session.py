@@ -10,6 +10,7 @@ import sys
 # that does not set ``spark.sql.shuffle.partitions`` this value too (:func:`query_conf`).
 SHUFFLE_PARTITIONS = 4
 SHUFFLE_KEY = "spark.sql.shuffle.partitions"
+LOG4J2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
 def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_partitions: int = SHUFFLE_PARTITIONS,
@@ -32,11 +33,30 @@ def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
     )
+    if "spark.driver.extraJavaOptions" not in conf and not os.environ.get("TIDEMARK_SPARK_LOG_DEFAULTS"):
+        # Spark's start-up lines (log4j profile, native-hadoop warning) and its own copy of a
+        # failed query's stacks off; TIDEMARK_SPARK_LOG_DEFAULTS=1 keeps Spark's logging
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
     for k, v in conf.items():
         builder = builder.config(k, str(v))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def quiet_failed_queries(spark) -> None:
+    """Turn off Spark's own log of a failed streaming query (``ERROR MicroBatchExecution …``
+    with every frame of the JVM and Python stacks, ~100 lines): tidemark's error is what
+    ``await_termination`` raises and what ``tidemark run`` prints.  On the session's JVM, so
+    for its other streaming queries too; ``TIDEMARK_SPARK_LOG_DEFAULTS=1`` keeps Spark's logging."""
+    if os.environ.get("TIDEMARK_SPARK_LOG_DEFAULTS"):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark.sql.execution.streaming", off)
+    except Exception:  # noqa: BLE001 - Spark Connect, another logging backend: Spark's logging stays
+        pass
 
 
 def built_once(spark, key, build):
