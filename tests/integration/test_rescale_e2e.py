@@ -1,7 +1,8 @@
 """Rescale without a restart, on Spark: one running query (``run_spec`` with a batch per
 input file) is asked for 4 shards after batch 1 and for 3 after batch 3 (``tidemark.scale``
 from the ``on_batch`` callback, which runs between batches); it ends exact on SQLite,
-PostgreSQL and Delta Lake, against a view computed independently from the input files."""
+PostgreSQL, Delta Lake and Iceberg, against a view computed independently from the input
+files (and Iceberg's table holds one snapshot per batch across the layout changes)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from tests.integration.test_operator_actions import endpoint, write_spec
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres", "delta"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "delta", "iceberg"])
 def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
     from tidemark.spark.runner import run_spec
 
-    ep = endpoint(request, tmp_path, kind)
+    if kind == "iceberg":
+        pytest.importorskip("pyiceberg")
+        from tests.integration.test_iceberg_e2e import Iceberg
+
+        ep = Iceberg(tmp_path)
+    else:
+        ep = endpoint(request, tmp_path, kind)
     data = tmp_path / "data"
     write_orders(data, files=6, per_file=120, customers=60, seed=25, deletes=0.05)
     spec = write_spec(tmp_path, data, ep, shards=2)
@@ -34,6 +41,8 @@ def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind)
     assert len(runs) == 1  # one query, never restarted
     assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 3), (5, 3)]
     assert ep.view() == oracle_orders(data)
+    if kind == "iceberg":
+        assert ep.batches() == [0, 1, 2, 3, 4, 5]
     hist = tidemark.layout_history(spec)
     assert [(r["first"], r["last"], r["shards"], r["by"]) for r in hist["ranges"]] == [
         (0, 1, 2, "configured"), (2, 3, 4, "scale"), (4, 5, 3, "scale")]

@@ -126,3 +126,10 @@ def test_reset_of_a_running_view_is_refused_and_changes_nothing(tmp_path):
         p.wait()
     reset_spec(str(tmp_path / "spec.yaml"))
     assert not (tmp_path / "chk" / "m").exists()
+
+
+def test_a_refused_first_run_leaves_none_of_the_folders_it_made(tmp_path):
+    lease = Lease(str(tmp_path / "a" / "b" / "chk"), "m")
+    lease.acquire()
+    lease.release()
+    assert not (tmp_path / "a").exists()

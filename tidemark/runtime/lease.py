@@ -70,6 +70,7 @@ class Lease:
         self.held = False
         self.lost = False
         self._created_dir = False
+        self._created_top = ""  # the outermost folder acquire() created
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._alive: Optional[Callable[[], bool]] = None
@@ -135,8 +136,13 @@ class Lease:
             if self._created_dir:  # a first run that ended (or was refused) before writing anything else
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self.path + ".lock")  # (otherwise the lock file stays: unlinking it under a waiter races)
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.dirname(self.path))  # only if the run left it empty
+                folder = os.path.dirname(self.path)
+                with contextlib.suppress(OSError):  # each only if the run left it empty
+                    while True:
+                        os.rmdir(folder)
+                        if folder == self._created_top:
+                            break
+                        folder = os.path.dirname(folder)
         else:
             from tidemark.files import filesystem
 
@@ -176,8 +182,11 @@ class Lease:
         if self.local:
             folder = os.path.dirname(self.path)
             if not os.path.isdir(folder):
+                top = folder
+                while not os.path.isdir(os.path.dirname(top)):
+                    top = os.path.dirname(top)
                 os.makedirs(folder, exist_ok=True)
-                self._created_dir = True
+                self._created_dir, self._created_top = True, top
         try:
             with self._locked():
                 self._refuse_if_held(self._read())
