@@ -20,11 +20,15 @@ from tests.helpers import normalize, oracle_orders, write_orders, postgres_spec,
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
 
-# CI runs one shard count per endpoint (4 here, 1 for SQLite); ``-m chaos_full`` runs both.
-# With 4 shards every batch's shard sessions run on Spark's executors; with 1, the batches
-# after the first (small ones) run theirs in the driver (``small_batch_keys``), as SQLite's do.
-@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.chaos_full), 4])
-def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_schema, shards):
+# The default run: the telling points with 4 shards (every batch's shard sessions on Spark's
+# executors). ``-m chaos_full``: every point with 1 shard (the batches after the first, small
+# ones, run their shard sessions in the driver, ``small_batch_keys``, as SQLite's do).
+TELLING = ["mid_store", "before_endpoint_commit", "after_endpoint_commit", "after_recovery_log"]
+
+
+@pytest.mark.parametrize("shards,points", [pytest.param(1, POINTS, marks=pytest.mark.chaos_full), (4, TELLING)],
+                         ids=["1-every", "4-telling"])
+def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_schema, shards, points):
     """Every crash-table point fires once (``arm_in_sequence``): each attempt dies at the
     next point it reaches, after a clean first run so the killed batches Load existing keys."""
     data, markers = tmp_path / "data", tmp_path / "markers"
@@ -35,11 +39,11 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_sc
     assert run_until_done(spec).kills == 0
     write_orders(data, files=3, per_file=150, customers=40, seed=51 + shards, start=2, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
 
-    assert fired(markers) == set(POINTS), outcome
+    assert fired(markers) == set(points), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), outcome
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     with psycopg.connect(postgres_url) as con:
         batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()

