@@ -104,6 +104,8 @@ def run(
 
             # the endpoints first (credentials, reachability, the tables), before Spark starts
             check_spec(spec, materialization or None, to_run=True)
+            if _state["verbose"]:  # Spark's own logging too: failed task attempts, their stacks
+                os.environ.setdefault("TIDEMARK_SPARK_LOG_DEFAULTS", "1")
             spark = local_session("tidemark", master=master or "local[*]", **spark_conf)
             stop.started(spark)
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.

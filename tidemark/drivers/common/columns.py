@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
+from tidemark.errors import IncompatibleSchema
 from tidemark.protocol.messages import Field
 
 QUARANTINE_TABLE = "tidemark_quarantine"
+KEY_PROPERTY = "tidemark.key"  # table properties of table-format endpoints (Delta, Iceberg), written by Apply
+MODE_PROPERTY = "tidemark.deltaUpdates"
 DOCUMENT_COLUMN = "flow_document"
 ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 
@@ -72,3 +75,30 @@ def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -
     return out
 
 
+def columns_to_add(where: str, keys: Sequence[Column], columns: Sequence[Column], delta: bool, properties: dict,
+                   existing: dict, type_of: Callable[[str], Any]) -> list[Column]:
+    """The columns an existing table of a table-format endpoint (Delta, Iceberg) lacks, after
+    checking that it is this binding's: its mode and key properties, the document column, and
+    each column's type (``existing``: name -> type as ``type_of(kind)`` gives it).  Raises
+    :class:`~tidemark.errors.IncompatibleSchema` naming ``where``."""
+    if MODE_PROPERTY in properties and (properties[MODE_PROPERTY] == "true") != delta:
+        mode = "delta-updates" if delta else "standard"
+        raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
+                                 "(drop the table or use another one)")
+    names = [c.name for c in keys]
+    if KEY_PROPERTY in properties and json.loads(properties[KEY_PROPERTY]) != names:
+        raise IncompatibleSchema(f"{where}: key is {properties[KEY_PROPERTY]}, the binding's key is {names}; "
+                                 "the key cannot change")
+    if DOCUMENT_COLUMN not in existing:
+        raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
+    missing = []
+    for col in columns:
+        have = existing.get(col.name)
+        if have is None:
+            if col.is_key:
+                raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
+            missing.append(col)
+        elif have != type_of(col.kind):
+            raise IncompatibleSchema(f"{where}: column {col.name!r} is {have}, the binding needs "
+                                     f"{type_of(col.kind)} (an incompatible type change)")
+    return missing

@@ -63,7 +63,7 @@ from tidemark.drivers.delta.tables import (
     ident, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, dumps, field_kind
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, columns_to_add, QUARANTINE_TABLE, Column, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
@@ -185,29 +185,9 @@ class DeltaDriver(Driver):
             dt = self.table(model.location)
         except TableNotFoundError:
             return None
-        where = f"delta table {model.location!r}"
-        conf = dt.metadata().configuration or {}
-        if MODE_PROPERTY in conf and (conf[MODE_PROPERTY] == "true") != model.delta:
-            mode = "delta-updates" if model.delta else "standard"
-            raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
-                                     "(drop the table or use another one)")
-        if KEY_PROPERTY in conf and json.loads(conf[KEY_PROPERTY]) != [c.name for c in model.keys]:
-            raise IncompatibleSchema(f"{where}: key is {conf[KEY_PROPERTY]}, the binding's key is "
-                                     f"{[c.name for c in model.keys]}; the key cannot change")
         existing = {f.name: str(getattr(f.type, "type", f.type)) for f in dt.schema().fields}
-        if DOCUMENT_COLUMN not in existing:
-            raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
-        missing = []
-        for col in model.columns:
-            have = existing.get(col.name)
-            if have is None:
-                if col.is_key:
-                    raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
-                missing.append(col)
-            elif have != delta_type(col.kind):
-                raise IncompatibleSchema(f"{where}: column {col.name!r} is {have}, the binding needs "
-                                         f"{delta_type(col.kind)} (an incompatible type change)")
-        return missing
+        return columns_to_add(f"delta table {model.location!r}", model.keys, model.columns, model.delta,
+                              dt.metadata().configuration or {}, existing, delta_type)
 
     def validate(self, req: Validate) -> Validated:
         for b in req.bindings:

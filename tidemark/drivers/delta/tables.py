@@ -13,13 +13,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce
+from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
-KEY_PROPERTY = "tidemark.key"  # table properties written by Apply
-MODE_PROPERTY = "tidemark.deltaUpdates"
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 
 ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, Column, dumps, field_kind
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, columns_to_add, Column, dumps, field_kind
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
@@ -176,29 +176,9 @@ class IcebergDriver(Driver):
 
     def _check(self, model: TableModel, table) -> list[Column]:
         """The columns to add to an existing table; raises IncompatibleSchema."""
-        where = f"iceberg table {model.name!r}"
-        props = table.properties
-        if MODE_PROPERTY in props and (props[MODE_PROPERTY] == "true") != model.delta:
-            mode = "delta-updates" if model.delta else "standard"
-            raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
-                                     "(drop the table or use another one)")
-        if KEY_PROPERTY in props and json.loads(props[KEY_PROPERTY]) != [c.name for c in model.keys]:
-            raise IncompatibleSchema(f"{where}: key is {props[KEY_PROPERTY]}, the binding's key is "
-                                     f"{[c.name for c in model.keys]}; the key cannot change")
         existing = {f.name: f.field_type for f in table.schema().fields}
-        if DOCUMENT_COLUMN not in existing:
-            raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
-        missing = []
-        for col in model.columns:
-            have = existing.get(col.name)
-            if have is None:
-                if col.is_key:
-                    raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
-                missing.append(col)
-            elif have != iceberg_type(col.kind):
-                raise IncompatibleSchema(f"{where}: column {col.name!r} is {have}, the binding needs "
-                                         f"{iceberg_type(col.kind)} (an incompatible type change)")
-        return missing
+        return columns_to_add(f"iceberg table {model.name!r}", model.keys, model.columns, model.delta,
+                              table.properties, existing, iceberg_type)
 
     def validate(self, req: Validate) -> Validated:
         for b in req.bindings:

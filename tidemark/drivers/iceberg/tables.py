@@ -13,12 +13,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DoubleType, IcebergType, LongType, NestedField, StringType
 
 from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce, dumps
+from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
-KEY_PROPERTY = "tidemark.key"  # table properties written by Apply
-MODE_PROPERTY = "tidemark.deltaUpdates"
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
 # snapshot summary properties of every apply
