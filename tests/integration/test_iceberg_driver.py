@@ -425,6 +425,30 @@ def _validate(b):
     return Validate(MAT, {}, (b,))
 
 
+def test_partition_by_a_column_and_keys_that_move_between_partitions(driver):
+    """``partition_by: vip``: identity partitions of that column; a key whose value moves to
+    another partition is in exactly one of them after the apply. Another partitioning of the
+    existing table, or a non-scalar column, is refused."""
+    import dataclasses
+
+    b = dataclasses.replace(binding(), resource={"table": "customers", "partition_by": "vip"})
+    rt = Runtime(driver, b)
+    rt.apply()
+    rt.batch(0, {0: [doc("a", 1), doc("b", 20), doc("c", 3)]})
+    rt.batch(1, {0: [doc("a", 30), doc("b", 5)]})  # a: vip false -> true, b: true -> false
+    assert driver.dump(MAT, b) == {("a",): doc("a", 30), ("b",): doc("b", 5), ("c",): doc("c", 3)}
+    table = driver.load(driver.model(b))
+    assert [f.name for f in table.spec().fields] == ["vip"]
+    rows = sorted((k, str(v).lower()) for k, v in independent_rows(driver, b, ["customer", "vip"]))  # (hive paths)
+    assert rows == [("a", "true"), ("b", "false"), ("c", "false")]
+    assert {r["vip"] for r in table.inspect.partitions().column("partition").to_pylist()} == {True, False}
+    other = dataclasses.replace(b, resource={"table": "customers", "partition_by": "amount"})
+    with pytest.raises(IncompatibleSchema, match=r"partitioned by \['vip'\], the binding asks for \['amount'\]"):
+        Runtime(driver, other).apply()
+    with pytest.raises(SpecError, match="partition_by must name one of its scalar columns"):
+        Runtime(driver, dataclasses.replace(b, resource={"table": "t2", "partition_by": "tags"})).apply()
+
+
 def test_delta_updates_append(driver):
     b = binding("events", delta=True)
     rt = Runtime(driver, b)
@@ -606,3 +630,17 @@ def test_round_trip_with_the_warehouse_on_s3(tmp_path, s3_endpoint):
         assert not os.path.exists(tmp_path / "lake")  # nothing went to the local disk but the catalog
     finally:
         d.close()
+
+
+def test_another_catalog_type_is_loaded_by_pyiceberg_with_its_properties(tmp_path):
+    """``type: rest`` (untestable here: no REST server installs from the registries) goes to
+    pyiceberg's ``load_catalog`` with the given properties; a missing ``uri`` is refused, and
+    the SQL catalog stays the default."""
+    from tidemark.drivers.iceberg.settings import Settings
+
+    rest = Settings({"catalog": {"type": "rest", "uri": "http://127.0.0.1:1", "warehouse": "s3://w/x",
+                                 "token": "s3cr3t"}, "namespace": "views"})
+    assert rest.kind == "rest" and rest.properties["uri"] == "http://127.0.0.1:1" and "s3cr3t" in rest.secrets
+    with pytest.raises(SpecError, match="a rest catalog needs catalog.uri"):
+        Settings({"catalog": {"type": "rest", "warehouse": "s3://w/x"}, "namespace": "views"})
+    assert Settings({"catalog": {"warehouse": str(tmp_path)}, "namespace": "v"}).kind == "sql"

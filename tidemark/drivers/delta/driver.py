@@ -63,7 +63,7 @@ from tidemark.drivers.delta.tables import (
     ident, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, columns_to_add, QUARANTINE_TABLE, Column, dumps, field_kind
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, columns_to_add, Column, dumps, field_kind
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, columns_to_add, dumps, field_kind
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
@@ -152,7 +152,14 @@ class IcebergDriver(Driver):
         if dup:
             raise IncompatibleSchema(f"iceberg table {name!r}: column names collide: {dup} "
                                      f"({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)")
-        return TableModel(self.settings.namespace + (name,), keys, values, bool(binding.delta_updates))
+        part = res.get("partition_by")
+        if part is not None:
+            kinds = {c.name: c.kind for c in keys + values}
+            if not isinstance(part, str) or kinds.get(part) in (None, JSON):
+                scalars = sorted(n for n, k in kinds.items() if k != JSON)
+                raise SpecError(f"iceberg table {name!r}: partition_by must name one of its scalar columns "
+                                f"({', '.join(scalars)}), got {part!r}")
+        return TableModel(self.settings.namespace + (name,), keys, values, bool(binding.delta_updates), part)
 
     def load(self, model: TableModel):
         """The table as the catalog has it now (raises NoSuchTableError)."""
@@ -171,7 +178,8 @@ class IcebergDriver(Driver):
                 "catalog": {"type": "object", "required": ["warehouse"], "properties": {
                     "uri": {"type": "string"}, "warehouse": {"type": "string"}, "name": {"type": "string"}}},
                 "namespace": {"type": "string"}, "staging": {"type": "string"}, "retry": {"type": "object"}}},
-            resource_schema={"type": "object", "required": ["table"], "properties": {"table": {"type": "string"}}},
+            resource_schema={"type": "object", "required": ["table"], "properties": {
+                "table": {"type": "string"}, "partition_by": {"type": "string"}}},
         )
 
     def _check(self, model: TableModel, table) -> list[Column]:
@@ -213,13 +221,20 @@ class IcebergDriver(Driver):
                         if owner:
                             props[OWNER_PROPERTY] = owner_text(*owner)
                         try:
-                            self.catalog.create_table(model.identifier, schema=model.schema(), properties=props)
+                            self.catalog.create_table(model.identifier, schema=model.schema(), properties=props,
+                                                      partition_spec=model.partition_spec())
                         except TableAlreadyExistsError as exc:  # created meanwhile: plan again
                             actions.pop()
                             created.pop()
                             raise EndpointUnavailable(f"iceberg table {model.name!r} was created meanwhile") from exc
                     return
                 missing = self._check(model, table)
+                want = [f.name for f in model.partition_spec().fields]
+                if [f.name for f in table.spec().fields] != want:
+                    raise IncompatibleSchema(
+                        f"iceberg table {model.name!r} is partitioned by {[f.name for f in table.spec().fields]}, the "
+                        f"binding asks for {want} (partition_by); tidemark does not repartition a table: keep its "
+                        "partitioning, or drop the table (tidemark reset) to create it anew")
                 have = owner_of(table.properties)
                 if owner and have is not None and have != owner:
                     raise RecoveryError(

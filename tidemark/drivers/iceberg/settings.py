@@ -59,12 +59,16 @@ class Settings:
         if not is_uri(warehouse):
             warehouse = os.path.abspath(warehouse)
         props["warehouse"] = warehouse
-        uri = props.get("uri") or (f"sqlite:///{os.path.join(warehouse, 'catalog.db')}" if not is_uri(warehouse)
-                                   else None)
-        if not uri:
-            raise SpecError("iceberg endpoint: catalog.uri is required (a SQLAlchemy URL: sqlite:///catalog.db, "
-                            "postgresql://user@host/db) when the warehouse is not a local folder")
-        props["uri"] = sqlalchemy_url(uri)
+        self.kind = props.pop("type", "sql").lower()  # sql (tested), or another pyiceberg catalog type (rest, …)
+        if self.kind == "sql":
+            uri = props.get("uri") or (f"sqlite:///{os.path.join(warehouse, 'catalog.db')}"
+                                       if not is_uri(warehouse) else None)
+            if not uri:
+                raise SpecError("iceberg endpoint: catalog.uri is required (a SQLAlchemy URL: sqlite:///catalog.db, "
+                                "postgresql://user@host/db) when the warehouse is not a local folder")
+            props["uri"] = sqlalchemy_url(uri)
+        elif not props.get("uri"):
+            raise SpecError(f"iceberg endpoint: a {self.kind} catalog needs catalog.uri (e.g. https://catalog:8181)")
         self.catalog_name = str(cat.get("name") or DEFAULT_CATALOG_NAME)
         self.properties = props
         self.warehouse = warehouse
@@ -79,7 +83,7 @@ class Settings:
     def secrets(self) -> list[str]:
         """Values never to print: the catalog URL's password and secret-looking properties."""
         out = []
-        pw = urllib.parse.urlsplit(self.properties["uri"]).password
+        pw = urllib.parse.urlsplit(self.properties.get("uri", "")).password
         if pw:
             out.append(urllib.parse.unquote(pw))
             out.append(pw)
@@ -90,9 +94,14 @@ class Settings:
         return redact(text, self.secrets)
 
     def catalog(self):
-        """A new pyiceberg SQL catalog (creates its two tables in the database if missing)."""
+        """A new pyiceberg catalog: the SQL catalog (creates its two tables in the database if
+        missing), or another type pyiceberg knows (``type: rest``) with the given properties."""
         from pyiceberg.catalog.sql import SqlCatalog
 
+        if self.kind != "sql":
+            from pyiceberg.catalog import load_catalog
+
+            return load_catalog(self.catalog_name, **{"type": self.kind, **self.properties})
         path = _sqlite_path(self.properties["uri"])
         if path is not None:  # SQLite creates the file, not its folder
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

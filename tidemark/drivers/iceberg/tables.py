@@ -49,6 +49,7 @@ class TableModel:
     keys: tuple[Column, ...]
     values: tuple[Column, ...]
     delta: bool
+    partition_by: Optional[str] = None  # a column: identity partitions (resource ``partition_by``)
 
     @property
     def name(self) -> str:
@@ -67,6 +68,17 @@ class TableModel:
         fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
         ids = [] if self.delta else list(range(1, len(self.keys) + 1))
         return Schema(*fields, identifier_field_ids=ids)
+
+    def partition_spec(self):
+        """The table's partitioning: unpartitioned, or identity partitions of one column."""
+        from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+        from pyiceberg.transforms import IdentityTransform
+
+        if self.partition_by is None:
+            return UNPARTITIONED_PARTITION_SPEC
+        source = 1 + [c.name for c in self.columns].index(self.partition_by)
+        return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(),
+                                            name=self.partition_by))
 
     def staged_schema(self) -> pa.Schema:
         fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]
