@@ -135,3 +135,17 @@ def test_plan_rules():
     assert plan("s", LOW, [Head(FULL, cp(4)), Head(q[0], cp(5)), Head(q[1], cp(5))]).sources == tuple(q)
     with pytest.raises(RecoveryError):
         plan("s", LOW, [Head(FULL, cp(4)), Head(q[0], cp(5))])
+
+
+def test_a_merge_inherits_when_the_ranges_committed_one_batch_under_two_spec_versions():
+    """Range LOW committed batch 3 under spec version v1, HIGH finished batch 3 after the config
+    was edited (v2): one batch, the same identity (checkpoint, batch, query, offsets). A merge
+    inherits it, as the SQL endpoints do (the one rule: tidemark.protocol.checkpoints); another
+    query's batch 3 still disagrees."""
+    a = dict(cp(3), version="v1", query_id="q", offsets={"0": 5})
+    b = dict(cp(3), version="v2", query_id="q", offsets={"0": 5})
+    merged = plan("s", FULL, [Head(LOW, a), Head(HIGH, b)])
+    assert merged.checkpoint == a and set(merged.sources) == {LOW, HIGH}
+    other = dict(b, query_id="q2")
+    with pytest.raises(RecoveryError, match="disagree"):
+        plan("s", FULL, [Head(LOW, a), Head(HIGH, other)])

@@ -16,11 +16,11 @@ committed last, from the local stores and the changelog — and decides, with th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from tidemark.errors import RecoveryError
+from tidemark.protocol.checkpoints import same_batch
 from tidemark.protocol.messages import Range
 from tidemark.store.db import batch_of
 
@@ -46,7 +46,8 @@ class Plan:
 
 
 def _same(a: Optional[dict], b: Optional[dict]) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    """The one rule of every endpoint: the checkpoint and batch identity, never the spec version."""
+    return same_batch(a, b)
 
 
 def _cover(rng: Range, ranges: Sequence[Range]) -> Optional[list[Range]]:

@@ -30,8 +30,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.common.columns import dumps
 from tidemark.errors import FencedOff, RecoveryError
+from tidemark.protocol.checkpoints import batch_of, identity  # noqa: F401  (re-exported)
 from tidemark.protocol.messages import Range
 
 
@@ -51,22 +51,7 @@ class OpenPlan:
     refresh: bool = False  # the exact row exists but inherits a later checkpoint (split, then merge)
 
 
-def _batch(cp: Optional[dict]) -> int:
-    if isinstance(cp, dict):
-        b = cp.get("batch_id")
-        if isinstance(b, int) and not isinstance(b, bool):
-            return b
-    return -1
-
-
-def identity(cp: Optional[dict]) -> tuple:
-    """What makes two ranges' checkpoints "the same batch": the tidemark checkpoint and the
-    batch identity (Spark query, batch id, source offsets) -- not the spec version or other
-    fields, which may differ between the attempts that committed the ranges of one batch
-    (e.g. a re-run after the configured shard count changed)."""
-    if not isinstance(cp, dict) or _batch(cp) < 0:
-        return ("whole", dumps(cp))  # not a tidemark runtime checkpoint: compare all of it
-    return (dumps(cp.get("checkpoint_id")), _batch(cp), dumps(cp.get("query_id")), dumps(cp.get("offsets")))
+_batch = batch_of  # the one rule lives in tidemark.protocol.checkpoints (re-exported here)
 
 
 def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
