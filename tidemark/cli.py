@@ -307,11 +307,14 @@ def conformance(
     deadline: Optional[float] = typer.Option(
         None, "--deadline", help="seconds for the whole run (default 300 with --quick, else 900): a driver still "
         "not answering then is reported as stalled"),
+    request_wait: float = typer.Option(
+        60.0, "--request-wait", help="seconds the kit waits for the answer to one request before it reports the "
+        "driver as stalled"),
 ):
     """Run the conformance kit against a driver: a line per scenario as it goes, then the report."""
     from tidemark.testing.conformance import main as kit_main
 
-    raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed, deadline=deadline))
+    raise typer.Exit(kit_main(driver, config, quick=quick, seed=seed, deadline=deadline, request_wait=request_wait))
 
 
 @app.command()

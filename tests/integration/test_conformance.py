@@ -229,3 +229,30 @@ def test_a_stalled_driver_is_reported_by_the_run_deadline(memory_name):
     assert report.failed == ["liveness"], report.summary()
     failure = report.properties["liveness"].failures[0]
     assert "waiting" in failure and "StartedCommit" in failure and "fix:" in failure
+
+
+def test_a_driver_that_never_answers_a_request_is_reported_after_the_request_wait(memory_name):
+    """A bounded wait per request (``request_wait``, default 60 s), well before the run's
+    deadline: the stalled request is named, and the run ends."""
+    from tidemark.testing.faulty import FaultyDriver
+
+    stalls: list[FaultyDriver] = []
+
+    def factory():
+        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit",
+                              stall_timeout=60)
+        stalls.append(driver)
+        return driver
+
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        report = run_conformance(factory, quick=True, deadline=600, request_wait=2, progress=lines.append)
+    finally:
+        for d in stalls:
+            d.release()
+    assert time.monotonic() - started < 15
+    assert "within 2 s of a request" in lines[0]
+    assert report.failed == ["liveness"], report.summary()
+    failure = report.properties["liveness"].failures[0]
+    assert "no answer within 2 s of the request" in failure and "StartedCommit" in failure

@@ -19,9 +19,10 @@ against a shared database do not collide.  The kit runs tidemark's own coordinat
 through the scenarios of :mod:`tidemark.testing.kit.scenarios`, and checks the
 properties of :data:`~tidemark.testing.kit.report.PROPERTIES`.
 
-A run has ONE deadline (``deadline`` seconds, printed at the start): a scenario still
-waiting for the driver then is reported as a ``liveness`` failure naming the request it
-waits for, and the run ends there.
+A run has a deadline (``deadline`` seconds, printed at the start), and each request a
+bounded wait (``request_wait``, default 60 s): a driver that has not answered a request by
+either is reported as a ``liveness`` failure naming the request the kit waits for, and the
+run ends there.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tidemark.testing.kit.scenarios import scenarios
 
 DriverFactory = Callable[[], Driver]
 DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
+DEFAULT_REQUEST_WAIT = 60.0  # seconds the kit waits for the answer to one request
 
 
 def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
@@ -77,10 +79,12 @@ def _abandon(tracker: Tracker) -> None:
 
 def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed: int = 0,
                     deadline: Optional[float] = None, progress: Optional[Callable[[str], None]] = None,
-                    only: Optional[Sequence[str]] = None) -> ConformanceReport:
+                    only: Optional[Sequence[str]] = None,
+                    request_wait: float = DEFAULT_REQUEST_WAIT) -> ConformanceReport:
     """Drive fresh drivers from ``driver_factory`` through every scenario; report per property.
 
-    ``deadline``: seconds for the whole run (default 300 quick, 900 full); ``progress``: called
+    ``deadline``: seconds for the whole run (default 300 quick, 900 full); ``request_wait``:
+    seconds for the answer to one request (default 60); ``progress``: called
     with a line at the start and after each scenario; ``only``: run just these scenarios."""
     started = time.monotonic()
     probe = driver_factory()
@@ -99,7 +103,7 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
     end = started + limit
     say(f"conformance of {name} ({caps.commit_pattern.value}): {len(plan)} scenarios, seed {seed}; deadline "
         f"{limit:g} s (until {time.strftime('%H:%M:%S', time.localtime(time.time() + limit))}): a driver that has "
-        "not answered by then is reported as stalled")
+        f"not answered by then, or within {request_wait:g} s of a request, is reported as stalled")
     tracker = Tracker()
     timings: dict[str, float] = {}
     for i, (scenario_name, fn) in enumerate(plan):
@@ -111,10 +115,13 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
             args=(driver_factory, rec, f"kit_{run}_{i:02d}", caps, name, tracker, fn,
                   random.Random(f"{seed}:{scenario_name}"), quick))
         worker.start()
-        worker.join(max(0.0, end - time.monotonic()))
+        while worker.is_alive() and time.monotonic() < end and time.monotonic() - tracker.since < request_wait:
+            worker.join(min(0.25, max(0.0, end - time.monotonic())))
         if worker.is_alive():
             waited = time.monotonic() - tracker.since
-            rec.fail("liveness", f"the run's deadline ({limit:g} s) passed during scenario {scenario_name}: the kit "
+            why = (f"no answer within {request_wait:g} s of the request" if waited >= request_wait
+                   else f"the run's deadline ({limit:g} s) passed")
+            rec.fail("liveness", f"{why} during scenario {scenario_name}: the kit "
                                  f"had been waiting {waited:.0f} s for {tracker.doing}")
             rest = [n for n, _ in plan[i + 1:]]
             if rest:
@@ -165,7 +172,7 @@ def _load_config(path: Optional[str]) -> dict:
 
 
 def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False, seed: int = 0,
-         deadline: Optional[float] = None) -> int:
+         deadline: Optional[float] = None, request_wait: float = DEFAULT_REQUEST_WAIT) -> int:
     """``tidemark conformance DRIVER [--config FILE]``: a line per scenario, then the report; 0 when it passes."""
     from rich.console import Console
     from rich.markup import escape
@@ -180,7 +187,7 @@ def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False,
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     report = run_conformance(lambda: load_driver(driver, config), quick=quick, seed=seed, deadline=deadline,
-                             progress=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
+                             request_wait=request_wait, progress=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     report.render(console)
     return 0 if report.ok else 1
 
