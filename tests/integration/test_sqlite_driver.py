@@ -439,3 +439,15 @@ def test_two_processes_write_one_file(driver, db):
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     con.close()
+
+
+def test_table_names_that_differ_only_in_case_are_one_table_with_one_owner(driver):
+    """SQLite folds the case of table names: ``orders`` and ``ORDERS`` are one table. A second
+    materialization naming it ``ORDERS`` is refused like one naming it ``orders``; nothing is
+    written."""
+    from tidemark.protocol.messages import Apply
+
+    driver.apply(Apply("first", {}, (binding("orders"),), checkpoint_id="cp-1"))
+    with pytest.raises(RecoveryError, match=r"table 'ORDERS' is written by materialization 'first'.*Nothing was changed"):
+        driver.apply(Apply("second", {}, (binding("ORDERS"),), checkpoint_id="cp-2"))
+    assert driver.apply(Apply("first", {}, (binding("orders"),), checkpoint_id="cp-1"))  # its owner goes on

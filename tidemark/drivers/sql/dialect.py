@@ -35,6 +35,9 @@ class Dialect:
     json_as_text: bool = True  # JSON columns read back as text (else: as Python values)
     ddl_lock: Optional[str] = None  # a statement that serializes DDL between sessions, first in its transaction
     for_update: str = ""  # appended to Open's SELECT of the overlapping checkpoint rows, to lock them
+    #: appended to ``resource = ?`` where the endpoint folds the case of table names (SQLite:
+    #: ``orders`` and ``ORDERS`` are one table, so one ownership claim)
+    name_collate: str = ""
 
     # ------------------------------------------------------------- identifiers
     def quote(self, name: str) -> str:

@@ -284,8 +284,8 @@ class SqlDriver(Driver):
         ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
         nobody, is taken); refuse a table another materialization or checkpoint writes."""
         p = self.dialect.placeholder
-        row = self.execute(con, f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}",
-                           (resource,)).fetchone()
+        row = self.execute(con, f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}"
+                                f"{self.dialect.name_collate}", (resource,)).fetchone()
         if row is None:
             self.execute(con, f"INSERT INTO {self.rt} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
                          (resource, materialization, checkpoint_id))

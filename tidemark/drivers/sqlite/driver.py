@@ -40,6 +40,7 @@ class SQLiteDialect(Dialect):
     temp_schema = "temp"
     bool_as_int = True
     json_as_text = True
+    name_collate = " COLLATE NOCASE"  # table names are case-insensitive (ASCII) in SQLite
 
     def widens(self, existing_type: str, col) -> bool:
         """integer -> number needs nothing in SQLite: an INTEGER column keeps a fractional value
