@@ -201,3 +201,23 @@ def test_an_unreachable_server_is_transient_and_the_password_is_not_shown():
     with pytest.raises(EndpointUnavailable) as err:
         d.open(Open(MAT, "v1", Range(), bindings=(binding(),)))
     assert "s3cretpw" not in str(err.value) and "127.0.0.1" in str(err.value)
+
+
+def test_a_second_materialization_on_a_prefix_is_refused_until_the_first_is_reset(driver, redis_ns, raw):
+    """Each prefix records which materialization and checkpoint write it; another view on the
+    same prefix (whose sums would mix with the first's) is refused at Apply and by the dry run
+    of ``tidemark check``, before anything is written; ``drop`` (reset) gives the prefix back."""
+    from tidemark.errors import RecoveryError
+    from tidemark.protocol.messages import Apply
+
+    b = rbinding(redis_ns)
+    driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-1"))
+    driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-1"))  # its owner goes on
+    for dry in (True, False):
+        with pytest.raises(RecoveryError, match=f"prefix '{redis_ns}customers:' is written by materialization "
+                                                "'first' of tidemark checkpoint cp-1.*Nothing was changed"):
+            driver.apply(Apply("second", {}, (b,), checkpoint_id="cp-2", dry_run=dry))
+    with pytest.raises(RecoveryError, match="checkpoint cp-1, not by 'first' of checkpoint cp-9"):
+        driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-9"))  # the first view's checkpoint deleted
+    driver.drop("first", (b,))
+    driver.apply(Apply("second", {}, (b,), checkpoint_id="cp-2"))

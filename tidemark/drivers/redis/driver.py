@@ -135,7 +135,8 @@ class RedisDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         """Nothing to create in Redis: keys appear with their first commit."""
-        check_prefixes(req.bindings)
+        prefixes = check_prefixes(req.bindings)
+        self.store.claim(req.materialization, req.checkpoint_id, prefixes, dry_run=req.dry_run)
         if not req.dry_run:
             self.warn_persistence()
         return Applied("nothing to create (redis keys appear with the first commit)", ())

@@ -13,14 +13,15 @@ messages beyond ``Range`` and keys.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field as dc_field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.base import CheckpointRow, chunked
 from tidemark.drivers.common.columns import dumps
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.common.redact import redact
-from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, SpecError
+from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.jsontext import loads
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Doc, Key, Range
@@ -255,6 +256,33 @@ class RedisStore:
         key = quarantine_key(self.config.namespace, materialization)
         return [loads(v) for v in self._run(lambda: self.client.lrange(key, 0, -1), f"read quarantine of {materialization}")]
 
+    def claim(self, materialization: str, checkpoint_id: Optional[str], prefixes: Sequence[str], *,
+              dry_run: bool = False) -> None:
+        """Record that ``materialization`` of tidemark checkpoint ``checkpoint_id`` writes each
+        prefix (the ``<namespace>resources`` hash), or refuse — before anything is written — a
+        prefix another materialization or checkpoint writes.  ``checkpoint_id`` None (or a dry
+        run, ``tidemark check``): only compare with another materialization's claim."""
+        key = self.config.namespace + "resources"
+        mine = dumps({"materialization": materialization, "checkpoint_id": checkpoint_id})
+
+        def body() -> None:
+            have = self.client.hmget(key, list(prefixes)) if prefixes else []
+            for prefix, raw in zip(prefixes, have):
+                if raw is None:
+                    continue
+                owner = json.loads(raw)
+                if owner.get("materialization") != materialization or (
+                        checkpoint_id is not None and owner.get("checkpoint_id") != checkpoint_id):
+                    raise RecoveryError(
+                        f"redis prefix {prefix!r} is written by materialization {owner.get('materialization')!r} of "
+                        f"tidemark checkpoint {owner.get('checkpoint_id')}, not by {materialization!r} of checkpoint "
+                        f"{checkpoint_id}; give this view its own prefix. Nothing was changed")
+            if checkpoint_id is not None and not dry_run:
+                for prefix in prefixes:
+                    self.client.hsetnx(key, prefix, mine)
+
+        self._run(body, f"claim the prefixes of {materialization}")
+
     def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
         """Delete the bindings' documents and the materialization's checkpoints hash."""
         done = []
@@ -265,6 +293,10 @@ class RedisStore:
                 for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
                     n += self.client.delete(*part)
                 done.append(f"deleted {n} documents under {prefix!r}")
+            for prefix in prefixes:
+                raw = self.client.hget(self.config.namespace + "resources", prefix)
+                if raw is not None and json.loads(raw).get("materialization") == materialization:
+                    self.client.hdel(self.config.namespace + "resources", prefix)
             if self.client.delete(checkpoints_key(self.config.namespace, materialization)):
                 done.append(f"deleted the checkpoints of {materialization!r}")
             if self.client.delete(quarantine_key(self.config.namespace, materialization)):
