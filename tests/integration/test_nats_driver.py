@@ -180,3 +180,21 @@ def test_a_stream_that_deletes_messages_on_its_own_is_refused(nats_server, tmp_p
             with pytest.raises(IncompatibleSchema, match=f"deletes messages on its own \\({name} .*Nothing was changed"):
                 d.apply(Apply("m", {}, (binding,), dry_run=dry, checkpoint_id="cp"))
         assert d.client().stream_config(stream)["subjects"] == [f"{stream}.docs"]  # not extended
+
+
+def test_a_second_materialization_on_a_subject_is_refused(setup, tmp_path):
+    """A subject holds one materialization's view: another materialization's Apply (and the dry
+    run of ``tidemark check``) on a subject the first writes is refused; another subject of the
+    same stream is fine."""
+    cfg, binding, stream = setup
+    with NatsDriver(cfg) as d:
+        t, _ = d.open(Open("m", "v1", Range(), bindings=(binding,)))
+        commit(t, 0)
+        t.close()
+    with NatsDriver(dict(cfg, state=str(tmp_path / "state2"))) as d:
+        for dry in (True, False):
+            with pytest.raises(RecoveryError, match=f"subject '{stream}.docs' of stream '{stream}' holds the view of "
+                                                    "materialization 'm'.*Nothing was changed"):
+                d.apply(Apply("intruder", {}, (binding,), dry_run=dry, checkpoint_id="cp2"))
+        other = BindingSpec({"stream": stream, "subject": f"{stream}.other"}, "docs", ("/id",), FIELDS)
+        d.apply(Apply("neighbour", {}, (other,), checkpoint_id="cp3"))

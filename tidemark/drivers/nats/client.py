@@ -145,6 +145,9 @@ class NatsClient:
     def stream_exists(self, stream: str) -> bool:
         return self._run(layout.stream_exists(self._aio, stream), f"look up stream {stream!r}")
 
+    def subject_writers(self, stream: str, subjects: Sequence[str]) -> dict[str, str]:
+        return self._run(layout.subject_writers(self._aio, stream, subjects), f"read the subjects of {stream!r}")
+
     def stream_config(self, stream: str) -> Optional[dict]:
         return self._run(layout.stream_config(self._aio, stream), f"look up stream {stream!r}")
 

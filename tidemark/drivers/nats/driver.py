@@ -146,6 +146,14 @@ class NatsDriver(Driver):
         existing = client.stream_config(stream)
         exists = existing is not None
         limits = dropping_limits(existing or {})
+        writers = client.subject_writers(stream, [t.subject for t in ts]) if exists else {}
+        others = {subj: w for subj, w in writers.items() if w != req.materialization}
+        if others:
+            subj, w = sorted(others.items())[0]
+            raise RecoveryError(
+                f"subject {subj!r} of stream {stream!r} holds the view of materialization {w!r}; "
+                f"{req.materialization!r} would mix its documents into it (and a reader could not tell them "
+                "apart). Give this view a subject of its own. Nothing was changed")
         if limits:
             raise IncompatibleSchema(
                 f"stream {stream!r} deletes messages on its own ({', '.join(limits)}): the view's documents and "

@@ -37,9 +37,10 @@ def progress_filter(stream: str, materialization: str, prefix: str = "") -> str:
     return f"{prefix or wire.default_prefix(stream)}.progress.{wire.subject_token(materialization)}.*"
 
 
-async def list_progress_subjects(aio: AsyncNats, stream: str, materialization: str, prefix: str = "") -> list[str]:
+async def list_progress_subjects(aio: AsyncNats, stream: str, materialization: str, prefix: str = "", *,
+                                 filt: str = "") -> list[str]:
     """The progress subjects of ``materialization`` that hold a record (one per range ever opened)."""
-    filt = progress_filter(stream, materialization, prefix)
+    filt = filt or progress_filter(stream, materialization, prefix)
     out: list[str] = []
     offset = 0
     while True:
@@ -50,6 +51,23 @@ async def list_progress_subjects(aio: AsyncNats, stream: str, materialization: s
         offset += len(subjects)
         if not subjects or offset >= total:
             return sorted(set(out))
+
+
+async def subject_writers(aio: AsyncNats, stream: str, subjects: Sequence[str]) -> dict[str, str]:
+    """``{subject: materialization}`` of the last data message on each subject that has one
+    (its ``Tidemark-Materialization`` header)."""
+    from nats.js.errors import NotFoundError
+
+    out: dict[str, str] = {}
+    for subject in subjects:
+        try:
+            m = await aio.jsm.get_last_msg(stream, subject)
+        except NotFoundError:
+            continue
+        writer = (m.headers or {}).get(wire.H_MATERIALIZATION)
+        if writer:
+            out[subject] = writer
+    return out
 
 
 async def channel_frontiers(aio: AsyncNats, stream: str, materialization: str,
