@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+import pyarrow as pa
+
 from tidemark.errors import IncompatibleSchema
 from tidemark.protocol.messages import Field
 
@@ -102,3 +104,31 @@ def columns_to_add(where: str, keys: Sequence[Column], columns: Sequence[Column]
             raise IncompatibleSchema(f"{where}: column {col.name!r} is {have}, the binding needs "
                                      f"{type_of(col.kind)} (an incompatible type change)")
     return missing
+
+
+# Arrow, for the table-format endpoints (Delta, Iceberg): their staged and loaded rows
+ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
+
+
+def arrow_type(kind: str) -> pa.DataType:
+    return ARROW_TYPES.get(kind, pa.string())
+
+
+def column(kind: str, values: list) -> pa.Array:
+    """A typed column of JSON values (JSON kinds as text)."""
+    if kind != JSON:
+        try:
+            return pa.array(values, arrow_type(kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            pass  # e.g. 3.0 for an integer, an object in a scalar column
+    return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
+
+
+def key_of(model, values: Sequence[Any]) -> tuple:
+    """A stored row's key (JSON key columns parsed back) as the protocol's tuple."""
+    out = []
+    for col, v in zip(model.keys, values):
+        if col.kind == JSON and isinstance(v, str):
+            v = json.loads(v)
+        out.append(v)
+    return tuple(out)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
+from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 
@@ -21,12 +22,7 @@ DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 
-ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
 DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
-
-
-def arrow_type(kind: str) -> pa.DataType:
-    return ARROW_TYPES.get(kind, pa.string())
 
 
 def delta_type(kind: str) -> str:
@@ -127,22 +123,3 @@ def staged_reader(source: pds.Dataset, drop: Optional[str] = None) -> pa.RecordB
                 fault_point("mid_apply")
 
     return pa.RecordBatchReader.from_batches(schema, batches())
-
-
-def column(kind: str, values: list) -> pa.Array:
-    """A typed column of JSON values (JSON kinds as text)."""
-    if kind != JSON:
-        try:
-            return pa.array(values, arrow_type(kind))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            pass  # e.g. 3.0 for an integer, an object in a scalar column
-    return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
-
-
-def key_of(model: TableModel, values: Sequence[Any]) -> tuple:
-    out = []
-    for col, v in zip(model.keys, values):
-        if col.kind == JSON and isinstance(v, str):
-            v = json.loads(v)
-        out.append(v)
-    return tuple(out)

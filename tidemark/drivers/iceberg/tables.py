@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, Column, coerce, dumps
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, dumps
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
+from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
@@ -24,12 +25,7 @@ RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit re
 SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = "tidemark.materialization", "tidemark.checkpoint-id", \
     "tidemark.batch"
 
-ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
 ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType(), BOOLEAN: BooleanType()}
-
-
-def arrow_type(kind: str) -> pa.DataType:
-    return ARROW_TYPES.get(kind, pa.string())
 
 
 def iceberg_type(kind: str) -> IcebergType:
@@ -154,25 +150,6 @@ def applied_text(checkpoint_id: Any, batch: int) -> str:
 def stages_of(state: Any) -> list[dict]:
     stages = state.get("stages") if isinstance(state, dict) else None
     return [s for s in (stages or {}).values() if isinstance(s, dict)]
-
-
-def column(kind: str, values: list) -> pa.Array:
-    """A typed column of JSON values (JSON kinds as text)."""
-    if kind != JSON:
-        try:
-            return pa.array(values, arrow_type(kind))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            pass  # e.g. 3.0 for an integer, an object in a scalar column
-    return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
-
-
-def key_of(model: TableModel, values: Sequence[Any]) -> tuple:
-    out = []
-    for col, v in zip(model.keys, values):
-        if col.kind == JSON and isinstance(v, str):
-            v = json.loads(v)
-        out.append(v)
-    return tuple(out)
 
 
 def translate_error(exc: Exception, where: str, secrets: Iterable[Optional[str]] = ()) -> TidemarkError:
