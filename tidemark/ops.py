@@ -161,7 +161,9 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
     from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
+    from tidemark.collection.collection import Collection
     from tidemark.runtime.coordinator import check_capabilities
+    from tidemark.runtime.reduce_path import reduce_paths
 
     from tidemark.spec import check_source_readable
 
@@ -170,14 +172,18 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
     bindings = bound(spec, mat)
     running = check_live_view(spec, mat, bindings, to_run=to_run)
     with load_driver(mat.driver_name, mat.driver_config) as driver:
-        check_capabilities(capabilities_of(driver), materialization=mat.name, driver_name=mat.driver_name,
+        caps = capabilities_of(driver)
+        check_capabilities(caps, materialization=mat.name, driver_name=mat.driver_name,
                            bindings=bindings, on_invalid=mat.on_invalid)
+        bindings, paths = reduce_paths(bindings, [Collection(spec.collections[b.source]) for b in mat.bindings],
+                                       caps, mat.options.with_env().endpoint_reduce)
         check_new_checkpoint(spec, mat, driver, bindings)
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
     return (f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
             + (f"; apply would: {applied.action_description}" if applied.action_description else "")
-            + (f"; {running}" if running else ""))
+            + (f"; {running}" if running else "")
+            + "".join(f"\n  {line}" for line in paths))
 
 
 def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings) -> None:

@@ -25,7 +25,7 @@ from tidemark.errors import SpecError
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Runtime knobs (positive integers; ``small_batch_keys`` may be 0)."""
+    """Runtime knobs (positive integers; ``small_batch_keys`` may be 0; ``endpoint_reduce`` true or false)."""
 
     #: Bytes of a shard session's combined documents (held from Load to Store) kept in
     #: memory before they spill to local disk.
@@ -39,6 +39,11 @@ class RuntimeOptions:
     #: this many; else on Spark as usual): no second shuffle and no Python tasks, which
     #: is most of a small batch's cost.  0: every batch on Spark's executors.
     small_batch_keys: int = 5_000
+    #: Let an endpoint that can (PostgreSQL) reduce a binding's batches itself, in SQL in the
+    #: commit's transaction, instead of Loading the stored documents and reducing in Python
+    #: (``tidemark check`` says which bindings do, and why the others do not).  Either way
+    #: the view is the same; false: always Load.
+    endpoint_reduce: bool = True
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -77,6 +82,8 @@ class RuntimeOptions:
                 value = int(text)
             except ValueError:
                 value = -1
+            if name in BOOLEANS:
+                value = {0: False, 1: True}.get(value, value)
             if not _allowed(name, value):
                 raise SpecError(f"environment variable {var} must be a {_kind(name)}, got {text!r}")
             changes[name] = value
@@ -92,16 +99,23 @@ ENV: dict[str, str] = {
     "max_loaded_in_memory": "TIDEMARK_SHARD_MAX_LOADED",
     "max_quarantine": "TIDEMARK_MAX_QUARANTINE",
     "small_batch_keys": "TIDEMARK_SMALL_BATCH_KEYS",
+    "endpoint_reduce": "TIDEMARK_ENDPOINT_REDUCE",
 }
 
 #: Options for which 0 is a value (it turns something off).
 ZERO_OK = frozenset({"small_batch_keys"})
+#: Options that are true or false (1 or 0 in the environment).
+BOOLEANS = frozenset({"endpoint_reduce"})
 
 
 def _allowed(name: str, value) -> bool:
+    if name in BOOLEANS:
+        return isinstance(value, bool)
     floor = 0 if name in ZERO_OK else 1
     return isinstance(value, int) and not isinstance(value, bool) and value >= floor
 
 
 def _kind(name: str) -> str:
+    if name in BOOLEANS:
+        return "true or false (1 or 0 in the environment)"
     return "non-negative integer" if name in ZERO_OK else "positive integer"

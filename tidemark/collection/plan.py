@@ -176,3 +176,73 @@ def _json_type(v: Any) -> str:
     if isinstance(v, str):
         return "string"
     return "other"
+
+
+# ----------------------------------------------------------------------------- reduced by the endpoint
+
+#: Why a compiled plan is not reduced in SQL, for what ``tidemark check`` says.
+NOT_COMPILED = ("its schema has parts only the Python fold reduces (nested or keyed reductions, sets, "
+                "deletions, nullable types, $ref, conditionals, …)")
+
+
+def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledPlan], str]:
+    """The plan by which an endpoint that reduces ``strategies`` in SQL reduces this
+    collection's documents itself (a binding then skips Load), or ``(None, why not)``.
+
+    It takes a compiled plan (:func:`compile_collection`) without deletions whose root is
+    ``merge``, or ``lastWriteWins`` / ``firstWriteWins`` by the source order, and whose
+    every property's strategy is in ``strategies`` with a SQL form for its shape
+    (:data:`~tidemark.collection.strategies.Strategy.sql`; ``maximize`` / ``minimize`` of
+    a date-time compares instants in Python).  Nothing else needs the stored document in
+    Python: the schema's assertions (bounds, lengths, ``required``) hold for each source
+    document, and the reduced document is not validated again, on either path.  A sum
+    beyond 64 bits (or not finite) fails the batch as the Python fold does."""
+    if getattr(collection, "_has_deletions", False):
+        return None, "it declares deletions"
+    plan = compile_collection(collection)
+    if plan is None:
+        return None, NOT_COMPILED
+    if plan.order:
+        return None, f"its root orders by /{plan.order} (event time, compared in Python)"
+    if plan.root_strategy not in strategies:
+        return None, f"the endpoint does not reduce the root's {plan.root_strategy!r}"
+    if plan.root_strategy != "merge":
+        return plan, ""
+    for f in plan.fields:
+        strategy = STRATEGIES[f.strategy]
+        if f.strategy not in strategies or strategy.sql is None:
+            return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
+        if strategy.sql(_Probe, f, "o", "n") is None:
+            return None, f"/{f.name}: {f.strategy!r} of a date-time compares instants (in Python)"
+    return plan, ""
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What :func:`sql_reduction` reads of a collection, from a binding's schema and key."""
+
+    schema: Any
+    key: tuple
+    max_document_bytes: int = 0
+
+    @property
+    def _has_deletions(self) -> bool:
+        import json
+
+        return '"delete"' in json.dumps(self.schema, default=str)
+
+
+def binding_reduction(schema: Any, key: tuple, strategies: frozenset) -> tuple[Optional[CompiledPlan], str]:
+    """:func:`sql_reduction` of a binding's schema and key (what a driver learns at Open)."""
+    return sql_reduction(_Shape(schema, tuple(key)), strategies)
+
+
+class _Probe:
+    """SQL helpers that build nothing: does a property have a SQL form at all?"""
+
+    @staticmethod
+    def coalesce(*xs: str) -> str:
+        return ""
+
+    add = greatest = least = staticmethod(lambda *a: "")
+    concat_arrays = merge_objects = staticmethod(lambda *a: "")

@@ -32,6 +32,14 @@ Each :class:`Strategy` in :data:`STRATEGIES` holds
     :class:`SparkAggregate`.  No pyspark is imported here: everything Spark comes in ``S``.
     ``spark_kinds`` / ``spark_types`` say which property shapes it aggregates
     (:mod:`tidemark.collection.plan`).
+``sql``
+    the SQL form of one compiled top-level property, for endpoints that reduce a batch's
+    combined documents into the stored ones themselves (:func:`tidemark.collection.plan.sql_reduction`):
+    ``sql(Q, field, old, new)`` with ``Q`` the endpoint's SQL helpers (see
+    :class:`tidemark.drivers.sql.reduce.ReduceSql`), ``old`` / ``new`` SQL expressions of the
+    stored and the batch's value (NULL where the document has none); it returns the reduced
+    value's expression (NULL where neither side has one), or ``None`` where this property's
+    shape has no SQL form.  No SQL dialect is named here: everything SQL comes in ``Q``.
 
 plus what the spec checks (``keyed``, ``ordered``, ``location_types``).
 
@@ -88,6 +96,7 @@ class Strategy:
     ordered: str = ""  # takes ``reduce.order``: "" no, "any" on its own, "keyed" with a ``key``
     location_types: Optional[frozenset] = None  # the JSON types its location may have (besides null)
     expects: str = ""  # those types, as an error names them
+    sql: Optional[Callable[..., Optional[str]]] = None  # the SQL form (see the module docstring)
 
     def compiles(self, kind: str, type_: str) -> bool:
         """True if the Spark aggregation takes a property of this kind and type."""
@@ -324,24 +333,56 @@ def _set(r, app, ann, lhs, rhs, ptr):
     return r.reduce_set(app, ann.key, lhs, rhs, ptr)
 
 
+# ----------------------------------------------------------------------------- SQL forms
+
+
+def _sql_last(Q, f, old, new):
+    return Q.coalesce(new, old)
+
+
+def _sql_first(Q, f, old, new):
+    return Q.coalesce(old, new)
+
+
+def _sql_sum(Q, f, old, new):
+    return Q.coalesce(Q.add(old, new, f), old, new)
+
+
+def _sql_minmax(maximize: bool):
+    def form(Q, f, old, new):
+        if is_date_time_field(f):
+            return None  # date-times compare as instants: the Python fold
+        return Q.coalesce((Q.greatest if maximize else Q.least)(old, new, f), old, new)
+
+    return form
+
+
+def _sql_append(Q, f, old, new):
+    return Q.coalesce(Q.concat_arrays(old, new), old, new)
+
+
+def _sql_merge(Q, f, old, new):
+    return Q.coalesce(Q.merge_objects(old, new), old, new)  # a map: the later value of each key wins
+
+
 # ----------------------------------------------------------------------------- the table
 
 _NUMBERS = frozenset(("number", "integer"))
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("lastWriteWins", _last, lambda f: None, _spark_pick(True), frozenset(("scalar", "raw")),
-             group_value=True, ordered="any"),
+             group_value=True, ordered="any", sql=_sql_last),
     Strategy("firstWriteWins", _first, lambda f: _keep_left, _spark_pick(False), frozenset(("scalar", "raw")),
-             group_value=True, ordered="any"),
+             group_value=True, ordered="any", sql=_sql_first),
     Strategy("sum", _sum, _fast_sum, _spark_sum, frozenset(("scalar",)), _NUMBERS,
-             location_types=_NUMBERS, expects="numbers"),
+             location_types=_NUMBERS, expects="numbers", sql=_sql_sum),
     Strategy("minimize", _minmax, _fast_minmax(False), _spark_minmax(False), frozenset(("scalar",)),
-             group_value=True, keyed=True, ordered="keyed"),
+             group_value=True, keyed=True, ordered="keyed", sql=_sql_minmax(False)),
     Strategy("maximize", _minmax, _fast_minmax(True), _spark_minmax(True), frozenset(("scalar",)),
-             group_value=True, keyed=True, ordered="keyed"),
+             group_value=True, keyed=True, ordered="keyed", sql=_sql_minmax(True)),
     Strategy("append", _append, _fast_append, _spark_append, frozenset(("append",)),
-             location_types=frozenset(("array",)), expects="arrays"),
+             location_types=frozenset(("array",)), expects="arrays", sql=_sql_append),
     Strategy("merge", _merge, None, _spark_merge, frozenset(("map",)), keyed=True,
-             location_types=frozenset(("object", "array")), expects="objects or arrays"),
+             location_types=frozenset(("object", "array")), expects="objects or arrays", sql=_sql_merge),
     Strategy("set", _set, keyed=True, location_types=frozenset(("object",)), expects="objects"),
 )}

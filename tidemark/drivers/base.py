@@ -110,6 +110,10 @@ class Capabilities:
     max_store_docs: int = 10_000  # documents per Store message
     concurrent_shards: bool = True  # several shards may write one endpoint at once
     quarantine: bool = False  # Transactor.quarantine writes invalid documents with the transaction
+    #: the reduce strategies the endpoint applies itself (in SQL): a binding whose schema
+    #: reduces with these only gets no Loads, and its Stores carry the batch's combined
+    #: documents (``BindingSpec.endpoint_reduce``; :func:`tidemark.collection.plan.sql_reduction`)
+    endpoint_reduce: frozenset = frozenset()
 
     @property
     def exactly_once(self) -> bool:

@@ -90,6 +90,9 @@ class BindingSpec:
     fields: tuple[Field, ...]  # key fields first, in key order, then value fields
     schema: dict = field(default_factory=dict)
     delta_updates: bool = False
+    #: the runtime sends no Loads: each Store carries the batch's combined document, which the
+    #: endpoint reduces into the stored one itself (``Capabilities.endpoint_reduce``)
+    endpoint_reduce: bool = False
 
     @property
     def key_fields(self) -> tuple[Field, ...]:

@@ -160,6 +160,7 @@ class _Machine:
               "Acknowledge must come first in every transaction" if s is Status.ACKNOWLEDGE else "")
             b = self._binding(msg, msg.binding, True)
             g(b is None or not b.delta_updates, f"binding {msg.binding} is delta-updates: it gets no Loads")
+            g(b is None or not b.endpoint_reduce, f"binding {msg.binding} is reduced by the endpoint: it gets no Loads")
             if self._track(len(msg.keys)):
                 seen = self._requested.setdefault(msg.binding, set())
                 keys = _tuples(msg.keys)
@@ -180,8 +181,9 @@ class _Machine:
             n = len(msg.keys)
             g(len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
               "keys, values, docs, exists and deletes must have one entry per document")
-            if b is not None and b.delta_updates:
-                g(not any(msg.exists), f"binding {msg.binding} is delta-updates: nothing exists")
+            if b is not None and (b.delta_updates or b.endpoint_reduce):
+                g(not any(msg.exists), f"binding {msg.binding} is "
+                  f"{'delta-updates' if b.delta_updates else 'reduced by the endpoint'}: nothing exists")
             elif self._tracking:
                 loaded = self._loaded.get(msg.binding, set())
                 wrong = [(k, e) for k, e in zip(_tuples(msg.keys), msg.exists) if bool(e) != (k in loaded)]

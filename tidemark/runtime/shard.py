@@ -8,7 +8,9 @@
    (a batch that Spark re-runs after a crash);
 3. Acknowledge, then Loads the keys of standard bindings in chunks while spilling the
    combined rows to local disk above a memory budget, then Flush;
-4. reduces ``loaded ⊕ combined`` per key and Stores in chunks;
+4. reduces ``loaded ⊕ combined`` per key and Stores in chunks (a binding the endpoint
+   reduces itself, ``BindingSpec.endpoint_reduce``, gets no Loads: it Stores the combined
+   documents);
 5. StartCommit with the runtime checkpoint, and returns a :class:`ShardResult` that
    carries the driver-checkpoint updates to the commit on the Spark driver.
 
@@ -195,11 +197,14 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
                 loaded.put(resp.binding, tuple(key), doc)
 
     delta = [b.delta_updates for b in bindings]
+    # no Loads: delta updates, and bindings the endpoint reduces itself (their Stores carry
+    # the batch's combined documents)
+    no_load = [b.delta_updates or b.endpoint_reduce for b in bindings]
     try:
         for (_shard, binding, key_json), doc_json in rows:
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
             buffer.append((binding, key, doc_json), len(key_json) + len(doc_json))
-            if delta[binding]:
+            if no_load[binding]:
                 continue
             keys = pending.setdefault(binding, [])
             keys.append(key)
@@ -233,7 +238,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
             current = binding
             coll = collections[binding]
             doc = loads(doc_json)
-            prior = None if delta[binding] else loaded.get(binding, key)
+            prior = None if no_load[binding] else loaded.get(binding, key)
             if prior is not None:
                 doc = coll.reduce(prior, doc)
             delete = bool(coll.is_deletion(doc))

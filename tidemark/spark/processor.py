@@ -28,12 +28,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+from tidemark.drivers.base import capabilities_of
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError, from_task_failure
 from tidemark.faults import fault_point
 from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
+from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
@@ -118,6 +120,11 @@ class Materializer:
         self.version = materialization.version(spec)
         self.checkpoint_location = checkpoint_location
         self.driver = load_driver(self.driver_name, self.driver_config)
+        # the spec's (or materialize()'s) options; environment variables override them
+        self.options = (options or materialization.options).with_env()
+        # which bindings the endpoint reduces itself (no Loads): decided once, here
+        self.bindings, self.reduce_paths = reduce_paths(self.bindings, self.collections, capabilities_of(self.driver),
+                                                        self.options.endpoint_reduce)
         self.coordinator = Coordinator(
             materialization=materialization.name, driver=self.driver, driver_name=self.driver_name,
             driver_config=self.driver_config, bindings=self.bindings, version=self.version,
@@ -130,8 +137,6 @@ class Materializer:
         )
         self.log = self.coordinator.log
         self.on_batch = on_batch
-        # the spec's (or materialize()'s) options; environment variables override them
-        self.options = (options or materialization.options).with_env()
         self.error: BaseException | None = None
         self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []

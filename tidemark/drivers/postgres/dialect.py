@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.drivers.sql import (
-    BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Column, Dialect, check_identifier,
+    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Column, Dialect, check_identifier,
 )
+from tidemark.drivers.sql.reduce import ReduceSql
 
 SQL_TYPES = {TEXT: "text", INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean", JSON: "jsonb",
              TIMESTAMP: "timestamp with time zone"}
@@ -88,3 +89,62 @@ def too_long(name: str) -> bool:
 def check_name_length(where: str, what: str, name: Optional[str]) -> None:
     """A schema or table name PostgreSQL would cut (and so name another one): a SpecError."""
     check_identifier(DIALECT, where, what, name)
+
+
+class PostgresReduce(ReduceSql):
+    """Reducing in PostgreSQL: ``jsonb`` documents, ``COLLATE "C"`` string order (code
+    points, as the Python fold compares), typed values cast from ``jsonb``."""
+
+    CASTS = {INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean"}
+
+    def greatest(self, old: str, new: str, f) -> str:
+        return self._pick("GREATEST", old, new, f)
+
+    def least(self, old: str, new: str, f) -> str:
+        return self._pick("LEAST", old, new, f)
+
+    @staticmethod
+    def _pick(fn: str, old: str, new: str, f) -> str:
+        if f.type == "string":
+            return f'{fn}({old} COLLATE "C", {new} COLLATE "C")'
+        return f"{fn}({old}, {new})"
+
+    def concat_arrays(self, old: str, new: str) -> str:
+        return f"({old} || {new})"
+
+    merge_objects = concat_arrays  # jsonb ||: the right side's top-level members win
+
+    def document(self, alias: str) -> str:
+        return f"{alias}.{self.quote(DOCUMENT_COLUMN)}::jsonb"
+
+    def member(self, doc: str, name: str) -> str:
+        return f"({doc} -> {literal(name)})"
+
+    def typed(self, doc: str, name: str, col: Column) -> str:
+        if col.kind in self.CASTS:
+            return f"({doc} -> {literal(name)})::{self.CASTS[col.kind]}"
+        if col.kind == TIMESTAMP:
+            return f"({doc} ->> {literal(name)})::timestamp with time zone"
+        return f"({doc} ->> {literal(name)})"
+
+    def to_json(self, expr: str, col: Column) -> str:
+        return f"to_jsonb({expr})"
+
+    def with_members(self, doc: str, members, nullable) -> str:
+        out = doc
+        for i in range(0, len(members), 50):  # a function takes at most 100 arguments
+            pairs = ", ".join(f"{literal(k)}, {e}" for k, e in members[i:i + 50])
+            out = f"{out} || jsonb_strip_nulls(jsonb_build_object({pairs}))"
+        for k, e in nullable:
+            out = f"{out} || CASE WHEN {e} IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object({literal(k)}, {e}) END"
+        return out
+
+
+def literal(text: str) -> str:
+    """A SQL string literal (quotes doubled; NUL cannot be in a property name PostgreSQL stores)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+REDUCE = PostgresReduce(DIALECT.quote)
+#: the strategies PostgreSQL reduces itself (``Capabilities.endpoint_reduce``)
+ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))

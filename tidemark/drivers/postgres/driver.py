@@ -8,13 +8,14 @@ are gone with it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, TypeVar
 
 import psycopg
 
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.postgres.ddl import PostgresDDL
-from tidemark.drivers.postgres.dialect import DIALECT
+from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE
 from tidemark.drivers.postgres.settings import CONFIG_KEYS, PgSettings, translate
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 from tidemark.drivers.sql import SqlDriver, sql_capabilities
@@ -24,7 +25,8 @@ from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
 
-CAPABILITIES = sql_capabilities(50_000)
+# PostgreSQL reduces a binding's batches itself where every strategy has a SQL form
+CAPABILITIES = dataclasses.replace(sql_capabilities(50_000), endpoint_reduce=ENDPOINT_REDUCE)
 
 
 class _NoRetry(Exception):

@@ -17,8 +17,9 @@ from typing import Any, Callable, Optional, Sequence
 import psycopg
 
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
-from tidemark.drivers.postgres.dialect import sql_type
-from tidemark.drivers.sql import DOCUMENT_COLUMN, JSON, SqlTransactor, TableModel, redact
+from tidemark.drivers.postgres.dialect import REDUCE, literal, sql_type
+from tidemark.drivers.sql import DOCUMENT_COLUMN, INTEGER, JSON, SqlTransactor, TableModel, redact
+from tidemark.drivers.sql.reduce import reduce_statement
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
@@ -234,6 +235,9 @@ class PostgresTransactor(SqlTransactor):
         if model.delta:
             self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {st} ORDER BY seq")
             return
+        if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
+            self._reduce(model, binding, st, names, sources)
+            return
         kc = ", ".join(sources[:n])
         if binding in self._dupes:  # a key stored twice: its last Store wins
             latest = f"(SELECT DISTINCT ON ({kc}) * FROM {st} ORDER BY {kc}, seq DESC) s"
@@ -255,3 +259,36 @@ class PostgresTransactor(SqlTransactor):
             if cur.rowcount == updates:
                 upsert += " AND NOT s.e"
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
+
+    def _reduce(self, model: TableModel, binding: int, st: str, names: list[str], sources: list[str]) -> None:
+        """Reduce the staged combined documents into the stored ones, in this transaction; a
+        sum beyond 64 bits (or not finite) is refused naming the key and the property."""
+        sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, sources)
+        try:
+            with self.con.transaction():  # a savepoint: the error below is named from the same rows
+                self.con.execute(sql)
+        except psycopg.errors.NumericValueOutOfRange as exc:
+            raise self._overflow(model, st, exc) from None
+
+    def _overflow(self, model: TableModel, st: str, exc: Exception) -> DriverError:
+        q = self.dialect.quote
+        n = len(model.keys)
+        match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
+        keys = ", ".join(f"s.c{j}" for j in range(n))
+        for j, col in enumerate(model.values, start=n):
+            f = next((f for f in model.reduce.fields if f.name == col.name), None)
+            if f is None or f.strategy != "sum":
+                continue
+            old = f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
+            bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
+            row = self.con.execute(f"SELECT {keys}, {old}, s.c{j} FROM {st} s JOIN {model.ident} t ON {match} "
+                                   f"WHERE abs({old} + s.c{j}::numeric) > {bound} LIMIT 1").fetchone()
+            if row is not None:
+                what = "is beyond a 64-bit integer" if col.kind == INTEGER else "is not a finite number"
+                return DriverError(
+                    f"{model.display}: key {list(row[:n])!r}: /{f.name}: 'sum' overflowed: the result {what} (left "
+                    f"{row[n]}, right {row[n + 1]}). Nothing of this shard's transaction was committed; the batch "
+                    "fails as it would reducing in Python.")
+        text = redact(exc, self.driver.settings.secrets).strip().splitlines()[0]
+        return DriverError(f"{model.display}: reducing this batch in PostgreSQL failed: {text}. Nothing of this "
+                           "shard's transaction was committed.")

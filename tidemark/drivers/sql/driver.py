@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
+from tidemark.collection.plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
@@ -165,6 +166,11 @@ class SqlDriver(Driver):
         model = TableModel.of(binding, self.schema if d.schemas else None)
         if not d.schemas:
             model = dataclasses.replace(model, schema=self.schema)
+        if binding.endpoint_reduce and not binding.delta_updates:
+            plan, why = binding_reduction(binding.schema, binding.key, self.capabilities().endpoint_reduce)
+            if plan is None:
+                raise IncompatibleSchema(f"table {model.display!r}: {d.title} cannot reduce this binding itself: {why}")
+            model = dataclasses.replace(model, reduce=plan)
         if d.max_identifier_bytes is None:
             return model
         for what, name in (("schema", model.schema), ("table", model.name)):

@@ -6,7 +6,7 @@ endpoint."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the SQL skeleton's names)
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, coerce,
@@ -36,6 +36,9 @@ class TableModel:
     values: tuple[Column, ...]
     delta: bool
     schema: Optional[str] = None  # PostgreSQL schema (None: the driver's default)
+    #: the plan by which the endpoint reduces this binding's batches itself
+    #: (``BindingSpec.endpoint_reduce``; :mod:`tidemark.drivers.sql.reduce`), or None
+    reduce: Optional[Any] = None
 
     @staticmethod
     def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":

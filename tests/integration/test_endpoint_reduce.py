@@ -1,0 +1,202 @@
+"""Reduce in the endpoint (PostgreSQL): the document and the columns one statement writes
+equal what the Python fold gives, for generated schemas and documents; refusals name the
+key and the rule.
+
+The answer is computed as the Load path computes it — each batch's documents combined per
+key, then reduced into the key's stored document — with :meth:`Collection.reduce`, and
+compared after canonical JSON (numbers by exact value, booleans apart from numbers, object
+members in any order; jsonb writes a double beyond 64-bit integers in all its digits, read
+back as that double).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.test_sqlite_driver import MAT, apply, cp
+from tidemark.collection.collection import Collection
+from tidemark.drivers.postgres import PostgresDriver
+from tidemark.errors import DriverError
+from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
+from tidemark.runtime.reduce_path import reduce_paths
+from tidemark.spec import CollectionSpec
+
+pytestmark = pytest.mark.postgres
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=4)
+SMALL_INT = st.integers(-(2**40), 2**40)
+FLOAT = st.floats(-1e12, 1e12, allow_nan=False)
+SCALAR = st.one_of(st.none(), st.booleans(), SMALL_INT, FLOAT, TEXT)
+DATE_TIME = st.sampled_from(["2024-05-01T12:00:00Z", "2024-05-01T12:00:00+02:00", "2023-01-31T23:59:59.5Z"])
+
+#: name -> (schema, values): every shape and strategy with a SQL form
+POOL = {
+    "n": ({"type": "integer", "reduce": {"strategy": "sum"}}, SMALL_INT),
+    "x": ({"type": "number", "reduce": {"strategy": "sum"}}, FLOAT),
+    "lo": ({"type": "number", "reduce": {"strategy": "minimize"}}, st.one_of(FLOAT, SMALL_INT)),
+    "hi": ({"type": "string", "reduce": {"strategy": "maximize"}}, TEXT),
+    "top": ({"type": "integer", "reduce": {"strategy": "maximize"}}, SMALL_INT),
+    "yes": ({"type": "boolean", "reduce": {"strategy": "minimize"}}, st.booleans()),
+    "first": ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, TEXT),
+    "first_n": ({"type": "integer", "reduce": {"strategy": "firstWriteWins"}}, SMALL_INT),
+    "last": ({"type": "boolean"}, st.booleans()),
+    "seen": ({"type": "string", "format": "date-time"}, DATE_TIME),
+    "since": ({"type": "string", "format": "date-time", "reduce": {"strategy": "firstWriteWins"}}, DATE_TIME),
+    "tags": ({"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+             st.lists(TEXT, max_size=3)),
+    "counts": ({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+               st.dictionaries(TEXT, SMALL_INT, max_size=3)),
+    "blob": ({"type": "object", "reduce": {"strategy": "firstWriteWins"}},
+             st.dictionaries(TEXT, SCALAR, max_size=3)),
+    "raw": ({"type": "array"}, st.lists(SCALAR, max_size=3)),
+}
+KEYS = ["a", "b", "c", "d"]
+
+
+@st.composite
+def cases(draw):
+    names = draw(st.lists(st.sampled_from(sorted(POOL)), min_size=1, max_size=len(POOL), unique=True))
+    root = draw(st.sampled_from(["merge", "merge", "merge", "lastWriteWins", "firstWriteWins"]))
+    schema = {"type": "object", "reduce": {"strategy": root}, "required": ["k"],
+              "properties": {"k": {"type": "string"}, **{n: POOL[n][0] for n in names}}}
+    values = {n: POOL[n][1] for n in names}
+    values["other"] = SCALAR  # a property the schema does not declare: last write wins
+    doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS)}, optional=values)
+    batches = draw(st.lists(st.lists(doc, min_size=1, max_size=5), min_size=1, max_size=3))
+    return schema, batches
+
+
+def canonical(v):
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):  # jsonb prints 1.5e308 as its 309 digits: a double's value
+        return ("number", Fraction(float(v) if isinstance(v, int) and abs(v) > 2**64 else v))
+    if isinstance(v, list):
+        return [canonical(x) for x in v]
+    return {k: canonical(x) for k, x in v.items()}
+
+
+@pytest.fixture
+def driver(postgres_url, pg_schema):
+    d = PostgresDriver({"url": postgres_url, "schema": pg_schema})
+    yield d
+    d.close()
+
+
+def reduced_binding(driver, schema, table):
+    coll = Collection(CollectionSpec("orders", ("/k",), schema))
+    spec = coll.binding_spec(SimpleNamespace(resource={"table": table}, delta_updates=False))
+    (b,), [line] = reduce_paths([spec], [coll], driver.capabilities())
+    assert b.endpoint_reduce, line
+    return coll, b
+
+
+def commit(driver, coll, b, combined: dict, batch: int):
+    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+    try:
+        t.acknowledge(Acknowledge())
+        t.flush(Flush())
+        keys = sorted(combined)
+        docs = [combined[k] for k in keys]
+        t.store(Store(0, tuple((k,) for k in keys), tuple(coll.values(d) for d in docs), tuple(docs),
+                      (False,) * len(docs), (False,) * len(docs)))
+        t.start_commit(StartCommit(cp(batch)))
+    finally:
+        t.close()
+
+
+counter = iter(range(10**6))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_the_statement_reduces_as_the_python_fold(driver, postgres_url, pg_schema, case):
+    schema, batches = case
+    table = f"v{next(counter)}"
+    coll, b = reduced_binding(driver, schema, table)
+    apply(driver, b)
+    expected: dict = {}
+    for batch, docs in enumerate(batches):
+        combined: dict = {}
+        for d in docs:
+            combined[d["k"]] = coll.reduce(combined[d["k"]], d) if d["k"] in combined else d
+        commit(driver, coll, b, combined, batch)
+        for k, d in combined.items():
+            expected[k] = coll.reduce(expected[k], d) if k in expected else d
+    view = driver.dump(MAT, b)
+    assert {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in expected.items()}
+    # the columns hold the reduced values too
+    names = [f.name for f in b.value_fields if f.format != "date-time"]
+    if names:
+        cols = ", ".join(f'"{n}"' for n in names)
+        with psycopg.connect(postgres_url, autocommit=True) as con:
+            rows = con.execute(f'SELECT k, {cols} FROM "{pg_schema}"."{table}"').fetchall()
+        assert {r[0]: [canonical(v) for v in r[1:]] for r in rows} == {
+            k: [canonical(d.get(n)) for n in names] for k, d in expected.items()}
+
+
+SUMS = {"type": "object", "reduce": {"strategy": "merge"}, "required": ["k"],
+        "properties": {"k": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+                       "x": {"type": "number", "reduce": {"strategy": "sum"}}}}
+
+
+@pytest.mark.parametrize("field,left,right,what", [
+    ("n", 2**62, 2**62, "beyond a 64-bit integer"),
+    ("x", 1.5e308, 1.5e308, "not a finite number"),
+])
+def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, left, right, what):
+    coll, b = reduced_binding(driver, SUMS, "sums")
+    apply(driver, b)
+    commit(driver, coll, b, {"a": {"k": "a", field: left}, "b": {"k": "b", field: 1}}, 0)
+    with pytest.raises(DriverError) as err:
+        commit(driver, coll, b, {"a": {"k": "a", field: right}, "b": {"k": "b", field: 1}}, 1)
+    assert f"key ['a']: /{field}: 'sum' overflowed: the result is {what}" in str(err.value)
+    view = driver.dump(MAT, b)  # jsonb prints 1.5e308 in full: compare exact values
+    assert {k: canonical(v) for k, v in view.items()} == {("a",): canonical({"k": "a", field: left}),
+                                                          ("b",): canonical({"k": "b", field: 1})}
+    [row] = driver.checkpoints(MAT)
+    assert row.runtime_checkpoint == cp(0)
+
+
+def test_a_zombie_statement_after_a_newer_open_is_fenced_off(driver):
+    """The reduce statement runs in the commit's transaction, after the fence check: a session
+    whose range was opened again commits nothing."""
+    from tidemark.errors import FencedOff
+
+    coll, b = reduced_binding(driver, SUMS, "sums")
+    apply(driver, b)
+    commit(driver, coll, b, {"a": {"k": "a", "n": 1}}, 0)
+    old, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+    old.acknowledge(Acknowledge())
+    old.flush(Flush())
+    old.store(Store(0, (("a",),), ((5, None),), ({"k": "a", "n": 5},), (False,), (False,)))
+    commit(driver, coll, b, {"a": {"k": "a", "n": 10}}, 1)  # a newer session of the range
+    with pytest.raises(FencedOff):
+        old.start_commit(StartCommit(cp(1)))
+    old.close()
+    assert driver.dump(MAT, b) == {("a",): {"k": "a", "n": 11}}
+
+
+def test_the_load_path_and_the_endpoint_path_write_one_view(driver):
+    """A view written on one path goes on on the other (options.endpoint_reduce switched)."""
+    coll, b = reduced_binding(driver, SUMS, "sums")
+    apply(driver, b)
+    commit(driver, coll, b, {"a": {"k": "a", "n": 1, "x": 0.1}}, 0)
+    plain = dataclasses.replace(b, endpoint_reduce=False)
+    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(plain,)))
+    t.acknowledge(Acknowledge())
+    [loaded] = t.load(__import__("tidemark.protocol.messages", fromlist=["Load"]).Load(0, (("a",),)))
+    t.flush(Flush())
+    doc = coll.reduce(loaded.docs[0], {"k": "a", "n": 2, "x": 0.2})
+    t.store(Store(0, (("a",),), (coll.values(doc),), (doc,), (True,), (False,)))
+    t.start_commit(StartCommit(cp(1)))
+    t.close()
+    commit(driver, coll, b, {"a": {"k": "a", "n": 4, "x": 0.4}}, 2)
+    assert driver.dump(MAT, b) == {("a",): {"k": "a", "n": 7, "x": 0.1 + 0.2 + 0.4}}

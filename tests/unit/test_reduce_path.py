@@ -1,0 +1,66 @@
+"""Which bindings the endpoint reduces itself, and what ``tidemark check`` says of each."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tidemark.collection.collection import Collection
+from tidemark.drivers.base import Capabilities, CommitPattern
+from tidemark.errors import SpecError
+from tidemark.options import RuntimeOptions
+from tidemark.runtime.reduce_path import reduce_paths
+from tidemark.spec import CollectionSpec
+
+PG = Capabilities(CommitPattern.STORE_AUTHORITATIVE, endpoint_reduce=frozenset(
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge")))
+BASE = {"type": "object", "reduce": {"strategy": "merge"}, "required": ["id"],
+        "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}
+
+
+def path(schema, caps=PG, enabled=True, delta=False):
+    coll = Collection(CollectionSpec("orders", ("/id",), schema))
+    b = coll.binding_spec(SimpleNamespace(resource={"table": "v"}, delta_updates=delta))
+    (out,), [line] = reduce_paths([b], [coll], caps, enabled)
+    return out.endpoint_reduce, line
+
+
+def with_props(**props):
+    return {**BASE, "properties": {**BASE["properties"], **props}}
+
+
+def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
+    assert path(BASE) == (True, "binding v: reduced by the endpoint in its commit (no Load)")
+    assert path({**BASE, "reduce": {"strategy": "firstWriteWins"}})[0]
+
+
+@pytest.mark.parametrize("schema,why", [
+    (with_props(at={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}),
+     "/at: 'maximize' of a date-time compares instants (in Python)"),
+    ({**BASE, "reduce": {"strategy": "lastWriteWins", "order": "/n"}}, "its root orders by /n"),
+    (with_props(s={"type": "object", "reduce": {"strategy": "set"}}), "parts only the Python fold reduces"),
+    ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
+    (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "parts only the Python fold"),
+])
+def test_other_schemas_load_and_say_why(schema, why):
+    ok, line = path(schema)
+    assert not ok and line.startswith("binding v: Load + reduce in Python (") and why in line
+
+
+def test_the_endpoint_the_option_and_delta_updates_decide_too():
+    assert path(BASE, caps=Capabilities(CommitPattern.STORE_AUTHORITATIVE)) == (
+        False, "binding v: Load + reduce in Python (the endpoint does not reduce in place)")
+    assert path(BASE, enabled=False) == (False, "binding v: Load + reduce in Python (options.endpoint_reduce is false)")
+    assert path(BASE, caps=Capabilities(CommitPattern.STORE_AUTHORITATIVE, endpoint_reduce=frozenset({"sum"})))[1] \
+        == "binding v: Load + reduce in Python (the endpoint does not reduce the root's 'merge')"
+    assert path(BASE, delta=True)[1].startswith("binding v: delta updates")
+
+
+def test_the_option_is_a_boolean_in_the_spec_and_0_or_1_in_the_environment():
+    assert RuntimeOptions.from_mapping({"endpoint_reduce": False}).endpoint_reduce is False
+    with pytest.raises(SpecError, match="true or false"):
+        RuntimeOptions.from_mapping({"endpoint_reduce": "no"})
+    assert RuntimeOptions().with_env({"TIDEMARK_ENDPOINT_REDUCE": "0"}).endpoint_reduce is False
+    with pytest.raises(SpecError, match="TIDEMARK_ENDPOINT_REDUCE"):
+        RuntimeOptions().with_env({"TIDEMARK_ENDPOINT_REDUCE": "yes"})

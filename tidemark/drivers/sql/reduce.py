@@ -1,0 +1,152 @@
+"""Reduce in the endpoint: the statement that reduces a batch's staged documents into a
+table's stored ones, in the commit's transaction, written once over a dialect.
+
+A binding the runtime marks ``endpoint_reduce`` gets no Loads; its Stores carry the batch's
+combined documents (one per key), staged as usual.  At commit, instead of the plain upsert,
+one ``INSERT … SELECT … ON CONFLICT DO UPDATE`` sets each value column and the document
+column from the stored row (``OLD``) and the staged one (``NEW``), by the SQL form of each
+property's strategy (``Strategy.sql`` in :mod:`tidemark.collection.strategies`; the plan
+from :func:`tidemark.collection.plan.sql_reduction`):
+
+* root ``merge``: the document is ``OLD || NEW`` (a later top-level value wins: every
+  ``lastWriteWins`` property and every property the schema does not declare), then the
+  reduced value of every other declared property on top; a typed column is computed from
+  the stored *document* (never from the stored column, which may predate the column) and
+  the staged column;
+* root ``lastWriteWins``: the plain upsert; root ``firstWriteWins``: ``DO NOTHING``.
+
+A key is staged once per transaction (the runtime combines per key), so no row is
+affected twice.  :class:`ReduceSql` holds the dialect's pieces; PostgreSQL's is
+``drivers/postgres/dialect.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from tidemark.collection.plan import CompiledPlan, FieldPlan
+from tidemark.collection.strategies import STRATEGIES
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel
+
+OLD = "t"  # the stored row's alias
+NEW = "excluded"  # the staged row, as ON CONFLICT names it
+
+#: strategies whose reduced scalar is computed (typed) rather than picked as JSON
+COMPUTED = frozenset(("sum", "maximize", "minimize"))
+
+
+class ReduceSql:
+    """A dialect's SQL for reducing in the endpoint (PostgreSQL's is the reference)."""
+
+    def __init__(self, quote: Callable[[str], str]):
+        self.quote = quote
+
+    # the strategies' building blocks (``Strategy.sql`` composes them)
+    def coalesce(self, *xs: str) -> str:
+        return f"COALESCE({', '.join(xs)})"
+
+    def add(self, old: str, new: str, f: FieldPlan) -> str:
+        return f"({old} + {new})"
+
+    def greatest(self, old: str, new: str, f: FieldPlan) -> str:
+        raise NotImplementedError
+
+    def least(self, old: str, new: str, f: FieldPlan) -> str:
+        raise NotImplementedError
+
+    def concat_arrays(self, old: str, new: str) -> str:
+        raise NotImplementedError
+
+    def merge_objects(self, old: str, new: str) -> str:
+        raise NotImplementedError
+
+    # documents
+    def document(self, alias: str) -> str:
+        """The row's document as the dialect's JSON value."""
+        raise NotImplementedError
+
+    def member(self, doc: str, name: str) -> str:
+        """A top-level property of a document, as JSON (NULL where absent)."""
+        raise NotImplementedError
+
+    def typed(self, doc: str, name: str, col: Column) -> str:
+        """A top-level property of a document, as the column ``col``'s SQL value."""
+        raise NotImplementedError
+
+    def to_json(self, expr: str, col: Column) -> str:
+        """A typed value as JSON."""
+        raise NotImplementedError
+
+    def with_members(self, doc: str, members: Sequence[tuple[str, str]], nullable: Sequence[tuple[str, str]]) -> str:
+        """``doc`` with each ``(name, JSON expression)`` set; ``members`` are NULL only where
+        the property is absent on both sides (and then left out); ``nullable`` may hold JSON
+        ``null`` values inside (also left out where the expression is SQL NULL)."""
+        raise NotImplementedError
+
+    def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
+        return f"INSERT INTO {table} AS {OLD} ({target}) SELECT {source} FROM {staged}"
+
+    def on_conflict(self, keys: Sequence[str], sets: Sequence[tuple[str, str]]) -> str:
+        if not sets:
+            return f"ON CONFLICT ({', '.join(keys)}) DO NOTHING"
+        return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
+
+
+def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: CompiledPlan, staged: str,
+                     target: Sequence[str], source: Sequence[str]) -> str:
+    """The ``INSERT … ON CONFLICT`` that reduces the staged rows ``staged`` into ``model``'s
+    table ``table`` (quoted; ``target``: its quoted columns, keys first, the document last;
+    ``source``: the staging columns that fill them)."""
+    q = R.quote
+    n = len(model.keys)
+    head = R.insert_head(table, ", ".join(target), ", ".join(source), staged)
+    keys = list(target[:n])
+    if plan.root_strategy == "firstWriteWins":
+        return f"{head} {R.on_conflict(keys, [])}"
+    if plan.root_strategy == "lastWriteWins":
+        return f"{head} {R.on_conflict(keys, [(c, f'{NEW}.{c}') for c in target[n:]])}"
+    fields = {f.name: f for f in plan.fields}
+    old_doc, new_doc = R.document(OLD), R.document(NEW)
+    sets: list[tuple[str, str]] = []
+    typed: dict[str, str] = {}  # a computed scalar's expression, per property
+    for col in model.values:
+        f = fields.get(col.name)
+        if f is None or f.kind != "scalar":
+            raise ValueError(f"column {col.name!r} is not a top-level scalar of the plan")
+        expr = _sql(f, R, R.typed(old_doc, f.name, col), f"{NEW}.{q(col.name)}")
+        sets.append((q(col.name), expr))
+        if f.strategy in COMPUTED:
+            typed[f.name] = R.to_json(expr, col)
+    members: list[tuple[str, str]] = []
+    nullable: list[tuple[str, str]] = []
+    for f in plan.fields:
+        if f.strategy == "lastWriteWins":
+            continue  # OLD || NEW
+        if f.name in typed:
+            members.append((f.name, typed[f.name]))
+        elif f.kind == "scalar" and f.strategy in COMPUTED:  # a property without a column (a long name)
+            col = Column(f.name, _kind(f))
+            members.append((f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)),
+                                              col)))
+        else:  # picked or concatenated as JSON
+            expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name))
+            (nullable if f.kind == "raw" else members).append((f.name, expr))
+    doc = R.with_members(R.merge_objects(old_doc, new_doc), members, nullable)
+    sets.append((target[-1], doc))
+    return f"{head} {R.on_conflict(keys, sets)}"
+
+
+def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str) -> str:
+    expr: Optional[str] = STRATEGIES[f.strategy].sql(R, f, old, new)
+    if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
+        raise ValueError(f"/{f.name}: {f.strategy!r} has no SQL form for this property")
+    return expr
+
+
+def _kind(f: FieldPlan) -> str:
+    from tidemark.drivers.sql.model import BOOLEAN, INTEGER, NUMBER, TEXT
+
+    return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
+
+
+__all__ = ["ReduceSql", "reduce_statement", "DOCUMENT_COLUMN", "OLD", "NEW"]
