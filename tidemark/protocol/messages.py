@@ -219,7 +219,12 @@ class Store:
 
     ``values`` holds, per document, the values of the binding's value fields in order.
     ``exists`` says the key was Loaded in this transaction (update vs insert).
-    ``deletes`` marks documents whose key must be removed (hard delete)."""
+    ``deletes`` marks documents whose key must be removed (hard delete).
+    ``texts``: for a binding the endpoint reduces (``BindingSpec.endpoint_reduce``) the
+    runtime sends each combined document as its JSON text here, with ``values`` and
+    ``docs`` empty: the endpoint parses it where it stores it, and no Python object is
+    made per document (a driver may also be sent ``docs`` and ``values`` for such a
+    binding, e.g. by the conformance kit)."""
 
     binding: int
     keys: tuple[Key, ...]
@@ -227,6 +232,7 @@ class Store:
     docs: tuple[Doc, ...]
     exists: tuple[bool, ...]
     deletes: tuple[bool, ...]
+    texts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,8 +179,15 @@ class _Machine:
             g(s is Status.STORE)
             b = self._binding(msg, msg.binding, True)
             n = len(msg.keys)
-            g(len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
-              "keys, values, docs, exists and deletes must have one entry per document")
+            if msg.texts:
+                g(b is None or b.endpoint_reduce, f"binding {msg.binding} is not reduced by the endpoint: "
+                                                  "Store.texts is for bindings that are")
+                g(len(msg.texts) == n and not msg.values and not msg.docs and len(msg.exists) == n
+                  and len(msg.deletes) == n, "keys, texts, exists and deletes must have one entry per document "
+                                             "(values and docs none)")
+            else:
+                g(len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
+                  "keys, values, docs, exists and deletes must have one entry per document")
             if b is not None and (b.delta_updates or b.endpoint_reduce):
                 g(not any(msg.exists), f"binding {msg.binding} is "
                   f"{'delta-updates' if b.delta_updates else 'reduced by the endpoint'}: nothing exists")

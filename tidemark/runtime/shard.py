@@ -199,7 +199,8 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     delta = [b.delta_updates for b in bindings]
     # no Loads: delta updates, and bindings the endpoint reduces itself (their Stores carry
     # the batch's combined documents)
-    no_load = [b.delta_updates or b.endpoint_reduce for b in bindings]
+    reduced = [b.endpoint_reduce and not b.delta_updates for b in bindings]
+    no_load = [b.delta_updates or r for b, r in zip(bindings, reduced)]
     try:
         for (_shard, binding, key_json), doc_json in rows:
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
@@ -236,6 +237,14 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
                 fault_point("mid_store")
                 cols = _Columns()
             current = binding
+            if reduced[binding]:  # the endpoint parses and reduces it: its JSON text, as combined
+                cols.add_text(key, doc_json)
+                result.stored += 1
+                if cols.n >= store_chunk:
+                    session.store(cols.message(binding))
+                    fault_point("mid_store")
+                    cols = _Columns()
+                continue
             coll = collections[binding]
             doc = loads(doc_json)
             prior = None if no_load[binding] else loaded.get(binding, key)
@@ -282,10 +291,14 @@ def _limit(caps: Capabilities, name: str, default: int) -> int:
 
 
 class _Columns:
-    __slots__ = ("keys", "values", "docs", "exists", "deletes")
+    __slots__ = ("keys", "values", "docs", "exists", "deletes", "texts")
 
     def __init__(self):
-        self.keys, self.values, self.docs, self.exists, self.deletes = [], [], [], [], []
+        self.keys, self.values, self.docs, self.exists, self.deletes, self.texts = [], [], [], [], [], []
+
+    def add_text(self, key, text):
+        self.keys.append(key)
+        self.texts.append(text)
 
     @property
     def n(self) -> int:
@@ -299,6 +312,10 @@ class _Columns:
         self.deletes.append(delete)
 
     def message(self, binding: int) -> Store:
+        if self.texts:
+            n = len(self.texts)
+            return Store(binding=binding, keys=tuple(self.keys), values=(), docs=(), exists=(False,) * n,
+                         deletes=(False,) * n, texts=tuple(self.texts))
         return Store(
             binding=binding,
             keys=tuple(self.keys),

@@ -16,10 +16,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import psycopg
 
+from tidemark import jsontext
+
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
 from tidemark.drivers.postgres.dialect import REDUCE, literal, sql_type
 from tidemark.drivers.sql import DOCUMENT_COLUMN, INTEGER, JSON, SqlTransactor, TableModel, redact
-from tidemark.drivers.sql.reduce import reduce_statement
+from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
@@ -142,6 +144,9 @@ class PostgresTransactor(SqlTransactor):
         if not msg.keys:
             return
         model = self.models[msg.binding]
+        if model.reduce is not None:
+            self._store_texts(model, msg)
+            return
         n = len(model.columns)
         name = stage_name(msg.binding)
         st, create = self.temp(name, ["seq bigint", "x boolean", "e boolean"]
@@ -260,10 +265,49 @@ class PostgresTransactor(SqlTransactor):
                 upsert += " AND NOT s.e"
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
 
+    def _store_texts(self, model: TableModel, msg: Store) -> None:
+        """Stage a binding PostgreSQL reduces: the keys and each document's JSON text (the
+        value columns are read from it by the commit's statement)."""
+        name = stage_name(msg.binding)
+        st, create = self.temp(name, ["seq bigint", "x boolean", "e boolean"]
+                               + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)] + ["d jsonb"])
+        if len(set(msg.keys)) != len(msg.keys) or not self._hashes.setdefault(msg.binding, set()).isdisjoint(msg.keys):
+            raise DriverError(f"{model.display}: a key was stored twice in one transaction of a binding PostgreSQL "
+                              "reduces itself (the runtime combines each key once per batch): nothing was committed")
+        self._hashes[msg.binding].update(msg.keys)
+        texts = msg.texts or tuple(json_dumps(doc) for doc in msg.docs)
+        seq = self._seq
+        self._seq = seq + len(msg.keys)
+        n = len(model.keys)
+        copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        con, stale = self.con, msg.binding in self._stale
+
+        def body() -> None:
+            if create:
+                con.execute(create)
+            elif stale:
+                con.execute(f"TRUNCATE {st}")
+            with con.cursor() as cur, cur.copy(copy_sql) as copy:
+                write = copy.write_row
+                for i, (key, text) in enumerate(zip(msg.keys, texts)):
+                    write((seq + i, False, False, *key, text))
+
+        def staged() -> None:
+            try:
+                self.transaction(body)
+            except psycopg.DataError:
+                self._name_nul(model, msg.keys, [jsontext.loads(t) for t in texts])
+                raise
+
+        self.driver.run(staged, f"store {model.display}", con)
+        self._created.add(name)
+        self._stale.discard(msg.binding)
+        self._staged.add(msg.binding)
+
     def _reduce(self, model: TableModel, binding: int, st: str, names: list[str], sources: list[str]) -> None:
         """Reduce the staged combined documents into the stored ones, in this transaction; a
         sum beyond 64 bits (or not finite) is refused naming the key and the property."""
-        sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, sources)
+        sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, reduce_sources(REDUCE, model))
         try:
             with self.con.transaction():  # a savepoint: the error below is named from the same rows
                 self.con.execute(sql)
@@ -281,8 +325,9 @@ class PostgresTransactor(SqlTransactor):
                 continue
             old = f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
             bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
-            row = self.con.execute(f"SELECT {keys}, {old}, s.c{j} FROM {st} s JOIN {model.ident} t ON {match} "
-                                   f"WHERE abs({old} + s.c{j}::numeric) > {bound} LIMIT 1").fetchone()
+            new = f"(s.d -> {literal(f.name)})::numeric"
+            row = self.con.execute(f"SELECT {keys}, {old}, {new} FROM {st} s JOIN {model.ident} t ON {match} "
+                                   f"WHERE abs({old} + {new}) > {bound} LIMIT 1").fetchone()
             if row is not None:
                 what = "is beyond a 64-bit integer" if col.kind == INTEGER else "is not a finite number"
                 return DriverError(

@@ -11,12 +11,14 @@ from :func:`tidemark.collection.plan.sql_reduction`):
 * root ``merge``: the document is ``OLD || NEW`` (a later top-level value wins: every
   ``lastWriteWins`` property and every property the schema does not declare), then the
   reduced value of every other declared property on top; a typed column is computed from
-  the stored *document* (never from the stored column, which may predate the column) and
-  the staged column;
+  the stored column — or, where that is NULL, the stored *document*'s value (a column
+  added after the row was written is NULL there) — and the staged column;
 * root ``lastWriteWins``: the plain upsert; root ``firstWriteWins``: ``DO NOTHING``.
 
-A key is staged once per transaction (the runtime combines per key), so no row is
-affected twice.  :class:`ReduceSql` holds the dialect's pieces; PostgreSQL's is
+Only the keys and the document's JSON text are staged (``Store.texts``: no Python object
+per document); the value columns are read from the staged document in the statement
+(:func:`reduce_sources`).  A key is staged once per transaction (the runtime combines per
+key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's pieces; PostgreSQL's is
 ``drivers/postgres/dialect.py``.
 """
 
@@ -113,7 +115,10 @@ def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: Compiled
         f = fields.get(col.name)
         if f is None or f.kind != "scalar":
             raise ValueError(f"column {col.name!r} is not a top-level scalar of the plan")
-        expr = _sql(f, R, R.typed(old_doc, f.name, col), f"{NEW}.{q(col.name)}")
+        # the stored column, or where it is NULL the document's value (a column added after
+        # the row was written is NULL there; the document holds the value)
+        old = R.coalesce(f"{OLD}.{q(col.name)}", R.typed(old_doc, f.name, col))
+        expr = _sql(f, R, old, f"{NEW}.{q(col.name)}")
         sets.append((q(col.name), expr))
         if f.strategy in COMPUTED:
             typed[f.name] = R.to_json(expr, col)
@@ -136,6 +141,15 @@ def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: Compiled
     return f"{head} {R.on_conflict(keys, sets)}"
 
 
+def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
+    """The staging expressions that fill the table's columns (keys, values, document) when
+    only the keys (``c0``…) and the document's JSON (``d``) were staged: each value column
+    is read from the staged document (``staged``: the staging table's alias, if any)."""
+    at = f"{staged}." if staged else ""
+    return ([f"{at}c{j}" for j in range(len(model.keys))]
+            + [R.typed(f"{at}d", c.name, c) for c in model.values] + [f"{at}d"])
+
+
 def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str) -> str:
     expr: Optional[str] = STRATEGIES[f.strategy].sql(R, f, old, new)
     if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
@@ -149,4 +163,4 @@ def _kind(f: FieldPlan) -> str:
     return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 
-__all__ = ["ReduceSql", "reduce_statement", "DOCUMENT_COLUMN", "OLD", "NEW"]
+__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]
