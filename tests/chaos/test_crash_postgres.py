@@ -15,7 +15,10 @@ import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.chaos.test_crash_sqlite import POINTS
-from tests.helpers import normalize, oracle_orders, write_orders, postgres_spec, postgres_view
+from tests.helpers import (
+    COMPILED_SCHEMA, compiled_oracle, normalize, oracle_orders, orders_spec, postgres_spec, postgres_view,
+    write_compiled_orders, write_orders,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
@@ -48,6 +51,29 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_sc
     with psycopg.connect(postgres_url) as con:
         batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()
     assert sorted(batches) == [("4",)] * shards
+
+
+def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, postgres_url, pg_schema):
+    """A binding PostgreSQL reduces itself (no Load; docs/reductions.md, "Reduced in the
+    endpoint"), killed after the staged COPY (``mid_store``), before and after the commit of
+    the reducing statement, and after the recovery log, with 2 shards on Spark's executors:
+    the view equals the Python fold of every file, nothing applied twice."""
+    from tidemark.ops import check_spec
+
+    data, markers = tmp_path / "data", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=61)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA,
+                       endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+                       extra_mat={"options": {"small_batch_keys": 0}})
+    assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
+    assert run_until_done(spec).kills == 0
+    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=62, start=2)
+
+    outcome = run_until_done(spec, faults=arm_in_sequence(TELLING, markers), max_attempts=len(TELLING) + 2)
+
+    assert fired(markers) == set(TELLING), outcome
+    assert postgres_view(postgres_url, pg_schema) == compiled_oracle(files)
 
 
 # ------------------------------------------------------------------ zombie

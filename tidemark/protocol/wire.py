@@ -211,7 +211,7 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("flush", Flush, {}),
     ("flushed", Flushed, {"state": (_update_out, _update_in)}),
     ("store", Store, {"keys": (_keys_out, _keys_in), "values": (_rows_out, _rows_in), "docs": (list, _tuple),
-                      "exists": (list, _tuple), "deletes": (list, _tuple)}),
+                      "exists": (list, _tuple), "deletes": (list, _tuple), "texts": (list, _tuple)}),
     ("quarantine", Quarantine, {"rows": (list, _tuple)}),
     ("start_commit", StartCommit, {}),
     ("started_commit", StartedCommit, {"state": (_update_out, _update_in)}),
