@@ -8,6 +8,11 @@ Two bindings:
 ``appends`` (delta updates)
     the same add events; each transaction appends, per key, the transaction's combined
     delta ``{k, n, last}``.
+``reduced`` (only for a driver that reduces ``sum`` / ``lastWriteWins`` itself,
+``Capabilities.endpoint_reduce``)
+    the same add events, no deletes; each transaction Stores, per key, the transaction's
+    combined delta as JSON text (``Store.texts``, no Loads), which the endpoint reduces into
+    its stored ``{k, n, last}``.
 
 Nothing here imports tidemark.collection or Spark: the reductions are written out so
 that a bug there cannot hide a driver bug.
@@ -24,7 +29,7 @@ from typing import Any, Optional
 
 from tidemark.protocol.messages import BindingSpec, Field
 
-SUMS, APPENDS = 0, 1
+SUMS, APPENDS, REDUCED = 0, 1, 2
 
 SCHEMA = {
     "type": "object",
@@ -48,12 +53,21 @@ FIELDS = (
 KEY_WORDS = ("apple", "ключ", "キー", "naïve", "emoji🙂", "quote\"d", "tab\tkey", "z")
 
 
-def bindings(tag: str) -> tuple[BindingSpec, BindingSpec]:
-    """The two bindings, on resources unique to ``tag`` (e.g. ``kit_ab12cd``)."""
-    return (
+REDUCED_SCHEMA = {**SCHEMA, "properties": {k: v for k, v in SCHEMA["properties"].items() if k != "_meta"}}
+REDUCED_STRATEGIES = frozenset(("merge", "sum", "lastWriteWins"))
+
+
+def bindings(tag: str, endpoint_reduce: frozenset = frozenset()) -> tuple[BindingSpec, ...]:
+    """The bindings, on resources unique to ``tag`` (e.g. ``kit_ab12cd``): ``reduced`` too
+    where the driver reduces its strategies itself (``endpoint_reduce``)."""
+    out = (
         BindingSpec({"table": f"{tag}_sums"}, "kit/sums", ("/k",), FIELDS, SCHEMA, delta_updates=False),
         BindingSpec({"table": f"{tag}_appends"}, "kit/appends", ("/k",), FIELDS, SCHEMA, delta_updates=True),
     )
+    if REDUCED_STRATEGIES <= endpoint_reduce:
+        out += (BindingSpec({"table": f"{tag}_reduced"}, "kit/reduced", ("/k",), FIELDS, REDUCED_SCHEMA,
+                            endpoint_reduce=True),)
+    return out
 
 
 def key_hash(key: tuple) -> int:
@@ -181,6 +195,7 @@ class Model:
     appended_sum: int = 0
     deleted: set = field(default_factory=set)  # keys deleted at some point and absent now
     batches: list[int] = field(default_factory=list)
+    reduced: dict[str, dict] = field(default_factory=dict)  # the ``reduced`` binding's view
 
     def commit(self, batch_id: int, events: list[Event]) -> None:
         for key, c in combine(events).items():
@@ -192,15 +207,18 @@ class Model:
             else:
                 self.view[key] = doc
                 self.deleted.discard(key)
-        for doc in deltas(events).values():
+        for key, doc in deltas(events).items():
             self.appends[canon(doc)] += 1
             self.appended_sum += doc["n"]
+            prior = self.reduced.get(key)
+            self.reduced[key] = {"k": key, "n": doc["n"] + (prior["n"] if prior else 0), "last": doc["last"]}
         self.batches.append(batch_id)
 
 
 __all__ = [
     "SUMS",
     "APPENDS",
+    "REDUCED",
     "SCHEMA",
     "FIELDS",
     "bindings",

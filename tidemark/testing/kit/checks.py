@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from tidemark.protocol.messages import Range
-from tidemark.testing.workload import APPENDS, SUMS, canon
+from tidemark.testing.workload import APPENDS, REDUCED, SUMS, canon
 
 
 def fmt_key(k: str) -> str:
@@ -157,13 +157,16 @@ class Checks:
         """Compare the dumps with the model (the coordinator acknowledged the last batch)."""
         driver = self.factory()
         try:
-            self.tracker("dump() of both bindings")
+            self.tracker("dump() of every binding")
             view = driver.dump(self.materialization, self.bindings[SUMS])
             rows = driver.dump(self.materialization, self.bindings[APPENDS])
+            reduced = driver.dump(self.materialization, self.bindings[REDUCED]) if len(self.bindings) > REDUCED else None
         finally:
             driver.close()
         self._check_sums(view, repeated_ack)
         self._check_appends(rows)
+        if reduced is not None:
+            self._check_reduced(reduced, repeated_ack)
         if self.exactly_once and self.crashed:
             self.rec.check("at-least-once-honesty", True)
 
@@ -219,6 +222,34 @@ class Checks:
         ok = total == expect if self.exactly_once else total >= expect
         rec.check("conservation-of-sums", ok, lambda: f"the view's sums add up to {total}, the input's to {expect}{why}{crash}",
                   self._excess()[1] if crash else None)
+
+    def _check_reduced(self, view: Any, repeated_ack: bool) -> None:
+        """The binding the endpoint reduces itself: each key's sum and last value."""
+        rec, want = self.rec, self.model.reduced
+        if not isinstance(view, dict):
+            rec.fail("protocol", f"dump() of a standard binding must return {{key: doc}}, got {type(view).__name__}")
+            return
+        got = {(k[0] if isinstance(k, (tuple, list)) and len(k) == 1 else k): d for k, d in view.items()}
+        why = " after Acknowledge was repeated" if repeated_ack else ""
+        for k, w in sorted(want.items()):
+            d = got.get(k)
+            n = d.get("n") if isinstance(d, dict) else None
+            if d is None or not isinstance(n, int) or n < w["n"] or d.get("last") != w["last"]:
+                rec.fail("no-loss", f"reduced binding: key {fmt_key(k)} holds {d!r}, expected n={w['n']}, "
+                                    f"last={w['last']!r}: a committed update was lost{why}")
+            elif n > w["n"]:
+                if self.exactly_once:
+                    prop, hint = self._excess()
+                    rec.fail(prop, f"reduced binding: key {fmt_key(k)} has n={n}, expected {w['n']}: the endpoint "
+                                   f"reduced a batch twice{why}", hint)
+                else:
+                    rec.note("at-least-once-honesty", "the endpoint re-reduced batches after crashes (at-least-once)")
+            else:
+                rec.check("no-duplicates", True)
+        for k, d in sorted(got.items(), key=lambda kv: str(kv[0])):
+            if k not in want:
+                rec.fail("no-duplicates", f"reduced binding: key {fmt_key(k)} is in the view ({d!r}) but was never "
+                                          "committed")
 
     def _check_appends(self, rows: Any) -> None:
         rec = self.rec

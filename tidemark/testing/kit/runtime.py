@@ -72,7 +72,7 @@ class KitRuntime(Sessions, Checks):
         self.rec = recorder
         self.tag = tag
         self.materialization = tag
-        self.bindings = make_bindings(tag)
+        self.bindings = make_bindings(tag, capabilities.endpoint_reduce)
         self.caps = capabilities
         self.pattern: CommitPattern = capabilities.commit_pattern
         self.driver_name = driver_name

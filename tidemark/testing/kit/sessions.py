@@ -3,6 +3,8 @@ generator that yields after each phase, crashes (a session dropped without close
 
 from __future__ import annotations
 
+import json
+
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -14,7 +16,7 @@ from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.shard import ShardTask, check_opened
 from tidemark.testing.kit import kill as killing
 from tidemark.testing.kit.report import classify
-from tidemark.testing.workload import APPENDS, SUMS, Event, combine, deletion_doc, deltas, key_hash
+from tidemark.testing.workload import APPENDS, REDUCED, SUMS, Event, combine, deletion_doc, deltas, key_hash
 
 VERSION = "v1"
 
@@ -182,13 +184,22 @@ class Sessions:
                 stores.append((SUMS, (k,), (doc["n"], doc["last"]), doc, prior is not None, False))
         for k, doc in sorted(deltas(mine).items()):
             stores.append((APPENDS, (k,), (doc["n"], doc["last"]), doc, False, False))
-        for binding in (SUMS, APPENDS):
+        if len(self.bindings) > REDUCED:  # the endpoint reduces: each combined delta as JSON text
+            for k, doc in sorted(deltas(mine).items()):
+                stores.append((REDUCED, (k,), (), json.dumps(doc, ensure_ascii=False), False, False))
+        for binding in range(len(self.bindings)):
             rows = [s for s in stores if s[0] == binding]
             for i in range(0, len(rows), self.store_chunk):
                 chunk = rows[i:i + self.store_chunk]
                 self.tracker(f"the driver reading a Store of {len(chunk)} documents ({where})")
-                sess.store(Store(binding, tuple(r[1] for r in chunk), tuple(r[2] for r in chunk),
-                                 tuple(r[3] for r in chunk), tuple(r[4] for r in chunk), tuple(r[5] for r in chunk)))
+                if binding == REDUCED:
+                    n = len(chunk)
+                    sess.store(Store(binding, tuple(r[1] for r in chunk), (), (), (False,) * n, (False,) * n,
+                                     tuple(r[3] for r in chunk)))
+                else:
+                    sess.store(Store(binding, tuple(r[1] for r in chunk), tuple(r[2] for r in chunk),
+                                     tuple(r[3] for r in chunk), tuple(r[4] for r in chunk),
+                                     tuple(r[5] for r in chunk)))
                 yield "store"
         yield "ready"
         msg = StartCommit(task.runtime_checkpoint)
