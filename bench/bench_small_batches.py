@@ -2,7 +2,7 @@
 
     python bench/bench_small_batches.py [--docs 1000000] [--batches 40] [--keys 100000]
                                         [--shards 2] [--rounds 2] [--tiny 20] [--plot PNG] [--before]
-                                        [--crossover 500,2000,5000,10000,20000] [--skip h,n,t]
+                                        [--crossover 500,2000,5000,10000,20000] [--skip h,n,t,l]
 
 The stream: ``--docs`` order documents over ``--keys`` customers, one JSON-lines file per
 micro-batch (``--batches`` files, ``maxFilesPerTrigger: 1``).  Nine fields, reduced per
@@ -14,7 +14,10 @@ customer: ``amount``, ``orders`` (sum), ``largest`` (maximize), ``smallest`` (mi
     same meaning: ``max_by``/``min_by`` by ``ts`` for the write-wins fields, the items
     ordered by ``ts``) and upserts with psycopg ``executemany`` (``ON CONFLICT DO UPDATE``,
     at-least-once).
-(t) tidemark: ``run_spec`` of a spec with a ``postgres`` endpoint, exactly once.
+(t) tidemark: ``run_spec`` of a spec with a ``postgres`` endpoint, exactly once; PostgreSQL
+    reduces each batch into the view itself (no Load: docs/reductions.md, "Reduced in the endpoint").
+(l) the same with ``options: {endpoint_reduce: false}``: Load, reduce in Python, Store whole
+    documents (the path before).
 (n) Spark's own share: (h)'s aggregate into Spark's ``noop`` sink (nothing leaves the JVM).
 (b) with ``--before``: tidemark with its checked plan for every batch (a statistics job, a
     cache, then the shard job: the runtime before the one-job plan).
@@ -170,7 +173,7 @@ def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tup
     return wall, _per_batch(phases, spark_own(q.recentProgress))
 
 
-def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, list[dict]]:
+def run_tidemark(spark, data, url, schema, shards, checkpoint, endpoint_reduce: bool = True) -> tuple[float, list[dict]]:
     import yaml
 
     from tidemark.spark.runner import run_spec
@@ -179,7 +182,8 @@ def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, l
         "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
                                    "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
         "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema}}, "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
+                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+                                      "options": {"endpoint_reduce": endpoint_reduce}}},
         "checkpoint": checkpoint,
     }
     path = os.path.join(os.path.dirname(checkpoint), f"spec-{uuid.uuid4().hex[:6]}.yaml")
@@ -325,7 +329,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tiny", type=int, default=20, help="tiny batches for the overhead measure (0: skip)")
-    ap.add_argument("--skip", default="", help="comma-separated: h,n,t")
+    ap.add_argument("--skip", default="", help="comma-separated: h,n,t,l")
     ap.add_argument("--crossover", default="", help="comma-separated batch sizes: shard sessions in the driver "
                                                       "against on Spark at each (e.g. 500,2000,5000,10000,20000)")
     ap.add_argument("--before", action="store_true",
@@ -372,6 +376,15 @@ def main() -> None:
                 last["t"] = (wall, rows)
                 print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+            if "l" not in skip:
+                sl = f"tm_small_l_{tag}"
+                dropped.append(sl)
+                wall, rows = run_tidemark(spark, data, args.url, sl, args.shards, os.path.join(run, "chk-l"),
+                                          endpoint_reduce=False)
+                last["l"] = (wall, rows)
+                print(f"(l) tidemark, Load + reduce in Python (endpoint_reduce: false): {wall:7.2f}s")
+                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print("    views: " + check_views(args.url, None, sl, view).replace("(t)", "(l)"))
             if args.before:
                 sb = f"tm_small_b_{tag}"
                 dropped.append(sb)

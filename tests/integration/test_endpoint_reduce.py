@@ -65,11 +65,12 @@ KEYS = ["a", "b", "c", "d"]
 def cases(draw):
     names = draw(st.lists(st.sampled_from(sorted(POOL)), min_size=1, max_size=len(POOL), unique=True))
     root = draw(st.sampled_from(["merge", "merge", "merge", "lastWriteWins", "firstWriteWins"]))
-    schema = {"type": "object", "reduce": {"strategy": root}, "required": ["k"],
+    required = draw(st.lists(st.sampled_from(names), unique=True))  # present in every document
+    schema = {"type": "object", "reduce": {"strategy": root}, "required": ["k", *required],
               "properties": {"k": {"type": "string"}, **{n: POOL[n][0] for n in names}}}
-    values = {n: POOL[n][1] for n in names}
+    values = {n: POOL[n][1] for n in names if n not in required}
     values["other"] = SCALAR  # a property the schema does not declare: last write wins
-    doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS)}, optional=values)
+    doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS), **{n: POOL[n][1] for n in required}}, optional=values)
     batches = draw(st.lists(st.lists(doc, min_size=1, max_size=5), min_size=1, max_size=3))
     return schema, batches
 

@@ -130,11 +130,13 @@ class PostgresReduce(ReduceSql):
     def to_json(self, expr: str, col: Column) -> str:
         return f"to_jsonb({expr})"
 
-    def with_members(self, doc: str, members, nullable) -> str:
+    def with_members(self, doc: str, members, nullable, present=()) -> str:
         out = doc
-        for i in range(0, len(members), 50):  # a function takes at most 100 arguments
-            pairs = ", ".join(f"{literal(k)}, {e}" for k, e in members[i:i + 50])
-            out = f"{out} || jsonb_strip_nulls(jsonb_build_object({pairs}))"
+        for group, strip in ((present, False), (members, True)):
+            for i in range(0, len(group), 50):  # a function takes at most 100 arguments
+                pairs = ", ".join(f"{literal(k)}, {e}" for k, e in group[i:i + 50])
+                built = f"jsonb_build_object({pairs})"
+                out = f"{out} || {'jsonb_strip_nulls(' + built + ')' if strip else built}"
         for k, e in nullable:
             out = f"{out} || CASE WHEN {e} IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object({literal(k)}, {e}) END"
         return out

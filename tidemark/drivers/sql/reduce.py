@@ -79,10 +79,12 @@ class ReduceSql:
         """A typed value as JSON."""
         raise NotImplementedError
 
-    def with_members(self, doc: str, members: Sequence[tuple[str, str]], nullable: Sequence[tuple[str, str]]) -> str:
+    def with_members(self, doc: str, members: Sequence[tuple[str, str]], nullable: Sequence[tuple[str, str]],
+                     present: Sequence[tuple[str, str]] = ()) -> str:
         """``doc`` with each ``(name, JSON expression)`` set; ``members`` are NULL only where
         the property is absent on both sides (and then left out); ``nullable`` may hold JSON
-        ``null`` values inside (also left out where the expression is SQL NULL)."""
+        ``null`` values inside (also left out where the expression is SQL NULL); ``present``
+        are never NULL (required properties: every document has them)."""
         raise NotImplementedError
 
     def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
@@ -124,11 +126,12 @@ def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: Compiled
             typed[f.name] = R.to_json(expr, col)
     members: list[tuple[str, str]] = []
     nullable: list[tuple[str, str]] = []
+    present: list[tuple[str, str]] = []
     for f in plan.fields:
         if f.strategy == "lastWriteWins":
             continue  # OLD || NEW
         if f.name in typed:
-            members.append((f.name, typed[f.name]))
+            (present if f.name in plan.required else members).append((f.name, typed[f.name]))
         elif f.kind == "scalar" and f.strategy in COMPUTED:  # a property without a column (a long name)
             col = Column(f.name, _kind(f))
             members.append((f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)),
@@ -136,7 +139,7 @@ def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: Compiled
         else:  # picked or concatenated as JSON
             expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name))
             (nullable if f.kind == "raw" else members).append((f.name, expr))
-    doc = R.with_members(R.merge_objects(old_doc, new_doc), members, nullable)
+    doc = R.with_members(R.merge_objects(old_doc, new_doc), members, nullable, present)
     sets.append((target[-1], doc))
     return f"{head} {R.on_conflict(keys, sets)}"
 
