@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 KILLED = -signal.SIGKILL
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 # Attempts are short-lived JVMs on small batches: the C1 compiler alone gets them through
 # sooner than tiered C1+C2 (the SQLite every-point test: 119 s -> 94 s on 2 cores).
 # TIDEMARK_CHAOS_JAVA replaces these options ("" for the JVM's defaults).
@@ -62,7 +63,7 @@ class RunOutcome:
 def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
                    kill_after: Callable[[int], float | None] | None = None, max_attempts: int = 10,
                    timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]",
-                   random_attempts: int | None = None, await_orphans: bool = False) -> RunOutcome:
+                   random_attempts: int | None = None, await_orphans: bool = False, plain: bool = False) -> RunOutcome:
     """Run ``tidemark run SPEC --available-now`` until it exits 0, restarting after kills.
 
     ``faults`` arms points (see tidemark.faults) in every attempt; use ``!once=PATH``
@@ -75,6 +76,8 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
     ``await_orphans``: before a restart, wait until no process of the killed attempt is
     left (PySpark's workers are in a process group of their own and may outlive the kill),
     so whatever an orphaned worker does happens before the next attempt's Open.
+    ``plain``: run the commit path without Spark (:mod:`tests.chaos.plain`; a Python start-up
+    per attempt instead of a JVM's), for fault-point matrices where Spark adds nothing.
     """
     out = RunOutcome()
     env = dict(os.environ)
@@ -91,7 +94,7 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
     env.update(extra_env or {})
     for attempt in range(max_attempts):
         run_env = dict(env)
-        java, dumping = java_options()
+        java, dumping = java_options() if not plain else ("", None)
         if java:
             run_env["JAVA_TOOL_OPTIONS"] = (run_env.get("JAVA_TOOL_OPTIONS", "") + " " + java).strip()
         if faults:
@@ -99,8 +102,12 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
         if random_points and (random_attempts is None or attempt < random_attempts):
             seed, p = random_points
             run_env["TIDEMARK_FAULT_RANDOM"] = f"{seed}-{attempt}:{p}"
+        argv = ([sys.executable, "-m", "tests.chaos.plain", spec_path] if plain else
+                [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master,
+                 "--no-spark-ui"])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master, "--no-spark-ui"],
+            argv,
+            cwd=ROOT if plain else None,
             env=run_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

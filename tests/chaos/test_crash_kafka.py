@@ -48,14 +48,14 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _every_point(tmp_path, bootstrap, points, shards, tag):
+def _every_point(tmp_path, bootstrap, points, shards, tag, plain=False):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=171 + shards, deletes=0.03)
     spec = kafka_spec(tmp_path, data, shards, bootstrap, topic=f"chaos_{tag}", progress_topic=f"progress_{tag}")
-    assert run_until_done(spec).kills == 0  # a clean first run: the killed batches load existing keys
+    assert run_until_done(spec, plain=plain).kills == 0  # a clean first run: the killed batches load existing keys
     write_orders(data, files=len(points) + 1, per_file=100, customers=40, seed=181 + shards, start=2, deletes=0.03)
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=plain)
     assert fired(markers) == set(points), outcome
     assert outcome.kills >= (len(points) if shards == 1 else 1), outcome
     assert normalize(kafka_view(bootstrap, f"chaos_{tag}")) == oracle_orders(data)
@@ -67,10 +67,10 @@ def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, kafka_bootst
     _every_point(tmp_path, kafka_bootstrap, TELLING, 1, "telling")
 
 
-@pytest.mark.chaos_full
 @pytest.mark.parametrize("shards", [1, 4])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, kafka_bootstrap, shards):
-    _every_point(tmp_path, kafka_bootstrap, POINTS, shards, f"every{shards}")
+    """Every point on the commit path without Spark (tests/chaos/plain.py)."""
+    _every_point(tmp_path, kafka_bootstrap, POINTS, shards, f"every{shards}", plain=True)
 
 
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path, kafka_bootstrap):

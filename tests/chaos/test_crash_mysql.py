@@ -1,6 +1,6 @@
 """SIGKILL `tidemark run` into MySQL/MariaDB at the crash-table points; restart; the view must be exact.
 
-Every point fires once per run (``arm_in_sequence``) under ``-m chaos_full``; the default
+Every point fires once per run (``arm_in_sequence``) on the commit path without Spark; the default
 run keeps the most telling point (right after the endpoint's COMMIT, before the recovery
 log) and one kill at a random moment.
 """
@@ -25,16 +25,16 @@ def batches(url, db) -> list:
     return sorted(json.loads(c)["batch_id"] for (c,) in sql(url, f"SELECT checkpoint FROM `{db}`.tidemark_checkpoints"))
 
 
-def kill_at(points, tmp_path, url, db, shards, seed):
+def kill_at(points, tmp_path, url, db, shards, seed, plain=False):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=1, per_file=150, customers=40, seed=seed, deletes=0.03)
     spec = mysql_spec(tmp_path, data_dir=data, url=url, schema=db, shards=shards)
-    assert run_until_done(spec).kills == 0  # a clean first run: the killed batches Load existing keys
+    assert run_until_done(spec, plain=plain).kills == 0  # a clean first run: the killed batches Load existing keys
     more = len(points) // 2 + 1
     write_orders(data, files=more, per_file=150, customers=40, seed=seed + 10, start=1, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=plain)
 
     assert fired(markers) == set(points), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
@@ -50,10 +50,10 @@ def test_kill_right_after_the_endpoint_commit_then_restart_is_exact(tmp_path, my
     kill_at(["after_endpoint_commit"], tmp_path, mysql_url, mysql_db, shards=2, seed=81)
 
 
-@pytest.mark.chaos_full
 @pytest.mark.parametrize("shards", [1, 2])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, mysql_url, mysql_db, shards):
-    kill_at(POINTS, tmp_path, mysql_url, mysql_db, shards=shards, seed=91 + shards)
+    """Every point, on the commit path without Spark (tests/chaos/plain.py)."""
+    kill_at(POINTS, tmp_path, mysql_url, mysql_db, shards=shards, seed=91 + shards, plain=True)
 
 
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path, mysql_url, mysql_db):

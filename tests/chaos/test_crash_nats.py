@@ -47,7 +47,8 @@ def check_exact(url: str, data) -> None:
     assert copies and set(copies.values()) == {1}, [k for k, n in copies.items() if n > 1][:5]
 
 
-def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, clean_files: int = 2) -> None:
+def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, clean_files: int = 2,
+             plain: bool = False) -> None:
     """A clean run of ``clean_files`` batches first (so the killed batches load existing keys),
     then one kill per point."""
     data, markers = tmp_path / "data", tmp_path / "markers"
@@ -55,10 +56,10 @@ def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, cl
     spec = nats_spec(tmp_path, data, shards, url, max_batch=8, atomic=atomic)
     if clean_files:
         write_orders(data, files=clean_files, per_file=120, customers=40, seed=171 + shards, deletes=0.03)
-        assert run_until_done(spec).kills == 0
+        assert run_until_done(spec, plain=plain).kills == 0
     write_orders(data, files=len(points), per_file=120, customers=40, seed=181 + shards, start=clean_files,
                  deletes=0.03)
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=plain)
     assert fired(markers) == set(points), outcome
     check_exact(url, data)
 
@@ -68,10 +69,10 @@ def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, private_nats
     kill_run(tmp_path, private_nats_server.url, TELLING, 1, "auto", clean_files=0)
 
 
-@pytest.mark.chaos_full
 @pytest.mark.parametrize("shards,atomic", [(1, "auto"), (4, "auto"), (2, "false")])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, private_nats_server, shards, atomic):
-    kill_run(tmp_path, private_nats_server.url, POINTS, shards, atomic)
+    """Every point on the commit path without Spark (tests/chaos/plain.py)."""
+    kill_run(tmp_path, private_nats_server.url, POINTS, shards, atomic, plain=True)
 
 
 def prefix_states(data, tmp_path) -> list[dict]:

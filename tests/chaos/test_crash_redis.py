@@ -35,18 +35,17 @@ def batches(url, ns) -> list[int]:
         driver.close()
 
 
-# ``-m chaos_full``: every point, 1 and 2 shards.
-@pytest.mark.chaos_full
+# Every point, 1 and 2 shards, on the commit path without Spark (tests/chaos/plain.py).
 @pytest.mark.parametrize("shards", [1, 2])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, redis_url, redis_ns, shards):
     data, markers, prefix = tmp_path / "data", tmp_path / "markers", redis_ns + "customers:"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=141 + shards, deletes=0.03)
     spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=shards)
-    assert run_until_done(spec).kills == 0  # a clean first run: the killed batches load existing keys
+    assert run_until_done(spec, plain=True).kills == 0  # a clean first run: the killed batches load existing keys
     write_orders(data, files=3, per_file=150, customers=40, seed=151 + shards, start=2, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
     assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome

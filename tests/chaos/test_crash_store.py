@@ -50,21 +50,20 @@ def identities(tmp_path) -> dict[str, tuple]:
     return out
 
 
-# Both in the chaos_full run (.ci/run runs it after the default suite); the default run keeps
-# the random kills below.
-@pytest.mark.chaos_full
+# Every point on the commit path without Spark (tests/chaos/plain.py); the random kills below
+# run with Spark.
 @pytest.mark.parametrize("shards", [1, 4])
 def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path, shards):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=71 + shards, deletes=0.03)
     spec = chaos_store_spec(tmp_path, data, shards)
-    assert run_until_done(spec).kills == 0  # a clean first run: the killed batches load existing keys
+    assert run_until_done(spec, plain=True).kills == 0  # a clean first run: the killed batches load existing keys
     before = identities(tmp_path)
     assert len(before) == shards
     write_orders(data, files=3, per_file=150, customers=40, seed=81 + shards, start=2, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
     assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome

@@ -43,17 +43,17 @@ def check_exact(receiver, data) -> None:
     assert not twice, f"applied more than once: {sorted(twice)[:5]}"
 
 
-@pytest.mark.chaos_full
 @pytest.mark.parametrize("shards", [1, 2])
 def test_kill_at_every_point_delivers_every_document_once(tmp_path, dedup_receiver, shards):
+    """Every point on the commit path without Spark (tests/chaos/plain.py)."""
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=171 + shards, deletes=0.03)
     spec = webhook_spec(tmp_path, data, url=dedup_receiver.url, shards=shards, chunk_docs=10)
-    assert run_until_done(spec).kills == 0  # a clean first run: the killed batches load existing keys
+    assert run_until_done(spec, plain=True).kills == 0  # a clean first run: the killed batches load existing keys
     write_orders(data, files=3, per_file=150, customers=40, seed=181 + shards, start=2, deletes=0.03)
 
-    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2)
+    outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
     assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
