@@ -1,7 +1,7 @@
 """SIGKILL `tidemark run` into Delta tables at every crash-table row; restart; the tables must be exact.
 
-One run, killed four times (each point fires once, marked by a file), 2 shards, a standard
-and a delta-updates binding:
+One run on the commit path without Spark (tests/chaos/plain.py), killed four times (each
+point fires once, marked by a file), 2 shards, a standard and a delta-updates binding:
 
 1. ``after_endpoint_commit`` — a shard staged batch 0, the recovery log never got it;
 2. ``after_recovery_log``    — batch 0 is logged, its MERGE has not started;
@@ -30,7 +30,7 @@ def test_kill_at_every_crash_point_then_restart_is_exact(tmp_path):
     points = ["after_endpoint_commit:kill@1", "after_recovery_log:kill@1", "mid_apply:kill@3", "before_spark_commit:kill@1"]
     faults = ",".join(f"{p}!once={tmp_path / ('killed-' + p.split(':')[0])}" for p in points)
 
-    outcome = run_until_done(spec, faults=faults, max_attempts=6)
+    outcome = run_until_done(spec, faults=faults, max_attempts=6, plain=True)
 
     assert outcome.kills == 4, outcome
     assert all((tmp_path / f"killed-{p.split(':')[0]}").exists() for p in points)

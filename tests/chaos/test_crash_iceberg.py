@@ -83,7 +83,7 @@ def test_kill_between_two_tables_and_before_spark_commit_then_restart_is_exact(t
     spec = iceberg_spec(tmp_path, data_dir=data, shards=2, events=True)
     points = ["mid_apply@4", "before_spark_commit@2"]
 
-    outcome = run_until_done(spec, faults=arm(points, markers), max_attempts=4)
+    outcome = run_until_done(spec, faults=arm(points, markers), max_attempts=4, plain=True)
 
     assert fired(markers) == set(points), outcome
     assert outcome.kills == 2, outcome

@@ -43,6 +43,7 @@ def kill_at(points, tmp_path, url, db, shards, seed, plain=False):
     assert batches(url, db) == [more] * shards
 
 
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it
 def test_kill_right_after_the_endpoint_commit_then_restart_is_exact(tmp_path, mysql_url, mysql_db):
     """The most telling point: after a clean batch 0, the shard sessions committed batch 1
     (one or both), the recovery log never heard of it. The restart replays batch 1 — a
@@ -56,6 +57,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, mysql_url, mysql_db
     kill_at(POINTS, tmp_path, mysql_url, mysql_db, shards=shards, seed=91 + shards, plain=True)
 
 
+@pytest.mark.chaos_full
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path, mysql_url, mysql_db):
     """The harness SIGKILLs the run's process group at a random time (seeded), once."""
     data = tmp_path / "data"

@@ -88,6 +88,7 @@ def prefix_states(data, tmp_path) -> list[dict]:
     return states
 
 
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it
 def test_kill_at_random_moments_while_a_reader_polls_is_exact(tmp_path, private_nats_server):
     """One shard, ordered mode (a batch's messages land one by one): the writer is SIGKILLed at
     random moments; a reader polling the read-committed view never sees a partial batch."""

@@ -53,6 +53,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, redis_url, redis_ns
     assert batches(redis_url, redis_ns) == [4] * shards
 
 
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it
 def test_kill_at_the_telling_point_then_at_a_random_moment_is_exact(tmp_path, redis_url, redis_ns):
     """The default run: the first attempt dies after the script committed its second batch
     (which loads keys of the first), the second at a random moment; the view is exact."""

@@ -40,7 +40,8 @@ POINTS = [
 TELLING = ["mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-@pytest.mark.parametrize("shards,points,plain", [(1, TELLING, False), (4, POINTS, True)],
+@pytest.mark.parametrize("shards,points,plain", [pytest.param(1, TELLING, False, marks=pytest.mark.chaos_full),
+                                                 (4, POINTS, True)],
                          ids=["1-telling", "4-every-plain"])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, plain):
     data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"

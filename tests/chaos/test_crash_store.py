@@ -71,6 +71,7 @@ def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path
     assert identities(tmp_path) == before  # no range was wiped and rebuilt
 
 
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it
 def test_kill_at_random_moments_then_restart_is_exact_and_nothing_is_wiped(tmp_path):
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=150, customers=40, seed=91, deletes=0.03)

@@ -62,8 +62,8 @@ def test_kill_at_every_point_delivers_every_document_once(tmp_path, dedup_receiv
 
 
 def test_kill_between_the_posts_and_the_commit_delivers_every_document_once(tmp_path, dedup_receiver):
-    """The default run: the first attempt dies after POSTing its second batch, before the
-    state store committed it; the restart resends the batch under the same keys."""
+    """The first attempt dies after POSTing its second batch, before the state store
+    committed it; the restart resends the batch under the same keys (with Spark)."""
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=3, per_file=150, customers=40, seed=191, deletes=0.03)
