@@ -90,8 +90,9 @@ def test_kill_between_two_tables_and_before_spark_commit_then_restart_is_exact(t
     check(tmp_path, data, 4)
 
 
-# Every point on the commit path without Spark (tests/chaos/plain.py), 1 and 4 shards.
-@pytest.mark.parametrize("shards", [1, 4])
+# Every point on the commit path without Spark (tests/chaos/plain.py), 4 shards (the
+# coordinator's apply, where Iceberg's own points are, is the same for any count).
+@pytest.mark.parametrize("shards", [4])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()

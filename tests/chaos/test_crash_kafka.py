@@ -33,7 +33,7 @@ POINTS = [
     "after_recovery_log",      # the log has N; Spark's commits/N is never written
     "before_spark_commit",     # before commits/N
 ]
-TELLING = ["mid_store", "after_endpoint_commit"]  # a quick check (chaos_full, like every point)
+TELLING = ["mid_store", "after_endpoint_commit"]  # a quick check with Spark (chaos_full)
 
 ZOMBIE = """
 import os, signal, sys
@@ -62,7 +62,7 @@ def _every_point(tmp_path, bootstrap, points, shards, tag, plain=False):
     assert open_transactions(bootstrap) == {}
 
 
-@pytest.mark.chaos_full  # the default run keeps the random kills (and, for Kafka, the rescale under kills)
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it (below)
 def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, kafka_bootstrap):
     _every_point(tmp_path, kafka_bootstrap, TELLING, 1, "telling")
 
@@ -73,6 +73,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, kafka_bootstrap, sh
     _every_point(tmp_path, kafka_bootstrap, POINTS, shards, f"every{shards}", plain=True)
 
 
+@pytest.mark.chaos_full
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path, kafka_bootstrap):
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=150, customers=40, seed=191, deletes=0.03)
@@ -86,6 +87,7 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path, kafka_bootstrap)
     assert open_transactions(kafka_bootstrap) == {}
 
 
+@pytest.mark.chaos_full
 def test_rescale_2_4_3_with_kills_and_a_zombie_leaves_no_open_transaction(tmp_path, kafka_bootstrap):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()

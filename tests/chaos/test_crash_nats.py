@@ -64,7 +64,7 @@ def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, cl
     check_exact(url, data)
 
 
-@pytest.mark.chaos_full  # the default run keeps the random kills (and, for Kafka, the rescale under kills)
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it (below)
 def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, private_nats_server):
     kill_run(tmp_path, private_nats_server.url, TELLING, 1, "auto", clean_files=0)
 

@@ -61,6 +61,7 @@ def test_kill_at_every_point_delivers_every_document_once(tmp_path, dedup_receiv
     assert any(r["outcome"] == "duplicate" for r in dedup_receiver.requests)  # replays were resent, and dropped
 
 
+@pytest.mark.chaos_full  # with Spark; every point runs in the default run without it
 def test_kill_between_the_posts_and_the_commit_delivers_every_document_once(tmp_path, dedup_receiver):
     """The first attempt dies after POSTing its second batch, before the state store
     committed it; the restart resends the batch under the same keys (with Spark)."""
