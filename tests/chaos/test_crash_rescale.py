@@ -67,6 +67,7 @@ def rescale_under_random_kills(tmp_path, ep, view, *, seed: int, killing_attempt
     return outcome
 
 
+@pytest.mark.chaos_full  # with Spark; CI runs it after the default suite
 def test_live_rescale_under_random_kills_sqlite(tmp_path):
     ep = SQLite(tmp_path)
     # in the default run: kills in the first two attempts only (each attempt starts a JVM)

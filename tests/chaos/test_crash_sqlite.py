@@ -105,6 +105,7 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
                      else ["one job", "one job", "one job", "checked", "one job"])
 
 
+@pytest.mark.chaos_full  # with Spark; CI runs it after the default suite
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path):
     """The harness SIGKILLs the run's process group at random times (seeded), up to three times."""
     data, db = tmp_path / "data", tmp_path / "views.db"
@@ -140,6 +141,7 @@ def test_jvm_killed_mid_stream_orphaned_workers_commit_nothing(tmp_path):
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 
 
+@pytest.mark.chaos_full  # with Spark; CI runs it after the default suite
 def test_a_kill_after_the_first_batch_committed_before_the_log_has_it_resumes(tmp_path):
     """The endpoint holds batch 0 while the recovery log holds nothing: the restart skips the
     committed batch instead of refusing the view."""

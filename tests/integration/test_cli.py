@@ -48,6 +48,7 @@ def test_check_run_status(tmp_path):
     assert "up to date: no input waiting" in status.stdout.splitlines()[0], status.stdout
 
 
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_an_error_in_a_shard_task_is_one_line_and_reset_starts_over(tmp_path):
     """An endpoint error raised inside a Spark task (a trigger refuses the row) reaches the
     terminal as one line and exit code 1, without Spark's or Python's tracebacks (those come

@@ -100,6 +100,7 @@ def collect(result):
     return {r.key_json: json.loads(r.doc) for r in rows}
 
 
+@pytest.mark.slow  # the property tests of both combine implementations run after the default suite
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(schema_and_docs())
 def test_differential_compiled_fallback_python(spark, case):
@@ -485,6 +486,7 @@ def mutated_lines(draw):
     return lines
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mutated_lines())

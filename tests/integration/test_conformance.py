@@ -110,7 +110,11 @@ SHIPPED = {
 URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap", "nats": "nats_url"}
 
 
-@pytest.mark.parametrize("driver", list(SHIPPED))
+# the kit on the drivers whose own tests take longest runs after the default suite (-m slow)
+SLOW_KIT = {"kafka", "mysql", "nats", "store-changelog", "webhook"}
+
+
+@pytest.mark.parametrize("driver", [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_KIT else d for d in SHIPPED])
 def test_every_shipped_driver_passes(driver, tmp_path, request):
     urls = {driver: request.getfixturevalue(URL_FIXTURES[driver])} if driver in URL_FIXTURES else {}
     name = driver.split("-")[0]

@@ -64,6 +64,7 @@ def log_entries(chk) -> list[dict]:
     return [json.load(open(os.path.join(folder, n)))["entry"] for n in sorted(os.listdir(folder), key=lambda n: int(n[:-5]))]
 
 
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_once(tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     files = write_orders(data, files=2, per_file=100, customers=20, seed=5)

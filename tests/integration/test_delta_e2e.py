@@ -72,7 +72,7 @@ def staged(lake) -> list[str]:
     return [f for d, _, fs in os.walk(root) for f in fs]
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_batches_rerun_restart_and_resume_into_delta(spark, tmp_path, shards):
     data, lake = tmp_path / "data", tmp_path / "lake"
     write_orders(data, files=2, per_file=200, customers=60, seed=shards, deletes=0.05)

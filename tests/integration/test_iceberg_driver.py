@@ -214,6 +214,7 @@ def test_registry_config_and_redaction(tmp_path):
         d.model(BindingSpec({"table": "a.b"}, "orders", ("/customer",), binding().fields))
 
 
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_conformance_kit_passes_on_a_postgres_catalog(tmp_path, postgres_url):
     name = f"tm_kit_{uuid.uuid4().hex[:8]}"
     try:

@@ -161,7 +161,7 @@ class Iceberg:
 # ------------------------------------------------------------------ tests
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_batches_rerun_restart_and_resume_into_iceberg(spark, tmp_path, shards):
     """Several batches, a standard and a delta-updates binding; 4 shards run their sessions on
     Spark's executors for every batch (``small_batch_keys: 0``), 1 shard runs the batches after

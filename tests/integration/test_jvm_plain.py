@@ -170,6 +170,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_executors_in_other_processes_load_the_jar(tmp_path):
     """``ADD JAR`` ships the jar: a local-cluster combine (executor JVMs of their own) runs it."""
     import os

@@ -28,7 +28,7 @@ def run(spark, spec_path):
     return reports
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_several_batches_restart_and_resume(spark, tmp_path, kafka_bootstrap, shards):
     topic = f"customers{shards}"
     data = tmp_path / "data"

@@ -13,6 +13,7 @@ from tests.helpers import normalize, oracle_orders, orders_spec, sqlite_view, wr
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_local_cluster_two_executors(tmp_path):
     data = tmp_path / "data"
     db = tmp_path / "views.db"

@@ -26,7 +26,7 @@ def run(spark, spec_path):
     return reports
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_several_batches_restart_resume_and_rebuild_the_state_store(spark, tmp_path, private_nats_server, shards):
     url = private_nats_server.url
     data = tmp_path / "data"

@@ -155,7 +155,8 @@ def endpoint(request, tmp_path, kind):
     return Postgres(request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"))
 
 
-@pytest.fixture(params=["sqlite", "postgres", "delta"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
+                        pytest.param("delta", marks=pytest.mark.slow)])
 def ep(request, tmp_path):
     return endpoint(request, tmp_path, request.param)
 
@@ -238,8 +239,13 @@ def test_whole_checkpoint_deleted_is_refused_by_every_endpoint(spark, tmp_path, 
     assert not (tmp_path / "checkpoints").exists() and ep.view() == expected
 
 
-@pytest.mark.parametrize("kind,old,new", [("sqlite", 4, 3), ("sqlite", 4, 2), ("sqlite", 2, 4), ("sqlite", 3, 5),
-                                          ("postgres", 4, 3), ("postgres", 2, 4), ("delta", 4, 3), ("delta", 2, 4)])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("kind,old,new", [("sqlite", 4, 3), pytest.param("sqlite", 4, 2, marks=SLOW), ("sqlite", 2, 4),
+                                          pytest.param("sqlite", 3, 5, marks=SLOW), pytest.param("postgres", 4, 3, marks=SLOW),
+                                          pytest.param("postgres", 2, 4, marks=SLOW), pytest.param("delta", 4, 3, marks=SLOW),
+                                          pytest.param("delta", 2, 4, marks=SLOW)])
 def test_a_partial_batch_finishes_on_its_layout_then_the_new_count_applies(spark, tmp_path, request, kind, old, new):
     """A batch fails after some of its shards committed; the restart has another shard count.
     The unfinished batch completes on its recorded layout, the next batch uses the new one.

@@ -15,7 +15,9 @@ from tests.integration.test_operator_actions import endpoint, write_spec
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres", "delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
+                                  pytest.param("delta", marks=pytest.mark.slow),
+                                  pytest.param("iceberg", marks=pytest.mark.slow)])
 def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
     from tidemark.spark.runner import run_spec
 

@@ -26,7 +26,7 @@ def run(spark, spec_path):
     return reports
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_several_batches_restart_and_resume(spark, tmp_path, shards):
     data = tmp_path / "data"
     write_orders(data, files=3, per_file=200, customers=60, seed=30 + shards, deletes=0.05)

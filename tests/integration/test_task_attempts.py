@@ -105,6 +105,7 @@ def test_duplicate_attempt_racing_the_first_is_fenced(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_task_that_raises_is_retried_by_spark_and_exact(tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     write_orders(data, files=2, per_file=200, customers=40, seed=32, deletes=0.05)
