@@ -23,12 +23,12 @@ from tests.helpers import (
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
 
-# The telling points with 4 shards (every batch's shard sessions on Spark's executors); every
-# point with 2 shards on the commit path without Spark (tests/chaos/plain.py).
+# Every point with 2 shards on the commit path without Spark (tests/chaos/plain.py); the telling
+# points with Spark and 4 shards (every batch's shard sessions on Spark's executors) in chaos_full.
 TELLING = ["mid_store", "before_endpoint_commit", "after_endpoint_commit", "after_recovery_log"]
 
 
-@pytest.mark.parametrize("shards,points,plain", [(2, POINTS, True), (4, TELLING, False)],
+@pytest.mark.parametrize("shards,points,plain", [(2, POINTS, True), pytest.param(4, TELLING, False, marks=pytest.mark.chaos_full)],
                          ids=["2-every-plain", "4-telling"])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_schema, shards, points, plain):
     """Every crash-table point fires once (``arm_in_sequence``): each attempt dies at the
