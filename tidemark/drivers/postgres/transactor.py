@@ -187,15 +187,7 @@ class PostgresTransactor(SqlTransactor):
             return "\n".join(lines)
 
         def stage(write_into: Callable[[Any], None]) -> None:
-            def body() -> None:
-                if create:
-                    con.execute(create)
-                elif stale:
-                    con.execute(f"TRUNCATE {st}")
-                with con.cursor() as cur, cur.copy(copy_sql) as copy:
-                    write_into(copy)
-
-            self.transaction(body)
+            self._copy(st, create, stale, copy_sql, write_into)
 
         def fast(copy) -> None:
             write = copy.write_row
@@ -265,6 +257,21 @@ class PostgresTransactor(SqlTransactor):
                 upsert += " AND NOT s.e"
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
 
+    def _copy(self, st: str, create: Optional[str], stale: bool, copy_sql: str,
+              write_into: Callable[[Any], None]) -> None:
+        """One transaction that makes (or empties) the staging table ``st`` and COPYs into it."""
+        con = self.con
+
+        def body() -> None:
+            if create:
+                con.execute(create)
+            elif stale:
+                con.execute(f"TRUNCATE {st}")
+            with con.cursor() as cur, cur.copy(copy_sql) as copy:
+                write_into(copy)
+
+        self.transaction(body)
+
     def _store_texts(self, model: TableModel, msg: Store) -> None:
         """Stage a binding PostgreSQL reduces: the keys and each document's JSON text (the
         value columns are read from it by the commit's statement)."""
@@ -282,19 +289,14 @@ class PostgresTransactor(SqlTransactor):
         copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
         con, stale = self.con, msg.binding in self._stale
 
-        def body() -> None:
-            if create:
-                con.execute(create)
-            elif stale:
-                con.execute(f"TRUNCATE {st}")
-            with con.cursor() as cur, cur.copy(copy_sql) as copy:
-                write = copy.write_row
-                for i, (key, text) in enumerate(zip(msg.keys, texts)):
-                    write((seq + i, False, False, *key, text))
+        def rows(copy) -> None:
+            write = copy.write_row
+            for i, (key, text) in enumerate(zip(msg.keys, texts)):
+                write((seq + i, False, False, *key, text))
 
         def staged() -> None:
             try:
-                self.transaction(body)
+                self._copy(st, create, stale, copy_sql, rows)
             except psycopg.DataError:
                 self._name_nul(model, msg.keys, [jsontext.loads(t) for t in texts])
                 raise
