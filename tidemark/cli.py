@@ -137,6 +137,51 @@ def run(
     )
 
 
+@app.command()
+def adopt(
+    spec: str = typer.Argument(..., help="the spec file"),
+    materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the materialization"),
+    from_: List[str] = typer.Option(..., "--from", help="the existing table (NAME or SCHEMA.NAME; a Delta "
+                                    "table's path) or SELECT query whose rows become the view; with several "
+                                    "bindings RESOURCE=TABLE_OR_QUERY, repeated"),
+    since: Optional[str] = typer.Option(None, "--since", help="the table holds the input up to this time "
+                                        "(RFC 3339 or epoch seconds; default: now): source files modified "
+                                        "later are reduced on top"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+):
+    """Start a view from a table that exists (a hand-written upsert's): its rows become the
+    view's batch 0, and `tidemark run` reduces only newer input on top, exactly once.
+    Stopped part-way, the same command finishes it."""
+    from tidemark.spark.adopt import adopt as do_adopt, parse_from
+
+    from tidemark.faults import pin_group
+
+    pin_group()
+    try:
+        sources = parse_from(from_)
+        from tidemark.spark.session import local_session
+
+        def session():  # made once the table is read and checked
+            if _state["verbose"]:
+                os.environ.setdefault("TIDEMARK_SPARK_LOG_DEFAULTS", "1")
+            spark = local_session("tidemark", master=master or "local[*]", **{"spark.ui.enabled": "false"})
+            spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
+            return spark
+
+        result = do_adopt(spec, materialization=materialization, from_=sources, since=since, spark=session)
+    except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
+        err = _user_error(exc)
+        if err is None:
+            raise
+        _fail(err)
+    rows = ", ".join(f"{n} row(s) into {r}" for r, n in result["rows"].items())
+    batch = result["batch"]
+    newer = batch.documents - sum(result["rows"].values()) if batch is not None else 0
+    on_top = f"; {newer} newer document(s) reduced on top" if newer > 0 else ""
+    out.print(f"adopted {rows} as batch 0 (the input up to {result['since']}){on_top}; `tidemark run` goes on "
+              "from there", highlight=False, soft_wrap=True)
+
+
 def _spark_conf(pairs: List[str], ui: bool) -> dict:
     """``--conf KEY=VALUE`` settings (and ``--spark-ui``) as a dict for the SparkSession."""
     out = {"spark.ui.enabled": "true" if ui else "false"}

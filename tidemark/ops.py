@@ -214,7 +214,10 @@ def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, t
     from tidemark.runtime.spec_changes import check_reductions, reductions_of
     from tidemark.runtime.view_identity import binding_identity, check_identities, source_location
 
+    from tidemark.runtime.adoption import refuse_unfinished
+
     location = spec.checkpoint_location(mat.name)
+    refuse_unfinished(mat.name, location)
     if not (os.path.exists(os.path.join(location, "tidemark")) or "://" in location):
         return ""
     running = ""

@@ -302,6 +302,12 @@ class Driver(ABC):
         removed, in words.  Used by ``tidemark reset``; not part of a transaction."""
         raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot drop a view")
 
+    def read_rows(self, source: str) -> Iterable[dict]:
+        """The rows of an existing table or query of the endpoint, as dicts of column name ->
+        value (the client library's types), for ``tidemark adopt``.  Read-only."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot read an existing table to "
+                                  "adopt (SQLite, PostgreSQL, MySQL and Delta can)")
+
     def quarantined(self, materialization: str) -> list[dict]:
         """The documents quarantined for ``materialization`` (``on_invalid: quarantine``), oldest
         first, as dicts of ``batch_id``, ``location``, ``key_json``, ``reason`` and ``value``.

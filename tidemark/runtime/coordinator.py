@@ -52,6 +52,7 @@ from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position,
 from tidemark.errors import RecoveryError, SpecError, reset_hint
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
+from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
@@ -145,7 +146,7 @@ class Coordinator:
                  bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
                  strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail",
                  reductions: Sequence[dict] = (), auto: Optional[AutoShards] = None,
-                 sources: Sequence[Optional[str]] = ()):
+                 sources: Sequence[Optional[str]] = (), adopting: bool = False):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
@@ -167,6 +168,7 @@ class Coordinator:
         self.rescale = Rescale(self.log)
         self.spark = SparkCheckpoint(checkpoint_location.rstrip("/") + "/spark")
         self.checkpoint_location = checkpoint_location
+        self.adopting = adopting  # tidemark adopt runs batch 0 (runtime.adoption)
 
     @property
     def checkpoint_id(self) -> str:
@@ -181,6 +183,8 @@ class Coordinator:
         check_capabilities(self.caps, materialization=self.name, driver_name=self.driver_name,
                            bindings=self.bindings, on_invalid=self.on_invalid)
         self.warn_unsafe()
+        if not self.adopting:
+            refuse_unfinished(self.name, self.checkpoint_location)
         last = self.log.last()
         check_identities(self.name, last, self.identities)
         # Step 1

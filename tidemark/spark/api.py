@@ -114,6 +114,7 @@ def materialize(
     max_files_per_trigger: Optional[int] = None,
     metrics_port: Union[int, str, None] = None,
     order: Optional[str] = None,
+    _adoption=None,
 ) -> MaterializationRun | DataStreamWriter:
     """Materialize a collection into an endpoint, exactly once.
 
@@ -177,9 +178,10 @@ def materialize(
             check_source_readable(spec, b.source)
             if max_files_per_trigger and not (cspec.source and "maxFilesPerTrigger" in (cspec.source.options or {})):
                 cspec = _with_option(cspec, "maxFilesPerTrigger", max_files_per_trigger)
-            streams.append(read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir))
+            streams.append(read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir,
+                                           mtime=_adoption is not None))
     else:
-        streams = [prepare_dataframe(source, 0, source_name=mat.name)]
+        streams = [prepare_dataframe(source, 0, source_name=mat.name, mtime=_adoption is not None)]
 
     collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
     if not isinstance(source, (str, os.PathLike, TidemarkSpec)) and not source_order(source):
@@ -191,7 +193,7 @@ def materialize(
     metrics_url = None
     if metrics_port is not None:
         on_batch, metrics_url, watch = _with_metrics(metrics_port, spec, mat, source, on_batch)
-    materializer = Materializer(spec, mat, collections, checkpoint_location, on_batch=on_batch)
+    materializer = Materializer(spec, mat, collections, checkpoint_location, on_batch=on_batch, adoption=_adoption)
     if metrics_port is not None:
         watch(materializer)
     materializer.start_up()
@@ -200,7 +202,9 @@ def materialize(
         .option("checkpointLocation", os.path.join(checkpoint_location, "spark"))
         .queryName(f"tidemark_{mat.name}")
     )
-    if available_now:
+    if _adoption is not None:  # batch 0 only, with every file there is (runtime.adoption)
+        writer = writer.trigger(once=True)
+    elif available_now:
         writer = writer.trigger(availableNow=True)
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)

@@ -110,6 +110,7 @@ class Materializer:
         *,
         on_batch: Optional[Callable[[BatchReport], None]] = None,
         options: RuntimeOptions | None = None,
+        adoption=None,
     ):
         self.spec = spec
         self.mat = materialization
@@ -133,8 +134,11 @@ class Materializer:
             reductions=[reductions_of(c.name, c.schema) for c in self.collections],
             sources=[source_location(spec.collections[b.source].source, spec.base_dir)
                      if b.source in spec.collections else None for b in materialization.bindings],
-            auto=materialization.auto_shards,
+            auto=materialization.auto_shards, adopting=adoption is not None,
         )
+        # tidemark adopt: batch 0 is the adopted documents, the input beyond ``since`` on top
+        # (a :class:`tidemark.runtime.adoption.AdoptRecord`)
+        self.adoption = adoption
         self.log = self.coordinator.log
         self.on_batch = on_batch
         self.error: BaseException | None = None
@@ -171,6 +175,10 @@ class Materializer:
             self._emit(report, t_start)
             return report
         last = start.last
+        if batch_id == 0 and self.adoption is not None:
+            df = self._adopted(df)
+        elif "_mtime" in df.columns:
+            df = df.drop("_mtime")
 
         # Step 1: plan.  One Spark job reads, combines and routes the batch to the shards,
         # which commit nothing if a row needs the combine's checks (then the checked plan);
@@ -275,6 +283,24 @@ class Materializer:
                 report.timings[f"shard.{k}"] = max(report.timings.get(f"shard.{k}", 0.0), v)
         self._emit(report, t_start)
         return report
+
+    def _adopted(self, df):
+        """Batch 0 of an adopt: the adopted documents first (``_file`` "" sorts before any
+        source's), then the rows of files modified after the adopt's ``since``."""
+        from pyspark.sql import functions as F
+
+        from tidemark.runtime.adoption import folder
+
+        spark = df.sparkSession
+        out = df
+        if "_mtime" in df.columns:  # a file source (other sources start where the DataFrame says)
+            out = df.filter(F.col("_mtime").cast("double") > F.lit(float(self.adoption.since))).drop("_mtime")
+        for b in self.adoption.bindings:
+            rows = spark.read.text(os.path.join(folder(self.checkpoint_location), b.file)).select(
+                F.col("value"), F.lit("").alias("_file"), F.lit(-1).cast("long").alias("_block"),
+                F.lit(b.binding).alias("_binding"))
+            out = rows.unionByName(out)
+        return out
 
     def _emit(self, report: BatchReport, t_start: float) -> None:
         report.wall = time.perf_counter() - t_start

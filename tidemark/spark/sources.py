@@ -23,8 +23,10 @@ NON_REPLAYABLE = ("TextSocket", "socket", "MemoryStream")
 MAX_FILE_AGE = "36500d"
 
 
-def read_collection(spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = "."):
-    """A streaming DataFrame of one collection's source (JSON lines files)."""
+def read_collection(spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = ".",
+                    mtime: bool = False):
+    """A streaming DataFrame of one collection's source (JSON lines files); ``mtime``: with each
+    file's modification time as ``_mtime`` too (``tidemark adopt``)."""
     from pyspark.sql import functions as F
 
     src = collection_spec.source
@@ -50,13 +52,14 @@ def read_collection(spark, collection_spec, binding: int, *, file: str | None = 
         F.col("_metadata.file_path").alias("_file"),
         F.col("_metadata.file_block_start").alias("_block"),
         F.lit(binding).alias("_binding"),
+        *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []),
     )
 
 
 KAFKA_ORDER = ("partition", "offset")  # with ``topic`` (optional): Kafka's columns that define the order
 
 
-def _with_file_order(df):
+def _with_file_order(df, mtime: bool = False):
     """``df`` with ``_file`` / ``_block`` from Spark's hidden ``_metadata`` column, where its
     rows still come straight from a file scan (``spark.readStream.text(dir)`` and projections
     of it); None where ``_metadata`` does not resolve (not a file source, or no longer one)."""
@@ -67,7 +70,8 @@ def _with_file_order(df):
         return None
     try:
         return df.select("*", F.col("_metadata.file_path").alias("_file"),
-                         F.col("_metadata.file_block_start").alias("_block"))
+                         F.col("_metadata.file_block_start").alias("_block"),
+                         *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []))
     except AnalysisException:
         return None
 
@@ -90,7 +94,7 @@ def source_order(df) -> str:
     return ""
 
 
-def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
+def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtime: bool = False):
     """Adapt any streaming DataFrame: a string ``value`` column, or every column as JSON.
 
     Source order (docs/reductions.md, "Source order"): the DataFrame's ``_file`` and
@@ -109,7 +113,7 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
     else:
         value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]))
     if order == "files":
-        df = _with_file_order(df)
+        df = _with_file_order(df, mtime)
         cols = df.columns
     file_col = F.col("_file") if "_file" in cols else F.lit(source_name)
     block_col = F.col("_block").cast("long") if "_block" in cols else F.lit(0).cast("long")
@@ -118,7 +122,9 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe"):
         # one key's documents share a partition (Kafka's default partitioner): offsets order them
         file_col = F.concat(topic, F.lit("/"), F.lpad(F.col("partition").cast("string"), 10, "0"))
         block_col = F.col("offset").cast("long")
-    return df.select(value.alias("value"), file_col.alias("_file"), block_col.alias("_block"), F.lit(binding).alias("_binding"))
+    extra = [F.col("_mtime")] if "_mtime" in df.columns and mtime else []  # a file source's (tidemark adopt)
+    return df.select(value.alias("value"), file_col.alias("_file"), block_col.alias("_block"),
+                     F.lit(binding).alias("_binding"), *extra)
 
 
 def check_replayable(df) -> None:

@@ -329,6 +329,12 @@ class DeltaDriver(Driver):
         return n
 
     # ------------------------------------------------------------ inspection
+    def read_rows(self, source: str) -> list[dict]:
+        """The rows of an existing Delta table: ``source`` is its path or URI (a relative path
+        is under the endpoint's ``path``), read with the endpoint's ``storage_options``."""
+        location = source if is_uri(source) or os.path.isabs(source) else join_path(self.root, source)
+        return self.run(lambda: self.table(location).to_pyarrow_table().to_pylist(), "read", location)
+
     def dump(self, materialization: str, binding: BindingSpec):
         model = self.model(binding)
         cols = [c.name for c in model.keys] + [DOCUMENT_COLUMN]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
@@ -63,6 +64,14 @@ def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str
         raise SpecError(f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; {dialect.title} cuts "
                         f"identifiers at {dialect.max_identifier_bytes} bytes, so it would name another {what}. "
                         "Choose a shorter one.")
+
+
+class _Rows(Exception):
+    """Carries :meth:`SqlDriver.read_rows`' rows out of a transaction that must roll back."""
+
+    def __init__(self, rows: list[dict]):
+        super().__init__("rows")
+        self.rows = rows
 
 
 class SqlDriver(Driver):
@@ -355,6 +364,28 @@ class SqlDriver(Driver):
             return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows}
 
         return self.run(body, f"dump {model.display}")
+
+    def read_rows(self, source: str) -> list[dict]:
+        """The rows of a table (``name``, or ``schema.name``; a bare name is in the endpoint's
+        schema) or of a query (``SELECT …``/``WITH …``), read in a transaction that is rolled back."""
+        text = source.strip().rstrip(";")
+        if re.match(r"(?is)^\s*(select|with|values|table)\b", text):
+            sql = text
+        else:
+            schema, _, name = text.rpartition(".")
+            sql = f"SELECT * FROM {self.dialect.table(schema or self.schema, name)}"
+
+        def body(con: Any) -> list[dict]:
+            cur = self.execute(con, sql)
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+            raise _Rows(rows)  # rolled back: nothing a query does is kept
+
+        try:
+            self.atomically(body, f"read {text[:60]!r}")
+        except _Rows as out:
+            return out.rows
+        raise AssertionError("unreachable")
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
