@@ -11,6 +11,10 @@ batch again when the job restarts, because it cannot know that the sink committe
 * The hand-written job adds the batch's sums a second time.
 * tidemark recognises the batch: the endpoint committed it together with its checkpoint.
 
+Then the way over (``adopt``): a hand-written job's table after the first two files becomes
+a tidemark view's starting state (``tidemark.adopt``), and tidemark reduces only the newer
+files on top, and the files that come after, exactly once.
+
 The script prints how many customers each view gets wrong, against sums computed here
 in plain Python.  See ``docs/from-foreachbatch.md``.
 """
@@ -31,10 +35,11 @@ import psycopg
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 
 
-def write_orders(directory: str, files: int = 4, per_file: int = 500, customers: int = 100, seed: int = 1) -> None:
+def write_orders(directory: str, files: int = 4, per_file: int = 500, customers: int = 100, seed: int = 1,
+                 first: int = 0) -> None:
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
-    for f in range(files):
+    for f in range(first, first + files):
         path = os.path.join(directory, f"orders-{f:04d}.json")
         with open(path, "w") as out:
             for _ in range(per_file):
@@ -61,11 +66,12 @@ def truth(directory: str) -> dict:
 SPARK_SCHEMA = "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, city STRING"
 
 
-def hand_written(spark, data: str, url: str, schema: str, checkpoint: str, fail_at_batch: int) -> None:
+def hand_written(spark, data: str, url: str, schema: str, checkpoint: str, fail_at_batch: int | None,
+                 table: str = "by_hand") -> None:
     from pyspark.sql import functions as F
 
     with psycopg.connect(url, autocommit=True) as con:
-        con.execute(f'CREATE TABLE "{schema}".by_hand (customer text PRIMARY KEY, amount bigint, orders bigint, '
+        con.execute(f'CREATE TABLE "{schema}".{table} (customer text PRIMARY KEY, amount bigint, orders bigint, '
                     "largest bigint, city text)")
     failed = []
 
@@ -76,7 +82,7 @@ def hand_written(spark, data: str, url: str, schema: str, checkpoint: str, fail_
                      F.max("largest").alias("largest"), F.max_by("city", "seq").alias("city")).collect())
         with psycopg.connect(url) as con:
             con.cursor().executemany(
-                f'INSERT INTO "{schema}".by_hand AS t VALUES (%s, %s, %s, %s, %s) ON CONFLICT (customer) DO UPDATE '
+                f'INSERT INTO "{schema}".{table} AS t VALUES (%s, %s, %s, %s, %s) ON CONFLICT (customer) DO UPDATE '
                 "SET amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
                 "largest = GREATEST(t.largest, EXCLUDED.largest), city = EXCLUDED.city",
                 [tuple(r) for r in rows])
@@ -93,7 +99,8 @@ def hand_written(spark, data: str, url: str, schema: str, checkpoint: str, fail_
         start().awaitTermination()
     except Exception:  # noqa: BLE001 - the failure above, wrapped by Spark
         pass
-    start().awaitTermination()  # the restart: Spark runs the failed batch again
+    if failed:
+        start().awaitTermination()  # the restart: Spark runs the failed batch again
 
 
 # --- after: tidemark ------------------------------------------------------------------
@@ -138,11 +145,41 @@ def with_tidemark(spark, data: str, url: str, schema: str, checkpoint: str, fail
     start().await_termination()  # the restart: Spark runs the failed batch again
 
 
+# --- the way over: adopt the hand-written job's table ----------------------------------
+
+
+def adopt_then_run(spark, data: str, url: str, schema: str, workdir: str) -> None:
+    """The hand-written job kept ``before_tidemark`` up to date with the first two files, and is
+    stopped.  tidemark adopts that table (its rows are batch 0 of a new view), reduces the
+    files modified after the table's last file on top, and then the files that come later."""
+    import shutil
+
+    import tidemark
+
+    first = os.path.join(workdir, "first-files")
+    os.makedirs(first)
+    names = sorted(os.listdir(data))
+    for name in names[:2]:
+        shutil.copy2(os.path.join(data, name), first)
+    hand_written(spark, first, url, schema, os.path.join(workdir, "chk-before"), None, table="before_tidemark")
+    since = os.path.getmtime(os.path.join(data, names[1]))  # the table holds the input up to here
+
+    def source():
+        return spark.readStream.format("text").load(data)
+
+    view = dict(collection=COLLECTION, endpoint={"postgres": {"url": url, "schema": schema}},
+                resource={"table": "adopted"}, checkpoint=os.path.join(workdir, "chk-adopted"), shards=2, spark=spark)
+    tidemark.adopt(source(), from_=f"{schema}.before_tidemark", since=since, **view)
+    write_orders(data, files=2, per_file=500, seed=2, first=len(names))  # more input, later
+    tidemark.materialize(source(), available_now=True, **view).await_termination()
+
+
 # --- the comparison ---------------------------------------------------------------------
 
 
 def compare(spark, url: str, workdir: str, fail_at_batch: int = 1) -> dict:
-    """Run both jobs on one stream; return how many customers each view gets wrong."""
+    """Run both jobs on one stream, then the adopt path on another; return how many customers
+    each view gets wrong."""
     data = os.path.join(workdir, "orders")
     write_orders(data)
     want = truth(data)
@@ -152,12 +189,15 @@ def compare(spark, url: str, workdir: str, fail_at_batch: int = 1) -> dict:
     try:
         hand_written(spark, data, url, schema, os.path.join(workdir, "chk-hand"), fail_at_batch)
         with_tidemark(spark, data, url, schema, os.path.join(workdir, "chk-tidemark"), fail_at_batch)
+        adopt_data = os.path.join(workdir, "orders-adopt")
+        write_orders(adopt_data)
+        adopt_then_run(spark, adopt_data, url, schema, workdir)
         out = {"customers": len(want)}
         with psycopg.connect(url) as con:
-            for table in ("by_hand", "with_tidemark"):
+            for table, expected in (("by_hand", want), ("with_tidemark", want), ("adopted", truth(adopt_data))):
                 got = {r[0]: tuple(r[1:]) for r in con.execute(
                     f'SELECT customer, amount, orders, largest, city FROM "{schema}".{table}')}
-                out[table] = sum(1 for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+                out[table] = sum(1 for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
         return out
     finally:
         with psycopg.connect(url, autocommit=True) as con:
@@ -179,6 +219,8 @@ def main() -> None:
     print(f"{out['customers']} customers; each job failed once after batch 1 committed, then restarted")
     print(f"  hand-written foreachBatch upsert: {out['by_hand']} customers wrong")
     print(f"  tidemark:                         {out['with_tidemark']} customers wrong")
+    print("the hand-written table after 2 files, adopted by tidemark, 4 more files on top:")
+    print(f"  tidemark (adopted):               {out['adopted']} customers wrong")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,8 @@ def read_documents(rows: Iterable[dict], collection, source: str, resource: str)
             doc = row_document(row, collection.schema)
             key = key_json(collection.extract_key(doc, f"row {n}"))
         except (DocumentError, ValueError, TypeError) as exc:
-            bad.append(f"row {n}: {exc}")
+            text = str(exc)
+            bad.append(text if text.startswith(f"row {n}:") else f"row {n}: {text}")
             if len(bad) >= MAX_REPORTED:
                 break
             continue
