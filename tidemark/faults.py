@@ -21,7 +21,9 @@ Points used by tidemark (see docs/guarantees.md): ``plan``, ``open``, ``mid_load
 ``after_endpoint_commit``, ``before_recovery_log``, ``after_recovery_log``,
 ``mid_apply``, ``after_apply``, ``before_spark_commit``; the webhook's
 ``webhook_after_chunk`` and ``webhook_after_post``; Iceberg's ``iceberg_after_commit``
-(after a table's snapshot commits, before the coordinator's apply returns); and ``mid_stream``, reached at
+(after a table's snapshot commits, before the coordinator's apply returns); ``tidemark adopt``'s
+``adopt_recorded`` (its rows and intent written, before Spark) and ``adopt_before_done`` (batch 0
+committed everywhere, before the adopt record says so); and ``mid_stream``, reached at
 every row a shard task reads from Spark, only when armed by name (a random kill never
 picks it: it would fire at almost every row).
 """

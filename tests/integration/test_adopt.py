@@ -171,9 +171,10 @@ def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, 
     spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=2)
 
     def tidemark(*args, faults=""):
-        env = {**os.environ, "TIDEMARK_FAULTS": faults, "PYTHONPATH": ROOT}
+        env = {**os.environ, "TIDEMARK_FAULTS": faults, "TIDEMARK_FAULT_SCOPE": "group", "PYTHONPATH": ROOT}
+        # its own process group, as the chaos harness does: a kill in an executor takes the JVM and the CLI
         return subprocess.run([sys.executable, "-m", "tidemark", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
+                              text=True, timeout=600, start_new_session=True)
 
     adopt = ["adopt", spec, "--from", f"{pg_schema}.by_hand", "--since", str(mtime(data, 1))]
     killed = tidemark(*adopt, faults=f"{point}:kill")

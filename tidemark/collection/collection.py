@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from tidemark.collection.decimals import scale_of
 from tidemark.collection import keys as _keys
 from tidemark.collection.reduce import Reducer
 from tidemark.collection.schema import SchemaIndex, pointer_tokens, types_of
@@ -192,7 +193,8 @@ class Collection:
                 continue
             nullable = "null" in ts or name not in required
             out.append(Field(name=name, pointer="/" + name.replace("~", "~0").replace("/", "~1"), type=non_null[0],
-                             is_key=False, nullable=nullable, format=sub.get("format")))
+                             is_key=False, nullable=nullable, format=sub.get("format"),
+                             scale=scale_of(sub.get("multipleOf")) if non_null[0] == "number" else None))
         self._fields = tuple(out)
         return self._fields
 

@@ -60,6 +60,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from tidemark.collection.decimals import MAX_DIGITS, exact_sum, scale_in
 from tidemark.collection.formats import instant
 from tidemark.collection.order import MISSING, compare, compare_date_time, compare_key, is_date_time_location, is_number
 from tidemark.collection.validate import pointer_of
@@ -174,7 +175,16 @@ def add_numbers(lhs: Any, rhs: Any, ptr: str) -> Any:
 
 
 def _sum(r, app, ann, lhs, rhs, ptr):
-    return add_numbers(lhs, rhs, ptr)
+    scale = scale_in(app)
+    if scale is None:
+        return add_numbers(lhs, rhs, ptr)
+    if not (is_number(lhs) and is_number(rhs)):
+        raise reduction_error(ptr, "sum", "expects numbers", lhs, rhs)
+    out = exact_sum(lhs, rhs, scale)  # an exact decimal (multipleOf 10^-s): collection.decimals
+    if out is None:
+        raise reduction_error(ptr, "sum", f"of exact decimals (multipleOf {10.0 ** -scale:g}) would need more than "
+                              f"the {MAX_DIGITS} significant digits kept exact", lhs, rhs)
+    return out
 
 
 def _fast_sum(f):

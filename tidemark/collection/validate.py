@@ -112,13 +112,40 @@ def fast_validation_applies(schema: Any, standalone: bool = False) -> bool:
     return True
 
 
+def _multiple_of(validator, multiple, instance, schema):
+    """``multipleOf`` on the numbers' decimal text: ``jsonschema`` divides doubles, and finds
+    ``0.07`` no multiple of ``0.01`` (``7.000000000000001``)."""
+    from jsonschema.exceptions import ValidationError
+
+    from tidemark.collection.decimals import is_multiple
+
+    if not validator.is_type(instance, "number"):
+        return
+    if isinstance(multiple, float) or isinstance(instance, float):
+        if not is_multiple(instance, multiple):
+            yield ValidationError(f"{instance!r} is not a multiple of {multiple!r}")
+    elif instance % multiple:
+        yield ValidationError(f"{instance!r} is not a multiple of {multiple!r}")
+
+
+_SLOW = None
+
+
+def slow_validator_class():
+    """``jsonschema``'s draft 2020-12 validator, with ``multipleOf`` on decimal text."""
+    global _SLOW
+    if _SLOW is None:
+        from jsonschema import Draft202012Validator, validators
+
+        _SLOW = validators.extend(Draft202012Validator, {"multipleOf": _multiple_of})
+    return _SLOW
+
+
 def slow_validator(schema: Any):
     """A ``jsonschema`` validator of ``schema`` (draft 2020-12) asserting tidemark's formats."""
-    from jsonschema import Draft202012Validator
-
     from tidemark.collection.formats import format_checker
 
-    return Draft202012Validator(schema, format_checker=format_checker())
+    return slow_validator_class()(schema, format_checker=format_checker())
 
 
 def fast_validator(schema: Any):

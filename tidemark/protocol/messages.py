@@ -78,6 +78,7 @@ class Field:
     is_key: bool = False
     nullable: bool = True
     format: Optional[str] = None  # e.g. "date-time"
+    scale: Optional[int] = None  # a "number" that is an exact decimal of this many places (multipleOf 10^-scale)
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,13 +147,17 @@ def _update_in(d) -> Optional[StateUpdate]:
 
 
 def _field_out(f: Field) -> dict:
-    return {"name": f.name, "pointer": f.pointer, "type": f.type, "is_key": f.is_key, "nullable": f.nullable,
-            "format": f.format}
+    out = {"name": f.name, "pointer": f.pointer, "type": f.type, "is_key": f.is_key, "nullable": f.nullable,
+           "format": f.format}
+    if f.scale is not None:
+        out["scale"] = f.scale
+    return out
 
 
 def _field_in(d: dict) -> Field:
+    scale = d.get("scale")
     return Field(d["name"], d["pointer"], d["type"], bool(d.get("is_key", False)), bool(d.get("nullable", True)),
-                 d.get("format"))
+                 d.get("format"), scale if isinstance(scale, int) and not isinstance(scale, bool) else None)
 
 
 def binding_out(b: BindingSpec) -> dict:

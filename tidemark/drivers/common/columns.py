@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import pyarrow as pa
 
@@ -22,6 +22,23 @@ ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
 
 
+DECIMAL = "decimal:"  # + places: an exact decimal (``multipleOf`` 10^-s), e.g. "decimal:2"
+
+
+def decimal_kind(scale: int) -> str:
+    return f"{DECIMAL}{scale}"
+
+
+def scale_of_kind(kind: str) -> Optional[int]:
+    """The places of a decimal column kind, or None for the other kinds."""
+    return int(kind[len(DECIMAL):]) if kind.startswith(DECIMAL) else None
+
+
+def base_kind(kind: str) -> str:
+    """A decimal kind as a number (endpoints without a decimal type: doubles hold it exactly)."""
+    return NUMBER if kind.startswith(DECIMAL) else kind
+
+
 def field_kind(f: Field) -> str:
     t = (f.type or "json").lower()
     if t == "string":
@@ -29,7 +46,7 @@ def field_kind(f: Field) -> str:
     if t == "integer":
         return INTEGER
     if t == "number":
-        return NUMBER
+        return NUMBER if f.scale is None else decimal_kind(f.scale)
     if t == "boolean":
         return BOOLEAN
     return JSON  # object, array, json, or a union of types
@@ -111,7 +128,7 @@ ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  
 
 
 def arrow_type(kind: str) -> pa.DataType:
-    return ARROW_TYPES.get(kind, pa.string())
+    return ARROW_TYPES.get(base_kind(kind), pa.string())
 
 
 def column(kind: str, values: list) -> pa.Array:

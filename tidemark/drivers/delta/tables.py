@@ -12,7 +12,7 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, base_kind
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
@@ -26,7 +26,7 @@ DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others:
 
 
 def delta_type(kind: str) -> str:
-    return DELTA_TYPES.get(kind, "string")
+    return DELTA_TYPES.get(base_kind(kind), "string")
 
 
 def ident(name: str) -> str:

@@ -12,7 +12,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, dumps
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, base_kind, dumps
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.drivers.common.redact import redact
@@ -29,7 +29,7 @@ ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType
 
 
 def iceberg_type(kind: str) -> IcebergType:
-    return ICEBERG_TYPES.get(kind, StringType())
+    return ICEBERG_TYPES.get(base_kind(kind), StringType())
 
 
 def applied_property(materialization: str) -> str:

@@ -39,6 +39,7 @@ class MySqlDialect(Dialect):
     title = "MySQL"
     placeholder = "%s"
     types = SQL_TYPES
+    decimal_type = "decimal(38,{scale})"  # as information_schema's column_type names it
     document_type = "json"
     document_types = ("json",)
     row_id_type = "bigint NOT NULL AUTO_INCREMENT PRIMARY KEY"

@@ -20,6 +20,7 @@ class PostgresDialect(Dialect):
     placeholder = "%s"
     json_placeholder = "%s::jsonb"
     types = SQL_TYPES
+    decimal_type = "numeric(38,{scale})"  # as format_type() names it
     document_type = "jsonb"
     document_types = ("jsonb", "json")
     row_id_type = "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
@@ -75,7 +76,7 @@ DIALECT = PostgresDialect()
 
 
 def sql_type(kind: str) -> str:
-    return SQL_TYPES[kind]
+    return DIALECT.sql_type(kind)
 
 
 def widens(existing_type: str, col: Column) -> bool:

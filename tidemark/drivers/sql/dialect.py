@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tidemark.drivers.sql.model import (
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, TableModel, quote_ident,
+    scale_of_kind,
 )
 
 
@@ -65,8 +66,13 @@ class Dialect:
         return self.json_placeholder or self.placeholder
 
     # ------------------------------------------------------------------ types
+    #: the type of an exact decimal column (``{scale}``: its places; 38 digits hold any sum
+    #: that tidemark keeps exact)
+    decimal_type: str = "NUMERIC(38,{scale})"
+
     def sql_type(self, kind: str) -> str:
-        return self.types[kind]
+        scale = scale_of_kind(kind)
+        return self.types[kind] if scale is None else self.decimal_type.format(scale=scale)
 
     def column_type(self, col: Column) -> str:
         """The type of a view column (a key column may need another, e.g. a bounded string)."""

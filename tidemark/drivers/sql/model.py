@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the SQL skeleton's names)
     BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, coerce,
-    dumps, field_kind, quarantine_rows,
+    dumps, field_kind, quarantine_rows, scale_of_kind,
 )
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
