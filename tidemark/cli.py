@@ -206,6 +206,9 @@ class _interruptible:
         self.requested = False
         self.last_batches: dict = {}
         self._previous = None
+        import threading
+
+        self._finishing = threading.Lock()  # finish() once: the main thread may get there too
 
     def _handler(self, signum, frame):
         import threading
@@ -244,14 +247,39 @@ class _interruptible:
         return False
 
     def finish(self) -> None:
+        if not self._finishing.acquire(blocking=False):
+            import threading
+
+            threading.Event().wait()  # the first caller ends the process
         done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
         console.print(f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
                       highlight=False, soft_wrap=True)
         sys.stderr.flush()
         sys.stdout.flush()
+        # that line is the last: what the ending JVM's connections make PySpark's servers print is noise
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
         # leave without stopping Spark's queries (Spark would cut a batch short and print its
-        # traces) and without py4j's shutdown; the JVM exits when its pipe closes
+        # traces) and without py4j's shutdown.  The JVM goes first, at once: left to see its
+        # pipe close, its stream thread prints an RpcEnvStoppedException trace after the
+        # prompt is back.  No batch is running (the gate); what Spark had not recorded of the
+        # last one is recognised as committed next time, as after any crash.
+        _end_jvm()
         os._exit(self.EXIT)
+
+
+def _end_jvm() -> None:
+    """SIGKILL the Spark driver's JVM that PySpark started for this process (if any)."""
+    try:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - leaving anyway
+        pass
 
 
 @app.command()

@@ -123,6 +123,7 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
         assert len(after) == 2 and after[0].startswith("view batch 2: 100 docs"), text[-3000:]
         assert after[1] == "interrupted: stopped; committed this run: view batch 2; run again to go on from there"
         assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text[-3000:]
+        assert "Exception" not in text, text[-3000:]  # e.g. the JVM's RpcEnvStoppedException, after the prompt
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -23,8 +23,11 @@ what is there and stops).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
@@ -46,18 +49,28 @@ class MaterializationRun:
     metrics_url: Optional[str] = None  # where /metrics is served (``metrics_port=``)
 
     def await_termination(self, timeout: Optional[float] = None):
-        """Wait; re-raise tidemark's own error (not Spark's wrapper) if the batch failed."""
+        """Wait; re-raise tidemark's own error (not Spark's wrapper) if the batch failed.
+
+        Ctrl-C while waiting (without ``timeout``, in the main thread) stops at the next safe
+        point, as ``tidemark run`` does: the batch in progress finishes and commits, the query
+        stops, then :class:`KeyboardInterrupt` is raised, without Spark's or py4j's traces.
+        A second Ctrl-C raises it at once (also safe: a batch cut short runs again)."""
+        stop = _CtrlC(self) if timeout is None and threading.current_thread() is threading.main_thread() else None
         try:
-            if timeout is None:
-                return self.query.awaitTermination()
-            return self.query.awaitTermination(timeout)
+            with stop or contextlib.nullcontext():
+                done = self.query.awaitTermination() if timeout is None else self.query.awaitTermination(timeout)
         except Exception as exc:
+            if stop is not None and stop.requested:
+                raise KeyboardInterrupt("stopped on request; every committed batch stays") from None
             if self.materializer.error is not None:
                 raise self.materializer.error from exc
             raise
         finally:
             if timeout is None or not self._active():
                 self._release()
+        if stop is not None and stop.requested:
+            raise KeyboardInterrupt("stopped on request; every committed batch stays")
+        return done
 
     def stop(self):
         try:
@@ -78,6 +91,41 @@ class MaterializationRun:
 
     def __getattr__(self, name):
         return getattr(self.query, name)
+
+
+class _CtrlC:
+    """SIGINT while a run is awaited: in a thread (no py4j call inside a signal handler, where
+    PySpark's own handler makes one), let the batch in progress finish, refuse later ones,
+    stop the query."""
+
+    def __init__(self, run: MaterializationRun):
+        self.run = run
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("stopping after the batch in progress (Ctrl-C again to stop at once)")
+        threading.Thread(target=self._stop, daemon=True).start()
+
+    def _stop(self) -> None:
+        from tidemark.spark.processor import GATE
+
+        GATE.refuse_and_wait()
+        try:
+            self.run.query.stop()
+        except Exception:  # noqa: BLE001 - stopped already, or the session is gone
+            pass
 
 
 def _spark(spark):

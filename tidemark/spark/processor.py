@@ -77,9 +77,12 @@ class _Gate:
         self._cond = threading.Condition()
         self._busy = 0
         self._closed = False
+        self._refusing = False
 
     def enter(self) -> None:
         with self._cond:
+            if self._refusing:  # (tidemark.materialize on Ctrl-C) the batch fails, uncommitted
+                raise Interrupted("stopped on request (Ctrl-C) before this batch; it runs next time")
             self._cond.wait_for(lambda: not self._closed)
             self._busy += 1
 
@@ -88,11 +91,22 @@ class _Gate:
             self._busy -= 1
             self._cond.notify_all()
 
+    def refuse_and_wait(self, timeout: Optional[float] = None) -> bool:
+        """Like :meth:`close_and_wait`, but a later batch fails at once instead of waiting (its
+        query can then stop: a batch held in the gate would hold ``query.stop()``)."""
+        with self._cond:
+            self._refusing = True
+            return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
     def close_and_wait(self, timeout: Optional[float] = None) -> bool:
         """Close the gate; True once no batch is in progress (False at ``timeout``)."""
         with self._cond:
             self._closed = True
             return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
+
+class Interrupted(RuntimeError):
+    """A batch not started because the process stops on request."""
 
 
 GATE = _Gate()
