@@ -200,6 +200,7 @@ class _interruptible:
     runs again next time)."""
 
     EXIT = 130
+    stops_between_batches = True  # tidemark.materialize's run leaves Ctrl-C to this handler
 
     def __init__(self):
         self.spark = None

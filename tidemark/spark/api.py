@@ -55,7 +55,7 @@ class MaterializationRun:
         point, as ``tidemark run`` does: the batch in progress finishes and commits, the query
         stops, then :class:`KeyboardInterrupt` is raised, without Spark's or py4j's traces.
         A second Ctrl-C raises it at once (also safe: a batch cut short runs again)."""
-        stop = _CtrlC(self) if timeout is None and threading.current_thread() is threading.main_thread() else None
+        stop = _CtrlC(self) if timeout is None and _CtrlC.wanted() else None
         try:
             with stop or contextlib.nullcontext():
                 done = self.query.awaitTermination() if timeout is None else self.query.awaitTermination(timeout)
@@ -102,6 +102,14 @@ class _CtrlC:
         self.run = run
         self.requested = False
         self._previous = None
+
+    @staticmethod
+    def wanted() -> bool:
+        """In the main thread, unless the SIGINT handler stops runs itself (``tidemark run``'s)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        owner = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+        return not getattr(owner, "stops_between_batches", False)
 
     def __enter__(self):
         self._previous = signal.signal(signal.SIGINT, self._handler)
