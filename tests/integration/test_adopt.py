@@ -191,3 +191,17 @@ def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, 
     done = tidemark("run", spec, "--available-now")
     assert done.returncode == 0, done.stderr[-2000:]
     assert normalize(postgres_view(postgres_url, pg_schema)) == normalize(oracle_orders(data))
+
+
+def test_an_endpoint_that_cannot_read_a_table_says_so_before_anything_is_written(tmp_path):
+    from tidemark.errors import SpecError
+    from tidemark.spark.adopt import adopt
+    from tests.helpers import store_spec
+
+    data = tmp_path / "data"
+    write_orders(data, files=1, per_file=10, customers=5, seed=1)
+    spec = store_spec(tmp_path, data, 2)
+    with pytest.raises(SpecError, match=r"^materialization 'view': the store driver cannot read an existing table to "
+                                        r"adopt \(SQLite, PostgreSQL, MySQL and Delta can\)"):
+        adopt(spec, from_="anything", spark=lambda: pytest.fail("Spark started"))
+    assert not (tmp_path / "checkpoints" / "view" / "adopt").exists()

@@ -138,8 +138,11 @@ def adopt(
         check_materialization(spec, mat, to_run=True)
         record = ad.new_record(mat.name, ad.parse_since(None if since is None else str(since)))
         with load_driver(mat.driver_name, mat.driver_config) as driver:
-            docs = {i: ad.read_documents(driver.read_rows(src), collections[i], src, names[i])
-                    for i, src in sorted(wanted.items())}
+            try:
+                docs = {i: ad.read_documents(driver.read_rows(src), collections[i], src, names[i])
+                        for i, src in sorted(wanted.items())}
+            except NotImplementedError as exc:
+                raise SpecError(f"materialization {mat.name!r}: {exc}") from None
         for i, texts in docs.items():
             record.bindings.append(ad.AdoptedBinding(i, names[i], wanted[i], len(texts),
                                                      ad.write_rows(location, i, texts)))
