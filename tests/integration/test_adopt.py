@@ -141,8 +141,8 @@ def test_adopt_a_delta_table_then_run(spark, tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.chaos
-@pytest.mark.parametrize("point", [
-    "before_spark_commit",
+@pytest.mark.parametrize("point", [  # Spark runs of a minute each: after the default suite (CI runs chaos_full)
+    pytest.param("before_spark_commit", marks=pytest.mark.chaos_full),
     pytest.param("adopt_recorded", marks=pytest.mark.chaos_full),
     pytest.param("after_endpoint_commit", marks=pytest.mark.chaos_full),
     pytest.param("adopt_before_done", marks=pytest.mark.chaos_full),
