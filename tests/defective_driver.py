@@ -12,6 +12,13 @@ author can make while following docs/protocol.md, and each loses or doubles data
 ``loaded-100``            Loaded answers at most 100 documents per Load
 ``store-early``           a transaction of more than 500 documents is written to the view
                           early, at Store, before StartCommit
+``binding-blind-load``    a Load looks its keys up in every resource of the materialization, not
+                          in its binding's: it answers with whichever binding's document it finds
+``binding-fallback-load`` a Load looks in its binding's resource first, then in the others:
+                          a key the binding does not hold is answered from another binding
+``doc-16k``               the stored document keeps its first 16 KiB (a VARCHAR(16384)-like
+                          column); a longer one is read back as whatever of it parses
+``value-16k``             each string of a document keeps its first 16 KiB (a bounded text field)
 
 ``tests/integration/test_conformance.py`` checks that the kit fails each one on the property
 it breaks.  Standard library only, like the example.
@@ -106,6 +113,77 @@ class ExactRangeFence(example.Store):
             return fence, (json.loads(checkpoint) if checkpoint else None)
 
 
+class BindingBlindLoad(example.Store):
+    def __init__(self, path):
+        super().__init__(path)
+        self.db.execute("CREATE INDEX IF NOT EXISTS docs_by_key ON docs (materialization, key)")
+
+    def read(self, mat, resource, keys):
+        found = []
+        for key in keys:  # DEFECT: the resource is not part of the lookup
+            row = self.db.execute("SELECT doc FROM docs WHERE materialization = ? AND key = ?",
+                                  (mat, example.key_text(key))).fetchone()
+            if row is not None:
+                found.append((list(key), json.loads(row[0])))
+        return found
+
+
+class BindingFallbackLoad(BindingBlindLoad):
+    def read(self, mat, resource, keys):
+        own = dict((tuple(k), d) for k, d in super(BindingBlindLoad, self).read(mat, resource, keys))
+        rest = [k for k in keys if tuple(k) not in own]  # DEFECT: a missing key is looked up elsewhere
+        return [(list(k), d) for k, d in own.items()] + super().read(mat, resource, rest)
+
+
+MAX_TEXT = 16 * 1024
+
+
+class _Cut(example.Store):
+    """Writes documents through :meth:`cut` (the defect), reads them as the example does."""
+
+    def commit(self, mat, begin, end, fence, ops, checkpoint, quarantined=()):
+        ops = [(r, delta, key, self.cut(doc) if not delta and not delete else doc, delete)
+               for r, delta, key, doc, delete in ops]
+        super().commit(mat, begin, end, fence, ops, checkpoint, quarantined)
+
+    def read(self, mat, resource, keys):
+        out = []
+        for key in keys:
+            row = self.db.execute("SELECT doc FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
+                                  (mat, resource, example.key_text(key))).fetchone()
+            if row is not None:
+                out.append((list(key), self.parse(row[0])))
+        return out
+
+
+class Doc16k(_Cut):
+    @staticmethod
+    def cut(doc):
+        return {"_text": json.dumps(doc)[:MAX_TEXT]}  # DEFECT: the column holds 16 KiB of the JSON text
+
+    @staticmethod
+    def parse(text):
+        cut = json.loads(text)["_text"]
+        try:
+            return json.loads(cut)
+        except ValueError:  # what of it parses: the fields before the cut
+            head = cut[:cut.rfind(",")] + "}" if "," in cut else "{}"
+            try:
+                return json.loads(head)
+            except ValueError:
+                return {}
+
+
+class Value16k(_Cut):
+    @staticmethod
+    def cut(doc):
+        return {k: v[:MAX_TEXT] if isinstance(v, str) else v for k, v in doc.items()}  # DEFECT
+
+    @staticmethod
+    def parse(text):
+        return json.loads(text)
+
+
 class Loaded100(example.Session):
     def evaluate(self, load):
         out = super().evaluate(load)
@@ -131,6 +209,10 @@ DEFECTS = {
     "exact-range-fence": ("Store", ExactRangeFence),
     "loaded-100": ("Session", Loaded100),
     "store-early": ("Session", StoreEarly),
+    "binding-blind-load": ("Store", BindingBlindLoad),
+    "binding-fallback-load": ("Store", BindingFallbackLoad),
+    "doc-16k": ("Store", Doc16k),
+    "value-16k": ("Store", Value16k),
 }
 
 

@@ -266,21 +266,10 @@ class _interruptible:
         # pipe close, its stream thread prints an RpcEnvStoppedException trace after the
         # prompt is back.  No batch is running (the gate); what Spark had not recorded of the
         # last one is recognised as committed next time, as after any crash.
-        _end_jvm()
+        from tidemark.spark.session import end_jvm
+
+        end_jvm()
         os._exit(self.EXIT)
-
-
-def _end_jvm() -> None:
-    """SIGKILL the Spark driver's JVM that PySpark started for this process (if any)."""
-    try:
-        from pyspark import SparkContext
-
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None:
-            proc.kill()
-            proc.wait(timeout=10)
-    except Exception:  # noqa: BLE001 - leaving anyway
-        pass
 
 
 @app.command()

@@ -34,6 +34,10 @@ DEFECTS = {
     "exact-range-fence": ("fencing", "every overlapping range"),
     "loaded-100": ("read-committed", "answer every existing key of a Load"),
     "store-early": ("read-committed", "until StartCommit commits them"),
+    "binding-blind-load": ("binding-isolation", "look a Load's keys up in the resource of Load.binding only"),
+    "binding-fallback-load": ("binding-isolation", "look a Load's keys up in the resource of Load.binding only"),
+    "doc-16k": ("whole-documents", "store and return each document whole"),
+    "value-16k": ("whole-documents", "store and return each document whole"),
 }
 
 

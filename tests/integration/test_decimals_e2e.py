@@ -75,7 +75,7 @@ def test_sums_of_cents_are_exact_in_postgresql_numeric_columns(spark, tmp_path, 
     assert not any("99999999" in doc or "00000001" in doc for *_, doc in rows)  # no double drift in documents
 
 
-@pytest.mark.slow  # the same path as PostgreSQL's (the Python fold); MySQL's column type is in its driver tests
+@pytest.mark.slow  # the same path as PostgreSQL's (the Python fold); the column type: tests/unit/test_decimals.py
 def test_sums_of_cents_are_exact_in_mysql_decimal_columns(spark, tmp_path, mysql_url, mysql_db):
     from tidemark.spark.runner import run_spec
 

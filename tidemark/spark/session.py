@@ -82,3 +82,18 @@ def start_query(writer, spark):
         return writer.start()
     finally:
         spark.conf.unset(SHUFFLE_KEY)
+
+
+def end_jvm() -> None:
+    """SIGKILL the Spark driver's JVM that PySpark started for this process, if any (``tidemark
+    run`` on Ctrl-C, between batches: left to see its Python gone, the JVM prints its stream
+    thread's RpcEnvStoppedException after the prompt is back)."""
+    try:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - the process is leaving anyway
+        pass

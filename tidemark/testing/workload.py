@@ -1,6 +1,6 @@
 """The kit's collections, workloads and reference model — deliberately tiny and self-contained.
 
-Two bindings:
+Three bindings (four with ``reduced``):
 
 ``sums`` (standard updates)
     key ``/k``; documents ``{k, n, last}`` where ``n`` is sum-reduced and ``last`` is
@@ -8,6 +8,11 @@ Two bindings:
 ``appends`` (delta updates)
     the same add events; each transaction appends, per key, the transaction's combined
     delta ``{k, n, last}``.
+``mirror`` (standard updates)
+    the same keys and events, other documents (:func:`mirror`): ``n`` ten times and one
+    more, ``last`` prefixed ``m:`` and, for some events, padded to 16 KiB–900 KB.  Two
+    standard bindings with the same keys catch a Load that answers from another binding's
+    resource; the big documents catch one that keeps only part of a document.
 ``reduced`` (only for a driver that reduces ``sum`` / ``lastWriteWins`` itself,
 ``Capabilities.endpoint_reduce``)
     the same add events, no deletes; each transaction Stores, per key, the transaction's
@@ -29,7 +34,8 @@ from typing import Any, Optional
 
 from tidemark.protocol.messages import BindingSpec, Field
 
-SUMS, APPENDS, REDUCED = 0, 1, 2
+SUMS, APPENDS, MIRROR, REDUCED = 0, 1, 2, 3
+STANDARD = (SUMS, MIRROR)  # the bindings that get Loads
 
 SCHEMA = {
     "type": "object",
@@ -63,6 +69,7 @@ def bindings(tag: str, endpoint_reduce: frozenset = frozenset()) -> tuple[Bindin
     out = (
         BindingSpec({"table": f"{tag}_sums"}, "kit/sums", ("/k",), FIELDS, SCHEMA, delta_updates=False),
         BindingSpec({"table": f"{tag}_appends"}, "kit/appends", ("/k",), FIELDS, SCHEMA, delta_updates=True),
+        BindingSpec({"table": f"{tag}_mirror"}, "kit/mirror", ("/k",), FIELDS, SCHEMA, delta_updates=False),
     )
     if REDUCED_STRATEGIES <= endpoint_reduce:
         out += (BindingSpec({"table": f"{tag}_reduced"}, "kit/reduced", ("/k",), FIELDS, REDUCED_SCHEMA,
@@ -109,12 +116,31 @@ class Event:
     delete: bool = False
 
 
+# Sizes of some ``mirror`` documents' ``last``: just over 16 KiB, and up to 900 KB (under
+# the 1 MB that Kafka producers and NATS servers take by default).
+BIG_SIZES = (16 * 1024 + 100, 17 * 1024, 64 * 1024, 300_000, 900_000)
+
+
+def mirror(e: Event) -> Event:
+    """The ``mirror`` binding's event for ``e``: the same key, another document; and for some
+    keys another kind (a delete that ``mirror`` does not have, an add that it deletes), so
+    that each binding holds keys the other has not."""
+    kind = zlib.crc32(f"{e.key}|{e.last}".encode("utf-8")) % 8
+    if e.delete:
+        return Event(e.key, 1, f"m:{e.last}") if kind == 0 and e.last else e
+    if kind == 1:
+        return Event(e.key, delete=True, last=e.last)
+    pick = zlib.crc32(e.last.encode("utf-8")) % 250  # 1 event in 50 padded, 1 in 250 to 900 KB
+    pad = "~" * BIG_SIZES[pick] if pick < len(BIG_SIZES) else ""
+    return Event(e.key, e.n * 10 + 1, f"m:{e.last}{pad}")
+
+
 def make_batch(rng: random.Random, keys: list[str], size: int, batch_id: int, deletes: float = 0.12) -> list[Event]:
     out = []
     for i in range(size):
         k = rng.choice(keys)
         if rng.random() < deletes:
-            out.append(Event(k, delete=True))
+            out.append(Event(k, delete=True, last=f"b{batch_id}.{i}"))
         else:
             out.append(Event(k, rng.randint(1, 9), f"b{batch_id}.{i}"))
     return out
@@ -196,17 +222,25 @@ class Model:
     deleted: set = field(default_factory=set)  # keys deleted at some point and absent now
     batches: list[int] = field(default_factory=list)
     reduced: dict[str, dict] = field(default_factory=dict)  # the ``reduced`` binding's view
+    mirror: dict[str, dict] = field(default_factory=dict)  # the ``mirror`` binding's view
+    mirror_deleted: set = field(default_factory=set)
+
+    def views(self, binding: int) -> tuple[dict, set]:
+        """A standard binding's view and its deleted keys."""
+        return (self.mirror, self.mirror_deleted) if binding == MIRROR else (self.view, self.deleted)
 
     def commit(self, batch_id: int, events: list[Event]) -> None:
-        for key, c in combine(events).items():
-            doc = c.over(key, self.view.get(key))
-            if doc is None:
-                if key in self.view:
-                    self.deleted.add(key)
-                self.view.pop(key, None)
-            else:
-                self.view[key] = doc
-                self.deleted.discard(key)
+        for view, deleted, evs in ((self.view, self.deleted, events),
+                                   (self.mirror, self.mirror_deleted, [mirror(e) for e in events])):
+            for key, c in combine(evs).items():
+                doc = c.over(key, view.get(key))
+                if doc is None:
+                    if key in view:
+                        deleted.add(key)
+                    view.pop(key, None)
+                else:
+                    view[key] = doc
+                    deleted.discard(key)
         for key, doc in deltas(events).items():
             self.appends[canon(doc)] += 1
             self.appended_sum += doc["n"]
@@ -218,7 +252,10 @@ class Model:
 __all__ = [
     "SUMS",
     "APPENDS",
+    "MIRROR",
     "REDUCED",
+    "STANDARD",
+    "mirror",
     "SCHEMA",
     "FIELDS",
     "bindings",

@@ -20,8 +20,8 @@ from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_ST
 from tidemark.drivers.mysql.settings import CONFIG_KEYS, BULK_MODES, MySqlSettings, is_lost, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
 from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TablePlan, TableModel, sql_capabilities
-from tidemark.errors import EndpointUnavailable, IncompatibleSchema, SpecError, TidemarkError
-from tidemark.policy import retry
+from tidemark.drivers.sql.connection import ClientConnections
+from tidemark.errors import IncompatibleSchema, SpecError, TidemarkError
 from tidemark.protocol.messages import BindingSpec, SpecResponse
 
 T = TypeVar("T")
@@ -30,13 +30,7 @@ CAPABILITIES = sql_capabilities(20_000)
 SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 
-class _NoRetry(Exception):
-    def __init__(self, error: TidemarkError):
-        super().__init__(str(error))
-        self.error = error
-
-
-class MySqlDriver(SqlDriver):
+class MySqlDriver(ClientConnections, SqlDriver):
     name = "mysql"
     dialect = MARIADB  # until the first connection says which server this is
     transactor = MySqlTransactor
@@ -54,52 +48,32 @@ class MySqlDriver(SqlDriver):
     def __repr__(self) -> str:
         return f"MySqlDriver({self.settings!r})"
 
-    # ------------------------------------------------------------ connections
-    def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
-        """Run ``fn``, translating PyMySQL errors; retry transient ones while the connection lives."""
+    # ------------------------------------------------------------ connections (drivers.sql.connection)
+    client_error = pymysql.Error
 
-        def attempt() -> T:
-            try:
-                return fn()
-            except pymysql.Error as exc:
-                err = translate(exc, self.settings, what)
-                if con is not None and (is_lost(exc) or not con.open):  # temp tables are gone: no retry here
-                    raise _NoRetry(EndpointUnavailable(f"{err} (connection lost)")) from None
-                raise err from None
-
+    def open_connection(self) -> pymysql.connections.Connection:
+        """A connection with the session settings (see the module docstring); the dialect
+        follows the server the handshake names."""
+        con = pymysql.connect(**self.settings.connect_args(), client_flag=CLIENT.FOUND_ROWS)
         try:
-            return retry(attempt, self.policy, what=f"mysql {what}")
-        except _NoRetry as wrapped:
-            raise wrapped.error from None
+            with con.cursor() as cur:
+                cur.execute(f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
+                            f"SESSION innodb_lock_wait_timeout = {max(1, int(self.settings.policy.lock_timeout))}")
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            self.dialect = dialect_for(con.get_server_info())  # from the handshake
+        except pymysql.Error:
+            con.close()
+            raise
+        return con
 
-    def connect(self, retrying: bool = True) -> pymysql.connections.Connection:
-        s = self.settings
+    def translate(self, exc: BaseException, what: str) -> TidemarkError:
+        return translate(exc, self.settings, what)
 
-        def attempt() -> pymysql.connections.Connection:
-            try:
-                con = pymysql.connect(**s.connect_args(), client_flag=CLIENT.FOUND_ROWS)
-            except pymysql.Error as exc:
-                raise translate(exc, s, "connect") from None
-            try:
-                with con.cursor() as cur:
-                    cur.execute(f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
-                                f"SESSION innodb_lock_wait_timeout = {max(1, int(s.policy.lock_timeout))}")
-                    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                self.dialect = dialect_for(con.get_server_info())  # from the handshake
-            except pymysql.Error as exc:
-                con.close()
-                raise translate(exc, s, "connect") from None
-            return con
+    def is_lost(self, con: pymysql.connections.Connection, exc: BaseException) -> bool:
+        return is_lost(exc) or not con.open
 
-        if not retrying:
-            return attempt()
-        return retry(attempt, self.policy, what=f"mysql connect to {s.host}:{s.port}")
-
-    @property
-    def con(self) -> pymysql.connections.Connection:
-        if self._con is None or not self._con.open:
-            self._con = self.connect(retrying=False)  # used inside run(), which retries
-        return self._con
+    def usable(self, con: pymysql.connections.Connection) -> bool:
+        return con.open
 
     def close(self) -> None:
         if self._con is not None:

@@ -19,8 +19,8 @@ from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE
 from tidemark.drivers.postgres.settings import CONFIG_KEYS, PgSettings, translate
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 from tidemark.drivers.sql import SqlDriver, sql_capabilities
-from tidemark.errors import EndpointUnavailable, TidemarkError
-from tidemark.policy import retry
+from tidemark.drivers.sql.connection import ClientConnections
+from tidemark.errors import TidemarkError
 from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
@@ -29,13 +29,7 @@ T = TypeVar("T")
 CAPABILITIES = dataclasses.replace(sql_capabilities(50_000), endpoint_reduce=ENDPOINT_REDUCE)
 
 
-class _NoRetry(Exception):
-    def __init__(self, error: TidemarkError):
-        super().__init__(str(error))
-        self.error = error
-
-
-class PostgresDriver(PostgresDDL, SqlDriver):
+class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
     name = "postgres"
     dialect = DIALECT
     transactor = PostgresTransactor
@@ -53,51 +47,28 @@ class PostgresDriver(PostgresDDL, SqlDriver):
     def __repr__(self) -> str:
         return f"PostgresDriver({self.settings!r})"
 
-    # ------------------------------------------------------------ connections
-    def run(self, fn: Callable[[], T], what: str, con: Optional[psycopg.Connection] = None) -> T:
-        """Run ``fn``, translating psycopg errors; retry transient ones while the connection lives."""
+    # ------------------------------------------------------------ connections (drivers.sql.connection)
+    client_error = psycopg.Error
 
-        def attempt() -> T:
-            try:
-                return fn()
-            except psycopg.Error as exc:
-                err = translate(exc, self.settings, what)
-                if con is not None and con.broken:  # session state (temp tables) is gone: no retry here
-                    err = EndpointUnavailable(f"{err} (connection lost)")
-                    raise _NoRetry(err) from None
-                raise err from None
-
-        try:
-            return retry(attempt, self.policy, what=f"postgres {what}")
-        except _NoRetry as wrapped:
-            raise wrapped.error from None
-
-    def connect(self, retrying: bool = True) -> psycopg.Connection:
-        """A new autocommit connection (retried under the policy unless ``retrying`` is off:
-        callers inside :meth:`run` retry already)."""
+    def open_connection(self) -> psycopg.Connection:
+        """An autocommit connection with the policy's ``lock_timeout``."""
         s = self.settings
+        con = psycopg.connect(s.conninfo, autocommit=True, connect_timeout=max(1, int(s.policy.connect_timeout)))
+        try:
+            con.execute(f"SET lock_timeout = {int(s.policy.lock_timeout * 1000)}")
+        except psycopg.Error:
+            con.close()
+            raise
+        return con
 
-        def attempt() -> psycopg.Connection:
-            try:
-                con = psycopg.connect(s.conninfo, autocommit=True, connect_timeout=max(1, int(s.policy.connect_timeout)))
-            except psycopg.Error as exc:
-                raise translate(exc, s, "connect") from None
-            try:
-                con.execute(f"SET lock_timeout = {int(s.policy.lock_timeout * 1000)}")
-            except psycopg.Error as exc:
-                con.close()
-                raise translate(exc, s, "connect") from None
-            return con
+    def translate(self, exc: BaseException, what: str) -> TidemarkError:
+        return translate(exc, self.settings, what)
 
-        if not retrying:
-            return attempt()
-        return retry(attempt, self.policy, what=f"postgres connect to {s.host}:{s.port}")
+    def is_lost(self, con: psycopg.Connection, exc: BaseException) -> bool:
+        return con.broken
 
-    @property
-    def con(self) -> psycopg.Connection:
-        if self._con is None or self._con.closed or self._con.broken:
-            self._con = self.connect(retrying=False)  # used inside run(), which retries
-        return self._con
+    def usable(self, con: psycopg.Connection) -> bool:
+        return not (con.closed or con.broken)
 
     def transaction(self, con: psycopg.Connection, body: Callable[[], T], write: bool = True) -> T:
         with con.transaction():

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from tidemark.protocol.messages import Range
-from tidemark.testing.workload import APPENDS, REDUCED, SUMS, canon
+from tidemark.testing.workload import APPENDS, MIRROR, REDUCED, SUMS, canon
 
 
 def fmt_key(k: str) -> str:
@@ -19,10 +19,45 @@ def fmt_key(k: str) -> str:
 
 
 def batch_of(doc: Any) -> Optional[int]:
-    """The batch whose event wrote ``doc["last"]`` (the kit's ``last`` values are ``b<N>.<i>``)."""
+    """The batch whose event wrote ``doc["last"]`` (the kit's ``last`` values are ``b<N>.<i>``,
+    the ``mirror`` binding's ``m:b<N>.<i>`` padded with ``~``)."""
     last = doc.get("last") if isinstance(doc, dict) else None
-    m = re.fullmatch(r"b(\d+)\.\d+", last) if isinstance(last, str) else None
+    m = re.fullmatch(r"(?:m:)?b(\d+)\.\d+~*", last) if isinstance(last, str) else None
     return int(m.group(1)) if m else None
+
+
+def short(doc: Any) -> str:
+    """A document as a message shows it: at most 160 characters (the kit's may be 900 KB)."""
+    text = repr(doc)
+    return text if len(text) <= 160 else f"{text[:120]}… ({len(text)} characters)"
+
+
+BINDING_NAMES = {SUMS: "sums", MIRROR: "mirror"}
+
+
+def foreign(binding: int, doc: Any) -> bool:
+    """True when ``doc`` is a document of the other standard binding (``mirror``'s ``last``
+    starts with ``m:``, ``sums``' never does)."""
+    last = doc.get("last") if isinstance(doc, dict) else None
+    return isinstance(last, str) and last.startswith("m:") != (binding == MIRROR)
+
+
+def held(doc: Any) -> str:
+    last = doc.get("last") if isinstance(doc, dict) else None
+    return f"the first {len(last)}" if isinstance(last, str) else f"{short(doc)}, none"
+
+
+BIG = 8 * 1024  # a ``last`` this long makes a document one that a size limit may cut
+
+
+def cut(doc: Any, want: dict) -> bool:
+    """True when ``want`` is a big document and ``doc`` lacks its ``last``, or holds a shorter
+    one that begins it: cut short (a size limit), not an old version (whose ``last`` differs)."""
+    wanted = want.get("last") if isinstance(want, dict) else None
+    if not isinstance(wanted, str) or len(wanted) < BIG:
+        return False
+    last = doc.get("last") if isinstance(doc, dict) else None
+    return last is None or (isinstance(last, str) and len(last) < len(wanted) and wanted.startswith(last))
 
 
 SPILL_HINT = ("keep a transaction's Stores where neither Loads nor readers see them until StartCommit commits "
@@ -63,8 +98,10 @@ class Checks:
                   f"committed only up to batch {expected}: the checkpoint came from another key range")
 
     # ------------------------------------------------------------------ Loaded
-    def check_loaded(self, rng: Range, requests: list[list[str]], loaded: dict[str, Any]) -> None:
-        rec, committed = self.rec, self.model.view
+    def check_loaded(self, rng: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS) -> None:
+        rec = self.rec
+        committed, deleted = self.model.views(binding)
+        name = BINDING_NAMES.get(binding, str(binding))
 
         def counted(k: str) -> bool:
             return self.exactly_once or k not in self.dirty
@@ -77,43 +114,55 @@ class Checks:
                 missing = [k for k in existing if k not in loaded]
                 truncated.update(missing)
                 rec.fail("read-committed",
-                         f"a Load of {len(chunk)} keys on range {rng.name}, {len(existing)} of which exist in the "
-                         f"committed view, was answered for only {len(answered)} of them (e.g. {fmt_key(missing[0])} is "
-                         "missing): the answer was cut short", TRUNCATION_HINT, cause=True)
+                         f"a Load of {len(chunk)} keys of binding {name} on range {rng.name}, {len(existing)} of which "
+                         f"exist in the committed view, was answered for only {len(answered)} of them (e.g. "
+                         f"{fmt_key(missing[0])} is missing): the answer was cut short", TRUNCATION_HINT, cause=True)
         for k in sorted(k for chunk in requests for k in chunk):
             doc, want = loaded.get(k), committed.get(k)
+            if doc is not None and foreign(binding, doc):
+                rec.fail("binding-isolation",
+                         f"a Load of key {fmt_key(k)} for binding {name} returned {short(doc)}, a document of the other "
+                         f"binding that holds the same key (binding {name} holds {short(want)})", cause=True)
+                continue
+            if doc is not None and want is not None and cut(doc, want):
+                rec.fail("whole-documents",
+                         f"a Load of key {fmt_key(k)} for binding {name} returned {held(doc)} of the "
+                         f"{len(want['last'])} characters stored in its 'last': the document was cut short", cause=True)
+                continue
             origin = batch_of(doc)
             uncommitted = origin is not None and origin not in self.model.batches and origin not in self.started
             if doc is not None and uncommitted and counted(k):
                 rec.fail("read-committed",
-                         f"Load of key {fmt_key(k)} returned {doc!r}, written by batch {origin}, which never "
+                         f"Load of key {fmt_key(k)} returned {short(doc)}, written by batch {origin}, which never "
                          f"committed (the kit crashed or fenced that transaction before its commit finished; the "
-                         f"committed view has {want!r}): the transaction's Stores reached the endpoint before "
+                         f"committed view has {short(want)}): the transaction's Stores reached the endpoint before "
                          "StartCommit", SPILL_HINT, cause=True)
                 continue
             if doc is not None:
                 rec.check("loaded-existing-only",
                           isinstance(doc, dict) and doc.get("k") == k and isinstance(doc.get("n"), int),
-                          lambda: f"Loaded key {fmt_key(k)} with {doc!r}, which is not a stored document of that key")
+                          lambda: f"Loaded key {fmt_key(k)} with {short(doc)}, which is not a stored document of that key")
                 if want is None and counted(k):
                     rec.fail("loaded-existing-only",
-                             f"Loaded key {fmt_key(k)} (doc {doc!r}), which does not exist in the committed view"
-                             + (" (it was deleted)" if k in self.model.deleted else ""))
+                             f"Loaded key {fmt_key(k)} (doc {short(doc)}) of binding {name}, which does not exist in "
+                             "the committed view" + (" (it was deleted)" if k in deleted else ""))
                     continue
             if want is None or not counted(k) or k in truncated:
                 continue
             if doc is None:
                 rec.fail("read-committed",
-                         f"Load of key {fmt_key(k)} found nothing, but the committed view has {want!r}: the Load was "
-                         "evaluated before the previous transaction was visible",
+                         f"Load of key {fmt_key(k)} of binding {name} found nothing, but the committed view has "
+                         f"{short(want)}: the Load was evaluated before the previous transaction was visible",
                          "evaluate Loads only after Acknowledged returned, and only once staged work is applied")
             elif isinstance(doc, dict) and (doc.get("n"), doc.get("last")) != (want["n"], want["last"]):
                 rec.fail("read-committed",
-                         f"Load of key {fmt_key(k)} returned n={doc.get('n')!r}, last={doc.get('last')!r}, but the "
-                         f"committed view has n={want['n']}, last={want['last']!r}: the Load saw unapplied or "
-                         "uncommitted state")
+                         f"Load of key {fmt_key(k)} of binding {name} returned n={doc.get('n')!r}, "
+                         f"last={short(doc.get('last'))}, but the committed view has n={want['n']}, "
+                         f"last={short(want['last'])}: the Load saw unapplied or uncommitted state")
             else:
                 rec.check("read-committed", True)
+                rec.check("binding-isolation", True)
+                rec.check("whole-documents", True)
 
     # -------------------------------------------------------------- checkpoints
     def check_checkpoint_rows(self) -> None:
@@ -160,10 +209,12 @@ class Checks:
             self.tracker("dump() of every binding")
             view = driver.dump(self.materialization, self.bindings[SUMS])
             rows = driver.dump(self.materialization, self.bindings[APPENDS])
+            mirrored = driver.dump(self.materialization, self.bindings[MIRROR])
             reduced = driver.dump(self.materialization, self.bindings[REDUCED]) if len(self.bindings) > REDUCED else None
         finally:
             driver.close()
         self._check_sums(view, repeated_ack)
+        self._check_sums(mirrored, repeated_ack, MIRROR)
         self._check_appends(rows)
         if reduced is not None:
             self._check_reduced(reduced, repeated_ack)
@@ -176,8 +227,10 @@ class Checks:
                                              "a request) without applying anything twice; or declare at-least-once")
         return "no-duplicates", None
 
-    def _check_sums(self, view: Any, repeated_ack: bool) -> None:
-        rec, want = self.rec, self.model.view
+    def _check_sums(self, view: Any, repeated_ack: bool, binding: int = SUMS) -> None:
+        rec = self.rec
+        want, deleted = self.model.views(binding)
+        of = "" if binding == SUMS else f" of binding {BINDING_NAMES.get(binding, binding)}"
         if not isinstance(view, dict):
             rec.fail("protocol", f"dump() of a standard binding must return {{key: doc}}, got {type(view).__name__}")
             return
@@ -189,21 +242,33 @@ class Checks:
         for k, w in sorted(want.items()):
             d = got.get(k)
             if d is None:
-                rec.fail("no-loss", f"key {fmt_key(k)} is missing from the view (expected n={w['n']}, last={w['last']!r})")
+                rec.fail("no-loss", f"key {fmt_key(k)} is missing from the view{of} (expected n={w['n']}, "
+                                    f"last={short(w['last'])})")
+                continue
+            if foreign(binding, d):
+                rec.fail("binding-isolation", f"key {fmt_key(k)} of the view{of} holds {short(d)}, a document of the "
+                                              "other binding that holds the same key")
+                continue
+            if cut(d, w):
+                rec.fail("whole-documents", f"key {fmt_key(k)} of the view{of} holds {held(d)} of the "
+                                            f"{len(w['last'])} characters stored in its 'last': the document was cut "
+                                            "short")
                 continue
             n, last = (d.get("n"), d.get("last")) if isinstance(d, dict) else (None, None)
             if not isinstance(n, int):
-                rec.fail("no-loss", f"key {fmt_key(k)} holds {d!r}, expected n={w['n']}, last={w['last']!r}")
+                rec.fail("no-loss", f"key {fmt_key(k)}{of} holds {short(d)}, expected n={w['n']}, "
+                                    f"last={short(w['last'])}")
                 continue
             rec.check("no-loss", last == w["last"],
-                      lambda: f"key {fmt_key(k)} has last={last!r}, expected {w['last']!r}: an update was lost")
+                      lambda: f"key {fmt_key(k)}{of} has last={short(last)}, expected {short(w['last'])}: an update "
+                      "was lost")
             if n < w["n"]:
-                rec.fail("no-loss", f"key {fmt_key(k)} has n={n}, expected {w['n']}: a committed update was lost")
+                rec.fail("no-loss", f"key {fmt_key(k)}{of} has n={n}, expected {w['n']}: a committed update was lost")
             elif n > w["n"]:
                 if self.exactly_once:
                     prop, hint = self._excess()
-                    rec.fail(prop, f"key {fmt_key(k)} has n={n}, expected {w['n']}: a sum was applied twice{why}{crash}",
-                             hint)
+                    rec.fail(prop, f"key {fmt_key(k)}{of} has n={n}, expected {w['n']}: a sum was applied "
+                                   f"twice{why}{crash}", hint)
                 else:
                     rec.note("at-least-once-honesty", "the driver declares at-least-once: sums were re-applied after "
                              "crashes, as it warns")
@@ -212,15 +277,16 @@ class Checks:
         for k, d in sorted(got.items(), key=lambda kv: str(kv[0])):
             if k in want:
                 continue
-            if k in self.model.deleted:
-                rec.fail("deletes-applied", f"key {fmt_key(k)} was deleted but is still in the view as {d!r}")
+            if k in deleted:
+                rec.fail("deletes-applied", f"key {fmt_key(k)} was deleted but is still in the view{of} as {short(d)}")
             else:
-                rec.fail("no-duplicates", f"key {fmt_key(k)} is in the view ({d!r}) but was never committed")
+                rec.fail("no-duplicates", f"key {fmt_key(k)} is in the view{of} ({short(d)}) but was never committed")
         rec.check("deletes-applied", True)
         total = sum(d.get("n", 0) for d in got.values() if isinstance(d, dict) and isinstance(d.get("n"), int))
         expect = sum(w["n"] for w in want.values())
         ok = total == expect if self.exactly_once else total >= expect
-        rec.check("conservation-of-sums", ok, lambda: f"the view's sums add up to {total}, the input's to {expect}{why}{crash}",
+        rec.check("conservation-of-sums", ok, lambda: f"the view's sums{of} add up to {total}, the input's to "
+                  f"{expect}{why}{crash}",
                   self._excess()[1] if crash else None)
 
     def _check_reduced(self, view: Any, repeated_ack: bool) -> None:

@@ -21,6 +21,8 @@ PROPERTIES: dict[str, str] = {
     "range-isolation": "checkpoints and fences are kept per key range; ranges do not disturb each other",
     "deletes-applied": "deleted keys are gone from the view",
     "loaded-existing-only": "Loaded answers only keys that exist, with their stored document",
+    "binding-isolation": "each binding's resource is its own: a Load reads, a Store writes only that binding's",
+    "whole-documents": "documents come back whole, however large (here up to 900 KB)",
     "at-least-once-honesty": "a driver that claims exactly-once does not double-apply after a crash",
 }
 
@@ -43,6 +45,10 @@ HINTS: dict[str, str] = {
                        "covering or merged ranges",
     "deletes-applied": "Store.deletes[i] asks to remove the key: delete it, do not store the deletion document",
     "loaded-existing-only": "answer Loaded only for requested keys that exist, with their stored document",
+    "binding-isolation": "look a Load's keys up in the resource of Load.binding only: two bindings may hold the "
+                         "same keys with other documents",
+    "whole-documents": "store and return each document whole: no column, field or message size limit may cut it "
+                       "(store big ones in a large-object type, or split them and join them again)",
     "at-least-once-honesty": "a driver that can double-apply after a crash declares at-least-once",
 }
 

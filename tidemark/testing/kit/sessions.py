@@ -16,7 +16,9 @@ from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.shard import ShardTask, check_opened
 from tidemark.testing.kit import kill as killing
 from tidemark.testing.kit.report import classify
-from tidemark.testing.workload import APPENDS, REDUCED, SUMS, Event, combine, deletion_doc, deltas, key_hash
+from tidemark.testing.workload import (
+    APPENDS, MIRROR, REDUCED, STANDARD, SUMS, Event, combine, deletion_doc, deltas, key_hash, mirror,
+)
 
 VERSION = "v1"
 
@@ -147,41 +149,44 @@ class Sessions:
         self.tracker(f"Acknowledged ({where})")
         shard.updates.append(sess.acknowledge(ack).state)
         yield "acknowledge"
-        combined = combine(mine)
-        keys = sorted(combined)
-        loaded: dict[str, Any] = {}
-        requests: list[list[str]] = []
+        combined = {SUMS: combine(mine), MIRROR: combine([mirror(e) for e in mine])}
+        keys = sorted(combined[SUMS])
+        loaded: dict[int, dict[str, Any]] = {b: {} for b in STANDARD}
+        requests: dict[int, list[list[str]]] = {b: [] for b in STANDARD}
 
         def take(replies):
             for r in replies:
-                if r.binding != SUMS:
+                if r.binding not in STANDARD:
                     self.rec.fail("protocol", f"Loaded for binding {r.binding}, which is delta-updates",
                                   "delta-updates bindings get no Load, so never a Loaded")
                     continue
                 for key, doc in zip(r.keys, r.docs):
-                    loaded[key[0]] = doc
+                    loaded[r.binding][key[0]] = doc
 
-        for i in range(0, len(keys), self.load_chunk):
-            chunk = keys[i:i + self.load_chunk]
-            requests.append(chunk)
-            self.tracker(f"the answer to a Load of {len(chunk)} keys ({where})")
-            take(sess.load(Load(SUMS, tuple((k,) for k in chunk))))
-            yield "load"
+        for binding in STANDARD:
+            for i in range(0, len(keys), self.load_chunk):
+                chunk = keys[i:i + self.load_chunk]
+                requests[binding].append(chunk)
+                self.tracker(f"the answer to a Load of {len(chunk)} keys ({where})")
+                take(sess.load(Load(binding, tuple((k,) for k in chunk))))
+                yield "load"
         self.tracker(f"Flushed ({where})")
         late, flushed = sess.flush(Flush())
         take(late)
         shard.updates.append(flushed.state)
-        self.check_loaded(rng, requests, loaded)
+        for binding in STANDARD:
+            self.check_loaded(rng, requests[binding], loaded[binding], binding)
         yield "flush"
         stores: list[tuple[int, tuple, tuple, Any, bool, bool]] = []
-        for k in keys:
-            prior = loaded.get(k)
-            doc = combined[k].over(k, prior)
-            if doc is None:
-                if prior is not None:
-                    stores.append((SUMS, (k,), (None, None), deletion_doc(k), True, True))
-            else:
-                stores.append((SUMS, (k,), (doc["n"], doc["last"]), doc, prior is not None, False))
+        for binding in STANDARD:
+            for k in keys:
+                prior = loaded[binding].get(k)
+                doc = combined[binding][k].over(k, prior)
+                if doc is None:
+                    if prior is not None:
+                        stores.append((binding, (k,), (None, None), deletion_doc(k), True, True))
+                else:
+                    stores.append((binding, (k,), (doc["n"], doc["last"]), doc, prior is not None, False))
         for k, doc in sorted(deltas(mine).items()):
             stores.append((APPENDS, (k,), (doc["n"], doc["last"]), doc, False, False))
         if len(self.bindings) > REDUCED:  # the endpoint reduces: each combined delta as JSON text
