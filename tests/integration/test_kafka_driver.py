@@ -256,3 +256,23 @@ def test_a_secret_in_the_client_config_is_never_shown(tmp_path):
     with pytest.raises(TidemarkError) as info:
         driver.apply(Apply(MAT, "v1", (BindingSpec({"topic": "t"}, "a", ("/k",), (), {}, False),)))
     assert "hunter2" not in str(info.value)
+
+
+def test_partitions_added_to_a_data_topic_are_refused_at_open_before_anything_is_written(setup):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from tidemark.errors import IncompatibleSchema
+
+    driver, bindings, config = setup
+    commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}, {"k": "b", "n": 2}])
+    (row,) = driver.frontiers(MAT).values()
+    sums = bindings[0].resource["topic"]
+    assert row.partitions[sums] == 2  # recorded with the commit
+    admin = AdminClient({"bootstrap.servers": config["bootstrap_servers"]})
+    admin.create_partitions([NewPartitions(sums, 3)])[sums].result(10)
+    with pytest.raises(IncompatibleSchema) as err:
+        driver.open(Open(MAT, "v1", WHOLE, bindings=bindings))
+    assert str(err.value).startswith(f"kafka: topic {sums!r} has 3 partitions, but materialization 'view' wrote it "
+                                     "with 2 (up to batch 0)")
+    assert "tidemark reset" in str(err.value)
+    assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 1}, ("b",): {"k": "b", "n": 2}}

@@ -28,6 +28,8 @@ import shutil
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.kafka.progress import check_partitions
+from tidemark.drivers.kafka.topics import partition_counts
 from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
 from tidemark.drivers.kafka.settings import (
     KafkaSettings, check_topic_name, resolve_state, resource_partitions, topic_of,
@@ -215,6 +217,9 @@ class KafkaDriver(Driver):
                                         for r in overlapping])
             own = frontiers.get(rng)
             mine = _batch(own.runtime_checkpoint) if own is not None else None
+            # the data topics' partition counts: as this view's ranges recorded them (progress.check_partitions)
+            partitions = partition_counts(s.client, [t for t in topics], timeout=s.policy.connect_timeout)
+            check_partitions(mat, list(frontiers.values()), partitions)
             # Producers of other layouts' overlapping ranges that may still commit: those not
             # behind this range's frontier (a range taking over after a split or a merge, and
             # the first batch after it). Fence them, aborting their open transactions.
@@ -241,7 +246,7 @@ class KafkaDriver(Driver):
             raise
         transactor = KafkaTransactor(writer, state, materialization=mat, topics=topics,
                                      delta=[b.delta_updates for b in req.bindings],
-                                     quarantine_topic=s.quarantine_topic, frontier=own)
+                                     quarantine_topic=s.quarantine_topic, frontier=own, partitions=partitions)
         return transactor, Opened(plan.checkpoint)
 
     # -------------------------------------------------------------- inspection

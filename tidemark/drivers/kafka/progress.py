@@ -10,7 +10,12 @@ Wire form (JSON, UTF-8, compact)::
     key   = {"materialization": "...", "key_begin": 0, "key_end": 4294967295}   (sorted keys)
     value = {"v": 1, "materialization": "...", "key_begin": 0, "key_end": 4294967295,
              "sequence": 7, "runtime_checkpoint": {...}, "counts": {"docs": 10, "deletes": 1},
-             "transactional_id": "tidemark.view.00000000-ffffffff"}
+             "transactional_id": "tidemark.view.00000000-ffffffff", "partitions": {"customers": 6}}
+
+``partitions``: each data topic's partition count when the range committed.  Kafka sends a
+key to a partition by its hash modulo the count, so a count that changes under a live view
+splits a key's records over two partitions (readers and compaction then keep two values of
+one key); Open refuses it (:func:`check_partitions`).
 
 ``v`` is the format version: a reader refuses a record of a newer version
 (:class:`~tidemark.errors.RecoveryError`) rather than guess. ``sequence`` counts the
@@ -57,6 +62,7 @@ class ProgressRecord:
     counts: Mapping[str, int] = field(default_factory=dict)
     transactional_id: Optional[str] = None
     version: int = FORMAT_VERSION
+    partitions: Mapping[str, int] = field(default_factory=dict)  # data topic -> partition count
 
     @property
     def key(self) -> bytes:
@@ -72,18 +78,23 @@ class ProgressRecord:
             "runtime_checkpoint": dict(self.runtime_checkpoint),
             "counts": dict(self.counts),
             "transactional_id": self.transactional_id,
+            **({"partitions": dict(self.partitions)} if self.partitions else {}),
         })
 
     def next(self, runtime_checkpoint: Mapping[str, Any], counts: Mapping[str, int] | None = None,
-             *, range: Range | None = None, transactional_id: str | None = None) -> "ProgressRecord":
+             *, range: Range | None = None, transactional_id: str | None = None,
+             partitions: Mapping[str, int] | None = None) -> "ProgressRecord":
         """The record of the commit after this one (optionally for a new range that inherits it)."""
         return ProgressRecord(self.materialization, range or self.range, self.sequence + 1, runtime_checkpoint,
-                              dict(counts or {}), transactional_id or self.transactional_id)
+                              dict(counts or {}), transactional_id or self.transactional_id,
+                              partitions=dict(self.partitions if partitions is None else partitions))
 
     @staticmethod
     def first(materialization: str, range: Range, runtime_checkpoint: Mapping[str, Any],
-              counts: Mapping[str, int] | None = None, *, transactional_id: str | None = None) -> "ProgressRecord":
-        return ProgressRecord(materialization, range, 1, runtime_checkpoint, dict(counts or {}), transactional_id)
+              counts: Mapping[str, int] | None = None, *, transactional_id: str | None = None,
+              partitions: Mapping[str, int] | None = None) -> "ProgressRecord":
+        return ProgressRecord(materialization, range, 1, runtime_checkpoint, dict(counts or {}), transactional_id,
+                              partitions=dict(partitions or {}))
 
     @staticmethod
     def decode(value: bytes, *, where: str = "progress record") -> "ProgressRecord":
@@ -102,10 +113,38 @@ class ProgressRecord:
             checkpoint = obj["runtime_checkpoint"]
             if not isinstance(checkpoint, dict):
                 raise TypeError("runtime_checkpoint is not an object")
+            parts = obj.get("partitions") or {}
             return ProgressRecord(str(obj["materialization"]), rng, int(obj["sequence"]), checkpoint,
-                                  dict(obj.get("counts") or {}), obj.get("transactional_id"), version)
+                                  dict(obj.get("counts") or {}), obj.get("transactional_id"), version,
+                                  {str(t): int(n) for t, n in dict(parts).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise RecoveryError(f"{where}: malformed progress record ({type(exc).__name__}: {exc})") from exc
+
+
+def check_partitions(materialization: str, records, now: Mapping[str, int]) -> None:
+    """Refuse data topics whose partition count differs from the one the view's ranges
+    recorded when they committed (``records``: their progress records), before anything is
+    written: with another count, Kafka sends a key's next records to another partition."""
+    for topic, count in sorted(now.items()):
+        were = sorted({(r.partitions[topic], _batch(r)) for r in records if topic in r.partitions},
+                      key=lambda x: -x[1])
+        changed = [(n, b) for n, b in were if n != count]
+        if changed:
+            n, batch = changed[0]
+            from tidemark.errors import IncompatibleSchema, reset_hint
+
+            raise IncompatibleSchema(
+                f"kafka: topic {topic!r} has {count} partitions, but materialization {materialization!r} wrote it with "
+                f"{n} (up to batch {batch}): Kafka puts a key's records in the partition its hash picks among the "
+                f"partitions, so the view's keys would have their old records in one partition and their next ones in "
+                f"another, and readers and compaction would keep two values of one key. Kafka cannot take partitions "
+                f"away: recreate the topic with {n} partitions from a backup, or start the view over with "
+                f"{reset_hint(materialization)} (it recreates the topic). Nothing was written")
+
+
+def _batch(record: "ProgressRecord") -> int:
+    b = record.runtime_checkpoint.get("batch_id")
+    return b if isinstance(b, int) else -1
 
 
 def decode_key(key: bytes | None) -> tuple[str, Range] | None:

@@ -105,3 +105,17 @@ def _same(key: str, got: Optional[str], want: str) -> bool:
     if key in LIST_CONFIGS:
         return {p.strip() for p in got.split(",")} == {p.strip() for p in want.split(",")}
     return got.strip() == want.strip()
+
+
+def partition_counts(config: Mapping[str, Any], topics: Iterable[str], *, timeout: float) -> dict[str, int]:
+    """The partition count of each of ``topics`` that exists (one metadata request)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = call(lambda: AdminClient(client_config(config)), "connecting the admin client", config)
+    metadata = call(lambda: admin.list_topics(timeout=timeout), "reading topic metadata", config)
+    out = {}
+    for t in topics:
+        info = metadata.topics.get(t)
+        if info is not None and info.error is None:
+            out[t] = len(info.partitions)
+    return out

@@ -38,7 +38,8 @@ from tidemark.store.db import batch_of
 
 class KafkaTransactor(Transactor):
     def __init__(self, writer: RangeWriter, store: StoreTransactor, *, materialization: str, topics: Sequence[str],
-                 delta: Sequence[bool], quarantine_topic: str, frontier: Optional[ProgressRecord]):
+                 delta: Sequence[bool], quarantine_topic: str, frontier: Optional[ProgressRecord],
+                 partitions: Optional[dict] = None):
         self.writer = writer
         self.state = store
         self.materialization = materialization
@@ -48,6 +49,7 @@ class KafkaTransactor(Transactor):
         self.quarantine_topic = quarantine_topic
         self.frontier = frontier  # the range's last committed progress record (None: never committed)
         self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
+        self.partitions = dict(partitions or {})  # the data topics' partition counts at Open (recorded)
         self._quarantine: list[dict] = []
 
     # ------------------------------------------------------------------ phases
@@ -99,10 +101,11 @@ class KafkaTransactor(Transactor):
                                  headers=headers)
         self.counts["quarantined"] = len(self._quarantine)
         prev = self.frontier
-        record = (prev.next(cp, self.counts, range=self.range, transactional_id=self.writer.transactional_id)
+        record = (prev.next(cp, self.counts, range=self.range, transactional_id=self.writer.transactional_id,
+                            partitions=self.partitions)
                   if prev is not None and prev.range == self.range else
                   ProgressRecord.first(self.materialization, self.range, cp, self.counts,
-                                       transactional_id=self.writer.transactional_id))
+                                       transactional_id=self.writer.transactional_id, partitions=self.partitions))
         fault_point("before_endpoint_commit")
         self.writer.commit(record)
         fault_point("after_endpoint_commit")
