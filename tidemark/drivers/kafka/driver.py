@@ -236,7 +236,7 @@ class KafkaDriver(Driver):
             store.recover()
             standard = [(t, binding_id(t)) for b, t in zip(req.bindings, topics) if not b.delta_updates]
             if needs_rebuild(mat, store, plan.checkpoint):
-                rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy)
+                rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy, materialization=mat)
             state = StoreTransactor(store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)],
                                     [binding_id(t) for t in topics])
         except BaseException:

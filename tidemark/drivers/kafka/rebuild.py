@@ -5,7 +5,8 @@ record) is. The local store that answers Loads commits *after* it, so it can be 
 one batch after a crash between the two commits, or entirely when the range now runs
 on a machine that never held it. Then the range's part of every standard binding's topic
 is read back (read_committed): the last record of each key whose hash falls in the range
-is the key's document, a tombstone a delete. The store takes exactly that, committed with
+is the key's document, a tombstone a delete; records that another writer put on the topic
+(:func:`written_by`) are skipped. The store takes exactly that, committed with
 the frontier's runtime checkpoint. A store *ahead* of Kafka means the topics were reset
 under it, and Open refuses.
 """
@@ -42,9 +43,22 @@ def needs_rebuild(materialization: str, store: RangeStore, frontier: Optional[di
     return True
 
 
-def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], frontier: dict, *, policy) -> int:
+def written_by(msg, materialization: str) -> bool:
+    """Whether a data record is this view's: its ``tidemark-materialization`` header names it
+    (a record with a ``tidemark-range`` header but no materialization is an older tidemark's,
+    and kept); a record without tidemark's headers is another writer's."""
+    headers = dict(msg.headers() or ())
+    owner = headers.get("tidemark-materialization")
+    if owner is not None:
+        return owner == materialization.encode("utf-8")
+    return "tidemark-range" in headers
+
+
+def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], frontier: dict, *, policy,
+            materialization: Optional[str] = None) -> int:
     """Make ``store`` (of one range) hold the committed view of ``topics`` — ``(topic,
-    binding id)`` of the standard bindings — for its keys, committed with ``frontier``.
+    binding id)`` of the standard bindings — for its keys, committed with ``frontier``; with
+    ``materialization``, from that view's records only (:func:`written_by`).
     Returns the number of documents it holds afterwards."""
     t0 = time.monotonic()
     rng = store.range
@@ -63,7 +77,7 @@ def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], 
             except (orjson.JSONDecodeError, TypeError) as exc:
                 raise DocumentError(f"kafka: a record of {topic!r} has a key that is not a JSON array ({exc})",
                                     location=f"{topic}[{msg.partition()}]@{msg.offset()}") from exc
-            if rng.contains(key_hash(key)):
+            if rng.contains(key_hash(key)) and (materialization is None or written_by(msg, materialization)):
                 last[raw] = (key, msg.value())
         for key, value in last.values():
             if value is None:

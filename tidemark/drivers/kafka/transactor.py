@@ -6,9 +6,10 @@ store of full documents that answers Loads.
   which holds exactly what the range's committed Kafka transactions wrote (Open made sure).
 * Store: each document is sent to its binding's topic inside the range's open Kafka
   transaction (key: the collection key as a JSON array; value: the full reduced document
-  as JSON; a delete: a tombstone; headers ``tidemark-range`` (the shard range) and
+  as JSON; a delete: a tombstone; headers ``tidemark-range`` (the shard range),
   ``tidemark-sequence``: the range's commit number, the ``sequence`` of the progress record
-  that commits it), and standard bindings also stage it in the local store.
+  that commits it, and ``tidemark-materialization``: the view that wrote it), and standard
+  bindings also stage it in the local store.
 * Quarantine: the rows go to the quarantine topic in the same transaction (at StartCommit,
   which knows the batch).
 * StartCommit: the range's progress record joins the transaction and it commits — the
@@ -73,7 +74,8 @@ class KafkaTransactor(Transactor):
         return prev.sequence + 1 if prev is not None and prev.range == self.range else 1
 
     def _headers(self) -> list[tuple[str, bytes]]:
-        return [("tidemark-range", self.range.name.encode()), ("tidemark-sequence", str(self.sequence).encode())]
+        return [("tidemark-range", self.range.name.encode()), ("tidemark-sequence", str(self.sequence).encode()),
+                ("tidemark-materialization", self.materialization.encode("utf-8"))]
 
     def store(self, msg: Store) -> None:
         self._begin()
