@@ -297,3 +297,15 @@ def test_a_rebuild_takes_only_this_views_records(setup, tmp_path):
     loaded = list(txr.load(Load(0, (("a",), ("b",))))) + list(txr.flush(Flush())[0])
     assert [(lo.keys, lo.docs) for lo in loaded] == [((("a",),), ({"k": "a", "n": 1},))]
     txr.close()
+
+
+def test_a_second_materialization_on_a_topic_is_refused_at_validate(setup):
+    from tidemark.errors import IncompatibleSchema
+
+    driver, bindings, _ = setup
+    commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}])
+    driver.validate(Validate(MAT, {}, bindings))  # its own records: fine
+    with pytest.raises(IncompatibleSchema) as err:
+        driver.validate(Validate("other_view", {}, bindings))
+    assert str(err.value).startswith(f"kafka: topic {bindings[0].resource['topic']!r} is written by materialization "
+                                     "'view', not only by 'other_view'")

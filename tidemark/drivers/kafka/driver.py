@@ -38,7 +38,7 @@ from tidemark.drivers.kafka.transactor import KafkaTransactor
 from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
-from tidemark.errors import RecoveryError, SpecError
+from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
 from tidemark.protocol.messages import (
     Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
 )
@@ -128,7 +128,26 @@ class KafkaDriver(Driver):
     # ------------------------------------------------------------- setup phase
     def validate(self, req: Validate) -> Validated:
         self.topic_specs(req.bindings)
+        self.refuse_other_writers(req.materialization, self._topics(req.bindings))
         return Validated(tuple(ValidatedBinding((topic_of(b),), b.delta_updates) for b in req.bindings))
+
+    def refuse_other_writers(self, materialization: str, topics: Sequence[str]) -> None:
+        """A data topic another view writes (its last records name it) is refused: two views
+        on one topic would read each other's documents as their own."""
+        from tidemark.drivers.kafka.reader import writers_of
+
+        s = self.settings
+        present = partition_counts(s.client, topics, timeout=s.policy.connect_timeout)
+        for t in topics:
+            if t not in present:
+                continue
+            others = sorted(writers_of(s.client, t, policy=s.policy) - {materialization})
+            if others:
+                raise IncompatibleSchema(
+                    f"kafka: topic {t!r} is written by materialization {others[0]!r}, not only by {materialization!r}: "
+                    "two views on one topic would each take the other's documents for its own. Give this "
+                    f"binding a topic of its own, or reset the other view first (`tidemark reset SPEC -m {others[0]}`). "
+                    "Nothing was written")
 
     def apply(self, req: Apply) -> Applied:
         from tidemark.drivers.kafka.topics import ensure_topics

@@ -49,6 +49,21 @@ def undecided_messages(config: Mapping[str, Any], topic: str, *, policy: RetryPo
     yield from _read(config, topic, "read_uncommitted", "stable", policy)
 
 
+RECENT = 64  # offsets per partition that writers_of reads back
+
+
+def writers_of(config: Mapping[str, Any], topic: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> set[str]:
+    """The materializations named by the ``tidemark-materialization`` header of the last
+    records of each partition of ``topic`` (read_uncommitted: an open transaction holds
+    nothing up, and a record of an aborted one still names its writer)."""
+    out = set()
+    for msg in _read(config, topic, "read_uncommitted", "recent", policy):
+        owner = dict(msg.headers() or ()).get("tidemark-materialization")
+        if owner is not None:
+            out.add(owner.decode("utf-8", "replace"))
+    return out
+
+
 def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -> Iterator:
     """Messages of ``topic`` with ``isolation``, from each partition's earliest offset
     (``since="earliest"``) or last stable offset (``"stable"``) up to its high watermark
@@ -69,9 +84,12 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
     if not parts:
         return
     high = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-    start = (_offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
-             if since == "earliest" else
-             _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout, config))
+    if since == "earliest":
+        start = _offsets(admin, parts, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED, timeout, config)
+    elif since == "recent":
+        start = {p: hw - RECENT for p, hw in high.items()}
+    else:
+        start = _offsets(admin, parts, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, timeout, config)
     start = {p: max(0, start.get(p, 0)) for p in high}
     pending = {p: hw for p, hw in high.items() if hw > start[p]}  # something to read
     if not pending:
