@@ -11,6 +11,8 @@ import pytest
 import tidemark
 from tests.helpers import oracle_orders, write_orders
 from tests.integration.test_operator_actions import endpoint, write_spec
+from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401 - fixtures
+from tests.nats_server import private_nats_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.spark
 
@@ -72,3 +74,53 @@ def test_the_auto_policy_scales_a_running_query_from_its_key_counts(spark, tmp_p
     assert all(r.keys > 45 for r in reports)
     assert ep.view() == oracle_orders(data)
     assert [r["by"] for r in tidemark.layout_history(spec)["ranges"]] == ["auto", "auto"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["store", "kafka", "nats"])
+def test_live_rescale_2_4_3_on_the_store_kafka_and_nats(spark, tmp_path, request, kind):
+    """The same live 2 -> 4 -> 3 on the endpoints whose Loads come from a local store per range:
+    each new range inherits (splits, merges) its keys' state, and the view ends exact."""
+    import uuid
+
+    from tests.helpers import kafka_spec, kafka_view, normalize, store_spec, store_view
+    from tidemark.spark.runner import run_spec
+
+    data = tmp_path / "data"
+    write_orders(data, files=6, per_file=120, customers=60, seed=26, deletes=0.05)
+    if kind == "store":
+        spec = store_spec(tmp_path, data, 2)
+
+        def view():
+            return store_view(spec)
+    elif kind == "kafka":
+        from tests.kafka_broker import confluent_kafka_or_skip
+
+        confluent_kafka_or_skip()
+        bootstrap, topic = request.getfixturevalue("kafka_bootstrap"), f"customers-{uuid.uuid4().hex[:8]}"
+        spec = kafka_spec(tmp_path, data, 2, bootstrap, topic=topic, progress_topic=f"progress-{topic}")
+
+        def view():
+            return kafka_view(bootstrap, topic)
+    else:
+        pytest.importorskip("nats")
+        from tests.nats_helpers import committed_view, nats_spec
+
+        url = request.getfixturevalue("private_nats_server").url
+        spec = nats_spec(tmp_path, data, 2, url)
+
+        def view():
+            return committed_view(url)
+    asks = {1: 4, 3: 3}
+    reports = []
+
+    def on_batch(report):
+        reports.append(report)
+        if report.batch_id in asks:
+            tidemark.scale(spec, shards=asks[report.batch_id], materialization="view")
+
+    runs = run_spec(spec, spark=spark, on_batch=on_batch)
+    assert len(runs) == 1
+    assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 3), (5, 3)]
+    assert sum(r.loaded for r in reports) > 0  # later batches loaded keys from the inherited local state
+    assert normalize(view()) == oracle_orders(data)
