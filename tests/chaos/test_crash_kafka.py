@@ -67,7 +67,7 @@ def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, kafka_bootst
     _every_point(tmp_path, kafka_bootstrap, TELLING, 1, "telling")
 
 
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.chaos_full), 4])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, kafka_bootstrap, shards):
     """Every point on the commit path without Spark (tests/chaos/plain.py)."""
     _every_point(tmp_path, kafka_bootstrap, POINTS, shards, f"every{shards}", plain=True)

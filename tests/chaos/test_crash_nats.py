@@ -69,7 +69,8 @@ def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, private_nats
     kill_run(tmp_path, private_nats_server.url, TELLING, 1, "auto", clean_files=0)
 
 
-@pytest.mark.parametrize("shards,atomic", [(1, "auto"), (4, "auto"), (2, "false")])
+@pytest.mark.parametrize("shards,atomic", [pytest.param(1, "auto", marks=pytest.mark.chaos_full), (4, "auto"),
+                                           (2, "false")])
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, private_nats_server, shards, atomic):
     """Every point on the commit path without Spark (tests/chaos/plain.py)."""
     kill_run(tmp_path, private_nats_server.url, POINTS, shards, atomic, plain=True)

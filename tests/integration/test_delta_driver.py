@@ -151,6 +151,7 @@ def armed(monkeypatch):
 # --------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow  # the full kit; the quick one runs in the default suite (test_conformance.py)
 def test_conformance_kit_passes(tmp_path):
     report = assert_conformance(lambda: DeltaDriver({"path": str(tmp_path / "kit")}))
     assert report.commit_pattern == "idempotent-apply-coordinator"
