@@ -17,22 +17,11 @@ from tests.nats_server import private_nats_server  # noqa: F401 - fixture
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
-                                  pytest.param("delta", marks=pytest.mark.slow),
-                                  pytest.param("iceberg", marks=pytest.mark.slow)])
-def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
+def run_rescaled_2_4_3(spark, spec: str) -> list:
+    """One running query (a batch per file, 6 files) asked for 4 shards after batch 1 and for
+    3 after batch 3; its batches' reports (asserted to run 2, 2, 4, 4, 3, 3 shards)."""
     from tidemark.spark.runner import run_spec
 
-    if kind == "iceberg":
-        pytest.importorskip("pyiceberg")
-        from tests.integration.test_iceberg_e2e import Iceberg
-
-        ep = Iceberg(tmp_path)
-    else:
-        ep = endpoint(request, tmp_path, kind)
-    data = tmp_path / "data"
-    write_orders(data, files=6, per_file=120, customers=60, seed=25, deletes=0.05)
-    spec = write_spec(tmp_path, data, ep, shards=2)
     asks = {1: 4, 3: 3}  # after batch N commits: scale to M
     reports = []
 
@@ -44,6 +33,24 @@ def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind)
     runs = run_spec(spec, spark=spark, on_batch=on_batch)
     assert len(runs) == 1  # one query, never restarted
     assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 3), (5, 3)]
+    return reports
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
+                                  pytest.param("delta", marks=pytest.mark.slow),
+                                  pytest.param("iceberg", marks=pytest.mark.slow)])
+def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
+    if kind == "iceberg":
+        pytest.importorskip("pyiceberg")
+        from tests.integration.test_iceberg_e2e import Iceberg
+
+        ep = Iceberg(tmp_path)
+    else:
+        ep = endpoint(request, tmp_path, kind)
+    data = tmp_path / "data"
+    write_orders(data, files=6, per_file=120, customers=60, seed=25, deletes=0.05)
+    spec = write_spec(tmp_path, data, ep, shards=2)
+    run_rescaled_2_4_3(spark, spec)
     assert ep.view() == oracle_orders(data)
     if kind == "iceberg":
         assert ep.batches() == [0, 1, 2, 3, 4, 5]
@@ -84,7 +91,6 @@ def test_live_rescale_2_4_3_on_the_store_kafka_and_nats(spark, tmp_path, request
     import uuid
 
     from tests.helpers import kafka_spec, kafka_view, normalize, store_spec, store_view
-    from tidemark.spark.runner import run_spec
 
     data = tmp_path / "data"
     write_orders(data, files=6, per_file=120, customers=60, seed=26, deletes=0.05)
@@ -103,7 +109,6 @@ def test_live_rescale_2_4_3_on_the_store_kafka_and_nats(spark, tmp_path, request
         def view():
             return kafka_view(bootstrap, topic)
     else:
-        pytest.importorskip("nats")
         from tests.nats_helpers import committed_view, nats_spec
 
         url = request.getfixturevalue("private_nats_server").url
@@ -111,16 +116,6 @@ def test_live_rescale_2_4_3_on_the_store_kafka_and_nats(spark, tmp_path, request
 
         def view():
             return committed_view(url)
-    asks = {1: 4, 3: 3}
-    reports = []
-
-    def on_batch(report):
-        reports.append(report)
-        if report.batch_id in asks:
-            tidemark.scale(spec, shards=asks[report.batch_id], materialization="view")
-
-    runs = run_spec(spec, spark=spark, on_batch=on_batch)
-    assert len(runs) == 1
-    assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 4), (3, 4), (4, 3), (5, 3)]
+    reports = run_rescaled_2_4_3(spark, spec)
     assert sum(r.loaded for r in reports) > 0  # later batches loaded keys from the inherited local state
     assert normalize(view()) == oracle_orders(data)

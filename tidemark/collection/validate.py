@@ -20,6 +20,7 @@ import math
 import re
 from typing import Any
 
+from tidemark.collection.decimals import is_multiple
 from tidemark.errors import DocumentError
 
 DEFAULT_MAX_DOCUMENT_BYTES = 16 * 2**20
@@ -116,8 +117,6 @@ def _multiple_of(validator, multiple, instance, schema):
     """``multipleOf`` on the numbers' decimal text: ``jsonschema`` divides doubles, and finds
     ``0.07`` no multiple of ``0.01`` (``7.000000000000001``)."""
     from jsonschema.exceptions import ValidationError
-
-    from tidemark.collection.decimals import is_multiple
 
     if not validator.is_type(instance, "number"):
         return

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Optional
 
 from tidemark.collection.keys import compact_json, key_json
 from tidemark.errors import DocumentError, RecoveryError, SpecError, reset_hint
+from tidemark.files import write_atomically
 
 ADOPT_DIR = "adopt"
 RECORD = "adopt.json"
@@ -92,16 +93,7 @@ def read_record(checkpoint_location: str) -> Optional[AdoptRecord]:
 def write_record(checkpoint_location: str, record: AdoptRecord) -> None:
     d = folder(checkpoint_location)
     os.makedirs(d, exist_ok=True)
-    _write_atomically(os.path.join(d, RECORD), json.dumps(asdict(record), indent=1) + "\n")
-
-
-def _write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(os.path.join(d, RECORD), (json.dumps(asdict(record), indent=1) + "\n").encode("utf-8"))
 
 
 def refuse_unfinished(materialization: str, checkpoint_location: str) -> None:
@@ -227,7 +219,7 @@ def write_rows(checkpoint_location: str, binding: int, texts: list[str]) -> str:
     name = f"rows-{binding}.jsonl"
     d = folder(checkpoint_location)
     os.makedirs(d, exist_ok=True)
-    _write_atomically(os.path.join(d, name), "".join(t + "\n" for t in texts))
+    write_atomically(os.path.join(d, name), "".join(t + "\n" for t in texts).encode("utf-8"))
     return name
 
 

@@ -32,14 +32,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 import pyarrow.fs as pafs
 
-from tidemark.files import filesystem  # noqa: F401  (re-exported)
+from tidemark.files import filesystem, write_atomically  # noqa: F401  (filesystem: re-exported)
 from tidemark.errors import RecoveryError
 
 log = logging.getLogger("tidemark")
@@ -122,17 +121,7 @@ class RecoveryLog:
     def _write(self, path: str, obj: Any) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
         if self._local:
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomically(path, data)
         elif self._object_store:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)

@@ -134,6 +134,8 @@ class _CtrlC:
             self.run.query.stop()
         except Exception:  # noqa: BLE001 - stopped already, or the session is gone
             pass
+        finally:
+            GATE.reopen()  # the script may go on (catch KeyboardInterrupt) and run again
 
 
 def _spark(spark):

@@ -98,6 +98,13 @@ class _Gate:
             self._refusing = True
             return self._cond.wait_for(lambda: self._busy == 0, timeout)
 
+    def reopen(self) -> None:
+        """Let batches run again (a process that goes on after its runs were stopped)."""
+        with self._cond:
+            self._refusing = False
+            self._closed = False
+            self._cond.notify_all()
+
     def close_and_wait(self, timeout: Optional[float] = None) -> bool:
         """Close the gate; True once no batch is in progress (False at ``timeout``)."""
         with self._cond:
