@@ -306,3 +306,33 @@ def test_two_machines_committing_one_batch_resolve_to_the_recovery_logs_digest(t
     txn, _ = c.open(Open("m", "v1", Range(), bindings=BINDINGS))
     txn.close()
     assert c.dump("m", VIEW) == {("x",): {"id": "x", "n": 1}}
+
+
+def test_a_late_attempts_commit_of_an_older_batch_does_not_stop_a_restore(tmp_path):
+    """A speculative attempt on another machine commits batch 1 after batch 2 opened and
+    committed: the changelog holds batch 1 twice.  Batch 2's entry names the batch-1 entry it
+    was built on, so every machine restores the winner's chain: one without a local copy, and
+    the zombie's own machine (whose local store holds the loser)."""
+    cl = str(tmp_path / "cl")
+    a, b, c = (StoreDriver({"path": str(tmp_path / m), "changelog": cl}) for m in "abc")
+    a.apply(Apply("m", {}, BINDINGS, checkpoint_id="cp1"))
+    commit(a, 0, {"x": {"id": "x", "n": 0}})
+    zombie, _ = b.open(Open("m", "v1", Range(), bindings=BINDINGS))  # machine b, fenced only locally
+    zombie.acknowledge(Acknowledge())
+    zombie.store(store_msg(0, {"x": {"id": "x", "n": 99}}))
+    commit(a, 1, {"x": {"id": "x", "n": 1}})
+    commit(a, 2, {"x": {"id": "x", "n": 2}, "y": {"id": "y", "n": 2}})
+    zombie.start_commit(StartCommit(cp(1)))  # late: batch 2 is already committed on a
+    zombie.close()
+    entries = sorted(os.listdir(os.path.join(cl, "m", Range().name, "log")))
+    assert [e[:20] for e in entries].count(f"{1:020d}") == 2, entries
+    want = {("x",): {"id": "x", "n": 2}, ("y",): {"id": "y", "n": 2}}
+    for d in (c, b):  # no local copy; the zombie's machine
+        txn, opened = d.open(Open("m", "v1", Range(), bindings=BINDINGS))
+        assert opened.runtime_checkpoint == cp(2)
+        txn.close()
+        assert d.dump("m", VIEW) == want
+    commit(b, 3, {"z": {"id": "z", "n": 3}})  # b carries on from the winner's chain
+    txn, opened = c.open(Open("m", "v1", Range(), bindings=BINDINGS))
+    txn.close()
+    assert c.dump("m", VIEW) == {**want, ("z",): {"id": "z", "n": 3}}

@@ -12,7 +12,11 @@ null value is a delete — with the runtime checkpoint, the batch it was built o
 small read.  A file is written under a temporary name and moved into place: readers
 never see half of one.  ``digest`` hashes the content; two commits of one batch that
 wrote the same changes (a deterministic re-run) have one name, two that differ are an
-ambiguity :meth:`Changelog.chain` refuses to guess about.
+ambiguity.  Each entry also names the digest of the entry it was built on
+(``prev_digest``), so an entry a later one was built on wins over a duplicate of its batch
+(a speculative attempt on another machine that committed late, after the next batch):
+only a duplicate at the newest batch is an ambiguity :meth:`Changelog.chain` refuses to
+guess about (the recovery log's digest settles it at the next Open).
 
 The engine writes a batch's entry *before* its local commit (KIP-892's order: what
 the changelog holds and the local store lacks is rolled forward at the next Open).
@@ -104,10 +108,13 @@ class Changelog:
 
     # ------------------------------------------------------------------ writing
     def write(self, rng: Range, kind: str, checkpoint: dict, prev_batch: int,
-              items: Iterable[tuple[bytes, Optional[bytes]]]) -> Ref:
-        """Write one entry (``kind="log"``) or snapshot (``"snap"``); items sorted by key."""
+              items: Iterable[tuple[bytes, Optional[bytes]]], prev_digest: Optional[str] = None) -> Ref:
+        """Write one entry (``kind="log"``) or snapshot (``"snap"``); items sorted by key.
+        ``prev_digest``: the digest of the entry the local store held (None when unknown)."""
         batch = batch_of(checkpoint)
         meta = {"checkpoint": checkpoint, "prev_batch": prev_batch, "kind": kind, "range": rng.name}
+        if prev_digest:
+            meta["prev_digest"] = prev_digest
         schema = SCHEMA.with_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
         directory = f"{self.root}/{rng.name}/{kind}"
         self.fs.create_dir(directory, recursive=True)
@@ -146,37 +153,60 @@ class Changelog:
             for rb in pa.ipc.open_stream(f):
                 yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist())
 
-    def chain(self, rng: Range, upto: int, base: int = -1) -> tuple[Optional[Ref], list[Ref]]:
-        """The files that rebuild ``rng`` at batch ``upto``: ``(snapshot or None, entries)``,
-        entries oldest first.  With ``base`` >= 0 (a local store at that batch) the entries
-        after ``base`` are preferred when they chain from it; otherwise the newest
-        snapshot they chain from.  Raises RecoveryError when no chain reaches ``upto``."""
+    def entries(self, rng: Range) -> dict[int, "Ref | list[Ref]"]:
+        """The log entry of each batch; where attempts committed a batch twice, the one a later
+        entry was built on (``prev_digest``), or the list of candidates when none says."""
         by_batch: dict[int, list[Ref]] = {}
         for ref in self.refs(rng, "log"):
-            if ref.batch <= upto:
-                by_batch.setdefault(ref.batch, []).append(ref)
+            by_batch.setdefault(ref.batch, []).append(ref)
+        if all(len(refs) == 1 for refs in by_batch.values()):
+            return {b: refs[0] for b, refs in by_batch.items()}
+        named = {(m["prev_batch"], m.get("prev_digest"))
+                 for refs in by_batch.values() for m in map(self.metadata, refs)}
+        out: dict[int, "Ref | list[Ref]"] = {}
         for b, refs in by_batch.items():
             if len(refs) > 1:
-                raise RecoveryError(
-                    f"changelog {self.root}/{rng.name}: batch {b} was committed twice with different changes "
-                    f"({', '.join(r.digest for r in refs)}): two task attempts on different machines both "
-                    "committed; keep the file the recovery log names, delete the other, and open again")
+                won = [r for r in refs if (b, r.digest) in named]
+                out[b] = won[0] if len(won) == 1 else refs
+            else:
+                out[b] = refs[0]
+        return out
+
+    def chain(self, rng: Range, upto: int, base: int = -1,
+              base_digest: Optional[str] = None) -> tuple[Optional[Ref], list[Ref]]:
+        """The files that rebuild ``rng`` at batch ``upto``: ``(snapshot or None, entries)``,
+        entries oldest first.  With ``base`` >= 0 (a local store at that batch) the entries
+        after ``base`` are preferred when they chain from it (and from ``base_digest``, the
+        local commit's entry, where both are known); otherwise the newest
+        snapshot they chain from.  Raises RecoveryError when no chain reaches ``upto``."""
+        chosen = self.entries(rng)
+        by_batch = {b: ref for b, ref in chosen.items() if b <= upto}
+        ambiguous = [b for b, ref in by_batch.items() if isinstance(ref, list)]
+        if ambiguous:
+            b = ambiguous[0]
+            raise RecoveryError(
+                f"changelog {self.root}/{rng.name}: batch {b} was committed twice with different changes "
+                f"({', '.join(r.digest for r in by_batch[b])}): two task attempts on different machines both "
+                "committed; keep the file the recovery log names, delete the other, and open again")
         snaps = [s for s in self.refs(rng, "snap") if s.batch <= upto]
 
-        def walk(start: int) -> Optional[list[Ref]]:
+        def walk(start: int, start_digest: Optional[str] = None) -> Optional[list[Ref]]:
             out, pos = [], start
             for b in sorted(by_batch):
                 if b <= start:
                     continue
-                ref = by_batch[b][0]
-                if self.metadata(ref)["prev_batch"] != pos:
+                ref = by_batch[b]
+                meta = self.metadata(ref)
+                if meta["prev_batch"] != pos:
                     return None
+                if not out and start_digest and meta.get("prev_digest") not in (None, start_digest):
+                    return None  # built on another attempt's commit of the base batch
                 out.append(ref)
                 pos = b
             return out if pos == upto else None
 
         if base >= 0:
-            entries = walk(base)
+            entries = walk(base, base_digest)
             if entries is not None:
                 return None, entries
         for snap in reversed(snaps):

@@ -164,7 +164,8 @@ class RangeStore:
                 digest = None
                 # Step 3: the changelog entry, before the local commit point.
                 if self.changelog is not None:
-                    ref = self.changelog.write(self.range, "log", checkpoint, current.batch, buf.items(lo, hi))
+                    ref = self.changelog.write(self.range, "log", checkpoint, current.batch, buf.items(lo, hi),
+                                               prev_digest=(current.commit or {}).get("digest"))
                     digest = ref.digest
                 faults.fault_point("store_after_changelog")
                 # Step 4: data + checkpoint + commit record, one atomic write.

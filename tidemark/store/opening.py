@@ -161,7 +161,8 @@ def _materialize(cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.M
             return  # committed state is here: nothing to undo, nothing to wipe
         if mine.batch < p.batch and changelog is not None:
             try:
-                snap, entries = changelog.chain(rng, p.batch, base=mine.batch)
+                snap, entries = changelog.chain(rng, p.batch, base=mine.batch,
+                                                base_digest=(mine.commit or {}).get("digest"))
             except RecoveryError:
                 snap, entries = None, None
             if snap is None and entries is not None:
@@ -175,8 +176,11 @@ def _diverged(rng: Range, mine: rdb.Meta, changelog: Optional[Changelog]) -> boo
     machine's attempt of the same batch won)."""
     if changelog is None or not mine.commit or not mine.commit.get("digest"):
         return False
-    digests = {r.digest for r in changelog.refs(rng, "log") if r.batch == mine.batch}
-    return bool(digests) and mine.commit["digest"] not in digests
+    entry = changelog.entries(rng).get(mine.batch)
+    if entry is None:
+        return False
+    digests = {r.digest for r in entry} if isinstance(entry, list) else {entry.digest}
+    return mine.commit["digest"] not in digests
 
 
 def _roll_forward(cfg: StoreConfig, rng: Range, entries, changelog: Changelog) -> None:
@@ -232,6 +236,9 @@ def _rebuild(cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta]
                 db.write(wb, nowal)
         db.flush()
         commit = {"batch": p.batch, "inherited": [r.name for r in p.sources]}
+        own = changelog.entries(rng).get(p.batch) if changelog is not None and p.sources == (rng,) else None
+        if own is not None and not isinstance(own, list):
+            commit["digest"] = own.digest  # restored from this range's own entry: the next one chains from it
         rdb.write_atomic(db, iter(()), rdb.meta_items(p.checkpoint, commit))
     finally:
         db.close()
