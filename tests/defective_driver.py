@@ -19,6 +19,8 @@ author can make while following docs/protocol.md, and each loses or doubles data
 ``doc-16k``               the stored document keeps its first 16 KiB (a VARCHAR(16384)-like
                           column); a longer one is read back as whatever of it parses
 ``value-16k``             each string of a document keeps its first 16 KiB (a bounded text field)
+``identity-overwritten``  every Apply replaces the view-identity record, so the record no longer
+                          says since when, and for whom, the resource holds the view
 
 ``tests/integration/test_conformance.py`` checks that the kit fails each one on the property
 it breaks.  Standard library only, like the example.
@@ -203,6 +205,18 @@ class StoreEarly(example.Session):
         return replies
 
 
+class IdentityOverwritten(example.Driver):
+    def handle(self, name, req):
+        if name == "apply" and not req.get("dry_run") and req.get("checkpoint_id"):
+            for binding, record in zip(req["bindings"], req.get("identities") or []):
+                resource = example.resource_of(binding)
+                self.store.db.execute(  # DEFECT: every Apply replaces the record (its batch, its owner)
+                    "INSERT OR REPLACE INTO identities (materialization, resource, record) VALUES (?, ?, ?)",
+                    (req["materialization"], resource, json.dumps({**record, "resolved": resource})))
+            return [{"applied": {"action_description": "nothing to create"}}]
+        return super().handle(name, req)
+
+
 DEFECTS = {
     "checkpoint-second-tx": ("Store", CheckpointSecondTx),
     "fence-before-tx": ("Store", FenceBeforeTx),
@@ -213,6 +227,7 @@ DEFECTS = {
     "binding-fallback-load": ("Store", BindingFallbackLoad),
     "doc-16k": ("Store", Doc16k),
     "value-16k": ("Store", Value16k),
+    "identity-overwritten": ("Driver", IdentityOverwritten),
 }
 
 

@@ -178,6 +178,7 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         bindings, paths = reduce_paths(bindings, [Collection(spec.collections[b.source]) for b in mat.bindings],
                                        caps, mat.options.with_env().endpoint_reduce)
         check_new_checkpoint(spec, mat, driver, bindings)
+        check_records(spec, mat, driver, bindings)
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
     return (f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
@@ -201,6 +202,18 @@ def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, b
     if positions:
         mine = RecoveryLog(location, mat.name, create=False).checkpoint_id
         refuse_foreign(mat.name, mat.driver_name, positions, mine, None, location)
+
+
+def check_records(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings) -> None:
+    """The view-identity records the endpoint keeps, compared as start-up compares them."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+    from tidemark.runtime.view_identity import binding_identity, check_endpoint_records, source_location
+
+    checkpoint_id = RecoveryLog(spec.checkpoint_location(mat.name), mat.name, create=False).checkpoint_id
+    sources = [source_location(spec.collections[b.source].source, spec.base_dir) for b in mat.bindings]
+    check_endpoint_records(mat.name, mat.driver_name, driver.identities(mat.name, bindings),
+                           [binding_identity(b, s) for b, s in zip(bindings, sources)], checkpoint_id,
+                           spec_file=spec.file)
 
 
 def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, to_run: bool = False) -> str:

@@ -29,6 +29,7 @@ CAPABILITIES = {
     "max_load_keys": 1000,
     "max_store_docs": 1000,
     "quarantine": True,
+    "identities": True,  # keeps each resource's view-identity record (apply, list_identities)
 }
 
 SCHEMA = """
@@ -43,6 +44,8 @@ CREATE TABLE IF NOT EXISTS deltas (
     id INTEGER PRIMARY KEY AUTOINCREMENT, materialization TEXT NOT NULL, resource TEXT NOT NULL,
     doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS identities (
+    materialization TEXT NOT NULL, resource TEXT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (materialization, resource));
 CREATE TABLE IF NOT EXISTS quarantine (
     id INTEGER PRIMARY KEY AUTOINCREMENT, materialization TEXT NOT NULL, batch_id INTEGER, row TEXT NOT NULL);
 """
@@ -259,8 +262,21 @@ class Driver:
             return [{"validated": {"bindings": [
                 {"resource_path": list(b["resource"].values())[:1], "delta_updates": b.get("delta_updates", False),
                  "constraints": {}} for b in req["bindings"]]}}]
-        if name == "apply":
+        if name == "apply":  # keep each resource's view-identity record where it has none
+            if not req.get("dry_run") and req.get("checkpoint_id"):
+                for binding, record in zip(req["bindings"], req.get("identities") or []):
+                    resource = resource_of(binding)
+                    self.store.db.execute(
+                        "INSERT OR IGNORE INTO identities (materialization, resource, record) VALUES (?, ?, ?)",
+                        (req["materialization"], resource, json.dumps({**record, "resolved": resource})))
             return [{"applied": {"action_description": "nothing to create: one SQLite file holds every resource"}}]
+        if name == "list_identities":
+            records = []
+            for binding in req["bindings"]:
+                row = self.store.db.execute("SELECT record FROM identities WHERE materialization = ? AND resource = ?",
+                                            (req["materialization"], resource_of(binding))).fetchone()
+                records.append(json.loads(row[0]) if row else None)
+            return [{"identities_listed": {"records": records}}]
         if name == "open":  # a new session; the runtime reuses processes, so forget any previous one
             self.session = None
             self.session = Session(self.store, req)

@@ -38,6 +38,7 @@ DEFECTS = {
     "binding-fallback-load": ("binding-isolation", "look a Load's keys up in the resource of Load.binding only"),
     "doc-16k": ("whole-documents", "store and return each document whole"),
     "value-16k": ("whole-documents", "store and return each document whole"),
+    "identity-overwritten": ("identity-records", "never overwrite it"),
 }
 
 

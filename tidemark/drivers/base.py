@@ -296,6 +296,20 @@ class Driver(ABC):
                                 batch if isinstance(batch, int) else -1, r.range))
         return out
 
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
+        """The view-identity record kept with each binding's resource (read-only), in binding
+        order: the dict Apply was given in ``Apply.identities`` for it, plus ``"resolved"``, the
+        resource's name as the endpoint resolves it (case-folded where the endpoint folds,
+        qualified).  None for a resource that keeps none (not created yet, or by a tidemark that
+        kept none); ``None`` overall when the endpoint keeps no records.
+
+        A driver keeps the record in its own place (a SQL table, a table property, a hash,
+        stream metadata, a record on a topic) and writes it in Apply, with the resource, only
+        where none is kept: a record, once kept, is changed only by ``drop``.  The coordinator
+        compares it with the spec before anything is written; the conformance kit checks that it
+        round-trips."""
+        return None
+
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Remove the view: the bindings' resources and everything the endpoint records of
         the materialization (checkpoints, fences, staged work, quarantine).  Returns what was

@@ -247,12 +247,20 @@ class MemoryDriver(Driver):
             return Applied(f"would create {len(req.bindings)} in-memory resources")
         with self.backend.write() as state:
             m = _mat(state, req.materialization)
-            for b in req.bindings:
+            kept = m.setdefault("identities", {})
+            for i, b in enumerate(req.bindings):
                 if b.delta_updates:
                     m["deltas"].setdefault(resource_name(b), [])
                 else:
                     m["views"].setdefault(resource_name(b), {})
+                if i < len(req.identities) and resource_name(b) not in kept:
+                    kept[resource_name(b)] = {**req.identities[i], "resolved": resource_name(b)}
         return Applied(f"created {len(req.bindings)} in-memory resources")
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        with self.backend.read() as state:
+            kept = (state["mats"].get(materialization) or {}).get("identities") or {}
+            return [copy.deepcopy(kept.get(resource_name(b))) for b in bindings]
 
     # ---------------------------------------------------------- transactions
     def open(self, req: Open) -> tuple[Transactor, Opened]:

@@ -151,6 +151,9 @@ class Apply:
     version: str = ""
     dry_run: bool = False
     checkpoint_id: Optional[str] = None  # the tidemark checkpoint that will write the resources
+    #: per binding, the view-identity record to keep with its resource where none is kept yet
+    #: (:mod:`tidemark.runtime.view_identity`; returned by ``Driver.identities``); () records nothing
+    identities: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

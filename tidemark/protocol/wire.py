@@ -99,6 +99,22 @@ class CheckpointsListed:
 
 
 @dataclass(frozen=True, slots=True)
+class ListIdentities:
+    """Ask for the view-identity record kept with each binding's resource (``Driver.identities``)."""
+
+    materialization: str
+    bindings: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IdentitiesListed:
+    """One record per binding, in binding order: the object ``apply``'s ``identities`` gave for it
+    (plus ``resolved``), or null where the resource keeps none."""
+
+    records: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorAcknowledge:
     materialization: str
     state: Any
@@ -204,7 +220,7 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("spec_response", SpecResponse, {}),
     ("validate", Validate, {"bindings": (_bindings_out, _bindings_in)}),
     ("validated", Validated, {"bindings": (lambda bs: [_vb_out(b) for b in bs], lambda ds: tuple(_vb_in(d) for d in ds))}),
-    ("apply", Apply, {"bindings": (_bindings_out, _bindings_in)}),
+    ("apply", Apply, {"bindings": (_bindings_out, _bindings_in), "identities": (list, _tuple)}),
     ("applied", Applied, {"created": (_rows_out, _rows_in)}),
     ("open", Open, {"range": (_range_out, _range_in), "bindings": (_bindings_out, _bindings_in)}),
     ("opened", Opened, {}),
@@ -225,6 +241,8 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("dumped", Dumped, {"rows": (list, _tuple)}),
     ("list_checkpoints", ListCheckpoints, {}),
     ("checkpoints_listed", CheckpointsListed, {"rows": (list, _tuple)}),
+    ("list_identities", ListIdentities, {"bindings": (_bindings_out, _bindings_in)}),
+    ("identities_listed", IdentitiesListed, {"records": (list, _tuple)}),
     ("coordinator_acknowledge", CoordinatorAcknowledge, {"bindings": (_bindings_out, _bindings_in)}),
     ("coordinator_acknowledged", CoordinatorAcknowledged, {}),
     ("error", Error, {}),

@@ -58,7 +58,7 @@ from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.lease import Lease
 from tidemark.runtime.spec_changes import changes_since
-from tidemark.runtime.view_identity import binding_identity, check_identities
+from tidemark.runtime.view_identity import binding_identity, check_endpoint_records, check_identities, endpoint_record
 
 log = logging.getLogger("tidemark")
 
@@ -203,6 +203,8 @@ class Coordinator:
         for action in self.driver.recover(self.name, self.log.checkpoint_id, self.known_ranges(last)):
             log.info("materialization %s: %s", self.name, action)
         self.check_positions(last)
+        check_endpoint_records(self.name, self.driver_name, self.driver.identities(self.name, self.bindings),
+                               self.identities, self.log.checkpoint_id)
         # Step 3
         self.driver.validate(Validate(self.name, self.driver_config, self.bindings))
         dry = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
@@ -218,8 +220,10 @@ class Coordinator:
                     f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
                     f"with {reset_hint(self.name)}. Nothing was changed")
         # Step 4
+        created_at = 0 if last is None else last.batch_id + 1
+        records = tuple(endpoint_record(i, self.name, self.checkpoint_id, created_at) for i in self.identities)
         applied = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
-                                          checkpoint_id=self.checkpoint_id))
+                                          checkpoint_id=self.checkpoint_id, identities=records))
         log.info("materialization %s: apply: %s", self.name, applied.action_description)
         # Step 5
         if last is not None:

@@ -18,6 +18,15 @@ purpose with ``tidemark reset`` (which builds the new resource complete).  Entri
 before this record existed carry ``resources`` and ``reductions`` (collection names): those
 are compared instead.
 
+The endpoint keeps the same record with each resource (:func:`endpoint_record`: the
+identity plus its owner, the materialization and checkpoint, and the batch it was created
+at; the driver adds ``resolved``, the name as the endpoint resolves it).  Apply writes it
+where none is kept; ``Driver.identities`` reads it back, and :func:`check_endpoint_records`
+(at start-up, after the recovery log's check and before Validate/Apply write anything, and
+in ``tidemark check``) refuses a resource that holds another view: another owner, another
+collection or source, another key.  So a view is recognised by its endpoint even when its
+checkpoint folder is gone or new.
+
 Pure Python (no Spark, no driver).
 """
 
@@ -121,4 +130,58 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
         "Nothing was changed")
 
 
-__all__ = ["binding_identity", "check_identities", "differences", "resource_identity", "source_location"]
+def endpoint_record(identity: dict, materialization: str, checkpoint_id: Optional[str], created_at_batch: int) -> dict:
+    """The record an endpoint keeps with a binding's resource (``Apply.identities``)."""
+    return {"materialization": materialization, "checkpoint_id": checkpoint_id, **identity,
+            "created_at_batch": created_at_batch}
+
+
+def record_differences(stored: dict, materialization: str, checkpoint_id: Optional[str], current: dict) -> list[str]:
+    """What makes a kept record another view's than this binding's (``current``: its identity)."""
+    where = stored.get("resolved") or _show(stored.get("resource"))
+    since = stored.get("created_at_batch")
+    made = f" since batch {since}" if isinstance(since, int) else ""
+    out = []
+    if (stored.get("materialization"), stored.get("checkpoint_id")) != (materialization, checkpoint_id):
+        whose = (f"materialization {stored.get('materialization')!r}" if stored.get("materialization") != materialization
+                 else f"another tidemark checkpoint of {materialization!r}")
+        out.append(f"{where!r} holds the view of {whose} (checkpoint {stored.get('checkpoint_id')}{made}), not of this "
+                   f"checkpoint ({checkpoint_id}): if this checkpoint folder was deleted or moved, restore it; if this "
+                   "is another job, give it its own resource")
+        return out
+    if stored.get("collection") and stored["collection"] != current["collection"]:
+        out.append(f"{where!r} holds collection {stored['collection']!r}{made}, not {current['collection']!r}")
+    if stored.get("key") is not None and list(stored["key"]) != list(current["key"]):
+        out.append(f"{where!r} is keyed by {stored['key']}{made}, not {current['key']}: documents of the old and the new "
+                   "key would stand side by side")
+    elif stored.get("key_types") is not None and list(stored["key_types"]) != list(current["key_types"]):
+        out.append(f"{where!r} has key types {stored['key_types']}{made}, not {current['key_types']}")
+    if stored.get("source") and current.get("source") and stored["source"] != current["source"]:
+        out.append(f"{where!r} holds what was read from {stored['source']}{made}, not from {current['source']}")
+    return out
+
+
+def check_endpoint_records(materialization: str, driver_name: str, stored: Optional[Sequence[Optional[dict]]],
+                           current: Sequence[dict], checkpoint_id: Optional[str], *,
+                           spec_file: Optional[str] = None) -> None:
+    """Refuse bindings whose resources keep another view's record (``stored``: what
+    ``Driver.identities`` returned; ``current``: this spec's identities).  Raises
+    :class:`~tidemark.errors.RecoveryError` naming both sides; a resource with no record passes."""
+    if not stored:
+        return
+    found = []
+    for i, (old, new) in enumerate(zip(stored, current)):
+        if isinstance(old, dict):
+            found += [f"binding {i} ({new['collection']}): {d}" for d in
+                      record_differences(old, materialization, checkpoint_id, new)]
+    if not found:
+        return
+    where = f" ({spec_file})" if spec_file else ""
+    raise RecoveryError(
+        f"materialization {materialization!r}{where}: endpoint {driver_name!r} keeps another view in its resources: "
+        + "; ".join(found) + f". Undo the edit, or start this view over on purpose with {reset_hint(materialization)} "
+        "(which drops the resource with its record). Nothing was changed")
+
+
+__all__ = ["binding_identity", "check_endpoint_records", "check_identities", "differences", "endpoint_record",
+           "record_differences", "resource_identity", "source_location"]

@@ -155,6 +155,9 @@ class FaultyDriver(Driver):
     def checkpoints(self, materialization):
         return self.inner.checkpoints(materialization)
 
+    def identities(self, materialization, bindings):
+        return self.inner.identities(materialization, bindings)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import shlex
 import threading
 import weakref
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
@@ -83,6 +83,7 @@ def capabilities_from_wire(program: str, d: dict) -> Capabilities:
         raise DriverProgramError(f"driver program {program!r}: describe must answer "
                                  f"{{\"described\": {{\"capabilities\": {{\"commit_pattern\": ...}}}}}}, got {d!r}")
     known = set(Capabilities.__dataclass_fields__)
+    d = {k: v for k, v in d.items() if k != WIRE_IDENTITIES}
     unknown = set(d) - known
     if unknown:
         raise DriverProgramError(f"driver program {program!r}: unknown capabilities {sorted(unknown)} "
@@ -97,7 +98,11 @@ def capabilities_from_wire(program: str, d: dict) -> Capabilities:
                                  f"{patterns})") from exc
 
 
-_DESCRIBED: dict[tuple, Capabilities] = {}  # per command line, in this process
+#: a ``described`` capability beside :class:`Capabilities`'s: the program keeps view-identity
+#: records (written from ``apply``'s ``identities``, read by ``list_identities``)
+WIRE_IDENTITIES = "identities"
+
+_DESCRIBED: dict[tuple, tuple[Capabilities, bool]] = {}  # per command line, in this process
 _CACHE_LOCK = threading.Lock()
 
 
@@ -149,14 +154,18 @@ class CommandDriver(Driver):
 
     def describe(self) -> Capabilities:
         """The program's capabilities (asked once per command line and process)."""
+        return self._described()[0]
+
+    def _described(self) -> tuple[Capabilities, bool]:
         with _CACHE_LOCK:
-            caps = _DESCRIBED.get(self.key)
-        if caps is None:
+            found = _DESCRIBED.get(self.key)
+        if found is None:
             reply = self._request(wire.Describe(), wire.Described)
-            caps = capabilities_from_wire(self.program, reply.capabilities)
+            found = (capabilities_from_wire(self.program, reply.capabilities),
+                     bool(isinstance(reply.capabilities, dict) and reply.capabilities.get(WIRE_IDENTITIES)))
             with _CACHE_LOCK:
-                _DESCRIBED[self.key] = caps
-        return caps
+                _DESCRIBED[self.key] = found
+        return found
 
     # --------------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
@@ -167,9 +176,22 @@ class CommandDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         return self._request(
-            Apply(req.materialization, self.program_config, req.bindings, req.version, req.dry_run, req.checkpoint_id),
+            Apply(req.materialization, self.program_config, req.bindings, req.version, req.dry_run, req.checkpoint_id,
+                  req.identities if self._described()[1] else ()),
             Applied
         )
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
+        """``list_identities`` -> ``identities_listed`` (``records``: one per binding, or null), when
+        the program declared the ``identities`` capability; otherwise None (it keeps none)."""
+        if not self._described()[1]:
+            return None
+        reply = self._request(wire.ListIdentities(materialization, tuple(bindings)), wire.IdentitiesListed)
+        records = list(reply.records)
+        if len(records) != len(bindings) or not all(r is None or isinstance(r, dict) for r in records):
+            raise DriverProgramError(f"driver program {self.program!r}: identities_listed needs one record (an object, "
+                                     f"or null) per binding, got {records!r}")
+        return records
 
     # --------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple["CommandTransactor", Opened]:

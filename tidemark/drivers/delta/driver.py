@@ -59,8 +59,8 @@ from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
 from tidemark.drivers.delta.tables import (
-    DELETE_COLUMN, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, TableModel, app_id, applied_batch, delta_type,
-    ident, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
+    DELETE_COLUMN, IDENTITY_PROPERTY, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, TableModel, app_id, applied_batch,
+    delta_type, ident, identity_of, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
@@ -199,10 +199,13 @@ class DeltaDriver(Driver):
         created: list[tuple] = []
         owner = dumps({"materialization": req.materialization, "checkpoint_id": req.checkpoint_id}) \
             if req.checkpoint_id else None
-        for b in req.bindings:
+        for i, b in enumerate(req.bindings):
             model = self.model(b)
+            record = None
+            if owner and i < len(req.identities):
+                record = dumps({**req.identities[i], "resolved": model.location})
 
-            def body(model=model, b=b) -> None:
+            def body(model=model, b=b, record=record) -> None:
                 missing = self._plan(model)
                 if missing is None:
                     actions.append(f"create delta table {model.location}")
@@ -212,6 +215,8 @@ class DeltaDriver(Driver):
                                 MODE_PROPERTY: "true" if model.delta else "false"}
                         if owner:
                             conf[OWNER_PROPERTY] = owner
+                        if record:
+                            conf[IDENTITY_PROPERTY] = record
                         DeltaTable.create(
                             model.location, schema=model.arrow_schema(), mode="ignore", configuration=conf,
                             storage_options=self.storage_options, raise_if_key_not_exists=False,
@@ -230,6 +235,8 @@ class DeltaDriver(Driver):
                         raise RecoveryError(
                             f"delta table {model.location!r} belongs to materialization {have[0]!r} of tidemark "
                             f"checkpoint {have[1]}, not to this one ({req.checkpoint_id}); nothing was changed")
+                    if record and identity_of(self.table(model.location)) is None:
+                        self.table(model.location).alter.set_table_properties({IDENTITY_PROPERTY: record})
 
             self.run(body, "apply", model.location)
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
@@ -344,6 +351,16 @@ class DeltaDriver(Driver):
             return docs
         keys = zip(*(table.column(c.name).to_pylist() for c in model.keys))
         return {key_of(model, k): d for k, d in zip(keys, docs)}
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        out: list[Optional[dict]] = []
+        for b in bindings:
+            location = self.model(b).location
+            if not self._exists(location):
+                out.append(None)
+                continue
+            out.append(identity_of(self.run(lambda: self.table(location), "identities", location)))
+        return out
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
         """Per bound table that exists: its owner (a table property) and the last batch of the

@@ -21,6 +21,7 @@ from tidemark.faults import fault_point
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
+IDENTITY_PROPERTY = "tidemark.identity"  # the view-identity record (runtime.view_identity), JSON
 
 DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
 
@@ -96,6 +97,15 @@ def owner_of(dt: DeltaTable) -> Optional[tuple[str, str]]:
         obj = json.loads(text)
         return str(obj["materialization"]), str(obj["checkpoint_id"])
     except (ValueError, KeyError, TypeError):
+        return None
+
+
+def identity_of(dt: DeltaTable) -> Optional[dict]:
+    """The table's view-identity record, or None."""
+    text = (dt.metadata().configuration or {}).get(IDENTITY_PROPERTY)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
         return None
 
 

@@ -54,7 +54,7 @@ from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, colum
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
-    DELETE_COLUMN, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, RETRIES_PROPERTY, SUMMARY_BATCH, SUMMARY_CHECKPOINT,
+    DELETE_COLUMN, IDENTITY_PROPERTY, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, RETRIES_PROPERTY, SUMMARY_BATCH, SUMMARY_CHECKPOINT,
     SUMMARY_MATERIALIZATION, TableModel, applied_property, applied_text, iceberg_type, key_of, owner_of,
     owner_text, stages_of, table_batch, translate_error,
 )
@@ -208,9 +208,10 @@ class IcebergDriver(Driver):
         if models and not req.dry_run:
             self.run(lambda: self.catalog.create_namespace_if_not_exists(self.settings.namespace), "apply",
                      ".".join(self.settings.namespace))
-        for b, model in models:
+        for i, (b, model) in enumerate(models):
+            record = dumps({**req.identities[i], "resolved": model.name}) if owner and i < len(req.identities) else None
 
-            def body(model=model, b=b) -> None:
+            def body(model=model, b=b, record=record) -> None:
                 table = self._load_or_none(model)
                 if table is None:
                     actions.append(f"create iceberg table {model.name}")
@@ -220,6 +221,8 @@ class IcebergDriver(Driver):
                                  MODE_PROPERTY: "true" if model.delta else "false"}
                         if owner:
                             props[OWNER_PROPERTY] = owner_text(*owner)
+                        if record:
+                            props[IDENTITY_PROPERTY] = record
                         try:
                             self.catalog.create_table(model.identifier, schema=model.schema(), properties=props,
                                                       partition_spec=model.partition_spec())
@@ -243,6 +246,8 @@ class IcebergDriver(Driver):
                 updates = {}
                 if owner and have is None:  # a table of an older run without an owner: this checkpoint takes it
                     updates[OWNER_PROPERTY] = owner_text(*owner)
+                if record and not table.properties.get(IDENTITY_PROPERTY):
+                    updates[IDENTITY_PROPERTY] = record
                 if table.properties.get(RETRIES_PROPERTY) != "0":
                     updates[RETRIES_PROPERTY] = "0"
                 for col in missing:
@@ -364,6 +369,18 @@ class IcebergDriver(Driver):
             return docs
         keys = zip(*(table.column(c.name).to_pylist() for c in model.keys))
         return {key_of(model, k): d for k, d in zip(keys, docs)}
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        out: list[Optional[dict]] = []
+        for b in bindings:
+            model = self.model(b)
+            table = self.run(lambda: self._load_or_none(model), "identities", model.name)
+            text = None if table is None else table.properties.get(IDENTITY_PROPERTY)
+            try:
+                out.append(json.loads(text) if text else None)
+            except ValueError:
+                out.append(None)
+        return out
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
         """Per bound table that exists: its owner (a table property) and the last batch of the

@@ -22,6 +22,7 @@ Commit pattern: store-authoritative (Kafka's transaction is the endpoint transac
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -156,9 +157,55 @@ class KafkaDriver(Driver):
         if req.dry_run:
             return Applied("ensure topics " + ", ".join(s.name for s in specs), ())
         outcome = ensure_topics(self.settings.client, specs, policy=self.settings.policy)
+        if req.checkpoint_id and req.identities:
+            self.keep_identities(self._topics(req.bindings), req.identities)
         created = tuple((name,) for name, what in outcome.items() if what == "created")
         actions = [f"created topic {name}" for name, what in outcome.items() if what == "created"]
         return Applied("; ".join(actions) or "nothing to do", created)
+
+    # --------------------------------------------------- view-identity records
+    def read_identities(self) -> dict[str, dict]:
+        """Every data topic's view-identity record kept in the progress topic (the last one per topic)."""
+        from tidemark.drivers.kafka.progress import decode_identity_key
+        from tidemark.drivers.kafka.reader import committed_messages
+
+        s, out = self.settings, {}
+        for msg in committed_messages(s.client, s.progress_topic, policy=s.policy):
+            topic = decode_identity_key(msg.key())
+            if topic is None:
+                continue
+            if msg.value() is None:
+                out.pop(topic, None)
+            else:
+                out[topic] = json.loads(msg.value())
+        return out
+
+    def write_identities(self, records: dict[str, Optional[dict]]) -> None:
+        """Write (or, for None, forget) view-identity records in the progress topic, in one transaction."""
+        from tidemark.drivers.kafka.progress import identity_key
+        from tidemark.drivers.kafka.writer import _producer
+
+        s = self.settings
+        producer = _producer(s.client, f"{s.prefix}.identity", s.policy)
+        producer.init_transactions(s.policy.lock_timeout)
+        producer.begin_transaction()
+        for topic, record in records.items():
+            producer.produce(s.progress_topic, key=identity_key(topic),
+                             value=None if record is None else json.dumps(record, sort_keys=True).encode("utf-8"))
+        producer.commit_transaction(s.policy.lock_timeout)
+
+    def keep_identities(self, topics: Sequence[str], records: Sequence[dict]) -> None:
+        kept = self.read_identities()
+        new = {t: {**r, "resolved": t} for t, r in zip(topics, records) if t not in kept}
+        if new:
+            self.write_identities(new)
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        topics = self._topics(bindings)
+        if not self._progress_topic_exists():
+            return [None] * len(topics)
+        kept = self.read_identities()
+        return [kept.get(t) for t in topics]
 
     # ------------------------------------------------------- transaction phase
     def frontiers(self, materialization: str) -> dict:
@@ -325,6 +372,13 @@ class KafkaDriver(Driver):
                     producer.produce(s.progress_topic, key=r.key, value=None)
                 producer.commit_transaction(s.policy.lock_timeout)
                 done.append(f"forgot {len(frontiers)} range frontier(s) in {s.progress_topic}")
+        if self._progress_topic_exists():
+            kept = self.read_identities()
+            mine = {t: None for t in self._topics(bindings)
+                    if (kept.get(t) or {}).get("materialization") == materialization}
+            if mine:
+                self.write_identities(mine)
+                done.append(f"forgot the view-identity records of {', '.join(sorted(mine))}")
         admin = AdminClient(client_config(s.client))
         md = call(lambda: admin.list_topics(timeout=s.policy.connect_timeout), "reading topic metadata", s.client)
         topics = [t for t in self._topics(bindings) if t in md.topics]

@@ -147,6 +147,21 @@ def _batch(record: "ProgressRecord") -> int:
     return b if isinstance(b, int) else -1
 
 
+def identity_key(topic: str) -> bytes:
+    """The record key of a data topic's view-identity record in the progress topic: its value
+    is the record (JSON), a tombstone forgets it.  Not a progress key (``decode_key`` skips it)."""
+    return _dumps({"identity": topic})
+
+
+def decode_identity_key(key: bytes | None) -> Optional[str]:
+    """The data topic of a view-identity key, or None for a key that is not one."""
+    try:
+        obj = json.loads(key) if key else None
+        return str(obj["identity"]) if isinstance(obj, dict) and "identity" in obj else None
+    except (ValueError, TypeError, UnicodeDecodeError):
+        return None
+
+
 def decode_key(key: bytes | None) -> tuple[str, Range] | None:
     """``(materialization, range)`` of a progress key, or None for a key that is not one."""
     if not key:

@@ -92,7 +92,7 @@ class MySqlDialect(Dialect):
         return existing_type == "bigint" and col.kind == NUMBER
 
     # -------------------------------------------------------------------- DDL
-    def system_tables(self, checkpoints: str, resources: str, quarantine: str) -> list[str]:
+    def system_tables(self, checkpoints: str, resources: str, quarantine: str, identities: str) -> list[str]:
         name = self.key_string()
         locks = checkpoints.rsplit(".", 1)[0] + "." + self.quote(LOCKS_TABLE) if "." in checkpoints else self.quote(LOCKS_TABLE)
         return [
@@ -105,6 +105,8 @@ class MySqlDialect(Dialect):
             "batch_id bigint, location longtext, key_json longtext, reason longtext NOT NULL, value longtext, "
             "quarantined_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), INDEX (materialization)) ENGINE=InnoDB",
             f"CREATE TABLE IF NOT EXISTS {locks} (materialization {name} NOT NULL PRIMARY KEY) ENGINE=InnoDB",
+            f"CREATE TABLE IF NOT EXISTS {identities} (resource {name} NOT NULL PRIMARY KEY, materialization {name} "
+            "NOT NULL, record longtext NOT NULL) ENGINE=InnoDB",
         ]
 
     def create_schema(self, schema: str) -> str:

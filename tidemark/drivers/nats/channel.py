@@ -174,10 +174,12 @@ class AsyncNats:
         return resp
 
     async def ensure_stream(self, stream: str, subjects: Sequence[str], *, prefix: str = "",
-                            atomic: Optional[bool] = None) -> StreamSetup:
+                            atomic: Optional[bool] = None, metadata: Optional[dict] = None) -> StreamSetup:
         """Create ``stream`` (or extend an existing one) so it holds ``subjects`` and the
         progress subjects under ``prefix``.  ``atomic=None`` turns atomic batch publish on
-        where the server supports it; ``True`` requires it; ``False`` leaves it off."""
+        where the server supports it; ``True`` requires it; ``False`` leaves it off.
+        ``metadata``: entries of the stream's metadata to set where the stream has none
+        under their names (None values remove the entry)."""
         from nats.js.errors import NotFoundError
 
         prefix = prefix or wire.default_prefix(stream)
@@ -194,12 +196,20 @@ class AsyncNats:
                    "duplicate_window": int(self.settings.duplicate_window * 1e9)}
             if use_atomic:
                 cfg["allow_atomic"] = True
+            if metadata:
+                cfg["metadata"] = {k: v for k, v in metadata.items() if v is not None}
             cfg = (await self._api(f"STREAM.CREATE.{stream}", cfg))["config"]
         else:
             have = list(cfg.get("subjects") or [])
             missing = [s for s in want if s not in have]
-            if missing or bool(cfg.get("allow_atomic")) != use_atomic:
-                cfg = {**cfg, "subjects": have + missing, "allow_atomic": use_atomic}
+            meta = dict(cfg.get("metadata") or {})
+            for k, v in (metadata or {}).items():
+                if v is None:
+                    meta.pop(k, None)
+                else:
+                    meta.setdefault(k, v)
+            if missing or bool(cfg.get("allow_atomic")) != use_atomic or meta != dict(cfg.get("metadata") or {}):
+                cfg = {**cfg, "subjects": have + missing, "allow_atomic": use_atomic, "metadata": meta}
                 cfg = (await self._api(f"STREAM.UPDATE.{stream}", cfg))["config"]
         return StreamSetup(stream, tuple(cfg.get("subjects") or ()), bool(cfg.get("allow_atomic")),
                            self.server_version, float(cfg.get("duplicate_window", 0)) / 1e9)

@@ -89,9 +89,9 @@ class NatsClient:
 
     # ------------------------------------------------------------ API
     def ensure_stream(self, stream: str, subjects: Sequence[str], *, prefix: str = "",
-                      atomic: Optional[bool] = None) -> StreamSetup:
+                      atomic: Optional[bool] = None, metadata: Optional[dict] = None) -> StreamSetup:
         """Create or extend ``stream`` for ``subjects`` and the progress subjects (Apply)."""
-        return self._run(self._aio.ensure_stream(stream, subjects, prefix=prefix, atomic=atomic),
+        return self._run(self._aio.ensure_stream(stream, subjects, prefix=prefix, atomic=atomic, metadata=metadata),
                          f"create stream {stream!r}")
 
     def read_frontier(self, channel: Channel) -> Frontier:

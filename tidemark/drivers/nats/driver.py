@@ -11,6 +11,7 @@ rebuilds from the log whenever the two disagree (:mod:`.opening`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -177,10 +178,27 @@ class NatsDriver(Driver):
             version = client.server_version
             atomic = self.cfg.atomic if self.cfg.atomic is not None else version_tuple(version) >= MIN_ATOMIC_VERSION
             return Applied(f"{action} ({publish_mode(atomic)}, nats-server {version})", created)
-        setup = client.ensure_stream(stream, subjects, atomic=self.cfg.atomic)
+        records = {}
+        if req.checkpoint_id:
+            records = {identity_entry(t.subject): json.dumps({**r, "resolved": f"{stream}:{t.subject}"}, sort_keys=True)
+                       for t, r in zip(ts, req.identities)}
+        setup = client.ensure_stream(stream, subjects, atomic=self.cfg.atomic, metadata=records)
         if not setup.atomic:
             log.warning("materialization %s: stream %s: %s", req.materialization, stream, publish_mode(False))
         return Applied(f"{action} ({publish_mode(setup.atomic)}, nats-server {setup.server_version})", created)
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        ts = self._check(materialization, bindings)
+        stream = self.stream(materialization, bindings)
+        meta = ((self.client().stream_config(stream) if stream else None) or {}).get("metadata") or {}
+        out: list[Optional[dict]] = []
+        for t in ts:
+            text = meta.get(identity_entry(t.subject))
+            try:
+                out.append(json.loads(text) if text else None)
+            except ValueError:
+                out.append(None)
+        return out
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[NatsTransactor, Opened]:
@@ -256,11 +274,24 @@ class NatsDriver(Driver):
                                                    progress_filter(stream, materialization)]
             n = self.client().purge(stream, subjects)
             done.append(f"purged {n} messages of {', '.join(subjects)} from stream {stream}")
+            scfg = self.client().stream_config(stream) or {}
+            meta = scfg.get("metadata") or {}
+            mine = {identity_entry(t.subject): None for t in ts
+                    if json.loads(meta.get(identity_entry(t.subject)) or "{}").get("materialization") == materialization}
+            if mine:
+                self.client().ensure_stream(stream, list(scfg.get("subjects") or ()), atomic=bool(scfg.get("allow_atomic")),
+                                            metadata=mine)
+                done.append(f"removed the view-identity records of {len(mine)} subject(s) from stream {stream}")
         path = conf.state_dir(self.cfg.state, materialization)
         if os.path.isdir(path):
             shutil.rmtree(path)
             done.append(f"removed state store {path}")
         return done
+
+
+def identity_entry(subject: str) -> str:
+    """The stream-metadata entry that keeps a subject's view-identity record (JSON)."""
+    return f"tidemark.identity.{subject}"
 
 
 __all__ = ["NatsDriver", "CAPABILITIES"]

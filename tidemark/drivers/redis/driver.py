@@ -136,7 +136,7 @@ class RedisDriver(Driver):
     def apply(self, req: Apply) -> Applied:
         """Nothing to create in Redis: keys appear with their first commit."""
         prefixes = check_prefixes(req.bindings)
-        self.store.claim(req.materialization, req.checkpoint_id, prefixes, dry_run=req.dry_run)
+        self.store.claim(req.materialization, req.checkpoint_id, prefixes, dry_run=req.dry_run, records=req.identities)
         if not req.dry_run:
             self.warn_persistence()
         return Applied("nothing to create (redis keys appear with the first commit)", ())
@@ -168,6 +168,9 @@ class RedisDriver(Driver):
 
     def quarantined(self, materialization: str) -> list[dict]:
         return self.store.quarantined(materialization)
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        return self.store.identities(check_prefixes(bindings))
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         return self.store.drop(materialization, [binding_prefix(b) for b in bindings])

@@ -257,7 +257,7 @@ class RedisStore:
         return [loads(v) for v in self._run(lambda: self.client.lrange(key, 0, -1), f"read quarantine of {materialization}")]
 
     def claim(self, materialization: str, checkpoint_id: Optional[str], prefixes: Sequence[str], *,
-              dry_run: bool = False) -> None:
+              dry_run: bool = False, records: Sequence[dict] = ()) -> None:
         """Record that ``materialization`` of tidemark checkpoint ``checkpoint_id`` writes each
         prefix (the ``<namespace>resources`` hash), or refuse — before anything is written — a
         prefix another materialization or checkpoint writes.  ``checkpoint_id`` None (or a dry
@@ -280,8 +280,18 @@ class RedisStore:
             if checkpoint_id is not None and not dry_run:
                 for prefix in prefixes:
                     self.client.hsetnx(key, prefix, mine)
+                for prefix, record in zip(prefixes, records):
+                    self.client.hsetnx(self.config.namespace + "identities", prefix, dumps({**record, "resolved": prefix}))
 
         self._run(body, f"claim the prefixes of {materialization}")
+
+    def identities(self, prefixes: Sequence[str]) -> list[Optional[dict]]:
+        """The view-identity record of each prefix (the ``<namespace>identities`` hash), or None."""
+        if not prefixes:
+            return []
+        raw = self._run(lambda: self.client.hmget(self.config.namespace + "identities", list(prefixes)),
+                        "read the view identities")
+        return [None if r is None else json.loads(r) for r in raw]
 
     def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
         """Delete the bindings' documents and the materialization's checkpoints hash."""
@@ -297,6 +307,9 @@ class RedisStore:
                 raw = self.client.hget(self.config.namespace + "resources", prefix)
                 if raw is not None and json.loads(raw).get("materialization") == materialization:
                     self.client.hdel(self.config.namespace + "resources", prefix)
+                raw = self.client.hget(self.config.namespace + "identities", prefix)
+                if raw is not None and json.loads(raw).get("materialization") == materialization:
+                    self.client.hdel(self.config.namespace + "identities", prefix)
             if self.client.delete(checkpoints_key(self.config.namespace, materialization)):
                 done.append(f"deleted the checkpoints of {materialization!r}")
             if self.client.delete(quarantine_key(self.config.namespace, materialization)):

@@ -88,7 +88,7 @@ class Dialect:
         return expr
 
     # -------------------------------------------------------------------- DDL
-    def system_tables(self, checkpoints: str, resources: str, quarantine: str) -> list[str]:
+    def system_tables(self, checkpoints: str, resources: str, quarantine: str, identities: str) -> list[str]:
         """``CREATE TABLE IF NOT EXISTS`` of tidemark's own tables (qualified names given)."""
         big, text = self.sql_type(INTEGER), self.sql_type(TEXT)
         return [
@@ -100,6 +100,8 @@ class Dialect:
             f"CREATE TABLE IF NOT EXISTS {quarantine} ({self.quarantine_id()}, materialization {text} NOT NULL, "
             f"batch_id {big}, location {text}, key_json {text}, reason {text} NOT NULL, value {text}"
             f"{self.quarantine_extra()})",
+            f"CREATE TABLE IF NOT EXISTS {identities} (resource {text} PRIMARY KEY, materialization {text} NOT NULL, "
+            f"record {text} NOT NULL)",
         ]
 
     def quarantine_id(self) -> str:

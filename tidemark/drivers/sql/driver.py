@@ -27,7 +27,7 @@ from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Dr
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.sql.model import (
-    CHECKPOINTS_TABLE, DOCUMENT_COLUMN, QUARANTINE_TABLE, RESOURCES_TABLE, ROW_ID_COLUMN, Column, TableModel,
+    CHECKPOINTS_TABLE, DOCUMENT_COLUMN, IDENTITIES_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE, ROW_ID_COLUMN, Column, TableModel,
     check_columns, dumps,
 )
 from tidemark.drivers.sql.transactor import SqlTransactor
@@ -142,6 +142,10 @@ class SqlDriver(Driver):
         return self.dialect.table(self.schema, RESOURCES_TABLE)
 
     @cached_property
+    def it(self) -> str:
+        return self.dialect.table(self.schema, IDENTITIES_TABLE)
+
+    @cached_property
     def qt(self) -> str:
         return self.dialect.table(self.schema, QUARANTINE_TABLE)
 
@@ -151,7 +155,7 @@ class SqlDriver(Driver):
 
     def ensure_tables(self, con: Any) -> None:
         """tidemark's own tables (and the schema), serialized with other DDL."""
-        if self.tables_exist(con, CHECKPOINTS_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE):
+        if self.tables_exist(con, CHECKPOINTS_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE, IDENTITIES_TABLE):
             return
         d = self.dialect
 
@@ -160,7 +164,7 @@ class SqlDriver(Driver):
                 self.execute(con, d.ddl_lock)
             if d.schemas:
                 self.execute(con, d.create_schema(self.schema))
-            for statement in d.system_tables(self.ck, self.rt, self.qt):
+            for statement in d.system_tables(self.ck, self.rt, self.qt, self.it):
                 self.execute(con, statement)
 
         self.transaction(con, body)
@@ -281,8 +285,9 @@ class SqlDriver(Driver):
                         self.execute(con, d.add_column(model, col))
                 actions.extend(self.migrate(con, plan, req.dry_run))
             if not req.dry_run and req.checkpoint_id:
-                for b in req.bindings:
-                    self.claim(con, self.resource_name(self.model(b)), req.materialization, req.checkpoint_id)
+                for i, b in enumerate(req.bindings):
+                    self.claim(con, self.resource_name(self.model(b)), req.materialization, req.checkpoint_id,
+                               req.identities[i] if i < len(req.identities) else None)
             return actions
 
         def attempt() -> list[str]:
@@ -294,11 +299,17 @@ class SqlDriver(Driver):
         actions = self.run(attempt, "apply")
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
-    def claim(self, con: Any, resource: str, materialization: str, checkpoint_id: str) -> None:
+    def claim(self, con: Any, resource: str, materialization: str, checkpoint_id: str,
+              record: Optional[dict] = None) -> None:
         """Inside Apply's transaction: record that ``materialization`` of tidemark checkpoint
         ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
-        nobody, is taken); refuse a table another materialization or checkpoint writes."""
+        nobody, is taken); refuse a table another materialization or checkpoint writes.  Keep the
+        view-identity ``record`` in ``tidemark_identities`` where the table has none."""
         p = self.dialect.placeholder
+        if record is not None and self.execute(
+                con, f"SELECT 1 FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (resource,)).fetchone() is None:
+            self.execute(con, f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
+                         (resource, materialization, dumps({**record, "resolved": resource})))
         row = self.execute(con, f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}"
                                 f"{self.dialect.name_collate}", (resource,)).fetchone()
         if row is None:
@@ -401,10 +412,11 @@ class SqlDriver(Driver):
                 if self.tables_exist(con, model.name, schema=model.schema):
                     self.execute(con, f"DROP TABLE {d.ident(model)}")
                     done.append(f"dropped table {self.resource_name(model)}")
-            if self.tables_exist(con, RESOURCES_TABLE):
-                for model in models:
-                    self.execute(con, f"DELETE FROM {self.rt} WHERE resource = {p} AND materialization = {p}",
-                                 (self.resource_name(model), materialization))
+            for table, name in ((self.rt, RESOURCES_TABLE), (self.it, IDENTITIES_TABLE)):
+                if self.tables_exist(con, name):
+                    for model in models:
+                        self.execute(con, f"DELETE FROM {table} WHERE resource = {p}{d.name_collate} AND materialization = {p}",
+                                     (self.resource_name(model), materialization))
             for table, name, what in ((self.ck, CHECKPOINTS_TABLE, "checkpoint rows"),
                                       (self.qt, QUARANTINE_TABLE, "quarantine rows")):
                 if self.tables_exist(con, name):
@@ -414,6 +426,19 @@ class SqlDriver(Driver):
             return done
 
         return self.atomically(body, "drop")
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        names = [self.resource_name(self.model(b)) for b in bindings]
+        p = self.dialect.placeholder
+
+        def body():
+            if not self.tables_exist(self.con, IDENTITIES_TABLE):
+                return [None] * len(names)
+            rows = [self.execute(self.con, f"SELECT record FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}",
+                                 (name,)).fetchone() for name in names]
+            return [None if r is None else json.loads(r[0]) for r in rows]
+
+        return self.run(body, "identities")
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
         def body():

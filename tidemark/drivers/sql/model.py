@@ -17,6 +17,7 @@ from tidemark.protocol.messages import BindingSpec
 
 CHECKPOINTS_TABLE = "tidemark_checkpoints"
 RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
+IDENTITIES_TABLE = "tidemark_identities"  # each table's view-identity record (runtime.view_identity)
 
 
 def quote_ident(name: str) -> str:

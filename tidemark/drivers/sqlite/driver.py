@@ -129,7 +129,7 @@ class SQLiteDriver(SqlDriver):
                 con.execute(f"PRAGMA busy_timeout={int(self.policy.busy_timeout * 1000)}")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute(f"PRAGMA synchronous={self.synchronous}")
-                for ddl in self.dialect.system_tables(self.ck, self.rt, self.qt)[:2]:  # checkpoints, resources
+                for ddl in self.dialect.system_tables(self.ck, self.rt, self.qt, self.it)[:2]:  # checkpoints, resources
                     con.execute(ddl)
             except BaseException:
                 con.close()

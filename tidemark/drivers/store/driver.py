@@ -173,6 +173,10 @@ class StoreDriver(Driver):
                     f"{list(b.key)}: the key cannot change (use another name, or start over with `tidemark reset`)")
         return manifest
 
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        kept = self.read_manifest(materialization).get("identities") or {}
+        return [kept.get(resource_name(b)) for b in bindings]
+
     def validate(self, req: Validate) -> Validated:
         self._check(req.materialization, req.bindings)
         return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
@@ -190,10 +194,13 @@ class StoreDriver(Driver):
         actions = [f"create store view {resource_name(b)}" for b in new]
         if req.dry_run:
             return Applied("; ".join(actions) or "nothing to do", created)
-        for b in req.bindings:
+        kept = manifest.setdefault("identities", {})
+        for i, b in enumerate(req.bindings):
             manifest["resources"][resource_name(b)] = {
                 "delta": bool(b.delta_updates), "key": list(b.key), "collection": b.collection,
                 "id": binding_id(resource_name(b))}
+            if req.checkpoint_id and i < len(req.identities) and resource_name(b) not in kept:
+                kept[resource_name(b)] = {**req.identities[i], "resolved": resource_name(b)}
         if req.checkpoint_id:
             manifest["checkpoint_id"] = req.checkpoint_id
         self.write_manifest(req.materialization, manifest)

@@ -157,6 +157,10 @@ class WebhookDriver(Driver):
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         return self.state.checkpoints(materialization)
 
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        """Kept in the state store's manifest, beside the documents the Loads read."""
+        return self.state.identities(materialization, bindings)
+
     def quarantined(self, materialization: str) -> list[dict]:
         return self.state.quarantined(materialization)
 

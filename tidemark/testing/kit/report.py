@@ -24,6 +24,7 @@ PROPERTIES: dict[str, str] = {
     "binding-isolation": "each binding's resource is its own: a Load reads, a Store writes only that binding's",
     "whole-documents": "documents come back whole, however large (here up to 900 KB)",
     "at-least-once-honesty": "a driver that claims exactly-once does not double-apply after a crash",
+    "identity-records": "keeps each resource's view-identity record as Apply gave it, and returns it unchanged",
 }
 
 # The fix a driver author most likely needs, per property (a failure may give a closer one).
@@ -50,6 +51,9 @@ HINTS: dict[str, str] = {
     "whole-documents": "store and return each document whole: no column, field or message size limit may cut it "
                        "(store big ones in a large-object type, or split them and join them again)",
     "at-least-once-honesty": "a driver that can double-apply after a crash declares at-least-once",
+    "identity-records": "in Apply, keep Apply.identities[i] (plus 'resolved', your name for the resource) with "
+                        "binding i's resource where none is kept, never overwrite it, and return it from identities() "
+                        "(external drivers: list_identities)",
 }
 
 

@@ -31,6 +31,7 @@ from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 from tidemark.runtime.coordinator import BatchStart, Coordinator
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates
+from tidemark.runtime.view_identity import endpoint_record
 from tidemark.testing.kit.checks import Checks
 from tidemark.testing.kit.report import Recorder, classify
 from tidemark.testing.kit.sessions import VERSION, KitCrash, ScenarioAbort, Sessions, Shard, Tracker, rk
@@ -90,6 +91,7 @@ class KitRuntime(Sessions, Checks):
         self.observed: dict[tuple[int, int], tuple[int, str]] = {}  # range -> (batch, what the kit saw) at a kill
         self.started: set[int] = set()  # batches some session committed (StartedCommit, or killed inside StartCommit)
         self.last_checkpoint_rows: dict[tuple[int, int], int] = {}
+        self.first_records: Optional[list[dict]] = None  # the view-identity records of the first start-up
         self.live: list[Shard] = []  # open sessions (dropped when the runtime dies)
         self.events: dict[int, list[Event]] = {}
 
@@ -128,8 +130,28 @@ class KitRuntime(Sessions, Checks):
         if self.coord is not None:
             self.coord.driver.close()
         self.coord = coord
+        self.check_identity_records(coord)
 
     restart = start
+
+    def check_identity_records(self, coord: KitCoordinator) -> None:
+        """The records the endpoint keeps are those the first start-up's Apply gave, unchanged
+        by later start-ups (a driver that keeps none returns None and is not checked)."""
+        self.tracker("identities() (list_identities)")
+        kept = coord.driver.identities(self.materialization, self.bindings)
+        if kept is None:
+            return
+        if self.first_records is None:
+            self.first_records = [endpoint_record(i, self.materialization, coord.checkpoint_id, 0)
+                                  for i in coord.identities]
+        if not self.rec.check("identity-records", isinstance(kept, list) and len(kept) == len(self.bindings),
+                              lambda: f"identities() returned {kept!r}, not one record per binding"):
+            return
+        for i, (got, want) in enumerate(zip(kept, self.first_records)):
+            plain = {k: v for k, v in got.items() if k != "resolved"} if isinstance(got, dict) else got
+            self.rec.check(
+                "identity-records", plain == want and isinstance(got.get("resolved"), str) and bool(got["resolved"]),
+                lambda: f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')")
 
     def close(self) -> None:
         """End the scenario (its views stay in the endpoint, under names of their own)."""
