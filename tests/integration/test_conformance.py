@@ -138,6 +138,7 @@ def test_every_shipped_driver_passes(driver, tmp_path, request):
     try:
         report = assert_conformance(factory, quick=True)
         assert report.properties["no-loss"].passed and report.properties["no-loss"].checks > 0
+        assert report.properties["identity-records"].passed and report.properties["identity-records"].checks > 0
         if report.commit_pattern != "at-least-once":
             assert report.properties["fencing"].passed is not False
     finally:
@@ -167,6 +168,7 @@ def test_external_example_driver_passes_over_the_wire(tmp_path):
         probe.close()
         report = assert_conformance(lambda: load_driver(name, config), quick=True)
         assert report.properties["fencing"].passed and report.properties["read-committed"].passed
+        assert report.properties["identity-records"].passed and report.properties["identity-records"].checks > 0
     finally:
         close_idle_programs()
     assert state.exists()

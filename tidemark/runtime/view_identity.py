@@ -179,8 +179,8 @@ def check_endpoint_records(materialization: str, driver_name: str, stored: Optio
     where = f" ({spec_file})" if spec_file else ""
     raise RecoveryError(
         f"materialization {materialization!r}{where}: endpoint {driver_name!r} keeps another view in its resources: "
-        + "; ".join(found) + f". Undo the edit, or start this view over on purpose with {reset_hint(materialization)} "
-        "(which drops the resource with its record). Nothing was changed")
+        + "; ".join(found) + ". Undo the edit; or, to build this view anew in these resources, start it over on "
+        f"purpose with {reset_hint(materialization)}, which drops them with their records. Nothing was changed")
 
 
 __all__ = ["binding_identity", "check_endpoint_records", "check_identities", "differences", "endpoint_record",
