@@ -21,6 +21,7 @@ import os
 import sqlite3
 import sys
 import traceback
+import time
 
 CAPABILITIES = {
     "commit_pattern": "store-authoritative",
@@ -304,6 +305,22 @@ class Driver:
         return {"rows": rows, "delta_updates": False}
 
 
+def handle_retrying(driver, name, req, attempts=10):
+    """``driver.handle``; a read-only request that meets SQLite's "locking protocol" error (a
+    reader racing the recovery of a write-ahead log whose writer was killed, on a busy machine)
+    is tried again: it changes nothing, so trying again is safe."""
+    for attempt in range(attempts):
+        try:
+            return driver.handle(name, req)
+        except sqlite3.OperationalError as exc:
+            if name not in READ_ONLY or "locking protocol" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+READ_ONLY = ("dump", "list_checkpoints", "list_identities")
+
+
 def write(obj):
     sys.stdout.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=True) + "\n")
 
@@ -322,7 +339,7 @@ def main(argv=None):
         try:
             request = json.loads(line)
             (name, body), = request.items()
-            replies = driver.handle(name, body or {})
+            replies = handle_retrying(driver, name, body or {})
         except DriverError as exc:
             replies = [{"error": {"type": exc.type, "message": str(exc)}}]
         except Exception as exc:  # a bug or an unexpected input: report it, keep the details on stderr

@@ -326,3 +326,20 @@ def test_passwords_are_redacted_and_credentials_terminal(mysql_url, caplog):
         MySqlDriver({"url": "mysql://root@127.0.0.1:3306"})
     with pytest.raises(SpecError, match="bulk must be one of"):
         MySqlDriver({"url": mysql_url, "bulk": "copy"})
+
+
+def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, mysql_url, mysql_db):
+    """A date-time key is its text in a binary collation: a datetime(6) column would keep
+    neither offset and make "…T10:00:00Z" and "…T12:00:00+02:00" one row of two keys."""
+    from tests.integration.test_postgres_driver import instant_binding
+
+    b = instant_binding()
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    docs = [{"at": "2026-01-01T10:00:00Z", "n": 1}, {"at": "2026-01-01T12:00:00+02:00", "n": 2}]
+    txn(t, b, docs, 0)
+    t.close()
+    assert driver.dump(MAT, b) == {(d["at"],): d for d in docs}
+    [(kind,)] = sql(mysql_url, "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
+                               "table_name = 'events' AND column_name = 'at'", (mysql_db,))
+    assert kind == "varchar"

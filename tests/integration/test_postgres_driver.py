@@ -598,3 +598,37 @@ def test_tls_options(postgres_url):
             assert not isinstance(exc.value, EndpointUnavailable) and SECRET not in str(exc.value)
     finally:
         d.close()
+
+
+def instant_binding(table="events"):
+    """Keyed by a ``format: date-time`` string."""
+    fields = (Field("at", "/at", "string", format="date-time", is_key=True, nullable=False), Field("n", "/n", "integer"))
+    return dataclasses.replace(binding(table), key=("/at",), fields=fields)
+
+
+def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, postgres_url, schema):
+    """tidemark keys by the document's text: "…T10:00:00Z" and "…T12:00:00+02:00" are two keys,
+    so they are two rows too (a timestamptz key column would make them one: a batch holding
+    both would fail, and across shards one would overwrite the other's contribution)."""
+    b = instant_binding()
+    apply(driver, b)
+    t, _ = open_session(driver, b)
+    docs = [{"at": "2026-01-01T10:00:00Z", "n": 1}, {"at": "2026-01-01T12:00:00+02:00", "n": 2}]
+    txn(t, b, docs, 0)
+    assert txn(t, b, [{"at": "2026-01-01T10:00:00Z", "n": 3}], 1) == {("2026-01-01T10:00:00Z",): docs[0]}
+    t.close()
+    assert driver.dump(MAT, b) == {("2026-01-01T10:00:00Z",): {"at": "2026-01-01T10:00:00Z", "n": 3},
+                                   ("2026-01-01T12:00:00+02:00",): docs[1]}
+    assert sql(postgres_url, "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
+                             "table_name = 'events' AND column_name = 'at'", (schema,)) == [("text",)]
+
+
+def test_a_timestamptz_key_column_is_refused_naming_the_reason_and_reset(driver, postgres_url, schema):
+    """A table made with the key as timestamptz (by an older tidemark) is refused before anything is
+    written, rather than collapse two keys into one row."""
+    sql(postgres_url, f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    sql(postgres_url, f'CREATE TABLE "{schema}".events (at timestamp with time zone PRIMARY KEY, n bigint, '
+                      "flow_document jsonb NOT NULL)")
+    with pytest.raises(IncompatibleSchema, match=r"key column 'at' is timestamp with time zone, where two spellings of "
+                                                 r"one instant .* start this view over with `tidemark reset`"):
+        apply(driver, instant_binding())

@@ -46,7 +46,10 @@ class TableModel:
         table = binding.resource.get("table") if isinstance(binding.resource, dict) else None
         if not isinstance(table, str) or not table:
             raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}")
-        keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
+        # A date-time key is kept as the text tidemark keys by: as timestamptz/datetime, two
+        # spellings of one instant ("…T10:00:00Z", "…T12:00:00+02:00") would be one row but two keys.
+        keys = tuple(Column(f.name, TEXT if field_kind(f) == TIMESTAMP else field_kind(f), True)
+                     for f in binding.key_fields)
         if not keys:
             raise SpecError(f"binding {table!r}: no key fields")
         values = tuple(Column(f.name, field_kind(f)) for f in binding.value_fields)
@@ -106,6 +109,12 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
             continue
         sql_type, is_pk = existing[col.name]
         want = type_of(col)
+        if col.is_key and col.kind == TEXT and any(t in sql_type.lower() for t in ("timestamp", "datetime")):
+            raise IncompatibleSchema(
+                f"{where}: key column {col.name!r} is {sql_type}, where two spellings of one instant "
+                "(\"…T10:00:00Z\", \"…T12:00:00+02:00\") are one row but two keys to tidemark: their contributions "
+                "would overwrite each other, or a batch holding both would fail. tidemark keeps a date-time key as "
+                f"its text ({want}); start this view over with `tidemark reset` to rebuild the table so")
         if sql_type.lower() != want.lower() and not (widens and not col.is_key and widens(sql_type.lower(), col)):
             raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
                                      "(an incompatible type change; drop or rename the column)")
