@@ -1,7 +1,7 @@
 """The operator actions of ``test_operator_actions.py`` on the other endpoints, with real Spark
 (the session's local[2]) and one view per endpoint: after a first run, each mistake is refused
-before anything is written — a renamed resource, a moved source folder, another
-materialization on the view's resource, the whole checkpoint folder deleted — and then the
+before anything is written — a renamed resource, a moved source folder, another key,
+another materialization on the view's resource, the whole checkpoint folder deleted — and then the
 view, restored as it was, runs on over more input and ends exact (compared with an answer
 computed from the input files).  SQLite, PostgreSQL and Delta run the same scenarios one by
 one in ``test_operator_actions.py``."""
@@ -54,9 +54,9 @@ def endpoint_of(kind: str, request, tmp, tag: str) -> tuple[dict, str]:
     raise AssertionError(kind)
 
 
-def write_spec(folder, data, endpoint: dict, resource: dict, name: str = NAME) -> str:
+def write_spec(folder, data, endpoint: dict, resource: dict, name: str = NAME, key=("/customer",)) -> str:
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": ORDERS_SCHEMA,
+        "collections": {"orders": {"key": list(key), "schema": ORDERS_SCHEMA,
                                    "source": {"format": "json", "path": str(data),
                                               "options": {"maxFilesPerTrigger": 1}}}},
         "materializations": {name: {"endpoint": endpoint, "shards": 2,
@@ -117,6 +117,12 @@ def test_each_mistake_is_refused_then_the_view_runs_on_exact(spark, tmp_path, re
     shutil.copytree(home / "checkpoints", tmp_path / "moved-job" / "checkpoints")
     with pytest.raises(RecoveryError, match=r"read from .*data, now .*moved.*Nothing was changed"):
         run(spark, moved)
+
+    # another key for the live view: old-key and new-key documents would stand side by side
+    rekeyed = write_spec(tmp_path / "rekeyed", data, endpoint, resource, key=("/customer", "/city"))
+    shutil.copytree(home / "checkpoints", tmp_path / "rekeyed" / "checkpoints")
+    with pytest.raises(RecoveryError, match=r"keyed by \['/customer'\], now \['/customer', '/city'\].*Nothing was changed"):
+        run(spark, rekeyed)
 
     # another job (its own name and checkpoint) on this view's resource; per-materialization
     # endpoints (the store, the webhook's state) give it resources of its own instead
