@@ -224,7 +224,7 @@ def test_drop_starts_the_view_over(setup, tmp_path):
 
 @pytest.mark.parametrize("config,match", [
     ({}, "bootstrap_servers is required"),
-    ({"bootstrap_servers": "h:1", "progres_topic": "x"}, r"unknown option\(s\) \['progres_topic'\]"),
+    ({"bootstrap_servers": "h:1", "progres_topic": "x"}, r"unknown setting\(s\) 'progres_topic' \(did you mean 'progress_topic'\?\)"),
     ({"bootstrap_servers": "h:1", "transactional.id": "x"}, "transactional.id is set by tidemark"),
     ({"bootstrap_servers": "h:1", "progress_topic": "no spaces"}, "progress_topic must be a topic name"),
     ({"bootstrap_servers": "h:1", "partitions": 0}, "partitions must be >= 1"),

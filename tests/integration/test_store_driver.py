@@ -77,7 +77,7 @@ def write_spec(tmp_path, config: dict, name="m") -> str:
 def test_config_and_registry(tmp_path):
     d = load_driver("store", {"path": str(tmp_path)})
     assert isinstance(d, StoreDriver) and d.capabilities().quarantine and d.capabilities().delta_updates
-    with pytest.raises(SpecError, match="unknown option"):
+    with pytest.raises(SpecError, match="unknown setting"):
         StoreDriver({"path": "x", "paht": "y"})
     with pytest.raises(SpecError, match="path"):
         StoreDriver({})

@@ -65,6 +65,7 @@ from tidemark.drivers.delta.tables import (
 from tidemark.drivers.delta.transactor import DeltaTransactor
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
+from tidemark.drivers.common.settings import refuse_unknown
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
     Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
@@ -90,6 +91,7 @@ class DeltaDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
+        refuse_unknown("delta", self.config, ("path", "staging", "storage_options", "retry"))
         path = self.config.get("path")
         if not isinstance(path, str) or not path:
             raise SpecError("delta endpoint needs {path: DIRECTORY_OR_URI}")

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import SpecError
+from tidemark.drivers.common.settings import refuse_unknown
 
 DEFAULT_CATALOG_NAME = "tidemark"
 SECRET_WORDS = ("secret", "password", "token", "credential", "key-id", "access-key")
@@ -48,6 +49,7 @@ class Settings:
     """The parsed config (no connection is made here)."""
 
     def __init__(self, config: dict):
+        refuse_unknown("iceberg", config, ("catalog", "namespace", "staging", "retry"))
         cat = config.get("catalog")
         if not isinstance(cat, dict):
             raise SpecError("iceberg endpoint needs {catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL}, "

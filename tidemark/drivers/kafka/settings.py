@@ -30,6 +30,7 @@ from tidemark.errors import SpecError
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
+from tidemark.drivers.common.settings import refuse_unknown
 
 OPTIONS = ("bootstrap_servers", "state", "progress_topic", "quarantine_topic", "partitions",
            "replication_factor", "transactional_id_prefix", "retry")
@@ -72,10 +73,8 @@ class KafkaSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "KafkaSettings":
-        unknown = sorted(k for k in config if "." not in k and k not in OPTIONS)
-        if unknown:
-            raise SpecError(f"kafka: unknown option(s) {unknown}; tidemark's options are {sorted(OPTIONS)}, and any "
-                            "key with a dot is passed to the Kafka client (e.g. security.protocol)")
+        refuse_unknown("kafka", {k: v for k, v in config.items() if "." not in k}, OPTIONS,
+                       also=", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)")
         servers = config.get("bootstrap_servers") or config.get("bootstrap.servers")
         if not isinstance(servers, str) or not servers.strip():
             raise SpecError("kafka: bootstrap_servers is required, e.g. {kafka: {bootstrap_servers: '127.0.0.1:9092'}}")

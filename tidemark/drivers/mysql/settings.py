@@ -11,6 +11,7 @@ from tidemark.drivers.mysql.dialect import MAX_IDENTIFIER_CHARS
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
+from tidemark.drivers.common.settings import refuse_unknown
 
 CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "bulk", "ssl_ca", "retry")
 SCHEMES = ("mysql", "mariadb")
@@ -58,9 +59,7 @@ class MySqlSettings:
 
     @staticmethod
     def parse(config: dict) -> "MySqlSettings":
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise SpecError(f"mysql: unknown config keys {unknown} (known: {', '.join(CONFIG_KEYS)})")
+        refuse_unknown("mysql", config, CONFIG_KEYS)
         policy = RetryPolicy.from_config(config.get("retry"))
         fields: dict[str, Any] = {}
         url = config.get("url")

@@ -30,6 +30,7 @@ from tidemark.drivers.nats.channel import NatsSettings
 from tidemark.drivers.nats import wire
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
+from tidemark.drivers.common.settings import refuse_unknown
 
 OPTIONS = ("url", "state", "stream", "atomic", "max_batch", "duplicate_window", "retry")
 DEFAULT_STATE = "tidemark-state"
@@ -60,9 +61,7 @@ class NatsConfig:
 
     @classmethod
     def parse(cls, config: dict) -> "NatsConfig":
-        unknown = set(config) - set(OPTIONS)
-        if unknown:
-            raise SpecError(f"nats: unknown option(s) {sorted(unknown)}; known: {list(OPTIONS)}")
+        refuse_unknown("nats", config, OPTIONS)
         url = config.get("url")
         if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise SpecError(f"nats: `url` must be a NATS URL like nats://127.0.0.1:4222, got {redact(url)!r}")

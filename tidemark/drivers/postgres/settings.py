@@ -14,6 +14,7 @@ from tidemark.drivers.postgres.dialect import check_name_length
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
+from tidemark.drivers.common.settings import refuse_unknown
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "sslmode", "sslrootcert",
@@ -52,9 +53,7 @@ class PgSettings:
 
     @staticmethod
     def parse(config: dict) -> "PgSettings":
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise SpecError(f"postgres: unknown config keys {unknown} (known: {', '.join(CONFIG_KEYS)})")
+        refuse_unknown("postgres", config, CONFIG_KEYS)
         if config.get("sslmode") is not None and str(config["sslmode"]) not in SSL_MODES:
             raise SpecError(f"postgres: sslmode {config['sslmode']!r} is not one of {', '.join(SSL_MODES)}")
         policy = RetryPolicy.from_config(config.get("retry"))

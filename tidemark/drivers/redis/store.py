@@ -31,6 +31,7 @@ from tidemark.drivers.redis.layout import (
 )
 from tidemark.drivers.redis.persistence import Persistence, read_persistence
 from tidemark.drivers.redis.script import COMMIT_LUA
+from tidemark.drivers.common.settings import refuse_unknown
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
@@ -52,10 +53,8 @@ class RedisConfig:
     def from_config(config: dict) -> "RedisConfig":
         if not isinstance(config, dict) or not isinstance(config.get("url"), str):
             raise SpecError("endpoint redis: needs {url: redis://HOST:PORT/DB}")
-        known = {"url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes", "retry"}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise SpecError(f"endpoint redis: unknown setting(s) {unknown} (known: {sorted(known)})")
+        refuse_unknown("redis", config, ("url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes",
+                                         "retry"))
         mode = config.get("mode", EXACTLY_ONCE)
         if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise SpecError(f"endpoint redis: mode must be {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}, got {mode!r}")

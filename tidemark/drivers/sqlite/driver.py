@@ -27,6 +27,7 @@ from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import SpecResponse
+from tidemark.drivers.common.settings import refuse_unknown
 
 T = TypeVar("T")
 
@@ -89,6 +90,7 @@ class SQLiteDriver(SqlDriver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
+        refuse_unknown("sqlite", self.config, ("path", "retry", "synchronous"))
         self.path = str(self.config.get("path", "views.db"))
         self.policy = RetryPolicy.from_config(self.config.get("retry"))
         self.synchronous = str(self.config.get("synchronous", "FULL")).upper()

@@ -37,13 +37,14 @@ from tidemark.drivers.store.naming import (
 )
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.drivers.store.view import StoreView, heads
-from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
+from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.jsontext import loads
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import (
     Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
+from tidemark.drivers.common.settings import refuse_unknown
 
 CAPABILITIES = Capabilities(
     commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
@@ -70,9 +71,7 @@ class StoreDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        unknown = set(self.config) - set(STORE_OPTIONS) - {"retry"}
-        if unknown:
-            raise SpecError(f"store: unknown option(s) {sorted(unknown)}; known: {sorted(STORE_OPTIONS + ('retry',))}")
+        refuse_unknown("store", self.config, STORE_OPTIONS + ("retry",))
         self.policy = RetryPolicy.from_config(self.config.get("retry"))
         opts = {k: v for k, v in self.config.items() if k in STORE_OPTIONS}
         self.base = StoreConfig.from_config(opts, lock_timeout=self.policy.lock_timeout)

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from tidemark.errors import SpecError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
+from tidemark.drivers.common.settings import refuse_unknown
 
 RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
@@ -31,10 +32,7 @@ class WebhookConfig:
     def from_config(config: Any) -> "WebhookConfig":
         if not isinstance(config, dict) or not isinstance(config.get("url"), str):
             raise SpecError("endpoint webhook: needs {url: https://HOST/PATH}")
-        known = {"url", "headers", "chunk_docs", "chunk_bytes", "retry"}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise SpecError(f"endpoint webhook: unknown setting(s) {unknown} (known: {sorted(known)})")
+        refuse_unknown("webhook", config, ("url", "headers", "chunk_docs", "chunk_bytes", "retry"))
         url = config["url"]
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
