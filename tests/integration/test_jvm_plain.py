@@ -95,7 +95,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def scan(spark):
-    assert jvm.available(spark), "javac and PySpark's jars are on this machine: the JVM proof must be built"
+    assert jvm.available(spark), "the shipped jar is built for this Spark: the JVM proof must be available"
     from pyspark.sql import functions as F
 
     def run(texts):
@@ -135,11 +135,30 @@ def test_the_compiled_combine_uses_it(spark, monkeypatch):
         res.unpersist()
 
 
-def test_without_javac_there_is_no_jar(monkeypatch, tmp_path):
-    monkeypatch.setenv("TIDEMARK_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jvm, "_javac", lambda: None)
-    assert jvm.build_jar("0.0-test") is None
-    assert not list(tmp_path.rglob("*.jar"))
+def test_the_shipped_jar_is_built_from_the_sources_it_ships_with():
+    """Nothing is compiled on a user's machine: the jar in the package must match its Java
+    sources (after a change to them: ``python -m tidemark.spark.jvm``) and name its Spark."""
+    import pyspark
+
+    attrs = jvm.manifest()
+    assert attrs.get(jvm.SOURCE_DIGEST) == jvm.source_digest(), "the jar is stale: run python -m tidemark.spark.jvm"
+    assert attrs.get(jvm.SPARK_VERSION, "").split(".")[:2] == pyspark.__version__.split(".")[:2]
+    assert jvm.shipped_jar(pyspark.__version__) == str(jvm.JAR)
+
+
+def test_another_spark_or_a_stale_jar_means_expressions(tmp_path, monkeypatch, caplog):
+    import pyspark
+
+    assert jvm.shipped_jar("3.5.1") is None  # PlanRebind's internals differ between minor versions
+    stale = tmp_path / "stale.jar"
+    import zipfile
+
+    with zipfile.ZipFile(stale, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", f"{jvm.SOURCE_DIGEST}: 00\r\n{jvm.SPARK_VERSION}: {pyspark.__version__}\r\n")
+    with caplog.at_level("INFO", logger=jvm.__name__):
+        assert jvm.shipped_jar(pyspark.__version__, stale) is None
+        assert jvm.shipped_jar(pyspark.__version__, tmp_path / "missing.jar") is None
+    assert "older than its Java sources" in caplog.text and "missing" in caplog.text
 
 
 def test_a_name_that_cannot_be_encoded_means_expressions():

@@ -6,12 +6,16 @@ proof costs two splits of the text and a few checks per string field: about 2.3 
 million documents, a fifth of the whole combine.  ``PlainDocument`` scans the text once
 instead (about a fifth of that cost).
 
-The Java source ships with the package.  On first use it is compiled with the machine's
-``javac`` against PySpark's own jars into a jar under the cache directory (keyed by the
-source and the Spark version), added to the session (``ADD JAR``, so executors fetch it
-too) and registered as a function.  Where that cannot be done (no JDK, a session that
-cannot add jars), or where ``TIDEMARK_JVM_CHECKS=0``, the combine uses the expression form
-of the same proof: results never depend on it, only speed.
+The classes ship with the package, compiled when the package is made
+(``tidemark-jvm.jar``, built by ``python -m tidemark.spark.jvm`` against PySpark's jars with
+``javac --release 17``; a test fails when the jar is older than its sources): nothing is
+compiled on a user's machine, and a JRE is enough.  The jar's manifest names the Spark
+version it was built against; it is used where the session's Spark has the same major and
+minor version (the internals ``PlanRebind`` touches change between them) and
+``TIDEMARK_JVM_CHECKS`` is not ``0``.  Anywhere else the combine uses the expression form of
+the same proof and the one-job plan is not reused: results never depend on it, only speed.
+The jar is added to the session (``ADD JAR``, so executors fetch it too) and registered as a
+function.
 
 The same jar holds ``PlanRebind`` (:class:`tidemark.spark.route.OneJobPlan` reuses one
 batch's analyzed plan for the next batches of a query with it).
@@ -60,10 +64,43 @@ def spec(plan) -> Optional[str]:
     return _SEPARATOR.join(entries)
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("TIDEMARK_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tidemark")
-    return Path(base) / "jvm"
+JAR = Path(__file__).with_name("tidemark-jvm.jar")
+SOURCE_DIGEST = "Tidemark-Source-SHA256"
+SPARK_VERSION = "Tidemark-Spark-Version"
+
+
+def source_digest() -> str:
+    return hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()
+
+
+def manifest(jar: Path = JAR) -> dict[str, str]:
+    """The jar's manifest attributes ({} when there is no readable jar)."""
+    try:
+        with zipfile.ZipFile(jar) as z:
+            text = z.read("META-INF/MANIFEST.MF").decode("utf-8")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return {}
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
+def _minor(version: str) -> tuple:
+    return tuple(version.split(".")[:2])
+
+
+def shipped_jar(spark_version: str, jar: Path = JAR) -> Optional[str]:
+    """The shipped jar if it was built from these sources against this Spark's major.minor
+    version, else None (the expression form is used; said once in the log)."""
+    attrs = manifest(jar)
+    if not attrs:
+        why = f"{jar.name} is missing"
+    elif attrs.get(SOURCE_DIGEST) != source_digest():
+        why = f"{jar.name} is older than its Java sources"
+    elif _minor(attrs.get(SPARK_VERSION, "")) != _minor(spark_version):
+        why = f"{jar.name} was built for Spark {attrs.get(SPARK_VERSION)}, this session runs {spark_version}"
+    else:
+        return str(jar)
+    log.info("%s: the compiled combine proves documents plain with Spark expressions", why)
+    return None
 
 
 def _javac() -> Optional[str]:
@@ -73,37 +110,32 @@ def _javac() -> Optional[str]:
     return shutil.which("javac")
 
 
-def build_jar(spark_version: str) -> Optional[str]:
-    """The jar for this Spark version (built once per machine), or None if it cannot be built."""
+def build(dest: Path = JAR) -> Path:
+    """Compile the sources against the installed PySpark's jars into ``dest`` (when the package
+    is made, by ``python -m tidemark.spark.jvm``; never at run time)."""
     import pyspark
 
-    source = b"".join(s.read_bytes() for s in SOURCES)
-    digest = hashlib.sha256(source + spark_version.encode()).hexdigest()[:16]
-    jar = _cache_dir() / digest / "tidemark-jvm.jar"
-    if jar.is_file():
-        return str(jar)
     javac = _javac()
     jars = Path(pyspark.__file__).parent / "jars"
     if javac is None or not jars.is_dir():
-        log.info("no javac or PySpark jars: the compiled combine proves documents plain with Spark expressions")
-        return None
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
+        raise SystemExit("building the jar needs a JDK's javac and PySpark's jars")
+    with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "classes"
         cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", str(jars / "*"),
                "-d", str(out), *map(str, SOURCES)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            log.warning("could not compile %s (%s): using Spark expressions instead", ", ".join(s.name for s in SOURCES),
-                        (done.stderr or done.stdout).strip()[-500:])
-            return None
-        staged = Path(tmp) / "tidemark-jvm.jar"
+            raise SystemExit(f"javac failed:\n{done.stderr or done.stdout}")
+        staged = Path(tmp) / dest.name
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: tidemark\r\n\r\n")
+            z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", date_time=(2020, 1, 1, 0, 0, 0)),
+                       "Manifest-Version: 1.0\r\nCreated-By: tidemark\r\n"
+                       f"{SOURCE_DIGEST}: {source_digest()}\r\n{SPARK_VERSION}: {pyspark.__version__}\r\n\r\n")
             for f in sorted(out.rglob("*.class")):
-                z.write(f, f.relative_to(out).as_posix())
-        os.replace(staged, jar)  # atomic: a concurrent builder's jar is identical
-    return str(jar)
+                info = zipfile.ZipInfo(f.relative_to(out).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
+                z.writestr(info, f.read_bytes(), zipfile.ZIP_DEFLATED)
+        shutil.copyfile(staged, dest)
+    return dest
 
 
 def available(spark) -> bool:
@@ -117,7 +149,7 @@ def available(spark) -> bool:
         with _lock:
             version = spark.version
             if version not in _jar:
-                _jar[version] = build_jar(version)
+                _jar[version] = shipped_jar(version)
             path = _jar[version]
             if path is None:
                 return False
