@@ -44,6 +44,15 @@ class Range:
         return f"{self.key_begin:08x}-{self.key_end:08x}"
 
     @staticmethod
+    def parse(name: str) -> "Range":
+        """The Range of a :attr:`name` (``0000abcd-ffffffff``), as directories, subjects and
+        checkpoint rows spell it."""
+        begin, sep, end = str(name).partition("-")
+        if not sep:
+            raise ValueError(f"not a range name: {name!r}")
+        return Range(int(begin, 16), int(end, 16))
+
+    @staticmethod
     def split(n: int) -> list["Range"]:
         """``n`` ranges that split the key space evenly."""
         if n < 1:

@@ -77,8 +77,7 @@ def clamp(rng: Range, lo: Optional[bytes], hi: Optional[bytes]) -> tuple[bytes, 
 
 def parse_range(name: str) -> Range:
     """The Range of a directory name ``0000abcd-ffffffff`` (:attr:`Range.name`)."""
-    begin, _, end = name.partition("-")
-    return Range(int(begin, 16), int(end, 16))
+    return Range.parse(name)
 
 
 def is_range_name(name: str) -> bool:

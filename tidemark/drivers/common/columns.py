@@ -78,6 +78,14 @@ def dumps(doc: Any) -> str:
     return _encode(doc)
 
 
+def quarantine_row(materialization: str, batch: Any, resource: Any, row: dict) -> dict:
+    """A quarantined document as the push endpoints and the store keep it: the columns of the
+    SQL endpoints' ``tidemark_quarantine``, and the resource name of its binding."""
+    return {"materialization": materialization, "batch_id": batch, "resource": resource,
+            "location": row.get("location"), "key_json": row.get("key_json"), "reason": str(row.get("reason", "")),
+            "value": row.get("value")}
+
+
 def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
     """Rows for ``tidemark_quarantine(materialization, batch_id, location, key_json, reason, value)``."""
     out = []

@@ -27,7 +27,8 @@ import orjson
 
 from tidemark.collection.keys import key_json
 from tidemark.drivers.base import Transactor
-from tidemark.drivers.store.transactor import StoreTransactor, quarantine_row
+from tidemark.drivers.common.columns import quarantine_row
+from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.faults import fault_point
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter

@@ -19,7 +19,7 @@ batch gives every key the counter — and the ``Nats-Msg-Id`` — it had in the 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from tidemark.collection.keys import compact_json, key_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
@@ -32,6 +32,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.drivers.store.transactor import committed_loads
 from tidemark.store import RangeStore, tidemark_key
+from tidemark.drivers.common.columns import quarantine_row
 
 
 class _MidBatch(OutDoc):
@@ -121,11 +122,3 @@ class NatsTransactor(ReadCommittedLoads, Transactor):
 
     def close(self) -> None:
         self.rs.close()
-
-
-def quarantine_row(materialization: str, batch: Optional[int], resource: Optional[str], row: dict) -> dict[str, Any]:
-    """A quarantined document as the quarantine subject carries it (the columns of the SQL
-    endpoints' ``tidemark_quarantine``, and the subject of its binding)."""
-    return {"materialization": materialization, "batch_id": batch, "resource": resource,
-            "location": row.get("location"), "key_json": row.get("key_json"), "reason": str(row.get("reason", "")),
-            "value": row.get("value")}

@@ -106,8 +106,7 @@ def progress_wildcard(prefix: str) -> str:
 
 
 def parse_range(name: str) -> Range:
-    begin, end = name.split("-")
-    return Range(int(begin, 16), int(end, 16))
+    return Range.parse(name)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 from tidemark.collection.keys import compact_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
@@ -32,6 +32,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.store import Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
+from tidemark.drivers.common.columns import quarantine_row
 
 
 def encode_doc(doc) -> bytes:
@@ -133,11 +134,3 @@ def committed_loads(rs: RangeStore, bid: int, msg: Load) -> list[Loaded]:
             keys.append(tuple(key))
             docs.append(loads(raw))
     return [Loaded(msg.binding, tuple(keys), tuple(docs))] if keys else []
-
-
-def quarantine_row(materialization: str, batch: Optional[int], resource: Optional[str], row: dict) -> dict:
-    """A quarantined document as the store keeps it (the columns of the SQL endpoints'
-    ``tidemark_quarantine``, and the resource name of its binding)."""
-    return {"materialization": materialization, "batch_id": batch, "resource": resource,
-            "location": row.get("location"), "key_json": row.get("key_json"), "reason": str(row.get("reason", "")),
-            "value": row.get("value")}
