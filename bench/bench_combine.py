@@ -69,9 +69,16 @@ def generate(directory: str, n: int, seed: int = 7) -> None:
         with open(os.path.join(directory, f"orders-{f:04d}.json"), "w", encoding="utf-8") as out:
             for _ in range(min(per_file, n - written)):
                 amount = rng.randint(1, 500)
-                doc = {"customer": f"customer-{rng.randrange(keys):07d}", "amount": amount, "orders": 1,
-                       "largest": amount, "smallest": amount / 4, "city": rng.choice(CITIES),
-                       "first_seen": f"2024-01-{rng.randint(1, 28):02d}", "vip": rng.random() < 0.1}
+                doc = {
+                    "customer": f"customer-{rng.randrange(keys):07d}",
+                    "amount": amount,
+                    "orders": 1,
+                    "largest": amount,
+                    "smallest": amount / 4,
+                    "city": rng.choice(CITIES),
+                    "first_seen": f"2024-01-{rng.randint(1, 28):02d}",
+                    "vip": rng.random() < 0.1,
+                }
                 if rng.random() < 0.5:
                     doc["items"] = [f"sku-{rng.randrange(100)}" for _ in range(rng.randint(1, 2))]
                 out.write(json.dumps(doc, separators=(",", ":")) + "\n")
@@ -97,14 +104,22 @@ def hand_written(df):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    schema = T.StructType([
-        T.StructField("customer", T.StringType()), T.StructField("amount", T.LongType()),
-        T.StructField("orders", T.LongType()), T.StructField("largest", T.LongType()),
-        T.StructField("smallest", T.DoubleType()), T.StructField("city", T.StringType()),
-        T.StructField("first_seen", T.StringType()), T.StructField("vip", T.BooleanType()),
-        T.StructField("items", T.ArrayType(T.StringType())),
-    ])
-    p = df.select(F.from_json("value", schema).alias("p"), F.struct("_file", "_block", "_row").alias("o")).select("p.*", "o")
+    schema = T.StructType(
+        [
+            T.StructField("customer", T.StringType()),
+            T.StructField("amount", T.LongType()),
+            T.StructField("orders", T.LongType()),
+            T.StructField("largest", T.LongType()),
+            T.StructField("smallest", T.DoubleType()),
+            T.StructField("city", T.StringType()),
+            T.StructField("first_seen", T.StringType()),
+            T.StructField("vip", T.BooleanType()),
+            T.StructField("items", T.ArrayType(T.StringType())),
+        ]
+    )
+    p = df.select(F.from_json("value", schema).alias("p"), F.struct("_file", "_block", "_row").alias("o")).select(
+        "p.*", "o"
+    )
     o = F.col("o")
 
     def last(c):
@@ -116,13 +131,20 @@ def hand_written(df):
     items = F.collect_list(F.when(F.col("items").isNotNull(), F.struct(o.alias("o"), F.col("items").alias("v"))))
     items = F.flatten(F.transform(F.sort_array(items), lambda x: x["v"]))
     agg = p.groupBy("customer").agg(
-        F.sum("amount").alias("amount"), F.sum("orders").alias("orders"), F.max("largest").alias("largest"),
-        F.min("smallest").alias("smallest"), last(F.col("city")).alias("city"), first(F.col("first_seen")).alias("first_seen"),
-        last(F.col("vip")).alias("vip"), F.when(F.count("items") > 0, items).alias("items"),
+        F.sum("amount").alias("amount"),
+        F.sum("orders").alias("orders"),
+        F.max("largest").alias("largest"),
+        F.min("smallest").alias("smallest"),
+        last(F.col("city")).alias("city"),
+        first(F.col("first_seen")).alias("first_seen"),
+        last(F.col("vip")).alias("vip"),
+        F.when(F.count("items") > 0, items).alias("items"),
     )
     return agg.select(
         F.to_json(F.array("customer")).alias("key_json"),
-        F.to_json(F.struct("customer", "amount", "orders", "largest", "smallest", "city", "first_seen", "vip", "items")).alias("doc"),
+        F.to_json(
+            F.struct("customer", "amount", "orders", "largest", "smallest", "city", "first_seen", "vip", "items")
+        ).alias("doc"),
     )
 
 
@@ -189,16 +211,23 @@ def main() -> None:
     coll = Collection(CollectionSpec("orders", ("/customer",), SCHEMA))
     df = read_batch(spark, directory).persist()
     n = df.count()
-    print(f"documents: {n}, master {args.master}, shuffle partitions {args.shuffle_partitions}, "
-          f"Spark {spark.version}, Python {platform.python_version()}", flush=True)
+    print(
+        f"documents: {n}, master {args.master}, shuffle partitions {args.shuffle_partitions}, "
+        f"Spark {spark.version}, Python {platform.python_version()}",
+        flush=True,
+    )
     if not args.skip_check:
         t0 = time.perf_counter()
         keys = check_equal(df, coll)
-        print(f"check: compiled == fallback == hand-written on {keys} keys ({time.perf_counter() - t0:.1f}s)", flush=True)
+        print(
+            f"check: compiled == fallback == hand-written on {keys} keys ({time.perf_counter() - t0:.1f}s)", flush=True
+        )
 
     warm = df.limit(min(n, 50_000)).persist()
     warm.count()
-    for name in ("hand", "compiled", "fallback") if args.fallback_repeats else ("hand", "compiled"):  # warm-up on a slice
+    for name in (
+        ("hand", "compiled", "fallback") if args.fallback_repeats else ("hand", "compiled")
+    ):  # warm-up on a slice
         run_variant(name, warm, coll)
     warm.unpersist()
     times: dict[str, list[float]] = {"hand": [], "compiled": [], "fallback": []}
@@ -222,13 +251,17 @@ def main() -> None:
     for name in ("hand", "compiled", "fallback"):
         v = times[name]
         if v:
-            print(f"| {name} | {len(v)} | {min(v):.2f} | {med[name]:.2f} | {n / med[name]:,.0f} | "
-                  f"{statistics.median(cpus[name]):.2f} |")
+            print(
+                f"| {name} | {len(v)} | {min(v):.2f} | {med[name]:.2f} | {n / med[name]:,.0f} | "
+                f"{statistics.median(cpus[name]):.2f} |"
+            )
     print()
     for name in ("compiled", "fallback"):
         if name in med:
-            print(f"{name} / hand-written throughput (median): {med['hand'] / med[name]:.2f} wall, "
-                  f"{statistics.median(cpus['hand']) / statistics.median(cpus[name]):.2f} by JVM CPU time")
+            print(
+                f"{name} / hand-written throughput (median): {med['hand'] / med[name]:.2f} wall, "
+                f"{statistics.median(cpus['hand']) / statistics.median(cpus[name]):.2f} by JVM CPU time"
+            )
     df.unpersist()
     spark.stop()
 

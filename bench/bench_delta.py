@@ -30,19 +30,46 @@ from deltalake import DeltaTable, write_deltalake
 
 from tidemark.drivers.delta import DeltaDriver
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 from tidemark.runtime.merge_patch import apply_update
 
-BINDING = BindingSpec({"table": "customers"}, "orders", ("/customer",), (
-    Field("customer", "/customer", "string", is_key=True, nullable=False),
-    Field("amount", "/amount", "integer"), Field("city", "/city", "string"),
-    Field("score", "/score", "number"), Field("vip", "/vip", "boolean"), Field("items", "/items", "array")))
+BINDING = BindingSpec(
+    {"table": "customers"},
+    "orders",
+    ("/customer",),
+    (
+        Field("customer", "/customer", "string", is_key=True, nullable=False),
+        Field("amount", "/amount", "integer"),
+        Field("city", "/city", "string"),
+        Field("score", "/score", "number"),
+        Field("vip", "/vip", "boolean"),
+        Field("items", "/items", "array"),
+    ),
+)
 
 
 def docs_for(n: int, version: int) -> list[dict]:
-    return [{"customer": f"customer-{i:08d}", "amount": i + version, "city": "Oslo", "score": i / 3,
-             "vip": i % 7 == 0, "items": ["a", "b"][: 1 + version]} for i in range(n)]
+    return [
+        {
+            "customer": f"customer-{i:08d}",
+            "amount": i + version,
+            "city": "Oslo",
+            "score": i / 3,
+            "vip": i % 7 == 0,
+            "items": ["a", "b"][: 1 + version],
+        }
+        for i in range(n)
+    ]
 
 
 def values(d: dict) -> tuple:
@@ -50,12 +77,17 @@ def values(d: dict) -> tuple:
 
 
 def final_rows(docs: list[dict]) -> pa.Table:
-    return pa.table({
-        "customer": [d["customer"] for d in docs], "amount": [d["amount"] for d in docs],
-        "city": [d["city"] for d in docs], "score": [d["score"] for d in docs], "vip": [d["vip"] for d in docs],
-        "items": [json.dumps(d["items"]) for d in docs],
-        "flow_document": [json.dumps(d, separators=(",", ":")) for d in docs],
-    })
+    return pa.table(
+        {
+            "customer": [d["customer"] for d in docs],
+            "amount": [d["amount"] for d in docs],
+            "city": [d["city"] for d in docs],
+            "score": [d["score"] for d in docs],
+            "vip": [d["vip"] for d in docs],
+            "items": [json.dumps(d["items"]) for d in docs],
+            "flow_document": [json.dumps(d, separators=(",", ":")) for d in docs],
+        }
+    )
 
 
 def driver_level(n: int, shards: int, root: str) -> dict:
@@ -68,7 +100,7 @@ def driver_level(n: int, shards: int, root: str) -> dict:
     for batch in (0, 1):
         docs = docs_for(n, batch)
         # the runtime routes keys by hash; here: an even split of the sorted keys
-        per = [docs[i * n // shards:(i + 1) * n // shards] for i in range(shards)]
+        per = [docs[i * n // shards : (i + 1) * n // shards] for i in range(shards)]
         t0 = time.perf_counter()
         loaded = 0
         started = []
@@ -77,16 +109,25 @@ def driver_level(n: int, shards: int, root: str) -> dict:
             t.acknowledge(Acknowledge(state=state))
             keys = [(d["customer"],) for d in part]
             for s in range(0, len(keys), driver.capabilities.max_load_keys):
-                for r in t.load(Load(0, tuple(keys[s:s + driver.capabilities.max_load_keys]))):
+                for r in t.load(Load(0, tuple(keys[s : s + driver.capabilities.max_load_keys]))):
                     loaded += len(r.keys)
             late, _ = t.flush(Flush())
             loaded += sum(len(r.keys) for r in late)
             for s in range(0, len(part), chunk):
-                ds = part[s:s + chunk]
-                t.store(Store(0, tuple(keys[s:s + chunk]), tuple(values(d) for d in ds), tuple(ds),
-                              (batch > 0,) * len(ds), (False,) * len(ds)))
-            started.append(t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch,
-                                                       "materialization": "bench"})))
+                ds = part[s : s + chunk]
+                t.store(
+                    Store(
+                        0,
+                        tuple(keys[s : s + chunk]),
+                        tuple(values(d) for d in ds),
+                        tuple(ds),
+                        (batch > 0,) * len(ds),
+                        (False,) * len(ds),
+                    )
+                )
+            started.append(
+                t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch, "materialization": "bench"}))
+            )
             t.close()
         t_staged = time.perf_counter()
         for s in started:
@@ -123,18 +164,50 @@ def e2e(n: int, files: int, shards: int, root: str, endpoint: str = "delta"):
         with open(os.path.join(data, f"orders-{f:04d}.json"), "w") as out:
             for i in range(per):
                 k = (f * per + i) % max(1, n // 2)  # every key twice: half inserts, half updates
-                out.write(json.dumps({"customer": f"c{k:08d}", "amount": i, "city": "Oslo", "score": i / 3,
-                                      "vip": i % 7 == 0, "items": ["a"]}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "customer": f"c{k:08d}",
+                            "amount": i,
+                            "city": "Oslo",
+                            "score": i / 3,
+                            "vip": i % 7 == 0,
+                            "items": ["a"],
+                        }
+                    )
+                    + "\n"
+                )
         os.utime(os.path.join(data, f"orders-{f:04d}.json"), (1_700_000_000 + f, 1_700_000_000 + f))
-    schema = {"type": "object", "required": ["customer"], "reduce": {"strategy": "merge"}, "properties": {
-        "customer": {"type": "string"}, "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
-        "city": {"type": "string"}, "score": {"type": "number"}, "vip": {"type": "boolean"},
-        "items": {"type": "array", "reduce": {"strategy": "append"}}}}
-    spec = {"collections": {"orders": {"key": ["/customer"], "schema": schema, "source": {
-        "format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {endpoint: {"path": os.path.join(root, "e2e")}}, "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
-        "checkpoint": spark_checkpoints}
+    schema = {
+        "type": "object",
+        "required": ["customer"],
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "customer": {"type": "string"},
+            "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
+            "city": {"type": "string"},
+            "score": {"type": "number"},
+            "vip": {"type": "boolean"},
+            "items": {"type": "array", "reduce": {"strategy": "append"}},
+        },
+    }
+    spec = {
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": schema,
+                "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {endpoint: {"path": os.path.join(root, "e2e")}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
+        "checkpoint": spark_checkpoints,
+    }
     path = os.path.join(root, "spec.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(spec, f)
@@ -175,17 +248,23 @@ def main() -> None:
             print(f"{n:,} documents, {args.shards} shard sessions (sequential, one process), {os.cpu_count()} cores")
             for batch, label in ((0, "insert"), (1, "update (Load + Store)")):
                 total, stage, merge = res[batch]
-                print(f"  tidemark {label:22}: {n / total:>10,.0f} docs/s  "
-                      f"({total:.2f}s = shards {stage:.2f}s + MERGE {merge:.2f}s)")
+                print(
+                    f"  tidemark {label:22}: {n / total:>10,.0f} docs/s  "
+                    f"({total:.2f}s = shards {stage:.2f}s + MERGE {merge:.2f}s)"
+                )
             print(f"  plain write_deltalake append: {n / ref:>10,.0f} rows/s  ({ref:.2f}s)")
         if args.e2e:  # warm the JVM and the Python workers up, so that the first measured run is not penalized
             e2e(2000, 1, args.shards, os.path.join(root, "warm-up"), "delta")
         for endpoint in (["delta"] + (["sqlite"] if args.compare_sqlite else [])) if args.e2e else []:
             batches, wall, rows, documents, phases = e2e(n, args.files, args.shards, root, endpoint)
-            print(f"  tidemark run -> {endpoint} (Spark local, {args.files} batches, {documents:,} docs -> {rows:,} keys): "
-                  f"{documents / batches:>10,.0f} docs/s in batches ({batches:.2f}s; {wall:.2f}s with JVM start)")
-            print("    seconds per phase, summed over batches (shard.*: the slowest shard):",
-                  ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items())))
+            print(
+                f"  tidemark run -> {endpoint} (Spark local, {args.files} batches, {documents:,} docs -> {rows:,} keys): "
+                f"{documents / batches:>10,.0f} docs/s in batches ({batches:.2f}s; {wall:.2f}s with JVM start)"
+            )
+            print(
+                "    seconds per phase, summed over batches (shard.*: the slowest shard):",
+                ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items())),
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

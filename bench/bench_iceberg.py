@@ -85,11 +85,20 @@ def run_tidemark(spark, data: str, work: str, table: str, shards: int) -> tuple[
     from tidemark.spark.runner import run_spec
 
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
-                                   "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {
-            "endpoint": {"iceberg": {"catalog": catalog_config(work), "namespace": NAMESPACE}}, "shards": shards,
-            "bindings": [{"source": "orders", "resource": {"table": table}}]}},
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": SCHEMA,
+                "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"iceberg": {"catalog": catalog_config(work), "namespace": NAMESPACE}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": table}}],
+            }
+        },
         "checkpoint": os.path.join(work, f"checkpoints-{table}"),
     }
     path = os.path.join(work, f"spec-{table}.yaml")
@@ -114,11 +123,14 @@ def check_view(work: str, table: str, answer: dict) -> str:
     """The tidemark table read with pyiceberg (not tidemark) against the answer."""
     t = open_catalog(work).load_table((NAMESPACE, table))
     rows = t.scan(selected_fields=("customer", "flow_document")).to_arrow()
-    view = {k: json.loads(d) for k, d in zip(rows.column("customer").to_pylist(),
-                                             rows.column("flow_document").to_pylist())}
+    view = {
+        k: json.loads(d) for k, d in zip(rows.column("customer").to_pylist(), rows.column("flow_document").to_pylist())
+    }
     same = rows.num_rows == len(view) and view == answer
-    return (f"view {'==' if same else '!='} answer ({len(view):,} keys); {len(t.snapshots())} snapshots, "
-            f"{t.inspect.files().num_rows} data files")
+    return (
+        f"view {'==' if same else '!='} answer ({len(view):,} keys); {len(t.snapshots())} snapshots, "
+        f"{t.inspect.files().num_rows} data files"
+    )
 
 
 # ------------------------------------------------------------------ (p) plain append
@@ -171,8 +183,10 @@ def run_plain(data: str, work: str, table: str) -> tuple[float, list[dict], str]
     seconds = time.perf_counter() - t0
     t = catalog.load_table(("plain", table))
     n = t.scan(selected_fields=("customer",)).to_arrow().num_rows
-    check = (f"{n:,} rows {'==' if n == total else '!='} {total:,} documents; {len(t.snapshots())} snapshots, "
-             f"{t.inspect.files().num_rows} data files")
+    check = (
+        f"{n:,} rows {'==' if n == total else '!='} {total:,} documents; {len(t.snapshots())} snapshots, "
+        f"{t.inspect.files().num_rows} data files"
+    )
     return seconds, rows, check
 
 
@@ -194,15 +208,18 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8, help="batches (one input file each; default 8)")
     ap.add_argument("--keys", type=int, default=100_000, help="customers (default 100,000)")
     ap.add_argument("--shards", type=int, default=2, help="tidemark shards and Spark's local[N] (default 2)")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of (t), (p); the ratio uses the last "
-                                                         "(default 2: one warm-up)")
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="rounds of (t), (p); the ratio uses the last (default 2: one warm-up)"
+    )
     ap.add_argument("--skip", default="", help="comma-separated: t,p")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (its path is printed)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(machine())
-    print(f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
-          f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]")
+    print(
+        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
+        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
+    )
     work = tempfile.mkdtemp(prefix="tm-bench-iceberg-")
     data = os.path.join(work, "data")
     answer = write_stream(data, args.docs, args.keys, args.batches)
@@ -218,22 +235,31 @@ def main() -> None:
     last: dict = {}
     try:
         for rnd in range(1, args.rounds + 1):
-            print(f"\nround {rnd} of {args.rounds}" + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)"))
+            print(
+                f"\nround {rnd} of {args.rounds}"
+                + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)")
+            )
             if "t" not in skip:
                 wall, rows = run_tidemark(spark, data, work, f"customers_{rnd}", args.shards)
                 last["t"] = wall
                 inside = sum(r["_wall"] for r in rows)
-                print(f"(t) tidemark → Iceberg, exactly once: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s; "
-                      f"{inside:.2f}s in batches)")
-                print(f"    median batch: {fmt(median_batch(rows))}, whole batch "
-                      f"{median_batch(rows)['_wall']:.3f}s; keys loaded back: {sum(r['_loaded'] for r in rows):,}")
+                print(
+                    f"(t) tidemark → Iceberg, exactly once: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s; "
+                    f"{inside:.2f}s in batches)"
+                )
+                print(
+                    f"    median batch: {fmt(median_batch(rows))}, whole batch "
+                    f"{median_batch(rows)['_wall']:.3f}s; keys loaded back: {sum(r['_loaded'] for r in rows):,}"
+                )
                 print("    apply per batch (s): " + " ".join(f"{r['apply']:.2f}" for r in rows))
                 print("    " + check_view(work, f"customers_{rnd}", answer))
             if "p" not in skip:
                 seconds, rows, check = run_plain(data, work, f"orders_{rnd}")
                 last["p"] = seconds
-                print(f"(p) plain pyiceberg append, every document (no reduce, no upsert, not exactly once): "
-                      f"{seconds:7.2f}s ({args.docs / seconds:,.0f} docs/s)")
+                print(
+                    f"(p) plain pyiceberg append, every document (no reduce, no upsert, not exactly once): "
+                    f"{seconds:7.2f}s ({args.docs / seconds:,.0f} docs/s)"
+                )
                 print(f"    median batch: {fmt(median_batch(rows))}, whole batch {median_batch(rows)['_wall']:.3f}s")
                 print(f"    {check}")
             if "t" in last and "p" in last:

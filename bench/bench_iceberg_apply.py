@@ -50,13 +50,24 @@ def rows(keys: list[str], seed: int) -> pa.Table:
     rnd = random.Random(seed)
     amount = [rnd.randrange(1000) for _ in keys]
     city = [rnd.choice(["Oslo", "Quito", "Lima", "Pune"]) for _ in keys]
-    docs = [json.dumps({"customer": k, "amount": a, "city": c, "score": a / 2, "vip": a > 500,
-                        "items": [a, a + 1]}, separators=(",", ":")) for k, a, c in zip(keys, amount, city)]
+    docs = [
+        json.dumps(
+            {"customer": k, "amount": a, "city": c, "score": a / 2, "vip": a > 500, "items": [a, a + 1]},
+            separators=(",", ":"),
+        )
+        for k, a, c in zip(keys, amount, city)
+    ]
     return pa.Table.from_arrays(
-        [pa.array(keys, pa.string()), pa.array(amount, pa.int64()), pa.array(city, pa.string()),
-         pa.array([a / 2 for a in amount], pa.float64()), pa.array([a > 500 for a in amount], pa.bool_()),
-         pa.array(docs, pa.string())],
-        schema=SCHEMA.as_arrow())
+        [
+            pa.array(keys, pa.string()),
+            pa.array(amount, pa.int64()),
+            pa.array(city, pa.string()),
+            pa.array([a / 2 for a in amount], pa.float64()),
+            pa.array([a > 500 for a in amount], pa.bool_()),
+            pa.array(docs, pa.string()),
+        ],
+        schema=SCHEMA.as_arrow(),
+    )
 
 
 def method_delete_append(txn, upserts, changed, deleted, props):
@@ -80,8 +91,12 @@ def method_rewrite(txn, upserts, changed, deleted, props):
     replace_keys(txn, ["customer"], pa.table({"customer": pa.array(changed, pa.string())}), upserts, props)
 
 
-METHODS = {"delete+append": method_delete_append, "overwrite": method_overwrite, "upsert": method_upsert,
-           "rewrite": method_rewrite}
+METHODS = {
+    "delete+append": method_delete_append,
+    "overwrite": method_overwrite,
+    "upsert": method_upsert,
+    "rewrite": method_rewrite,
+}
 
 
 def main(argv=None) -> int:
@@ -101,13 +116,13 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         step = -(-args.rows // args.files)
         for i in range(0, args.rows, step):
-            base.append(rows(keys[i:i + step], i))
+            base.append(rows(keys[i : i + step], i))
         base = catalog.load_table(("bench", "base"))
         print(f"table of {args.rows} rows in {len(base.inspect.files())} files: {time.perf_counter() - t0:.1f} s")
         for n in (int(x) for x in args.changes.split(",")):
             rnd = random.Random(n)
             picked = rnd.sample(keys, int(n * 0.9))
-            updated, deleted = picked[: int(n * 0.8)], picked[int(n * 0.8):]
+            updated, deleted = picked[: int(n * 0.8)], picked[int(n * 0.8) :]
             new = [f"n{i:09d}" for i in range(n - len(picked))]
             upserts = rows(updated + new, n)
             changed = updated + new + deleted
@@ -123,8 +138,11 @@ def main(argv=None) -> int:
                 table = catalog.load_table(ident)
                 got = table.scan(selected_fields=("customer", "amount")).to_arrow()
                 results[name] = got.sort_by("customer")
-                print(f"{n:>7} changed keys  {name:<14} {took:7.2f} s  +{len(table.snapshots()) - before} snapshot(s)"
-                      f"  {got.num_rows} rows", flush=True)
+                print(
+                    f"{n:>7} changed keys  {name:<14} {took:7.2f} s  +{len(table.snapshots()) - before} snapshot(s)"
+                    f"  {got.num_rows} rows",
+                    flush=True,
+                )
             first = next(iter(results.values()))
             assert all(r.equals(first) for r in results.values()), "the methods disagree"
             want = args.rows + len(new) - len(deleted)

@@ -24,7 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tidemark.drivers.kafka import KafkaDriver  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, BindingSpec, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 
@@ -40,8 +48,13 @@ def store_msg(docs):
 def run(bootstrap: str, n: int, batch_size: int, root: str) -> None:
     tag = uuid.uuid4().hex[:6]
     binding = BindingSpec({"topic": f"bench-{tag}", "partitions": 3}, "docs", ("/id",), ())
-    driver = KafkaDriver({"bootstrap_servers": bootstrap, "state": os.path.join(root, "state"),
-                          "progress_topic": f"bench-progress-{tag}"})
+    driver = KafkaDriver(
+        {
+            "bootstrap_servers": bootstrap,
+            "state": os.path.join(root, "state"),
+            "progress_topic": f"bench-progress-{tag}",
+        }
+    )
     driver.apply(Apply("bench", "v1", (binding,)))
     opens, commits = [], []
     t0 = time.perf_counter()
@@ -58,9 +71,11 @@ def run(bootstrap: str, n: int, batch_size: int, root: str) -> None:
         commits.append(time.perf_counter() - t)
         txn.close()
     dt = time.perf_counter() - t0
-    print(f"tidemark kafka: {n / dt:,.0f} docs/s ({n} docs in {len(opens)} batches, {dt:.2f}s; "
-          f"Open median {sorted(opens)[len(opens) // 2] * 1000:.0f} ms, commit median "
-          f"{sorted(commits)[len(commits) // 2] * 1000:.0f} ms)")
+    print(
+        f"tidemark kafka: {n / dt:,.0f} docs/s ({n} docs in {len(opens)} batches, {dt:.2f}s; "
+        f"Open median {sorted(opens)[len(opens) // 2] * 1000:.0f} ms, commit median "
+        f"{sorted(commits)[len(commits) // 2] * 1000:.0f} ms)"
+    )
 
     from confluent_kafka import Producer
 
@@ -70,9 +85,16 @@ def run(bootstrap: str, n: int, batch_size: int, root: str) -> None:
     ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(raw_topic, 3)])
     t0 = time.perf_counter()
     for b, lo in enumerate(range(0, n, batch_size)):
-        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"raw-{tag}", "enable.idempotence": True,
-                      "retry.backoff.ms": 10, "reconnect.backoff.ms": 5,
-                      "topic.metadata.refresh.fast.interval.ms": 10})
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": f"raw-{tag}",
+                "enable.idempotence": True,
+                "retry.backoff.ms": 10,
+                "reconnect.backoff.ms": 5,
+                "topic.metadata.refresh.fast.interval.ms": 10,
+            }
+        )
         p.init_transactions(30)
         p.begin_transaction()
         for j in range(lo, min(n, lo + batch_size)):
@@ -85,15 +107,19 @@ def run(bootstrap: str, n: int, batch_size: int, root: str) -> None:
                     p.poll(0.05)
         p.commit_transaction(30)
     dt_raw = time.perf_counter() - t0
-    print(f"bare transactional producer: {n / dt_raw:,.0f} docs/s ({dt_raw:.2f}s); tidemark takes "
-          f"{dt / dt_raw:.2f}x its time")
+    print(
+        f"bare transactional producer: {n / dt_raw:,.0f} docs/s ({dt_raw:.2f}s); tidemark takes "
+        f"{dt / dt_raw:.2f}x its time"
+    )
 
     txn, _ = driver.open(Open("bench", "v1", Range(), bindings=(binding,)))
     txn.acknowledge(Acknowledge())
     t0 = time.perf_counter()
     found = 0
     for lo in range(0, n, 10_000):
-        found += sum(len(r.keys) for r in txn.load(Load(0, tuple((f"key-{i:09d}",) for i in range(lo, min(n, lo + 10_000))))))
+        found += sum(
+            len(r.keys) for r in txn.load(Load(0, tuple((f"key-{i:09d}",) for i in range(lo, min(n, lo + 10_000)))))
+        )
     found += sum(len(r.keys) for r in txn.flush(Flush())[0])
     dt = time.perf_counter() - t0
     txn.close()

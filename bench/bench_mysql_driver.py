@@ -23,7 +23,16 @@ from tidemark.drivers.mysql import MySqlDriver, MySqlTransactor
 from tidemark.drivers.mysql.transactor import param
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 
@@ -38,8 +47,10 @@ class InListLoads(MySqlTransactor):
             where.setdefault(tuple(f(v) for f, v in zip(convs, key)), []).append(i)
         cols = ", ".join(d.quote(c.name) for c in model.keys)
         row = "(" + d.params(len(convs)) + ")"
-        sql = (f"SELECT {cols}, {d.quote(DOCUMENT_COLUMN)} FROM {d.ident(model)} WHERE ({cols}) IN "
-               f"({', '.join([row] * len(where))})")
+        sql = (
+            f"SELECT {cols}, {d.quote(DOCUMENT_COLUMN)} FROM {d.ident(model)} WHERE ({cols}) IN "
+            f"({', '.join([row] * len(where))})"
+        )
         params = [v for k in where for v in k]
         found = self.in_transaction(lambda: self.execute(sql, params).fetchall(), "load", write=False)
         n = len(convs)
@@ -64,10 +75,18 @@ def server_cpu() -> float:
 
 def bench(url: str, n: int, bulk: str, transactor=None) -> dict:
     schema = f"tm_bench_{uuid.uuid4().hex[:8]}"
-    b = BindingSpec({"table": "customers"}, "orders", ("/customer",), (
-        Field("customer", "/customer", "string", is_key=True),
-        Field("amount", "/amount", "integer"), Field("city", "/city", "string"),
-        Field("score", "/score", "number"), Field("vip", "/vip", "boolean")))
+    b = BindingSpec(
+        {"table": "customers"},
+        "orders",
+        ("/customer",),
+        (
+            Field("customer", "/customer", "string", is_key=True),
+            Field("amount", "/amount", "integer"),
+            Field("city", "/city", "string"),
+            Field("score", "/score", "number"),
+            Field("vip", "/vip", "boolean"),
+        ),
+    )
     driver = MySqlDriver({"url": url, "schema": schema, "bulk": bulk})
     if transactor is not None:
         driver.transactor = transactor
@@ -76,8 +95,18 @@ def bench(url: str, n: int, bulk: str, transactor=None) -> dict:
     try:
         driver.apply(Apply("bench", driver.config, (b,)))
         keys = [(f"customer-{i:08d}",) for i in range(n)]
-        docs = [{"customer": k[0], "amount": i, "city": "Oslo", "score": i / 3, "vip": i % 7 == 0,
-                 "items": ["a", "b"], "flags": {"big": False}} for i, k in enumerate(keys)]
+        docs = [
+            {
+                "customer": k[0],
+                "amount": i,
+                "city": "Oslo",
+                "score": i / 3,
+                "vip": i % 7 == 0,
+                "items": ["a", "b"],
+                "flags": {"big": False},
+            }
+            for i, k in enumerate(keys)
+        ]
         t, _ = driver.open(Open("bench", "v", Range(), bindings=(b,)))
 
         def timed(what, fn):
@@ -89,16 +118,24 @@ def bench(url: str, n: int, bulk: str, transactor=None) -> dict:
             t.acknowledge(Acknowledge())
             t.flush(Flush())
             for s in range(0, n, chunk):
-                ks, ds = keys[s:s + chunk], docs[s:s + chunk]
-                t.store(Store(0, tuple(ks), tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
-                              tuple(ds), (exists,) * len(ks), (False,) * len(ks)))
+                ks, ds = keys[s : s + chunk], docs[s : s + chunk]
+                t.store(
+                    Store(
+                        0,
+                        tuple(ks),
+                        tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
+                        tuple(ds),
+                        (exists,) * len(ks),
+                        (False,) * len(ks),
+                    )
+                )
             t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch, "materialization": "bench"}))
 
         def load_all() -> None:
             t.acknowledge(Acknowledge())
             found, lchunk = 0, driver.capabilities().max_load_keys
             for s in range(0, n, lchunk):
-                for resp in t.load(Load(0, tuple(keys[s:s + lchunk]))):
+                for resp in t.load(Load(0, tuple(keys[s : s + lchunk]))):
                     found += len(resp.keys)
             late, _ = t.flush(Flush())
             assert found + sum(len(r.keys) for r in late) == n
@@ -109,8 +146,13 @@ def bench(url: str, n: int, bulk: str, transactor=None) -> dict:
         t.close()
     finally:
         driver.close()
-        con = pymysql.connect(host=driver.settings.host, port=driver.settings.port, user=driver.settings.user,
-                              password=driver.settings.password, autocommit=True)
+        con = pymysql.connect(
+            host=driver.settings.host,
+            port=driver.settings.port,
+            user=driver.settings.user,
+            password=driver.settings.password,
+            autocommit=True,
+        )
         con.cursor().execute(f"DROP DATABASE IF EXISTS `{schema}`")
         con.close()
     return out
@@ -120,11 +162,16 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     url = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("TIDEMARK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
     print(f"{n} keys, one shard session (load average {open('/proc/loadavg').read().split()[0]}):")
-    for label, bulk, transactor in (("bulk: infile", "infile", None), ("bulk: insert", "insert", None),
-                                    ("infile, Load by IN list", "infile", InListLoads)):
+    for label, bulk, transactor in (
+        ("bulk: infile", "infile", None),
+        ("bulk: insert", "insert", None),
+        ("infile, Load by IN list", "infile", InListLoads),
+    ):
         for what, (rate, client, server) in bench(url, n, bulk, transactor).items():
             unit = "keys" if what == "load" else "docs"
-            print(f"  {label:<24} {what:<24} {rate:>9,.0f} {unit}/s   (CPU: client {client:.2f}s, server {server:.2f}s)")
+            print(
+                f"  {label:<24} {what:<24} {rate:>9,.0f} {unit}/s   (CPU: client {client:.2f}s, server {server:.2f}s)"
+            )
 
 
 if __name__ == "__main__":

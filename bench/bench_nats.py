@@ -21,7 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.nats_server import start_server  # noqa: E402
 from tidemark.drivers.nats import NatsDriver  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, BindingSpec, Field, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
@@ -39,8 +46,16 @@ def run(url: str, root: str, mode: str, n: int, batch: int) -> None:
         txn.acknowledge(Acknowledge())
         docs = [{"id": f"key-{i:09d}", "n": b, "payload": "x" * 64} for i in range(lo, min(n, lo + batch))]
         k = len(docs)
-        txn.store(Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
-                        (False,) * k, (False,) * k))
+        txn.store(
+            Store(
+                0,
+                tuple((d["id"],) for d in docs),
+                tuple((d["n"],) for d in docs),
+                tuple(docs),
+                (False,) * k,
+                (False,) * k,
+            )
+        )
         txn.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": b, "materialization": "bench"}))
         b += 1
     secs = time.perf_counter() - t0
@@ -48,8 +63,11 @@ def run(url: str, root: str, mode: str, n: int, batch: int) -> None:
     txn.close()
     t0 = time.perf_counter()
     txn, opened = driver.open(Open("bench", "v1", Range(), bindings=(binding,)))
-    print(f"{mode:7} restart Open after {n} docs: {(time.perf_counter() - t0) * 1000:.0f} ms "
-          f"(resumes after batch {opened.runtime_checkpoint['batch_id']})", flush=True)
+    print(
+        f"{mode:7} restart Open after {n} docs: {(time.perf_counter() - t0) * 1000:.0f} ms "
+        f"(resumes after batch {opened.runtime_checkpoint['batch_id']})",
+        flush=True,
+    )
     txn.close()
     driver.close()
 

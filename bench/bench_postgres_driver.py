@@ -19,7 +19,16 @@ import psycopg
 
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 
@@ -57,20 +66,41 @@ class Clock:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    url = sys.argv[2] if len(sys.argv) > 2 else os.environ.get(
-        "TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    url = (
+        sys.argv[2]
+        if len(sys.argv) > 2
+        else os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    )
     schema = f"tm_bench_{uuid.uuid4().hex[:8]}"
-    b = BindingSpec({"table": "customers"}, "orders", ("/customer",), (
-        Field("customer", "/customer", "string", is_key=True),
-        Field("amount", "/amount", "integer"), Field("city", "/city", "string"),
-        Field("score", "/score", "number"), Field("vip", "/vip", "boolean")))
+    b = BindingSpec(
+        {"table": "customers"},
+        "orders",
+        ("/customer",),
+        (
+            Field("customer", "/customer", "string", is_key=True),
+            Field("amount", "/amount", "integer"),
+            Field("city", "/city", "string"),
+            Field("score", "/score", "number"),
+            Field("vip", "/vip", "boolean"),
+        ),
+    )
     driver = PostgresDriver({"url": url, "schema": schema})
     chunk = driver.capabilities().max_store_docs
     try:
         driver.apply(Apply("bench", driver.config, (b,)))
         keys = [(f"customer-{i:08d}",) for i in range(n)]
-        docs = [{"customer": k[0], "amount": i, "city": "Oslo", "score": i / 3, "vip": i % 7 == 0,
-                 "items": ["a", "b"], "flags": {"big": False}} for i, k in enumerate(keys)]
+        docs = [
+            {
+                "customer": k[0],
+                "amount": i,
+                "city": "Oslo",
+                "score": i / 3,
+                "vip": i % 7 == 0,
+                "items": ["a", "b"],
+                "flags": {"big": False},
+            }
+            for i, k in enumerate(keys)
+        ]
 
         t, _ = driver.open(Open("bench", "v", Range(), bindings=(b,)))
         clock = Clock(t.con.info.backend_pid)
@@ -78,15 +108,25 @@ def main() -> None:
         def store_all(exists: bool, batch: int) -> Clock:
             with clock:
                 for s in range(0, n, chunk):
-                    ks, ds = keys[s:s + chunk], docs[s:s + chunk]
-                    t.store(Store(0, tuple(ks), tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
-                                  tuple(ds), (exists,) * len(ks), (False,) * len(ks)))
+                    ks, ds = keys[s : s + chunk], docs[s : s + chunk]
+                    t.store(
+                        Store(
+                            0,
+                            tuple(ks),
+                            tuple((d["amount"], d["city"], d["score"], d["vip"]) for d in ds),
+                            tuple(ds),
+                            (exists,) * len(ks),
+                            (False,) * len(ks),
+                        )
+                    )
                 t.start_commit(StartCommit({"checkpoint_id": "bench", "batch_id": batch, "materialization": "bench"}))
             return clock
 
         def line(what: str, c: Clock, unit: str) -> None:
-            print(f"  {what:<24} {n / c.wall:>10,.0f} {unit}/s wall ({c.wall:.2f}s)   {n / c.cpu:>10,.0f} {unit}/s CPU "
-                  f"(client {c.client:.2f}s + server {c.server:.2f}s)")
+            print(
+                f"  {what:<24} {n / c.wall:>10,.0f} {unit}/s wall ({c.wall:.2f}s)   {n / c.cpu:>10,.0f} {unit}/s CPU "
+                f"(client {c.client:.2f}s + server {c.server:.2f}s)"
+            )
 
         print(f"{n} keys, one shard session (load average {open('/proc/loadavg').read().split()[0]}):")
         t.acknowledge(Acknowledge())
@@ -98,7 +138,7 @@ def main() -> None:
         lchunk = driver.capabilities().max_load_keys
         with clock:
             for s in range(0, n, lchunk):
-                for resp in t.load(Load(0, tuple(keys[s:s + lchunk]))):
+                for resp in t.load(Load(0, tuple(keys[s : s + lchunk]))):
                     found += len(resp.keys)
             late, _ = t.flush(Flush())
             found += sum(len(r.keys) for r in late)
@@ -108,10 +148,16 @@ def main() -> None:
         t.close()
         with psycopg.connect(url, autocommit=True) as con:
             import json
-            payload = "".join(f"{d['customer']}\t{d['amount']}\t{d['city']}\t{d['score']!r}\t{'t' if d['vip'] else 'f'}\t"
-                              f"{json.dumps(d)}\n" for d in docs)
-            con.execute("CREATE TEMP TABLE raw (customer text PRIMARY KEY, amount bigint, city text, score float8, "
-                        "vip bool, d jsonb)")
+
+            payload = "".join(
+                f"{d['customer']}\t{d['amount']}\t{d['city']}\t{d['score']!r}\t{'t' if d['vip'] else 'f'}\t"
+                f"{json.dumps(d)}\n"
+                for d in docs
+            )
+            con.execute(
+                "CREATE TEMP TABLE raw (customer text PRIMARY KEY, amount bigint, city text, score float8, "
+                "vip bool, d jsonb)"
+            )
             with Clock(con.info.backend_pid) as raw:
                 with con.cursor() as cur, cur.copy("COPY raw FROM STDIN") as cp:
                     cp.write(payload)

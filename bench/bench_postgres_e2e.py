@@ -72,8 +72,9 @@ SPARK_SCHEMA = "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, c
 # ------------------------------------------------------------------------- data
 
 
-def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int = 7, prefix: str = "orders",
-                 growing: bool = False):
+def write_stream(
+    directory: str, docs: int, keys: int, batches: int, seed: int = 7, prefix: str = "orders", growing: bool = False
+):
     """One JSON-lines file per batch; returns the documents of each batch.
 
     Keys are drawn from all ``keys`` in every batch, or with ``growing`` from a window that
@@ -92,8 +93,14 @@ def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int =
         with open(path, "w") as f:
             for _ in range(per):
                 amount = rng.randrange(1, 1000)
-                d = {"customer": f"c{lo + rng.randrange(span):07d}", "amount": amount, "orders": 1, "largest": amount,
-                     "city": rng.choice(CITIES), "ts": ts}
+                d = {
+                    "customer": f"c{lo + rng.randrange(span):07d}",
+                    "amount": amount,
+                    "orders": 1,
+                    "largest": amount,
+                    "city": rng.choice(CITIES),
+                    "ts": ts,
+                }
                 ts += 1
                 batch.append(d)
                 f.write(json.dumps(d, separators=(",", ":")) + "\n")
@@ -106,8 +113,14 @@ def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int =
 def reduce_into(cur, d):
     if cur is None:
         return dict(d)
-    return {"customer": d["customer"], "amount": cur["amount"] + d["amount"], "orders": cur["orders"] + d["orders"],
-            "largest": max(cur["largest"], d["largest"]), "city": d["city"], "ts": max(cur["ts"], d["ts"])}
+    return {
+        "customer": d["customer"],
+        "amount": cur["amount"] + d["amount"],
+        "orders": cur["orders"] + d["orders"],
+        "largest": max(cur["largest"], d["largest"]),
+        "city": d["city"],
+        "ts": max(cur["ts"], d["ts"]),
+    }
 
 
 def plan_batches(batches):
@@ -131,17 +144,26 @@ def plan_batches(batches):
 # ------------------------------------------------------------------------ runs
 
 
-
 def run_tidemark(spark, data, url, schema, shards, checkpoint) -> tuple[float, list]:
     import yaml
 
     from tidemark.spark.runner import run_spec
 
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
-                                   "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema, **ENDPOINT_EXTRA}}, "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": SCHEMA,
+                "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"postgres": {"url": url, "schema": schema, **ENDPOINT_EXTRA}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
         "checkpoint": checkpoint,
     }
     path = os.path.join(os.path.dirname(checkpoint), f"spec-{uuid.uuid4().hex[:6]}.yaml")
@@ -164,16 +186,21 @@ def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True, c
 
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        con.execute(f'CREATE TABLE "{schema}".customers (customer text PRIMARY KEY, amount bigint, orders bigint, '
-                    "largest bigint, city text, ts bigint)")
-    upsert = (f'INSERT INTO "{schema}".customers AS t (customer, amount, orders, largest, city, ts) '
-              "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (customer) DO UPDATE SET "
-              "amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
-              "largest = GREATEST(t.largest, EXCLUDED.largest), city = EXCLUDED.city, ts = GREATEST(t.ts, EXCLUDED.ts)")
+        con.execute(
+            f'CREATE TABLE "{schema}".customers (customer text PRIMARY KEY, amount bigint, orders bigint, '
+            "largest bigint, city text, ts bigint)"
+        )
+    upsert = (
+        f'INSERT INTO "{schema}".customers AS t (customer, amount, orders, largest, city, ts) '
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (customer) DO UPDATE SET "
+        "amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
+        "largest = GREATEST(t.largest, EXCLUDED.largest), city = EXCLUDED.city, ts = GREATEST(t.ts, EXCLUDED.ts)"
+    )
 
     def write(df, _batch_id):
-        agg = df.groupBy("customer").agg(F.sum("amount"), F.sum("orders"), F.max("largest"),
-                                         F.max_by("city", "ts"), F.max("ts"))
+        agg = df.groupBy("customer").agg(
+            F.sum("amount"), F.sum("orders"), F.max("largest"), F.max_by("city", "ts"), F.max("ts")
+        )
         if not collect:
             agg.write.format("noop").mode("overwrite").save()
             return
@@ -182,11 +209,18 @@ def run_by_hand(spark, data, url, schema, checkpoint, write_rows: bool = True, c
             return
         with psycopg.connect(url) as con, con.cursor() as cur:
             for s in range(0, len(rows), 10_000):
-                cur.executemany(upsert, rows[s:s + 10_000])
+                cur.executemany(upsert, rows[s : s + 10_000])
 
     t0 = time.perf_counter()
-    q = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(data)
-         .writeStream.foreachBatch(write).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.schema(SPARK_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(data)
+        .writeStream.foreachBatch(write)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     return time.perf_counter() - t0
 
@@ -200,9 +234,14 @@ def copy_text(v) -> str:
 def run_raw_copy(url, schema, plans) -> tuple[float, float]:
     """COPY exactly the rows each batch must write, into a fresh keyed table per batch."""
     cols = ("customer", "amount", "orders", "largest", "city", "ts")
-    payloads = ["".join("\t".join([*(copy_text(r[c]) for c in cols),
-                                   json.dumps(r, separators=(",", ":")).replace("\\", "\\\\")]) + "\n"
-                        for r in rows) for _keys, _existed, rows in plans]
+    payloads = [
+        "".join(
+            "\t".join([*(copy_text(r[c]) for c in cols), json.dumps(r, separators=(",", ":")).replace("\\", "\\\\")])
+            + "\n"
+            for r in rows
+        )
+        for _keys, _existed, rows in plans
+    ]
     total = 0.0
     with psycopg.connect(url) as con:
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -210,8 +249,10 @@ def run_raw_copy(url, schema, plans) -> tuple[float, float]:
         pid, c0, b0 = con.info.backend_pid, own_cpu(), backend_cpu(con.info.backend_pid)
         for b, payload in enumerate(payloads):
             t0 = time.perf_counter()
-            con.execute(f'CREATE TABLE "{schema}".raw_{b} (customer text PRIMARY KEY, amount bigint, orders bigint, '
-                        "largest bigint, city text, ts bigint, flow_document jsonb NOT NULL)")
+            con.execute(
+                f'CREATE TABLE "{schema}".raw_{b} (customer text PRIMARY KEY, amount bigint, orders bigint, '
+                "largest bigint, city text, ts bigint, flow_document jsonb NOT NULL)"
+            )
             with con.cursor() as cur, cur.copy(f'COPY "{schema}".raw_{b} FROM STDIN') as cp:
                 cp.write(payload)
             con.commit()
@@ -223,11 +264,19 @@ def run_raw_copy(url, schema, plans) -> tuple[float, float]:
 def binding_spec():
     from tidemark.protocol.messages import BindingSpec, Field
 
-    return BindingSpec({"table": "customers"}, "orders", ("/customer",), (
-        Field("customer", "/customer", "string", is_key=True, nullable=False),
-        Field("amount", "/amount", "integer"), Field("city", "/city", "string"),
-        Field("largest", "/largest", "integer"), Field("orders", "/orders", "integer"),
-        Field("ts", "/ts", "integer")))
+    return BindingSpec(
+        {"table": "customers"},
+        "orders",
+        ("/customer",),
+        (
+            Field("customer", "/customer", "string", is_key=True, nullable=False),
+            Field("amount", "/amount", "integer"),
+            Field("city", "/city", "string"),
+            Field("largest", "/largest", "integer"),
+            Field("orders", "/orders", "integer"),
+            Field("ts", "/ts", "integer"),
+        ),
+    )
 
 
 def run_driver_replay(url, schema, plans) -> dict:
@@ -242,13 +291,24 @@ def run_driver_replay(url, schema, plans) -> dict:
     driver.apply(Apply("replay", driver.config, (b,)))
     msgs = []
     for keys, existed, rows in plans:
-        loads = [Load(0, tuple((k,) for k, e in zip(keys[s:s + caps.max_load_keys], existed[s:s + caps.max_load_keys]) if e))
-                 for s in range(0, len(keys), caps.max_load_keys)]
-        stores = [Store(0, tuple((r["customer"],) for r in rows[s:s + caps.max_store_docs]),
-                        tuple(tuple(r[n] for n in names) for r in rows[s:s + caps.max_store_docs]),
-                        tuple(rows[s:s + caps.max_store_docs]), tuple(existed[s:s + caps.max_store_docs]),
-                        (False,) * len(rows[s:s + caps.max_store_docs]))
-                  for s in range(0, len(rows), caps.max_store_docs)]
+        loads = [
+            Load(
+                0,
+                tuple((k,) for k, e in zip(keys[s : s + caps.max_load_keys], existed[s : s + caps.max_load_keys]) if e),
+            )
+            for s in range(0, len(keys), caps.max_load_keys)
+        ]
+        stores = [
+            Store(
+                0,
+                tuple((r["customer"],) for r in rows[s : s + caps.max_store_docs]),
+                tuple(tuple(r[n] for n in names) for r in rows[s : s + caps.max_store_docs]),
+                tuple(rows[s : s + caps.max_store_docs]),
+                tuple(existed[s : s + caps.max_store_docs]),
+                (False,) * len(rows[s : s + caps.max_store_docs]),
+            )
+            for s in range(0, len(rows), caps.max_store_docs)
+        ]
         msgs.append(([m for m in loads if m.keys], stores))
     out = {"load": 0.0, "store": 0.0, "commit": 0.0, "loaded": 0, "stored": 0}
     t, _ = driver.open(Open("replay", "v", Range(), bindings=(b,)))
@@ -298,12 +358,22 @@ def run_driver_replay(url, schema, plans) -> dict:
 
 def check_views(url, schema_a, schema_b, view) -> str:
     with psycopg.connect(url) as con:
-        a = {r[0]: r[1:] for r in con.execute(
-            f'SELECT customer, amount, orders, largest, city, ts FROM "{schema_a}".customers')}
-        b = {r[0]: r[1:] for r in con.execute(
-            f'SELECT customer, amount, orders, largest, city, ts FROM "{schema_b}".customers')} if schema_b else None
+        a = {
+            r[0]: r[1:]
+            for r in con.execute(f'SELECT customer, amount, orders, largest, city, ts FROM "{schema_a}".customers')
+        }
+        b = (
+            {
+                r[0]: r[1:]
+                for r in con.execute(f'SELECT customer, amount, orders, largest, city, ts FROM "{schema_b}".customers')
+            }
+            if schema_b
+            else None
+        )
     want = {k: (d["amount"], d["orders"], d["largest"], d["city"], d["ts"]) for k, d in view.items()}
-    return f"(a) {'==' if a == want else '!='} oracle" + ("" if b is None else f", (b) {'==' if b == want else '!='} oracle")
+    return f"(a) {'==' if a == want else '!='} oracle" + (
+        "" if b is None else f", (b) {'==' if b == want else '!='} oracle"
+    )
 
 
 def machine() -> str:
@@ -312,8 +382,16 @@ def machine() -> str:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
         except Exception:  # noqa: BLE001
             return "?"
-    return "\n".join([f"nproc: {sh('nproc')}", sh("lscpu | head -20"), sh("free -g | head -2"),
-                      f"python {platform.python_version()}", f"load average at start: {sh('cat /proc/loadavg')}"])
+
+    return "\n".join(
+        [
+            f"nproc: {sh('nproc')}",
+            sh("lscpu | head -20"),
+            sh("free -g | head -2"),
+            f"python {platform.python_version()}",
+            f"load average at start: {sh('cat /proc/loadavg')}",
+        ]
+    )
 
 
 def main() -> None:
@@ -322,15 +400,31 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--shards", type=int, default=2)
-    ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
-    ap.add_argument("--fillfactor", type=int, default=None,
-                    help="the view tables' fillfactor for (a) and (d) (default: the driver's)")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="rounds of (b), (s), (n), (a) in one JVM; the ratios use the last (default 2: one warm-up)")
-    ap.add_argument("--growing", action="store_true",
-                    help="keys grow: each batch's keys are half new (above all stored), half the previous batch's")
-    ap.add_argument("--skip", default="", help="comma-separated: a,b,s,n,c,d,e (s: the Spark part of (b) alone; "
-                    "n: its read and aggregate only)")
+    ap.add_argument(
+        "--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    )
+    ap.add_argument(
+        "--fillfactor",
+        type=int,
+        default=None,
+        help="the view tables' fillfactor for (a) and (d) (default: the driver's)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of (b), (s), (n), (a) in one JVM; the ratios use the last (default 2: one warm-up)",
+    )
+    ap.add_argument(
+        "--growing",
+        action="store_true",
+        help="keys grow: each batch's keys are half new (above all stored), half the previous batch's",
+    )
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated: a,b,s,n,c,d,e (s: the Spark part of (b) alone; n: its read and aggregate only)",
+    )
     args = ap.parse_args()
     if args.fillfactor is not None:
         ENDPOINT_EXTRA["fillfactor"] = args.fillfactor
@@ -341,15 +435,19 @@ def main() -> None:
     print(machine())
     with psycopg.connect(args.url) as con:
         print(con.execute("SELECT version()").fetchone()[0])
-    print(f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches, "
-          f"{args.shards} shard(s), Spark local[{args.shards}]")
+    print(
+        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches, "
+        f"{args.shards} shard(s), Spark local[{args.shards}]"
+    )
     data = os.path.join(work, "data")
     t0 = time.perf_counter()
     batches = write_stream(data, args.docs, args.keys, args.batches, growing=args.growing)
     print(f"keys: {'growing (a window moving up)' if args.growing else 'uniform over all keys'}")
     plans, view = plan_batches(batches)
-    print(f"data + plan: {time.perf_counter() - t0:.1f}s; rows to write per batch: "
-          f"{[len(p[2]) for p in plans]}, existing keys to load: {[sum(p[1]) for p in plans]}")
+    print(
+        f"data + plan: {time.perf_counter() - t0:.1f}s; rows to write per batch: "
+        f"{[len(p[2]) for p in plans]}, existing keys to load: {[sum(p[1]) for p in plans]}"
+    )
     results: dict = {}
     try:
         spark = None
@@ -381,43 +479,58 @@ def main() -> None:
                 results["s"] = wall
                 print(f"(s) the Spark part of (b) alone (read, aggregate, collect; no writes): {wall:.2f}s")
             if "n" not in skip:
-                wall = run_by_hand(spark, data, args.url, schemas["n"], os.path.join(run, "chk-n"), write_rows=False,
-                                   collect=False)
+                wall = run_by_hand(
+                    spark, data, args.url, schemas["n"], os.path.join(run, "chk-n"), write_rows=False, collect=False
+                )
                 results["n"] = wall
                 print(f"(n) read and aggregate only (Spark's noop sink; nothing leaves the JVM): {wall:.2f}s")
             if "a" not in skip:
-                wall, reports = run_tidemark(spark, data, args.url, schemas["a"], args.shards, os.path.join(run, "chk-a"))
+                wall, reports = run_tidemark(
+                    spark, data, args.url, schemas["a"], args.shards, os.path.join(run, "chk-a")
+                )
                 results["a"] = wall
                 print(f"(a) tidemark → PostgreSQL:       {wall:8.2f}s  ({args.docs / wall:,.0f} docs/s)")
                 for r in reports:
                     t = r.timings
-                    print(f"    batch {r.batch_id}: {r.wall:.2f}s plan={t.get('plan', 0):.2f} shards={t.get('shards', 0):.2f} "
-                          f"[open={t.get('shard.open', 0):.2f} load={t.get('shard.load', 0):.2f} "
-                          f"store={t.get('shard.store', 0):.2f} commit={t.get('shard.commit', 0):.2f}] "
-                          f"log={t.get('recovery_log', 0):.2f} loaded={r.loaded} stored={r.stored}")
-                print("    views: " + check_views(args.url, schemas["a"], schemas["b"] if "b" not in skip else None, view))
+                    print(
+                        f"    batch {r.batch_id}: {r.wall:.2f}s plan={t.get('plan', 0):.2f} shards={t.get('shards', 0):.2f} "
+                        f"[open={t.get('shard.open', 0):.2f} load={t.get('shard.load', 0):.2f} "
+                        f"store={t.get('shard.store', 0):.2f} commit={t.get('shard.commit', 0):.2f}] "
+                        f"log={t.get('recovery_log', 0):.2f} loaded={r.loaded} stored={r.stored}"
+                    )
+                print(
+                    "    views: " + check_views(args.url, schemas["a"], schemas["b"] if "b" not in skip else None, view)
+                )
         if "c" not in skip:
             results["c"], results["c_cpu"] = run_raw_copy(args.url, schemas["c"], plans)
             rows = sum(len(p[2]) for p in plans)
-            print(f"(c) raw COPY of the rows to write: {results['c']:7.2f}s  ({rows / results['c']:,.0f} rows/s, {rows:,} rows); "
-                  f"CPU {results['c_cpu']:.2f}s (client + server)")
+            print(
+                f"(c) raw COPY of the rows to write: {results['c']:7.2f}s  ({rows / results['c']:,.0f} rows/s, {rows:,} rows); "
+                f"CPU {results['c_cpu']:.2f}s (client + server)"
+            )
         if "d" not in skip:
             d = run_driver_replay(args.url, schemas["d"], plans)
             results["d"] = d
-            print(f"(d) endpoint part of (a), replayed: {d['total']:6.2f}s  load={d['load']:.2f}s store={d['store']:.2f}s "
-                  f"commit={d['commit']:.2f}s; CPU {d['cpu']:.2f}s (client + server)")
+            print(
+                f"(d) endpoint part of (a), replayed: {d['total']:6.2f}s  load={d['load']:.2f}s store={d['store']:.2f}s "
+                f"commit={d['commit']:.2f}s; CPU {d['cpu']:.2f}s (client + server)"
+            )
             if d["load"]:
                 print(f"    Load: {d['loaded'] / d['load']:,.0f} keys/s per shard ({d['loaded']:,} keys)")
             print(f"    Store+commit: {d['stored'] / (d['store'] + d['commit']):,.0f} docs/s per shard")
-            print(f"    one-document transaction (ack, load, flush, store, commit): {d['tiny_txn_median'] * 1000:.1f} ms; "
-                  f"open: {d['open'] * 1000:.1f} ms")
+            print(
+                f"    one-document transaction (ack, load, flush, store, commit): {d['tiny_txn_median'] * 1000:.1f} ms; "
+                f"open: {d['open'] * 1000:.1f} ms"
+            )
         if "e" not in skip:
             tiny = os.path.join(work, "tiny")
             write_stream(tiny, 100, 50, 10, seed=3)
             wall, reports = run_tidemark(spark, tiny, args.url, schemas["e"], args.shards, os.path.join(work, "chk-e"))
             walls = sorted(r.wall for r in reports)
-            print(f"(e) tiny batches (10 docs): {wall / len(reports):.2f}s per batch over {len(reports)} batches "
-                  f"(median batch {walls[len(walls) // 2]:.2f}s)")
+            print(
+                f"(e) tiny batches (10 docs): {wall / len(reports):.2f}s per batch over {len(reports)} batches "
+                f"(median batch {walls[len(walls) // 2]:.2f}s)"
+            )
             results["e"] = walls[len(walls) // 2]
         print("\nratios:")
         if "a" in results and "b" in results:
@@ -427,8 +540,10 @@ def main() -> None:
         if "n" in results and "b" in results:
             print(f"  (n)/(b) wall = {results['n'] / results['b']:.2f}   (read and aggregate only)")
         if "d" in results and "c" in results:
-            print(f"  (d)/(c) endpoint = {results['d']['total'] / results['c']:.2f} wall, "
-                  f"{results['d']['cpu'] / results['c_cpu']:.2f} CPU   (goal ≤ 2)")
+            print(
+                f"  (d)/(c) endpoint = {results['d']['total'] / results['c']:.2f} wall, "
+                f"{results['d']['cpu'] / results['c_cpu']:.2f} CPU   (goal ≤ 2)"
+            )
         print(f"  load average at end: {open('/proc/loadavg').read().strip()}")
         if spark is not None:
             spark.stop()

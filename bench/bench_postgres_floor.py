@@ -42,16 +42,24 @@ import uuid
 import psycopg
 
 COLUMNS = ("customer", "amount", "orders", "largest", "city", "ts")
-TABLE = ("(customer text PRIMARY KEY, amount bigint, orders bigint, largest bigint, city text, ts bigint, "
-         "flow_document jsonb NOT NULL)")
+TABLE = (
+    "(customer text PRIMARY KEY, amount bigint, orders bigint, largest bigint, city text, ts bigint, "
+    "flow_document jsonb NOT NULL)"
+)
 
 
 def documents(rows: int, touched: int, seed: int = 1) -> tuple[list[tuple], list[tuple]]:
     rnd = random.Random(seed)
 
     def doc(i: int, v: int) -> tuple:
-        d = {"customer": f"c{i:07d}", "amount": v * 3, "orders": v, "largest": v * 2,
-             "city": rnd.choice(["Berlin", "Paris", "Rome", "Oslo"]), "ts": 1_700_000_000 + v}
+        d = {
+            "customer": f"c{i:07d}",
+            "amount": v * 3,
+            "orders": v,
+            "largest": v * 2,
+            "city": rnd.choice(["Berlin", "Paris", "Rome", "Oslo"]),
+            "ts": 1_700_000_000 + v,
+        }
         return tuple(d[c] for c in COLUMNS) + (json.dumps(d, separators=(",", ":")),)
 
     base = [doc(i, 1) for i in range(rows)]
@@ -70,7 +78,9 @@ def main() -> None:
     ap.add_argument("--touched", type=int, default=86_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--fillfactor", type=int, default=70, help="the keyed table's fillfactor (tidemark's default)")
-    ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument(
+        "--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    )
     args = ap.parse_args()
     schema = f"tm_floor_{uuid.uuid4().hex[:6]}"
     t = f'"{schema}".t'
@@ -108,6 +118,7 @@ def main() -> None:
             copy_rows(con, "COPY lk FROM STDIN", [(i, k) for i, k in enumerate(keys)])
             got = con.execute(f"SELECT l.i, t.flow_document::text FROM lk l JOIN {t} t ON t.customer = l.k").fetchall()
             assert len(got) == len(keys)
+
         return timed(go)
 
     def staged_update() -> float:
@@ -117,17 +128,22 @@ def main() -> None:
 
         def go():
             copy_rows(con, "COPY st FROM STDIN", touched)
-            n = con.execute(f"UPDATE {t} t SET amount = s.c1, orders = s.c2, largest = s.c3, city = s.c4, ts = s.c5, "
-                            "flow_document = s.d FROM st s WHERE t.customer = s.c0").rowcount
+            n = con.execute(
+                f"UPDATE {t} t SET amount = s.c1, orders = s.c2, largest = s.c3, city = s.c4, ts = s.c5, "
+                "flow_document = s.d FROM st s WHERE t.customer = s.c0"
+            ).rowcount
             assert n == len(touched)
+
         return timed(go)
 
     def sql_reduce() -> float:
         fresh()
         con.execute("TRUNCATE sr")
         con.commit()
-        doc = ("jsonb_build_object('customer', {p}customer, 'amount', {a}, 'orders', {o}, 'largest', {g}, "
-               "'city', EXCLUDED.city, 'ts', EXCLUDED.ts)")
+        doc = (
+            "jsonb_build_object('customer', {p}customer, 'amount', {a}, 'orders', {o}, 'largest', {g}, "
+            "'city', EXCLUDED.city, 'ts', EXCLUDED.ts)"
+        )
         a, o, g = "t.amount + EXCLUDED.amount", "t.orders + EXCLUDED.orders", "GREATEST(t.largest, EXCLUDED.largest)"
 
         def go():
@@ -138,8 +154,10 @@ def main() -> None:
                 "'largest', c3, 'city', c4, 'ts', c5) FROM sr "
                 f"ON CONFLICT (customer) DO UPDATE SET amount = {a}, orders = {o}, largest = {g}, "
                 "city = EXCLUDED.city, ts = EXCLUDED.ts, "
-                f"flow_document = t.flow_document || {doc.format(p='t.', a=a, o=o, g=g)}").rowcount
+                f"flow_document = t.flow_document || {doc.format(p='t.', a=a, o=o, g=g)}"
+            ).rowcount
             assert n == len(touched)
+
         return timed(go)
 
     def delete_copy() -> tuple[float, float]:
@@ -161,9 +179,9 @@ def main() -> None:
         con.commit()
         print(con.execute("SELECT version()").fetchone()[0])
         print(f"{args.rows:,} rows, {args.touched:,} touched, fillfactor {args.fillfactor}, {args.rounds} rounds")
-        out: dict[str, list[float]] = {k: [] for k in
-                                       ("copy-fresh", "load", "staged-update", "delete-copy", "copy-existing",
-                                        "sql-reduce")}
+        out: dict[str, list[float]] = {
+            k: [] for k in ("copy-fresh", "load", "staged-update", "delete-copy", "copy-existing", "sql-reduce")
+        }
         for _ in range(args.rounds):
             out["copy-fresh"].append(copy_fresh())
             out["load"].append(load())

@@ -29,10 +29,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 CDC = {
-    "type": "object", "required": ["id"], "reduce": {"strategy": "merge"},
-    "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
-                   "qty": {"type": "integer", "reduce": {"strategy": "sum"}},
-                   "_meta": {"type": "object", "properties": {"op": {"enum": ["c", "u", "d"]}}}},
+    "type": "object",
+    "required": ["id"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "qty": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "_meta": {"type": "object", "properties": {"op": {"enum": ["c", "u", "d"]}}},
+    },
     "if": {"properties": {"_meta": {"properties": {"op": {"const": "d"}}}}},
     "then": {"reduce": {"delete": True}},
 }
@@ -46,15 +51,24 @@ def documents(name: str, n: int) -> tuple[dict, tuple, list[str]]:
         lines = []
         for _ in range(n):
             amount = rng.randint(1, 500)
-            doc = {"customer": f"customer-{rng.randrange(n // 10):07d}", "amount": amount, "orders": 1,
-                   "largest": amount, "smallest": amount / 4, "city": rng.choice(["Lisbon", "Oslo", "Quito", "Hanoi"]),
-                   "first_seen": f"2024-01-{rng.randint(1, 28):02d}", "vip": rng.random() < 0.1}
+            doc = {
+                "customer": f"customer-{rng.randrange(n // 10):07d}",
+                "amount": amount,
+                "orders": 1,
+                "largest": amount,
+                "smallest": amount / 4,
+                "city": rng.choice(["Lisbon", "Oslo", "Quito", "Hanoi"]),
+                "first_seen": f"2024-01-{rng.randint(1, 28):02d}",
+                "vip": rng.random() < 0.1,
+            }
             if rng.random() < 0.5:
                 doc["items"] = [f"sku-{rng.randrange(100)}" for _ in range(rng.randint(1, 2))]
             lines.append(json.dumps(doc, separators=(",", ":")))
         return SCHEMA, ("/customer",), lines
-    lines = [json.dumps({"id": rng.randrange(n // 10), "name": "x", "qty": 1, "_meta": {"op": rng.choice("cuuuuud")}})
-             for _ in range(n)]
+    lines = [
+        json.dumps({"id": rng.randrange(n // 10), "name": "x", "qty": 1, "_meta": {"op": rng.choice("cuuuuud")}})
+        for _ in range(n)
+    ]
     return CDC, ("/id",), lines
 
 
@@ -94,9 +108,15 @@ def main() -> None:
                 acc[kj] = doc if kj not in acc else coll.reduce(acc[kj], doc)
 
         order = sorted(range(len(lines)), key=lambda i: (checked[i][1], i))
-        batch = pa.RecordBatch.from_pydict({
-            "value": [lines[i] for i in order], "_file": ["f"] * len(lines), "_block": [0] * len(lines),
-            "_row": order, "_nk": [checked[i][1] for i in order]})
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "value": [lines[i] for i in order],
+                "_file": ["f"] * len(lines),
+                "_block": [0] * len(lines),
+                "_row": order,
+                "_nk": [checked[i][1] for i in order],
+            }
+        )
         batches = [batch.slice(o, 10_000) for o in range(0, len(lines), 10_000)]
         fold = _fold_partitions(coll, "fail")
         n = len(lines)

@@ -31,8 +31,9 @@ def doc(i: int, batch: int) -> dict:
 
 def store_msg(docs: list[dict]) -> Store:
     n = len(docs)
-    return Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
-                 (False,) * n, (False,) * n)
+    return Store(
+        0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs), (False,) * n, (False,) * n
+    )
 
 
 def bench(mode: str, n: int, per_batch: int, ns: str) -> None:
@@ -55,7 +56,9 @@ def bench(mode: str, n: int, per_batch: int, ns: str) -> None:
     t0 = time.perf_counter()
     found = 0
     for lo in range(0, n, limit):
-        found += sum(len(r.keys) for r in txn.load(Load(0, tuple((f"key-{i:09d}",) for i in range(lo, min(n, lo + limit))))))
+        found += sum(
+            len(r.keys) for r in txn.load(Load(0, tuple((f"key-{i:09d}",) for i in range(lo, min(n, lo + limit)))))
+        )
     dt = time.perf_counter() - t0
     print(f"{mode}: load {n / dt:,.0f} keys/s ({found} found)")
     txn.close()
@@ -73,7 +76,7 @@ def main() -> None:
         client = redis.Redis.from_url(URL)
         keys = list(client.scan_iter(match=ns + "*", count=10_000))
         for i in range(0, len(keys), 10_000):
-            client.delete(*keys[i:i + 10_000])
+            client.delete(*keys[i : i + 10_000])
 
 
 if __name__ == "__main__":

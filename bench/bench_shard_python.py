@@ -62,6 +62,7 @@ class NullTransactor:
 class NullDriver:
     def capabilities(self):
         return Capabilities(CommitPattern.STORE_AUTHORITATIVE)
+
     docs: dict = {}
 
     def __init__(self, config=None):
@@ -92,16 +93,27 @@ def main() -> None:
             combined[d["customer"]] = reduce_into(combined.get(d["customer"]), d)
         rows = [((0, 0, json.dumps([k])), json.dumps(v, separators=(",", ":"))) for k, v in sorted(combined.items())]
         task = shard.ShardTask(
-            materialization="bench", version="v", driver_name="null", driver_config={}, bindings=(binding,),
-            collections=(coll,), checkpoint_id="bench", batch_id=batch_id, ranges=(Range(),), driver_checkpoint=None,
-            runtime_checkpoint={"checkpoint_id": "bench", "batch_id": batch_id, "materialization": "bench"})
+            materialization="bench",
+            version="v",
+            driver_name="null",
+            driver_config={},
+            bindings=(binding,),
+            collections=(coll,),
+            checkpoint_id="bench",
+            batch_id=batch_id,
+            ranges=(Range(),),
+            driver_checkpoint=None,
+            runtime_checkpoint={"checkpoint_id": "bench", "batch_id": batch_id, "materialization": "bench"},
+        )
         c0 = time.process_time()
         result = shard.run_shard(task, 0, iter(rows))
         cpu = time.process_time() - c0
         total_cpu += cpu
         total_docs += len(rows)
-        print(f"batch {batch_id}: {len(rows):,} documents, {result.loaded:,} loaded: CPU {cpu:.2f} s "
-              f"({1e6 * cpu / len(rows):.1f} µs per document)")
+        print(
+            f"batch {batch_id}: {len(rows):,} documents, {result.loaded:,} loaded: CPU {cpu:.2f} s "
+            f"({1e6 * cpu / len(rows):.1f} µs per document)"
+        )
     print(f"all: {total_docs:,} documents, CPU {total_cpu:.2f} s ({1e6 * total_cpu / total_docs:.1f} µs per document)")
 
 

@@ -71,8 +71,10 @@ SCHEMA = {
         "items": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
     },
 }
-SPARK_SCHEMA = ("customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, smallest BIGINT, city STRING, "
-                "first_city STRING, ts BIGINT, items ARRAY<STRING>")
+SPARK_SCHEMA = (
+    "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, smallest BIGINT, city STRING, "
+    "first_city STRING, ts BIGINT, items ARRAY<STRING>"
+)
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi", "Accra", "Lima"]
 SKUS = [f"sku-{i:03d}" for i in range(50)]
 SCALARS = ("amount", "orders", "largest", "smallest", "city", "first_city", "ts")
@@ -94,8 +96,17 @@ def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int =
         for _ in range(per):
             amount = rng.randrange(1, 1000)
             city = rng.choice(CITIES)
-            d = {"customer": f"c{rng.randrange(keys):07d}", "amount": amount, "orders": 1, "largest": amount,
-                 "smallest": amount, "city": city, "first_city": city, "ts": ts, "items": [rng.choice(SKUS)]}
+            d = {
+                "customer": f"c{rng.randrange(keys):07d}",
+                "amount": amount,
+                "orders": 1,
+                "largest": amount,
+                "smallest": amount,
+                "city": city,
+                "first_city": city,
+                "ts": ts,
+                "items": [rng.choice(SKUS)],
+            }
             ts += 1
             lines.append(json.dumps(d, separators=(",", ":")))
             cur = view.get(d["customer"])
@@ -138,22 +149,33 @@ def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tup
     if write:
         with psycopg.connect(url, autocommit=True) as con:
             con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            con.execute(f'CREATE TABLE "{schema}".customers (customer text PRIMARY KEY, amount bigint, orders bigint, '
-                        "largest bigint, smallest bigint, city text, first_city text, ts bigint, items jsonb)")
-    upsert = (f'INSERT INTO "{schema}".customers AS t (customer, amount, orders, largest, smallest, city, first_city, '
-              "ts, items) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT (customer) DO UPDATE SET "
-              "amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
-              "largest = GREATEST(t.largest, EXCLUDED.largest), smallest = LEAST(t.smallest, EXCLUDED.smallest), "
-              "city = EXCLUDED.city, ts = GREATEST(t.ts, EXCLUDED.ts), items = t.items || EXCLUDED.items")
+            con.execute(
+                f'CREATE TABLE "{schema}".customers (customer text PRIMARY KEY, amount bigint, orders bigint, '
+                "largest bigint, smallest bigint, city text, first_city text, ts bigint, items jsonb)"
+            )
+    upsert = (
+        f'INSERT INTO "{schema}".customers AS t (customer, amount, orders, largest, smallest, city, first_city, '
+        "ts, items) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT (customer) DO UPDATE SET "
+        "amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
+        "largest = GREATEST(t.largest, EXCLUDED.largest), smallest = LEAST(t.smallest, EXCLUDED.smallest), "
+        "city = EXCLUDED.city, ts = GREATEST(t.ts, EXCLUDED.ts), items = t.items || EXCLUDED.items"
+    )
     phases: dict[int, dict] = {}
 
     def batch(df, batch_id):
         t0 = time.perf_counter()
         agg = df.groupBy("customer").agg(
-            F.sum("amount"), F.sum("orders"), F.max("largest"), F.min("smallest"), F.max_by("city", "ts"),
-            F.min_by("first_city", "ts"), F.max("ts"),
-            F.to_json(F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))),
-                                            lambda s: s["items"]))))
+            F.sum("amount"),
+            F.sum("orders"),
+            F.max("largest"),
+            F.min("smallest"),
+            F.max_by("city", "ts"),
+            F.min_by("first_city", "ts"),
+            F.max("ts"),
+            F.to_json(
+                F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))), lambda s: s["items"]))
+            ),
+        )
         if not write:
             agg.write.format("noop").mode("overwrite").save()
             phases[batch_id] = {"aggregate": time.perf_counter() - t0}
@@ -162,28 +184,47 @@ def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tup
         t1 = time.perf_counter()
         with psycopg.connect(url) as con, con.cursor() as cur:
             for s in range(0, len(rows), 10_000):
-                cur.executemany(upsert, rows[s:s + 10_000])
+                cur.executemany(upsert, rows[s : s + 10_000])
         phases[batch_id] = {"aggregate + collect": t1 - t0, "upsert": time.perf_counter() - t1}
 
     t0 = time.perf_counter()
-    q = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(data)
-         .writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.schema(SPARK_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(data)
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     wall = time.perf_counter() - t0
     return wall, _per_batch(phases, spark_own(q.recentProgress))
 
 
-def run_tidemark(spark, data, url, schema, shards, checkpoint, endpoint_reduce: bool = True) -> tuple[float, list[dict]]:
+def run_tidemark(
+    spark, data, url, schema, shards, checkpoint, endpoint_reduce: bool = True
+) -> tuple[float, list[dict]]:
     import yaml
 
     from tidemark.spark.runner import run_spec
 
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": SCHEMA,
-                                   "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"postgres": {"url": url, "schema": schema}}, "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-                                      "options": {"endpoint_reduce": endpoint_reduce}}},
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": SCHEMA,
+                "source": {"format": "json", "path": data, "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"postgres": {"url": url, "schema": schema}},
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+                "options": {"endpoint_reduce": endpoint_reduce},
+            }
+        },
         "checkpoint": checkpoint,
     }
     path = os.path.join(os.path.dirname(checkpoint), f"spec-{uuid.uuid4().hex[:6]}.yaml")
@@ -196,11 +237,18 @@ def run_tidemark(spark, data, url, schema, shards, checkpoint, endpoint_reduce: 
         shard = {k[6:]: v for k, v in t.items() if k.startswith("shard.")}
         # the shard stage's wall time, split by the slowest shard's protocol phases; the rest
         # of it is Spark's (scheduling, the shuffle read, the transfer into Python)
-        rest = max(0.0, t.get("shards", 0) - sum(shard.get(k, 0) for k in ("open", "acknowledge", "load", "store", "commit")))
-        phases[r.batch_id] = {"plan": t.get("plan", 0), "shard tasks": rest, "open": shard.get("open", 0),
-                              "load": shard.get("load", 0) + shard.get("acknowledge", 0),
-                              "store": shard.get("store", 0), "commit": shard.get("commit", 0),
-                              "recovery log": t.get("recovery_log", 0)}
+        rest = max(
+            0.0, t.get("shards", 0) - sum(shard.get(k, 0) for k in ("open", "acknowledge", "load", "store", "commit"))
+        )
+        phases[r.batch_id] = {
+            "plan": t.get("plan", 0),
+            "shard tasks": rest,
+            "open": shard.get("open", 0),
+            "load": shard.get("load", 0) + shard.get("acknowledge", 0),
+            "store": shard.get("store", 0),
+            "commit": shard.get("commit", 0),
+            "recovery log": t.get("recovery_log", 0),
+        }
 
     t0 = time.perf_counter()
     runs = run_spec(path, spark=spark, on_batch=on_batch)
@@ -226,11 +274,16 @@ def check_views(url, schema_h, schema_t, view) -> str:
     out = []
     with psycopg.connect(url) as con:
         if schema_h:
-            h = {r[0]: (*r[1:8], r[8]) for r in con.execute(f'SELECT customer, {cols}, items FROM "{schema_h}".customers')}
+            h = {
+                r[0]: (*r[1:8], r[8])
+                for r in con.execute(f'SELECT customer, {cols}, items FROM "{schema_h}".customers')
+            }
             out.append(f"(h) {'==' if h == want else '!='} answer")
         if schema_t:
-            t = {r[0]: (*r[1:8], r[8]) for r in con.execute(
-                f"""SELECT customer, {cols}, flow_document->'items' FROM "{schema_t}".customers""")}
+            t = {
+                r[0]: (*r[1:8], r[8])
+                for r in con.execute(f"""SELECT customer, {cols}, flow_document->'items' FROM "{schema_t}".customers""")
+            }
             out.append(f"(t) {'==' if t == want else '!='} answer")
     return ", ".join(out)
 
@@ -240,7 +293,8 @@ def summary(rows: list[dict], skip_first: int = 1) -> dict:
     body = rows[skip_first:] or rows
     keys = [k for k in body[0] if not k.startswith("_")]
     return {k: statistics.median(r.get(k, 0) for r in body) for k in keys} | {
-        "_trigger": statistics.median(r.get("_trigger", 0) for r in body)}
+        "_trigger": statistics.median(r.get("_trigger", 0) for r in body)
+    }
 
 
 def fmt(d: dict) -> str:
@@ -254,8 +308,10 @@ def plot(path: str, h: list[dict], t: list[dict], title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True, sharey=True)
-    for ax, rows, name in ((axes[0], h, "hand-written: foreachBatch + groupBy + executemany"),
-                           (axes[1], t, "tidemark → PostgreSQL (exactly once)")):
+    for ax, rows, name in (
+        (axes[0], h, "hand-written: foreachBatch + groupBy + executemany"),
+        (axes[1], t, "tidemark → PostgreSQL (exactly once)"),
+    ):
         keys = [k for k in rows[0] if not k.startswith("_")]
         keys = ["spark"] + [k for k in keys if k != "spark"]
         bottom = [0.0] * len(rows)
@@ -330,17 +386,28 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tiny", type=int, default=20, help="tiny batches for the overhead measure (0: skip)")
     ap.add_argument("--skip", default="", help="comma-separated: h,n,t,l")
-    ap.add_argument("--crossover", default="", help="comma-separated batch sizes: shard sessions in the driver "
-                                                      "against on Spark at each (e.g. 500,2000,5000,10000,20000)")
-    ap.add_argument("--before", action="store_true",
-                    help="also (b): tidemark with the checked plan for every batch (TIDEMARK_ONE_JOB=0)")
+    ap.add_argument(
+        "--crossover",
+        default="",
+        help="comma-separated batch sizes: shard sessions in the driver "
+        "against on Spark at each (e.g. 500,2000,5000,10000,20000)",
+    )
+    ap.add_argument(
+        "--before",
+        action="store_true",
+        help="also (b): tidemark with the checked plan for every batch (TIDEMARK_ONE_JOB=0)",
+    )
     ap.add_argument("--plot", default="", help="draw the last round's per-batch phases into this PNG")
-    ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument(
+        "--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    )
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(machine())
-    print(f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
-          f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]")
+    print(
+        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
+        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
+    )
     work = tempfile.mkdtemp(prefix="tm-small-")
     data = os.path.join(work, "data")
     main_runs = not {"h", "n", "t"} <= skip or args.before
@@ -355,7 +422,10 @@ def main() -> None:
     last: dict = {}
     try:
         for rnd in range(1, args.rounds + 1):
-            print(f"\nround {rnd} of {args.rounds}" + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)"))
+            print(
+                f"\nround {rnd} of {args.rounds}"
+                + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)")
+            )
             tag = uuid.uuid4().hex[:6]
             sh, st = f"tm_small_h_{tag}", f"tm_small_t_{tag}"
             dropped += [sh, st]
@@ -379,8 +449,9 @@ def main() -> None:
             if "l" not in skip:
                 sl = f"tm_small_l_{tag}"
                 dropped.append(sl)
-                wall, rows = run_tidemark(spark, data, args.url, sl, args.shards, os.path.join(run, "chk-l"),
-                                          endpoint_reduce=False)
+                wall, rows = run_tidemark(
+                    spark, data, args.url, sl, args.shards, os.path.join(run, "chk-l"), endpoint_reduce=False
+                )
                 last["l"] = (wall, rows)
                 print(f"(l) tidemark, Load + reduce in Python (endpoint_reduce: false): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
@@ -399,26 +470,39 @@ def main() -> None:
                 print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
             if not main_runs:
                 break
-            print("    views: " + check_views(args.url, sh if "h" not in skip else None,
-                                              st if "t" not in skip else None, view))
+            print(
+                "    views: "
+                + check_views(args.url, sh if "h" not in skip else None, st if "t" not in skip else None, view)
+            )
             if "h" in last and "t" in last:
-                print(f"    (h)/(t) = {last['h'][0] / last['t'][0]:.2f}× (tidemark's speed over the hand-written job's)")
+                print(
+                    f"    (h)/(t) = {last['h'][0] / last['t'][0]:.2f}× (tidemark's speed over the hand-written job's)"
+                )
         if args.plot and "h" in last and "t" in last:
-            plot(args.plot, last["h"][1], last["t"][1],
-                 f"{args.docs:,} documents in {args.batches} batches, {args.keys:,} keys, {args.shards} shards")
+            plot(
+                args.plot,
+                last["h"][1],
+                last["t"][1],
+                f"{args.docs:,} documents in {args.batches} batches, {args.keys:,} keys, {args.shards} shards",
+            )
             print(f"plot: {args.plot}")
         if args.tiny:
             t = tiny_overhead(spark, work, args.url, args.shards, args.tiny)
-            print(f"\ntiny batches (10 documents, {args.tiny} batches), median per batch: Spark's own (n) "
-                  f"{t['n'] * 1000:.0f} ms; tidemark, shards in the driver {t['driver'] * 1000:.0f} ms "
-                  f"(overhead {1000 * (t['driver'] - t['n']):.0f} ms), shards on Spark {t['spark'] * 1000:.0f} ms "
-                  f"(overhead {1000 * (t['spark'] - t['n']):.0f} ms)")
+            print(
+                f"\ntiny batches (10 documents, {args.tiny} batches), median per batch: Spark's own (n) "
+                f"{t['n'] * 1000:.0f} ms; tidemark, shards in the driver {t['driver'] * 1000:.0f} ms "
+                f"(overhead {1000 * (t['driver'] - t['n']):.0f} ms), shards on Spark {t['spark'] * 1000:.0f} ms "
+                f"(overhead {1000 * (t['spark'] - t['n']):.0f} ms)"
+            )
         if args.crossover:
             print("\nbatch size: tidemark's median batch with its shard sessions in the driver / on Spark")
-            for size, d, s in crossover(spark, work, args.url, args.shards,
-                                        [int(x) for x in args.crossover.split(",")]):
-                print(f"  {size:>7,} documents (as many keys): driver {d * 1000:.0f} ms, Spark {s * 1000:.0f} ms "
-                      f"({s / d:.2f}×)")
+            for size, d, s in crossover(
+                spark, work, args.url, args.shards, [int(x) for x in args.crossover.split(",")]
+            ):
+                print(
+                    f"  {size:>7,} documents (as many keys): driver {d * 1000:.0f} ms, Spark {s * 1000:.0f} ms "
+                    f"({s / d:.2f}×)"
+                )
     finally:
         with psycopg.connect(args.url, autocommit=True) as con:
             for s in dropped:

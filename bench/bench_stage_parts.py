@@ -65,9 +65,16 @@ def main() -> None:
     plans: dict = {}
 
     def source():
-        return (spark.read.format("text").load(path)
-                .select("value", F.col("_metadata.file_path").alias("_file"),
-                        F.col("_metadata.file_block_start").alias("_block"), F.lit(0).alias("_binding")))
+        return (
+            spark.read.format("text")
+            .load(path)
+            .select(
+                "value",
+                F.col("_metadata.file_path").alias("_file"),
+                F.col("_metadata.file_block_start").alias("_block"),
+                F.lit(0).alias("_binding"),
+            )
+        )
 
     def planned():
         df = source()
@@ -90,10 +97,17 @@ def main() -> None:
     def hand():
         df = spark.read.schema(B.SPARK_SCHEMA).json(path)
         return df.groupBy("customer").agg(
-            F.sum("amount"), F.sum("orders"), F.max("largest"), F.min("smallest"), F.max_by("city", "ts"),
-            F.min_by("first_city", "ts"), F.max("ts"),
-            F.to_json(F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))),
-                                            lambda s: s["items"]))))
+            F.sum("amount"),
+            F.sum("orders"),
+            F.max("largest"),
+            F.min("smallest"),
+            F.max_by("city", "ts"),
+            F.min_by("first_city", "ts"),
+            F.max("ts"),
+            F.to_json(
+                F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))), lambda s: s["items"]))
+            ),
+        )
 
     plan_times: list = []
 
@@ -106,7 +120,9 @@ def main() -> None:
         "(h) hand-written aggregate": lambda: hand().write.format("noop").mode("overwrite").save,
         "(c) tidemark combine, unchecked": lambda: combined().write.format("noop").mode("overwrite").save,
         "(r) + routed to the shards": lambda: routed().write.format("noop").mode("overwrite").save,
-        "(a) + Arrow batches into Python": lambda: (lambda d=routed(): (lambda: d.mapInArrow(count_rows, "n long").collect()))(),
+        "(a) + Arrow batches into Python": lambda: (
+            lambda d=routed(): lambda: d.mapInArrow(count_rows, "n long").collect()
+        )(),
     }
     routed()  # build the plan once
     times: dict = {k: [] for k in queries}

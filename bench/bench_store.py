@@ -22,7 +22,16 @@ import time
 from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.query import View
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
@@ -46,8 +55,9 @@ def session(driver: StoreDriver):
 
 def store_msg(docs: list[dict]) -> Store:
     n = len(docs)
-    return Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
-                 (False,) * n, (False,) * n)
+    return Store(
+        0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs), (False,) * n, (False,) * n
+    )
 
 
 def bench(n: int, root: str) -> None:
@@ -89,8 +99,10 @@ def bench(n: int, root: str) -> None:
     rows = sum(1 for _ in view.scan_raw(ordered=False))
     scan = time.perf_counter() - t
     view.close()
-    print(f"n={n}: query open {opened * 1e3:.1f} ms, get median {statistics.median(lat) * 1e6:.0f} us, "
-          f"p99 {sorted(lat)[197] * 1e6:.0f} us, full scan {rows / scan:,.0f} docs/s")
+    print(
+        f"n={n}: query open {opened * 1e3:.1f} ms, get median {statistics.median(lat) * 1e6:.0f} us, "
+        f"p99 {sorted(lat)[197] * 1e6:.0f} us, full scan {rows / scan:,.0f} docs/s"
+    )
 
     t0 = time.perf_counter()
     txn, opened_msg = session(driver)
@@ -98,8 +110,10 @@ def bench(n: int, root: str) -> None:
     txn.store(store_msg([doc(i, batch) for i in range(100)]))
     txn.start_commit(StartCommit(cp(batch)))
     txn.close()
-    print(f"n={n}: restart-to-first-commit {(time.perf_counter() - t0) * 1e3:.0f} ms "
-          f"(open {t_open * 1e3:.0f} ms; recovered batch {opened_msg.runtime_checkpoint['batch_id']})")
+    print(
+        f"n={n}: restart-to-first-commit {(time.perf_counter() - t0) * 1e3:.0f} ms "
+        f"(open {t_open * 1e3:.0f} ms; recovered batch {opened_msg.runtime_checkpoint['batch_id']})"
+    )
 
 
 def main(argv: list[str]) -> None:

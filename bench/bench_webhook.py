@@ -46,8 +46,9 @@ def doc(i: int, batch: int) -> dict:
 
 def store_msg(docs: list[dict]) -> Store:
     n = len(docs)
-    return Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
-                 (False,) * n, (False,) * n)
+    return Store(
+        0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs), (False,) * n, (False,) * n
+    )
 
 
 def main() -> None:
@@ -79,8 +80,10 @@ def main() -> None:
                 txn.store(store_msg([doc(j, b) for j in range(i, min(n, lo + per_batch, i + 10_000))]))
             txn.start_commit(StartCommit(cp(b)))
         dt = time.perf_counter() - t0
-        print(f"driver (POSTs + state store): store+commit {n / dt:,.0f} docs/s ({n} docs, commits of {per_batch}, "
-              f"{dt:.2f}s)")
+        print(
+            f"driver (POSTs + state store): store+commit {n / dt:,.0f} docs/s ({n} docs, commits of {per_batch}, "
+            f"{dt:.2f}s)"
+        )
         txn.close()
         driver.close()
     server.shutdown()

@@ -44,12 +44,15 @@ MAX_LOADED = 100  # loaded-100: documents per Loaded
 
 
 def _write_ops(db, mat, ops, quarantined=(), batch_id=None):
-    db.executemany("INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
-                   [(mat, batch_id, json.dumps(r)) for r in quarantined])
+    db.executemany(
+        "INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
+        [(mat, batch_id, json.dumps(r)) for r in quarantined],
+    )
     for resource, delta, key, doc, delete in ops:
         if delta:
-            db.execute("INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)",
-                       (mat, resource, json.dumps(doc)))
+            db.execute(
+                "INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)", (mat, resource, json.dumps(doc))
+            )
         elif delete:
             db.execute("DELETE FROM docs WHERE materialization = ? AND resource = ? AND key = ?", (mat, resource, key))
         else:
@@ -59,16 +62,20 @@ def _write_ops(db, mat, ops, quarantined=(), batch_id=None):
 def _write_checkpoint(db, mat, begin, end, checkpoint):
     db.execute("INSERT INTO counter VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET seq = seq + 1")
     seq = db.execute("SELECT seq FROM counter").fetchone()[0]
-    db.execute("UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND key_begin = ? "
-               "AND key_end = ?", (json.dumps(checkpoint), seq, mat, begin, end))
+    db.execute(
+        "UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND key_begin = ? AND key_end = ?",
+        (json.dumps(checkpoint), seq, mat, begin, end),
+    )
 
 
 def _fence(db, mat, begin, end, fence):
-    row = db.execute("SELECT fence FROM checkpoints WHERE materialization = ? AND key_begin = ? AND key_end = ?",
-                     (mat, begin, end)).fetchone()
+    row = db.execute(
+        "SELECT fence FROM checkpoints WHERE materialization = ? AND key_begin = ? AND key_end = ?", (mat, begin, end)
+    ).fetchone()
     if row is None or row[0] != fence:
-        raise DriverError("FencedOff", f"a newer session opened range [{begin:#x}, {end:#x}] of {mat!r} "
-                                       f"(fence {fence} is stale)")
+        raise DriverError(
+            "FencedOff", f"a newer session opened range [{begin:#x}, {end:#x}] of {mat!r} (fence {fence} is stale)"
+        )
 
 
 class CheckpointSecondTx(example.Store):
@@ -91,9 +98,14 @@ class FenceBeforeTx(example.Store):
 class ExactRangeFence(example.Store):
     def open_range(self, mat, begin, end):
         with self.transaction():
-            rows = [r for r in self.db.execute(
-                "SELECT key_begin, key_end, fence, checkpoint, seq FROM checkpoints WHERE materialization = ?",
-                (mat,)) if example.overlaps(r[0], r[1], begin, end)]
+            rows = [
+                r
+                for r in self.db.execute(
+                    "SELECT key_begin, key_end, fence, checkpoint, seq FROM checkpoints WHERE materialization = ?",
+                    (mat,),
+                )
+                if example.overlaps(r[0], r[1], begin, end)
+            ]
             covering = sorted((r for r in rows if r[0] <= begin and end <= r[1]), key=lambda r: r[1] - r[0])
             source = covering[0] if covering else None
             latest = max(rows, key=lambda r: r[4], default=None)
@@ -105,13 +117,18 @@ class ExactRangeFence(example.Store):
                 self.db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, NULL, 0)", (mat, begin, end, fence))
             else:  # DEFECT: only the exact range's fence is bumped, not the overlapping ranges'
                 fence = exact[2] + 1
-                self.db.execute("UPDATE checkpoints SET fence = ? WHERE materialization = ? AND key_begin = ? "
-                                "AND key_end = ?", (fence, mat, begin, end))
+                self.db.execute(
+                    "UPDATE checkpoints SET fence = ? WHERE materialization = ? AND key_begin = ? AND key_end = ?",
+                    (fence, mat, begin, end),
+                )
             checkpoint = None
             if source is not None:
                 checkpoint = source[3]
-                self.db.execute("UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND "
-                                "key_begin = ? AND key_end = ?", (source[3], source[4], mat, begin, end))
+                self.db.execute(
+                    "UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND "
+                    "key_begin = ? AND key_end = ?",
+                    (source[3], source[4], mat, begin, end),
+                )
             return fence, (json.loads(checkpoint) if checkpoint else None)
 
 
@@ -123,8 +140,9 @@ class BindingBlindLoad(example.Store):
     def read(self, mat, resource, keys):
         found = []
         for key in keys:  # DEFECT: the resource is not part of the lookup
-            row = self.db.execute("SELECT doc FROM docs WHERE materialization = ? AND key = ?",
-                                  (mat, example.key_text(key))).fetchone()
+            row = self.db.execute(
+                "SELECT doc FROM docs WHERE materialization = ? AND key = ?", (mat, example.key_text(key))
+            ).fetchone()
             if row is not None:
                 found.append((list(key), json.loads(row[0])))
         return found
@@ -144,15 +162,19 @@ class _Cut(example.Store):
     """Writes documents through :meth:`cut` (the defect), reads them as the example does."""
 
     def commit(self, mat, begin, end, fence, ops, checkpoint, quarantined=()):
-        ops = [(r, delta, key, self.cut(doc) if not delta and not delete else doc, delete)
-               for r, delta, key, doc, delete in ops]
+        ops = [
+            (r, delta, key, self.cut(doc) if not delta and not delete else doc, delete)
+            for r, delta, key, doc, delete in ops
+        ]
         super().commit(mat, begin, end, fence, ops, checkpoint, quarantined)
 
     def read(self, mat, resource, keys):
         out = []
         for key in keys:
-            row = self.db.execute("SELECT doc FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
-                                  (mat, resource, example.key_text(key))).fetchone()
+            row = self.db.execute(
+                "SELECT doc FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
+                (mat, resource, example.key_text(key)),
+            ).fetchone()
             if row is not None:
                 out.append((list(key), self.parse(row[0])))
         return out
@@ -169,7 +191,7 @@ class Doc16k(_Cut):
         try:
             return json.loads(cut)
         except ValueError:  # what of it parses: the fields before the cut
-            head = cut[:cut.rfind(",")] + "}" if "," in cut else "{}"
+            head = cut[: cut.rfind(",")] + "}" if "," in cut else "{}"
             try:
                 return json.loads(head)
             except ValueError:
@@ -212,7 +234,8 @@ class IdentityOverwritten(example.Driver):
                 resource = example.resource_of(binding)
                 self.store.db.execute(  # DEFECT: every Apply replaces the record (its batch, its owner)
                     "INSERT OR REPLACE INTO identities (materialization, resource, record) VALUES (?, ?, ?)",
-                    (req["materialization"], resource, json.dumps({**record, "resolved": resource})))
+                    (req["materialization"], resource, json.dumps({**record, "resolved": resource})),
+                )
             return [{"applied": {"action_description": "nothing to create"}}]
         return super().handle(name, req)
 
@@ -235,7 +258,7 @@ def main(argv):
     defect = os.environ.get("TIDEMARK_EXAMPLE_DEFECT")
     if "--defect" in argv:
         i = argv.index("--defect")
-        defect, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+        defect, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
     if defect not in DEFECTS:
         print(f"--defect must be one of {', '.join(DEFECTS)}", file=sys.stderr)
         return 2

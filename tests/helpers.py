@@ -12,6 +12,7 @@ import os
 import random
 import sqlite3
 
+
 def skip_unless_required(reason: str) -> None:
     """Skip a test whose server binary is missing here; fail instead where
     ``TIDEMARK_REQUIRE_ALL`` is set (``.ci/run`` sets it), so CI never skips one silently."""
@@ -82,8 +83,9 @@ def write_input(directory, index: int, lines) -> str:
     return path
 
 
-def write_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0,
-                 pad: int = 0):
+def write_orders(
+    directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, deletes: float = 0.0, pad: int = 0
+):
     """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths.
     ``pad`` lengthens each city name by that many characters (big documents)."""
     rng = random.Random(seed)
@@ -96,15 +98,17 @@ def write_orders(directory, files: int, per_file: int, customers: int, seed: int
                 yield json.dumps({"customer": cust, "amount": 0, "_meta": {"op": "d"}})
                 continue
             amount = rng.randrange(1, 1000)
-            yield json.dumps({
-                "customer": cust,
-                "amount": amount,
-                "orders": 1,
-                "largest": amount,
-                "city": rng.choice(CITIES) + "." * pad,
-                "items": [rng.choice("abcdef")],
-                "flags": {"big": True} if amount > 900 else {},
-            })
+            yield json.dumps(
+                {
+                    "customer": cust,
+                    "amount": amount,
+                    "orders": 1,
+                    "largest": amount,
+                    "city": rng.choice(CITIES) + "." * pad,
+                    "items": [rng.choice("abcdef")],
+                    "flags": {"big": True} if amount > 900 else {},
+                }
+            )
 
     return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
 
@@ -124,7 +128,10 @@ def oracle_orders(directory) -> dict:
                     continue
                 cur = view.get(key)
                 if cur is None:
-                    view[key] = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
+                    view[key] = {
+                        k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                        for k, v in doc.items()
+                    }
                     continue
                 cur["amount"] += doc["amount"]
                 cur["orders"] += doc["orders"]
@@ -135,8 +142,9 @@ def oracle_orders(directory) -> dict:
     return view
 
 
-def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None, name="view", extra_mat=None,
-                schema=None):
+def orders_spec(
+    tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None, name="view", extra_mat=None, schema=None
+):
     """Write a spec file for the orders collection (``schema``: another than
     :data:`ORDERS_SCHEMA`); return its path."""
     import yaml
@@ -168,8 +176,16 @@ def orders_spec(tmp, *, data_dir, db_path, shards=1, max_files=1, endpoint=None,
 def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view", **mat) -> str:
     """A spec file: the orders collection materialized into PostgreSQL ``schema.customers``
     (``mat``: more materialization settings)."""
-    return orders_spec(tmp, data_dir=data_dir, db_path=None, shards=shards, max_files=max_files, name=name,
-                       endpoint={"postgres": {"url": url, "schema": schema}}, extra_mat=mat)
+    return orders_spec(
+        tmp,
+        data_dir=data_dir,
+        db_path=None,
+        shards=shards,
+        max_files=max_files,
+        name=name,
+        endpoint={"postgres": {"url": url, "schema": schema}},
+        extra_mat=mat,
+    )
 
 
 def postgres_view(url, schema, table="customers") -> dict:
@@ -202,8 +218,14 @@ def store_spec(tmp_path, data, shards: int, **config) -> str:
     """The orders spec with a store endpoint and ``resource: {name: customers}``."""
     import yaml
 
-    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1,
-                       endpoint={"store": {"path": str(tmp_path / "store"), **config}})
+    path = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=shards,
+        max_files=1,
+        endpoint={"store": {"path": str(tmp_path / "store"), **config}},
+    )
     with open(path) as f:
         spec = yaml.safe_load(f)
     spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
@@ -254,9 +276,16 @@ def kafka_view(bootstrap: str, topic: str = "customers") -> dict:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"oracle-{os.getpid()}-{random.random()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"oracle-{os.getpid()}-{random.random()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
     view, records = {}, []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
@@ -294,8 +323,7 @@ def open_transactions(bootstrap: str) -> dict:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     md = admin.list_topics(timeout=10)
-    parts = [TopicPartition(t, p) for t, info in md.topics.items() if not t.startswith("__")
-             for p in info.partitions]
+    parts = [TopicPartition(t, p) for t, info in md.topics.items() if not t.startswith("__") for p in info.partitions]
     out = {}
     if not parts:
         return out
@@ -313,7 +341,9 @@ def open_transactions(bootstrap: str) -> dict:
 
 # Every reduction compiles (no conditionals, no deletes): batches take the one-job plan.
 COMPILED_SCHEMA = {
-    "type": "object", "required": ["customer", "amount"], "reduce": {"strategy": "merge"},
+    "type": "object",
+    "required": ["customer", "amount"],
+    "reduce": {"strategy": "merge"},
     "properties": {
         "customer": {"type": "string"},
         "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
@@ -333,9 +363,15 @@ def write_compiled_orders(directory, files: int, per_file: int, customers: int, 
     def docs():
         for _ in range(per_file):
             amount = rng.randrange(1, 500)
-            yield json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,
-                              "largest": amount, "city": rng.choice(["Oslo", "Lima", "Accra"]),
-                              "items": [f"sku-{rng.randrange(9)}"]})
+            yield json.dumps(
+                {
+                    "customer": f"c{rng.randrange(customers):04d}",
+                    "amount": amount,
+                    "largest": amount,
+                    "city": rng.choice(["Oslo", "Lima", "Accra"]),
+                    "items": [f"sku-{rng.randrange(9)}"],
+                }
+            )
 
     return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
 
@@ -375,11 +411,20 @@ def compiled_two_bindings_spec(tmp_path, db) -> str:
 
     source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
-                        "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2, "bindings": [
-            {"source": "orders", "resource": {"table": "customers"}},
-            {"source": "returns", "resource": {"table": "returns"}}]}},
+        "collections": {
+            "orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
+            "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")},
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"sqlite": {"path": str(db)}},
+                "shards": 2,
+                "bindings": [
+                    {"source": "orders", "resource": {"table": "customers"}},
+                    {"source": "returns", "resource": {"table": "returns"}},
+                ],
+            }
+        },
         "checkpoint": str(tmp_path / "checkpoints"),
     }
     path = os.path.join(tmp_path, "spec.yaml")

@@ -107,9 +107,22 @@ class NoidaKafka:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [self.binary, "start", "--data-dir", str(self.data_dir), "--only", "kafka",
-                 "--kafka-port", str(self.port), "--host", "127.0.0.1"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                [
+                    self.binary,
+                    "start",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--only",
+                    "kafka",
+                    "--kafka-port",
+                    str(self.port),
+                    "--host",
+                    "127.0.0.1",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         finally:
             log.close()
         self.starts += 1
@@ -126,8 +139,9 @@ class NoidaKafka:
                 pass
             if time.monotonic() > until:
                 self.kill()
-                pytest.fail(f"noida-db did not answer metadata on {self.bootstrap} within {deadline}s:\n"
-                            f"{self.log_tail()}")
+                pytest.fail(
+                    f"noida-db did not answer metadata on {self.bootstrap} within {deadline}s:\n{self.log_tail()}"
+                )
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, and wait for the process to exit (it saves its data first)."""
@@ -164,8 +178,10 @@ class NoidaKafka:
             except (KeyError, TypeError) as exc:
                 raise AssertionError(f"noida-db's data file has a format these tests do not know: {exc!r}") from exc
             if time.monotonic() > until:
-                raise AssertionError(f"noida-db did not save {topic}[{partition}] up to {high_watermark} "
-                                     f"within {deadline}s (saved: {seen})")
+                raise AssertionError(
+                    f"noida-db did not save {topic}[{partition}] up to {high_watermark} "
+                    f"within {deadline}s (saved: {seen})"
+                )
             time.sleep(0.02)  # polling a file, bounded by the deadline above
 
     def log_tail(self, lines: int = 30) -> str:

@@ -58,8 +58,9 @@ def record_batch(pid: int, epoch: int, sequence: int, records: list[tuple[bytes,
     for i, (key, value) in enumerate(records):
         rec = b"\x00" + varint(0) + varint(i) + varint(len(key)) + key + varint(len(value)) + value + varint(0)
         body += varint(len(rec)) + rec
-    after_crc = (struct.pack(">hiqqqhii", 0, len(records) - 1, now, now, pid, epoch, sequence, len(records))
-                 + bytes(body))
+    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, now, now, pid, epoch, sequence, len(records)) + bytes(
+        body
+    )
     rest = struct.pack(">ib", -1, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
     return struct.pack(">qi", 0, len(rest)) + rest
 
@@ -107,14 +108,22 @@ class KafkaWire:
         assert error == 0, f"InitProducerId failed with error {error}"
         return pid, epoch
 
-    def produce(self, topic: str, partition: int, pid: int, epoch: int, sequence: int,
-                records: list[tuple[bytes, bytes]]) -> ProduceResult:
+    def produce(
+        self, topic: str, partition: int, pid: int, epoch: int, sequence: int, records: list[tuple[bytes, bytes]]
+    ) -> ProduceResult:
         batch = record_batch(pid, epoch, sequence, records)
-        body = (string(None) + struct.pack(">hi", -1, 10000) + struct.pack(">i", 1) + string(topic)
-                + struct.pack(">i", 1) + struct.pack(">ii", partition, len(batch)) + batch)
+        body = (
+            string(None)
+            + struct.pack(">hi", -1, 10000)
+            + struct.pack(">i", 1)
+            + string(topic)
+            + struct.pack(">i", 1)
+            + struct.pack(">ii", partition, len(batch))
+            + batch
+        )
         r = self._request(0, 3, body)
         pos = 4  # topics count
-        name_len = struct.unpack(">h", r[pos:pos + 2])[0]
+        name_len = struct.unpack(">h", r[pos : pos + 2])[0]
         pos += 2 + name_len + 4  # name, partitions count
-        _index, error, base_offset = struct.unpack(">ihq", r[pos:pos + 14])
+        _index, error, base_offset = struct.unpack(">ihq", r[pos : pos + 14])
         return ProduceResult(error, base_offset)

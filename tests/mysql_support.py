@@ -17,8 +17,15 @@ def connect(url: str = MYSQL_URL, database: str | None = None):
     from tidemark.drivers.mysql import MySqlSettings
 
     s = MySqlSettings.parse({"url": url})
-    return pymysql.connect(host=s.host, port=s.port, user=s.user, password=s.password, database=database or s.database,
-                           autocommit=True, charset="utf8mb4")
+    return pymysql.connect(
+        host=s.host,
+        port=s.port,
+        user=s.user,
+        password=s.password,
+        database=database or s.database,
+        autocommit=True,
+        charset="utf8mb4",
+    )
 
 
 def sql(url: str, query: str, params=None) -> list:
@@ -60,8 +67,15 @@ def mysql_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view"
     """A spec file: the orders collection materialized into MySQL ``schema.customers``."""
     from tests.helpers import orders_spec
 
-    return orders_spec(tmp, data_dir=data_dir, db_path=None, shards=shards, max_files=max_files, name=name,
-                       endpoint={"mysql": {"url": url, "schema": schema}})
+    return orders_spec(
+        tmp,
+        data_dir=data_dir,
+        db_path=None,
+        shards=shards,
+        max_files=max_files,
+        name=name,
+        endpoint={"mysql": {"url": url, "schema": schema}},
+    )
 
 
 def mysql_view(url, schema, table="customers") -> dict:

@@ -15,8 +15,14 @@ SUBJECT = "orders.customers"
 
 def nats_spec(tmp_path, data, shards: int, url: str, **config) -> str:
     """The orders spec with ``endpoint: {nats: {...}}`` and ``resource: {stream, subject}``."""
-    path = orders_spec(tmp_path, data_dir=data, db_path=None, shards=shards, max_files=1,
-                       endpoint={"nats": {"url": url, "state": str(tmp_path / "state"), **config}})
+    path = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=shards,
+        max_files=1,
+        endpoint={"nats": {"url": url, "state": str(tmp_path / "state"), **config}},
+    )
     with open(path) as f:
         spec = yaml.safe_load(f)
     spec["materializations"]["view"]["bindings"][0]["resource"] = {"stream": STREAM, "subject": SUBJECT}

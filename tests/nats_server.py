@@ -94,8 +94,18 @@ class NatsServer:
     def start(self) -> "NatsServer":
         assert self.proc is None, "already running"
         os.makedirs(self.store_dir, exist_ok=True)
-        cmd = [self.binary, "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port or -1),
-               "--server_name", "tidemark-test"]
+        cmd = [
+            self.binary,
+            "-js",
+            "-sd",
+            self.store_dir,
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port or -1),
+            "--server_name",
+            "tidemark-test",
+        ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             self._await_ready()

@@ -41,9 +41,14 @@ class StandaloneCluster:
         self.port, self.ui = free_port(), free_port()
         self.master = None
         self.workers: list[subprocess.Popen] = []
-        self.env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
-                    "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(base / "logs"),
-                    "SPARK_NO_DAEMONIZE": "1"}
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": spark_home(),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOG_DIR": str(base / "logs"),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
         self.env.pop("TIDEMARK_FAULTS", None)
         self._wanted = workers
 
@@ -53,13 +58,28 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, args: list[str], **env) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
-        return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args], env={**self.env, **env},
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [os.path.join(spark_home(), "bin", "spark-class"), *args],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def start(self) -> None:
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
-        self.master = self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                             "--port", str(self.port), "--webui-port", str(self.ui)])
+        self.master = self._spawn(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.ui),
+            ],
+        )
         for _ in range(self._wanted):
             self.add_worker()
 
@@ -70,9 +90,26 @@ class StandaloneCluster:
         # Each worker on a loopback address of its own: Spark sees two hosts, as on two machines
         # (it never runs a speculative copy of a task on the host that runs the original).
         host = f"127.0.0.{n + 1}"
-        self.workers.append(self._spawn(f"worker{n}", [
-            "org.apache.spark.deploy.worker.Worker", self.url, "--host", host, "--cores", str(self.cores),
-            "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", str(work)], SPARK_LOCAL_IP=host))
+        self.workers.append(
+            self._spawn(
+                f"worker{n}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.url,
+                    "--host",
+                    host,
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(work),
+                ],
+                SPARK_LOCAL_IP=host,
+            )
+        )
         self.await_workers(sum(1 for w in self.workers if w.poll() is None))
 
     def state(self) -> dict:
@@ -93,8 +130,9 @@ class StandaloneCluster:
             except OSError:
                 pass
             time.sleep(0.2)  # polling the master's page, bounded by the deadline
-        raise RuntimeError(f"{alive} Spark workers not alive after {deadline}s (states {last}):\n"
-                           f"{self.log_tail('worker0')}")
+        raise RuntimeError(
+            f"{alive} Spark workers not alive after {deadline}s (states {last}):\n{self.log_tail('worker0')}"
+        )
 
     def kill_worker_of(self, pid: int) -> int:
         """SIGKILL the worker whose process tree holds ``pid`` (with its executor JVM)."""

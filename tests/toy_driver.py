@@ -14,8 +14,19 @@ from typing import Sequence
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
 from tidemark.errors import FencedOff
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Range, StartCommit,
-    StartedCommit, Store,
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Range,
+    StartCommit,
+    StartedCommit,
+    Store,
 )
 
 CAPABILITIES = Capabilities(CommitPattern.STORE_AUTHORITATIVE, max_load_keys=50, max_store_docs=50)
@@ -75,8 +86,13 @@ class ToyDriver(Driver):
             latest = max((r for r in over if r["cp"] is not None), key=lambda r: r["seq"], default=None)
             mine = next((r for r in over if (r["b"], r["e"]) == (rng.key_begin, rng.key_end)), None)
             if mine is None:
-                mine = {"b": rng.key_begin, "e": rng.key_end, "cp": None, "seq": 0,
-                        "fence": 1 + max((r["fence"] for r in over), default=0)}
+                mine = {
+                    "b": rng.key_begin,
+                    "e": rng.key_end,
+                    "cp": None,
+                    "seq": 0,
+                    "fence": 1 + max((r["fence"] for r in over), default=0),
+                }
                 m["ranges"].append(mine)
             if latest is not None:  # inherit the newest commit of the covering or merged ranges
                 mine["cp"], mine["seq"] = latest["cp"], latest["seq"]
@@ -89,8 +105,10 @@ class ToyDriver(Driver):
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         with self.state() as st:
-            return [CheckpointRow(materialization, Range(r["b"], r["e"]), r["fence"], r["cp"])
-                    for r in st.get(materialization, {}).get("ranges", [])]
+            return [
+                CheckpointRow(materialization, Range(r["b"], r["e"]), r["fence"], r["cp"])
+                for r in st.get(materialization, {}).get("ranges", [])
+            ]
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         with self.state(write=True) as st:

@@ -14,7 +14,9 @@ from rich.markup import escape
 
 from tidemark.errors import TidemarkError, from_task_failure
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark."
+)
 # soft_wrap: a line is never cut at the terminal's (or, off a terminal, 80) columns: logs stay greppable
 console = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
@@ -50,12 +52,17 @@ def run(
     materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="run only these"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
     max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", help="files per batch"),
-    metrics_port: Optional[str] = typer.Option(None, "--metrics-port", help="serve Prometheus metrics at "
-                                               "http://HOST:PORT/metrics (PORT, or HOST:PORT; 0 picks a port)"),
-    conf: Optional[List[str]] = typer.Option(None, "--conf", help="a Spark setting KEY=VALUE (repeatable), "
-                                             "e.g. --conf spark.executor.memory=4g"),
-    spark_ui: bool = typer.Option(True, "--spark-ui/--no-spark-ui", help="Spark's web UI (http://localhost:4040, "
-                                  "the next free port when taken)"),
+    metrics_port: Optional[str] = typer.Option(
+        None,
+        "--metrics-port",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (PORT, or HOST:PORT; 0 picks a port)",
+    ),
+    conf: Optional[List[str]] = typer.Option(
+        None, "--conf", help="a Spark setting KEY=VALUE (repeatable), e.g. --conf spark.executor.memory=4g"
+    ),
+    spark_ui: bool = typer.Option(
+        True, "--spark-ui/--no-spark-ui", help="Spark's web UI (http://localhost:4040, the next free port when taken)"
+    ),
 ):
     """Run the materializations of SPEC, with live progress.  Ctrl-C stops it (exit code 130);
     every batch committed by then stays, and the next run goes on from there."""
@@ -141,12 +148,20 @@ def run(
 def adopt(
     spec: str = typer.Argument(..., help="the spec file"),
     materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the materialization"),
-    from_: List[str] = typer.Option(..., "--from", help="the existing table (NAME or SCHEMA.NAME; a Delta "
-                                    "table's path) or SELECT query whose rows become the view; with several "
-                                    "bindings RESOURCE=TABLE_OR_QUERY, repeated"),
-    since: Optional[str] = typer.Option(None, "--since", help="the table holds the input up to this time "
-                                        "(RFC 3339 or epoch seconds; default: now): source files modified "
-                                        "later are reduced on top"),
+    from_: List[str] = typer.Option(
+        ...,
+        "--from",
+        help="the existing table (NAME or SCHEMA.NAME; a Delta "
+        "table's path) or SELECT query whose rows become the view; with several "
+        "bindings RESOURCE=TABLE_OR_QUERY, repeated",
+    ),
+    since: Optional[str] = typer.Option(
+        None,
+        "--since",
+        help="the table holds the input up to this time "
+        "(RFC 3339 or epoch seconds; default: now): source files modified "
+        "later are reduced on top",
+    ),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
 ):
     """Start a view from a table that exists (a hand-written upsert's): its rows become the
@@ -178,8 +193,11 @@ def adopt(
     batch = result["batch"]
     newer = batch.documents - sum(result["rows"].values()) if batch is not None else 0
     on_top = f"; {newer} newer document(s) reduced on top" if newer > 0 else ""
-    out.print(f"adopted {rows} as batch 0 (the input up to {result['since']}){on_top}; `tidemark run` goes on "
-              "from there", highlight=False, soft_wrap=True)
+    out.print(
+        f"adopted {rows} as batch 0 (the input up to {result['since']}){on_top}; `tidemark run` goes on from there",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _spark_conf(pairs: List[str], ui: bool) -> dict:
@@ -253,8 +271,11 @@ class _interruptible:
 
             threading.Event().wait()  # the first caller ends the process
         done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
-        console.print(f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
+            highlight=False,
+            soft_wrap=True,
+        )
         sys.stderr.flush()
         sys.stdout.flush()
         # that line is the last: what the ending JVM's connections make PySpark's servers print is noise
@@ -275,12 +296,16 @@ class _interruptible:
 @app.command()
 def status(
     spec: Optional[str] = typer.Argument(None, help="the spec file (or give --checkpoint)"),
-    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="a view's checkpoint folder (views made "
-                                             "with tidemark.materialize(df, ...))"),
+    checkpoint: Optional[str] = typer.Option(
+        None, "--checkpoint", help="a view's checkpoint folder (views made with tidemark.materialize(df, ...))"
+    ),
     materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="only these"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (one object per materialization, in a list)"),
-    kafka_bootstrap: Optional[str] = typer.Option(None, "--kafka-bootstrap", help="with --checkpoint: the Kafka "
-                                                  "source's bootstrap servers, to count the messages waiting"),
+    kafka_bootstrap: Optional[str] = typer.Option(
+        None,
+        "--kafka-bootstrap",
+        help="with --checkpoint: the Kafka source's bootstrap servers, to count the messages waiting",
+    ),
 ):
     """Is the view behind? Input waiting, last commit, counts and shard ranges."""
     import json
@@ -291,8 +316,11 @@ def status(
     if (spec is None) == (checkpoint is None):
         _fail(TidemarkError("give a spec file or --checkpoint DIR (one of them)"))
     try:
-        statuses = (status_of_spec(spec, materialization or None) if spec
-                    else [status_of_checkpoint(checkpoint, kafka=kafka_bootstrap)])
+        statuses = (
+            status_of_spec(spec, materialization or None)
+            if spec
+            else [status_of_checkpoint(checkpoint, kafka=kafka_bootstrap)]
+        )
     except TidemarkError as exc:
         _fail(exc)
     if as_json:
@@ -357,8 +385,12 @@ def scale(
         req = request(spec, shards=shards, materialization=materialization)
     except TidemarkError as exc:
         _fail(exc)
-    out.print(f"requested {req['shards']} shard(s) (request {req['id']}): a running query applies it at its "
-                    "next batch; a stopped one when it runs again", soft_wrap=True, highlight=False)
+    out.print(
+        f"requested {req['shards']} shard(s) (request {req['id']}): a running query applies it at its "
+        "next batch; a stopped one when it runs again",
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 @app.command()
@@ -368,11 +400,16 @@ def conformance(
     quick: bool = typer.Option(False, "--quick", help="fewer scenarios and batches (a smoke test)"),
     seed: int = typer.Option(0, "--seed", help="seed of the randomized workloads"),
     deadline: Optional[float] = typer.Option(
-        None, "--deadline", help="seconds for the whole run (default 300 with --quick, else 900): a driver still "
-        "not answering then is reported as stalled"),
+        None,
+        "--deadline",
+        help="seconds for the whole run (default 300 with --quick, else 900): a driver still "
+        "not answering then is reported as stalled",
+    ),
     request_wait: float = typer.Option(
-        60.0, "--request-wait", help="seconds the kit waits for the answer to one request before it reports the "
-        "driver as stalled"),
+        60.0,
+        "--request-wait",
+        help="seconds the kit waits for the answer to one request before it reports the driver as stalled",
+    ),
 ):
     """Run the conformance kit against a driver: a line per scenario as it goes, then the report."""
     from tidemark.testing.conformance import main as kit_main
@@ -384,7 +421,9 @@ def conformance(
 def query(
     spec: str = typer.Argument(..., help="the spec file"),
     view: str = typer.Option(..., "--view", help="the store view: its resource name (or MATERIALIZATION/NAME)"),
-    key: Optional[List[str]] = typer.Option(None, "--key", help="a key as JSON, e.g. '\"c1\"' or '[\"c1\", 2]' (repeatable)"),
+    key: Optional[List[str]] = typer.Option(
+        None, "--key", help="a key as JSON, e.g. '\"c1\"' or '[\"c1\", 2]' (repeatable)"
+    ),
     prefix: Optional[str] = typer.Option(None, "--prefix", help="the first key components as a JSON array"),
     isolation: str = typer.Option("read-committed", "--isolation", help="read-committed or read-uncommitted"),
     timeout: float = typer.Option(30.0, "--timeout", help="read-committed: seconds to wait for the shards to agree"),

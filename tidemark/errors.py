@@ -136,9 +136,10 @@ def is_transient(exc: BaseException) -> bool:
 
 def reset_hint(materialization: str) -> str:
     """The way to start a view over on purpose, for messages that refuse to go on."""
-    return (f"`tidemark reset SPEC -m {materialization}` (from Python: `tidemark.reset(...)` with the "
-            "arguments given to materialize)")
-
+    return (
+        f"`tidemark reset SPEC -m {materialization}` (from Python: `tidemark.reset(...)` with the "
+        "arguments given to materialize)"
+    )
 
 
 # ------------------------------------------------------------------ across processes

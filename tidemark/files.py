@@ -14,7 +14,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("file://"):
-        return pafs.LocalFileSystem(), uri[len("file://"):]
+        return pafs.LocalFileSystem(), uri[len("file://") :]
     return pafs.FileSystem.from_uri(uri)
 
 

@@ -46,8 +46,12 @@ _HELP = {
     "tidemark_input_files_waiting": ("gauge", "Files of the source folders not yet planned into a batch."),
 }
 
-_COUNTS = (("tidemark_documents_read_total", "documents"), ("tidemark_documents_stored_total", "stored"),
-           ("tidemark_documents_deleted_total", "deleted"), ("tidemark_documents_quarantined_total", "invalid"))
+_COUNTS = (
+    ("tidemark_documents_read_total", "documents"),
+    ("tidemark_documents_stored_total", "stored"),
+    ("tidemark_documents_deleted_total", "deleted"),
+    ("tidemark_documents_quarantined_total", "invalid"),
+)
 
 
 def _escape(value: str) -> str:
@@ -74,8 +78,11 @@ class Metrics:
         """Show a materialization from its start (counters at 0)."""
         m = {"materialization": materialization}
         with self._lock:
-            for name in ("tidemark_batches_committed_total", "tidemark_batches_replayed_total",
-                         *(n for n, _ in _COUNTS)):
+            for name in (
+                "tidemark_batches_committed_total",
+                "tidemark_batches_replayed_total",
+                *(n for n, _ in _COUNTS),
+            ):
                 self._set(name, m, 0.0, add=True)
             if input_lag is not None:
                 self._lag[materialization] = input_lag
@@ -99,8 +106,12 @@ class Metrics:
 
     def failure(self, materialization: str, exc: BaseException) -> None:
         with self._lock:
-            self._set("tidemark_batch_failures_total",
-                      {"materialization": materialization, "error": type(exc).__name__}, 1, add=True)
+            self._set(
+                "tidemark_batch_failures_total",
+                {"materialization": materialization, "error": type(exc).__name__},
+                1,
+                add=True,
+            )
 
     def render(self) -> str:
         """The Prometheus text exposition format (version 0.0.4)."""

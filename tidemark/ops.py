@@ -23,11 +23,20 @@ from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_sp
 # ----------------------------------------------------------------------------- targets
 
 
-def target(source, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
-           endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
-           shards: Union[int, dict] = 1, name: Optional[str] = None, delta_updates: bool = False, on_invalid: str = "fail",
-           options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
-           ) -> tuple[TidemarkSpec, MaterializationSpec, str]:
+def target(
+    source,
+    *,
+    materialization: Optional[str] = None,
+    collection: Optional[dict] = None,
+    endpoint: Optional[dict] = None,
+    resource: Optional[dict] = None,
+    checkpoint: Optional[str] = None,
+    shards: Union[int, dict] = 1,
+    name: Optional[str] = None,
+    delta_updates: bool = False,
+    on_invalid: str = "fail",
+    options: Union[RuntimeOptions, Mapping[str, Any], None] = None,
+) -> tuple[TidemarkSpec, MaterializationSpec, str]:
     """(spec, materialization, checkpoint location) of a ``materialize()`` / ``reset()`` call.
 
     ``source`` is a spec file, a :class:`~tidemark.spec.TidemarkSpec` (with ``materialization=``
@@ -52,7 +61,9 @@ def target(source, *, materialization: Optional[str] = None, collection: Optiona
         if collection is None or endpoint is None:
             raise SpecError("materialize(df, ...) needs collection={'key': [...], 'schema': {...}} and endpoint={...}")
         if checkpoint is None:
-            raise SpecError("materialize(df, ...) needs checkpoint=PATH (where the recovery log and Spark's checkpoint live)")
+            raise SpecError(
+                "materialize(df, ...) needs checkpoint=PATH (where the recovery log and Spark's checkpoint live)"
+            )
         checkpoint_location = resolve_path(str(checkpoint), os.getcwd())
         if name is None:
             name = default_name(checkpoint_location, resource)
@@ -63,7 +74,9 @@ def target(source, *, materialization: Optional[str] = None, collection: Optiona
                     "endpoint": endpoint,
                     "shards": shards,
                     "on_invalid": on_invalid,
-                    "bindings": [{"source": name, "resource": resource or {"table": name}, "delta_updates": delta_updates}],
+                    "bindings": [
+                        {"source": name, "resource": resource or {"table": name}, "delta_updates": delta_updates}
+                    ],
                 }
             },
             "checkpoint": str(checkpoint),
@@ -72,8 +85,9 @@ def target(source, *, materialization: Optional[str] = None, collection: Optiona
         mat = spec.materializations[name]
     if options is not None:
         mat = _with_options(spec, mat, options)
-        spec = TidemarkSpec(spec.collections, {**spec.materializations, mat.name: mat}, spec.checkpoint, spec.file,
-                            spec.base_dir)
+        spec = TidemarkSpec(
+            spec.collections, {**spec.materializations, mat.name: mat}, spec.checkpoint, spec.file, spec.base_dir
+        )
     return spec, mat, checkpoint_location
 
 
@@ -132,7 +146,9 @@ def committed_view(spec_path: str, name: str):
     try:
         return binding, driver.dump(mat.name, binding)
     except NotImplementedError:
-        raise SpecError(f"endpoint {mat.driver_name!r} cannot be read back by tidemark; read it with its own tools") from None
+        raise SpecError(
+            f"endpoint {mat.driver_name!r} cannot be read back by tidemark; read it with its own tools"
+        ) from None
     finally:
         driver.close()
 
@@ -149,9 +165,13 @@ def check_spec(spec_path: str, materializations: Optional[list[str]] = None, *, 
     names = materializations or list(spec.materializations)
     unknown = [n for n in names if n not in spec.materializations]
     if unknown:
-        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-                        file=spec.file)
-    lines = [f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"]
+        raise SpecError(
+            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+            file=spec.file,
+        )
+    lines = [
+        f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"
+    ]
     lines += [check_materialization(spec, spec.materializations[n], to_run=to_run) for n in names]
     return lines
 
@@ -173,18 +193,25 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
     running = check_live_view(spec, mat, bindings, to_run=to_run)
     with load_driver(mat.driver_name, mat.driver_config) as driver:
         caps = capabilities_of(driver)
-        check_capabilities(caps, materialization=mat.name, driver_name=mat.driver_name,
-                           bindings=bindings, on_invalid=mat.on_invalid)
-        bindings, paths = reduce_paths(bindings, [Collection(spec.collections[b.source]) for b in mat.bindings],
-                                       caps, mat.options.with_env().endpoint_reduce)
+        check_capabilities(
+            caps, materialization=mat.name, driver_name=mat.driver_name, bindings=bindings, on_invalid=mat.on_invalid
+        )
+        bindings, paths = reduce_paths(
+            bindings,
+            [Collection(spec.collections[b.source]) for b in mat.bindings],
+            caps,
+            mat.options.with_env().endpoint_reduce,
+        )
         check_new_checkpoint(spec, mat, driver, bindings)
         check_records(spec, mat, driver, bindings)
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
-    return (f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
-            + (f"; apply would: {applied.action_description}" if applied.action_description else "")
-            + (f"; {running}" if running else "")
-            + "".join(f"\n  {line}" for line in paths))
+    return (
+        f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
+        + (f"; apply would: {applied.action_description}" if applied.action_description else "")
+        + (f"; {running}" if running else "")
+        + "".join(f"\n  {line}" for line in paths)
+    )
 
 
 def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings) -> None:
@@ -211,9 +238,14 @@ def check_records(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings
 
     checkpoint_id = RecoveryLog(spec.checkpoint_location(mat.name), mat.name, create=False).checkpoint_id
     sources = [source_location(spec.collections[b.source].source, spec.base_dir) for b in mat.bindings]
-    check_endpoint_records(mat.name, mat.driver_name, driver.identities(mat.name, bindings),
-                           [binding_identity(b, s) for b, s in zip(bindings, sources)], checkpoint_id,
-                           spec_file=spec.file)
+    check_endpoint_records(
+        mat.name,
+        mat.driver_name,
+        driver.identities(mat.name, bindings),
+        [binding_identity(b, s) for b, s in zip(bindings, sources)],
+        checkpoint_id,
+        spec_file=spec.file,
+    )
 
 
 def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, to_run: bool = False) -> str:
@@ -290,8 +322,7 @@ def _view_log(source, materialization: Optional[str]):
     checkpoint folder; refuses an unknown materialization, or a view that never ran."""
     from tidemark.runtime.recovery_log import RecoveryLog
 
-    is_spec = isinstance(source, TidemarkSpec) or (
-        isinstance(source, (str, os.PathLike)) and os.path.isfile(source))
+    is_spec = isinstance(source, TidemarkSpec) or (isinstance(source, (str, os.PathLike)) and os.path.isfile(source))
     if is_spec:
         spec, mat, location = target(source, materialization=materialization)
         name = mat.name
@@ -301,13 +332,17 @@ def _view_log(source, materialization: Optional[str]):
             location = os.path.abspath(location)
         name = RecoveryLog.existing_materialization(location)
         if name is None:
-            raise SpecError(f"{source!r} is neither a spec file nor a tidemark checkpoint folder (no tidemark/meta.json)")
+            raise SpecError(
+                f"{source!r} is neither a spec file nor a tidemark checkpoint folder (no tidemark/meta.json)"
+            )
         if materialization is not None and materialization != name:
             raise SpecError(f"unknown materialization {materialization!r}: checkpoint {location} belongs to {name!r}")
     log = RecoveryLog(location, name, create=False)
     if log.checkpoint_id is None:
-        raise SpecError(f"materialization {name!r} has not run yet (no checkpoint at {location}): set its `shards:` "
-                        "in the spec instead; nothing was requested")
+        raise SpecError(
+            f"materialization {name!r} has not run yet (no checkpoint at {location}): set its `shards:` "
+            "in the spec instead; nothing was requested"
+        )
     return name, log
 
 
@@ -325,9 +360,11 @@ def scale(source, *, shards: int, materialization: Optional[str] = None) -> dict
         _spec, mat, _loc = target(source, materialization=name)
         auto = mat.auto_shards
         if auto is not None and not auto.min <= shards <= auto.max:
-            raise SpecError(f"materialization {name!r} scales itself within shards.auto [{auto.min}, {auto.max}]; "
-                            f"{shards} is outside it (the policy would undo it at the next batch): edit "
-                            "shards.auto in the spec instead; nothing was requested")
+            raise SpecError(
+                f"materialization {name!r} scales itself within shards.auto [{auto.min}, {auto.max}]; "
+                f"{shards} is outside it (the policy would undo it at the next batch): edit "
+                "shards.auto in the spec instead; nothing was requested"
+            )
     return Rescale(log).request(shards)
 
 
@@ -355,9 +392,11 @@ class ResetPlan:
 
     def describe(self) -> str:
         res = ", ".join("/".join(r) for r in self.resources)
-        return (f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with everything "
-                f"tidemark keeps there for the view (its progress records, fences, staged data and quarantine); "
-                f"delete checkpoint folder {self.checkpoint_location}")
+        return (
+            f"materialization {self.materialization}: drop {res} in endpoint {self.endpoint} with everything "
+            f"tidemark keeps there for the view (its progress records, fences, staged data and quarantine); "
+            f"delete checkpoint folder {self.checkpoint_location}"
+        )
 
 
 def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) -> list[ResetPlan]:
@@ -365,13 +404,16 @@ def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) ->
     names = materializations or list(spec.materializations)
     unknown = [n for n in names if n not in spec.materializations]
     if unknown:
-        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-                        file=spec.file)
+        raise SpecError(
+            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+            file=spec.file,
+        )
     out = []
     for n in names:
         mat = spec.materializations[n]
-        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bound(spec, mat)],
-                             spec.checkpoint_location(n)))
+        out.append(
+            ResetPlan(n, mat.driver_name, [b.resource_path for b in bound(spec, mat)], spec.checkpoint_location(n))
+        )
     return out
 
 
@@ -382,14 +424,23 @@ def reset_spec(spec_path: str, materializations: Optional[list[str]] = None) -> 
     done = []
     for plan in reset_plans(spec_path, materializations):
         mat = spec.materializations[plan.materialization]
-        done += reset_view(plan.materialization, mat.driver_name, mat.driver_config, bound(spec, mat),
-                           plan.checkpoint_location)
+        done += reset_view(
+            plan.materialization, mat.driver_name, mat.driver_config, bound(spec, mat), plan.checkpoint_location
+        )
     return done
 
 
-def reset(source=None, *, materialization: Optional[str] = None, collection: Optional[dict] = None,
-          endpoint: Optional[dict] = None, resource: Optional[dict] = None, checkpoint: Optional[str] = None,
-          name: Optional[str] = None, delta_updates: bool = False) -> list[str]:
+def reset(
+    source=None,
+    *,
+    materialization: Optional[str] = None,
+    collection: Optional[dict] = None,
+    endpoint: Optional[dict] = None,
+    resource: Optional[dict] = None,
+    checkpoint: Optional[str] = None,
+    name: Optional[str] = None,
+    delta_updates: bool = False,
+) -> list[str]:
     """Start a view over on purpose: drop its resources and everything its endpoint records
     of it (checkpoint rows, fences, staged files, quarantine), then its checkpoint folder.
 
@@ -398,12 +449,21 @@ def reset(source=None, *, materialization: Optional[str] = None, collection: Opt
     DataFrame itself is not needed (pass ``None``).  Returns what was done.  The next run
     replays the source from its start into a fresh view.  Needs no Spark."""
     spec, mat, checkpoint_location = target(
-        source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
-        checkpoint=checkpoint, name=name, delta_updates=delta_updates)
+        source,
+        materialization=materialization,
+        collection=collection,
+        endpoint=endpoint,
+        resource=resource,
+        checkpoint=checkpoint,
+        name=name,
+        delta_updates=delta_updates,
+    )
     return reset_view(mat.name, mat.driver_name, mat.driver_config, bound(spec, mat), checkpoint_location)
 
 
-def reset_view(materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str) -> list[str]:
+def reset_view(
+    materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str
+) -> list[str]:
     """Drop one view's endpoint side first, then its checkpoint folder (a reset cut short by
     a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
     can be run again)."""

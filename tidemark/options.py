@@ -52,8 +52,14 @@ class RuntimeOptions:
                 raise SpecError(f"runtime option {f.name} must be a {_kind(f.name)}, got {value!r}")
 
     @classmethod
-    def from_mapping(cls, obj: Optional[Mapping[str, Any]], *, base: Optional["RuntimeOptions"] = None,
-                     file: Optional[str] = None, path: Optional[str] = None) -> "RuntimeOptions":
+    def from_mapping(
+        cls,
+        obj: Optional[Mapping[str, Any]],
+        *,
+        base: Optional["RuntimeOptions"] = None,
+        file: Optional[str] = None,
+        path: Optional[str] = None,
+    ) -> "RuntimeOptions":
         """``base`` (default: the defaults) with the fields ``obj`` names; a
         :class:`~tidemark.errors.SpecError` naming ``path`` for an unknown field or a bad value."""
         base = base or cls()

@@ -104,7 +104,8 @@ def retry(
             delay = policy.delay(attempt)
             # the error itself is shown once, by whoever gets it in the end
             (log.warning if attempt == 1 else log.debug)(
-                "%s failed (%s), retry %d/%d", what, type(exc).__name__, attempt, policy.attempts - 1)
+                "%s failed (%s), retry %d/%d", what, type(exc).__name__, attempt, policy.attempts - 1
+            )
             log.debug("%s: %s", what, exc)
             if on_retry is not None:
                 on_retry(exc, attempt)

@@ -112,7 +112,9 @@ class MaterializationSpec:
             "name": self.name,
             "endpoint": self.endpoint,
             "on_invalid": self.on_invalid,
-            "bindings": [{"source": b.source, "resource": b.resource, "delta_updates": b.delta_updates} for b in self.bindings],
+            "bindings": [
+                {"source": b.source, "resource": b.resource, "delta_updates": b.delta_updates} for b in self.bindings
+            ],
             "collections": colls,
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
@@ -203,8 +205,12 @@ class _Parser:
         collections = {str(n): self.collection(str(n), c, f"collections.{n}") for n, c in raw_colls.items()}
         raw_mats = obj.get("materializations") or {}
         if not isinstance(raw_mats, dict):
-            raise self.fail("materializations", f"must be a mapping of name to materialization, got {_type_name(raw_mats)}")
-        mats = {str(n): self.materialization(str(n), m, f"materializations.{n}", collections) for n, m in raw_mats.items()}
+            raise self.fail(
+                "materializations", f"must be a mapping of name to materialization, got {_type_name(raw_mats)}"
+            )
+        mats = {
+            str(n): self.materialization(str(n), m, f"materializations.{n}", collections) for n, m in raw_mats.items()
+        }
         checkpoint = obj.get("checkpoint", DEFAULT_CHECKPOINT)
         if not isinstance(checkpoint, str) or not checkpoint:
             raise self.fail("checkpoint", "must be a non-empty path")
@@ -238,9 +244,12 @@ class _Parser:
             import difflib
 
             near = difflib.get_close_matches(fmt.lower(), FILE_FORMATS, n=1)
-            raise self.fail(f"{path}.format", f"format {fmt!r} is not one the spec runner reads "
-                            f"({', '.join(FILE_FORMATS)}{'; did you mean ' + repr(near[0]) + '?' if near else ''}); "
-                            "read other sources yourself and call tidemark.materialize(df, ...)")
+            raise self.fail(
+                f"{path}.format",
+                f"format {fmt!r} is not one the spec runner reads "
+                f"({', '.join(FILE_FORMATS)}{'; did you mean ' + repr(near[0]) + '?' if near else ''}); "
+                "read other sources yourself and call tidemark.materialize(df, ...)",
+            )
         src_path = obj.get("path")
         if src_path is not None:
             if not isinstance(src_path, str) or not src_path:
@@ -295,7 +304,9 @@ class _Parser:
         if not isinstance(strategy, str) or strategy not in STRATEGIES:
             near = closest(strategy, STRATEGIES) if isinstance(strategy, str) else None
             hint = f"; did you mean `{near}`?" if near else ""
-            raise self.fail(f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)}{hint})")
+            raise self.fail(
+                f"{path}.strategy", f"unknown reduction strategy {strategy!r} (known: {', '.join(STRATEGIES)}{hint})"
+            )
         if "key" in red:
             if not STRATEGIES[strategy].keyed:
                 raise self.fail(f"{path}.key", f"strategy {strategy!r} takes no key")
@@ -307,8 +318,11 @@ class _Parser:
             self.check_order(red, strategy, types, f"{path}.order")
         allowed = STRATEGIES[strategy].location_types
         if types is not None and allowed is not None and set(types) - {"null"} - allowed:
-            raise self.fail(f"{path}.strategy", f"strategy {strategy!r} expects {STRATEGIES[strategy].expects}, "
-                                                f"but the location has type {'/'.join(types)}")
+            raise self.fail(
+                f"{path}.strategy",
+                f"strategy {strategy!r} expects {STRATEGIES[strategy].expects}, "
+                f"but the location has type {'/'.join(types)}",
+            )
 
     def check_order(self, red: dict, strategy: str, types, path: str) -> None:
         """``reduce.order``: a pointer inside the location's value, for a strategy that keeps
@@ -321,12 +335,16 @@ class _Parser:
             raise self.fail(path, f"order on {strategy!r} breaks ties of its key: give key too, e.g. key: [/id]")
         order = red["order"]
         if not isinstance(order, str) or not order.startswith("/") or order == "/":
-            raise self.fail(path, f"must be a JSON pointer inside the value at this location, e.g. /updated_at, "
-                                  f"got {order!r}")
+            raise self.fail(
+                path, f"must be a JSON pointer inside the value at this location, e.g. /updated_at, got {order!r}"
+            )
         if types is not None and "object" not in types:
-            raise self.fail(path, f"order {order} is read inside the value at this location, which has type "
-                                  f"{'/'.join(types)}; put the reduce (with its order) on the object that holds "
-                                  f"both, e.g. the document's root")
+            raise self.fail(
+                path,
+                f"order {order} is read inside the value at this location, which has type "
+                f"{'/'.join(types)}; put the reduce (with its order) on the object that holds "
+                f"both, e.g. the document's root",
+            )
 
     def check_key(self, schema: dict, ptr: Any, path: str) -> None:
         if not isinstance(ptr, str) or not ptr.startswith("/") or ptr == "/":
@@ -341,7 +359,9 @@ class _Parser:
                 if isinstance(s, dict):
                     props.update(s.get("properties") or {})
             if token not in props:
-                raise self.fail(path, f"key {ptr} is not a property of the schema (known: {', '.join(sorted(props)) or 'none'})")
+                raise self.fail(
+                    path, f"key {ptr} is not a property of the schema (known: {', '.join(sorted(props)) or 'none'})"
+                )
             node = props[token]
         node = _deref(index, node)
         types = types_of(node)
@@ -353,8 +373,12 @@ class _Parser:
 
     # ------------------------------------------------------------------ materializations
     def materialization(self, name: str, obj: Any, path: str, collections: dict) -> MaterializationSpec:
-        self.mapping(obj, path, ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes", "options"),
-                     ("endpoint", "bindings"))
+        self.mapping(
+            obj,
+            path,
+            ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes", "options"),
+            ("endpoint", "bindings"),
+        )
         endpoint = obj["endpoint"]
         self.check_endpoint(endpoint, f"{path}.endpoint")
         options = RuntimeOptions.from_mapping(obj.get("options"), file=self.file, path=f"{path}.options")
@@ -389,8 +413,17 @@ class _Parser:
                 raise self.fail(f"{bpath}.delta_updates", "must be true or false")
             bindings.append(BindingConfig(str(source), dict(resource), delta))
         try:
-            return MaterializationSpec(name, endpoint, shards, tuple(bindings), on_invalid, max_bytes,
-                                       os.path.abspath(self.base_dir), options, auto_shards)
+            return MaterializationSpec(
+                name,
+                endpoint,
+                shards,
+                tuple(bindings),
+                on_invalid,
+                max_bytes,
+                os.path.abspath(self.base_dir),
+                options,
+                auto_shards,
+            )
         except SpecError as exc:  # the driver's own config resolution (or its library missing)
             raise self.fail(f"{path}.endpoint.{_driver_of(endpoint)}", str(exc)) from None
 
@@ -424,7 +457,14 @@ def _join(path: str, name: str) -> str:
 def _type_name(v: Any) -> str:
     if v is None:
         return "null"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(v), type(v).__name__)
 
 
 def check_source_readable(spec: "TidemarkSpec", collection: str) -> None:
@@ -437,7 +477,11 @@ def check_source_readable(spec: "TidemarkSpec", collection: str) -> None:
         return
     where = f"collections.{collection}.source.path"
     if not os.path.exists(path):
-        raise SpecError(f"the source folder {path} does not exist (create it, or fix the path; a file source "
-                        "reads the files put into it)", file=spec.file, path=where)
+        raise SpecError(
+            f"the source folder {path} does not exist (create it, or fix the path; a file source "
+            "reads the files put into it)",
+            file=spec.file,
+            path=where,
+        )
     if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
         raise SpecError(f"the source folder {path} cannot be read by this user", file=spec.file, path=where)

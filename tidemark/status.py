@@ -232,8 +232,13 @@ def _source_offsets(location: str, batch: int) -> dict:
 
 def _is_kafka(offsets) -> bool:
     """Spark's Kafka source writes ``{"topic": {"partition": next_offset, ...}, ...}``."""
-    return isinstance(offsets, dict) and bool(offsets) and all(
-        isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values())
+    return (
+        isinstance(offsets, dict)
+        and bool(offsets)
+        and all(
+            isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values()
+        )
+    )
 
 
 def kafka_waiting(bootstrap: str, topics: dict) -> int:
@@ -241,8 +246,15 @@ def kafka_waiting(bootstrap: str, topics: dict) -> int:
     a partition not listed, or a negative offset, counts from its earliest message)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tidemark-status", "enable.auto.commit": False,
-                         "socket.connection.setup.timeout.ms": 5000, "log_level": 0})  # errors raise
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tidemark-status",
+            "enable.auto.commit": False,
+            "socket.connection.setup.timeout.ms": 5000,
+            "log_level": 0,
+        }
+    )  # errors raise
     try:
         waiting = 0
         for topic, parts in topics.items():
@@ -263,8 +275,10 @@ def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, 
 
     with load_driver(driver_name, driver_config) as driver:
         try:
-            rows = [ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
-                    for r in driver.checkpoints(materialization)]
+            rows = [
+                ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
+                for r in driver.checkpoints(materialization)
+            ]
         except NotImplementedError:
             rows = []
         if rows:
@@ -273,8 +287,9 @@ def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, 
         return [ShardStatus(p.place, None, p.batch_id if p.batch_id >= 0 else None) for p in positions]
 
 
-def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None, *,
-                   endpoint: bool = True) -> list[MaterializationStatus]:
+def status_of_spec(
+    spec_path: str, materializations: Optional[list[str]] = None, *, endpoint: bool = True
+) -> list[MaterializationStatus]:
     """The status of every (or the named) materialization of a spec."""
     from tidemark.ops import bound
     from tidemark.spec import load_spec
@@ -283,8 +298,10 @@ def status_of_spec(spec_path: str, materializations: Optional[list[str]] = None,
     names = materializations or list(spec.materializations)
     unknown = [n for n in names if n not in spec.materializations]
     if unknown:
-        raise SpecError(f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-                        file=spec.file)
+        raise SpecError(
+            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+            file=spec.file,
+        )
     out = []
     for n in names:
         mat = spec.materializations[n]
@@ -322,8 +339,10 @@ def _current_first(st: MaterializationStatus, rows: list[ShardStatus]) -> list[S
         oldest = -1
     matter = [r for r in older if r.batch_id is not None and r.batch_id > oldest]
     if len(matter) < len(older):
-        st.notes.append(f"{len(older) - len(matter)} range(s) of earlier layouts are kept by the endpoint; the "
-                        "current ranges took over from them")
+        st.notes.append(
+            f"{len(older) - len(matter)} range(s) of earlier layouts are kept by the endpoint; the "
+            "current ranges took over from them"
+        )
     return current + matter
 
 
@@ -382,8 +401,11 @@ def verdict(st: MaterializationStatus) -> str:
     if waiting:
         return "behind: " + ", ".join(waiting)
     if st.behind is None:
-        return "input waiting: unknown (" + ("give --kafka-bootstrap" if st.input.kind == "offsets"
-                                            else "not a local file source") + ")"
+        return (
+            "input waiting: unknown ("
+            + ("give --kafka-bootstrap" if st.input.kind == "offsets" else "not a local file source")
+            + ")"
+        )
     return "up to date: no input waiting"
 
 
@@ -394,9 +416,17 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
     lines: list[str] = []
 
     def row(name: str, text: str) -> None:
-        lines.extend(textwrap.wrap(text, width=max(20, width), initial_indent=f"  {name:<{label - 2}}",
-                                   subsequent_indent=" " * label, break_on_hyphens=False, break_long_words=True)
-                     or [f"  {name}"])
+        lines.extend(
+            textwrap.wrap(
+                text,
+                width=max(20, width),
+                initial_indent=f"  {name:<{label - 2}}",
+                subsequent_indent=" " * label,
+                break_on_hyphens=False,
+                break_long_words=True,
+            )
+            or [f"  {name}"]
+        )
 
     def path_row(name: str, path: str) -> None:
         """A path, broken after a ``/`` where it does not fit."""
@@ -430,12 +460,17 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         row("last commit", f"batch {st.last_batch}{when}")
         c = st.last_counts
         took = f", took {c['seconds']:.1f} s" if isinstance(c.get("seconds"), (int, float)) else ""
-        row("last batch", f"{c.get('documents', 0)} documents, {c.get('stored', 0)} stored, "
-                          f"{c.get('deleted', 0)} deleted, {c.get('invalid', 0)} quarantined{took}")
+        row(
+            "last batch",
+            f"{c.get('documents', 0)} documents, {c.get('stored', 0)} stored, "
+            f"{c.get('deleted', 0)} deleted, {c.get('invalid', 0)} quarantined{took}",
+        )
         t = st.totals
         if t:
-            row("since start", f"{t.get('batches', 0)} batches, {t.get('documents', 0)} documents, "
-                               f"{t.get('invalid', 0)} quarantined")
+            row(
+                "since start",
+                f"{t.get('batches', 0)} batches, {t.get('documents', 0)} documents, {t.get('invalid', 0)} quarantined",
+            )
     inp = st.input
     if inp.kind == "files" and inp.files_waiting is not None:
         size = f" ({_size(inp.bytes_waiting)})" if inp.files_waiting else ""
@@ -466,8 +501,10 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         parts = []
         for r in st.layouts:
             span = f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
-            parts.append(f"batch{'es' if r['first'] != r['last'] else ''} {span}: {r['shards']} shard(s), "
-                         f"{r['by']}{'' if r['committed'] else ' (in progress)'}")
+            parts.append(
+                f"batch{'es' if r['first'] != r['last'] else ''} {span}: {r['shards']} shard(s), "
+                f"{r['by']}{'' if r['committed'] else ' (in progress)'}"
+            )
         row("layouts", "; ".join(parts))
     for req in st.pending_scale:
         row("scale", f"{req['shards']} shard(s) requested, applied at the next batch")

@@ -91,12 +91,18 @@ class Store:
     def open_range(self, mat, begin, end):
         """Bump the fence of every overlapping range, inherit a checkpoint, return (fence, checkpoint)."""
         with self.transaction():
-            rows = [r for r in self.db.execute(
-                "SELECT key_begin, key_end, fence, checkpoint, seq FROM checkpoints WHERE materialization = ?",
-                (mat,)) if overlaps(r[0], r[1], begin, end)]
+            rows = [
+                r
+                for r in self.db.execute(
+                    "SELECT key_begin, key_end, fence, checkpoint, seq FROM checkpoints WHERE materialization = ?",
+                    (mat,),
+                )
+                if overlaps(r[0], r[1], begin, end)
+            ]
             self.db.executemany(
                 "UPDATE checkpoints SET fence = fence + 1 WHERE materialization = ? AND key_begin = ? AND key_end = ?",
-                [(mat, r[0], r[1]) for r in rows])
+                [(mat, r[0], r[1]) for r in rows],
+            )
             # The narrowest covering range (a split), or a more recently committed overlapping one (a merge).
             covering = sorted((r for r in rows if r[0] <= begin and end <= r[1]), key=lambda r: r[1] - r[0])
             source = covering[0] if covering else None
@@ -114,14 +120,18 @@ class Store:
                 checkpoint = source[3]
                 self.db.execute(
                     "UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND key_begin = ? "
-                    "AND key_end = ?", (source[3], source[4], mat, begin, end))
+                    "AND key_end = ?",
+                    (source[3], source[4], mat, begin, end),
+                )
             return fence, (json.loads(checkpoint) if checkpoint else None)
 
     def read(self, mat, resource, keys):
         found = []
         for key in keys:
-            row = self.db.execute("SELECT doc FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
-                                  (mat, resource, key_text(key))).fetchone()
+            row = self.db.execute(
+                "SELECT doc FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
+                (mat, resource, key_text(key)),
+            ).fetchone()
             if row is not None:
                 found.append((list(key), json.loads(row[0])))
         return found
@@ -132,27 +142,38 @@ class Store:
         with self.transaction():
             row = self.db.execute(
                 "SELECT fence FROM checkpoints WHERE materialization = ? AND key_begin = ? AND key_end = ?",
-                (mat, begin, end)).fetchone()
+                (mat, begin, end),
+            ).fetchone()
             if row is None or row[0] != fence:
-                raise DriverError("FencedOff", f"a newer session opened range [{begin:#x}, {end:#x}] of {mat!r} "
-                                               f"(fence {fence} is stale)")
+                raise DriverError(
+                    "FencedOff",
+                    f"a newer session opened range [{begin:#x}, {end:#x}] of {mat!r} (fence {fence} is stale)",
+                )
             for resource, delta, key, doc, delete in ops:
                 if delta:
-                    self.db.execute("INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)",
-                                    (mat, resource, json.dumps(doc)))
+                    self.db.execute(
+                        "INSERT INTO deltas (materialization, resource, doc) VALUES (?, ?, ?)",
+                        (mat, resource, json.dumps(doc)),
+                    )
                 elif delete:
-                    self.db.execute("DELETE FROM docs WHERE materialization = ? AND resource = ? AND key = ?",
-                                    (mat, resource, key))
+                    self.db.execute(
+                        "DELETE FROM docs WHERE materialization = ? AND resource = ? AND key = ?", (mat, resource, key)
+                    )
                 else:
-                    self.db.execute("INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)",
-                                    (mat, resource, key, json.dumps(doc)))
-            self.db.executemany("INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
-                                [(mat, checkpoint.get("batch_id"), json.dumps(r)) for r in quarantined])
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?)", (mat, resource, key, json.dumps(doc))
+                    )
+            self.db.executemany(
+                "INSERT INTO quarantine (materialization, batch_id, row) VALUES (?, ?, ?)",
+                [(mat, checkpoint.get("batch_id"), json.dumps(r)) for r in quarantined],
+            )
             self.db.execute("INSERT INTO counter VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET seq = seq + 1")
             seq = self.db.execute("SELECT seq FROM counter").fetchone()[0]
             self.db.execute(
                 "UPDATE checkpoints SET checkpoint = ?, seq = ? WHERE materialization = ? AND key_begin = ? "
-                "AND key_end = ?", (json.dumps(checkpoint), seq, mat, begin, end))
+                "AND key_end = ?",
+                (json.dumps(checkpoint), seq, mat, begin, end),
+            )
 
 
 class _Tx:
@@ -251,31 +272,57 @@ class Driver:
         if name in ("acknowledge", "load", "flush", "store", "quarantine", "start_commit"):
             if self.session is None:
                 raise DriverError("ProtocolViolation", f"{name} before open")
-            return {"acknowledge": self.session.acknowledge, "load": self.session.load,
-                    "flush": self.session.flush, "store": self.session.store_docs,
-                    "quarantine": self.session.quarantine, "start_commit": self.session.start_commit}[name](req)
+            return {
+                "acknowledge": self.session.acknowledge,
+                "load": self.session.load,
+                "flush": self.session.flush,
+                "store": self.session.store_docs,
+                "quarantine": self.session.quarantine,
+                "start_commit": self.session.start_commit,
+            }[name](req)
         if name == "describe":
             return [{"described": {"capabilities": CAPABILITIES}}]
         if name == "spec":
-            return [{"spec_response": {"config_schema": {"type": "object"}, "resource_schema": {"type": "object"},
-                                       "documentation_url": "examples/external_driver/README.md"}}]
+            return [
+                {
+                    "spec_response": {
+                        "config_schema": {"type": "object"},
+                        "resource_schema": {"type": "object"},
+                        "documentation_url": "examples/external_driver/README.md",
+                    }
+                }
+            ]
         if name == "validate":
-            return [{"validated": {"bindings": [
-                {"resource_path": list(b["resource"].values())[:1], "delta_updates": b.get("delta_updates", False),
-                 "constraints": {}} for b in req["bindings"]]}}]
+            return [
+                {
+                    "validated": {
+                        "bindings": [
+                            {
+                                "resource_path": list(b["resource"].values())[:1],
+                                "delta_updates": b.get("delta_updates", False),
+                                "constraints": {},
+                            }
+                            for b in req["bindings"]
+                        ]
+                    }
+                }
+            ]
         if name == "apply":  # keep each resource's view-identity record where it has none
             if not req.get("dry_run") and req.get("checkpoint_id"):
                 for binding, record in zip(req["bindings"], req.get("identities") or []):
                     resource = resource_of(binding)
                     self.store.db.execute(
                         "INSERT OR IGNORE INTO identities (materialization, resource, record) VALUES (?, ?, ?)",
-                        (req["materialization"], resource, json.dumps({**record, "resolved": resource})))
+                        (req["materialization"], resource, json.dumps({**record, "resolved": resource})),
+                    )
             return [{"applied": {"action_description": "nothing to create: one SQLite file holds every resource"}}]
         if name == "list_identities":
             records = []
             for binding in req["bindings"]:
-                row = self.store.db.execute("SELECT record FROM identities WHERE materialization = ? AND resource = ?",
-                                            (req["materialization"], resource_of(binding))).fetchone()
+                row = self.store.db.execute(
+                    "SELECT record FROM identities WHERE materialization = ? AND resource = ?",
+                    (req["materialization"], resource_of(binding)),
+                ).fetchone()
                 records.append(json.loads(row[0]) if row else None)
             return [{"identities_listed": {"records": records}}]
         if name == "open":  # a new session; the runtime reuses processes, so forget any previous one
@@ -285,10 +332,14 @@ class Driver:
         if name == "dump":
             return [{"dumped": self.dump(req["materialization"], req["binding"])}]
         if name == "list_checkpoints":
-            rows = [{"key_begin": b, "key_end": e, "fence": f, "runtime_checkpoint": json.loads(c) if c else None}
-                    for b, e, f, c in self.store.db.execute(
-                        "SELECT key_begin, key_end, fence, checkpoint FROM checkpoints WHERE materialization = ? "
-                        "ORDER BY key_begin, key_end", (req["materialization"],))]
+            rows = [
+                {"key_begin": b, "key_end": e, "fence": f, "runtime_checkpoint": json.loads(c) if c else None}
+                for b, e, f, c in self.store.db.execute(
+                    "SELECT key_begin, key_end, fence, checkpoint FROM checkpoints WHERE materialization = ? "
+                    "ORDER BY key_begin, key_end",
+                    (req["materialization"],),
+                )
+            ]
             return [{"checkpoints_listed": {"rows": rows}}]
         if name == "coordinator_acknowledge":
             return [{"coordinator_acknowledged": {}}]  # store-authoritative: nothing to apply
@@ -297,11 +348,19 @@ class Driver:
     def dump(self, mat, binding):
         resource = resource_of(binding)
         if binding.get("delta_updates"):
-            rows = [json.loads(d) for (d,) in self.store.db.execute(
-                "SELECT doc FROM deltas WHERE materialization = ? AND resource = ? ORDER BY id", (mat, resource))]
+            rows = [
+                json.loads(d)
+                for (d,) in self.store.db.execute(
+                    "SELECT doc FROM deltas WHERE materialization = ? AND resource = ? ORDER BY id", (mat, resource)
+                )
+            ]
             return {"rows": rows, "delta_updates": True}
-        rows = [[json.loads(k), json.loads(d)] for k, d in self.store.db.execute(
-            "SELECT key, doc FROM docs WHERE materialization = ? AND resource = ? ORDER BY key", (mat, resource))]
+        rows = [
+            [json.loads(k), json.loads(d)]
+            for k, d in self.store.db.execute(
+                "SELECT key, doc FROM docs WHERE materialization = ? AND resource = ? ORDER BY key", (mat, resource)
+            )
+        ]
         return {"rows": rows, "delta_updates": False}
 
 
@@ -327,8 +386,11 @@ def write(obj):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    parser.add_argument("--state", default=os.environ.get("TIDEMARK_EXAMPLE_STATE"),
-                        help="the SQLite file holding the views (default: $TIDEMARK_EXAMPLE_STATE)")
+    parser.add_argument(
+        "--state",
+        default=os.environ.get("TIDEMARK_EXAMPLE_STATE"),
+        help="the SQLite file holding the views (default: $TIDEMARK_EXAMPLE_STATE)",
+    )
     args = parser.parse_args(argv)
     if not args.state:
         parser.error("--state PATH (or TIDEMARK_EXAMPLE_STATE) is required")
@@ -338,7 +400,7 @@ def main(argv=None):
             continue
         try:
             request = json.loads(line)
-            (name, body), = request.items()
+            ((name, body),) = request.items()
             replies = handle_retrying(driver, name, body or {})
         except DriverError as exc:
             replies = [{"error": {"type": exc.type, "message": str(exc)}}]

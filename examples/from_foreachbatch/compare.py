@@ -35,8 +35,9 @@ import psycopg
 CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 
 
-def write_orders(directory: str, files: int = 4, per_file: int = 500, customers: int = 100, seed: int = 1,
-                 first: int = 0) -> None:
+def write_orders(
+    directory: str, files: int = 4, per_file: int = 500, customers: int = 100, seed: int = 1, first: int = 0
+) -> None:
     rng = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     for f in range(first, first + files):
@@ -44,8 +45,18 @@ def write_orders(directory: str, files: int = 4, per_file: int = 500, customers:
         with open(path, "w") as out:
             for _ in range(per_file):
                 amount = rng.randrange(1, 1000)
-                out.write(json.dumps({"customer": f"c{rng.randrange(customers):04d}", "amount": amount,
-                                      "orders": 1, "largest": amount, "city": rng.choice(CITIES)}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "customer": f"c{rng.randrange(customers):04d}",
+                            "amount": amount,
+                            "orders": 1,
+                            "largest": amount,
+                            "city": rng.choice(CITIES),
+                        }
+                    )
+                    + "\n"
+                )
         os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # the file source goes by mtime
 
 
@@ -66,34 +77,50 @@ def truth(directory: str) -> dict:
 SPARK_SCHEMA = "customer STRING, amount BIGINT, orders BIGINT, largest BIGINT, city STRING"
 
 
-def hand_written(spark, data: str, url: str, schema: str, checkpoint: str, fail_at_batch: int | None,
-                 table: str = "by_hand") -> None:
+def hand_written(
+    spark, data: str, url: str, schema: str, checkpoint: str, fail_at_batch: int | None, table: str = "by_hand"
+) -> None:
     from pyspark.sql import functions as F
 
     with psycopg.connect(url, autocommit=True) as con:
-        con.execute(f'CREATE TABLE "{schema}".{table} (customer text PRIMARY KEY, amount bigint, orders bigint, '
-                    "largest bigint, city text)")
+        con.execute(
+            f'CREATE TABLE "{schema}".{table} (customer text PRIMARY KEY, amount bigint, orders bigint, '
+            "largest bigint, city text)"
+        )
     failed = []
 
     def upsert(batch_df, batch_id):
         # "last city" needs an order: the files are read in order, and so is each file
-        rows = (batch_df.withColumn("seq", F.monotonically_increasing_id()).groupBy("customer")
-                .agg(F.sum("amount").alias("amount"), F.sum("orders").alias("orders"),
-                     F.max("largest").alias("largest"), F.max_by("city", "seq").alias("city")).collect())
+        rows = (
+            batch_df.withColumn("seq", F.monotonically_increasing_id())
+            .groupBy("customer")
+            .agg(
+                F.sum("amount").alias("amount"),
+                F.sum("orders").alias("orders"),
+                F.max("largest").alias("largest"),
+                F.max_by("city", "seq").alias("city"),
+            )
+            .collect()
+        )
         with psycopg.connect(url) as con:
             con.cursor().executemany(
                 f'INSERT INTO "{schema}".{table} AS t VALUES (%s, %s, %s, %s, %s) ON CONFLICT (customer) DO UPDATE '
                 "SET amount = t.amount + EXCLUDED.amount, orders = t.orders + EXCLUDED.orders, "
                 "largest = GREATEST(t.largest, EXCLUDED.largest), city = EXCLUDED.city",
-                [tuple(r) for r in rows])
+                [tuple(r) for r in rows],
+            )
         if batch_id == fail_at_batch and not failed:  # committed; Spark has not recorded it
             failed.append(batch_id)
             raise RuntimeError(f"the job died after batch {batch_id}'s upsert committed")
 
     def start():
         df = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(data)
-        return (df.writeStream.foreachBatch(upsert).option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True).start())
+        return (
+            df.writeStream.foreachBatch(upsert)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
 
     try:
         start().awaitTermination()
@@ -128,9 +155,16 @@ def with_tidemark(spark, data: str, url: str, schema: str, checkpoint: str, fail
 
     def start():
         df = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(data)
-        return tidemark.materialize(df, collection=COLLECTION, endpoint={"postgres": {"url": url, "schema": schema}},
-                                    resource={"table": "with_tidemark"}, checkpoint=checkpoint, shards=2,
-                                    spark=spark, available_now=True)
+        return tidemark.materialize(
+            df,
+            collection=COLLECTION,
+            endpoint={"postgres": {"url": url, "schema": schema}},
+            resource={"table": "with_tidemark"},
+            checkpoint=checkpoint,
+            shards=2,
+            spark=spark,
+            available_now=True,
+        )
 
     # The same failure, at tidemark's named point after everything but Spark's own commit.
     os.environ["TIDEMARK_FAULTS"] = f"before_spark_commit:raise@{fail_at_batch + 1}"
@@ -167,8 +201,14 @@ def adopt_then_run(spark, data: str, url: str, schema: str, workdir: str) -> Non
     def source():
         return spark.readStream.format("text").load(data)
 
-    view = dict(collection=COLLECTION, endpoint={"postgres": {"url": url, "schema": schema}},
-                resource={"table": "adopted"}, checkpoint=os.path.join(workdir, "chk-adopted"), shards=2, spark=spark)
+    view = dict(
+        collection=COLLECTION,
+        endpoint={"postgres": {"url": url, "schema": schema}},
+        resource={"table": "adopted"},
+        checkpoint=os.path.join(workdir, "chk-adopted"),
+        shards=2,
+        spark=spark,
+    )
     tidemark.adopt(source(), from_=f"{schema}.before_tidemark", since=since, **view)
     write_orders(data, files=2, per_file=500, seed=2, first=len(names))  # more input, later
     tidemark.materialize(source(), available_now=True, **view).await_termination()
@@ -195,8 +235,10 @@ def compare(spark, url: str, workdir: str, fail_at_batch: int = 1) -> dict:
         out = {"customers": len(want)}
         with psycopg.connect(url) as con:
             for table, expected in (("by_hand", want), ("with_tidemark", want), ("adopted", truth(adopt_data))):
-                got = {r[0]: tuple(r[1:]) for r in con.execute(
-                    f'SELECT customer, amount, orders, largest, city FROM "{schema}".{table}')}
+                got = {
+                    r[0]: tuple(r[1:])
+                    for r in con.execute(f'SELECT customer, amount, orders, largest, city FROM "{schema}".{table}')
+                }
                 out[table] = sum(1 for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
         return out
     finally:
@@ -206,8 +248,9 @@ def compare(spark, url: str, workdir: str, fail_at_batch: int = 1) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL",
-                                                    "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument(
+        "--url", default=os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    )
     args = ap.parse_args()
     from tidemark.spark.session import local_session
 

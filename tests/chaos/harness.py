@@ -60,10 +60,20 @@ class RunOutcome:
     stderr_tail: str = ""
 
 
-def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int, float] | None = None,
-                   kill_after: Callable[[int], float | None] | None = None, max_attempts: int = 10,
-                   timeout: float = 300, extra_env: dict | None = None, master: str = "local[2]",
-                   random_attempts: int | None = None, await_orphans: bool = False, plain: bool = False) -> RunOutcome:
+def run_until_done(
+    spec_path: str,
+    *,
+    faults: str = "",
+    random_points: tuple[int, float] | None = None,
+    kill_after: Callable[[int], float | None] | None = None,
+    max_attempts: int = 10,
+    timeout: float = 300,
+    extra_env: dict | None = None,
+    master: str = "local[2]",
+    random_attempts: int | None = None,
+    await_orphans: bool = False,
+    plain: bool = False,
+) -> RunOutcome:
     """Run ``tidemark run SPEC --available-now`` until it exits 0, restarting after kills.
 
     ``faults`` arms points (see tidemark.faults) in every attempt; use ``!once=PATH``
@@ -102,9 +112,21 @@ def run_until_done(spec_path: str, *, faults: str = "", random_points: tuple[int
         if random_points and (random_attempts is None or attempt < random_attempts):
             seed, p = random_points
             run_env["TIDEMARK_FAULT_RANDOM"] = f"{seed}-{attempt}:{p}"
-        argv = ([sys.executable, "-m", "tests.chaos.plain", spec_path] if plain else
-                [sys.executable, "-m", "tidemark", "run", spec_path, "--available-now", "--master", master,
-                 "--no-spark-ui"])
+        argv = (
+            [sys.executable, "-m", "tests.chaos.plain", spec_path]
+            if plain
+            else [
+                sys.executable,
+                "-m",
+                "tidemark",
+                "run",
+                spec_path,
+                "--available-now",
+                "--master",
+                master,
+                "--no-spark-ui",
+            ]
+        )
         proc = subprocess.Popen(
             argv,
             cwd=ROOT if plain else None,
@@ -173,7 +195,7 @@ def _await_gone(token: str, timeout: float) -> None:
     """Wait until no process of the run is left. They are not our children, so each is
     awaited through a pidfd (readable when the process exits); then /proc is read again."""
     deadline = time.monotonic() + timeout
-    while (left := _marked(token)):
+    while left := _marked(token):
         for pid in left:
             try:
                 fd = os.pidfd_open(pid)
@@ -193,7 +215,7 @@ def arm_in_sequence(points: list[str], marker_dir, nth: int = 1) -> str:
 
 
 def fired(marker_dir) -> set[str]:
-    return {n[len("fired-"):] for n in os.listdir(marker_dir) if n.startswith("fired-")}
+    return {n[len("fired-") :] for n in os.listdir(marker_dir) if n.startswith("fired-")}
 
 
 # ---------------------------------------------------------------- long runs
@@ -217,11 +239,18 @@ def long_run(argv: list[str] | None = None) -> int:
     ap.add_argument("--files-per-round", type=int, default=4)
     ap.add_argument("--per-file", type=int, default=300)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
-    ap.add_argument("--resume", action="store_true",
-                    help="continue in --dir: keep its input, view and checkpoints, append new files after them")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue in --dir: keep its input, view and checkpoints, append new files after them",
+    )
     ap.add_argument("--kill-min", type=float, default=3.0, help="earliest random kill, seconds after start")
-    ap.add_argument("--kill-max", type=float, default=15.0,
-                    help="latest random kill (an attempt takes ~4 s to start Spark, ~2-3 s per batch after)")
+    ap.add_argument(
+        "--kill-max",
+        type=float,
+        default=15.0,
+        help="latest random kill (an attempt takes ~4 s to start Spark, ~2-3 s per batch after)",
+    )
     args = ap.parse_args(argv)
 
     rng = random.Random(args.seed)
@@ -239,8 +268,15 @@ def long_run(argv: list[str] | None = None) -> int:
                 docs += sum(1 for _ in f)
         print(f"resuming in {work}: {files} files, {docs} documents already written", flush=True)
     while kills < args.kills:
-        write_orders(data, files=args.files_per_round, per_file=args.per_file, customers=200,
-                     seed=rng.randrange(1 << 30), start=files, deletes=0.03)
+        write_orders(
+            data,
+            files=args.files_per_round,
+            per_file=args.per_file,
+            customers=200,
+            seed=rng.randrange(1 << 30),
+            start=files,
+            deletes=0.03,
+        )
         files += args.files_per_round
         docs += args.files_per_round * args.per_file
         outcome = run_until_done(
@@ -258,8 +294,15 @@ def long_run(argv: list[str] | None = None) -> int:
         extra = sorted(set(view) - set(expected))
         wrong = sorted(k for k in set(view) & set(expected) if view[k] != expected[k])
         summary = {
-            "round": rounds, "kills": kills, "attempts": attempts, "files": files, "documents": docs,
-            "keys": len(expected), "lost_keys": len(lost), "extra_keys": len(extra), "wrong_docs": len(wrong),
+            "round": rounds,
+            "kills": kills,
+            "attempts": attempts,
+            "files": files,
+            "documents": docs,
+            "keys": len(expected),
+            "lost_keys": len(lost),
+            "extra_keys": len(extra),
+            "wrong_docs": len(wrong),
             "amount_view": sum(d["amount"] for d in view.values()),
             "amount_oracle": sum(d["amount"] for d in expected.values()),
             "elapsed_s": round(time.time() - started, 1),

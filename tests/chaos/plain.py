@@ -58,16 +58,29 @@ def run(spec_path: str) -> int:
 
     driver = load_driver(mat.driver_name, mat.driver_config)
     options = mat.options.with_env()
-    bindings, _ = reduce_paths(tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings)), colls,
-                               capabilities_of(driver), options.endpoint_reduce)
+    bindings, _ = reduce_paths(
+        tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings)),
+        colls,
+        capabilities_of(driver),
+        options.endpoint_reduce,
+    )
     location = spec.checkpoint_location(mat.name)
     sources = [spec.collections[b.source].source for b in mat.bindings]
     coordinator = Coordinator(
-        materialization=mat.name, driver=driver, driver_name=mat.driver_name, driver_config=mat.driver_config,
-        bindings=bindings, version=mat.version(spec), checkpoint_location=location, shards=mat.shards,
-        strategies=[c.strategies() for c in colls], on_invalid=mat.on_invalid,
+        materialization=mat.name,
+        driver=driver,
+        driver_name=mat.driver_name,
+        driver_config=mat.driver_config,
+        bindings=bindings,
+        version=mat.version(spec),
+        checkpoint_location=location,
+        shards=mat.shards,
+        strategies=[c.strategies() for c in colls],
+        on_invalid=mat.on_invalid,
         reductions=[reductions_of(c.name, c.schema) for c in colls],
-        sources=[source_location(s, spec.base_dir) for s in sources], auto=mat.auto_shards)
+        sources=[source_location(s, spec.base_dir) for s in sources],
+        auto=mat.auto_shards,
+    )
     coordinator.start_up()
     sp = os.path.join(location, "spark")
     if not os.path.exists(os.path.join(sp, "metadata")):
@@ -81,7 +94,7 @@ def run(spec_path: str) -> int:
         inputs = [f[n] if n < len(f) else None for f in files]
         offsets = os.path.join(sp, "offsets", str(n))
         if not os.path.exists(offsets):
-            _write(offsets, "v1\n{\"batchWatermarkMs\":0}\n" + json.dumps({"files": inputs}) + "\n")
+            _write(offsets, 'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"files": inputs}) + "\n")
         batch(coordinator, spec, mat, colls, bindings, inputs, n)
         _write(os.path.join(sp, "commits", str(n)), "v1\n{}\n")
     driver.close()
@@ -116,14 +129,29 @@ def batch(coordinator, spec, mat, colls, bindings, inputs, batch_id: int) -> Non
                     combined[k] = [doc, 1]
     keys = list(combined)
     texts = [k[1] for k in keys]
-    per_shard = split(ranges, [k[0] for k in keys], texts, [zlib.crc32(t.encode("utf-8")) for t in texts],
-                      [compact_json(combined[k][0]) for k in keys], [combined[k][1] for k in keys])
-    task = ShardTask(materialization=mat.name, version=mat.version(spec), driver_name=mat.driver_name,
-                     driver_config=mat.driver_config, bindings=bindings, collections=tuple(colls),
-                     checkpoint_id=coordinator.checkpoint_id, batch_id=batch_id, ranges=ranges,
-                     driver_checkpoint=last.driver_checkpoint if last else None,
-                     runtime_checkpoint=start.runtime_checkpoint, committed_batch=last.batch_id if last else -1,
-                     capabilities=coordinator.caps)
+    per_shard = split(
+        ranges,
+        [k[0] for k in keys],
+        texts,
+        [zlib.crc32(t.encode("utf-8")) for t in texts],
+        [compact_json(combined[k][0]) for k in keys],
+        [combined[k][1] for k in keys],
+    )
+    task = ShardTask(
+        materialization=mat.name,
+        version=mat.version(spec),
+        driver_name=mat.driver_name,
+        driver_config=mat.driver_config,
+        bindings=bindings,
+        collections=tuple(colls),
+        checkpoint_id=coordinator.checkpoint_id,
+        batch_id=batch_id,
+        ranges=ranges,
+        driver_checkpoint=last.driver_checkpoint if last else None,
+        runtime_checkpoint=start.runtime_checkpoint,
+        committed_batch=last.batch_id if last else -1,
+        capabilities=coordinator.caps,
+    )
 
     def one(i: int):
         return _run_shard(task, i, _shard_rows(i, iter(per_shard[i]), [0]))
@@ -135,10 +163,17 @@ def batch(coordinator, spec, mat, colls, bindings, inputs, batch_id: int) -> Non
         raise next(e for e in errors if e is not None)
     results = [f.result() for f in futures]
     state = merge_updates(last.driver_checkpoint if last else None, results)
-    counts = {"documents": sum(v[1] for v in combined.values()), "keys": len(keys),
-              "stored": sum(r.stored for r in results), "loaded": sum(r.loaded for r in results),
-              "deleted": sum(r.deleted for r in results), "invalid": 0,
-              "replayed_shards": sum(r.skipped for r in results), "endpoint": mat.driver_name, "path": "plain"}
+    counts = {
+        "documents": sum(v[1] for v in combined.values()),
+        "keys": len(keys),
+        "stored": sum(r.stored for r in results),
+        "loaded": sum(r.loaded for r in results),
+        "deleted": sum(r.deleted for r in results),
+        "invalid": 0,
+        "replayed_shards": sum(r.skipped for r in results),
+        "endpoint": mat.driver_name,
+        "path": "plain",
+    }
     coordinator.commit(start, state, counts)
     fault_point("before_spark_commit")
 

@@ -27,7 +27,12 @@ def test_kill_at_every_crash_point_then_restart_is_exact(tmp_path):
     data, lake = tmp_path / "data", tmp_path / "lake"
     write_orders(data, files=3, per_file=150, customers=50, seed=11, deletes=0.03)
     spec = delta_spec(tmp_path, data_dir=data, lake=lake, shards=2, events=True)
-    points = ["after_endpoint_commit:kill@1", "after_recovery_log:kill@1", "mid_apply:kill@3", "before_spark_commit:kill@1"]
+    points = [
+        "after_endpoint_commit:kill@1",
+        "after_recovery_log:kill@1",
+        "mid_apply:kill@3",
+        "before_spark_commit:kill@1",
+    ]
     faults = ",".join(f"{p}!once={tmp_path / ('killed-' + p.split(':')[0])}" for p in points)
 
     outcome = run_until_done(spec, faults=faults, max_attempts=6, plain=True)

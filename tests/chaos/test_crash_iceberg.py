@@ -20,7 +20,13 @@ pytest.importorskip("pyiceberg")
 from tests.chaos.harness import fired, run_until_done
 from tests.helpers import normalize, oracle_orders, write_orders
 from tests.integration.test_iceberg_e2e import (
-    distinct_keys_per_file, iceberg_events, iceberg_spec, iceberg_view, snapshot_batches, sqlite_catalog, staged,
+    distinct_keys_per_file,
+    iceberg_events,
+    iceberg_spec,
+    iceberg_view,
+    snapshot_batches,
+    sqlite_catalog,
+    staged,
 )
 
 pytestmark = pytest.mark.chaos
@@ -28,22 +34,22 @@ pytestmark = pytest.mark.chaos
 # Every fault point a batch into Iceberg reaches, in the order it reaches them: NAME or
 # NAME@N (the N-th time in one process).
 POINTS = [
-    "plan",                    # before anything of the batch ran
-    "open",                    # a shard session opened, nothing staged
-    "mid_load",                # during Load (a scan of the table as of the last apply)
+    "plan",  # before anything of the batch ran
+    "open",  # a shard session opened, nothing staged
+    "mid_load",  # during Load (a scan of the table as of the last apply)
     "after_load",
-    "mid_store",               # rows streaming into the session's staged Parquet file
+    "mid_store",  # rows streaming into the session's staged Parquet file
     "after_store",
     "before_endpoint_commit",  # the staged files closed; the patch naming them not returned
-    "after_endpoint_commit",   # a shard's patch returned; the recovery log does not have N
-    "before_recovery_log",     # every shard staged; the log write never happens
-    "after_recovery_log",      # the log has N; no table has it
-    "mid_apply@1",             # before the first table's commit of an apply
-    "mid_apply@2",             # between two tables' commits (or before the first of the next batch)
+    "after_endpoint_commit",  # a shard's patch returned; the recovery log does not have N
+    "before_recovery_log",  # every shard staged; the log write never happens
+    "after_recovery_log",  # the log has N; no table has it
+    "mid_apply@1",  # before the first table's commit of an apply
+    "mid_apply@2",  # between two tables' commits (or before the first of the next batch)
     "iceberg_after_commit@1",  # right after a table's commit
     "iceberg_after_commit@2",
-    "after_apply",             # every table holds N; staged files removed; Spark's commits/N missing
-    "before_spark_commit",     # before commits/N: Spark re-runs N, which is only acknowledged
+    "after_apply",  # every table holds N; staged files removed; Spark's commits/N missing
+    "before_spark_commit",  # before commits/N: Spark re-runs N, which is only acknowledged
 ]
 
 
@@ -97,8 +103,9 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=71 + shards, deletes=0.03)
-    spec = iceberg_spec(tmp_path, data_dir=data, shards=shards, events=True,
-                        options={"small_batch_keys": 0 if shards > 1 else 5000})
+    spec = iceberg_spec(
+        tmp_path, data_dir=data, shards=shards, events=True, options={"small_batch_keys": 0 if shards > 1 else 5000}
+    )
     assert run_until_done(spec, plain=True).kills == 0  # a clean first run: the killed batches load existing keys
     write_orders(data, files=4, per_file=150, customers=40, seed=81 + shards, start=2, deletes=0.03)
 
@@ -106,5 +113,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards):
 
     assert fired(markers) == set(POINTS), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), (
+        outcome
+    )
     check(tmp_path, data, 6)

@@ -15,7 +15,13 @@ pytest.importorskip("rocksdict")
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.helpers import (
-    kafka_spec, kafka_view, normalize, open_transactions, oracle_orders, set_shards, write_orders,
+    kafka_spec,
+    kafka_view,
+    normalize,
+    open_transactions,
+    oracle_orders,
+    set_shards,
+    write_orders,
 )
 from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker  # noqa: F401
 
@@ -23,15 +29,15 @@ confluent_kafka_or_skip()
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka]
 
 POINTS = [
-    "plan",                    # before anything of the batch ran
-    "open",                    # a shard session opened (producer fenced), nothing written
-    "mid_load",                # during Load from the local store
-    "mid_store",               # records sent inside the open Kafka transaction
+    "plan",  # before anything of the batch ran
+    "open",  # a shard session opened (producer fenced), nothing written
+    "mid_load",  # during Load from the local store
+    "mid_store",  # records sent inside the open Kafka transaction
     "before_endpoint_commit",  # the transaction is complete (progress record not yet in it)
-    "after_endpoint_commit",   # Kafka committed the batch, the local store did not: rebuilt at Open
-    "before_recovery_log",     # every shard committed; the recovery log write never happens
-    "after_recovery_log",      # the log has N; Spark's commits/N is never written
-    "before_spark_commit",     # before commits/N
+    "after_endpoint_commit",  # Kafka committed the batch, the local store did not: rebuilt at Open
+    "before_recovery_log",  # every shard committed; the recovery log write never happens
+    "after_recovery_log",  # the log has N; Spark's commits/N is never written
+    "before_spark_commit",  # before commits/N
 ]
 TELLING = ["mid_store", "after_endpoint_commit"]  # a quick check with Spark (chaos_full)
 

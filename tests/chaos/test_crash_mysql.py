@@ -20,7 +20,6 @@ from tests.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
 pytestmark = pytest.mark.chaos
 
 
-
 def batches(url, db) -> list:
     return sorted(json.loads(c)["batch_id"] for (c,) in sql(url, f"SELECT checkpoint FROM `{db}`.tidemark_checkpoints"))
 
@@ -38,7 +37,9 @@ def kill_at(points, tmp_path, url, db, shards, seed, plain=False):
 
     assert fired(markers) == set(points), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
-    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), outcome
+    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), (
+        outcome
+    )
     assert normalize(mysql_view(url, db)) == oracle_orders(data)
     assert batches(url, db) == [more] * shards
 

@@ -29,12 +29,17 @@ from tests.nats_server import private_nats_server  # noqa: E402,F401 (fixture)
 pytestmark = pytest.mark.chaos
 
 POINTS = [
-    "plan", "open", "mid_load", "mid_store",
+    "plan",
+    "open",
+    "mid_load",
+    "mid_store",
     "before_endpoint_commit",  # the batch is complete in memory; nothing of it is in the stream
-    "nats_mid_batch",          # part of the batch is in the stream, its progress record is not
-    "after_endpoint_commit",   # the stream committed the batch, the local state store did not (rebuilt)
-    "store_after_commit",      # the state store committed too; the runtime did not hear of it
-    "before_recovery_log", "after_recovery_log", "before_spark_commit",
+    "nats_mid_batch",  # part of the batch is in the stream, its progress record is not
+    "after_endpoint_commit",  # the stream committed the batch, the local state store did not (rebuilt)
+    "store_after_commit",  # the state store committed too; the runtime did not hear of it
+    "before_recovery_log",
+    "after_recovery_log",
+    "before_spark_commit",
 ]
 TELLING = ["nats_mid_batch", "after_endpoint_commit"]
 
@@ -47,8 +52,9 @@ def check_exact(url: str, data) -> None:
     assert copies and set(copies.values()) == {1}, [k for k, n in copies.items() if n > 1][:5]
 
 
-def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, clean_files: int = 2,
-             plain: bool = False) -> None:
+def kill_run(
+    tmp_path, url: str, points: list[str], shards: int, atomic: str, clean_files: int = 2, plain: bool = False
+) -> None:
     """A clean run of ``clean_files`` batches first (so the killed batches load existing keys),
     then one kill per point."""
     data, markers = tmp_path / "data", tmp_path / "markers"
@@ -57,8 +63,9 @@ def kill_run(tmp_path, url: str, points: list[str], shards: int, atomic: str, cl
     if clean_files:
         write_orders(data, files=clean_files, per_file=120, customers=40, seed=171 + shards, deletes=0.03)
         assert run_until_done(spec, plain=plain).kills == 0
-    write_orders(data, files=len(points), per_file=120, customers=40, seed=181 + shards, start=clean_files,
-                 deletes=0.03)
+    write_orders(
+        data, files=len(points), per_file=120, customers=40, seed=181 + shards, start=clean_files, deletes=0.03
+    )
     outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=plain)
     assert fired(markers) == set(points), outcome
     check_exact(url, data)
@@ -69,8 +76,9 @@ def test_kill_at_the_telling_points_then_restart_is_exact(tmp_path, private_nats
     kill_run(tmp_path, private_nats_server.url, TELLING, 1, "auto", clean_files=0)
 
 
-@pytest.mark.parametrize("shards,atomic", [pytest.param(1, "auto", marks=pytest.mark.chaos_full), (4, "auto"),
-                                           (2, "false")])
+@pytest.mark.parametrize(
+    "shards,atomic", [pytest.param(1, "auto", marks=pytest.mark.chaos_full), (4, "auto"), (2, "false")]
+)
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, private_nats_server, shards, atomic):
     """Every point on the commit path without Spark (tests/chaos/plain.py)."""
     kill_run(tmp_path, private_nats_server.url, POINTS, shards, atomic, plain=True)

@@ -16,8 +16,15 @@ import pytest
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.chaos.test_crash_sqlite import POINTS
 from tests.helpers import (
-    COMPILED_SCHEMA, compiled_oracle, normalize, oracle_orders, orders_spec, postgres_spec, postgres_view,
-    write_compiled_orders, write_orders,
+    COMPILED_SCHEMA,
+    compiled_oracle,
+    normalize,
+    oracle_orders,
+    orders_spec,
+    postgres_spec,
+    postgres_view,
+    write_compiled_orders,
+    write_orders,
 )
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
@@ -28,16 +35,25 @@ pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 TELLING = ["mid_store", "before_endpoint_commit", "after_endpoint_commit", "after_recovery_log"]
 
 
-@pytest.mark.parametrize("shards,points,plain", [(2, POINTS, True), pytest.param(4, TELLING, False, marks=pytest.mark.chaos_full)],
-                         ids=["2-every-plain", "4-telling"])
+@pytest.mark.parametrize(
+    "shards,points,plain",
+    [(2, POINTS, True), pytest.param(4, TELLING, False, marks=pytest.mark.chaos_full)],
+    ids=["2-every-plain", "4-telling"],
+)
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_schema, shards, points, plain):
     """Every crash-table point fires once (``arm_in_sequence``): each attempt dies at the
     next point it reaches, after a clean first run so the killed batches Load existing keys."""
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     write_orders(data, files=2, per_file=150, customers=40, seed=41 + shards, deletes=0.03)
-    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=shards,
-                         options={"small_batch_keys": 0 if shards > 1 else 5000})
+    spec = postgres_spec(
+        tmp_path,
+        data_dir=data,
+        url=postgres_url,
+        schema=pg_schema,
+        shards=shards,
+        options={"small_batch_keys": 0 if shards > 1 else 5000},
+    )
     assert run_until_done(spec, plain=plain).kills == 0
     write_orders(data, files=3, per_file=150, customers=40, seed=51 + shards, start=2, deletes=0.03)
 
@@ -48,7 +64,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_sc
     assert len(points) // 2 <= outcome.kills <= len(points), outcome
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     with psycopg.connect(postgres_url) as con:
-        batches = con.execute(f'SELECT checkpoint->>\'batch_id\' FROM "{pg_schema}".tidemark_checkpoints').fetchall()
+        batches = con.execute(f"SELECT checkpoint->>'batch_id' FROM \"{pg_schema}\".tidemark_checkpoints").fetchall()
     assert sorted(batches) == [("4",)] * shards
 
 
@@ -63,9 +79,15 @@ def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, postgr
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=61)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA,
-                       endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
-                       extra_mat={"options": {"small_batch_keys": 0}})
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=2,
+        schema=COMPILED_SCHEMA,
+        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+        extra_mat={"options": {"small_batch_keys": 0}},
+    )
     assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
     assert run_until_done(spec, plain=True).kills == 0
     files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=62, start=2)

@@ -48,7 +48,9 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, redis_url, redis_ns
     outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), (
+        outcome
+    )
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)
     assert batches(redis_url, redis_ns) == [4] * shards
 
@@ -62,8 +64,11 @@ def test_kill_at_the_telling_point_then_at_a_random_moment_is_exact(tmp_path, re
     write_orders(data, files=5, per_file=150, customers=40, seed=161, deletes=0.03)
     spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=2)
     rng = random.Random(47)
-    outcome = run_until_done(spec, faults=arm_in_sequence(TELLING, markers, nth=3),
-                             kill_after=lambda a: rng.uniform(4.0, 8.0) if a == 1 else None)
+    outcome = run_until_done(
+        spec,
+        faults=arm_in_sequence(TELLING, markers, nth=3),
+        kill_after=lambda a: rng.uniform(4.0, 8.0) if a == 1 else None,
+    )
     assert fired(markers) == set(TELLING) and outcome.kills >= 1, outcome
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)
     assert batches(redis_url, redis_ns) == [4, 4]
@@ -79,8 +84,9 @@ def test_a_killed_redis_server_with_the_aof_goes_on_exact_and_without_it_is_refu
     from tests.integration.test_redis_persistence import Server
 
     (tmp_path / "redis").mkdir()
-    server = Server(tmp_path / "redis", *(("--appendonly", "yes", "--appendfsync", "always") if aof
-                                         else ("--appendonly", "no")))
+    server = Server(
+        tmp_path / "redis", *(("--appendonly", "yes", "--appendfsync", "always") if aof else ("--appendonly", "no"))
+    )
     try:
         data, prefix = tmp_path / "data", "customers:"
         write_orders(data, files=2, per_file=150, customers=40, seed=201, deletes=0.03)

@@ -14,23 +14,31 @@ import random
 import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
-from tests.helpers import (compiled_oracle, compiled_spec, normalize, oracle_orders, orders_spec, sqlite_view,
-                           write_compiled_orders, write_orders)
+from tests.helpers import (
+    compiled_oracle,
+    compiled_spec,
+    normalize,
+    oracle_orders,
+    orders_spec,
+    sqlite_view,
+    write_compiled_orders,
+    write_orders,
+)
 from tidemark.runtime.recovery_log import RecoveryLog
 
 pytestmark = pytest.mark.chaos
 
 # The crash table of docs/guarantees.md, in the order a batch reaches the points.
 POINTS = [
-    "plan",                    # before anything of the batch ran
-    "open",                    # a shard session opened (fence bumped), nothing written
-    "mid_load",                # during Load of shard s
-    "mid_store",               # during Store of shard s
+    "plan",  # before anything of the batch ran
+    "open",  # a shard session opened (fence bumped), nothing written
+    "mid_load",  # during Load of shard s
+    "mid_store",  # during Store of shard s
     "before_endpoint_commit",  # inside the endpoint transaction, before COMMIT
-    "after_endpoint_commit",   # shard s committed; the recovery log does not have N
-    "before_recovery_log",     # every shard committed; the log write never happens
-    "after_recovery_log",      # the log has N; Spark's commits/N is never written
-    "before_spark_commit",     # after the (no-op for SQLite) apply, before commits/N
+    "after_endpoint_commit",  # shard s committed; the recovery log does not have N
+    "before_recovery_log",  # every shard committed; the log write never happens
+    "after_recovery_log",  # the log has N; Spark's commits/N is never written
+    "before_spark_commit",  # after the (no-op for SQLite) apply, before commits/N
 ]
 
 
@@ -40,9 +48,11 @@ POINTS = [
 TELLING = ["mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-@pytest.mark.parametrize("shards,points,plain", [pytest.param(1, TELLING, False, marks=pytest.mark.chaos_full),
-                                                 (4, POINTS, True)],
-                         ids=["1-telling", "4-every-plain"])
+@pytest.mark.parametrize(
+    "shards,points,plain",
+    [pytest.param(1, TELLING, False, marks=pytest.mark.chaos_full), (4, POINTS, True)],
+    ids=["1-telling", "4-every-plain"],
+)
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, plain):
     data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
     markers.mkdir()
@@ -56,7 +66,9 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 
     assert fired(markers) == set(points), outcome
     # With several shards, two sessions may reach two armed points at once and die together.
-    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), outcome
+    assert (outcome.kills == len(points)) if shards == 1 else (len(points) // 2 <= outcome.kills <= len(points)), (
+        outcome
+    )
     assert normalize(sqlite_view(db)) == oracle_orders(data)
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
     paths = [log.get(b).counts["path"] for b in log.batches()]
@@ -69,11 +81,13 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-@pytest.mark.parametrize("points", [ONE_JOB_POINTS, pytest.param(POINTS, marks=pytest.mark.chaos_full)],
-                         ids=["telling", "every"])
+@pytest.mark.parametrize(
+    "points", [ONE_JOB_POINTS, pytest.param(POINTS, marks=pytest.mark.chaos_full)], ids=["telling", "every"]
+)
 # (the driver's small-batch path with the telling points: test_kill_at_every_point_then_restart_is_exact[1])
-@pytest.mark.parametrize("small_batch_keys", [0, pytest.param(5000, marks=pytest.mark.chaos_full)],
-                         ids=["spark", "driver"])
+@pytest.mark.parametrize(
+    "small_batch_keys", [0, pytest.param(5000, marks=pytest.mark.chaos_full)], ids=["spark", "driver"]
+)
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
     "One Spark job per batch"), with the shard sessions on Spark's executors or, for batches
@@ -83,8 +97,9 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
     markers.mkdir()
     files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=31)
-    spec = compiled_spec(tmp_path, data, db, shards=2, on_invalid="quarantine",
-                         options={"small_batch_keys": small_batch_keys})
+    spec = compiled_spec(
+        tmp_path, data, db, shards=2, on_invalid="quarantine", options={"small_batch_keys": small_batch_keys}
+    )
     assert run_until_done(spec).kills == 0
     files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=32, start=2)
     with open(files[3]) as f:
@@ -101,8 +116,11 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     assert sqlite_view(db) == compiled_oracle(files, skip={(3, 7)})
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
     paths = [log.get(b).counts["path"] for b in log.batches()]
-    assert paths == (["one job", "driver", "driver", "checked in driver", "driver"] if small_batch_keys
-                     else ["one job", "one job", "one job", "checked", "one job"])
+    assert paths == (
+        ["one job", "driver", "driver", "checked in driver", "driver"]
+        if small_batch_keys
+        else ["one job", "one job", "one job", "checked", "one job"]
+    )
 
 
 @pytest.mark.chaos_full  # with Spark; CI runs it after the default suite
@@ -134,8 +152,9 @@ def test_jvm_killed_mid_stream_orphaned_workers_commit_nothing(tmp_path):
     markers.mkdir()
     write_orders(data, files=1, per_file=5000, customers=5000, seed=17, pad=4000)
     spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)
-    outcome = run_until_done(spec, faults=f"mid_stream:orphan@1!once={markers / 'fired-mid_stream'}", max_attempts=3,
-                             await_orphans=True)
+    outcome = run_until_done(
+        spec, faults=f"mid_stream:orphan@1!once={markers / 'fired-mid_stream'}", max_attempts=3, await_orphans=True
+    )
     assert fired(markers) == {"mid_stream"}, outcome
     assert outcome.kills == 1, outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)

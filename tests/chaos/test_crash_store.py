@@ -21,23 +21,24 @@ from tests.helpers import normalize, oracle_orders, store_spec, store_view, writ
 pytestmark = pytest.mark.chaos
 
 POINTS = [
-    "plan",                    # before anything of the batch ran
-    "open",                    # a shard session opened (fence bumped), nothing written
-    "mid_load",                # during Load of shard s
-    "mid_store",               # during Store of shard s (into the write buffer)
+    "plan",  # before anything of the batch ran
+    "open",  # a shard session opened (fence bumped), nothing written
+    "mid_load",  # during Load of shard s
+    "mid_store",  # during Store of shard s (into the write buffer)
     "before_endpoint_commit",  # the transaction is complete, the commit has not started
-    "store_after_changelog",   # the changelog has batch N, the local store does not: rolled forward
-    "store_after_commit",      # the local atomic write is done, the commit has not returned
-    "after_endpoint_commit",   # shard s committed; the recovery log does not have N
-    "before_recovery_log",     # every shard committed; the log write never happens
-    "after_recovery_log",      # the log has N; Spark's commits/N is never written
-    "before_spark_commit",     # before commits/N
+    "store_after_changelog",  # the changelog has batch N, the local store does not: rolled forward
+    "store_after_commit",  # the local atomic write is done, the commit has not returned
+    "after_endpoint_commit",  # shard s committed; the recovery log does not have N
+    "before_recovery_log",  # every shard committed; the log write never happens
+    "after_recovery_log",  # the log has N; Spark's commits/N is never written
+    "before_spark_commit",  # before commits/N
 ]
 
 
 def chaos_store_spec(tmp_path, data, shards: int) -> str:
-    return store_spec(tmp_path, data, shards, changelog=str(tmp_path / "checkpoints" / "store-changelog"),
-                      snapshot_every=3)
+    return store_spec(
+        tmp_path, data, shards, changelog=str(tmp_path / "checkpoints" / "store-changelog"), snapshot_every=3
+    )
 
 
 def identities(tmp_path) -> dict[str, tuple]:
@@ -66,7 +67,9 @@ def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path
     outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), (
+        outcome
+    )
     assert normalize(store_view(spec)) == oracle_orders(data)
     assert identities(tmp_path) == before  # no range was wiped and rebuilt
 

@@ -22,15 +22,20 @@ from tests.chaos.harness import arm_in_sequence, fired, run_until_done  # noqa: 
 from tests.chaos.test_crash_sqlite import POINTS as CRASH_TABLE  # noqa: E402
 from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
 from tests.integration.webhook_support import (  # noqa: E402,F401
-    applied_per_batch, applied_view, dedup_receiver, expected_per_batch, naive_receiver, webhook_spec,
+    applied_per_batch,
+    applied_view,
+    dedup_receiver,
+    expected_per_batch,
+    naive_receiver,
+    webhook_spec,
 )
 
 pytestmark = pytest.mark.chaos
 
 POINTS = CRASH_TABLE + [
     "webhook_after_chunk",  # some chunks of the batch were acknowledged, the rest never sent
-    "webhook_after_post",   # every chunk acknowledged, the state store not committed
-    "store_after_commit",   # the state store committed, the commit has not returned
+    "webhook_after_post",  # every chunk acknowledged, the state store not committed
+    "store_after_commit",  # the state store committed, the commit has not returned
 ]
 TELLING = ["webhook_after_post"]  # the kill the idempotency keys exist for
 
@@ -56,7 +61,9 @@ def test_kill_at_every_point_delivers_every_document_once(tmp_path, dedup_receiv
     outcome = run_until_done(spec, faults=arm_in_sequence(POINTS, markers), max_attempts=len(POINTS) + 2, plain=True)
 
     assert fired(markers) == set(POINTS), outcome
-    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), outcome
+    assert (outcome.kills == len(POINTS)) if shards == 1 else (len(POINTS) // 2 <= outcome.kills <= len(POINTS)), (
+        outcome
+    )
     check_exact(dedup_receiver, data)
     assert any(r["outcome"] == "duplicate" for r in dedup_receiver.requests)  # replays were resent, and dropped
 
@@ -73,7 +80,7 @@ def test_kill_between_the_posts_and_the_commit_delivers_every_document_once(tmp_
     assert fired(markers) == set(TELLING) and outcome.kills == 1, outcome
     check_exact(dedup_receiver, data)
     resent = [r for r in dedup_receiver.requests if r["outcome"] == "duplicate"]
-    assert resent and all(r["outcome"] == "applied" for r in dedup_receiver.requests[:len(resent)])
+    assert resent and all(r["outcome"] == "applied" for r in dedup_receiver.requests[: len(resent)])
 
 
 @pytest.mark.chaos_full

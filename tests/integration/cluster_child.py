@@ -16,8 +16,12 @@ def main(argv: list[str]) -> int:
 
     spark = local_session(master=master, **conf)
     try:
-        run_spec(spec, spark=spark, available_now=True,
-                 on_batch=lambda r: print(json.dumps({"batch": r.batch_id, "shards": r.shards}), flush=True))
+        run_spec(
+            spec,
+            spark=spark,
+            available_now=True,
+            on_batch=lambda r: print(json.dumps({"batch": r.batch_id, "shards": r.shards}), flush=True),
+        )
     finally:
         spark.stop()
     return 0

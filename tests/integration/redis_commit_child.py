@@ -51,8 +51,12 @@ def main(url: str, namespace: str, n: int, how: str) -> None:
     prefix = namespace + "docs:"
     print("committing", flush=True)
     print(name, flush=True)
-    store.commit(fence, {"checkpoint_id": "ck", "batch_id": 1}, batch(prefix, n, "v1"),
-                 deletes=[(prefix, (f"k{i:06d}",)) for i in range(0, n, 10)])
+    store.commit(
+        fence,
+        {"checkpoint_id": "ck", "batch_id": 1},
+        batch(prefix, n, "v1"),
+        deletes=[(prefix, (f"k{i:06d}",)) for i in range(0, n, 10)],
+    )
     print("committed", flush=True)
 
 

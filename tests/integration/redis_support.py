@@ -37,7 +37,7 @@ def redis_ns(redis_url):
     client = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match=ns + "*", count=1000))
     for i in range(0, len(keys), 1000):
-        client.delete(*keys[i:i + 1000])
+        client.delete(*keys[i : i + 1000])
     client.close()
 
 
@@ -47,8 +47,9 @@ def redis_spec(tmp, data, *, url, prefix, shards=1, **config) -> str:
 
     from tests.helpers import orders_spec
 
-    path = orders_spec(tmp, data_dir=data, db_path=None, shards=shards, max_files=1,
-                       endpoint={"redis": {"url": url, **config}})
+    path = orders_spec(
+        tmp, data_dir=data, db_path=None, shards=shards, max_files=1, endpoint={"redis": {"url": url, **config}}
+    )
     with open(path) as f:
         spec = yaml.safe_load(f)
     spec["materializations"]["view"]["bindings"][0]["resource"] = {"prefix": prefix}
@@ -68,9 +69,9 @@ def redis_view(url, prefix) -> dict:
         keys = list(client.scan_iter(match=prefix.replace("[", "\\[") + "\\[*", count=1000))
         out = {}
         for i in range(0, len(keys), 1000):
-            part = keys[i:i + 1000]
+            part = keys[i : i + 1000]
             for k, v in zip(part, client.mget(part)):
-                out[json.loads(k[len(prefix.encode()):])[0]] = json.loads(v)
+                out[json.loads(k[len(prefix.encode()) :])[0]] = json.loads(v)
         return out
     finally:
         client.close()

@@ -31,8 +31,11 @@ def batch_value(batch: int, i: int, size: int) -> bytes:
 
 def main() -> None:
     command, args = sys.argv[1], json.loads(sys.argv[2])
-    cfg = StoreConfig(path=args["path"], changelog=args.get("changelog"),
-                      max_uncommitted_bytes=args.get("max_uncommitted_bytes", 64 << 20))
+    cfg = StoreConfig(
+        path=args["path"],
+        changelog=args.get("changelog"),
+        max_uncommitted_bytes=args.get("max_uncommitted_bytes", 64 << 20),
+    )
     rng = Range(*args.get("range", [0, 0xFFFFFFFF]))
     store = RangeStore.open(cfg, rng)
     say(f"opened {store.fence}")

@@ -14,7 +14,16 @@ import sys
 
 from tidemark.drivers.store import StoreDriver
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 from tidemark.store import key_hash_of, tidemark_key
 
@@ -45,9 +54,16 @@ def main() -> None:
             have = {lk[0] for ld in loaded for lk in ld.keys}
             want = expected_keys(batch, keys)
             rows = [(k, k not in want) for k in mine if k in want or k in have]
-            txn.store(Store(0, tuple((k,) for k, _ in rows), tuple(() for _ in rows),
-                            tuple({"k": k, "b": batch} for k, _ in rows), tuple(k in have for k, _ in rows),
-                            tuple(d for _, d in rows)))
+            txn.store(
+                Store(
+                    0,
+                    tuple((k,) for k, _ in rows),
+                    tuple(() for _ in rows),
+                    tuple({"k": k, "b": batch} for k, _ in rows),
+                    tuple(k in have for k, _ in rows),
+                    tuple(d for _, d in rows),
+                )
+            )
             txn.start_commit(StartCommit(cp(batch)))
             txn.close()
         print(f"committed {batch}", flush=True)

@@ -32,11 +32,25 @@ def first_files(data, n: int, tmp_path) -> dict:
 
 def hand_table_sqlite(db, table: str, view: dict) -> None:
     con = sqlite3.connect(db)
-    con.execute(f'CREATE TABLE "{table}" (customer TEXT PRIMARY KEY, amount INTEGER, orders INTEGER, '
-                "largest INTEGER, city TEXT, items TEXT, flags TEXT)")
-    con.executemany(f'INSERT INTO "{table}" VALUES (?, ?, ?, ?, ?, ?, ?)',
-                    [(d["customer"], d["amount"], d["orders"], d["largest"], d["city"], json.dumps(d["items"]),
-                      json.dumps(d["flags"])) for d in view.values()])
+    con.execute(
+        f'CREATE TABLE "{table}" (customer TEXT PRIMARY KEY, amount INTEGER, orders INTEGER, '
+        "largest INTEGER, city TEXT, items TEXT, flags TEXT)"
+    )
+    con.executemany(
+        f'INSERT INTO "{table}" VALUES (?, ?, ?, ?, ?, ?, ?)',
+        [
+            (
+                d["customer"],
+                d["amount"],
+                d["orders"],
+                d["largest"],
+                d["city"],
+                json.dumps(d["items"]),
+                json.dumps(d["flags"]),
+            )
+            for d in view.values()
+        ],
+    )
     con.commit()
     con.close()
 
@@ -91,7 +105,7 @@ def test_rows_that_break_the_schema_are_refused_before_anything_is_written(tmp_p
         adopt(spec, from_="by_hand", spark=no_spark)
     text = str(err.value)
     assert text.startswith("adopt customers from 'by_hand': 3 row(s) do not fit collection 'orders'")
-    assert "row 2 (key [\"b\"])" in text and "rows 1 and 3 both hold key [\"a\"]" in text
+    assert 'row 2 (key ["b"])' in text and 'rows 1 and 3 both hold key ["a"]' in text
     assert "\n  row 4: document has no key" in text
     assert not (tmp_path / "checkpoints" / "view" / "adopt").exists()
     tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -109,8 +123,11 @@ def test_a_view_that_holds_batches_is_not_adopted_into(spark, tmp_path):
     spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=1)
     run_spec(spec, spark=spark)
     before = sqlite_view(db)
-    with pytest.raises(RecoveryError, match=r"holds batches up to 0 already; adopt starts a view. Start over with "
-                                            r"`tidemark reset SPEC -m view`"):
+    with pytest.raises(
+        RecoveryError,
+        match=r"holds batches up to 0 already; adopt starts a view. Start over with "
+        r"`tidemark reset SPEC -m view`",
+    ):
         adopt(spec, from_="by_hand", spark=spark)
     assert sqlite_view(db) == before
 
@@ -126,8 +143,18 @@ def test_adopt_a_delta_table_then_run(spark, tmp_path):
     data, lake = tmp_path / "data", tmp_path / "lake"
     write_orders(data, files=3, per_file=100, customers=25, seed=3)
     hand = first_files(data, 2, tmp_path)
-    rows = [{"customer": d["customer"], "amount": d["amount"], "orders": d["orders"], "largest": d["largest"],
-             "city": d["city"], "items": d["items"], "flags": json.dumps(d["flags"])} for d in hand.values()]
+    rows = [
+        {
+            "customer": d["customer"],
+            "amount": d["amount"],
+            "orders": d["orders"],
+            "largest": d["largest"],
+            "city": d["city"],
+            "items": d["items"],
+            "flags": json.dumps(d["flags"]),
+        }
+        for d in hand.values()
+    ]
     write_deltalake(str(tmp_path / "hand"), pa.Table.from_pylist(rows))
     spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, endpoint={"delta": {"path": str(lake)}})
 
@@ -141,12 +168,15 @@ def test_adopt_a_delta_table_then_run(spark, tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.chaos
-@pytest.mark.parametrize("point", [  # Spark runs of a minute each: after the default suite (CI runs chaos_full)
-    pytest.param("before_spark_commit", marks=pytest.mark.chaos_full),
-    pytest.param("adopt_recorded", marks=pytest.mark.chaos_full),
-    pytest.param("after_endpoint_commit", marks=pytest.mark.chaos_full),
-    pytest.param("adopt_before_done", marks=pytest.mark.chaos_full),
-])
+@pytest.mark.parametrize(
+    "point",
+    [  # Spark runs of a minute each: after the default suite (CI runs chaos_full)
+        pytest.param("before_spark_commit", marks=pytest.mark.chaos_full),
+        pytest.param("adopt_recorded", marks=pytest.mark.chaos_full),
+        pytest.param("after_endpoint_commit", marks=pytest.mark.chaos_full),
+        pytest.param("adopt_before_done", marks=pytest.mark.chaos_full),
+    ],
+)
 def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, postgres_url, pg_schema, point):
     """``tidemark adopt`` SIGKILLed at a point of batch 0; ``run`` refuses the view (naming the
     adopt); ``adopt`` again finishes it; more input; the view equals the oracle."""
@@ -162,19 +192,40 @@ def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, 
     hand = first_files(data, 2, tmp_path)
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{pg_schema}"')
-        con.execute(f'CREATE TABLE "{pg_schema}".by_hand (customer text PRIMARY KEY, amount numeric, orders bigint, '
-                    "largest bigint, city text, items jsonb, flags jsonb)")
+        con.execute(
+            f'CREATE TABLE "{pg_schema}".by_hand (customer text PRIMARY KEY, amount numeric, orders bigint, '
+            "largest bigint, city text, items jsonb, flags jsonb)"
+        )
         with con.cursor() as cur:
-            cur.executemany(f'INSERT INTO "{pg_schema}".by_hand VALUES (%s, %s, %s, %s, %s, %s, %s)',
-                            [(d["customer"], d["amount"], d["orders"], d["largest"], d["city"],
-                              json.dumps(d["items"]), json.dumps(d["flags"])) for d in hand.values()])
+            cur.executemany(
+                f'INSERT INTO "{pg_schema}".by_hand VALUES (%s, %s, %s, %s, %s, %s, %s)',
+                [
+                    (
+                        d["customer"],
+                        d["amount"],
+                        d["orders"],
+                        d["largest"],
+                        d["city"],
+                        json.dumps(d["items"]),
+                        json.dumps(d["flags"]),
+                    )
+                    for d in hand.values()
+                ],
+            )
     spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=2)
 
     def tidemark(*args, faults=""):
         env = {**os.environ, "TIDEMARK_FAULTS": faults, "TIDEMARK_FAULT_SCOPE": "group", "PYTHONPATH": ROOT}
         # its own process group, as the chaos harness does: a kill in an executor takes the JVM and the CLI
-        return subprocess.run([sys.executable, "-m", "tidemark", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600, start_new_session=True)
+        return subprocess.run(
+            [sys.executable, "-m", "tidemark", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            start_new_session=True,
+        )
 
     adopt = ["adopt", spec, "--from", f"{pg_schema}.by_hand", "--since", str(mtime(data, 1))]
     killed = tidemark(*adopt, faults=f"{point}:kill")
@@ -201,7 +252,10 @@ def test_an_endpoint_that_cannot_read_a_table_says_so_before_anything_is_written
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=10, customers=5, seed=1)
     spec = store_spec(tmp_path, data, 2)
-    with pytest.raises(SpecError, match=r"^materialization 'view': the store driver cannot read an existing table to "
-                                        r"adopt \(SQLite, PostgreSQL, MySQL and Delta can\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"^materialization 'view': the store driver cannot read an existing table to "
+        r"adopt \(SQLite, PostgreSQL, MySQL and Delta can\)",
+    ):
         adopt(spec, from_="anything", spark=lambda: pytest.fail("Spark started"))
     assert not (tmp_path / "checkpoints" / "view" / "adopt").exists()

@@ -62,27 +62,41 @@ def _replace_line(path, lineno: int, text: str) -> str:
 BAD_LINES = [
     # (the bad line, words the error must contain)
     ('{"customer": "c0001", "amount": 5,', ["unparseable JSON"]),
-    ('{"customer": "c0001", "amount": "ten", "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
-     ["/amount", "integer", "key"]),
+    (
+        '{"customer": "c0001", "amount": "ten", "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
+        ["/amount", "integer", "key"],
+    ),
     ('{"amount": 5, "orders": 1, "largest": 5, "city": "Oslo", "items": [], "flags": {}}', ["customer"]),
-    ('{"customer": "c0001", "amount": NaN, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
-     ["NaN"]),
-    ('{"customer": "c0001", "amount": Infinity, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
-     ["Infinity"]),
-    ('{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "' + "x" * 5000
-     + '", "items": [], "flags": {}}', ["bytes", "maximum"]),
-    ('\ufeff{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
-     ["byte order mark", "U+FEFF"]),
+    (
+        '{"customer": "c0001", "amount": NaN, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
+        ["NaN"],
+    ),
+    (
+        '{"customer": "c0001", "amount": Infinity, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
+        ["Infinity"],
+    ),
+    (
+        '{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "'
+        + "x" * 5000
+        + '", "items": [], "flags": {}}',
+        ["bytes", "maximum"],
+    ),
+    (
+        '\ufeff{"customer": "c0001", "amount": 1, "orders": 1, "largest": 1, "city": "Oslo", "items": [], "flags": {}}',
+        ["byte order mark", "U+FEFF"],
+    ),
 ]
 
 
-@pytest.mark.parametrize("bad_line,words", BAD_LINES, ids=["unparseable", "wrong-type", "missing-key", "nan",
-                                                           "infinity", "oversized", "bom"])
+@pytest.mark.parametrize(
+    "bad_line,words", BAD_LINES, ids=["unparseable", "wrong-type", "missing-key", "nan", "infinity", "oversized", "bom"]
+)
 def test_bad_document_fails_the_batch_and_commits_nothing(spark, tmp_path, bad_line, words):
     data, db, chk = tmp_path / "data", tmp_path / "views.db", tmp_path / "checkpoints"
     files = write_orders(data, files=2, per_file=50, customers=10, seed=9)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1,
-                       extra_mat={"max_document_bytes": 4096})
+    spec = orders_spec(
+        tmp_path, data_dir=data, db_path=db, shards=2, max_files=1, extra_mat={"max_document_bytes": 4096}
+    )
     good_line = _replace_line(files[1], 7, bad_line)
 
     with pytest.raises(DocumentError) as err:
@@ -133,10 +147,19 @@ def test_quarantine_commits_dead_letters_with_the_batch(spark, tmp_path):
 
 def _spec_dict(tmp_path):
     return {
-        "collections": {"orders": {"key": ["/customer"], "schema": ORDERS_SCHEMA,
-                                   "source": {"format": "json", "path": str(tmp_path / "data")}}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(tmp_path / "v.db")}},
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": ORDERS_SCHEMA,
+                "source": {"format": "json", "path": str(tmp_path / "data")},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"sqlite": {"path": str(tmp_path / "v.db")}},
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
         "checkpoint": str(tmp_path / "chk"),
     }
 
@@ -144,8 +167,10 @@ def _spec_dict(tmp_path):
 @pytest.mark.parametrize(
     "mutate,where",
     [
-        (lambda s: s["materializations"]["view"]["bindings"][0].update(source="orderz"),
-         "materializations.view.bindings[0].source"),
+        (
+            lambda s: s["materializations"]["view"]["bindings"][0].update(source="orderz"),
+            "materializations.view.bindings[0].source",
+        ),
         (lambda s: s["collections"]["orders"].update(key=["customer"]), "collections.orders.key"),
         (lambda s: s["materializations"]["view"].update(endpoint={"oracle": {}}), "oracle"),
         (lambda s: s["materializations"]["view"].update(shards=0), "materializations.view.shards"),
@@ -157,8 +182,9 @@ def test_spec_errors_name_file_and_path_before_spark_starts(tmp_path, mutate, wh
     mutate(spec)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    proc = subprocess.run([sys.executable, "-m", "tidemark", "check", str(path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidemark", "check", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1
     out = " ".join(proc.stderr.split())
     assert "spec.yaml" in out and where in out, out
@@ -194,12 +220,17 @@ def test_identifiers_that_try_sql_injection_are_quoted(spark, tmp_path):
 def test_endpoint_connection_errors_are_clear_and_never_print_passwords(tmp_path, url, words):
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=10, customers=3, seed=13)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, endpoint={"postgres": {"url": url, "schema": "tm_bad", "retry": {"attempts": 2}}})
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        endpoint={"postgres": {"url": url, "schema": "tm_bad", "retry": {"attempts": 2}}},
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     for cmd in (["check", spec], ["run", spec, "--available-now", "--master", "local[1]"]):
-        proc = subprocess.run([sys.executable, "-m", "tidemark", *cmd], capture_output=True, text=True, env=env,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tidemark", *cmd], capture_output=True, text=True, env=env, timeout=300
+        )
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1, out[-2000:]
         assert "s3cret-pw" not in out

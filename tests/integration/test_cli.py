@@ -16,8 +16,9 @@ pytestmark = pytest.mark.spark
 
 def tidemark(*args, timeout=300):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_check_run_status(tmp_path):

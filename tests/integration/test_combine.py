@@ -27,31 +27,55 @@ def plain_proof(request, monkeypatch):
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1" if request.param == "jvm" else "0")
     return request.param
 
+
 SCHEMA = "value string, _file string, _block long, _row long"
 
 DATE_TIMES = st.builds(
-    "2024-05-{:02d}T{:02d}:{:02d}:00{}{}".format, st.integers(1, 2), st.integers(0, 23), st.sampled_from([0, 30]),
+    "2024-05-{:02d}T{:02d}:{:02d}:00{}{}".format,
+    st.integers(1, 2),
+    st.integers(0, 23),
+    st.sampled_from([0, 30]),
     st.sampled_from(["", ".0", ".5", ".000000000000000001", ".1234567890123456789"]),
-    st.sampled_from(["Z", "z", "+00:00", "-05:00", "+05:30", "-00:30"]))
+    st.sampled_from(["Z", "z", "+00:00", "-05:00", "+05:30", "-00:30"]),
+)
 
 FIELD_KINDS = {
-    "string": [({"type": "string"}, st.text(max_size=4)),
-               ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, st.text(max_size=4)),
-               ({"type": "string", "reduce": {"strategy": "maximize"}}, st.text(max_size=4))],
-    "integer": [({"type": "integer", "reduce": {"strategy": "sum"}}, st.integers(-1000, 1000)),
-                ({"type": "integer", "reduce": {"strategy": "minimize"}}, st.integers(-1000, 1000)),
-                ({"type": "integer"}, st.integers(-2**62, 2**62))],
-    "number": [({"type": "number", "reduce": {"strategy": "sum"}}, st.integers(-400, 400).map(lambda i: i / 8)),
-               ({"type": "number", "reduce": {"strategy": "maximize"}}, st.floats(-1e6, 1e6, allow_nan=False))],
-    "boolean": [({"type": "boolean", "reduce": {"strategy": "maximize"}}, st.booleans()), ({"type": "boolean"}, st.booleans())],
-    "append": [({"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
-                st.lists(st.integers(0, 9), max_size=3))],
-    "map": [({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
-             st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2))],
+    "string": [
+        ({"type": "string"}, st.text(max_size=4)),
+        ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, st.text(max_size=4)),
+        ({"type": "string", "reduce": {"strategy": "maximize"}}, st.text(max_size=4)),
+    ],
+    "integer": [
+        ({"type": "integer", "reduce": {"strategy": "sum"}}, st.integers(-1000, 1000)),
+        ({"type": "integer", "reduce": {"strategy": "minimize"}}, st.integers(-1000, 1000)),
+        ({"type": "integer"}, st.integers(-(2**62), 2**62)),
+    ],
+    "number": [
+        ({"type": "number", "reduce": {"strategy": "sum"}}, st.integers(-400, 400).map(lambda i: i / 8)),
+        ({"type": "number", "reduce": {"strategy": "maximize"}}, st.floats(-1e6, 1e6, allow_nan=False)),
+    ],
+    "boolean": [
+        ({"type": "boolean", "reduce": {"strategy": "maximize"}}, st.booleans()),
+        ({"type": "boolean"}, st.booleans()),
+    ],
+    "append": [
+        (
+            {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+            st.lists(st.integers(0, 9), max_size=3),
+        )
+    ],
+    "map": [
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+            st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2),
+        )
+    ],
     "raw": [({"type": "object"}, st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))],
     # compared as instants: mixed offsets, equal instants written differently, long fractions
-    "date-time": [({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
-                  for s in ("maximize", "minimize")],
+    "date-time": [
+        ({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
+        for s in ("maximize", "minimize")
+    ],
 }
 ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
 
@@ -68,12 +92,14 @@ def schema_and_docs(draw):
     root = draw(st.sampled_from(["merge", "merge", "lastWriteWins", "ordered"]))
     reduce_ = {"strategy": root}
     if root == "ordered":  # event-time order by a scalar property (ties: source order)
-        scalars = [f"f{i}" for i, (sub, _) in enumerate(picks) if sub["type"] in ("string", "integer", "number", "boolean")]
+        scalars = [
+            f"f{i}" for i, (sub, _) in enumerate(picks) if sub["type"] in ("string", "integer", "number", "boolean")
+        ]
         reduce_ = {"strategy": draw(st.sampled_from(["lastWriteWins", "firstWriteWins"]))}
         if scalars:
             reduce_["order"] = "/" + draw(st.sampled_from(scalars))
     schema = {"type": "object", "required": ["k"], "reduce": reduce_, "properties": props}
-    key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", "é\"", "\x1f"])
+    key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", 'é"', "\x1f"])
     docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen}, optional=gens), min_size=1, max_size=25))
     return schema, docs
 
@@ -101,7 +127,9 @@ def collect(result):
 
 
 @pytest.mark.slow  # the property tests of both combine implementations run after the default suite
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(schema_and_docs())
 def test_differential_compiled_fallback_python(spark, case):
     schema, docs = case
@@ -130,19 +158,26 @@ def test_differential_compiled_fallback_python(spark, case):
         fallback.unpersist()
 
 
-key_parts = st.one_of(st.text(max_size=6), st.integers(-2**63, 2**63 - 1), st.booleans())
+key_parts = st.one_of(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1), st.booleans())
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.text(max_size=6), st.integers(-2**63, 2**63 - 1), st.booleans()), min_size=1, max_size=40))
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1), st.booleans()), min_size=1, max_size=40)
+)
 def test_native_key_json_is_byte_identical(spark, keys):
     from pyspark.sql import functions as F
 
     from tidemark.spark.compile import key_json_expr
 
-    df = spark.createDataFrame([(i, s, n, b) for i, (s, n, b) in enumerate(keys)], "i long, s string, n long, b boolean")
-    got = df.select("i", key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"]).alias("kj"),
-                    F.crc32(key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"])).alias("h")).collect()
+    df = spark.createDataFrame(
+        [(i, s, n, b) for i, (s, n, b) in enumerate(keys)], "i long, s string, n long, b boolean"
+    )
+    got = df.select(
+        "i",
+        key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"]).alias("kj"),
+        F.crc32(key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"])).alias("h"),
+    ).collect()
     for row in got:
         key = keys[row.i]
         assert row.kj == key_json(key)
@@ -154,15 +189,20 @@ def test_control_characters_in_keys(spark):
 
     from tidemark.spark.compile import key_json_expr
 
-    text = "".join(chr(c) for c in range(0x20)) + "\"\\/é\u2028\U0001F600"
+    text = "".join(chr(c) for c in range(0x20)) + '"\\/é\u2028\U0001f600'
     df = spark.createDataFrame([(text,)], "s string")
     assert df.select(key_json_expr([F.col("s")], ["string"]).alias("k")).first().k == key_json([text])
 
 
 ORDERS = {
-    "type": "object", "required": ["customer"], "reduce": {"strategy": "merge"},
-    "properties": {"customer": {"type": "string"}, "total": {"type": "number", "reduce": {"strategy": "sum"}},
-                   "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+    "type": "object",
+    "required": ["customer"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "customer": {"type": "string"},
+        "total": {"type": "number", "reduce": {"strategy": "sum"}},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+    },
 }
 
 
@@ -178,20 +218,29 @@ def test_invalid_document_fails_with_location_key_and_rule(spark, path):
     with pytest.raises(DocumentError) as exc:
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
     lines = str(exc.value).splitlines()
-    assert lines[0] == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    assert (
+        lines[0]
+        == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    )
     # every invalid document of the batch, in source order, then the count and the way on
-    assert lines[1] == "  /data/orders/b.json:1 key ('d',): document violates its schema: /total: 'y' is not of type 'number'"
+    assert (
+        lines[1]
+        == "  /data/orders/b.json:1 key ('d',): document violates its schema: /total: 'y' is not of type 'number'"
+    )
     assert lines[2].startswith("  2 invalid document(s) in this batch") and "on_invalid: quarantine" in lines[2]
     assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",) and exc.value.total == 2
 
 
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
-@pytest.mark.parametrize("line, message", [
-    ('{"customer": "a", "total": ', "unparseable JSON"),
-    ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
-    ('{"total": 1}', "'customer' is a required property"),
-    ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"customer": "a", "total": ', "unparseable JSON"),
+        ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
+        ('{"total": 1}', "'customer' is a required property"),
+        ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
+    ],
+)
 def test_bad_documents(spark, path, line, message):
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS), max_document_bytes=100)
     rows = [('{"customer": "a", "total": 1}', "src", 0, 0), (line, "src", 0, 1)]
@@ -205,7 +254,7 @@ def test_quarantine_returns_invalid_and_combines_the_rest(spark, path):
     rows = [
         ('{"customer": "a", "total": 1}', "f.json", 0, 0),
         ('{"customer": "a", "total": "x"}', "f.json", 0, 1),
-        ('not json', "f.json", 0, 2),
+        ("not json", "f.json", 0, 2),
         ('{"customer": "a", "total": 2.5, "n": 1}', "f.json", 0, 3),
     ]
     res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll, on_invalid="quarantine", force_path=path)
@@ -233,8 +282,11 @@ def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
 
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS_SCHEMA))
     assert compile_collection(coll) is None
-    docs = [{"customer": "a", "amount": 1, "items": ["x"]}, {"customer": "a", "amount": 0, "_meta": {"op": "d"}},
-            {"customer": "a", "amount": 2, "items": ["y"]}]
+    docs = [
+        {"customer": "a", "amount": 1, "items": ["x"]},
+        {"customer": "a", "amount": 0, "_meta": {"op": "d"}},
+        {"customer": "a", "amount": 2, "items": ["y"]},
+    ]
     res = combine_batch(frame(spark, docs, files=1), coll)
     try:
         assert res.path == "fallback"
@@ -244,7 +296,9 @@ def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
         res.unpersist()
     # a compilable schema, but a batch with an undeclared property: the fallback keeps it
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
-    res = combine_batch(frame(spark, [{"customer": "a", "total": 1, "extra": [1]}, {"customer": "a", "total": 1}]), coll)
+    res = combine_batch(
+        frame(spark, [{"customer": "a", "total": 1, "extra": [1]}, {"customer": "a", "total": 1}]), coll
+    )
     try:
         assert res.path == "fallback"
         assert collect(res) == {'["a"]': {"customer": "a", "total": 2, "extra": [1]}}
@@ -262,45 +316,54 @@ def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
 
 
 OPEN_KEY = {  # the key is not listed in `required`: a document without it is still an error
-    "type": "object", "reduce": {"strategy": "merge"},
-    "properties": {"k": {"type": "string"}, "t": {"type": "number", "reduce": {"strategy": "sum"}}, "s": {"type": "string"}},
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "t": {"type": "number", "reduce": {"strategy": "sum"}},
+        "s": {"type": "string"},
+    },
 }
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"t": 1}', "document has no key component at /k"),
-    ('', "unparseable JSON: Expecting value"),
-    ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
-    ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
-    ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
-    ('[{"k": "a"}]', "is not of type 'object'"),
-    # the substring prechecks in front of the regular expression: compact, spaced, repeated
-    ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
-    ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
-    ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
-    ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
-    ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
-    ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
-    ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
-    ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
-    # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
-    ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
-    ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
-    ('{"k":"a","s":false}', "/s: False is not of type 'string'"),
-    ('{"k":"a","s":[1]}', "/s: [1] is not of type 'string'"),
-    ('{"k":"a","t":"1"}', "/t: '1' is not of type 'number'"),
-    # non-JSON that Spark's parser would accept unless told not to
-    ("{'k':'a','t':1}", "unparseable JSON"),
-    ('{"k":"a","t":1,}', "unparseable JSON"),
-    ('{"k":"a","t":+1}', "unparseable JSON"),
-    # half a surrogate pair: Spark's parser reads "?", which is not what the text says
-    ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
-    ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"t": 1}', "document has no key component at /k"),
+        ("", "unparseable JSON: Expecting value"),
+        ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
+        ('[{"k": "a"}]', "is not of type 'object'"),
+        # the substring prechecks in front of the regular expression: compact, spaced, repeated
+        ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
+        ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
+        ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
+        ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
+        ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
+        ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
+        # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
+        ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
+        ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
+        ('{"k":"a","s":false}', "/s: False is not of type 'string'"),
+        ('{"k":"a","s":[1]}', "/s: [1] is not of type 'string'"),
+        ('{"k":"a","t":"1"}', "/t: '1' is not of type 'number'"),
+        # non-JSON that Spark's parser would accept unless told not to
+        ("{'k':'a','t':1}", "unparseable JSON"),
+        ('{"k":"a","t":1,}', "unparseable JSON"),
+        ('{"k":"a","t":+1}', "unparseable JSON"),
+        # half a surrogate pair: Spark's parser reads "?", which is not what the text says
+        ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
+        ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
+    ],
+)
 def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
     """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
-    _compiled_rejects_second_line(spark, OPEN_KEY, '{"k": "a", "t": 1}', line,
-                                  message.replace("(", r"\(").replace("[", r"\["))
+    _compiled_rejects_second_line(
+        spark, OPEN_KEY, '{"k": "a", "t": 1}', line, message.replace("(", r"\(").replace("[", r"\[")
+    )
 
 
 def _compiled_rejects_second_line(spark, schema, first, line, pattern):
@@ -333,8 +396,10 @@ def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):
     monkeypatch.setattr(combine_module, "_build_columns", lambda *a: builds.append(a) or real(*a))
     schema = {**ORDERS, "properties": {**ORDERS["properties"], "note": {"type": "string"}}}  # a plan of its own
     coll = Collection(CollectionSpec("orders", ("/customer",), schema))
-    batches = [[{"customer": "a", "total": 1.5, "n": 1}, {"customer": "a", "n": 2, "note": "x"}],
-               [{"customer": "b", "total": 2, "n": 5}, {"customer": "c", "note": "y", "n": 1}]]
+    batches = [
+        [{"customer": "a", "total": 1.5, "n": 1}, {"customer": "a", "n": 2, "note": "x"}],
+        [{"customer": "b", "total": 2, "n": 5}, {"customer": "c", "note": "y", "n": 1}],
+    ]
     for docs in batches:
         res = combine_batch(frame(spark, docs), coll, force_path="compiled")
         try:
@@ -372,41 +437,56 @@ def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
 
 
 TAGGED = {
-    "type": "object", "required": ["k"], "reduce": {"strategy": "merge"},
-    "properties": {"k": {"type": "string"}, "s": {"type": "string"},
-                   "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
-                   "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}}},
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "s": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
+    },
 }
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"k":"a","tags":["x",5]}', "/tags/1: 5 is not of type 'string'"),
-    ('{"k":"a","tags":["x",null]}', "/tags/1: None is not of type 'string'"),
-    ('{"k":"a","tags":[true]}', "/tags/0: True is not of type 'string'"),
-    ('{"k":"a","tags":[[1],"y"]}', "/tags/0: [1] is not of type 'string'"),
-    ('{"k":"a","tags":["x",-1.5e3]}', "/tags/1: -1500.0 is not of type 'string'"),
-    ('{"k":"a","tags":["x", "y"],"m":{"p":"x", "q":5}}', "/m/q: 5 is not of type 'string'"),
-    ('{"k":"a","m":{"p":[1]}}', "/m/p: [1] is not of type 'string'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"k":"a","tags":["x",5]}', "/tags/1: 5 is not of type 'string'"),
+        ('{"k":"a","tags":["x",null]}', "/tags/1: None is not of type 'string'"),
+        ('{"k":"a","tags":[true]}', "/tags/0: True is not of type 'string'"),
+        ('{"k":"a","tags":[[1],"y"]}', "/tags/0: [1] is not of type 'string'"),
+        ('{"k":"a","tags":["x",-1.5e3]}', "/tags/1: -1500.0 is not of type 'string'"),
+        ('{"k":"a","tags":["x", "y"],"m":{"p":"x", "q":5}}', "/m/q: 5 is not of type 'string'"),
+        ('{"k":"a","m":{"p":[1]}}', "/m/p: [1] is not of type 'string'"),
+    ],
+)
 def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line, message):
     """from_json reads any JSON value into a string element or map value, as its JSON text."""
     _compiled_rejects_second_line(spark, TAGGED, '{"k":"a","tags":["x"]}', line, re.escape(message))
 
 
 ENUMS = {
-    "type": "object", "reduce": {"strategy": "merge"},
-    "properties": {"k": {"type": "string"}, "city": {"type": "string", "enum": ["Oslo", "Lima"]},
-                   "flag": {"type": "string", "enum": ["true", "no"]}},
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "city": {"type": "string", "enum": ["Oslo", "Lima"]},
+        "flag": {"type": "string", "enum": ["true", "no"]},
+    },
 }
 
 
-@pytest.mark.parametrize("line, pattern", [
-    ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
-    ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
-    ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
-    # "true" is an allowed string here, so the boolean must still be caught by its shape
-    ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
-])
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
+        ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
+        ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
+        # "true" is an allowed string here, so the boolean must still be caught by its shape
+        ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
+    ],
+)
 def test_enum_strings_reject_non_strings(spark, line, pattern):
     """An enum of plain words rejects what from_json makes of a non-string without the shape check."""
     _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo","flag":"no"}', line, pattern)
@@ -415,9 +495,14 @@ def test_enum_strings_reject_non_strings(spark, line, pattern):
 def test_strings_that_look_like_numbers_stay_strings(spark):
     """Text that only looks like a number, boolean or array is a valid string: compiled path, exact result."""
     coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
-    docs = [{"k": "a", "s": "5", "tags": ["1", "true"]}, {"k": "a", "s": "2024-01-05", "tags": ["[x]", "y", "-"]},
-            {"k": "b", "s": "true", "tags": ["null", "1e5"], "m": {"p": "5"}}, {"k": "b", "s": "[1]", "m": {"q": "[]"}},
-            {"k": "c", "s": "2e5", "tags": ["-0", "?"]}, {"k": "c", "s": "why? \U0001F600", "m": {"r": "?"}}]
+    docs = [
+        {"k": "a", "s": "5", "tags": ["1", "true"]},
+        {"k": "a", "s": "2024-01-05", "tags": ["[x]", "y", "-"]},
+        {"k": "b", "s": "true", "tags": ["null", "1e5"], "m": {"p": "5"}},
+        {"k": "b", "s": "[1]", "m": {"q": "[]"}},
+        {"k": "c", "s": "2e5", "tags": ["-0", "?"]},
+        {"k": "c", "s": "why? \U0001f600", "m": {"r": "?"}},
+    ]
     res = combine_batch(frame(spark, docs, files=1), coll)
     try:
         assert res.path == "compiled"
@@ -428,36 +513,57 @@ def test_strings_that_look_like_numbers_stay_strings(spark):
 
 def test_lone_surrogate_is_a_clear_error_on_the_fallback_path_too(spark):
     coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
-    rows = [('{"k":"a","s":"\U0001F600"}', "src", 0, 0), ('{"k":"a","s":"\\ud83d"}', "src", 0, 1)]
+    rows = [('{"k":"a","s":"\U0001f600"}', "src", 0, 0), ('{"k":"a","s":"\\ud83d"}', "src", 0, 1)]
     with pytest.raises(DocumentError, match=r"^src:2: unparseable JSON: a lone surrogate .ud83d is not valid Unicode"):
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="fallback")
 
 
 MUTATED = {
-    "type": "object", "required": ["k"], "reduce": {"strategy": "merge"},
-    "properties": {"k": {"type": "string"}, "s": {"type": "string"},
-                   "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                   "x": {"type": "number", "reduce": {"strategy": "maximize"}}, "b": {"type": "boolean"},
-                   "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
-                   "e": {"type": "string", "enum": ["Oslo", "Lima"]},
-                   "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
-                   "o": {"type": "object"}, "r": {"type": "array"}},
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "s": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "x": {"type": "number", "reduce": {"strategy": "maximize"}},
+        "b": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "e": {"type": "string", "enum": ["Oslo", "Lima"]},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
+        "o": {"type": "object"},
+        "r": {"type": "array"},
+    },
 }
 _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
-    "s": (['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
-          ["5", "-1.5e3", "true", "[1]", '{"z":1}', "null", '"\\ud800"']),
+    "s": (
+        ['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
+        ["5", "-1.5e3", "true", "[1]", '{"z":1}', "null", '"\\ud800"'],
+    ),
     "n": (["1", "-7", "0"], ['"1"', "1.5", "true", "null", "[1]"]),
     "x": (["1", "2.5", "-1e3"], ['"1"', "false", "null"]),
     "b": (["true", "false"], ['"true"', "1", "null"]),
-    "tags": (['["a"]', '[]', '["a", "5"]', '["[x]","-"]'], ['["a",5]', '[null]', '[true]', '"a"', '[["a"]]']),
+    "tags": (['["a"]', "[]", '["a", "5"]', '["[x]","-"]'], ['["a",5]', "[null]", "[true]", '"a"', '[["a"]]']),
     "e": (['"Oslo"', '"Lima"', '"\\u004Cima"'], ["5", "true", '["Oslo"]', '"Rome"', "null", '"\\udc00"']),
     # nested values (the JVM proof can prove these plain): null and odd strings inside them
-    "m": (['{"p":"x"}', "{}", '{"p":"1","q":"true"}', '{ "p" : "\\ud83d\\ude00" }', '{"p\\u0041":"x"}'],
-          ['{"p":5}', '{"p":null}', '{"p":["x"]}', '{"p":"\\ud800"}', '["x"]', "null", '{"p":{"q":"x"}}']),
-    "o": (['{"x":1}', '{"x":{"y":[1,"a",true]}}', "{}", '{"x":null}', '{"x":[null]}', '{"s":1,"k":"z"}',
-           '{"x":"\\ud83d\\ude00"}', '{"x":-1e3}'],
-          ["[1]", '"x"', "5", "null", "true"]),
-    "r": (['[1,"a"]', "[]", '[{"x":null}]', '[[]]', '[{"k":"b"}]'], ['{"x":1}', '"a"', "null", "0"]),
+    "m": (
+        ['{"p":"x"}', "{}", '{"p":"1","q":"true"}', '{ "p" : "\\ud83d\\ude00" }', '{"p\\u0041":"x"}'],
+        ['{"p":5}', '{"p":null}', '{"p":["x"]}', '{"p":"\\ud800"}', '["x"]', "null", '{"p":{"q":"x"}}'],
+    ),
+    "o": (
+        [
+            '{"x":1}',
+            '{"x":{"y":[1,"a",true]}}',
+            "{}",
+            '{"x":null}',
+            '{"x":[null]}',
+            '{"s":1,"k":"z"}',
+            '{"x":"\\ud83d\\ude00"}',
+            '{"x":-1e3}',
+        ],
+        ["[1]", '"x"', "5", "null", "true"],
+    ),
+    "r": (['[1,"a"]', "[]", '[{"x":null}]', "[[]]", '[{"k":"b"}]'], ['{"x":1}', '"a"', "null", "0"]),
 }
 
 
@@ -487,8 +593,12 @@ def mutated_lines(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=20, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(mutated_lines())
 def test_mutated_documents_agree_with_python(spark, lines):
     """Whatever path a batch takes, it fails exactly when Python finds an invalid line (naming
@@ -568,8 +678,11 @@ def test_compiled_plan_methods_stay_small_enough_for_the_jit(spark, width):
         schema, value = WIDE_KINDS[i % len(WIDE_KINDS)]
         props[f"f{i}"] = schema
         doc[f"f{i}"] = value
-    coll = Collection(CollectionSpec("wide", ("/k",), {"type": "object", "required": ["k"], "reduce": {"strategy": "merge"},
-                                                       "properties": props}))
+    coll = Collection(
+        CollectionSpec(
+            "wide", ("/k",), {"type": "object", "required": ["k"], "reduce": {"strategy": "merge"}, "properties": props}
+        )
+    )
     docs = [{"k": f"k{j % 5}", **doc} for j in range(20)]
     res = combine_batch(frame(spark, docs), coll)
     try:
@@ -595,7 +708,8 @@ def test_compiled_path_without_subexpression_elimination(spark):
             assert collect(res) == expected(coll, docs)
         finally:
             res.unpersist()
-        _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo"}', '{"k":"a","flag":true}',
-                                      r"/flag: True is not of type 'string'")
+        _compiled_rejects_second_line(
+            spark, ENUMS, '{"k":"a","city":"Oslo"}', '{"k":"a","flag":true}', r"/flag: True is not of type 'string'"
+        )
     finally:
         spark.conf.unset("spark.sql.subexpressionElimination.enabled")

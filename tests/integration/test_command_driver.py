@@ -23,7 +23,7 @@ BINDINGS = kit_bindings("cmdtest")
 CHECKPOINT = {"checkpoint_id": "cp", "batch_id": 0, "materialization": "m"}
 
 # A program that describes itself, then does what BEHAVIOR says when it is opened.
-PROGRAM = textwrap.dedent('''
+PROGRAM = textwrap.dedent("""
     import json, sys
     behavior = sys.argv[1]
     def out(obj):
@@ -65,7 +65,7 @@ PROGRAM = textwrap.dedent('''
                 out({"flushed": {}})
         elif name == "start_commit":
             out({"started_commit": {}})
-''')
+""")
 
 
 @pytest.fixture
@@ -158,7 +158,9 @@ def test_output_during_the_store_phase_is_a_protocol_violation(program):
         transactor.store(Store(1, (("a",),), ((1, "x"),), ({"k": "a"},), (False,), (False,)))
         transactor.start_commit(StartCommit(CHECKPOINT))
     assert (err.value.state, err.value.received, err.value.expected) in (
-        ("STORE", "Flushed", "nothing during the Store phase"), ("COMMIT", "Flushed", "StartedCommit"))
+        ("STORE", "Flushed", "nothing during the Store phase"),
+        ("COMMIT", "Flushed", "StartedCommit"),
+    )
     transactor.close()
 
 

@@ -57,7 +57,7 @@ def redis_kit_db():
         ours = [k for k in client.scan_iter(match="kit_*", count=1000) if k.split(b"_")[1] not in runs_before]
         ours += list(client.scan_iter(match=(config.get("namespace") or "tidemark:") + "*kit_*", count=1000))
         for i in range(0, len(ours), 1000):
-            client.delete(*ours[i:i + 1000])
+            client.delete(*ours[i : i + 1000])
 
     yield url, cleanup
     client.close()
@@ -97,19 +97,32 @@ SHIPPED = {
     "postgres": lambda tmp, urls: {"url": urls["postgres"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "mysql": lambda tmp, urls: {"url": urls["mysql"], "schema": f"kit_{uuid.uuid4().hex[:10]}"},
     "delta": lambda tmp, urls: {"path": str(tmp / "lake")},
-    "iceberg": lambda tmp, urls: {"catalog": {"uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": str(tmp / "wh")},
-                                  "namespace": "kit"},
+    "iceberg": lambda tmp, urls: {
+        "catalog": {"uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": str(tmp / "wh")},
+        "namespace": "kit",
+    },
     "store": lambda tmp, urls: {"path": str(tmp / "store")},
-    "store-changelog": lambda tmp, urls: {"path": str(tmp / "store"), "changelog": str(tmp / "changelog"),
-                                          "snapshot_every": 2, "max_uncommitted_bytes": 300},  # restore + spill
-    "kafka": lambda tmp, urls: {"bootstrap_servers": urls["kafka"], "state": str(tmp / "state"),
-                                "progress_topic": f"kit-progress-{uuid.uuid4().hex[:8]}"},  # Loads via the store
+    "store-changelog": lambda tmp, urls: {
+        "path": str(tmp / "store"),
+        "changelog": str(tmp / "changelog"),
+        "snapshot_every": 2,
+        "max_uncommitted_bytes": 300,
+    },  # restore + spill
+    "kafka": lambda tmp, urls: {
+        "bootstrap_servers": urls["kafka"],
+        "state": str(tmp / "state"),
+        "progress_topic": f"kit-progress-{uuid.uuid4().hex[:8]}",
+    },  # Loads via the store
     "redis": lambda tmp, urls: {"url": urls["redis"], "namespace": f"tm_kit_{uuid.uuid4().hex[:10]}:"},
     "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
     # the kit reads the standard binding from the state store, the delta rows from the receiver
     "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
     # atomic batch publish (chunked batches: tests/chaos/test_crash_nats.py, test_nats_channel.py)
-    "nats": lambda tmp, urls: {"url": urls["nats"], "state": str(tmp / "state"), "stream": f"KIT{uuid.uuid4().hex[:8]}"},
+    "nats": lambda tmp, urls: {
+        "url": urls["nats"],
+        "state": str(tmp / "state"),
+        "stream": f"KIT{uuid.uuid4().hex[:8]}",
+    },
 }
 # driver -> the fixture that gives its URL
 URL_FIXTURES = {"postgres": "postgres_url", "mysql": "mysql_url", "kafka": "kafka_bootstrap", "nats": "nats_url"}
@@ -178,8 +191,10 @@ def test_external_example_driver_passes_over_the_wire(tmp_path):
 SLOW_DEFECTS = ("checkpoint-second-tx", "fence-before-tx", "exact-range-fence", "store-early", "binding-fallback-load")
 
 
-@pytest.mark.parametrize("defect", [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_DEFECTS else d
-                                    for d in DEFECTS if d != "loaded-100"])
+@pytest.mark.parametrize(
+    "defect",
+    [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_DEFECTS else d for d in DEFECTS if d != "loaded-100"],
+)
 def test_each_seeded_external_defect_fails_on_its_property(defect, tmp_path):
     """Five realistic defects of an external driver that the kit once passed; loaded-100 runs
     through the CLI below."""
@@ -198,8 +213,14 @@ def test_each_seeded_external_defect_fails_on_its_property(defect, tmp_path):
 
 def test_cli_conformance_memory_exits_zero():
     env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "tidemark", "conformance", "memory"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidemark", "conformance", "memory"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout and "no-loss" in proc.stdout
     assert "deadline 900 s" in proc.stdout  # one deadline for the run, printed first
@@ -211,8 +232,14 @@ def test_cli_conformance_names_the_property_with_scenario_prefixes(tmp_path):
     keeps the ``[scenario]`` prefixes (escaped, not read as markup)."""
     env = dict(os.environ, COLUMNS="250")
     driver = f"command:{sys.executable} {DEFECTIVE_DRIVER} --defect loaded-100 --state {tmp_path / 'x.db'}"
-    proc = subprocess.run([sys.executable, "-m", "tidemark", "conformance", driver, "--quick", "--deadline", "240"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidemark", "conformance", driver, "--quick", "--deadline", "240"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "deadline 240 s" in proc.stdout.splitlines()[0]
     out = " ".join(proc.stdout.split())  # the table wraps long lines
@@ -227,8 +254,9 @@ def test_a_stalled_driver_is_reported_by_the_run_deadline(memory_name):
     stalls: list[FaultyDriver] = []
 
     def factory():
-        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit",
-                              stall_timeout=60)
+        driver = FaultyDriver(
+            memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit", stall_timeout=60
+        )
         stalls.append(driver)
         return driver
 
@@ -255,8 +283,9 @@ def test_a_driver_that_never_answers_a_request_is_reported_after_the_request_wai
     stalls: list[FaultyDriver] = []
 
     def factory():
-        driver = FaultyDriver(memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit",
-                              stall_timeout=60)
+        driver = FaultyDriver(
+            memory.MemoryDriver({"name": memory_name}), "stall", at_event=1, on="start_commit", stall_timeout=60
+        )
         stalls.append(driver)
         return driver
 

@@ -24,8 +24,9 @@ ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.
 
 
 def tidemark(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True, text=True,
-                          env=env or ENV, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark", *args], capture_output=True, text=True, env=env or ENV, timeout=timeout
+    )
 
 
 def _group_alive(pgid: int) -> bool:
@@ -61,7 +62,9 @@ def status_lines(*args) -> list[str]:
 
 def log_entries(chk) -> list[dict]:
     folder = os.path.join(chk, "tidemark", "log")
-    return [json.load(open(os.path.join(folder, n)))["entry"] for n in sorted(os.listdir(folder), key=lambda n: int(n[:-5]))]
+    return [
+        json.load(open(os.path.join(folder, n)))["entry"] for n in sorted(os.listdir(folder), key=lambda n: int(n[:-5]))
+    ]
 
 
 @pytest.mark.slow  # CI runs it after the default suite (-m slow)
@@ -74,20 +77,28 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
     # batch 2 is held for a few seconds just before its commit, so that Ctrl-C lands inside it
     env = {**ENV, "TIDEMARK_FAULTS": "before_recovery_log:stall=3@3"}
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "tidemark", "run", spec, "--master", "local[2]",
-                             "--metrics-port", "0"], stdout=subprocess.DEVNULL, stderr=err, env=env,
-                            start_new_session=True)  # its own group: Ctrl-C in a terminal signals the group
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidemark", "run", spec, "--master", "local[2]", "--metrics-port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        env=env,
+        start_new_session=True,
+    )  # its own group: Ctrl-C in a terminal signals the group
     try:
+
         def stderr():
             err.seek(0)
             return err.read()
 
-        url = wait_for("the metrics URL", lambda: (re.findall(r"metrics: (http://\S+/metrics)", stderr()) or [None])[0],
-                       proc=proc)
+        url = wait_for(
+            "the metrics URL", lambda: (re.findall(r"metrics: (http://\S+/metrics)", stderr()) or [None])[0], proc=proc
+        )
         m = '{materialization="view"}'
-        got = wait_for("2 committed batches in the metrics",
-                       lambda: (lambda g: g if g.get(("tidemark_batches_committed_total", m)) == 2 else None)(scrape(url)),
-                       proc=proc)
+        got = wait_for(
+            "2 committed batches in the metrics",
+            lambda: (lambda g: g if g.get(("tidemark_batches_committed_total", m)) == 2 else None)(scrape(url)),
+            proc=proc,
+        )
         entries = log_entries(chk)
         assert [e["batch_id"] for e in entries] == [0, 1]
         assert got[("tidemark_documents_read_total", m)] == 200
@@ -110,8 +121,9 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
 
         # Ctrl-C while batch 2 runs
         files += write_orders(data, files=1, per_file=100, customers=20, seed=6, start=2)
-        wait_for("batch 2 to start", lambda: os.path.exists(os.path.join(chk, "tidemark", "intent", "2.json")),
-                 proc=proc)
+        wait_for(
+            "batch 2 to start", lambda: os.path.exists(os.path.join(chk, "tidemark", "intent", "2.json")), proc=proc
+        )
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=120) == 130
         # PySpark starts its JVM with SIGINT ignored: it ends when it sees its Python gone. Until
@@ -119,7 +131,7 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
         wait_for("the run's JVM to exit", lambda: not _group_alive(proc.pid))
         text = stderr()
         # the batch in progress finished and committed; then one line
-        after = text[text.rindex("view batch 1:"):].splitlines()[1:]
+        after = text[text.rindex("view batch 1:") :].splitlines()[1:]
         assert len(after) == 2 and after[0].startswith("view batch 2: 100 docs"), text[-3000:]
         assert after[1] == "interrupted: stopped; committed this run: view batch 2; run again to go on from there"
         assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text[-3000:]
@@ -165,7 +177,7 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
     assert len(lines_of_bad) == 25
     failed = tidemark("run", spec, "--available-now", "--master", "local[2]")
     assert failed.returncode == 1
-    errors = failed.stderr[failed.stderr.index("error: "):].splitlines()
+    errors = failed.stderr[failed.stderr.index("error: ") :].splitlines()
     where = f"{files[3]}:{lines_of_bad[0]} key ('bad1',): document violates its schema: /amount: 'many' is not of type"
     assert errors[0].startswith(f"error: {where}"), failed.stderr[-3000:]
     shown = [ln for ln in errors if re.match(rf"(error: )?\s*{re.escape(files[3])}:\d+ ", ln)]
@@ -174,8 +186,9 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
     assert "on_invalid: quarantine" in errors[len(shown)]
     assert "Traceback" not in failed.stderr and "py4j" not in failed.stderr
     assert failed.stderr.count(where) == 1  # once, not per retry or per task
-    assert normalize(sqlite_view(db)) == oracle_orders(_only(data, [os.path.basename(f) for f in files[:3]],
-                                                             tmp_path / "oracle3"))
+    assert normalize(sqlite_view(db)) == oracle_orders(
+        _only(data, [os.path.basename(f) for f in files[:3]], tmp_path / "oracle3")
+    )
 
 
 def _only(data, names, folder):

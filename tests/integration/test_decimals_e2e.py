@@ -18,7 +18,9 @@ from tests.mysql_support import mysql_db, mysql_url, sql  # noqa: F401 - fixture
 pytestmark = [pytest.mark.spark]
 
 SCHEMA = {
-    "type": "object", "required": ["customer", "total"], "reduce": {"strategy": "merge"},
+    "type": "object",
+    "required": ["customer", "total"],
+    "reduce": {"strategy": "merge"},
     "properties": {
         "customer": {"type": "string"},
         "total": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
@@ -47,11 +49,26 @@ def payments(data, files: int = 3, per_file: int = 400, customers: int = 30) -> 
 def spec(tmp_path, data, endpoint) -> str:
     path = os.path.join(tmp_path, "spec.yaml")
     with open(path, "w") as f:
-        yaml.safe_dump({"collections": {"payments": {"key": ["/customer"], "schema": SCHEMA, "source": {
-            "format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}}}},
-            "materializations": {"view": {"endpoint": endpoint, "shards": 2,
-                                          "bindings": [{"source": "payments", "resource": {"table": "totals"}}]}},
-            "checkpoint": str(tmp_path / "chk")}, f)
+        yaml.safe_dump(
+            {
+                "collections": {
+                    "payments": {
+                        "key": ["/customer"],
+                        "schema": SCHEMA,
+                        "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}},
+                    }
+                },
+                "materializations": {
+                    "view": {
+                        "endpoint": endpoint,
+                        "shards": 2,
+                        "bindings": [{"source": "payments", "resource": {"table": "totals"}}],
+                    }
+                },
+                "checkpoint": str(tmp_path / "chk"),
+            },
+            f,
+        )
     return path
 
 
@@ -62,11 +79,17 @@ def test_sums_of_cents_are_exact_in_postgresql_numeric_columns(spark, tmp_path, 
     want = payments(tmp_path / "data")
     run_spec(spec(tmp_path, tmp_path / "data", {"postgres": {"url": postgres_url, "schema": pg_schema}}), spark=spark)
     with psycopg.connect(postgres_url) as con:
-        types = dict(con.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "WHERE a.attrelid = %s::regclass AND a.attnum > 0", (f'"{pg_schema}".totals',)).fetchall())
-        rows = con.execute(f'SELECT customer, total, largest, orders, flow_document->>\'total\', '
-                           f'flow_document::text FROM "{pg_schema}".totals').fetchall()
+        types = dict(
+            con.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0",
+                (f'"{pg_schema}".totals',),
+            ).fetchall()
+        )
+        rows = con.execute(
+            f"SELECT customer, total, largest, orders, flow_document->>'total', "
+            f'flow_document::text FROM "{pg_schema}".totals'
+        ).fetchall()
     assert (types["total"], types["largest"], types["orders"]) == ("numeric(38,2)", "numeric(38,2)", "bigint")
     got = {c: (t, m, n) for c, t, m, n, _, _ in rows}
     assert got == want
@@ -81,8 +104,14 @@ def test_sums_of_cents_are_exact_in_mysql_decimal_columns(spark, tmp_path, mysql
 
     want = payments(tmp_path / "data", files=2)
     run_spec(spec(tmp_path, tmp_path / "data", {"mysql": {"url": mysql_url, "schema": mysql_db}}), spark=spark)
-    types = dict(sql(mysql_url, "SELECT column_name, column_type FROM information_schema.columns "
-                                "WHERE table_schema = %s AND table_name = 'totals'", (mysql_db,)))
+    types = dict(
+        sql(
+            mysql_url,
+            "SELECT column_name, column_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'totals'",
+            (mysql_db,),
+        )
+    )
     assert (types["total"], types["largest"]) == ("decimal(38,2)", "decimal(38,2)")
     rows = sql(mysql_url, f"SELECT customer, total, largest, orders, flow_document FROM `{mysql_db}`.totals")
     assert {c: (t, m, n) for c, t, m, n, _ in rows} == want

@@ -18,7 +18,17 @@ from tidemark.drivers.delta import DeltaDriver, app_id
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Validate,
 )
 from tidemark.runtime.merge_patch import apply_update
 from tidemark.testing.conformance import assert_conformance
@@ -157,7 +167,8 @@ def test_conformance_kit_passes(tmp_path):
     assert report.commit_pattern == "idempotent-apply-coordinator"
     assert report.properties["read-committed"].checks > 0
     assert os.listdir(tmp_path / "kit" / "_tidemark_staging") and not any(
-        os.listdir(tmp_path / "kit" / "_tidemark_staging" / d) for d in os.listdir(tmp_path / "kit" / "_tidemark_staging")
+        os.listdir(tmp_path / "kit" / "_tidemark_staging" / d)
+        for d in os.listdir(tmp_path / "kit" / "_tidemark_staging")
     ), "every staged file is applied or cleaned up"
 
 
@@ -181,11 +192,19 @@ def test_round_trip_typed_columns_and_independent_reader(driver):
     assert independent_view(loc) == {k[0]: d for k, d in want.items()}
     # typed columns, named as the properties; the document as JSON text
     assert sorted(independent_rows(loc, ["customer", "amount", "score", "vip", "tags"])) == [
-        ("a", 2, 1.0, False, '["2"]'), ("b", 20, 10.0, True, '["20"]')]
+        ("a", 2, 1.0, False, '["2"]'),
+        ("b", 20, 10.0, True, '["20"]'),
+    ]
     dt = deltalake.DeltaTable(loc)
     types = {f.name: (f.type.type, f.nullable) for f in dt.schema().fields}
-    assert types == {"customer": ("string", False), "amount": ("long", True), "score": ("double", True),
-                     "vip": ("boolean", True), "tags": ("string", True), "flow_document": ("string", False)}
+    assert types == {
+        "customer": ("string", False),
+        "amount": ("long", True),
+        "score": ("double", True),
+        "vip": ("boolean", True),
+        "tags": ("string", True),
+        "flow_document": ("string", False),
+    }
     # one MERGE per batch, each carrying the batch as its app transaction
     assert dt.transaction_version(app_id(MAT, "chk-1")) == 1
     assert [h["operation"] for h in dt.history()][:2] == ["MERGE", "MERGE"]
@@ -343,25 +362,36 @@ def test_identifiers_and_keys_that_need_quoting(driver):
     view = driver.dump(MAT, b)
     assert view[("it's",)] == {'k"ey': "it's", "Amo'unt": 10, "select": "where"}
     assert sorted(independent_rows(location(driver, b), ['k"ey', "Amo'unt"])) == sorted(
-        [(k, 10) for k in keys[:3]] + [(k, i) for i, k in enumerate(keys) if i >= 3])
+        [(k, 10) for k in keys[:3]] + [(k, i) for i, k in enumerate(keys) if i >= 3]
+    )
 
 
 def test_integer_boolean_and_composite_keys(driver):
     ints = binding("ints", key_type="integer", key_name="id")
     bools = binding("bools", key_type="boolean", key_name="flag")
-    fields = (Field("region", "/region", "string", is_key=True, nullable=False),
-              Field("id", "/id", "integer", is_key=True, nullable=False), Field("amount", "/amount", "integer"))
+    fields = (
+        Field("region", "/region", "string", is_key=True, nullable=False),
+        Field("id", "/id", "integer", is_key=True, nullable=False),
+        Field("amount", "/amount", "integer"),
+    )
     pair = BindingSpec({"table": "pairs"}, "orders", ("/region", "/id"), fields)
     rt = Runtime(driver, ints, bools, pair)
     rt.apply()
     pairs = [{"region": r, "id": i, "amount": 1} for r in ("eu", "us") for i in (1, 2)]
-    rt.batch(0, {0: [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")], 1: [doc(True, 1, key_name="flag")],
-                 2: pairs})
-    loaded = rt.batch(1, {0: [doc(2, 5, key_name="id"), doc(3, 3, key_name="id")],
-                          1: [doc(True, 2, key_name="flag"), doc(False, 2, key_name="flag")],
-                          2: [{"region": "eu", "id": 2, "amount": 7}, {"region": "us", "id": 3, "amount": 7}]})
-    assert loaded == {0: {(2,): doc(2, 2, key_name="id")}, 1: {(True,): doc(True, 1, key_name="flag")},
-                      2: {("eu", 2): {"region": "eu", "id": 2, "amount": 1}}}
+    rt.batch(0, {0: [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")], 1: [doc(True, 1, key_name="flag")], 2: pairs})
+    loaded = rt.batch(
+        1,
+        {
+            0: [doc(2, 5, key_name="id"), doc(3, 3, key_name="id")],
+            1: [doc(True, 2, key_name="flag"), doc(False, 2, key_name="flag")],
+            2: [{"region": "eu", "id": 2, "amount": 7}, {"region": "us", "id": 3, "amount": 7}],
+        },
+    )
+    assert loaded == {
+        0: {(2,): doc(2, 2, key_name="id")},
+        1: {(True,): doc(True, 1, key_name="flag")},
+        2: {("eu", 2): {"region": "eu", "id": 2, "amount": 1}},
+    }
     assert set(driver.dump(MAT, pair)) == {("eu", 1), ("eu", 2), ("us", 1), ("us", 2), ("us", 3)}
     assert driver.dump(MAT, bools) == {(True,): doc(True, 2, key_name="flag"), (False,): doc(False, 2, key_name="flag")}
 
@@ -406,8 +436,12 @@ def test_quarantine_is_applied_once_with_the_batch(driver, armed):
     rt.apply()
     rt.batch(0, {0: [doc("a", 1)]})
     t = rt.open()
-    started, _ = rt.stage(t, 1, {0: [doc("b", 2)]}, quarantine=[bad(3), bad(9, "/amount: not an integer",
-                                                                               {"customer": "c", "amount": "x"})])
+    started, _ = rt.stage(
+        t,
+        1,
+        {0: [doc("b", 2)]},
+        quarantine=[bad(3), bad(9, "/amount: not an integer", {"customer": "c", "amount": "x"})],
+    )
     t.close()
     stage = started.state.updated["stages"][Range().name]
     assert [n for _, n in stage["quarantine"]] == [2]
@@ -423,10 +457,24 @@ def test_quarantine_is_applied_once_with_the_batch(driver, armed):
     armed("")
     for _ in range(3):  # re-run the coordinator apply any number of times
         rt.acknowledge()
-    want = [{"materialization": MAT, "batch_id": 1, "location": "orders.json:3", "key_json": None,
-             "reason": "not an object", "value": "not json"},
-            {"materialization": MAT, "batch_id": 1, "location": "orders.json:9", "key_json": None,
-             "reason": "/amount: not an integer", "value": '{"customer":"c","amount":"x"}'}]
+    want = [
+        {
+            "materialization": MAT,
+            "batch_id": 1,
+            "location": "orders.json:3",
+            "key_json": None,
+            "reason": "not an object",
+            "value": "not json",
+        },
+        {
+            "materialization": MAT,
+            "batch_id": 1,
+            "location": "orders.json:9",
+            "key_json": None,
+            "reason": "/amount: not an integer",
+            "value": '{"customer":"c","amount":"x"}',
+        },
+    ]
     assert driver.quarantined(MAT) == want
     qt = driver.quarantine_location
     assert qt == str(driver.root) + "/tidemark_quarantine"
@@ -439,7 +487,10 @@ def test_quarantine_is_applied_once_with_the_batch(driver, armed):
     rt.batch(3, {0: [doc("d", 4)]}, quarantine=[bad(4)])
     rt.acknowledge()
     assert [(r["batch_id"], r["location"]) for r in driver.quarantined(MAT)] == [
-        (1, "orders.json:3"), (1, "orders.json:9"), (3, "orders.json:4")]
+        (1, "orders.json:3"),
+        (1, "orders.json:9"),
+        (3, "orders.json:4"),
+    ]
     # another materialization shares the table; drop removes only this one's rows
     other = Runtime(driver, binding("others"), checkpoint_id="chk-o", mat="other")
     other.apply()

@@ -31,8 +31,12 @@ def delta_spec(tmp, *, data_dir, lake, shards=1, max_files=1, events=False, on_i
             }
         },
         "materializations": {
-            "view": {"endpoint": {"delta": {"path": str(lake)}}, "shards": shards, "bindings": bindings,
-                     **({"on_invalid": on_invalid} if on_invalid else {})},
+            "view": {
+                "endpoint": {"delta": {"path": str(lake)}},
+                "shards": shards,
+                "bindings": bindings,
+                **({"on_invalid": on_invalid} if on_invalid else {}),
+            },
         },
         "checkpoint": str(os.path.join(tmp, "checkpoints")),
     }
@@ -123,10 +127,13 @@ def test_quarantine_writes_the_bad_line_once(spark, tmp_path):
     # Spark re-runs batch 1: the recovery log has it, the dead letters are not written again
     rerun_last_batch(tmp_path, 1)
     assert [(r.batch_id, r.skipped) for r in run(spark, spec)] == [(1, True)]
-    rows = sorted(independent_rows(lake / "tidemark_quarantine",
-                                   ["materialization", "batch_id", "location", "reason", "value"]))
+    rows = sorted(
+        independent_rows(lake / "tidemark_quarantine", ["materialization", "batch_id", "location", "reason", "value"])
+    )
     assert [(r[0], r[1], r[2].rsplit("/", 1)[-1]) for r in rows] == [
-        ("view", 1, "orders-0001.json:5"), ("view", 1, "orders-0001.json:8")]
+        ("view", 1, "orders-0001.json:5"),
+        ("view", 1, "orders-0001.json:8"),
+    ]
     assert "unparseable JSON" in rows[0][3] and rows[0][4] == "not json at all"
     assert "/amount" in rows[1][3]
     assert normalize(independent_view(lake / "customers")) == oracle_orders(valid)

@@ -39,7 +39,10 @@ def test_several_batches_restart_and_resume(spark, tmp_path, mysql_url, mysql_db
     reports = run(spark, spec)
     assert [r.batch_id for r in reports] == [2] and sum(r.loaded for r in reports) > 0
     assert normalize(mysql_view(mysql_url, mysql_db)) == oracle_orders(data)
-    rows = sql(mysql_url, f"SELECT key_begin, key_end, checkpoint FROM `{mysql_db}`.tidemark_checkpoints "
-                          "WHERE materialization = 'view' ORDER BY key_begin")
+    rows = sql(
+        mysql_url,
+        f"SELECT key_begin, key_end, checkpoint FROM `{mysql_db}`.tidemark_checkpoints "
+        "WHERE materialization = 'view' ORDER BY key_begin",
+    )
     assert len(rows) == shards and {json.loads(r[2])["batch_id"] for r in rows} == {2}
     assert rows[0][0] == 0 and rows[-1][1] == 0xFFFFFFFF

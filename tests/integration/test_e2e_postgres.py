@@ -18,7 +18,9 @@ def checkpoint_rows(url, schema, materialization="view"):
     with psycopg.connect(url) as con:
         return con.execute(
             f'SELECT key_begin, key_end, fence, checkpoint FROM "{schema}".tidemark_checkpoints '
-            "WHERE materialization = %s ORDER BY key_begin", (materialization,)).fetchall()
+            "WHERE materialization = %s ORDER BY key_begin",
+            (materialization,),
+        ).fetchall()
 
 
 def run(spark, spec_path):
@@ -118,8 +120,11 @@ def test_a_field_widened_from_integer_to_number_carries_on(spark, tmp_path, post
     [report] = run(spark, spec)
     assert report.loaded > 0
     with psycopg.connect(postgres_url) as con:
-        kind = con.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = %s "
-                           "AND table_name = 'customers' AND column_name = 'amount'", (pg_schema,)).fetchone()[0]
+        kind = con.execute(
+            "SELECT data_type FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'customers' AND column_name = 'amount'",
+            (pg_schema,),
+        ).fetchone()[0]
         columns = dict(con.execute(f'SELECT customer, amount FROM "{pg_schema}".customers').fetchall())
     view = oracle_orders(data)
     assert kind == "double precision"

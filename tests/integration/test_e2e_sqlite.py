@@ -214,8 +214,13 @@ def test_an_apply_per_shard_endpoint_holds_the_last_batch_when_the_stream_stops(
 
     data, mem = tmp_path / "data", tmp_path / "memory.json"
     write_orders(data, files=2, per_file=120, customers=30, seed=12, deletes=0.05)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2,
-                       endpoint={"memory": {"pattern": "idempotent-apply-shard", "path": str(mem)}})
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=2,
+        endpoint={"memory": {"pattern": "idempotent-apply-shard", "path": str(mem)}},
+    )
     reports, _ = run(spark, spec)
     assert [r.batch_id for r in reports] == [0, 1]
     views = json.loads(mem.read_text())["mats"]["view"]["views"]

@@ -50,12 +50,15 @@ POOL = {
     "last": ({"type": "boolean"}, st.booleans()),
     "seen": ({"type": "string", "format": "date-time"}, DATE_TIME),
     "since": ({"type": "string", "format": "date-time", "reduce": {"strategy": "firstWriteWins"}}, DATE_TIME),
-    "tags": ({"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
-             st.lists(TEXT, max_size=3)),
-    "counts": ({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
-               st.dictionaries(TEXT, SMALL_INT, max_size=3)),
-    "blob": ({"type": "object", "reduce": {"strategy": "firstWriteWins"}},
-             st.dictionaries(TEXT, SCALAR, max_size=3)),
+    "tags": (
+        {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        st.lists(TEXT, max_size=3),
+    ),
+    "counts": (
+        {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+        st.dictionaries(TEXT, SMALL_INT, max_size=3),
+    ),
+    "blob": ({"type": "object", "reduce": {"strategy": "firstWriteWins"}}, st.dictionaries(TEXT, SCALAR, max_size=3)),
     "raw": ({"type": "array"}, st.lists(SCALAR, max_size=3)),
 }
 KEYS = ["a", "b", "c", "d"]
@@ -66,8 +69,12 @@ def cases(draw):
     names = draw(st.lists(st.sampled_from(sorted(POOL)), min_size=1, max_size=len(POOL), unique=True))
     root = draw(st.sampled_from(["merge", "merge", "merge", "lastWriteWins", "firstWriteWins"]))
     required = draw(st.lists(st.sampled_from(names), unique=True))  # present in every document
-    schema = {"type": "object", "reduce": {"strategy": root}, "required": ["k", *required],
-              "properties": {"k": {"type": "string"}, **{n: POOL[n][0] for n in names}}}
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": root},
+        "required": ["k", *required],
+        "properties": {"k": {"type": "string"}, **{n: POOL[n][0] for n in names}},
+    }
     values = {n: POOL[n][1] for n in names if n not in required}
     values["other"] = SCALAR  # a property the schema does not declare: last write wins
     doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS), **{n: POOL[n][1] for n in required}}, optional=values)
@@ -109,11 +116,22 @@ def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
         docs = [combined[k] for k in keys]
         n = len(docs)
         if texts:  # as the runtime sends them: the JSON text only
-            t.store(Store(0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n,
-                          tuple(json.dumps(d) for d in docs)))
+            t.store(
+                Store(
+                    0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n, tuple(json.dumps(d) for d in docs)
+                )
+            )
         else:
-            t.store(Store(0, tuple((k,) for k in keys), tuple(coll.values(d) for d in docs), tuple(docs),
-                          (False,) * n, (False,) * n))
+            t.store(
+                Store(
+                    0,
+                    tuple((k,) for k in keys),
+                    tuple(coll.values(d) for d in docs),
+                    tuple(docs),
+                    (False,) * n,
+                    (False,) * n,
+                )
+            )
         t.start_commit(StartCommit(cp(batch)))
     finally:
         t.close()
@@ -146,18 +164,29 @@ def test_the_statement_reduces_as_the_python_fold(driver, postgres_url, pg_schem
         with psycopg.connect(postgres_url, autocommit=True) as con:
             rows = con.execute(f'SELECT k, {cols} FROM "{pg_schema}"."{table}"').fetchall()
         assert {r[0]: [canonical(v) for v in r[1:]] for r in rows} == {
-            k: [canonical(d.get(n)) for n in names] for k, d in expected.items()}
+            k: [canonical(d.get(n)) for n in names] for k, d in expected.items()
+        }
 
 
-SUMS = {"type": "object", "reduce": {"strategy": "merge"}, "required": ["k"],
-        "properties": {"k": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                       "x": {"type": "number", "reduce": {"strategy": "sum"}}}}
+SUMS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "x": {"type": "number", "reduce": {"strategy": "sum"}},
+    },
+}
 
 
-@pytest.mark.parametrize("field,left,right,what", [
-    ("n", 2**62, 2**62, "beyond a 64-bit integer"),
-    ("x", 1.5e308, 1.5e308, "not a finite number"),
-])
+@pytest.mark.parametrize(
+    "field,left,right,what",
+    [
+        ("n", 2**62, 2**62, "beyond a 64-bit integer"),
+        ("x", 1.5e308, 1.5e308, "not a finite number"),
+    ],
+)
 def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, left, right, what):
     coll, b = reduced_binding(driver, SUMS, "sums")
     apply(driver, b)
@@ -166,8 +195,10 @@ def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, 
         commit(driver, coll, b, {"a": {"k": "a", field: right}, "b": {"k": "b", field: 1}}, 1)
     assert f"key ['a']: /{field}: 'sum' overflowed: the result is {what}" in str(err.value)
     view = driver.dump(MAT, b)  # jsonb prints 1.5e308 in full: compare exact values
-    assert {k: canonical(v) for k, v in view.items()} == {("a",): canonical({"k": "a", field: left}),
-                                                          ("b",): canonical({"k": "b", field: 1})}
+    assert {k: canonical(v) for k, v in view.items()} == {
+        ("a",): canonical({"k": "a", field: left}),
+        ("b",): canonical({"k": "b", field: 1}),
+    }
     [row] = driver.checkpoints(MAT)
     assert row.runtime_checkpoint == cp(0)
 

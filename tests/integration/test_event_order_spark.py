@@ -23,9 +23,15 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "value string, _file string, _block long, _row long"
 ORDERED = {
-    "type": "object", "required": ["id"], "reduce": {"strategy": "lastWriteWins", "order": "/updated_at"},
-    "properties": {"id": {"type": "string"}, "updated_at": {"type": "string", "format": "date-time"},
-                   "status": {"type": "string"}, "n": {"type": "integer"}},
+    "type": "object",
+    "required": ["id"],
+    "reduce": {"strategy": "lastWriteWins", "order": "/updated_at"},
+    "properties": {
+        "id": {"type": "string"},
+        "updated_at": {"type": "string", "format": "date-time"},
+        "status": {"type": "string"},
+        "n": {"type": "integer"},
+    },
 }
 OFFSETS = ["Z", "+02:00", "-05:00", "+00:30"]
 
@@ -62,7 +68,7 @@ def latest(docs: list[dict], first: bool = False) -> dict:
         ht = have[0]
         later = ht is None and t is not None or (t is not None and ht is not None and t > ht)
         earlier = t is None and ht is not None or (t is not None and ht is not None and t < ht)
-        if (earlier if first else later):
+        if earlier if first else later:
             out[d["id"]] = (t, d)
     return {k: d for k, (_t, d) in out.items()}
 
@@ -127,10 +133,16 @@ def test_files_read_in_different_orders_give_the_same_view(spark, tmp_path):
     db = tmp_path / "views.db"
     spec = {"collections": {}, "materializations": {}, "checkpoint": str(tmp_path / "checkpoints")}
     for name in ("a", "b"):
-        spec["collections"][name] = {"key": ["/id"], "schema": ORDERED, "source": {
-            "format": "json", "path": str(tmp_path / name), "options": {"maxFilesPerTrigger": 1}}}
-        spec["materializations"][name] = {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 2,
-                                          "bindings": [{"source": name, "resource": {"table": name}}]}
+        spec["collections"][name] = {
+            "key": ["/id"],
+            "schema": ORDERED,
+            "source": {"format": "json", "path": str(tmp_path / name), "options": {"maxFilesPerTrigger": 1}},
+        }
+        spec["materializations"][name] = {
+            "endpoint": {"sqlite": {"path": str(db)}},
+            "shards": 2,
+            "bindings": [{"source": name, "resource": {"table": name}}],
+        }
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     reports = []
@@ -138,8 +150,10 @@ def test_files_read_in_different_orders_give_the_same_view(spark, tmp_path):
     assert len(reports) == 6  # three batches each: later batches reduce into stored documents
     con = sqlite3.connect(db)
     try:
-        views = {t: {k: json.loads(d) for k, d in con.execute(f'SELECT "id", "flow_document" FROM "{t}"')}
-                 for t in ("a", "b")}
+        views = {
+            t: {k: json.loads(d) for k, d in con.execute(f'SELECT "id", "flow_document" FROM "{t}"')}
+            for t in ("a", "b")
+        }
     finally:
         con.close()
     want = latest(docs)

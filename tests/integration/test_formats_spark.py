@@ -23,7 +23,9 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "value string, _file string, _block long, _row long"
 EVENTS = {
-    "type": "object", "required": ["id"], "reduce": {"strategy": "merge"},
+    "type": "object",
+    "required": ["id"],
+    "reduce": {"strategy": "merge"},
     "properties": {
         "id": {"type": "string"},
         "last": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
@@ -39,8 +41,12 @@ def test_compiled_format_checks_agree_with_python(spark):
     value Python accepts is proved, except a leap second (a suspect by design)."""
     from pyspark.sql import functions as F
 
-    rows = [(fmt, value) for fmt, values in CASES.items() if fmt in ("date-time", "date", "time", "uuid", "ipv4")
-            for value, _ in values]
+    rows = [
+        (fmt, value)
+        for fmt, values in CASES.items()
+        if fmt in ("date-time", "date", "time", "uuid", "ipv4")
+        for value, _ in values
+    ]
     df = spark.createDataFrame(rows, "fmt string, v string")
     checks = F.lit(None).cast("boolean")
     for fmt in ("date-time", "date", "time", "uuid", "ipv4"):
@@ -78,15 +84,25 @@ MIXED = [
     # 09:30 at -05:00 is 14:30Z: later, though it sorts first as text
     {"id": "a", "last": "2024-05-01T09:30:00-05:00", "first": "2024-05-01T09:30:00-05:00"},
     # 11:00 at +02:00 is 09:00Z: earlier, though it sorts last as text
-    {"id": "a", "last": "2024-05-01T11:00:00+02:00", "first": "2024-05-01T11:00:00+02:00", "seen": "2024-05-01t12:00:00z"},
+    {
+        "id": "a",
+        "last": "2024-05-01T11:00:00+02:00",
+        "first": "2024-05-01T11:00:00+02:00",
+        "seen": "2024-05-01t12:00:00z",
+    },
     # the same instants written differently: ties take the later document
     {"id": "a", "last": "2024-05-01T14:30:00.000Z", "first": "2024-05-01T09:00:00.0Z"},
     {"id": "b", "last": "2024-05-01T23:59:59.999999999999999999Z", "first": "1999-12-31T23:59:59.5-00:30"},
     {"id": "b", "last": "2024-05-01T23:59:59.99999999999999999Z", "first": "2000-01-01T00:29:59.4+00:00"},
 ]
 MIXED_WANT = {
-    '["a"]': {"id": "a", "last": "2024-05-01T14:30:00.000Z", "first": "2024-05-01T09:00:00.0Z", "day": "2024-05-01",
-              "seen": "2024-05-01t12:00:00z"},
+    '["a"]': {
+        "id": "a",
+        "last": "2024-05-01T14:30:00.000Z",
+        "first": "2024-05-01T09:00:00.0Z",
+        "day": "2024-05-01",
+        "seen": "2024-05-01t12:00:00z",
+    },
     '["b"]': {"id": "b", "last": "2024-05-01T23:59:59.999999999999999999Z", "first": "2000-01-01T00:29:59.4+00:00"},
 }
 
@@ -121,13 +137,16 @@ def test_a_long_fraction_or_a_leap_second_is_checked_in_python(spark):
 
 
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
-@pytest.mark.parametrize("field, value, rule", [
-    ("seen", "yesterday", "/seen: 'yesterday' is not a 'date-time'"),
-    ("last", "2024-05-01 10:00:00Z", "/last: '2024-05-01 10:00:00Z' is not a 'date-time'"),
-    ("first", "2024-02-30T10:00:00Z", "/first: '2024-02-30T10:00:00Z' is not a 'date-time'"),
-    ("seen", "2024-05-01T10:59:60Z", "/seen: '2024-05-01T10:59:60Z' is not a 'date-time'"),
-    ("day", "2023-02-29", "/day: '2023-02-29' is not a 'date'"),
-])
+@pytest.mark.parametrize(
+    "field, value, rule",
+    [
+        ("seen", "yesterday", "/seen: 'yesterday' is not a 'date-time'"),
+        ("last", "2024-05-01 10:00:00Z", "/last: '2024-05-01 10:00:00Z' is not a 'date-time'"),
+        ("first", "2024-02-30T10:00:00Z", "/first: '2024-02-30T10:00:00Z' is not a 'date-time'"),
+        ("seen", "2024-05-01T10:59:60Z", "/seen: '2024-05-01T10:59:60Z' is not a 'date-time'"),
+        ("day", "2023-02-29", "/day: '2023-02-29' is not a 'date'"),
+    ],
+)
 def test_a_bad_value_is_a_document_error_with_location_key_and_rule(spark, path, field, value, rule):
     coll = Collection(CollectionSpec("events", ("/id",), EVENTS))
     rows = _rows([{"id": "a", "last": "2024-05-01T10:00:00Z"}, {"id": "b", field: value}])
@@ -142,10 +161,20 @@ def test_end_to_end_sqlite_instants_and_a_refusal(spark, tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     data.mkdir()
     spec = {
-        "collections": {"events": {"key": ["/id"], "schema": EVENTS,
-                                   "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {"view": {"endpoint": {"sqlite": {"path": str(db)}}, "shards": 1,
-                                      "bindings": [{"source": "events", "resource": {"table": "events"}}]}},
+        "collections": {
+            "events": {
+                "key": ["/id"],
+                "schema": EVENTS,
+                "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": {"sqlite": {"path": str(db)}},
+                "shards": 1,
+                "bindings": [{"source": "events", "resource": {"table": "events"}}],
+            }
+        },
         "checkpoint": str(tmp_path / "checkpoints"),
     }
     spec_path = tmp_path / "spec.yaml"
@@ -161,6 +190,9 @@ def test_end_to_end_sqlite_instants_and_a_refusal(spark, tmp_path):
     assert {k: {f: v for f, v in d.items() if f != "_meta"} for k, d in stored.items()} == {"a": MIXED_WANT['["a"]']}
 
     (data / "3.json").write_text(json.dumps({"id": "a", "last": "yesterday"}) + "\n")
-    with pytest.raises(Exception, match=r"3.json:1 key \('a',\): document violates its schema: "
-                                        r"/last: 'yesterday' is not a 'date-time'"):
+    with pytest.raises(
+        Exception,
+        match=r"3.json:1 key \('a',\): document violates its schema: "
+        r"/last: 'yesterday' is not a 'date-time'",
+    ):
         run_spec(str(spec_path), spark=spark)

@@ -20,7 +20,16 @@ import pytest
 from tidemark import faults
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Validate,
 )
 from tidemark.runtime.merge_patch import apply_update
 from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
@@ -36,10 +45,14 @@ from tidemark.testing.conformance import assert_conformance  # noqa: E402
 
 def config(tmp_path, kind, postgres_url=None, name="tidemark"):
     if kind == "sqlite":
-        return {"catalog": {"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": str(tmp_path / "warehouse")},
-                "namespace": "views"}
-    return {"catalog": {"uri": postgres_url, "warehouse": str(tmp_path / "warehouse"), "name": name},
-            "namespace": "views"}
+        return {
+            "catalog": {"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": str(tmp_path / "warehouse")},
+            "namespace": "views",
+        }
+    return {
+        "catalog": {"uri": postgres_url, "warehouse": str(tmp_path / "warehouse"), "name": name},
+        "namespace": "views",
+    }
 
 
 def drop_pg_catalog(url, name):
@@ -90,17 +103,18 @@ def metadata(driver, b) -> dict:
     """The table's current metadata JSON, found through the catalog's SQL table (not pyiceberg)."""
     model = driver.model(b)
     uri = driver.settings.properties["uri"]
-    query = ("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? "
-             "AND table_name = ?")
+    query = (
+        "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?"
+    )
     args = (driver.settings.catalog_name, ".".join(model.identifier[:-1]), model.identifier[-1])
     if uri.startswith("sqlite:///"):
-        with sqlite3.connect(uri[len("sqlite:///"):]) as con:
-            (location,), = con.execute(query, args).fetchall()
+        with sqlite3.connect(uri[len("sqlite:///") :]) as con:
+            ((location,),) = con.execute(query, args).fetchall()
     else:
         import psycopg
 
         with psycopg.connect(uri.replace("postgresql+psycopg://", "postgresql://")) as con:
-            (location,), = con.execute(query.replace("?", "%s"), args).fetchall()
+            ((location,),) = con.execute(query.replace("?", "%s"), args).fetchall()
     with open(location.removeprefix("file://"), encoding="utf-8") as f:
         return json.load(f)
 
@@ -108,15 +122,18 @@ def metadata(driver, b) -> dict:
 def batches(driver, b) -> list[int]:
     """The tidemark batch of every snapshot of the table, oldest first (from the metadata JSON)."""
     meta = metadata(driver, b)
-    return [int(s["summary"]["tidemark.batch"]) for s in sorted(meta.get("snapshots", []),
-                                                                  key=lambda s: s["sequence-number"])]
+    return [
+        int(s["summary"]["tidemark.batch"])
+        for s in sorted(meta.get("snapshots", []), key=lambda s: s["sequence-number"])
+    ]
 
 
 def independent_rows(driver, b, columns) -> list[tuple]:
     import duckdb
 
-    files = [f.removeprefix("file://") for f in driver.load(driver.model(b)).inspect.files()
-             .column("file_path").to_pylist()]
+    files = [
+        f.removeprefix("file://") for f in driver.load(driver.model(b)).inspect.files().column("file_path").to_pylist()
+    ]
     if not files:
         return []
     cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
@@ -200,11 +217,20 @@ def test_registry_config_and_redaction(tmp_path):
     embedded = IcebergDriver({"catalog": {"warehouse": str(tmp_path / "w")}, "namespace": "v"})
     assert embedded.settings.properties["uri"] == f"sqlite:///{tmp_path / 'w' / 'catalog.db'}"
     resolved = IcebergDriver.resolve_config(
-        {"catalog": {"uri": "sqlite:///cat.db", "warehouse": "wh"}, "staging": "st", "namespace": "v"}, str(tmp_path))
+        {"catalog": {"uri": "sqlite:///cat.db", "warehouse": "wh"}, "staging": "st", "namespace": "v"}, str(tmp_path)
+    )
     assert resolved["catalog"] == {"uri": f"sqlite:///{tmp_path / 'cat.db'}", "warehouse": str(tmp_path / "wh")}
     assert resolved["staging"] == str(tmp_path / "st")
-    secret = IcebergDriver({"catalog": {"uri": "postgresql://u:s3cr3t@127.0.0.1:1/db", "warehouse": str(tmp_path),
-                                        "s3.secret-access-key": "hush"}, "namespace": "v"})
+    secret = IcebergDriver(
+        {
+            "catalog": {
+                "uri": "postgresql://u:s3cr3t@127.0.0.1:1/db",
+                "warehouse": str(tmp_path),
+                "s3.secret-access-key": "hush",
+            },
+            "namespace": "v",
+        }
+    )
     assert secret.settings.properties["uri"].startswith("postgresql+psycopg://")
     assert "s3cr3t" not in repr(secret)
     with pytest.raises(TidemarkError) as exc_info:
@@ -218,8 +244,7 @@ def test_registry_config_and_redaction(tmp_path):
 def test_conformance_kit_passes_on_a_postgres_catalog(tmp_path, postgres_url):
     name = f"tm_kit_{uuid.uuid4().hex[:8]}"
     try:
-        report = assert_conformance(lambda: IcebergDriver(config(tmp_path, "postgres", postgres_url, name)),
-                                    quick=True)
+        report = assert_conformance(lambda: IcebergDriver(config(tmp_path, "postgres", postgres_url, name)), quick=True)
     finally:
         drop_pg_catalog(postgres_url, name)
     assert report.commit_pattern == "idempotent-apply-coordinator"
@@ -236,20 +261,33 @@ def test_round_trip_typed_columns_and_one_snapshot_per_batch(driver):
     want = {("a",): doc("a", 2), ("b",): doc("b", 20)}
     assert driver.dump(MAT, b) == want
     assert sorted(independent_rows(driver, b, ["customer", "amount", "score", "vip", "tags"])) == [
-        ("a", 2, 1.0, False, '["2"]'), ("b", 20, 10.0, True, '["20"]')]
+        ("a", 2, 1.0, False, '["2"]'),
+        ("b", 20, 10.0, True, '["20"]'),
+    ]
     meta = metadata(driver, b)
     schema = next(s for s in meta["schemas"] if s["schema-id"] == meta["current-schema-id"])
     assert {f["name"]: (f["type"], f["required"]) for f in schema["fields"]} == {
-        "customer": ("string", True), "amount": ("long", False), "score": ("double", False),
-        "vip": ("boolean", False), "tags": ("string", False), "flow_document": ("string", True)}
+        "customer": ("string", True),
+        "amount": ("long", False),
+        "score": ("double", False),
+        "vip": ("boolean", False),
+        "tags": ("string", False),
+        "flow_document": ("string", True),
+    }
     assert schema["identifier-field-ids"] == [1]
     props = meta["properties"]
     assert props["commit.retry.num-retries"] == "0"
     assert json.loads(props[applied_property(MAT)]) == {"checkpoint_id": "chk-1", "batch": 1}
     snaps = sorted(meta["snapshots"], key=lambda s: s["sequence-number"])
-    assert [(s["summary"]["operation"], s["summary"]["tidemark.batch"], s["summary"]["tidemark.checkpoint-id"],
-             s["summary"]["tidemark.materialization"]) for s in snaps] == [
-        ("append", "0", "chk-1", MAT), ("overwrite", "1", "chk-1", MAT)]
+    assert [
+        (
+            s["summary"]["operation"],
+            s["summary"]["tidemark.batch"],
+            s["summary"]["tidemark.checkpoint-id"],
+            s["summary"]["tidemark.materialization"],
+        )
+        for s in snaps
+    ] == [("append", "0", "chk-1", MAT), ("overwrite", "1", "chk-1", MAT)]
     assert driver.staged_files(MAT) == []
 
 
@@ -357,10 +395,18 @@ def test_owner_refusal_and_positions(make):
     rt.batch(1, {0: [doc("b", 1)]})
     (pos,) = driver.positions(MAT, (b,))
     assert (pos.place, pos.materialization, pos.checkpoint_id, pos.batch_id, pos.resource) == (
-        "iceberg table views.customers", MAT, "chk-1", 1, ("customers",))
+        "iceberg table views.customers",
+        MAT,
+        "chk-1",
+        1,
+        ("customers",),
+    )
     other = make()
-    with pytest.raises(RecoveryError, match=r"belongs to materialization 'view' of tidemark checkpoint chk-1.*"
-                                            r"Nothing was changed"):
+    with pytest.raises(
+        RecoveryError,
+        match=r"belongs to materialization 'view' of tidemark checkpoint chk-1.*"
+        r"Nothing was changed",
+    ):
         Owned(other, binding(extra=(Field("city", "/city", "string"),)), checkpoint_id="chk-2").apply()
     assert "city" not in {f.name for f in driver.load(driver.model(b)).schema().fields}  # nothing was changed
     intruder = Runtime(other, b, checkpoint_id="chk-2")
@@ -461,27 +507,38 @@ def test_delta_updates_append(driver):
     assert sorted(independent_rows(driver, b, ["customer", "amount"])) == [("a", 1), ("a", 5), ("b", 2)]
     meta = metadata(driver, b)
     assert [s["summary"]["operation"] for s in meta["snapshots"]] == ["append", "append"]
-    assert next(s for s in meta["schemas"] if s["schema-id"] == meta["current-schema-id"])[
-        "identifier-field-ids"] == []  # keys repeat in an append-only table
+    assert (
+        next(s for s in meta["schemas"] if s["schema-id"] == meta["current-schema-id"])["identifier-field-ids"] == []
+    )  # keys repeat in an append-only table
 
 
 def test_integer_boolean_and_composite_keys(driver):
     ints = binding("ints", key_type="integer", key_name="id")
     bools = binding("bools", key_type="boolean", key_name="flag")
-    fields = (Field("region", "/region", "string", is_key=True, nullable=False),
-              Field("id", "/id", "integer", is_key=True, nullable=False), Field("amount", "/amount", "integer"))
+    fields = (
+        Field("region", "/region", "string", is_key=True, nullable=False),
+        Field("id", "/id", "integer", is_key=True, nullable=False),
+        Field("amount", "/amount", "integer"),
+    )
     pair = BindingSpec({"table": "pairs"}, "orders", ("/region", "/id"), fields)
     rt = Runtime(driver, ints, bools, pair)
     rt.apply()
     pairs = [{"region": r, "id": i, "amount": 1} for r in ("eu", "us") for i in (1, 2)]
-    rt.batch(0, {0: [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")], 1: [doc(True, 1, key_name="flag")],
-                 2: pairs})
-    loaded = rt.batch(1, {0: [doc(2, 5, key_name="id"), doc(3, 3, key_name="id")],
-                          1: [doc(True, 2, key_name="flag"), doc(False, 2, key_name="flag")],
-                          2: [{"region": "eu", "id": 2, "amount": 7}, {"region": "us", "id": 3, "amount": 7}]},
-                      deletes={2: [False, False]})
-    assert loaded == {0: {(2,): doc(2, 2, key_name="id")}, 1: {(True,): doc(True, 1, key_name="flag")},
-                      2: {("eu", 2): {"region": "eu", "id": 2, "amount": 1}}}
+    rt.batch(0, {0: [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")], 1: [doc(True, 1, key_name="flag")], 2: pairs})
+    loaded = rt.batch(
+        1,
+        {
+            0: [doc(2, 5, key_name="id"), doc(3, 3, key_name="id")],
+            1: [doc(True, 2, key_name="flag"), doc(False, 2, key_name="flag")],
+            2: [{"region": "eu", "id": 2, "amount": 7}, {"region": "us", "id": 3, "amount": 7}],
+        },
+        deletes={2: [False, False]},
+    )
+    assert loaded == {
+        0: {(2,): doc(2, 2, key_name="id")},
+        1: {(True,): doc(True, 1, key_name="flag")},
+        2: {("eu", 2): {"region": "eu", "id": 2, "amount": 1}},
+    }
     assert set(driver.dump(MAT, pair)) == {("eu", 1), ("eu", 2), ("us", 1), ("us", 2), ("us", 3)}
     assert driver.dump(MAT, pair)[("eu", 2)]["amount"] == 7
     assert driver.dump(MAT, bools) == {(True,): doc(True, 2, key_name="flag"), (False,): doc(False, 2, key_name="flag")}
@@ -579,8 +636,11 @@ def s3_endpoint():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -592,8 +652,14 @@ def s3_endpoint():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"moto server did not start: {proc.stderr.read().decode()[-2000:]}")
                 time.sleep(0.1)
-        pafs.S3FileSystem(endpoint_override=url, access_key="testing", secret_key="testing", region="us-east-1",
-                          scheme="http", allow_bucket_creation=True).create_dir("warehouse")
+        pafs.S3FileSystem(
+            endpoint_override=url,
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+            scheme="http",
+            allow_bucket_creation=True,
+        ).create_dir("warehouse")
         yield url
     finally:
         proc.terminate()
@@ -607,10 +673,19 @@ def s3_endpoint():
 def test_round_trip_with_the_warehouse_on_s3(tmp_path, s3_endpoint):
     import pyarrow.fs as pafs
 
-    d = IcebergDriver({"catalog": {"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": "s3://warehouse/lake",
-                                   "s3.endpoint": s3_endpoint, "s3.access-key-id": "testing",
-                                   "s3.secret-access-key": "testing", "s3.region": "us-east-1"},
-                       "namespace": "views"})
+    d = IcebergDriver(
+        {
+            "catalog": {
+                "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+                "warehouse": "s3://warehouse/lake",
+                "s3.endpoint": s3_endpoint,
+                "s3.access-key-id": "testing",
+                "s3.secret-access-key": "testing",
+                "s3.region": "us-east-1",
+            },
+            "namespace": "views",
+        }
+    )
     try:
         assert d.staging == "s3://warehouse/lake/_tidemark_staging"
         b, events = binding(), binding("events", delta=True)
@@ -624,8 +699,9 @@ def test_round_trip_with_the_warehouse_on_s3(tmp_path, s3_endpoint):
         assert sorted(x["amount"] for x in d.dump(MAT, events)) == [1, 3]
         assert [int(s["tidemark.batch"]) for s in d.snapshots(b)] == [0, 1]
         assert d.staged_files(MAT) == []
-        s3 = pafs.S3FileSystem(endpoint_override=s3_endpoint, access_key="testing", secret_key="testing",
-                               region="us-east-1", scheme="http")
+        s3 = pafs.S3FileSystem(
+            endpoint_override=s3_endpoint, access_key="testing", secret_key="testing", region="us-east-1", scheme="http"
+        )
         files = s3.get_file_info(pafs.FileSelector("warehouse/lake/views/customers", recursive=True))
         assert any(f.path.endswith(".parquet") for f in files) and any(f.path.endswith(".metadata.json") for f in files)
         assert not os.path.exists(tmp_path / "lake")  # nothing went to the local disk but the catalog
@@ -639,8 +715,12 @@ def test_another_catalog_type_is_loaded_by_pyiceberg_with_its_properties(tmp_pat
     the SQL catalog stays the default."""
     from tidemark.drivers.iceberg.settings import Settings
 
-    rest = Settings({"catalog": {"type": "rest", "uri": "http://127.0.0.1:1", "warehouse": "s3://w/x",
-                                 "token": "s3cr3t"}, "namespace": "views"})
+    rest = Settings(
+        {
+            "catalog": {"type": "rest", "uri": "http://127.0.0.1:1", "warehouse": "s3://w/x", "token": "s3cr3t"},
+            "namespace": "views",
+        }
+    )
     assert rest.kind == "rest" and rest.properties["uri"] == "http://127.0.0.1:1" and "s3cr3t" in rest.secrets
     with pytest.raises(SpecError, match="a rest catalog needs catalog.uri"):
         Settings({"catalog": {"type": "rest", "warehouse": "s3://w/x"}, "namespace": "views"})

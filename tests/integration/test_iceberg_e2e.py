@@ -28,8 +28,11 @@ def iceberg_spec(tmp, *, data_dir, catalog=None, shards=1, max_files=1, events=F
     bindings = [{"source": "orders", "resource": {"table": "customers"}}]
     if events:
         bindings.append({"source": "orders", "resource": {"table": "events"}, "delta_updates": True})
-    mat = {"endpoint": {"iceberg": {"catalog": catalog or sqlite_catalog(tmp), "namespace": "views"}},
-           "shards": shards, "bindings": bindings}
+    mat = {
+        "endpoint": {"iceberg": {"catalog": catalog or sqlite_catalog(tmp), "namespace": "views"}},
+        "shards": shards,
+        "bindings": bindings,
+    }
     if options:
         mat["options"] = options
     spec = {
@@ -84,7 +87,7 @@ def open_catalog(catalog: dict):
 
     props = {k: v for k, v in catalog.items() if k != "name"}
     if props["uri"].startswith("postgresql://"):
-        props["uri"] = "postgresql+psycopg://" + props["uri"][len("postgresql://"):]
+        props["uri"] = "postgresql+psycopg://" + props["uri"][len("postgresql://") :]
     return SqlCatalog(catalog.get("name", "tidemark"), **props)
 
 
@@ -169,8 +172,9 @@ def test_batches_rerun_restart_and_resume_into_iceberg(spark, tmp_path, shards):
     data = tmp_path / "data"
     catalog = sqlite_catalog(tmp_path)
     write_orders(data, files=2, per_file=200, customers=60, seed=shards, deletes=0.05)
-    spec = iceberg_spec(tmp_path, data_dir=data, shards=shards, events=True,
-                        options={"small_batch_keys": 0} if shards > 1 else None)
+    spec = iceberg_spec(
+        tmp_path, data_dir=data, shards=shards, events=True, options={"small_batch_keys": 0} if shards > 1 else None
+    )
 
     reports = run(spark, spec)
     assert [r.batch_id for r in reports] == [0, 1]
@@ -202,8 +206,9 @@ def test_a_postgres_catalog(spark, tmp_path, postgres_url):
     name = f"tm_e2e_{uuid.uuid4().hex[:10]}"
     catalog = {"uri": postgres_url, "warehouse": str(tmp_path / "warehouse"), "name": name}
     write_orders(data, files=3, per_file=150, customers=50, seed=7, deletes=0.05)
-    spec = iceberg_spec(tmp_path, data_dir=data, catalog=catalog, shards=2, events=True,
-                        options={"small_batch_keys": 0})
+    spec = iceberg_spec(
+        tmp_path, data_dir=data, catalog=catalog, shards=2, events=True, options={"small_batch_keys": 0}
+    )
     try:
         reports = run(spark, spec)
         assert [(r.batch_id, r.shards) for r in reports] == [(0, 2), (1, 2), (2, 2)]
@@ -216,4 +221,3 @@ def test_a_postgres_catalog(spark, tmp_path, postgres_url):
         assert staged(catalog) == []
     finally:
         drop_pg_catalog(postgres_url, name)
-

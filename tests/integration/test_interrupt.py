@@ -25,19 +25,22 @@ def test_ctrl_c_in_a_python_script_commits_the_batch_in_progress_and_stops_witho
     spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)
     chk = os.path.join(tmp_path, "checkpoints", "view")
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import tidemark
         run = tidemark.materialize({str(spec)!r}, on_batch=lambda r: print("batch", r.batch_id, flush=True))
         run.await_termination()
         print("not reached")
-    """))
+    """)
+    )
     err = open(tmp_path / "job.err", "w+")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=err, stderr=err, env=ENV, start_new_session=True)
     try:
         wait_for("batch 0 to commit", lambda: "batch 0\n" in (tmp_path / "job.err").read_text(), proc=proc)
         files += write_orders(data, files=1, per_file=20000, customers=5000, seed=2, start=1)
-        wait_for("batch 1 to start", lambda: os.path.exists(os.path.join(chk, "tidemark", "intent", "1.json")),
-                 proc=proc)
+        wait_for(
+            "batch 1 to start", lambda: os.path.exists(os.path.join(chk, "tidemark", "intent", "1.json")), proc=proc
+        )
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=120) == -signal.SIGINT  # Python's exit on an unhandled KeyboardInterrupt
         wait_for("the job's JVM to exit", lambda: not _group_alive(proc.pid))
@@ -46,11 +49,12 @@ def test_ctrl_c_in_a_python_script_commits_the_batch_in_progress_and_stops_witho
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     text = (tmp_path / "job.err").read_text()
-    tail = text[text.index("batch 0\n"):]
+    tail = text[text.index("batch 0\n") :]
     assert "batch 1\n" in tail and "not reached" not in tail, text[-3000:]  # the batch in progress committed
     assert tail.rstrip().endswith("KeyboardInterrupt: stopped on request; every committed batch stays"), text[-3000:]
     for noise in ("py4j", "Exception", "ERROR", "Py4J"):
         assert noise not in tail, text[-3000:]
     assert RecoveryLog(chk, "view", create=False).last().batch_id == 1
-    assert normalize(sqlite_view(db)) == oracle_orders(_only(data, [os.path.basename(f) for f in files],
-                                                             tmp_path / "oracle"))
+    assert normalize(sqlite_view(db)) == oracle_orders(
+        _only(data, [os.path.basename(f) for f in files], tmp_path / "oracle")
+    )

@@ -18,59 +18,67 @@ from tidemark.collection.plan import FieldPlan, compile_collection
 
 pytestmark = pytest.mark.spark
 
-SPEC = jvm.spec(type("Plan", (), {"fields": (
-    FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
-    FieldPlan("n", "scalar", "integer", "sum", {}),
-    FieldPlan("x", "scalar", "number", "maximize", {}),
-    FieldPlan("b", "scalar", "boolean", "lastWriteWins", {}),
-    FieldPlan("tags", "append", "string", "append", {}),
-    FieldPlan("ns", "append", "integer", "append", {}),
-    FieldPlan("m", "map", "integer", "merge", {}),
-    FieldPlan("o", "raw", "object", "lastWriteWins", {}),
-    FieldPlan("r", "raw", "array", "lastWriteWins", {}),
-)})())
+SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan("n", "scalar", "integer", "sum", {}),
+                FieldPlan("x", "scalar", "number", "maximize", {}),
+                FieldPlan("b", "scalar", "boolean", "lastWriteWins", {}),
+                FieldPlan("tags", "append", "string", "append", {}),
+                FieldPlan("ns", "append", "integer", "append", {}),
+                FieldPlan("m", "map", "integer", "merge", {}),
+                FieldPlan("o", "raw", "object", "lastWriteWins", {}),
+                FieldPlan("r", "raw", "array", "lastWriteWins", {}),
+            )
+        },
+    )()
+)
 
 CASES = [
     # provably plain: the count of top-level properties
     ('{"k":"a","n":1}', 2),
-    ('{}', 0),
+    ("{}", 0),
     (' { "k" : "a" ,\n\t"n" : -0 }', 2),
     ('{"x":1.5e-3,"b":false,"n":0}', 3),
     ('{"tags":["a","5","true"],"ns":[1,2],"m":{"p":1,"q":2}}', 3),
     ('{"o":{"x":[1,{"y":"z"}],"k":"nested names are free"},"r":[true,"a",[],{}]}', 2),
     ('{"k":"\\ud83d\\ude00 \\u0041 \\" \\\\ \\/ \\b\\f\\n\\r\\t"}', 1),
-    ('{"k":"\u00e9\U0001F600 ? : } {"}', 1),
+    ('{"k":"\u00e9\U0001f600 ? : } {"}', 1),
     # refused: every one of these is something from_json forgives or Python reads otherwise
-    ('{"k":5}', -1),                       # a number where a string is declared
+    ('{"k":5}', -1),  # a number where a string is declared
     ('{"k":true}', -1),
     ('{"k":["a"]}', -1),
     ('{"k":{"a":1}}', -1),
-    ('{"n":"1"}', -1),                     # a string where a number is declared
+    ('{"n":"1"}', -1),  # a string where a number is declared
     ('{"b":"true"}', -1),
-    ('{"k":null}', -1),                    # null anywhere
+    ('{"k":null}', -1),  # null anywhere
     ('{"o":{"x":null}}', -1),
     ('{"r":[null]}', -1),
     ('{"tags":["a",null]}', -1),
     ('{"m":{"p":null}}', -1),
-    ('{"tags":["a",5]}', -1),              # wrong element kinds
+    ('{"tags":["a",5]}', -1),  # wrong element kinds
     ('{"ns":[1,"2"]}', -1),
     ('{"m":{"p":"1"}}', -1),
-    ('{"m":{"p":1,"p":2}}', -1),           # a repeated map key
-    ('{"k":"a","k":"b"}', -1),             # a repeated property
-    ('{"z":1}', -1),                       # an undeclared property
-    ('{"nz":[1]}', -1),                    # as long as a declared name, or a prefix of one
+    ('{"m":{"p":1,"p":2}}', -1),  # a repeated map key
+    ('{"k":"a","k":"b"}', -1),  # a repeated property
+    ('{"z":1}', -1),  # an undeclared property
+    ('{"nz":[1]}', -1),  # as long as a declared name, or a prefix of one
     ('{"tag":["a"]}', -1),
     ('{"tagss":["a"]}', -1),
     ('{"":1}', -1),
     ('{"ns":[1],"n":2,"m":{}}', 3),
-    ('{"k\\u0061":"a"}', -1),              # an escaped name
-    ('{"o":[1]}', -1),                     # raw kinds
+    ('{"k\\u0061":"a"}', -1),  # an escaped name
+    ('{"o":[1]}', -1),  # raw kinds
     ('{"r":{"a":1}}', -1),
-    ('{"k":"a"} \t', 1),                   # whitespace may follow, as JSON allows
-    ('{"k":"a"} x', -1),                   # nothing else may
+    ('{"k":"a"} \t', 1),  # whitespace may follow, as JSON allows
+    ('{"k":"a"} x', -1),  # nothing else may
     ('{"k":"a"}}', -1),
     ('{"k":"a"}{"k":"b"}', -1),
-    ('{"k":"a",}', -1),                    # not JSON
+    ('{"k":"a",}', -1),  # not JSON
     ("{'k':'a'}", -1),
     ('{"n":01}', -1),
     ('{"n":+1}', -1),
@@ -78,18 +86,18 @@ CASES = [
     ('{"x":1.}', -1),
     ('{"x":.5}', -1),
     ('{"x":1e}', -1),
-    ('{"k":"\\ud800"}', -1),               # unpaired surrogate escapes
+    ('{"k":"\\ud800"}', -1),  # unpaired surrogate escapes
     ('{"k":"\\udc00x"}', -1),
     ('{"k":"\\ud800\\u0041"}', -1),
     ('{"k":"\\u00g1"}', -1),
     ('{"k":"\\u\uff10\uff10\uff14\uff11"}', -1),  # fullwidth digits are not hex
     ('{"k":"\\x"}', -1),
-    ('{"k":"a\u0001"}', -1),               # a raw control character
-    ('{"k":"a"', -1),                      # cut short
+    ('{"k":"a\u0001"}', -1),  # a raw control character
+    ('{"k":"a"', -1),  # cut short
     ('{"k":"a', -1),
-    ('', -1),
+    ("", -1),
     ('[{"k":"a"}]', -1),
-    ('{"o":' + '[' * 70 + ']' * 70 + '}', -1),  # nested deeper than the scanner follows
+    ('{"o":' + "[" * 70 + "]" * 70 + "}", -1),  # nested deeper than the scanner follows
 ]
 
 
@@ -102,6 +110,7 @@ def scan(spark):
         df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, v string")
         rows = df.select("i", F.call_udf(jvm.FUNCTION, "v", F.lit(SPEC)).alias("n")).collect()
         return [r.n for r in sorted(rows, key=lambda r: r.i)]
+
     return run
 
 
@@ -113,9 +122,15 @@ def test_scanner_answers(scan):
 
 def test_the_compiled_combine_uses_it(spark, monkeypatch):
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1")
-    schema = {"type": "object", "reduce": {"strategy": "merge"},
-              "properties": {"k": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                             "o": {"type": "object"}}}
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "k": {"type": "string"},
+            "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+            "o": {"type": "object"},
+        },
+    }
     coll = Collection(CollectionSpec("t", ("/k",), schema))
     assert jvm.spec(compile_collection(coll)) is not None
     rows = [('{"k":"a","n":1,"o":{"x":[1]}}', "f", 0, 0), ('{"k":"a","n":2}', "f", 0, 1)]
@@ -124,7 +139,9 @@ def test_the_compiled_combine_uses_it(spark, monkeypatch):
         assert res.path == "compiled"
         plan = res.combined._jdf.queryExecution().toString()
         assert jvm.FUNCTION in plan
-        assert {r.key_json: json.loads(r.doc) for r in res.combined.collect()} == {'["a"]': {"k": "a", "n": 3, "o": {"x": [1]}}}
+        assert {r.key_json: json.loads(r.doc) for r in res.combined.collect()} == {
+            '["a"]': {"k": "a", "n": 3, "o": {"x": [1]}}
+        }
     finally:
         res.unpersist()
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "0")
@@ -197,12 +214,16 @@ def test_executors_in_other_processes_load_the_jar(tmp_path):
     import sys
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "TIDEMARK_JVM_CHECKS": "1"}
-    proc = subprocess.run([sys.executable, "-c", LOCAL_CLUSTER_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOCAL_CLUSTER_SCRIPT], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     want = {}
     for i in range(400):
         k = f"k{i % 7}"
-        want[json.dumps([k], separators=(",", ":"))] = {"k": k, "n": want.get(json.dumps([k], separators=(",", ":")), {"n": 0})["n"] + i}
+        want[json.dumps([k], separators=(",", ":"))] = {
+            "k": k,
+            "n": want.get(json.dumps([k], separators=(",", ":")), {"n": 0})["n"] + i,
+        }
     assert out == {"path": "compiled", "jvm": True, "docs": want, "executors": 2}

@@ -68,8 +68,12 @@ def read(bootstrap, topic, *, isolation="read_committed", partition=0, until_off
         until_offset = watermarks(bootstrap, topic, partition, "read_uncommitted")[1]
     if until_offset == 0 and observe is None:
         return []  # an empty partition: a consumer's position would stay unset
-    c = ck.Consumer(conf(bootstrap, **{"group.id": f"r-{uuid.uuid4().hex}", "isolation.level": isolation,
-                                       "enable.auto.commit": False}))
+    c = ck.Consumer(
+        conf(
+            bootstrap,
+            **{"group.id": f"r-{uuid.uuid4().hex}", "isolation.level": isolation, "enable.auto.commit": False},
+        )
+    )
     out = []
     try:
         c.assign([TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
@@ -193,8 +197,13 @@ sys.stdin.read()  # wait here, inside the transaction, until killed
 
 def spawn_transaction(bootstrap, topic, tid) -> subprocess.Popen:
     """A real child process that opens a transaction, writes into it, and waits to be killed."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, bootstrap, topic, tid], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, bootstrap, topic, tid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     ready, _, _ = select.select([child.stdout], [], [], DEADLINE)
     line = child.stdout.readline() if ready else ""
     if line.strip() != "produced":
@@ -232,7 +241,8 @@ def test_producer_killed_inside_a_transaction_blocks_read_committed_until_its_id
 
 
 def test_list_offsets_gives_the_high_watermark_read_uncommitted_and_the_last_stable_offset_read_committed(
-        kafka_bootstrap):
+    kafka_bootstrap,
+):
     """The frontier reader takes the high watermark with ListOffsets(READ_UNCOMMITTED)."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import OffsetSpec

@@ -18,7 +18,17 @@ confluent_kafka_or_skip()
 from tidemark.drivers.kafka import KafkaDriver  # noqa: E402
 from tidemark.errors import FencedOff, RecoveryError, SpecError  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, BindingSpec, Flush, Load, Open, Quarantine, Range, StartCommit, Store, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Store,
+    Validate,
 )
 
 pytestmark = pytest.mark.kafka
@@ -33,10 +43,17 @@ def cp(batch):
 @pytest.fixture
 def setup(kafka_bootstrap, tmp_path):
     tag = uuid.uuid4().hex[:8]
-    config = {"bootstrap_servers": kafka_bootstrap, "state": str(tmp_path / "state"),
-              "progress_topic": f"progress-{tag}", "quarantine_topic": f"quarantine-{tag}", "retry": {"lock_timeout": 10}}
-    bindings = (BindingSpec({"topic": f"sums-{tag}", "partitions": 2}, "c", ("/k",), (), {}, False),
-                BindingSpec({"topic": f"events-{tag}"}, "e", ("/k",), (), {}, True))
+    config = {
+        "bootstrap_servers": kafka_bootstrap,
+        "state": str(tmp_path / "state"),
+        "progress_topic": f"progress-{tag}",
+        "quarantine_topic": f"quarantine-{tag}",
+        "retry": {"lock_timeout": 10},
+    }
+    bindings = (
+        BindingSpec({"topic": f"sums-{tag}", "partitions": 2}, "c", ("/k",), (), {}, False),
+        BindingSpec({"topic": f"events-{tag}"}, "e", ("/k",), (), {}, True),
+    )
     driver = KafkaDriver(config)
     driver.apply(Apply(MAT, "v1", bindings))
     return driver, bindings, config
@@ -50,8 +67,16 @@ def session(driver, bindings, rng=WHOLE):
 
 def store(txr, docs, binding=0, deletes=None):
     keys = tuple((d["k"],) for d in docs)
-    txr.store(Store(binding, keys, tuple(() for _ in docs), tuple(docs), tuple(False for _ in docs),
-                    tuple(deletes or [False] * len(docs))))
+    txr.store(
+        Store(
+            binding,
+            keys,
+            tuple(() for _ in docs),
+            tuple(docs),
+            tuple(False for _ in docs),
+            tuple(deletes or [False] * len(docs)),
+        )
+    )
 
 
 def commit_batch(driver, bindings, batch, docs, deletes=None):
@@ -142,11 +167,23 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     bootstrap = config["bootstrap_servers"]
 
     def dies(checkpoint_id: str, rng: Range) -> None:
-        died = subprocess.run([sys.executable, "-c", DIES_COMMITTING, bootstrap, progress, topic, checkpoint_id,
-                               str(rng.key_begin), str(rng.key_end)], timeout=60)
+        died = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                DIES_COMMITTING,
+                bootstrap,
+                progress,
+                topic,
+                checkpoint_id,
+                str(rng.key_begin),
+                str(rng.key_end),
+            ],
+            timeout=60,
+        )
         assert died.returncode == -9
 
-    dies("q1", Range(0, 0x7fffffff))
+    dies("q1", Range(0, 0x7FFFFFFF))
     assert (progress, 0) in open_transactions(bootstrap)
     impatient = KafkaDriver({**config, "retry": {"lock_timeout": 1}})
     with pytest.raises(EndpointUnavailable, match=f"{progress}.*open transactions"):
@@ -167,7 +204,7 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
 
     # a range of the log's layout that never committed, killed while storing: only its data
     # topic is held, and only the layout names it
-    upper = Range(0x80000000, 0xffffffff)
+    upper = Range(0x80000000, 0xFFFFFFFF)
     dies("", upper)
     assert set(open_transactions(bootstrap)) <= {(topic, 0), (topic, 1)} and open_transactions(bootstrap)
     assert driver.recover(MAT, "q1") == [fenced]
@@ -203,13 +240,18 @@ def test_quarantined_rows_commit_with_the_batch(setup):
     driver, bindings, config = setup
     txr, _ = session(driver, bindings)
     store(txr, [{"k": "a", "n": 1}])
-    txr.quarantine(Quarantine(({"binding": 0, "location": "f.json:3", "key_json": '["x"]', "reason": "bad",
-                                "value": {"k": "x"}},)))
+    txr.quarantine(
+        Quarantine(({"binding": 0, "location": "f.json:3", "key_json": '["x"]', "reason": "bad", "value": {"k": "x"}},))
+    )
     txr.start_commit(StartCommit(cp(0)))
     txr.close()
-    rows = [orjson.loads(m.value()) for m in committed_messages({"bootstrap.servers": config["bootstrap_servers"]},
-                                                                config["quarantine_topic"])]
-    assert [(r["batch_id"], r["resource"], r["location"]) for r in rows] == [(0, bindings[0].resource["topic"], "f.json:3")]
+    rows = [
+        orjson.loads(m.value())
+        for m in committed_messages({"bootstrap.servers": config["bootstrap_servers"]}, config["quarantine_topic"])
+    ]
+    assert [(r["batch_id"], r["resource"], r["location"]) for r in rows] == [
+        (0, bindings[0].resource["topic"], "f.json:3")
+    ]
 
 
 def test_drop_starts_the_view_over(setup, tmp_path):
@@ -222,13 +264,19 @@ def test_drop_starts_the_view_over(setup, tmp_path):
     assert commit_batch(driver, bindings, 0, [{"k": "b", "n": 1}]).runtime_checkpoint is None
 
 
-@pytest.mark.parametrize("config,match", [
-    ({}, "bootstrap_servers is required"),
-    ({"bootstrap_servers": "h:1", "progres_topic": "x"}, r"unknown setting\(s\) 'progres_topic' \(did you mean 'progress_topic'\?\)"),
-    ({"bootstrap_servers": "h:1", "transactional.id": "x"}, "transactional.id is set by tidemark"),
-    ({"bootstrap_servers": "h:1", "progress_topic": "no spaces"}, "progress_topic must be a topic name"),
-    ({"bootstrap_servers": "h:1", "partitions": 0}, "partitions must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        ({}, "bootstrap_servers is required"),
+        (
+            {"bootstrap_servers": "h:1", "progres_topic": "x"},
+            r"unknown setting\(s\) 'progres_topic' \(did you mean 'progress_topic'\?\)",
+        ),
+        ({"bootstrap_servers": "h:1", "transactional.id": "x"}, "transactional.id is set by tidemark"),
+        ({"bootstrap_servers": "h:1", "progress_topic": "no spaces"}, "progress_topic must be a topic name"),
+        ({"bootstrap_servers": "h:1", "partitions": 0}, "partitions must be >= 1"),
+    ],
+)
 def test_config_mistakes_are_named(config, match):
     with pytest.raises(SpecError, match=match):
         KafkaDriver(config)
@@ -236,7 +284,10 @@ def test_config_mistakes_are_named(config, match):
 
 def test_binding_mistakes_are_refused_before_anything_is_created(kafka_bootstrap):
     driver = KafkaDriver({"bootstrap_servers": kafka_bootstrap})
-    same = (BindingSpec({"topic": "t"}, "a", ("/k",), (), {}, False), BindingSpec({"topic": "t"}, "b", ("/k",), (), {}, False))
+    same = (
+        BindingSpec({"topic": "t"}, "a", ("/k",), (), {}, False),
+        BindingSpec({"topic": "t"}, "b", ("/k",), (), {}, False),
+    )
     with pytest.raises(SpecError, match="both write topic 't'"):
         driver.validate(Validate(MAT, "v1", same))
     with pytest.raises(SpecError, match="needs resource {topic: NAME}"):
@@ -249,9 +300,17 @@ def test_binding_mistakes_are_refused_before_anything_is_created(kafka_bootstrap
 def test_a_secret_in_the_client_config_is_never_shown(tmp_path):
     from tidemark.errors import TidemarkError
 
-    driver = KafkaDriver({"bootstrap_servers": "127.0.0.1:1", "sasl.password": "hunter2-secret",
-                          "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u",
-                          "state": str(tmp_path / "s"), "retry": {"connect_timeout": 1, "lock_timeout": 1}})
+    driver = KafkaDriver(
+        {
+            "bootstrap_servers": "127.0.0.1:1",
+            "sasl.password": "hunter2-secret",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "u",
+            "state": str(tmp_path / "s"),
+            "retry": {"connect_timeout": 1, "lock_timeout": 1},
+        }
+    )
     assert "hunter2" not in repr(driver)
     with pytest.raises(TidemarkError) as info:
         driver.apply(Apply(MAT, "v1", (BindingSpec({"topic": "t"}, "a", ("/k",), (), {}, False),)))
@@ -272,8 +331,9 @@ def test_partitions_added_to_a_data_topic_are_refused_at_open_before_anything_is
     admin.create_partitions([NewPartitions(sums, 3)])[sums].result(10)
     with pytest.raises(IncompatibleSchema) as err:
         driver.open(Open(MAT, "v1", WHOLE, bindings=bindings))
-    assert str(err.value).startswith(f"kafka: topic {sums!r} has 3 partitions, but materialization 'view' wrote it "
-                                     "with 2 (up to batch 0)")
+    assert str(err.value).startswith(
+        f"kafka: topic {sums!r} has 3 partitions, but materialization 'view' wrote it with 2 (up to batch 0)"
+    )
     assert "tidemark reset" in str(err.value)
     assert driver.dump(MAT, bindings[0]) == {("a",): {"k": "a", "n": 1}, ("b",): {"k": "b", "n": 2}}
 
@@ -287,8 +347,12 @@ def test_a_rebuild_takes_only_this_views_records(setup, tmp_path):
     commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}])
     sums = bindings[0].resource["topic"]
     producer = Producer({"bootstrap.servers": config["bootstrap_servers"]})
-    producer.produce(sums, key=b'["a"]', value=b'{"k":"a","n":100}',
-                     headers=[("tidemark-range", b"00000000-ffffffff"), ("tidemark-materialization", b"other")])
+    producer.produce(
+        sums,
+        key=b'["a"]',
+        value=b'{"k":"a","n":100}',
+        headers=[("tidemark-range", b"00000000-ffffffff"), ("tidemark-materialization", b"other")],
+    )
     producer.produce(sums, key=b'["b"]', value=b'{"k":"b","n":7}')  # no tidemark headers
     producer.flush(10)
     shutil.rmtree(tmp_path / "state")  # the range runs on a machine without its state: a rebuild
@@ -307,5 +371,6 @@ def test_a_second_materialization_on_a_topic_is_refused_at_validate(setup):
     driver.validate(Validate(MAT, {}, bindings))  # its own records: fine
     with pytest.raises(IncompatibleSchema) as err:
         driver.validate(Validate("other_view", {}, bindings))
-    assert str(err.value).startswith(f"kafka: topic {bindings[0].resource['topic']!r} is written by materialization "
-                                     "'view', not only by 'other_view'")
+    assert str(err.value).startswith(
+        f"kafka: topic {bindings[0].resource['topic']!r} is written by materialization 'view', not only by 'other_view'"
+    )

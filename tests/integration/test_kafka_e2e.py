@@ -45,8 +45,12 @@ def test_several_batches_restart_and_resume(spark, tmp_path, kafka_bootstrap, sh
     assert normalize(kafka_view(kafka_bootstrap, topic)) == oracle_orders(data)
     assert open_transactions(kafka_bootstrap) == {}
     if shards == 1:  # `tidemark tail` prints the topic's committed view, in key order
-        proc = subprocess.run([sys.executable, "-m", "tidemark", "tail", spec, "--view", topic],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tidemark", "tail", spec, "--view", topic],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         docs = [json.loads(line) for line in proc.stdout.splitlines()]
         assert [d["customer"] for d in docs] == sorted(oracle_orders(data))

@@ -47,7 +47,9 @@ def topics(config):
     suffix = uuid.uuid4().hex[:8]
     data, progress = f"data-{suffix}", f"progress-{suffix}"
     assert ensure_topics(config, [TopicSpec(data, 3), progress_topic_spec(progress, 2)]) == {
-        data: "created", progress: "created"}
+        data: "created",
+        progress: "created",
+    }
     return data, progress
 
 
@@ -64,7 +66,9 @@ def commit(writer, topic, docs, record):
 def test_ensure_topics_is_idempotent_and_reports_every_mismatch(config, topics):
     data, progress = topics
     assert ensure_topics(config, [TopicSpec(data, 3), progress_topic_spec(progress, 2)]) == {
-        data: "exists", progress: "exists"}
+        data: "exists",
+        progress: "exists",
+    }
     assert ensure_topics(config, [TopicSpec(data)]) == {data: "exists"}  # any partition count
     with pytest.raises(IncompatibleSchema) as exc:
         ensure_topics(config, [progress_topic_spec(data, 1)])
@@ -80,9 +84,14 @@ def test_ensure_topics_is_idempotent_and_reports_every_mismatch(config, topics):
 def test_an_unreachable_broker_is_transient_and_its_password_is_not_shown():
     from tests.helpers import free_port
 
-    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "security.protocol": "SASL_PLAINTEXT",
-              "sasl.mechanism": "PLAIN", "sasl.username": "app", "sasl.password": "hunter2-secret",
-              "logger": quiet_logger()}
+    config = {
+        "bootstrap.servers": f"127.0.0.1:{free_port()}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "app",
+        "sasl.password": "hunter2-secret",
+        "logger": quiet_logger(),
+    }
     with pytest.raises(EndpointUnavailable) as exc:
         ensure_topics(config, [TopicSpec("x")], policy=RetryPolicy(connect_timeout=1))
     assert "hunter2-secret" not in str(exc.value) and "creating" in str(exc.value)
@@ -205,9 +214,13 @@ sys.stdin.read()
 def kill_inside_commit(bootstrap, data, progress, rng):
     """A real process that writes a batch and its progress record, and dies before committing."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, root, bootstrap, data, progress, str(rng.key_begin),
-                              str(rng.key_end)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, root, bootstrap, data, progress, str(rng.key_begin), str(rng.key_end)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     ready, _, _ = select.select([child.stdout], [], [], 30)
     line = child.stdout.readline() if ready else ""
     os.kill(child.pid, signal.SIGKILL)

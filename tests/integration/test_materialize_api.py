@@ -16,9 +16,16 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = {"type": "object", "required": ["id"], "reduce": {"strategy": "merge"},
-          "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                         "city": {"type": "string"}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["id"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "id": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "city": {"type": "string"},
+    },
+}
 
 
 def _view(db, table):
@@ -35,8 +42,9 @@ def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_
 
     data = tmp_path / "data"
     data.mkdir()
-    (data / "1.json").write_text("".join(json.dumps({"id": f"k{i % 3}", "n": i, "city": "Oslo"}) + "\n"
-                                         for i in range(9)))
+    (data / "1.json").write_text(
+        "".join(json.dumps({"id": f"k{i % 3}", "n": i, "city": "Oslo"}) + "\n" for i in range(9))
+    )
     db = tmp_path / "v.db"
     spark.conf.unset(SHUFFLE_KEY)  # as in a plain SparkSession
     try:
@@ -44,9 +52,14 @@ def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_
         reports = []
         with caplog.at_level(logging.WARNING, logger="tidemark"):
             run = tidemark.materialize(
-                spark.readStream.format("text").load(str(data)), collection={"key": ["/id"], "schema": SCHEMA},
-                endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"}, checkpoint=str(tmp_path / "chk"),
-                spark=spark, on_batch=reports.append)
+                spark.readStream.format("text").load(str(data)),
+                collection={"key": ["/id"], "schema": SCHEMA},
+                endpoint={"sqlite": {"path": str(db)}},
+                resource={"table": "t"},
+                checkpoint=str(tmp_path / "chk"),
+                spark=spark,
+                on_batch=reports.append,
+            )
         try:
             assert spark.conf.get(SHUFFLE_KEY, None) is None  # the caller's session is left as it was
             deadline = time.monotonic() + 60
@@ -78,15 +91,27 @@ def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, ca
     data.mkdir()
     for j in range(4):
         (data / f"{j}.json").write_text("".join(json.dumps(r) + "\n" for r in shuffled[j::4]))
-    df = spark.readStream.format("text").load(str(data)).select(
-        "value", F.lit("orders").alias("topic"),
-        F.get_json_object("value", "$._p").cast("int").alias("partition"),
-        F.get_json_object("value", "$._o").cast("long").alias("offset"))
+    df = (
+        spark.readStream.format("text")
+        .load(str(data))
+        .select(
+            "value",
+            F.lit("orders").alias("topic"),
+            F.get_json_object("value", "$._p").cast("int").alias("partition"),
+            F.get_json_object("value", "$._o").cast("long").alias("offset"),
+        )
+    )
     db = tmp_path / "v.db"
     with caplog.at_level(logging.WARNING, logger="tidemark"):
-        tidemark.materialize(df, collection={"key": ["/id"], "schema": SCHEMA}, endpoint={"sqlite": {"path": str(db)}},
-                             resource={"table": "t"}, checkpoint=str(tmp_path / "chk"), spark=spark,
-                             available_now=True).await_termination()
+        tidemark.materialize(
+            df,
+            collection={"key": ["/id"], "schema": SCHEMA},
+            endpoint={"sqlite": {"path": str(db)}},
+            resource={"table": "t"},
+            checkpoint=str(tmp_path / "chk"),
+            spark=spark,
+            available_now=True,
+        ).await_termination()
     last = {r["id"]: r["city"] for r in records}  # by offset
     assert {k: d["city"] for k, d in _view(db, "t").items()} == last
     assert not [r for r in caplog.records if "depend on the source order" in r.getMessage()]
@@ -112,9 +137,15 @@ def test_a_file_stream_is_reduced_in_file_order_like_a_spec_and_says_nothing(spa
             expected[r["id"]] = r["city"]
     db = tmp_path / "v.db"
     with caplog.at_level(logging.WARNING, logger="tidemark"):
-        tidemark.materialize(spark.readStream.text(str(data)), collection={"key": ["/id"], "schema": SCHEMA},
-                             endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"},
-                             checkpoint=str(tmp_path / "chk"), spark=spark, available_now=True).await_termination()
+        tidemark.materialize(
+            spark.readStream.text(str(data)),
+            collection={"key": ["/id"], "schema": SCHEMA},
+            endpoint={"sqlite": {"path": str(db)}},
+            resource={"table": "t"},
+            checkpoint=str(tmp_path / "chk"),
+            spark=spark,
+            available_now=True,
+        ).await_termination()
     got = {k: d["city"] for k, d in _view(db, "t").items()}
     assert got == expected
     assert not [r for r in caplog.records if "source order" in r.getMessage()]
@@ -126,22 +157,47 @@ def test_a_source_without_an_order_is_refused_where_the_reductions_need_one(spar
     import tidemark
     from tidemark.errors import SpecError
 
-    schema = {"type": "object", "required": ["value"], "reduce": {"strategy": "merge"},
-              "properties": {"value": {"type": "integer"}, "timestamp": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "required": ["value"],
+        "reduce": {"strategy": "merge"},
+        "properties": {"value": {"type": "integer"}, "timestamp": {"type": "string"}},
+    }
     df = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
     db = tmp_path / "v.db"
     with pytest.raises(SpecError) as err:
-        tidemark.materialize(df, collection={"key": ["/value"], "schema": schema}, endpoint={"sqlite": {"path": str(db)}},
-                             resource={"table": "t"}, checkpoint=str(tmp_path / "chk"), spark=spark, available_now=True)
+        tidemark.materialize(
+            df,
+            collection={"key": ["/value"], "schema": schema},
+            endpoint={"sqlite": {"path": str(db)}},
+            resource={"table": "t"},
+            checkpoint=str(tmp_path / "chk"),
+            spark=spark,
+            available_now=True,
+        )
     msg = str(err.value)
-    assert "/timestamp (lastWriteWins)" in msg and "order=\"any\"" in msg and "order: /updated_at" in msg
+    assert "/timestamp (lastWriteWins)" in msg and 'order="any"' in msg and "order: /updated_at" in msg
     assert not db.exists() and not (tmp_path / "chk").exists()  # refused before anything was written
     with pytest.raises(SpecError, match="the only value"):
-        tidemark.materialize(df, collection={"key": ["/value"], "schema": schema}, endpoint={"sqlite": {"path": str(db)}},
-                             resource={"table": "t"}, checkpoint=str(tmp_path / "chk"), spark=spark, order="sorted")
-    writer = tidemark.materialize(df, collection={"key": ["/value"], "schema": schema},
-                                  endpoint={"sqlite": {"path": str(db)}}, resource={"table": "t"},
-                                  checkpoint=str(tmp_path / "chk"), spark=spark, order="any", start=False)
+        tidemark.materialize(
+            df,
+            collection={"key": ["/value"], "schema": schema},
+            endpoint={"sqlite": {"path": str(db)}},
+            resource={"table": "t"},
+            checkpoint=str(tmp_path / "chk"),
+            spark=spark,
+            order="sorted",
+        )
+    writer = tidemark.materialize(
+        df,
+        collection={"key": ["/value"], "schema": schema},
+        endpoint={"sqlite": {"path": str(db)}},
+        resource={"table": "t"},
+        checkpoint=str(tmp_path / "chk"),
+        spark=spark,
+        order="any",
+        start=False,
+    )
     assert writer is not None
 
 
@@ -173,8 +229,9 @@ def test_a_failed_batch_shows_tidemark_s_error_without_spark_s_stacks(tmp_path):
     """)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("TIDEMARK_SPARK_LOG_DEFAULTS", None)
-    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
     after = done.stderr.split("STARTED", 1)[1]
     assert "RAISED" in after and "1.json:2" in after and "'x' is not of type 'integer'" in after, done.stderr
     assert "MicroBatchExecution" not in after and "Traceback" not in after and "py4j" not in after, after

@@ -11,16 +11,41 @@ import uuid
 import pytest
 
 from tests.integration.test_sqlite_driver import (
-    HALF, MAT, apply, binding, cp, doc, load_all, open_session, store_msg, txn,
+    HALF,
+    MAT,
+    apply,
+    binding,
+    cp,
+    doc,
+    load_all,
+    open_session,
+    store_msg,
+    txn,
 )
 from tests.mysql_support import connect, mysql_db, mysql_url, sql  # noqa: F401 - fixtures
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import (
-    AuthenticationFailed, DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError,
+    AuthenticationFailed,
+    DriverError,
+    EndpointUnavailable,
+    FencedOff,
+    IncompatibleSchema,
+    RecoveryError,
+    SpecError,
 )
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Validate,
 )
 
 SECRET = "s3cr3t-Pa55word"
@@ -57,8 +82,13 @@ def test_round_trip_types_keys_and_deletes(mysql_url, mysql_db, bulk):
     apply(d, b)
     t, opened = open_session(d, b)
     assert opened.runtime_checkpoint is None
-    first = [doc("a", 1, seen="2024-05-01T12:00:00+02:00", meta={"x": 1}), doc("A", 20), doc("a ", 3), doc("c", 4),
-             doc("tab\tnew\nline\\ cr\r nul\x00 \u00e9\U0001F600", 5)]
+    first = [
+        doc("a", 1, seen="2024-05-01T12:00:00+02:00", meta={"x": 1}),
+        doc("A", 20),
+        doc("a ", 3),
+        doc("c", 4),
+        doc("tab\tnew\nline\\ cr\r nul\x00 \u00e9\U0001f600", 5),
+    ]
     assert txn(t, b, first, 0) == {}
     loaded = txn(t, b, [doc("a", 2), doc("c", 3)], 1, deletes=[False, True])
     assert loaded == {("a",): first[0], ("c",): doc("c", 4)}
@@ -67,18 +97,36 @@ def test_round_trip_types_keys_and_deletes(mysql_url, mysql_db, bulk):
     assert d.dump(MAT, b) == view
     [row] = d.checkpoints(MAT)
     assert row.runtime_checkpoint == cp(1) and row.fence == 1
-    types = dict(sql(mysql_url, "SELECT column_name, column_type FROM information_schema.columns "
-                                "WHERE table_schema = %s AND table_name = 'customers'", (mysql_db,)))
-    assert types == {"customer": "varchar(255)", "amount": "bigint(20)", "score": "double", "vip": "tinyint(1)",
-                     "tags": "longtext", "seen": "datetime(6)", "meta": "longtext", "flow_document": "longtext"}
-    rows = sql(mysql_url, f"SELECT customer, amount, score, vip, tags, JSON_VALUE(flow_document, '$.amount') "
-                          f"FROM `{mysql_db}`.customers WHERE customer = 'A'")
+    types = dict(
+        sql(
+            mysql_url,
+            "SELECT column_name, column_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'customers'",
+            (mysql_db,),
+        )
+    )
+    assert types == {
+        "customer": "varchar(255)",
+        "amount": "bigint(20)",
+        "score": "double",
+        "vip": "tinyint(1)",
+        "tags": "longtext",
+        "seen": "datetime(6)",
+        "meta": "longtext",
+        "flow_document": "longtext",
+    }
+    rows = sql(
+        mysql_url,
+        f"SELECT customer, amount, score, vip, tags, JSON_VALUE(flow_document, '$.amount') "
+        f"FROM `{mysql_db}`.customers WHERE customer = 'A'",
+    )
     assert rows == [("A", 20, 10.0, 1, '["20"]', "20")]
     t, _ = open_session(d, b)
     txn(t, b, [doc("d", 1, seen="2024-05-01T12:00:00.25Z")], 2)
     t.close()
     assert sql(mysql_url, f"SELECT seen FROM `{mysql_db}`.customers WHERE customer = 'd'") == [
-        (dt.datetime(2024, 5, 1, 12, 0, 0, 250000),)]
+        (dt.datetime(2024, 5, 1, 12, 0, 0, 250000),)
+    ]
     assert d.apply(Apply(MAT, d.config, (b,))).action_description == "nothing to do"
     d.close()
 
@@ -103,9 +151,16 @@ def test_load_is_deferred_until_acknowledged_and_chunked(driver):
 def test_integer_boolean_and_composite_keys_and_duplicate_stores(driver):
     b = binding("ints", key_type="integer", key_name="id")
     c = binding("bools", key_type="boolean", key_name="flag")
-    pair = BindingSpec({"table": "pairs"}, "orders", ("/region", "/n"), (
-        Field("region", "/region", "string", is_key=True), Field("n", "/n", "integer", is_key=True),
-        Field("amount", "/amount", "integer")))
+    pair = BindingSpec(
+        {"table": "pairs"},
+        "orders",
+        ("/region", "/n"),
+        (
+            Field("region", "/region", "string", is_key=True),
+            Field("n", "/n", "integer", is_key=True),
+            Field("amount", "/amount", "integer"),
+        ),
+    )
     apply(driver, b, c, pair)
     t, _ = open_session(driver, (b, c, pair))
     t.acknowledge(Acknowledge())
@@ -113,8 +168,9 @@ def test_integer_boolean_and_composite_keys_and_duplicate_stores(driver):
     t.store(store_msg(b, [doc(1, 1, key_name="id"), doc(2, 2, key_name="id")]))
     t.store(store_msg(b, [doc(2, 7, key_name="id")]))  # the same key twice: the last Store wins
     t.store(store_msg(c, [doc(True, 1, key_name="flag")], binding_index=1))
-    t.store(store_msg(pair, [{"region": "eu", "n": 1, "amount": 1}, {"region": "EU", "n": 1, "amount": 2}],
-                      binding_index=2))
+    t.store(
+        store_msg(pair, [{"region": "eu", "n": 1, "amount": 1}, {"region": "EU", "n": 1, "amount": 2}], binding_index=2)
+    )
     t.start_commit(StartCommit(cp(0)))
     t.acknowledge(Acknowledge())
     assert load_all(t, 2, [("EU", 1), ("eu", 2)]) == {("EU", 1): {"region": "EU", "n": 1, "amount": 2}}
@@ -138,7 +194,9 @@ def test_fence_rejects_the_older_session_and_its_quarantine(driver, mysql_url, m
     b = binding()
     apply(driver, b)
     old, _ = open_session(driver, b)
-    bad = [{"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": {"x": 1}}]
+    bad = [
+        {"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": {"x": 1}}
+    ]
     old.acknowledge(Acknowledge())
     old.flush(Flush())
     old.store(store_msg(b, [doc("zombie", 1)]))
@@ -153,8 +211,10 @@ def test_fence_rejects_the_older_session_and_its_quarantine(driver, mysql_url, m
     new.store(store_msg(b, [doc("a", 1)]))
     new.start_commit(StartCommit(cp(0)))
     assert driver.dump(MAT, b) == {("a",): doc("a", 1)}
-    rows = sql(mysql_url, f"SELECT materialization, batch_id, location, key_json, reason, value "
-                          f"FROM `{mysql_db}`.tidemark_quarantine")
+    rows = sql(
+        mysql_url,
+        f"SELECT materialization, batch_id, location, key_json, reason, value FROM `{mysql_db}`.tidemark_quarantine",
+    )
     assert rows == [(MAT, 0, "orders-0001.json:7", '["x"]', "amount: not an integer", '{"x":1}')]
     old.close()
     new.close()
@@ -176,8 +236,10 @@ def test_concurrent_shards_and_split_merge(driver):
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=shard, args=(Range(0, HALF), "L")),
-               threading.Thread(target=shard, args=(Range(HALF + 1, 0xFFFFFFFF), "R"))]
+    threads = [
+        threading.Thread(target=shard, args=(Range(0, HALF), "L")),
+        threading.Thread(target=shard, args=(Range(HALF + 1, 0xFFFFFFFF), "R")),
+    ]
     for th in threads:
         th.start()
     for th in threads:
@@ -204,15 +266,24 @@ def test_apply_evolves_widens_and_refuses(driver, mysql_url, mysql_db):
     grown = binding(extra=(Field("note", "/note", "string"),), types={"amount": "number"})
     plan = apply(driver, grown).action_description
     assert "add column note longtext" in plan and "change column amount of" in plan and "to double" in plan
-    types = dict(sql(mysql_url, "SELECT column_name, data_type FROM information_schema.columns "
-                                "WHERE table_schema = %s AND table_name = 'customers'", (mysql_db,)))
+    types = dict(
+        sql(
+            mysql_url,
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'customers'",
+            (mysql_db,),
+        )
+    )
     assert types["amount"] == "double" and types["note"] == "longtext"
     assert sql(mysql_url, f"SELECT amount FROM `{mysql_db}`.customers") == [(3.0,)]
     with pytest.raises(IncompatibleSchema, match="'vip' is boolean, the binding needs longtext"):
         apply(driver, binding(types={"amount": "number", "vip": "string"}))
     # a key column in the server's case-insensitive collation would merge "a" and "A"
-    sql(mysql_url, f"CREATE TABLE `{mysql_db}`.ci (customer varchar(255) PRIMARY KEY, amount bigint, score double, "
-                   "vip boolean, tags json, flow_document json NOT NULL) COLLATE utf8mb4_general_ci")
+    sql(
+        mysql_url,
+        f"CREATE TABLE `{mysql_db}`.ci (customer varchar(255) PRIMARY KEY, amount bigint, score double, "
+        "vip boolean, tags json, flow_document json NOT NULL) COLLATE utf8mb4_general_ci",
+    )
     with pytest.raises(IncompatibleSchema, match="collate utf8mb4_general_ci"):
         apply(driver, binding("ci"))
     sql(mysql_url, f"CREATE TABLE `{mysql_db}`.hand (customer varchar(255) PRIMARY KEY, amount bigint)")
@@ -231,8 +302,12 @@ def test_identifier_limits_and_quoting(driver, mysql_url, mysql_db):
         driver.validate(Validate(MAT, driver.config, (binding(long),)))
     with pytest.raises(IncompatibleSchema, match="key field"):
         driver.validate(Validate(MAT, driver.config, (binding(key_name="k" * 65),)))
-    four = BindingSpec({"table": "four"}, "orders", tuple(f"/k{i}" for i in range(4)),
-                       tuple(Field(f"k{i}", f"/k{i}", "string", is_key=True) for i in range(4)))
+    four = BindingSpec(
+        {"table": "four"},
+        "orders",
+        tuple(f"/k{i}" for i in range(4)),
+        tuple(Field(f"k{i}", f"/k{i}", "string", is_key=True) for i in range(4)),
+    )
     with pytest.raises(IncompatibleSchema, match="at most 3 string columns"):
         driver.validate(Validate(MAT, driver.config, (four,)))
     field = "v" * 70
@@ -244,8 +319,10 @@ def test_identifier_limits_and_quoting(driver, mysql_url, mysql_db):
     txn(t, b, [doc("a", 1, **{field: 5})], 0)
     t.close()
     assert driver.dump(MAT, b) == {("a",): doc("a", 1, **{field: 5})}
-    tables = {r[0] for r in sql(mysql_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                                (mysql_db,))}
+    tables = {
+        r[0]
+        for r in sql(mysql_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (mysql_db,))
+    }
     assert "we`ird; DROP TABLE x" in tables
 
 
@@ -261,7 +338,7 @@ def test_bad_values_are_named_and_nothing_is_committed(mysql_url, mysql_db, bulk
     t, _ = open_session(d, b)
     named = "key \\['big'\\] field 'amount'" if bulk == "infile" else "field 'amount'"
     with pytest.raises(DriverError, match=named) as exc:  # beyond bigint
-        txn(t, b, [doc("ok", 1), doc("big", 2 ** 70)], 1)
+        txn(t, b, [doc("ok", 1), doc("big", 2**70)], 1)
     assert not isinstance(exc.value, EndpointUnavailable)
     t.close()
     t, _ = open_session(d, b)
@@ -340,6 +417,10 @@ def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, mysql_ur
     txn(t, b, docs, 0)
     t.close()
     assert driver.dump(MAT, b) == {(d["at"],): d for d in docs}
-    [(kind,)] = sql(mysql_url, "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
-                               "table_name = 'events' AND column_name = 'at'", (mysql_db,))
+    [(kind,)] = sql(
+        mysql_url,
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
+        "table_name = 'events' AND column_name = 'at'",
+        (mysql_db,),
+    )
     assert kind == "varchar"

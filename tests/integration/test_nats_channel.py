@@ -89,8 +89,9 @@ def test_frontier_open_commit_and_idempotent_replay(client, mode):
     # A new session carries the frontier forward in its open record.
     s2 = client.open(ch)
     assert s2.frontier.committed == BatchId(CP, 1) and s2.frontier.committed_seq == c.seq
-    client.publish_batch(s2, BatchId(CP, 2), docs(subject, 2, 10) + [OutDoc(subject, ["k0050"], None, delete=True)],
-                         cp(2))
+    client.publish_batch(
+        s2, BatchId(CP, 2), docs(subject, 2, 10) + [OutDoc(subject, ["k0050"], None, delete=True)], cp(2)
+    )
     view = client.committed_view(stream, subject)
     assert len(view) == 119 and ("k0050",) not in view and view[("k0003",)] == {"k": 3, "batch": 2}
     assert max(data_counters(client, stream, subject).values()) == 1
@@ -177,9 +178,14 @@ def test_reader_ignores_uncommitted_and_late_duplicates():
         r = ProgressRecord(kind, "m", ch.range.name, "s", committed=b, count=n)
         return seq, ch.progress_subject, {}, r.encode()
 
-    msgs = [data(1, b1, 1, "a"), data(2, b1, 2, "b"), data(3, b1, 1, "a"), rec(4, "commit", b1, 2),
-            data(5, b1, 2, "b"),  # late zombie copy of a committed batch
-            data(6, b2, 1, "a")]  # batch 2 never committed
+    msgs = [
+        data(1, b1, 1, "a"),
+        data(2, b1, 2, "b"),
+        data(3, b1, 1, "a"),
+        rec(4, "commit", b1, 2),
+        data(5, b1, 2, "b"),  # late zombie copy of a committed batch
+        data(6, b2, 1, "a"),
+    ]  # batch 2 never committed
     out = list(fold_committed(msgs, ch.prefix))
     assert [(m.message.seq, m.key, m.commit_seq) for m in out] == [(1, ("a",), 4), (2, ("b",), 4)]
     with pytest.raises(RecoveryError, match="not in the stream"):
@@ -203,8 +209,9 @@ def test_rescale_inherits_the_frontier_and_closes_old_ranges(client):
     assert closed.closed and closed.record.successors == tuple(r.name for r in halves)
     assert closed.committed == BatchId(CP, 1)
     # Re-running the rescale changes nothing.
-    assert {k: v.seq for k, v in client.rescale(stream, "m", [whole], halves).items()} == \
-        {k: v.seq for k, v in frontiers.items()}
+    assert {k: v.seq for k, v in client.rescale(stream, "m", [whole], halves).items()} == {
+        k: v.seq for k, v in frontiers.items()
+    }
 
     # The old range's session is fenced, and it cannot be opened again.
     with pytest.raises(FencedOff):
@@ -261,8 +268,12 @@ def test_writer_killed_mid_batch_then_replayed(client, nats_server, mode):
     reader = threading.Thread(target=read_all_along, daemon=True)
     reader.start()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    child = subprocess.Popen([sys.executable, "-m", "tests.nats_writer", nats_server.url, stream, str(n),
-                              str(WRITER_MAX_BATCH)], stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.nats_writer", nats_server.url, stream, str(n), str(WRITER_MAX_BATCH)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         for line in child.stdout:  # type: ignore[union-attr]
             if line.startswith("mid"):
@@ -291,11 +302,13 @@ def test_writer_killed_mid_batch_then_replayed(client, nats_server, mode):
     assert 0 < len(left) < n, "the kill should land in the middle of batch 2"
     if mode == "atomic":  # whole chunks only
         assert left == frozenset(range(1, len(left) + 1)) and len(left) % (WRITER_MAX_BATCH - 1) == 0
-    c = client.publish_batch(session, b2, nats_writer.batch_docs(stream, 2, n), nats_writer.checkpoint(2),
-                             skip=inflight)
+    c = client.publish_batch(
+        session, b2, nats_writer.batch_docs(stream, 2, n), nats_writer.checkpoint(2), skip=inflight
+    )
     assert (c.written, c.skipped) == (n - len(left), len(left))
-    client.publish_batch(session, BatchId(nats_writer.CHECKPOINT, 3), nats_writer.batch_docs(stream, 3, n),
-                         nats_writer.checkpoint(3))
+    client.publish_batch(
+        session, BatchId(nats_writer.CHECKPOINT, 3), nats_writer.batch_docs(stream, 3, n), nats_writer.checkpoint(3)
+    )
 
     copies = data_counters(client, stream, subject)
     assert len(copies) == 3 * n and set(copies.values()) == {1}  # no message twice

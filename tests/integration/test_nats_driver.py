@@ -17,7 +17,14 @@ from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecEr
 from tidemark.drivers.nats.client import NatsClient  # noqa: E402
 from tidemark.drivers.nats import wire  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, BindingSpec, Field, Open, Range, StartCommit, Store,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
@@ -36,8 +43,11 @@ def setup(nats_server, tmp_path):
 def commit(txn, batch: int, n: int = 12) -> None:
     txn.acknowledge(Acknowledge())
     docs = [{"id": f"k{i:03d}", "n": batch} for i in range(n)]
-    txn.store(Store(0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs),
-                    (False,) * n, (False,) * n))
+    txn.store(
+        Store(
+            0, tuple((d["id"],) for d in docs), tuple((d["n"],) for d in docs), tuple(docs), (False,) * n, (False,) * n
+        )
+    )
     txn.start_commit(StartCommit({"checkpoint_id": "cp", "batch_id": batch, "materialization": "m"}))
 
 
@@ -130,13 +140,26 @@ def test_tidemark_query_prints_only_committed_documents(tmp_path, private_nats_s
         h = wire.data_headers(ch, BatchId("cp", 2), 1, ["c0"])
         nc._run(nc._aio.js.publish(SUBJECT, json.dumps({"customer": "c0", "batch": 2}).encode(), headers=h), "pub")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", SUBJECT],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "tidemark", "query", spec, "--view", SUBJECT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert [json.loads(line) for line in out.stdout.splitlines()] == [
-        {"customer": "c0", "batch": 1}, {"customer": "c1", "batch": 1}, {"customer": "c2", "batch": 0}]
-    out = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, "--view", "view", "--key", '"c2"'],
-                         capture_output=True, text=True, env=env, timeout=120)
+        {"customer": "c0", "batch": 1},
+        {"customer": "c1", "batch": 1},
+        {"customer": "c2", "batch": 0},
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "tidemark", "query", spec, "--view", "view", "--key", '"c2"'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0 and json.loads(out.stdout) == {"customer": "c2", "batch": 0}, out.stderr
 
 
@@ -145,8 +168,10 @@ def test_check_and_apply_say_when_batches_are_not_published_atomically(nats_serv
     prints, and the run's apply, say ordered mode and what a plain consumer may see."""
     stream = f"O{uuid.uuid4().hex[:8]}"
     binding = BindingSpec({"stream": stream, "subject": f"{stream}.docs"}, "docs", ("/id",), FIELDS)
-    for atomic, expect in (("false", "ordered mode: a plain consumer of the stream may see part of a batch"),
-                           ("true", "atomic batch publish on")):
+    for atomic, expect in (
+        ("false", "ordered mode: a plain consumer of the stream may see part of a batch"),
+        ("true", "atomic batch publish on"),
+    ):
         with NatsDriver({"url": nats_server.url, "state": str(tmp_path / f"state-{atomic}"), "atomic": atomic}) as d:
             dry = d.apply(Apply("m", {}, (binding,), dry_run=True))
             assert expect in dry.action_description and "nats-server 2." in dry.action_description
@@ -174,10 +199,12 @@ def test_a_stream_that_deletes_messages_on_its_own_is_refused(nats_server, tmp_p
             await nc.close()
 
     asyncio.run(make())
-    (name, value), = limit.items()
+    ((name, value),) = limit.items()
     with NatsDriver({"url": nats_server.url, "state": str(tmp_path / "state")}) as d:
         for dry in (True, False):
-            with pytest.raises(IncompatibleSchema, match=f"deletes messages on its own \\({name} .*Nothing was changed"):
+            with pytest.raises(
+                IncompatibleSchema, match=f"deletes messages on its own \\({name} .*Nothing was changed"
+            ):
                 d.apply(Apply("m", {}, (binding,), dry_run=dry, checkpoint_id="cp"))
         assert d.client().stream_config(stream)["subjects"] == [f"{stream}.docs"]  # not extended
 
@@ -193,8 +220,11 @@ def test_a_second_materialization_on_a_subject_is_refused(setup, tmp_path):
         t.close()
     with NatsDriver(dict(cfg, state=str(tmp_path / "state2"))) as d:
         for dry in (True, False):
-            with pytest.raises(RecoveryError, match=f"subject '{stream}.docs' of stream '{stream}' holds the view of "
-                                                    "materialization 'm'.*Nothing was changed"):
+            with pytest.raises(
+                RecoveryError,
+                match=f"subject '{stream}.docs' of stream '{stream}' holds the view of "
+                "materialization 'm'.*Nothing was changed",
+            ):
                 d.apply(Apply("intruder", {}, (binding,), dry_run=dry, checkpoint_id="cp2"))
         other = BindingSpec({"stream": stream, "subject": f"{stream}.other"}, "docs", ("/id",), FIELDS)
         d.apply(Apply("neighbour", {}, (other,), checkpoint_id="cp3"))

@@ -32,8 +32,9 @@ async def connect(url):
 
 async def new_stream(js, *, atomic=True, window=120.0):
     name = f"T{uuid.uuid4().hex[:10]}"
-    await js.add_stream(StreamConfig(name=name, subjects=[f"{name}.>"], allow_atomic=atomic or None,
-                                     duplicate_window=window))
+    await js.add_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_atomic=atomic or None, duplicate_window=window)
+    )
     return name
 
 
@@ -145,8 +146,9 @@ def test_atomic_batch_without_commit_is_never_visible(nats_server):
         nc, js = await connect(nats_server.url)
         try:
             s = await new_stream(js)
-            r = await batch_send(nc, [(f"{s}.d", {}, b"a"), (f"{s}.d", {}, b"b"), (f"{s}.d", {}, b"c")],
-                                 batch_id="open", commit=False)
+            r = await batch_send(
+                nc, [(f"{s}.d", {}, b"a"), (f"{s}.d", {}, b"b"), (f"{s}.d", {}, b"c")], batch_id="open", commit=False
+            )
             assert r == {}  # the first message got the empty "batch started" ack
             # Other publishes are stored meanwhile; the open batch is not.
             plain = await js.publish(f"{s}.d", b"plain")
@@ -156,8 +158,12 @@ def test_atomic_batch_without_commit_is_never_visible(nats_server):
             await nc.close()
             nc2, js2 = await connect(nats_server.url)
             try:
-                r = await nc2.request(f"{s}.d", b"z", headers={"Nats-Batch-Id": "open", "Nats-Batch-Sequence": "9",
-                                                                "Nats-Batch-Commit": "1"}, timeout=5)
+                r = await nc2.request(
+                    f"{s}.d",
+                    b"z",
+                    headers={"Nats-Batch-Id": "open", "Nats-Batch-Sequence": "9", "Nats-Batch-Commit": "1"},
+                    timeout=5,
+                )
                 assert json.loads(r.data)["error"]["err_code"] == 10176, r.data  # incomplete
                 assert await messages(js2, s) == 1
             finally:

@@ -56,8 +56,11 @@ def test_a_batch_with_an_invalid_document_after_rebound_ones_takes_the_checked_p
         f.writelines(lines)
 
     reports, plans = _run(spark, spec)
-    assert [(r.batch_id, r.path, r.invalid) for r in reports] == [(0, "one job", 0), (1, "one job", 0),
-                                                                  (2, "checked", 1)]
+    assert [(r.batch_id, r.path, r.invalid) for r in reports] == [
+        (0, "one job", 0),
+        (1, "one job", 0),
+        (2, "checked", 1),
+    ]
     assert plans[0].rebound == 2  # batches 1 and 2 (whose shards then committed nothing on it)
     assert sqlite_view(db) == oracle(files, skip={(2, 4)})
 

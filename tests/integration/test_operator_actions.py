@@ -90,24 +90,32 @@ class Postgres:
             return out
 
     def view(self, table="customers") -> dict:
-        exists = self._sql(f"SELECT to_regclass('\"{self.schema}\".\"{table}\"')", fetch=True)[0][0]
+        exists = self._sql(f'SELECT to_regclass(\'"{self.schema}"."{table}"\')', fetch=True)[0][0]
         return normalize(postgres_view(self.url, self.schema, table)) if exists else {}
 
     def positions(self) -> list:
-        return self._sql(f'SELECT materialization, key_begin, key_end, fence, checkpoint::text FROM '
-                         f'"{self.schema}".tidemark_checkpoints ORDER BY 1, 2, 3', fetch=True)
+        return self._sql(
+            f"SELECT materialization, key_begin, key_end, fence, checkpoint::text FROM "
+            f'"{self.schema}".tidemark_checkpoints ORDER BY 1, 2, 3',
+            fetch=True,
+        )
 
     def backup(self):
         s = self.schema
-        self._sql(f'CREATE TABLE "{s}".bk_customers AS SELECT * FROM "{s}".customers',
-                  f'CREATE TABLE "{s}".bk_checkpoints AS SELECT * FROM "{s}".tidemark_checkpoints')
+        self._sql(
+            f'CREATE TABLE "{s}".bk_customers AS SELECT * FROM "{s}".customers',
+            f'CREATE TABLE "{s}".bk_checkpoints AS SELECT * FROM "{s}".tidemark_checkpoints',
+        )
         return None
 
     def restore(self, _backup) -> None:
         s = self.schema
-        self._sql(f'TRUNCATE "{s}".customers', f'INSERT INTO "{s}".customers SELECT * FROM "{s}".bk_customers',
-                  f'TRUNCATE "{s}".tidemark_checkpoints',
-                  f'INSERT INTO "{s}".tidemark_checkpoints SELECT * FROM "{s}".bk_checkpoints')
+        self._sql(
+            f'TRUNCATE "{s}".customers',
+            f'INSERT INTO "{s}".customers SELECT * FROM "{s}".bk_customers',
+            f'TRUNCATE "{s}".tidemark_checkpoints',
+            f'INSERT INTO "{s}".tidemark_checkpoints SELECT * FROM "{s}".bk_checkpoints',
+        )
 
     def drop(self) -> None:
         self._sql(f'DROP TABLE "{self.schema}".customers', f'DROP TABLE "{self.schema}".tidemark_checkpoints')
@@ -155,19 +163,29 @@ def endpoint(request, tmp_path, kind):
     return Postgres(request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
-                        pytest.param("delta", marks=pytest.mark.slow)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow), pytest.param("delta", marks=pytest.mark.slow)]
+)
 def ep(request, tmp_path):
     return endpoint(request, tmp_path, request.param)
 
 
 def write_spec(tmp, data, ep, *, shards=2, max_files=1) -> str:
     spec = {
-        "collections": {"orders": {"key": ["/customer"], "schema": ORDERS_SCHEMA,
-                                   "source": {"format": "json", "path": str(data),
-                                              "options": {"maxFilesPerTrigger": max_files}}}},
-        "materializations": {"view": {"endpoint": ep.endpoint(), "shards": shards,
-                                      "bindings": [{"source": "orders", "resource": {"table": "customers"}}]}},
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": ORDERS_SCHEMA,
+                "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": max_files}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": ep.endpoint(),
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
         "checkpoint": str(tmp / "checkpoints"),
     }
     path = tmp / "spec.yaml"
@@ -242,10 +260,19 @@ def test_whole_checkpoint_deleted_is_refused_by_every_endpoint(spark, tmp_path, 
 SLOW = pytest.mark.slow
 
 
-@pytest.mark.parametrize("kind,old,new", [("sqlite", 4, 3), pytest.param("sqlite", 4, 2, marks=SLOW), ("sqlite", 2, 4),
-                                          pytest.param("sqlite", 3, 5, marks=SLOW), pytest.param("postgres", 4, 3, marks=SLOW),
-                                          pytest.param("postgres", 2, 4, marks=SLOW), pytest.param("delta", 4, 3, marks=SLOW),
-                                          pytest.param("delta", 2, 4, marks=SLOW)])
+@pytest.mark.parametrize(
+    "kind,old,new",
+    [
+        ("sqlite", 4, 3),
+        pytest.param("sqlite", 4, 2, marks=SLOW),
+        ("sqlite", 2, 4),
+        pytest.param("sqlite", 3, 5, marks=SLOW),
+        pytest.param("postgres", 4, 3, marks=SLOW),
+        pytest.param("postgres", 2, 4, marks=SLOW),
+        pytest.param("delta", 4, 3, marks=SLOW),
+        pytest.param("delta", 2, 4, marks=SLOW),
+    ],
+)
 def test_a_partial_batch_finishes_on_its_layout_then_the_new_count_applies(spark, tmp_path, request, kind, old, new):
     """A batch fails after some of its shards committed; the restart has another shard count.
     The unfinished batch completes on its recorded layout, the next batch uses the new one.
@@ -287,7 +314,9 @@ def test_an_endpoint_restored_from_an_older_backup_is_refused(spark, tmp_path, e
     ep.restore(backup)
     restored = ep.view()
     write_orders(data, files=1, per_file=80, customers=40, seed=7, start=4)
-    with pytest.raises(RecoveryError, match=r"holds batch 1, older than the recovery log's batch 3.*Nothing was changed"):
+    with pytest.raises(
+        RecoveryError, match=r"holds batch 1, older than the recovery log's batch 3.*Nothing was changed"
+    ):
         run(spark, spec)
     assert ep.view() == restored
 
@@ -314,8 +343,13 @@ def test_two_jobs_from_python_on_one_schema_each_own_their_view(spark, tmp_path,
         write_orders(data, files=files, per_file=60, customers=30, seed=10 + i + start, start=start)
         df = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(data))
         tidemark.materialize(
-            df, collection={"key": ["/customer"], "schema": ORDERS_SCHEMA}, endpoint=ep.endpoint(),
-            resource={"table": f"customers{i}"}, checkpoint=str(tmp_path / f"chk{i}"), shards=2, spark=spark,
+            df,
+            collection={"key": ["/customer"], "schema": ORDERS_SCHEMA},
+            endpoint=ep.endpoint(),
+            resource={"table": f"customers{i}"},
+            checkpoint=str(tmp_path / f"chk{i}"),
+            shards=2,
+            spark=spark,
             available_now=True,
         ).await_termination()
         return data
@@ -372,8 +406,11 @@ def test_a_renamed_table_is_refused_naming_the_old_one_then_reset_builds_it_comp
     renamed["materializations"]["view"]["bindings"][0]["resource"] = {"table": "customers_v2"}
     open(spec, "w").write(yaml.safe_dump(renamed))
     write_orders(data, files=1, per_file=80, customers=40, seed=22, start=2)
-    with pytest.raises(RecoveryError, match=r"'customers', now 'customers_v2'.*tidemark reset SPEC -m view.*"
-                                            r"Nothing was changed"):
+    with pytest.raises(
+        RecoveryError,
+        match=r"'customers', now 'customers_v2'.*tidemark reset SPEC -m view.*"
+        r"Nothing was changed",
+    ):
         run(spark, spec)
     assert ep.view() == expected and ep.view("customers_v2") == {} and ep.positions() == before
 
@@ -413,14 +450,27 @@ def test_a_second_run_of_a_running_checkpoint_is_refused_at_once(spark, tmp_path
     expected = ep.view()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from tidemark.runtime.lease import Lease; "
-         "l = Lease(sys.argv[2], 'view'); l.acquire(); l.keep(); print('held', flush=True); sys.stdin.readline(); "
-         "l.release()", root, str(tmp_path / "checkpoints" / "view")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); from tidemark.runtime.lease import Lease; "
+            "l = Lease(sys.argv[2], 'view'); l.acquire(); l.keep(); print('held', flush=True); sys.stdin.readline(); "
+            "l.release()",
+            root,
+            str(tmp_path / "checkpoints" / "view"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        cli = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"],
-                             capture_output=True, text=True, timeout=120)
+        cli = subprocess.run(
+            [sys.executable, "-m", "tidemark", "run", spec, "--available-now"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cli.returncode != 0
         first = cli.stderr.strip().splitlines()[0]
         assert "in use by another run" in first and f"pid {holder.pid}" in first, cli.stderr

@@ -29,18 +29,30 @@ NAME = "view"
 def endpoint_of(kind: str, request, tmp, tag: str) -> tuple[dict, str]:
     """The spec's endpoint and the resource key that names a binding's resource."""
     if kind == "mysql":
-        return {"mysql": {"url": request.getfixturevalue("mysql_url"), "schema": request.getfixturevalue("mysql_db")}}, "table"
+        return {
+            "mysql": {"url": request.getfixturevalue("mysql_url"), "schema": request.getfixturevalue("mysql_db")}
+        }, "table"
     if kind == "iceberg":
-        return {"iceberg": {"catalog": {"uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": str(tmp / "wh")},
-                            "namespace": "ops"}}, "table"
+        return {
+            "iceberg": {
+                "catalog": {"uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": str(tmp / "wh")},
+                "namespace": "ops",
+            }
+        }, "table"
     if kind == "store":
         return {"store": {"path": str(tmp / "store")}}, "name"
     if kind == "kafka":
-        return {"kafka": {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap"), "state": str(tmp / "state"),
-                          "progress_topic": f"{tag}-progress"}}, "topic"
+        return {
+            "kafka": {
+                "bootstrap_servers": request.getfixturevalue("kafka_bootstrap"),
+                "state": str(tmp / "state"),
+                "progress_topic": f"{tag}-progress",
+            }
+        }, "topic"
     if kind == "nats":
-        return {"nats": {"url": request.getfixturevalue("nats_url"), "state": str(tmp / "state"),
-                         "stream": tag.upper()}}, "subject"
+        return {
+            "nats": {"url": request.getfixturevalue("nats_url"), "state": str(tmp / "state"), "stream": tag.upper()}
+        }, "subject"
     if kind == "redis":
         from tests.integration.redis_support import REDIS_URL
 
@@ -56,11 +68,16 @@ def endpoint_of(kind: str, request, tmp, tag: str) -> tuple[dict, str]:
 
 def write_spec(folder, data, endpoint: dict, resource: dict, name: str = NAME, key=("/customer",)) -> str:
     spec = {
-        "collections": {"orders": {"key": list(key), "schema": ORDERS_SCHEMA,
-                                   "source": {"format": "json", "path": str(data),
-                                              "options": {"maxFilesPerTrigger": 1}}}},
-        "materializations": {name: {"endpoint": endpoint, "shards": 2,
-                                    "bindings": [{"source": "orders", "resource": resource}]}},
+        "collections": {
+            "orders": {
+                "key": list(key),
+                "schema": ORDERS_SCHEMA,
+                "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}},
+            }
+        },
+        "materializations": {
+            name: {"endpoint": endpoint, "shards": 2, "bindings": [{"source": "orders", "resource": resource}]}
+        },
         "checkpoint": str(folder / "checkpoints"),
     }
     folder.mkdir(exist_ok=True)
@@ -121,7 +138,9 @@ def test_each_mistake_is_refused_then_the_view_runs_on_exact(spark, tmp_path, re
     # another key for the live view: old-key and new-key documents would stand side by side
     rekeyed = write_spec(tmp_path / "rekeyed", data, endpoint, resource, key=("/customer", "/city"))
     shutil.copytree(home / "checkpoints", tmp_path / "rekeyed" / "checkpoints")
-    with pytest.raises(RecoveryError, match=r"keyed by \['/customer'\], now \['/customer', '/city'\].*Nothing was changed"):
+    with pytest.raises(
+        RecoveryError, match=r"keyed by \['/customer'\], now \['/customer', '/city'\].*Nothing was changed"
+    ):
         run(spark, rekeyed)
 
     # another job (its own name and checkpoint) on this view's resource; per-materialization

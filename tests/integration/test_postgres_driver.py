@@ -20,14 +20,40 @@ import psycopg
 import pytest
 
 from tests.integration.test_sqlite_driver import (
-    HALF, MAT, apply, binding, cp, doc, load_all, open_session, store_msg, txn,
+    HALF,
+    MAT,
+    apply,
+    binding,
+    cp,
+    doc,
+    load_all,
+    open_session,
+    store_msg,
+    txn,
 )
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import (
-    AuthenticationFailed, DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError,
+    AuthenticationFailed,
+    DriverError,
+    EndpointUnavailable,
+    FencedOff,
+    IncompatibleSchema,
+    RecoveryError,
+    SpecError,
 )
-from tidemark.protocol.messages import Acknowledge, Apply, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Validate
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Apply,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Validate,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -79,11 +105,27 @@ def test_round_trip_upsert_delete(driver, postgres_url, schema):
     assert driver.dump(MAT, b) == {("a",): doc("a", 2), ("b",): doc("b", 20)}
     [row] = driver.checkpoints(MAT)
     assert row.runtime_checkpoint == cp(1) and row.fence == 1
-    types = dict(sql(postgres_url, "SELECT column_name, data_type FROM information_schema.columns "
-                                   "WHERE table_schema = %s AND table_name = 'customers'", (schema,)))
-    assert types == {"customer": "text", "amount": "bigint", "score": "double precision", "vip": "boolean",
-                     "tags": "jsonb", "seen": "timestamp with time zone", "meta": "jsonb", "flow_document": "jsonb"}
-    rows = sql(postgres_url, f'SELECT customer, amount, score, vip, tags, flow_document FROM "{schema}".customers ORDER BY 1')
+    types = dict(
+        sql(
+            postgres_url,
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'customers'",
+            (schema,),
+        )
+    )
+    assert types == {
+        "customer": "text",
+        "amount": "bigint",
+        "score": "double precision",
+        "vip": "boolean",
+        "tags": "jsonb",
+        "seen": "timestamp with time zone",
+        "meta": "jsonb",
+        "flow_document": "jsonb",
+    }
+    rows = sql(
+        postgres_url, f'SELECT customer, amount, score, vip, tags, flow_document FROM "{schema}".customers ORDER BY 1'
+    )
     assert rows == [("a", 2, 1.0, False, ["2"], doc("a", 2)), ("b", 20, 10.0, True, ["20"], doc("b", 20))]
     t2, opened = open_session(driver, b)
     assert opened.runtime_checkpoint == cp(1)
@@ -93,7 +135,8 @@ def test_round_trip_upsert_delete(driver, postgres_url, schema):
     txn(t3, b, [doc("d", 1, seen="2024-05-01T12:00:00+02:00")], 2)
     t3.close()
     assert sql(postgres_url, f'SELECT seen FROM "{schema}".customers WHERE customer = %s', ("d",)) == [
-        (dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc),)]
+        (dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc),)
+    ]
 
 
 def test_loaded_keys_are_updated_in_place_and_vanished_rows_written_again(driver, postgres_url, schema):
@@ -107,8 +150,14 @@ def test_loaded_keys_are_updated_in_place_and_vanished_rows_written_again(driver
     t, _ = open_session(driver, b)
     assert len(txn(t, b, [doc("k1", 10), doc("k2", 20), doc("new", 7)], 1)) == 2
     t.close()
-    assert driver.dump(MAT, b) == {("k0",): doc("k0", 0), ("k1",): doc("k1", 10), ("k2",): doc("k2", 20),
-                                   ("k3",): doc("k3", 3), ("k4",): doc("k4", 4), ("new",): doc("new", 7)}
+    assert driver.dump(MAT, b) == {
+        ("k0",): doc("k0", 0),
+        ("k1",): doc("k1", 10),
+        ("k2",): doc("k2", 20),
+        ("k3",): doc("k3", 3),
+        ("k4",): doc("k4", 4),
+        ("new",): doc("new", 7),
+    }
     t, _ = open_session(driver, b)
     t.acknowledge(Acknowledge())
     assert set(load_all(t, 0, [("k3",), ("k4",)])) == {("k3",), ("k4",)}
@@ -199,8 +248,10 @@ def test_concurrent_shards_commit_different_ranges(driver):
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=shard, args=(Range(0, HALF), "L")),
-               threading.Thread(target=shard, args=(Range(HALF + 1, 0xFFFFFFFF), "R"))]
+    threads = [
+        threading.Thread(target=shard, args=(Range(0, HALF), "L")),
+        threading.Thread(target=shard, args=(Range(HALF + 1, 0xFFFFFFFF), "R")),
+    ]
     for th in threads:
         th.start()
     for th in threads:
@@ -248,7 +299,10 @@ def test_schema_evolution(driver, postgres_url, schema):
     t, _ = open_session(driver, grown)
     txn(t, grown, [doc("b", 2, city="Oslo")], 1)
     t.close()
-    assert sql(postgres_url, f'SELECT customer, city FROM "{schema}".customers ORDER BY 1') == [("a", None), ("b", "Oslo")]
+    assert sql(postgres_url, f'SELECT customer, city FROM "{schema}".customers ORDER BY 1') == [
+        ("a", None),
+        ("b", "Oslo"),
+    ]
     with pytest.raises(IncompatibleSchema, match="amount"):
         driver.validate(Validate(MAT, {}, (binding(types={"amount": "string"}),)))
     with pytest.raises(IncompatibleSchema, match="key"):
@@ -258,11 +312,16 @@ def test_schema_evolution(driver, postgres_url, schema):
     assert apply(driver, grown).action_description == "nothing to do"
     # a field leaves the schema: its column stays, and Apply says that nothing writes it
     shrunk = dataclasses.replace(grown, fields=tuple(f for f in grown.fields if f.name != "score"))
-    assert apply(driver, shrunk).action_description == f"leave column score of {schema}.customers as it is: no field writes it"
+    assert (
+        apply(driver, shrunk).action_description
+        == f"leave column score of {schema}.customers as it is: no field writes it"
+    )
     t, _ = open_session(driver, shrunk)
     txn(t, shrunk, [doc("a", 7)], 2)
     t.close()
-    assert sql(postgres_url, f'SELECT amount, score FROM "{schema}".customers WHERE customer = %s', ("a",)) == [(7, 0.5)]
+    assert sql(postgres_url, f'SELECT amount, score FROM "{schema}".customers WHERE customer = %s', ("a",)) == [
+        (7, 0.5)
+    ]
 
 
 def test_a_widened_field_changes_its_column_and_recomputes_it(driver, postgres_url, schema):
@@ -281,15 +340,23 @@ def test_a_widened_field_changes_its_column_and_recomputes_it(driver, postgres_u
     wide = binding(types={"amount": "number", "vip": "json"}, extra=(Field(odd, f"/{odd}", "number"),))
     driver.validate(Validate(MAT, {}, (wide,)))
     done = apply(driver, wide).action_description
-    assert (f"change column amount of {schema}.customers from bigint to double precision "
-            "(recomputed from flow_document)") in done
+    assert (
+        f"change column amount of {schema}.customers from bigint to double precision (recomputed from flow_document)"
+    ) in done
     assert f"change column vip of {schema}.customers from boolean to jsonb" in done
-    types = dict(sql(postgres_url, "SELECT column_name, data_type FROM information_schema.columns "
-                                   "WHERE table_schema = %s AND table_name = 'customers'", (schema,)))
+    types = dict(
+        sql(
+            postgres_url,
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'customers'",
+            (schema,),
+        )
+    )
     assert (types["amount"], types["vip"]) == ("double precision", "jsonb")
-    assert sql(postgres_url, f"SELECT customer, amount, vip, flow_document->'amount', \"o'k\\\" "
-                             f"FROM \"{schema}\".customers ORDER BY 1") == [
-        ("a", 5.0, False, 5, 3.0), ("b", float(big), True, big, None)]
+    assert sql(
+        postgres_url,
+        f'SELECT customer, amount, vip, flow_document->\'amount\', "o\'k\\" FROM "{schema}".customers ORDER BY 1',
+    ) == [("a", 5.0, False, 5, 3.0), ("b", float(big), True, big, None)]
 
     t, _ = open_session(driver, wide)
     txn(t, wide, [dict(doc("c", 1), amount=2.5, vip="gold", **{odd: 0.5})], 1)
@@ -312,15 +379,22 @@ def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_u
     sql(postgres_url, f'CREATE TABLE "{schema}".by_hand ({cols})')
     sql(postgres_url, f"INSERT INTO \"{schema}\".by_hand VALUES ('a', 5, 1.0, false, '[]')")
     sql(postgres_url, f'CREATE TABLE "{schema}".text_doc ({cols}, flow_document text NOT NULL)')
-    sql(postgres_url, f'CREATE TABLE "{schema}".audited ({cols}, flow_document jsonb NOT NULL, '
-                      "updated_by text NOT NULL, seen timestamptz NOT NULL DEFAULT now())")
-    for table, reason in [("by_hand", "exists but has no 'flow_document' column"),
-                          ("text_doc", "column 'flow_document' is text, tidemark needs jsonb or json"),
-                          ("audited", "column 'updated_by' is NOT NULL without a default")]:
+    sql(
+        postgres_url,
+        f'CREATE TABLE "{schema}".audited ({cols}, flow_document jsonb NOT NULL, '
+        "updated_by text NOT NULL, seen timestamptz NOT NULL DEFAULT now())",
+    )
+    for table, reason in [
+        ("by_hand", "exists but has no 'flow_document' column"),
+        ("text_doc", "column 'flow_document' is text, tidemark needs jsonb or json"),
+        ("audited", "column 'updated_by' is NOT NULL without a default"),
+    ]:
         with pytest.raises(IncompatibleSchema, match=rf"{schema}\.{table}'.*{reason}"):
             driver.validate(Validate(MAT, {}, (binding(table),)))
     assert sql(postgres_url, f'SELECT customer, amount FROM "{schema}".by_hand') == [("a", 5)]
-    assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [(3,)]  # nothing made
+    assert sql(postgres_url, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)) == [
+        (3,)
+    ]  # nothing made
 
     # a json (not jsonb) document column is fine: PostgreSQL casts on assignment
     sql(postgres_url, f'CREATE TABLE "{schema}".json_doc ({cols}, flow_document json NOT NULL)')
@@ -332,7 +406,8 @@ def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, postgres_u
 
     sql(postgres_url, f"ALTER TABLE \"{schema}\".audited ALTER COLUMN updated_by SET DEFAULT 'tidemark'")
     assert apply(driver, binding("audited")).action_description == "; ".join(
-        f"leave column {c} of {schema}.audited as it is: no field writes it" for c in ("seen", "updated_by"))
+        f"leave column {c} of {schema}.audited as it is: no field writes it" for c in ("seen", "updated_by")
+    )
     t, _ = open_session(driver, binding("audited"))
     txn(t, binding("audited"), [doc("b", 2)], 2)
     t.close()
@@ -343,9 +418,14 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
     """View tables get room on each page for updated rows (HOT updates); append-only tables
     do not unless their resource asks; a resource overrides the endpoint; an existing table is left as it is; a value
     out of range is a SpecError that names it, from Validate, before anything is created."""
+
     def options(table):
-        rows = sql(postgres_url, "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                                 "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
+        rows = sql(
+            postgres_url,
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        )
         return rows[0][0] if rows else "missing"
 
     dense = dataclasses.replace(binding("dense"), resource={"table": "dense", "fillfactor": 50})
@@ -362,8 +442,11 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
     t.close()
     assert sql(postgres_url, f'SELECT amount FROM "{schema}".customers') == [(2,)]
 
-    sql(postgres_url, f'CREATE TABLE "{schema}".mine (customer text PRIMARY KEY, amount bigint, score double precision, '
-                      'vip boolean, tags jsonb, flow_document jsonb NOT NULL)')
+    sql(
+        postgres_url,
+        f'CREATE TABLE "{schema}".mine (customer text PRIMARY KEY, amount bigint, score double precision, '
+        "vip boolean, tags jsonb, flow_document jsonb NOT NULL)",
+    )
     apply(driver, binding("mine"))
     assert options("mine") is None  # not altered
 
@@ -374,7 +457,9 @@ def test_fillfactor_of_new_view_tables(driver, config, postgres_url, schema):
     finally:
         full.close()
     for bad in (5, 101, "ten", 7.5, True, "²"):
-        with pytest.raises(SpecError, match=r"fillfactor must be an integer from 10 to 100.*" + repr(bad).replace(".", r"\.")):
+        with pytest.raises(
+            SpecError, match=r"fillfactor must be an integer from 10 to 100.*" + repr(bad).replace(".", r"\.")
+        ):
             PostgresDriver(dict(config, fillfactor=bad))
     wrong = dataclasses.replace(dense, resource={"table": "wrong", "fillfactor": 0})
     with pytest.raises(SpecError, match=r"binding '\w+\.wrong': resource fillfactor .* got 0"):
@@ -414,24 +499,33 @@ def test_identifiers_longer_than_postgres_allows(driver, config, postgres_url, s
     """PostgreSQL cuts identifiers at 63 bytes without a word. A value field with a longer name is
     not a column (its value stays in the document); two such names sharing 63 bytes no longer
     collide; a long table, schema or key name is refused by Validate, before any data moves."""
-    fits = "f" * 63                      # exactly 63 bytes: a column
-    long1 = "g" * 63 + "_one"            # 67 bytes
-    long2 = "g" * 63 + "_two"            # the same first 63 bytes
-    wide = "é" * 32                      # 32 characters, 64 bytes
+    fits = "f" * 63  # exactly 63 bytes: a column
+    long1 = "g" * 63 + "_one"  # 67 bytes
+    long2 = "g" * 63 + "_two"  # the same first 63 bytes
+    wide = "é" * 32  # 32 characters, 64 bytes
     b = binding(types={fits: "string", long1: "string", long2: "integer", wide: "string"})
     validated = driver.validate(Validate(MAT, driver.config, (b,)))
     assert set(validated.bindings[0].constraints) == {long1, long2, wide}
     applied = apply(driver, b)
-    assert f"leave field {long1} out of" in applied.action_description and "stays in flow_document" in \
-        applied.action_description
+    assert (
+        f"leave field {long1} out of" in applied.action_description
+        and "stays in flow_document" in applied.action_description
+    )
     t, _ = open_session(driver, b)
     d = {"customer": "a", fits: "x", long1: "y", long2: 2, wide: "z"}
     txn(t, b, [d], 0)
     assert txn(t, b, [dict(d, **{long2: 3})], 1) == {("a",): d}
     t.close()
     assert driver.dump(MAT, b) == {("a",): dict(d, **{long2: 3})}
-    cols = [r[0] for r in sql(postgres_url, "SELECT column_name FROM information_schema.columns "
-                              "WHERE table_schema = %s AND table_name = 'customers' ORDER BY ordinal_position", (schema,))]
+    cols = [
+        r[0]
+        for r in sql(
+            postgres_url,
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'customers' ORDER BY ordinal_position",
+            (schema,),
+        )
+    ]
     assert cols == ["customer", "amount", "score", "vip", "tags", fits, "flow_document"]
     assert sql(postgres_url, f'SELECT "{fits}", flow_document->>%s FROM "{schema}".customers', (long1,)) == [("x", "y")]
     again = apply(driver, b).action_description  # a second Apply adds nothing
@@ -448,12 +542,19 @@ def test_identifiers_longer_than_postgres_allows(driver, config, postgres_url, s
         driver.validate(Validate(MAT, driver.config, (own_schema,)))
 
 
-@pytest.mark.parametrize("where, bad, named", [
-    ("value column", dict(doc("a", 1), note="x\x00y"), "document of key ['a'] (at /note)"),
-    ("nested, document only", dict(doc("a", 1), meta={"z": ["ok", "p\x00q"]}), "document of key ['a'] (at /meta/z/1)"),
-    ("property name", dict(doc("a", 1), meta={"n\x00l": 1}), "document of key ['a'] (at /meta/n\x00l)"),
-    ("key", doc("c\x00d", 1), "key ['c\\x00d']"),
-])
+@pytest.mark.parametrize(
+    "where, bad, named",
+    [
+        ("value column", dict(doc("a", 1), note="x\x00y"), "document of key ['a'] (at /note)"),
+        (
+            "nested, document only",
+            dict(doc("a", 1), meta={"z": ["ok", "p\x00q"]}),
+            "document of key ['a'] (at /meta/z/1)",
+        ),
+        ("property name", dict(doc("a", 1), meta={"n\x00l": 1}), "document of key ['a'] (at /meta/n\x00l)"),
+        ("key", doc("c\x00d", 1), "key ['c\\x00d']"),
+    ],
+)
 def test_nul_characters_are_named_and_nothing_is_committed(driver, where, bad, named):
     """PostgreSQL's text and jsonb cannot hold U+0000; its error names only a COPY line. The
     driver's names the key, and the path in the document, and commits nothing."""
@@ -480,8 +581,11 @@ def test_a_value_postgres_refuses_is_named_by_key_and_field(driver):
     t, _ = open_session(driver, b)
     good = doc("keep", 1, seen="2024-06-30T23:59:60Z")  # a leap second: PostgreSQL takes it
     txn(t, b, [good], 0)
-    with pytest.raises(DriverError, match=r"the document of key \['b'\]: field 'seen' \(timestamp with time zone\) "
-                                          r"was refused: date/time field value out of range: \"2024-02-30") as exc:
+    with pytest.raises(
+        DriverError,
+        match=r"the document of key \['b'\]: field 'seen' \(timestamp with time zone\) "
+        r"was refused: date/time field value out of range: \"2024-02-30",
+    ) as exc:
         txn(t, b, [doc("a", 1, seen="2024-01-01T00:00:00Z"), doc("b", 2, seen="2024-02-30T00:00:00Z")], 1)
     assert "Nothing of this shard's transaction was committed" in str(exc.value)
     assert not isinstance(exc.value, EndpointUnavailable)
@@ -494,7 +598,9 @@ def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     apply(driver, b)
     old, _ = open_session(driver, b)
     new, _ = open_session(driver, b)
-    bad = [{"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": {"x": 1}}]
+    bad = [
+        {"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": {"x": 1}}
+    ]
     for t in (old, new):
         t.acknowledge(Acknowledge())
         t.flush(Flush())
@@ -502,8 +608,10 @@ def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
     with pytest.raises(FencedOff):
         old.start_commit(StartCommit(cp(0)))
     new.start_commit(StartCommit(cp(0)))
-    rows = sql(postgres_url, "SELECT materialization, batch_id, location, key_json, reason, value "
-                             f'FROM "{schema}".tidemark_quarantine')
+    rows = sql(
+        postgres_url,
+        f'SELECT materialization, batch_id, location, key_json, reason, value FROM "{schema}".tidemark_quarantine',
+    )
     assert rows == [(MAT, 0, "orders-0001.json:7", '["x"]', "amount: not an integer", '{"x":1}')]
     old.close()
     new.close()
@@ -511,8 +619,14 @@ def test_quarantine_commits_with_the_transaction(driver, postgres_url, schema):
 
 def test_passwords_are_redacted(postgres_url, caplog):
     url_form = {"url": f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "retry": {"attempts": 2, "base_delay": 0}}
-    field_form = {"host": "127.0.0.1", "port": 1, "user": "postgres", "password": SECRET, "database": "test",
-                  "retry": {"attempts": 2, "base_delay": 0}}
+    field_form = {
+        "host": "127.0.0.1",
+        "port": 1,
+        "user": "postgres",
+        "password": SECRET,
+        "database": "test",
+        "retry": {"attempts": 2, "base_delay": 0},
+    }
     for config in (url_form, field_form):
         d = PostgresDriver(config)
         assert SECRET not in repr(d) and SECRET not in repr(d.settings) and SECRET not in str(d.spec())
@@ -530,6 +644,7 @@ def test_passwords_are_redacted(postgres_url, caplog):
         caplog.clear()
         d.close()
     from tidemark.drivers.common.redact import redact
+
     assert SECRET not in redact(f"postgresql://u:{SECRET}@h/db password={SECRET} password='{SECRET}'")
 
 
@@ -537,8 +652,13 @@ def test_wrong_credentials_are_terminal(postgres_url):
     # trust authentication accepts any password, so use a role that does not exist:
     # the server refuses it over TCP exactly like a wrong password.
     info = psycopg.conninfo.conninfo_to_dict(postgres_url)
-    config = {"host": info.get("host", "127.0.0.1"), "port": info.get("port", 5432), "database": info.get("dbname", "test"),
-              "user": f"nobody_{uuid.uuid4().hex[:6]}", "password": SECRET}
+    config = {
+        "host": info.get("host", "127.0.0.1"),
+        "port": info.get("port", 5432),
+        "database": info.get("dbname", "test"),
+        "user": f"nobody_{uuid.uuid4().hex[:6]}",
+        "password": SECRET,
+    }
     d = PostgresDriver(config)
     with pytest.raises(AuthenticationFailed) as exc:
         d.apply(Apply(MAT, config, ()))
@@ -552,9 +672,9 @@ def test_values_round_trip_exactly(driver, postgres_url, schema):
     integers beyond 64 bits (kept exact), floats, nulls, composite keys."""
     b = binding(extra=(Field("note", "/note", "string"), Field("meta", "/meta", "object")))
     apply(driver, b)
-    weird = "tab\there\nnew\rline \\N back\\slash \"quote\" é 😀 \\t"
+    weird = 'tab\there\nnew\rline \\N back\\slash "quote" é 😀 \\t'
     docs = [
-        doc(weird, 1, note=weird, meta={"big": 2 ** 70, "neg": -(2 ** 65), "f": 0.1, "s": weird, "n": None}),
+        doc(weird, 1, note=weird, meta={"big": 2**70, "neg": -(2**65), "f": 0.1, "s": weird, "n": None}),
         doc("plain", 2, note=None, meta=None),
         doc("k" + "1" * 25, 3, note="digits " + "9" * 30),
         dict(doc("float-int", 4), amount=4.0, score=float("1e16")),  # 4.0 is an integer in JSON Schema
@@ -562,11 +682,13 @@ def test_values_round_trip_exactly(driver, postgres_url, schema):
     t, _ = open_session(driver, b)
     txn(t, b, docs, 0)
     assert sql(postgres_url, f'SELECT note FROM "{schema}".customers WHERE customer = %s', (weird,)) == [(weird,)]
-    big = sql(postgres_url, f"SELECT flow_document->'meta'->>'big' FROM \"{schema}\".customers WHERE customer = %s",
-              (weird,))
-    assert big == [(str(2 ** 70),)]
-    assert sql(postgres_url, f'SELECT amount, score, vip FROM "{schema}".customers WHERE customer = %s',
-               ("float-int",)) == [(4, 1e16, False)]
+    big = sql(
+        postgres_url, f"SELECT flow_document->'meta'->>'big' FROM \"{schema}\".customers WHERE customer = %s", (weird,)
+    )
+    assert big == [(str(2**70),)]
+    assert sql(
+        postgres_url, f'SELECT amount, score, vip FROM "{schema}".customers WHERE customer = %s', ("float-int",)
+    ) == [(4, 1e16, False)]
     loaded = txn(t, b, [doc(weird, 5), doc("plain", 6), doc("k" + "1" * 25, 7), doc("float-int", 8)], 1)
     t.close()
     assert loaded == {(d["customer"],): d for d in docs}
@@ -576,8 +698,15 @@ def test_tls_options(postgres_url):
     info = psycopg.conninfo.conninfo_to_dict(postgres_url)
     with pytest.raises(SpecError, match="sslmode"):
         PostgresDriver({"url": postgres_url, "sslmode": "sometimes"})
-    d = PostgresDriver({"url": postgres_url, "sslmode": "verify-full", "sslrootcert": "/nonexistent/ca.pem",
-                        "sslcert": "/nonexistent/client.crt", "sslkey": "/nonexistent/client.key"})
+    d = PostgresDriver(
+        {
+            "url": postgres_url,
+            "sslmode": "verify-full",
+            "sslrootcert": "/nonexistent/ca.pem",
+            "sslcert": "/nonexistent/client.crt",
+            "sslkey": "/nonexistent/client.key",
+        }
+    )
     params = psycopg.conninfo.conninfo_to_dict(d.settings.conninfo)
     assert params["sslmode"] == "verify-full" and params["sslrootcert"] == "/nonexistent/ca.pem"
     assert params["sslcert"] == "/nonexistent/client.crt" and params["sslkey"] == "/nonexistent/client.key"
@@ -587,8 +716,9 @@ def test_tls_options(postgres_url):
     assert not isinstance(exc.value, EndpointUnavailable)  # a misconfiguration is not retried
     d.close()
     ssl_on = sql(postgres_url, "SHOW ssl")[0][0] == "on"
-    d = PostgresDriver({"url": postgres_url, "sslmode": "require", "password": SECRET,
-                        "retry": {"attempts": 3, "base_delay": 0}})
+    d = PostgresDriver(
+        {"url": postgres_url, "sslmode": "require", "password": SECRET, "retry": {"attempts": 3, "base_delay": 0}}
+    )
     try:
         if ssl_on:  # pragma: no cover - the test server has TLS off
             assert d.checkpoints(MAT) == []
@@ -602,7 +732,10 @@ def test_tls_options(postgres_url):
 
 def instant_binding(table="events"):
     """Keyed by a ``format: date-time`` string."""
-    fields = (Field("at", "/at", "string", format="date-time", is_key=True, nullable=False), Field("n", "/n", "integer"))
+    fields = (
+        Field("at", "/at", "string", format="date-time", is_key=True, nullable=False),
+        Field("n", "/n", "integer"),
+    )
     return dataclasses.replace(binding(table), key=("/at",), fields=fields)
 
 
@@ -617,18 +750,30 @@ def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, postgres
     txn(t, b, docs, 0)
     assert txn(t, b, [{"at": "2026-01-01T10:00:00Z", "n": 3}], 1) == {("2026-01-01T10:00:00Z",): docs[0]}
     t.close()
-    assert driver.dump(MAT, b) == {("2026-01-01T10:00:00Z",): {"at": "2026-01-01T10:00:00Z", "n": 3},
-                                   ("2026-01-01T12:00:00+02:00",): docs[1]}
-    assert sql(postgres_url, "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
-                             "table_name = 'events' AND column_name = 'at'", (schema,)) == [("text",)]
+    assert driver.dump(MAT, b) == {
+        ("2026-01-01T10:00:00Z",): {"at": "2026-01-01T10:00:00Z", "n": 3},
+        ("2026-01-01T12:00:00+02:00",): docs[1],
+    }
+    assert sql(
+        postgres_url,
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = %s AND "
+        "table_name = 'events' AND column_name = 'at'",
+        (schema,),
+    ) == [("text",)]
 
 
 def test_a_timestamptz_key_column_is_refused_naming_the_reason_and_reset(driver, postgres_url, schema):
     """A table made with the key as timestamptz (by an older tidemark) is refused before anything is
     written, rather than collapse two keys into one row."""
     sql(postgres_url, f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    sql(postgres_url, f'CREATE TABLE "{schema}".events (at timestamp with time zone PRIMARY KEY, n bigint, '
-                      "flow_document jsonb NOT NULL)")
-    with pytest.raises(IncompatibleSchema, match=r"key column 'at' is timestamp with time zone, where two spellings of "
-                                                 r"one instant .* start this view over with `tidemark reset`"):
+    sql(
+        postgres_url,
+        f'CREATE TABLE "{schema}".events (at timestamp with time zone PRIMARY KEY, n bigint, '
+        "flow_document jsonb NOT NULL)",
+    )
+    with pytest.raises(
+        IncompatibleSchema,
+        match=r"key column 'at' is timestamp with time zone, where two spellings of "
+        r"one instant .* start this view over with `tidemark reset`",
+    ):
         apply(driver, instant_binding())

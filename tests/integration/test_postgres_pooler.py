@@ -66,8 +66,12 @@ ignore_startup_parameters = application_name,extra_float_digits
             os.chown(name, owner.pw_uid, owner.pw_gid)
     # In the foreground, logging to stderr as well: its "listening on" line is the signal
     # that it accepts connections.
-    proc = subprocess.Popen([*run_as, binary, "-v", os.path.join(base, "pgbouncer.ini")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*run_as, binary, "-v", os.path.join(base, "pgbouncer.ini")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     for line in proc.stderr:
         seen.append(line)

@@ -23,7 +23,14 @@ import psycopg
 import pytest
 
 from tests.helpers import (
-    free_port, normalize, oracle_orders, orders_spec, postgres_view, server_user, skip_unless_required, write_orders,
+    free_port,
+    normalize,
+    oracle_orders,
+    orders_spec,
+    postgres_view,
+    server_user,
+    skip_unless_required,
+    write_orders,
 )
 from tests.integration.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
 from tidemark.drivers.postgres import PostgresDriver
@@ -51,17 +58,43 @@ class TlsServer:
         self.client_cert, self.client_key = client_cert, client_key
 
     def config(self, schema: str, **extra) -> dict:
-        return {"host": "localhost", "port": self.port, "user": "postgres", "database": "postgres",
-                "schema": schema, "sslmode": "verify-full", "sslrootcert": self.ca_file, **extra}
+        return {
+            "host": "localhost",
+            "port": self.port,
+            "user": "postgres",
+            "database": "postgres",
+            "schema": schema,
+            "sslmode": "verify-full",
+            "sslrootcert": self.ca_file,
+            **extra,
+        }
 
     def stop(self) -> None:
-        subprocess.run([*self.run_as, os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*self.run_as, os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop"],
+            check=True,
+            capture_output=True,
+        )
 
     def start(self) -> None:
-        subprocess.run([*self.run_as, os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-l",
-                        os.path.join(self.base, "log"), "-w", "-t", "60", "-o", self.options, "start"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                *self.run_as,
+                os.path.join(self.bindir, "pg_ctl"),
+                "-D",
+                self.data,
+                "-l",
+                os.path.join(self.base, "log"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                self.options,
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
 
     def admin(self) -> psycopg.Connection:
         """A connection over the Unix socket (trusted), to set up and inspect."""
@@ -87,8 +120,10 @@ def tls_server():
     own(base, 0o700)
     ca, other_ca = trustme.CA(), trustme.CA()
     server_cert = ca.issue_cert("localhost")
-    files = {name: os.path.join(base, name) for name in
-             ("ca.crt", "other-ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+    files = {
+        name: os.path.join(base, name)
+        for name in ("ca.crt", "other-ca.crt", "server.crt", "server.key", "client.crt", "client.key")
+    }
     ca.cert_pem.write_to_path(files["ca.crt"])
     other_ca.cert_pem.write_to_path(files["other-ca.crt"])
     server_cert.cert_chain_pems[0].write_to_path(files["server.crt"])
@@ -104,25 +139,67 @@ def tls_server():
     os.chmod(base, 0o711)  # the client reads its files and the CA by path; the data dir stays 0700
 
     port = free_port()
-    subprocess.run([*run_as, os.path.join(bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
-                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *run_as,
+            os.path.join(bindir, "initdb"),
+            "-D",
+            data,
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ],
+        check=True,
+        capture_output=True,
+    )
     with open(os.path.join(data, "pg_hba.conf"), "w") as f:
-        f.write("local all all trust\n"
-                f"hostssl all {CERT_USER} 127.0.0.1/32 cert\n"
-                f"hostssl all {CERT_USER} ::1/128 cert\n"
-                f"hostssl all {PASSWORD_USER} 127.0.0.1/32 scram-sha-256\n"
-                f"hostssl all {PASSWORD_USER} ::1/128 scram-sha-256\n"
-                "hostssl all all 127.0.0.1/32 trust\n"
-                "hostssl all all ::1/128 trust\n"
-                "hostnossl all all 0.0.0.0/0 reject\n"
-                "hostnossl all all ::/0 reject\n")
-    options = " ".join([
-        f"-c port={port}", "-c listen_addresses=localhost", f"-c unix_socket_directories={base}",
-        "-c ssl=on", f"-c ssl_cert_file={files['server.crt']}", f"-c ssl_key_file={files['server.key']}",
-        f"-c ssl_ca_file={files['ca.crt']}", "-c fsync=off", "-c shared_buffers=16MB", "-c max_connections=20",
-    ])
-    started = subprocess.run([*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-l", os.path.join(base, "log"),
-                              "-w", "-t", "60", "-o", options, "start"], capture_output=True, text=True)
+        f.write(
+            "local all all trust\n"
+            f"hostssl all {CERT_USER} 127.0.0.1/32 cert\n"
+            f"hostssl all {CERT_USER} ::1/128 cert\n"
+            f"hostssl all {PASSWORD_USER} 127.0.0.1/32 scram-sha-256\n"
+            f"hostssl all {PASSWORD_USER} ::1/128 scram-sha-256\n"
+            "hostssl all all 127.0.0.1/32 trust\n"
+            "hostssl all all ::1/128 trust\n"
+            "hostnossl all all 0.0.0.0/0 reject\n"
+            "hostnossl all all ::/0 reject\n"
+        )
+    options = " ".join(
+        [
+            f"-c port={port}",
+            "-c listen_addresses=localhost",
+            f"-c unix_socket_directories={base}",
+            "-c ssl=on",
+            f"-c ssl_cert_file={files['server.crt']}",
+            f"-c ssl_key_file={files['server.key']}",
+            f"-c ssl_ca_file={files['ca.crt']}",
+            "-c fsync=off",
+            "-c shared_buffers=16MB",
+            "-c max_connections=20",
+        ]
+    )
+    started = subprocess.run(
+        [
+            *run_as,
+            os.path.join(bindir, "pg_ctl"),
+            "-D",
+            data,
+            "-l",
+            os.path.join(base, "log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if started.returncode != 0:
         log = open(os.path.join(base, "log")).read() if os.path.exists(os.path.join(base, "log")) else ""
         shutil.rmtree(base, ignore_errors=True)
@@ -136,8 +213,9 @@ def tls_server():
             con.execute(f"CREATE ROLE \"{PASSWORD_USER}\" LOGIN PASSWORD '{SECRET}'")
         yield server
     finally:
-        subprocess.run([*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*run_as, os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"], capture_output=True
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -148,9 +226,11 @@ def tls_schema(tls_server):
 
 def _ssl_sessions(server: TlsServer, user: str) -> list[tuple]:
     with server.admin() as con:
-        return con.execute("SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-                           "WHERE a.usename = %s AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()",
-                           (user,)).fetchall()
+        return con.execute(
+            "SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.usename = %s AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()",
+            (user,),
+        ).fetchall()
 
 
 def test_verify_full_round_trip(tls_server, tls_schema):
@@ -171,8 +251,9 @@ def test_verify_full_round_trip(tls_server, tls_schema):
     finally:
         d.close()
     # The same server without TLS: pg_hba.conf refuses it, a terminal error naming no secret.
-    plain = PostgresDriver(tls_server.config(tls_schema, sslmode="disable", password=SECRET,
-                                             retry={"attempts": 3, "base_delay": 0}))
+    plain = PostgresDriver(
+        tls_server.config(tls_schema, sslmode="disable", password=SECRET, retry={"attempts": 3, "base_delay": 0})
+    )
     try:
         with pytest.raises(AuthenticationFailed, match="no encryption") as exc:
             plain.checkpoints(MAT)
@@ -182,8 +263,11 @@ def test_verify_full_round_trip(tls_server, tls_schema):
 
 
 def test_verify_full_refuses_a_certificate_from_another_ca(tls_server, tls_schema):
-    d = PostgresDriver(tls_server.config(tls_schema, sslrootcert=tls_server.other_ca_file, password=SECRET,
-                                         retry={"attempts": 3, "base_delay": 0}))
+    d = PostgresDriver(
+        tls_server.config(
+            tls_schema, sslrootcert=tls_server.other_ca_file, password=SECRET, retry={"attempts": 3, "base_delay": 0}
+        )
+    )
     try:
         with pytest.raises(DriverError, match="TLS settings refused") as exc:
             d.checkpoints(MAT)
@@ -212,8 +296,9 @@ def test_verify_full_checks_the_host_name_and_verify_ca_does_not(tls_server, tls
 
 def test_client_certificate_login(tls_server, tls_schema):
     """A role that may only log in with a certificate: sslcert/sslkey do it; without them it is refused."""
-    d = PostgresDriver(tls_server.config(tls_schema, user=CERT_USER, sslcert=tls_server.client_cert,
-                                         sslkey=tls_server.client_key))
+    d = PostgresDriver(
+        tls_server.config(tls_schema, user=CERT_USER, sslcert=tls_server.client_cert, sslkey=tls_server.client_key)
+    )
     try:
         b = binding()
         apply(d, b)
@@ -244,16 +329,26 @@ def test_spark_run_over_tls_with_separate_fields(spark, tmp_path, tls_server, tl
 
     data = tmp_path / "data"
     write_orders(data, files=2, per_file=100, customers=30, seed=77, deletes=0.05)
-    endpoint = tls_server.config(tls_schema, user=CERT_USER, sslcert=tls_server.client_cert,
-                                 sslkey=tls_server.client_key)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, max_files=1, name="view",
-                       endpoint={"postgres": endpoint})
+    endpoint = tls_server.config(
+        tls_schema, user=CERT_USER, sslcert=tls_server.client_cert, sslkey=tls_server.client_key
+    )
+    spec = orders_spec(
+        tmp_path, data_dir=data, db_path=None, shards=2, max_files=1, name="view", endpoint={"postgres": endpoint}
+    )
     reports: list = []
     run_spec(spec, spark=spark, on_batch=reports.append)
     assert [r.batch_id for r in reports] == [0, 1]
     conninfo = psycopg.conninfo.make_conninfo(
-        "", host="localhost", port=str(tls_server.port), user=CERT_USER, dbname="postgres", sslmode="verify-full",
-        sslrootcert=tls_server.ca_file, sslcert=tls_server.client_cert, sslkey=tls_server.client_key)
+        "",
+        host="localhost",
+        port=str(tls_server.port),
+        user=CERT_USER,
+        dbname="postgres",
+        sslmode="verify-full",
+        sslrootcert=tls_server.ca_file,
+        sslcert=tls_server.client_cert,
+        sslkey=tls_server.client_key,
+    )
     assert normalize(postgres_view(conninfo, tls_schema)) == oracle_orders(data)
 
 
@@ -267,10 +362,14 @@ def test_wrong_password_is_refused_terminally_and_never_shown(tls_server, tls_sc
     finally:
         d.close()
     wrong = "Wr0ng-" + SECRET
-    url = (f"postgresql://{PASSWORD_USER}:{wrong}@localhost:{tls_server.port}/postgres"
-           f"?sslmode=verify-full&sslrootcert={tls_server.ca_file}")
-    for config in (tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong),
-                   {"url": url, "schema": tls_schema}):
+    url = (
+        f"postgresql://{PASSWORD_USER}:{wrong}@localhost:{tls_server.port}/postgres"
+        f"?sslmode=verify-full&sslrootcert={tls_server.ca_file}"
+    )
+    for config in (
+        tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong),
+        {"url": url, "schema": tls_schema},
+    ):
         d = PostgresDriver({**config, "retry": {"attempts": 3, "base_delay": 0}})
         try:
             with pytest.raises(AuthenticationFailed, match=PASSWORD_USER) as exc:
@@ -298,8 +397,9 @@ def test_a_server_that_comes_back_is_reached_by_the_retry_policy(tls_server, tls
     handler = StartOnFirstRetry(level=logging.WARNING)
     logging.getLogger("tidemark.policy").addHandler(handler)
     tls_server.stop()
-    d = PostgresDriver(tls_server.config(tls_schema, user=PASSWORD_USER, password=SECRET,
-                                         retry={"attempts": 5, "base_delay": 0.01}))
+    d = PostgresDriver(
+        tls_server.config(tls_schema, user=PASSWORD_USER, password=SECRET, retry={"attempts": 5, "base_delay": 0.01})
+    )
     try:
         assert d.checkpoints(MAT) == []
     finally:
@@ -320,11 +420,20 @@ def test_tidemark_run_finds_a_wrong_password_before_spark_starts(tls_server, tls
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=10, customers=5, seed=3)
     wrong = "Wr0ng-" + SECRET
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None,
-                       endpoint={"postgres": tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong)})
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        endpoint={"postgres": tls_server.config(tls_schema, user=PASSWORD_USER, password=wrong)},
+    )
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    done = subprocess.run(
+        [sys.executable, "-m", "tidemark", "run", spec, "--available-now"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]

@@ -120,8 +120,17 @@ VIEW_BATCH_CASES = [
     ([(0, HALF, 3), (HALF + 1, 0xFFFFFFFF, 3)], (3, 3)),
     ([(0, HALF, 3), (HALF + 1, 0xFFFFFFFF, 2)], (2, 3)),  # a shard is committing
     ([(0, 0xFFFFFFFF, 1), (0, HALF, 3), (HALF + 1, 0xFFFFFFFF, 3)], (3, 3)),  # 1 -> 2 shards: old row at 1
-    ([(0, 0x3FFFFFFF, 1), (0x40000000, HALF, 1), (HALF + 1, 0xBFFFFFFF, 1), (0xC0000000, 0xFFFFFFFF, 1),
-      (0, HALF, 4), (HALF + 1, 0xFFFFFFFF, 3)], (3, 4)),  # 4 -> 2 shards, mid-commit
+    (
+        [
+            (0, 0x3FFFFFFF, 1),
+            (0x40000000, HALF, 1),
+            (HALF + 1, 0xBFFFFFFF, 1),
+            (0xC0000000, 0xFFFFFFFF, 1),
+            (0, HALF, 4),
+            (HALF + 1, 0xFFFFFFFF, 3),
+        ],
+        (3, 4),
+    ),  # 4 -> 2 shards, mid-commit
     ([(0, 0xFFFFFFFF, 2), (0, HALF, 3)], (2, 3)),  # 1 -> 2 shards: one new range committed, one never opened
     ([(0, HALF, None), (HALF + 1, 0xFFFFFFFF, None)], (-1, -1)),  # opened, nothing committed
 ]
@@ -184,7 +193,8 @@ def test_sqlite_queries_of_the_page(spark, tmp_path, monkeypatch):
     assert dict(cols)["amount"] == "INTEGER" and dict(cols)["flow_document"] == "TEXT"
     check_top(con.execute(block("sqlite-top")).fetchall(), view)
     assert con.execute(block("sqlite-nested")).fetchall() == [
-        (c, len(d["items"]), 1 if d["flags"].get("big_spender") else None) for c, d in sorted(view.items())]
+        (c, len(d["items"]), 1 if d["flags"].get("big_spender") else None) for c, d in sorted(view.items())
+    ]
     assert con.execute(block("sqlite-unnest")).fetchall() == item_counts(view)
     con.execute(block("sqlite-view-batches"))
     assert con.execute(block("view-batches-select")).fetchone() == (0, 0)
@@ -203,8 +213,7 @@ def test_postgres_queries_of_the_page_and_a_batch_half_committed(spark, tmp_path
 
     data = tmp_path / "data"
     quickstart_orders(data, files=2, seed=72)
-    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=2, name=MAT,
-                         max_files=2)
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=2, name=MAT, max_files=2)
     assert run(spark, spec) == [0]
     view = oracle_orders(data)
     url = postgres_url + ("&" if "?" in postgres_url else "?") + f"options=-csearch_path%3D{pg_schema}"
@@ -215,7 +224,8 @@ def test_postgres_queries_of_the_page_and_a_batch_half_committed(spark, tmp_path
         assert dict(cols)["amount"] == "bigint" and dict(cols)["flow_document"] == "jsonb"
         check_top(con.execute(block("postgres-top")).fetchall(), view)
         assert con.execute(block("postgres-nested")).fetchall() == [
-            (c, len(d["items"]), True if d["flags"].get("big_spender") else None) for c, d in sorted(view.items())]
+            (c, len(d["items"]), True if d["flags"].get("big_spender") else None) for c, d in sorted(view.items())
+        ]
         assert con.execute(block("postgres-unnest")).fetchall() == item_counts(view)
         con.execute(block("postgres-index"))
         assert [c for (c,) in con.execute(block("postgres-contains")).fetchall()] == big_spenders(view)
@@ -244,10 +254,12 @@ def test_postgres_queries_of_the_page_and_a_batch_half_committed(spark, tmp_path
             rows = dict(con.execute("SELECT customer, flow_document FROM customers").fetchall())
         # The held key's range is still at batch 0, the other range at batch 1.
         held_half = in_first_half(held)
-        assert {c: d for c, d in rows.items() if in_first_half(c) == held_half} == \
-            {c: d for c, d in view.items() if in_first_half(c) == held_half}
-        assert {c: d for c, d in rows.items() if in_first_half(c) != held_half} == \
-            {c: d for c, d in new.items() if in_first_half(c) != held_half}
+        assert {c: d for c, d in rows.items() if in_first_half(c) == held_half} == {
+            c: d for c, d in view.items() if in_first_half(c) == held_half
+        }
+        assert {c: d for c, d in rows.items() if in_first_half(c) != held_half} == {
+            c: d for c, d in new.items() if in_first_half(c) != held_half
+        }
         assert any(new[c] != view.get(c) for c in new if in_first_half(c) != held_half)
         with pytest.raises(TimeoutError, match="batches 0 to 1"):
             read_consistent(url, MAT, "SELECT customer FROM customers", timeout=0.3)
@@ -288,7 +300,8 @@ def test_delta_queries_of_the_page(spark, tmp_path, monkeypatch):
     assert ns["version_of_batch"]("lake/customers", 2) is None
     first = oracle_of(data, 1)
     assert sorted(ns["rows_0"], key=lambda r: r["customer"]) == [
-        {"customer": c, "amount": d["amount"]} for c, d in sorted(first.items())]
+        {"customer": c, "amount": d["amount"]} for c, d in sorted(first.items())
+    ]
     assert first != view
     ops = [h["operation"] for h in sorted(ns["dt"].history(), key=lambda h: h["version"])]
     assert ops[-2:] == ["MERGE", "MERGE"]  # one commit per batch, every shard in it

@@ -37,8 +37,14 @@ def store(redis_url, redis_ns):
 
 def start(redis_url, ns, how):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    child = subprocess.Popen([sys.executable, CHILD, redis_url, ns, str(N), how], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    child = subprocess.Popen(
+        [sys.executable, CHILD, redis_url, ns, str(N), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert child.stdout.readline().strip() == "committing", child.stderr.read()
     return child, child.stdout.readline().strip()
 

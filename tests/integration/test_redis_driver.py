@@ -21,7 +21,15 @@ from tidemark.drivers.base import CommitPattern, capabilities_of  # noqa: E402
 from tidemark.drivers.registry import load_driver  # noqa: E402
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, SpecError  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, Flush, Load, Open, Quarantine, Range, StartCommit, Validate,
+    Acknowledge,
+    Apply,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Validate,
 )
 
 
@@ -132,8 +140,19 @@ def test_quarantined_rows_commit_with_the_batch(driver, redis_ns):
     t.acknowledge(Acknowledge())
     t.flush(Flush())
     t.store(store_msg(b, [doc("a", 1)]))
-    t.quarantine(Quarantine(({"binding": 0, "location": "/amount", "key_json": '["x"]', "reason": "not an integer",
-                              "value": {"customer": "x", "amount": "lots"}},)))
+    t.quarantine(
+        Quarantine(
+            (
+                {
+                    "binding": 0,
+                    "location": "/amount",
+                    "key_json": '["x"]',
+                    "reason": "not an integer",
+                    "value": {"customer": "x", "amount": "lots"},
+                },
+            )
+        )
+    )
     assert driver.quarantined(MAT) == []  # nothing before the commit
     t.start_commit(StartCommit(cp(0)))
     [row] = driver.quarantined(MAT)
@@ -196,8 +215,13 @@ def test_drop_removes_documents_rows_checkpoints_and_quarantine(driver, redis_ns
 
 
 def test_an_unreachable_server_is_transient_and_the_password_is_not_shown():
-    d = load_driver("redis", {"url": f"redis://:s3cretpw@127.0.0.1:{free_port()}/0",
-                              "retry": {"attempts": 2, "base_delay": 0, "connect_timeout": 1}})
+    d = load_driver(
+        "redis",
+        {
+            "url": f"redis://:s3cretpw@127.0.0.1:{free_port()}/0",
+            "retry": {"attempts": 2, "base_delay": 0, "connect_timeout": 1},
+        },
+    )
     with pytest.raises(EndpointUnavailable) as err:
         d.open(Open(MAT, "v1", Range(), bindings=(binding(),)))
     assert "s3cretpw" not in str(err.value) and "127.0.0.1" in str(err.value)
@@ -214,8 +238,11 @@ def test_a_second_materialization_on_a_prefix_is_refused_until_the_first_is_rese
     driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-1"))
     driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-1"))  # its owner goes on
     for dry in (True, False):
-        with pytest.raises(RecoveryError, match=f"prefix '{redis_ns}customers:' is written by materialization "
-                                                "'first' of tidemark checkpoint cp-1.*Nothing was changed"):
+        with pytest.raises(
+            RecoveryError,
+            match=f"prefix '{redis_ns}customers:' is written by materialization "
+            "'first' of tidemark checkpoint cp-1.*Nothing was changed",
+        ):
             driver.apply(Apply("second", {}, (b,), checkpoint_id="cp-2", dry_run=dry))
     with pytest.raises(RecoveryError, match="checkpoint cp-1, not by 'first' of checkpoint cp-9"):
         driver.apply(Apply("first", {}, (b,), checkpoint_id="cp-9"))  # the first view's checkpoint deleted

@@ -50,12 +50,10 @@ def test_one_shard_then_two_is_exact(spark, tmp_path, redis_url, redis_ns):
     driver.close()
 
 
-def test_at_least_once_mode_is_exact_without_crashes_and_warns_about_sums(spark, tmp_path, redis_url, redis_ns,
-                                                                          caplog):
+def test_at_least_once_mode_is_exact_without_crashes_and_warns_about_sums(spark, tmp_path, redis_url, redis_ns, caplog):
     data, prefix = tmp_path / "data", redis_ns + "customers:"
     write_orders(data, files=2, per_file=150, customers=40, seed=133, deletes=0.05)
-    spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=2,
-                      mode="at-least-once")
+    spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=2, mode="at-least-once")
     with caplog.at_level(logging.WARNING, logger="tidemark"):
         run(spark, spec)
     assert "uses sum, append reductions, which an at-least-once endpoint (redis) may apply twice" in caplog.text

@@ -39,9 +39,22 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                                      "--dir", str(self.folder), "--save", "", *self.settings],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.folder),
+                "--save",
+                "",
+                *self.settings,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 20
         while True:
@@ -127,8 +140,9 @@ def test_without_the_aof_data_and_checkpoint_are_lost_together(server_factory, c
     d.close()
 
 
-@pytest.mark.parametrize("policy,refused", [("allkeys-lru", True), ("allkeys-random", True),
-                                            ("volatile-lru", False), ("noeviction", False)])
+@pytest.mark.parametrize(
+    "policy,refused", [("allkeys-lru", True), ("allkeys-random", True), ("volatile-lru", False), ("noeviction", False)]
+)
 def test_a_server_that_may_evict_the_view_is_refused_at_validate(server_factory, policy, refused):
     """``maxmemory`` with an ``allkeys-*`` policy evicts keys without a TTL — a view's
     documents and checkpoints — when the server is full: refused at Validate (so by
@@ -140,8 +154,10 @@ def test_a_server_that_may_evict_the_view_is_refused_at_validate(server_factory,
     b = binding()
     with load_driver("redis", {"url": server.url}) as d:
         if refused:
-            with pytest.raises(IncompatibleSchema, match=f"maxmemory-policy {policy}.*CONFIG SET maxmemory-policy "
-                                                         "noeviction.*Nothing was changed"):
+            with pytest.raises(
+                IncompatibleSchema,
+                match=f"maxmemory-policy {policy}.*CONFIG SET maxmemory-policy noeviction.*Nothing was changed",
+            ):
                 d.validate(Validate(MAT, d.config, (b,)))
         else:
             d.validate(Validate(MAT, d.config, (b,)))

@@ -12,7 +12,12 @@ pytest.importorskip("redis")
 from tests.helpers import free_port  # noqa: E402
 from tests.integration.redis_support import redis_ns, redis_url  # noqa: E402,F401
 from tidemark.errors import (  # noqa: E402
-    DocumentError, EndpointRefused, EndpointUnavailable, FencedOff, RecoveryError, SpecError,
+    DocumentError,
+    EndpointRefused,
+    EndpointUnavailable,
+    FencedOff,
+    RecoveryError,
+    SpecError,
 )
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range  # noqa: E402
 from tidemark.drivers.redis.store import AT_LEAST_ONCE, RedisConfig, RedisStore  # noqa: E402
@@ -226,8 +231,9 @@ def test_load_in_chunks_beyond_the_chunk_size(redis_url, redis_ns, prefix, monke
 
 
 def test_at_least_once_writes_without_fence_or_checkpoint(redis_url, redis_ns, prefix):
-    s = RedisStore(RedisConfig.from_config({"url": redis_url, "namespace": redis_ns, "mode": AT_LEAST_ONCE,
-                                            "write_chunk": 3}))
+    s = RedisStore(
+        RedisConfig.from_config({"url": redis_url, "namespace": redis_ns, "mode": AT_LEAST_ONCE, "write_chunk": 3})
+    )
     fence = s.open_range("view", FULL)
     assert (fence.fence, fence.checkpoint) == (0, None)
     assert s.write(docs(prefix, 10)) == 10
@@ -244,8 +250,11 @@ def test_at_least_once_writes_without_fence_or_checkpoint(redis_url, redis_ns, p
 
 def test_unreachable_server_is_transient_and_hides_the_password(redis_ns):
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
-    s = RedisStore(RedisConfig.from_config({"url": url, "namespace": redis_ns,
-                                            "retry": {"attempts": 2, "base_delay": 0, "max_delay": 0}}))
+    s = RedisStore(
+        RedisConfig.from_config(
+            {"url": url, "namespace": redis_ns, "retry": {"attempts": 2, "base_delay": 0, "max_delay": 0}}
+        )
+    )
     with pytest.raises(EndpointUnavailable) as info:
         s.open_range("view", FULL)
     assert "hunter2" not in str(info.value) and "127.0.0.1" in str(info.value)
@@ -262,13 +271,16 @@ def test_persistence_of_the_test_server_and_its_warning(store):
         assert ("appendonly no" in warning) == (p.appendonly == "no")
 
 
-@pytest.mark.parametrize("settings, expect", [
-    (("yes", "always", ""), None),
-    (("yes", "everysec", "3600 1"), "about the last second"),
-    (("yes", "no", ""), "kernel decides"),
-    (("no", "everysec", "3600 1 300 100"), "since the last RDB snapshot"),
-    (("no", "everysec", ""), "the whole view"),
-])
+@pytest.mark.parametrize(
+    "settings, expect",
+    [
+        (("yes", "always", ""), None),
+        (("yes", "everysec", "3600 1"), "about the last second"),
+        (("yes", "no", ""), "kernel decides"),
+        (("no", "everysec", "3600 1 300 100"), "since the last RDB snapshot"),
+        (("no", "everysec", ""), "the whole view"),
+    ],
+)
 def test_persistence_warning_texts(settings, expect):
     warning = Persistence(*settings).warning()
     if expect is None:

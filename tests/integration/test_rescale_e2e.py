@@ -36,9 +36,15 @@ def run_rescaled_2_4_3(spark, spec: str) -> list:
     return reports
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow),
-                                  pytest.param("delta", marks=pytest.mark.slow),
-                                  pytest.param("iceberg", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.slow),
+        pytest.param("delta", marks=pytest.mark.slow),
+        pytest.param("iceberg", marks=pytest.mark.slow),
+    ],
+)
 def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
     if kind == "iceberg":
         pytest.importorskip("pyiceberg")
@@ -56,7 +62,10 @@ def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind)
         assert ep.batches() == [0, 1, 2, 3, 4, 5]
     hist = tidemark.layout_history(spec)
     assert [(r["first"], r["last"], r["shards"], r["by"]) for r in hist["ranges"]] == [
-        (0, 1, 2, "configured"), (2, 3, 4, "scale"), (4, 5, 3, "scale")]
+        (0, 1, 2, "configured"),
+        (2, 3, 4, "scale"),
+        (4, 5, 3, "scale"),
+    ]
     assert hist["pending"] == [] and [r["done"]["batch_id"] for r in hist["requests"]] == [2, 4]
 
 
@@ -116,6 +125,7 @@ def test_live_rescale_2_4_3_on_the_store_kafka_and_nats(spark, tmp_path, request
 
         def view():
             return committed_view(url)
+
     reports = run_rescaled_2_4_3(spark, spec)
     assert sum(r.loaded for r in reports) > 0  # later batches loaded keys from the inherited local state
     assert normalize(view()) == oracle_orders(data)

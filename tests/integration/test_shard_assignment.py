@@ -53,8 +53,12 @@ def test_every_shard_lands_in_its_own_partition(spark, n):
     from pyspark.sql import functions as F
 
     df = spark.createDataFrame([(s,) for s in range(-1, n)], "shard int")
-    parts = (df.withColumn("_p", _partition_expr(F.col("shard"), n)).repartition(n, "_p")
-             .rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r["shard"]) for r in rows]).collect())
+    parts = (
+        df.withColumn("_p", _partition_expr(F.col("shard"), n))
+        .repartition(n, "_p")
+        .rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r["shard"]) for r in rows])
+        .collect()
+    )
     where = dict((shard, i) for i, shard in parts)
     assert {s: where[s] for s in range(n)} == {s: s for s in range(n)}
     assert where[-1] == 0  # no range: partition 0, whose reader refuses it

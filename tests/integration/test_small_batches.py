@@ -86,8 +86,14 @@ def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path
 
     data = tmp_path / "data"
     files = write_stream(data, files=4, per_file=150, customers=60, seed=68)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=4, schema=COMPILED_SCHEMA,
-                       endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}})
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=4,
+        schema=COMPILED_SCHEMA,
+        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+    )
 
     reports = _run(spark, spec)
     assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]

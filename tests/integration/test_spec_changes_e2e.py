@@ -35,11 +35,18 @@ def test_check_refuses_a_strategy_changed_on_a_live_view(spark, tmp_path, caplog
         yaml.safe_dump(spec, f)
     with pytest.raises(SpecError) as exc:
         check_spec(spec_path)
-    assert ("materialization 'view': a reduce strategy changed on a live view: "
-            "collections.orders.schema.properties.amount.reduce: sum -> maximize. "
-            "The view holds documents up to batch 0") in str(exc.value)
-    cli = subprocess.run([sys.executable, "-m", "tidemark", "check", spec_path], capture_output=True, text=True,
-                         env={**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=120)
+    assert (
+        "materialization 'view': a reduce strategy changed on a live view: "
+        "collections.orders.schema.properties.amount.reduce: sum -> maximize. "
+        "The view holds documents up to batch 0"
+    ) in str(exc.value)
+    cli = subprocess.run(
+        [sys.executable, "-m", "tidemark", "check", spec_path],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=120,
+    )
     assert cli.returncode == 1, cli.stdout + cli.stderr
     assert cli.stderr.startswith("error: ") and "sum -> maximize" in cli.stderr and "Traceback" not in cli.stderr
 
@@ -47,6 +54,8 @@ def test_check_refuses_a_strategy_changed_on_a_live_view(spark, tmp_path, caplog
     write_orders(data, files=1, per_file=50, customers=10, seed=22, start=1)
     with caplog.at_level(logging.WARNING, logger="tidemark"):
         run_spec(spec_path, spark=spark)
-    assert any("a reduce strategy changed since batch 0" in r.getMessage() and "sum -> maximize" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "a reduce strategy changed since batch 0" in r.getMessage() and "sum -> maximize" in r.getMessage()
+        for r in caplog.records
+    )
     assert check_spec(spec_path)

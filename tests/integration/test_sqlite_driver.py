@@ -20,7 +20,17 @@ from tidemark.faults import InjectedFault
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
     Quarantine,
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Range, StartCommit, Store, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
+    Validate,
 )
 
 MAT = "view"
@@ -35,8 +45,9 @@ def binding(table="customers", *, delta=False, extra=(), key_type="string", key_
     fields = [Field(key_name, f"/{key_name}", key_type, is_key=True, nullable=False)]
     fields += [Field(n, f"/{n}", t) for n, t in types.items()]
     fields += list(extra)
-    return BindingSpec(resource={"table": table}, collection="orders", key=(f"/{key_name}",),
-                       fields=tuple(fields), delta_updates=delta)
+    return BindingSpec(
+        resource={"table": table}, collection="orders", key=(f"/{key_name}",), fields=tuple(fields), delta_updates=delta
+    )
 
 
 def doc(key, amount, *, key_name="customer", **more):
@@ -127,11 +138,19 @@ def test_round_trip_upsert_delete(driver, db):
     assert row.range == Range() and row.runtime_checkpoint == cp(1)
     # typed columns, named as the properties; the document as JSON
     con = sqlite3.connect(db)
-    rows = con.execute('SELECT customer, amount, score, vip, tags, flow_document FROM customers ORDER BY customer').fetchall()
+    rows = con.execute(
+        "SELECT customer, amount, score, vip, tags, flow_document FROM customers ORDER BY customer"
+    ).fetchall()
     assert rows[1] == ("b", 20, 10.0, 1, '["20"]', json.dumps(doc("b", 20), separators=(",", ":")))
     types = {r[1]: r[2] for r in con.execute("PRAGMA table_info(customers)")}
-    assert types == {"customer": "TEXT", "amount": "INTEGER", "score": "REAL", "vip": "INTEGER", "tags": "TEXT",
-                     "flow_document": "TEXT"}
+    assert types == {
+        "customer": "TEXT",
+        "amount": "INTEGER",
+        "score": "REAL",
+        "vip": "INTEGER",
+        "tags": "TEXT",
+        "flow_document": "TEXT",
+    }
     con.close()
     # a new session resumes from the committed checkpoint
     t2, opened = open_session(driver, b)
@@ -254,12 +273,17 @@ def test_a_table_tidemark_did_not_make_is_refused_by_validate(driver, db):
     con.execute(f"CREATE TABLE by_hand ({cols})")
     con.execute(f"CREATE TABLE audited ({cols}, flow_document TEXT NOT NULL, updated_by TEXT NOT NULL)")
     con.commit()
-    for table, reason in [("by_hand", "exists but has no 'flow_document' column"),
-                          ("audited", "column 'updated_by' is NOT NULL without a default")]:
+    for table, reason in [
+        ("by_hand", "exists but has no 'flow_document' column"),
+        ("audited", "column 'updated_by' is NOT NULL without a default"),
+    ]:
         with pytest.raises(IncompatibleSchema, match=rf"\.{table}'.*{reason}"):
             driver.validate(Validate(MAT, {}, (binding(table),)))
-    con.executescript("DROP TABLE audited; CREATE TABLE audited (" + cols
-                      + ", flow_document TEXT NOT NULL, updated_by TEXT NOT NULL DEFAULT 'tidemark');")
+    con.executescript(
+        "DROP TABLE audited; CREATE TABLE audited ("
+        + cols
+        + ", flow_document TEXT NOT NULL, updated_by TEXT NOT NULL DEFAULT 'tidemark');"
+    )
     con.close()
     assert apply(driver, binding("audited")).action_description == "nothing to do"
     t, _ = open_session(driver, binding("audited"))
@@ -282,7 +306,10 @@ def test_schema_evolution(driver, db):
     txn(t, grown, [doc("b", 2, city="Oslo")], 1)
     t.close()
     con = sqlite3.connect(db)
-    assert con.execute("SELECT customer, city FROM customers ORDER BY customer").fetchall() == [("a", None), ("b", "Oslo")]
+    assert con.execute("SELECT customer, city FROM customers ORDER BY customer").fetchall() == [
+        ("a", None),
+        ("b", "Oslo"),
+    ]
     con.close()
     with pytest.raises(IncompatibleSchema, match="amount"):
         driver.validate(Validate(MAT, {}, (binding(types={"amount": "string"}),)))
@@ -298,7 +325,9 @@ def test_schema_evolution(driver, db):
     txn(t, wide, [dict(doc("c", 1), amount=2.5)], 2)
     t.close()
     con = sqlite3.connect(db)
-    assert con.execute("SELECT amount, typeof(amount) FROM customers WHERE customer = 'c'").fetchall() == [(2.5, "real")]
+    assert con.execute("SELECT amount, typeof(amount) FROM customers WHERE customer = 'c'").fetchall() == [
+        (2.5, "real")
+    ]
     con.close()
     with pytest.raises(IncompatibleSchema, match="amount"):  # SQLite changes no column's type
         driver.validate(Validate(MAT, {}, (binding(types={"amount": "json"}),)))
@@ -318,7 +347,9 @@ def test_injection_like_identifiers(driver, db):
     t.close()
     assert driver.dump(MAT, b) == {("a",): dict(d, select="where")}
     assert con.execute("SELECT count(*) FROM y").fetchone() == (0,)
-    assert con.execute(f'SELECT "amo""unt", "select" FROM "{evil.replace(chr(34), chr(34) * 2)}"').fetchall() == [(1, "where")]
+    assert con.execute(f'SELECT "amo""unt", "select" FROM "{evil.replace(chr(34), chr(34) * 2)}"').fetchall() == [
+        (1, "where")
+    ]
     con.close()
 
 
@@ -327,7 +358,9 @@ def test_quarantine_commits_with_the_transaction(driver, db):
     apply(driver, b)
     old, _ = open_session(driver, b)
     new, _ = open_session(driver, b)
-    bad = [{"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": '{"x":1}'}]
+    bad = [
+        {"location": "orders-0001.json:7", "key_json": '["x"]', "reason": "amount: not an integer", "value": '{"x":1}'}
+    ]
     old.acknowledge(Acknowledge())
     old.flush(Flush())
     old.quarantine(Quarantine(tuple(bad)))
@@ -338,7 +371,9 @@ def test_quarantine_commits_with_the_transaction(driver, db):
     new.quarantine(Quarantine(tuple(bad)))
     new.start_commit(StartCommit(cp(0)))
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT materialization, batch_id, location, key_json, reason, value FROM tidemark_quarantine").fetchall()
+    rows = con.execute(
+        "SELECT materialization, batch_id, location, key_json, reason, value FROM tidemark_quarantine"
+    ).fetchall()
     assert rows == [(MAT, 0, "orders-0001.json:7", '["x"]', "amount: not an integer", '{"x":1}')]
     con.close()
     old.close()
@@ -448,6 +483,8 @@ def test_table_names_that_differ_only_in_case_are_one_table_with_one_owner(drive
     from tidemark.protocol.messages import Apply
 
     driver.apply(Apply("first", {}, (binding("orders"),), checkpoint_id="cp-1"))
-    with pytest.raises(RecoveryError, match=r"table 'ORDERS' is written by materialization 'first'.*Nothing was changed"):
+    with pytest.raises(
+        RecoveryError, match=r"table 'ORDERS' is written by materialization 'first'.*Nothing was changed"
+    ):
         driver.apply(Apply("second", {}, (binding("ORDERS"),), checkpoint_id="cp-2"))
     assert driver.apply(Apply("first", {}, (binding("orders"),), checkpoint_id="cp-1"))  # its owner goes on

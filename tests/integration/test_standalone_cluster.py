@@ -29,6 +29,8 @@ def _on_executors(monkeypatch):
     """These tests are about shard tasks on the cluster's workers: no batch runs its shard
     sessions in the driver (``small_batch_keys``; the runs inherit the environment)."""
     monkeypatch.setenv("TIDEMARK_SMALL_BATCH_KEYS", "0")
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -43,11 +45,22 @@ def schema(postgres_url):
 
 
 def child(spec: str, master: str, **conf) -> subprocess.Popen:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "TIDEMARK_DRIVER_MEMORY": "1g"}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "TIDEMARK_DRIVER_MEMORY": "1g",
+    }
     args = [f"{k}={v}" for k, v in conf.items()]
-    return subprocess.Popen([sys.executable, "-m", "tests.integration.cluster_child", spec, master, *args], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.cluster_child", spec, master, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def executors(checkpoints: str, name: str = "view") -> set:
@@ -89,8 +102,9 @@ def test_postgres_and_delta_views_are_exact_with_tasks_on_both_workers(standalon
     assert normalize(postgres_view(postgres_url, schema)) == oracle_orders(data)
     assert len(executors(str(tmp_path / "pg" / "checkpoints"))) == 2  # shard tasks ran on both workers
 
-    spec = orders_spec(tmp_path / "delta", data_dir=data, db_path=None, shards=2,
-                       endpoint={"delta": {"path": str(tmp_path / "lake")}})
+    spec = orders_spec(
+        tmp_path / "delta", data_dir=data, db_path=None, shards=2, endpoint={"delta": {"path": str(tmp_path / "lake")}}
+    )
     assert run_until_done(spec, master=standalone.url).kills == 0
     from deltalake import DeltaTable
 
@@ -132,22 +146,41 @@ def test_a_speculative_attempt_wins_and_the_stalled_one_is_fenced(standalone, tm
     spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=schema, shards=4)
     marker, events = tmp_path / "stalled", tmp_path / "events"
     events.mkdir()
-    proc = child(spec, standalone.url, **{
-        "spark.speculation": "true", "spark.speculation.interval": "100ms", "spark.speculation.quantile": "0.5",
-        "spark.speculation.multiplier": "1.5", "spark.speculation.minTaskRuntime": "1s",
-        "spark.speculation.efficiency.enabled": "false",  # else a task that read its rows fast is never "slow"
-        "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{events}", "spark.eventLog.compress": "false",
-        "spark.executorEnv.TIDEMARK_FAULTS": f"mid_store:stall=20!once={marker}"})
+    proc = child(
+        spec,
+        standalone.url,
+        **{
+            "spark.speculation": "true",
+            "spark.speculation.interval": "100ms",
+            "spark.speculation.quantile": "0.5",
+            "spark.speculation.multiplier": "1.5",
+            "spark.speculation.minTaskRuntime": "1s",
+            "spark.speculation.efficiency.enabled": "false",  # else a task that read its rows fast is never "slow"
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"file://{events}",
+            "spark.eventLog.compress": "false",
+            "spark.executorEnv.TIDEMARK_FAULTS": f"mid_store:stall=20!once={marker}",
+        },
+    )
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
     assert normalize(postgres_view(postgres_url, schema)) == oracle_orders(data)
     _, pid = open(marker).read().split()
     await_exit(int(pid), 60)  # the stalled attempt ended (fenced, or killed by Spark)
     logs = [f for f in glob.glob(str(events / "**" / "*"), recursive=True) if os.path.isfile(f)]
-    starts = [json.loads(line) for f in logs for line in open(f, errors="replace")
-              if '"SparkListenerTaskStart"' in line]
+    starts = [
+        json.loads(line) for f in logs for line in open(f, errors="replace") if '"SparkListenerTaskStart"' in line
+    ]
     ends = [json.loads(line) for f in logs for line in open(f, errors="replace") if '"SparkListenerTaskEnd"' in line]
-    summary = [(e["Stage ID"], e["Task Info"]["Index"], e["Task Info"]["Attempt"], e["Task Info"]["Speculative"],
-                e["Task Info"]["Finish Time"] - e["Task Info"]["Launch Time"], e["Task End Reason"]["Reason"])
-               for e in ends]
+    summary = [
+        (
+            e["Stage ID"],
+            e["Task Info"]["Index"],
+            e["Task Info"]["Attempt"],
+            e["Task Info"]["Speculative"],
+            e["Task Info"]["Finish Time"] - e["Task Info"]["Launch Time"],
+            e["Task End Reason"]["Reason"],
+        )
+        for e in ends
+    ]
     assert any(s["Task Info"].get("Speculative") for s in starts), f"Spark launched no speculative attempt: {summary}"

@@ -45,9 +45,13 @@ def test_status_counts_the_kafka_messages_past_the_committed_offsets(kafka_broke
     assert st.input.kind == "offsets" and st.input.read_to == {"0": {"orders": {"0": 3, "1": 2}}}
     assert st.input.offsets_waiting == (5 - 3) + (5 - 2) and st.behind is True
 
-    done = subprocess.run([sys.executable, "-m", "tidemark", "status", "--checkpoint", chk, "--kafka-bootstrap",
-                           kafka_broker.bootstrap], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": "80"})
+    done = subprocess.run(
+        [sys.executable, "-m", "tidemark", "status", "--checkpoint", chk, "--kafka-bootstrap", kafka_broker.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("orders_view (postgres): behind: 5 message(s) waiting, 1 planned batch(es)"), lines
@@ -55,6 +59,13 @@ def test_status_counts_the_kafka_messages_past_the_committed_offsets(kafka_broke
     assert all(len(ln) <= 80 for ln in lines), lines
 
     # without the brokers' address: the offsets, and the hint
-    lines = [ln for ln in subprocess.run([sys.executable, "-m", "tidemark", "status", "--checkpoint", chk],
-                                         capture_output=True, text=True, timeout=60).stdout.splitlines()]
+    lines = [
+        ln
+        for ln in subprocess.run(
+            [sys.executable, "-m", "tidemark", "status", "--checkpoint", chk],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.splitlines()
+    ]
     assert any("give --kafka-bootstrap" in ln for ln in lines), lines

@@ -22,7 +22,18 @@ from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.naming import binding_id
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.protocol.messages import (
-    Acknowledge, Apply, BindingSpec, Field, Flush, Load, Open, Quarantine, Range, StartCommit, Store, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Load,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Store,
+    Validate,
 )
 from tests.integration.store_view_child import expected_keys
 
@@ -39,9 +50,14 @@ def cp(batch: int, checkpoint_id: str = "cp1") -> dict:
 
 def store_msg(binding: int, docs: dict, deletes=()) -> Store:
     keys = sorted(docs) + sorted(deletes)
-    return Store(binding, tuple((k,) for k in keys), tuple(() for _ in keys),
-                 tuple(docs.get(k, {"id": k}) for k in keys), tuple(False for _ in keys),
-                 tuple(k in deletes for k in keys))
+    return Store(
+        binding,
+        tuple((k,) for k in keys),
+        tuple(() for _ in keys),
+        tuple(docs.get(k, {"id": k}) for k in keys),
+        tuple(False for _ in keys),
+        tuple(k in deletes for k in keys),
+    )
 
 
 def commit(driver, batch: int, views: dict, deletes=(), log: dict | None = None, rng=Range(), quarantine=()):
@@ -60,11 +76,25 @@ def commit(driver, batch: int, views: dict, deletes=(), log: dict | None = None,
 
 def write_spec(tmp_path, config: dict, name="m") -> str:
     spec = {
-        "collections": {"events": {"key": ["/id"], "schema": {
-            "type": "object", "required": ["id"], "properties": {"id": {"type": "string"}, "n": {"type": "integer"}}}}},
-        "materializations": {name: {"endpoint": {"store": config}, "bindings": [
-            {"source": "events", "resource": {"name": "totals"}},
-            {"source": "events", "resource": {"name": "log"}, "delta_updates": True}]}},
+        "collections": {
+            "events": {
+                "key": ["/id"],
+                "schema": {
+                    "type": "object",
+                    "required": ["id"],
+                    "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
+                },
+            }
+        },
+        "materializations": {
+            name: {
+                "endpoint": {"store": config},
+                "bindings": [
+                    {"source": "events", "resource": {"name": "totals"}},
+                    {"source": "events", "resource": {"name": "log"}, "delta_updates": True},
+                ],
+            }
+        },
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -124,11 +154,25 @@ def test_validate_and_apply(tmp_path):
 def test_sessions_views_deltas_quarantine_and_queries(tmp_path):
     d = StoreDriver({"path": str(tmp_path / "st")})
     d.apply(Apply("m", {}, BINDINGS, checkpoint_id="cp1"))
-    assert commit(d, 0, {"a": {"id": "a", "n": 1}, "b": {"id": "b", "n": 2}, "c": {"id": "c", "n": 3}},
-                  log={"a": {"id": "a", "n": 1}}).runtime_checkpoint is None
-    opened = commit(d, 1, {"a": {"id": "a", "n": 10}}, deletes=("b",), log={"a": {"id": "a", "n": 9}},
-                    quarantine=[{"binding": 0, "location": f"f:{i}", "key_json": None, "reason": "bad", "value": "x"}
-                                for i in range(300)])  # row numbers past 127: keys that are not UTF-8
+    assert (
+        commit(
+            d,
+            0,
+            {"a": {"id": "a", "n": 1}, "b": {"id": "b", "n": 2}, "c": {"id": "c", "n": 3}},
+            log={"a": {"id": "a", "n": 1}},
+        ).runtime_checkpoint
+        is None
+    )
+    opened = commit(
+        d,
+        1,
+        {"a": {"id": "a", "n": 10}},
+        deletes=("b",),
+        log={"a": {"id": "a", "n": 9}},
+        quarantine=[
+            {"binding": 0, "location": f"f:{i}", "key_json": None, "reason": "bad", "value": "x"} for i in range(300)
+        ],
+    )  # row numbers past 127: keys that are not UTF-8
     assert opened.runtime_checkpoint == cp(0)
     # Loads are read-committed: deferred until Acknowledged, then the committed documents.
     txn, opened = d.open(Open("m", "v1", Range(), bindings=BINDINGS))
@@ -171,8 +215,11 @@ def test_many_keys_in_key_order_over_four_shards_and_a_split(tmp_path):
     keys = [f"k{i:03d}" for i in range(300)]
     for batch, n in enumerate((1, 4)):  # 1 shard, then a split into 4
         for rng in Range.split(n):
-            mine = {k: {"id": k, "n": batch} for k in keys
-                    if rng.contains(key_hash_of(tidemark_key([k], binding_id("totals"))))}
+            mine = {
+                k: {"id": k, "n": batch}
+                for k in keys
+                if rng.contains(key_hash_of(tidemark_key([k], binding_id("totals"))))
+            }
             commit(d, batch, mine, rng=rng)
     spec = write_spec(tmp_path, {"path": str(tmp_path / "st")})
     with tidemark.open_view(spec, "totals") as view:
@@ -219,8 +266,14 @@ def test_restore_from_the_changelog_after_the_local_store_is_deleted(tmp_path):
 
 def _child(args: dict) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "tests.integration.store_view_child", json.dumps(args)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.store_view_child", json.dumps(args)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("spill", [False, True], ids=["write-batch", "spilled"])
@@ -267,13 +320,25 @@ def test_cli_query(tmp_path):
 
     def query(*args):
         env = dict(os.environ, PYTHONPATH=ROOT)
-        proc = subprocess.run([sys.executable, "-m", "tidemark", "query", spec, *args], cwd="/", env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tidemark", "query", spec, *args],
+            cwd="/",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
-    assert query("--view", "totals") == (0, [{"id": k, "n": n} for k, n in (("a", 1), ("b", 0), ("c", 3), ("ü", 2))], "")
+    assert query("--view", "totals") == (
+        0,
+        [{"id": k, "n": n} for k, n in (("a", 1), ("b", 0), ("c", 3), ("ü", 2))],
+        "",
+    )
     assert query("--view", "totals", "--key", '"c"', "--key", '["a"]', "--key", '"zz"')[1] == [
-        {"id": "a", "n": 1}, {"id": "c", "n": 3}]
+        {"id": "a", "n": 1},
+        {"id": "c", "n": 3},
+    ]
     assert query("--view", "m/log", "--prefix", '["a"]', "--isolation", "read-uncommitted")[1] == [{"id": "a", "n": 7}]
     rc, _, err = query("--view", "totals", "--isolation", "dirty")
     assert rc == 1 and "read-committed or read-uncommitted" in err

@@ -59,8 +59,7 @@ def test_a_write_buffer_smaller_than_one_batch_spills(spark, tmp_path):
 def test_restore_from_the_changelog_after_the_local_store_is_deleted(spark, tmp_path):
     data = tmp_path / "data"
     write_orders(data, files=3, per_file=150, customers=50, seed=61, deletes=0.05)
-    spec = store_spec(tmp_path, data, 2, changelog=str(tmp_path / "checkpoints" / "store-changelog"),
-                      snapshot_every=2)
+    spec = store_spec(tmp_path, data, 2, changelog=str(tmp_path / "checkpoints" / "store-changelog"), snapshot_every=2)
     run(spark, spec)
     expected = oracle_orders(data)
     assert normalize(store_view(spec)) == expected

@@ -33,7 +33,13 @@ class Child:
             env["TIDEMARK_FAULTS"] = faults
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.store_child", command, json.dumps(args)],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: list[str] = []
 
     def await_line(self, prefix: str) -> str:
@@ -42,8 +48,10 @@ class Child:
             line = self.proc.stdout.readline()
             if not line:
                 self.proc.wait(timeout=DEADLINE)
-                pytest.fail(f"child exited ({self.proc.returncode}) before {prefix!r}; "
-                            f"lines {self.lines}; stderr: {self.proc.stderr.read()[-2000:]}")
+                pytest.fail(
+                    f"child exited ({self.proc.returncode}) before {prefix!r}; "
+                    f"lines {self.lines}; stderr: {self.proc.stderr.read()[-2000:]}"
+                )
             self.lines.append(line.strip())
             if line.startswith(prefix):
                 return line.strip()
@@ -110,8 +118,14 @@ def test_sigkill_mid_transaction_keeps_committed_state_without_a_wipe(tmp_path, 
 @pytest.mark.parametrize("spill", [False, True], ids=["write-batch", "sst-ingest"])
 def test_sigkill_during_commits_leaves_whole_batches(tmp_path, child_factory, spill):
     keys, size = 3000, 200  # ~600 kB per batch: the kill lands inside a commit's write
-    args = {"path": str(tmp_path / "store"), "keys": keys, "value_size": size, "first": 0, "last": 10_000,
-            "max_uncommitted_bytes": 50_000 if spill else 64 << 20}
+    args = {
+        "path": str(tmp_path / "store"),
+        "keys": keys,
+        "value_size": size,
+        "first": 0,
+        "last": 10_000,
+        "max_uncommitted_bytes": 50_000 if spill else 64 << 20,
+    }
     cfg = StoreConfig(path=args["path"])
     first = 0
     for target in (2, 5):
@@ -127,8 +141,13 @@ def test_sigkill_during_commits_leaves_whole_batches(tmp_path, child_factory, sp
 
 
 def test_a_crash_after_the_changelog_entry_rolls_forward_at_open(tmp_path, child_factory):
-    args = {"path": str(tmp_path / "store"), "changelog": str(tmp_path / "changelog"), "keys": 50,
-            "first": 0, "last": 3}
+    args = {
+        "path": str(tmp_path / "store"),
+        "changelog": str(tmp_path / "changelog"),
+        "keys": 50,
+        "first": 0,
+        "last": 3,
+    }
     child = child_factory("batches", args, faults="store_after_changelog:kill@2")
     assert child.wait() == -signal.SIGKILL
     assert "committed 0" in child.lines and "committed 1" not in child.lines

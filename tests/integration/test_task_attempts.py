@@ -48,8 +48,12 @@ def _shard_task(spec_path: str, batch_id: int):
         batch_id=batch_id,
         ranges=(Range(),),
         driver_checkpoint=None,
-        runtime_checkpoint={"checkpoint_id": m.log.checkpoint_id, "batch_id": batch_id,
-                            "materialization": mat.name, "version": m.version},
+        runtime_checkpoint={
+            "checkpoint_id": m.log.checkpoint_id,
+            "batch_id": batch_id,
+            "materialization": mat.name,
+            "version": m.version,
+        },
     )
 
 
@@ -120,7 +124,10 @@ def test_task_that_raises_is_retried_by_spark_and_exact(tmp_path):
     }
     proc = subprocess.run(
         [sys.executable, "-m", "tidemark", "--verbose", "run", spec, "--available-now", "--master", "local[2,3]"],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert marker.exists(), "the fault never fired"

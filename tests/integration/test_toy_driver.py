@@ -30,8 +30,13 @@ def test_a_toy_driver_is_checked_against_a_spec(toy_registered, tmp_path):
 
     driver = registry.load_driver("toy", {"path": str(tmp_path / "toy.json")})
     fields = (Field("k", "/k", "string", is_key=True, nullable=False),)
-    check_capabilities(capabilities_of(driver), materialization="m", driver_name="toy",
-                       bindings=(BindingSpec({"name": "v"}, "c", ("/k",), fields, delta_updates=True),))
+    check_capabilities(
+        capabilities_of(driver),
+        materialization="m",
+        driver_name="toy",
+        bindings=(BindingSpec({"name": "v"}, "c", ("/k",), fields, delta_updates=True),),
+    )
     with pytest.raises(SpecError, match="on_invalid: quarantine needs a dead-letter place"):
-        check_capabilities(capabilities_of(driver), materialization="m", driver_name="toy", bindings=(),
-                           on_invalid="quarantine")
+        check_capabilities(
+            capabilities_of(driver), materialization="m", driver_name="toy", bindings=(), on_invalid="quarantine"
+        )

@@ -32,9 +32,17 @@ DRIVERS = [d for d in SHIPPED if d not in ("store-changelog", "redis-at-least-on
 
 def coordinator(factory, bindings, mat: str, folder: str, sources) -> Coordinator:
     driver = factory()
-    return Coordinator(materialization=mat, driver=driver, driver_name=driver.name or "driver",
-                       driver_config=dict(driver.config), bindings=bindings, version="v1",
-                       checkpoint_location=folder, shards=1, sources=sources)
+    return Coordinator(
+        materialization=mat,
+        driver=driver,
+        driver_name=driver.name or "driver",
+        driver_config=dict(driver.config),
+        bindings=bindings,
+        version="v1",
+        checkpoint_location=folder,
+        shards=1,
+        sources=sources,
+    )
 
 
 def start(factory, bindings, mat, folder, sources) -> Coordinator:
@@ -93,7 +101,9 @@ def test_each_endpoint_keeps_the_view_record_and_start_up_refuses_another_view(d
 
     # the same checkpoint, no batch logged yet: only the endpoint can tell that these changed
     moved = [sources[0] + "_moved", *sources[1:]]
-    assert f"read from {sources[0]} since batch 0, not from {moved[0]}" in refused(factory, bindings, mat, folder, moved)
+    assert f"read from {sources[0]} since batch 0, not from {moved[0]}" in refused(
+        factory, bindings, mat, folder, moved
+    )
     rekeyed = (*bindings[:2], dataclasses.replace(bindings[2], key=("/n",)), *bindings[3:])
     assert "is keyed by ['/k'] since batch 0, not ['/n']" in refused(factory, rekeyed, mat, folder, sources)
     # another view (its own name and checkpoint) on the same resources

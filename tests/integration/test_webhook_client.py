@@ -87,8 +87,14 @@ def run_child(url, n, chunk_docs, faults=None):
     env.pop("TIDEMARK_FAULTS", None)
     if faults:
         env["TIDEMARK_FAULTS"] = faults
-    return subprocess.run([sys.executable, CHILD, url, str(n), str(chunk_docs)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, CHILD, url, str(n), str(chunk_docs)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_replay_after_a_crash_applies_once_with_keys_and_twice_without(dedup_receiver, naive_receiver):

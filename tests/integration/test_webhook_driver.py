@@ -21,7 +21,16 @@ from tidemark.drivers.base import CommitPattern, capabilities_of  # noqa: E402
 from tidemark.drivers.registry import load_driver, resolve_config  # noqa: E402
 from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, FencedOff, SpecError  # noqa: E402
 from tidemark.protocol.messages import (  # noqa: E402
-    Acknowledge, Apply, BindingSpec, Field, Flush, Open, Range, StartCommit, Store, Validate,
+    Acknowledge,
+    Apply,
+    BindingSpec,
+    Field,
+    Flush,
+    Open,
+    Range,
+    StartCommit,
+    Store,
+    Validate,
 )
 
 CHILD = os.path.join(os.path.dirname(__file__), "webhook_driver_child.py")
@@ -32,8 +41,14 @@ FAST = {"attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
 
 
 def store_msg(ds, index=0, deletes=None):
-    return Store(index, tuple((d["customer"],) for d in ds), tuple((d.get("amount"),) for d in ds), tuple(ds),
-                 (False,) * len(ds), tuple(deletes or (False,) * len(ds)))
+    return Store(
+        index,
+        tuple((d["customer"],) for d in ds),
+        tuple((d.get("amount"),) for d in ds),
+        tuple(ds),
+        (False,) * len(ds),
+        tuple(deletes or (False,) * len(ds)),
+    )
 
 
 def make(url, tmp_path, **extra):
@@ -51,8 +66,9 @@ def session(d, rng=Range()):
 def test_config_state_defaults_beside_the_spec_and_reserved_headers_are_refused(tmp_path):
     assert resolve_config("webhook", {"url": "http://h/x"}, str(tmp_path))["state"] == str(tmp_path / "webhook-state")
     assert resolve_config("webhook", {"url": "http://h/x", "state": "s"}, str(tmp_path))["state"] == str(tmp_path / "s")
-    assert resolve_config("webhook", {"url": "http://h/x", "state": {"path": "s", "changelog": "c"}},
-                          str(tmp_path))["state"] == {"path": str(tmp_path / "s"), "changelog": str(tmp_path / "c")}
+    assert resolve_config("webhook", {"url": "http://h/x", "state": {"path": "s", "changelog": "c"}}, str(tmp_path))[
+        "state"
+    ] == {"path": str(tmp_path / "s"), "changelog": str(tmp_path / "c")}
     d = load_driver("webhook", {"url": "http://h/x", "state": str(tmp_path)})
     assert capabilities_of(d).commit_pattern is CommitPattern.STORE_AUTHORITATIVE
     with pytest.raises(SpecError, match="set by tidemark"):
@@ -76,15 +92,20 @@ def test_full_documents_from_the_state_store_and_delta_rows_are_posted(dedup_rec
     t.acknowledge(Acknowledge())
     prior = load_all(t, 0, [("c0001",), ("c0009",)])  # Loads read the state store
     assert prior == {("c0001",): {"customer": "c0001", "amount": 1}}
-    t.store(store_msg([{"customer": "c0001", "amount": 11}, {"customer": "c0002", "_meta": {"op": "d"}}],
-                      deletes=[False, True]))
+    t.store(
+        store_msg(
+            [{"customer": "c0001", "amount": 11}, {"customer": "c0002", "_meta": {"op": "d"}}], deletes=[False, True]
+        )
+    )
     t.start_commit(StartCommit(cp(1)))
     t.close()
     heads = [r["headers"] for r in dedup_receiver.requests]
     assert all(h["Authorization"] == "Bearer tok-123" and h["Idempotency-Key"].startswith("tm1-") for h in heads)
     assert len({h["Idempotency-Key"] for h in heads}) == len(heads) == 4
     assert [(b, doc) for _m, r, b, doc in dedup_receiver.rows if r == "customers" and b == 1] == [
-        (1, {"customer": "c0001", "amount": 11}), (1, {"customer": "c0002", "_meta": {"op": "d"}})]
+        (1, {"customer": "c0001", "amount": 11}),
+        (1, {"customer": "c0002", "_meta": {"op": "d"}}),
+    ]
     assert dedup_receiver.documents(MAT, "events") == [{"customer": "c0000", "amount": 1}]
     assert d.dump(MAT, BINDING) == {("c0000",): docs(1)[0], ("c0001",): {"customer": "c0001", "amount": 11}}
     with pytest.raises(NotImplementedError, match="receiver"):
@@ -94,8 +115,7 @@ def test_full_documents_from_the_state_store_and_delta_rows_are_posted(dedup_rec
     d.close()
 
 
-def test_a_receiver_that_keeps_failing_commits_nothing_and_the_error_names_url_status_chunk(dedup_receiver,
-                                                                                            tmp_path):
+def test_a_receiver_that_keeps_failing_commits_nothing_and_the_error_names_url_status_chunk(dedup_receiver, tmp_path):
     url = dedup_receiver.url + "?token=hunter22"
     d = make(url, tmp_path, retry=FAST)
     t, _ = session(d)
@@ -159,13 +179,13 @@ def run_child(url, state, batch, n, faults=None):
     env["PYTHONPATH"] = ROOT
     if faults:
         env["TIDEMARK_FAULTS"] = faults
-    return subprocess.run([sys.executable, CHILD, url, state, str(batch), str(n)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, CHILD, url, state, str(batch), str(n)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "naive"])
-def test_a_kill_between_the_posts_and_the_commit_replays_the_same_keys(dedup, dedup_receiver, naive_receiver,
-                                                                       tmp_path):
+def test_a_kill_between_the_posts_and_the_commit_replays_the_same_keys(dedup, dedup_receiver, naive_receiver, tmp_path):
     """SIGKILL after every chunk was acknowledged, before the state store committed: the
     restarted batch posts the same chunks with the same keys.  The deduplicating receiver
     applies each document once; the other one applies all of them twice."""
@@ -193,8 +213,19 @@ def test_quarantined_documents_stay_in_the_state_store_with_the_batch(dedup_rece
     t.acknowledge(Acknowledge())
     t.flush(Flush())
     t.store(store_msg(docs(1)))
-    t.quarantine(Quarantine(({"binding": 0, "location": "/amount", "key_json": '["x"]', "reason": "not an integer",
-                              "value": {"customer": "x", "amount": "lots"}},)))
+    t.quarantine(
+        Quarantine(
+            (
+                {
+                    "binding": 0,
+                    "location": "/amount",
+                    "key_json": '["x"]',
+                    "reason": "not an integer",
+                    "value": {"customer": "x", "amount": "lots"},
+                },
+            )
+        )
+    )
     t.start_commit(StartCommit(cp(0)))
     [row] = d.quarantined(MAT)
     assert row["resource"] == "customers" and row["batch_id"] == 0 and row["value"]["amount"] == "lots"

@@ -11,8 +11,14 @@ pytest.importorskip("rocksdict")
 
 from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
 from tests.integration.webhook_support import (  # noqa: E402,F401
-    add_delta_binding, applied_per_batch, applied_view, dedup_receiver, delta_rows, expected_delta_rows,
-    expected_per_batch, webhook_spec,
+    add_delta_binding,
+    applied_per_batch,
+    applied_view,
+    dedup_receiver,
+    delta_rows,
+    expected_delta_rows,
+    expected_per_batch,
+    webhook_spec,
 )
 from tidemark.drivers.registry import load_driver  # noqa: E402
 from tidemark.protocol.messages import BindingSpec  # noqa: E402

@@ -13,8 +13,13 @@ from tidemark.drivers.webhook.client import WebhookClient
 from tidemark.drivers.webhook.config import WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
-CHECKPOINT = {"checkpoint_id": "ck-1", "materialization": "view", "batch_id": 4, "query_id": "q-1",
-              "offsets": {"files": 12}}
+CHECKPOINT = {
+    "checkpoint_id": "ck-1",
+    "materialization": "view",
+    "batch_id": 4,
+    "query_id": "q-1",
+    "offsets": {"files": 12},
+}
 
 
 def batch(n: int):

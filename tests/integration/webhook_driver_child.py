@@ -13,16 +13,32 @@ import sys
 
 from tidemark.drivers.webhook.driver import WebhookDriver
 from tidemark.protocol.messages import (
-    Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store,
+    Acknowledge,
+    BindingSpec,
+    Field,
+    Flush,
+    Open,
+    Range,
+    StartCommit,
+    Store,
 )
 
-BINDING = BindingSpec({"name": "customers"}, "orders", ("/customer",),
-                      (Field("customer", "/customer", "string", is_key=True), Field("amount", "/amount", "integer")))
+BINDING = BindingSpec(
+    {"name": "customers"},
+    "orders",
+    ("/customer",),
+    (Field("customer", "/customer", "string", is_key=True), Field("amount", "/amount", "integer")),
+)
 
 
 def checkpoint(batch: int) -> dict:
-    return {"checkpoint_id": "ck-1", "materialization": "view", "batch_id": batch, "query_id": "q-1",
-            "offsets": {"files": batch}}
+    return {
+        "checkpoint_id": "ck-1",
+        "materialization": "view",
+        "batch_id": batch,
+        "query_id": "q-1",
+        "offsets": {"files": batch},
+    }
 
 
 def docs(n: int) -> list[dict]:
@@ -40,8 +56,16 @@ def run(url: str, state: str, batch: int, n: int, chunk_docs: int = 10) -> str:
     t.acknowledge(Acknowledge())
     t.flush(Flush())
     ds = docs(n)
-    t.store(Store(0, tuple((d["customer"],) for d in ds), tuple((d["amount"],) for d in ds), tuple(ds),
-                  (False,) * n, (False,) * n))
+    t.store(
+        Store(
+            0,
+            tuple((d["customer"],) for d in ds),
+            tuple((d["amount"],) for d in ds),
+            tuple(ds),
+            (False,) * n,
+            (False,) * n,
+        )
+    )
     t.start_commit(StartCommit(checkpoint(batch)))
     t.close()
     driver.close()

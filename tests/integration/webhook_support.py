@@ -67,8 +67,9 @@ class Receiver:
                     for doc in payload["documents"]:
                         if isinstance(doc, dict) and "id" in doc:
                             self.applied[doc["id"]] += 1
-                        self.rows.append((payload.get("materialization"), payload.get("resource"),
-                                          payload.get("batch_id"), doc))
+                        self.rows.append(
+                            (payload.get("materialization"), payload.get("resource"), payload.get("batch_id"), doc)
+                        )
                     self.seen.add(key)
                     record["outcome"] = "applied"
                 status, headers, text = 200, {}, b'{"ok":true}'
@@ -129,8 +130,9 @@ def webhook_spec(tmp, data, *, url, shards=1, **config) -> str:
 
     from tests.helpers import orders_spec
 
-    path = orders_spec(tmp, data_dir=data, db_path=None, shards=shards, max_files=1,
-                       endpoint={"webhook": {"url": url, **config}})
+    path = orders_spec(
+        tmp, data_dir=data, db_path=None, shards=shards, max_files=1, endpoint={"webhook": {"url": url, **config}}
+    )
     with open(path) as f:
         spec = yaml.safe_load(f)
     spec["materializations"]["view"]["bindings"][0]["resource"] = {"name": "customers"}
@@ -144,8 +146,10 @@ def applied_view(receiver: Receiver, resource: str = "customers") -> dict:
     documents in batch order (a deletion document removes the key)."""
     view: dict = {}
     with receiver.lock:
-        rows = sorted(((b, i, d) for i, (_m, r, b, d) in enumerate(receiver.rows) if r == resource),
-                      key=lambda row: (row[0], row[1]))
+        rows = sorted(
+            ((b, i, d) for i, (_m, r, b, d) in enumerate(receiver.rows) if r == resource),
+            key=lambda row: (row[0], row[1]),
+        )
     for _b, _i, doc in rows:
         if (doc.get("_meta") or {}).get("op") == "d":
             view.pop(doc["customer"], None)
@@ -189,7 +193,8 @@ def add_delta_binding(spec_path: str, resource: dict) -> None:
     with open(spec_path) as f:
         spec = yaml.safe_load(f)
     spec["materializations"]["view"]["bindings"].append(
-        {"source": "orders", "resource": resource, "delta_updates": True})
+        {"source": "orders", "resource": resource, "delta_updates": True}
+    )
     with open(spec_path, "w") as f:
         yaml.safe_dump(spec, f)
 
@@ -221,5 +226,6 @@ def expected_delta_rows(directory) -> collections.Counter:
 
 def delta_rows(docs) -> collections.Counter:
     """``(customer, amount, orders, deleted)`` of delta-update rows as an endpoint kept them."""
-    return collections.Counter((d["customer"], d.get("amount", 0), d.get("orders", 0),
-                                (d.get("_meta") or {}).get("op") == "d") for d in docs)
+    return collections.Counter(
+        (d["customer"], d.get("amount", 0), d.get("orders", 0), (d.get("_meta") or {}).get("op") == "d") for d in docs
+    )

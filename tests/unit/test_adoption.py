@@ -14,7 +14,9 @@ from tidemark.runtime import adoption as ad
 from tidemark.spec import parse_spec
 
 SCHEMA = {
-    "type": "object", "required": ["customer"], "reduce": {"strategy": "merge"},
+    "type": "object",
+    "required": ["customer"],
+    "reduce": {"strategy": "merge"},
     "properties": {
         "customer": {"type": "string"},
         "amount": {"type": "number", "reduce": {"strategy": "sum"}},
@@ -28,18 +30,35 @@ SCHEMA = {
 
 
 def collection() -> Collection:
-    spec = parse_spec({"collections": {"c": {"key": ["/customer"], "schema": SCHEMA}},
-                       "materializations": {}, "checkpoint": "chk"}, file=None, base_dir=".")
+    spec = parse_spec(
+        {"collections": {"c": {"key": ["/customer"], "schema": SCHEMA}}, "materializations": {}, "checkpoint": "chk"},
+        file=None,
+        base_dir=".",
+    )
     return Collection(spec.collections["c"])
 
 
 def test_a_row_becomes_a_document_with_json_values_by_the_schema():
-    row = {"customer": "a", "amount": decimal.Decimal("12.50"), "orders": decimal.Decimal("3"), "vip": 1,
-           "tags": '["x", "y"]', "seen": dt.datetime(2026, 1, 2, 3, 4, 5), "firstorder": "2026-01-01",
-           "city": None}
+    row = {
+        "customer": "a",
+        "amount": decimal.Decimal("12.50"),
+        "orders": decimal.Decimal("3"),
+        "vip": 1,
+        "tags": '["x", "y"]',
+        "seen": dt.datetime(2026, 1, 2, 3, 4, 5),
+        "firstorder": "2026-01-01",
+        "city": None,
+    }
     doc = ad.row_document(row, SCHEMA)
-    assert doc == {"customer": "a", "amount": 12.5, "orders": 3, "vip": True, "tags": ["x", "y"],
-                   "seen": "2026-01-02T03:04:05Z", "firstOrder": "2026-01-01"}  # NULL: absent; case folded
+    assert doc == {
+        "customer": "a",
+        "amount": 12.5,
+        "orders": 3,
+        "vip": True,
+        "tags": ["x", "y"],
+        "seen": "2026-01-02T03:04:05Z",
+        "firstOrder": "2026-01-01",
+    }  # NULL: absent; case folded
     assert isinstance(doc["orders"], int)
 
 
@@ -51,7 +70,9 @@ def test_a_flow_document_column_is_the_document_as_it_is():
 def test_other_values_keep_their_text():
     u = uuid.uuid4()
     assert ad.json_value(u) == str(u)
-    assert ad.json_value(dt.datetime(2026, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=2)))) == "2026-01-02T00:00:00+02:00"
+    assert (
+        ad.json_value(dt.datetime(2026, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=2)))) == "2026-01-02T00:00:00+02:00"
+    )
     assert ad.json_value(b"\x00\x01") == "AAE="
     assert ad.json_value(decimal.Decimal("2.25"), {"type": "number"}) == 2.25
 
@@ -60,12 +81,21 @@ def test_rows_are_checked_against_the_schema_and_the_key_and_the_first_bad_ones_
     c = collection()
     assert ad.read_documents([{"customer": "a", "orders": 1}], c, "customers", "v2") == ['{"customer":"a","orders":1}']
     with pytest.raises(DocumentError) as err:
-        ad.read_documents([{"customer": "a", "orders": 1}, {"customer": "b", "orders": "many"},
-                           {"customer": "a", "orders": 2}, {"orders": 4}], c, "customers", "v2")
+        ad.read_documents(
+            [
+                {"customer": "a", "orders": 1},
+                {"customer": "b", "orders": "many"},
+                {"customer": "a", "orders": 2},
+                {"orders": 4},
+            ],
+            c,
+            "customers",
+            "v2",
+        )
     text = str(err.value)
     assert text.startswith("adopt v2 from 'customers': 3 row(s) do not fit collection 'c'; nothing was written")
-    assert "row 2 (key [\"b\"])" in text and "orders" in text
-    assert "rows 1 and 3 both hold key [\"a\"]" in text and "GROUP BY" in text
+    assert 'row 2 (key ["b"])' in text and "orders" in text
+    assert 'rows 1 and 3 both hold key ["a"]' in text and "GROUP BY" in text
     assert "row 4:" in text and "customer" in text
 
 
@@ -91,8 +121,9 @@ def test_an_unfinished_adopt_is_refused_with_the_command_that_finishes_it(tmp_pa
     ad.write_record(loc, record)
     with pytest.raises(RecoveryError) as err:
         ad.refuse_unfinished("v", loc)
-    assert "its adopt (customers_v2 from 'customers' (2 rows); input up to 2023-11-14T22:13:20Z) did not finish" \
-        in str(err.value)
+    assert "its adopt (customers_v2 from 'customers' (2 rows); input up to 2023-11-14T22:13:20Z) did not finish" in str(
+        err.value
+    )
     assert "`tidemark adopt SPEC -m v --from 'customers'`" in str(err.value)
     record.done = True
     ad.write_record(loc, record)

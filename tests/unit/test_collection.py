@@ -61,10 +61,17 @@ def test_pickles():
 
 
 def test_collection_from_spec_uses_materialization_limits():
-    spec = parse_spec({
-        "collections": {"orders": {"key": ["/tenant", "/id"], "schema": SCHEMA}},
-        "materializations": {"v": {"endpoint": {"memory": {}}, "max_document_bytes": 1000,
-                                   "bindings": [{"source": "orders", "resource": {"table": "t"}}]}},
-    })
+    spec = parse_spec(
+        {
+            "collections": {"orders": {"key": ["/tenant", "/id"], "schema": SCHEMA}},
+            "materializations": {
+                "v": {
+                    "endpoint": {"memory": {}},
+                    "max_document_bytes": 1000,
+                    "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+                }
+            },
+        }
+    )
     c = collection_from_spec(spec, "orders")
     assert isinstance(c, Collection) and c.max_document_bytes == 1000 and c.key == ("/tenant", "/id")

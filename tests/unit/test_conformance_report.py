@@ -15,7 +15,7 @@ def _report():
     rec.fail("fencing", "a session of the old layout committed", "bump every overlapping range", cause=True)
     rec.fail("no-duplicates", "8 delta-update rows are extra")
     rec.start("steady")
-    rec.fail("deletes-applied", "key [\"a\"] was deleted but is still in the view")
+    rec.fail("deletes-applied", 'key ["a"] was deleted but is still in the view')
     return build_report(rec, "toy", "store-authoritative", ["zombie-split", "steady"], 0, True)
 
 
@@ -39,8 +39,9 @@ def test_the_table_keeps_scenario_prefixes():
 
 
 def test_runtime_refusals_map_to_properties():
-    prop, hint = classify(RecoveryError("range 00000000-ffffffff of endpoint 'x' holds batch 3, older than the "
-                                        "recovery log's batch 4"))
+    prop, hint = classify(
+        RecoveryError("range 00000000-ffffffff of endpoint 'x' holds batch 3, older than the recovery log's batch 4")
+    )
     assert prop == "checkpoints-monotonic" and hint
     prop, _ = classify(RecoveryError("range r of endpoint 'x' is written by another tidemark checkpoint (id 1)"))
     assert prop == "range-isolation"

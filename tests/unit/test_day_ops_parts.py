@@ -15,7 +15,7 @@ from tidemark.metrics import serve
 from tidemark.policy import RetryPolicy, retry
 from tidemark.spark.processor import BatchReport
 
-SAMPLE = re.compile(r'^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+]+)$')
+SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+]+)$")
 
 
 def scrape(url: str) -> dict:
@@ -38,8 +38,18 @@ def test_metrics_are_served_in_the_prometheus_text_format():
     metrics, url = serve(0, host="127.0.0.1")
     metrics.register("v1", input_lag=lambda: 3)
     assert scrape(url)[("tidemark_batches_committed_total", '{materialization="v1"}')] == 0
-    metrics.batch(BatchReport("v1", 0, documents=10, stored=4, deleted=1, invalid=2,
-                              timings={"plan": 0.5, "shards": 0.25, "shard.store": 9.0}, wall=1.0))
+    metrics.batch(
+        BatchReport(
+            "v1",
+            0,
+            documents=10,
+            stored=4,
+            deleted=1,
+            invalid=2,
+            timings={"plan": 0.5, "shards": 0.25, "shard.store": 9.0},
+            wall=1.0,
+        )
+    )
     metrics.batch(BatchReport("v1", 1, documents=5, stored=2, timings={"plan": 0.1}, wall=0.2))
     metrics.batch(BatchReport("v1", 1, skipped=True))
     metrics.failure("v1", EndpointUnavailable("x"))
@@ -101,11 +111,24 @@ def test_run_reports_an_unreachable_endpoint_once_before_spark_starts(tmp_path):
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=5, customers=2, seed=1)
     port = free_port()
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, endpoint={"postgres": {
-        "url": f"postgresql://postgres:pw-not-shown@127.0.0.1:{port}/test",
-        "retry": {"attempts": 3, "base_delay": 0.01}}})
-    done = subprocess.run([sys.executable, "-m", "tidemark", "run", spec, "--available-now"], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        endpoint={
+            "postgres": {
+                "url": f"postgresql://postgres:pw-not-shown@127.0.0.1:{port}/test",
+                "retry": {"attempts": 3, "base_delay": 0.01},
+            }
+        },
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tidemark", "run", spec, "--available-now"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert done.returncode == 1
     assert done.stderr.count("retry 1/2") == 1 and "retry 2/2" not in done.stderr, done.stderr
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]

@@ -16,7 +16,9 @@ from tidemark.protocol.wire import _field_in, _field_out
 from tidemark.spec import parse_spec
 
 SCHEMA = {
-    "type": "object", "reduce": {"strategy": "merge"}, "required": ["k"],
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
     "properties": {
         "k": {"type": "string"},
         "total": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
@@ -27,8 +29,11 @@ SCHEMA = {
 
 
 def collection() -> Collection:
-    spec = parse_spec({"collections": {"c": {"key": ["/k"], "schema": SCHEMA}}, "materializations": {},
-                       "checkpoint": "chk"}, file=None, base_dir=".")
+    spec = parse_spec(
+        {"collections": {"c": {"key": ["/k"], "schema": SCHEMA}}, "materializations": {}, "checkpoint": "chk"},
+        file=None,
+        base_dir=".",
+    )
     return Collection(spec.collections["c"])
 
 
@@ -60,8 +65,11 @@ def test_a_sum_of_cents_is_exact_where_doubles_drift():
 
 
 def test_a_sum_beyond_fifteen_digits_is_refused_not_rounded():
-    with pytest.raises(ReductionError, match=r"^/total: 'sum' of exact decimals \(multipleOf 0.01\) would need more "
-                                             r"than the 15 significant digits kept exact \(left 9999999999999.99, "):
+    with pytest.raises(
+        ReductionError,
+        match=r"^/total: 'sum' of exact decimals \(multipleOf 0.01\) would need more "
+        r"than the 15 significant digits kept exact \(left 9999999999999.99, ",
+    ):
         collection().reduce({"k": "a", "total": 9_999_999_999_999.99}, {"k": "a", "total": 0.01})
 
 

@@ -14,8 +14,10 @@ CASES = {
     "postgres": ({"url": "postgresql://u@127.0.0.1:1/db", "schemaa": "x"}, "schema"),
     "mysql": ({"url": "mysql://u@127.0.0.1:1/db", "schemaa": "x"}, "schema"),
     "delta": ({"path": "/tmp/lake", "stagng": "/tmp/s"}, "staging"),
-    "iceberg": ({"catalog": {"uri": "sqlite:////tmp/c.db", "warehouse": "/tmp/wh"}, "namespace": "n",
-                 "namespce": "m"}, "namespace"),
+    "iceberg": (
+        {"catalog": {"uri": "sqlite:////tmp/c.db", "warehouse": "/tmp/wh"}, "namespace": "n", "namespce": "m"},
+        "namespace",
+    ),
     "store": ({"path": "/tmp/st", "changelogg": "/tmp/cl"}, "changelog"),
     "kafka": ({"bootstrap_servers": "127.0.0.1:1", "progres_topic": "p"}, "progress_topic"),
     "nats": ({"url": "nats://127.0.0.1:1", "streem": "S"}, "stream"),
@@ -27,8 +29,9 @@ CASES = {
 @pytest.mark.parametrize("endpoint", sorted(CASES))
 def test_every_endpoint_refuses_an_unknown_setting_naming_the_closest(endpoint):
     config, closest = CASES[endpoint]
-    wrong = next(k for k in config if k not in ("url", "path", "catalog", "namespace", "bootstrap_servers")
-                 or k == "namespce")
+    wrong = next(
+        k for k in config if k not in ("url", "path", "catalog", "namespace", "bootstrap_servers") or k == "namespce"
+    )
     with pytest.raises(SpecError) as info:
         load_driver(endpoint, config).close()
     text = str(info.value)

@@ -15,9 +15,14 @@ from tidemark.errors import SpecError
 from tidemark.spec import CollectionSpec, parse_spec
 
 ROOT = {
-    "type": "object", "required": ["id"], "reduce": {"strategy": "lastWriteWins", "order": "/updated_at"},
-    "properties": {"id": {"type": "string"}, "updated_at": {"type": "string", "format": "date-time"},
-                   "status": {"type": "string"}},
+    "type": "object",
+    "required": ["id"],
+    "reduce": {"strategy": "lastWriteWins", "order": "/updated_at"},
+    "properties": {
+        "id": {"type": "string"},
+        "updated_at": {"type": "string", "format": "date-time"},
+        "status": {"type": "string"},
+    },
 }
 EVENTS = [  # (updated_at, status); by instant: 3 < 1 < 0 == 4 < 2; 5 has none
     {"id": "a", "updated_at": "2024-05-01T10:00:00Z", "status": "paid"},
@@ -60,19 +65,30 @@ def test_ties_fall_back_to_the_source_order():
 
 
 def test_order_on_a_nested_object_and_on_a_keyed_maximize():
-    nested = {"type": "object", "reduce": {"strategy": "merge"}, "properties": {
-        "id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-        "address": {"type": "object", "reduce": {"strategy": "lastWriteWins", "order": "/at"}}}}
+    nested = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "id": {"type": "string"},
+            "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+            "address": {"type": "object", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
+        },
+    }
     c = coll(nested)
-    docs = [{"id": "a", "n": 1, "address": {"at": 5, "city": "Lyon"}},
-            {"id": "a", "n": 2, "address": {"at": 3, "city": "Nice"}}]
+    docs = [
+        {"id": "a", "n": 1, "address": {"at": 5, "city": "Lyon"}},
+        {"id": "a", "n": 2, "address": {"at": 3, "city": "Nice"}},
+    ]
     assert c.combine(docs) == {"id": "a", "n": 3, "address": {"at": 5, "city": "Lyon"}}
     assert compile_collection(c) is None  # nested order: the Python fold (Spark's fallback path)
     # keyed maximize: the order is the key's last part, so equal keys keep the later event
     best = {"type": "object", "reduce": {"strategy": "maximize", "key": ["/score"], "order": "/at"}}
     c = coll({"type": "object", "properties": {"id": {"type": "string"}}, **best})
-    docs = [{"id": "a", "score": 7, "at": 2, "by": "x"}, {"id": "a", "score": 7, "at": 1, "by": "y"},
-            {"id": "a", "score": 3, "at": 9, "by": "z"}]
+    docs = [
+        {"id": "a", "score": 7, "at": 2, "by": "x"},
+        {"id": "a", "score": 7, "at": 1, "by": "y"},
+        {"id": "a", "score": 3, "at": 9, "by": "z"},
+    ]
     assert {str(c.combine(p)) for p in itertools.permutations(docs)} == {str(docs[0])}
 
 
@@ -91,17 +107,33 @@ def _spec(reduce_, where="root"):
     else:
         schema["reduce"] = {"strategy": "merge"}
         schema["properties"]["status"]["reduce"] = reduce_
-    return {"collections": {"c": {"key": ["/id"], "schema": schema}},
-            "materializations": {"m": {"endpoint": {"memory": {}}, "bindings": [{"source": "c"}]}}}
+    return {
+        "collections": {"c": {"key": ["/id"], "schema": schema}},
+        "materializations": {"m": {"endpoint": {"memory": {}}, "bindings": [{"source": "c"}]}},
+    }
 
 
-@pytest.mark.parametrize("reduce_, where, message", [
-    ({"strategy": "sum", "order": "/updated_at"}, "root", "strategy 'sum' takes no order (those that do: lastWriteWins"),
-    ({"strategy": "maximize", "order": "/updated_at"}, "root", "order on 'maximize' breaks ties of its key: give key"),
-    ({"strategy": "lastWriteWins", "order": "updated_at"}, "root", "must be a JSON pointer inside the value"),
-    ({"strategy": "lastWriteWins", "order": "/updated_at"}, "status",
-     "order /updated_at is read inside the value at this location, which has type string"),
-])
+@pytest.mark.parametrize(
+    "reduce_, where, message",
+    [
+        (
+            {"strategy": "sum", "order": "/updated_at"},
+            "root",
+            "strategy 'sum' takes no order (those that do: lastWriteWins",
+        ),
+        (
+            {"strategy": "maximize", "order": "/updated_at"},
+            "root",
+            "order on 'maximize' breaks ties of its key: give key",
+        ),
+        ({"strategy": "lastWriteWins", "order": "updated_at"}, "root", "must be a JSON pointer inside the value"),
+        (
+            {"strategy": "lastWriteWins", "order": "/updated_at"},
+            "status",
+            "order /updated_at is read inside the value at this location, which has type string",
+        ),
+    ],
+)
 def test_misuse_of_order_is_refused(reduce_, where, message):
     with pytest.raises(SpecError, match="reduce.order") as exc:
         parse_spec(_spec(reduce_, where), file=None, base_dir=".")

@@ -13,7 +13,9 @@ from tidemark.spec import CollectionSpec
 from tidemark.errors import ReductionError
 
 SCHEMA = {
-    "type": "object", "reduce": {"strategy": "merge"}, "required": ["k"],
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
     "properties": {
         "k": {"type": "string"},
         "n": {"type": "integer", "reduce": {"strategy": "sum"}},
@@ -27,15 +29,21 @@ SCHEMA = {
     },
 }
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=3),
+)
 values = {
     "k": st.text(max_size=3),
     "n": st.one_of(st.integers(-(2**63), 2**63 - 1), scalars),
     "x": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-100, 100)),
     "lo": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(), st.booleans()),
     "hi": st.one_of(st.text(max_size=3), st.integers()),
-    "first": st.text(max_size=3), "last": st.booleans(),
+    "first": st.text(max_size=3),
+    "last": st.booleans(),
     "tags": st.one_of(st.lists(st.text(max_size=2), max_size=3), st.none()),
     "blob": st.dictionaries(st.text(max_size=2), scalars, max_size=2),
     "other": scalars,

@@ -14,48 +14,117 @@ from tidemark.collection.validate import Validator, fast_validator, slow_validat
 # (value, valid) per format; also the table the Spark agreement test runs.
 CASES: dict[str, list[tuple[str, bool]]] = {
     "date-time": [
-        ("2024-05-01T10:00:00Z", True), ("2024-05-01t10:00:00z", True), ("2024-05-01T10:00:00.5+02:00", True),
-        ("2024-05-01T10:00:00.123456789012-05:30", True), ("0000-01-01T00:00:00Z", True),
-        ("9999-12-31T23:59:59.999Z", True), ("2024-02-29T00:00:00Z", True), ("2000-02-29T12:00:00-00:00", True),
-        ("2016-12-31T23:59:60Z", True), ("2016-12-31T18:59:60.25-05:00", True),
-        ("yesterday", False), ("", False), ("2024-05-01", False), ("2024-05-01T10:00:00", False),
-        ("2024-05-01 10:00:00Z", False), ("2024-05-01T10:00Z", False), ("2024-05-01T10:00:00.Z", False),
-        ("2024-05-01T10:00:00+0200", False), ("2024-05-01T10:00:00+24:00", False), ("2024-05-01T10:00:00+02:60", False),
-        ("2023-02-29T00:00:00Z", False), ("1900-02-29T00:00:00Z", False), ("2024-04-31T00:00:00Z", False),
-        ("2024-13-01T00:00:00Z", False), ("2024-00-01T00:00:00Z", False), ("2024-05-00T00:00:00Z", False),
-        ("2024-05-01T24:00:00Z", False), ("2024-05-01T10:60:00Z", False), ("2024-05-01T10:59:60Z", False),
-        ("2016-12-31T23:59:60+01:00", False), ("2024-05-01T10:00:00Z\n", False), (" 2024-05-01T10:00:00Z", False),
-        ("２０２４-05-01T10:00:00Z", False), ("+2024-05-01T10:00:00Z", False), ("24-05-01T10:00:00Z", False),
+        ("2024-05-01T10:00:00Z", True),
+        ("2024-05-01t10:00:00z", True),
+        ("2024-05-01T10:00:00.5+02:00", True),
+        ("2024-05-01T10:00:00.123456789012-05:30", True),
+        ("0000-01-01T00:00:00Z", True),
+        ("9999-12-31T23:59:59.999Z", True),
+        ("2024-02-29T00:00:00Z", True),
+        ("2000-02-29T12:00:00-00:00", True),
+        ("2016-12-31T23:59:60Z", True),
+        ("2016-12-31T18:59:60.25-05:00", True),
+        ("yesterday", False),
+        ("", False),
+        ("2024-05-01", False),
+        ("2024-05-01T10:00:00", False),
+        ("2024-05-01 10:00:00Z", False),
+        ("2024-05-01T10:00Z", False),
+        ("2024-05-01T10:00:00.Z", False),
+        ("2024-05-01T10:00:00+0200", False),
+        ("2024-05-01T10:00:00+24:00", False),
+        ("2024-05-01T10:00:00+02:60", False),
+        ("2023-02-29T00:00:00Z", False),
+        ("1900-02-29T00:00:00Z", False),
+        ("2024-04-31T00:00:00Z", False),
+        ("2024-13-01T00:00:00Z", False),
+        ("2024-00-01T00:00:00Z", False),
+        ("2024-05-00T00:00:00Z", False),
+        ("2024-05-01T24:00:00Z", False),
+        ("2024-05-01T10:60:00Z", False),
+        ("2024-05-01T10:59:60Z", False),
+        ("2016-12-31T23:59:60+01:00", False),
+        ("2024-05-01T10:00:00Z\n", False),
+        (" 2024-05-01T10:00:00Z", False),
+        ("２０２４-05-01T10:00:00Z", False),
+        ("+2024-05-01T10:00:00Z", False),
+        ("24-05-01T10:00:00Z", False),
     ],
     "date": [
-        ("2024-05-01", True), ("2024-02-29", True), ("0000-02-29", True), ("2023-02-29", False), ("2024-5-1", False),
-        ("2024-05-01T00:00:00Z", False), ("2024-05-32", False), ("2024-05-01\n", False), ("２024-05-01", False),
+        ("2024-05-01", True),
+        ("2024-02-29", True),
+        ("0000-02-29", True),
+        ("2023-02-29", False),
+        ("2024-5-1", False),
+        ("2024-05-01T00:00:00Z", False),
+        ("2024-05-32", False),
+        ("2024-05-01\n", False),
+        ("２024-05-01", False),
     ],
     "time": [
-        ("10:00:00Z", True), ("10:00:00.5+02:00", True), ("23:59:60Z", True), ("18:59:60-05:00", True),
-        ("10:00:00", False), ("10:59:60Z", False), ("24:00:00Z", False), ("10:00Z", False), ("10:00:00Z\n", False),
+        ("10:00:00Z", True),
+        ("10:00:00.5+02:00", True),
+        ("23:59:60Z", True),
+        ("18:59:60-05:00", True),
+        ("10:00:00", False),
+        ("10:59:60Z", False),
+        ("24:00:00Z", False),
+        ("10:00Z", False),
+        ("10:00:00Z\n", False),
     ],
     "uuid": [
-        ("123e4567-e89b-12d3-a456-426614174000", True), ("123E4567-E89B-12D3-A456-426614174000", True),
-        ("00000000-0000-0000-0000-000000000000", True), ("123e4567e89b12d3a456426614174000", False),
-        ("{123e4567-e89b-12d3-a456-426614174000}", False), ("123e4567-e89b-12d3-a456-42661417400g", False),
+        ("123e4567-e89b-12d3-a456-426614174000", True),
+        ("123E4567-E89B-12D3-A456-426614174000", True),
+        ("00000000-0000-0000-0000-000000000000", True),
+        ("123e4567e89b12d3a456426614174000", False),
+        ("{123e4567-e89b-12d3-a456-426614174000}", False),
+        ("123e4567-e89b-12d3-a456-42661417400g", False),
         ("123e4567-e89b-12d3-a456-426614174000\n", False),
     ],
     "email": [
-        ("a@example.com", True), ("first.last+tag@sub.example.org", True), ('"a b"@example.com', True),
-        ("a@[192.0.2.1]", True), ("a@[IPv6:2001:db8::1]", True), ("a@localhost", True),
-        ("a", False), ("@example.com", False), ("a@", False), ("a..b@example.com", False), (".a@example.com", False),
-        ("a@-example.com", False), ("a@example..com", False), ("é@example.com", False), ("a@[300.0.0.1]", False),
-        ("a b@example.com", False), ("x" * 65 + "@example.com", False),
+        ("a@example.com", True),
+        ("first.last+tag@sub.example.org", True),
+        ('"a b"@example.com', True),
+        ("a@[192.0.2.1]", True),
+        ("a@[IPv6:2001:db8::1]", True),
+        ("a@localhost", True),
+        ("a", False),
+        ("@example.com", False),
+        ("a@", False),
+        ("a..b@example.com", False),
+        (".a@example.com", False),
+        ("a@-example.com", False),
+        ("a@example..com", False),
+        ("é@example.com", False),
+        ("a@[300.0.0.1]", False),
+        ("a b@example.com", False),
+        ("x" * 65 + "@example.com", False),
     ],
     "ipv4": [
-        ("192.0.2.1", True), ("0.0.0.0", True), ("255.255.255.255", True), ("256.0.0.1", False),
-        ("01.2.3.4", False), ("1.2.3", False), ("1.2.3.4.5", False), ("1.2.3.4\n", False), ("١.2.3.4", False),
+        ("192.0.2.1", True),
+        ("0.0.0.0", True),
+        ("255.255.255.255", True),
+        ("256.0.0.1", False),
+        ("01.2.3.4", False),
+        ("1.2.3", False),
+        ("1.2.3.4.5", False),
+        ("1.2.3.4\n", False),
+        ("١.2.3.4", False),
     ],
     "ipv6": [
-        ("::1", True), ("::", True), ("2001:db8::1", True), ("::ffff:192.0.2.1", True), ("FE80::1", True),
-        ("1:2:3:4:5:6:7:8", True), ("1:2:3:4:5:6:7:8:9", False), ("fe80::1%eth0", False), ("2001:db8:::1", False),
-        ("::ffff:192.0.2.01", False), ("12345::1", False), ("::1\n", False), ("", False),
+        ("::1", True),
+        ("::", True),
+        ("2001:db8::1", True),
+        ("::ffff:192.0.2.1", True),
+        ("FE80::1", True),
+        ("1:2:3:4:5:6:7:8", True),
+        ("1:2:3:4:5:6:7:8:9", False),
+        ("fe80::1%eth0", False),
+        ("2001:db8:::1", False),
+        ("::ffff:192.0.2.01", False),
+        ("12345::1", False),
+        ("::1\n", False),
+        ("", False),
     ],
 }
 
@@ -111,8 +180,8 @@ def test_date_times_order_by_instant():
     flat = _flat(DATE_TIMES_IN_ORDER)
     for i, a in enumerate(DATE_TIMES_IN_ORDER):
         for j, b in enumerate(DATE_TIMES_IN_ORDER):
-            for x in (a if isinstance(a, list) else [a]):
-                for y in (b if isinstance(b, list) else [b]):
+            for x in a if isinstance(a, list) else [a]:
+                for y in b if isinstance(b, list) else [b]:
                     assert compare_date_time(x, y) == (i > j) - (i < j), (x, y)
                     assert (formats.instant(x) == formats.instant(y)) is (i == j)
     assert all(formats.instant(v) is not None for v in flat)
@@ -120,10 +189,30 @@ def test_date_times_order_by_instant():
 
 def test_the_date_time_order_is_total():
     """Date-times by instant, before every other string; other values as in compare()."""
-    values = [None, True, 3, "2024-05-01T10:00:00Z", "2024-05-01T09:30:00-05:00", "2024-05-01T09:45:00Z x",
-              "yesterday", "", [1], {"a": 1}]
-    ordered = [None, True, 3, "2024-05-01T10:00:00Z", "2024-05-01T09:30:00-05:00", "", "2024-05-01T09:45:00Z x",
-               "yesterday", [1], {"a": 1}]
+    values = [
+        None,
+        True,
+        3,
+        "2024-05-01T10:00:00Z",
+        "2024-05-01T09:30:00-05:00",
+        "2024-05-01T09:45:00Z x",
+        "yesterday",
+        "",
+        [1],
+        {"a": 1},
+    ]
+    ordered = [
+        None,
+        True,
+        3,
+        "2024-05-01T10:00:00Z",
+        "2024-05-01T09:30:00-05:00",
+        "",
+        "2024-05-01T09:45:00Z x",
+        "yesterday",
+        [1],
+        {"a": 1},
+    ]
     import functools
 
     assert sorted(values, key=functools.cmp_to_key(compare_date_time)) == ordered
@@ -135,7 +224,8 @@ def test_the_date_time_order_is_total():
 
 
 SCHEMA = {
-    "type": "object", "reduce": {"strategy": "merge"},
+    "type": "object",
+    "reduce": {"strategy": "merge"},
     "properties": {
         "id": {"type": "string"},
         "last": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
@@ -150,21 +240,41 @@ def test_maximize_minimize_compare_instants_and_keep_the_text(fast):
     coll = Collection(CollectionSpec("t", ("/id",), SCHEMA))
     reduce = coll.reduce if fast else coll.reducer.reduce
     a = {"id": "x", "last": "2024-05-01T10:00:00Z", "first": "2024-05-01T10:00:00Z", "text": "2024-05-01T10:00:00Z"}
-    b = {"id": "x", "last": "2024-05-01T09:30:00-05:00", "first": "2024-05-01T11:00:00+02:00",
-         "text": "2024-05-01T09:30:00-05:00"}
-    assert reduce(a, b) == {"id": "x", "last": "2024-05-01T09:30:00-05:00", "first": "2024-05-01T11:00:00+02:00",
-                            # without the format, strings compare by code point
-                            "text": "2024-05-01T10:00:00Z"}
-    assert reduce(b, a) == {"id": "x", "last": "2024-05-01T09:30:00-05:00", "first": "2024-05-01T11:00:00+02:00",
-                            "text": "2024-05-01T10:00:00Z"}
+    b = {
+        "id": "x",
+        "last": "2024-05-01T09:30:00-05:00",
+        "first": "2024-05-01T11:00:00+02:00",
+        "text": "2024-05-01T09:30:00-05:00",
+    }
+    assert reduce(a, b) == {
+        "id": "x",
+        "last": "2024-05-01T09:30:00-05:00",
+        "first": "2024-05-01T11:00:00+02:00",
+        # without the format, strings compare by code point
+        "text": "2024-05-01T10:00:00Z",
+    }
+    assert reduce(b, a) == {
+        "id": "x",
+        "last": "2024-05-01T09:30:00-05:00",
+        "first": "2024-05-01T11:00:00+02:00",
+        "text": "2024-05-01T10:00:00Z",
+    }
     # equal instants: the right side's text, as for any tie
     c = {"id": "x", "last": "2024-05-01T14:30:00.000Z", "first": "2024-05-01T09:00:00+00:00"}
-    assert reduce(reduce(a, b), c) == {"id": "x", "last": "2024-05-01T14:30:00.000Z",
-                                      "first": "2024-05-01T09:00:00+00:00", "text": "2024-05-01T10:00:00Z"}
+    assert reduce(reduce(a, b), c) == {
+        "id": "x",
+        "last": "2024-05-01T14:30:00.000Z",
+        "first": "2024-05-01T09:00:00+00:00",
+        "text": "2024-05-01T10:00:00Z",
+    }
     # a stored value from before formats were asserted orders after every date-time
     old = {"id": "x", "last": "yesterday", "first": "yesterday"}
-    assert reduce(old, a) == {"id": "x", "last": "yesterday", "first": "2024-05-01T10:00:00Z",
-                              "text": "2024-05-01T10:00:00Z"}
+    assert reduce(old, a) == {
+        "id": "x",
+        "last": "yesterday",
+        "first": "2024-05-01T10:00:00Z",
+        "text": "2024-05-01T10:00:00Z",
+    }
 
 
 def test_fast_and_generic_reducers_agree_on_date_times():
@@ -179,13 +289,23 @@ def test_fast_and_generic_reducers_agree_on_date_times():
 
 def test_the_rhs_location_decides_through_conditionals():
     """A date-time location reached through allOf / $ref compares instants too."""
-    schema = {"$defs": {"ts": {"type": "string", "format": "date-time"}}, "type": "object",
-              "reduce": {"strategy": "merge"},
-              "properties": {"id": {"type": "string"},
-                             "t": {"allOf": [{"$ref": "#/$defs/ts"}], "reduce": {"strategy": "maximize"}}}}
+    schema = {
+        "$defs": {"ts": {"type": "string", "format": "date-time"}},
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "id": {"type": "string"},
+            "t": {"allOf": [{"$ref": "#/$defs/ts"}], "reduce": {"strategy": "maximize"}},
+        },
+    }
     coll = Collection(CollectionSpec("t", ("/id",), schema))
-    out = coll.combine([{"id": "a", "t": "2024-05-01T10:00:00Z"}, {"id": "a", "t": "2024-05-01T09:30:00-05:00"},
-                        {"id": "a", "t": "2024-05-01T10:30:00Z"}])
+    out = coll.combine(
+        [
+            {"id": "a", "t": "2024-05-01T10:00:00Z"},
+            {"id": "a", "t": "2024-05-01T09:30:00-05:00"},
+            {"id": "a", "t": "2024-05-01T10:30:00Z"},
+        ]
+    )
     assert out == {"id": "a", "t": "2024-05-01T09:30:00-05:00"}
 
 
@@ -203,14 +323,28 @@ def test_conditions_assert_formats_too():
 
 
 def test_keyed_maximize_compares_date_time_keys_as_instants():
-    schema = {"type": "object", "reduce": {"strategy": "merge"},
-              "properties": {"id": {"type": "string"},
-                             "latest": {"type": "object", "reduce": {"strategy": "maximize", "key": ["/at"]},
-                                        "properties": {"at": {"type": "string", "format": "date-time"},
-                                                       "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}}}
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "id": {"type": "string"},
+            "latest": {
+                "type": "object",
+                "reduce": {"strategy": "maximize", "key": ["/at"]},
+                "properties": {
+                    "at": {"type": "string", "format": "date-time"},
+                    "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+                },
+            },
+        },
+    }
     coll = Collection(CollectionSpec("t", ("/id",), schema))
-    out = coll.combine([{"id": "a", "latest": {"at": "2024-05-01T10:00:00Z", "v": "ten", "n": 1}},
-                        {"id": "a", "latest": {"at": "2024-05-01T09:30:00-05:00", "v": "14:30", "n": 2}},
-                        {"id": "a", "latest": {"at": "2024-05-01T14:30:00.0Z", "n": 3}},  # a tie: merged
-                        {"id": "a", "latest": {"at": "2024-05-01T11:00:00Z", "v": "eleven", "n": 4}}])
+    out = coll.combine(
+        [
+            {"id": "a", "latest": {"at": "2024-05-01T10:00:00Z", "v": "ten", "n": 1}},
+            {"id": "a", "latest": {"at": "2024-05-01T09:30:00-05:00", "v": "14:30", "n": 2}},
+            {"id": "a", "latest": {"at": "2024-05-01T14:30:00.0Z", "n": 3}},  # a tie: merged
+            {"id": "a", "latest": {"at": "2024-05-01T11:00:00Z", "v": "eleven", "n": 4}},
+        ]
+    )
     assert out == {"id": "a", "latest": {"at": "2024-05-01T14:30:00.0Z", "v": "14:30", "n": 5}}

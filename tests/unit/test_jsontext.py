@@ -16,7 +16,8 @@ EDGES = [
     "18446744073709551616",
     '{"n": 12345678901234567890123, "m": 1}',
     "[1e400]",  # beyond a double: orjson refuses
-    "NaN", "[Infinity, -Infinity]",
+    "NaN",
+    "[Infinity, -Infinity]",
     '"\\ud800"',  # a lone surrogate: orjson refuses
     '{"a": 1, "a": 2}',
     '{"s": "\\u00e9\\n\\t", "f": -0.0, "i": -0, "e": 1E5}',

@@ -31,7 +31,9 @@ def test_transactional_id_is_a_readable_pure_function_of_materialization_and_ran
     assert len(set(ids)) == 4 and all(i.startswith("tidemark.v.") for i in ids)
 
 
-@pytest.mark.parametrize("name", ["a.b", "a/b", "a b", "ü", "x" * 500, "a" * 81, "view;rm -rf", "a.b.00000000-ffffffff"])
+@pytest.mark.parametrize(
+    "name", ["a.b", "a/b", "a b", "ü", "x" * 500, "a" * 81, "view;rm -rf", "a.b.00000000-ffffffff"]
+)
 def test_transactional_id_of_an_unusual_name_is_safe_bounded_and_distinct(name):
     tid = transactional_id(name, Range())
     assert SAFE_ID.match(tid), tid
@@ -49,8 +51,13 @@ def test_transactional_id_refuses_an_empty_name_or_a_bad_prefix():
 
 def test_progress_record_round_trips_and_its_key_is_stable():
     r = Range(0, 0x7FFFFFFF)
-    rec = ProgressRecord.first("view", r, {"checkpoint_id": "q1", "batch_id": 3, "materialization": "view"},
-                               {"docs": 10, "deletes": 2}, transactional_id="tidemark.view.00000000-7fffffff")
+    rec = ProgressRecord.first(
+        "view",
+        r,
+        {"checkpoint_id": "q1", "batch_id": 3, "materialization": "view"},
+        {"docs": 10, "deletes": 2},
+        transactional_id="tidemark.view.00000000-7fffffff",
+    )
     again = ProgressRecord.decode(rec.encode())
     assert again == rec
     assert again.sequence == 1 and again.version == FORMAT_VERSION
@@ -71,14 +78,19 @@ def test_progress_partition_is_deterministic_and_in_range():
     assert progress_partition(keys[0], 0) == 0
 
 
-@pytest.mark.parametrize("value, match", [
-    (b"\xff", "not JSON"),
-    (b"[1]", "no format version"),
-    (b'{"v": 99, "materialization": "v"}', "newer than this tidemark"),
-    (b'{"v": 1, "materialization": "v", "key_begin": 0, "key_end": 1}', "malformed"),
-    (b'{"v": 1, "materialization": "v", "key_begin": 5, "key_end": 1, "sequence": 1, "runtime_checkpoint": {}}',
-     "malformed"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (b"\xff", "not JSON"),
+        (b"[1]", "no format version"),
+        (b'{"v": 99, "materialization": "v"}', "newer than this tidemark"),
+        (b'{"v": 1, "materialization": "v", "key_begin": 0, "key_end": 1}', "malformed"),
+        (
+            b'{"v": 1, "materialization": "v", "key_begin": 5, "key_end": 1, "sequence": 1, "runtime_checkpoint": {}}',
+            "malformed",
+        ),
+    ],
+)
 def test_a_progress_record_tidemark_cannot_read_is_a_recovery_error(value, match):
     with pytest.raises(RecoveryError, match=match):
         ProgressRecord.decode(value, where="progress[0]@7")
@@ -98,18 +110,23 @@ def kerr(code, text="boom", **kw):
 
 
 @needs_ck
-@pytest.mark.parametrize("code, cls", [] if ck is None else [
-    (ck.KafkaError._FENCED, FencedOff),
-    (ck.KafkaError.PRODUCER_FENCED, FencedOff),
-    (ck.KafkaError.INVALID_PRODUCER_EPOCH, FencedOff),
-    (ck.KafkaError.SASL_AUTHENTICATION_FAILED, AuthenticationFailed),
-    (ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, AuthenticationFailed),
-    (ck.KafkaError._TRANSPORT, EndpointUnavailable),
-    (ck.KafkaError._TIMED_OUT, EndpointUnavailable),
-    (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS, EndpointUnavailable),
-    (ck.KafkaError.CONCURRENT_TRANSACTIONS, EndpointUnavailable),
-    (ck.KafkaError.INVALID_CONFIG, DriverError),
-])
+@pytest.mark.parametrize(
+    "code, cls",
+    []
+    if ck is None
+    else [
+        (ck.KafkaError._FENCED, FencedOff),
+        (ck.KafkaError.PRODUCER_FENCED, FencedOff),
+        (ck.KafkaError.INVALID_PRODUCER_EPOCH, FencedOff),
+        (ck.KafkaError.SASL_AUTHENTICATION_FAILED, AuthenticationFailed),
+        (ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, AuthenticationFailed),
+        (ck.KafkaError._TRANSPORT, EndpointUnavailable),
+        (ck.KafkaError._TIMED_OUT, EndpointUnavailable),
+        (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS, EndpointUnavailable),
+        (ck.KafkaError.CONCURRENT_TRANSACTIONS, EndpointUnavailable),
+        (ck.KafkaError.INVALID_CONFIG, DriverError),
+    ],
+)
 def test_confluent_kafka_errors_become_tidemark_errors(code, cls):
     from tidemark.drivers.kafka.client import translate
 
@@ -130,8 +147,12 @@ def test_an_error_that_requires_an_abort_is_not_transient():
 def test_secrets_never_appear_in_messages():
     from tidemark.drivers.kafka.client import call, client_config, redacted, translate
 
-    config = {"bootstrap.servers": "127.0.0.1:1", "sasl.username": "app", "sasl.password": "hunter2-secret",
-              "ssl.key.password": "k3y-pass"}
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "sasl.username": "app",
+        "sasl.password": "hunter2-secret",
+        "ssl.key.password": "k3y-pass",
+    }
     shown = redacted(config)
     assert shown["sasl.password"] == shown["ssl.key.password"] == "***" and shown["sasl.username"] == "app"
     err = translate(kerr(ck.KafkaError._AUTHENTICATION, 'bad credentials "hunter2-secret"'), "connecting", config)

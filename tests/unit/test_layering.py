@@ -75,21 +75,39 @@ def test_pyspark_is_imported_only_inside_tidemark_spark():
 # ----------------------------------------------------------------- the package's layers
 # (docs/dev/package-map.md says why each rule holds)
 
-LIBRARIES = ("tidemark.collection", "tidemark.store", "tidemark.protocol", "tidemark.policy", "tidemark.errors",
-             "tidemark.jsontext", "tidemark.faults", "tidemark.files")
+LIBRARIES = (
+    "tidemark.collection",
+    "tidemark.store",
+    "tidemark.protocol",
+    "tidemark.policy",
+    "tidemark.errors",
+    "tidemark.jsontext",
+    "tidemark.faults",
+    "tidemark.files",
+)
 SQL_ENDPOINTS = ("postgres", "mysql", "sqlite")
 PUSH_ENDPOINTS = ("kafka", "nats", "webhook")  # their Loads are answered by the local store endpoint
 SHARED = ("base", "registry", "common")
 
 
 def _endpoint_folders() -> list[str]:
-    return sorted(p.name for p in (ROOT / "drivers").iterdir()
-                  if p.is_dir() and (p / "__init__.py").exists() and p.name not in SHARED)
+    return sorted(
+        p.name
+        for p in (ROOT / "drivers").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists() and p.name not in SHARED
+    )
 
 
 def test_libraries_import_no_driver_runtime_or_spark():
-    paths = [p for lib in LIBRARIES for p in
-             (_modules(ROOT / lib.split(".")[1]) if (ROOT / lib.split(".")[1]).is_dir() else [ROOT / f"{lib.split('.')[1]}.py"])]
+    paths = [
+        p
+        for lib in LIBRARIES
+        for p in (
+            _modules(ROOT / lib.split(".")[1])
+            if (ROOT / lib.split(".")[1]).is_dir()
+            else [ROOT / f"{lib.split('.')[1]}.py"]
+        )
+    ]
     bad = _violations(paths, "tidemark.drivers", "tidemark.runtime", "tidemark.spark", "tidemark.cli", "tidemark.spec")
     assert not bad, "\n".join(bad)
 
@@ -104,9 +122,12 @@ def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
     from SQL endpoints; the local store endpoint only from the push endpoints; no other
     endpoint."""
     folders = _endpoint_folders()
-    assert {"sqlite", "postgres", "mysql", "delta", "store", "kafka", "nats", "redis", "webhook", "command"} <= set(folders)
-    stray = sorted(p.name for p in (ROOT / "drivers").glob("*.py")
-                   if p.stem not in ("__init__", "base", "registry", "memory"))
+    assert {"sqlite", "postgres", "mysql", "delta", "store", "kafka", "nats", "redis", "webhook", "command"} <= set(
+        folders
+    )
+    stray = sorted(
+        p.name for p in (ROOT / "drivers").glob("*.py") if p.stem not in ("__init__", "base", "registry", "memory")
+    )
     assert not stray, f"endpoint modules outside a folder of their own: {stray}"
     bad = []
     for name in folders:

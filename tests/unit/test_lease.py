@@ -30,8 +30,12 @@ HOLDER = textwrap.dedent("""
 
 def _holder(tmp_path, ttl=30.0):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, root, str(tmp_path / "chk"), str(ttl)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, root, str(tmp_path / "chk"), str(ttl)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -68,8 +72,16 @@ def test_a_lease_of_another_host_holds_until_it_expires(tmp_path):
     chk = tmp_path / "chk"
     chk.mkdir()
     import time
-    body = {"token": "x", "materialization": "m", "host": "elsewhere", "pid": 1, "since": time.time(),
-            "renewed": time.time(), "ttl": 30}
+
+    body = {
+        "token": "x",
+        "materialization": "m",
+        "host": "elsewhere",
+        "pid": 1,
+        "since": time.time(),
+        "renewed": time.time(),
+        "ttl": 30,
+    }
     (chk / LEASE_FILE).write_text(json.dumps(body))
     with pytest.raises(RecoveryError, match="host elsewhere.*expires at"):
         Lease(str(chk), "m").acquire()
@@ -105,16 +117,27 @@ def test_reset_of_a_running_view_is_refused_and_changes_nothing(tmp_path):
 
     from tidemark.ops import reset_spec
 
-    spec = {"collections": {"o": {"key": ["/id"], "schema": {"type": "object", "required": ["id"],
-                                                             "properties": {"id": {"type": "string"}}}}},
-            "materializations": {"m": {"endpoint": {"sqlite": {"path": "v.db"}},
-                                       "bindings": [{"source": "o", "resource": {"table": "t"}}]}},
-            "checkpoint": "chk"}
+    spec = {
+        "collections": {
+            "o": {
+                "key": ["/id"],
+                "schema": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+            }
+        },
+        "materializations": {
+            "m": {"endpoint": {"sqlite": {"path": "v.db"}}, "bindings": [{"source": "o", "resource": {"table": "t"}}]}
+        },
+        "checkpoint": "chk",
+    }
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     (tmp_path / "chk").mkdir()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, root, str(tmp_path / "chk" / "m"), "30"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, root, str(tmp_path / "chk" / "m"), "30"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert p.stdout.readline().strip() == "held"
         with pytest.raises(RecoveryError, match="in use by another run"):

@@ -11,14 +11,26 @@ from tidemark.drivers import memory
 from tidemark.drivers.base import CommitPattern, capabilities_of
 from tidemark.errors import SpecError
 from tidemark.protocol.messages import (
-    Acknowledge, BindingSpec, Field, Flush, Open, Quarantine, Range, StartCommit, Store,
+    Acknowledge,
+    BindingSpec,
+    Field,
+    Flush,
+    Open,
+    Quarantine,
+    Range,
+    StartCommit,
+    Store,
 )
 from tidemark.runtime.coordinator import check_capabilities
 from tidemark.runtime.merge_patch import apply_update
 
 MAT = "view"
-BINDING = BindingSpec({"table": "t"}, "orders", ("/k",),
-                      (Field("k", "/k", "string", is_key=True, nullable=False), Field("n", "/n", "integer")))
+BINDING = BindingSpec(
+    {"table": "t"},
+    "orders",
+    ("/k",),
+    (Field("k", "/k", "string", is_key=True, nullable=False), Field("n", "/n", "integer")),
+)
 ROW = {"binding": 0, "location": "f.json:3", "key_json": '["a"]', "reason": "/n: not an integer", "value": "x"}
 
 
@@ -76,5 +88,10 @@ def test_file_backend_and_undeclared_quarantine(tmp_path):
     off = memory.MemoryDriver({"path": path, "quarantine": False})
     assert not capabilities_of(off).quarantine
     with pytest.raises(SpecError, match="quarantine"):
-        check_capabilities(capabilities_of(off), materialization=MAT, driver_name="memory", bindings=(BINDING,),
-                           on_invalid="quarantine")
+        check_capabilities(
+            capabilities_of(off),
+            materialization=MAT,
+            driver_name="memory",
+            bindings=(BINDING,),
+            on_invalid="quarantine",
+        )

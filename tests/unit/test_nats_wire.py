@@ -27,8 +27,7 @@ def test_message_ids_are_deterministic_per_range_batch_counter():
     a, b = Channel("S", "m", Range.split(2)[0]), Channel("S", "m", Range.split(2)[1])
     one = BatchId("cp1", 7)
     assert wire.msg_id(a, one, 3) == wire.msg_id(a, BatchId("cp1", 7), 3) == "tm/m/00000000-7fffffff/cp1/7/3"
-    ids = {wire.msg_id(c, bt, n) for c in (a, b) for bt in (one, BatchId("cp1", 8), BatchId("cp2", 7))
-           for n in (1, 2)}
+    ids = {wire.msg_id(c, bt, n) for c in (a, b) for bt in (one, BatchId("cp1", 8), BatchId("cp2", 7)) for n in (1, 2)}
     assert len(ids) == 12
     h = wire.data_headers(a, one, 3, ["k", 1], delete=True)
     assert h[wire.H_KEY] == '["k",1]' and h[wire.H_OP] == "delete" and h[wire.H_MSG_ID] == wire.msg_id(a, one, 3)
@@ -44,8 +43,17 @@ def test_batch_order_within_and_across_checkpoints():
 
 
 def test_progress_record_round_trip_and_version():
-    rec = ProgressRecord(wire.KIND_CHUNK, "m", "00000000-ffffffff", "s1", committed=BatchId("cp", 4), count=10,
-                         checkpoint={"batch_id": 4}, committed_seq=17, inflight=InFlightMark(BatchId("cp", 5), 99))
+    rec = ProgressRecord(
+        wire.KIND_CHUNK,
+        "m",
+        "00000000-ffffffff",
+        "s1",
+        committed=BatchId("cp", 4),
+        count=10,
+        checkpoint={"batch_id": 4},
+        committed_seq=17,
+        inflight=InFlightMark(BatchId("cp", 5), 99),
+    )
     assert ProgressRecord.decode(rec.encode()) == rec
     assert json.loads(rec.encode())["v"] == wire.RECORD_VERSION
     bad = json.loads(rec.encode()) | {"v": 99}
@@ -58,8 +66,12 @@ def test_progress_record_round_trip_and_version():
 def test_frontier_committed_seq():
     commit = ProgressRecord(wire.KIND_COMMIT, "m", "r", "s", committed=BatchId("cp", 1), count=1)
     assert Frontier(commit, 12).committed_seq == 12
-    assert Frontier(ProgressRecord(wire.KIND_OPEN, "m", "r", "s", committed=BatchId("cp", 1), committed_seq=12),
-                    20).committed_seq == 12
+    assert (
+        Frontier(
+            ProgressRecord(wire.KIND_OPEN, "m", "r", "s", committed=BatchId("cp", 1), committed_seq=12), 20
+        ).committed_seq
+        == 12
+    )
     inherited = ProgressRecord(wire.KIND_OPEN, "m", "r", "s", committed=BatchId("cp", 1), inherited_from=("x",))
     assert Frontier(inherited, 30).committed_seq == 30
     assert Frontier(None, 0).committed_seq == 0

@@ -18,16 +18,20 @@ from tidemark.errors import SpecError
 from tidemark.options import ENV, RuntimeOptions
 from tidemark.spec import load_spec, parse_spec
 
-SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
-          "reduce": {"strategy": "merge"}}
+SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+    "reduce": {"strategy": "merge"},
+}
 
 
 def write_spec(folder, endpoint, **mat) -> str:
     os.makedirs(folder, exist_ok=True)
     spec = {
         "collections": {"c": {"key": ["/id"], "schema": SCHEMA, "source": {"path": "data"}}},
-        "materializations": {"view": {"endpoint": endpoint, "bindings": [{"source": "c", "resource": {"table": "t"}}],
-                                      **mat}},
+        "materializations": {
+            "view": {"endpoint": endpoint, "bindings": [{"source": "c", "resource": {"table": "t"}}], **mat}
+        },
         "checkpoint": "chk",
     }
     path = os.path.join(folder, "spec.yaml")
@@ -53,8 +57,9 @@ PROBE = textwrap.dedent("""
 
 def _cli(*args, cwd):
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
 
 
 def test_check_status_and_reset_never_import_pyspark(tmp_path):
@@ -66,13 +71,17 @@ def test_check_status_and_reset_never_import_pyspark(tmp_path):
     os.makedirs(spec.collections["c"].source.path, exist_ok=True)  # check refuses a missing source folder
     # a recovery log, so that status reads it
     log = RecoveryLog(spec.checkpoint_location("view"), "view")
-    log.append(LogEntry(0, {"batch_id": 0}, None, [[0, KEY_SPACE_MAX]], spec.materializations["view"].version(spec), {}))
+    log.append(
+        LogEntry(0, {"batch_id": 0}, None, [[0, KEY_SPACE_MAX]], spec.materializations["view"].version(spec), {})
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for args, expect in [(("check", spec_path), "endpoint sqlite ok"),
-                         (("status", spec_path), "last commit  batch 0"),
-                         (("status", "--checkpoint", spec.checkpoint_location("view")), "last commit  batch 0"),
-                         (("reset", spec_path, "--yes"), "deleted checkpoint folder")]:
+    for args, expect in [
+        (("check", spec_path), "endpoint sqlite ok"),
+        (("status", spec_path), "last commit  batch 0"),
+        (("status", "--checkpoint", spec.checkpoint_location("view")), "last commit  batch 0"),
+        (("reset", spec_path, "--yes"), "deleted checkpoint folder"),
+    ]:
         done = _cli(*args, cwd=elsewhere)
         assert "EXIT 0 PYSPARK 0 " in done.stderr, done.stdout + done.stderr
         assert expect in done.stdout + done.stderr, done.stdout + done.stderr
@@ -212,8 +221,13 @@ def test_materialize_options_replace_or_override_the_specs(tmp_path, monkeypatch
     with pytest.raises(SpecError, match=r"options\.nope: unknown runtime option"):
         target(path, options={"nope": 1})
     # the DataFrame form: no spec file
-    _, mat, _ = target(object(), collection={"key": ["/id"], "schema": SCHEMA}, endpoint={"memory": {}},
-                       checkpoint=str(tmp_path / "df-chk"), options={"max_quarantine": 2})
+    _, mat, _ = target(
+        object(),
+        collection={"key": ["/id"], "schema": SCHEMA},
+        endpoint={"memory": {}},
+        checkpoint=str(tmp_path / "df-chk"),
+        options={"max_quarantine": 2},
+    )
     assert mat.options.max_quarantine == 2
 
     # the run's options: the materialization's, with the environment's overrides
@@ -225,11 +239,22 @@ def test_materialize_options_replace_or_override_the_specs(tmp_path, monkeypatch
     colls = [Collection(spec.collections[b.source]) for b in mat.bindings]
     assert Materializer(spec, mat, colls, location).options.memory_budget_bytes == 4096
     monkeypatch.setenv("TIDEMARK_SHARD_MEMORY_BYTES", "8192")
-    assert Materializer(spec, mat, colls, location).options == RuntimeOptions(memory_budget_bytes=8192, max_quarantine=9)
+    assert Materializer(spec, mat, colls, location).options == RuntimeOptions(
+        memory_budget_bytes=8192, max_quarantine=9
+    )
 
 
 def test_parse_spec_accepts_options_for_a_python_built_spec():
-    spec = parse_spec({"collections": {"c": {"key": ["/id"], "schema": SCHEMA}},
-                       "materializations": {"m": {"endpoint": {"memory": {}}, "options": {"max_quarantine": 1},
-                                                  "bindings": [{"source": "c", "resource": {"table": "t"}}]}}})
+    spec = parse_spec(
+        {
+            "collections": {"c": {"key": ["/id"], "schema": SCHEMA}},
+            "materializations": {
+                "m": {
+                    "endpoint": {"memory": {}},
+                    "options": {"max_quarantine": 1},
+                    "bindings": [{"source": "c", "resource": {"table": "t"}}],
+                }
+            },
+        }
+    )
     assert spec.materializations["m"].options.max_quarantine == 1

@@ -69,8 +69,14 @@ DRIVER_EXPECTS = {
 
 def store(binding=0, keys=(A,), exists=None, deletes=None):
     n = len(keys)
-    return Store(binding, tuple(keys), tuple((1,) for _ in keys), tuple({"k": k[0], "n": 1} for k in keys),
-                 tuple(exists if exists is not None else (False,) * n), tuple(deletes or (False,) * n))
+    return Store(
+        binding,
+        tuple(keys),
+        tuple((1,) for _ in keys),
+        tuple({"k": k[0], "n": 1} for k in keys),
+        tuple(exists if exists is not None else (False,) * n),
+        tuple(deletes or (False,) * n),
+    )
 
 
 def loaded(keys=(A,), binding=0):
@@ -163,18 +169,53 @@ def test_every_message_in_every_state(side, point, cls):
 def test_a_full_session_of_two_transactions(side):
     m = side(BINDINGS)
     statuses = []
-    for msg in OPEN + [Opened({"batch_id": 3}), Acknowledge(), Acknowledged(), Load(0, (A, B, C)), loaded((A,)),
-                       Flush(), loaded((B,)), Flushed(), store(keys=(A, B, C), exists=(True, True, False)),
-                       store(binding=1, keys=(A,)), StartCommit(CHECKPOINT), StartedCommit()]:
+    for msg in OPEN + [
+        Opened({"batch_id": 3}),
+        Acknowledge(),
+        Acknowledged(),
+        Load(0, (A, B, C)),
+        loaded((A,)),
+        Flush(),
+        loaded((B,)),
+        Flushed(),
+        store(keys=(A, B, C), exists=(True, True, False)),
+        store(binding=1, keys=(A,)),
+        StartCommit(CHECKPOINT),
+        StartedCommit(),
+    ]:
         step(m, msg)
         statuses.append(m.status)
-    assert statuses == [Status.OPENING, Status.ACKNOWLEDGE, Status.ACKNOWLEDGE, Status.LOAD, Status.LOAD, Status.LOAD,
-                        Status.FLUSH, Status.FLUSH, Status.STORE, Status.STORE, Status.STORE, Status.COMMIT,
-                        Status.ACKNOWLEDGE]
+    assert statuses == [
+        Status.OPENING,
+        Status.ACKNOWLEDGE,
+        Status.ACKNOWLEDGE,
+        Status.LOAD,
+        Status.LOAD,
+        Status.LOAD,
+        Status.FLUSH,
+        Status.FLUSH,
+        Status.STORE,
+        Status.STORE,
+        Status.STORE,
+        Status.COMMIT,
+        Status.ACKNOWLEDGE,
+    ]
     assert m.transactions == 1
     # The second transaction starts afresh: the same keys may be Loaded again.
-    walk(m, [Acknowledged(), Acknowledge(), Load(0, (A,)), loaded((A,)), Flush(), Flushed(),
-             store(keys=(A,), exists=(True,)), StartCommit(CHECKPOINT), StartedCommit()])
+    walk(
+        m,
+        [
+            Acknowledged(),
+            Acknowledge(),
+            Load(0, (A,)),
+            loaded((A,)),
+            Flush(),
+            Flushed(),
+            store(keys=(A,), exists=(True,)),
+            StartCommit(CHECKPOINT),
+            StartedCommit(),
+        ],
+    )
     assert m.transactions == 2 and m.status is Status.ACKNOWLEDGE
 
 
@@ -278,7 +319,10 @@ def test_driver_output_during_the_store_phase_is_rejected(side, cls):
     with pytest.raises(ProtocolViolation) as err:
         step(m, sample(cls))
     assert (err.value.state, err.value.received, err.value.expected) == (
-        "STORE", cls.__name__, "nothing during the Store phase")
+        "STORE",
+        cls.__name__,
+        "nothing during the Store phase",
+    )
 
 
 @SIDES
@@ -304,8 +348,10 @@ def test_delta_updates_binding_gets_no_load_but_gets_flush(side):
     assert m.transactions == 1
     # A session of delta-updates bindings only: Flush with no Load at all.
     only_delta = side((DELTA,))
-    walk(only_delta, [Open("m", "v1", Range(), bindings=(DELTA,)), Opened(), Acknowledge(), Acknowledged(), Flush(),
-                      Flushed()])
+    walk(
+        only_delta,
+        [Open("m", "v1", Range(), bindings=(DELTA,)), Opened(), Acknowledge(), Acknowledged(), Flush(), Flushed()],
+    )
     assert only_delta.status is Status.STORE
 
 

@@ -41,9 +41,18 @@ def test_a_torn_newest_entry_is_set_aside_and_an_older_one_refused(tmp_path, cap
 
 def test_entries_of_an_older_tidemark_still_read(tmp_path):
     log = RecoveryLog(str(tmp_path), "m")
-    (tmp_path / "tidemark" / "log" / "4.json").write_text(json.dumps(
-        {"batch_id": 4, "runtime_checkpoint": {"batch_id": 4}, "driver_checkpoint": None,
-         "layout": [[0, KEY_SPACE_MAX]], "version": "v", "counts": {}}))
+    (tmp_path / "tidemark" / "log" / "4.json").write_text(
+        json.dumps(
+            {
+                "batch_id": 4,
+                "runtime_checkpoint": {"batch_id": 4},
+                "driver_checkpoint": None,
+                "layout": [[0, KEY_SPACE_MAX]],
+                "version": "v",
+                "counts": {},
+            }
+        )
+    )
     last = log.last()
     assert last.batch_id == 4 and last.resources == [] and last.query_id is None
 
@@ -60,7 +69,10 @@ def test_spark_checkpoint_identity(tmp_path):
     a, b, c = cp.identity(0), cp.identity(1), cp.identity(2)
     assert a.query_id == "q-1" and a.offsets == b.offsets != c.offsets  # the batch metadata line is not input
     assert BatchIdentity("q-1", 2, c.offsets).differences(c) == []
-    assert BatchIdentity("q-2", 2, a.offsets).differences(c) == ["Spark query q-1 vs q-2", f"source offsets {c.offsets} vs {a.offsets}"]
+    assert BatchIdentity("q-2", 2, a.offsets).differences(c) == [
+        "Spark query q-1 vs q-2",
+        f"source offsets {c.offsets} vs {a.offsets}",
+    ]
     assert BatchIdentity(None, 2, None).differences(c) == []  # an older tidemark recorded neither
 
 
@@ -82,8 +94,10 @@ def test_ranges_of_one_batch_agree_by_identity_not_by_the_whole_checkpoint():
 
 def test_an_error_marked_in_a_task_is_read_back_as_itself():
     err = mark_for_driver(FencedOff("range 00000000-ffffffff: fence 3 is stale"))
-    wrapped = RuntimeError(f"Job aborted.\nTraceback (most recent call last):\n  ...\n"
-                           f"tidemark.errors.FencedOff: {err}\n\tat org.apache.spark...")
+    wrapped = RuntimeError(
+        f"Job aborted.\nTraceback (most recent call last):\n  ...\n"
+        f"tidemark.errors.FencedOff: {err}\n\tat org.apache.spark..."
+    )
     back = from_task_failure(wrapped)
     assert type(back) is FencedOff and str(back) == "range 00000000-ffffffff: fence 3 is stale"
     chained = RuntimeError("outer")
@@ -101,9 +115,17 @@ def test_the_at_least_once_warning_reads_parsed_strategies(tmp_path, caplog):
 
     def coordinator(strategies, delta=False):
         binding = BindingSpec({"table": "t"}, "c", ("/k",), (), {}, delta)
-        return Coordinator(materialization="m", driver=driver, driver_name="memory", driver_config={},
-                           bindings=[binding], version="v", checkpoint_location=str(tmp_path / "chk"), shards=1,
-                           strategies=[strategies])
+        return Coordinator(
+            materialization="m",
+            driver=driver,
+            driver_name="memory",
+            driver_config={},
+            bindings=[binding],
+            version="v",
+            checkpoint_location=str(tmp_path / "chk"),
+            shards=1,
+            strategies=[strategies],
+        )
 
     with caplog.at_level(logging.WARNING, logger="tidemark"):
         coordinator(("lastWriteWins", "maximize", "merge")).warn_unsafe()
@@ -119,9 +141,15 @@ def test_collection_strategies_come_from_the_parsed_schema():
     from tidemark.collection.collection import Collection
     from tidemark.spec import CollectionSpec
 
-    schema = {"type": "object", "reduce": {"strategy": "merge"}, "description": "not 'sum' here",
-              "properties": {"n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                             "xs": {"type": "array", "reduce": {"strategy": "append"}}}}
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "description": "not 'sum' here",
+        "properties": {
+            "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+            "xs": {"type": "array", "reduce": {"strategy": "append"}},
+        },
+    }
     assert Collection(CollectionSpec("c", ("/k",), schema)).strategies() == ("append", "lastWriteWins", "merge", "sum")
     plain = {"type": "object", "description": "mentions 'sum' and 'append'"}
     assert Collection(CollectionSpec("c", ("/k",), plain)).strategies() == ("lastWriteWins",)

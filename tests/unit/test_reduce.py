@@ -111,8 +111,13 @@ def test_merge_wrong_type():
 
 
 def test_set_array_form_follows_flow_fixture():
-    defs = {"entry": {"type": "array", "items": [{"type": "integer"}, {"type": "integer", "reduce": {"strategy": "sum"}}],
-                      "reduce": {"strategy": "merge"}}}
+    defs = {
+        "entry": {
+            "type": "array",
+            "items": [{"type": "integer"}, {"type": "integer", "reduce": {"strategy": "sum"}}],
+            "reduce": {"strategy": "merge"},
+        }
+    }
     schema = {"properties": {"add": {"items": {"$ref": "#/$defs/entry"}}}, "reduce": {"strategy": "set", "key": ["/0"]}}
     c = prop(schema, **{"$defs": defs})
     steps = [
@@ -128,8 +133,10 @@ def test_set_array_form_follows_flow_fixture():
 
 
 def test_set_object_form_and_intersect():
-    schema = {"properties": {"add": {"additionalProperties": {"type": "integer", "reduce": {"strategy": "sum"}}}},
-              "reduce": {"strategy": "set"}}
+    schema = {
+        "properties": {"add": {"additionalProperties": {"type": "integer", "reduce": {"strategy": "sum"}}}},
+        "reduce": {"strategy": "set"},
+    }
     c = prop(schema)
     acc = {"add": {"22": 6}}
     acc = run(c, acc, {"intersect": {"22": 0, "33": 0}})
@@ -160,14 +167,22 @@ def test_conditionals_allof_and_ref_pick_the_strategy_per_document():
         "allOf": [{"properties": {"w": {"reduce": {"strategy": "maximize"}}}}],
     }
     c = coll(schema)
-    docs = [{"id": "k", "v": 1, "w": 3}, {"id": "k", "v": 2, "w": 1}, {"id": "k", "kind": "reset", "v": 10}, {"id": "k", "v": 1, "kind": "x"}]
+    docs = [
+        {"id": "k", "v": 1, "w": 3},
+        {"id": "k", "v": 2, "w": 1},
+        {"id": "k", "kind": "reset", "v": 10},
+        {"id": "k", "v": 1, "kind": "x"},
+    ]
     assert c.combine(docs) == {"id": "k", "v": 11, "w": 3, "kind": "x"}
 
 
 DELETE_SCHEMA = {
     "reduce": {"strategy": "merge"},
-    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-                   "_meta": {"type": "object", "properties": {"op": {"type": "string"}}}},
+    "properties": {
+        "id": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "_meta": {"type": "object", "properties": {"op": {"type": "string"}}},
+    },
     "if": {"properties": {"_meta": {"properties": {"op": {"const": "d"}}}}, "required": ["_meta"]},
     "then": {"reduce": {"delete": True}},
 }
@@ -192,11 +207,18 @@ def test_deletion_replaces_and_a_later_document_starts_afresh():
 
 
 def test_maximize_with_key_deep_merges_ties_and_keeps_the_larger():
-    spec = {"reduce": {"strategy": "maximize", "key": ["/version"]},
-            "properties": {"hits": {"reduce": {"strategy": "sum"}}}}
+    spec = {
+        "reduce": {"strategy": "maximize", "key": ["/version"]},
+        "properties": {"hits": {"reduce": {"strategy": "sum"}}},
+    }
     c = prop(spec)
     assert run(c, {"version": 1, "hits": 5}, {"version": 2, "hits": 1}) == {"version": 2, "hits": 1}
-    assert run(c, {"version": 2, "hits": 1, "a": 1}, {"version": 2, "hits": 3, "b": 2}) == {"version": 2, "hits": 4, "a": 1, "b": 2}
+    assert run(c, {"version": 2, "hits": 1, "a": 1}, {"version": 2, "hits": 3, "b": 2}) == {
+        "version": 2,
+        "hits": 4,
+        "a": 1,
+        "b": 2,
+    }
     assert run(c, {"version": 3, "hits": 1}, {"version": 2, "hits": 3}) == {"version": 3, "hits": 1}
 
 
@@ -229,8 +251,12 @@ def test_set_add_remove_intersect_simple_array_form():
 
 
 def test_set_object_form_merges_values_of_equal_members():
-    c = prop({"reduce": {"strategy": "set"},
-              "properties": {"add": {"additionalProperties": {"reduce": {"strategy": "sum"}}}}})
+    c = prop(
+        {
+            "reduce": {"strategy": "set"},
+            "properties": {"add": {"additionalProperties": {"reduce": {"strategy": "sum"}}}},
+        }
+    )
     assert run(c, {"add": {"a": 1, "b": 1}}, {"add": {"b": 2, "c": 3}}) == {"add": {"a": 1, "b": 3, "c": 3}}
     assert run(c, {"add": {"a": 1, "b": 1}}, {"remove": {"a": None}}) == {"add": {"b": 1}, "remove": {"a": None}}
 
@@ -244,14 +270,23 @@ def test_set_rejects_other_properties_and_non_objects():
 
 
 def test_errors_name_the_nested_location():
-    spec = {"reduce": {"strategy": "merge"},
-            "properties": {"lines": {"reduce": {"strategy": "merge"}, "items": {"reduce": {"strategy": "merge"},
-                                                                                 "properties": {"n": {"reduce": {"strategy": "sum"}}}}},
-                           "a/b": {"reduce": {"strategy": "append"}}}}
+    spec = {
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "lines": {
+                "reduce": {"strategy": "merge"},
+                "items": {"reduce": {"strategy": "merge"}, "properties": {"n": {"reduce": {"strategy": "sum"}}}},
+            },
+            "a/b": {"reduce": {"strategy": "append"}},
+        },
+    }
     c = prop(spec)
     with pytest.raises(ReductionError) as exc:
         run(c, {"lines": [{"n": 1}, {"n": 2**63 - 1}]}, {"lines": [{"n": 1}, {"n": 1}]})
-    assert str(exc.value) == "/v/lines/1/n: 'sum' overflowed: the result is beyond a 64-bit integer (left 9223372036854775807, right 1)"
+    assert (
+        str(exc.value)
+        == "/v/lines/1/n: 'sum' overflowed: the result is beyond a 64-bit integer (left 9223372036854775807, right 1)"
+    )
     with pytest.raises(ReductionError, match=r"^/v/a~1b: 'append' expects arrays \(left \[1\], right \"x\"\)$"):
         run(c, {"a/b": [1]}, {"a/b": "x"})
     with pytest.raises(ReductionError, match=r"^/: 'sum' expects numbers"):
@@ -266,8 +301,12 @@ def test_unknown_strategy_at_runtime_names_the_location():
 
 def test_strategy_is_read_from_the_right_hand_document_oneof():
     # firstWriteWins for inserts, lastWriteWins for updates: the right-hand side decides
-    spec = {"oneOf": [{"properties": {"action": {"const": "insert"}}, "reduce": {"strategy": "firstWriteWins"}},
-                      {"properties": {"action": {"const": "update"}}, "reduce": {"strategy": "lastWriteWins"}}]}
+    spec = {
+        "oneOf": [
+            {"properties": {"action": {"const": "insert"}}, "reduce": {"strategy": "firstWriteWins"}},
+            {"properties": {"action": {"const": "update"}}, "reduce": {"strategy": "lastWriteWins"}},
+        ]
+    }
     c = prop(spec)
     first = {"action": "insert", "x": 1}
     assert run(c, first, {"action": "insert", "x": 2}) == first
@@ -299,8 +338,15 @@ def _docs_examples():
     for i in range(1, len(parts) - 1, 2):
         (ls, schema), (li, inputs), (lr, result) = [m.groups() for m in blocks.finditer(parts[i + 1])][:3]
         assert (ls, li, lr) == ("yaml", "json", "json"), f"example {i}"
-        out.append(pytest.param(yaml.safe_load(schema), [json.loads(line) for line in inputs.splitlines() if line.strip()],
-                                json.loads(result), parts[i] is None, id=f"example{i // 2}"))
+        out.append(
+            pytest.param(
+                yaml.safe_load(schema),
+                [json.loads(line) for line in inputs.splitlines() if line.strip()],
+                json.loads(result),
+                parts[i] is None,
+                id=f"example{i // 2}",
+            )
+        )
     assert len(out) >= 14
     return out
 

@@ -13,10 +13,16 @@ from tidemark.options import RuntimeOptions
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
-PG = Capabilities(CommitPattern.STORE_AUTHORITATIVE, endpoint_reduce=frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge")))
-BASE = {"type": "object", "reduce": {"strategy": "merge"}, "required": ["id"],
-        "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}
+PG = Capabilities(
+    CommitPattern.STORE_AUTHORITATIVE,
+    endpoint_reduce=frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge")),
+)
+BASE = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["id"],
+    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+}
 
 
 def path(schema, caps=PG, enabled=True, delta=False):
@@ -35,14 +41,19 @@ def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
     assert path({**BASE, "reduce": {"strategy": "firstWriteWins"}})[0]
 
 
-@pytest.mark.parametrize("schema,why", [
-    (with_props(at={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}),
-     "/at: 'maximize' of a date-time compares instants (in Python)"),
-    ({**BASE, "reduce": {"strategy": "lastWriteWins", "order": "/n"}}, "its root orders by /n"),
-    (with_props(s={"type": "object", "reduce": {"strategy": "set"}}), "parts only the Python fold reduces"),
-    ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
-    (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "parts only the Python fold"),
-])
+@pytest.mark.parametrize(
+    "schema,why",
+    [
+        (
+            with_props(at={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}),
+            "/at: 'maximize' of a date-time compares instants (in Python)",
+        ),
+        ({**BASE, "reduce": {"strategy": "lastWriteWins", "order": "/n"}}, "its root orders by /n"),
+        (with_props(s={"type": "object", "reduce": {"strategy": "set"}}), "parts only the Python fold reduces"),
+        ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
+        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "parts only the Python fold"),
+    ],
+)
 def test_other_schemas_load_and_say_why(schema, why):
     ok, line = path(schema)
     assert not ok and line.startswith("binding v: Load + reduce in Python (") and why in line
@@ -50,10 +61,14 @@ def test_other_schemas_load_and_say_why(schema, why):
 
 def test_the_endpoint_the_option_and_delta_updates_decide_too():
     assert path(BASE, caps=Capabilities(CommitPattern.STORE_AUTHORITATIVE)) == (
-        False, "binding v: Load + reduce in Python (the endpoint does not reduce in place)")
+        False,
+        "binding v: Load + reduce in Python (the endpoint does not reduce in place)",
+    )
     assert path(BASE, enabled=False) == (False, "binding v: Load + reduce in Python (options.endpoint_reduce is false)")
-    assert path(BASE, caps=Capabilities(CommitPattern.STORE_AUTHORITATIVE, endpoint_reduce=frozenset({"sum"})))[1] \
+    assert (
+        path(BASE, caps=Capabilities(CommitPattern.STORE_AUTHORITATIVE, endpoint_reduce=frozenset({"sum"})))[1]
         == "binding v: Load + reduce in Python (the endpoint does not reduce the root's 'merge')"
+    )
     assert path(BASE, delta=True)[1].startswith("binding v: delta updates")
 
 

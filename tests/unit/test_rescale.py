@@ -25,15 +25,20 @@ from tidemark.runtime.rescale import AutoShards
 from tidemark.runtime.shard import ShardTask, merge_updates, run_shard
 from tidemark.spec import load_spec, parse_spec
 
-SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
-          "reduce": {"strategy": "merge"}, "required": ["id"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+    "reduce": {"strategy": "merge"},
+    "required": ["id"],
+}
 
 
 def write_spec(folder, endpoint, shards=2) -> str:
     spec = {
         "collections": {"c": {"key": ["/id"], "schema": SCHEMA, "source": {"path": "data"}}},
-        "materializations": {"view": {"endpoint": endpoint, "shards": shards,
-                                      "bindings": [{"source": "c", "resource": {"table": "t"}}]}},
+        "materializations": {
+            "view": {"endpoint": endpoint, "shards": shards, "bindings": [{"source": "c", "resource": {"table": "t"}}]}
+        },
         "checkpoint": "chk",
     }
     path = os.path.join(folder, "spec.yaml")
@@ -47,18 +52,30 @@ def write_spec(folder, endpoint, shards=2) -> str:
 
 def test_auto_shards_config_is_validated_naming_the_field():
     def mat(shards):
-        return {"collections": {"c": {"key": ["/id"], "schema": SCHEMA}},
-                "materializations": {"v": {"endpoint": {"sqlite": {"path": "x.db"}}, "shards": shards,
-                                           "bindings": [{"source": "c", "resource": {"table": "t"}}]}}}
+        return {
+            "collections": {"c": {"key": ["/id"], "schema": SCHEMA}},
+            "materializations": {
+                "v": {
+                    "endpoint": {"sqlite": {"path": "x.db"}},
+                    "shards": shards,
+                    "bindings": [{"source": "c", "resource": {"table": "t"}}],
+                }
+            },
+        }
 
     spec = parse_spec(mat({"auto": {"min": 2, "max": 6, "keys_per_shard": 100}}), file=None, base_dir=".")
     m = spec.materializations["v"]
     assert m.shards == 2 and m.auto_shards == AutoShards(2, 6, 100)
     assert parse_spec(mat(3), file=None, base_dir=".").materializations["v"].auto_shards is None
-    for bad, field in [({"auto": {"min": 0}}, "shards.auto.min"), ({"auto": {"max": "8"}}, "shards.auto.max"),
-                       ({"auto": {"min": 5, "max": 2}}, "shards.auto.min"),
-                       ({"auto": {"keys_per_shard": 0}}, "shards.auto.keys_per_shard"),
-                       ({"auto": {"mn": 1}}, "shards.auto.mn"), ({"atuo": {}}, "shards"), (0, "shards")]:
+    for bad, field in [
+        ({"auto": {"min": 0}}, "shards.auto.min"),
+        ({"auto": {"max": "8"}}, "shards.auto.max"),
+        ({"auto": {"min": 5, "max": 2}}, "shards.auto.min"),
+        ({"auto": {"keys_per_shard": 0}}, "shards.auto.keys_per_shard"),
+        ({"auto": {"mn": 1}}, "shards.auto.mn"),
+        ({"atuo": {}}, "shards"),
+        (0, "shards"),
+    ]:
         with pytest.raises(SpecError, match=f"materializations.v.{field}"):
             parse_spec(mat(bad), file=None, base_dir=".")
 
@@ -100,10 +117,18 @@ class View:
 
         self.driver = load_driver(self.mat.driver_name, self.mat.driver_config)
         self.coord = Coordinator(
-            materialization="view", driver=self.driver, driver_name=self.mat.driver_name,
-            driver_config=self.mat.driver_config, bindings=self.bindings, version=self.mat.version(self.spec),
-            checkpoint_location=self.location, shards=self.mat.shards, strategies=[self.coll.strategies()],
-            reductions=[reductions_of("c", SCHEMA)], auto=self.mat.auto_shards)
+            materialization="view",
+            driver=self.driver,
+            driver_name=self.mat.driver_name,
+            driver_config=self.mat.driver_config,
+            bindings=self.bindings,
+            version=self.mat.version(self.spec),
+            checkpoint_location=self.location,
+            shards=self.mat.shards,
+            strategies=[self.coll.strategies()],
+            reductions=[reductions_of("c", SCHEMA)],
+            auto=self.mat.auto_shards,
+        )
         self.coord.start_up()
         self.oracle: dict = {}
 
@@ -123,12 +148,21 @@ class View:
             i = next(i for i, r in enumerate(ranges) if r.key_begin <= h <= r.key_end)
             rows[i].append(((i, 0, key_json((k,))), json.dumps(docs[k])))
         last = start.last
-        task = ShardTask(materialization="view", version=self.coord.version, driver_name=self.mat.driver_name,
-                         driver_config=self.mat.driver_config, bindings=self.bindings, collections=(self.coll,),
-                         checkpoint_id=self.coord.checkpoint_id, batch_id=n, ranges=ranges,
-                         driver_checkpoint=last.driver_checkpoint if last else None,
-                         runtime_checkpoint=start.runtime_checkpoint, committed_batch=last.batch_id if last else -1,
-                         capabilities=self.coord.caps)
+        task = ShardTask(
+            materialization="view",
+            version=self.coord.version,
+            driver_name=self.mat.driver_name,
+            driver_config=self.mat.driver_config,
+            bindings=self.bindings,
+            collections=(self.coll,),
+            checkpoint_id=self.coord.checkpoint_id,
+            batch_id=n,
+            ranges=ranges,
+            driver_checkpoint=last.driver_checkpoint if last else None,
+            runtime_checkpoint=start.runtime_checkpoint,
+            committed_batch=last.batch_id if last else -1,
+            capabilities=self.coord.caps,
+        )
         results = [run_shard(task, i, iter(r)) for i, r in enumerate(rows)]
         state = merge_updates(last.driver_checkpoint if last else None, results)
         self.coord.commit(start, state, {"keys": sum(r.documents for r in results)})
@@ -180,7 +214,12 @@ def test_live_rescale_2_4_3_is_exact_and_a_rerun_keeps_its_layout(tmp_path):
 
     hist = layout_history(v.spec_path)
     assert [(r["first"], r["last"], r["shards"], r["by"]) for r in hist["ranges"]] == [
-        (0, 1, 2, "configured"), (2, 3, 4, "scale"), (4, 4, 3, "scale"), (5, 5, 2, "scale"), (6, 6, 3, "scale")]
+        (0, 1, 2, "configured"),
+        (2, 3, 4, "scale"),
+        (4, 4, 3, "scale"),
+        (5, 5, 2, "scale"),
+        (6, 6, 3, "scale"),
+    ]
     assert hist["pending"] == []
     assert [(r["shards"], r["done"]["batch_id"]) for r in hist["requests"]] == [(4, 2), (3, 4), (2, 5), (3, 6)]
 
@@ -189,7 +228,13 @@ def test_live_rescale_2_4_3_is_exact_and_a_rerun_keeps_its_layout(tmp_path):
 
     scale(v.spec_path, shards=5)
     (st,) = status_of_spec(v.spec_path)
-    assert [(r["first"], r["last"], r["shards"]) for r in st.layouts] == [(0, 1, 2), (2, 3, 4), (4, 4, 3), (5, 5, 2), (6, 6, 3)]
+    assert [(r["first"], r["last"], r["shards"]) for r in st.layouts] == [
+        (0, 1, 2),
+        (2, 3, 4),
+        (4, 4, 3),
+        (5, 5, 2),
+        (6, 6, 3),
+    ]
     lines = render(st, width=80)
     text = " ".join(line.strip() for line in lines)
     assert all(len(line) <= 80 for line in lines)
@@ -242,8 +287,7 @@ def test_editing_the_spec_shards_wins_over_an_applied_request(tmp_path):
 
 def test_the_auto_policy_follows_the_key_count_through_the_coordinator(tmp_path):
     db = tmp_path / "views.db"
-    v = View(tmp_path, {"sqlite": {"path": str(db)}},
-             shards={"auto": {"min": 1, "max": 4, "keys_per_shard": 10}})
+    v = View(tmp_path, {"sqlite": {"path": str(db)}}, shards={"auto": {"min": 1, "max": 4, "keys_per_shard": 10}})
     counts = []
     for n, keys in enumerate([35, 35, 35, 5, 35, 5, 5, 5]):
         counts.append(len(v.batch(n, docs_of(n, keys)).layout))
@@ -279,8 +323,10 @@ def test_a_coordinator_apply_endpoint_holds_the_last_batch_before_the_layout_cha
     assert len(start.layout) == 4
     assert {p.batch_id for p in v.coord.positions()} == {1}  # applied before the new layout was recorded
     v.batch(2, docs_of(2), start=start)
-    got = {r["id"]: {"id": r["id"], "n": r["n"]}
-           for r in deltalake.DeltaTable(str(lake / "t")).to_pyarrow_table().to_pylist()}
+    got = {
+        r["id"]: {"id": r["id"], "n": r["n"]}
+        for r in deltalake.DeltaTable(str(lake / "t")).to_pyarrow_table().to_pylist()
+    }
     assert got == v.oracle
 
 
@@ -295,7 +341,9 @@ def test_the_newest_of_several_pending_requests_wins_and_auto_bounds_are_kept(tm
     assert len(v.batch(1, docs_of(1)).layout) == 3
     reqs = layout_history(v.spec_path)["requests"]
     assert [(r["shards"], r["done"]["batch_id"], r["done"].get("superseded_by")) for r in reqs] == [
-        (4, 1, reqs[1]["id"]), (3, 1, None)]
+        (4, 1, reqs[1]["id"]),
+        (3, 1, None),
+    ]
     # few keys, but only batches that ran on 3 shards argue for the next change
     assert [len(v.batch(n, docs_of(n)).layout) for n in (2, 3, 4)] == [3, 1, 1]  # 3 held for batches 1 and 2
     assert sqlite_rows(db) == v.oracle

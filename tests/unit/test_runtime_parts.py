@@ -130,15 +130,20 @@ def test_fault_point_orphan_kills_the_driver_group_and_spares_the_worker():
     """``orphan``: the pinned group (driver, JVM) dies; the worker, in a group of its own as
     PySpark's daemon puts it, goes on and ignores the SIGHUP the daemon would send. The
     worker holds the driver's stdout, so ``run`` returns when the worker is done too."""
-    worker = ("import os, signal\nfrom tidemark.faults import fault_point\nfault_point('x')\n"
-              "os.kill(os.getpid(), signal.SIGHUP)\nprint('worker survived')")
-    driver = ("import os, subprocess, sys, time\n"
-              f"subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True,\n"
-              "                 env={**os.environ, 'TIDEMARK_FAULT_PGID': str(os.getpgrp())})\n"
-              "time.sleep(60)")
+    worker = (
+        "import os, signal\nfrom tidemark.faults import fault_point\nfault_point('x')\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\nprint('worker survived')"
+    )
+    driver = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True,\n"
+        "                 env={**os.environ, 'TIDEMARK_FAULT_PGID': str(os.getpgrp())})\n"
+        "time.sleep(60)"
+    )
     env = {**os.environ, "TIDEMARK_FAULTS": "x:orphan"}
-    proc = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=60,
-                          start_new_session=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=60, start_new_session=True
+    )
     assert proc.returncode == -9, proc.stderr
     assert proc.stdout == "worker survived\n", proc.stderr
 
@@ -160,9 +165,11 @@ def test_armed_names_only_points_armed_by_name(monkeypatch):
 def test_rearm_after_the_random_variable_is_gone_disarms_random_kills():
     """In-process rearm (tests do it) must forget a random kill whose variable was removed;
     it used to keep it, and a later test's fault point killed the test process."""
-    code = ("import os\nfrom tidemark import faults\nfaults.rearm(); faults._points()\n"
-            "del os.environ['TIDEMARK_FAULT_RANDOM']\nfaults.rearm()\n"
-            "for _ in range(200): faults.fault_point('before_endpoint_commit')\nprint('survived')")
+    code = (
+        "import os\nfrom tidemark import faults\nfaults.rearm(); faults._points()\n"
+        "del os.environ['TIDEMARK_FAULT_RANDOM']\nfaults.rearm()\n"
+        "for _ in range(200): faults.fault_point('before_endpoint_commit')\nprint('survived')"
+    )
     env = {**os.environ, "TIDEMARK_FAULT_RANDOM": "1:1.0"}
     env.pop("TIDEMARK_FAULTS", None)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -69,30 +69,70 @@ def test_no_suggestion_when_nothing_is_close():
     "mutate, path, pointer",
     [
         # under items, then anyOf
-        (lambda s: s["properties"].update(lines={"type": "array", "items": {"anyOf": [
-            {"type": "object", "properties": {"n": {"type": "integer", "redcue": {"strategy": "sum"}}}}]}}),
-         "collections.orders.schema.properties.lines.items.anyOf[0].properties.n.redcue",
-         "/properties/lines/items/anyOf/0/properties/n"),
-        (lambda s: s["properties"].update(pair={"type": "array", "prefixItems": [{"type": "string"}, {"tpye": "string"}]}),
-         "collections.orders.schema.properties.pair.prefixItems[1].tpye", "/properties/pair/prefixItems/1"),
-        (lambda s: s.update({"$defs": {"money": {"type": "number", "reduse": {"strategy": "sum"}}}}),
-         "collections.orders.schema.$defs.money.reduse", "/$defs/money"),
-        (lambda s: s.update({"if": {"properties": {"customer": {"const": "x"}}},
-                             "then": {"properties": {"total": {"maximun": 3}}}}),
-         "collections.orders.schema.then.properties.total.maximun", "/then/properties/total"),
-        (lambda s: s.update(patternProperties={"^n_": {"type": "integer", "minimun": 0}}),
-         "collections.orders.schema.patternProperties.^n_.minimun", "/patternProperties/^n_"),
-        (lambda s: s.update(additionalProperties={"type": "string", "maxLenght": 3}),
-         "collections.orders.schema.additionalProperties.maxLenght", "/additionalProperties"),
-        (lambda s: s.update({"not": {"required": ["a"], "propertys": {}}}),
-         "collections.orders.schema.not.propertys", "/not"),
-        (lambda s: s.update(dependentSchemas={"customer": {"requires": ["total"]}}),
-         "collections.orders.schema.dependentSchemas.customer.requires", "/dependentSchemas/customer"),
-        (lambda s: s["properties"].update(tags={"type": "array", "contains": {"type": "string", "formta": "uuid"}}),
-         "collections.orders.schema.properties.tags.contains.formta", "/properties/tags/contains"),
+        (
+            lambda s: s["properties"].update(
+                lines={
+                    "type": "array",
+                    "items": {
+                        "anyOf": [
+                            {"type": "object", "properties": {"n": {"type": "integer", "redcue": {"strategy": "sum"}}}}
+                        ]
+                    },
+                }
+            ),
+            "collections.orders.schema.properties.lines.items.anyOf[0].properties.n.redcue",
+            "/properties/lines/items/anyOf/0/properties/n",
+        ),
+        (
+            lambda s: s["properties"].update(
+                pair={"type": "array", "prefixItems": [{"type": "string"}, {"tpye": "string"}]}
+            ),
+            "collections.orders.schema.properties.pair.prefixItems[1].tpye",
+            "/properties/pair/prefixItems/1",
+        ),
+        (
+            lambda s: s.update({"$defs": {"money": {"type": "number", "reduse": {"strategy": "sum"}}}}),
+            "collections.orders.schema.$defs.money.reduse",
+            "/$defs/money",
+        ),
+        (
+            lambda s: s.update(
+                {"if": {"properties": {"customer": {"const": "x"}}}, "then": {"properties": {"total": {"maximun": 3}}}}
+            ),
+            "collections.orders.schema.then.properties.total.maximun",
+            "/then/properties/total",
+        ),
+        (
+            lambda s: s.update(patternProperties={"^n_": {"type": "integer", "minimun": 0}}),
+            "collections.orders.schema.patternProperties.^n_.minimun",
+            "/patternProperties/^n_",
+        ),
+        (
+            lambda s: s.update(additionalProperties={"type": "string", "maxLenght": 3}),
+            "collections.orders.schema.additionalProperties.maxLenght",
+            "/additionalProperties",
+        ),
+        (
+            lambda s: s.update({"not": {"required": ["a"], "propertys": {}}}),
+            "collections.orders.schema.not.propertys",
+            "/not",
+        ),
+        (
+            lambda s: s.update(dependentSchemas={"customer": {"requires": ["total"]}}),
+            "collections.orders.schema.dependentSchemas.customer.requires",
+            "/dependentSchemas/customer",
+        ),
+        (
+            lambda s: s["properties"].update(tags={"type": "array", "contains": {"type": "string", "formta": "uuid"}}),
+            "collections.orders.schema.properties.tags.contains.formta",
+            "/properties/tags/contains",
+        ),
         # a property name with "/" and "~" is escaped in the pointer
-        (lambda s: s["properties"].update({"a/b~c": {"type": "string", "descripton": "x"}}),
-         "collections.orders.schema.properties.a/b~c.descripton", "/properties/a~1b~0c"),
+        (
+            lambda s: s["properties"].update({"a/b~c": {"type": "string", "descripton": "x"}}),
+            "collections.orders.schema.properties.a/b~c.descripton",
+            "/properties/a~1b~0c",
+        ),
     ],
 )
 def test_nested_typos_are_refused(mutate, path, pointer):
@@ -116,30 +156,51 @@ def test_unknown_strategy_is_refused_with_suggestion():
 
 
 def test_annotations_and_extensions_are_accepted():
-    schema = with_(lambda s: s.update({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://example.com/orders",
-        "$comment": "orders by customer",
-        "title": "Orders",
-        "description": "one row per customer",
-        "examples": [{"customer": "a", "redcue": 1, "x": {"tpye": 2}}],  # data, not schemas
-        "default": {"redcue": {"strategy": "sum"}},
-        "x-owner": {"team": "billing", "redcue": True},  # an extension's value is the user's
-        "$defs": {"redcue": {"type": "string", "deprecated": True, "readOnly": True, "writeOnly": False}},
-        "definitions": {"old": {"type": "string"}},
-    }))
-    schema["properties"]["total"].update({"x-unit": "EUR", "title": "Total", "examples": [1.5], "default": 0,
-                                          "const": 1.5, "enum": [1.5], "$comment": "c"})
+    schema = with_(
+        lambda s: s.update(
+            {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "$id": "https://example.com/orders",
+                "$comment": "orders by customer",
+                "title": "Orders",
+                "description": "one row per customer",
+                "examples": [{"customer": "a", "redcue": 1, "x": {"tpye": 2}}],  # data, not schemas
+                "default": {"redcue": {"strategy": "sum"}},
+                "x-owner": {"team": "billing", "redcue": True},  # an extension's value is the user's
+                "$defs": {"redcue": {"type": "string", "deprecated": True, "readOnly": True, "writeOnly": False}},
+                "definitions": {"old": {"type": "string"}},
+            }
+        )
+    )
+    schema["properties"]["total"].update(
+        {
+            "x-unit": "EUR",
+            "title": "Total",
+            "examples": [1.5],
+            "default": 0,
+            "const": 1.5,
+            "enum": [1.5],
+            "$comment": "c",
+        }
+    )
     schema["properties"]["total"].pop("const")
-    schema["properties"]["note"] = {"type": "string", "format": "uri", "contentMediaType": "text/plain",
-                                    "contentEncoding": "base64", "x-pii": True}
+    schema["properties"]["note"] = {
+        "type": "string",
+        "format": "uri",
+        "contentMediaType": "text/plain",
+        "contentEncoding": "base64",
+        "x-pii": True,
+    }
     parse_spec(spec_of(schema))
     assert list(unknown_keywords(schema)) == []
 
 
 def test_property_named_like_a_typo_is_accepted():
-    schema = with_(lambda s: s["properties"].update(redcue={"type": "number", "reduce": {"strategy": "sum"}},
-                                                    tpye={"type": "string"}))
+    schema = with_(
+        lambda s: s["properties"].update(
+            redcue={"type": "number", "reduce": {"strategy": "sum"}}, tpye={"type": "string"}
+        )
+    )
     schema["required"] = ["customer", "redcue"]
     schema["dependentRequired"] = {"redcue": ["tpye"]}
     schema["dependentSchemas"] = {"redcue": {"required": ["tpye"]}}
@@ -162,24 +223,40 @@ def test_load_spec_names_the_file(tmp_path):
     """The loader `tidemark check` and `tidemark run` share names file, place and pointer."""
     schema = copy.deepcopy(SCHEMA)
     schema["properties"]["total"] = {"type": "number", "redcue": {"strategy": "sum"}}
-    obj = {"collections": {"orders": {"key": ["/customer"], "schema": schema}},
-           "materializations": {"v": {"endpoint": {"sqlite": {"path": "views.db"}},
-                                      "bindings": [{"source": "orders", "resource": {"table": "t"}}]}}}
+    obj = {
+        "collections": {"orders": {"key": ["/customer"], "schema": schema}},
+        "materializations": {
+            "v": {
+                "endpoint": {"sqlite": {"path": "views.db"}},
+                "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+            }
+        },
+    }
     path = tmp_path / "orders.yaml"
     path.write_text(yaml.safe_dump(obj))
     with pytest.raises(SpecError) as exc:
         load_spec(str(path))
     assert exc.value.file == str(path)
-    assert str(exc.value).startswith(f"{path}:collections.orders.schema.properties.total.redcue: unknown keyword `redcue`")
+    assert str(exc.value).startswith(
+        f"{path}:collections.orders.schema.properties.total.redcue: unknown keyword `redcue`"
+    )
     assert "at /properties/total" in str(exc.value) and "did you mean `reduce`?" in str(exc.value)
 
 
 def test_draft_07_forms_are_walked():
-    schema = {"items": [{"tpye": "string"}], "dependencies": {"a": ["b"], "c": {"requried": []}},
-              "contentSchema": {"tilte": "x"}, "definitions": {"d": {"minimun": 1}}}
+    schema = {
+        "items": [{"tpye": "string"}],
+        "dependencies": {"a": ["b"], "c": {"requried": []}},
+        "contentSchema": {"tilte": "x"},
+        "definitions": {"d": {"minimun": 1}},
+    }
     found = {(b.pointer, b.keyword, b.suggestion) for b in unknown_keywords(schema)}
-    assert found == {("/items/0", "tpye", "type"), ("/dependencies/c", "requried", "required"),
-                     ("/contentSchema", "tilte", "title"), ("/definitions/d", "minimun", "minimum")}
+    assert found == {
+        ("/items/0", "tpye", "type"),
+        ("/dependencies/c", "requried", "required"),
+        ("/contentSchema", "tilte", "title"),
+        ("/definitions/d", "minimun", "minimum"),
+    }
 
 
 def test_x_keywords_of_your_own_keep_the_native_spark_plan():
@@ -189,8 +266,12 @@ def test_x_keywords_of_your_own_keep_the_native_spark_plan():
     from tidemark.collection.plan import compile_collection
     from tidemark.spec import CollectionSpec
 
-    plain = {"type": "object", "required": ["id"], "reduce": {"strategy": "merge"},
-             "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}}}
+    plain = {
+        "type": "object",
+        "required": ["id"],
+        "reduce": {"strategy": "merge"},
+        "properties": {"id": {"type": "string"}, "n": {"type": "integer", "reduce": {"strategy": "sum"}}},
+    }
     tagged = copy.deepcopy(plain)
     tagged["x-owner"] = "team-a"
     tagged["properties"]["n"]["x-unit"] = "items"

@@ -13,8 +13,9 @@ from tidemark.spark.small import previous_keys, split
 def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
     ranges = Range.split(2)
     mid = ranges[1].key_begin
-    rows = split(ranges, [1, 0, 0, 0], ['"b"', '"z"', '"é"', '"a"'], [5, mid, 7, mid + 9], ["d1", "d2", "d3", "d4"],
-                 [1, 2, 3, 4])
+    rows = split(
+        ranges, [1, 0, 0, 0], ['"b"', '"z"', '"é"', '"a"'], [5, mid, 7, mid + 9], ["d1", "d2", "d3", "d4"], [1, 2, 3, 4]
+    )
     assert rows[0] == [(0, 0, '"é"', "d3", 3), (0, 1, '"b"', "d1", 1), (0, END_BINDING, "", None, 0)]
     assert rows[1] == [(1, 0, '"a"', "d4", 4), (1, 0, '"z"', "d2", 2), (1, END_BINDING, "", None, 0)]
     counted = [0]

@@ -16,8 +16,15 @@ BASE = {
     "collections": {
         "orders": {
             "key": ["/customer"],
-            "schema": {"type": "object", "required": ["customer"], "reduce": {"strategy": "merge"},
-                       "properties": {"customer": {"type": "string"}, "total": {"type": "number", "reduce": {"strategy": "sum"}}}},
+            "schema": {
+                "type": "object",
+                "required": ["customer"],
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "customer": {"type": "string"},
+                    "total": {"type": "number", "reduce": {"strategy": "sum"}},
+                },
+            },
             "source": {"format": "json", "path": "data/orders"},
         }
     },
@@ -63,15 +70,22 @@ def test_version_is_stable_and_tracks_schema():
     b = parse_spec(copy.deepcopy(BASE))
     m = "customer_view"
     assert a.materializations[m].version(a) == b.materializations[m].version(b)
-    c = parse_spec(spec_with(lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="integer")))
+    c = parse_spec(
+        spec_with(lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="integer"))
+    )
     assert c.materializations[m].version(c) != a.materializations[m].version(a)
 
 
 def test_unknown_collection_names_file_and_path(tmp_path):
-    path = write(tmp_path, spec_with(lambda o: o["materializations"]["customer_view"]["bindings"][0].update(source="ordrs")))
+    path = write(
+        tmp_path, spec_with(lambda o: o["materializations"]["customer_view"]["bindings"][0].update(source="ordrs"))
+    )
     with pytest.raises(SpecError) as exc:
         load_spec(path)
-    assert str(exc.value) == f"{path}:materializations.customer_view.bindings[0].source: unknown collection 'ordrs' (known: orders)"
+    assert (
+        str(exc.value)
+        == f"{path}:materializations.customer_view.bindings[0].source: unknown collection 'ordrs' (known: orders)"
+    )
     assert exc.value.file == path and exc.value.path == "materializations.customer_view.bindings[0].source"
 
 
@@ -80,48 +94,139 @@ def test_unknown_collection_names_file_and_path(tmp_path):
     [
         (lambda o: o.update(extra=1), "extra", "unknown field 'extra'"),
         (lambda o: o["collections"]["orders"].update(color="red"), "collections.orders.color", "unknown field 'color'"),
-        (lambda o: o["collections"]["orders"].update(key=["/nope"]), "collections.orders.key[0]", "key /nope is not a property"),
-        (lambda o: o["collections"]["orders"].update(key=["/total"]), "collections.orders.key[0]", "keys must be one of string, integer, boolean"),
+        (
+            lambda o: o["collections"]["orders"].update(key=["/nope"]),
+            "collections.orders.key[0]",
+            "key /nope is not a property",
+        ),
+        (
+            lambda o: o["collections"]["orders"].update(key=["/total"]),
+            "collections.orders.key[0]",
+            "keys must be one of string, integer, boolean",
+        ),
         (lambda o: o["collections"]["orders"].update(key=[]), "collections.orders.key", "non-empty list"),
-        (lambda o: o["materializations"]["customer_view"].update(shards=0), "materializations.customer_view.shards", "integer >= 1"),
-        (lambda o: o["materializations"]["customer_view"].update(on_invalid="ignore"), "materializations.customer_view.on_invalid", "must be one of fail, quarantine"),
-        (lambda o: o["materializations"]["customer_view"]["bindings"].append({"source": "orders", "resource": {"table": "customers"}}),
-         "materializations.customer_view.bindings[1].resource", "duplicate resource"),
-        (lambda o: o["materializations"]["customer_view"].update(endpoint={"sqlit": {}}), "materializations.customer_view.endpoint.sqlit", "unknown endpoint driver 'sqlit'"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "summ"}),
-         "collections.orders.schema.properties.total.reduce.strategy", "unknown reduction strategy 'summ'"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["customer"].update(reduce={"strategy": "sum"}),
-         "collections.orders.schema.properties.customer.reduce.strategy", "strategy 'sum' expects numbers"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "sum", "key": ["/a"]}),
-         "collections.orders.schema.properties.total.reduce.key", "takes no key"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="numbr"),
-         "collections.orders.schema.properties.total.type", "not a valid JSON Schema"),
-        (lambda o: o["collections"]["orders"]["schema"].update({"$ref": "#/$defs/missing"}),
-         "collections.orders.schema.$ref", "does not resolve"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce="sum"),
-         "collections.orders.schema.properties.total.reduce", "must be a mapping like {strategy: merge}, got a string"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "sum", "how": 1}),
-         "collections.orders.schema.properties.total.reduce.how", "unknown field 'how' (allowed: strategy, key, order, delete)"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={}),
-         "collections.orders.schema.properties.total.reduce", "needs a strategy (or delete: true)"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"key": ["/a"]}),
-         "collections.orders.schema.properties.total.reduce", "'key' needs a strategy"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"delete": "yes"}),
-         "collections.orders.schema.properties.total.reduce.delete", "must be true or false"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="object", reduce={"strategy": "merge", "key": "/id"}),
-         "collections.orders.schema.properties.total.reduce.key", "must be a list of JSON pointers"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "append"}),
-         "collections.orders.schema.properties.total.reduce.strategy", "strategy 'append' expects arrays, but the location has type number"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "merge"}),
-         "collections.orders.schema.properties.total.reduce.strategy", "strategy 'merge' expects objects or arrays"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="array", reduce={"strategy": "set"}),
-         "collections.orders.schema.properties.total.reduce.strategy", "strategy 'set' expects objects"),
-        (lambda o: o["collections"]["orders"]["schema"].update({"then": {"properties": {"x": {"reduce": {"strategy": "nope"}}}}}),
-         "collections.orders.schema.then.properties.x.reduce.strategy", "unknown reduction strategy 'nope'"),
-        (lambda o: o["collections"]["orders"]["schema"]["properties"]["customer"].update(type=["string", "null"]),
-         "collections.orders.key[0]", "key /customer has type string/null"),
-        (lambda o: o["collections"]["orders"].update(key=["customer"]), "collections.orders.key[0]", "must be a JSON pointer to a property"),
-        (lambda o: o["collections"]["orders"].update(schema=[1]), "collections.orders.schema", "must be a JSON Schema object, got a list"),
+        (
+            lambda o: o["materializations"]["customer_view"].update(shards=0),
+            "materializations.customer_view.shards",
+            "integer >= 1",
+        ),
+        (
+            lambda o: o["materializations"]["customer_view"].update(on_invalid="ignore"),
+            "materializations.customer_view.on_invalid",
+            "must be one of fail, quarantine",
+        ),
+        (
+            lambda o: o["materializations"]["customer_view"]["bindings"].append(
+                {"source": "orders", "resource": {"table": "customers"}}
+            ),
+            "materializations.customer_view.bindings[1].resource",
+            "duplicate resource",
+        ),
+        (
+            lambda o: o["materializations"]["customer_view"].update(endpoint={"sqlit": {}}),
+            "materializations.customer_view.endpoint.sqlit",
+            "unknown endpoint driver 'sqlit'",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "summ"}),
+            "collections.orders.schema.properties.total.reduce.strategy",
+            "unknown reduction strategy 'summ'",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["customer"].update(reduce={"strategy": "sum"}),
+            "collections.orders.schema.properties.customer.reduce.strategy",
+            "strategy 'sum' expects numbers",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(
+                reduce={"strategy": "sum", "key": ["/a"]}
+            ),
+            "collections.orders.schema.properties.total.reduce.key",
+            "takes no key",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(type="numbr"),
+            "collections.orders.schema.properties.total.type",
+            "not a valid JSON Schema",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"].update({"$ref": "#/$defs/missing"}),
+            "collections.orders.schema.$ref",
+            "does not resolve",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce="sum"),
+            "collections.orders.schema.properties.total.reduce",
+            "must be a mapping like {strategy: merge}, got a string",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(
+                reduce={"strategy": "sum", "how": 1}
+            ),
+            "collections.orders.schema.properties.total.reduce.how",
+            "unknown field 'how' (allowed: strategy, key, order, delete)",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={}),
+            "collections.orders.schema.properties.total.reduce",
+            "needs a strategy (or delete: true)",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"key": ["/a"]}),
+            "collections.orders.schema.properties.total.reduce",
+            "'key' needs a strategy",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"delete": "yes"}),
+            "collections.orders.schema.properties.total.reduce.delete",
+            "must be true or false",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(
+                type="object", reduce={"strategy": "merge", "key": "/id"}
+            ),
+            "collections.orders.schema.properties.total.reduce.key",
+            "must be a list of JSON pointers",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "append"}),
+            "collections.orders.schema.properties.total.reduce.strategy",
+            "strategy 'append' expects arrays, but the location has type number",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(reduce={"strategy": "merge"}),
+            "collections.orders.schema.properties.total.reduce.strategy",
+            "strategy 'merge' expects objects or arrays",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["total"].update(
+                type="array", reduce={"strategy": "set"}
+            ),
+            "collections.orders.schema.properties.total.reduce.strategy",
+            "strategy 'set' expects objects",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"].update(
+                {"then": {"properties": {"x": {"reduce": {"strategy": "nope"}}}}}
+            ),
+            "collections.orders.schema.then.properties.x.reduce.strategy",
+            "unknown reduction strategy 'nope'",
+        ),
+        (
+            lambda o: o["collections"]["orders"]["schema"]["properties"]["customer"].update(type=["string", "null"]),
+            "collections.orders.key[0]",
+            "key /customer has type string/null",
+        ),
+        (
+            lambda o: o["collections"]["orders"].update(key=["customer"]),
+            "collections.orders.key[0]",
+            "must be a JSON pointer to a property",
+        ),
+        (
+            lambda o: o["collections"]["orders"].update(schema=[1]),
+            "collections.orders.schema",
+            "must be a JSON Schema object, got a list",
+        ),
     ],
 )
 def test_spec_errors(mutate, path, message):
@@ -142,17 +247,30 @@ def test_invalid_yaml_names_line(tmp_path):
 def test_constructible_in_python():
     from tidemark.spec import BindingConfig, CollectionSpec, MaterializationSpec, SourceSpec, TidemarkSpec
 
-    coll = CollectionSpec("c", ("/id",), {"type": "object", "properties": {"id": {"type": "string"}}}, SourceSpec(path="/data"))
+    coll = CollectionSpec(
+        "c", ("/id",), {"type": "object", "properties": {"id": {"type": "string"}}}, SourceSpec(path="/data")
+    )
     mat = MaterializationSpec("m", {"memory": {}}, bindings=(BindingConfig("c", {"table": "t"}),))
     spec = TidemarkSpec({"c": coll}, {"m": mat}, "chk", None, ".")
     assert mat.driver_name == "memory" and len(mat.version(spec)) == 16
 
 
 def _orders_spec(tmp_path, source: dict) -> str:
-    spec = {"collections": {"orders": {"key": ["/id"], "schema": {"type": "object", "properties": {"id": {"type": "string"}},
-                                                                  "required": ["id"]}, "source": source}},
-            "materializations": {"v": {"endpoint": {"sqlite": {"path": "v.db"}},
-                                       "bindings": [{"source": "orders", "resource": {"table": "t"}}]}}}
+    spec = {
+        "collections": {
+            "orders": {
+                "key": ["/id"],
+                "schema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+                "source": source,
+            }
+        },
+        "materializations": {
+            "v": {
+                "endpoint": {"sqlite": {"path": "v.db"}},
+                "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+            }
+        },
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)

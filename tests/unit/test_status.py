@@ -20,8 +20,10 @@ def _spark_batch(chk, batch, files):
     with open(os.path.join(chk, "spark", "offsets", str(batch)), "w") as f:
         f.write('v1\n{"batchWatermarkMs":0}\n{"logOffset":%d}\n' % batch)
     with open(os.path.join(chk, "spark", "sources", "0", str(batch)), "w") as f:
-        f.write("v1\n" + "".join(json.dumps({"path": f"file://{p}", "timestamp": 0, "batchId": batch}) + "\n"
-                                 for p in files))
+        f.write(
+            "v1\n"
+            + "".join(json.dumps({"path": f"file://{p}", "timestamp": 0, "batchId": batch}) + "\n" for p in files)
+        )
 
 
 def test_status_from_a_checkpoint_folder_alone(tmp_path):
@@ -37,11 +39,18 @@ def test_status_from_a_checkpoint_folder_alone(tmp_path):
     log = RecoveryLog(chk, "orders_1234abcd")
     layout = [[0, HALF], [HALF + 1, KEY_SPACE_MAX]]
     for b in (0, 1):
-        counts = {"documents": 10 + b, "stored": 5, "deleted": 1, "invalid": b, "endpoint": "postgres",
-                  "committed_at": 1_790_000_000.0 + b, "seconds": 1.5,
-                  "totals": {"batches": b + 1, "documents": 10 + 21 * b, "invalid": b}}
+        counts = {
+            "documents": 10 + b,
+            "stored": 5,
+            "deleted": 1,
+            "invalid": b,
+            "endpoint": "postgres",
+            "committed_at": 1_790_000_000.0 + b,
+            "seconds": 1.5,
+            "totals": {"batches": b + 1, "documents": 10 + 21 * b, "invalid": b},
+        }
         log.append(LogEntry(b, {"batch_id": b}, None, layout, "v", counts))
-        _spark_batch(chk, b, files[b:b + 1])
+        _spark_batch(chk, b, files[b : b + 1])
     _spark_batch(chk, 2, files[2:3])  # planned, not committed (in progress, or failed)
 
     st = status_of_checkpoint(chk)
@@ -62,7 +71,7 @@ def test_status_from_a_checkpoint_folder_alone(tmp_path):
     # a long path is broken after a "/", and joins back to itself
     i = next(i for i, ln in enumerate(lines) if ln.startswith("  read from"))
     parts = [lines[i][15:]]
-    for ln in lines[i + 1:]:
+    for ln in lines[i + 1 :]:
         if not ln.startswith(" " * 15) or ln.strip().startswith("("):
             break
         parts.append(ln[15:])

@@ -44,8 +44,13 @@ def run_batches(store: RangeStore, model: dict, first: int, count: int, rnd: ran
 
 @pytest.fixture
 def cfg(tmp_path):
-    return StoreConfig(path=str(tmp_path / "store"), changelog=str(tmp_path / "changelog"),
-                       changelog_fs=pafs.LocalFileSystem(), snapshot_every=4, keep_snapshots=2)
+    return StoreConfig(
+        path=str(tmp_path / "store"),
+        changelog=str(tmp_path / "changelog"),
+        changelog_fs=pafs.LocalFileSystem(),
+        snapshot_every=4,
+        keep_snapshots=2,
+    )
 
 
 def test_restore_after_the_local_store_is_deleted_is_exact(cfg):

@@ -50,8 +50,12 @@ def within(rng: Range, data: dict) -> dict:
 
 @pytest.fixture
 def cfg(tmp_path):
-    return StoreConfig(path=str(tmp_path / "store"), changelog=str(tmp_path / "changelog"),
-                       changelog_fs=pafs.LocalFileSystem(), snapshot_every=1000)
+    return StoreConfig(
+        path=str(tmp_path / "store"),
+        changelog=str(tmp_path / "changelog"),
+        changelog_fs=pafs.LocalFileSystem(),
+        snapshot_every=1000,
+    )
 
 
 def test_split_one_to_two_then_merge_back(cfg):

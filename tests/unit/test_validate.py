@@ -89,15 +89,18 @@ def test_check_document_names_key_and_rule(coll):
 
 
 def test_document_error_message_shape():
-    err = DocumentError("document violates its schema: /total: 'x' is not of type 'number'",
-                        location="data/orders/a.json:3", key=("c",))
-    assert str(err) == "data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    err = DocumentError(
+        "document violates its schema: /total: 'x' is not of type 'number'", location="data/orders/a.json:3", key=("c",)
+    )
+    assert (
+        str(err) == "data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    )
 
 
 def test_lone_surrogate_escapes_are_not_unicode():
     from tidemark.collection.validate import parse_document
 
-    assert parse_document('{"s": "\\ud83d\\ude00"}') == {"s": "\U0001F600"}
+    assert parse_document('{"s": "\\ud83d\\ude00"}') == {"s": "\U0001f600"}
     with pytest.raises(DocumentError, match=r"^f:3: unparseable JSON: a lone surrogate \\ud800 is not valid Unicode"):
         parse_document('{"s": "\\ud800"}', "f:3")
     with pytest.raises(DocumentError, match="lone surrogate"):
@@ -107,7 +110,9 @@ def test_lone_surrogate_escapes_are_not_unicode():
 def test_a_byte_order_mark_is_named():
     from tidemark.collection.validate import parse_document
 
-    with pytest.raises(DocumentError, match=r"^f:2: unparseable JSON: the line starts with a byte order mark \(U\+FEFF\)"):
+    with pytest.raises(
+        DocumentError, match=r"^f:2: unparseable JSON: the line starts with a byte order mark \(U\+FEFF\)"
+    ):
         parse_document('\ufeff{"a": 1}', "f:2")
     with pytest.raises(DocumentError, match="Expecting value at column 1"):  # other bad lines: as before
         parse_document("nope", "f:2")

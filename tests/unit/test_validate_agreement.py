@@ -15,7 +15,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tidemark.collection.validate import Validator, fast_validation_applies, fast_validator, slow_validator, slow_validator_class
+from tidemark.collection.validate import (
+    Validator,
+    fast_validation_applies,
+    fast_validator,
+    slow_validator,
+    slow_validator_class,
+)
 from tests.unit.test_formats import CASES as FORMAT_CASES
 
 TYPES = ["null", "boolean", "integer", "number", "string", "array", "object"]
@@ -27,21 +33,32 @@ FORMATTED = st.sampled_from(sorted({v for cases in FORMAT_CASES.values() for v, 
 FORMATS = st.sampled_from(["date-time", "date", "time", "uuid", "email", "ipv4", "ipv6", "hostname", "x-unknown"])
 
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.integers(-2**70, 2**70),
-              st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 1.0, 2.0, 0.5]),
-              st.text(max_size=4), FORMATTED),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-5, 5),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([0.0, -0.0, 1.0, 2.0, 0.5]),
+        st.text(max_size=4),
+        FORMATTED,
+    ),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=4),
     max_leaves=10,
 )
 
 leaf_schemas = st.one_of(
-    st.fixed_dictionaries({"type": st.sampled_from(TYPES) | st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True)}),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(TYPES) | st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True)}
+    ),
     st.fixed_dictionaries({"enum": st.lists(json_values, min_size=1, max_size=3)}),
     st.fixed_dictionaries({"const": json_values}),
-    st.fixed_dictionaries({}, optional={"minimum": NUMBERS, "maximum": NUMBERS, "exclusiveMinimum": NUMBERS,
-                                        "exclusiveMaximum": NUMBERS}),
-    st.fixed_dictionaries({}, optional={"minLength": st.integers(0, 4), "maxLength": st.integers(0, 4),
-                                        "format": FORMATS}),
+    st.fixed_dictionaries(
+        {}, optional={"minimum": NUMBERS, "maximum": NUMBERS, "exclusiveMinimum": NUMBERS, "exclusiveMaximum": NUMBERS}
+    ),
+    st.fixed_dictionaries(
+        {}, optional={"minLength": st.integers(0, 4), "maxLength": st.integers(0, 4), "format": FORMATS}
+    ),
     st.fixed_dictionaries({"format": FORMATS}),
     st.booleans(),
 )
@@ -49,21 +66,34 @@ leaf_schemas = st.one_of(
 
 def _composite(children):
     return st.one_of(
-        st.fixed_dictionaries({}, optional={
-            "type": st.just("object"),
-            "properties": st.dictionaries(KEYS, children, max_size=3),
-            "required": st.lists(KEYS, max_size=2, unique=True),
-            "additionalProperties": children,
-            "minProperties": st.integers(0, 3), "maxProperties": st.integers(0, 3),
-            "propertyNames": st.fixed_dictionaries({"maxLength": st.integers(0, 1)}),
-            "dependentRequired": st.dictionaries(KEYS, st.lists(KEYS, max_size=2, unique=True), max_size=2),
-            "unevaluatedProperties": st.booleans(),
-        }),
-        st.fixed_dictionaries({}, optional={
-            "type": st.just("array"), "items": children, "prefixItems": st.lists(children, max_size=2),
-            "minItems": st.integers(0, 3), "maxItems": st.integers(0, 3), "uniqueItems": st.booleans(),
-            "contains": children, "minContains": st.integers(0, 2), "unevaluatedItems": st.booleans(),
-        }),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "type": st.just("object"),
+                "properties": st.dictionaries(KEYS, children, max_size=3),
+                "required": st.lists(KEYS, max_size=2, unique=True),
+                "additionalProperties": children,
+                "minProperties": st.integers(0, 3),
+                "maxProperties": st.integers(0, 3),
+                "propertyNames": st.fixed_dictionaries({"maxLength": st.integers(0, 1)}),
+                "dependentRequired": st.dictionaries(KEYS, st.lists(KEYS, max_size=2, unique=True), max_size=2),
+                "unevaluatedProperties": st.booleans(),
+            },
+        ),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "type": st.just("array"),
+                "items": children,
+                "prefixItems": st.lists(children, max_size=2),
+                "minItems": st.integers(0, 3),
+                "maxItems": st.integers(0, 3),
+                "uniqueItems": st.booleans(),
+                "contains": children,
+                "minContains": st.integers(0, 2),
+                "unevaluatedItems": st.booleans(),
+            },
+        ),
         st.fixed_dictionaries({"allOf": st.lists(children, min_size=1, max_size=3)}),
         st.fixed_dictionaries({"anyOf": st.lists(children, min_size=1, max_size=3)}),
         st.fixed_dictionaries({"oneOf": st.lists(children, min_size=1, max_size=3)}),
@@ -80,16 +110,25 @@ def rooted(draw):
     """A root schema, sometimes reaching a definition through ``$ref``, with ``reduce`` annotations."""
     body = draw(schemas)
     if draw(st.booleans()):
-        return {"$defs": {"d": body}, "type": "object", "reduce": {"strategy": "merge"},
-                "properties": {"a": {"$ref": "#/$defs/d"}, "b": draw(schemas)}}
+        return {
+            "$defs": {"d": body},
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {"a": {"$ref": "#/$defs/d"}, "b": draw(schemas)},
+        }
     return body if not isinstance(body, dict) else {**body, "reduce": {"strategy": "lastWriteWins"}}
 
 
 @st.composite
 def cases(draw):
     schema = draw(rooted())
-    docs = draw(st.lists(json_values | st.fixed_dictionaries({}, optional={"a": json_values, "b": json_values}),
-                         min_size=1, max_size=6))
+    docs = draw(
+        st.lists(
+            json_values | st.fixed_dictionaries({}, optional={"a": json_values, "b": json_values}),
+            min_size=1,
+            max_size=6,
+        )
+    )
     return schema, docs
 
 
@@ -114,18 +153,21 @@ def test_jsonschema_rs_agrees_with_jsonschema(case):
         assert (validator.violations(doc) == []) == expected
 
 
-@pytest.mark.parametrize("schema, applies", [
-    ({"type": "object", "properties": {"a": {"type": "string"}}}, True),
-    ({"type": "string", "pattern": "^a"}, False),
-    ({"properties": {"a": {"patternProperties": {"^x": True}}}}, False),
-    ({"type": "number", "multipleOf": 0.01}, False),
-    ({"allOf": [{"$ref": "#/$defs/x"}], "$defs": {"x": True}}, True),
-    ({"$ref": "https://example.com/s.json"}, False),
-    ({"$ref": "other.json#/x"}, False),
-    ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}, True),
-    # draft 7 reads `dependencies`; tidemark (draft 2020-12) ignores it, and so must the fast path
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": ["b"]}}, False),
-])
+@pytest.mark.parametrize(
+    "schema, applies",
+    [
+        ({"type": "object", "properties": {"a": {"type": "string"}}}, True),
+        ({"type": "string", "pattern": "^a"}, False),
+        ({"properties": {"a": {"patternProperties": {"^x": True}}}}, False),
+        ({"type": "number", "multipleOf": 0.01}, False),
+        ({"allOf": [{"$ref": "#/$defs/x"}], "$defs": {"x": True}}, True),
+        ({"$ref": "https://example.com/s.json"}, False),
+        ({"$ref": "other.json#/x"}, False),
+        ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}, True),
+        # draft 7 reads `dependencies`; tidemark (draft 2020-12) ignores it, and so must the fast path
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": ["b"]}}, False),
+    ],
+)
 def test_keywords_that_keep_jsonschema_alone(schema, applies):
     assert fast_validation_applies(schema) is applies
     assert bool(Validator(schema).fast) is applies
@@ -154,11 +196,20 @@ def test_conditions_in_reductions_use_jsonschema_rs_where_they_stand_alone():
 
     cond = {"required": ["_meta"], "properties": {"_meta": {"properties": {"op": {"const": "d"}}}}}
     referring = {"properties": {"n": {"$ref": "#/$defs/small"}}}
-    root = {"$defs": {"small": {"maximum": 3}}, "type": "object", "if": cond, "then": {"reduce": {"delete": True}},
-            "anyOf": [referring, True]}
+    root = {
+        "$defs": {"small": {"maximum": 3}},
+        "type": "object",
+        "if": cond,
+        "then": {"reduce": {"delete": True}},
+        "anyOf": [referring, True],
+    }
     index = SchemaIndex(root)
-    for doc, deleted, small in [({"_meta": {"op": "d"}, "n": 1}, True, True), ({"_meta": {"op": "u"}, "n": 9}, False, False),
-                                ({"n": 2**70}, False, False), ({}, False, True)]:
+    for doc, deleted, small in [
+        ({"_meta": {"op": "d"}, "n": 1}, True, True),
+        ({"_meta": {"op": "u"}, "n": 9}, False, False),
+        ({"n": 2**70}, False, False),
+        ({}, False, True),
+    ]:
         assert index.is_valid(cond, doc) is deleted
         assert index.is_valid(referring, doc) is small
     assert isinstance(index._validators[id(cond)], jsonschema_rs.Draft202012Validator)

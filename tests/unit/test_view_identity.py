@@ -18,7 +18,7 @@ def _binding(table="orders", collection="orders", key=("/customer",), key_type="
 
 
 def _entry(identities, batch=7, **kw):
-    return LogEntry(batch, {}, None, [[0, 2 ** 32 - 1]], "v1", identities=identities, **kw)
+    return LogEntry(batch, {}, None, [[0, 2**32 - 1]], "v1", identities=identities, **kw)
 
 
 def _refusal(old, new) -> str:
@@ -52,14 +52,16 @@ def test_swapped_bindings_are_refused_naming_where_the_collection_went():
 
 
 def test_a_changed_key_and_a_changed_key_type_are_refused():
-    assert "keyed by ['/customer'], now ['/id']" in _refusal([binding_identity(_binding())],
-                                                             [binding_identity(_binding(key=("/id",)))])
+    assert "keyed by ['/customer'], now ['/id']" in _refusal(
+        [binding_identity(_binding())], [binding_identity(_binding(key=("/id",)))]
+    )
     assert "key types" in _refusal([binding_identity(_binding())], [binding_identity(_binding(key_type="integer"))])
 
 
 def test_a_moved_source_is_refused_and_a_dataframe_source_is_not_compared():
     assert "read from /data/orders, now /data/orders2" in _refusal(
-        [binding_identity(_binding(), "/data/orders")], [binding_identity(_binding(), "/data/orders2")])
+        [binding_identity(_binding(), "/data/orders")], [binding_identity(_binding(), "/data/orders2")]
+    )
     check_identities("m", _entry([binding_identity(_binding(), "/data/orders")]), [binding_identity(_binding(), None)])
 
 

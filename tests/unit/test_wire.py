@@ -58,13 +58,28 @@ def ranges(draw):
 
 
 updates = st.none() | st.builds(StateUpdate, json_values, st.booleans())
-fields = st.builds(Field, text, text, st.sampled_from(["string", "integer", "number", "boolean", "object", "json"]),
-                   st.booleans(), st.booleans(), st.none() | text)
-binding_specs = st.builds(BindingSpec, json_objects, text, st.lists(text, max_size=3).map(tuple),
-                          st.lists(fields, max_size=4).map(tuple), json_objects, st.booleans())
+fields = st.builds(
+    Field,
+    text,
+    text,
+    st.sampled_from(["string", "integer", "number", "boolean", "object", "json"]),
+    st.booleans(),
+    st.booleans(),
+    st.none() | text,
+)
+binding_specs = st.builds(
+    BindingSpec,
+    json_objects,
+    text,
+    st.lists(text, max_size=3).map(tuple),
+    st.lists(fields, max_size=4).map(tuple),
+    json_objects,
+    st.booleans(),
+)
 bindings = st.lists(binding_specs, max_size=3).map(tuple)
-validated_bindings = st.builds(ValidatedBinding, st.lists(text, max_size=3).map(tuple), st.booleans(),
-                               st.dictionaries(text, text, max_size=3))
+validated_bindings = st.builds(
+    ValidatedBinding, st.lists(text, max_size=3).map(tuple), st.booleans(), st.dictionaries(text, text, max_size=3)
+)
 
 
 @st.composite
@@ -87,18 +102,30 @@ def stores(draw):
     )
 
 
-checkpoint_rows = st.fixed_dictionaries({
-    "key_begin": st.integers(0, KEY_SPACE_MAX), "key_end": st.integers(0, KEY_SPACE_MAX),
-    "fence": st.integers(0, 2**40), "runtime_checkpoint": st.none() | json_objects,
-})
+checkpoint_rows = st.fixed_dictionaries(
+    {
+        "key_begin": st.integers(0, KEY_SPACE_MAX),
+        "key_end": st.integers(0, KEY_SPACE_MAX),
+        "fence": st.integers(0, 2**40),
+        "runtime_checkpoint": st.none() | json_objects,
+    }
+)
 
 STRATEGIES: dict[type, st.SearchStrategy] = {
     Spec: st.just(Spec()),
     SpecResponse: st.builds(SpecResponse, json_objects, json_objects, text),
     Validate: st.builds(Validate, text, json_objects, bindings),
     Validated: st.builds(Validated, st.lists(validated_bindings, max_size=3).map(tuple)),
-    Apply: st.builds(Apply, text, json_objects, bindings, text, st.booleans(), st.none() | text,
-                     st.lists(json_objects, max_size=2).map(tuple)),
+    Apply: st.builds(
+        Apply,
+        text,
+        json_objects,
+        bindings,
+        text,
+        st.booleans(),
+        st.none() | text,
+        st.lists(json_objects, max_size=2).map(tuple),
+    ),
     Applied: st.builds(Applied, text),
     Open: st.builds(Open, text, text, ranges(), json_values, json_objects, bindings),
     Opened: st.builds(Opened, st.none() | json_objects),
@@ -155,7 +182,7 @@ def test_every_message_round_trips(cls, data):
 def test_wire_object_has_one_field_named_after_the_message(msg):
     obj = json.loads(wire.encode(msg))
     assert isinstance(obj, dict) and len(obj) == 1
-    (name, body), = obj.items()
+    ((name, body),) = obj.items()
     assert name in wire.MESSAGE_NAMES and isinstance(body, dict)
     assert set(body) == set(type(msg).__dataclass_fields__)
     assert wire.from_json(obj) == msg
@@ -166,8 +193,9 @@ def test_the_documented_examples_decode():
     assert wire.decode('{"flush": {}}') == Flush()
     assert wire.decode('{"flush": null}') == Flush()
     assert wire.decode('{"load": {"binding": 0, "keys": [["a"], ["b"]]}}') == Load(0, (("a",), ("b",)))
-    assert wire.decode('{"started_commit": {"state": {"updated": {"x": 1}, "merge_patch": true}}}') == \
-        StartedCommit(StateUpdate({"x": 1}, True))
+    assert wire.decode('{"started_commit": {"state": {"updated": {"x": 1}, "merge_patch": true}}}') == StartedCommit(
+        StateUpdate({"x": 1}, True)
+    )
     assert wire.decode('{"error": {"type": "FencedOff", "message": "stale"}}') == wire.Error("FencedOff", "stale")
     # Fields with defaults may be left out.
     assert wire.decode('{"acknowledged": {}}') == Acknowledged(None)
@@ -188,12 +216,16 @@ def test_non_ascii_is_escaped():
         ("{}", "exactly one field"),
         ('{"launch": {}}', "unknown wire message 'launch'"),
         ('{"flush": 3}', "flush: the message body must be an object"),
-        ('{"open": {"materialization": "m", "version": "v", "range": {"key_begin": 9, "key_end": 1}}}',
-         "open: invalid key range"),
+        (
+            '{"open": {"materialization": "m", "version": "v", "range": {"key_begin": 9, "key_end": 1}}}',
+            "open: invalid key range",
+        ),
         ('{"load": {"binding": 0}}', "load:"),
         ('{"load": {"binding": 0, "keys": 5}}', "load:"),
-        ('{"open": {"materialization": "m", "version": "v", "range": {"key_begin": 1}}}',
-         "open: missing field 'key_end'"),
+        (
+            '{"open": {"materialization": "m", "version": "v", "range": {"key_begin": 1}}}',
+            "open: missing field 'key_end'",
+        ),
         ('{"acknowledged": {"state": [1]}}', "acknowledged:"),
     ],
 )

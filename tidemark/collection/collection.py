@@ -106,8 +106,13 @@ class Collection:
 
     def reduce(self, left: Any, right: Any) -> Any:
         """Reduce ``right`` (the later document) into ``left``."""
-        if not self._has_deletions and left.__class__ is dict and right.__class__ is dict \
-                and META not in left and META not in right:
+        if (
+            not self._has_deletions
+            and left.__class__ is dict
+            and right.__class__ is dict
+            and META not in left
+            and META not in right
+        ):
             return self._reduce(left, right)  # neither side is a reset: the plain reduction
         if self._has_deletions and self.is_deletion(right):
             return right
@@ -177,8 +182,16 @@ class Collection:
                 key_top.add(tokens[0])
             sub = self._schema_at(ptr)
             t = [x for x in (types_of(sub) or ("string",)) if x != "null"]
-            out.append(Field(name=tokens[-1] if tokens else "key", pointer=ptr, type=t[0] if t else "string",
-                             is_key=True, nullable=False, format=(sub or {}).get("format")))
+            out.append(
+                Field(
+                    name=tokens[-1] if tokens else "key",
+                    pointer=ptr,
+                    type=t[0] if t else "string",
+                    is_key=True,
+                    nullable=False,
+                    format=(sub or {}).get("format"),
+                )
+            )
         root = _deref(self.index, self.schema)
         required = set(root.get("required", ()))
         for name, sub in (root.get("properties") or {}).items():
@@ -192,9 +205,17 @@ class Collection:
             if len(non_null) != 1 or non_null[0] not in SCALAR_TYPES:
                 continue
             nullable = "null" in ts or name not in required
-            out.append(Field(name=name, pointer="/" + name.replace("~", "~0").replace("/", "~1"), type=non_null[0],
-                             is_key=False, nullable=nullable, format=sub.get("format"),
-                             scale=scale_of(sub.get("multipleOf")) if non_null[0] == "number" else None))
+            out.append(
+                Field(
+                    name=name,
+                    pointer="/" + name.replace("~", "~0").replace("/", "~1"),
+                    type=non_null[0],
+                    is_key=False,
+                    nullable=nullable,
+                    format=sub.get("format"),
+                    scale=scale_of(sub.get("multipleOf")) if non_null[0] == "number" else None,
+                )
+            )
         self._fields = tuple(out)
         return self._fields
 

@@ -56,7 +56,7 @@ def exact_sum(lhs: Any, rhs: Any, scale: int) -> Any:
     digits (it would not be exact)."""
     out = lhs + rhs
     if isinstance(out, int):
-        return out if abs(out) < 10 ** MAX_DIGITS else None
+        return out if abs(out) < 10**MAX_DIGITS else None
     out = round(out, scale)
     return out if abs(out) < 10 ** (MAX_DIGITS - scale) else None
 

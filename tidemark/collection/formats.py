@@ -115,8 +115,13 @@ def instant(s: Any) -> Optional[tuple[int, bool, str]]:
     if offset is None:
         return None
     second = int(g[2])
-    seconds = (days_from_civil(int(y), int(mo), int(d)) * 86400 + int(g[0]) * 3600 + int(g[1]) * 60
-               + min(second, 59) - offset * 60)
+    seconds = (
+        days_from_civil(int(y), int(mo), int(d)) * 86400
+        + int(g[0]) * 3600
+        + int(g[1]) * 60
+        + min(second, 59)
+        - offset * 60
+    )
     return seconds, second == 60, (g[3] or "").rstrip("0")
 
 

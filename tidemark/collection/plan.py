@@ -31,8 +31,16 @@ from tidemark.collection.strategies import STRATEGIES
 
 SCALARS = ("string", "integer", "number", "boolean")
 ANNOTATIONS = ("title", "description", "format", "examples", "default", "$comment", "reduce")
-SCALAR_KEYWORDS = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                   "minLength", "maxLength") + ANNOTATIONS
+SCALAR_KEYWORDS = (
+    "type",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+) + ANNOTATIONS
 # Asserted formats that native validation checks (the others are not compiled).
 NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4")
 ROOT_KEYWORDS = ("type", "properties", "required", "additionalProperties", "$schema", "$id", "$defs") + ANNOTATIONS
@@ -114,8 +122,16 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
         order_name = tokens[0]
         if not any(f.name == order_name and f.kind == "scalar" for f in fields):
             return None
-    return CompiledPlan(root_strategy, tuple(fields), tuple(key_names), tuple(key_types), required,
-                        addl is False, collection.max_document_bytes, order_name)
+    return CompiledPlan(
+        root_strategy,
+        tuple(fields),
+        tuple(key_names),
+        tuple(key_types),
+        required,
+        addl is False,
+        collection.max_document_bytes,
+        order_name,
+    )
 
 
 def _field(name: str, sub: Any) -> Optional[FieldPlan]:
@@ -139,7 +155,9 @@ def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
     if t in SCALARS:
         if _keywords(sub) - set(SCALAR_KEYWORDS):
             return None
-        if "enum" in sub and not all(_json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]):
+        if "enum" in sub and not all(
+            _json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]
+        ):
             return None
         fmt = sub.get("format")
         if t == "string" and fmt in ASSERTED_FORMATS and fmt not in NATIVE_FORMATS:
@@ -181,8 +199,10 @@ def _json_type(v: Any) -> str:
 # ----------------------------------------------------------------------------- reduced by the endpoint
 
 #: Why a compiled plan is not reduced in SQL, for what ``tidemark check`` says.
-NOT_COMPILED = ("its schema has parts only the Python fold reduces (nested or keyed reductions, sets, "
-                "deletions, nullable types, $ref, conditionals, …)")
+NOT_COMPILED = (
+    "its schema has parts only the Python fold reduces (nested or keyed reductions, sets, "
+    "deletions, nullable types, $ref, conditionals, …)"
+)
 
 
 def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledPlan], str]:

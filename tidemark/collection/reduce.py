@@ -77,7 +77,7 @@ class Reducer:
         if isinstance(lhs, list) and isinstance(rhs, list):
             if not key:
                 out = [self._item(app, i, lhs[i], r, ptr) if i < len(lhs) else r for i, r in enumerate(rhs)]
-                out.extend(lhs[len(rhs):])
+                out.extend(lhs[len(rhs) :])
                 return out
             out = []
             i = j = 0
@@ -106,7 +106,9 @@ class Reducer:
         terms_r = _set_terms(rhs, ptr)
         kinds = {type(v) for v in (*terms_l.values(), *terms_r.values())}
         if len(kinds) > 1:
-            raise _error(ptr, "set", "expects add/intersect/remove terms of one type (all arrays or all objects)", lhs, rhs)
+            raise _error(
+                ptr, "set", "expects add/intersect/remove terms of one type (all arrays or all objects)", lhs, rhs
+            )
         is_obj = kinds == {dict}
         key = tuple(key) or ("",)
         la, li, lr = terms_l.get("add"), terms_l.get("intersect"), terms_l.get("remove")
@@ -143,10 +145,16 @@ class Reducer:
 
 def _set_terms(v: Any, ptr: str) -> dict:
     if not isinstance(v, dict):
-        raise _error(ptr, "set", f"expects an object having only 'add', 'intersect' and 'remove' properties (got {_short(v)})")
+        raise _error(
+            ptr, "set", f"expects an object having only 'add', 'intersect' and 'remove' properties (got {_short(v)})"
+        )
     for name, term in v.items():
         if name not in ("add", "intersect", "remove") or not isinstance(term, (list, dict)):
-            raise _error(push(ptr, name), "set", "expects only 'add', 'intersect' and 'remove' properties holding arrays or objects")
+            raise _error(
+                push(ptr, name),
+                "set",
+                "expects only 'add', 'intersect' and 'remove' properties holding arrays or objects",
+            )
     if "intersect" in v and "remove" in v:
         raise _error(ptr, "set", "does not allow 'intersect' and 'remove' in one document")
     return v

@@ -21,8 +21,18 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 # Keywords whose value is a schema, a list of schemas, or a map of schemas.
-SCHEMA_KEYWORDS = ("additionalProperties", "additionalItems", "if", "then", "else", "not", "contains",
-                   "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+SCHEMA_KEYWORDS = (
+    "additionalProperties",
+    "additionalItems",
+    "if",
+    "then",
+    "else",
+    "not",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
 LIST_KEYWORDS = ("allOf", "anyOf", "oneOf", "prefixItems")
 MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
@@ -163,8 +173,9 @@ class SchemaIndex:
             return DEFAULT
         if strategy is None:
             return Annotation(delete=delete)
-        return Annotation(str(strategy["strategy"]), tuple(strategy.get("key") or ()), delete,
-                          str(strategy.get("order") or ""))
+        return Annotation(
+            str(strategy["strategy"]), tuple(strategy.get("key") or ()), delete, str(strategy.get("order") or "")
+        )
 
     @staticmethod
     def property_schemas(applicable: list[dict], prop: str) -> list:
@@ -245,22 +256,76 @@ def types_of(schema: Any) -> Optional[tuple[str, ...]]:
 # describes), tidemark's own ``reduce``, and extensions of the user's that start with
 # ``x-``; :func:`unknown_keywords` finds the others (the spec checks refuse them).
 
-JSON_SCHEMA_KEYWORDS = frozenset({
-    # core
-    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary", "$comment", "$defs",
-    "$recursiveRef", "$recursiveAnchor", "definitions",
-    # applicators
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "dependencies",
-    "prefixItems", "items", "additionalItems", "contains", "properties", "patternProperties",
-    "additionalProperties", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
-    # validation
-    "type", "const", "enum", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains",
-    "maxProperties", "minProperties", "required", "dependentRequired",
-    # meta-data, format, content
-    "title", "description", "default", "deprecated", "readOnly", "writeOnly", "examples", "format",
-    "contentEncoding", "contentMediaType", "contentSchema",
-})
+JSON_SCHEMA_KEYWORDS = frozenset(
+    {
+        # core
+        "$schema",
+        "$id",
+        "$ref",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$vocabulary",
+        "$comment",
+        "$defs",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "definitions",
+        # applicators
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentSchemas",
+        "dependencies",
+        "prefixItems",
+        "items",
+        "additionalItems",
+        "contains",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        # validation
+        "type",
+        "const",
+        "enum",
+        "multipleOf",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "maxContains",
+        "minContains",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "dependentRequired",
+        # meta-data, format, content
+        "title",
+        "description",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "examples",
+        "format",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    }
+)
 TIDEMARK_KEYWORDS = frozenset({"reduce"})
 KNOWN_KEYWORDS = JSON_SCHEMA_KEYWORDS | TIDEMARK_KEYWORDS
 REDUCE_FIELDS = ("strategy", "key", "order", "delete")  # what ``reduce: {...}`` may hold
@@ -329,11 +394,15 @@ class UnknownKeyword:
     def message(self) -> str:
         hint = f" (did you mean `{self.suggestion}`?)" if self.suggestion else ""
         if self.in_reduce:
-            return (f"unknown field {self.keyword!r} (allowed: {', '.join(REDUCE_FIELDS)}) in the `reduce` "
-                    f"at {self.pointer}{hint}")
-        return (f"unknown keyword `{self.keyword}` in the schema at {self.pointer}{hint}: it is neither a JSON "
-                f"Schema keyword nor tidemark's `reduce`, so nothing would read it; keywords of your own must "
-                f"start with `{EXTENSION_PREFIX}`")
+            return (
+                f"unknown field {self.keyword!r} (allowed: {', '.join(REDUCE_FIELDS)}) in the `reduce` "
+                f"at {self.pointer}{hint}"
+            )
+        return (
+            f"unknown keyword `{self.keyword}` in the schema at {self.pointer}{hint}: it is neither a JSON "
+            f"Schema keyword nor tidemark's `reduce`, so nothing would read it; keywords of your own must "
+            f"start with `{EXTENSION_PREFIX}`"
+        )
 
 
 def closest(word: str, known) -> Optional[str]:

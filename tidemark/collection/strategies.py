@@ -101,7 +101,11 @@ class Strategy:
 
     def compiles(self, kind: str, type_: str) -> bool:
         """True if the Spark aggregation takes a property of this kind and type."""
-        return self.spark is not None and kind in self.spark_kinds and (self.spark_types is None or type_ in self.spark_types)
+        return (
+            self.spark is not None
+            and kind in self.spark_kinds
+            and (self.spark_types is None or type_ in self.spark_types)
+        )
 
 
 def short(v: Any) -> str:
@@ -182,8 +186,14 @@ def _sum(r, app, ann, lhs, rhs, ptr):
         raise reduction_error(ptr, "sum", "expects numbers", lhs, rhs)
     out = exact_sum(lhs, rhs, scale)  # an exact decimal (multipleOf 10^-s): collection.decimals
     if out is None:
-        raise reduction_error(ptr, "sum", f"of exact decimals (multipleOf {10.0 ** -scale:g}) would need more than "
-                              f"the {MAX_DIGITS} significant digits kept exact", lhs, rhs)
+        raise reduction_error(
+            ptr,
+            "sum",
+            f"of exact decimals (multipleOf {10.0**-scale:g}) would need more than "
+            f"the {MAX_DIGITS} significant digits kept exact",
+            lhs,
+            rhs,
+        )
     return out
 
 
@@ -207,12 +217,19 @@ def _spark_sum(S, f, c) -> SparkAggregate:
     source order, so that replays are bit-identical."""
     F = S.F
     if f.type == "integer":
-        return SparkAggregate(F.try_sum(c), F.count(c), lambda present, v: F.when(
-            present & v.isNull(), F.lit(f"/{f.name}: 'sum' {SUM_BEYOND_INT64}")))
+        return SparkAggregate(
+            F.try_sum(c),
+            F.count(c),
+            lambda present, v: F.when(present & v.isNull(), F.lit(f"/{f.name}: 'sum' {SUM_BEYOND_INT64}")),
+        )
     c = S.collected(c)
-    return SparkAggregate(F.aggregate(S.sorted_values(c), F.lit(0.0), lambda acc, x: acc + x["v"]), F.count(c),
-                          lambda present, v: F.when(present & (F.isnan(v) | (F.abs(v) == F.lit(float("inf")))),
-                                                    F.lit(f"/{f.name}: 'sum' {SUM_NOT_FINITE}")))
+    return SparkAggregate(
+        F.aggregate(S.sorted_values(c), F.lit(0.0), lambda acc, x: acc + x["v"]),
+        F.count(c),
+        lambda present, v: F.when(
+            present & (F.isnan(v) | (F.abs(v) == F.lit(float("inf")))), F.lit(f"/{f.name}: 'sum' {SUM_NOT_FINITE}")
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------- minimize, maximize
@@ -331,9 +348,14 @@ def _spark_merge(S, f, c) -> SparkAggregate:
     F = S.F
     c = S.collected(c)
     empty = F.create_map().cast(f"map<string,{S.spark_type(f.type).simpleString()}>")
-    return SparkAggregate(F.aggregate(S.sorted_values(c, orderable=False), empty,
-                                      lambda acc, x: F.map_zip_with(acc, x["v"], lambda k, a, b: F.coalesce(b, a))),
-                          F.count(c))
+    return SparkAggregate(
+        F.aggregate(
+            S.sorted_values(c, orderable=False),
+            empty,
+            lambda acc, x: F.map_zip_with(acc, x["v"], lambda k, a, b: F.coalesce(b, a)),
+        ),
+        F.count(c),
+    )
 
 
 # ----------------------------------------------------------------------------- set
@@ -379,20 +401,83 @@ def _sql_merge(Q, f, old, new):
 
 _NUMBERS = frozenset(("number", "integer"))
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("lastWriteWins", _last, lambda f: None, _spark_pick(True), frozenset(("scalar", "raw")),
-             group_value=True, ordered="any", sql=_sql_last),
-    Strategy("firstWriteWins", _first, lambda f: _keep_left, _spark_pick(False), frozenset(("scalar", "raw")),
-             group_value=True, ordered="any", sql=_sql_first),
-    Strategy("sum", _sum, _fast_sum, _spark_sum, frozenset(("scalar",)), _NUMBERS,
-             location_types=_NUMBERS, expects="numbers", sql=_sql_sum),
-    Strategy("minimize", _minmax, _fast_minmax(False), _spark_minmax(False), frozenset(("scalar",)),
-             group_value=True, keyed=True, ordered="keyed", sql=_sql_minmax(False)),
-    Strategy("maximize", _minmax, _fast_minmax(True), _spark_minmax(True), frozenset(("scalar",)),
-             group_value=True, keyed=True, ordered="keyed", sql=_sql_minmax(True)),
-    Strategy("append", _append, _fast_append, _spark_append, frozenset(("append",)),
-             location_types=frozenset(("array",)), expects="arrays", sql=_sql_append),
-    Strategy("merge", _merge, None, _spark_merge, frozenset(("map",)), keyed=True,
-             location_types=frozenset(("object", "array")), expects="objects or arrays", sql=_sql_merge),
-    Strategy("set", _set, keyed=True, location_types=frozenset(("object",)), expects="objects"),
-)}
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(
+            "lastWriteWins",
+            _last,
+            lambda f: None,
+            _spark_pick(True),
+            frozenset(("scalar", "raw")),
+            group_value=True,
+            ordered="any",
+            sql=_sql_last,
+        ),
+        Strategy(
+            "firstWriteWins",
+            _first,
+            lambda f: _keep_left,
+            _spark_pick(False),
+            frozenset(("scalar", "raw")),
+            group_value=True,
+            ordered="any",
+            sql=_sql_first,
+        ),
+        Strategy(
+            "sum",
+            _sum,
+            _fast_sum,
+            _spark_sum,
+            frozenset(("scalar",)),
+            _NUMBERS,
+            location_types=_NUMBERS,
+            expects="numbers",
+            sql=_sql_sum,
+        ),
+        Strategy(
+            "minimize",
+            _minmax,
+            _fast_minmax(False),
+            _spark_minmax(False),
+            frozenset(("scalar",)),
+            group_value=True,
+            keyed=True,
+            ordered="keyed",
+            sql=_sql_minmax(False),
+        ),
+        Strategy(
+            "maximize",
+            _minmax,
+            _fast_minmax(True),
+            _spark_minmax(True),
+            frozenset(("scalar",)),
+            group_value=True,
+            keyed=True,
+            ordered="keyed",
+            sql=_sql_minmax(True),
+        ),
+        Strategy(
+            "append",
+            _append,
+            _fast_append,
+            _spark_append,
+            frozenset(("append",)),
+            location_types=frozenset(("array",)),
+            expects="arrays",
+            sql=_sql_append,
+        ),
+        Strategy(
+            "merge",
+            _merge,
+            None,
+            _spark_merge,
+            frozenset(("map",)),
+            keyed=True,
+            location_types=frozenset(("object", "array")),
+            expects="objects or arrays",
+            sql=_sql_merge,
+        ),
+        Strategy("set", _set, keyed=True, location_types=frozenset(("object",)), expects="objects"),
+    )
+}

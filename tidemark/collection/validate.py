@@ -53,9 +53,11 @@ def parse_document(line: str, location: str | None = None, max_bytes: int = DEFA
         return doc
     except json.JSONDecodeError as exc:
         if line.startswith("\ufeff"):  # e.g. files concatenated after an editor wrote a BOM
-            raise DocumentError("unparseable JSON: the line starts with a byte order mark (U+FEFF), which "
-                                "JSON text must not have; write the file as UTF-8 without a BOM",
-                                location=location) from None
+            raise DocumentError(
+                "unparseable JSON: the line starts with a byte order mark (U+FEFF), which "
+                "JSON text must not have; write the file as UTF-8 without a BOM",
+                location=location,
+            ) from None
         raise DocumentError(f"unparseable JSON: {exc.msg} at column {exc.colno}", location=location) from None
     except ValueError as exc:
         raise DocumentError(f"unparseable JSON: {exc}", location=location) from None
@@ -69,7 +71,7 @@ def _check_unicode(doc: Any) -> None:
     try:
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end]
+        bad = exc.object[exc.start : exc.end]
         raise ValueError(f"a lone surrogate {bad.encode('unicode_escape').decode()} is not valid Unicode") from None
 
 

@@ -237,9 +237,7 @@ class Driver(ABC):
 
     def validate(self, req: Validate) -> Validated:
         """Check that bindings can be applied. Raise IncompatibleSchema otherwise."""
-        return Validated(
-            tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings)
-        )
+        return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
 
     @abstractmethod
     def apply(self, req: Apply) -> Applied:
@@ -292,8 +290,15 @@ class Driver(ABC):
         for r in rows:
             cp = r.runtime_checkpoint if isinstance(r.runtime_checkpoint, dict) else {}
             batch = cp.get("batch_id")
-            out.append(Position(f"range {r.range.name}", materialization, cp.get("checkpoint_id"),
-                                batch if isinstance(batch, int) else -1, r.range))
+            out.append(
+                Position(
+                    f"range {r.range.name}",
+                    materialization,
+                    cp.get("checkpoint_id"),
+                    batch if isinstance(batch, int) else -1,
+                    r.range,
+                )
+            )
         return out
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
@@ -319,16 +324,20 @@ class Driver(ABC):
     def read_rows(self, source: str) -> Iterable[dict]:
         """The rows of an existing table or query of the endpoint, as dicts of column name ->
         value (the client library's types), for ``tidemark adopt``.  Read-only."""
-        raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot read an existing table to "
-                                  "adopt (SQLite, PostgreSQL, MySQL and Delta can)")
+        raise NotImplementedError(
+            f"the {self.name or type(self).__name__} driver cannot read an existing table to "
+            "adopt (SQLite, PostgreSQL, MySQL and Delta can)"
+        )
 
     def quarantined(self, materialization: str) -> list[dict]:
         """The documents quarantined for ``materialization`` (``on_invalid: quarantine``), oldest
         first, as dicts of ``batch_id``, ``location``, ``key_json``, ``reason`` and ``value``.
         Endpoints that keep them where the user reads them with the endpoint's own tools (SQL:
         the ``tidemark_quarantine`` table) need not implement it."""
-        raise NotImplementedError(f"the {self.name or type(self).__name__} driver keeps its quarantine in the "
-                                  "endpoint: read it there (docs/operations.md)")
+        raise NotImplementedError(
+            f"the {self.name or type(self).__name__} driver keeps its quarantine in the "
+            "endpoint: read it there (docs/operations.md)"
+        )
 
     def close(self) -> None:
         pass

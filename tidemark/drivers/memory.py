@@ -178,8 +178,14 @@ def _backend(config: dict) -> _Backend:
 
 def _mat(state: dict, materialization: str) -> dict:
     m = state["mats"].setdefault(materialization, {})
-    for k, v in (("views", {}), ("deltas", {}), ("checkpoints", []), ("staged", {}), ("applied", []),
-                 ("quarantine", [])):
+    for k, v in (
+        ("views", {}),
+        ("deltas", {}),
+        ("checkpoints", []),
+        ("staged", {}),
+        ("applied", []),
+        ("quarantine", []),
+    ):
         m.setdefault(k, v)
     return m
 
@@ -282,13 +288,21 @@ class MemoryDriver(Driver):
             )
             source = covering[0] if covering else None
             latest = max(overlapping, key=lambda r: r["seq"], default=None)
-            if latest is not None and latest["checkpoint"] is not None and (source is None or latest["seq"] > source["seq"]):
+            if (
+                latest is not None
+                and latest["checkpoint"] is not None
+                and (source is None or latest["seq"] > source["seq"])
+            ):
                 source = latest  # a merge: the sub-ranges committed after the covering row
             exact = next((r for r in rows if r["key_begin"] == rng.key_begin and r["key_end"] == rng.key_end), None)
             if exact is None:
-                exact = {"key_begin": rng.key_begin, "key_end": rng.key_end,
-                         "fence": 1 + max((r["fence"] for r in overlapping), default=0),
-                         "checkpoint": None, "seq": 0}
+                exact = {
+                    "key_begin": rng.key_begin,
+                    "key_end": rng.key_end,
+                    "fence": 1 + max((r["fence"] for r in overlapping), default=0),
+                    "checkpoint": None,
+                    "seq": 0,
+                }
                 rows.append(exact)
             if source is not None and source is not exact:
                 exact["checkpoint"] = copy.deepcopy(source["checkpoint"])
@@ -297,8 +311,9 @@ class MemoryDriver(Driver):
 
     transactor_class: type  # set below
 
-    def coordinator_acknowledge(self, materialization: str, state: Any, runtime_checkpoint: dict,
-                                bindings: Sequence[BindingSpec]) -> None:
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
         if self.pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
             self.apply_stages(materialization, state, None)
 
@@ -445,8 +460,14 @@ class MemoryTransactor(Transactor):
         return StartedCommit(StateUpdate({"stages": {self.range.name: stage_id}}, merge_patch=True))
 
     def check_fence(self, m: dict) -> dict:
-        row = next((r for r in m["checkpoints"]
-                    if r["key_begin"] == self.range.key_begin and r["key_end"] == self.range.key_end), None)
+        row = next(
+            (
+                r
+                for r in m["checkpoints"]
+                if r["key_begin"] == self.range.key_begin and r["key_end"] == self.range.key_end
+            ),
+            None,
+        )
         if row is None or row["fence"] != self.fence:
             raise FencedOff(
                 f"memory endpoint: a newer session opened range {self.range.name} of "

@@ -27,9 +27,16 @@ DRIVERS: dict[str, str] = {
 }
 
 # driver name -> pip extra that installs its client library
-EXTRAS: dict[str, str] = {"postgres": "postgres", "mysql": "mysql", "delta": "delta", "iceberg": "iceberg",
-                          "kafka": "kafka", "redis": "redis",
-                          "webhook": "webhook", "nats": "nats"}
+EXTRAS: dict[str, str] = {
+    "postgres": "postgres",
+    "mysql": "mysql",
+    "delta": "delta",
+    "iceberg": "iceberg",
+    "kafka": "kafka",
+    "redis": "redis",
+    "webhook": "webhook",
+    "nats": "nats",
+}
 
 
 def driver_class(name: str):
@@ -56,7 +63,7 @@ def load_driver(name: str, config: dict | None = None):
     """Construct a driver by short name (or ``command:PROGRAM ARGS``)."""
     config = dict(config or {})
     if name.startswith("command:"):
-        config.setdefault("command", shlex.split(name[len("command:"):]))
+        config.setdefault("command", shlex.split(name[len("command:") :]))
         name = "command"
     return driver_class(name)(config)
 
@@ -71,7 +78,7 @@ def endpoint_of(endpoint: dict) -> tuple[str, dict]:
     """Split a spec ``endpoint: {sqlite: {path: ...}}`` into ``("sqlite", {...})``."""
     if not isinstance(endpoint, dict) or len(endpoint) != 1:
         raise SpecError("endpoint must be a mapping with exactly one driver name, e.g. {sqlite: {path: views.db}}")
-    (name, config), = endpoint.items()
+    ((name, config),) = endpoint.items()
     if config is None:
         config = {}
     if not isinstance(config, dict):

@@ -127,7 +127,10 @@ class _Machine:
         expected = (_RUNTIME_EXPECTS if by_runtime else _DRIVER_EXPECTS)[self.status]
         who = "runtime" if by_runtime else "driver"
         raise ProtocolViolation(
-            self.status.value, _name(msg), expected, f"{self.side}: the {who} sent it" + (f"; {detail}" if detail else "")
+            self.status.value,
+            _name(msg),
+            expected,
+            f"{self.side}: the {who} sent it" + (f"; {detail}" if detail else ""),
         )
 
     def _binding(self, msg: Any, index: Any, by_runtime: bool) -> BindingSpec | None:
@@ -150,14 +153,18 @@ class _Machine:
             g(s is Status.NEW)
             self.status = Status.OPENING
         elif isinstance(msg, Acknowledge):
-            g(s is Status.ACKNOWLEDGE and not self.acknowledge_sent,
-              "Acknowledge was already sent in this transaction" if s is Status.ACKNOWLEDGE else "")
+            g(
+                s is Status.ACKNOWLEDGE and not self.acknowledge_sent,
+                "Acknowledge was already sent in this transaction" if s is Status.ACKNOWLEDGE else "",
+            )
             self.acknowledge_sent = True
             if self.acknowledged:
                 self.status = Status.LOAD
         elif isinstance(msg, Load):
-            g(s is Status.LOAD or (s is Status.ACKNOWLEDGE and self.acknowledge_sent),
-              "Acknowledge must come first in every transaction" if s is Status.ACKNOWLEDGE else "")
+            g(
+                s is Status.LOAD or (s is Status.ACKNOWLEDGE and self.acknowledge_sent),
+                "Acknowledge must come first in every transaction" if s is Status.ACKNOWLEDGE else "",
+            )
             b = self._binding(msg, msg.binding, True)
             g(b is None or not b.delta_updates, f"binding {msg.binding} is delta-updates: it gets no Loads")
             g(b is None or not b.endpoint_reduce, f"binding {msg.binding} is reduced by the endpoint: it gets no Loads")
@@ -171,33 +178,51 @@ class _Machine:
                         seen.add(k)
                 seen |= fresh
         elif isinstance(msg, Flush):
-            g(s is Status.LOAD,
-              "Flush is never sent before Acknowledged was received"
-              if s is Status.ACKNOWLEDGE and self.acknowledge_sent else "")
+            g(
+                s is Status.LOAD,
+                "Flush is never sent before Acknowledged was received"
+                if s is Status.ACKNOWLEDGE and self.acknowledge_sent
+                else "",
+            )
             self.status = Status.FLUSH
         elif isinstance(msg, Store):
             g(s is Status.STORE)
             b = self._binding(msg, msg.binding, True)
             n = len(msg.keys)
             if msg.texts:
-                g(b is None or b.endpoint_reduce, f"binding {msg.binding} is not reduced by the endpoint: "
-                                                  "Store.texts is for bindings that are")
-                g(len(msg.texts) == n and not msg.values and not msg.docs and len(msg.exists) == n
-                  and len(msg.deletes) == n, "keys, texts, exists and deletes must have one entry per document "
-                                             "(values and docs none)")
+                g(
+                    b is None or b.endpoint_reduce,
+                    f"binding {msg.binding} is not reduced by the endpoint: Store.texts is for bindings that are",
+                )
+                g(
+                    len(msg.texts) == n
+                    and not msg.values
+                    and not msg.docs
+                    and len(msg.exists) == n
+                    and len(msg.deletes) == n,
+                    "keys, texts, exists and deletes must have one entry per document (values and docs none)",
+                )
             else:
-                g(len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
-                  "keys, values, docs, exists and deletes must have one entry per document")
+                g(
+                    len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
+                    "keys, values, docs, exists and deletes must have one entry per document",
+                )
             if b is not None and (b.delta_updates or b.endpoint_reduce):
-                g(not any(msg.exists), f"binding {msg.binding} is "
-                  f"{'delta-updates' if b.delta_updates else 'reduced by the endpoint'}: nothing exists")
+                g(
+                    not any(msg.exists),
+                    f"binding {msg.binding} is "
+                    f"{'delta-updates' if b.delta_updates else 'reduced by the endpoint'}: nothing exists",
+                )
             elif self._tracking:
                 loaded = self._loaded.get(msg.binding, set())
                 wrong = [(k, e) for k, e in zip(_tuples(msg.keys), msg.exists) if bool(e) != (k in loaded)]
                 if wrong:
                     key, exists = wrong[0]
-                    g(False, f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
-                             f"{'' if key in loaded else 'not '}Loaded in this transaction")
+                    g(
+                        False,
+                        f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
+                        f"{'' if key in loaded else 'not '}Loaded in this transaction",
+                    )
         elif isinstance(msg, Quarantine):
             g(s is Status.STORE)
             g(all(isinstance(r, dict) for r in msg.rows), "Quarantine rows must be JSON objects")
@@ -215,21 +240,27 @@ class _Machine:
         s = self.status
         if isinstance(msg, Opened):
             g(s is Status.OPENING)
-            g(msg.runtime_checkpoint is None or isinstance(msg.runtime_checkpoint, dict),
-              "Opened.runtime_checkpoint must be a JSON object or null")
+            g(
+                msg.runtime_checkpoint is None or isinstance(msg.runtime_checkpoint, dict),
+                "Opened.runtime_checkpoint must be a JSON object or null",
+            )
             self.status = Status.ACKNOWLEDGE
         elif isinstance(msg, Acknowledged):
-            g(s is Status.ACKNOWLEDGE and not self.acknowledged,
-              "Acknowledged was already sent in this transaction" if s is Status.ACKNOWLEDGE else "")
+            g(
+                s is Status.ACKNOWLEDGE and not self.acknowledged,
+                "Acknowledged was already sent in this transaction" if s is Status.ACKNOWLEDGE else "",
+            )
             self.acknowledged = True
             if self.acknowledge_sent:
                 self.status = Status.LOAD
         elif isinstance(msg, Loaded):
             if s is Status.ACKNOWLEDGE:
-                g(False, "Loaded before Acknowledged: Loads must not be evaluated before the "
-                         "previous transaction's commit is visible (read-committed)")
-            g(s in (Status.LOAD, Status.FLUSH),
-              "Loaded after Flushed" if s in (Status.STORE, Status.COMMIT) else "")
+                g(
+                    False,
+                    "Loaded before Acknowledged: Loads must not be evaluated before the "
+                    "previous transaction's commit is visible (read-committed)",
+                )
+            g(s in (Status.LOAD, Status.FLUSH), "Loaded after Flushed" if s in (Status.STORE, Status.COMMIT) else "")
             self._binding(msg, msg.binding, False)
             g(len(msg.keys) == len(msg.docs), "Loaded needs one document per key")
             if self._tracking:

@@ -163,8 +163,14 @@ def _update_in(d) -> Optional[StateUpdate]:
 
 
 def _field_out(f: Field) -> dict:
-    out = {"name": f.name, "pointer": f.pointer, "type": f.type, "is_key": f.is_key, "nullable": f.nullable,
-           "format": f.format}
+    out = {
+        "name": f.name,
+        "pointer": f.pointer,
+        "type": f.type,
+        "is_key": f.is_key,
+        "nullable": f.nullable,
+        "format": f.format,
+    }
     if f.scale is not None:
         out["scale"] = f.scale
     return out
@@ -172,18 +178,37 @@ def _field_out(f: Field) -> dict:
 
 def _field_in(d: dict) -> Field:
     scale = d.get("scale")
-    return Field(d["name"], d["pointer"], d["type"], bool(d.get("is_key", False)), bool(d.get("nullable", True)),
-                 d.get("format"), scale if isinstance(scale, int) and not isinstance(scale, bool) else None)
+    return Field(
+        d["name"],
+        d["pointer"],
+        d["type"],
+        bool(d.get("is_key", False)),
+        bool(d.get("nullable", True)),
+        d.get("format"),
+        scale if isinstance(scale, int) and not isinstance(scale, bool) else None,
+    )
 
 
 def binding_out(b: BindingSpec) -> dict:
-    return {"resource": b.resource, "collection": b.collection, "key": list(b.key),
-            "fields": [_field_out(f) for f in b.fields], "schema": b.schema, "delta_updates": b.delta_updates}
+    return {
+        "resource": b.resource,
+        "collection": b.collection,
+        "key": list(b.key),
+        "fields": [_field_out(f) for f in b.fields],
+        "schema": b.schema,
+        "delta_updates": b.delta_updates,
+    }
 
 
 def binding_in(d: dict) -> BindingSpec:
-    return BindingSpec(d["resource"], d["collection"], tuple(d["key"]), tuple(_field_in(f) for f in d["fields"]),
-                       d.get("schema") or {}, bool(d.get("delta_updates", False)))
+    return BindingSpec(
+        d["resource"],
+        d["collection"],
+        tuple(d["key"]),
+        tuple(_field_in(f) for f in d["fields"]),
+        d.get("schema") or {},
+        bool(d.get("delta_updates", False)),
+    )
 
 
 def _bindings_out(bs) -> list:
@@ -219,7 +244,11 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("spec", Spec, {}),
     ("spec_response", SpecResponse, {}),
     ("validate", Validate, {"bindings": (_bindings_out, _bindings_in)}),
-    ("validated", Validated, {"bindings": (lambda bs: [_vb_out(b) for b in bs], lambda ds: tuple(_vb_in(d) for d in ds))}),
+    (
+        "validated",
+        Validated,
+        {"bindings": (lambda bs: [_vb_out(b) for b in bs], lambda ds: tuple(_vb_in(d) for d in ds))},
+    ),
     ("apply", Apply, {"bindings": (_bindings_out, _bindings_in), "identities": (list, _tuple)}),
     ("applied", Applied, {"created": (_rows_out, _rows_in)}),
     ("open", Open, {"range": (_range_out, _range_in), "bindings": (_bindings_out, _bindings_in)}),
@@ -230,8 +259,18 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("loaded", Loaded, {"keys": (_keys_out, _keys_in), "docs": (list, _tuple)}),
     ("flush", Flush, {}),
     ("flushed", Flushed, {"state": (_update_out, _update_in)}),
-    ("store", Store, {"keys": (_keys_out, _keys_in), "values": (_rows_out, _rows_in), "docs": (list, _tuple),
-                      "exists": (list, _tuple), "deletes": (list, _tuple), "texts": (list, _tuple)}),
+    (
+        "store",
+        Store,
+        {
+            "keys": (_keys_out, _keys_in),
+            "values": (_rows_out, _rows_in),
+            "docs": (list, _tuple),
+            "exists": (list, _tuple),
+            "deletes": (list, _tuple),
+            "texts": (list, _tuple),
+        },
+    ),
     ("quarantine", Quarantine, {"rows": (list, _tuple)}),
     ("start_commit", StartCommit, {}),
     ("started_commit", StartedCommit, {"state": (_update_out, _update_in)}),
@@ -271,7 +310,7 @@ def from_json(obj: Any) -> Any:
     """The message of a wire object."""
     if not isinstance(obj, dict) or len(obj) != 1:
         raise WireError(f"a wire message is an object with exactly one field, got {str(obj)[:200]}")
-    (name, body), = obj.items()
+    ((name, body),) = obj.items()
     try:
         cls, codecs = _BY_NAME[name]
     except KeyError:

@@ -85,9 +85,14 @@ def read_record(checkpoint_location: str) -> Optional[AdoptRecord]:
             raw = json.load(f)
     except FileNotFoundError:
         return None
-    return AdoptRecord(raw["materialization"], float(raw["since"]),
-                       [AdoptedBinding(**b) for b in raw.get("bindings", [])], float(raw.get("started", 0)),
-                       bool(raw.get("done")), raw.get("token", ""))
+    return AdoptRecord(
+        raw["materialization"],
+        float(raw["since"]),
+        [AdoptedBinding(**b) for b in raw.get("bindings", [])],
+        float(raw.get("started", 0)),
+        bool(raw.get("done")),
+        raw.get("token", ""),
+    )
 
 
 def write_record(checkpoint_location: str, record: AdoptRecord) -> None:
@@ -100,13 +105,16 @@ def refuse_unfinished(materialization: str, checkpoint_location: str) -> None:
     """A view whose adopt did not finish is not run: its batch 0 must be the adopted rows."""
     record = read_record(checkpoint_location)
     if record is not None and not record.done:
-        sources = " ".join(f"--from {b.source!r}" if len(record.bindings) == 1 else f"--from {b.resource}={b.source!r}"
-                           for b in record.bindings)
+        sources = " ".join(
+            f"--from {b.source!r}" if len(record.bindings) == 1 else f"--from {b.resource}={b.source!r}"
+            for b in record.bindings
+        )
         raise RecoveryError(
             f"materialization {materialization!r}: its adopt ({record.describe()}) did not finish, so the view does "
             f"not hold the adopted rows yet. Finish it with `tidemark adopt SPEC -m {materialization} {sources}` "
             f"(it goes on from the recorded rows), or start over with {reset_hint(materialization)}. Nothing was "
-            "changed")
+            "changed"
+        )
 
 
 # ----------------------------------------------------------------------------- rows -> documents
@@ -197,8 +205,10 @@ def read_documents(rows: Iterable[dict], collection, source: str, resource: str)
         if violations:
             bad.append(f"row {n} (key {key}): {violations[0]}")
         elif key in seen:
-            bad.append(f"rows {seen[key]} and {n} both hold key {key}: a view has one document per key; "
-                       "reduce them in a --from query (GROUP BY the key)")
+            bad.append(
+                f"rows {seen[key]} and {n} both hold key {key}: a view has one document per key; "
+                "reduce them in a --from query (GROUP BY the key)"
+            )
         else:
             seen[key] = n
             texts.append(compact_json(doc))
@@ -208,7 +218,8 @@ def read_documents(rows: Iterable[dict], collection, source: str, resource: str)
         more = " (and maybe more)" if len(bad) >= MAX_REPORTED else ""
         raise DocumentError(
             f"adopt {resource} from {source!r}: {len(bad)} row(s) do not fit collection {collection.name!r}{more}; "
-            "nothing was written:\n  " + "\n  ".join(bad))
+            "nothing was written:\n  " + "\n  ".join(bad)
+        )
     if n == 0:
         log_empty = f"adopt {resource} from {source!r}: it holds no rows"
         raise SpecError(f"{log_empty}; a view with nothing to adopt starts with `tidemark run`")
@@ -235,7 +246,9 @@ def parse_since(text: Optional[str]) -> Optional[float]:
     try:
         t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise SpecError(f"--since {text!r} is not a time: give RFC 3339 (2026-11-27T08:00:00Z) or epoch seconds") from None
+        raise SpecError(
+            f"--since {text!r} is not a time: give RFC 3339 (2026-11-27T08:00:00Z) or epoch seconds"
+        ) from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=_dt.timezone.utc)
     return t.timestamp()
@@ -246,5 +259,17 @@ def new_record(materialization: str, since: Optional[float]) -> AdoptRecord:
     return AdoptRecord(materialization, now if since is None else since, [], now, False, uuid.uuid4().hex)
 
 
-__all__ = ["AdoptRecord", "AdoptedBinding", "read_record", "write_record", "refuse_unfinished", "read_documents",
-           "row_document", "json_value", "write_rows", "parse_since", "new_record", "folder"]
+__all__ = [
+    "AdoptRecord",
+    "AdoptedBinding",
+    "read_record",
+    "write_record",
+    "refuse_unfinished",
+    "read_documents",
+    "row_document",
+    "json_value",
+    "write_rows",
+    "parse_since",
+    "new_record",
+    "folder",
+]

@@ -81,27 +81,37 @@ class BatchStart:
     last: Optional[LogEntry] = None
 
 
-def check_capabilities(caps: Capabilities, *, materialization: str, driver_name: str,
-                       bindings: Sequence[BindingSpec], on_invalid: str = "fail") -> None:
+def check_capabilities(
+    caps: Capabilities,
+    *,
+    materialization: str,
+    driver_name: str,
+    bindings: Sequence[BindingSpec],
+    on_invalid: str = "fail",
+) -> None:
     """Refuse, before anything is written, what the endpoint declares it cannot do."""
     problems = []
     if on_invalid == "quarantine" and not caps.quarantine:
-        problems.append(f"on_invalid: quarantine needs a dead-letter place, which endpoint {driver_name!r} does "
-                        "not have (it does not declare the quarantine capability); use on_invalid: fail, or an "
-                        "endpoint that quarantines (sqlite, postgres, delta)")
+        problems.append(
+            f"on_invalid: quarantine needs a dead-letter place, which endpoint {driver_name!r} does "
+            "not have (it does not declare the quarantine capability); use on_invalid: fail, or an "
+            "endpoint that quarantines (sqlite, postgres, delta)"
+        )
     for b in bindings:
         where = "/".join(b.resource_path)
         if b.delta_updates and not caps.delta_updates:
             problems.append(f"binding {where}: endpoint {driver_name!r} does not take delta updates")
         if not b.delta_updates and not caps.standard_updates:
-            problems.append(f"binding {where}: endpoint {driver_name!r} takes only delta updates "
-                            "(set delta_updates: true)")
+            problems.append(
+                f"binding {where}: endpoint {driver_name!r} takes only delta updates (set delta_updates: true)"
+            )
     if problems:
         raise SpecError(f"materialization {materialization!r}: " + "; ".join(problems) + ". Nothing was changed")
 
 
-def check_position(materialization: str, driver_name: str, place: str, at: int, logged: int, *,
-                   ahead_ok: int = 0, behind_ok: int = 0) -> None:
+def check_position(
+    materialization: str, driver_name: str, place: str, at: int, logged: int, *, ahead_ok: int = 0, behind_ok: int = 0
+) -> None:
     """Refuse a place of the endpoint that holds batch ``at`` (-1: none) when the recovery
     log's last batch is ``logged``, unless ``logged - behind_ok <= at <= logged + ahead_ok``.
     Used at start-up (before anything is written) and by every shard session."""
@@ -110,43 +120,73 @@ def check_position(materialization: str, driver_name: str, place: str, at: int, 
     if at < 0:
         what = "holds no batch of this view (were its tables or checkpoint rows dropped?)"
     elif at < logged:
-        what = (f"holds batch {at}, older than the recovery log's batch {logged} (restored from an older backup, "
-                "or a lagging replica?)")
+        what = (
+            f"holds batch {at}, older than the recovery log's batch {logged} (restored from an older backup, "
+            "or a lagging replica?)"
+        )
     else:
-        what = (f"holds batch {at}, newer than the recovery log's batch {logged} (was the checkpoint folder "
-                "restored from an older copy?)")
+        what = (
+            f"holds batch {at}, newer than the recovery log's batch {logged} (was the checkpoint folder "
+            "restored from an older copy?)"
+        )
     raise RecoveryError(
         f"materialization {materialization!r}: {place} of endpoint {driver_name!r} {what}. Running on would "
         f"{'lose' if at < logged else 'double-apply or skip'} batches. Restore the endpoint (or the checkpoint "
-        f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed")
+        f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed"
+    )
 
 
-def refuse_foreign(materialization: str, driver_name: str, positions: Sequence[Position], mine: Optional[str],
-                   last: Optional[LogEntry], checkpoint_location: str) -> None:
+def refuse_foreign(
+    materialization: str,
+    driver_name: str,
+    positions: Sequence[Position],
+    mine: Optional[str],
+    last: Optional[LogEntry],
+    checkpoint_location: str,
+) -> None:
     """Refuse an endpoint whose places are written by another materialization or another
     checkpoint (``mine``: this checkpoint's id; None: no checkpoint folder yet).  At start-up,
     and in ``tidemark check``/``run`` before Spark starts."""
-    foreign = [p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)]
+    foreign = [
+        p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)
+    ]
     if not foreign:
         return
     p = foreign[0]
-    whose = (f"materialization {p.materialization!r}" if p.materialization != materialization
-             else f"another tidemark checkpoint of {materialization!r}")
+    whose = (
+        f"materialization {p.materialization!r}"
+        if p.materialization != materialization
+        else f"another tidemark checkpoint of {materialization!r}"
+    )
     raise RecoveryError(
         f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by {whose} "
         f"(checkpoint {p.checkpoint_id}, batch {p.batch_id}), not by this checkpoint ({mine}, "
         f"{'no batch yet' if last is None else f'batch {last.batch_id}'}). If this checkpoint folder "
         f"was deleted or moved, restore it ({checkpoint_location}); if this is another job, give it "
         f"its own materialization name and resources; to start this view over on purpose: "
-        f"{reset_hint(materialization)}. Nothing was changed")
+        f"{reset_hint(materialization)}. Nothing was changed"
+    )
 
 
 class Coordinator:
-    def __init__(self, *, materialization: str, driver: Driver, driver_name: str, driver_config: dict,
-                 bindings: Sequence[BindingSpec], version: str, checkpoint_location: str, shards: int,
-                 strategies: Sequence[Sequence[str]] = (), on_invalid: str = "fail",
-                 reductions: Sequence[dict] = (), auto: Optional[AutoShards] = None,
-                 sources: Sequence[Optional[str]] = (), adopting: bool = False):
+    def __init__(
+        self,
+        *,
+        materialization: str,
+        driver: Driver,
+        driver_name: str,
+        driver_config: dict,
+        bindings: Sequence[BindingSpec],
+        version: str,
+        checkpoint_location: str,
+        shards: int,
+        strategies: Sequence[Sequence[str]] = (),
+        on_invalid: str = "fail",
+        reductions: Sequence[dict] = (),
+        auto: Optional[AutoShards] = None,
+        sources: Sequence[Optional[str]] = (),
+        adopting: bool = False,
+    ):
         self.name = materialization
         self.driver = driver
         self.driver_name = driver_name
@@ -180,8 +220,13 @@ class Coordinator:
 
     # ------------------------------------------------------------------ start-up
     def start_up(self) -> None:
-        check_capabilities(self.caps, materialization=self.name, driver_name=self.driver_name,
-                           bindings=self.bindings, on_invalid=self.on_invalid)
+        check_capabilities(
+            self.caps,
+            materialization=self.name,
+            driver_name=self.driver_name,
+            bindings=self.bindings,
+            on_invalid=self.on_invalid,
+        )
         self.warn_unsafe()
         if not self.adopting:
             refuse_unfinished(self.name, self.checkpoint_location)
@@ -203,12 +248,25 @@ class Coordinator:
         for action in self.driver.recover(self.name, self.log.checkpoint_id, self.known_ranges(last)):
             log.info("materialization %s: %s", self.name, action)
         self.check_positions(last)
-        check_endpoint_records(self.name, self.driver_name, self.driver.identities(self.name, self.bindings),
-                               self.identities, self.log.checkpoint_id)
+        check_endpoint_records(
+            self.name,
+            self.driver_name,
+            self.driver.identities(self.name, self.bindings),
+            self.identities,
+            self.log.checkpoint_id,
+        )
         # Step 3
         self.driver.validate(Validate(self.name, self.driver_config, self.bindings))
-        dry = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
-                                      dry_run=True, checkpoint_id=self.log.checkpoint_id))
+        dry = self.driver.apply(
+            Apply(
+                self.name,
+                self.driver_config,
+                self.bindings,
+                version=self.version,
+                dry_run=True,
+                checkpoint_id=self.log.checkpoint_id,
+            )
+        )
         if last is not None:
             written = {tuple(r) for r in last.resources}
             gone = [r for r in dry.created if tuple(r) in written]
@@ -218,23 +276,41 @@ class Coordinator:
                     f"materialization {self.name!r}: {names} held the view up to batch {last.batch_id}, which the "
                     f"recovery log records, but no longer exists in endpoint {self.driver_name!r} (dropped?). "
                     f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
-                    f"with {reset_hint(self.name)}. Nothing was changed")
+                    f"with {reset_hint(self.name)}. Nothing was changed"
+                )
         # Step 4
         created_at = 0 if last is None else last.batch_id + 1
         records = tuple(endpoint_record(i, self.name, self.checkpoint_id, created_at) for i in self.identities)
-        applied = self.driver.apply(Apply(self.name, self.driver_config, self.bindings, version=self.version,
-                                          checkpoint_id=self.checkpoint_id, identities=records))
+        applied = self.driver.apply(
+            Apply(
+                self.name,
+                self.driver_config,
+                self.bindings,
+                version=self.version,
+                checkpoint_id=self.checkpoint_id,
+                identities=records,
+            )
+        )
         log.info("materialization %s: apply: %s", self.name, applied.action_description)
         # Step 5
         if last is not None:
             if last.version != self.version:
-                log.warning("materialization %s: spec version changed since batch %s (%s -> %s)",
-                            self.name, last.batch_id, last.version, self.version)
+                log.warning(
+                    "materialization %s: spec version changed since batch %s (%s -> %s)",
+                    self.name,
+                    last.batch_id,
+                    last.version,
+                    self.version,
+                )
                 changed = changes_since(last.reductions, self.reductions)
                 if changed:
-                    log.warning("materialization %s: a reduce strategy changed since batch %s, so stored documents "
-                                "were reduced the old way: %s (`tidemark check` refuses this spec)",
-                                self.name, last.batch_id, "; ".join(changed))
+                    log.warning(
+                        "materialization %s: a reduce strategy changed since batch %s, so stored documents "
+                        "were reduced the old way: %s (`tidemark check` refuses this spec)",
+                        self.name,
+                        last.batch_id,
+                        "; ".join(changed),
+                    )
             self.acknowledge(last)
 
     def known_ranges(self, last: Optional[LogEntry]) -> list[Range]:
@@ -246,8 +322,9 @@ class Coordinator:
         in_flight = self.log.intent_record(last.batch_id + 1 if last is not None else 0)
         if in_flight is not None:
             layouts.append(in_flight["layout"])
-        return sorted({Range(int(b), int(e)) for layout in layouts for b, e in layout},
-                      key=lambda r: (r.key_begin, r.key_end))
+        return sorted(
+            {Range(int(b), int(e)) for layout in layouts for b, e in layout}, key=lambda r: (r.key_begin, r.key_end)
+        )
 
     def warn_unsafe(self) -> None:
         if self.caps.commit_pattern is not CommitPattern.AT_LEAST_ONCE:
@@ -255,13 +332,21 @@ class Coordinator:
         for binding, strategies in zip(self.bindings, self.strategies or [()] * len(self.bindings)):
             where = "/".join(binding.resource_path)
             if binding.delta_updates:
-                log.warning("binding %s: delta updates into an at-least-once endpoint (%s) may write a batch's "
-                            "rows twice after a crash", where, self.driver_name)
+                log.warning(
+                    "binding %s: delta updates into an at-least-once endpoint (%s) may write a batch's "
+                    "rows twice after a crash",
+                    where,
+                    self.driver_name,
+                )
                 continue
             bad = [s for s in UNSAFE_AT_LEAST_ONCE if s in strategies]
             if bad:
-                log.warning("binding %s uses %s reductions, which an at-least-once endpoint (%s) may apply twice "
-                            "after a crash", where, ", ".join(bad), self.driver_name)
+                log.warning(
+                    "binding %s uses %s reductions, which an at-least-once endpoint (%s) may apply twice after a crash",
+                    where,
+                    ", ".join(bad),
+                    self.driver_name,
+                )
 
     def check_spark(self, last: Optional[LogEntry]) -> None:
         if last is None or not last.query_id:
@@ -274,7 +359,8 @@ class Coordinator:
                 f"beside it holds batches up to {last.batch_id} of Spark query {last.query_id}. Spark would start "
                 "over at batch 0 and tidemark cannot tell which input the view already holds. Restore "
                 f"{spark_dir} from where it was, or start the view over with {reset_hint(self.name)}. "
-                "Nothing was changed")
+                "Nothing was changed"
+            )
         self._check_query(qid, last)
 
     def positions(self) -> Optional[list[Position]]:
@@ -297,7 +383,8 @@ class Coordinator:
                     f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} holds batch "
                     f"{p.batch_id} of this checkpoint, but its recovery log ({self.log.root}) holds none (were its "
                     f"entries deleted?). Restore the checkpoint folder, or start over with {reset_hint(self.name)}. "
-                    "Nothing was changed")
+                    "Nothing was changed"
+                )
             return
         pattern = self.caps.commit_pattern
         if pattern is CommitPattern.STORE_AUTHORITATIVE:
@@ -334,7 +421,8 @@ class Coordinator:
                         f"materialization {self.name!r}: Spark runs batch {batch_id} again, which the recovery log "
                         f"compacted away (it holds batches from {self.log.batches()[0]} to {last.batch_id}); "
                         "Spark's checkpoint is older than the recovery log. Restore both from one copy, or start "
-                        f"over with {reset_hint(self.name)}")
+                        f"over with {reset_hint(self.name)}"
+                    )
                 logged = BatchIdentity.of(entry.runtime_checkpoint)
                 diff = logged.differences(ident) if logged else []
                 if diff:
@@ -342,15 +430,20 @@ class Coordinator:
                         f"materialization {self.name!r}: Spark runs batch {batch_id} with another identity than the "
                         f"recovery log's ({'; '.join(diff)}): the input differs from what the view already holds. "
                         f"Restore Spark's checkpoint ({self.spark.location}), or start over with "
-                        f"{reset_hint(self.name)}. Nothing was changed")
+                        f"{reset_hint(self.name)}. Nothing was changed"
+                    )
                 if batch_id == last.batch_id:
                     self.acknowledge(last)
                 return BatchStart(batch_id, True, last=last)
         # Step 1
         fault_point("plan")
         layout = self.layout_for(batch_id, last)
-        cp = {"checkpoint_id": self.checkpoint_id, "materialization": self.name, "version": self.version,
-              **ident.as_checkpoint()}
+        cp = {
+            "checkpoint_id": self.checkpoint_id,
+            "materialization": self.name,
+            "version": self.version,
+            **ident.as_checkpoint(),
+        }
         return BatchStart(batch_id, False, layout, cp, last)
 
     def _check_query(self, query_id: Optional[str], last: LogEntry) -> None:
@@ -360,7 +453,8 @@ class Coordinator:
                 f"materialization {self.name!r}: Spark's checkpoint {self.spark.location} belongs to Spark query "
                 f"{query_id}, but the recovery log's batches up to {last.batch_id} came from query {last.query_id} "
                 "(was Spark's checkpoint deleted or replaced?). tidemark cannot tell which input the view already "
-                f"holds. Restore it, or start the view over with {reset_hint(self.name)}. Nothing was changed")
+                f"holds. Restore it, or start the view over with {reset_hint(self.name)}. Nothing was changed"
+            )
 
     def layout_for(self, batch_id: int, last: Optional[LogEntry] = None) -> list[list[int]]:
         """The layout of batch N: what it started with (a re-run keeps it), else what
@@ -373,14 +467,27 @@ class Coordinator:
         shards, reason = self.rescale.decide(last, self.shards, self.auto)
         if reason.get("held") and shards != self.shards and not self._said_held:
             self._said_held = True
-            log.warning("materialization %s: runs on %d shard(s), as `tidemark scale` asked (request %s), not on the "
-                        "spec's shards: %d; the spec's count applies again once you change it in the spec, or "
-                        "`tidemark scale --shards %d`", self.name, shards, reason["held"], self.shards, self.shards)
+            log.warning(
+                "materialization %s: runs on %d shard(s), as `tidemark scale` asked (request %s), not on the "
+                "spec's shards: %d; the spec's count applies again once you change it in the spec, or "
+                "`tidemark scale --shards %d`",
+                self.name,
+                shards,
+                reason["held"],
+                self.shards,
+                self.shards,
+            )
         layout = even_layout(shards)
         if last is not None and layout != last.layout:
             self.acknowledged_everywhere(last)
-            log.info("materialization %s: batch %s runs on %d shard(s) (was %d; %s)", self.name, batch_id, shards,
-                     len(last.layout), reason["by"])
+            log.info(
+                "materialization %s: batch %s runs on %d shard(s) (was %d; %s)",
+                self.name,
+                batch_id,
+                shards,
+                len(last.layout),
+                reason["by"],
+            )
         self.log.write_intent(batch_id, layout, reason)
         self.rescale.settle(reason, batch_id, configured=configured)
         return layout
@@ -392,8 +499,12 @@ class Coordinator:
             return
         behind = self._behind(last)
         if behind:
-            log.warning("materialization %s: %s not yet applied batch %s; applying it before the layout changes",
-                        self.name, ", ".join(p.place for p in behind), last.batch_id)
+            log.warning(
+                "materialization %s: %s not yet applied batch %s; applying it before the layout changes",
+                self.name,
+                ", ".join(p.place for p in behind),
+                last.batch_id,
+            )
             self.acknowledge(last)
             behind = self._behind(last)
         if behind:
@@ -401,18 +512,30 @@ class Coordinator:
             raise RecoveryError(
                 f"materialization {self.name!r}: {p.place} of endpoint {self.driver_name!r} holds batch {p.batch_id}, "
                 f"not the recovery log's batch {last.batch_id}, after re-applying it; the layout does not change "
-                "until every table holds it. Check that the endpoint is writable, then run again")
+                "until every table holds it. Check that the endpoint is writable, then run again"
+            )
 
     def _behind(self, last: LogEntry) -> list[Position]:
         written = {tuple(r) for r in last.resources}
-        return [p for p in self.positions() or () if p.resource is not None and tuple(p.resource) in written
-                and p.batch_id < last.batch_id]
+        return [
+            p
+            for p in self.positions() or ()
+            if p.resource is not None and tuple(p.resource) in written and p.batch_id < last.batch_id
+        ]
 
     def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
         # Step 3
-        entry = LogEntry(start.batch_id, start.runtime_checkpoint, state, [list(x) for x in start.layout],
-                         self.version, counts, [list(b.resource_path) for b in self.bindings], self.reductions,
-                         self.identities)
+        entry = LogEntry(
+            start.batch_id,
+            start.runtime_checkpoint,
+            state,
+            [list(x) for x in start.layout],
+            self.version,
+            counts,
+            [list(b.resource_path) for b in self.bindings],
+            self.reductions,
+            self.identities,
+        )
         if self.lease is not None:
             self.lease.check()
         fault_point("before_recovery_log")
@@ -430,14 +553,22 @@ class Coordinator:
         (not only when a next batch's sessions acknowledge it)."""
         pattern = self.caps.commit_pattern
         if pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
-            self.driver.coordinator_acknowledge(self.name, entry.driver_checkpoint, entry.runtime_checkpoint,
-                                                self.bindings)
+            self.driver.coordinator_acknowledge(
+                self.name, entry.driver_checkpoint, entry.runtime_checkpoint, self.bindings
+            )
             fault_point("after_apply")
         elif pattern is CommitPattern.IDEMPOTENT_APPLY_SHARD:
             for b, e in entry.layout:
-                transactor, _opened = self.driver.open(Open(self.name, self.version, Range(b, e),
-                                                            state=entry.driver_checkpoint, config=self.driver_config,
-                                                            bindings=self.bindings))
+                transactor, _opened = self.driver.open(
+                    Open(
+                        self.name,
+                        self.version,
+                        Range(b, e),
+                        state=entry.driver_checkpoint,
+                        config=self.driver_config,
+                        bindings=self.bindings,
+                    )
+                )
                 try:
                     transactor.acknowledge(Acknowledge(state=entry.driver_checkpoint))
                 finally:
@@ -445,4 +576,12 @@ class Coordinator:
             fault_point("after_apply")
 
 
-__all__ = ["Coordinator", "check_capabilities", "BatchStart", "even_layout", "UNSAFE_AT_LEAST_ONCE", "reset_hint", "check_position"]
+__all__ = [
+    "Coordinator",
+    "check_capabilities",
+    "BatchStart",
+    "even_layout",
+    "UNSAFE_AT_LEAST_ONCE",
+    "reset_hint",
+    "check_position",
+]

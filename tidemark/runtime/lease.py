@@ -61,7 +61,7 @@ class Lease:
         self.materialization = materialization
         self.ttl = float(ttl if ttl is not None else os.environ.get("TIDEMARK_LEASE_TTL", DEFAULT_TTL))
         self.local = "://" not in self.location or self.location.startswith("file://")
-        base = self.location[len("file://"):] if self.location.startswith("file://") else self.location
+        base = self.location[len("file://") :] if self.location.startswith("file://") else self.location
         self.path = os.path.join(base, LEASE_FILE) if self.local else f"{self.location}/{LEASE_FILE}"
         self.token = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -115,8 +115,17 @@ class Lease:
         return body if isinstance(body, dict) else None
 
     def _write(self) -> None:
-        body = json.dumps({"token": self.token, "materialization": self.materialization, "host": self.host,
-                           "pid": self.pid, "since": self.since, "renewed": time.time(), "ttl": self.ttl})
+        body = json.dumps(
+            {
+                "token": self.token,
+                "materialization": self.materialization,
+                "host": self.host,
+                "pid": self.pid,
+                "since": self.since,
+                "renewed": time.time(),
+                "ttl": self.ttl,
+            }
+        )
         if self.local:
             tmp = f"{self.path}.{self.token}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
@@ -170,7 +179,8 @@ class Lease:
                 f"materialization {self.materialization!r}: its checkpoint {self.location} is in use by another "
                 f"run, running since {since} (host {body.get('host')}, pid {body.get('pid')}). One checkpoint "
                 f"has one live run; this one started nothing. Wait for that run to end (or stop it); if it is "
-                f"dead on another machine, its lease expires at {expires}")
+                f"dead on another machine, its lease expires at {expires}"
+            )
 
     def check_free(self) -> None:
         """Raise as :meth:`acquire` would, without taking the lease (``tidemark check``, and
@@ -197,8 +207,10 @@ class Lease:
                 self.release()
             raise
         if not self.local and (self._read() or {}).get("token") != self.token:
-            raise RecoveryError(f"materialization {self.materialization!r}: another run took the lease of "
-                                f"{self.location} at the same moment; this one started nothing")
+            raise RecoveryError(
+                f"materialization {self.materialization!r}: another run took the lease of "
+                f"{self.location} at the same moment; this one started nothing"
+            )
         self.held = True
 
     def renew(self) -> bool:
@@ -209,8 +221,14 @@ class Lease:
             body = self._read()
             if body is not None and body.get("token") != self.token:
                 self.lost, self.held = True, False
-                log.error("materialization %s: the lease of %s was taken by another run (host %s, pid %s); this "
-                          "run stops committing", self.materialization, self.location, body.get("host"), body.get("pid"))
+                log.error(
+                    "materialization %s: the lease of %s was taken by another run (host %s, pid %s); this "
+                    "run stops committing",
+                    self.materialization,
+                    self.location,
+                    body.get("host"),
+                    body.get("pid"),
+                )
                 return False
             self._write()
         return True
@@ -241,9 +259,11 @@ class Lease:
     def check(self) -> None:
         """Raise when the lease was lost (called before each commit)."""
         if self.lost:
-            raise RecoveryError(f"materialization {self.materialization!r}: this run lost its lease of "
-                                f"{self.location} to another run; it commits nothing more. Nothing of the batch "
-                                "was committed by this run")
+            raise RecoveryError(
+                f"materialization {self.materialization!r}: this run lost its lease of "
+                f"{self.location} to another run; it commits nothing more. Nothing of the batch "
+                "was committed by this run"
+            )
 
     def release(self) -> None:
         """Give the lease back (idempotent); the next run starts without waiting."""

@@ -140,8 +140,10 @@ class RecoveryLog:
         try:
             meta = self._read(path)
         except TornEntry as exc:
-            raise RecoveryError(f"the checkpoint's identity file is damaged ({exc}); restore the checkpoint "
-                                "folder from a copy, or start over with `tidemark reset`") from None
+            raise RecoveryError(
+                f"the checkpoint's identity file is damaged ({exc}); restore the checkpoint "
+                "folder from a copy, or start over with `tidemark reset`"
+            ) from None
         if meta is None:
             if not create:
                 return None
@@ -176,8 +178,13 @@ class RecoveryLog:
         except TornEntry as exc:
             aside = f"{self.root}/log/{batches[-1]}.json.torn-{uuid.uuid4().hex[:8]}"
             self.fs.move(f"{self.root}/log/{batches[-1]}.json", aside)
-            log.warning("recovery log: the newest entry (batch %s) is torn (%s) and was never reported committed; "
-                        "set aside as %s, the batch runs again", batches[-1], exc, aside)
+            log.warning(
+                "recovery log: the newest entry (batch %s) is torn (%s) and was never reported committed; "
+                "set aside as %s, the batch runs again",
+                batches[-1],
+                exc,
+                aside,
+            )
             return self.last()
 
     def peek_last(self) -> tuple[Optional[LogEntry], Optional[int]]:
@@ -203,8 +210,10 @@ class RecoveryLog:
         try:
             return self._entry(batch_id)
         except TornEntry as exc:
-            raise RecoveryError(f"recovery log entry of batch {batch_id} is damaged ({exc}); restore the "
-                                "checkpoint folder from a copy, or start over with `tidemark reset`") from None
+            raise RecoveryError(
+                f"recovery log entry of batch {batch_id} is damaged ({exc}); restore the "
+                "checkpoint folder from a copy, or start over with `tidemark reset`"
+            ) from None
 
     def _entry(self, batch_id: int) -> Optional[LogEntry]:
         path = f"{self.root}/log/{batch_id}.json"
@@ -240,8 +249,10 @@ class RecoveryLog:
         try:
             return self._read(f"{self.root}/intent/{batch_id}.json")
         except TornEntry as exc:
-            raise RecoveryError(f"the layout record of batch {batch_id} is damaged ({exc}); restore the "
-                                "checkpoint folder from a copy, or start over with `tidemark reset`") from None
+            raise RecoveryError(
+                f"the layout record of batch {batch_id} is damaged ({exc}); restore the "
+                "checkpoint folder from a copy, or start over with `tidemark reset`"
+            ) from None
 
     def intent_batches(self) -> list[int]:
         return self._batches("intent")

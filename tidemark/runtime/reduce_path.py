@@ -20,8 +20,9 @@ from tidemark.drivers.base import Capabilities
 from tidemark.protocol.messages import BindingSpec
 
 
-def reduce_paths(bindings: Sequence[BindingSpec], collections: Sequence, caps: Capabilities,
-                 enabled: bool = True) -> tuple[tuple[BindingSpec, ...], list[str]]:
+def reduce_paths(
+    bindings: Sequence[BindingSpec], collections: Sequence, caps: Capabilities, enabled: bool = True
+) -> tuple[tuple[BindingSpec, ...], list[str]]:
     """``bindings`` with ``endpoint_reduce`` set where the endpoint reduces them, and per
     binding one line saying which path it takes and why."""
     out: list[BindingSpec] = []

@@ -127,8 +127,11 @@ class Rescale:
         """Record a pending request (one atomic write). Returns it."""
         check_count(shards)
         self.log.fs.create_dir(self.dir, recursive=True)
-        req = {"id": f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", "shards": shards,
-               "requested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        req = {
+            "id": f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}",
+            "shards": shards,
+            "requested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         self.log._write(f"{self.dir}/{req['id']}.request.json", req)
         return req
 
@@ -160,13 +163,19 @@ class Rescale:
     def pending(self) -> list[dict]:
         """The requests not yet done, oldest first (reads only those)."""
         names = self._names()
-        open_names = {n for n in names if n.endswith(".request.json")
-                      and n[: -len(".request.json")] + ".done.json" not in names}
+        open_names = {
+            n for n in names if n.endswith(".request.json") and n[: -len(".request.json")] + ".done.json" not in names
+        }
         return list(self.requests(names=open_names))
 
-    def mark_done(self, request_id: str, batch_id: int, *, configured: Any, superseded_by: Optional[str] = None) -> None:
-        body = {"batch_id": batch_id, "configured": configured,
-                "done_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    def mark_done(
+        self, request_id: str, batch_id: int, *, configured: Any, superseded_by: Optional[str] = None
+    ) -> None:
+        body = {
+            "batch_id": batch_id,
+            "configured": configured,
+            "done_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         if superseded_by:
             body["superseded_by"] = superseded_by
         self.log._write(f"{self.dir}/{request_id}.done.json", body)
@@ -178,15 +187,19 @@ class Rescale:
         pending = self.pending()
         if pending:
             newest = pending[-1]
-            return newest["shards"], {"by": "scale", "request": newest["id"],
-                                      "superseded": [r["id"] for r in pending[:-1]]}
+            return newest["shards"], {
+                "by": "scale",
+                "request": newest["id"],
+                "superseded": [r["id"] for r in pending[:-1]],
+            }
         if auto is not None:
             if last is None:
                 return auto.min, {"by": "auto", "keys": []}
             recent = self._recent_keys(last)
             return auto.next_count(len(last.layout), recent), {"by": "auto", "keys": recent}
-        held = next((r for r in self.requests(newest_first=True)
-                     if r["done"] and not r["done"].get("superseded_by")), None)  # the newest applied one
+        held = next(
+            (r for r in self.requests(newest_first=True) if r["done"] and not r["done"].get("superseded_by")), None
+        )  # the newest applied one
         if held is not None and held["done"].get("configured") == configured:
             return held["shards"], {"by": "scale", "held": held["id"]}
         return shards, {"by": "configured"}
@@ -234,8 +247,16 @@ def layout_history(log: "RecoveryLog") -> dict:
         if cur and cur["layout"] == layout and cur["last"] == b - 1 and cur["committed"] == (entry is not None):
             cur["last"] = b
             continue
-        ranges.append({"first": b, "last": b, "shards": len(layout), "layout": layout, "by": by or "configured",
-                       "committed": entry is not None})
+        ranges.append(
+            {
+                "first": b,
+                "last": b,
+                "shards": len(layout),
+                "layout": layout,
+                "by": by or "configured",
+                "committed": entry is not None,
+            }
+        )
     reqs = list(Rescale(log).requests()) if log.checkpoint_id else []
     pending = [{k: r[k] for k in ("id", "shards", "requested_at")} for r in reqs if r["done"] is None]
     return {"ranges": ranges, "pending": pending, "requests": reqs}

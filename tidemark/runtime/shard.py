@@ -116,7 +116,8 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
             f"{where} is written by another tidemark checkpoint (id {cp.get('checkpoint_id')}, batch "
             f"{cp.get('batch_id')}), not this one (id {task.checkpoint_id}). If this checkpoint folder was "
             f"deleted, restore it; if this is another job, give it its own materialization name; to start this "
-            f"view over on purpose: {reset_hint(task.materialization)}; this session committed nothing")
+            f"view over on purpose: {reset_hint(task.materialization)}; this session committed nothing"
+        )
     at = BatchIdentity.of(cp)
     mine = BatchIdentity.of(task.runtime_checkpoint)
     at_batch = at.batch_id if at else -1
@@ -126,12 +127,19 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
             raise RecoveryError(
                 f"{where} committed batch {task.batch_id} with another identity ({'; '.join(diff)}): the input "
                 "differs from what this run would write. Restore Spark's checkpoint, or start over with "
-                f"{reset_hint(task.materialization)}; this session committed nothing")
+                f"{reset_hint(task.materialization)}; this session committed nothing"
+            )
         return True
     # Never ahead of this batch; a store-authoritative range never behind the recovery log.
-    check_position(task.materialization, task.driver_name, f"range {rng.name}", at_batch, task.committed_batch,
-                   ahead_ok=task.batch_id - 1 - task.committed_batch,
-                   behind_ok=task.committed_batch + 1 if not store_authoritative else 0)
+    check_position(
+        task.materialization,
+        task.driver_name,
+        f"range {rng.name}",
+        at_batch,
+        task.committed_batch,
+        ahead_ok=task.batch_id - 1 - task.committed_batch,
+        behind_ok=task.committed_batch + 1 if not store_authoritative else 0,
+    )
     return False
 
 
@@ -314,8 +322,15 @@ class _Columns:
     def message(self, binding: int) -> Store:
         if self.texts:
             n = len(self.texts)
-            return Store(binding=binding, keys=tuple(self.keys), values=(), docs=(), exists=(False,) * n,
-                         deletes=(False,) * n, texts=tuple(self.texts))
+            return Store(
+                binding=binding,
+                keys=tuple(self.keys),
+                values=(),
+                docs=(),
+                exists=(False,) * n,
+                deletes=(False,) * n,
+                texts=tuple(self.texts),
+            )
         return Store(
             binding=binding,
             keys=tuple(self.keys),

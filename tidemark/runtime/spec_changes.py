@@ -71,8 +71,13 @@ def changes_since(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
     return out
 
 
-def check_reductions(materialization: str, batch_id: int, logged: Sequence[dict], current: Sequence[dict],
-                     spec_file: Optional[str] = None) -> None:
+def check_reductions(
+    materialization: str,
+    batch_id: int,
+    logged: Sequence[dict],
+    current: Sequence[dict],
+    spec_file: Optional[str] = None,
+) -> None:
     """Refuse a spec whose reduce annotations changed since the recovery log's last batch."""
     from tidemark.errors import SpecError
     from tidemark.errors import reset_hint
@@ -86,4 +91,5 @@ def check_reductions(materialization: str, batch_id: int, logged: Sequence[dict]
         + f". The view holds documents up to batch {batch_id} reduced the old way, and new documents would be "
         f"reduced into them the new way. Keep the old reduce, or start the view over from its source with "
         f"{reset_hint(materialization)}, or materialize into a new resource with its own checkpoint",
-        file=spec_file)
+        file=spec_file,
+    )

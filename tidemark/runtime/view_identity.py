@@ -78,9 +78,16 @@ def _legacy(entry) -> list[dict]:
     resources = list(entry.resources or [])
     collections = [r.get("collection") for r in (entry.reductions or [])]
     n = max(len(resources), len(collections))
-    return [{"resource": list(resources[i]) if i < len(resources) else None,
-             "collection": collections[i] if i < len(collections) else None,
-             "key": None, "key_types": None, "source": None} for i in range(n)]
+    return [
+        {
+            "resource": list(resources[i]) if i < len(resources) else None,
+            "collection": collections[i] if i < len(collections) else None,
+            "key": None,
+            "key_types": None,
+            "source": None,
+        }
+        for i in range(n)
+    ]
 
 
 def _show(resource: Optional[Sequence[str]]) -> str:
@@ -95,21 +102,29 @@ def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
         if old.get("collection") and old["collection"] != new["collection"]:
             moved = [j for j, n in enumerate(current) if n["collection"] == old["collection"]]
             hint = f" (now binding {moved[0]}: were bindings reordered?)" if moved else ""
-            out.append(f"{where} read collection {old['collection']!r}, now {new['collection']!r}{hint}: Spark keeps "
-                       "a source's position per binding, so the view would mix two streams' histories")
+            out.append(
+                f"{where} read collection {old['collection']!r}, now {new['collection']!r}{hint}: Spark keeps "
+                "a source's position per binding, so the view would mix two streams' histories"
+            )
             continue
         if old.get("resource") and list(old["resource"]) != list(new["resource"]):
-            out.append(f"{where} ({new['collection']}) was materialized into {_show(old['resource'])!r}, now "
-                       f"{_show(new['resource'])!r}: the new resource would hold only what later batches touch "
-                       f"(sums restarting from zero); the view up to here is in {_show(old['resource'])!r}")
+            out.append(
+                f"{where} ({new['collection']}) was materialized into {_show(old['resource'])!r}, now "
+                f"{_show(new['resource'])!r}: the new resource would hold only what later batches touch "
+                f"(sums restarting from zero); the view up to here is in {_show(old['resource'])!r}"
+            )
         if old.get("key") is not None and list(old["key"]) != list(new["key"]):
-            out.append(f"{where} ({new['collection']}) was keyed by {old['key']}, now {new['key']}: documents of the "
-                       "old and the new key would stand side by side")
+            out.append(
+                f"{where} ({new['collection']}) was keyed by {old['key']}, now {new['key']}: documents of the "
+                "old and the new key would stand side by side"
+            )
         elif old.get("key_types") is not None and list(old["key_types"]) != list(new["key_types"]):
             out.append(f"{where} ({new['collection']}) key types were {old['key_types']}, now {new['key_types']}")
         if old.get("source") and new.get("source") and old["source"] != new["source"]:
-            out.append(f"{where} ({new['collection']}) was read from {old['source']}, now {new['source']}: Spark would "
-                       "read every file of the new location again (sums doubled)")
+            out.append(
+                f"{where} ({new['collection']}) was read from {old['source']}, now {new['source']}: Spark would "
+                "read every file of the new location again (sums doubled)"
+            )
     return out
 
 
@@ -127,13 +142,18 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
         f"materialization {materialization!r}{where}: the spec no longer describes the view its checkpoint holds up to "
         f"batch {entry.batch_id}: " + "; ".join(found) + ". Undo the edit (the old names are above), or start the "
         f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source. "
-        "Nothing was changed")
+        "Nothing was changed"
+    )
 
 
 def endpoint_record(identity: dict, materialization: str, checkpoint_id: Optional[str], created_at_batch: int) -> dict:
     """The record an endpoint keeps with a binding's resource (``Apply.identities``)."""
-    return {"materialization": materialization, "checkpoint_id": checkpoint_id, **identity,
-            "created_at_batch": created_at_batch}
+    return {
+        "materialization": materialization,
+        "checkpoint_id": checkpoint_id,
+        **identity,
+        "created_at_batch": created_at_batch,
+    }
 
 
 def record_differences(stored: dict, materialization: str, checkpoint_id: Optional[str], current: dict) -> list[str]:
@@ -143,17 +163,24 @@ def record_differences(stored: dict, materialization: str, checkpoint_id: Option
     made = f" since batch {since}" if isinstance(since, int) else ""
     out = []
     if (stored.get("materialization"), stored.get("checkpoint_id")) != (materialization, checkpoint_id):
-        whose = (f"materialization {stored.get('materialization')!r}" if stored.get("materialization") != materialization
-                 else f"another tidemark checkpoint of {materialization!r}")
-        out.append(f"{where!r} holds the view of {whose} (checkpoint {stored.get('checkpoint_id')}{made}), not of this "
-                   f"checkpoint ({checkpoint_id}): if this checkpoint folder was deleted or moved, restore it; if this "
-                   "is another job, give it its own resource")
+        whose = (
+            f"materialization {stored.get('materialization')!r}"
+            if stored.get("materialization") != materialization
+            else f"another tidemark checkpoint of {materialization!r}"
+        )
+        out.append(
+            f"{where!r} holds the view of {whose} (checkpoint {stored.get('checkpoint_id')}{made}), not of this "
+            f"checkpoint ({checkpoint_id}): if this checkpoint folder was deleted or moved, restore it; if this "
+            "is another job, give it its own resource"
+        )
         return out
     if stored.get("collection") and stored["collection"] != current["collection"]:
         out.append(f"{where!r} holds collection {stored['collection']!r}{made}, not {current['collection']!r}")
     if stored.get("key") is not None and list(stored["key"]) != list(current["key"]):
-        out.append(f"{where!r} is keyed by {stored['key']}{made}, not {current['key']}: documents of the old and the new "
-                   "key would stand side by side")
+        out.append(
+            f"{where!r} is keyed by {stored['key']}{made}, not {current['key']}: documents of the old and the new "
+            "key would stand side by side"
+        )
     elif stored.get("key_types") is not None and list(stored["key_types"]) != list(current["key_types"]):
         out.append(f"{where!r} has key types {stored['key_types']}{made}, not {current['key_types']}")
     if stored.get("source") and current.get("source") and stored["source"] != current["source"]:
@@ -161,9 +188,15 @@ def record_differences(stored: dict, materialization: str, checkpoint_id: Option
     return out
 
 
-def check_endpoint_records(materialization: str, driver_name: str, stored: Optional[Sequence[Optional[dict]]],
-                           current: Sequence[dict], checkpoint_id: Optional[str], *,
-                           spec_file: Optional[str] = None) -> None:
+def check_endpoint_records(
+    materialization: str,
+    driver_name: str,
+    stored: Optional[Sequence[Optional[dict]]],
+    current: Sequence[dict],
+    checkpoint_id: Optional[str],
+    *,
+    spec_file: Optional[str] = None,
+) -> None:
     """Refuse bindings whose resources keep another view's record (``stored``: what
     ``Driver.identities`` returned; ``current``: this spec's identities).  Raises
     :class:`~tidemark.errors.RecoveryError` naming both sides; a resource with no record passes."""
@@ -172,16 +205,28 @@ def check_endpoint_records(materialization: str, driver_name: str, stored: Optio
     found = []
     for i, (old, new) in enumerate(zip(stored, current)):
         if isinstance(old, dict):
-            found += [f"binding {i} ({new['collection']}): {d}" for d in
-                      record_differences(old, materialization, checkpoint_id, new)]
+            found += [
+                f"binding {i} ({new['collection']}): {d}"
+                for d in record_differences(old, materialization, checkpoint_id, new)
+            ]
     if not found:
         return
     where = f" ({spec_file})" if spec_file else ""
     raise RecoveryError(
         f"materialization {materialization!r}{where}: endpoint {driver_name!r} keeps another view in its resources: "
-        + "; ".join(found) + ". Undo the edit; or, to build this view anew in these resources, start it over on "
-        f"purpose with {reset_hint(materialization)}, which drops them with their records. Nothing was changed")
+        + "; ".join(found)
+        + ". Undo the edit; or, to build this view anew in these resources, start it over on "
+        f"purpose with {reset_hint(materialization)}, which drops them with their records. Nothing was changed"
+    )
 
 
-__all__ = ["binding_identity", "check_endpoint_records", "check_identities", "differences", "endpoint_record",
-           "record_differences", "resource_identity", "source_location"]
+__all__ = [
+    "binding_identity",
+    "check_endpoint_records",
+    "check_identities",
+    "differences",
+    "endpoint_record",
+    "record_differences",
+    "resource_identity",
+    "source_location",
+]

@@ -23,15 +23,18 @@ def _sources(from_: Union[str, Mapping[str, str]], names: list[str], name: str) 
     """``--from``: per binding index, the table or query its rows come from."""
     if isinstance(from_, str):
         if len(names) != 1:
-            raise SpecError(f"materialization {name!r} has {len(names)} bindings ({', '.join(names)}): say which "
-                            "each --from is for, as RESOURCE=TABLE_OR_QUERY")
+            raise SpecError(
+                f"materialization {name!r} has {len(names)} bindings ({', '.join(names)}): say which "
+                "each --from is for, as RESOURCE=TABLE_OR_QUERY"
+            )
         return {0: from_}
     out = {}
     for res, src in from_.items():
         hits = [i for i, n in enumerate(names) if res in (n, n.rsplit("/", 1)[-1])]
         if len(hits) != 1:
-            raise SpecError(f"--from {res}=…: materialization {name!r} has no binding {res!r} "
-                            f"(its bindings: {', '.join(names)})")
+            raise SpecError(
+                f"--from {res}=…: materialization {name!r} has no binding {res!r} (its bindings: {', '.join(names)})"
+            )
         out[hits[0]] = src
     if not out:
         raise SpecError("adopt needs --from TABLE_OR_QUERY")
@@ -103,49 +106,70 @@ def adopt(
     from tidemark.spark.api import _spark, materialize
     from tidemark.spec import TidemarkSpec
 
-    spec, mat, location = target(source, materialization=materialization, collection=collection, endpoint=endpoint,
-                                 resource=resource, checkpoint=checkpoint, shards=shards, name=name,
-                                 on_invalid=on_invalid, options=options)
+    spec, mat, location = target(
+        source,
+        materialization=materialization,
+        collection=collection,
+        endpoint=endpoint,
+        resource=resource,
+        checkpoint=checkpoint,
+        shards=shards,
+        name=name,
+        on_invalid=on_invalid,
+        options=options,
+    )
     if "://" in location:
         raise SpecError(f"adopt needs a local checkpoint folder, not {location}")
-    collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes)
-                   for b in mat.bindings]
+    collections = [
+        Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings
+    ]
     names = _binding_names(mat, collections)
     wanted = _sources(from_, names, mat.name)
     Lease(location, mat.name).check_free()
     spark_cp = SparkCheckpoint(os.path.join(location, "spark"))
     record = ad.read_record(location)
     if record is not None and record.done:
-        raise RecoveryError(f"materialization {mat.name!r} was adopted already ({record.describe()}) and is a live "
-                            f"view: run it. To adopt again, start over with {reset_hint(mat.name)}")
+        raise RecoveryError(
+            f"materialization {mat.name!r} was adopted already ({record.describe()}) and is a live "
+            f"view: run it. To adopt again, start over with {reset_hint(mat.name)}"
+        )
     if record is not None:
         recorded = {b.binding: b.source for b in record.bindings}
         if recorded != wanted:
             said = ", ".join(f"{names[i]} from {s!r}" for i, s in sorted(recorded.items()))
-            raise RecoveryError(f"materialization {mat.name!r}: an adopt of {said} did not finish; finish that one "
-                                f"(the same --from), or start over with {reset_hint(mat.name)}. Nothing was changed")
+            raise RecoveryError(
+                f"materialization {mat.name!r}: an adopt of {said} did not finish; finish that one "
+                f"(the same --from), or start over with {reset_hint(mat.name)}. Nothing was changed"
+            )
         if since is not None and ad.parse_since(str(since)) != record.since:
-            raise RecoveryError(f"materialization {mat.name!r}: the adopt that did not finish reads input after "
-                                f"{ad.stamp(record.since)}, not --since {since}; finish it without --since, or "
-                                f"start over with {reset_hint(mat.name)}. Nothing was changed")
+            raise RecoveryError(
+                f"materialization {mat.name!r}: the adopt that did not finish reads input after "
+                f"{ad.stamp(record.since)}, not --since {since}; finish it without --since, or "
+                f"start over with {reset_hint(mat.name)}. Nothing was changed"
+            )
     else:
         last = RecoveryLog(location, mat.name, create=False).last()
         if last is not None or spark_cp.query_id() is not None:
             at = f"batches up to {last.batch_id}" if last is not None else "a Spark checkpoint"
-            raise RecoveryError(f"materialization {mat.name!r}: its checkpoint {location} holds {at} already; adopt "
-                                f"starts a view. Start over with {reset_hint(mat.name)}, then adopt. Nothing was changed")
+            raise RecoveryError(
+                f"materialization {mat.name!r}: its checkpoint {location} holds {at} already; adopt "
+                f"starts a view. Start over with {reset_hint(mat.name)}, then adopt. Nothing was changed"
+            )
         # the endpoint before anything is read or written: credentials, the tables, another owner
         check_materialization(spec, mat, to_run=True)
         record = ad.new_record(mat.name, ad.parse_since(None if since is None else str(since)))
         with load_driver(mat.driver_name, mat.driver_config) as driver:
             try:
-                docs = {i: ad.read_documents(driver.read_rows(src), collections[i], src, names[i])
-                        for i, src in sorted(wanted.items())}
+                docs = {
+                    i: ad.read_documents(driver.read_rows(src), collections[i], src, names[i])
+                    for i, src in sorted(wanted.items())
+                }
             except NotImplementedError as exc:
                 raise SpecError(f"materialization {mat.name!r}: {exc}") from None
         for i, texts in docs.items():
-            record.bindings.append(ad.AdoptedBinding(i, names[i], wanted[i], len(texts),
-                                                     ad.write_rows(location, i, texts)))
+            record.bindings.append(
+                ad.AdoptedBinding(i, names[i], wanted[i], len(texts), ad.write_rows(location, i, texts))
+            )
         ad.write_record(location, record)  # the intent: from here on, run refuses until adopt finishes
     fault_point("adopt_recorded")
     report = None
@@ -160,15 +184,29 @@ def adopt(
         is_spec = isinstance(source, (str, os.PathLike, TidemarkSpec))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # Trigger.Once: batch 0 only, with every file
-            run = materialize(spec if is_spec else source, materialization=mat.name if is_spec else None,
-                              collection=collection, endpoint=endpoint, resource=resource, checkpoint=checkpoint,
-                              shards=shards, name=name, on_invalid=on_invalid, options=options,
-                              spark=_spark(spark() if callable(spark) else spark), on_batch=fed, order=order, _adoption=record)
+            run = materialize(
+                spec if is_spec else source,
+                materialization=mat.name if is_spec else None,
+                collection=collection,
+                endpoint=endpoint,
+                resource=resource,
+                checkpoint=checkpoint,
+                shards=shards,
+                name=name,
+                on_invalid=on_invalid,
+                options=options,
+                spark=_spark(spark() if callable(spark) else spark),
+                on_batch=fed,
+                order=order,
+                _adoption=record,
+            )
         run.await_termination()
         report = next((r for r in reports if r.batch_id == 0), None)
     if not _committed(location, 0) or RecoveryLog(location, mat.name, create=False).get(0) is None:
-        raise RecoveryError(f"materialization {mat.name!r}: the adopt's batch 0 did not commit; run "
-                            "`tidemark adopt` again with the same --from to finish it")
+        raise RecoveryError(
+            f"materialization {mat.name!r}: the adopt's batch 0 did not commit; run "
+            "`tidemark adopt` again with the same --from to finish it"
+        )
     fault_point("adopt_before_done")
     record.done = True
     ad.write_record(location, record)

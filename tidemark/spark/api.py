@@ -226,9 +226,18 @@ def materialize(
     spark = _spark(spark)
     quiet_failed_queries(spark)
     spec, mat, checkpoint_location = target(
-        source, materialization=materialization, collection=collection, endpoint=endpoint, resource=resource,
-        checkpoint=checkpoint, shards=shards, name=name, delta_updates=delta_updates, on_invalid=on_invalid,
-        options=options)
+        source,
+        materialization=materialization,
+        collection=collection,
+        endpoint=endpoint,
+        resource=resource,
+        checkpoint=checkpoint,
+        shards=shards,
+        name=name,
+        delta_updates=delta_updates,
+        on_invalid=on_invalid,
+        options=options,
+    )
     if isinstance(source, (str, os.PathLike, TidemarkSpec)):
         streams = []
         for i, b in enumerate(mat.bindings):
@@ -236,12 +245,15 @@ def materialize(
             check_source_readable(spec, b.source)
             if max_files_per_trigger and not (cspec.source and "maxFilesPerTrigger" in (cspec.source.options or {})):
                 cspec = _with_option(cspec, "maxFilesPerTrigger", max_files_per_trigger)
-            streams.append(read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir,
-                                           mtime=_adoption is not None))
+            streams.append(
+                read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir, mtime=_adoption is not None)
+            )
     else:
         streams = [prepare_dataframe(source, 0, source_name=mat.name, mtime=_adoption is not None)]
 
-    collections = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
+    collections = [
+        Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings
+    ]
     if not isinstance(source, (str, os.PathLike, TidemarkSpec)) and not source_order(source):
         check_unordered(mat.name, collections[0], order)
     stream = streams[0]
@@ -283,18 +295,21 @@ def check_unordered(name: str, collection, order: Optional[str]) -> None:
     """Refuse a DataFrame without a defined source order where reductions depend on it,
     unless ``order="any"`` says the order does not matter."""
     if order not in (None, "any"):
-        raise SpecError(f"materialize(order={order!r}): the only value is \"any\" (the source order does not matter "
-                        "to you); an event-time order is a reduce's `order:` in the schema")
+        raise SpecError(
+            f'materialize(order={order!r}): the only value is "any" (the source order does not matter '
+            "to you); an event-time order is a reduce's `order:` in the schema"
+        )
     where = collection.order_dependent()
     if where and order != "any":
         shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
         raise SpecError(
             f"materialization {name}: {shown} depend on the source order, which this DataFrame does not define "
-            "(Spark may hand a batch's rows over in any order, so \"last\" would be whichever row came last). "
+            '(Spark may hand a batch\'s rows over in any order, so "last" would be whichever row came last). '
             "Fix one of: give the reduce an event-time order (reduce: {strategy: lastWriteWins, order: /updated_at}); "
             "keep Kafka's topic, partition and offset columns beside a string value; add _file and _block columns "
-            "that order your rows; or pass order=\"any\" to materialize if any order is right for you "
-            "(docs/reductions.md, \"Source order\"). Nothing was started")
+            'that order your rows; or pass order="any" to materialize if any order is right for you '
+            '(docs/reductions.md, "Source order"). Nothing was started'
+        )
 
 
 def _with_metrics(port, spec, mat, source, on_batch):

@@ -109,9 +109,14 @@ def _raise_invalid(df, bad, total: int) -> None:
         errors.append(DocumentError(r["reason"], location=r["location"], key=key))
     first = errors[0]
     shown = f" (the first {len(errors)} above)" if total > len(errors) else ""
-    lines = [str(errors[0])] + [f"  {e}" for e in errors[1:]] + [
-        f"  {total} invalid document(s) in this batch{shown}; nothing of the batch was written. Fix them, or set "
-        "`on_invalid: quarantine` on the materialization to set invalid documents aside and go on"]
+    lines = (
+        [str(errors[0])]
+        + [f"  {e}" for e in errors[1:]]
+        + [
+            f"  {total} invalid document(s) in this batch{shown}; nothing of the batch was written. Fix them, or set "
+            "`on_invalid: quarantine` on the materialization to set invalid documents aside and go on"
+        ]
+    )
     err = DocumentError("\n".join(lines), location=None)
     err.location, err.key, err.documents, err.total = first.location, first.key, errors, total
     raise err
@@ -122,14 +127,27 @@ def _locate(df, bad):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    lines = df.select("_file", "_block", "_row", F.row_number().over(
-        Window.partitionBy("_file").orderBy("_block", "_row")).alias("_line"))
+    lines = df.select(
+        "_file",
+        "_block",
+        "_row",
+        F.row_number().over(Window.partitionBy("_file").orderBy("_block", "_row")).alias("_line"),
+    )
     joined = bad.join(lines, ["_file", "_block", "_row"], "left")
     path = F.regexp_replace(F.col("_file"), r"^file:(//)?", "")
-    return joined.select(
-        F.concat(path, F.lit(":"), F.col("_line").cast("string")).alias("location"),
-        "key_json", "reason", "value", "_file", "_block", "_row",
-    ).orderBy("_file", "_block", "_row").drop("_file", "_block", "_row")
+    return (
+        joined.select(
+            F.concat(path, F.lit(":"), F.col("_line").cast("string")).alias("location"),
+            "key_json",
+            "reason",
+            "value",
+            "_file",
+            "_block",
+            "_row",
+        )
+        .orderBy("_file", "_block", "_row")
+        .drop("_file", "_block", "_row")
+    )
 
 
 def check_document(collection, value: str) -> tuple[Optional[str], Optional[str], Any]:
@@ -195,15 +213,27 @@ def _compiled(df, collection, plan, on_invalid):
         # Step 3
         invalid_rows = []
         if stats["suspects"]:
-            rows = (staged.filter("_suspect").select("value", "_file", "_block", "_row")
-                    .orderBy("_file", "_block", "_row").collect())
+            rows = (
+                staged.filter("_suspect")
+                .select("value", "_file", "_block", "_row")
+                .orderBy("_file", "_block", "_row")
+                .collect()
+            )
             for r in rows:
                 reason, kj, _doc = check_document(collection, r["value"])
                 if reason is None:  # native validation was unsure and the document is valid
                     out.unpersist()
                     return None
-                invalid_rows.append({"value": r["value"], "_file": r["_file"], "_block": r["_block"],
-                                     "_row": r["_row"], "reason": reason, "key_json": kj})
+                invalid_rows.append(
+                    {
+                        "value": r["value"],
+                        "_file": r["_file"],
+                        "_block": r["_block"],
+                        "_row": r["_row"],
+                        "reason": reason,
+                        "key_json": kj,
+                    }
+                )
             if on_invalid == "fail":
                 _raise_invalid(df, invalid_rows, len(invalid_rows))
         valid_keys = out.filter(valid)
@@ -246,8 +276,9 @@ def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
     from tidemark.spark.session import built_once
 
     subexpr_off = str(spark.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false"
-    return built_once(spark, ("combine", repr(plan), jvm_spec, subexpr_off),
-                      lambda: _build_columns(plan, jvm_spec, subexpr_off))
+    return built_once(
+        spark, ("combine", repr(plan), jvm_spec, subexpr_off), lambda: _build_columns(plan, jvm_spec, subexpr_off)
+    )
 
 
 def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns:
@@ -266,23 +297,38 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     # longer compiles it: the whole combine then runs about twice as slowly.  Without
     # subexpression elimination (a session that turned it off) the parse would run once per
     # reference, so there the checks read a parsed column after all.
-    pc = F.from_json(F.col("value"), C.parse_schema(plan, corrupt=not whole),
-                     C.JSON_OPTIONS_NO_CORRUPT if whole else C.JSON_OPTIONS)
+    pc = F.from_json(
+        F.col("value"), C.parse_schema(plan, corrupt=not whole), C.JSON_OPTIONS_NO_CORRUPT if whole else C.JSON_OPTIONS
+    )
     pre: tuple = ()
     if subexpr_off:
         pre = ("value", "_file", "_block", "_row", pc.alias("p"))
         pc = F.col("p")
     plain = V.plain_document(plan, F.col("value"), pc, jvm_spec)
     suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole)
-    stage = ("value", "_file", "_block", "_row", pc.alias("p"), suspect.alias("_suspect"),
-             V.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
-             F.struct("_file", "_block", "_row").alias("_o"))
+    stage = (
+        "value",
+        "_file",
+        "_block",
+        "_row",
+        pc.alias("p"),
+        suspect.alias("_suspect"),
+        V.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
+        F.struct("_file", "_block", "_row").alias("_o"),
+    )
     pc = F.col("p")
     ok = ~F.col("_suspect")
     # Suspects go to one group of their own (``_s``), so only the aggregates that collect
     # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
-    aggs, doc, error = C.aggregations(plan, pc, F.col("value"), F.col("_o"), valid=ok, mask_scalars=False,
-                                      key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)})
+    aggs, doc, error = C.aggregations(
+        plan,
+        pc,
+        F.col("value"),
+        F.col("_o"),
+        valid=ok,
+        mask_scalars=False,
+        key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)},
+    )
     masked_keys = [F.when(ok, pc[k]) for k in plan.key]
     key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]
     # A hash of the key leads the grouping columns: the aggregation sorts its rows by the
@@ -292,15 +338,24 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     grouping = (F.xxhash64(*masked_keys).alias("_h"), F.col("_suspect").alias("_s"), *key_cols)
     all_aggs = (*aggs, F.count(F.lit(1)).alias("_n"), F.count_if(F.col("_extras")).alias("_nx"))
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
-    out = ("_s", key_json.alias("key_json"), F.crc32(key_json).alias("key_hash"), doc.alias("doc"),
-           error.alias("_error"), "_n", "_nx")
+    out = (
+        "_s",
+        key_json.alias("key_json"),
+        F.crc32(key_json).alias("key_hash"),
+        doc.alias("doc"),
+        error.alias("_error"),
+        "_n",
+        "_nx",
+    )
     return _Columns(pre, stage, grouping, all_aggs, out)
 
 
 # ----------------------------------------------------------------------------- fallback
 
-FALLBACK_SCHEMA = ("kind string, key_json string, doc string, n long, _file string, _block long, _row long, "
-                   "reason string, value string")
+FALLBACK_SCHEMA = (
+    "kind string, key_json string, doc string, n long, _file string, _block long, _row long, "
+    "reason string, value string"
+)
 
 
 def _fold_partitions(collection, on_invalid: str):
@@ -326,9 +381,19 @@ def _fold_partitions(collection, on_invalid: str):
         def drain():
             table = pa.RecordBatch.from_pydict(
                 {n: out[n] for n in names},
-                schema=pa.schema([("kind", pa.string()), ("key_json", pa.string()), ("doc", pa.string()),
-                                  ("n", pa.int64()), ("_file", pa.string()), ("_block", pa.int64()),
-                                  ("_row", pa.int64()), ("reason", pa.string()), ("value", pa.string())]),
+                schema=pa.schema(
+                    [
+                        ("kind", pa.string()),
+                        ("key_json", pa.string()),
+                        ("doc", pa.string()),
+                        ("n", pa.int64()),
+                        ("_file", pa.string()),
+                        ("_block", pa.int64()),
+                        ("_row", pa.int64()),
+                        ("reason", pa.string()),
+                        ("value", pa.string()),
+                    ]
+                ),
             )
             for n in names:
                 out[n] = []
@@ -379,8 +444,11 @@ def _fallback(df, collection, on_invalid):
     spark = df.sparkSession
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     keyed = df.select("value", "_file", "_block", "_row", _native_key(df, collection).alias("_nk"))
-    folded = (keyed.repartition(n, "_nk").sortWithinPartitions("_nk", "_file", "_block", "_row")
-              .mapInArrow(_fold_partitions(collection, on_invalid), FALLBACK_SCHEMA)).persist()
+    folded = (
+        keyed.repartition(n, "_nk")
+        .sortWithinPartitions("_nk", "_file", "_block", "_row")
+        .mapInArrow(_fold_partitions(collection, on_invalid), FALLBACK_SCHEMA)
+    ).persist()
     cached = [folded]
     try:
         stats = folded.agg(
@@ -389,14 +457,20 @@ def _fallback(df, collection, on_invalid):
             F.count(F.when(F.col("kind") == "error", 1)).alias("errors"),
         ).collect()[0]
         if stats["errors"]:
-            err = (folded.filter(F.col("kind") == "error").orderBy("_file", "_block", "_row")
-                   .select("key_json", "reason").limit(1).collect()[0])
+            err = (
+                folded.filter(F.col("kind") == "error")
+                .orderBy("_file", "_block", "_row")
+                .select("key_json", "reason")
+                .limit(1)
+                .collect()[0]
+            )
             raise ReductionError(f"key {err['key_json']}: {err['reason']}")
         bad = folded.filter(F.col("kind") == "bad")
         if stats["bad"] and on_invalid == "fail":
             _raise_invalid(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"), int(stats["bad"]))
         combined = folded.filter(F.col("kind") == "ok").select(
-            "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc")
+            "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc"
+        )
         invalid = None
         if on_invalid == "quarantine":
             invalid = _locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"))

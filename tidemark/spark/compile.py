@@ -58,8 +58,12 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
 # Spark's JSON reader accepts single-quoted strings and names unless told not to; the
 # other lenient parser features (comments, leading zeros, unquoted names, ...) are off
 # by default.
-JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "allowNonNumericNumbers": "false",
-                "allowSingleQuotes": "false", "mode": "PERMISSIVE"}
+JSON_OPTIONS = {
+    "columnNameOfCorruptRecord": "_corrupt",
+    "allowNonNumericNumbers": "false",
+    "allowSingleQuotes": "false",
+    "mode": "PERMISSIVE",
+}
 # Where the JVM proof decides every question about the text (a document it does not prove
 # plain is a suspect), a corrupt-record column is not needed; without one, ``from_json``
 # returns the parsed row as it is instead of copying it field by field into a new one.

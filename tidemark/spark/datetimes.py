@@ -32,8 +32,11 @@ def _date_ok(y, m, d):
     from pyspark.sql import functions as F
 
     leap = ((y % 4) == 0) & (((y % 100) != 0) | ((y % 400) == 0))
-    days = (F.when(m == 2, F.when(leap, F.lit(29)).otherwise(F.lit(28)))
-            .when(m.isin(4, 6, 9, 11), F.lit(30)).otherwise(F.lit(31)))
+    days = (
+        F.when(m == 2, F.when(leap, F.lit(29)).otherwise(F.lit(28)))
+        .when(m.isin(4, 6, 9, 11), F.lit(30))
+        .otherwise(F.lit(31))
+    )
     return (m >= 1) & (m <= 12) & (d >= 1) & (d <= days)
 
 
@@ -44,11 +47,15 @@ def _time_parts(c, start: int):
     from pyspark.sql import functions as F
 
     zulu = F.upper(F.substring(c, -1, 1)) == F.lit("Z")
-    return {"hour": _num(c, start, 2), "minute": _num(c, start + 3, 2), "second": _num(c, start + 6, 2),
-            "sign": F.when(~zulu, F.when(F.substring(c, -6, 1) == F.lit("-"), F.lit(-1)).otherwise(F.lit(1))),
-            "offset_hour": F.when(~zulu, F.substring(c, -5, 2).try_cast("int")),
-            "offset_minute": F.when(~zulu, F.substring(c, -2, 2).try_cast("int")),
-            "fraction": F.regexp_replace(F.regexp_extract(c, r"^[^.]*\.([0-9]+)", 1), r"0+\z", "")}
+    return {
+        "hour": _num(c, start, 2),
+        "minute": _num(c, start + 3, 2),
+        "second": _num(c, start + 6, 2),
+        "sign": F.when(~zulu, F.when(F.substring(c, -6, 1) == F.lit("-"), F.lit(-1)).otherwise(F.lit(1))),
+        "offset_hour": F.when(~zulu, F.substring(c, -5, 2).try_cast("int")),
+        "offset_minute": F.when(~zulu, F.substring(c, -2, 2).try_cast("int")),
+        "fraction": F.regexp_replace(F.regexp_extract(c, r"^[^.]*\.([0-9]+)", 1), r"0+\z", ""),
+    }
 
 
 def _time_ok(t):
@@ -105,8 +112,13 @@ def instant_order(c, maximize: bool):
 
     p = date_time_parts(c)
     offset = F.coalesce(p["sign"] * (p["offset_hour"] * 60 + p["offset_minute"]), F.lit(0))
-    seconds = (_days_from_civil(p["year"], p["month"], p["day"]) * 86400 + p["hour"] * 3600
-               + p["minute"] * 60 + p["second"] - offset * 60)
+    seconds = (
+        _days_from_civil(p["year"], p["month"], p["day"]) * 86400
+        + p["hour"] * 3600
+        + p["minute"] * 60
+        + p["second"]
+        - offset * 60
+    )
     fraction = F.rpad(p["fraction"], FRACTION_DIGITS, "0")
     if maximize:
         return F.struct(seconds.alias("s"), fraction.alias("f"))

@@ -40,7 +40,13 @@ from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
 from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_expr: re-exported for tests)
-    END_BINDING, _partition_expr, _shard_expr, _shard_rows, route as _route, run_stage as _run_stage)
+    END_BINDING,
+    _partition_expr,
+    _shard_expr,
+    _shard_rows,
+    route as _route,
+    run_stage as _run_stage,
+)
 
 log = logging.getLogger("tidemark")
 
@@ -145,17 +151,29 @@ class Materializer:
         # the spec's (or materialize()'s) options; environment variables override them
         self.options = (options or materialization.options).with_env()
         # which bindings the endpoint reduces itself (no Loads): decided once, here
-        self.bindings, self.reduce_paths = reduce_paths(self.bindings, self.collections, capabilities_of(self.driver),
-                                                        self.options.endpoint_reduce)
+        self.bindings, self.reduce_paths = reduce_paths(
+            self.bindings, self.collections, capabilities_of(self.driver), self.options.endpoint_reduce
+        )
         self.coordinator = Coordinator(
-            materialization=materialization.name, driver=self.driver, driver_name=self.driver_name,
-            driver_config=self.driver_config, bindings=self.bindings, version=self.version,
-            checkpoint_location=checkpoint_location, shards=materialization.shards,
-            strategies=[c.strategies() for c in self.collections], on_invalid=materialization.on_invalid,
+            materialization=materialization.name,
+            driver=self.driver,
+            driver_name=self.driver_name,
+            driver_config=self.driver_config,
+            bindings=self.bindings,
+            version=self.version,
+            checkpoint_location=checkpoint_location,
+            shards=materialization.shards,
+            strategies=[c.strategies() for c in self.collections],
+            on_invalid=materialization.on_invalid,
             reductions=[reductions_of(c.name, c.schema) for c in self.collections],
-            sources=[source_location(spec.collections[b.source].source, spec.base_dir)
-                     if b.source in spec.collections else None for b in materialization.bindings],
-            auto=materialization.auto_shards, adopting=adoption is not None,
+            sources=[
+                source_location(spec.collections[b.source].source, spec.base_dir)
+                if b.source in spec.collections
+                else None
+                for b in materialization.bindings
+            ],
+            auto=materialization.auto_shards,
+            adopting=adoption is not None,
         )
         # tidemark adopt: batch 0 is the adopted documents, the input beyond ``since`` on top
         # (a :class:`tidemark.runtime.adoption.AdoptRecord`)
@@ -237,8 +255,11 @@ class Materializer:
             results = _run_stage(planned, task)
             report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
             if any(r.aborted for r in results):
-                log.info("materialization %r batch %d: some documents need checking; combining again with checks",
-                         self.mat.name, batch_id)
+                log.info(
+                    "materialization %r batch %d: some documents need checking; combining again with checks",
+                    self.mat.name,
+                    batch_id,
+                )
                 results = None
             else:
                 report.documents = sum(r.input_documents for r in results)
@@ -318,8 +339,11 @@ class Materializer:
             out = df.filter(F.col("_mtime").cast("double") > F.lit(float(self.adoption.since))).drop("_mtime")
         for b in self.adoption.bindings:
             rows = spark.read.text(os.path.join(folder(self.checkpoint_location), b.file)).select(
-                F.col("value"), F.lit("").alias("_file"), F.lit(-1).cast("long").alias("_block"),
-                F.lit(b.binding).alias("_binding"))
+                F.col("value"),
+                F.lit("").alias("_file"),
+                F.lit(-1).cast("long").alias("_block"),
+                F.lit(b.binding).alias("_binding"),
+            )
             out = rows.unionByName(out)
         return out
 
@@ -406,14 +430,23 @@ class Materializer:
                             f"batch has more than {self.options.max_quarantine} invalid documents; refusing to quarantine them all"
                         )
                     quarantine.extend({**r.asDict(), "binding": i} for r in rows)
-                parts.append(res.combined.select(F.lit(i).alias("binding"), "key_json", "key_hash", "doc",
-                                                 F.lit(0).cast("long").alias("_n"), F.lit(False).alias("_odd")))
+                parts.append(
+                    res.combined.select(
+                        F.lit(i).alias("binding"),
+                        "key_json",
+                        "key_hash",
+                        "doc",
+                        F.lit(0).cast("long").alias("_n"),
+                        F.lit(False).alias("_odd"),
+                    )
+                )
         except BaseException:
             if shared:
                 df.unpersist()
             for r in results:
                 r.unpersist()
             raise
+
         def cleanup():
             if shared:
                 df.unpersist()
@@ -439,8 +472,6 @@ def _totals(last, counts: dict) -> dict:
     for k in ("documents", "stored", "deleted", "invalid"):
         out[k] = prev.get(k, 0) + int(counts.get(k) or 0)
     return out
-
-
 
 
 __all__ = ["Materializer", "BatchReport", "RuntimeOptions", "even_layout", "KEY_SPACE_MAX"]

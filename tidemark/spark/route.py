@@ -41,8 +41,14 @@ def _route_j(spark, jparts: list, ranges: tuple[Range, ...]):
     """:func:`route` on the JVM Datasets ``jparts``: seven py4j calls, whatever the layout."""
     r = _routing(spark, ranges)
     jdf = union_j(jparts)
-    return (jdf.select(r["first"]).unionByName(r["ends"]).select(r["with_p"])
-            .repartition(len(ranges), r["by"]).sortWithinPartitions(r["sort"]).select(r["final"]))
+    return (
+        jdf.select(r["first"])
+        .unionByName(r["ends"])
+        .select(r["with_p"])
+        .repartition(len(ranges), r["by"])
+        .sortWithinPartitions(r["sort"])
+        .select(r["final"])
+    )
 
 
 def union_j(jparts: list):
@@ -66,19 +72,31 @@ def _routing(spark, ranges: tuple[Range, ...]) -> dict:
         # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
         # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
         # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
-        shards_col = F.explode(F.when(F.col("_odd"), F.sequence(F.lit(0), F.lit(n - 1)))
-                               .otherwise(F.array(_shard_expr(F.col("key_hash"), ranges)))).alias("shard")
+        shards_col = F.explode(
+            F.when(F.col("_odd"), F.sequence(F.lit(0), F.lit(n - 1))).otherwise(
+                F.array(_shard_expr(F.col("key_hash"), ranges))
+            )
+        ).alias("shard")
         binding_col = F.when(F.col("_odd"), F.lit(ODD_BINDING)).otherwise(F.col("binding")).alias("binding")
         cols = ("shard", "binding", "key_json", "doc", "_n")
         # One end row per shard, sorted last: a shard task whose input stream was cut off
         # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
         # partition) must not commit what it got as if it were the whole batch.
         ends = spark.range(n).select(
-            F.col("id").cast("int").alias("shard"), F.lit(END_BINDING).alias("binding"),
-            F.lit("").alias("key_json"), F.lit(None).cast("string").alias("doc"), F.lit(0).cast("long").alias("_n"))
-        return {"first": jseq(spark, [shards_col, binding_col, "key_json", "doc", "_n"]), "ends": ends._jdf,
-                "with_p": jseq(spark, [*cols, _partition_expr(F.col("shard"), n).alias("_p")]),
-                "by": jseq(spark, ["_p"]), "sort": jseq(spark, ["binding", "key_json"]), "final": jseq(spark, cols)}
+            F.col("id").cast("int").alias("shard"),
+            F.lit(END_BINDING).alias("binding"),
+            F.lit("").alias("key_json"),
+            F.lit(None).cast("string").alias("doc"),
+            F.lit(0).cast("long").alias("_n"),
+        )
+        return {
+            "first": jseq(spark, [shards_col, binding_col, "key_json", "doc", "_n"]),
+            "ends": ends._jdf,
+            "with_p": jseq(spark, [*cols, _partition_expr(F.col("shard"), n).alias("_p")]),
+            "by": jseq(spark, ["_p"]),
+            "sort": jseq(spark, ["binding", "key_json"]),
+            "final": jseq(spark, cols),
+        }
 
     # per session: the end rows are a Dataset of it
     return built_once(spark, ("route", ranges, spark._jsparkSession.hashCode()), build)
@@ -123,22 +141,26 @@ class OneJobPlan:
             if available is None:
                 available = jvm.available(spark)
                 # one source leaf in the plan; TIDEMARK_PLAN_REBIND=0 (benchmarks): build every batch
-                self.rebindable = (available and len(collections) == 1
-                                   and os.environ.get("TIDEMARK_PLAN_REBIND", "1") != "0")
+                self.rebindable = (
+                    available and len(collections) == 1 and os.environ.get("TIDEMARK_PLAN_REBIND", "1") != "0"
+                )
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | F.col("_error").isNotNull()
-            self.bindings.append({
-                "filter": (F.col("_binding") == F.lit(i))._jc if multi else None,
-                "pre": jseq(spark, cols.pre) if cols.pre else None,
-                "stage": jseq(spark, cols.stage),
-                "grouping": jseq(spark, cols.grouping),
-                "agg0": cols.aggs[0]._jc,
-                "aggs": jseq(spark, cols.aggs[1:]),
-                "out": jseq(spark, cols.out),
-                "final": jseq(spark, [F.lit(i).alias("binding"), "key_json", "key_hash", "doc", "_n",
-                                      odd.alias("_odd")]),
-            })
+            self.bindings.append(
+                {
+                    "filter": (F.col("_binding") == F.lit(i))._jc if multi else None,
+                    "pre": jseq(spark, cols.pre) if cols.pre else None,
+                    "stage": jseq(spark, cols.stage),
+                    "grouping": jseq(spark, cols.grouping),
+                    "agg0": cols.aggs[0]._jc,
+                    "aggs": jseq(spark, cols.aggs[1:]),
+                    "out": jseq(spark, cols.out),
+                    "final": jseq(
+                        spark, [F.lit(i).alias("binding"), "key_json", "key_hash", "doc", "_n", odd.alias("_odd")]
+                    ),
+                }
+            )
 
     def apply(self, df, routed: bool = True):
         """The batch ``df`` planned: see :func:`route` (``routed=False``: the bindings'
@@ -155,8 +177,9 @@ class OneJobPlan:
             plan = self._rebind(spark, template, leaf)
             if plan is not None:
                 self.rebound += 1
-                return DataFrame(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan),
-                                 spark)
+                return DataFrame(
+                    spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan), spark
+                )
         jdf = df._jdf.select(self.prep)
         parts = []
         for b in self.bindings:
@@ -295,8 +318,10 @@ def _shard_rows(index: int, rows, counted: Optional[list] = None):
         total += n or 0
         yield (shard, binding, key_json), doc
     if not ended:
-        raise RecoveryError(f"shard {index}: its input ended before the end row (the stream from Spark was cut off); "
-                            "nothing of this session is committed")
+        raise RecoveryError(
+            f"shard {index}: its input ended before the end row (the stream from Spark was cut off); "
+            "nothing of this session is committed"
+        )
     if counted is not None:
         counted[0] = total
 
@@ -334,5 +359,6 @@ def _partition_expr(shard_col, n: int):
     if n == 1:
         return F.lit(values[0])
     table = F.array(*[F.lit(v) for v in values])
-    return F.when((shard_col >= F.lit(1)) & (shard_col < F.lit(n)), F.element_at(table, shard_col + F.lit(1))) \
-        .otherwise(F.lit(values[0]))
+    return F.when(
+        (shard_col >= F.lit(1)) & (shard_col < F.lit(n)), F.element_at(table, shard_col + F.lit(1))
+    ).otherwise(F.lit(values[0]))

@@ -13,8 +13,9 @@ SHUFFLE_KEY = "spark.sql.shuffle.partitions"
 LOG4J2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
-def local_session(app_name: str = "tidemark", master: str = "local[2]", shuffle_partitions: int = SHUFFLE_PARTITIONS,
-                  **conf):
+def local_session(
+    app_name: str = "tidemark", master: str = "local[2]", shuffle_partitions: int = SHUFFLE_PARTITIONS, **conf
+):
     """A local SparkSession suitable for tests, the quickstart and the CLI."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

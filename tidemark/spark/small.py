@@ -40,8 +40,9 @@ def run_small(combined, task: ShardTask, cap: int):
         return None
     if any(table.column("_odd").to_pylist()):
         return ODD
-    per_shard = split(task.ranges, *(table.column(c).to_pylist() for c in ("binding", "key_json", "key_hash",
-                                                                            "doc", "_n")))
+    per_shard = split(
+        task.ranges, *(table.column(c).to_pylist() for c in ("binding", "key_json", "key_hash", "doc", "_n"))
+    )
     host = os.uname().nodename
 
     def one(index: int) -> ShardResult:
@@ -51,8 +52,9 @@ def run_small(combined, task: ShardTask, cap: int):
         result.executor = f"{host}:driver"
         return result
 
-    with ThreadPoolExecutor(max_workers=min(len(task.ranges), MAX_THREADS),
-                            thread_name_prefix="tidemark-shard") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(len(task.ranges), MAX_THREADS), thread_name_prefix="tidemark-shard"
+    ) as pool:
         futures = [pool.submit(one, i) for i in range(len(task.ranges))]
         errors = [f.exception() for f in futures]
     first = next((e for e in errors if e is not None), None)
@@ -72,8 +74,10 @@ def split(ranges: Sequence[Range], bindings, keys, hashes, docs, ns) -> list[lis
         at = bisect.bisect_right(begins, key_hash) - 1
         i = order[at] if at >= 0 else -1
         if i < 0 or key_hash > ranges[i].key_end:
-            raise RecoveryError(f"key {key_json} hashes to {key_hash}, outside every range of the layout "
-                                f"{[r.name for r in ranges]}; nothing of this batch is committed")
+            raise RecoveryError(
+                f"key {key_json} hashes to {key_hash}, outside every range of the layout "
+                f"{[r.name for r in ranges]}; nothing of this batch is committed"
+            )
         out[i].append((i, binding, key_json, doc, n))
     for i, rows in enumerate(out):
         rows.sort(key=lambda r: (r[1], r[2]))
@@ -83,5 +87,5 @@ def split(ranges: Sequence[Range], bindings, keys, hashes, docs, ns) -> list[lis
 
 def previous_keys(last) -> Optional[int]:
     """Keys the last committed batch combined to (None: no batch yet, or not recorded)."""
-    keys = ((last.counts or {}).get("keys") if last is not None else None)
+    keys = (last.counts or {}).get("keys") if last is not None else None
     return keys if isinstance(keys, int) else None

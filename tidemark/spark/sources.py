@@ -23,8 +23,9 @@ NON_REPLAYABLE = ("TextSocket", "socket", "MemoryStream")
 MAX_FILE_AGE = "36500d"
 
 
-def read_collection(spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = ".",
-                    mtime: bool = False):
+def read_collection(
+    spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = ".", mtime: bool = False
+):
     """A streaming DataFrame of one collection's source (JSON lines files); ``mtime``: with each
     file's modification time as ``_mtime`` too (``tidemark adopt``)."""
     from pyspark.sql import functions as F
@@ -32,7 +33,11 @@ def read_collection(spark, collection_spec, binding: int, *, file: str | None = 
     src = collection_spec.source
     where = f"collections.{collection_spec.name}.source"
     if src is None or not src.path:
-        raise SpecError("has no source path; materialize a DataFrame with tidemark.materialize(df, ...) instead", file=file, path=where)
+        raise SpecError(
+            "has no source path; materialize a DataFrame with tidemark.materialize(df, ...) instead",
+            file=file,
+            path=where,
+        )
     fmt = (src.format or "json").lower()
     if fmt not in FILE_FORMATS:
         raise SpecError(
@@ -69,9 +74,12 @@ def _with_file_order(df, mtime: bool = False):
     if "_metadata" in df.columns:  # a column of the user's own with that name
         return None
     try:
-        return df.select("*", F.col("_metadata.file_path").alias("_file"),
-                         F.col("_metadata.file_block_start").alias("_block"),
-                         *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []))
+        return df.select(
+            "*",
+            F.col("_metadata.file_path").alias("_file"),
+            F.col("_metadata.file_block_start").alias("_block"),
+            *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []),
+        )
     except AnalysisException:
         return None
 
@@ -123,8 +131,13 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtim
         file_col = F.concat(topic, F.lit("/"), F.lpad(F.col("partition").cast("string"), 10, "0"))
         block_col = F.col("offset").cast("long")
     extra = [F.col("_mtime")] if "_mtime" in df.columns and mtime else []  # a file source's (tidemark adopt)
-    return df.select(value.alias("value"), file_col.alias("_file"), block_col.alias("_block"),
-                     F.lit(binding).alias("_binding"), *extra)
+    return df.select(
+        value.alias("value"),
+        file_col.alias("_file"),
+        block_col.alias("_block"),
+        F.lit(binding).alias("_binding"),
+        *extra,
+    )
 
 
 def check_replayable(df) -> None:

@@ -55,9 +55,11 @@ def _undeclared(plan: CompiledPlan, value, p):
 
 def suspect_regex(plan: CompiledPlan) -> str:
     """One regular expression for every textual check (one scan of the document, not one per check)."""
-    alts = [r"[:\[,]\s*null\b",  # a null value: from_json reads it as absent
-            r"\}\s*[^\s,\]\}]",  # after a closing brace only ",", "]" or "}" may follow (or the end)
-            _LONE_SURROGATE]
+    alts = [
+        r"[:\[,]\s*null\b",  # a null value: from_json reads it as absent
+        r"\}\s*[^\s,\]\}]",  # after a closing brace only ",", "]" or "}" may follow (or the end)
+        _LONE_SURROGATE,
+    ]
     names = {"string": [], "object": [], "array": []}
     for f in plan.fields:
         if f.kind == "scalar" and f.type == "string":
@@ -97,8 +99,10 @@ _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
 _TOKEN_ELEMENT = r"\x01(?:" + _NUMBER + r"|true|false|\[[^\x01]*\]|\{[^\x01]*\})\x01|\x02|\?"
 # Half of a surrogate pair escaped alone: Spark's parser reads it as "?", Python keeps it
 # (and it is not Unicode), so such a document is checked in Python.
-_LONE_SURROGATE = (r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-                   r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = (
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 def _token_like(c):
@@ -109,10 +113,12 @@ def _token_like(c):
     from pyspark.sql import functions as F
 
     a = F.ascii(c)
-    return (F.when(((a >= 48) & (a <= 57)) | (a == 45), c.rlike("^" + _NUMBER + "$"))
-            .when(a == 91, c.endswith("]"))
-            .when(a == 123, c.endswith("}"))
-            .otherwise(c.isin("true", "false")))
+    return (
+        F.when(((a >= 48) & (a <= 57)) | (a == 45), c.rlike("^" + _NUMBER + "$"))
+        .when(a == 91, c.endswith("]"))
+        .when(a == 123, c.endswith("}"))
+        .otherwise(c.isin("true", "false"))
+    )
 
 
 def _enum_excludes_tokens(schema: dict) -> bool:
@@ -122,8 +128,14 @@ def _enum_excludes_tokens(schema: dict) -> bool:
     or holds a ``?``."""
     if "enum" not in schema:
         return False
-    return all(isinstance(v, str) and "?" not in v and not re.fullmatch(_NUMBER, v) and v not in ("true", "false")
-               and not v.startswith(("[", "{")) for v in schema["enum"])
+    return all(
+        isinstance(v, str)
+        and "?" not in v
+        and not re.fullmatch(_NUMBER, v)
+        and v not in ("true", "false")
+        and not v.startswith(("[", "{"))
+        for v in schema["enum"]
+    )
 
 
 def _occurrences_plus_one(value, char: str):
@@ -171,8 +183,11 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
         from tidemark.spark import jvm
 
         return F.coalesce(F.call_udf(jvm.FUNCTION, value, F.lit(jvm_spec)) == present, F.lit(False))
-    ok = [value.endswith("}"), _occurrences_plus_one(value, "}") == F.lit(2),
-          _occurrences_plus_one(value, ":") == present + F.lit(1)]
+    ok = [
+        value.endswith("}"),
+        _occurrences_plus_one(value, "}") == F.lit(2),
+        _occurrences_plus_one(value, ":") == present + F.lit(1),
+    ]
     for f in plan.fields:
         c = p[f.name]
         if f.kind == "scalar" and f.type == "string":
@@ -207,14 +222,18 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
         conds = [~plain, F.octet_length(value) > F.lit(plan.max_bytes)]
     else:
         trimmed = F.rtrim(value)
-        conds = [p["_corrupt"].isNotNull(), F.octet_length(value) > F.lit(plan.max_bytes),
-                 F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
-                 F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan))),
-                 # an extra "}" or "]" after the document (from_json stops at the end of the
-                 # first value): brackets that do not balance (those inside strings only
-                 # make a document a suspect, which the Python validator then clears)
-                 F.when(plain, F.lit(False)).otherwise((_count(value, "{") != _count(value, "}"))
-                                                      | (_count(value, "[") != _count(value, "]")))]
+        conds = [
+            p["_corrupt"].isNotNull(),
+            F.octet_length(value) > F.lit(plan.max_bytes),
+            F.when(value.endswith("}"), F.lit(False)).otherwise(~trimmed.endswith("}")),
+            F.when(plain, F.lit(False)).otherwise(value.rlike(suspect_regex(plan))),
+            # an extra "}" or "]" after the document (from_json stops at the end of the
+            # first value): brackets that do not balance (those inside strings only
+            # make a document a suspect, which the Python validator then clears)
+            F.when(plain, F.lit(False)).otherwise(
+                (_count(value, "{") != _count(value, "}")) | (_count(value, "[") != _count(value, "]"))
+            ),
+        ]
         if plan.closed:
             conds.append(F.when(plain, F.lit(False)).otherwise(_undeclared(plan, value, p)))
     for k in plan.key:

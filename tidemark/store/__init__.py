@@ -24,6 +24,17 @@ from tidemark.store.keys import decode_tidemark_key, encode_key, key_hash_of, ra
 from tidemark.store.reader import Reader
 
 __all__ = [
-    "Changelog", "CommitInfo", "Isolation", "RangeStore", "Reader", "Status", "StoreConfig", "Transaction",
-    "decode_tidemark_key", "encode_key", "key_hash_of", "range_bounds", "tidemark_key",
+    "Changelog",
+    "CommitInfo",
+    "Isolation",
+    "RangeStore",
+    "Reader",
+    "Status",
+    "StoreConfig",
+    "Transaction",
+    "decode_tidemark_key",
+    "encode_key",
+    "key_hash_of",
+    "range_bounds",
+    "tidemark_key",
 ]

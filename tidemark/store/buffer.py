@@ -63,8 +63,9 @@ class WriteBuffer:
             try:
                 self._spill = Rdict(self._spill_path, opt)
             except Exception as exc:
-                raise DriverError(f"store {self.label}: cannot create the spill store in "
-                                  f"{self._spill_path}: {exc}") from exc
+                raise DriverError(
+                    f"store {self.label}: cannot create the spill store in {self._spill_path}: {exc}"
+                ) from exc
         wb = WriteBatch(raw_mode=True)
         for k, v in self._mem.items():
             wb.put(k, _DEL if v is None else _PUT + v)
@@ -100,8 +101,7 @@ class WriteBuffer:
     def items(self, lo: Optional[bytes] = None, hi: Optional[bytes] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
         """Buffered entries with ``lo <= key < hi`` in key order, deletes as ``None``.
         A snapshot: writes made while iterating are not seen."""
-        mem = sorted((k, v) for k, v in self._mem.items()
-                     if (lo is None or k >= lo) and (hi is None or k < hi))
+        mem = sorted((k, v) for k, v in self._mem.items() if (lo is None or k >= lo) and (hi is None or k < hi))
         if self._spill is None:
             return iter(mem)
         return merge(mem, bounded(self._spill_items(lo), lo, hi))

@@ -73,9 +73,14 @@ class Changelog:
     # ----------------------------------------------------------------- listing
     def ranges(self) -> list[Range]:
         sel = pafs.FileSelector(self.root, allow_not_found=True)
-        return sorted((parse_range(i.base_name) for i in self.fs.get_file_info(sel)
-                       if i.type == pafs.FileType.Directory and is_range_name(i.base_name)),
-                      key=lambda r: (r.key_begin, r.key_end))
+        return sorted(
+            (
+                parse_range(i.base_name)
+                for i in self.fs.get_file_info(sel)
+                if i.type == pafs.FileType.Directory and is_range_name(i.base_name)
+            ),
+            key=lambda r: (r.key_begin, r.key_end),
+        )
 
     def refs(self, rng: Range, kind: str) -> list[Ref]:
         sel = pafs.FileSelector(f"{self.root}/{rng.name}/{kind}", allow_not_found=True)
@@ -107,8 +112,15 @@ class Changelog:
         return Head(rng, self.metadata(top)["checkpoint"])
 
     # ------------------------------------------------------------------ writing
-    def write(self, rng: Range, kind: str, checkpoint: dict, prev_batch: int,
-              items: Iterable[tuple[bytes, Optional[bytes]]], prev_digest: Optional[str] = None) -> Ref:
+    def write(
+        self,
+        rng: Range,
+        kind: str,
+        checkpoint: dict,
+        prev_batch: int,
+        items: Iterable[tuple[bytes, Optional[bytes]]],
+        prev_digest: Optional[str] = None,
+    ) -> Ref:
         """Write one entry (``kind="log"``) or snapshot (``"snap"``); items sorted by key.
         ``prev_digest``: the digest of the entry the local store held (None when unknown)."""
         batch = batch_of(checkpoint)
@@ -161,8 +173,9 @@ class Changelog:
             by_batch.setdefault(ref.batch, []).append(ref)
         if all(len(refs) == 1 for refs in by_batch.values()):
             return {b: refs[0] for b, refs in by_batch.items()}
-        named = {(m["prev_batch"], m.get("prev_digest"))
-                 for refs in by_batch.values() for m in map(self.metadata, refs)}
+        named = {
+            (m["prev_batch"], m.get("prev_digest")) for refs in by_batch.values() for m in map(self.metadata, refs)
+        }
         out: dict[int, "Ref | list[Ref]"] = {}
         for b, refs in by_batch.items():
             if len(refs) > 1:
@@ -172,8 +185,9 @@ class Changelog:
                 out[b] = refs[0]
         return out
 
-    def chain(self, rng: Range, upto: int, base: int = -1,
-              base_digest: Optional[str] = None) -> tuple[Optional[Ref], list[Ref]]:
+    def chain(
+        self, rng: Range, upto: int, base: int = -1, base_digest: Optional[str] = None
+    ) -> tuple[Optional[Ref], list[Ref]]:
         """The files that rebuild ``rng`` at batch ``upto``: ``(snapshot or None, entries)``,
         entries oldest first.  With ``base`` >= 0 (a local store at that batch) the entries
         after ``base`` are preferred when they chain from it (and from ``base_digest``, the
@@ -187,7 +201,8 @@ class Changelog:
             raise RecoveryError(
                 f"changelog {self.root}/{rng.name}: batch {b} was committed twice with different changes "
                 f"({', '.join(r.digest for r in by_batch[b])}): two task attempts on different machines both "
-                "committed; keep the file the recovery log names, delete the other, and open again")
+                "committed; keep the file the recovery log names, delete the other, and open again"
+            )
         snaps = [s for s in self.refs(rng, "snap") if s.batch <= upto]
 
         def walk(start: int, start_digest: Optional[str] = None) -> Optional[list[Ref]]:
@@ -219,10 +234,12 @@ class Changelog:
         raise RecoveryError(
             f"changelog {self.root}/{rng.name} cannot rebuild batch {upto}: entries are missing between "
             f"the snapshots ({[s.batch for s in snaps]}) and the log ({sorted(by_batch)}); "
-            "the changelog was pruned or partly deleted — restore it, or start over with `tidemark reset`")
+            "the changelog was pruned or partly deleted — restore it, or start over with `tidemark reset`"
+        )
 
-    def state(self, rng: Range, upto: int, lo: Optional[bytes] = None,
-              hi: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
+    def state(
+        self, rng: Range, upto: int, lo: Optional[bytes] = None, hi: Optional[bytes] = None
+    ) -> Iterator[tuple[bytes, bytes]]:
         """The live keys of ``rng`` at batch ``upto`` within ``[lo, hi)``, in key order."""
         snap, entries = self.chain(rng, upto)
         layers = [bounded(self.read(e), lo, hi) for e in reversed(entries)]

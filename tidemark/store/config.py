@@ -54,12 +54,20 @@ class StoreConfig:
         if extra:
             raise SpecError(f"store: unknown option(s) {sorted(extra)}; known: {sorted(known)}")
         try:
-            ints = {k: int(config[k]) for k in ("max_uncommitted_bytes", "snapshot_every", "keep_snapshots")
-                    if config.get(k) is not None}
+            ints = {
+                k: int(config[k])
+                for k in ("max_uncommitted_bytes", "snapshot_every", "keep_snapshots")
+                if config.get(k) is not None
+            }
         except (TypeError, ValueError) as exc:
             raise SpecError(f"store: {exc}") from exc
-        return cls(path=str(config.get("path") or ""), changelog=config.get("changelog"),
-                   spill_dir=config.get("spill_dir"), lock_timeout=lock_timeout, **ints)
+        return cls(
+            path=str(config.get("path") or ""),
+            changelog=config.get("changelog"),
+            spill_dir=config.get("spill_dir"),
+            lock_timeout=lock_timeout,
+            **ints,
+        )
 
     # ------------------------------------------------------------------ paths
     def db_path(self, rng: Range) -> str:

@@ -25,8 +25,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
-from rocksdict import (AccessType, IngestExternalFileOptions, Options, Rdict, ReadOptions, SstFileWriter,
-                       WriteBatch, WriteOptions)
+from rocksdict import (
+    AccessType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    ReadOptions,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 from tidemark.errors import DriverError
 from tidemark.store.keys import DATA, META
@@ -98,9 +106,11 @@ def read_meta(db: Rdict) -> Meta:
     fence = db.get(FENCE)
     cp = db.get(CHECKPOINT)
     commit = db.get(COMMIT)
-    return Meta(int(fence) if fence is not None else 0,
-                json.loads(cp) if cp is not None else None,
-                json.loads(commit) if commit is not None else None)
+    return Meta(
+        int(fence) if fence is not None else 0,
+        json.loads(cp) if cp is not None else None,
+        json.loads(commit) if commit is not None else None,
+    )
 
 
 def meta_items(checkpoint: Optional[dict], commit: Optional[dict]) -> list[tuple[bytes, bytes]]:
@@ -139,8 +149,12 @@ def get_data(db: Rdict, key: bytes) -> Optional[bytes]:
     return db.get(DATA + key)
 
 
-def write_atomic(db: Rdict, changes: Iterable[tuple[bytes, Optional[bytes]]], metas: list[tuple[bytes, bytes]],
-                 sst_dir: Optional[str] = None) -> None:
+def write_atomic(
+    db: Rdict,
+    changes: Iterable[tuple[bytes, Optional[bytes]]],
+    metas: list[tuple[bytes, bytes]],
+    sst_dir: Optional[str] = None,
+) -> None:
     """Apply sorted ``changes`` (store keys; ``None`` deletes) and ``metas`` in one atomic
     step: a synced write batch, or — with ``sst_dir``, for a change set too big to hold
     in memory — one SST file written there and ingested (moved) into the DB."""

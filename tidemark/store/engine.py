@@ -84,8 +84,16 @@ class RangeStore:
     """One writing session on one key range: a fence, the committed state, one open
     transaction at a time.  Not shared between threads."""
 
-    def __init__(self, cfg: StoreConfig, rng: Range, changelog: Optional[Changelog], fence: int,
-                 meta: rdb.Meta, since_snapshot: int, reader):
+    def __init__(
+        self,
+        cfg: StoreConfig,
+        rng: Range,
+        changelog: Optional[Changelog],
+        fence: int,
+        meta: rdb.Meta,
+        since_snapshot: int,
+        reader,
+    ):
         self.config, self.range, self.fence = cfg, rng, fence
         self.changelog = changelog
         self._meta = meta
@@ -144,7 +152,8 @@ class RangeStore:
         if batch <= self._meta.batch:
             raise RecoveryError(
                 f"{self.name}: batch {batch} is not after the committed batch {self._meta.batch}; a re-run of "
-                "a committed batch must be skipped (Open returned its checkpoint), not committed again")
+                "a committed batch must be skipped (Open returned its checkpoint), not committed again"
+            )
         buf = txn.buffer
         lo, hi = range_bounds(self.range)
         # Step 1: the range's exclusive lock, the DB read-write.
@@ -158,20 +167,31 @@ class RangeStore:
                     raise FencedOff(
                         f"{self.name}: fence {self.fence} is stale (now {current.fence}) — a newer session "
                         "opened this key range or one overlapping it (a retried or speculative task, or a "
-                        "new shard layout); this transaction was not committed")
+                        "new shard layout); this transaction was not committed"
+                    )
                 if inside is not None:  # e.g. the webhook's POSTs: under the lock, after the fence check
                     inside()
                 digest = None
                 # Step 3: the changelog entry, before the local commit point.
                 if self.changelog is not None:
-                    ref = self.changelog.write(self.range, "log", checkpoint, current.batch, buf.items(lo, hi),
-                                               prev_digest=(current.commit or {}).get("digest"))
+                    ref = self.changelog.write(
+                        self.range,
+                        "log",
+                        checkpoint,
+                        current.batch,
+                        buf.items(lo, hi),
+                        prev_digest=(current.commit or {}).get("digest"),
+                    )
                     digest = ref.digest
                 faults.fault_point("store_after_changelog")
                 # Step 4: data + checkpoint + commit record, one atomic write.
                 commit = {"batch": batch, "digest": digest, "fence": self.fence}
-                rdb.write_atomic(db, buf.items(lo, hi), rdb.meta_items(checkpoint, commit),
-                                 sst_dir=self.config.tmp_dir(self.range) if buf.spilled else None)
+                rdb.write_atomic(
+                    db,
+                    buf.items(lo, hi),
+                    rdb.meta_items(checkpoint, commit),
+                    sst_dir=self.config.tmp_dir(self.range) if buf.spilled else None,
+                )
                 faults.fault_point("store_after_commit")
                 self._meta = rdb.Meta(self.fence, checkpoint, commit)
                 # Step 5: periodic snapshot.
@@ -192,8 +212,9 @@ class RangeStore:
         """Write a snapshot of the committed range to the changelog now."""
         if self.changelog is None or self._meta.checkpoint is None:
             return
-        self.changelog.write(self.range, "snap", self._meta.checkpoint, -1,
-                             rdb.iter_data(self._ro, *range_bounds(self.range)))
+        self.changelog.write(
+            self.range, "snap", self._meta.checkpoint, -1, rdb.iter_data(self._ro, *range_bounds(self.range))
+        )
 
     def close(self) -> None:
         """Drop the open transaction and the read handle. Not guaranteed to be called."""
@@ -226,8 +247,10 @@ class Transaction:
     def _check_key(self, key: bytes) -> bytes:
         key = bytes(key)
         if not self.store.range.contains(key_hash_of(key)):
-            raise DriverError(f"{self.store.name}: key {key[:16]!r}… has hash {key_hash_of(key):08x}, outside the "
-                              "range; route each key to the store of its range")
+            raise DriverError(
+                f"{self.store.name}: key {key[:16]!r}… has hash {key_hash_of(key):08x}, outside the "
+                "range; route each key to the store of its range"
+            )
         return key
 
     # ----------------------------------------------------------------- writes
@@ -249,8 +272,9 @@ class Transaction:
                 return v
         return self.store._committed_get(key)
 
-    def scan(self, lo: Optional[bytes] = None, hi: Optional[bytes] = None,
-             isolation: Isolation = Isolation.READ_UNCOMMITTED) -> Iterator[tuple[bytes, bytes]]:
+    def scan(
+        self, lo: Optional[bytes] = None, hi: Optional[bytes] = None, isolation: Isolation = Isolation.READ_UNCOMMITTED
+    ) -> Iterator[tuple[bytes, bytes]]:
         """Live entries with ``lo <= key < hi`` (within the range) in key order."""
         self._check("scan")
         lo, hi = clamp(self.store.range, lo, hi)

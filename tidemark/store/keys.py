@@ -82,5 +82,4 @@ def parse_range(name: str) -> Range:
 
 def is_range_name(name: str) -> bool:
     begin, sep, end = name.partition("-")
-    return bool(sep) and len(begin) == 8 and len(end) == 8 and all(
-        c in "0123456789abcdef" for c in begin + end)
+    return bool(sep) and len(begin) == 8 and len(end) == 8 and all(c in "0123456789abcdef" for c in begin + end)

@@ -83,4 +83,5 @@ def plan(store: str, rng: Range, heads: Sequence[Head]) -> Plan:
     raise RecoveryError(
         f"store {store}: range {rng.name} cannot inherit a checkpoint: the ranges it overlaps disagree or "
         f"leave a gap ({detail}); a merge needs every old range to have committed the same batch — "
-        "run the old shard layout until every range commits one more batch, then change it")
+        "run the old shard layout until every range commits one more batch, then change it"
+    )

@@ -48,7 +48,8 @@ class FileLock:
             if time.monotonic() >= deadline:
                 raise EndpointUnavailable(
                     f"store lock {self.path} is still held by another process after {timeout:.0f}s "
-                    "(a commit or an Open of this range is in progress); retry, or raise retry.lock_timeout")
+                    "(a commit or an Open of this range is in progress); retry, or raise retry.lock_timeout"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         return self
@@ -88,7 +89,8 @@ def acquire_all(paths: Sequence[str], timeout: float) -> list[FileLock]:
         if time.monotonic() >= deadline:
             raise EndpointUnavailable(
                 f"store locks {sorted(set(paths))} are still held by other sessions after {timeout:.0f}s; "
-                "retry, or raise retry.lock_timeout")
+                "retry, or raise retry.lock_timeout"
+            )
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
 

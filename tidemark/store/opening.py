@@ -68,7 +68,8 @@ def lock_ranges(cfg: StoreConfig, rng: Range) -> list[FileLock]:
         if time.monotonic() >= deadline:
             raise EndpointUnavailable(
                 f"store {cfg.path}: range {rng.name} or a range overlapping it stayed locked for "
-                f"{cfg.lock_timeout:.0f}s (another Open or a commit); retry, or raise retry.lock_timeout")
+                f"{cfg.lock_timeout:.0f}s (another Open or a commit); retry, or raise retry.lock_timeout"
+            )
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
@@ -149,8 +150,9 @@ def _clean_leftovers(cfg: StoreConfig, rng: Range) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _materialize(cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta],
-                 changelog: Optional[Changelog]) -> None:
+def _materialize(
+    cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+) -> None:
     mine = local.get(rng)
     if p.sources == ():
         if mine is None:
@@ -161,8 +163,9 @@ def _materialize(cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.M
             return  # committed state is here: nothing to undo, nothing to wipe
         if mine.batch < p.batch and changelog is not None:
             try:
-                snap, entries = changelog.chain(rng, p.batch, base=mine.batch,
-                                                base_digest=(mine.commit or {}).get("digest"))
+                snap, entries = changelog.chain(
+                    rng, p.batch, base=mine.batch, base_digest=(mine.commit or {}).get("digest")
+                )
             except RecoveryError:
                 snap, entries = None, None
             if snap is None and entries is not None:
@@ -195,8 +198,9 @@ def _roll_forward(cfg: StoreConfig, rng: Range, entries, changelog: Changelog) -
         db.close()
 
 
-def _source_items(cfg: StoreConfig, rng: Range, src: Range, p: Plan, local: dict[Range, rdb.Meta],
-                  changelog: Optional[Changelog]) -> Iterator[tuple[bytes, bytes]]:
+def _source_items(
+    cfg: StoreConfig, rng: Range, src: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+) -> Iterator[tuple[bytes, bytes]]:
     lo, hi = clamp(rng, *range_bounds(src))
     meta = local.get(src)
     if meta is not None and meta.batch == p.batch and (src != rng or not _diverged(rng, meta, changelog)):
@@ -206,12 +210,14 @@ def _source_items(cfg: StoreConfig, rng: Range, src: Range, p: Plan, local: dict
         raise RecoveryError(
             f"store {cfg.path}: range {rng.name} must be built from range {src.name} at batch {p.batch}, "
             "whose local store is missing or behind, and no changelog is configured to restore it from; "
-            "configure `changelog:` beside the checkpoint, or run on the machine that holds the store")
+            "configure `changelog:` beside the checkpoint, or run on the machine that holds the store"
+        )
     return changelog.state(src, p.batch, lo, hi)
 
 
-def _rebuild(cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta],
-             changelog: Optional[Changelog]) -> None:
+def _rebuild(
+    cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+) -> None:
     """Build the range in a new directory from its sources, then swap it in."""
     final = cfg.db_path(rng)
     base = os.path.dirname(final)

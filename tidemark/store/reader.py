@@ -55,8 +55,10 @@ class Reader:
         if self.isolation is Isolation.READ_COMMITTED:
             with turnstile_acquire(self.config.lock_path(self.range), False, self.config.lock_timeout):
                 if not rdb.exists(path):
-                    raise DriverError(f"{self.name}: no store at {path}; nothing was opened on this range "
-                                      "(check the path and the shard layout)")
+                    raise DriverError(
+                        f"{self.name}: no store at {path}; nothing was opened on this range "
+                        "(check the path and the shard layout)"
+                    )
                 self._db = rdb.open_read_only(path)
         else:
             deadline = time.monotonic() + self.config.lock_timeout

@@ -23,8 +23,14 @@ from tidemark.protocol.messages import Acknowledged, Loaded, Range
 
 class _SkipsFenceTransactor(MemoryTransactor):
     def check_fence(self, m):
-        row = next((r for r in m["checkpoints"]
-                    if r["key_begin"] == self.range.key_begin and r["key_end"] == self.range.key_end), None)
+        row = next(
+            (
+                r
+                for r in m["checkpoints"]
+                if r["key_begin"] == self.range.key_begin and r["key_end"] == self.range.key_end
+            ),
+            None,
+        )
         return row  # BUG: never compares the fence
 
 

@@ -77,10 +77,16 @@ def _abandon(tracker: Tracker) -> None:
             pass
 
 
-def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed: int = 0,
-                    deadline: Optional[float] = None, progress: Optional[Callable[[str], None]] = None,
-                    only: Optional[Sequence[str]] = None,
-                    request_wait: float = DEFAULT_REQUEST_WAIT) -> ConformanceReport:
+def run_conformance(
+    driver_factory: DriverFactory,
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    deadline: Optional[float] = None,
+    progress: Optional[Callable[[str], None]] = None,
+    only: Optional[Sequence[str]] = None,
+    request_wait: float = DEFAULT_REQUEST_WAIT,
+) -> ConformanceReport:
     """Drive fresh drivers from ``driver_factory`` through every scenario; report per property.
 
     ``deadline``: seconds for the whole run (default 300 quick, 900 full); ``request_wait``:
@@ -101,9 +107,11 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
     plan = [(n, f) for n, f in scenarios(caps.exactly_once, quick) if only is None or n in only]
     limit = DEFAULT_DEADLINE[quick] if deadline is None else float(deadline)
     end = started + limit
-    say(f"conformance of {name} ({caps.commit_pattern.value}): {len(plan)} scenarios, seed {seed}; deadline "
+    say(
+        f"conformance of {name} ({caps.commit_pattern.value}): {len(plan)} scenarios, seed {seed}; deadline "
         f"{limit:g} s (until {time.strftime('%H:%M:%S', time.localtime(time.time() + limit))}): a driver that has "
-        f"not answered by then, or within {request_wait:g} s of a request, is reported as stalled")
+        f"not answered by then, or within {request_wait:g} s of a request, is reported as stalled"
+    )
     tracker = Tracker()
     timings: dict[str, float] = {}
     for i, (scenario_name, fn) in enumerate(plan):
@@ -111,37 +119,57 @@ def run_conformance(driver_factory: DriverFactory, *, quick: bool = False, seed:
         before = dict(rec.counts)
         t0 = time.monotonic()
         worker = threading.Thread(
-            target=_scenario, name=f"tidemark-kit-{scenario_name}", daemon=True,
-            args=(driver_factory, rec, f"kit_{run}_{i:02d}", caps, name, tracker, fn,
-                  random.Random(f"{seed}:{scenario_name}"), quick))
+            target=_scenario,
+            name=f"tidemark-kit-{scenario_name}",
+            daemon=True,
+            args=(
+                driver_factory,
+                rec,
+                f"kit_{run}_{i:02d}",
+                caps,
+                name,
+                tracker,
+                fn,
+                random.Random(f"{seed}:{scenario_name}"),
+                quick,
+            ),
+        )
         worker.start()
         while worker.is_alive() and time.monotonic() < end and time.monotonic() - tracker.since < request_wait:
             worker.join(min(0.25, max(0.0, end - time.monotonic())))
         if worker.is_alive():
             waited = time.monotonic() - tracker.since
-            why = (f"no answer within {request_wait:g} s of the request" if waited >= request_wait
-                   else f"the run's deadline ({limit:g} s) passed")
-            rec.fail("liveness", f"{why} during scenario {scenario_name}: the kit "
-                                 f"had been waiting {waited:.0f} s for {tracker.doing}")
-            rest = [n for n, _ in plan[i + 1:]]
+            why = (
+                f"no answer within {request_wait:g} s of the request"
+                if waited >= request_wait
+                else f"the run's deadline ({limit:g} s) passed"
+            )
+            rec.fail(
+                "liveness",
+                f"{why} during scenario {scenario_name}: the kit had been waiting {waited:.0f} s for {tracker.doing}",
+            )
+            rest = [n for n, _ in plan[i + 1 :]]
             if rest:
                 rec.note("liveness", f"not run after the deadline: {', '.join(rest)}")
             rec.closed = True
             _abandon(tracker)
-            say(f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} STALLED: waiting for {tracker.doing} "
-                f"({waited:.0f} s)")
+            say(f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} STALLED: waiting for {tracker.doing} ({waited:.0f} s)")
             break
         timings[scenario_name] = time.monotonic() - t0
         failed = rec.failed_since(before)
-        say(f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} {'FAIL ' + ', '.join(failed) if failed else 'ok':<28} "
-            f"{timings[scenario_name]:6.1f} s")
+        say(
+            f"  {i + 1:>2}/{len(plan)} {scenario_name:<22} {'FAIL ' + ', '.join(failed) if failed else 'ok':<28} "
+            f"{timings[scenario_name]:6.1f} s"
+        )
         tracker.programs = [p for p in tracker.programs if p.proc.poll() is None]
     else:
         rec.check("liveness", True)
     rec.closed = True
     if not caps.exactly_once:
         rec.closed = False
-        rec.note("fencing", "the driver declares at-least-once: zombie and race scenarios are skipped (it does not fence)")
+        rec.note(
+            "fencing", "the driver declares at-least-once: zombie and race scenarios are skipped (it does not fence)"
+        )
         rec.closed = True
     report = build_report(rec, name, caps.commit_pattern.value, [n for n, _ in plan], seed, quick)
     report.seconds, report.deadline, report.timings = time.monotonic() - started, limit, timings
@@ -171,8 +199,15 @@ def _load_config(path: Optional[str]) -> dict:
     return data
 
 
-def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False, seed: int = 0,
-         deadline: Optional[float] = None, request_wait: float = DEFAULT_REQUEST_WAIT) -> int:
+def main(
+    driver: str,
+    config_path: Optional[str] = None,
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    deadline: Optional[float] = None,
+    request_wait: float = DEFAULT_REQUEST_WAIT,
+) -> int:
     """``tidemark conformance DRIVER [--config FILE]``: a line per scenario, then the report; 0 when it passes."""
     from rich.console import Console
     from rich.markup import escape
@@ -186,8 +221,14 @@ def main(driver: str, config_path: Optional[str] = None, *, quick: bool = False,
     except TidemarkError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
-    report = run_conformance(lambda: load_driver(driver, config), quick=quick, seed=seed, deadline=deadline,
-                             request_wait=request_wait, progress=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
+    report = run_conformance(
+        lambda: load_driver(driver, config),
+        quick=quick,
+        seed=seed,
+        deadline=deadline,
+        request_wait=request_wait,
+        progress=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
+    )
     report.render(console)
     return 0 if report.ok else 1
 

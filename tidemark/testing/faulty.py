@@ -144,10 +144,13 @@ class FaultyDriver(Driver):
         session.inner = transactor
         return session, opened
 
-    def coordinator_acknowledge(self, materialization: str, state: Any, runtime_checkpoint: dict,
-                                bindings: Sequence[BindingSpec]) -> None:
-        self.event("coordinator_acknowledge",
-                   lambda: self.inner.coordinator_acknowledge(materialization, state, runtime_checkpoint, bindings))
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
+        self.event(
+            "coordinator_acknowledge",
+            lambda: self.inner.coordinator_acknowledge(materialization, state, runtime_checkpoint, bindings),
+        )
 
     def dump(self, materialization, binding):
         return self.inner.dump(materialization, binding)

@@ -56,7 +56,7 @@ FIELDS = (
 )
 
 # Keys with non-ASCII text, so that encodings are exercised end to end.
-KEY_WORDS = ("apple", "ключ", "キー", "naïve", "emoji🙂", "quote\"d", "tab\tkey", "z")
+KEY_WORDS = ("apple", "ключ", "キー", "naïve", "emoji🙂", 'quote"d', "tab\tkey", "z")
 
 
 REDUCED_SCHEMA = {**SCHEMA, "properties": {k: v for k, v in SCHEMA["properties"].items() if k != "_meta"}}
@@ -72,8 +72,11 @@ def bindings(tag: str, endpoint_reduce: frozenset = frozenset()) -> tuple[Bindin
         BindingSpec({"table": f"{tag}_mirror"}, "kit/mirror", ("/k",), FIELDS, SCHEMA, delta_updates=False),
     )
     if REDUCED_STRATEGIES <= endpoint_reduce:
-        out += (BindingSpec({"table": f"{tag}_reduced"}, "kit/reduced", ("/k",), FIELDS, REDUCED_SCHEMA,
-                            endpoint_reduce=True),)
+        out += (
+            BindingSpec(
+                {"table": f"{tag}_reduced"}, "kit/reduced", ("/k",), FIELDS, REDUCED_SCHEMA, endpoint_reduce=True
+            ),
+        )
     return out
 
 
@@ -230,8 +233,10 @@ class Model:
         return (self.mirror, self.mirror_deleted) if binding == MIRROR else (self.view, self.deleted)
 
     def commit(self, batch_id: int, events: list[Event]) -> None:
-        for view, deleted, evs in ((self.view, self.deleted, events),
-                                   (self.mirror, self.mirror_deleted, [mirror(e) for e in events])):
+        for view, deleted, evs in (
+            (self.view, self.deleted, events),
+            (self.mirror, self.mirror_deleted, [mirror(e) for e in events]),
+        ):
             for key, c in combine(evs).items():
                 doc = c.over(key, view.get(key))
                 if doc is None:

@@ -4,8 +4,20 @@
 
 from tidemark.drivers.command.driver import CommandDriver, CommandTransactor, capabilities_from_wire
 from tidemark.drivers.command.program import (
-    MAX_IDLE_PROGRAMS, Program, close_idle_programs, error_from_wire, program_name,
+    MAX_IDLE_PROGRAMS,
+    Program,
+    close_idle_programs,
+    error_from_wire,
+    program_name,
 )
 
-__all__ = ["CommandDriver", "CommandTransactor", "MAX_IDLE_PROGRAMS", "Program", "capabilities_from_wire",
-           "close_idle_programs", "error_from_wire", "program_name"]
+__all__ = [
+    "CommandDriver",
+    "CommandTransactor",
+    "MAX_IDLE_PROGRAMS",
+    "Program",
+    "capabilities_from_wire",
+    "close_idle_programs",
+    "error_from_wire",
+    "program_name",
+]

@@ -67,35 +67,41 @@ from tidemark.protocol.messages import (
 )
 from tidemark.protocol.state import RuntimeStateMachine, Status
 
+
 def _parse_command(config: dict) -> list[str]:
     command = config.get("command")
     if isinstance(command, str):
         command = shlex.split(command)
     if not command or not isinstance(command, (list, tuple)) or not all(isinstance(w, str) for w in command):
-        raise SpecError("the command driver needs a program: use 'command:PROGRAM ARGS' or config "
-                        "{command: [PROGRAM, ARG, ...]}")
+        raise SpecError(
+            "the command driver needs a program: use 'command:PROGRAM ARGS' or config {command: [PROGRAM, ARG, ...]}"
+        )
     return list(command)
 
 
 def capabilities_from_wire(program: str, d: dict) -> Capabilities:
     """Parse a ``described`` reply's capabilities (``commit_pattern`` is required)."""
     if not isinstance(d, dict) or "commit_pattern" not in d:
-        raise DriverProgramError(f"driver program {program!r}: describe must answer "
-                                 f"{{\"described\": {{\"capabilities\": {{\"commit_pattern\": ...}}}}}}, got {d!r}")
+        raise DriverProgramError(
+            f"driver program {program!r}: describe must answer "
+            f'{{"described": {{"capabilities": {{"commit_pattern": ...}}}}}}, got {d!r}'
+        )
     known = set(Capabilities.__dataclass_fields__)
     d = {k: v for k, v in d.items() if k != WIRE_IDENTITIES}
     unknown = set(d) - known
     if unknown:
-        raise DriverProgramError(f"driver program {program!r}: unknown capabilities {sorted(unknown)} "
-                                 f"(known: {', '.join(sorted(known))})")
+        raise DriverProgramError(
+            f"driver program {program!r}: unknown capabilities {sorted(unknown)} (known: {', '.join(sorted(known))})"
+        )
     try:
         kwargs = dict(d)
         kwargs["commit_pattern"] = CommitPattern(d["commit_pattern"])
         return Capabilities(**kwargs)
     except (TypeError, ValueError) as exc:
         patterns = ", ".join(p.value for p in CommitPattern)
-        raise DriverProgramError(f"driver program {program!r}: invalid capabilities {d!r} ({exc}; commit patterns: "
-                                 f"{patterns})") from exc
+        raise DriverProgramError(
+            f"driver program {program!r}: invalid capabilities {d!r} ({exc}; commit patterns: {patterns})"
+        ) from exc
 
 
 #: a ``described`` capability beside :class:`Capabilities`'s: the program keeps view-identity
@@ -161,8 +167,10 @@ class CommandDriver(Driver):
             found = _DESCRIBED.get(self.key)
         if found is None:
             reply = self._request(wire.Describe(), wire.Described)
-            found = (capabilities_from_wire(self.program, reply.capabilities),
-                     bool(isinstance(reply.capabilities, dict) and reply.capabilities.get(WIRE_IDENTITIES)))
+            found = (
+                capabilities_from_wire(self.program, reply.capabilities),
+                bool(isinstance(reply.capabilities, dict) and reply.capabilities.get(WIRE_IDENTITIES)),
+            )
             with _CACHE_LOCK:
                 _DESCRIBED[self.key] = found
         return found
@@ -176,9 +184,16 @@ class CommandDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         return self._request(
-            Apply(req.materialization, self.program_config, req.bindings, req.version, req.dry_run, req.checkpoint_id,
-                  req.identities if self._described()[1] else ()),
-            Applied
+            Apply(
+                req.materialization,
+                self.program_config,
+                req.bindings,
+                req.version,
+                req.dry_run,
+                req.checkpoint_id,
+                req.identities if self._described()[1] else (),
+            ),
+            Applied,
         )
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
@@ -189,8 +204,10 @@ class CommandDriver(Driver):
         reply = self._request(wire.ListIdentities(materialization, tuple(bindings)), wire.IdentitiesListed)
         records = list(reply.records)
         if len(records) != len(bindings) or not all(r is None or isinstance(r, dict) for r in records):
-            raise DriverProgramError(f"driver program {self.program!r}: identities_listed needs one record (an object, "
-                                     f"or null) per binding, got {records!r}")
+            raise DriverProgramError(
+                f"driver program {self.program!r}: identities_listed needs one record (an object, "
+                f"or null) per binding, got {records!r}"
+            )
         return records
 
     # --------------------------------------------------------- transaction phase
@@ -222,8 +239,10 @@ class CommandDriver(Driver):
         view = {}
         for row in reply.rows:
             if not (isinstance(row, (list, tuple)) and len(row) == 2 and isinstance(row[0], (list, tuple))):
-                raise DriverProgramError(f"driver program {self.program!r}: dumped rows of a standard binding are "
-                                         f"[key, doc] pairs with the key an array, got {row!r}")
+                raise DriverProgramError(
+                    f"driver program {self.program!r}: dumped rows of a standard binding are "
+                    f"[key, doc] pairs with the key an array, got {row!r}"
+                )
             view[tuple(row[0])] = row[1]
         return view
 
@@ -232,11 +251,19 @@ class CommandDriver(Driver):
         out = []
         for row in reply.rows:
             try:
-                out.append(CheckpointRow(materialization, Range(int(row["key_begin"]), int(row["key_end"])),
-                                         int(row.get("fence", 0)), row.get("runtime_checkpoint")))
+                out.append(
+                    CheckpointRow(
+                        materialization,
+                        Range(int(row["key_begin"]), int(row["key_end"])),
+                        int(row.get("fence", 0)),
+                        row.get("runtime_checkpoint"),
+                    )
+                )
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                raise DriverProgramError(f"driver program {self.program!r}: a checkpoint row needs key_begin, "
-                                         f"key_end, fence and runtime_checkpoint, got {row!r}") from exc
+                raise DriverProgramError(
+                    f"driver program {self.program!r}: a checkpoint row needs key_begin, "
+                    f"key_end, fence and runtime_checkpoint, got {row!r}"
+                ) from exc
         return out
 
     def close(self) -> None:

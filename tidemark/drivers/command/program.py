@@ -68,8 +68,13 @@ class Program:
             full_env.update({str(k): str(v) for k, v in env.items()})
         try:
             self.proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=full_env, cwd=cwd, bufsize=0,
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd=cwd,
+                bufsize=0,
             )
         except OSError as exc:
             raise DriverProgramError(f"driver program {self.name!r} could not be started: {exc}") from exc
@@ -77,11 +82,19 @@ class Program:
         self.lines: queue.Queue = queue.Queue()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
         self.broken: Optional[str] = None  # why the program may not be used any more
-        threading.Thread(target=_read_stdout, args=(self.proc.stdout, self.lines), daemon=True,
-                         name=f"tidemark-stdout-{self.proc.pid}").start()
+        threading.Thread(
+            target=_read_stdout,
+            args=(self.proc.stdout, self.lines),
+            daemon=True,
+            name=f"tidemark-stdout-{self.proc.pid}",
+        ).start()
         self._stderr_done = threading.Event()
-        threading.Thread(target=_pass_stderr, args=(self.proc.stderr, self.stderr_tail, self._stderr_done),
-                         daemon=True, name=f"tidemark-stderr-{self.proc.pid}").start()
+        threading.Thread(
+            target=_pass_stderr,
+            args=(self.proc.stderr, self.stderr_tail, self._stderr_done),
+            daemon=True,
+            name=f"tidemark-stderr-{self.proc.pid}",
+        ).start()
         # Closing our end of stdin lets a program that is dropped (never closed) exit.
         self._finalizer = weakref.finalize(self, _release, self.proc)
 
@@ -128,8 +141,10 @@ class Program:
                 raise self.fail(f"exited while being sent {type(msg).__name__}", exc) from exc
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self.fail(f"did not read its input for {self.policy.reply_timeout:g}s "
-                                f"(sending {type(msg).__name__}); it was killed")
+                raise self.fail(
+                    f"did not read its input for {self.policy.reply_timeout:g}s "
+                    f"(sending {type(msg).__name__}); it was killed"
+                )
             select.select([], [fd], [], min(remaining, 1.0))
 
     # ------------------------------------------------------------------ reading
@@ -145,8 +160,10 @@ class Program:
         try:
             line = self.lines.get(timeout=self.policy.reply_timeout)
         except queue.Empty:
-            raise self.fail(f"did not answer within {self.policy.reply_timeout:g}s while {waiting_for}; "
-                            "it was killed (raise retry.reply_timeout if it needs longer)") from None
+            raise self.fail(
+                f"did not answer within {self.policy.reply_timeout:g}s while {waiting_for}; "
+                "it was killed (raise retry.reply_timeout if it needs longer)"
+            ) from None
         if line is _EOF:
             self.proc_wait(self.policy.connect_timeout)
             raise self.fail(f"exited while {waiting_for}")
@@ -177,8 +194,9 @@ class Program:
         self.send(msg)
         reply = self.receive(waiting_for)
         if not isinstance(reply, reply_type):
-            raise self.fail(f"answered {type(msg).__name__} with {type(reply).__name__}, "
-                            f"expected {reply_type.__name__}")
+            raise self.fail(
+                f"answered {type(msg).__name__} with {type(reply).__name__}, expected {reply_type.__name__}"
+            )
         return reply
 
     # ---------------------------------------------------------------- lifecycle

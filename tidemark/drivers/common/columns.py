@@ -31,7 +31,7 @@ def decimal_kind(scale: int) -> str:
 
 def scale_of_kind(kind: str) -> Optional[int]:
     """The places of a decimal column kind, or None for the other kinds."""
-    return int(kind[len(DECIMAL):]) if kind.startswith(DECIMAL) else None
+    return int(kind[len(DECIMAL) :]) if kind.startswith(DECIMAL) else None
 
 
 def base_kind(kind: str) -> str:
@@ -81,9 +81,15 @@ def dumps(doc: Any) -> str:
 def quarantine_row(materialization: str, batch: Any, resource: Any, row: dict) -> dict:
     """A quarantined document as the push endpoints and the store keep it: the columns of the
     SQL endpoints' ``tidemark_quarantine``, and the resource name of its binding."""
-    return {"materialization": materialization, "batch_id": batch, "resource": resource,
-            "location": row.get("location"), "key_json": row.get("key_json"), "reason": str(row.get("reason", "")),
-            "value": row.get("value")}
+    return {
+        "materialization": materialization,
+        "batch_id": batch,
+        "resource": resource,
+        "location": row.get("location"),
+        "key_json": row.get("key_json"),
+        "reason": str(row.get("reason", "")),
+        "value": row.get("value"),
+    }
 
 
 def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -> list[tuple]:
@@ -97,25 +103,33 @@ def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -
         if key is not None and not isinstance(key, str):
             key = dumps(key)
         loc = r.get("location")
-        out.append((materialization, batch_id, None if loc is None else str(loc), key,
-                    str(r.get("reason", "")), value))
+        out.append((materialization, batch_id, None if loc is None else str(loc), key, str(r.get("reason", "")), value))
     return out
 
 
-def columns_to_add(where: str, keys: Sequence[Column], columns: Sequence[Column], delta: bool, properties: dict,
-                   existing: dict, type_of: Callable[[str], Any]) -> list[Column]:
+def columns_to_add(
+    where: str,
+    keys: Sequence[Column],
+    columns: Sequence[Column],
+    delta: bool,
+    properties: dict,
+    existing: dict,
+    type_of: Callable[[str], Any],
+) -> list[Column]:
     """The columns an existing table of a table-format endpoint (Delta, Iceberg) lacks, after
     checking that it is this binding's: its mode and key properties, the document column, and
     each column's type (``existing``: name -> type as ``type_of(kind)`` gives it).  Raises
     :class:`~tidemark.errors.IncompatibleSchema` naming ``where``."""
     if MODE_PROPERTY in properties and (properties[MODE_PROPERTY] == "true") != delta:
         mode = "delta-updates" if delta else "standard"
-        raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
-                                 "(drop the table or use another one)")
+        raise IncompatibleSchema(
+            f"{where} exists in the other mode; cannot switch it to {mode} updates (drop the table or use another one)"
+        )
     names = [c.name for c in keys]
     if KEY_PROPERTY in properties and json.loads(properties[KEY_PROPERTY]) != names:
-        raise IncompatibleSchema(f"{where}: key is {properties[KEY_PROPERTY]}, the binding's key is {names}; "
-                                 "the key cannot change")
+        raise IncompatibleSchema(
+            f"{where}: key is {properties[KEY_PROPERTY]}, the binding's key is {names}; the key cannot change"
+        )
     if DOCUMENT_COLUMN not in existing:
         raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
     missing = []
@@ -126,8 +140,10 @@ def columns_to_add(where: str, keys: Sequence[Column], columns: Sequence[Column]
                 raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
             missing.append(col)
         elif have != type_of(col.kind):
-            raise IncompatibleSchema(f"{where}: column {col.name!r} is {have}, the binding needs "
-                                     f"{type_of(col.kind)} (an incompatible type change)")
+            raise IncompatibleSchema(
+                f"{where}: column {col.name!r} is {have}, the binding needs "
+                f"{type_of(col.kind)} (an incompatible type change)"
+            )
     return missing
 
 

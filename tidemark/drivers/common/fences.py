@@ -35,7 +35,6 @@ from tidemark.protocol.checkpoints import batch_of, identity  # noqa: F401  (re-
 from tidemark.protocol.messages import Range
 
 
-
 @dataclass(frozen=True, slots=True)
 class CheckpointState:
     range: Range
@@ -74,8 +73,7 @@ def plan_open(materialization: str, rng: Range, overlapping: Sequence[Checkpoint
     fence = exact.fence if exact else max((r.fence for r in bumped), default=0) + 1
     if not bumped:
         return OpenPlan(fence, None, True)
-    covering = sorted((r for r in bumped if r.range.covers(rng)),
-                      key=lambda r: r.range.key_end - r.range.key_begin)
+    covering = sorted((r for r in bumped if r.range.covers(rng)), key=lambda r: r.range.key_end - r.range.key_begin)
     if covering and not any(_batch(r.checkpoint) > _batch(covering[0].checkpoint) for r in bumped):
         return OpenPlan(fence, covering[0].checkpoint, exact is None)
     # A merge (or a split followed by a merge): the latest rows must cover and agree.
@@ -85,7 +83,9 @@ def plan_open(materialization: str, rng: Range, overlapping: Sequence[Checkpoint
     if len(cps) == 1 and _covered(rng, latest):
         cp = latest[0].checkpoint
         return OpenPlan(fence, cp, exact is None, exact is not None and identity(exact.checkpoint) != identity(cp))
-    detail = ", ".join(f"{r.range.name}: batch {_batch(r.checkpoint)}" for r in sorted(bumped, key=lambda r: r.range.key_begin))
+    detail = ", ".join(
+        f"{r.range.name}: batch {_batch(r.checkpoint)}" for r in sorted(bumped, key=lambda r: r.range.key_begin)
+    )
     raise RecoveryError(
         f"materialization {materialization!r}: range {rng.name} cannot inherit a checkpoint: the ranges "
         f"it overlaps disagree or leave a gap ({detail}). The ranges of one layout committed different "
@@ -107,5 +107,3 @@ def load_checkpoint(text: Any) -> Optional[dict]:
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode()
     return json.loads(text) if isinstance(text, str) else text
-
-

@@ -24,8 +24,10 @@ def refuse_unknown(endpoint: str, config: Mapping[str, Any], known: Iterable[str
     for key in unknown:
         close = difflib.get_close_matches(str(key), known, n=1)
         named.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    raise SpecError(f"endpoint {endpoint}: unknown setting(s) {', '.join(named)}; its settings are "
-                    f"{', '.join(known)}{also}. Nothing was changed")
+    raise SpecError(
+        f"endpoint {endpoint}: unknown setting(s) {', '.join(named)}; its settings are "
+        f"{', '.join(known)}{also}. Nothing was changed"
+    )
 
 
 __all__ = ["refuse_unknown"]

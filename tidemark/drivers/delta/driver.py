@@ -59,8 +59,24 @@ from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
 from tidemark.drivers.delta.tables import (
-    DELETE_COLUMN, IDENTITY_PROPERTY, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, TableModel, app_id, applied_batch,
-    delta_type, ident, identity_of, is_uri, join_path, key_of, owner_of, stages_of, staged_reader, translate_error,
+    DELETE_COLUMN,
+    IDENTITY_PROPERTY,
+    KEY_PROPERTY,
+    MODE_PROPERTY,
+    OWNER_PROPERTY,
+    TableModel,
+    app_id,
+    applied_batch,
+    delta_type,
+    ident,
+    identity_of,
+    is_uri,
+    join_path,
+    key_of,
+    owner_of,
+    stages_of,
+    staged_reader,
+    translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
@@ -68,7 +84,15 @@ from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecEr
 from tidemark.drivers.common.settings import refuse_unknown
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    SpecResponse,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 
 T = TypeVar("T")
@@ -157,8 +181,10 @@ class DeltaDriver(Driver):
                 raise SpecError(f"delta: invalid table name {name!r} (use resource.path for nested locations)")
             location = join_path(self.root, name)
         else:
-            raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}} or {{path: P}}, "
-                            f"got {binding.resource!r}")
+            raise SpecError(
+                f"binding of {binding.collection!r}: resource needs {{table: NAME}} or {{path: P}}, "
+                f"got {binding.resource!r}"
+            )
         if (location if is_uri(location) else os.path.normpath(location)) == self.quarantine_location:
             raise SpecError(f"delta table {location!r} is the endpoint's dead-letter table; bind another table")
         keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
@@ -168,16 +194,25 @@ class DeltaDriver(Driver):
         names = [c.name for c in keys + values] + [DOCUMENT_COLUMN, DELETE_COLUMN]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise IncompatibleSchema(f"delta table {location!r}: column names collide: {dup} "
-                                     f"({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)")
+            raise IncompatibleSchema(
+                f"delta table {location!r}: column names collide: {dup} "
+                f"({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)"
+            )
         return TableModel(location, keys, values, bool(binding.delta_updates))
 
     # ----------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["path"], "properties": {
-                "path": {"type": "string"}, "staging": {"type": "string"},
-                "storage_options": {"type": "object"}, "retry": {"type": "object"}}},
+            config_schema={
+                "type": "object",
+                "required": ["path"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "staging": {"type": "string"},
+                    "storage_options": {"type": "object"},
+                    "retry": {"type": "object"},
+                },
+            },
             resource_schema={"type": "object", "properties": {"table": {"type": "string"}, "path": {"type": "string"}}},
         )
 
@@ -188,8 +223,15 @@ class DeltaDriver(Driver):
         except TableNotFoundError:
             return None
         existing = {f.name: str(getattr(f.type, "type", f.type)) for f in dt.schema().fields}
-        return columns_to_add(f"delta table {model.location!r}", model.keys, model.columns, model.delta,
-                              dt.metadata().configuration or {}, existing, delta_type)
+        return columns_to_add(
+            f"delta table {model.location!r}",
+            model.keys,
+            model.columns,
+            model.delta,
+            dt.metadata().configuration or {},
+            existing,
+            delta_type,
+        )
 
     def validate(self, req: Validate) -> Validated:
         for b in req.bindings:
@@ -199,8 +241,11 @@ class DeltaDriver(Driver):
     def apply(self, req: Apply) -> Applied:
         actions: list[str] = []
         created: list[tuple] = []
-        owner = dumps({"materialization": req.materialization, "checkpoint_id": req.checkpoint_id}) \
-            if req.checkpoint_id else None
+        owner = (
+            dumps({"materialization": req.materialization, "checkpoint_id": req.checkpoint_id})
+            if req.checkpoint_id
+            else None
+        )
         for i, b in enumerate(req.bindings):
             model = self.model(b)
             record = None
@@ -213,22 +258,29 @@ class DeltaDriver(Driver):
                     actions.append(f"create delta table {model.location}")
                     created.append(b.resource_path)
                     if not req.dry_run:
-                        conf = {KEY_PROPERTY: dumps([c.name for c in model.keys]),
-                                MODE_PROPERTY: "true" if model.delta else "false"}
+                        conf = {
+                            KEY_PROPERTY: dumps([c.name for c in model.keys]),
+                            MODE_PROPERTY: "true" if model.delta else "false",
+                        }
                         if owner:
                             conf[OWNER_PROPERTY] = owner
                         if record:
                             conf[IDENTITY_PROPERTY] = record
                         DeltaTable.create(
-                            model.location, schema=model.arrow_schema(), mode="ignore", configuration=conf,
-                            storage_options=self.storage_options, raise_if_key_not_exists=False,
+                            model.location,
+                            schema=model.arrow_schema(),
+                            mode="ignore",
+                            configuration=conf,
+                            storage_options=self.storage_options,
+                            raise_if_key_not_exists=False,
                         )
                     return
                 for col in missing:
                     actions.append(f"add column {col.name} {delta_type(col.kind)} to {model.location}")
                 if missing and not req.dry_run:
                     self.table(model.location).alter.add_columns(
-                        [DeltaField(c.name, delta_type(c.kind), nullable=True) for c in missing])
+                        [DeltaField(c.name, delta_type(c.kind), nullable=True) for c in missing]
+                    )
                 if owner and not req.dry_run:
                     have = owner_of(self.table(model.location))
                     if have is None:  # a table of an older tidemark: this checkpoint takes it
@@ -236,7 +288,8 @@ class DeltaDriver(Driver):
                     elif have != (req.materialization, req.checkpoint_id):
                         raise RecoveryError(
                             f"delta table {model.location!r} belongs to materialization {have[0]!r} of tidemark "
-                            f"checkpoint {have[1]}, not to this one ({req.checkpoint_id}); nothing was changed")
+                            f"checkpoint {have[1]}, not to this one ({req.checkpoint_id}); nothing was changed"
+                        )
                     if record and identity_of(self.table(model.location)) is None:
                         self.table(model.location).alter.set_table_properties({IDENTITY_PROPERTY: record})
 
@@ -248,8 +301,9 @@ class DeltaDriver(Driver):
         models = [self.model(b) for b in req.bindings]
         return DeltaTransactor(self, req, models), Opened(None)  # the recovery log is authoritative
 
-    def coordinator_acknowledge(self, materialization: str, state: Any, runtime_checkpoint: dict,
-                                bindings: Sequence[BindingSpec]) -> None:
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
         """Apply batch N's staged files to every table, once (see the module docstring)."""
         started = time.time()
         batch = int(runtime_checkpoint["batch_id"])
@@ -264,17 +318,28 @@ class DeltaDriver(Driver):
         models = {m.location: m for m in (self.model(b) for b in bindings)}
         unbound = [loc for loc in sorted(set(files) - set(models)) if applied_batch(self.table(loc), app) < batch]
         if unbound:
-            raise RecoveryError(f"batch {batch} of {materialization!r} staged data for Delta tables that are no "
-                                f"longer bound: {unbound}; restore the bindings to apply it")
+            raise RecoveryError(
+                f"batch {batch} of {materialization!r} staged data for Delta tables that are no "
+                f"longer bound: {unbound}; restore the bindings to apply it"
+            )
         owner = (materialization, runtime_checkpoint.get("checkpoint_id"))
         for location in sorted(models):  # every bound table records the batch, with data or without
-            self.run(lambda: self._apply_table(models[location], files.get(location, []), app, batch, owner),
-                     "apply batch", location)
-        quarantined = [name for stage in stages_of(state) if stage.get("batch") == batch
-                       for name, rows in stage.get("quarantine") or () if rows]
+            self.run(
+                lambda: self._apply_table(models[location], files.get(location, []), app, batch, owner),
+                "apply batch",
+                location,
+            )
+        quarantined = [
+            name
+            for stage in stages_of(state)
+            if stage.get("batch") == batch
+            for name, rows in stage.get("quarantine") or ()
+            if rows
+        ]
         if quarantined:  # the batch's invalid documents, by the same rule
-            self.run(lambda: apply_quarantine(self, quarantined, app, batch), "apply quarantine",
-                     self.quarantine_location)
+            self.run(
+                lambda: apply_quarantine(self, quarantined, app, batch), "apply quarantine", self.quarantine_location
+            )
         # Step 3: the staged files of every applied or abandoned attempt.
         self.run(lambda: self._remove_staged(materialization, before=started), "clean staging", self.staging)
 
@@ -285,24 +350,37 @@ class DeltaDriver(Driver):
             return
         have = owner_of(dt)
         if have is not None and have != owner:  # the fence between two jobs on one table
-            raise FencedOff(f"delta table {model.location!r} now belongs to materialization {have[0]!r} of tidemark "
-                            f"checkpoint {have[1]}; batch {batch} of {owner[0]!r} was not applied to it")
+            raise FencedOff(
+                f"delta table {model.location!r} now belongs to materialization {have[0]!r} of tidemark "
+                f"checkpoint {have[1]}; batch {batch} of {owner[0]!r} was not applied to it"
+            )
         if not names:
-            dt.create_write_transaction([], mode="append", schema=dt.schema(),
-                                        commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
+            dt.create_write_transaction(
+                [],
+                mode="append",
+                schema=dt.schema(),
+                commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]),
+            )
             return
         fs, _ = self.fs
         paths = [f"{self.fs[1].rstrip('/')}/{n}" for n in names]
         lost = [p for p, info in zip(paths, fs.get_file_info(paths)) if info.type != pafs.FileType.File]
         if lost:
-            raise RecoveryError(f"Delta table {model.location!r}: batch {batch} is in the recovery log but not "
-                                f"applied, and its staged files are gone: {lost}")
+            raise RecoveryError(
+                f"Delta table {model.location!r}: batch {batch} is in the recovery log but not "
+                f"applied, and its staged files are gone: {lost}"
+            )
         source = pds.dataset(paths, format="parquet", filesystem=fs)
         commit = CommitProperties(app_transactions=[Transaction(app, batch)])
         # Step 2
         if model.delta:
-            write_deltalake(dt, staged_reader(source, drop=DELETE_COLUMN), mode="append", commit_properties=commit,
-                            storage_options=self.storage_options)
+            write_deltalake(
+                dt,
+                staged_reader(source, drop=DELETE_COLUMN),
+                mode="append",
+                commit_properties=commit,
+                storage_options=self.storage_options,
+            )
         else:
             self._merge(dt, model, staged_reader(source), commit)
         dt = self.table(model.location)
@@ -315,12 +393,14 @@ class DeltaDriver(Driver):
         key_names = {c.name for c in model.keys}
         sets = {ident(n): f"s.{ident(n)}" for n in names if n not in key_names}
         (
-            dt.merge(source, predicate=on, source_alias="s", target_alias="t", streamed_exec=True,
-                     commit_properties=commit)
+            dt.merge(
+                source, predicate=on, source_alias="s", target_alias="t", streamed_exec=True, commit_properties=commit
+            )
             .when_matched_delete(predicate=f"s.{ident(DELETE_COLUMN)}")
             .when_matched_update(updates=sets)
-            .when_not_matched_insert(updates={ident(n): f"s.{ident(n)}" for n in names},
-                                     predicate=f"NOT s.{ident(DELETE_COLUMN)}")
+            .when_not_matched_insert(
+                updates={ident(n): f"s.{ident(n)}" for n in names}, predicate=f"NOT s.{ident(DELETE_COLUMN)}"
+            )
             .execute()
         )
 
@@ -378,11 +458,19 @@ class DeltaDriver(Driver):
                 raise
             have = owner_of(dt)
             if have is None:
-                out.append(Position(f"delta table {model.location}", materialization, None, -1,
-                                    resource=b.resource_path))
+                out.append(
+                    Position(f"delta table {model.location}", materialization, None, -1, resource=b.resource_path)
+                )
                 continue
-            out.append(Position(f"delta table {model.location}", have[0], have[1],
-                                applied_batch(dt, app_id(*have)), resource=b.resource_path))
+            out.append(
+                Position(
+                    f"delta table {model.location}",
+                    have[0],
+                    have[1],
+                    applied_batch(dt, app_id(*have)),
+                    resource=b.resource_path,
+                )
+            )
         return out
 
     def _exists(self, location: str) -> bool:

@@ -28,22 +28,30 @@ from tidemark.drivers.base import Driver  # the DeltaDriver
 from tidemark.errors import RecoveryError
 
 COLUMNS = ("materialization", "batch_id", "location", "key_json", "reason", "value")
-SCHEMA = pa.schema([
-    pa.field("materialization", pa.string(), nullable=False),
-    pa.field("batch_id", pa.int64()),
-    pa.field("location", pa.string()),
-    pa.field("key_json", pa.string()),
-    pa.field("reason", pa.string(), nullable=False),
-    pa.field("value", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("materialization", pa.string(), nullable=False),
+        pa.field("batch_id", pa.int64()),
+        pa.field("location", pa.string()),
+        pa.field("key_json", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("value", pa.string()),
+    ]
+)
 TABLE_PROPERTY = "tidemark.quarantine"  # marks the table as tidemark's dead-letter table
 
-__all__ = ["COLUMNS", "QUARANTINE_TABLE", "SCHEMA", "apply_quarantine", "drop_quarantine", "read_quarantine",
-           "stage_quarantine"]
+__all__ = [
+    "COLUMNS",
+    "QUARANTINE_TABLE",
+    "SCHEMA",
+    "apply_quarantine",
+    "drop_quarantine",
+    "read_quarantine",
+    "stage_quarantine",
+]
 
 
-def stage_quarantine(fs: pafs.FileSystem, path: str, materialization: str, batch_id: int,
-                     rows: Iterable[dict]) -> int:
+def stage_quarantine(fs: pafs.FileSystem, path: str, materialization: str, batch_id: int, rows: Iterable[dict]) -> int:
     """Write the invalid documents of one transaction to the staged file ``path``; the row count."""
     tuples = quarantine_rows(materialization, batch_id, rows)
     table = pa.Table.from_pylist([dict(zip(COLUMNS, t)) for t in tuples], schema=SCHEMA)
@@ -55,8 +63,14 @@ def stage_quarantine(fs: pafs.FileSystem, path: str, materialization: str, batch
 def apply_quarantine(driver: Driver, names: list[str], app: str, batch: int) -> None:
     """Append batch ``batch``'s staged quarantine files once (the app transaction ``(app, batch)``)."""
     location = driver.quarantine_location
-    DeltaTable.create(location, schema=SCHEMA, mode="ignore", configuration={TABLE_PROPERTY: "true"},
-                      storage_options=driver.storage_options, raise_if_key_not_exists=False)
+    DeltaTable.create(
+        location,
+        schema=SCHEMA,
+        mode="ignore",
+        configuration={TABLE_PROPERTY: "true"},
+        storage_options=driver.storage_options,
+        raise_if_key_not_exists=False,
+    )
     dt = driver.table(location)
     if applied_batch(dt, app) >= batch:  # Step 1, as for the data tables
         return
@@ -64,11 +78,18 @@ def apply_quarantine(driver: Driver, names: list[str], app: str, batch: int) -> 
     paths = [f"{base.rstrip('/')}/{n}" for n in names]
     lost = [p for p, info in zip(paths, fs.get_file_info(paths)) if info.type != pafs.FileType.File]
     if lost:
-        raise RecoveryError(f"Delta quarantine table {location!r}: batch {batch} is in the recovery log but its "
-                            f"invalid documents are not applied, and their staged files are gone: {lost}")
+        raise RecoveryError(
+            f"Delta quarantine table {location!r}: batch {batch} is in the recovery log but its "
+            f"invalid documents are not applied, and their staged files are gone: {lost}"
+        )
     source = pds.dataset(paths, format="parquet", filesystem=fs, schema=SCHEMA)
-    write_deltalake(dt, staged_reader(source), mode="append", storage_options=driver.storage_options,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
+    write_deltalake(
+        dt,
+        staged_reader(source),
+        mode="append",
+        storage_options=driver.storage_options,
+        commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]),
+    )
 
 
 def read_quarantine(driver: Driver, materialization: str) -> list[dict]:

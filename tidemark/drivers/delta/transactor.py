@@ -15,14 +15,32 @@ from deltalake import DeltaTable, QueryBuilder
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the DeltaDriver that opened it
 from tidemark.drivers.delta.quarantine import stage_quarantine
 from tidemark.drivers.delta.tables import (
-    IN_LIST_MAX, TableModel, app_id, applied_batch, arrow_type, column, ident, sql_literal, stages_of,
+    IN_LIST_MAX,
+    TableModel,
+    app_id,
+    applied_batch,
+    arrow_type,
+    column,
+    ident,
+    sql_literal,
+    stages_of,
 )
 from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Load, Loaded, Open, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
+    Acknowledge,
+    Acknowledged,
+    Load,
+    Loaded,
+    Open,
+    Quarantine,
+    StartCommit,
+    StartedCommit,
+    StateUpdate,
+    Store,
 )
+
 
 class DeltaTransactor(ReadCommittedLoads, Transactor):
     """One shard session: Loads read the committed table, Stores go to staged Parquet."""
@@ -64,7 +82,8 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
                         raise RecoveryError(
                             f"Delta table {model.location!r} is at batch {have} of {stage.get('app')!r}, but the "
                             f"recovery log says batch {stage.get('batch')} was applied to it (was the table "
-                            "replaced?); Loads would not be read-committed")
+                            "replaced?); Loads would not be read-committed"
+                        )
             self._snapshots[binding] = dt
         return dt
 
@@ -84,7 +103,9 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
             vals = sorted({k[j] for k in wanted}, key=lambda v: (type(v).__name__, v))
             value_sets.append(pa.array(vals, arrow_type(c.kind)))
             if c.kind != BOOLEAN and len({type(v) for v in vals}) == 1:
-                where.append(f"{ident(c.name)} >= {sql_literal(vals[0])} AND {ident(c.name)} <= {sql_literal(vals[-1])}")
+                where.append(
+                    f"{ident(c.name)} >= {sql_literal(vals[0])} AND {ident(c.name)} <= {sql_literal(vals[-1])}"
+                )
             if len(vals) <= IN_LIST_MAX:
                 where.append(f"{ident(c.name)} IN ({', '.join(sql_literal(v) for v in vals)})")
         cols = ", ".join(ident(c.name) for c in model.keys)
@@ -124,8 +145,9 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         arrays.append(pa.array([dumps(d) for d in msg.docs], pa.string()))
         arrays.append(pa.array([bool(x) for x in msg.deletes], pa.bool_()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        self.driver.run(lambda: self._writer(msg.binding, schema).write_batch(batch), "store", self.driver.staging,
-                        idempotent=False)
+        self.driver.run(
+            lambda: self._writer(msg.binding, schema).write_batch(batch), "store", self.driver.staging, idempotent=False
+        )
         self._rows[msg.binding] = self._rows.get(msg.binding, 0) + len(msg.keys)
 
     def _writer(self, binding: int, schema: pa.Schema) -> pq.ParquetWriter:
@@ -175,8 +197,12 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         self._acknowledged = False
         self._snapshots = {}
         # "quarantine" is always set: the merge patch must replace the range's previous list
-        stage = {"batch": int(cp["batch_id"]), "app": app_id(self.materialization, cp.get("checkpoint_id")),
-                 "files": files, "quarantine": quarantined}
+        stage = {
+            "batch": int(cp["batch_id"]),
+            "app": app_id(self.materialization, cp.get("checkpoint_id")),
+            "files": files,
+            "quarantine": quarantined,
+        }
         fault_point("after_endpoint_commit")
         return StartedCommit(StateUpdate({"stages": {self.range.name: stage}}, merge_patch=True))
 

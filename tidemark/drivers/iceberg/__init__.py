@@ -10,5 +10,13 @@ from tidemark.drivers.iceberg.driver import CAPABILITIES, IcebergDriver
 from tidemark.drivers.iceberg.tables import TableModel, applied_batch, applied_property, owner_of, table_batch
 from tidemark.drivers.iceberg.transactor import IcebergTransactor
 
-__all__ = ["CAPABILITIES", "IcebergDriver", "IcebergTransactor", "TableModel", "applied_batch", "applied_property",
-           "owner_of", "table_batch"]
+__all__ = [
+    "CAPABILITIES",
+    "IcebergDriver",
+    "IcebergTransactor",
+    "TableModel",
+    "applied_batch",
+    "applied_property",
+    "owner_of",
+    "table_batch",
+]

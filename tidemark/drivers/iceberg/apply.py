@@ -17,7 +17,12 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import (
-    AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    LessThanOrEqual,
 )
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import DataScan, Transaction
@@ -47,8 +52,9 @@ def _keys_like(keys: pa.Table, data: pa.Table, key_names: Sequence[str]) -> pa.T
     return pa.table({n: keys.column(n).cast(data.schema.field(n).type) for n in key_names})
 
 
-def replace_keys(txn: Transaction, key_names: Sequence[str], keys: pa.Table, rows: pa.Table,
-                 snapshot_properties: dict[str, str]) -> bool:
+def replace_keys(
+    txn: Transaction, key_names: Sequence[str], keys: pa.Table, rows: pa.Table, snapshot_properties: dict[str, str]
+) -> bool:
     """Remove every row whose key is in ``keys`` and add ``rows`` (whose keys are a subset of
     ``keys``), as ONE overwrite snapshot of ``txn``.  False if that changes nothing (no
     snapshot is added)."""
@@ -61,18 +67,27 @@ def replace_keys(txn: Transaction, key_names: Sequence[str], keys: pa.Table, row
     if meta.current_snapshot() is not None and keys.num_rows:
         tasks = DataScan(table_metadata=meta, io=io, row_filter=key_filter(key_names, keys)).plan_files()
         for task in tasks:
-            data = ArrowScan(table_metadata=meta, io=io, projected_schema=schema,
-                             row_filter=AlwaysTrue()).to_table(tasks=[task])
+            data = ArrowScan(table_metadata=meta, io=io, projected_schema=schema, row_filter=AlwaysTrue()).to_table(
+                tasks=[task]
+            )
             kept = data.join(_keys_like(keys, data, key_names), keys=list(key_names), join_type="left anti")
             if kept.num_rows == data.num_rows:
                 continue  # no changed key in this file
             deleted.append(task.file)
             if kept.num_rows:
-                added.extend(_dataframe_to_data_files(table_metadata=meta, df=kept.select(data.column_names),
-                                                      io=io, write_uuid=write_uuid, counter=counter))
+                added.extend(
+                    _dataframe_to_data_files(
+                        table_metadata=meta,
+                        df=kept.select(data.column_names),
+                        io=io,
+                        write_uuid=write_uuid,
+                        counter=counter,
+                    )
+                )
     if rows.num_rows:
-        added.extend(_dataframe_to_data_files(table_metadata=meta, df=rows, io=io, write_uuid=write_uuid,
-                                              counter=counter))
+        added.extend(
+            _dataframe_to_data_files(table_metadata=meta, df=rows, io=io, write_uuid=write_uuid, counter=counter)
+        )
     if not deleted and not added:
         return False
     with txn.update_snapshot(snapshot_properties=snapshot_properties).overwrite(commit_uuid=write_uuid) as snap:

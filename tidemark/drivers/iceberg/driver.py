@@ -54,16 +54,40 @@ from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, colum
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
-    DELETE_COLUMN, IDENTITY_PROPERTY, KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY, RETRIES_PROPERTY, SUMMARY_BATCH, SUMMARY_CHECKPOINT,
-    SUMMARY_MATERIALIZATION, TableModel, applied_property, applied_text, iceberg_type, key_of, owner_of,
-    owner_text, stages_of, table_batch, translate_error,
+    DELETE_COLUMN,
+    IDENTITY_PROPERTY,
+    KEY_PROPERTY,
+    MODE_PROPERTY,
+    OWNER_PROPERTY,
+    RETRIES_PROPERTY,
+    SUMMARY_BATCH,
+    SUMMARY_CHECKPOINT,
+    SUMMARY_MATERIALIZATION,
+    TableModel,
+    applied_property,
+    applied_text,
+    iceberg_type,
+    key_of,
+    owner_of,
+    owner_text,
+    stages_of,
+    table_batch,
+    translate_error,
 )
 from tidemark.drivers.iceberg.transactor import IcebergTransactor
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    SpecResponse,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 
 T = TypeVar("T")
@@ -97,8 +121,10 @@ class IcebergDriver(Driver):
         return resolve_config(config, base_dir)
 
     def __repr__(self) -> str:
-        return (f"IcebergDriver(catalog={self.settings.shown(self.settings.properties['uri'])!r}, "
-                f"namespace={'.'.join(self.settings.namespace)!r})")
+        return (
+            f"IcebergDriver(catalog={self.settings.shown(self.settings.properties['uri'])!r}, "
+            f"namespace={'.'.join(self.settings.namespace)!r})"
+        )
 
     def __getstate__(self):
         return {"config": self.config}
@@ -122,8 +148,9 @@ class IcebergDriver(Driver):
     @property
     def catalog(self):
         if self._catalog is None:
-            self._catalog = self.run(self.settings.catalog, "connect",
-                                     self.settings.shown(self.settings.properties["uri"]))
+            self._catalog = self.run(
+                self.settings.catalog, "connect", self.settings.shown(self.settings.properties["uri"])
+            )
         return self._catalog
 
     @property
@@ -140,7 +167,9 @@ class IcebergDriver(Driver):
         res = binding.resource if isinstance(binding.resource, dict) else {}
         name = res.get("table")
         if not isinstance(name, str) or not name:
-            raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}")
+            raise SpecError(
+                f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}"
+            )
         if any(ch in name for ch in "./\\\x00") or name.strip() != name:
             raise SpecError(f"iceberg: invalid table name {name!r} (no '.', '/', '\\', or surrounding spaces)")
         keys = tuple(Column(f.name, field_kind(f), True) for f in binding.key_fields)
@@ -150,15 +179,19 @@ class IcebergDriver(Driver):
         names = [c.name for c in keys + values] + [DOCUMENT_COLUMN, DELETE_COLUMN]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise IncompatibleSchema(f"iceberg table {name!r}: column names collide: {dup} "
-                                     f"({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)")
+            raise IncompatibleSchema(
+                f"iceberg table {name!r}: column names collide: {dup} "
+                f"({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)"
+            )
         part = res.get("partition_by")
         if part is not None:
             kinds = {c.name: c.kind for c in keys + values}
             if not isinstance(part, str) or kinds.get(part) in (None, JSON):
                 scalars = sorted(n for n, k in kinds.items() if k != JSON)
-                raise SpecError(f"iceberg table {name!r}: partition_by must name one of its scalar columns "
-                                f"({', '.join(scalars)}), got {part!r}")
+                raise SpecError(
+                    f"iceberg table {name!r}: partition_by must name one of its scalar columns "
+                    f"({', '.join(scalars)}), got {part!r}"
+                )
         return TableModel(self.settings.namespace + (name,), keys, values, bool(binding.delta_updates), part)
 
     def load(self, model: TableModel):
@@ -174,19 +207,43 @@ class IcebergDriver(Driver):
     # ----------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["catalog", "namespace"], "properties": {
-                "catalog": {"type": "object", "required": ["warehouse"], "properties": {
-                    "uri": {"type": "string"}, "warehouse": {"type": "string"}, "name": {"type": "string"}}},
-                "namespace": {"type": "string"}, "staging": {"type": "string"}, "retry": {"type": "object"}}},
-            resource_schema={"type": "object", "required": ["table"], "properties": {
-                "table": {"type": "string"}, "partition_by": {"type": "string"}}},
+            config_schema={
+                "type": "object",
+                "required": ["catalog", "namespace"],
+                "properties": {
+                    "catalog": {
+                        "type": "object",
+                        "required": ["warehouse"],
+                        "properties": {
+                            "uri": {"type": "string"},
+                            "warehouse": {"type": "string"},
+                            "name": {"type": "string"},
+                        },
+                    },
+                    "namespace": {"type": "string"},
+                    "staging": {"type": "string"},
+                    "retry": {"type": "object"},
+                },
+            },
+            resource_schema={
+                "type": "object",
+                "required": ["table"],
+                "properties": {"table": {"type": "string"}, "partition_by": {"type": "string"}},
+            },
         )
 
     def _check(self, model: TableModel, table) -> list[Column]:
         """The columns to add to an existing table; raises IncompatibleSchema."""
         existing = {f.name: f.field_type for f in table.schema().fields}
-        return columns_to_add(f"iceberg table {model.name!r}", model.keys, model.columns, model.delta,
-                              table.properties, existing, iceberg_type)
+        return columns_to_add(
+            f"iceberg table {model.name!r}",
+            model.keys,
+            model.columns,
+            model.delta,
+            table.properties,
+            existing,
+            iceberg_type,
+        )
 
     def validate(self, req: Validate) -> Validated:
         for b in req.bindings:
@@ -206,8 +263,11 @@ class IcebergDriver(Driver):
         owner = (req.materialization, str(req.checkpoint_id)) if req.checkpoint_id else None
         models = [(b, self.model(b)) for b in req.bindings]
         if models and not req.dry_run:
-            self.run(lambda: self.catalog.create_namespace_if_not_exists(self.settings.namespace), "apply",
-                     ".".join(self.settings.namespace))
+            self.run(
+                lambda: self.catalog.create_namespace_if_not_exists(self.settings.namespace),
+                "apply",
+                ".".join(self.settings.namespace),
+            )
         for i, (b, model) in enumerate(models):
             record = dumps({**req.identities[i], "resolved": model.name}) if owner and i < len(req.identities) else None
 
@@ -217,15 +277,22 @@ class IcebergDriver(Driver):
                     actions.append(f"create iceberg table {model.name}")
                     created.append(b.resource_path)
                     if not req.dry_run:
-                        props = {KEY_PROPERTY: dumps([c.name for c in model.keys]), RETRIES_PROPERTY: "0",
-                                 MODE_PROPERTY: "true" if model.delta else "false"}
+                        props = {
+                            KEY_PROPERTY: dumps([c.name for c in model.keys]),
+                            RETRIES_PROPERTY: "0",
+                            MODE_PROPERTY: "true" if model.delta else "false",
+                        }
                         if owner:
                             props[OWNER_PROPERTY] = owner_text(*owner)
                         if record:
                             props[IDENTITY_PROPERTY] = record
                         try:
-                            self.catalog.create_table(model.identifier, schema=model.schema(), properties=props,
-                                                      partition_spec=model.partition_spec())
+                            self.catalog.create_table(
+                                model.identifier,
+                                schema=model.schema(),
+                                properties=props,
+                                partition_spec=model.partition_spec(),
+                            )
                         except TableAlreadyExistsError as exc:  # created meanwhile: plan again
                             actions.pop()
                             created.pop()
@@ -237,12 +304,14 @@ class IcebergDriver(Driver):
                     raise IncompatibleSchema(
                         f"iceberg table {model.name!r} is partitioned by {[f.name for f in table.spec().fields]}, the "
                         f"binding asks for {want} (partition_by); tidemark does not repartition a table: keep its "
-                        "partitioning, or drop the table (tidemark reset) to create it anew")
+                        "partitioning, or drop the table (tidemark reset) to create it anew"
+                    )
                 have = owner_of(table.properties)
                 if owner and have is not None and have != owner:
                     raise RecoveryError(
                         f"iceberg table {model.name!r} belongs to materialization {have[0]!r} of tidemark checkpoint "
-                        f"{have[1]}, not to this one ({owner[1]}). Nothing was changed")
+                        f"{have[1]}, not to this one ({owner[1]}). Nothing was changed"
+                    )
                 updates = {}
                 if owner and have is None:  # a table of an older run without an owner: this checkpoint takes it
                     updates[OWNER_PROPERTY] = owner_text(*owner)
@@ -269,8 +338,9 @@ class IcebergDriver(Driver):
         models = [self.model(b) for b in req.bindings]
         return IcebergTransactor(self, req, models), Opened(None)  # the recovery log is authoritative
 
-    def coordinator_acknowledge(self, materialization: str, state: Any, runtime_checkpoint: dict,
-                                bindings: Sequence[BindingSpec]) -> None:
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
         """Apply batch N's staged files to every bound table, once (see the module docstring)."""
         started = time.time()
         batch = int(runtime_checkpoint["batch_id"])
@@ -290,8 +360,10 @@ class IcebergDriver(Driver):
             if table is None or table_batch(table, materialization, checkpoint_id) < batch:
                 unbound.append(name)
         if unbound:
-            raise RecoveryError(f"batch {batch} of {materialization!r} staged data for Iceberg tables that are no "
-                                f"longer bound: {unbound}; restore the bindings to apply it")
+            raise RecoveryError(
+                f"batch {batch} of {materialization!r} staged data for Iceberg tables that are no "
+                f"longer bound: {unbound}; restore the bindings to apply it"
+            )
         owner = (materialization, checkpoint_id)
         for name in sorted(models):  # every bound table records the batch, with data or without
             self.run(lambda: self._apply_table(models[name], files.get(name, []), owner, batch), "apply batch", name)
@@ -307,14 +379,19 @@ class IcebergDriver(Driver):
             return False
         have = owner_of(table.properties)
         if have is not None and have != owner:  # the fence between two jobs on one table
-            raise FencedOff(f"iceberg table {model.name!r} now belongs to materialization {have[0]!r} of tidemark "
-                            f"checkpoint {have[1]}; batch {batch} of {materialization!r} was not applied to it")
+            raise FencedOff(
+                f"iceberg table {model.name!r} now belongs to materialization {have[0]!r} of tidemark "
+                f"checkpoint {have[1]}; batch {batch} of {materialization!r} was not applied to it"
+            )
         if table.properties.get(RETRIES_PROPERTY) != "0":  # never let pyiceberg re-commit on its own
             with table.transaction() as txn:
                 txn.set_properties({RETRIES_PROPERTY: "0"})
             table = self.load(model)
-        summary = {SUMMARY_MATERIALIZATION: materialization, SUMMARY_CHECKPOINT: checkpoint_id,
-                   SUMMARY_BATCH: str(batch)}
+        summary = {
+            SUMMARY_MATERIALIZATION: materialization,
+            SUMMARY_CHECKPOINT: checkpoint_id,
+            SUMMARY_BATCH: str(batch),
+        }
         txn = table.transaction()
         changed = False
         if names:
@@ -341,8 +418,10 @@ class IcebergDriver(Driver):
         paths = [f"{base}/{n}" for n in names]
         lost = [p for p, info in zip(paths, fs.get_file_info(paths)) if info.type != pafs.FileType.File]
         if lost:
-            raise RecoveryError(f"Iceberg table {model.name!r}: batch {batch} is in the recovery log but not "
-                                f"applied, and its staged files are gone: {lost}")
+            raise RecoveryError(
+                f"Iceberg table {model.name!r}: batch {batch} is in the recovery log but not "
+                f"applied, and its staged files are gone: {lost}"
+            )
         parts = [pq.read_table(p, filesystem=fs) for p in paths]
         return pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
 
@@ -397,8 +476,7 @@ class IcebergDriver(Driver):
             if have is None:
                 out.append(Position(place, materialization, None, -1, resource=b.resource_path))
             else:
-                out.append(Position(place, have[0], have[1], table_batch(table, *have),
-                                    resource=b.resource_path))
+                out.append(Position(place, have[0], have[1], table_batch(table, *have), resource=b.resource_path))
         return out
 
     def snapshots(self, binding: BindingSpec) -> list[dict]:

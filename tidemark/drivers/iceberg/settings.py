@@ -33,7 +33,7 @@ def sqlalchemy_url(uri: str) -> str:
     installs); SQLAlchemy's default there would be psycopg2."""
     for prefix in ("postgresql://", "postgres://"):
         if uri.startswith(prefix):
-            return "postgresql+psycopg://" + uri[len(prefix):]
+            return "postgresql+psycopg://" + uri[len(prefix) :]
     return uri
 
 
@@ -52,8 +52,9 @@ class Settings:
         refuse_unknown("iceberg", config, ("catalog", "namespace", "staging", "retry"))
         cat = config.get("catalog")
         if not isinstance(cat, dict):
-            raise SpecError("iceberg endpoint needs {catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL}, "
-                            "namespace: NAME}")
+            raise SpecError(
+                "iceberg endpoint needs {catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL}, namespace: NAME}"
+            )
         props = {str(k): str(v) for k, v in cat.items() if k != "name" and v is not None}
         warehouse = props.get("warehouse")
         if not warehouse:
@@ -63,11 +64,14 @@ class Settings:
         props["warehouse"] = warehouse
         self.kind = props.pop("type", "sql").lower()  # sql (tested), or another pyiceberg catalog type (rest, …)
         if self.kind == "sql":
-            uri = props.get("uri") or (f"sqlite:///{os.path.join(warehouse, 'catalog.db')}"
-                                       if not is_uri(warehouse) else None)
+            uri = props.get("uri") or (
+                f"sqlite:///{os.path.join(warehouse, 'catalog.db')}" if not is_uri(warehouse) else None
+            )
             if not uri:
-                raise SpecError("iceberg endpoint: catalog.uri is required (a SQLAlchemy URL: sqlite:///catalog.db, "
-                                "postgresql://user@host/db) when the warehouse is not a local folder")
+                raise SpecError(
+                    "iceberg endpoint: catalog.uri is required (a SQLAlchemy URL: sqlite:///catalog.db, "
+                    "postgresql://user@host/db) when the warehouse is not a local folder"
+                )
             props["uri"] = sqlalchemy_url(uri)
         elif not props.get("uri"):
             raise SpecError(f"iceberg endpoint: a {self.kind} catalog needs catalog.uri (e.g. https://catalog:8181)")

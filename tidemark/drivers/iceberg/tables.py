@@ -23,8 +23,11 @@ OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the o
 IDENTITY_PROPERTY = "tidemark.identity"  # the view-identity record (runtime.view_identity), JSON
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
 # snapshot summary properties of every apply
-SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = "tidemark.materialization", "tidemark.checkpoint-id", \
-    "tidemark.batch"
+SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = (
+    "tidemark.materialization",
+    "tidemark.checkpoint-id",
+    "tidemark.batch",
+)
 
 ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType(), BOOLEAN: BooleanType()}
 
@@ -60,8 +63,9 @@ class TableModel:
     def schema(self) -> Schema:
         """The table's schema: keys required (and the identifier fields of a standard table),
         one optional typed column per value, the document required."""
-        fields = [NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key)
-                  for i, c in enumerate(self.columns)]
+        fields = [
+            NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key) for i, c in enumerate(self.columns)
+        ]
         fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
         ids = [] if self.delta else list(range(1, len(self.keys) + 1))
         return Schema(*fields, identifier_field_ids=ids)
@@ -74,8 +78,9 @@ class TableModel:
         if self.partition_by is None:
             return UNPARTITIONED_PARTITION_SPEC
         source = 1 + [c.name for c in self.columns].index(self.partition_by)
-        return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(),
-                                            name=self.partition_by))
+        return PartitionSpec(
+            PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=self.partition_by)
+        )
 
     def staged_schema(self) -> pa.Schema:
         fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]

@@ -18,7 +18,15 @@ from tidemark.drivers.iceberg.tables import TableModel, arrow_type, column, stag
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Load, Loaded, Open, StartCommit, StartedCommit, StateUpdate, Store,
+    Acknowledge,
+    Acknowledged,
+    Load,
+    Loaded,
+    Open,
+    StartCommit,
+    StartedCommit,
+    StateUpdate,
+    Store,
 )
 
 
@@ -64,7 +72,8 @@ class IcebergTransactor(ReadCommittedLoads, Transactor):
                     raise RecoveryError(
                         f"Iceberg table {model.name!r} is at batch {have} of checkpoint {stage.get('checkpoint_id')}, "
                         f"but the recovery log says batch {stage.get('batch')} was applied to it (was the table "
-                        "replaced or rolled back?); Loads would not be read-committed")
+                        "replaced or rolled back?); Loads would not be read-committed"
+                    )
             self._tables[binding] = table
         return table
 
@@ -92,8 +101,14 @@ class IcebergTransactor(ReadCommittedLoads, Transactor):
 
         found_rows = self.driver.run(scan, "load", model.name)
         if len(model.keys) > 1 and found_rows.num_rows:  # the In per column over-selects
-            probe = pa.table({c.name: pa.array([k[j] for k in wanted], arrow_type(c.kind))
-                              .cast(found_rows.schema.field(c.name).type) for j, c in enumerate(model.keys)})
+            probe = pa.table(
+                {
+                    c.name: pa.array([k[j] for k in wanted], arrow_type(c.kind)).cast(
+                        found_rows.schema.field(c.name).type
+                    )
+                    for j, c in enumerate(model.keys)
+                }
+            )
             found_rows = found_rows.join(probe, keys=[c.name for c in model.keys], join_type="left semi")
         if not found_rows.num_rows:
             return []
@@ -117,8 +132,9 @@ class IcebergTransactor(ReadCommittedLoads, Transactor):
         arrays.append(pa.array([dumps(d) for d in msg.docs], pa.string()))
         arrays.append(pa.array([bool(x) for x in msg.deletes], pa.bool_()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        self.driver.run(lambda: self._writer(msg.binding, schema).write_batch(batch), "store", self.driver.staging,
-                        idempotent=False)
+        self.driver.run(
+            lambda: self._writer(msg.binding, schema).write_batch(batch), "store", self.driver.staging, idempotent=False
+        )
         self._rows[msg.binding] = self._rows.get(msg.binding, 0) + len(msg.keys)
 
     def _writer(self, binding: int, schema: pa.Schema) -> pq.ParquetWriter:

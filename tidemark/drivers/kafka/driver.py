@@ -33,7 +33,11 @@ from tidemark.drivers.kafka.progress import check_partitions
 from tidemark.drivers.kafka.topics import partition_counts
 from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
 from tidemark.drivers.kafka.settings import (
-    KafkaSettings, check_topic_name, resolve_state, resource_partitions, topic_of,
+    KafkaSettings,
+    check_topic_name,
+    resolve_state,
+    resource_partitions,
+    topic_of,
 )
 from tidemark.drivers.kafka.transactor import KafkaTransactor
 from tidemark.drivers.common.fences import CheckpointState, plan_open
@@ -41,7 +45,16 @@ from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    Range,
+    SpecResponse,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 
 CAPABILITIES = Capabilities(
@@ -76,15 +89,30 @@ class KafkaDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["bootstrap_servers"], "properties": {
-                "bootstrap_servers": {"type": "string"}, "state": {"type": "string"},
-                "progress_topic": {"type": "string"}, "quarantine_topic": {"type": "string"},
-                "partitions": {"type": "integer"}, "replication_factor": {"type": "integer"},
-                "transactional_id_prefix": {"type": "string"}, "retry": {"type": "object"}},
-                "additionalProperties": True},
-            resource_schema={"type": "object", "required": ["topic"], "properties": {
-                "topic": {"type": "string"}, "partitions": {"type": "integer"},
-                "replication_factor": {"type": "integer"}}},
+            config_schema={
+                "type": "object",
+                "required": ["bootstrap_servers"],
+                "properties": {
+                    "bootstrap_servers": {"type": "string"},
+                    "state": {"type": "string"},
+                    "progress_topic": {"type": "string"},
+                    "quarantine_topic": {"type": "string"},
+                    "partitions": {"type": "integer"},
+                    "replication_factor": {"type": "integer"},
+                    "transactional_id_prefix": {"type": "string"},
+                    "retry": {"type": "object"},
+                },
+                "additionalProperties": True,
+            },
+            resource_schema={
+                "type": "object",
+                "required": ["topic"],
+                "properties": {
+                    "topic": {"type": "string"},
+                    "partitions": {"type": "integer"},
+                    "replication_factor": {"type": "integer"},
+                },
+            },
         )
 
     # ------------------------------------------------------------------ places
@@ -94,8 +122,9 @@ class KafkaDriver(Driver):
     def _store_config(self, materialization: str):
         from tidemark.store import StoreConfig
 
-        return StoreConfig.from_config({"path": self.state_dir(materialization)},
-                                       lock_timeout=self.settings.policy.lock_timeout)
+        return StoreConfig.from_config(
+            {"path": self.state_dir(materialization)}, lock_timeout=self.settings.policy.lock_timeout
+        )
 
     def _topics(self, bindings: Sequence[BindingSpec]) -> list[str]:
         topics = [topic_of(b) for b in bindings]
@@ -122,8 +151,9 @@ class KafkaDriver(Driver):
             # standard bindings: a compactable upsert log (the last record per key is the view)
             specs.append(TopicSpec(t, parts, {} if b.delta_updates else {"cleanup.policy": "compact"}, rf))
         specs.append(progress_topic_spec(s.progress_topic, 1, s.replication_factor))
-        specs.append(TopicSpec(check_topic_name(s.quarantine_topic, "quarantine_topic"), None, {},
-                               s.replication_factor))
+        specs.append(
+            TopicSpec(check_topic_name(s.quarantine_topic, "quarantine_topic"), None, {}, s.replication_factor)
+        )
         return specs
 
     # ------------------------------------------------------------- setup phase
@@ -148,7 +178,8 @@ class KafkaDriver(Driver):
                     f"kafka: topic {t!r} is written by materialization {others[0]!r}, not only by {materialization!r}: "
                     "two views on one topic would each take the other's documents for its own. Give this "
                     f"binding a topic of its own, or reset the other view first (`tidemark reset SPEC -m {others[0]}`). "
-                    "Nothing was written")
+                    "Nothing was written"
+                )
 
     def apply(self, req: Apply) -> Applied:
         from tidemark.drivers.kafka.topics import ensure_topics
@@ -190,8 +221,11 @@ class KafkaDriver(Driver):
         producer.init_transactions(s.policy.lock_timeout)
         producer.begin_transaction()
         for topic, record in records.items():
-            producer.produce(s.progress_topic, key=identity_key(topic),
-                             value=None if record is None else json.dumps(record, sort_keys=True).encode("utf-8"))
+            producer.produce(
+                s.progress_topic,
+                key=identity_key(topic),
+                value=None if record is None else json.dumps(record, sort_keys=True).encode("utf-8"),
+            )
         producer.commit_transaction(s.policy.lock_timeout)
 
     def keep_identities(self, topics: Sequence[str], records: Sequence[dict]) -> None:
@@ -255,8 +289,10 @@ class KafkaDriver(Driver):
         done = []
         if open_ids:
             fence_and_abort(s.client, sorted(open_ids), policy=s.policy)
-            done.append(f"kafka: aborted the transactions earlier runs left open in {s.progress_topic!r} "
-                        f"(fenced {', '.join(sorted(open_ids))})")
+            done.append(
+                f"kafka: aborted the transactions earlier runs left open in {s.progress_topic!r} "
+                f"(fenced {', '.join(sorted(open_ids))})"
+            )
         frontiers = self.frontiers(materialization)
         ids = {tid(r) for r in frontiers.values() if r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id}
         ids |= {transactional_id(materialization, r, prefix=s.prefix) for r in ranges if r not in frontiers}
@@ -273,14 +309,14 @@ class KafkaDriver(Driver):
 
         s, mat, rng = self.settings, req.materialization, req.range
         topics = self._topics(req.bindings)
-        writer = RangeWriter.open(s.client, mat, rng, progress_topic=s.progress_topic, prefix=s.prefix,
-                                  policy=s.policy)
+        writer = RangeWriter.open(s.client, mat, rng, progress_topic=s.progress_topic, prefix=s.prefix, policy=s.policy)
         store = None
         try:
             frontiers = self.frontiers(mat)
             overlapping = [r for r in frontiers.values() if r.range.overlaps(rng)]
-            plan = plan_open(mat, rng, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint)
-                                        for r in overlapping])
+            plan = plan_open(
+                mat, rng, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint) for r in overlapping]
+            )
             own = frontiers.get(rng)
             mine = _batch(own.runtime_checkpoint) if own is not None else None
             # the data topics' partition counts: as this view's ranges recorded them (progress.check_partitions)
@@ -293,8 +329,12 @@ class KafkaDriver(Driver):
             if live:
                 old = sorted({r.transactional_id or transactional_id(mat, r.range, prefix=s.prefix) for r in live})
                 fence_and_abort(s.client, old, policy=s.policy)
-                log.info("kafka: range %s of %s fenced the transactional ids of overlapping ranges: %s",
-                         rng.name, mat, ", ".join(old))
+                log.info(
+                    "kafka: range %s of %s fenced the transactional ids of overlapping ranges: %s",
+                    rng.name,
+                    mat,
+                    ", ".join(old),
+                )
             if plan.checkpoint is not None and (own is None or plan.refresh):
                 # The range inherits a checkpoint: record it as the range's own frontier.
                 own = _inherit(writer, mat, rng, own, plan.checkpoint)
@@ -303,16 +343,24 @@ class KafkaDriver(Driver):
             standard = [(t, binding_id(t)) for b, t in zip(req.bindings, topics) if not b.delta_updates]
             if needs_rebuild(mat, store, plan.checkpoint):
                 rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy, materialization=mat)
-            state = StoreTransactor(store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)],
-                                    [binding_id(t) for t in topics])
+            state = StoreTransactor(
+                store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)], [binding_id(t) for t in topics]
+            )
         except BaseException:
             writer.close()
             if store is not None:
                 store.close()
             raise
-        transactor = KafkaTransactor(writer, state, materialization=mat, topics=topics,
-                                     delta=[b.delta_updates for b in req.bindings],
-                                     quarantine_topic=s.quarantine_topic, frontier=own, partitions=partitions)
+        transactor = KafkaTransactor(
+            writer,
+            state,
+            materialization=mat,
+            topics=topics,
+            delta=[b.delta_updates for b in req.bindings],
+            quarantine_topic=s.quarantine_topic,
+            frontier=own,
+            partitions=partitions,
+        )
         return transactor, Opened(plan.checkpoint)
 
     # -------------------------------------------------------------- inspection
@@ -325,8 +373,11 @@ class KafkaDriver(Driver):
 
         s, topic = self.settings, topic_of(binding)
         if binding.delta_updates:
-            return [orjson.loads(m.value()) for m in committed_messages(s.client, topic, policy=s.policy)
-                    if m.value() is not None]
+            return [
+                orjson.loads(m.value())
+                for m in committed_messages(s.client, topic, policy=s.policy)
+                if m.value() is not None
+            ]
         return dict(tail(s.client, topic, policy=s.policy))
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
@@ -336,8 +387,10 @@ class KafkaDriver(Driver):
             if not self._progress_topic_exists():
                 return []
             raise
-        return [CheckpointRow(materialization, r.range, r.sequence, dict(r.runtime_checkpoint))
-                for r in sorted(frontiers.values(), key=lambda r: (r.range.key_begin, r.range.key_end))]
+        return [
+            CheckpointRow(materialization, r.range, r.sequence, dict(r.runtime_checkpoint))
+            for r in sorted(frontiers.values(), key=lambda r: (r.range.key_begin, r.range.key_end))
+        ]
 
     def _progress_topic_exists(self) -> bool:
         from confluent_kafka.admin import AdminClient
@@ -363,8 +416,11 @@ class KafkaDriver(Driver):
         if self._progress_topic_exists():
             frontiers = self.frontiers(materialization)
             if frontiers:
-                fence_and_abort(s.client, sorted({r.transactional_id for r in frontiers.values() if r.transactional_id}),
-                                policy=s.policy)
+                fence_and_abort(
+                    s.client,
+                    sorted({r.transactional_id for r in frontiers.values() if r.transactional_id}),
+                    policy=s.policy,
+                )
                 producer = _producer(s.client, f"{s.prefix}.reset", s.policy)
                 producer.init_transactions(s.policy.lock_timeout)
                 producer.begin_transaction()
@@ -374,8 +430,9 @@ class KafkaDriver(Driver):
                 done.append(f"forgot {len(frontiers)} range frontier(s) in {s.progress_topic}")
         if self._progress_topic_exists():
             kept = self.read_identities()
-            mine = {t: None for t in self._topics(bindings)
-                    if (kept.get(t) or {}).get("materialization") == materialization}
+            mine = {
+                t: None for t in self._topics(bindings) if (kept.get(t) or {}).get("materialization") == materialization
+            }
             if mine:
                 self.write_identities(mine)
                 done.append(f"forgot the view-identity records of {', '.join(sorted(mine))}")
@@ -404,8 +461,11 @@ def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
     """Commit ``checkpoint`` as ``rng``'s frontier (a transaction of one progress record)."""
     from tidemark.drivers.kafka.progress import ProgressRecord
 
-    record = (own.next(checkpoint, {}, transactional_id=writer.transactional_id) if own is not None else
-              ProgressRecord.first(materialization, rng, checkpoint, {}, transactional_id=writer.transactional_id))
+    record = (
+        own.next(checkpoint, {}, transactional_id=writer.transactional_id)
+        if own is not None
+        else ProgressRecord.first(materialization, rng, checkpoint, {}, transactional_id=writer.transactional_id)
+    )
     writer.begin()
     writer.commit(record)
     return record

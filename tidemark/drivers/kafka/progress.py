@@ -69,32 +69,59 @@ class ProgressRecord:
         return progress_key(self.materialization, self.range)
 
     def encode(self) -> bytes:
-        return _dumps({
-            "v": self.version,
-            "materialization": self.materialization,
-            "key_begin": self.range.key_begin,
-            "key_end": self.range.key_end,
-            "sequence": self.sequence,
-            "runtime_checkpoint": dict(self.runtime_checkpoint),
-            "counts": dict(self.counts),
-            "transactional_id": self.transactional_id,
-            **({"partitions": dict(self.partitions)} if self.partitions else {}),
-        })
+        return _dumps(
+            {
+                "v": self.version,
+                "materialization": self.materialization,
+                "key_begin": self.range.key_begin,
+                "key_end": self.range.key_end,
+                "sequence": self.sequence,
+                "runtime_checkpoint": dict(self.runtime_checkpoint),
+                "counts": dict(self.counts),
+                "transactional_id": self.transactional_id,
+                **({"partitions": dict(self.partitions)} if self.partitions else {}),
+            }
+        )
 
-    def next(self, runtime_checkpoint: Mapping[str, Any], counts: Mapping[str, int] | None = None,
-             *, range: Range | None = None, transactional_id: str | None = None,
-             partitions: Mapping[str, int] | None = None) -> "ProgressRecord":
+    def next(
+        self,
+        runtime_checkpoint: Mapping[str, Any],
+        counts: Mapping[str, int] | None = None,
+        *,
+        range: Range | None = None,
+        transactional_id: str | None = None,
+        partitions: Mapping[str, int] | None = None,
+    ) -> "ProgressRecord":
         """The record of the commit after this one (optionally for a new range that inherits it)."""
-        return ProgressRecord(self.materialization, range or self.range, self.sequence + 1, runtime_checkpoint,
-                              dict(counts or {}), transactional_id or self.transactional_id,
-                              partitions=dict(self.partitions if partitions is None else partitions))
+        return ProgressRecord(
+            self.materialization,
+            range or self.range,
+            self.sequence + 1,
+            runtime_checkpoint,
+            dict(counts or {}),
+            transactional_id or self.transactional_id,
+            partitions=dict(self.partitions if partitions is None else partitions),
+        )
 
     @staticmethod
-    def first(materialization: str, range: Range, runtime_checkpoint: Mapping[str, Any],
-              counts: Mapping[str, int] | None = None, *, transactional_id: str | None = None,
-              partitions: Mapping[str, int] | None = None) -> "ProgressRecord":
-        return ProgressRecord(materialization, range, 1, runtime_checkpoint, dict(counts or {}), transactional_id,
-                              partitions=dict(partitions or {}))
+    def first(
+        materialization: str,
+        range: Range,
+        runtime_checkpoint: Mapping[str, Any],
+        counts: Mapping[str, int] | None = None,
+        *,
+        transactional_id: str | None = None,
+        partitions: Mapping[str, int] | None = None,
+    ) -> "ProgressRecord":
+        return ProgressRecord(
+            materialization,
+            range,
+            1,
+            runtime_checkpoint,
+            dict(counts or {}),
+            transactional_id,
+            partitions=dict(partitions or {}),
+        )
 
     @staticmethod
     def decode(value: bytes, *, where: str = "progress record") -> "ProgressRecord":
@@ -106,17 +133,26 @@ class ProgressRecord:
             raise RecoveryError(f"{where}: not a tidemark progress record (no format version)")
         version = obj["v"]
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise RecoveryError(f"{where}: progress record format {version!r} is newer than this tidemark "
-                                f"understands ({FORMAT_VERSION}); upgrade tidemark")
+            raise RecoveryError(
+                f"{where}: progress record format {version!r} is newer than this tidemark "
+                f"understands ({FORMAT_VERSION}); upgrade tidemark"
+            )
         try:
             rng = Range(int(obj["key_begin"]), int(obj["key_end"]))
             checkpoint = obj["runtime_checkpoint"]
             if not isinstance(checkpoint, dict):
                 raise TypeError("runtime_checkpoint is not an object")
             parts = obj.get("partitions") or {}
-            return ProgressRecord(str(obj["materialization"]), rng, int(obj["sequence"]), checkpoint,
-                                  dict(obj.get("counts") or {}), obj.get("transactional_id"), version,
-                                  {str(t): int(n) for t, n in dict(parts).items()})
+            return ProgressRecord(
+                str(obj["materialization"]),
+                rng,
+                int(obj["sequence"]),
+                checkpoint,
+                dict(obj.get("counts") or {}),
+                obj.get("transactional_id"),
+                version,
+                {str(t): int(n) for t, n in dict(parts).items()},
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecoveryError(f"{where}: malformed progress record ({type(exc).__name__}: {exc})") from exc
 
@@ -126,8 +162,7 @@ def check_partitions(materialization: str, records, now: Mapping[str, int]) -> N
     recorded when they committed (``records``: their progress records), before anything is
     written: with another count, Kafka sends a key's next records to another partition."""
     for topic, count in sorted(now.items()):
-        were = sorted({(r.partitions[topic], _batch(r)) for r in records if topic in r.partitions},
-                      key=lambda x: -x[1])
+        were = sorted({(r.partitions[topic], _batch(r)) for r in records if topic in r.partitions}, key=lambda x: -x[1])
         changed = [(n, b) for n, b in were if n != count]
         if changed:
             n, batch = changed[0]
@@ -139,7 +174,8 @@ def check_partitions(materialization: str, records, now: Mapping[str, int]) -> N
                 f"partitions, so the view's keys would have their old records in one partition and their next ones in "
                 f"another, and readers and compaction would keep two values of one key. Kafka cannot take partitions "
                 f"away: recreate the topic with {n} partitions from a backup, or start the view over with "
-                f"{reset_hint(materialization)} (it recreates the topic). Nothing was written")
+                f"{reset_hint(materialization)} (it recreates the topic). Nothing was written"
+            )
 
 
 def _batch(record: "ProgressRecord") -> int:

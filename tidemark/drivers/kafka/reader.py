@@ -78,8 +78,10 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
     metadata = call(lambda: admin.list_topics(timeout=timeout), f"reading metadata of {topic!r}", config)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
-        raise DriverError(f"kafka: topic {topic!r} does not exist or is unavailable"
-                          f"{f' ({info.error.str()})' if info is not None and info.error else ''}")
+        raise DriverError(
+            f"kafka: topic {topic!r} does not exist or is unavailable"
+            f"{f' ({info.error.str()})' if info is not None and info.error else ''}"
+        )
     parts = [TopicPartition(topic, p) for p in sorted(info.partitions)]
     if not parts:
         return
@@ -94,19 +96,32 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
     pending = {p: hw for p, hw in high.items() if hw > start[p]}  # something to read
     if not pending:
         return
-    consumer = call(lambda: Consumer(client_config(config, **{
-        "group.id": f"tidemark-reader-{uuid.uuid4().hex}",  # never joined, never committed: assign() only
-        "isolation.level": isolation,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,  # a second sign that a partition was read to its end
-        "fetch.wait.max.ms": 10,  # a read ends at the high watermark: do not let the broker hold a fetch
-        "fetch.error.backoff.ms": 10, "topic.metadata.refresh.fast.interval.ms": 10,  # a short read starts fast
-    })), "connecting a consumer", config)
+    consumer = call(
+        lambda: Consumer(
+            client_config(
+                config,
+                **{
+                    "group.id": f"tidemark-reader-{uuid.uuid4().hex}",  # never joined, never committed: assign() only
+                    "isolation.level": isolation,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": True,  # a second sign that a partition was read to its end
+                    "fetch.wait.max.ms": 10,  # a read ends at the high watermark: do not let the broker hold a fetch
+                    "fetch.error.backoff.ms": 10,
+                    "topic.metadata.refresh.fast.interval.ms": 10,  # a short read starts fast
+                },
+            )
+        ),
+        "connecting a consumer",
+        config,
+    )
     try:
-        call(lambda: consumer.assign([TopicPartition(topic, p, start[p]) for p in pending]),
-             f"assigning {topic!r}", config)
+        call(
+            lambda: consumer.assign([TopicPartition(topic, p, start[p]) for p in pending]),
+            f"assigning {topic!r}",
+            config,
+        )
         until = time.monotonic() + policy.lock_timeout
         while pending:
             left = until - time.monotonic()
@@ -126,8 +141,9 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
                     yield msg
             if not pending:
                 break
-            positions = call(lambda: consumer.position([TopicPartition(topic, p) for p in pending]),
-                             f"reading {topic!r}", config)
+            positions = call(
+                lambda: consumer.position([TopicPartition(topic, p) for p in pending]), f"reading {topic!r}", config
+            )
             for tp in positions:
                 if tp.offset >= pending[tp.partition]:
                     del pending[tp.partition]
@@ -136,8 +152,11 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
 
 
 def _offsets(admin, parts, spec, level, timeout: float, config) -> dict[int, int]:
-    futures = call(lambda: admin.list_offsets({tp: spec for tp in parts}, isolation_level=level, request_timeout=timeout),
-                   f"listing offsets of {parts[0].topic!r}", config)
+    futures = call(
+        lambda: admin.list_offsets({tp: spec for tp in parts}, isolation_level=level, request_timeout=timeout),
+        f"listing offsets of {parts[0].topic!r}",
+        config,
+    )
     out: dict[int, int] = {}
     for tp, fut in futures.items():
         try:
@@ -157,14 +176,18 @@ def _blocked(consumer, topic: str, pending: dict[int, int], waited: float, confi
             details.append(f"partition {p}: last stable offset {lso}, high watermark {hw}")
         except Exception:  # noqa: BLE001 - only for the message
             details.append(f"partition {p}: high watermark {hw}")
-    return (f"kafka: reading {topic!r} with read_committed waited {waited:g}s for open transactions to end ("
-            + "; ".join(details) + "); a producer that died inside a transaction holds it until its "
-            "transactional id is initialised again (or the broker's transaction timeout aborts it): "
-            "starting the view's run again does that for its own producers")
+    return (
+        f"kafka: reading {topic!r} with read_committed waited {waited:g}s for open transactions to end ("
+        + "; ".join(details)
+        + "); a producer that died inside a transaction holds it until its "
+        "transactional id is initialised again (or the broker's transaction timeout aborts it): "
+        "starting the view's run again does that for its own producers"
+    )
 
 
-def read_frontiers(config: Mapping[str, Any], progress_topic: str, materialization: str, *,
-                   policy: RetryPolicy = DEFAULT_POLICY) -> dict[Range, ProgressRecord]:
+def read_frontiers(
+    config: Mapping[str, Any], progress_topic: str, materialization: str, *, policy: RetryPolicy = DEFAULT_POLICY
+) -> dict[Range, ProgressRecord]:
     """The last committed progress record of every range of ``materialization``.
 
     Records of other materializations (and keys that are not progress keys) are skipped;
@@ -189,8 +212,14 @@ def read_frontiers(config: Mapping[str, Any], progress_topic: str, materializati
     return out
 
 
-def read_frontier(config: Mapping[str, Any], progress_topic: str, materialization: str, range: Range, *,
-                  policy: RetryPolicy = DEFAULT_POLICY) -> Optional[ProgressRecord]:
+def read_frontier(
+    config: Mapping[str, Any],
+    progress_topic: str,
+    materialization: str,
+    range: Range,
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Optional[ProgressRecord]:
     """The last committed progress record of exactly ``range`` (None if it never committed).
 
     Call it *after* initialising the range's transactional id (which aborts the range's own
@@ -206,7 +235,9 @@ def tail(config: Mapping[str, Any], topic: str, *, policy: RetryPolicy = DEFAULT
     for msg in committed_messages(config, topic, policy=policy):
         key = msg.key()
         if key is None:
-            raise DocumentError(f"a record without a key in {topic!r}", location=f"{topic}[{msg.partition()}]@{msg.offset()}")
+            raise DocumentError(
+                f"a record without a key in {topic!r}", location=f"{topic}[{msg.partition()}]@{msg.offset()}"
+            )
         value = msg.value()
         if value is None:
             last.pop(key, None)

@@ -39,7 +39,8 @@ def needs_rebuild(materialization: str, store: RangeStore, frontier: Optional[di
             f"materialization {materialization!r}: the local state store {store.name} holds batch "
             f"{batch_of(have)} but Kafka's progress topic has {'nothing' if frontier is None else f'batch {batch_of(frontier)}'} "
             "for this range: the topics were deleted or reset under it. Start the view over with "
-            f"`tidemark reset SPEC -m {materialization}` (it removes the state too); nothing was written")
+            f"`tidemark reset SPEC -m {materialization}` (it removes the state too); nothing was written"
+        )
     return True
 
 
@@ -54,8 +55,15 @@ def written_by(msg, materialization: str) -> bool:
     return "tidemark-range" in headers
 
 
-def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], frontier: dict, *, policy,
-            materialization: Optional[str] = None) -> int:
+def rebuild(
+    config: dict,
+    store: RangeStore,
+    topics: Sequence[tuple[str, int]],
+    frontier: dict,
+    *,
+    policy,
+    materialization: Optional[str] = None,
+) -> int:
     """Make ``store`` (of one range) hold the committed view of ``topics`` — ``(topic,
     binding id)`` of the standard bindings — for its keys, committed with ``frontier``; with
     ``materialization``, from that view's records only (:func:`written_by`).
@@ -75,8 +83,10 @@ def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], 
             try:
                 key = tuple(orjson.loads(raw))
             except (orjson.JSONDecodeError, TypeError) as exc:
-                raise DocumentError(f"kafka: a record of {topic!r} has a key that is not a JSON array ({exc})",
-                                    location=f"{topic}[{msg.partition()}]@{msg.offset()}") from exc
+                raise DocumentError(
+                    f"kafka: a record of {topic!r} has a key that is not a JSON array ({exc})",
+                    location=f"{topic}[{msg.partition()}]@{msg.offset()}",
+                ) from exc
             if rng.contains(key_hash(key)) and (materialization is None or written_by(msg, materialization)):
                 last[raw] = (key, msg.value())
         for key, value in last.values():
@@ -85,6 +95,11 @@ def rebuild(config: dict, store: RangeStore, topics: Sequence[tuple[str, int]], 
             txn.put(tidemark_key(key, bid), value)
             kept += 1
     txn.commit(frontier)
-    log.warning("kafka: rebuilt the local state of range %s from the topics to batch %s (%d documents, %.1fs)",
-                rng.name, batch_of(frontier), kept, time.monotonic() - t0)
+    log.warning(
+        "kafka: rebuilt the local state of range %s from the topics to batch %s (%d documents, %.1fs)",
+        rng.name,
+        batch_of(frontier),
+        kept,
+        time.monotonic() - t0,
+    )
     return kept

@@ -32,8 +32,16 @@ from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
 from tidemark.drivers.common.settings import refuse_unknown
 
-OPTIONS = ("bootstrap_servers", "state", "progress_topic", "quarantine_topic", "partitions",
-           "replication_factor", "transactional_id_prefix", "retry")
+OPTIONS = (
+    "bootstrap_servers",
+    "state",
+    "progress_topic",
+    "quarantine_topic",
+    "partitions",
+    "replication_factor",
+    "transactional_id_prefix",
+    "retry",
+)
 RESOURCE_OPTIONS = ("topic", "partitions", "replication_factor")
 RESOURCE_ALIASES = ("table", "name")  # accepted for `topic` (specs written for other endpoints)
 DEFAULT_STATE = "tidemark-state"
@@ -49,8 +57,9 @@ def _positive(value: Any, what: str, allow_minus_one: bool = False) -> Optional[
     except (TypeError, ValueError):
         raise SpecError(f"kafka: {what} must be an integer, got {value!r}") from None
     if n < 1 and not (allow_minus_one and n == -1):
-        raise SpecError(f"kafka: {what} must be >= 1{' (or -1: the broker default)' if allow_minus_one else ''}, "
-                        f"got {n}")
+        raise SpecError(
+            f"kafka: {what} must be >= 1{' (or -1: the broker default)' if allow_minus_one else ''}, got {n}"
+        )
     return n
 
 
@@ -73,8 +82,12 @@ class KafkaSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "KafkaSettings":
-        refuse_unknown("kafka", {k: v for k, v in config.items() if "." not in k}, OPTIONS,
-                       also=", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)")
+        refuse_unknown(
+            "kafka",
+            {k: v for k, v in config.items() if "." not in k},
+            OPTIONS,
+            also=", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)",
+        )
         servers = config.get("bootstrap_servers") or config.get("bootstrap.servers")
         if not isinstance(servers, str) or not servers.strip():
             raise SpecError("kafka: bootstrap_servers is required, e.g. {kafka: {bootstrap_servers: '127.0.0.1:9092'}}")
@@ -82,14 +95,17 @@ class KafkaSettings:
         client["bootstrap.servers"] = servers.strip()
         for forbidden in ("transactional.id", "enable.idempotence", "isolation.level"):
             if forbidden in client:
-                raise SpecError(f"kafka: {forbidden} is set by tidemark (exactly-once needs it); remove it from the config")
+                raise SpecError(
+                    f"kafka: {forbidden} is set by tidemark (exactly-once needs it); remove it from the config"
+                )
         prefix = str(config.get("transactional_id_prefix") or DEFAULT_PREFIX)
         return cls(
             client=client,
             state=str(config.get("state") or DEFAULT_STATE),
             progress_topic=check_topic_name(config.get("progress_topic") or "tidemark_progress", "progress_topic"),
-            quarantine_topic=check_topic_name(config.get("quarantine_topic") or "tidemark_quarantine",
-                                              "quarantine_topic"),
+            quarantine_topic=check_topic_name(
+                config.get("quarantine_topic") or "tidemark_quarantine", "quarantine_topic"
+            ),
             partitions=_positive(config.get("partitions"), "partitions"),
             replication_factor=_positive(config.get("replication_factor"), "replication_factor", True) or -1,
             prefix=prefix,
@@ -101,12 +117,15 @@ def topic_of(binding: BindingSpec) -> str:
     res = binding.resource if isinstance(binding.resource, dict) else {}
     extra = sorted(set(res) - set(RESOURCE_OPTIONS) - set(RESOURCE_ALIASES))
     if extra:
-        raise SpecError(f"binding of {binding.collection!r}: kafka resource options are {list(RESOURCE_OPTIONS)}, "
-                        f"not {extra}")
+        raise SpecError(
+            f"binding of {binding.collection!r}: kafka resource options are {list(RESOURCE_OPTIONS)}, not {extra}"
+        )
     names = [k for k in ("topic",) + RESOURCE_ALIASES if k in res]
     if len(names) != 1:
-        raise SpecError(f"binding of {binding.collection!r}: the kafka endpoint needs resource {{topic: NAME}}, "
-                        f"got {binding.resource!r}")
+        raise SpecError(
+            f"binding of {binding.collection!r}: the kafka endpoint needs resource {{topic: NAME}}, "
+            f"got {binding.resource!r}"
+        )
     return check_topic_name(res[names[0]], f"binding of {binding.collection!r}: topic")
 
 
@@ -114,7 +133,9 @@ def resource_partitions(binding: BindingSpec, settings: KafkaSettings) -> tuple[
     res = binding.resource if isinstance(binding.resource, dict) else {}
     parts = _positive(res.get("partitions"), f"topic {res.get('topic')!r}: partitions")
     rf = _positive(res.get("replication_factor"), f"topic {res.get('topic')!r}: replication_factor", True)
-    return (parts if parts is not None else settings.partitions), (rf if rf is not None else settings.replication_factor)
+    return (parts if parts is not None else settings.partitions), (
+        rf if rf is not None else settings.replication_factor
+    )
 
 
 def resolve_state(config: dict, base_dir: str) -> dict:

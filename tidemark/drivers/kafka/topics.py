@@ -37,8 +37,9 @@ def progress_topic_spec(name: str, partitions: int = 1, replication_factor: int 
     return TopicSpec(name, partitions, {"cleanup.policy": "compact"}, replication_factor)
 
 
-def ensure_topics(config: Mapping[str, Any], specs: Iterable[TopicSpec], *,
-                  policy: RetryPolicy = DEFAULT_POLICY) -> dict[str, str]:
+def ensure_topics(
+    config: Mapping[str, Any], specs: Iterable[TopicSpec], *, policy: RetryPolicy = DEFAULT_POLICY
+) -> dict[str, str]:
     """Create the missing topics; check the existing ones. Returns ``{name: "created" | "exists"}``."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -46,10 +47,18 @@ def ensure_topics(config: Mapping[str, Any], specs: Iterable[TopicSpec], *,
     specs = list(specs)
     timeout = policy.connect_timeout
     admin = call(lambda: AdminClient(client_config(config)), "connecting the admin client", config)
-    new = [NewTopic(s.name, s.partitions if s.partitions is not None else -1, s.replication_factor,
-                    config={k: str(v) for k, v in s.config.items()}) for s in specs]
-    futures = call(lambda: admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout),
-                   "creating topics", config)
+    new = [
+        NewTopic(
+            s.name,
+            s.partitions if s.partitions is not None else -1,
+            s.replication_factor,
+            config={k: str(v) for k, v in s.config.items()},
+        )
+        for s in specs
+    ]
+    futures = call(
+        lambda: admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout), "creating topics", config
+    )
     outcome: dict[str, str] = {}
     for spec in specs:
         try:
@@ -74,13 +83,22 @@ def check_topics(admin, specs: Iterable[TopicSpec], *, timeout: float, config: M
     problems: list[str] = []
     metadata = call(lambda: admin.list_topics(timeout=timeout), "reading topic metadata", config)
     resources = {s.name: ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs if s.config}
-    described = call(lambda: admin.describe_configs(list(resources.values()), request_timeout=timeout),
-                     "describing topic configs", config) if resources else {}
+    described = (
+        call(
+            lambda: admin.describe_configs(list(resources.values()), request_timeout=timeout),
+            "describing topic configs",
+            config,
+        )
+        if resources
+        else {}
+    )
     for spec in specs:
         topic = metadata.topics.get(spec.name)
         if topic is None or topic.error is not None:
-            raise DriverError(f"kafka: topic {spec.name!r} exists but its metadata is unavailable"
-                              f"{f' ({topic.error})' if topic is not None else ''}")
+            raise DriverError(
+                f"kafka: topic {spec.name!r} exists but its metadata is unavailable"
+                f"{f' ({topic.error})' if topic is not None else ''}"
+            )
         have = len(topic.partitions)
         if spec.partitions is not None and have != spec.partitions:
             problems.append(f"topic {spec.name!r} has {have} partitions, tidemark needs {spec.partitions}")
@@ -95,8 +113,9 @@ def check_topics(admin, specs: Iterable[TopicSpec], *, timeout: float, config: M
                 if not _same(key, got, str(want)):
                     problems.append(f"topic {spec.name!r} has {key}={got}, tidemark needs {key}={want}")
     if problems:
-        raise IncompatibleSchema("kafka: existing topics do not match: " + "; ".join(problems)
-                                 + " (change the topic, or name another one)")
+        raise IncompatibleSchema(
+            "kafka: existing topics do not match: " + "; ".join(problems) + " (change the topic, or name another one)"
+        )
 
 
 def _same(key: str, got: Optional[str], want: str) -> bool:

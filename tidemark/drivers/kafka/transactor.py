@@ -33,15 +33,33 @@ from tidemark.faults import fault_point
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Flush, Flushed, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
+    Acknowledge,
+    Acknowledged,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Quarantine,
+    StartCommit,
+    StartedCommit,
+    Store,
 )
 from tidemark.store.db import batch_of
 
 
 class KafkaTransactor(Transactor):
-    def __init__(self, writer: RangeWriter, store: StoreTransactor, *, materialization: str, topics: Sequence[str],
-                 delta: Sequence[bool], quarantine_topic: str, frontier: Optional[ProgressRecord],
-                 partitions: Optional[dict] = None):
+    def __init__(
+        self,
+        writer: RangeWriter,
+        store: StoreTransactor,
+        *,
+        materialization: str,
+        topics: Sequence[str],
+        delta: Sequence[bool],
+        quarantine_topic: str,
+        frontier: Optional[ProgressRecord],
+        partitions: Optional[dict] = None,
+    ):
         self.writer = writer
         self.state = store
         self.materialization = materialization
@@ -75,8 +93,11 @@ class KafkaTransactor(Transactor):
         return prev.sequence + 1 if prev is not None and prev.range == self.range else 1
 
     def _headers(self) -> list[tuple[str, bytes]]:
-        return [("tidemark-range", self.range.name.encode()), ("tidemark-sequence", str(self.sequence).encode()),
-                ("tidemark-materialization", self.materialization.encode("utf-8"))]
+        return [
+            ("tidemark-range", self.range.name.encode()),
+            ("tidemark-sequence", str(self.sequence).encode()),
+            ("tidemark-materialization", self.materialization.encode("utf-8")),
+        ]
 
     def store(self, msg: Store) -> None:
         self._begin()
@@ -100,15 +121,29 @@ class KafkaTransactor(Transactor):
             b = row.get("binding")
             name = self.topics[b] if isinstance(b, int) and 0 <= b < len(self.topics) else None
             value = orjson.dumps(quarantine_row(self.materialization, batch, name, row))
-            self.writer.send_raw(self.quarantine_topic, key_json([self.materialization]).encode("utf-8"), value,
-                                 headers=headers)
+            self.writer.send_raw(
+                self.quarantine_topic, key_json([self.materialization]).encode("utf-8"), value, headers=headers
+            )
         self.counts["quarantined"] = len(self._quarantine)
         prev = self.frontier
-        record = (prev.next(cp, self.counts, range=self.range, transactional_id=self.writer.transactional_id,
-                            partitions=self.partitions)
-                  if prev is not None and prev.range == self.range else
-                  ProgressRecord.first(self.materialization, self.range, cp, self.counts,
-                                       transactional_id=self.writer.transactional_id, partitions=self.partitions))
+        record = (
+            prev.next(
+                cp,
+                self.counts,
+                range=self.range,
+                transactional_id=self.writer.transactional_id,
+                partitions=self.partitions,
+            )
+            if prev is not None and prev.range == self.range
+            else ProgressRecord.first(
+                self.materialization,
+                self.range,
+                cp,
+                self.counts,
+                transactional_id=self.writer.transactional_id,
+                partitions=self.partitions,
+            )
+        )
         fault_point("before_endpoint_commit")
         self.writer.commit(record)
         fault_point("after_endpoint_commit")

@@ -43,8 +43,9 @@ def _producer(config: Mapping[str, Any], tid: str, policy: RetryPolicy, **extra)
     return call(lambda: Producer(client_config(config, **overrides)), f"creating the producer {tid}", config)
 
 
-def fence_and_abort(config: Mapping[str, Any], transactional_ids: Iterable[str], *,
-                    policy: RetryPolicy = DEFAULT_POLICY) -> list[str]:
+def fence_and_abort(
+    config: Mapping[str, Any], transactional_ids: Iterable[str], *, policy: RetryPolicy = DEFAULT_POLICY
+) -> list[str]:
     """Initialise each transactional id once and let go: every producer that used it is
     fenced and its open transaction aborted. Idempotent; returns the ids, in order."""
     done = []
@@ -59,8 +60,16 @@ def fence_and_abort(config: Mapping[str, Any], transactional_ids: Iterable[str],
 class RangeWriter:
     """Writes one range's transactions. Not thread-safe; one per shard session."""
 
-    def __init__(self, config: Mapping[str, Any], materialization: str, range: Range, *, progress_topic: str,
-                 prefix: str = DEFAULT_PREFIX, policy: RetryPolicy = DEFAULT_POLICY):
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        materialization: str,
+        range: Range,
+        *,
+        progress_topic: str,
+        prefix: str = DEFAULT_PREFIX,
+        policy: RetryPolicy = DEFAULT_POLICY,
+    ):
         self.config = config
         self.materialization = materialization
         self.range = range
@@ -73,16 +82,30 @@ class RangeWriter:
         self.sent = 0
 
     @classmethod
-    def open(cls, config: Mapping[str, Any], materialization: str, range: Range, *, progress_topic: str,
-             prefix: str = DEFAULT_PREFIX, policy: RetryPolicy = DEFAULT_POLICY) -> "RangeWriter":
+    def open(
+        cls,
+        config: Mapping[str, Any],
+        materialization: str,
+        range: Range,
+        *,
+        progress_topic: str,
+        prefix: str = DEFAULT_PREFIX,
+        policy: RetryPolicy = DEFAULT_POLICY,
+    ) -> "RangeWriter":
         """A writer whose ``init_transactions`` has fenced every earlier one of the range."""
         writer = cls(config, materialization, range, progress_topic=progress_topic, prefix=prefix, policy=policy)
         producer = _producer(config, writer.transactional_id, policy)
-        call(lambda: producer.init_transactions(policy.lock_timeout),
-             f"initialising transactional id {writer.transactional_id}", config)
+        call(
+            lambda: producer.init_transactions(policy.lock_timeout),
+            f"initialising transactional id {writer.transactional_id}",
+            config,
+        )
         writer._producer = producer
-        metadata = call(lambda: producer.list_topics(timeout=policy.connect_timeout),  # naming it may create it
-                        f"reading metadata of {progress_topic!r}", config)
+        metadata = call(
+            lambda: producer.list_topics(timeout=policy.connect_timeout),  # naming it may create it
+            f"reading metadata of {progress_topic!r}",
+            config,
+        )
         info = metadata.topics.get(progress_topic)
         if info is None or info.error is not None or not info.partitions:
             raise DriverError(f"kafka: progress topic {progress_topic!r} does not exist (create it with ensure_topics)")
@@ -112,11 +135,17 @@ class RangeWriter:
         """Add ``progress`` to the transaction and commit it. On failure the transaction is
         aborted (when the producer can still abort) and the error raised, translated."""
         if progress.materialization != self.materialization or progress.range != self.range:
-            raise DriverError(f"kafka: progress record of {progress.materialization}/{progress.range.name} "
-                              f"given to the writer of {self.materialization}/{self.range.name}")
+            raise DriverError(
+                f"kafka: progress record of {progress.materialization}/{progress.range.name} "
+                f"given to the writer of {self.materialization}/{self.range.name}"
+            )
         key = progress.key
-        self._produce(self.progress_topic, key, progress.encode(),
-                      partition=progress_partition(key, self._progress_partitions or 1))
+        self._produce(
+            self.progress_topic,
+            key,
+            progress.encode(),
+            partition=progress_partition(key, self._progress_partitions or 1),
+        )
         producer = self._live()
         try:
             producer.commit_transaction(self.policy.lock_timeout)
@@ -132,8 +161,11 @@ class RangeWriter:
         if not self._in_transaction:
             return
         self._in_transaction = False
-        call(lambda: self._live().abort_transaction(self.policy.lock_timeout),
-             f"aborting the transaction of {self.transactional_id}", self.config)
+        call(
+            lambda: self._live().abort_transaction(self.policy.lock_timeout),
+            f"aborting the transaction of {self.transactional_id}",
+            self.config,
+        )
 
     def close(self) -> None:
         """Let go of the producer. An open transaction stays open until the next
@@ -150,8 +182,14 @@ class RangeWriter:
             raise DriverError(f"kafka: the writer of {self.transactional_id} is not open")
         return self._producer
 
-    def _produce(self, topic: str, key: bytes, value: Optional[bytes], partition: Optional[int] = None,
-                 headers: Optional[list] = None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: Optional[bytes],
+        partition: Optional[int] = None,
+        headers: Optional[list] = None,
+    ) -> None:
         producer = self._live()
         kwargs: dict = {} if partition is None else {"partition": partition}
         if headers:
@@ -163,8 +201,10 @@ class RangeWriter:
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 if time.monotonic() > until:
-                    raise EndpointUnavailable(f"kafka: the producer queue of {self.transactional_id} stayed "
-                                              f"full for {self.policy.lock_timeout:g}s") from None
+                    raise EndpointUnavailable(
+                        f"kafka: the producer queue of {self.transactional_id} stayed "
+                        f"full for {self.policy.lock_timeout:g}s"
+                    ) from None
                 producer.poll(0.1)
             except TidemarkError:
                 raise

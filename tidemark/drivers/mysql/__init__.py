@@ -16,18 +16,37 @@ commit steps and the inspection calls are the skeleton's (:mod:`tidemark.drivers
 try:
     import pymysql
 except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
-    raise ImportError("PyMySQL is required for the mysql driver: pip install 'tidemark[mysql]'",
-                      name="pymysql") from exc
+    raise ImportError(
+        "PyMySQL is required for the mysql driver: pip install 'tidemark[mysql]'", name="pymysql"
+    ) from exc
 del pymysql  # the modules below import it themselves
 
 from tidemark.drivers.mysql.dialect import (
-    KEY_CHARS, MARIADB, MAX_IDENTIFIER_CHARS, MYSQL, SQL_TYPES, MySqlDialect, dialect_for,
+    KEY_CHARS,
+    MARIADB,
+    MAX_IDENTIFIER_CHARS,
+    MYSQL,
+    SQL_TYPES,
+    MySqlDialect,
+    dialect_for,
 )
 from tidemark.drivers.mysql.driver import CAPABILITIES, MySqlDriver
 from tidemark.drivers.mysql.settings import BULK_MODES, CONFIG_KEYS, MySqlSettings, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
 
 __all__ = [
-    "BULK_MODES", "CAPABILITIES", "CONFIG_KEYS", "KEY_CHARS", "MARIADB", "MAX_IDENTIFIER_CHARS", "MYSQL", "SQL_TYPES",
-    "MySqlDialect", "MySqlDriver", "MySqlSettings", "MySqlTransactor", "dialect_for", "translate",
+    "BULK_MODES",
+    "CAPABILITIES",
+    "CONFIG_KEYS",
+    "KEY_CHARS",
+    "MARIADB",
+    "MAX_IDENTIFIER_CHARS",
+    "MYSQL",
+    "SQL_TYPES",
+    "MySqlDialect",
+    "MySqlDriver",
+    "MySqlSettings",
+    "MySqlTransactor",
+    "dialect_for",
+    "translate",
 ]

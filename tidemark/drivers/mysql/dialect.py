@@ -11,12 +11,28 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.sql import (
-    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, Dialect, TableModel,
+    BOOLEAN,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    JSON,
+    NUMBER,
+    ROW_ID_COLUMN,
+    TEXT,
+    TIMESTAMP,
+    Column,
+    Dialect,
+    TableModel,
 )
 from tidemark.errors import SpecError
 
-SQL_TYPES = {TEXT: "longtext", INTEGER: "bigint", NUMBER: "double", BOOLEAN: "boolean", JSON: "json",
-             TIMESTAMP: "datetime(6)"}
+SQL_TYPES = {
+    TEXT: "longtext",
+    INTEGER: "bigint",
+    NUMBER: "double",
+    BOOLEAN: "boolean",
+    JSON: "json",
+    TIMESTAMP: "datetime(6)",
+}
 MAX_IDENTIFIER_CHARS = 64  # MySQL refuses longer table, database and column names
 KEY_CHARS = 255  # a string key column holds this many characters (4 bytes each; InnoDB keys: 3072 bytes)
 MAX_STRING_KEYS = 3072 // (4 * KEY_CHARS)  # string key columns one primary key can hold
@@ -94,7 +110,11 @@ class MySqlDialect(Dialect):
     # -------------------------------------------------------------------- DDL
     def system_tables(self, checkpoints: str, resources: str, quarantine: str, identities: str) -> list[str]:
         name = self.key_string()
-        locks = checkpoints.rsplit(".", 1)[0] + "." + self.quote(LOCKS_TABLE) if "." in checkpoints else self.quote(LOCKS_TABLE)
+        locks = (
+            checkpoints.rsplit(".", 1)[0] + "." + self.quote(LOCKS_TABLE)
+            if "." in checkpoints
+            else self.quote(LOCKS_TABLE)
+        )
         return [
             f"CREATE TABLE IF NOT EXISTS {checkpoints} (materialization {name} NOT NULL, key_begin bigint NOT NULL, "
             "key_end bigint NOT NULL, fence bigint NOT NULL, checkpoint longtext, "
@@ -124,8 +144,11 @@ class MySqlDialect(Dialect):
         return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}) ENGINE=InnoDB{options}"
 
     def add_column(self, model: TableModel, col: Column) -> str:
-        return f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.ddl_type(col)}" \
-            if self.mariadb else f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.ddl_type(col)}"
+        return (
+            f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.ddl_type(col)}"
+            if self.mariadb
+            else f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.ddl_type(col)}"
+        )
 
     def create_temp(self, name: str, columns: Sequence[str], options: str = "") -> str:
         return f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.quote(name)} ({', '.join(columns)}) ENGINE=InnoDB{options}"
@@ -137,15 +160,24 @@ class MySqlDialect(Dialect):
 
     def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
         # the lock row stays locked until Open's transaction ends
-        return (f"INSERT INTO {self.table(schema, LOCKS_TABLE)} (materialization) VALUES (%s) "
-                "ON DUPLICATE KEY UPDATE materialization = materialization", (materialization,))
+        return (
+            f"INSERT INTO {self.table(schema, LOCKS_TABLE)} (materialization) VALUES (%s) "
+            "ON DUPLICATE KEY UPDATE materialization = materialization",
+            (materialization,),
+        )
 
     # --------------------------------------------------------------- catalogs
     def columns(self, schema: str, table: str) -> tuple[str, tuple]:
         """Rows ``(name, data_type, column_type, collation, is_primary_key, required, json_checked)``."""
-        checked = ("EXISTS (SELECT 1 FROM information_schema.check_constraints k WHERE k.constraint_schema = "
-                   "c.table_schema AND k.table_name = c.table_name AND k.check_clause = "
-                   "CONCAT('json_valid(`', c.column_name, '`)'))") if self.mariadb else "0"
+        checked = (
+            (
+                "EXISTS (SELECT 1 FROM information_schema.check_constraints k WHERE k.constraint_schema = "
+                "c.table_schema AND k.table_name = c.table_name AND k.check_clause = "
+                "CONCAT('json_valid(`', c.column_name, '`)'))"
+            )
+            if self.mariadb
+            else "0"
+        )
         return (
             "SELECT c.column_name, c.data_type, c.column_type, c.collation_name, c.column_key = 'PRI', "
             "c.is_nullable = 'NO' AND c.column_default IS NULL AND c.extra NOT LIKE '%%auto_increment%%', "

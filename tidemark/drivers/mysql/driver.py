@@ -57,8 +57,10 @@ class MySqlDriver(ClientConnections, SqlDriver):
         con = pymysql.connect(**self.settings.connect_args(), client_flag=CLIENT.FOUND_ROWS)
         try:
             with con.cursor() as cur:
-                cur.execute(f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
-                            f"SESSION innodb_lock_wait_timeout = {max(1, int(self.settings.policy.lock_timeout))}")
+                cur.execute(
+                    f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
+                    f"SESSION innodb_lock_wait_timeout = {max(1, int(self.settings.policy.lock_timeout))}"
+                )
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             self.dialect = dialect_for(con.get_server_info())  # from the handshake
         except pymysql.Error:
@@ -113,14 +115,17 @@ class MySqlDriver(ClientConnections, SqlDriver):
         resource = binding.resource if isinstance(binding.resource, dict) else {}
         for what, name in (("table", resource.get("table")), ("schema", resource.get("schema"))):
             if isinstance(name, str) and len(name) > MAX_IDENTIFIER_CHARS:
-                raise SpecError(f"binding of {binding.collection!r}: {what} name {name!r} is {len(name)} characters; "
-                                f"MySQL allows {MAX_IDENTIFIER_CHARS}. Choose a shorter one.")
+                raise SpecError(
+                    f"binding of {binding.collection!r}: {what} name {name!r} is {len(name)} characters; "
+                    f"MySQL allows {MAX_IDENTIFIER_CHARS}. Choose a shorter one."
+                )
         model = super().model(binding)
         strings = [c.name for c in model.keys if c.kind in (TEXT, JSON)]
         if not model.delta and len(strings) > MAX_STRING_KEYS:
             raise IncompatibleSchema(
                 f"table {model.display!r}: {len(strings)} string key fields {strings}; an InnoDB primary key holds "
-                f"at most {MAX_STRING_KEYS} string columns of 255 characters (3072 bytes). Use fewer string keys")
+                f"at most {MAX_STRING_KEYS} string columns of 255 characters (3072 bytes). Use fewer string keys"
+            )
         return model
 
     @property
@@ -130,8 +135,10 @@ class MySqlDriver(ClientConnections, SqlDriver):
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
         d = self.dialect
         rows = self.execute(con, *d.columns(model.schema, model.name)).fetchall()
-        existing = {name: (d.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
-                    for name, dtype, ctype, coll, pk, _req, checked in rows}
+        existing = {
+            name: (d.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
+            for name, dtype, ctype, coll, pk, _req, checked in rows
+        }
         return existing or None, [r[0] for r in rows if r[5]]
 
     def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
@@ -140,10 +147,15 @@ class MySqlDriver(ClientConnections, SqlDriver):
             return []
         d = self.dialect
         if not dry_run:
-            self.execute(con, f"ALTER TABLE {d.ident(plan.model)} " + ", ".join(
-                f"MODIFY COLUMN {d.quote(col.name)} {d.ddl_type(col)}" for col, _ in plan.widened))
-        return [f"change column {col.name} of {plan.model.display} from {was} to {d.column_type(col)}"
-                for col, was in plan.widened]
+            self.execute(
+                con,
+                f"ALTER TABLE {d.ident(plan.model)} "
+                + ", ".join(f"MODIFY COLUMN {d.quote(col.name)} {d.ddl_type(col)}" for col, _ in plan.widened),
+            )
+        return [
+            f"change column {col.name} of {plan.model.display} from {was} to {d.column_type(col)}"
+            for col, was in plan.widened
+        ]
 
     def spec(self) -> SpecResponse:
         props: dict[str, Any] = {k: {"type": "string"} for k in CONFIG_KEYS if k not in ("port", "retry", "bulk")}
@@ -153,7 +165,12 @@ class MySqlDriver(ClientConnections, SqlDriver):
         props["retry"] = {"type": "object"}
         return SpecResponse(
             config_schema={"type": "object", "properties": props},
-            resource_schema={"type": "object", "required": ["table"],
-                             "properties": {"table": {"type": "string", "maxLength": MAX_IDENTIFIER_CHARS},
-                                            "schema": {"type": "string", "maxLength": MAX_IDENTIFIER_CHARS}}},
+            resource_schema={
+                "type": "object",
+                "required": ["table"],
+                "properties": {
+                    "table": {"type": "string", "maxLength": MAX_IDENTIFIER_CHARS},
+                    "schema": {"type": "string", "maxLength": MAX_IDENTIFIER_CHARS},
+                },
+            },
         )

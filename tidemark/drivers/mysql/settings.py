@@ -41,18 +41,27 @@ class MySqlSettings:
     ssl_ca: Optional[str] = None
 
     def __repr__(self) -> str:
-        return (f"MySqlSettings(host={self.host!r}, port={self.port}, database={self.database!r}, "
-                f"user={self.user!r}, schema={self.schema!r}, bulk={self.bulk!r})")
+        return (
+            f"MySqlSettings(host={self.host!r}, port={self.port}, database={self.database!r}, "
+            f"user={self.user!r}, schema={self.schema!r}, bulk={self.bulk!r})"
+        )
 
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port}/{self.database}"
 
     def connect_args(self) -> dict[str, Any]:
-        args: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user, password=self.password,
-                                    database=self.database, charset="utf8mb4", autocommit=True,
-                                    connect_timeout=max(1, int(self.policy.connect_timeout)),
-                                    local_infile=self.bulk == "infile")
+        args: dict[str, Any] = dict(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=self.database,
+            charset="utf8mb4",
+            autocommit=True,
+            connect_timeout=max(1, int(self.policy.connect_timeout)),
+            local_infile=self.bulk == "infile",
+        )
         if self.ssl_ca:
             args["ssl"] = {"ca": self.ssl_ca}
         return args
@@ -70,11 +79,16 @@ class MySqlSettings:
             except ValueError as exc:
                 raise SpecError(f"mysql: invalid url: {redact(exc)}") from None
             if parts.scheme not in SCHEMES:
-                raise SpecError(f"mysql: url must start with mysql:// (e.g. mysql://user@host:3306/db), "
-                                f"got scheme {parts.scheme!r}")
-            fields.update(host=parts.hostname, port=port, user=unquote(parts.username or "") or None,
-                          password=unquote(parts.password) if parts.password is not None else None,
-                          database=unquote(parts.path.lstrip("/")) or None)
+                raise SpecError(
+                    f"mysql: url must start with mysql:// (e.g. mysql://user@host:3306/db), got scheme {parts.scheme!r}"
+                )
+            fields.update(
+                host=parts.hostname,
+                port=port,
+                user=unquote(parts.username or "") or None,
+                password=unquote(parts.password) if parts.password is not None else None,
+                database=unquote(parts.path.lstrip("/")) or None,
+            )
             query = dict(parse_qsl(parts.query))
             if query.get("ssl_ca"):
                 fields["ssl_ca"] = query["ssl_ca"]
@@ -93,15 +107,25 @@ class MySqlSettings:
             raise SpecError("mysql: no database: give it in the url (mysql://user@host:3306/DATABASE) or as database")
         for what, name in (("database", database), ("schema", schema)):
             if len(name) > MAX_IDENTIFIER_CHARS:
-                raise SpecError(f"mysql: {what} name {name!r} is {len(name)} characters; MySQL allows "
-                                f"{MAX_IDENTIFIER_CHARS}. Choose a shorter one.")
+                raise SpecError(
+                    f"mysql: {what} name {name!r} is {len(name)} characters; MySQL allows "
+                    f"{MAX_IDENTIFIER_CHARS}. Choose a shorter one."
+                )
         bulk = str(config.get("bulk") or "infile")
         if bulk not in BULK_MODES:
             raise SpecError(f"mysql: bulk must be one of {', '.join(BULK_MODES)}, got {bulk!r}")
-        return MySqlSettings(host=str(fields.get("host") or "localhost"), port=port,
-                             user=str(fields.get("user") or "root"), database=database, schema=schema, bulk=bulk,
-                             policy=policy, secrets=secrets, password=password,
-                             ssl_ca=str(fields["ssl_ca"]) if fields.get("ssl_ca") else None)
+        return MySqlSettings(
+            host=str(fields.get("host") or "localhost"),
+            port=port,
+            user=str(fields.get("user") or "root"),
+            database=database,
+            schema=schema,
+            bulk=bulk,
+            policy=policy,
+            secrets=secrets,
+            password=password,
+            ssl_ca=str(fields["ssl_ca"]) if fields.get("ssl_ca") else None,
+        )
 
 
 def error_code(exc: BaseException) -> Optional[int]:
@@ -126,12 +150,18 @@ def translate(exc: BaseException, s: MySqlSettings, what: str) -> TidemarkError:
     if code in TRANSIENT_CODES:
         return EndpointUnavailable(f"MySQL at {s.where}: {what}: transient error {code}: {text}")
     if code == 1049:
-        return DriverError(f"MySQL at {s.host}:{s.port}: database {s.database!r} does not exist: create it "
-                           f"(CREATE DATABASE `{s.database}`) or name another in the url")
+        return DriverError(
+            f"MySQL at {s.host}:{s.port}: database {s.database!r} does not exist: create it "
+            f"(CREATE DATABASE `{s.database}`) or name another in the url"
+        )
     if code == 1665:
-        return DriverError(f"MySQL at {s.where}: {what}: the server logs statements (binlog_format = STATEMENT), "
-                           "which cannot log READ COMMITTED writes; set binlog_format = ROW or MIXED")
+        return DriverError(
+            f"MySQL at {s.where}: {what}: the server logs statements (binlog_format = STATEMENT), "
+            "which cannot log READ COMMITTED writes; set binlog_format = ROW or MIXED"
+        )
     if code in (1148, 2068, 3948, 3950):
-        return DriverError(f"MySQL at {s.where}: {what}: the server refuses LOAD DATA LOCAL INFILE ({code}: {text}); "
-                           "set local_infile=ON on the server, or bulk: insert in the endpoint config")
+        return DriverError(
+            f"MySQL at {s.where}: {what}: the server refuses LOAD DATA LOCAL INFILE ({code}: {text}); "
+            "set local_infile=ON on the server, or bulk: insert in the endpoint config"
+        )
     return DriverError(f"MySQL at {s.where}: {what}: {type(exc).__name__} {code or ''}: {text}".replace(" :", ":"))

@@ -25,7 +25,15 @@ import pymysql
 
 from tidemark.drivers.mysql.dialect import KEY_CHARS, MySqlDialect
 from tidemark.drivers.sql import (
-    BOOLEAN, DOCUMENT_COLUMN, JSON, TEXT, TIMESTAMP, SqlTransactor, TableModel, coerce, dumps,
+    BOOLEAN,
+    DOCUMENT_COLUMN,
+    JSON,
+    TEXT,
+    TIMESTAMP,
+    SqlTransactor,
+    TableModel,
+    coerce,
+    dumps,
 )
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError
@@ -89,8 +97,16 @@ class MySqlTransactor(SqlTransactor):
         return self.driver.settings.bulk == "infile"
 
     # ----------------------------------------------------------------- bulk
-    def bulk(self, table: str, names: Sequence[str], rows: list[tuple], keys: Callable[[int], Any],
-             what: str, upsert_keys: int = 0, fields: Sequence[str] = ()) -> None:
+    def bulk(
+        self,
+        table: str,
+        names: Sequence[str],
+        rows: list[tuple],
+        keys: Callable[[int], Any],
+        what: str,
+        upsert_keys: int = 0,
+        fields: Sequence[str] = (),
+    ) -> None:
         """Write ``rows`` into the temp ``table`` in one statement; with ``upsert_keys``, a
         row whose first ``upsert_keys`` columns are already there replaces it.  A value the
         column cannot hold (an error, or a warning) refuses the chunk, naming the field
@@ -104,8 +120,9 @@ class MySqlTransactor(SqlTransactor):
                 raise
             raise self.refused(what, str(message), f"{code}", keys if self.infile else None, fields) from None
 
-    def refused(self, what: str, message: str, code: str, keys: Optional[Callable[[int], Any]],
-                fields: Sequence[str]) -> DriverError:
+    def refused(
+        self, what: str, message: str, code: str, keys: Optional[Callable[[int], Any]], fields: Sequence[str]
+    ) -> DriverError:
         m = _ROW.search(message)
         at = f" key {keys(int(m.group(1)) - 1)!r}" if keys and m else ""
         c = _COLUMN.search(message)
@@ -113,18 +130,28 @@ class MySqlTransactor(SqlTransactor):
             at += f" field {fields[int(c.group(1)[1:])]!r}"
         return DriverError(
             f"MySQL at {self.driver.settings.where}: {what}:{at or ' a value'}: the column cannot hold the value "
-            f"({code}: {message}). Nothing of this chunk was written; fix the document or the column's type")
+            f"({code}: {message}). Nothing of this chunk was written; fix the document or the column's type"
+        )
 
-    def _bulk(self, table: str, names: Sequence[str], rows: list[tuple], keys: Callable[[int], Any],
-              what: str, upsert_keys: int = 0) -> None:
+    def _bulk(
+        self,
+        table: str,
+        names: Sequence[str],
+        rows: list[tuple],
+        keys: Callable[[int], Any],
+        what: str,
+        upsert_keys: int = 0,
+    ) -> None:
         if self.infile:
             fd, path = tempfile.mkstemp(prefix="tidemark-mysql-", suffix=".tsv")
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write("".join(["\t".join([field(v) for v in r]) + "\n" for r in rows]).encode("utf-8"))
                 replace = "REPLACE " if upsert_keys else ""
-                self.execute(f"LOAD DATA LOCAL INFILE %s {replace}INTO TABLE {table} CHARACTER SET utf8mb4 "
-                             f"({', '.join(names)})", (path,))
+                self.execute(
+                    f"LOAD DATA LOCAL INFILE %s {replace}INTO TABLE {table} CHARACTER SET utf8mb4 ({', '.join(names)})",
+                    (path,),
+                )
             finally:
                 os.unlink(path)
             # LOCAL turns refused values into warnings: count them (PyMySQL keeps the OK packet's count)
@@ -153,10 +180,16 @@ class MySqlTransactor(SqlTransactor):
                 if isinstance(v, str) and len(v) > KEY_CHARS:
                     raise DriverError(
                         f"MySQL: {model.display}: key {list(key)!r} has a {model.keys[j].name!r} of {len(v)} characters; "
-                        f"a key column holds {KEY_CHARS} in MySQL. Shorten the key (or hash it into a key of its own)")
+                        f"a key column holds {KEY_CHARS} in MySQL. Shorten the key (or hash it into a key of its own)"
+                    )
 
-    def converted(self, model: TableModel, rows: Callable[[], list[tuple]], keys: Sequence[tuple],
-                  values: Optional[Sequence[tuple]] = None) -> list[tuple]:
+    def converted(
+        self,
+        model: TableModel,
+        rows: Callable[[], list[tuple]],
+        keys: Sequence[tuple],
+        values: Optional[Sequence[tuple]] = None,
+    ) -> list[tuple]:
         """``rows()``; a date-time that is not RFC 3339 is refused, naming its key and field."""
         try:
             return rows()
@@ -168,8 +201,10 @@ class MySqlTransactor(SqlTransactor):
                         try:
                             to_utc(v)
                         except (ValueError, TypeError):
-                            raise DriverError(f"MySQL: {model.display}: key {list(key)!r} field {c.name!r}: {v!r} is "
-                                              "not an RFC 3339 date-time. Nothing of this chunk was written") from None
+                            raise DriverError(
+                                f"MySQL: {model.display}: key {list(key)!r} field {c.name!r}: {v!r} is "
+                                "not an RFC 3339 date-time. Nothing of this chunk was written"
+                            ) from None
             raise
 
     # ----------------------------------------------------------------- Load
@@ -177,12 +212,14 @@ class MySqlTransactor(SqlTransactor):
         d = self.dialect
         self.check_keys(model, keys)
         name = f"tidemark_load_{binding}"
-        lt, create = self.temp(name, ["i bigint NOT NULL PRIMARY KEY"]
-                               + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.keys)])
+        lt, create = self.temp(
+            name, ["i bigint NOT NULL PRIMARY KEY"] + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.keys)]
+        )
         on = " AND ".join(f"t.{d.quote(c.name)} = l.c{j}" for j, c in enumerate(model.keys))
         convs = [param(c.kind) for c in model.keys]
-        rows = self.converted(model, lambda: [(i, *[f(v) for f, v in zip(convs, key)]) for i, key in enumerate(keys)],
-                              keys)
+        rows = self.converted(
+            model, lambda: [(i, *[f(v) for f, v in zip(convs, key)]) for i, key in enumerate(keys)], keys
+        )
         names = ["i"] + [f"c{j}" for j in range(len(convs))]
 
         def body() -> list:
@@ -190,10 +227,12 @@ class MySqlTransactor(SqlTransactor):
                 self.execute(create)
             else:
                 self.execute(f"DELETE FROM {lt}")
-            self.bulk(lt, names, rows, lambda i: list(keys[i]), f"load {model.display}",
-                      fields=[c.name for c in model.keys])
-            return self.execute(f"SELECT l.i, t.{d.quote(DOCUMENT_COLUMN)} FROM {lt} l JOIN {d.ident(model)} t "
-                                f"ON {on} ORDER BY l.i").fetchall()
+            self.bulk(
+                lt, names, rows, lambda i: list(keys[i]), f"load {model.display}", fields=[c.name for c in model.keys]
+            )
+            return self.execute(
+                f"SELECT l.i, t.{d.quote(DOCUMENT_COLUMN)} FROM {lt} l JOIN {d.ident(model)} t ON {on} ORDER BY l.i"
+            ).fetchall()
 
         found = self.in_transaction(body, f"load {model.display}", write=False)
         self._created.add(name)
@@ -208,8 +247,11 @@ class MySqlTransactor(SqlTransactor):
         self.check_keys(model, msg.keys)
         n = len(model.keys)
         name = stage_name(msg.binding)
-        columns = ["seq bigint NOT NULL", "x boolean NOT NULL"] + [
-            f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)] + ["d longtext NOT NULL"]
+        columns = (
+            ["seq bigint NOT NULL", "x boolean NOT NULL"]
+            + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
+            + ["d longtext NOT NULL"]
+        )
         if not model.delta:
             columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
         st, create = self.temp(name, columns)
@@ -221,9 +263,16 @@ class MySqlTransactor(SqlTransactor):
         values = self.values_of(msg)
 
         def make() -> list[tuple]:
-            return [(seq + i, 1 if x else 0, *[f(v) for f, v in zip(kc, key)], *[f(v) for f, v in zip(vc, vals)],
-                     dumps(doc))
-                    for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes))]
+            return [
+                (
+                    seq + i,
+                    1 if x else 0,
+                    *[f(v) for f, v in zip(kc, key)],
+                    *[f(v) for f, v in zip(vc, vals)],
+                    dumps(doc),
+                )
+                for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes))
+            ]
 
         rows = self.converted(model, make, msg.keys, values)
         names = ["seq", "x"] + [f"c{j}" for j in range(len(model.columns))] + ["d"]
@@ -235,12 +284,19 @@ class MySqlTransactor(SqlTransactor):
                 self.execute(create)
             elif stale:
                 self.execute(f"DELETE FROM {st}")
-            self.bulk(st, names, rows, lambda i: list(msg.keys[i]), f"store {model.display}",
-                      0 if model.delta else 2 + n, [c.name for c in model.columns])
+            self.bulk(
+                st,
+                names,
+                rows,
+                lambda i: list(msg.keys[i]),
+                f"store {model.display}",
+                0 if model.delta else 2 + n,
+                [c.name for c in model.columns],
+            )
 
         if not model.delta:  # the upsert's key columns come first
-            names = names[2:2 + n] + names[:2] + names[2 + n:]
-            rows = [r[2:2 + n] + r[:2] + r[2 + n:] for r in rows]
+            names = names[2 : 2 + n] + names[:2] + names[2 + n :]
+            rows = [r[2 : 2 + n] + r[:2] + r[2 + n :] for r in rows]
         self.in_transaction(body, f"store {model.display}", write=False)
         self._created.add(name)
         self._stale.discard(msg.binding)
@@ -261,8 +317,9 @@ class MySqlTransactor(SqlTransactor):
         if binding in self._deletes:
             match = " AND ".join(f"t.{c} = s.{src}" for c, src in zip(names[:n], sources))
             self.execute(f"DELETE t FROM {table} t JOIN {st} s ON {match} WHERE s.x = 1")
-        self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 "
-                     + d.upsert(names[:n], names[n:]))
+        self.execute(
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 " + d.upsert(names[:n], names[n:])
+        )
 
     def committed(self) -> None:
         # emptied lazily by the next Store of this session: most sessions end here

@@ -21,15 +21,23 @@ from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.reader import CommittedMessage, committed_view as fold_view
 
 
-def read_committed(url: str, stream: str, *, subjects: Optional[Sequence[str]] = None,
-                   materialization: Optional[str] = None, prefix: str = "") -> list[CommittedMessage]:
+def read_committed(
+    url: str,
+    stream: str,
+    *,
+    subjects: Optional[Sequence[str]] = None,
+    materialization: Optional[str] = None,
+    prefix: str = "",
+) -> list[CommittedMessage]:
     """Every committed message of ``stream`` (of ``subjects``; of ``materialization``), in commit order."""
     with NatsClient(url, name="tidemark-reader") as nc:
         return list(nc.read_committed(stream, prefix=prefix, materialization=materialization, subjects=subjects))
 
 
-def committed_view(url: str, stream: str, subject: str, *, materialization: Optional[str] = None,
-                   prefix: str = "") -> dict[tuple, Any]:
+def committed_view(
+    url: str, stream: str, subject: str, *, materialization: Optional[str] = None, prefix: str = ""
+) -> dict[tuple, Any]:
     """The last committed document per key of ``subject`` (deleted keys are absent)."""
-    return fold_view(read_committed(url, stream, subjects=[subject], materialization=materialization,
-                                    prefix=prefix), subject)
+    return fold_view(
+        read_committed(url, stream, subjects=[subject], materialization=materialization, prefix=prefix), subject
+    )

@@ -144,12 +144,19 @@ class AsyncNats:
         self.settings = settings
 
     @classmethod
-    async def connect(cls, url: str, settings: NatsSettings = NatsSettings(), *, connect_timeout: float = 10.0,
-                      name: str = "tidemark") -> "AsyncNats":
+    async def connect(
+        cls, url: str, settings: NatsSettings = NatsSettings(), *, connect_timeout: float = 10.0, name: str = "tidemark"
+    ) -> "AsyncNats":
         import nats
 
-        nc = await nats.connect(url, name=name, connect_timeout=connect_timeout, allow_reconnect=True,
-                                max_reconnect_attempts=3, reconnect_time_wait=0.5)
+        nc = await nats.connect(
+            url,
+            name=name,
+            connect_timeout=connect_timeout,
+            allow_reconnect=True,
+            max_reconnect_attempts=3,
+            reconnect_time_wait=0.5,
+        )
         return cls(nc, settings)
 
     async def close(self) -> None:
@@ -166,15 +173,25 @@ class AsyncNats:
         so that fields newer than the installed nats-py (``allow_atomic``) survive."""
         from nats.js.errors import APIError
 
-        r = await self.nc.request(f"$JS.API.{subject}", json.dumps(body).encode() if body is not None else b"",
-                                  timeout=self.settings.request_timeout)
+        r = await self.nc.request(
+            f"$JS.API.{subject}",
+            json.dumps(body).encode() if body is not None else b"",
+            timeout=self.settings.request_timeout,
+        )
         resp = json.loads(r.data)
         if "error" in resp:
             raise APIError.from_error(resp["error"])
         return resp
 
-    async def ensure_stream(self, stream: str, subjects: Sequence[str], *, prefix: str = "",
-                            atomic: Optional[bool] = None, metadata: Optional[dict] = None) -> StreamSetup:
+    async def ensure_stream(
+        self,
+        stream: str,
+        subjects: Sequence[str],
+        *,
+        prefix: str = "",
+        atomic: Optional[bool] = None,
+        metadata: Optional[dict] = None,
+    ) -> StreamSetup:
         """Create ``stream`` (or extend an existing one) so it holds ``subjects`` and the
         progress subjects under ``prefix``.  ``atomic=None`` turns atomic batch publish on
         where the server supports it; ``True`` requires it; ``False`` leaves it off.
@@ -186,14 +203,20 @@ class AsyncNats:
         want = list(dict.fromkeys([*subjects, wire.progress_wildcard(prefix)]))
         supported = version_tuple(self.server_version) >= MIN_ATOMIC_VERSION
         if atomic and not supported:
-            raise NatsApiError(400, 0, f"atomic batch publish needs nats-server >= 2.12, "
-                                       f"this one is {self.server_version}")
+            raise NatsApiError(
+                400, 0, f"atomic batch publish needs nats-server >= 2.12, this one is {self.server_version}"
+            )
         use_atomic = supported if atomic is None else atomic
         try:
             cfg = (await self._api(f"STREAM.INFO.{stream}"))["config"]
         except NotFoundError:
-            cfg = {"name": stream, "subjects": want, "storage": "file", "retention": "limits",
-                   "duplicate_window": int(self.settings.duplicate_window * 1e9)}
+            cfg = {
+                "name": stream,
+                "subjects": want,
+                "storage": "file",
+                "retention": "limits",
+                "duplicate_window": int(self.settings.duplicate_window * 1e9),
+            }
             if use_atomic:
                 cfg["allow_atomic"] = True
             if metadata:
@@ -211,8 +234,13 @@ class AsyncNats:
             if missing or bool(cfg.get("allow_atomic")) != use_atomic or meta != dict(cfg.get("metadata") or {}):
                 cfg = {**cfg, "subjects": have + missing, "allow_atomic": use_atomic, "metadata": meta}
                 cfg = (await self._api(f"STREAM.UPDATE.{stream}", cfg))["config"]
-        return StreamSetup(stream, tuple(cfg.get("subjects") or ()), bool(cfg.get("allow_atomic")),
-                           self.server_version, float(cfg.get("duplicate_window", 0)) / 1e9)
+        return StreamSetup(
+            stream,
+            tuple(cfg.get("subjects") or ()),
+            bool(cfg.get("allow_atomic")),
+            self.server_version,
+            float(cfg.get("duplicate_window", 0)) / 1e9,
+        )
 
     async def stream_atomic(self, stream: str) -> bool:
         return bool((await self._api(f"STREAM.INFO.{stream}"))["config"].get("allow_atomic"))
@@ -235,21 +263,30 @@ class AsyncNats:
         session's next record then fails with FencedOff.  A closed range refuses."""
         frontier = await self.read_frontier(channel)
         if frontier.closed:
-            raise FencedOff(f"range {channel.range.name} of {channel.materialization!r} on stream "
-                            f"{channel.stream!r} was closed by a rescale (successors: "
-                            f"{', '.join(frontier.record.successors)})")  # type: ignore[union-attr]
+            raise FencedOff(
+                f"range {channel.range.name} of {channel.materialization!r} on stream "
+                f"{channel.stream!r} was closed by a rescale (successors: "
+                f"{', '.join(frontier.record.successors)})"
+            )  # type: ignore[union-attr]
         session = Session(channel, uuid.uuid4().hex, frontier, await self.stream_atomic(channel.stream))
         prev = frontier.record
         rec = ProgressRecord(
-            kind=wire.KIND_OPEN, materialization=channel.materialization, range=channel.range.name,
-            session=session.id, committed=prev.committed if prev else None, count=prev.count if prev else 0,
-            checkpoint=prev.checkpoint if prev else None, committed_seq=frontier.committed_seq or None,
-            inflight=prev.inflight if prev else None)
+            kind=wire.KIND_OPEN,
+            materialization=channel.materialization,
+            range=channel.range.name,
+            session=session.id,
+            committed=prev.committed if prev else None,
+            count=prev.count if prev else 0,
+            checkpoint=prev.checkpoint if prev else None,
+            committed_seq=frontier.committed_seq or None,
+            inflight=prev.inflight if prev else None,
+        )
         await self._append_record(session, rec)
         return session
 
-    async def written_after(self, channel: Channel, frontier: Frontier,
-                            subjects: Optional[Sequence[str]] = None) -> InFlight:
+    async def written_after(
+        self, channel: Channel, frontier: Frontier, subjects: Optional[Sequence[str]] = None
+    ) -> InFlight:
         """The data messages of ``channel`` after its committed batch, by batch and counter:
         what a replay must skip.  Scans the stream from the committing record on."""
         written: dict[BatchId, set[int]] = {}
@@ -265,9 +302,16 @@ class AsyncNats:
         return InFlight({b: frozenset(c) for b, c in written.items()}, last)
 
     # ------------------------------------------------------------ commit
-    async def publish_batch(self, session: Session, batch: BatchId, docs: Iterable[OutDoc], checkpoint: dict, *,
-                            skip: Optional[InFlight] = None,
-                            subjects: Optional[Sequence[str]] = None) -> Committed:
+    async def publish_batch(
+        self,
+        session: Session,
+        batch: BatchId,
+        docs: Iterable[OutDoc],
+        checkpoint: dict,
+        *,
+        skip: Optional[InFlight] = None,
+        subjects: Optional[Sequence[str]] = None,
+    ) -> Committed:
         """Write ``batch``'s documents (counters 1..n in iteration order) and its commit record.
 
         Safe to call again for the same batch, after a crash or an error:
@@ -291,25 +335,37 @@ class AsyncNats:
         todo = [(i + 1, d) for i, d in enumerate(docs) if not skip.skip(batch, i + 1)]
         skipped = len(docs) - len(todo)
         prev = session.frontier.record
-        commit = ProgressRecord(kind=wire.KIND_COMMIT, materialization=ch.materialization, range=ch.range.name,
-                                session=session.id, committed=batch, count=len(docs), checkpoint=checkpoint)
+        commit = ProgressRecord(
+            kind=wire.KIND_COMMIT,
+            materialization=ch.materialization,
+            range=ch.range.name,
+            session=session.id,
+            committed=batch,
+            count=len(docs),
+            checkpoint=checkpoint,
+        )
         # Step 3
         if not session.atomic:
             await self._publish_ordered(session, batch, todo)
             await self._append_record(session, commit)
             return Committed(batch, session.frontier.seq, len(docs), len(todo), skipped)
         per = max(1, self.settings.max_batch - 1)
-        chunks = [todo[i:i + per] for i in range(0, len(todo), per)] or [[]]
+        chunks = [todo[i : i + per] for i in range(0, len(todo), per)] or [[]]
         for n, chunk in enumerate(chunks):
             if n == len(chunks) - 1:
                 rec = commit
             else:
                 rec = ProgressRecord(
-                    kind=wire.KIND_CHUNK, materialization=ch.materialization, range=ch.range.name,
-                    session=session.id, committed=prev.committed if prev else None,
-                    count=prev.count if prev else 0, checkpoint=prev.checkpoint if prev else None,
+                    kind=wire.KIND_CHUNK,
+                    materialization=ch.materialization,
+                    range=ch.range.name,
+                    session=session.id,
+                    committed=prev.committed if prev else None,
+                    count=prev.count if prev else 0,
+                    checkpoint=prev.checkpoint if prev else None,
                     committed_seq=session.frontier.committed_seq or None,
-                    inflight=wire.InFlightMark(batch, chunk[-1][0]))
+                    inflight=wire.InFlightMark(batch, chunk[-1][0]),
+                )
             await self._publish_atomic(session, batch, chunk, rec)
         return Committed(batch, session.frontier.seq, len(docs), len(todo), skipped, len(chunks))
 
@@ -326,8 +382,10 @@ class AsyncNats:
     def _fenced_text(session: Session, f: Frontier) -> str:
         ch = session.channel
         who = f"session {f.record.session[:8]} ({f.record.kind})" if f.record else "nobody"
-        return (f"range {ch.range.name} of {ch.materialization!r} on stream {ch.stream!r}: the progress subject "
-                f"moved to sequence {f.seq} by {who}; this session expected {session.frontier.seq}")
+        return (
+            f"range {ch.range.name} of {ch.materialization!r} on stream {ch.stream!r}: the progress subject "
+            f"moved to sequence {f.seq} by {who}; this session expected {session.frontier.seq}"
+        )
 
     async def _append_record(self, session: Session, rec: ProgressRecord) -> None:
         """Publish one progress record fenced on ``session.frontier.seq``."""
@@ -358,25 +416,31 @@ class AsyncNats:
         window = max(1, self.settings.ack_every)
         for start in range(0, len(todo), window):
             futures = []
-            for counter, d in todo[start:start + window]:
+            for counter, d in todo[start : start + window]:
                 h = wire.data_headers(ch, batch, counter, d.key, delete=d.delete)
                 futures.append(await self.js.publish_async(d.subject, d.payload(), headers=h))
-            done = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
-                                          timeout=self.settings.request_timeout)
+            done = await asyncio.wait_for(
+                asyncio.gather(*futures, return_exceptions=True), timeout=self.settings.request_timeout
+            )
             for r in done:
                 if isinstance(r, BaseException):
                     raise r
 
-    async def _publish_atomic(self, session: Session, batch: BatchId, chunk: list[tuple[int, OutDoc]],
-                              rec: ProgressRecord) -> None:
+    async def _publish_atomic(
+        self, session: Session, batch: BatchId, chunk: list[tuple[int, OutDoc]], rec: ProgressRecord
+    ) -> None:
         """One atomic batch: ``chunk``'s data, then ``rec`` (commit message) fenced."""
         ch = session.channel
         bid = uuid.uuid4().hex
-        msgs = [(d.subject, wire.data_headers(ch, batch, c, d.key, delete=d.delete,
-                                              with_msg_id=session.msg_ids_in_batches), d.payload())
-                for c, d in chunk]
-        msgs.append((ch.progress_subject, {wire.H_EXPECTED_LAST_SUBJECT_SEQ: str(session.frontier.seq)},
-                     rec.encode()))
+        msgs = [
+            (
+                d.subject,
+                wire.data_headers(ch, batch, c, d.key, delete=d.delete, with_msg_id=session.msg_ids_in_batches),
+                d.payload(),
+            )
+            for c, d in chunk
+        ]
+        msgs.append((ch.progress_subject, {wire.H_EXPECTED_LAST_SUBJECT_SEQ: str(session.frontier.seq)}, rec.encode()))
         last = len(msgs)
         timeout = self.settings.request_timeout
         try:
@@ -420,10 +484,14 @@ class AsyncNats:
         if len(subjects) > 1 and version_tuple(self.server_version) < (2, 10, 0):
             local_filter, subjects = subjects, []  # no multi-filter consumers before 2.10
         cfg = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start_seq),
-            ack_policy=AckPolicy.NONE, mem_storage=True, inactive_threshold=120.0,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, start_seq),
+            ack_policy=AckPolicy.NONE,
+            mem_storage=True,
+            inactive_threshold=120.0,
             filter_subject=subjects[0] if len(subjects) == 1 else None,
-            filter_subjects=subjects if len(subjects) > 1 else None)
+            filter_subjects=subjects if len(subjects) > 1 else None,
+        )
         name = uuid.uuid4().hex
         cfg.name = name
         await self.jsm.add_consumer(stream, config=cfg)
@@ -455,15 +523,22 @@ class AsyncNats:
         prev = f.record
         session = Session(channel, uuid.uuid4().hex, f, False)
         rec = ProgressRecord(
-            kind=wire.KIND_CLOSED, materialization=channel.materialization, range=channel.range.name,
-            session=session.id, committed=prev.committed if prev else None, count=prev.count if prev else 0,
-            checkpoint=prev.checkpoint if prev else None, committed_seq=f.committed_seq or None,
-            successors=tuple(r.name for r in successors))
+            kind=wire.KIND_CLOSED,
+            materialization=channel.materialization,
+            range=channel.range.name,
+            session=session.id,
+            committed=prev.committed if prev else None,
+            count=prev.count if prev else 0,
+            checkpoint=prev.checkpoint if prev else None,
+            committed_seq=f.committed_seq or None,
+            successors=tuple(r.name for r in successors),
+        )
         await self._append_record(session, rec)
         return session.frontier
 
-    async def rescale(self, stream: str, materialization: str, old: Sequence[Range], new: Sequence[Range], *,
-                      prefix: str = "") -> dict[str, Frontier]:
+    async def rescale(
+        self, stream: str, materialization: str, old: Sequence[Range], new: Sequence[Range], *, prefix: str = ""
+    ) -> dict[str, Frontier]:
         """Move ``materialization`` on ``stream`` from ranges ``old`` to ranges ``new``.
 
         1. Read the old ranges' frontiers.  Each new range inherits the committed batch and
@@ -485,7 +560,8 @@ class AsyncNats:
                 raise RecoveryError(
                     f"rescale of {materialization!r}: ranges {', '.join(o.name for o, _ in covering)} covering "
                     f"{r.name} committed different batches "
-                    f"({', '.join(str(f.committed) for _, f in covering)}); finish the batch on the old layout")
+                    f"({', '.join(str(f.committed) for _, f in covering)}); finish the batch on the old layout"
+                )
             inherit[r] = covering[0][1]
         for o in old:
             if o not in new:
@@ -499,15 +575,26 @@ class AsyncNats:
             f = await self.read_frontier(ch)
             src = inherit[r]
             rec0 = f.record
-            if (rec0 is not None and rec0.kind == wire.KIND_OPEN and rec0.inherited_from
-                    and rec0.committed == src.committed):
+            if (
+                rec0 is not None
+                and rec0.kind == wire.KIND_OPEN
+                and rec0.inherited_from
+                and rec0.committed == src.committed
+            ):
                 out[r.name] = f  # already opened by an earlier run of this rescale
                 continue
             session = Session(ch, uuid.uuid4().hex, f, False)
             rec = ProgressRecord(
-                kind=wire.KIND_OPEN, materialization=materialization, range=r.name, session=session.id,
-                committed=src.committed, count=0, checkpoint=src.checkpoint, committed_seq=None,
-                inherited_from=tuple(o.name for o in old if o.overlaps(r)))
+                kind=wire.KIND_OPEN,
+                materialization=materialization,
+                range=r.name,
+                session=session.id,
+                committed=src.committed,
+                count=0,
+                checkpoint=src.checkpoint,
+                committed_seq=None,
+                inherited_from=tuple(o.name for o in old if o.overlaps(r)),
+            )
             await self._append_record(session, rec)
             out[r.name] = session.frontier
         return out

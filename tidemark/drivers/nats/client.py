@@ -37,8 +37,14 @@ class NatsClient:
             view = nc.committed_view("VIEWS", "views.customers")
     """
 
-    def __init__(self, url: str, *, policy: RetryPolicy = DEFAULT_POLICY, settings: NatsSettings = NatsSettings(),
-                 name: str = "tidemark"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        settings: NatsSettings = NatsSettings(),
+        name: str = "tidemark",
+    ):
         self.url = url
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tidemark-nats", daemon=True)
@@ -47,7 +53,8 @@ class NatsClient:
         try:
             self._aio: AsyncNats = self._run(
                 AsyncNats.connect(url, settings, connect_timeout=policy.connect_timeout, name=name),
-                f"connect to NATS at {url}")
+                f"connect to NATS at {url}",
+            )
         except BaseException:
             self._stop_loop()
             raise
@@ -88,11 +95,20 @@ class NatsClient:
         return self._aio.server_version
 
     # ------------------------------------------------------------ API
-    def ensure_stream(self, stream: str, subjects: Sequence[str], *, prefix: str = "",
-                      atomic: Optional[bool] = None, metadata: Optional[dict] = None) -> StreamSetup:
+    def ensure_stream(
+        self,
+        stream: str,
+        subjects: Sequence[str],
+        *,
+        prefix: str = "",
+        atomic: Optional[bool] = None,
+        metadata: Optional[dict] = None,
+    ) -> StreamSetup:
         """Create or extend ``stream`` for ``subjects`` and the progress subjects (Apply)."""
-        return self._run(self._aio.ensure_stream(stream, subjects, prefix=prefix, atomic=atomic, metadata=metadata),
-                         f"create stream {stream!r}")
+        return self._run(
+            self._aio.ensure_stream(stream, subjects, prefix=prefix, atomic=atomic, metadata=metadata),
+            f"create stream {stream!r}",
+        )
 
     def read_frontier(self, channel: Channel) -> Frontier:
         """The channel's last progress record and its stream sequence (seq 0: none yet)."""
@@ -103,32 +119,48 @@ class NatsClient:
         are fenced from now on.  FencedOff when the range was closed by a rescale."""
         return self._run(self._aio.open(channel), f"open {channel.progress_subject}")
 
-    def written_after(self, channel: Channel, frontier: Frontier,
-                      subjects: Optional[Sequence[str]] = None) -> InFlight:
+    def written_after(self, channel: Channel, frontier: Frontier, subjects: Optional[Sequence[str]] = None) -> InFlight:
         """The in-flight batch's messages already in the stream, by counter (what a replay skips)."""
-        return self._run(self._aio.written_after(channel, frontier, subjects),
-                         f"scan {channel.stream!r} after the frontier of range {channel.range.name}")
+        return self._run(
+            self._aio.written_after(channel, frontier, subjects),
+            f"scan {channel.stream!r} after the frontier of range {channel.range.name}",
+        )
 
-    def publish_batch(self, session: Session, batch: BatchId, docs: Iterable[OutDoc], checkpoint: dict, *,
-                      skip: Optional[InFlight] = None, subjects: Optional[Sequence[str]] = None) -> Committed:
+    def publish_batch(
+        self,
+        session: Session,
+        batch: BatchId,
+        docs: Iterable[OutDoc],
+        checkpoint: dict,
+        *,
+        skip: Optional[InFlight] = None,
+        subjects: Optional[Sequence[str]] = None,
+    ) -> Committed:
         """Write one batch and its commit record, fenced; safe to call again for the same batch."""
-        return self._run(self._aio.publish_batch(session, batch, docs, checkpoint, skip=skip, subjects=subjects),
-                         f"publish batch {batch.batch_id} to {session.channel.stream!r}")
+        return self._run(
+            self._aio.publish_batch(session, batch, docs, checkpoint, skip=skip, subjects=subjects),
+            f"publish batch {batch.batch_id} to {session.channel.stream!r}",
+        )
 
     def close_range(self, channel: Channel, successors: Sequence[Range] = ()) -> Frontier:
         """Retire a range after a rescale; its sessions are fenced from now on."""
         return self._run(self._aio.close_range(channel, successors), f"close {channel.progress_subject}")
 
-    def rescale(self, stream: str, materialization: str, old: Sequence[Range], new: Sequence[Range], *,
-                prefix: str = "") -> dict[str, Frontier]:
+    def rescale(
+        self, stream: str, materialization: str, old: Sequence[Range], new: Sequence[Range], *, prefix: str = ""
+    ) -> dict[str, Frontier]:
         """Close the old ranges and open the new ones with the inherited frontier."""
-        return self._run(self._aio.rescale(stream, materialization, old, new, prefix=prefix),
-                         f"rescale {materialization!r} on {stream!r}")
+        return self._run(
+            self._aio.rescale(stream, materialization, old, new, prefix=prefix),
+            f"rescale {materialization!r} on {stream!r}",
+        )
 
     def channel_frontiers(self, stream: str, materialization: str, prefix: str = "") -> dict[Range, Frontier]:
         """The last progress record of every range of ``materialization`` on ``stream``."""
-        return self._run(layout.channel_frontiers(self._aio, stream, materialization, prefix),
-                         f"read the progress subjects of {materialization!r} on {stream!r}")
+        return self._run(
+            layout.channel_frontiers(self._aio, stream, materialization, prefix),
+            f"read the progress subjects of {materialization!r} on {stream!r}",
+        )
 
     def take_over(self, channel: Channel, choose: layout.Chooser) -> tuple[Session, dict[Range, Frontier]]:
         """Open ``channel`` on a new layout: close the overlapping ranges, inherit their frontier
@@ -151,8 +183,9 @@ class NatsClient:
     def stream_config(self, stream: str) -> Optional[dict]:
         return self._run(layout.stream_config(self._aio, stream), f"look up stream {stream!r}")
 
-    def scan(self, stream: str, start_seq: int = 1,
-             subjects: Optional[Sequence[str]] = None) -> list[tuple[int, str, dict, bytes]]:
+    def scan(
+        self, stream: str, start_seq: int = 1, subjects: Optional[Sequence[str]] = None
+    ) -> list[tuple[int, str, dict, bytes]]:
         """Every message of ``stream`` from ``start_seq`` (as it was when the scan began)."""
 
         async def collect() -> list[tuple[int, str, dict, bytes]]:
@@ -160,16 +193,24 @@ class NatsClient:
 
         return self._run(collect(), f"scan stream {stream!r}")
 
-    def read_committed(self, stream: str, *, prefix: str = "", materialization: Optional[str] = None,
-                       subjects: Optional[Sequence[str]] = None) -> Iterator[CommittedMessage]:
+    def read_committed(
+        self,
+        stream: str,
+        *,
+        prefix: str = "",
+        materialization: Optional[str] = None,
+        subjects: Optional[Sequence[str]] = None,
+    ) -> Iterator[CommittedMessage]:
         """Only messages a commit record covers, once each, in commit order.  ``subjects``
         limits the data subjects read (progress subjects are always read)."""
         prefix = prefix or wire.default_prefix(stream)
         filt = None if subjects is None else [*subjects, wire.progress_wildcard(prefix)]
         return fold_committed(self.scan(stream, 1, filt), prefix, materialization, filtered=subjects is not None)
 
-    def committed_view(self, stream: str, subject: str, *, prefix: str = "",
-                       materialization: Optional[str] = None) -> dict[tuple, Any]:
+    def committed_view(
+        self, stream: str, subject: str, *, prefix: str = "", materialization: Optional[str] = None
+    ) -> dict[tuple, Any]:
         """The last committed document per key of ``subject``."""
-        return committed_view(self.read_committed(stream, prefix=prefix, materialization=materialization,
-                                                  subjects=[subject]), subject)
+        return committed_view(
+            self.read_committed(stream, prefix=prefix, materialization=materialization, subjects=[subject]), subject
+        )

@@ -74,14 +74,22 @@ class NatsConfig:
         if stream is not None:
             check_stream(stream, "the endpoint's `stream`")
         try:
-            settings = NatsSettings(max_batch=int(config.get("max_batch", 1000)),
-                                    duplicate_window=float(config.get("duplicate_window", 120.0)))
+            settings = NatsSettings(
+                max_batch=int(config.get("max_batch", 1000)),
+                duplicate_window=float(config.get("duplicate_window", 120.0)),
+            )
         except (TypeError, ValueError) as exc:
             raise SpecError(f"nats: max_batch and duplicate_window must be numbers ({exc})") from exc
         if settings.max_batch < 2:
             raise SpecError("nats: max_batch must be at least 2 (one document and the progress record)")
-        return cls(url, str(config.get("state") or DEFAULT_STATE), stream, atomic, settings,
-                   RetryPolicy.from_config(config.get("retry")))
+        return cls(
+            url,
+            str(config.get("state") or DEFAULT_STATE),
+            stream,
+            atomic,
+            settings,
+            RetryPolicy.from_config(config.get("retry")),
+        )
 
 
 def check_stream(name: Any, what: str) -> str:
@@ -92,8 +100,9 @@ def check_stream(name: Any, what: str) -> str:
 
 def check_subject(subject: Any, what: str) -> str:
     if not isinstance(subject, str) or not subject or not all(_SUBJECT_TOKEN_OK.match(t) for t in subject.split(".")):
-        raise SpecError(f"nats: {what} must be a literal subject (dot-separated tokens, no spaces or wildcards), "
-                        f"got {subject!r}")
+        raise SpecError(
+            f"nats: {what} must be a literal subject (dot-separated tokens, no spaces or wildcards), got {subject!r}"
+        )
     return subject
 
 
@@ -102,12 +111,16 @@ def target(binding: BindingSpec, default_stream: Optional[str]) -> Target:
     res = binding.resource if isinstance(binding.resource, dict) else {}
     extra = set(res) - {"stream", "subject", "name", "table"}
     if extra:
-        raise SpecError(f"binding of {binding.collection!r}: a nats resource takes `stream` and `subject` "
-                        f"(or `name`), not {sorted(extra)}")
+        raise SpecError(
+            f"binding of {binding.collection!r}: a nats resource takes `stream` and `subject` "
+            f"(or `name`), not {sorted(extra)}"
+        )
     stream = res.get("stream", default_stream)
     if stream is None:
-        raise SpecError(f"binding of {binding.collection!r}: name its stream (resource {{stream: NAME, subject: ...}}) "
-                        "or set the endpoint's `stream`")
+        raise SpecError(
+            f"binding of {binding.collection!r}: name its stream (resource {{stream: NAME, subject: ...}}) "
+            "or set the endpoint's `stream`"
+        )
     check_stream(stream, f"the stream of the binding of {binding.collection!r}")
     subject = res.get("subject")
     name = res.get("name", res.get("table"))
@@ -117,8 +130,10 @@ def target(binding: BindingSpec, default_stream: Optional[str]) -> Target:
         subject = f"{stream}.{check_subject(name, 'the resource name')}"
     check_subject(subject, f"the subject of the binding of {binding.collection!r}")
     if subject.startswith(wire.default_prefix(stream) + "."):
-        raise SpecError(f"binding of {binding.collection!r}: subject {subject!r} is under "
-                        f"{wire.default_prefix(stream)}.>, where tidemark keeps progress records; choose another")
+        raise SpecError(
+            f"binding of {binding.collection!r}: subject {subject!r} is under "
+            f"{wire.default_prefix(stream)}.>, where tidemark keeps progress records; choose another"
+        )
     return Target(stream, subject)
 
 
@@ -130,7 +145,8 @@ def targets(bindings: Sequence[BindingSpec], default_stream: Optional[str], mate
         raise IncompatibleSchema(
             f"materialization {materialization!r} binds streams {', '.join(streams)}: every binding of one "
             "materialization must write the same stream (its progress records and atomic batches live there); "
-            "use one materialization per stream")
+            "use one materialization per stream"
+        )
     seen: set[str] = set()
     for t in out:
         if t.subject in seen:

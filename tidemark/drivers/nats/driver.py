@@ -27,7 +27,15 @@ from tidemark.drivers.nats.transactor import NatsTransactor
 from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    SpecResponse,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 
 log = logging.getLogger("tidemark")
@@ -37,9 +45,11 @@ def publish_mode(atomic: bool) -> str:
     """How batches reach the stream, as ``check`` and the run's apply line say it."""
     if atomic:
         return "atomic batch publish on"
-    return ("atomic batch publish off (ordered mode: a plain consumer of the stream may see part of a batch until it "
-            "is complete; `tidemark query` and read_committed see whole batches only; nats-server 2.12 or newer "
-            "publishes each batch atomically)")
+    return (
+        "atomic batch publish off (ordered mode: a plain consumer of the stream may see part of a batch until it "
+        "is complete; `tidemark query` and read_committed see whole batches only; nats-server 2.12 or newer "
+        "publishes each batch atomically)"
+    )
 
 
 CAPABILITIES = Capabilities(
@@ -76,12 +86,23 @@ class NatsDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["url"], "properties": {
-                "url": {"type": "string"}, "state": {"type": "string"}, "stream": {"type": "string"},
-                "atomic": {"enum": ["auto", True, False]}, "max_batch": {"type": "integer", "default": 1000},
-                "duplicate_window": {"type": "number", "default": 120}, "retry": {"type": "object"}}},
-            resource_schema={"type": "object", "properties": {
-                "stream": {"type": "string"}, "subject": {"type": "string"}, "name": {"type": "string"}}},
+            config_schema={
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string"},
+                    "state": {"type": "string"},
+                    "stream": {"type": "string"},
+                    "atomic": {"enum": ["auto", True, False]},
+                    "max_batch": {"type": "integer", "default": 1000},
+                    "duplicate_window": {"type": "number", "default": 120},
+                    "retry": {"type": "object"},
+                },
+            },
+            resource_schema={
+                "type": "object",
+                "properties": {"stream": {"type": "string"}, "subject": {"type": "string"}, "name": {"type": "string"}},
+            },
         )
 
     # ------------------------------------------------------------------ places
@@ -102,7 +123,9 @@ class NatsDriver(Driver):
     def store_config(self, materialization: str):
         from tidemark.store import StoreConfig
 
-        return StoreConfig(path=conf.state_dir(self.cfg.state, materialization), lock_timeout=self.cfg.policy.lock_timeout)
+        return StoreConfig(
+            path=conf.state_dir(self.cfg.state, materialization), lock_timeout=self.cfg.policy.lock_timeout
+        )
 
     def _check(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[conf.Target]:
         ts = conf.targets(bindings, self.cfg.stream, materialization)
@@ -112,8 +135,10 @@ class NatsDriver(Driver):
                 continue
             i = binding_id(t.subject)
             if i in seen or i == QUARANTINE_ID:
-                raise IncompatibleSchema(f"nats: subjects {t.subject!r} and {seen.get(i, 'quarantine')!r} share the "
-                                         f"state store's 16-bit binding id {i}; rename one")
+                raise IncompatibleSchema(
+                    f"nats: subjects {t.subject!r} and {seen.get(i, 'quarantine')!r} share the "
+                    f"state store's 16-bit binding id {i}; rename one"
+                )
             seen[i] = t.subject
         if ts:
             self._streams[materialization] = ts[0].stream
@@ -154,23 +179,28 @@ class NatsDriver(Driver):
             raise RecoveryError(
                 f"subject {subj!r} of stream {stream!r} holds the view of materialization {w!r}; "
                 f"{req.materialization!r} would mix its documents into it (and a reader could not tell them "
-                "apart). Give this view a subject of its own. Nothing was changed")
+                "apart). Give this view a subject of its own. Nothing was changed"
+            )
         if limits:
             raise IncompatibleSchema(
                 f"stream {stream!r} deletes messages on its own ({', '.join(limits)}): the view's documents and "
                 "progress records would silently go, and a rebuild or a reader would miss them. Remove the limits "
                 f"(`nats stream edit {stream}` with no max age/messages/bytes and retention limits), or give the "
-                "view a stream of its own. Nothing was changed")
+                "view a stream of its own. Nothing was changed"
+            )
         if exists and req.checkpoint_id:
-            owners = {str(f.checkpoint.get("checkpoint_id")) for f in
-                      client.channel_frontiers(stream, req.materialization).values()
-                      if isinstance(f.checkpoint, dict) and f.checkpoint.get("checkpoint_id")}
+            owners = {
+                str(f.checkpoint.get("checkpoint_id"))
+                for f in client.channel_frontiers(stream, req.materialization).values()
+                if isinstance(f.checkpoint, dict) and f.checkpoint.get("checkpoint_id")
+            }
             if owners - {req.checkpoint_id}:
                 raise RecoveryError(
                     f"stream {stream!r} holds progress records of {req.materialization!r} written by tidemark "
                     f"checkpoint {', '.join(sorted(owners))}, not by {req.checkpoint_id}; give this view its own "
                     f"materialization name, or start it over with `tidemark reset SPEC -m {req.materialization}`. "
-                    "Nothing was changed")
+                    "Nothing was changed"
+                )
         subjects = [t.subject for t in ts] + [conf.quarantine_subject(stream, req.materialization)]
         action = f"{'update' if exists else 'create'} stream {stream} for subjects {', '.join(subjects)}"
         created = () if exists else tuple(b.resource_path for b in req.bindings)
@@ -180,8 +210,10 @@ class NatsDriver(Driver):
             return Applied(f"{action} ({publish_mode(atomic)}, nats-server {version})", created)
         records = {}
         if req.checkpoint_id:
-            records = {identity_entry(t.subject): json.dumps({**r, "resolved": f"{stream}:{t.subject}"}, sort_keys=True)
-                       for t, r in zip(ts, req.identities)}
+            records = {
+                identity_entry(t.subject): json.dumps({**r, "resolved": f"{stream}:{t.subject}"}, sort_keys=True)
+                for t, r in zip(ts, req.identities)
+            }
         setup = client.ensure_stream(stream, subjects, atomic=self.cfg.atomic, metadata=records)
         if not setup.atomic:
             log.warning("materialization %s: stream %s: %s", req.materialization, stream, publish_mode(False))
@@ -216,13 +248,23 @@ class NatsDriver(Driver):
         checkpoint = session.frontier.checkpoint
         store = open_store(client, self.store_config(req.materialization), channel, checkpoint, standard)
         ids = [binding_id(t.subject) for t in ts]
-        tx = NatsTransactor(client, session, inflight, store, subjects, [b.delta_updates for b in req.bindings], ids,
-                            qsubject, req.materialization)
+        tx = NatsTransactor(
+            client,
+            session,
+            inflight,
+            store,
+            subjects,
+            [b.delta_updates for b in req.bindings],
+            ids,
+            qsubject,
+            req.materialization,
+        )
         return tx, Opened(checkpoint)
 
     # -------------------------------------------------------------- inspection
-    def read_committed(self, materialization: str, subjects: Optional[Sequence[str]] = None,
-                       stream: Optional[str] = None):
+    def read_committed(
+        self, materialization: str, subjects: Optional[Sequence[str]] = None, stream: Optional[str] = None
+    ):
         """The committed messages of ``materialization`` (of ``subjects``), in commit order."""
         stream = stream or self.stream(materialization)
         if stream is None:
@@ -258,8 +300,10 @@ class NatsDriver(Driver):
         if stream is None or not self.client().stream_exists(stream):
             return []
         fr = self.client().channel_frontiers(stream, materialization)
-        return [CheckpointRow(materialization, r, f.seq, f.checkpoint)
-                for r, f in sorted(fr.items(), key=lambda kv: (kv[0].key_begin, kv[0].key_end))]
+        return [
+            CheckpointRow(materialization, r, f.seq, f.checkpoint)
+            for r, f in sorted(fr.items(), key=lambda kv: (kv[0].key_begin, kv[0].key_end))
+        ]
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Purge the view's subjects, its progress records and quarantine from the stream, and
@@ -270,17 +314,23 @@ class NatsDriver(Driver):
         stream = self.stream(materialization, bindings) if bindings else self.stream(materialization)
         if stream is not None and self.client().stream_exists(stream):
             ts = conf.targets(bindings, self.cfg.stream, materialization)
-            subjects = [t.subject for t in ts] + [conf.quarantine_subject(stream, materialization),
-                                                   progress_filter(stream, materialization)]
+            subjects = [t.subject for t in ts] + [
+                conf.quarantine_subject(stream, materialization),
+                progress_filter(stream, materialization),
+            ]
             n = self.client().purge(stream, subjects)
             done.append(f"purged {n} messages of {', '.join(subjects)} from stream {stream}")
             scfg = self.client().stream_config(stream) or {}
             meta = scfg.get("metadata") or {}
-            mine = {identity_entry(t.subject): None for t in ts
-                    if json.loads(meta.get(identity_entry(t.subject)) or "{}").get("materialization") == materialization}
+            mine = {
+                identity_entry(t.subject): None
+                for t in ts
+                if json.loads(meta.get(identity_entry(t.subject)) or "{}").get("materialization") == materialization
+            }
             if mine:
-                self.client().ensure_stream(stream, list(scfg.get("subjects") or ()), atomic=bool(scfg.get("allow_atomic")),
-                                            metadata=mine)
+                self.client().ensure_stream(
+                    stream, list(scfg.get("subjects") or ()), atomic=bool(scfg.get("allow_atomic")), metadata=mine
+                )
                 done.append(f"removed the view-identity records of {len(mine)} subject(s) from stream {stream}")
         path = conf.state_dir(self.cfg.state, materialization)
         if os.path.isdir(path):

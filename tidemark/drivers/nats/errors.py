@@ -62,9 +62,21 @@ def translate(exc: BaseException, what: str) -> Exception:
         return FencedOff(f"{what}: another writer stored these messages ({desc})")
     if isinstance(exc, ne.AuthorizationError):
         return AuthenticationFailed(f"{what}: NATS refused the credentials")
-    if isinstance(exc, (ne.NoServersError, ne.ConnectionClosedError, ne.StaleConnectionError, ne.NoRespondersError,
-                        ne.ConnectionReconnectingError, ne.TimeoutError, je.NoStreamResponseError,
-                        asyncio.TimeoutError, ConnectionError, OSError)):
+    if isinstance(
+        exc,
+        (
+            ne.NoServersError,
+            ne.ConnectionClosedError,
+            ne.StaleConnectionError,
+            ne.NoRespondersError,
+            ne.ConnectionReconnectingError,
+            ne.TimeoutError,
+            je.NoStreamResponseError,
+            asyncio.TimeoutError,
+            ConnectionError,
+            OSError,
+        ),
+    ):
         return EndpointUnavailable(f"{what}: {desc}")
     if isinstance(exc, je.ServiceUnavailableError) or code == 503:
         return EndpointUnavailable(f"{what}: {desc}")

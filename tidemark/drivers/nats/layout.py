@@ -37,8 +37,9 @@ def progress_filter(stream: str, materialization: str, prefix: str = "") -> str:
     return f"{prefix or wire.default_prefix(stream)}.progress.{wire.subject_token(materialization)}.*"
 
 
-async def list_progress_subjects(aio: AsyncNats, stream: str, materialization: str, prefix: str = "", *,
-                                 filt: str = "") -> list[str]:
+async def list_progress_subjects(
+    aio: AsyncNats, stream: str, materialization: str, prefix: str = "", *, filt: str = ""
+) -> list[str]:
     """The progress subjects of ``materialization`` that hold a record (one per range ever opened)."""
     filt = filt or progress_filter(stream, materialization, prefix)
     out: list[str] = []
@@ -70,8 +71,9 @@ async def subject_writers(aio: AsyncNats, stream: str, subjects: Sequence[str]) 
     return out
 
 
-async def channel_frontiers(aio: AsyncNats, stream: str, materialization: str,
-                            prefix: str = "") -> dict[Range, Frontier]:
+async def channel_frontiers(
+    aio: AsyncNats, stream: str, materialization: str, prefix: str = ""
+) -> dict[Range, Frontier]:
     """The last progress record of every range of ``materialization`` on ``stream``."""
     out: dict[Range, Frontier] = {}
     for subject in await list_progress_subjects(aio, stream, materialization, prefix):
@@ -113,10 +115,16 @@ async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[
                 continue
             prev = f.record
             rec = ProgressRecord(
-                kind=wire.KIND_CLOSED, materialization=mat, range=r.name, session=uuid.uuid4().hex,
-                committed=prev.committed if prev else None, count=prev.count if prev else 0,
-                checkpoint=prev.checkpoint if prev else None, committed_seq=f.committed_seq or None,
-                successors=(rng.name,))
+                kind=wire.KIND_CLOSED,
+                materialization=mat,
+                range=r.name,
+                session=uuid.uuid4().hex,
+                committed=prev.committed if prev else None,
+                count=prev.count if prev else 0,
+                checkpoint=prev.checkpoint if prev else None,
+                committed_seq=f.committed_seq or None,
+                successors=(rng.name,),
+            )
             if await _append(aio, channel.with_range(r), f, rec) is None:
                 moved = True
                 break
@@ -124,17 +132,26 @@ async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[
             continue
         own = over.get(rng, Frontier(None, 0))
         rec = ProgressRecord(
-            kind=wire.KIND_OPEN, materialization=mat, range=rng.name, session=uuid.uuid4().hex,
-            committed=committed, count=0, checkpoint=checkpoint, committed_seq=None,
-            inherited_from=tuple(r.name for r in sorted(over, key=lambda r: r.key_begin) if r != rng) or (rng.name,))
+            kind=wire.KIND_OPEN,
+            materialization=mat,
+            range=rng.name,
+            session=uuid.uuid4().hex,
+            committed=committed,
+            count=0,
+            checkpoint=checkpoint,
+            committed_seq=None,
+            inherited_from=tuple(r.name for r in sorted(over, key=lambda r: r.key_begin) if r != rng) or (rng.name,),
+        )
         session = await _append(aio, channel, own, rec)
         if session is None:
             continue
         session.atomic = await aio.stream_atomic(channel.stream)
         return session, over
-    raise RecoveryError(f"range {rng.name} of {mat!r} on stream {channel.stream!r}: the progress subjects of the "
-                        f"overlapping ranges kept changing during {TAKEOVER_ATTEMPTS} attempts to open it; are "
-                        "sessions of two layouts running at once? Stop the old job and retry")
+    raise RecoveryError(
+        f"range {rng.name} of {mat!r} on stream {channel.stream!r}: the progress subjects of the "
+        f"overlapping ranges kept changing during {TAKEOVER_ATTEMPTS} attempts to open it; are "
+        "sessions of two layouts running at once? Stop the old job and retry"
+    )
 
 
 async def purge(aio: AsyncNats, stream: str, subjects: Sequence[str]) -> int:

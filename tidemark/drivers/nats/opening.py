@@ -51,8 +51,9 @@ def fence(client: NatsClient, channel: Channel) -> Session:
         if cp is None:
             return None, None
         want = identity(cp)
-        committed = next((f.committed for f in over.values() if f.checkpoint is not None
-                          and identity(f.checkpoint) == want), None)
+        committed = next(
+            (f.committed for f in over.values() if f.checkpoint is not None and identity(f.checkpoint) == want), None
+        )
         return committed, cp
 
     for attempt in range(OPEN_ATTEMPTS):
@@ -95,8 +96,9 @@ def verdict(have: Optional[dict], want: Optional[dict]) -> str:
     return "other"
 
 
-def open_store(client: NatsClient, cfg: StoreConfig, channel: Channel, want: Optional[dict],
-               standard: Sequence[tuple[str, int]]) -> RangeStore:
+def open_store(
+    client: NatsClient, cfg: StoreConfig, channel: Channel, want: Optional[dict], standard: Sequence[tuple[str, int]]
+) -> RangeStore:
     """Step 3.  ``standard``: ``(subject, binding id)`` of each standard binding."""
     rng = channel.range
     try:
@@ -113,7 +115,8 @@ def open_store(client: NatsClient, cfg: StoreConfig, channel: Channel, want: Opt
             f"nats range {rng.name} of {channel.materialization!r}: the local state store {cfg.path} is at batch "
             f"{_batch(rs.checkpoint)} but stream {channel.stream!r} has committed only "
             f"{'nothing' if want is None else 'batch %d' % _batch(want)}: the stream was reset or replaced under it. "
-            f"Start the view over with `tidemark reset SPEC -m {channel.materialization}`")
+            f"Start the view over with `tidemark reset SPEC -m {channel.materialization}`"
+        )
     if v == "other":
         rs.close()
         _wipe(cfg, rng)
@@ -122,8 +125,13 @@ def open_store(client: NatsClient, cfg: StoreConfig, channel: Channel, want: Opt
     return rs
 
 
-def rebuild(client: NatsClient, rs: RangeStore, channel: Channel, checkpoint: Optional[dict],
-            standard: Sequence[tuple[str, int]]) -> int:
+def rebuild(
+    client: NatsClient,
+    rs: RangeStore,
+    channel: Channel,
+    checkpoint: Optional[dict],
+    standard: Sequence[tuple[str, int]],
+) -> int:
     """Replace the range's part of the store with the log's committed documents (the last per
     key whose key hash is in the range; a delete removes it) and commit ``checkpoint``."""
     assert checkpoint is not None
@@ -134,8 +142,9 @@ def rebuild(client: NatsClient, rs: RangeStore, channel: Channel, checkpoint: Op
     ids = dict(standard)
     latest: dict[bytes, Optional[bytes]] = {}
     if ids:
-        for m in client.read_committed(channel.stream, prefix=channel.prefix, materialization=channel.materialization,
-                                       subjects=list(ids)):
+        for m in client.read_committed(
+            channel.stream, prefix=channel.prefix, materialization=channel.materialization, subjects=list(ids)
+        ):
             if m.subject not in ids or not rng.contains(key_hash(m.key)):
                 continue
             latest[tidemark_key(m.key, ids[m.subject])] = None if m.delete else bytes(m.message.data)

@@ -33,8 +33,9 @@ def find_view(spec, name: str) -> Optional[tuple[Any, BindingSpec, conf.Target]]
             if name in names or (name == mat.name and len(mat.bindings) == 1):
                 found.append((mat, bs, t))
     if len(found) > 1:
-        raise SpecError(f"nats view {name!r} is ambiguous; name one of "
-                        f"{', '.join(f'{m.name}/{t.subject}' for m, _, t in found)}")
+        raise SpecError(
+            f"nats view {name!r} is ambiguous; name one of {', '.join(f'{m.name}/{t.subject}' for m, _, t in found)}"
+        )
     return found[0] if found else None
 
 
@@ -67,4 +68,4 @@ def _wanted(key, keys, prefix) -> bool:
     key = tuple(key)
     if keys:
         return key in keys
-    return prefix is None or key[:len(prefix)] == tuple(prefix)
+    return prefix is None or key[: len(prefix)] == tuple(prefix)

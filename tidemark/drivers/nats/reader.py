@@ -91,7 +91,8 @@ class CommittedFold:
                 raise RecoveryError(
                     f"stream sequence {seq}: the commit of batch {rec.committed.batch_id} on range {rec.range} of "
                     f"{rec.materialization!r} covers {rec.count} documents but counters {missing[:5]} are not in the "
-                    f"stream (removed by retention limits?)")
+                    f"stream (removed by retention limits?)"
+                )
             out = [CommittedMessage(got[c], seq) for c in range(1, rec.count + 1) if c in got]
             st.committed = rec.committed
         elif rec.kind == wire.KIND_OPEN and rec.inherited_from:
@@ -104,8 +105,12 @@ class CommittedFold:
         return out
 
 
-def fold_committed(messages: Iterable[tuple[int, str, Optional[dict], bytes]], prefix: str,
-                   materialization: Optional[str] = None, filtered: bool = False) -> Iterator[CommittedMessage]:
+def fold_committed(
+    messages: Iterable[tuple[int, str, Optional[dict], bytes]],
+    prefix: str,
+    materialization: Optional[str] = None,
+    filtered: bool = False,
+) -> Iterator[CommittedMessage]:
     """Committed messages, in commit order, of ``(seq, subject, headers, data)`` in stream order
     (``filtered``: read through a subject filter, so a batch's messages on other subjects are absent)."""
     fold = CommittedFold(prefix, materialization, filtered)

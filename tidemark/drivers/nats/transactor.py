@@ -28,7 +28,14 @@ from tidemark.drivers.nats.wire import BatchId, InFlight
 from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.channel import OutDoc, Session
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Load, Loaded, Quarantine, StartCommit, StartedCommit, Store,
+    Acknowledge,
+    Acknowledged,
+    Load,
+    Loaded,
+    Quarantine,
+    StartCommit,
+    StartedCommit,
+    Store,
 )
 from tidemark.drivers.store.transactor import committed_loads
 from tidemark.store import RangeStore, tidemark_key
@@ -47,9 +54,18 @@ class _MidBatch(OutDoc):
 
 
 class NatsTransactor(ReadCommittedLoads, Transactor):
-    def __init__(self, client: NatsClient, session: Session, inflight: InFlight, store: RangeStore,
-                 subjects: Sequence[str], delta: Sequence[bool], ids: Sequence[int], quarantine_subject: str,
-                 materialization: str):
+    def __init__(
+        self,
+        client: NatsClient,
+        session: Session,
+        inflight: InFlight,
+        store: RangeStore,
+        subjects: Sequence[str],
+        delta: Sequence[bool],
+        ids: Sequence[int],
+        quarantine_subject: str,
+        materialization: str,
+    ):
         self.client = client
         self.session = session
         self.inflight = inflight
@@ -94,8 +110,13 @@ class NatsTransactor(ReadCommittedLoads, Transactor):
         self._queued.sort(key=lambda q: (q[0], q[1]))  # stable: a delta binding's rows of one key keep their order
         docs = [d for _, _, d in self._queued]
         for n, row in enumerate(self._quarantine):
-            docs.append(OutDoc(self.quarantine_subject, [batch, self.range.name, n],
-                               quarantine_row(self.materialization, batch, self._resource(row), row)))
+            docs.append(
+                OutDoc(
+                    self.quarantine_subject,
+                    [batch, self.range.name, n],
+                    quarantine_row(self.materialization, batch, self._resource(row), row),
+                )
+            )
         if len(docs) >= 3:
             mid = len(docs) // 2
             d = docs[mid]
@@ -111,8 +132,14 @@ class NatsTransactor(ReadCommittedLoads, Transactor):
         batch = BatchId.from_checkpoint(cp)
         docs = self._batch_docs(batch.batch_id)
         fault_point("before_endpoint_commit")
-        self.last_commit = self.client.publish_batch(self.session, batch, docs, cp, skip=self.inflight,
-                                                     subjects=[*dict.fromkeys(self.subjects), self.quarantine_subject])
+        self.last_commit = self.client.publish_batch(
+            self.session,
+            batch,
+            docs,
+            cp,
+            skip=self.inflight,
+            subjects=[*dict.fromkeys(self.subjects), self.quarantine_subject],
+        )
         fault_point("after_endpoint_commit")
         self.rs.transaction().commit(cp)
         self.inflight = InFlight()

@@ -138,12 +138,15 @@ class BatchId:
 def msg_id(channel: Channel, batch: BatchId, counter: int) -> str:
     """The deterministic ``Nats-Msg-Id`` of one data message: a replay of the same batch
     produces the same ids, so the server's duplicate window drops what it already has."""
-    return (f"tm/{subject_token(channel.materialization)}/{channel.range.name}/"
-            f"{subject_token(batch.checkpoint_id)}/{batch.batch_id}/{counter}")
+    return (
+        f"tm/{subject_token(channel.materialization)}/{channel.range.name}/"
+        f"{subject_token(batch.checkpoint_id)}/{batch.batch_id}/{counter}"
+    )
 
 
-def data_headers(channel: Channel, batch: BatchId, counter: int, key: Any, *, delete: bool = False,
-                 with_msg_id: bool = True) -> dict[str, str]:
+def data_headers(
+    channel: Channel, batch: BatchId, counter: int, key: Any, *, delete: bool = False, with_msg_id: bool = True
+) -> dict[str, str]:
     h = {
         H_MATERIALIZATION: channel.materialization,
         H_RANGE: channel.range.name,
@@ -249,8 +252,9 @@ class ProgressRecord:
             "count": self.count,
             "checkpoint": self.checkpoint,
             "committed_seq": self.committed_seq,
-            "inflight": ({"batch": self.inflight.batch.as_json(), "through": self.inflight.through}
-                         if self.inflight else None),
+            "inflight": (
+                {"batch": self.inflight.batch.as_json(), "through": self.inflight.through} if self.inflight else None
+            ),
         }
         if self.inherited_from:
             d["inherited_from"] = list(self.inherited_from)
@@ -274,8 +278,11 @@ class ProgressRecord:
             count=int(d.get("count", 0)),
             checkpoint=d.get("checkpoint"),
             committed_seq=d.get("committed_seq"),
-            inflight=(InFlightMark(BatchId.from_json(inflight["batch"]), int(inflight["through"]))  # type: ignore[arg-type]
-                      if inflight else None),
+            inflight=(
+                InFlightMark(BatchId.from_json(inflight["batch"]), int(inflight["through"]))  # type: ignore[arg-type]
+                if inflight
+                else None
+            ),
             inherited_from=tuple(d.get("inherited_from", ())),
             successors=tuple(d.get("successors", ())),
             v=v,

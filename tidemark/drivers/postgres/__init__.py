@@ -20,24 +20,55 @@ and the inspection calls are the skeleton's (:mod:`tidemark.drivers.sql`).
 try:
     import psycopg
 except ImportError as exc:  # pragma: no cover - the registry turns this into a fix
-    raise ImportError("psycopg is required for the postgres driver: pip install 'tidemark[postgres]'",
-                      name="psycopg") from exc
+    raise ImportError(
+        "psycopg is required for the postgres driver: pip install 'tidemark[postgres]'", name="psycopg"
+    ) from exc
 del psycopg  # the modules below import it themselves
 
 from tidemark.drivers.postgres.copytext import copy_converter, copy_text, nul_path
 from tidemark.drivers.postgres.ddl import recompute_sql
 from tidemark.drivers.postgres.dialect import (
-    DIALECT, MAX_IDENTIFIER_BYTES, SQL_TYPES, PostgresDialect, check_name_length, sql_type, too_long, widens,
+    DIALECT,
+    MAX_IDENTIFIER_BYTES,
+    SQL_TYPES,
+    PostgresDialect,
+    check_name_length,
+    sql_type,
+    too_long,
+    widens,
 )
 from tidemark.drivers.postgres.driver import CAPABILITIES, PostgresDriver
 from tidemark.drivers.postgres.settings import (
-    CONFIG_KEYS, DEFAULT_FILLFACTOR, SSL_MODES, PgSettings, parse_fillfactor, translate,
+    CONFIG_KEYS,
+    DEFAULT_FILLFACTOR,
+    SSL_MODES,
+    PgSettings,
+    parse_fillfactor,
+    translate,
 )
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 
 __all__ = [
-    "CAPABILITIES", "CONFIG_KEYS", "DEFAULT_FILLFACTOR", "DIALECT", "MAX_IDENTIFIER_BYTES", "SQL_TYPES", "SSL_MODES",
-    "PgSettings", "PostgresDialect", "PostgresDriver", "PostgresTransactor", "backend_pid", "check_name_length",
-    "copy_converter", "copy_text", "nul_path", "parse_fillfactor", "recompute_sql", "sql_type", "too_long",
-    "translate", "widens",
+    "CAPABILITIES",
+    "CONFIG_KEYS",
+    "DEFAULT_FILLFACTOR",
+    "DIALECT",
+    "MAX_IDENTIFIER_BYTES",
+    "SQL_TYPES",
+    "SSL_MODES",
+    "PgSettings",
+    "PostgresDialect",
+    "PostgresDriver",
+    "PostgresTransactor",
+    "backend_pid",
+    "check_name_length",
+    "copy_converter",
+    "copy_text",
+    "nul_path",
+    "parse_fillfactor",
+    "recompute_sql",
+    "sql_type",
+    "too_long",
+    "translate",
+    "widens",
 ]

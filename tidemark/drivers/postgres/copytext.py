@@ -87,4 +87,3 @@ def encode_at(row: tuple, positions: list[int]) -> tuple:
         if out[j] is not None:
             out[j] = json_dumps(out[j])
     return tuple(out)
-

@@ -45,11 +45,15 @@ class PostgresDDL:
 
     def notes(self, plan: TablePlan) -> list[str]:
         """Columns of an existing table that no field writes are left as they are (and said so)."""
-        written = {c.name for c in plan.model.columns} | {DOCUMENT_COLUMN, ROW_ID_COLUMN} | {
-            n.encode()[:MAX_IDENTIFIER_BYTES].decode(errors="ignore") for n in self.omitted_fields(plan.binding)}
+        written = (
+            {c.name for c in plan.model.columns}
+            | {DOCUMENT_COLUMN, ROW_ID_COLUMN}
+            | {n.encode()[:MAX_IDENTIFIER_BYTES].decode(errors="ignore") for n in self.omitted_fields(plan.binding)}
+        )
         unwritten = sorted(set(plan.existing or ()) - written)
-        return [f"leave column {name} of {plan.model.display} as it is: no field writes it"
-                for name in unwritten] + super().notes(plan)
+        return [
+            f"leave column {name} of {plan.model.display} as it is: no field writes it" for name in unwritten
+        ] + super().notes(plan)
 
     def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
         """Widen the value columns whose type changed, in one statement (the table is rewritten once)."""
@@ -58,8 +62,16 @@ class PostgresDDL:
         model = plan.model
         pointers = {f.name: f.pointer for f in plan.binding.fields}
         if not dry_run:
-            self.execute(con, f"ALTER TABLE {model.ident} " + ", ".join(
-                f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name], con)}"
-                for col, _ in plan.widened))
-        return [f"change column {col.name} of {model.display} from {was} to {sql_type(col.kind)} "
-                "(recomputed from flow_document)" for col, was in plan.widened]
+            self.execute(
+                con,
+                f"ALTER TABLE {model.ident} "
+                + ", ".join(
+                    f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING {recompute_sql(col, pointers[col.name], con)}"
+                    for col, _ in plan.widened
+                ),
+            )
+        return [
+            f"change column {col.name} of {model.display} from {was} to {sql_type(col.kind)} "
+            "(recomputed from flow_document)"
+            for col, was in plan.widened
+        ]

@@ -5,12 +5,27 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.drivers.sql import (
-    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Column, Dialect, check_identifier,
+    BOOLEAN,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    JSON,
+    NUMBER,
+    TEXT,
+    TIMESTAMP,
+    Column,
+    Dialect,
+    check_identifier,
 )
 from tidemark.drivers.sql.reduce import ReduceSql
 
-SQL_TYPES = {TEXT: "text", INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean", JSON: "jsonb",
-             TIMESTAMP: "timestamp with time zone"}
+SQL_TYPES = {
+    TEXT: "text",
+    INTEGER: "bigint",
+    NUMBER: "double precision",
+    BOOLEAN: "boolean",
+    JSON: "jsonb",
+    TIMESTAMP: "timestamp with time zone",
+}
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL cuts longer identifiers (NAMEDATALEN - 1) without an error
 DDL_LOCK = "SELECT pg_advisory_xact_lock(hashtext('tidemark ddl'))"
 
@@ -38,8 +53,9 @@ class PostgresDialect(Dialect):
         or object, i.e. jsonb; a date-time string that lost its format -> text).  The column is
         then recomputed from ``flow_document``, which holds each value exactly."""
         return (existing_type, col.kind) in (("bigint", NUMBER), ("timestamp with time zone", TEXT)) or (
-            col.kind == JSON and existing_type in ("text", "bigint", "double precision", "boolean",
-                                                   "timestamp with time zone"))
+            col.kind == JSON
+            and existing_type in ("text", "bigint", "double precision", "boolean", "timestamp with time zone")
+        )
 
     def document_text(self, expr: str) -> str:
         return f"{expr}::text"
@@ -48,7 +64,9 @@ class PostgresDialect(Dialect):
         return ", quarantined_at timestamp with time zone NOT NULL DEFAULT now()"
 
     def add_column(self, model, col: Column) -> str:
-        return f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.column_type(col)}"
+        return (
+            f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.column_type(col)}"
+        )
 
     def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
@@ -135,7 +153,7 @@ class PostgresReduce(ReduceSql):
         out = doc
         for group, strip in ((present, False), (members, True)):
             for i in range(0, len(group), 50):  # a function takes at most 100 arguments
-                pairs = ", ".join(f"{literal(k)}, {e}" for k, e in group[i:i + 50])
+                pairs = ", ".join(f"{literal(k)}, {e}" for k, e in group[i : i + 50])
                 built = f"jsonb_build_object({pairs})"
                 out = f"{out} || {'jsonb_strip_nulls(' + built + ')' if strip else built}"
         for k, e in nullable:

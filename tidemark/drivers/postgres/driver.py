@@ -86,7 +86,13 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
         props["fillfactor"] = {"type": "integer", "minimum": 10, "maximum": 100}
         return SpecResponse(
             config_schema={"type": "object", "properties": props},
-            resource_schema={"type": "object", "required": ["table"],
-                             "properties": {"table": {"type": "string"}, "schema": {"type": "string"},
-                                            "fillfactor": {"type": "integer", "minimum": 10, "maximum": 100}}},
+            resource_schema={
+                "type": "object",
+                "required": ["table"],
+                "properties": {
+                    "table": {"type": "string"},
+                    "schema": {"type": "string"},
+                    "fillfactor": {"type": "integer", "minimum": 10, "maximum": 100},
+                },
+            },
         )

@@ -17,17 +17,45 @@ from tidemark.policy import RetryPolicy
 from tidemark.drivers.common.settings import refuse_unknown
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "sslmode", "sslrootcert",
-               "sslcert", "sslkey", "application_name", "retry", "fillfactor")
+CONFIG_KEYS = (
+    "url",
+    "host",
+    "port",
+    "user",
+    "password",
+    "database",
+    "schema",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "application_name",
+    "retry",
+    "fillfactor",
+)
 # Free space left in each page of a view table so that updates stay on their page (HOT:
 # no new index entry, old versions pruned in place).  Measured in docs/benchmarks.md.
 DEFAULT_FILLFACTOR = 70
-_AUTH_HINTS = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
-               "pg_hba.conf rejects", "no password supplied", "password is required",
-               "permission denied for database", "role \"")
+_AUTH_HINTS = (
+    "password authentication failed",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "no password supplied",
+    "password is required",
+    "permission denied for database",
+    'role "',
+)
 # libpq reports TLS misconfiguration without a SQLSTATE: a terminal error, not "unreachable"
-_TLS_HINTS = ("does not support ssl", "certificate", "private key", "invalid sslmode", "sslcert", "sslkey",
-              "sslrootcert")
+_TLS_HINTS = (
+    "does not support ssl",
+    "certificate",
+    "private key",
+    "invalid sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +85,11 @@ class PgSettings:
         if config.get("sslmode") is not None and str(config["sslmode"]) not in SSL_MODES:
             raise SpecError(f"postgres: sslmode {config['sslmode']!r} is not one of {', '.join(SSL_MODES)}")
         policy = RetryPolicy.from_config(config.get("retry"))
-        fields = {k: str(config[k]) for k in ("host", "port", "user", "password", "sslmode", "sslrootcert",
-                                              "sslcert", "sslkey") if config.get(k) is not None}
+        fields = {
+            k: str(config[k])
+            for k in ("host", "port", "user", "password", "sslmode", "sslrootcert", "sslcert", "sslkey")
+            if config.get(k) is not None
+        }
         if config.get("database") is not None:
             fields["dbname"] = str(config["database"])
         fields.setdefault("application_name", str(config.get("application_name", "tidemark")))
@@ -87,8 +118,12 @@ class PgSettings:
 
 def parse_fillfactor(value: Any, where: str) -> int:
     """A table fillfactor: an integer percentage from 10 to 100 (PostgreSQL's range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdecimal() \
-            or not 10 <= int(value) <= 100:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, str))
+        or not str(value).strip().isdecimal()
+        or not 10 <= int(value) <= 100
+    ):
         raise SpecError(f"{where} must be an integer from 10 to 100 (percent of each page to fill), got {value!r}")
     return int(value)
 
@@ -98,8 +133,17 @@ def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
     text = redact(exc, s.secrets).strip()
     if isinstance(exc, (pg_errors.InvalidPassword, pg_errors.InvalidAuthorizationSpecification)):
         return AuthenticationFailed(f"PostgreSQL at {s.where} refused user {s.user!r}: {text}")
-    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable,
-                        pg_errors.QueryCanceled, pg_errors.AdminShutdown, pg_errors.CannotConnectNow)):
+    if isinstance(
+        exc,
+        (
+            pg_errors.SerializationFailure,
+            pg_errors.DeadlockDetected,
+            pg_errors.LockNotAvailable,
+            pg_errors.QueryCanceled,
+            pg_errors.AdminShutdown,
+            pg_errors.CannotConnectNow,
+        ),
+    ):
         return EndpointUnavailable(f"PostgreSQL at {s.where}: {what}: transient {type(exc).__name__}: {text}")
     if isinstance(exc, psycopg.OperationalError):
         low = text.lower()
@@ -108,10 +152,11 @@ def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
         if exc.sqlstate is None and 'database "' in low and "does not exist" in low:
             return DriverError(f"PostgreSQL at {s.host}:{s.port}: database {s.database!r} does not exist")
         if exc.sqlstate is None and any(h in low for h in _TLS_HINTS):
-            return DriverError(f"PostgreSQL at {s.host}:{s.port}: TLS settings refused ({what}): {text} "
-                               "(check sslmode, sslrootcert, sslcert and sslkey)")
+            return DriverError(
+                f"PostgreSQL at {s.host}:{s.port}: TLS settings refused ({what}): {text} "
+                "(check sslmode, sslrootcert, sslcert and sslkey)"
+            )
         if exc.sqlstate is None:
             return EndpointUnavailable(f"PostgreSQL at {s.host}:{s.port} is unreachable ({what}): {text}")
         return EndpointUnavailable(f"PostgreSQL at {s.where}: {what}: {text}")
     return DriverError(f"PostgreSQL at {s.where}: {what}: {type(exc).__name__}: {text}")
-

@@ -106,8 +106,9 @@ class PostgresTransactor(SqlTransactor):
         kinds = [c.kind for c in model.keys]
         # ON COMMIT DELETE ROWS: each Load's transaction empties it, no TRUNCATE round trip
         name = f"tidemark_load_{binding}"
-        lt, create = self.temp(name, ["i integer"] + [f"k{j} {sql_type(k)}" for j, k in enumerate(kinds)],
-                               " ON COMMIT DELETE ROWS")
+        lt, create = self.temp(
+            name, ["i integer"] + [f"k{j} {sql_type(k)}" for j, k in enumerate(kinds)], " ON COMMIT DELETE ROWS"
+        )
         q = self.dialect.quote
         on = " AND ".join(f"t.{q(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
         document = self.dialect.document_text(q(DOCUMENT_COLUMN))
@@ -116,8 +117,9 @@ class PostgresTransactor(SqlTransactor):
             payload = "".join([f"{i}\t{conv(key[0])}\n" for i, key in enumerate(keys)])
         else:
             convs = [copy_converter(k) for k in kinds]
-            payload = "".join([f"{i}\t" + "\t".join([c(v) for c, v in zip(convs, key)]) + "\n"
-                               for i, key in enumerate(keys)])
+            payload = "".join(
+                [f"{i}\t" + "\t".join([c(v) for c, v in zip(convs, key)]) + "\n" for i, key in enumerate(keys)]
+            )
         con = self.con
 
         def body() -> list:
@@ -149,8 +151,12 @@ class PostgresTransactor(SqlTransactor):
             return
         n = len(model.columns)
         name = stage_name(msg.binding)
-        st, create = self.temp(name, ["seq bigint", "x boolean", "e boolean"]
-                               + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)] + ["d jsonb"])
+        st, create = self.temp(
+            name,
+            ["seq bigint", "x boolean", "e boolean"]
+            + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+            + ["d jsonb"],
+        )
         seen = self._hashes.setdefault(msg.binding, set())
         before = len(seen)
         seen.update(map(hash, msg.keys))
@@ -159,15 +165,18 @@ class PostgresTransactor(SqlTransactor):
         if any(msg.deletes):
             self._deletes.add(msg.binding)
         self._updates[msg.binding] = self._updates.get(msg.binding, 0) + sum(
-            1 for e, x in zip(msg.exists, msg.deletes) if e and not x)
+            1 for e, x in zip(msg.exists, msg.deletes) if e and not x
+        )
         seq = self._seq
         self._seq = seq + len(msg.keys)
         dumps_doc = json_dumps
         values = self.values_of(msg)  # without the fields whose names are too long for a column
         # Fast path: psycopg formats the COPY rows in C; JSON columns are encoded here.
         json_at = [3 + j for j, c in enumerate(model.columns) if c.kind == JSON]
-        rows = [(seq + i, dele, ex, *key, *vals, dumps_doc(doc))
-                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))]
+        rows = [
+            (seq + i, dele, ex, *key, *vals, dumps_doc(doc))
+            for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))
+        ]
         if json_at:
             rows = [encode_at(r, json_at) for r in rows]
         con = self.con
@@ -178,11 +187,19 @@ class PostgresTransactor(SqlTransactor):
             """COPY text built value by value (e.g. ``3.0`` in an integer column becomes ``3``)."""
             kc = [copy_converter(c.kind) for c in model.keys]
             vc = [copy_converter(c.kind) for c in model.values]
-            lines = ["\t".join([str(seq + i), "t" if dele else "f", "t" if ex else "f", *[c(v) for c, v in zip(kc, key)],
-                                *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
-                                dumps_doc(doc).replace("\\", "\\\\")])
-                     for i, (key, vals, doc, dele, ex)
-                     in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))]
+            lines = [
+                "\t".join(
+                    [
+                        str(seq + i),
+                        "t" if dele else "f",
+                        "t" if ex else "f",
+                        *[c(v) for c, v in zip(kc, key)],
+                        *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
+                        dumps_doc(doc).replace("\\", "\\\\"),
+                    ]
+                )
+                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))
+            ]
             lines.append("")
             return "\n".join(lines)
 
@@ -252,13 +269,16 @@ class PostgresTransactor(SqlTransactor):
             # this range; if a row was removed behind our back all the same (fewer rows
             # updated than staged), the upsert below writes every staged row again.
             assign = ", ".join(f"{c} = s.{src}" for c, src in zip(names[n:], sources[n:]))
-            cur = self.con.execute(f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.e AND NOT s.x AND {match}")
+            cur = self.con.execute(
+                f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.e AND NOT s.x AND {match}"
+            )
             if cur.rowcount == updates:
                 upsert += " AND NOT s.e"
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
 
-    def _copy(self, st: str, create: Optional[str], stale: bool, copy_sql: str,
-              write_into: Callable[[Any], None]) -> None:
+    def _copy(
+        self, st: str, create: Optional[str], stale: bool, copy_sql: str, write_into: Callable[[Any], None]
+    ) -> None:
         """One transaction that makes (or empties) the staging table ``st`` and COPYs into it."""
         con = self.con
 
@@ -276,11 +296,17 @@ class PostgresTransactor(SqlTransactor):
         """Stage a binding PostgreSQL reduces: the keys and each document's JSON text (the
         value columns are read from it by the commit's statement)."""
         name = stage_name(msg.binding)
-        st, create = self.temp(name, ["seq bigint", "x boolean", "e boolean"]
-                               + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)] + ["d jsonb"])
+        st, create = self.temp(
+            name,
+            ["seq bigint", "x boolean", "e boolean"]
+            + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+            + ["d jsonb"],
+        )
         if len(set(msg.keys)) != len(msg.keys) or not self._hashes.setdefault(msg.binding, set()).isdisjoint(msg.keys):
-            raise DriverError(f"{model.display}: a key was stored twice in one transaction of a binding PostgreSQL "
-                              "reduces itself (the runtime combines each key once per batch): nothing was committed")
+            raise DriverError(
+                f"{model.display}: a key was stored twice in one transaction of a binding PostgreSQL "
+                "reduces itself (the runtime combines each key once per batch): nothing was committed"
+            )
         self._hashes[msg.binding].update(msg.keys)
         texts = msg.texts or tuple(json_dumps(doc) for doc in msg.docs)
         seq = self._seq
@@ -328,14 +354,19 @@ class PostgresTransactor(SqlTransactor):
             old = f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
             bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
             new = f"(s.d -> {literal(f.name)})::numeric"
-            row = self.con.execute(f"SELECT {keys}, {old}, {new} FROM {st} s JOIN {model.ident} t ON {match} "
-                                   f"WHERE abs({old} + {new}) > {bound} LIMIT 1").fetchone()
+            row = self.con.execute(
+                f"SELECT {keys}, {old}, {new} FROM {st} s JOIN {model.ident} t ON {match} "
+                f"WHERE abs({old} + {new}) > {bound} LIMIT 1"
+            ).fetchone()
             if row is not None:
                 what = "is beyond a 64-bit integer" if col.kind == INTEGER else "is not a finite number"
                 return DriverError(
                     f"{model.display}: key {list(row[:n])!r}: /{f.name}: 'sum' overflowed: the result {what} (left "
                     f"{row[n]}, right {row[n + 1]}). Nothing of this shard's transaction was committed; the batch "
-                    "fails as it would reducing in Python.")
+                    "fails as it would reducing in Python."
+                )
         text = redact(exc, self.driver.settings.secrets).strip().splitlines()[0]
-        return DriverError(f"{model.display}: reducing this batch in PostgreSQL failed: {text}. Nothing of this "
-                           "shard's transaction was committed.")
+        return DriverError(
+            f"{model.display}: reducing this batch in PostgreSQL failed: {text}. Nothing of this "
+            "shard's transaction was committed."
+        )

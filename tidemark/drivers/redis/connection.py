@@ -21,7 +21,9 @@ def _redis():
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - the extra is missing
-        raise ImportError("the redis endpoint needs redis-py; fix: pip install 'tidemark[redis]'", name="redis") from exc
+        raise ImportError(
+            "the redis endpoint needs redis-py; fix: pip install 'tidemark[redis]'", name="redis"
+        ) from exc
     return redis
 
 

@@ -29,8 +29,23 @@ from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Dr
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Load, Loaded, Open, Opened, Quarantine, SpecResponse,
-    StartCommit, StartedCommit, Store, Validate, Validated, ValidatedBinding,
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Quarantine,
+    SpecResponse,
+    StartCommit,
+    StartedCommit,
+    Store,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 from tidemark.drivers.redis.store import RedisConfig, RedisStore
 from tidemark.drivers.redis.connection import redact
@@ -48,14 +63,17 @@ def binding_prefix(binding: BindingSpec) -> str:
     if "prefix" in res:
         extra = set(res) - {"prefix"}
         if extra:
-            raise SpecError(f"binding of {binding.collection!r}: the redis resource takes only `prefix` "
-                            f"(got {sorted(res)})")
+            raise SpecError(
+                f"binding of {binding.collection!r}: the redis resource takes only `prefix` (got {sorted(res)})"
+            )
         return check_prefix(res["prefix"])
     name = res.get("name", res.get("table"))
     if isinstance(name, str) and name and len(res) == 1:
         return f"{name}:"
-    raise SpecError(f"binding of {binding.collection!r}: the redis endpoint needs resource {{prefix: PREFIX}} "
-                    f"(e.g. {{prefix: \"orders:\"}}), got {binding.resource!r}")
+    raise SpecError(
+        f"binding of {binding.collection!r}: the redis endpoint needs resource {{prefix: PREFIX}} "
+        f'(e.g. {{prefix: "orders:"}}), got {binding.resource!r}'
+    )
 
 
 def check_prefixes(bindings: Sequence[BindingSpec]) -> list[str]:
@@ -64,8 +82,10 @@ def check_prefixes(bindings: Sequence[BindingSpec]) -> list[str]:
     seen: dict[str, str] = {}
     for b, p in zip(bindings, prefixes):
         if p in seen:
-            raise SpecError(f"bindings of {seen[p]!r} and {b.collection!r} both use redis prefix {p!r}: give each "
-                            "binding its own prefix")
+            raise SpecError(
+                f"bindings of {seen[p]!r} and {b.collection!r} both use redis prefix {p!r}: give each "
+                "binding its own prefix"
+            )
         seen[p] = b.collection
     return prefixes
 
@@ -90,16 +110,31 @@ class RedisDriver(Driver):
 
     def capabilities(self) -> Capabilities:
         pattern = CommitPattern.STORE_AUTHORITATIVE if self.cfg.exactly_once else CommitPattern.AT_LEAST_ONCE
-        return Capabilities(commit_pattern=pattern, delta_updates=True, standard_updates=True,
-                            max_load_keys=10_000, max_store_docs=10_000, concurrent_shards=True, quarantine=True)
+        return Capabilities(
+            commit_pattern=pattern,
+            delta_updates=True,
+            standard_updates=True,
+            max_load_keys=10_000,
+            max_store_docs=10_000,
+            concurrent_shards=True,
+            quarantine=True,
+        )
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["url"], "properties": {
-                "url": {"type": "string"}, "mode": {"enum": ["exactly-once", "at-least-once"]},
-                "namespace": {"type": "string", "default": "tidemark:"},
-                "load_chunk": {"type": "integer"}, "write_chunk": {"type": "integer"},
-                "max_commit_bytes": {"type": "integer"}, "retry": {"type": "object"}}},
+            config_schema={
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string"},
+                    "mode": {"enum": ["exactly-once", "at-least-once"]},
+                    "namespace": {"type": "string", "default": "tidemark:"},
+                    "load_chunk": {"type": "integer"},
+                    "write_chunk": {"type": "integer"},
+                    "max_commit_bytes": {"type": "integer"},
+                    "retry": {"type": "object"},
+                },
+            },
             resource_schema={"type": "object", "required": ["prefix"], "properties": {"prefix": {"type": "string"}}},
         )
 
@@ -112,7 +147,8 @@ class RedisDriver(Driver):
         if self.store._run(cluster, "INFO cluster"):
             raise IncompatibleSchema(
                 f"redis {redact(self.cfg.url)} is a Redis Cluster node: the commit script touches the keys of "
-                "several hash slots, which Cluster refuses; use a standalone Redis (or a primary with replicas)")
+                "several hash slots, which Cluster refuses; use a standalone Redis (or a primary with replicas)"
+            )
         evicts = self.store.persistence().eviction()
         if evicts:
             raise IncompatibleSchema(f"{redact(evicts, [self.cfg.url])} ({redact(self.cfg.url)}). Nothing was changed")
@@ -235,9 +271,17 @@ class RedisTransactor(ReadCommittedLoads, Transactor):
         for row in self._quarantine:
             b = row.get("binding")
             name = self.prefixes[b] if isinstance(b, int) and 0 <= b < len(self.prefixes) else None
-            out.append({"materialization": self.fence.materialization, "batch_id": cp.get("batch_id"),
-                        "resource": name, "location": row.get("location"), "key_json": row.get("key_json"),
-                        "reason": str(row.get("reason", "")), "value": row.get("value")})
+            out.append(
+                {
+                    "materialization": self.fence.materialization,
+                    "batch_id": cp.get("batch_id"),
+                    "resource": name,
+                    "location": row.get("location"),
+                    "key_json": row.get("key_json"),
+                    "reason": str(row.get("reason", "")),
+                    "value": row.get("value"),
+                }
+            )
         return out
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:

@@ -90,4 +90,3 @@ def parse_states(raw: dict) -> list[CheckpointState]:
 def glob_escape(text: str) -> str:
     """``text`` with Redis glob characters escaped, for ``SCAN MATCH <escaped>*``."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-

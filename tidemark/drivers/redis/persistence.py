@@ -45,22 +45,30 @@ class Persistence:
         policy = (self.maxmemory_policy or "").lower()
         if not policy.startswith("allkeys-") or str(self.maxmemory or "0") in ("0", ""):
             return None
-        return (f"redis: maxmemory-policy {policy} with maxmemory {self.maxmemory}: when the server is full it "
-                "evicts keys without a TTL, so it could silently drop a view's documents (Loads would then reduce "
-                "new documents into nothing) or its checkpoints. Fix: `CONFIG SET maxmemory-policy noeviction` "
-                "(or a volatile-* policy; and in redis.conf so that it lasts), or `maxmemory 0`")
+        return (
+            f"redis: maxmemory-policy {policy} with maxmemory {self.maxmemory}: when the server is full it "
+            "evicts keys without a TTL, so it could silently drop a view's documents (Loads would then reduce "
+            "new documents into nothing) or its checkpoints. Fix: `CONFIG SET maxmemory-policy noeviction` "
+            "(or a volatile-* policy; and in redis.conf so that it lasts), or `maxmemory 0`"
+        )
 
     def warning(self) -> Optional[str]:
         """A warning for exactly-once mode, or None when every acknowledged commit survives
         a crash of Redis and of its machine (``appendonly yes``, ``appendfsync always``)."""
-        fix = ("set `appendonly yes` and `appendfsync always` on the server (CONFIG SET, and in redis.conf "
-               "so that it lasts)")
-        then = ("the range's checkpoint goes back with its data, so tidemark refuses to continue (the endpoint "
-                "is behind its recovery log) until `tidemark reset` starts the view over")
+        fix = (
+            "set `appendonly yes` and `appendfsync always` on the server (CONFIG SET, and in redis.conf "
+            "so that it lasts)"
+        )
+        then = (
+            "the range's checkpoint goes back with its data, so tidemark refuses to continue (the endpoint "
+            "is behind its recovery log) until `tidemark reset` starts the view over"
+        )
         if self.error is not None:
-            return (f"redis: could not read the persistence settings ({self.error}); exactly-once needs every "
-                    f"commit to survive a restart: make sure the server runs with `appendonly yes` and "
-                    f"`appendfsync always`")
+            return (
+                f"redis: could not read the persistence settings ({self.error}); exactly-once needs every "
+                f"commit to survive a restart: make sure the server runs with `appendonly yes` and "
+                f"`appendfsync always`"
+            )
         if self.appendonly != "yes":
             if self.save:
                 lost = f"every commit since the last RDB snapshot (save {self.save!r})"
@@ -70,10 +78,14 @@ class Persistence:
         if self.appendfsync == "always":
             return None
         if self.appendfsync == "everysec":
-            return (f"redis: appendfsync everysec: a crash of the machine (not of Redis) can lose about the last "
-                    f"second of commits; {then}. For none: {fix}")
-        return (f"redis: appendfsync {self.appendfsync}: the kernel decides when the AOF reaches the disk, and a "
-                f"crash of the machine can lose many seconds of commits; {then}. Fix: {fix}")
+            return (
+                f"redis: appendfsync everysec: a crash of the machine (not of Redis) can lose about the last "
+                f"second of commits; {then}. For none: {fix}"
+            )
+        return (
+            f"redis: appendfsync {self.appendfsync}: the kernel decides when the AOF reaches the disk, and a "
+            f"crash of the machine can lose many seconds of commits; {then}. Fix: {fix}"
+        )
 
 
 def read_persistence(client) -> Persistence:
@@ -88,5 +100,10 @@ def read_persistence(client) -> Persistence:
             out[name] = value.decode() if isinstance(value, bytes) else value
     except redis.exceptions.RedisError as exc:
         return Persistence(None, None, None, f"{type(exc).__name__}: {exc}")
-    return Persistence(out["appendonly"], out["appendfsync"], out["save"], maxmemory=out["maxmemory"],
-                       maxmemory_policy=out["maxmemory-policy"])
+    return Persistence(
+        out["appendonly"],
+        out["appendfsync"],
+        out["save"],
+        maxmemory=out["maxmemory"],
+        maxmemory_policy=out["maxmemory-policy"],
+    )

@@ -27,7 +27,15 @@ from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Doc, Key, Range
 from tidemark.drivers.redis import connection, fences
 from tidemark.drivers.redis.layout import (
-    CHECKPOINT, DEFAULT_NAMESPACE, FENCE, checkpoints_key, data_key, encode_doc, field, glob_escape, quarantine_key,
+    CHECKPOINT,
+    DEFAULT_NAMESPACE,
+    FENCE,
+    checkpoints_key,
+    data_key,
+    encode_doc,
+    field,
+    glob_escape,
+    quarantine_key,
 )
 from tidemark.drivers.redis.persistence import Persistence, read_persistence
 from tidemark.drivers.redis.script import COMMIT_LUA
@@ -53,8 +61,9 @@ class RedisConfig:
     def from_config(config: dict) -> "RedisConfig":
         if not isinstance(config, dict) or not isinstance(config.get("url"), str):
             raise SpecError("endpoint redis: needs {url: redis://HOST:PORT/DB}")
-        refuse_unknown("redis", config, ("url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes",
-                                         "retry"))
+        refuse_unknown(
+            "redis", config, ("url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes", "retry")
+        )
         mode = config.get("mode", EXACTLY_ONCE)
         if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise SpecError(f"endpoint redis: mode must be {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}, got {mode!r}")
@@ -105,8 +114,10 @@ class RedisStore:
         at-least-once mode there are no fences: fence 0, checkpoint None, nothing written."""
         if not self.config.exactly_once:
             return fences.RangeFence(materialization, rng, 0, None)
-        return self._run(lambda: fences.open_range(self.client, self.config.namespace, materialization, rng),
-                         f"open {materialization} {rng.name}")
+        return self._run(
+            lambda: fences.open_range(self.client, self.config.namespace, materialization, rng),
+            f"open {materialization} {rng.name}",
+        )
 
     # -------------------------------------------------------------- load
     def load(self, prefix: str, keys: Sequence[Key]) -> dict[Key, Doc]:
@@ -127,9 +138,15 @@ class RedisStore:
         return {k: loads(v) for k, v in zip(keys, values) if v is not None}
 
     # ------------------------------------------------------------ commit
-    def commit(self, fence: fences.RangeFence, checkpoint: dict,
-               upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = (),
-               appends: Iterable[tuple[str, Key, Doc]] = (), quarantine: Sequence[Doc] = ()) -> Committed:
+    def commit(
+        self,
+        fence: fences.RangeFence,
+        checkpoint: dict,
+        upserts: Iterable[tuple[str, Key, Doc]] = (),
+        deletes: Iterable[tuple[str, Key]] = (),
+        appends: Iterable[tuple[str, Key, Doc]] = (),
+        quarantine: Sequence[Doc] = (),
+    ) -> Committed:
         """Write ``upserts`` (``(prefix, key, doc)``), append ``appends`` (``(prefix, key,
         doc)``: ``RPUSH`` to the key's list, delta updates), delete ``deletes`` (``(prefix,
         key)``), append ``quarantine`` to the materialization's quarantine list and set the
@@ -158,20 +175,37 @@ class RedisStore:
                 push_keys.append(qkey)
                 push_vals.append(encode_doc(row))
         del_keys = [data_key(prefix, key) for prefix, key in deletes]
-        size = (sum(map(len, up_keys)) + sum(map(len, up_vals)) + sum(map(len, push_keys)) + sum(map(len, push_vals))
-                + sum(map(len, del_keys)) + len(cp_text))
+        size = (
+            sum(map(len, up_keys))
+            + sum(map(len, up_vals))
+            + sum(map(len, push_keys))
+            + sum(map(len, push_vals))
+            + sum(map(len, del_keys))
+            + len(cp_text)
+        )
         if size > self.config.max_commit_bytes:
             raise EndpointRefused(
                 f"redis {redact(self.config.url)}: commit of range {fence.range.name} is {size} bytes, above "
                 f"max_commit_bytes ({self.config.max_commit_bytes}); one commit is one atomic script and cannot be "
                 "split: use more shards or smaller batches (or raise max_commit_bytes and the server's "
-                "client-query-buffer-limit)")
+                "client-query-buffer-limit)"
+            )
         hkey = checkpoints_key(self.config.namespace, fence.materialization)
         keys = [hkey, *up_keys, *push_keys, *del_keys]
-        args = [field(fence.range, FENCE), str(fence.fence), field(fence.range, CHECKPOINT), cp_text,
-                len(up_keys), len(push_keys), *up_vals, *push_vals]
-        ok, current = self._run(lambda: self._commit(keys=keys, args=args),  # Step 2
-                                f"commit {fence.materialization} {fence.range.name}")
+        args = [
+            field(fence.range, FENCE),
+            str(fence.fence),
+            field(fence.range, CHECKPOINT),
+            cp_text,
+            len(up_keys),
+            len(push_keys),
+            *up_vals,
+            *push_vals,
+        ]
+        ok, current = self._run(
+            lambda: self._commit(keys=keys, args=args),  # Step 2
+            f"commit {fence.materialization} {fence.range.name}",
+        )
         if ok == 0:  # Step 3
             raise _fenced(fence, current)
         if ok == 3:
@@ -179,13 +213,19 @@ class RedisStore:
             raise IncompatibleSchema(
                 f"redis {redact(self.config.url)}: key {key!r} holds a value that is not a list, so delta-update rows "
                 "cannot be appended to it (was the binding switched from standard to delta updates? give it another "
-                "prefix, or start over with `tidemark reset`); nothing of this commit was written")
+                "prefix, or start over with `tidemark reset`); nothing of this commit was written"
+            )
         return Committed(len(up_keys), len(del_keys), size, len(push_keys))
 
     # ----------------------------------------------------- at-least-once
-    def write(self, upserts: Iterable[tuple[str, Key, Doc]] = (), deletes: Iterable[tuple[str, Key]] = (),
-              appends: Iterable[tuple[str, Key, Doc]] = (), quarantine: Sequence[Doc] = (),
-              materialization: str = "") -> int:
+    def write(
+        self,
+        upserts: Iterable[tuple[str, Key, Doc]] = (),
+        deletes: Iterable[tuple[str, Key]] = (),
+        appends: Iterable[tuple[str, Key, Doc]] = (),
+        quarantine: Sequence[Doc] = (),
+        materialization: str = "",
+    ) -> int:
         """At-least-once: no fence, no checkpoint; ``MSET`` and ``DEL`` of up to ``write_chunk``
         keys per command, an ``RPUSH`` per appended row, sent in pipelines of ``write_chunk``
         commands.  A crash may leave some of a batch written; its replay writes it again (a
@@ -201,6 +241,7 @@ class RedisStore:
         cmds += [("rpush", key, value) for key, value in pushes]
         cmds += [("del", part) for part in chunked(dels, wc)]
         for part in chunked(cmds, wc):
+
             def body(part=part) -> None:
                 pipe = self.client.pipeline(transaction=False)
                 for op, *args in part:
@@ -217,8 +258,10 @@ class RedisStore:
 
     # -------------------------------------------------------- inspection
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
-        states = self._run(lambda: fences.read_states(self.client, self.config.namespace, materialization),
-                           f"read checkpoints of {materialization}")
+        states = self._run(
+            lambda: fences.read_states(self.client, self.config.namespace, materialization),
+            f"read checkpoints of {materialization}",
+        )
         return [CheckpointRow(materialization, s.range, s.fence, s.checkpoint) for s in states]
 
     def dump(self, prefix: str) -> dict[Key, Doc]:
@@ -230,7 +273,7 @@ class RedisStore:
             for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
                 for k, v in zip(part, self.client.mget(part)):
                     if v is not None:
-                        out[key_from_json(k.decode()[len(prefix):])] = loads(v)
+                        out[key_from_json(k.decode()[len(prefix) :])] = loads(v)
             return out
 
         return self._run(body, f"dump {prefix!r}")
@@ -253,10 +296,19 @@ class RedisStore:
     def quarantined(self, materialization: str) -> list[Doc]:
         """The materialization's quarantined documents, oldest first."""
         key = quarantine_key(self.config.namespace, materialization)
-        return [loads(v) for v in self._run(lambda: self.client.lrange(key, 0, -1), f"read quarantine of {materialization}")]
+        return [
+            loads(v) for v in self._run(lambda: self.client.lrange(key, 0, -1), f"read quarantine of {materialization}")
+        ]
 
-    def claim(self, materialization: str, checkpoint_id: Optional[str], prefixes: Sequence[str], *,
-              dry_run: bool = False, records: Sequence[dict] = ()) -> None:
+    def claim(
+        self,
+        materialization: str,
+        checkpoint_id: Optional[str],
+        prefixes: Sequence[str],
+        *,
+        dry_run: bool = False,
+        records: Sequence[dict] = (),
+    ) -> None:
         """Record that ``materialization`` of tidemark checkpoint ``checkpoint_id`` writes each
         prefix (the ``<namespace>resources`` hash), or refuse — before anything is written — a
         prefix another materialization or checkpoint writes.  ``checkpoint_id`` None (or a dry
@@ -271,16 +323,20 @@ class RedisStore:
                     continue
                 owner = json.loads(raw)
                 if owner.get("materialization") != materialization or (
-                        checkpoint_id is not None and owner.get("checkpoint_id") != checkpoint_id):
+                    checkpoint_id is not None and owner.get("checkpoint_id") != checkpoint_id
+                ):
                     raise RecoveryError(
                         f"redis prefix {prefix!r} is written by materialization {owner.get('materialization')!r} of "
                         f"tidemark checkpoint {owner.get('checkpoint_id')}, not by {materialization!r} of checkpoint "
-                        f"{checkpoint_id}; give this view its own prefix. Nothing was changed")
+                        f"{checkpoint_id}; give this view its own prefix. Nothing was changed"
+                    )
             if checkpoint_id is not None and not dry_run:
                 for prefix in prefixes:
                     self.client.hsetnx(key, prefix, mine)
                 for prefix, record in zip(prefixes, records):
-                    self.client.hsetnx(self.config.namespace + "identities", prefix, dumps({**record, "resolved": prefix}))
+                    self.client.hsetnx(
+                        self.config.namespace + "identities", prefix, dumps({**record, "resolved": prefix})
+                    )
 
         self._run(body, f"claim the prefixes of {materialization}")
 
@@ -288,8 +344,9 @@ class RedisStore:
         """The view-identity record of each prefix (the ``<namespace>identities`` hash), or None."""
         if not prefixes:
             return []
-        raw = self._run(lambda: self.client.hmget(self.config.namespace + "identities", list(prefixes)),
-                        "read the view identities")
+        raw = self._run(
+            lambda: self.client.hmget(self.config.namespace + "identities", list(prefixes)), "read the view identities"
+        )
         return [None if r is None else json.loads(r) for r in raw]
 
     def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
@@ -328,6 +385,8 @@ class RedisStore:
 def _fenced(fence: fences.RangeFence, current: Any) -> FencedOff:
     current = current.decode() if isinstance(current, bytes) else current
     if not current:
-        return FencedOff(f"materialization {fence.materialization!r} range {fence.range.name}: its fence is gone "
-                         "from the endpoint (the view was dropped or reset); nothing of this commit was written")
+        return FencedOff(
+            f"materialization {fence.materialization!r} range {fence.range.name}: its fence is gone "
+            "from the endpoint (the view was dropped or reset); nothing of this commit was written"
+        )
     return fenced_off(fence.materialization, fence.range, fence.fence)

@@ -13,7 +13,17 @@ import json
 from typing import Any, Mapping, Optional, Sequence
 
 from tidemark.drivers.sql.model import (
-    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, TableModel, quote_ident,
+    BOOLEAN,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    JSON,
+    NUMBER,
+    ROW_ID_COLUMN,
+    TEXT,
+    TIMESTAMP,
+    Column,
+    TableModel,
+    quote_ident,
     scale_of_kind,
 )
 
@@ -24,8 +34,14 @@ class Dialect:
     title: str = "SQL"  # the endpoint's name in messages, e.g. "PostgreSQL"
     placeholder: str = "?"  # the DB-API marker of one parameter: "?" (qmark) or "%s" (format)
     json_placeholder: Optional[str] = None  # the marker of a JSON parameter (e.g. "%s::jsonb"); None: placeholder
-    types: Mapping[str, str] = {TEXT: "TEXT", INTEGER: "BIGINT", NUMBER: "DOUBLE PRECISION", BOOLEAN: "BOOLEAN",
-                                JSON: "TEXT", TIMESTAMP: "TEXT"}  # column kind -> SQL type
+    types: Mapping[str, str] = {
+        TEXT: "TEXT",
+        INTEGER: "BIGINT",
+        NUMBER: "DOUBLE PRECISION",
+        BOOLEAN: "BOOLEAN",
+        JSON: "TEXT",
+        TIMESTAMP: "TEXT",
+    }  # column kind -> SQL type
     document_type: str = "TEXT"  # the type of flow_document in a new table
     document_types: Optional[tuple[str, ...]] = None  # the types an existing flow_document may have; None: any
     row_id_type: str = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"  # flow_row_id of delta-updates tables

@@ -27,13 +27,29 @@ from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Dr
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.sql.model import (
-    CHECKPOINTS_TABLE, DOCUMENT_COLUMN, IDENTITIES_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE, ROW_ID_COLUMN, Column, TableModel,
-    check_columns, dumps,
+    CHECKPOINTS_TABLE,
+    DOCUMENT_COLUMN,
+    IDENTITIES_TABLE,
+    QUARANTINE_TABLE,
+    RESOURCES_TABLE,
+    ROW_ID_COLUMN,
+    Column,
+    TableModel,
+    check_columns,
+    dumps,
 )
 from tidemark.drivers.sql.transactor import SqlTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, Range, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    Range,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 
 T = TypeVar("T")
@@ -54,16 +70,24 @@ class TablePlan:
 def sql_capabilities(chunk: int) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
     updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``."""
-    return Capabilities(commit_pattern=CommitPattern.STORE_AUTHORITATIVE, delta_updates=True, max_load_keys=chunk,
-                        max_store_docs=chunk, concurrent_shards=True, quarantine=True)
+    return Capabilities(
+        commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
+        delta_updates=True,
+        max_load_keys=chunk,
+        max_store_docs=chunk,
+        concurrent_shards=True,
+        quarantine=True,
+    )
 
 
 def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str]) -> None:
     """A schema or table name the endpoint would cut (and so name another one): a SpecError."""
     if name and dialect.too_long(name):
-        raise SpecError(f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; {dialect.title} cuts "
-                        f"identifiers at {dialect.max_identifier_bytes} bytes, so it would name another {what}. "
-                        "Choose a shorter one.")
+        raise SpecError(
+            f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; {dialect.title} cuts "
+            f"identifiers at {dialect.max_identifier_bytes} bytes, so it would name another {what}. "
+            "Choose a shorter one."
+        )
 
 
 class _Rows(Exception):
@@ -214,8 +238,10 @@ class SqlDriver(Driver):
     @property
     def omitted_reason(self) -> str:
         d = self.dialect
-        return (f"its name is longer than {d.title}'s {d.max_identifier_bytes}-byte column names; "
-                f"its value stays in {DOCUMENT_COLUMN}")
+        return (
+            f"its name is longer than {d.title}'s {d.max_identifier_bytes}-byte column names; "
+            f"its value stays in {DOCUMENT_COLUMN}"
+        )
 
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
         """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
@@ -229,18 +255,33 @@ class SqlDriver(Driver):
         for b in bindings:
             model = self.model(b)
             existing, required = self.existing(con, model)
-            missing = None if existing is None else check_columns(
-                model, existing, d.column_type, has_row_id=ROW_ID_COLUMN in existing,
-                document_types=d.document_types, required=required, widens=d.widens)
-            widened = [(c, existing[c.name][0]) for c in model.values
-                       if existing and c.name in existing and existing[c.name][0].lower() != d.column_type(c).lower()]
+            missing = (
+                None
+                if existing is None
+                else check_columns(
+                    model,
+                    existing,
+                    d.column_type,
+                    has_row_id=ROW_ID_COLUMN in existing,
+                    document_types=d.document_types,
+                    required=required,
+                    widens=d.widens,
+                )
+            )
+            widened = [
+                (c, existing[c.name][0])
+                for c in model.values
+                if existing and c.name in existing and existing[c.name][0].lower() != d.column_type(c).lower()
+            ]
             out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
         return out
 
     def notes(self, plan: TablePlan) -> list[str]:
         """Apply's words on what it leaves as it is."""
-        return [f"leave field {name} out of {plan.model.display}'s columns ({self.omitted_reason})"
-                for name in self.omitted_fields(plan.binding)]
+        return [
+            f"leave field {name} out of {plan.model.display}'s columns ({self.omitted_reason})"
+            for name in self.omitted_fields(plan.binding)
+        ]
 
     def table_options(self, model: TableModel, binding: BindingSpec) -> tuple[str, str]:
         """What ``CREATE TABLE`` appends for a new table, and how Apply says it (read by
@@ -254,9 +295,14 @@ class SqlDriver(Driver):
 
     def validate(self, req: Validate) -> Validated:
         self.run(lambda: self.plan(self.con, req.bindings), "validate")
-        return Validated(tuple(
-            ValidatedBinding(b.resource_path, b.delta_updates, {name: self.omitted_reason for name in self.omitted_fields(b)})
-            for b in req.bindings))
+        return Validated(
+            tuple(
+                ValidatedBinding(
+                    b.resource_path, b.delta_updates, {name: self.omitted_reason for name in self.omitted_fields(b)}
+                )
+                for b in req.bindings
+            )
+        )
 
     def apply(self, req: Apply) -> Applied:
         d = self.dialect
@@ -286,8 +332,13 @@ class SqlDriver(Driver):
                 actions.extend(self.migrate(con, plan, req.dry_run))
             if not req.dry_run and req.checkpoint_id:
                 for i, b in enumerate(req.bindings):
-                    self.claim(con, self.resource_name(self.model(b)), req.materialization, req.checkpoint_id,
-                               req.identities[i] if i < len(req.identities) else None)
+                    self.claim(
+                        con,
+                        self.resource_name(self.model(b)),
+                        req.materialization,
+                        req.checkpoint_id,
+                        req.identities[i] if i < len(req.identities) else None,
+                    )
             return actions
 
         def attempt() -> list[str]:
@@ -299,26 +350,42 @@ class SqlDriver(Driver):
         actions = self.run(attempt, "apply")
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
-    def claim(self, con: Any, resource: str, materialization: str, checkpoint_id: str,
-              record: Optional[dict] = None) -> None:
+    def claim(
+        self, con: Any, resource: str, materialization: str, checkpoint_id: str, record: Optional[dict] = None
+    ) -> None:
         """Inside Apply's transaction: record that ``materialization`` of tidemark checkpoint
         ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
         nobody, is taken); refuse a table another materialization or checkpoint writes.  Keep the
         view-identity ``record`` in ``tidemark_identities`` where the table has none."""
         p = self.dialect.placeholder
-        if record is not None and self.execute(
-                con, f"SELECT 1 FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (resource,)).fetchone() is None:
-            self.execute(con, f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
-                         (resource, materialization, dumps({**record, "resolved": resource})))
-        row = self.execute(con, f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}"
-                                f"{self.dialect.name_collate}", (resource,)).fetchone()
+        if (
+            record is not None
+            and self.execute(
+                con, f"SELECT 1 FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (resource,)
+            ).fetchone()
+            is None
+        ):
+            self.execute(
+                con,
+                f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
+                (resource, materialization, dumps({**record, "resolved": resource})),
+            )
+        row = self.execute(
+            con,
+            f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}{self.dialect.name_collate}",
+            (resource,),
+        ).fetchone()
         if row is None:
-            self.execute(con, f"INSERT INTO {self.rt} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
-                         (resource, materialization, checkpoint_id))
+            self.execute(
+                con,
+                f"INSERT INTO {self.rt} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
+                (resource, materialization, checkpoint_id),
+            )
         elif tuple(row) != (materialization, checkpoint_id):
             raise RecoveryError(
                 f"table {resource!r} is written by materialization {row[0]!r} of tidemark checkpoint {row[1]}, not by "
-                f"{materialization!r} of checkpoint {checkpoint_id}; give this view its own table. Nothing was changed")
+                f"{materialization!r} of checkpoint {checkpoint_id}; give this view its own table. Nothing was changed"
+            )
 
     # ------------------------------------------------------ transaction phase
     def open(self, req: Open) -> tuple[SqlTransactor, Opened]:
@@ -327,13 +394,23 @@ class SqlDriver(Driver):
             self.run(lambda: self.ensure_tables(con), "open", con)
             plan, info = self.atomically(
                 lambda c: (self.open_range(c, req.materialization, req.range), self.session_info(c)),
-                f"open {req.range.name}", con)
+                f"open {req.range.name}",
+                con,
+            )
         except BaseException:
             con.close()
             raise
         models = [self.model(b) for b in req.bindings]
-        transactor = self.transactor(self, con, req.materialization, req.range, plan.fence, models,
-                                     [self.kept_values(b) for b in req.bindings], info)
+        transactor = self.transactor(
+            self,
+            con,
+            req.materialization,
+            req.range,
+            plan.fence,
+            models,
+            [self.kept_values(b) for b in req.bindings],
+            info,
+        )
         return transactor, Opened(plan.checkpoint)
 
     def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
@@ -346,18 +423,30 @@ class SqlDriver(Driver):
             self.execute(con, *lock)
         over = (materialization, rng.key_begin, rng.key_end)
         overlapping = f"materialization = {p} AND key_end >= {p} AND key_begin <= {p}"
-        rows = self.execute(con, f"SELECT key_begin, key_end, fence, checkpoint FROM {ck} WHERE {overlapping} "
-                                 f"ORDER BY key_begin, key_end{d.for_update}", over).fetchall()
-        plan = plan_open(materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows])
+        rows = self.execute(
+            con,
+            f"SELECT key_begin, key_end, fence, checkpoint FROM {ck} WHERE {overlapping} "
+            f"ORDER BY key_begin, key_end{d.for_update}",
+            over,
+        ).fetchall()
+        plan = plan_open(
+            materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
+        )
         self.execute(con, f"UPDATE {ck} SET fence = fence + 1 WHERE {overlapping}", over)
         if plan.insert:
             self.execute(
-                con, f"INSERT INTO {ck} (materialization, key_begin, key_end, fence, checkpoint) "
-                     f"VALUES ({p}, {p}, {p}, {p}, {d.json_param})",
-                (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)))
+                con,
+                f"INSERT INTO {ck} (materialization, key_begin, key_end, fence, checkpoint) "
+                f"VALUES ({p}, {p}, {p}, {p}, {d.json_param})",
+                (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)),
+            )
         elif plan.refresh:
-            self.execute(con, f"UPDATE {ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
-                              f"AND key_begin = {p} AND key_end = {p}", (dumps(plan.checkpoint), *over))
+            self.execute(
+                con,
+                f"UPDATE {ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"AND key_begin = {p} AND key_end = {p}",
+                (dumps(plan.checkpoint), *over),
+            )
         return plan
 
     # ------------------------------------------------------------- inspection
@@ -415,12 +504,19 @@ class SqlDriver(Driver):
             for table, name in ((self.rt, RESOURCES_TABLE), (self.it, IDENTITIES_TABLE)):
                 if self.tables_exist(con, name):
                     for model in models:
-                        self.execute(con, f"DELETE FROM {table} WHERE resource = {p}{d.name_collate} AND materialization = {p}",
-                                     (self.resource_name(model), materialization))
-            for table, name, what in ((self.ck, CHECKPOINTS_TABLE, "checkpoint rows"),
-                                      (self.qt, QUARANTINE_TABLE, "quarantine rows")):
+                        self.execute(
+                            con,
+                            f"DELETE FROM {table} WHERE resource = {p}{d.name_collate} AND materialization = {p}",
+                            (self.resource_name(model), materialization),
+                        )
+            for table, name, what in (
+                (self.ck, CHECKPOINTS_TABLE, "checkpoint rows"),
+                (self.qt, QUARANTINE_TABLE, "quarantine rows"),
+            ):
                 if self.tables_exist(con, name):
-                    n = self.execute(con, f"DELETE FROM {table} WHERE materialization = {p}", (materialization,)).rowcount
+                    n = self.execute(
+                        con, f"DELETE FROM {table} WHERE materialization = {p}", (materialization,)
+                    ).rowcount
                     if n:
                         done.append(f"deleted {n} {what} of {materialization!r}")
             return done
@@ -434,8 +530,12 @@ class SqlDriver(Driver):
         def body():
             if not self.tables_exist(self.con, IDENTITIES_TABLE):
                 return [None] * len(names)
-            rows = [self.execute(self.con, f"SELECT record FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}",
-                                 (name,)).fetchone() for name in names]
+            rows = [
+                self.execute(
+                    self.con, f"SELECT record FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (name,)
+                ).fetchone()
+                for name in names
+            ]
             return [None if r is None else json.loads(r[0]) for r in rows]
 
         return self.run(body, "identities")
@@ -451,8 +551,11 @@ class SqlDriver(Driver):
         for b in bindings:
             owner = owners.get(self.resource_name(self.model(b)))
             if owner is not None:
-                out.append(Position(f"table {self.resource_name(self.model(b))}", owner[0], owner[1], -1,
-                                    resource=b.resource_path))
+                out.append(
+                    Position(
+                        f"table {self.resource_name(self.model(b))}", owner[0], owner[1], -1, resource=b.resource_path
+                    )
+                )
         return out
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
@@ -460,8 +563,11 @@ class SqlDriver(Driver):
             if not self.tables_exist(self.con, CHECKPOINTS_TABLE):
                 return []
             return self.execute(
-                self.con, f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = "
-                          f"{self.dialect.placeholder} ORDER BY key_begin, key_end", (materialization,)).fetchall()
+                self.con,
+                f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = "
+                f"{self.dialect.placeholder} ORDER BY key_begin, key_end",
+                (materialization,),
+            ).fetchall()
 
         rows = self.run(body, "checkpoints")
         return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]

@@ -9,8 +9,21 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the SQL skeleton's names)
-    BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, QUARANTINE_TABLE, ROW_ID_COLUMN, TEXT, TIMESTAMP, Column, coerce,
-    dumps, field_kind, quarantine_rows, scale_of_kind,
+    BOOLEAN,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    JSON,
+    NUMBER,
+    QUARANTINE_TABLE,
+    ROW_ID_COLUMN,
+    TEXT,
+    TIMESTAMP,
+    Column,
+    coerce,
+    dumps,
+    field_kind,
+    quarantine_rows,
+    scale_of_kind,
 )
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
@@ -45,19 +58,24 @@ class TableModel:
     def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":
         table = binding.resource.get("table") if isinstance(binding.resource, dict) else None
         if not isinstance(table, str) or not table:
-            raise SpecError(f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}")
+            raise SpecError(
+                f"binding of {binding.collection!r}: resource needs {{table: NAME}}, got {binding.resource!r}"
+            )
         # A date-time key is kept as the text tidemark keys by: as timestamptz/datetime, two
         # spellings of one instant ("…T10:00:00Z", "…T12:00:00+02:00") would be one row but two keys.
-        keys = tuple(Column(f.name, TEXT if field_kind(f) == TIMESTAMP else field_kind(f), True)
-                     for f in binding.key_fields)
+        keys = tuple(
+            Column(f.name, TEXT if field_kind(f) == TIMESTAMP else field_kind(f), True) for f in binding.key_fields
+        )
         if not keys:
             raise SpecError(f"binding {table!r}: no key fields")
         values = tuple(Column(f.name, field_kind(f)) for f in binding.value_fields)
         names = [c.name for c in keys + values] + [DOCUMENT_COLUMN] + ([ROW_ID_COLUMN] if binding.delta_updates else [])
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise IncompatibleSchema(f"table {table!r}: column names collide: {sorted(dup)} "
-                                     f"({DOCUMENT_COLUMN!r} and {ROW_ID_COLUMN!r} are reserved)")
+            raise IncompatibleSchema(
+                f"table {table!r}: column names collide: {sorted(dup)} "
+                f"({DOCUMENT_COLUMN!r} and {ROW_ID_COLUMN!r} are reserved)"
+            )
         schema = binding.resource.get("schema", default_schema)
         return TableModel(table, keys, values, bool(binding.delta_updates), schema)
 
@@ -74,9 +92,16 @@ class TableModel:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
-def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type_of, *, has_row_id: bool,
-                  document_types: Optional[Sequence[str]] = None, required: Iterable[str] = (),
-                  widens=None) -> list[Column]:
+def check_columns(
+    model: TableModel,
+    existing: dict[str, tuple[str, bool]],
+    type_of,
+    *,
+    has_row_id: bool,
+    document_types: Optional[Sequence[str]] = None,
+    required: Iterable[str] = (),
+    widens=None,
+) -> list[Column]:
     """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``;
     ``type_of(column)`` is the SQL type the model wants for a column.
 
@@ -92,14 +117,17 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
         raise IncompatibleSchema(
             f"{where} exists but has no {DOCUMENT_COLUMN!r} column, where tidemark keeps each key's reduced "
             "document, so tidemark did not make it (the table of a hand-written upsert?). Materialize into a "
-            "table of another name, which tidemark creates, and replay the source into it")
+            "table of another name, which tidemark creates, and replay the source into it"
+        )
     if document_types is not None and doc[0].lower() not in document_types:
-        raise IncompatibleSchema(f"{where}: column {DOCUMENT_COLUMN!r} is {doc[0]}, tidemark needs "
-                                 f"{' or '.join(document_types)}")
+        raise IncompatibleSchema(
+            f"{where}: column {DOCUMENT_COLUMN!r} is {doc[0]}, tidemark needs {' or '.join(document_types)}"
+        )
     if model.delta != has_row_id:
         mode = "delta-updates" if model.delta else "standard"
-        raise IncompatibleSchema(f"{where} exists in the other mode; cannot switch it to {mode} updates "
-                                 "(drop the table or use another one)")
+        raise IncompatibleSchema(
+            f"{where} exists in the other mode; cannot switch it to {mode} updates (drop the table or use another one)"
+        )
     missing: list[Column] = []
     for col in model.columns:
         if col.name not in existing:
@@ -112,24 +140,32 @@ def check_columns(model: TableModel, existing: dict[str, tuple[str, bool]], type
         if col.is_key and col.kind == TEXT and any(t in sql_type.lower() for t in ("timestamp", "datetime")):
             raise IncompatibleSchema(
                 f"{where}: key column {col.name!r} is {sql_type}, where two spellings of one instant "
-                "(\"…T10:00:00Z\", \"…T12:00:00+02:00\") are one row but two keys to tidemark: their contributions "
+                '("…T10:00:00Z", "…T12:00:00+02:00") are one row but two keys to tidemark: their contributions '
                 "would overwrite each other, or a batch holding both would fail. tidemark keeps a date-time key as "
-                f"its text ({want}); start this view over with `tidemark reset` to rebuild the table so")
+                f"its text ({want}); start this view over with `tidemark reset` to rebuild the table so"
+            )
         if sql_type.lower() != want.lower() and not (widens and not col.is_key and widens(sql_type.lower(), col)):
-            raise IncompatibleSchema(f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
-                                     "(an incompatible type change; drop or rename the column)")
+            raise IncompatibleSchema(
+                f"{where}: column {col.name!r} is {sql_type}, the binding needs {want} "
+                "(an incompatible type change; drop or rename the column)"
+            )
         if not model.delta and is_pk != col.is_key:
-            raise IncompatibleSchema(f"{where}: column {col.name!r} {'is' if is_pk else 'is not'} part of the "
-                                     "primary key; the key cannot change")
+            raise IncompatibleSchema(
+                f"{where}: column {col.name!r} {'is' if is_pk else 'is not'} part of the "
+                "primary key; the key cannot change"
+            )
     if not model.delta:
         pk = {n for n, (_t, is_pk) in existing.items() if is_pk}
         if pk != {c.name for c in model.keys}:
-            raise IncompatibleSchema(f"{where}: primary key is {sorted(pk)}, the binding's key is "
-                                     f"{[c.name for c in model.keys]}; the key cannot change")
+            raise IncompatibleSchema(
+                f"{where}: primary key is {sorted(pk)}, the binding's key is "
+                f"{[c.name for c in model.keys]}; the key cannot change"
+            )
     unwritten = sorted(set(required) - {c.name for c in model.columns} - {DOCUMENT_COLUMN, ROW_ID_COLUMN})
     if unwritten:
         raise IncompatibleSchema(
             f"{where}: column{'s' if len(unwritten) > 1 else ''} {', '.join(map(repr, unwritten))} "
             f"{'are' if len(unwritten) > 1 else 'is'} NOT NULL without a default, and no field of the "
-            "binding writes it: give it a default, allow NULL, or use another table")
+            "binding writes it: give it a default, allow NULL, or use another table"
+        )
     return missing

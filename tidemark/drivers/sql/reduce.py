@@ -79,8 +79,13 @@ class ReduceSql:
         """A typed value as JSON."""
         raise NotImplementedError
 
-    def with_members(self, doc: str, members: Sequence[tuple[str, str]], nullable: Sequence[tuple[str, str]],
-                     present: Sequence[tuple[str, str]] = ()) -> str:
+    def with_members(
+        self,
+        doc: str,
+        members: Sequence[tuple[str, str]],
+        nullable: Sequence[tuple[str, str]],
+        present: Sequence[tuple[str, str]] = (),
+    ) -> str:
         """``doc`` with each ``(name, JSON expression)`` set; ``members`` are NULL only where
         the property is absent on both sides (and then left out); ``nullable`` may hold JSON
         ``null`` values inside (also left out where the expression is SQL NULL); ``present``
@@ -96,8 +101,15 @@ class ReduceSql:
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
 
 
-def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: CompiledPlan, staged: str,
-                     target: Sequence[str], source: Sequence[str]) -> str:
+def reduce_statement(
+    R: ReduceSql,
+    table: str,
+    model: TableModel,
+    plan: CompiledPlan,
+    staged: str,
+    target: Sequence[str],
+    source: Sequence[str],
+) -> str:
     """The ``INSERT … ON CONFLICT`` that reduces the staged rows ``staged`` into ``model``'s
     table ``table`` (quoted; ``target``: its quoted columns, keys first, the document last;
     ``source``: the staging columns that fill them)."""
@@ -134,8 +146,9 @@ def reduce_statement(R: ReduceSql, table: str, model: TableModel, plan: Compiled
             (present if f.name in plan.required else members).append((f.name, typed[f.name]))
         elif f.kind == "scalar" and f.strategy in COMPUTED:  # a property without a column (a long name)
             col = Column(f.name, _kind(f))
-            members.append((f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)),
-                                              col)))
+            members.append(
+                (f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)), col))
+            )
         else:  # picked or concatenated as JSON
             expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name))
             (nullable if f.kind == "raw" else members).append((f.name, expr))
@@ -149,8 +162,11 @@ def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[st
     only the keys (``c0``…) and the document's JSON (``d``) were staged: each value column
     is read from the staged document (``staged``: the staging table's alias, if any)."""
     at = f"{staged}." if staged else ""
-    return ([f"{at}c{j}" for j in range(len(model.keys))]
-            + [R.typed(f"{at}d", c.name, c) for c in model.values] + [f"{at}d"])
+    return (
+        [f"{at}c{j}" for j in range(len(model.keys))]
+        + [R.typed(f"{at}d", c.name, c) for c in model.values]
+        + [f"{at}d"]
+    )
 
 
 def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str) -> str:

@@ -22,7 +22,15 @@ from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Load, Loaded, Quarantine, Range, StartCommit, StartedCommit, Store,
+    Acknowledge,
+    Acknowledged,
+    Load,
+    Loaded,
+    Quarantine,
+    Range,
+    StartCommit,
+    StartedCommit,
+    Store,
 )
 
 T = TypeVar("T")
@@ -34,16 +42,26 @@ def stage_name(binding: int) -> str:
 
 def staged_columns(model: TableModel, quote: Callable[[str], str]) -> tuple[list[str], list[str]]:
     """The view's columns (quoted; keys, values, document) and the staging columns that fill them."""
-    return ([quote(c.name) for c in model.columns] + [quote(DOCUMENT_COLUMN)],
-            [f"c{j}" for j in range(len(model.columns))] + ["d"])
+    return (
+        [quote(c.name) for c in model.columns] + [quote(DOCUMENT_COLUMN)],
+        [f"c{j}" for j in range(len(model.columns))] + ["d"],
+    )
 
 
 class SqlTransactor(ReadCommittedLoads, Transactor):
     """One shard session on its own connection (see the module docstring)."""
 
-    def __init__(self, driver: Driver, con: Any, materialization: str, rng: Range, fence: int,
-                 models: list[TableModel], kept: Optional[list[Optional[tuple[int, ...]]]] = None,
-                 session: Any = None):
+    def __init__(
+        self,
+        driver: Driver,
+        con: Any,
+        materialization: str,
+        rng: Range,
+        fence: int,
+        models: list[TableModel],
+        kept: Optional[list[Optional[tuple[int, ...]]]] = None,
+        session: Any = None,
+    ):
         self.driver = driver
         self.dialect = driver.dialect
         self.con = con
@@ -117,11 +135,15 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         d = self.dialect
         name = f"tidemark_load_{binding}"
         kinds = [c.kind for c in model.keys]
-        lt, create = self.temp(name, [f"i {d.sql_type(INTEGER)} PRIMARY KEY"]
-                               + [f"k{j} {d.column_type(c)}" for j, c in enumerate(model.keys)])
+        lt, create = self.temp(
+            name,
+            [f"i {d.sql_type(INTEGER)} PRIMARY KEY"] + [f"k{j} {d.column_type(c)}" for j, c in enumerate(model.keys)],
+        )
         on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
         rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
-        select = f"SELECT l.i, t.{d.document_text(d.quote(DOCUMENT_COLUMN))} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
+        select = (
+            f"SELECT l.i, t.{d.document_text(d.quote(DOCUMENT_COLUMN))} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
+        )
 
         def body() -> list:
             if create:
@@ -143,19 +165,24 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kinds = [c.kind for c in model.columns]
         n = len(model.keys)
         name = stage_name(msg.binding)
-        columns = [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"] + [
-            f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)] + [f"d {d.document_type}"]
+        columns = (
+            [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"]
+            + [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"d {d.document_type}"]
+        )
         if not model.delta:
             columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
         st, create = self.temp(name, columns)
         seq = self._seq
         self._seq = seq + len(msg.keys)
-        rows = [(seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), dumps(doc))
-                for i, (key, vals, doc, x) in enumerate(zip(msg.keys, self.values_of(msg), msg.docs, msg.deletes))]
+        rows = [
+            (seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), dumps(doc))
+            for i, (key, vals, doc, x) in enumerate(zip(msg.keys, self.values_of(msg), msg.docs, msg.deletes))
+        ]
         names = ["seq", "x"] + [f"c{j}" for j in range(len(kinds))] + ["d"]
         sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
         if not model.delta:  # a key stored twice: the last wins
-            sql += " " + d.upsert(names[2:2 + n], names[:2] + names[2 + n:])
+            sql += " " + d.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
 
         def body() -> None:
             if create:
@@ -224,10 +251,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         if model.delta:
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
             return
-        self.execute(f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
-                     f"(SELECT {', '.join(sources[:n])} FROM {st} WHERE x = 1)")
-        self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 "
-                     + d.upsert(names[:n], names[n:]))
+        self.execute(
+            f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
+            f"(SELECT {', '.join(sources[:n])} FROM {st} WHERE x = 1)"
+        )
+        self.execute(
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 " + d.upsert(names[:n], names[n:])
+        )
 
     def committed(self) -> None:
         """After the commit: empty the staging tables it applied."""

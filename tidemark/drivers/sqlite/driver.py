@@ -55,8 +55,11 @@ class SQLiteDialect(Dialect):
 
     def columns(self, schema: str, table: str) -> tuple[str, tuple]:
         # required: NOT NULL without a default, and not the rowid (an INTEGER primary key)
-        return ('SELECT name, type, pk > 0, "notnull" AND dflt_value IS NULL AND NOT (pk > 0 AND upper(type) = '
-                "'INTEGER') FROM pragma_table_info(?, ?)", (table, schema))
+        return (
+            'SELECT name, type, pk > 0, "notnull" AND dflt_value IS NULL AND NOT (pk > 0 AND upper(type) = '
+            "'INTEGER') FROM pragma_table_info(?, ?)",
+            (table, schema),
+        )
 
 
 SQL_TYPES = SQLiteDialect.types
@@ -125,8 +128,13 @@ class SQLiteDriver(SqlDriver):
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
 
         def setup() -> sqlite3.Connection:
-            con = sqlite3.connect(self.path, timeout=self.policy.busy_timeout, isolation_level=None,
-                                  check_same_thread=False, uri=self.path.startswith("file:"))
+            con = sqlite3.connect(
+                self.path,
+                timeout=self.policy.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self.path.startswith("file:"),
+            )
             try:
                 con.execute(f"PRAGMA busy_timeout={int(self.policy.busy_timeout * 1000)}")
                 con.execute("PRAGMA journal_mode=WAL")
@@ -165,7 +173,9 @@ class SQLiteDriver(SqlDriver):
     # ------------------------------------------------------------ setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "properties": {"path": {"type": "string", "default": "views.db"},
-                                                             "retry": {"type": "object"}}},
+            config_schema={
+                "type": "object",
+                "properties": {"path": {"type": "string", "default": "views.db"}, "retry": {"type": "object"}},
+            },
             resource_schema={"type": "object", "required": ["table"], "properties": {"table": {"type": "string"}}},
         )

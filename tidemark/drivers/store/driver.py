@@ -32,7 +32,13 @@ from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.store.naming import (
-    QUARANTINE_ID, binding_id, binding_ids, changelog_dir, local_dir, quarantine_prefix, resource_name,
+    QUARANTINE_ID,
+    binding_id,
+    binding_ids,
+    changelog_dir,
+    local_dir,
+    quarantine_prefix,
+    resource_name,
     split_key,
 )
 from tidemark.drivers.store.transactor import StoreTransactor
@@ -41,7 +47,16 @@ from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.jsontext import loads
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import (
-    Applied, Apply, BindingSpec, Open, Opened, Range, SpecResponse, Validate, Validated, ValidatedBinding,
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    Range,
+    SpecResponse,
+    Validate,
+    Validated,
+    ValidatedBinding,
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
 from tidemark.drivers.common.settings import refuse_unknown
@@ -93,12 +108,19 @@ class StoreDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["path"], "properties": {
-                "path": {"type": "string"}, "changelog": {"type": "string"},
-                "max_uncommitted_bytes": {"type": "integer", "default": 64 << 20},
-                "snapshot_every": {"type": "integer", "default": 100},
-                "keep_snapshots": {"type": "integer", "default": 2},
-                "spill_dir": {"type": "string"}, "retry": {"type": "object"}}},
+            config_schema={
+                "type": "object",
+                "required": ["path"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "changelog": {"type": "string"},
+                    "max_uncommitted_bytes": {"type": "integer", "default": 64 << 20},
+                    "snapshot_every": {"type": "integer", "default": 100},
+                    "keep_snapshots": {"type": "integer", "default": 2},
+                    "spill_dir": {"type": "string"},
+                    "retry": {"type": "object"},
+                },
+            },
             resource_schema={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
         )
 
@@ -106,15 +128,19 @@ class StoreDriver(Driver):
     def store_config(self, materialization: str) -> StoreConfig:
         """The store of one materialization: ``path/<materialization>``."""
         cl = self.base.changelog
-        return dataclasses.replace(self.base, path=local_dir(self.base.path, materialization),
-                                   changelog=changelog_dir(cl, materialization) if cl else None)
+        return dataclasses.replace(
+            self.base,
+            path=local_dir(self.base.path, materialization),
+            changelog=changelog_dir(cl, materialization) if cl else None,
+        )
 
     def changelog(self, materialization: str) -> Optional[Changelog]:
         cfg = self.store_config(materialization)
         return Changelog(cfg.changelog, cfg.changelog_fs) if cfg.changelog else None
 
-    def view(self, materialization: str, isolation: Isolation | str = Isolation.READ_COMMITTED,
-             timeout: float = 30.0) -> StoreView:
+    def view(
+        self, materialization: str, isolation: Isolation | str = Isolation.READ_COMMITTED, timeout: float = 30.0
+    ) -> StoreView:
         """A snapshot of the materialization's store over all its ranges (see :mod:`.view`)."""
         return StoreView(self.store_config(materialization), self.changelog(materialization), isolation, timeout)
 
@@ -165,11 +191,13 @@ class StoreDriver(Driver):
                 mode = "delta-updates" if b.delta_updates else "standard"
                 raise IncompatibleSchema(
                     f"store view {name!r} of {materialization!r} exists in the other mode; it cannot switch to {mode} "
-                    "updates (use another name, or start over with `tidemark reset`)")
+                    "updates (use another name, or start over with `tidemark reset`)"
+                )
             if list(have.get("key") or []) != list(b.key):
                 raise IncompatibleSchema(
                     f"store view {name!r} of {materialization!r} is keyed by {have.get('key')}, the binding by "
-                    f"{list(b.key)}: the key cannot change (use another name, or start over with `tidemark reset`)")
+                    f"{list(b.key)}: the key cannot change (use another name, or start over with `tidemark reset`)"
+                )
         return manifest
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
@@ -187,7 +215,8 @@ class StoreDriver(Driver):
             raise RecoveryError(
                 f"store {self.store_config(req.materialization).path} is written by tidemark checkpoint {owner}, not "
                 f"by {req.checkpoint_id}; give this view its own materialization name or store path, or start it "
-                f"over with `tidemark reset SPEC -m {req.materialization}`. Nothing was changed")
+                f"over with `tidemark reset SPEC -m {req.materialization}`. Nothing was changed"
+            )
         new = [b for b in req.bindings if resource_name(b) not in manifest["resources"]]
         created = tuple(b.resource_path for b in new)
         actions = [f"create store view {resource_name(b)}" for b in new]
@@ -196,8 +225,11 @@ class StoreDriver(Driver):
         kept = manifest.setdefault("identities", {})
         for i, b in enumerate(req.bindings):
             manifest["resources"][resource_name(b)] = {
-                "delta": bool(b.delta_updates), "key": list(b.key), "collection": b.collection,
-                "id": binding_id(resource_name(b))}
+                "delta": bool(b.delta_updates),
+                "key": list(b.key),
+                "collection": b.collection,
+                "id": binding_id(resource_name(b)),
+            }
             if req.checkpoint_id and i < len(req.identities) and resource_name(b) not in kept:
                 kept[resource_name(b)] = {**req.identities[i], "resolved": resource_name(b)}
         if req.checkpoint_id:
@@ -232,8 +264,14 @@ class StoreDriver(Driver):
                 except FileNotFoundError:
                     pass
                 removed.append(ref.path)
-        log.warning("store %s range %s: batch %s was committed by two attempts; kept %s (the recovery log's), "
-                    "removed %s", materialization, rng.name, won.get("batch"), won["digest"], removed)
+        log.warning(
+            "store %s range %s: batch %s was committed by two attempts; kept %s (the recovery log's), removed %s",
+            materialization,
+            rng.name,
+            won.get("batch"),
+            won["digest"],
+            removed,
+        )
         return removed
 
     # -------------------------------------------------------------- inspection
@@ -260,8 +298,10 @@ class StoreDriver(Driver):
             return []
         sources = heads(cfg, self.changelog(materialization), Isolation.READ_COMMITTED)
         try:
-            return [CheckpointRow(materialization, r, s.fence, s.checkpoint)
-                    for r, s in sorted(sources.items(), key=lambda kv: (kv[0].key_begin, kv[0].key_end))]
+            return [
+                CheckpointRow(materialization, r, s.fence, s.checkpoint)
+                for r, s in sorted(sources.items(), key=lambda kv: (kv[0].key_begin, kv[0].key_end))
+            ]
         finally:
             for s in sources.values():
                 s.close()

@@ -41,8 +41,10 @@ def resource_name(binding: BindingSpec) -> str:
     res = binding.resource if isinstance(binding.resource, dict) else {}
     name = res.get("name", res.get("table"))
     if not isinstance(name, str) or not name:
-        raise SpecError(f"binding of {binding.collection!r}: the store endpoint needs resource {{name: NAME}}, "
-                        f"got {binding.resource!r}")
+        raise SpecError(
+            f"binding of {binding.collection!r}: the store endpoint needs resource {{name: NAME}}, "
+            f"got {binding.resource!r}"
+        )
     extra = set(res) - {"name", "table"}
     if extra or ("name" in res and "table" in res):
         raise SpecError(f"binding {name!r}: resource takes only `name` (got {sorted(res)})")
@@ -63,8 +65,10 @@ def binding_ids(bindings: Sequence[BindingSpec]) -> list[int]:
             why = "is bound twice" if seen[i] == name else f"and {seen[i]!r} share the store's 16-bit binding id {i}"
             raise IncompatibleSchema(f"store: resource {name!r} {why}; give one of them another name")
         if i == QUARANTINE_ID:
-            raise IncompatibleSchema(f"store: resource name {name!r} has the binding id reserved for quarantined "
-                                     "documents; give it another name")
+            raise IncompatibleSchema(
+                f"store: resource name {name!r} has the binding id reserved for quarantined "
+                "documents; give it another name"
+            )
         seen[i] = name
     return [binding_id(n) for n in names]
 

@@ -61,15 +61,23 @@ def find_view(spec, name: str):
         return found[0]
     if not found:
         raise SpecError(f"no store view {name!r} in the spec (store views: {', '.join(names) or 'none'})")
-    raise SpecError(f"store view {name!r} is ambiguous; name one of {', '.join(f'{m.name}/{resource_name(b)}' for m, b in found)}")
+    raise SpecError(
+        f"store view {name!r} is ambiguous; name one of {', '.join(f'{m.name}/{resource_name(b)}' for m, b in found)}"
+    )
 
 
 class View:
     """One binding of a store materialization, as a consistent snapshot (see
     :class:`tidemark.drivers.store.view.StoreView` for the isolation levels)."""
 
-    def __init__(self, driver, materialization: str, binding: BindingSpec,
-                 isolation: Isolation | str = Isolation.READ_COMMITTED, timeout: float = 30.0):
+    def __init__(
+        self,
+        driver,
+        materialization: str,
+        binding: BindingSpec,
+        isolation: Isolation | str = Isolation.READ_COMMITTED,
+        timeout: float = 30.0,
+    ):
         self.driver, self.materialization, self.binding = driver, materialization, binding
         self.name = resource_name(binding)
         self.id = binding_id(self.name)
@@ -77,8 +85,10 @@ class View:
         self.key_size = len(binding.key)
         cfg = driver.store_config(materialization)
         if not os.path.isdir(cfg.path) and not cfg.changelog:
-            raise DriverError(f"store view {self.name!r}: no store at {cfg.path} (has materialization "
-                              f"{materialization!r} run on this machine? is `path` right?)")
+            raise DriverError(
+                f"store view {self.name!r}: no store at {cfg.path} (has materialization "
+                f"{materialization!r} run on this machine? is `path` right?)"
+            )
         self._view = driver.view(materialization, isolation, timeout)
 
     # ------------------------------------------------------------------ state
@@ -101,8 +111,10 @@ class View:
     # ------------------------------------------------------------------ reads
     def _check_key(self, key: tuple, what: str, partial: bool = False) -> tuple:
         if (len(key) > self.key_size) if partial else (len(key) != self.key_size):
-            raise ValueError(f"view {self.name!r} has keys of {self.key_size} component(s) ({list(self.binding.key)}); "
-                             f"the {what} {list(key)} has {len(key)}")
+            raise ValueError(
+                f"view {self.name!r} has keys of {self.key_size} component(s) ({list(self.binding.key)}); "
+                f"the {what} {list(key)} has {len(key)}"
+            )
         return key
 
     def get_raw(self, key: Any) -> Any:
@@ -125,7 +137,7 @@ class View:
         pre = None if prefix is None else self._check_key(_as_key(prefix), "prefix", partial=True)
         if pre is not None and len(pre) == self.key_size:  # a whole key: one seek
             hits = self.get_raw(pre)
-            for v in (hits if self.delta else [] if hits is None else [hits]):
+            for v in hits if self.delta else [] if hits is None else [hits]:
                 yield pre, v
             return
         bid = self.id.to_bytes(2, "big")
@@ -134,7 +146,7 @@ class View:
             if k[4:6] != bid:
                 continue
             key = tuple(loads(split_key(k, self.delta)[1]))
-            if pre is not None and key[:len(pre)] != pre:
+            if pre is not None and key[: len(pre)] != pre:
                 continue
             if not ordered:
                 yield key, v

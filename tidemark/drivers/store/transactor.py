@@ -28,7 +28,16 @@ from tidemark.drivers.store.naming import delta_key, quarantine_key, resource_na
 from tidemark.faults import fault_point
 from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, BindingSpec, Load, Loaded, Quarantine, StartCommit, StartedCommit, StateUpdate, Store,
+    Acknowledge,
+    Acknowledged,
+    BindingSpec,
+    Load,
+    Loaded,
+    Quarantine,
+    StartCommit,
+    StartedCommit,
+    StateUpdate,
+    Store,
 )
 from tidemark.store import Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
@@ -93,8 +102,9 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
         for n, row in enumerate(self._quarantine):
             b = row.get("binding")
             name = self.names[b] if isinstance(b, int) and 0 <= b < len(self.names) else None
-            txn.put(quarantine_key(self.range, batch, n),
-                    encode_doc(quarantine_row(self.materialization, batch, name, row)))
+            txn.put(
+                quarantine_key(self.range, batch, n), encode_doc(quarantine_row(self.materialization, batch, name, row))
+            )
         fault_point("before_endpoint_commit")
         self.last_commit = txn.commit(cp, inside)
         fault_point("after_endpoint_commit")

@@ -85,12 +85,15 @@ def local_range_names(cfg: StoreConfig) -> list[Range]:
     base = os.path.join(cfg.path, "ranges")
     if not os.path.isdir(base):
         return []
-    return sorted((parse_range(n) for n in os.listdir(base)
-                   if is_range_name(n) and exists(os.path.join(base, n))), key=lambda r: (r.key_begin, r.key_end))
+    return sorted(
+        (parse_range(n) for n in os.listdir(base) if is_range_name(n) and exists(os.path.join(base, n))),
+        key=lambda r: (r.key_begin, r.key_end),
+    )
 
 
-def heads(cfg: StoreConfig, changelog: Optional[Changelog], isolation: Isolation,
-          ranges: Optional[list[Range]] = None) -> dict[Range, Source]:
+def heads(
+    cfg: StoreConfig, changelog: Optional[Changelog], isolation: Isolation, ranges: Optional[list[Range]] = None
+) -> dict[Range, Source]:
     """Every range of the store, local or in the changelog, with what it committed last
     (the newer of the two).  Only ``ranges`` (and the changelog's) are (re)read."""
     out: dict[Range, Source] = {}
@@ -143,8 +146,13 @@ def plan(sources: dict[Range, Source]) -> list[tuple[int, int, Source]]:
 class StoreView:
     """A snapshot of one materialization's store (all ranges), per the isolation level."""
 
-    def __init__(self, cfg: StoreConfig, changelog: Optional[Changelog] = None,
-                 isolation: Isolation | str = Isolation.READ_COMMITTED, timeout: float = 30.0):
+    def __init__(
+        self,
+        cfg: StoreConfig,
+        changelog: Optional[Changelog] = None,
+        isolation: Isolation | str = Isolation.READ_COMMITTED,
+        timeout: float = 30.0,
+    ):
         self.config, self.changelog = cfg, changelog
         self.isolation = Isolation(isolation)
         self.timeout = timeout
@@ -173,7 +181,8 @@ class StoreView:
                     f"store {self.config.path}: the ranges did not reach one batch within {self.timeout:.0f}s "
                     f"({detail}): a batch is committed on some shards only — the job is committing it, or "
                     "stopped between two shards' commits (the next run completes it). Read with "
-                    "isolation read-uncommitted to see each range's last commit")
+                    "isolation read-uncommitted to see each range's last commit"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
             top = max(batches)

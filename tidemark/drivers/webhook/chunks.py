@@ -60,8 +60,14 @@ def encode_doc(doc: Any) -> bytes:
         return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
 
-def idempotency_key(materialization: str, rng: Range, checkpoint: Optional[dict], index: int, digest: str,
-                    resource: Optional[str] = None) -> str:
+def idempotency_key(
+    materialization: str,
+    rng: Range,
+    checkpoint: Optional[dict],
+    index: int,
+    digest: str,
+    resource: Optional[str] = None,
+) -> str:
     ident = identity(checkpoint)
     parts = [KEY_VERSION, materialization, rng.name, list(ident), index, digest]
     if resource is not None:  # one batch posts each binding's documents as chunks of their own
@@ -70,8 +76,16 @@ def idempotency_key(materialization: str, rng: Range, checkpoint: Optional[dict]
     return f"{KEY_VERSION}-{hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterable[Any], *,
-                chunk_docs: int = 500, chunk_bytes: int = 1024 * 1024, resource: Optional[str] = None) -> list[Chunk]:
+def plan_chunks(
+    materialization: str,
+    rng: Range,
+    checkpoint: dict,
+    docs: Iterable[Any],
+    *,
+    chunk_docs: int = 500,
+    chunk_bytes: int = 1024 * 1024,
+    resource: Optional[str] = None,
+) -> list[Chunk]:
     """The requests of one batch of one range (of one binding's ``resource``, which the body
     names and the key includes), in order (none for no documents)."""
     groups: list[list[bytes]] = []
@@ -86,8 +100,12 @@ def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterab
         size += len(data) + 1
     if current:
         groups.append(current)
-    head = {"materialization": materialization, "range": rng.name,
-            "checkpoint_id": (checkpoint or {}).get("checkpoint_id"), "batch_id": (checkpoint or {}).get("batch_id")}
+    head = {
+        "materialization": materialization,
+        "range": rng.name,
+        "checkpoint_id": (checkpoint or {}).get("checkpoint_id"),
+        "batch_id": (checkpoint or {}).get("batch_id"),
+    }
     if resource is not None:
         head["resource"] = resource
     out, first = [], 0
@@ -96,7 +114,15 @@ def plan_chunks(materialization: str, rng: Range, checkpoint: dict, docs: Iterab
         digest = hashlib.sha256(documents).hexdigest()
         envelope = compact_json({**head, "chunk": i, "chunks": len(groups)}).encode("utf-8")
         body = envelope[:-1] + b',"documents":' + documents + b"}"
-        out.append(Chunk(i, len(groups), first, len(group),
-                         idempotency_key(materialization, rng, checkpoint, i, digest, resource), body))
+        out.append(
+            Chunk(
+                i,
+                len(groups),
+                first,
+                len(group),
+                idempotency_key(materialization, rng, checkpoint, i, digest, resource),
+                body,
+            )
+        )
         first += len(group)
     return out

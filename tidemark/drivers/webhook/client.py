@@ -57,8 +57,9 @@ def _urllib3():
     try:
         import urllib3
     except ImportError as exc:  # pragma: no cover - the extra is missing
-        raise ImportError("the webhook endpoint needs urllib3; fix: pip install 'tidemark[webhook]'",
-                          name="urllib3") from exc
+        raise ImportError(
+            "the webhook endpoint needs urllib3; fix: pip install 'tidemark[webhook]'", name="urllib3"
+        ) from exc
     return urllib3
 
 
@@ -100,8 +101,9 @@ class WebhookClient:
         except urllib3.exceptions.SSLError as exc:
             raise DriverError(f"{self._where(chunk)}: TLS failed: {redact(exc, self.config.secrets)}") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unavailable(f"{self._where(chunk)}: {type(exc).__name__}: "
-                              f"{redact(exc, self.config.secrets)}") from None
+            raise Unavailable(
+                f"{self._where(chunk)}: {type(exc).__name__}: {redact(exc, self.config.secrets)}"
+            ) from None
         status = resp.status
         if 200 <= status < 300:
             return status

@@ -44,8 +44,24 @@ from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge, Acknowledged, Applied, Apply, BindingSpec, Flush, Flushed, Load, Loaded, Open, Opened, Quarantine,
-    SpecResponse, StartCommit, StartedCommit, Store, Validate, Validated,
+    Acknowledge,
+    Acknowledged,
+    Applied,
+    Apply,
+    BindingSpec,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Open,
+    Opened,
+    Quarantine,
+    SpecResponse,
+    StartCommit,
+    StartedCommit,
+    Store,
+    Validate,
+    Validated,
 )
 from tidemark.drivers.webhook.client import WebhookClient
 from tidemark.drivers.webhook.config import WebhookConfig
@@ -71,7 +87,9 @@ def _state_options(state: Any) -> dict:
     if isinstance(state, dict) and isinstance(state.get("path"), str):
         unknown = set(state) - set(STATE_OPTIONS)
         if unknown:
-            raise SpecError(f"endpoint webhook: unknown state option(s) {sorted(unknown)}; known: {list(STATE_OPTIONS)}")
+            raise SpecError(
+                f"endpoint webhook: unknown state option(s) {sorted(unknown)}; known: {list(STATE_OPTIONS)}"
+            )
         return dict(state)
     raise SpecError("endpoint webhook: state must be a folder (e.g. state: webhook-state) or {path: FOLDER, …}")
 
@@ -98,8 +116,9 @@ class WebhookDriver(Driver):
         out = dict(config)
         state = out.get("state", DEFAULT_STATE)
         if isinstance(state, str):
-            out["state"] = state if os.path.isabs(state) or "://" in state else os.path.abspath(
-                os.path.join(base_dir, state))
+            out["state"] = (
+                state if os.path.isabs(state) or "://" in state else os.path.abspath(os.path.join(base_dir, state))
+            )
         elif isinstance(state, dict):
             out["state"] = StoreDriver.resolve_config(state, base_dir)
         return out
@@ -115,10 +134,18 @@ class WebhookDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={"type": "object", "required": ["url"], "properties": {
-                "url": {"type": "string"}, "headers": {"type": "object"},
-                "chunk_docs": {"type": "integer", "default": 500}, "chunk_bytes": {"type": "integer", "default": 1 << 20},
-                "retry": {"type": "object"}, "state": {"type": ["string", "object"], "default": DEFAULT_STATE}}},
+            config_schema={
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string"},
+                    "headers": {"type": "object"},
+                    "chunk_docs": {"type": "integer", "default": 500},
+                    "chunk_bytes": {"type": "integer", "default": 1 << 20},
+                    "retry": {"type": "object"},
+                    "state": {"type": ["string", "object"], "default": DEFAULT_STATE},
+                },
+            },
             resource_schema={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
         )
 
@@ -128,8 +155,10 @@ class WebhookDriver(Driver):
         for b in bindings:
             res = b.resource if isinstance(b.resource, dict) else {}
             if not isinstance(res.get("name", res.get("table")), str):
-                raise SpecError(f"binding of {b.collection!r}: the webhook endpoint needs resource {{name: NAME}} (the "
-                                f"name the receiver sees in each request), got {b.resource!r}")
+                raise SpecError(
+                    f"binding of {b.collection!r}: the webhook endpoint needs resource {{name: NAME}} (the "
+                    f"name the receiver sees in each request), got {b.resource!r}"
+                )
 
     def validate(self, req: Validate) -> Validated:
         self._check_resources(req.bindings)
@@ -138,8 +167,10 @@ class WebhookDriver(Driver):
     def apply(self, req: Apply) -> Applied:
         self._check_resources(req.bindings)
         applied = self.state.apply(req)
-        return dataclasses.replace(applied, action_description=applied.action_description.replace(
-            "create store view", "create the state store of"))
+        return dataclasses.replace(
+            applied,
+            action_description=applied.action_description.replace("create store view", "create the state store of"),
+        )
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple["WebhookTransactor", Opened]:
@@ -178,8 +209,9 @@ class WebhookDriver(Driver):
 class WebhookTransactor(Transactor):
     """One shard session: the state store's session, plus the documents to POST."""
 
-    def __init__(self, inner: StoreTransactor, client: WebhookClient, hook: WebhookConfig,
-                 bindings: Sequence[BindingSpec]):
+    def __init__(
+        self, inner: StoreTransactor, client: WebhookClient, hook: WebhookConfig, bindings: Sequence[BindingSpec]
+    ):
         self.inner = inner
         self.client = client
         self.hook = hook
@@ -212,8 +244,15 @@ class WebhookTransactor(Transactor):
         chunks = []
         for b, docs in enumerate(self._docs):  # Step 1
             if docs:
-                chunks += plan_chunks(self.inner.materialization, rs.range, cp, docs, chunk_docs=self.hook.chunk_docs,
-                                      chunk_bytes=self.hook.chunk_bytes, resource=self.names[b])
+                chunks += plan_chunks(
+                    self.inner.materialization,
+                    rs.range,
+                    cp,
+                    docs,
+                    chunk_docs=self.hook.chunk_docs,
+                    chunk_bytes=self.hook.chunk_bytes,
+                    resource=self.names[b],
+                )
 
         def post() -> None:  # Step 3, inside the state store's commit (Step 2 before it, Step 4 after it)
             self.delivered = self.client.deliver(chunks)

@@ -121,16 +121,29 @@ def build(dest: Path = JAR) -> Path:
         raise SystemExit("building the jar needs a JDK's javac and PySpark's jars")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "classes"
-        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", str(jars / "*"),
-               "-d", str(out), *map(str, SOURCES)]
+        cmd = [
+            javac,
+            "--release",
+            "17",
+            "-nowarn",
+            "-encoding",
+            "UTF-8",
+            "-cp",
+            str(jars / "*"),
+            "-d",
+            str(out),
+            *map(str, SOURCES),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"javac failed:\n{done.stderr or done.stdout}")
         staged = Path(tmp) / dest.name
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", date_time=(2020, 1, 1, 0, 0, 0)),
-                       "Manifest-Version: 1.0\r\nCreated-By: tidemark\r\n"
-                       f"{SOURCE_DIGEST}: {source_digest()}\r\n{SPARK_VERSION}: {pyspark.__version__}\r\n\r\n")
+            z.writestr(
+                zipfile.ZipInfo("META-INF/MANIFEST.MF", date_time=(2020, 1, 1, 0, 0, 0)),
+                "Manifest-Version: 1.0\r\nCreated-By: tidemark\r\n"
+                f"{SOURCE_DIGEST}: {source_digest()}\r\n{SPARK_VERSION}: {pyspark.__version__}\r\n\r\n",
+            )
             for f in sorted(out.rglob("*.class")):
                 info = zipfile.ZipInfo(f.relative_to(out).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
                 z.writestr(info, f.read_bytes(), zipfile.ZIP_DEFLATED)
@@ -161,6 +174,8 @@ def available(spark) -> bool:
     except Exception as e:  # noqa: BLE001 - any failure means the expression form, never an error
         if not _warned:
             _warned = True
-            log.warning("the JVM plain-document check is unavailable (%s): using Spark expressions",
-                        str(e).splitlines()[0][:300])
+            log.warning(
+                "the JVM plain-document check is unavailable (%s): using Spark expressions",
+                str(e).splitlines()[0][:300],
+            )
         return False

@@ -6,5 +6,16 @@ driver inside a request (:mod:`.kill`), racing sessions (:mod:`.race`) and the r
 from tidemark.testing.kit.report import PROPERTIES, HINTS, ConformanceReport, PropertyResult, Recorder
 from tidemark.testing.kit.runtime import PHASES, KitCrash, KitRuntime, ScenarioAbort, Shard, Tracker
 
-__all__ = ["KitRuntime", "KitCrash", "ScenarioAbort", "Recorder", "PROPERTIES", "HINTS", "PHASES", "Shard", "Tracker",
-           "ConformanceReport", "PropertyResult"]
+__all__ = [
+    "KitRuntime",
+    "KitCrash",
+    "ScenarioAbort",
+    "Recorder",
+    "PROPERTIES",
+    "HINTS",
+    "PHASES",
+    "Shard",
+    "Tracker",
+    "ConformanceReport",
+    "PropertyResult",
+]

@@ -79,11 +79,15 @@ def kill_inside(kit, shard, call: Callable[[], Any], what: str, events) -> None:
             call()
         except SimulatedCrash:
             pass
-        how = f"the driver completed {what} of batch {batch} on range {shard.range.name} (the kit crashed it " \
-              "before the reply reached the runtime)"
+        how = (
+            f"the driver completed {what} of batch {batch} on range {shard.range.name} (the kit crashed it "
+            "before the reply reached the runtime)"
+        )
     else:
-        kit.tracker(f"{what} of batch {batch} on range {shard.range.name} (the kit steps the program to kill it "
-                    "once the endpoint shows the request's effect)")
+        kit.tracker(
+            f"{what} of batch {batch} on range {shard.range.name} (the kit steps the program to kill it "
+            "once the endpoint shows the request's effect)"
+        )
         how = _kill_program(kit, program, call, what, batch, shard.range.name)
     if what == "StartCommit" and how is not None:
         kit.started.add(batch)
@@ -142,13 +146,18 @@ def _kill_program(kit, program, call, what: str, batch: int, range_name: str) ->
     finally:
         observer.close()
     if seen is not None:
-        shown = [name for name, changed in (("data", seen[0] != before[0]), ("checkpoint", seen[1] != before[1]))
-                 if changed]
-        return (f"the endpoint showed the {' and the '.join(shown)} of batch {batch} while {what} ran on range "
-                f"{range_name} (the kit killed the driver program at that moment, before its reply)")
+        shown = [
+            name for name, changed in (("data", seen[0] != before[0]), ("checkpoint", seen[1] != before[1])) if changed
+        ]
+        return (
+            f"the endpoint showed the {' and the '.join(shown)} of batch {batch} while {what} ran on range "
+            f"{range_name} (the kit killed the driver program at that moment, before its reply)"
+        )
     if answered:
-        return f"the driver program answered {what} of batch {batch} on range {range_name} (the kit killed it " \
-               "before the runtime read the reply)"
+        return (
+            f"the driver program answered {what} of batch {batch} on range {range_name} (the kit killed it "
+            "before the runtime read the reply)"
+        )
     if error is not None:
         raise error
     return None
@@ -158,8 +167,10 @@ def _look(kit, observer) -> tuple:
     mat = kit.materialization
     sums = observer.dump(mat, kit.bindings[SUMS])
     rows = observer.dump(mat, kit.bindings[APPENDS])
-    data = (canon(sorted((repr(k), v) for k, v in sums.items())) if isinstance(sums, dict) else repr(sums),
-            len(rows) if isinstance(rows, list) else repr(rows))
+    data = (
+        canon(sorted((repr(k), v) for k, v in sums.items())) if isinstance(sums, dict) else repr(sums),
+        len(rows) if isinstance(rows, list) else repr(rows),
+    )
     cps = observer.checkpoints(mat) if kit.store_authoritative else []
     return data, tuple(sorted((r.range.key_begin, r.range.key_end, canon(r.runtime_checkpoint)) for r in cps))
 
@@ -197,7 +208,7 @@ def _state(pid: int) -> str:
             stat = f.read().decode("ascii", "replace")
     except OSError:
         return "X"
-    return stat[stat.rfind(")") + 2:][:1]
+    return stat[stat.rfind(")") + 2 :][:1]
 
 
 def _wait_stopped(pid: int, timeout: float = 5.0) -> bool:

@@ -72,8 +72,9 @@ def race_batch(kit, batch_id: int, events, variant: str, offset: float, choose) 
         except BaseException as exc:  # noqa: BLE001
             out["n_error"] = exc
 
-    threads = [threading.Thread(target=f, daemon=True, name=f"tidemark-kit-race-{f.__name__}")
-               for f in (commit_z, open_n)]
+    threads = [
+        threading.Thread(target=f, daemon=True, name=f"tidemark-kit-race-{f.__name__}") for f in (commit_z, open_n)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -103,15 +104,19 @@ def judge(kit, z, result: str, news: list, batch_id: int) -> None:
     if late:
         n = late[0]
         same = n.range == z.range
-        kit.rec.fail("fencing",
-                     f"a session on range {z.range.name} committed batch {batch_id} (StartedCommit) while a newer "
-                     f"session opened range {n.range.name}{'' if same else ', which overlaps it'}; that Open returned "
-                     f"batch {n.opened_batch if n.opened_batch >= 0 else 'none'}, so it came before the commit, which "
-                     "should have been fenced off",
-                     "verify the fence inside the commit transaction, not before it (a check before the transaction "
-                     "lets an Open slip in between)" if same else
-                     "Open bumps the fence of every overlapping range, and start_commit verifies the fence inside the "
-                     "commit transaction", cause=True)
+        kit.rec.fail(
+            "fencing",
+            f"a session on range {z.range.name} committed batch {batch_id} (StartedCommit) while a newer "
+            f"session opened range {n.range.name}{'' if same else ', which overlaps it'}; that Open returned "
+            f"batch {n.opened_batch if n.opened_batch >= 0 else 'none'}, so it came before the commit, which "
+            "should have been fenced off",
+            "verify the fence inside the commit transaction, not before it (a check before the transaction "
+            "lets an Open slip in between)"
+            if same
+            else "Open bumps the fence of every overlapping range, and start_commit verifies the fence inside the "
+            "commit transaction",
+            cause=True,
+        )
     elif kit.exactly_once:
         kit.rec.check("fencing", True)
     for n in news:

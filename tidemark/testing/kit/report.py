@@ -30,30 +30,30 @@ PROPERTIES: dict[str, str] = {
 # The fix a driver author most likely needs, per property (a failure may give a closer one).
 HINTS: dict[str, str] = {
     "protocol": "answer each request with the reply docs/protocol.md names, in order; raise tidemark.errors "
-                "classes (FencedOff, EndpointUnavailable, ...) rather than other exceptions",
+    "classes (FencedOff, EndpointUnavailable, ...) rather than other exceptions",
     "liveness": "every request needs an answer in bounded time; a slow endpoint should fail with "
-                "EndpointUnavailable rather than hang (or raise the kit's --deadline)",
+    "EndpointUnavailable rather than hang (or raise the kit's --deadline)",
     "no-loss": "write every Store of the transaction in its commit, also when a transaction spans several "
-               "Store messages",
+    "Store messages",
     "no-duplicates": "apply staged work once (keyed by batch or stage id), however often Acknowledge repeats",
     "read-committed": "evaluate Loads only after your own Acknowledged, against committed and applied state",
     "conservation-of-sums": "every sum of the input must reach the views exactly once (the no-loss and no-duplicates "
-                            "failures say which keys differ)",
+    "failures say which keys differ)",
     "checkpoints-monotonic": "commit the runtime checkpoint in the same endpoint transaction as the data",
     "fencing": "Open bumps the fence of its range and every overlapping range; start_commit verifies it "
-               "inside the commit transaction and raises FencedOff",
+    "inside the commit transaction and raises FencedOff",
     "range-isolation": "keep checkpoints and fences per (materialization, key range); inherit only from "
-                       "covering or merged ranges",
+    "covering or merged ranges",
     "deletes-applied": "Store.deletes[i] asks to remove the key: delete it, do not store the deletion document",
     "loaded-existing-only": "answer Loaded only for requested keys that exist, with their stored document",
     "binding-isolation": "look a Load's keys up in the resource of Load.binding only: two bindings may hold the "
-                         "same keys with other documents",
+    "same keys with other documents",
     "whole-documents": "store and return each document whole: no column, field or message size limit may cut it "
-                       "(store big ones in a large-object type, or split them and join them again)",
+    "(store big ones in a large-object type, or split them and join them again)",
     "at-least-once-honesty": "a driver that can double-apply after a crash declares at-least-once",
     "identity-records": "in Apply, keep Apply.identities[i] (plus 'resolved', your name for the resource) with "
-                        "binding i's resource where none is kept, never overwrite it, and return it from identities() "
-                        "(external drivers: list_identities)",
+    "binding i's resource where none is kept, never overwrite it, and return it from identities() "
+    "(external drivers: list_identities)",
 }
 
 
@@ -115,24 +115,32 @@ def classify(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     if isinstance(exc, RecoveryError):
         if "another tidemark checkpoint" in text or "is written by materialization" in text:
-            return "range-isolation", ("Opened returns the checkpoint of this materialization and range only; "
-                                       "keep checkpoints per (materialization, range)")
+            return "range-isolation", (
+                "Opened returns the checkpoint of this materialization and range only; "
+                "keep checkpoints per (materialization, range)"
+            )
         if "with another identity" in text:
             return "checkpoints-monotonic", "store StartCommit.runtime_checkpoint verbatim and return it in Opened"
         if re.search(r"holds batch \d+, newer", text):
-            return "range-isolation", ("a range returned a checkpoint no session committed there: inherit only "
-                                       "from ranges that cover or merge into it")
+            return "range-isolation", (
+                "a range returned a checkpoint no session committed there: inherit only "
+                "from ranges that cover or merge into it"
+            )
         if "holds no batch" in text or re.search(r"holds batch \d+, older", text):
-            return "checkpoints-monotonic", ("a range's checkpoint went back or vanished: commit it with the "
-                                             "data, keep it in checkpoints(), and fence zombies")
+            return "checkpoints-monotonic", (
+                "a range's checkpoint went back or vanished: commit it with the "
+                "data, keep it in checkpoints(), and fence zombies"
+            )
         return "checkpoints-monotonic", HINTS["checkpoints-monotonic"]
     if isinstance(exc, FencedOff):
         return "fencing", "only a newer session on the range (or an overlapping one) may fence a session off"
     if isinstance(exc, ProtocolViolation):
         return "protocol", "follow the order rules of docs/protocol.md (the message says which)"
     if isinstance(exc, DriverProgramError):
-        return "protocol", ("the program must answer every request with one wire line and keep running until "
-                            "its input ends; its last stderr lines are quoted")
+        return "protocol", (
+            "the program must answer every request with one wire line and keep running until "
+            "its input ends; its last stderr lines are quoted"
+        )
     if isinstance(exc, SpecError):
         return "protocol", "the driver's capabilities must cover the kit's two bindings (standard and delta)"
     return "protocol", HINTS["protocol"]
@@ -177,9 +185,11 @@ class ConformanceReport:
         return [name for name, p in self.properties.items() if p.passed is False]
 
     def headline(self) -> str:
-        return (f"conformance of {self.driver} ({self.commit_pattern}), {len(self.scenarios)} scenarios, "
-                f"seed {self.seed}{', quick' if self.quick else ''}, {self.seconds:.1f} s: "
-                f"{'PASS' if self.ok else 'FAIL'}")
+        return (
+            f"conformance of {self.driver} ({self.commit_pattern}), {len(self.scenarios)} scenarios, "
+            f"seed {self.seed}{', quick' if self.quick else ''}, {self.seconds:.1f} s: "
+            f"{'PASS' if self.ok else 'FAIL'}"
+        )
 
     def summary(self) -> str:
         lines = [self.headline()]
@@ -226,10 +236,25 @@ def build_report(rec: Recorder, name: str, pattern: str, plan: list[str], seed: 
     for prop, desc in PROPERTIES.items():
         failed = rec.counts[prop] > 0
         exercised = rec.checks[prop] > 0 or failed
-        props[prop] = PropertyResult(prop, desc, (not failed) if exercised else None, rec.checks[prop],
-                                     rec.failures[prop], rec.counts[prop], rec.notes[prop])
+        props[prop] = PropertyResult(
+            prop,
+            desc,
+            (not failed) if exercised else None,
+            rec.checks[prop],
+            rec.failures[prop],
+            rec.counts[prop],
+            rec.notes[prop],
+        )
     return ConformanceReport(name, pattern, props, plan, seed, quick)
 
 
-__all__ = ["PROPERTIES", "HINTS", "Recorder", "classify", "PropertyResult", "ConformanceReport", "build_report",
-           "MAX_EXPLANATIONS"]
+__all__ = [
+    "PROPERTIES",
+    "HINTS",
+    "Recorder",
+    "classify",
+    "PropertyResult",
+    "ConformanceReport",
+    "build_report",
+    "MAX_EXPLANATIONS",
+]

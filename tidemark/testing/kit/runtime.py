@@ -67,8 +67,16 @@ def _scratch() -> Optional[str]:
 class KitRuntime(Sessions, Checks):
     """One materialization, driven through the real coordinator by the kit."""
 
-    def __init__(self, factory: Callable[[], Driver], recorder: Recorder, tag: str, capabilities, *,
-                 driver_name: str = "driver", tracker: Optional[Tracker] = None):
+    def __init__(
+        self,
+        factory: Callable[[], Driver],
+        recorder: Recorder,
+        tag: str,
+        capabilities,
+        *,
+        driver_name: str = "driver",
+        tracker: Optional[Tracker] = None,
+    ):
         self.factory = factory
         self.rec = recorder
         self.tag = tag
@@ -113,9 +121,16 @@ class KitRuntime(Sessions, Checks):
     def start(self) -> None:
         """A runtime process starts: a new coordinator, start-up (Step 5 re-runs the last Acknowledge)."""
         driver = self.factory()
-        coord = KitCoordinator(materialization=self.materialization, driver=driver, driver_name=self.driver_name,
-                               driver_config=dict(driver.config), bindings=self.bindings, version=VERSION,
-                               checkpoint_location=self.folder, shards=self.shards)
+        coord = KitCoordinator(
+            materialization=self.materialization,
+            driver=driver,
+            driver_name=self.driver_name,
+            driver_config=dict(driver.config),
+            bindings=self.bindings,
+            version=VERSION,
+            checkpoint_location=self.folder,
+            shards=self.shards,
+        )
         self.tracker("start-up of the coordinator (Validate, Apply, the Acknowledge of the last batch)")
         try:
             coord.start_up()
@@ -142,16 +157,22 @@ class KitRuntime(Sessions, Checks):
         if kept is None:
             return
         if self.first_records is None:
-            self.first_records = [endpoint_record(i, self.materialization, coord.checkpoint_id, 0)
-                                  for i in coord.identities]
-        if not self.rec.check("identity-records", isinstance(kept, list) and len(kept) == len(self.bindings),
-                              lambda: f"identities() returned {kept!r}, not one record per binding"):
+            self.first_records = [
+                endpoint_record(i, self.materialization, coord.checkpoint_id, 0) for i in coord.identities
+            ]
+        if not self.rec.check(
+            "identity-records",
+            isinstance(kept, list) and len(kept) == len(self.bindings),
+            lambda: f"identities() returned {kept!r}, not one record per binding",
+        ):
             return
         for i, (got, want) in enumerate(zip(kept, self.first_records)):
             plain = {k: v for k, v in got.items() if k != "resolved"} if isinstance(got, dict) else got
             self.rec.check(
-                "identity-records", plain == want and isinstance(got.get("resolved"), str) and bool(got["resolved"]),
-                lambda: f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')")
+                "identity-records",
+                plain == want and isinstance(got.get("resolved"), str) and bool(got["resolved"]),
+                lambda: f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')",
+            )
 
     def close(self) -> None:
         """End the scenario (its views stay in the endpoint, under names of their own)."""
@@ -181,20 +202,34 @@ class KitRuntime(Sessions, Checks):
         self.events[batch_id] = events
         if not os.path.exists(os.path.join(self.folder, "spark", "offsets", str(batch_id))):
             digest = hashlib.sha256(repr(events).encode("utf-8")).hexdigest()
-            self._write(("spark", "offsets", str(batch_id)),
-                        f'v1\n{{"batchWatermarkMs":0}}\n{{"kit":"{digest}"}}\n')
+            self._write(("spark", "offsets", str(batch_id)), f'v1\n{{"batchWatermarkMs":0}}\n{{"kit":"{digest}"}}\n')
 
     def checkpoint_for(self, batch_id: int) -> dict:
         """The runtime checkpoint ``begin`` gives batch N (for a stale session of an old layout)."""
-        return {"checkpoint_id": self.coord.checkpoint_id, "materialization": self.materialization,
-                "version": VERSION, **self.coord.identity(batch_id).as_checkpoint()}
+        return {
+            "checkpoint_id": self.coord.checkpoint_id,
+            "materialization": self.materialization,
+            "version": VERSION,
+            **self.coord.identity(batch_id).as_checkpoint(),
+        }
 
     def task(self, batch_id: int, layout: list[Range], runtime_checkpoint: dict) -> ShardTask:
         last = self.last
-        return ShardTask(self.materialization, VERSION, self.driver_name, {}, self.bindings, (),
-                         self.coord.checkpoint_id, batch_id, tuple(layout),
-                         last.driver_checkpoint if last is not None else None, runtime_checkpoint,
-                         committed_batch=last.batch_id if last is not None else -1, capabilities=self.caps)
+        return ShardTask(
+            self.materialization,
+            VERSION,
+            self.driver_name,
+            {},
+            self.bindings,
+            (),
+            self.coord.checkpoint_id,
+            batch_id,
+            tuple(layout),
+            last.driver_checkpoint if last is not None else None,
+            runtime_checkpoint,
+            committed_batch=last.batch_id if last is not None else -1,
+            capabilities=self.caps,
+        )
 
     def begin(self, batch_id: int, events: list[Event]) -> tuple[BatchStart, list[Range], Optional[ShardTask]]:
         self.register(batch_id, events)
@@ -205,7 +240,9 @@ class KitRuntime(Sessions, Checks):
         layout = [Range(*r) for r in start.layout]
         return start, layout, self.task(batch_id, layout, start.runtime_checkpoint)
 
-    def commit(self, start: BatchStart, events: list[Event], shards: list[Shard], crash_after_log: bool = False) -> None:
+    def commit(
+        self, start: BatchStart, events: list[Event], shards: list[Shard], crash_after_log: bool = False
+    ) -> None:
         """Step 3 and 4: merge the live sessions' updates, append to the log, acknowledge."""
         results = [ShardResult(s.index, s.range, s.skipped, [u for u in s.updates if u is not None]) for s in shards]
         state = merge_updates(start.last.driver_checkpoint if start.last is not None else None, results)
@@ -219,8 +256,14 @@ class KitRuntime(Sessions, Checks):
         self.model.commit(start.batch_id, events)
 
     # ------------------------------------------------------------------- batches
-    def run_batch(self, batch_id: int, events: list[Event], crash: Optional[tuple[str, int]] = None,
-                  zombie: Optional[tuple[int, str]] = None, kill: Optional[tuple[str, int]] = None) -> None:
+    def run_batch(
+        self,
+        batch_id: int,
+        events: list[Event],
+        crash: Optional[tuple[str, int]] = None,
+        zombie: Optional[tuple[int, str]] = None,
+        kill: Optional[tuple[str, int]] = None,
+    ) -> None:
         """One batch on the layout the coordinator gives it.
 
         ``crash=(phase, shard)`` kills the runtime after ``phase`` of shard ``shard`` (raising
@@ -248,8 +291,12 @@ class KitRuntime(Sessions, Checks):
             self.zombie_commit(z, z_steps, [z.range])
         for shard in shards:
             if not shard.skipped:
-                self.run_shard(shard, events, crash_phase if crash_shard == shard.index else None,
-                               kill_request if kill_shard == shard.index else None)
+                self.run_shard(
+                    shard,
+                    events,
+                    crash_phase if crash_shard == shard.index else None,
+                    kill_request if kill_shard == shard.index else None,
+                )
             self.finish(shard)
         self.commit(start, events, shards, crash_after_log=crash_phase == "recovery_log")
         if z is not None and zombie[1] == "late":
@@ -299,15 +346,23 @@ class KitRuntime(Sessions, Checks):
             self.rec.check("fencing", True)  # the recovery log fences: the zombie's update is never logged
             return
         if newer == [z.range]:
-            self.rec.fail("fencing", f"an older session on range {z.range.name} committed batch {z.task.batch_id} "
-                                     "after a newer session opened the same range",
-                          "start_commit verifies the fence inside the endpoint transaction and raises FencedOff", cause=True)
+            self.rec.fail(
+                "fencing",
+                f"an older session on range {z.range.name} committed batch {z.task.batch_id} "
+                "after a newer session opened the same range",
+                "start_commit verifies the fence inside the endpoint transaction and raises FencedOff",
+                cause=True,
+            )
         else:
-            self.rec.fail("fencing", f"a session of the old layout on range {z.range.name} committed batch "
-                                     f"{z.task.batch_id} after the re-sharded sessions on "
-                                     f"{', '.join(r.name for r in newer)} (which overlap it) had opened",
-                          "Open bumps the fence of its range and of every overlapping range (a split or merge "
-                          "leaves zombies of the old layout), not only its own", cause=True)
+            self.rec.fail(
+                "fencing",
+                f"a session of the old layout on range {z.range.name} committed batch "
+                f"{z.task.batch_id} after the re-sharded sessions on "
+                f"{', '.join(r.name for r in newer)} (which overlap it) had opened",
+                "Open bumps the fence of its range and of every overlapping range (a split or merge "
+                "leaves zombies of the old layout), not only its own",
+                cause=True,
+            )
 
 
 __all__ = ["KitRuntime", "KitCoordinator", "KitCrash", "ScenarioAbort", "PHASES", "Shard", "Tracker", "rk"]

@@ -171,9 +171,12 @@ def large(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     else:
         run(kit, 3, batch(3, 0.05))
     kit.check_views()
-    kit.rec.note("no-loss", f"large transactions: {n} keys, Loads of up to {load_chunk} keys and Stores of up to "
-                 f"{store_chunk} documents (declared: max_load_keys={kit.caps.max_load_keys}, "
-                 f"max_store_docs={kit.caps.max_store_docs}; the kit stops at {LARGE_BOUND} keys)")
+    kit.rec.note(
+        "no-loss",
+        f"large transactions: {n} keys, Loads of up to {load_chunk} keys and Stores of up to "
+        f"{store_chunk} documents (declared: max_load_keys={kit.caps.max_load_keys}, "
+        f"max_store_docs={kit.caps.max_store_docs}; the kit stops at {LARGE_BOUND} keys)",
+    )
 
 
 def split_merge(kit: KitRuntime, rng: random.Random, quick: bool) -> None:

@@ -17,7 +17,17 @@ from tidemark.runtime.shard import ShardTask, check_opened
 from tidemark.testing.kit import kill as killing
 from tidemark.testing.kit.report import classify
 from tidemark.testing.workload import (
-    APPENDS, MIRROR, REDUCED, STANDARD, SUMS, Event, combine, deletion_doc, deltas, key_hash, mirror,
+    APPENDS,
+    MIRROR,
+    REDUCED,
+    STANDARD,
+    SUMS,
+    Event,
+    combine,
+    deletion_doc,
+    deltas,
+    key_hash,
+    mirror,
 )
 
 VERSION = "v1"
@@ -68,19 +78,27 @@ def rk(r: Range) -> tuple[int, int]:
     return (r.key_begin, r.key_end)
 
 
-
 class Sessions:
     """A mixin of :class:`~tidemark.testing.kit.runtime.KitRuntime`."""
 
-    def open_shard(self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None,
-                   check: bool = True) -> Shard:
+    def open_shard(
+        self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None, check: bool = True
+    ) -> Shard:
         driver = self.factory()
         if kill is not None and not killing.is_process_driver(driver):
             driver = killing.crashing(driver, kill)
         self.tracker(f"Opened of range {rng.name} (batch {task.batch_id})")
         try:
-            transactor, opened = driver.open(Open(self.materialization, VERSION, rng, state=task.driver_checkpoint,
-                                                  config=dict(driver.config), bindings=self.bindings))
+            transactor, opened = driver.open(
+                Open(
+                    self.materialization,
+                    VERSION,
+                    rng,
+                    state=task.driver_checkpoint,
+                    config=dict(driver.config),
+                    bindings=self.bindings,
+                )
+            )
         except BaseException:
             driver.close()
             raise
@@ -107,8 +125,9 @@ class Sessions:
         except RecoveryError as exc:
             if self.rec.total_failures() == before:
                 prop, hint = classify(exc)
-                self.rec.fail(prop, f"Opened on range {shard.range.name} returned {cp!r}, which the runtime "
-                                    f"refuses: {exc}", hint)
+                self.rec.fail(
+                    prop, f"Opened on range {shard.range.name} returned {cp!r}, which the runtime refuses: {exc}", hint
+                )
             raise ScenarioAbort(str(exc)) from exc
 
     def drop(self, shard: Shard) -> None:
@@ -157,15 +176,18 @@ class Sessions:
         def take(replies):
             for r in replies:
                 if r.binding not in STANDARD:
-                    self.rec.fail("protocol", f"Loaded for binding {r.binding}, which is delta-updates",
-                                  "delta-updates bindings get no Load, so never a Loaded")
+                    self.rec.fail(
+                        "protocol",
+                        f"Loaded for binding {r.binding}, which is delta-updates",
+                        "delta-updates bindings get no Load, so never a Loaded",
+                    )
                     continue
                 for key, doc in zip(r.keys, r.docs):
                     loaded[r.binding][key[0]] = doc
 
         for binding in STANDARD:
             for i in range(0, len(keys), self.load_chunk):
-                chunk = keys[i:i + self.load_chunk]
+                chunk = keys[i : i + self.load_chunk]
                 requests[binding].append(chunk)
                 self.tracker(f"the answer to a Load of {len(chunk)} keys ({where})")
                 take(sess.load(Load(binding, tuple((k,) for k in chunk))))
@@ -195,16 +217,32 @@ class Sessions:
         for binding in range(len(self.bindings)):
             rows = [s for s in stores if s[0] == binding]
             for i in range(0, len(rows), self.store_chunk):
-                chunk = rows[i:i + self.store_chunk]
+                chunk = rows[i : i + self.store_chunk]
                 self.tracker(f"the driver reading a Store of {len(chunk)} documents ({where})")
                 if binding == REDUCED:
                     n = len(chunk)
-                    sess.store(Store(binding, tuple(r[1] for r in chunk), (), (), (False,) * n, (False,) * n,
-                                     tuple(r[3] for r in chunk)))
+                    sess.store(
+                        Store(
+                            binding,
+                            tuple(r[1] for r in chunk),
+                            (),
+                            (),
+                            (False,) * n,
+                            (False,) * n,
+                            tuple(r[3] for r in chunk),
+                        )
+                    )
                 else:
-                    sess.store(Store(binding, tuple(r[1] for r in chunk), tuple(r[2] for r in chunk),
-                                     tuple(r[3] for r in chunk), tuple(r[4] for r in chunk),
-                                     tuple(r[5] for r in chunk)))
+                    sess.store(
+                        Store(
+                            binding,
+                            tuple(r[1] for r in chunk),
+                            tuple(r[2] for r in chunk),
+                            tuple(r[3] for r in chunk),
+                            tuple(r[4] for r in chunk),
+                            tuple(r[5] for r in chunk),
+                        )
+                    )
                 yield "store"
         yield "ready"
         msg = StartCommit(task.runtime_checkpoint)
@@ -219,8 +257,9 @@ class Sessions:
             self.endpoint_commits[rk(rng)] = max(task.batch_id, self.endpoint_commits.get(rk(rng), -1))
         yield "start_commit"
 
-    def run_shard(self, shard: Shard, events: list[Event], crash_phase: Optional[str] = None,
-                  kill: Optional[str] = None) -> None:
+    def run_shard(
+        self, shard: Shard, events: list[Event], crash_phase: Optional[str] = None, kill: Optional[str] = None
+    ) -> None:
         try:
             for phase in self.transaction(shard, events, kill):
                 if phase == crash_phase:
@@ -237,13 +276,18 @@ class Sessions:
     def unexpected_fence(self, shard: Shard, exc: FencedOff) -> None:
         others = [r for r in shard.task.ranges if r != shard.range]
         if others:
-            self.rec.fail("range-isolation",
-                          f"the session on range {shard.range.name} was fenced off ({exc}) although only sessions on "
-                          f"other ranges ({', '.join(r.name for r in others)}) opened after it",
-                          "fence per (materialization, range): opening one range must not fence a disjoint one")
+            self.rec.fail(
+                "range-isolation",
+                f"the session on range {shard.range.name} was fenced off ({exc}) although only sessions on "
+                f"other ranges ({', '.join(r.name for r in others)}) opened after it",
+                "fence per (materialization, range): opening one range must not fence a disjoint one",
+            )
         else:
-            self.rec.fail("fencing", f"the only session on range {shard.range.name} was fenced off ({exc})",
-                          "only a newer session on the same or an overlapping range may fence a session off")
+            self.rec.fail(
+                "fencing",
+                f"the only session on range {shard.range.name} was fenced off ({exc})",
+                "only a newer session on the same or an overlapping range may fence a session off",
+            )
         self.drop(shard)
         raise ScenarioAbort(str(exc))
 
