@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import uuid
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
@@ -217,7 +218,8 @@ class KafkaDriver(Driver):
         from tidemark.drivers.kafka.writer import _producer
 
         s = self.settings
-        producer = _producer(s.client, f"{s.prefix}.identity", s.policy)
+        # a transactional id of its own: two start-ups at once (other views) must not fence each other
+        producer = _producer(s.client, f"{s.prefix}.identity.{uuid.uuid4().hex[:12]}", s.policy)
         producer.init_transactions(s.policy.lock_timeout)
         producer.begin_transaction()
         for topic, record in records.items():
