@@ -188,7 +188,14 @@ def test_external_example_driver_passes_over_the_wire(tmp_path):
 
 
 # the defects whose run takes 15-20 s (a crash or zombie scenario must catch them) after the default suite
-SLOW_DEFECTS = ("checkpoint-second-tx", "fence-before-tx", "exact-range-fence", "store-early", "binding-fallback-load")
+SLOW_DEFECTS = (
+    "checkpoint-second-tx",
+    "fence-before-tx",
+    "exact-range-fence",
+    "store-early",
+    "binding-fallback-load",
+    "identity-overwritten",
+)
 
 
 @pytest.mark.parametrize(
