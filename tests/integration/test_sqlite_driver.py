@@ -488,3 +488,7 @@ def test_table_names_that_differ_only_in_case_are_one_table_with_one_owner(drive
     ):
         driver.apply(Apply("second", {}, (binding("ORDERS"),), checkpoint_id="cp-2"))
     assert driver.apply(Apply("first", {}, (binding("orders"),), checkpoint_id="cp-1"))  # its owner goes on
+    # the view's record is found under either spelling, and names the table as SQLite resolves it
+    driver.apply(Apply("first", {}, (binding("Orders"),), checkpoint_id="cp-1", identities=({"collection": "o"},)))
+    kept = driver.identities("first", (binding("ORDERS"),))
+    assert kept == [{"collection": "o", "resolved": "orders"}]

@@ -28,6 +28,9 @@ from tidemark.drivers.sql.model import (
 )
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 class Dialect:
     """Placeholders, identifiers and their limits, types, upserts, DDL and catalogs."""
 
@@ -55,6 +58,11 @@ class Dialect:
     #: appended to ``resource = ?`` where the endpoint folds the case of table names (SQLite:
     #: ``orders`` and ``ORDERS`` are one table, so one ownership claim)
     name_collate: str = ""
+
+    def resolved_name(self, name: str) -> str:
+        """A table's name as the endpoint resolves it (the view-identity record's ``resolved``):
+        as tidemark quotes it; SQLite folds ASCII letters (``orders`` and ``ORDERS`` are one)."""
+        return name.translate(_ASCII_LOWER) if self.name_collate else name
 
     # ------------------------------------------------------------- identifiers
     def quote(self, name: str) -> str:

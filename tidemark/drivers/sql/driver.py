@@ -368,7 +368,7 @@ class SqlDriver(Driver):
             self.execute(
                 con,
                 f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
-                (resource, materialization, dumps({**record, "resolved": resource})),
+                (resource, materialization, dumps({**record, "resolved": self.dialect.resolved_name(resource)})),
             )
         row = self.execute(
             con,
