@@ -81,12 +81,16 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
+# The shard sessions on Spark's executors at the telling points (the default suite) and at every
+# point; in the driver ("Small batches") at every point (which holds the telling ones).
 @pytest.mark.parametrize(
-    "points", [ONE_JOB_POINTS, pytest.param(POINTS, marks=pytest.mark.chaos_full)], ids=["telling", "every"]
-)
-# (the driver's small-batch path with the telling points: test_kill_at_every_point_then_restart_is_exact[1])
-@pytest.mark.parametrize(
-    "small_batch_keys", [0, pytest.param(5000, marks=pytest.mark.chaos_full)], ids=["spark", "driver"]
+    "small_batch_keys,points",
+    [
+        (0, ONE_JOB_POINTS),
+        pytest.param(0, POINTS, marks=pytest.mark.chaos_full),
+        pytest.param(5000, POINTS, marks=pytest.mark.chaos_full),
+    ],
+    ids=["spark-telling", "spark-every", "driver-every"],
 )
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
