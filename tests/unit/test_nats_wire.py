@@ -20,7 +20,7 @@ def test_subject_tokens_are_safe_and_distinct():
     ch = Channel("VIEWS", "a.b", Range.split(2)[1])
     assert ch.progress_subject == "tidemark.VIEWS.progress.a~2Eb.80000000-ffffffff"
     assert subject_matches(wire.progress_wildcard(ch.prefix), ch.progress_subject)
-    assert wire.parse_range(ch.range.name) == ch.range
+    assert Range.parse(ch.range.name) == ch.range
 
 
 def test_message_ids_are_deterministic_per_range_batch_counter():

@@ -52,6 +52,7 @@ from tidemark.collection.keys import key_json
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.drivers.base import resolve_local_path
 from tidemark.errors import FencedOff, SpecError
+from tidemark.drivers.common.identity import kept as kept_record
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
@@ -260,7 +261,7 @@ class MemoryDriver(Driver):
                 else:
                     m["views"].setdefault(resource_name(b), {})
                 if i < len(req.identities) and resource_name(b) not in kept:
-                    kept[resource_name(b)] = {**req.identities[i], "resolved": resource_name(b)}
+                    kept[resource_name(b)] = kept_record(req.identities[i], resource_name(b))
         return Applied(f"created {len(req.bindings)} in-memory resources")
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:

@@ -41,7 +41,7 @@ from tidemark.files import filesystem
 from tidemark.protocol.messages import Range
 from tidemark.store.db import batch_of
 from tidemark.store.iters import bounded, live, merge
-from tidemark.store.keys import is_range_name, parse_range
+from tidemark.store.keys import is_range_name
 from tidemark.store.layout import Head
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
@@ -75,7 +75,7 @@ class Changelog:
         sel = pafs.FileSelector(self.root, allow_not_found=True)
         return sorted(
             (
-                parse_range(i.base_name)
+                Range.parse(i.base_name)
                 for i in self.fs.get_file_info(sel)
                 if i.type == pafs.FileType.Directory and is_range_name(i.base_name)
             ),

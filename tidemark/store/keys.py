@@ -75,11 +75,6 @@ def clamp(rng: Range, lo: Optional[bytes], hi: Optional[bytes]) -> tuple[bytes, 
     return lo, hi
 
 
-def parse_range(name: str) -> Range:
-    """The Range of a directory name ``0000abcd-ffffffff`` (:attr:`Range.name`)."""
-    return Range.parse(name)
-
-
 def is_range_name(name: str) -> bool:
     begin, sep, end = name.partition("-")
     return bool(sep) and len(begin) == 8 and len(end) == 8 and all(c in "0123456789abcdef" for c in begin + end)

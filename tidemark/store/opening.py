@@ -35,7 +35,7 @@ from tidemark.protocol.messages import Range
 from tidemark.store import db as rdb
 from tidemark.store.changelog import Changelog
 from tidemark.store.config import StoreConfig
-from tidemark.store.keys import clamp, is_range_name, parse_range, range_bounds
+from tidemark.store.keys import clamp, is_range_name, range_bounds
 from tidemark.store.layout import Head, Plan, plan
 from tidemark.store.locking import FileLock, acquire_all, release_all
 
@@ -59,7 +59,7 @@ def lock_ranges(cfg: StoreConfig, rng: Range) -> list[FileLock]:
         with FileLock(cfg.layout_lock_path).acquire(True, cfg.lock_timeout):
             open(cfg.lock_path(rng), "a").close()
             names = [n[:-5] for n in os.listdir(os.path.dirname(cfg.layout_lock_path)) if n.endswith(".lock")]
-            touched = [parse_range(n) for n in names if is_range_name(n)]
+            touched = [Range.parse(n) for n in names if is_range_name(n)]
             paths = [cfg.lock_path(r) for r in touched if r.overlaps(rng)]
             try:
                 return acquire_all(paths, timeout=0)
@@ -78,8 +78,8 @@ def local_ranges(cfg: StoreConfig, rng: Range) -> dict[Range, rdb.Meta]:
     out = {}
     base = os.path.join(cfg.path, "ranges")
     for name in os.listdir(base) if os.path.isdir(base) else ():
-        if is_range_name(name) and parse_range(name).overlaps(rng) and rdb.exists(os.path.join(base, name)):
-            r = parse_range(name)
+        if is_range_name(name) and Range.parse(name).overlaps(rng) and rdb.exists(os.path.join(base, name)):
+            r = Range.parse(name)
             db = rdb.open_primary(cfg.db_path(r))
             try:
                 out[r] = rdb.read_meta(db)

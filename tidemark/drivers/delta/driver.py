@@ -60,7 +60,6 @@ from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
 from tidemark.drivers.delta.tables import (
     DELETE_COLUMN,
-    IDENTITY_PROPERTY,
     KEY_PROPERTY,
     MODE_PROPERTY,
     OWNER_PROPERTY,
@@ -83,6 +82,7 @@ from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, C
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.drivers.common.settings import refuse_unknown
 from tidemark.policy import RetryPolicy, retry
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -250,7 +250,7 @@ class DeltaDriver(Driver):
             model = self.model(b)
             record = None
             if owner and i < len(req.identities):
-                record = dumps({**req.identities[i], "resolved": model.location})
+                record = record_text(req.identities[i], model.location)
 
             def body(model=model, b=b, record=record) -> None:
                 missing = self._plan(model)

@@ -17,11 +17,11 @@ from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa:
 from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, parse_record
 
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
-IDENTITY_PROPERTY = "tidemark.identity"  # the view-identity record (runtime.view_identity), JSON
 
 DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
 
@@ -102,11 +102,7 @@ def owner_of(dt: DeltaTable) -> Optional[tuple[str, str]]:
 
 def identity_of(dt: DeltaTable) -> Optional[dict]:
     """The table's view-identity record, or None."""
-    text = (dt.metadata().configuration or {}).get(IDENTITY_PROPERTY)
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
+    return parse_record((dt.metadata().configuration or {}).get(IDENTITY_PROPERTY))
 
 
 def applied_batch(dt: DeltaTable, app: str) -> int:

@@ -55,7 +55,6 @@ from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
     DELETE_COLUMN,
-    IDENTITY_PROPERTY,
     KEY_PROPERTY,
     MODE_PROPERTY,
     OWNER_PROPERTY,
@@ -78,6 +77,7 @@ from tidemark.drivers.iceberg.transactor import IcebergTransactor
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.policy import RetryPolicy, retry
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -269,7 +269,7 @@ class IcebergDriver(Driver):
                 ".".join(self.settings.namespace),
             )
         for i, (b, model) in enumerate(models):
-            record = dumps({**req.identities[i], "resolved": model.name}) if owner and i < len(req.identities) else None
+            record = record_text(req.identities[i], model.name) if owner and i < len(req.identities) else None
 
             def body(model=model, b=b, record=record) -> None:
                 table = self._load_or_none(model)
@@ -454,11 +454,7 @@ class IcebergDriver(Driver):
         for b in bindings:
             model = self.model(b)
             table = self.run(lambda: self._load_or_none(model), "identities", model.name)
-            text = None if table is None else table.properties.get(IDENTITY_PROPERTY)
-            try:
-                out.append(json.loads(text) if text else None)
-            except ValueError:
-                out.append(None)
+            out.append(None if table is None else parse_record(table.properties.get(IDENTITY_PROPERTY)))
         return out
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:

@@ -20,7 +20,6 @@ from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
-IDENTITY_PROPERTY = "tidemark.identity"  # the view-identity record (runtime.view_identity), JSON
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
 # snapshot summary properties of every apply
 SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = (

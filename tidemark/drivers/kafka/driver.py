@@ -45,6 +45,7 @@ from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
+from tidemark.drivers.common.identity import kept as kept_record, parse_record
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -77,6 +78,7 @@ class KafkaDriver(Driver):
     def __init__(self, config: dict | None = None):
         super().__init__(config)
         self.settings = KafkaSettings.from_config(self.config)
+        self._read: Optional[dict[str, dict]] = None  # identity records the last scan found, for the Apply after it
 
     def __repr__(self) -> str:
         return f"KafkaDriver(bootstrap_servers={self.settings.client['bootstrap.servers']!r})"
@@ -209,7 +211,8 @@ class KafkaDriver(Driver):
             if msg.value() is None:
                 out.pop(topic, None)
             else:
-                out[topic] = json.loads(msg.value())
+                out[topic] = parse_record(msg.value())
+        self._read = out
         return out
 
     def write_identities(self, records: dict[str, Optional[dict]]) -> None:
@@ -217,7 +220,7 @@ class KafkaDriver(Driver):
         from tidemark.drivers.kafka.progress import identity_key
         from tidemark.drivers.kafka.writer import _producer
 
-        s = self.settings
+        s, self._read = self.settings, None
         # a transactional id of its own: two start-ups at once (other views) must not fence each other
         producer = _producer(s.client, f"{s.prefix}.identity.{uuid.uuid4().hex[:12]}", s.policy)
         producer.init_transactions(s.policy.lock_timeout)
@@ -231,8 +234,10 @@ class KafkaDriver(Driver):
         producer.commit_transaction(s.policy.lock_timeout)
 
     def keep_identities(self, topics: Sequence[str], records: Sequence[dict]) -> None:
-        kept = self.read_identities()
-        new = {t: {**r, "resolved": t} for t, r in zip(topics, records) if t not in kept}
+        """Write the records of topics that keep none.  Kafka has no compare-and-set: the records
+        the start-up's check just read (``identities``) serve, rather than a second scan."""
+        kept, self._read = (self._read if self._read is not None else self.read_identities()), None
+        new = {t: kept_record(r, t) for t, r in zip(topics, records) if t not in kept}
         if new:
             self.write_identities(new)
 

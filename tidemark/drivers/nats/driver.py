@@ -26,6 +26,7 @@ from tidemark.drivers.nats.opening import fence, open_store
 from tidemark.drivers.nats.transactor import NatsTransactor
 from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
 from tidemark.errors import IncompatibleSchema, RecoveryError
+from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -211,8 +212,7 @@ class NatsDriver(Driver):
         records = {}
         if req.checkpoint_id:
             records = {
-                identity_entry(t.subject): json.dumps({**r, "resolved": f"{stream}:{t.subject}"}, sort_keys=True)
-                for t, r in zip(ts, req.identities)
+                identity_entry(t.subject): record_text(r, f"{stream}:{t.subject}") for t, r in zip(ts, req.identities)
             }
         setup = client.ensure_stream(stream, subjects, atomic=self.cfg.atomic, metadata=records)
         if not setup.atomic:
@@ -225,11 +225,7 @@ class NatsDriver(Driver):
         meta = ((self.client().stream_config(stream) if stream else None) or {}).get("metadata") or {}
         out: list[Optional[dict]] = []
         for t in ts:
-            text = meta.get(identity_entry(t.subject))
-            try:
-                out.append(json.loads(text) if text else None)
-            except ValueError:
-                out.append(None)
+            out.append(parse_record(meta.get(identity_entry(t.subject))))
         return out
 
     # ------------------------------------------------------- transaction phase

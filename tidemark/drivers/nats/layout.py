@@ -77,7 +77,7 @@ async def channel_frontiers(
     """The last progress record of every range of ``materialization`` on ``stream``."""
     out: dict[Range, Frontier] = {}
     for subject in await list_progress_subjects(aio, stream, materialization, prefix):
-        rng = wire.parse_range(subject.rsplit(".", 1)[1])
+        rng = Range.parse(subject.rsplit(".", 1)[1])
         out[rng] = await aio.read_frontier(Channel(stream, materialization, rng, prefix))
     return out
 

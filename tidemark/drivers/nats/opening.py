@@ -31,7 +31,7 @@ from tidemark.drivers.nats.channel import Session
 from tidemark.drivers.nats.layout import needs_takeover
 from tidemark.protocol.messages import Range
 from tidemark.store import Isolation, RangeStore, StoreConfig, tidemark_key
-from tidemark.store.keys import is_range_name, parse_range
+from tidemark.store.keys import is_range_name
 
 OPEN_ATTEMPTS = 20
 
@@ -73,7 +73,7 @@ def fence(client: NatsClient, channel: Channel) -> Session:
 def _wipe(cfg: StoreConfig, rng: Range) -> None:
     base = os.path.join(cfg.path, "ranges")
     for name in os.listdir(base) if os.path.isdir(base) else ():
-        if is_range_name(name) and parse_range(name).overlaps(rng):
+        if is_range_name(name) and Range.parse(name).overlaps(rng):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 

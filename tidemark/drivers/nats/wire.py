@@ -105,10 +105,6 @@ def progress_wildcard(prefix: str) -> str:
     return f"{prefix}.progress.>"
 
 
-def parse_range(name: str) -> Range:
-    return Range.parse(name)
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class BatchId:
     """A transaction of the recovery log: ``batch_id`` only grows within one ``checkpoint_id``."""

@@ -40,6 +40,7 @@ from tidemark.drivers.redis.layout import (
 from tidemark.drivers.redis.persistence import Persistence, read_persistence
 from tidemark.drivers.redis.script import COMMIT_LUA
 from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.identity import parse_record, record_text
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
@@ -334,9 +335,7 @@ class RedisStore:
                 for prefix in prefixes:
                     self.client.hsetnx(key, prefix, mine)
                 for prefix, record in zip(prefixes, records):
-                    self.client.hsetnx(
-                        self.config.namespace + "identities", prefix, dumps({**record, "resolved": prefix})
-                    )
+                    self.client.hsetnx(self.config.namespace + "identities", prefix, record_text(record, prefix))
 
         self._run(body, f"claim the prefixes of {materialization}")
 
@@ -347,7 +346,7 @@ class RedisStore:
         raw = self._run(
             lambda: self.client.hmget(self.config.namespace + "identities", list(prefixes)), "read the view identities"
         )
-        return [None if r is None else json.loads(r) for r in raw]
+        return [parse_record(r) for r in raw]
 
     def drop(self, materialization: str, prefixes: Sequence[str]) -> list[str]:
         """Delete the bindings' documents and the materialization's checkpoints hash."""

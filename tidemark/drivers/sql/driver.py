@@ -40,6 +40,7 @@ from tidemark.drivers.sql.model import (
 )
 from tidemark.drivers.sql.transactor import SqlTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
+from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -368,7 +369,7 @@ class SqlDriver(Driver):
             self.execute(
                 con,
                 f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
-                (resource, materialization, dumps({**record, "resolved": self.dialect.resolved_name(resource)})),
+                (resource, materialization, record_text(record, self.dialect.resolved_name(resource))),
             )
         row = self.execute(
             con,
@@ -536,7 +537,7 @@ class SqlDriver(Driver):
                 ).fetchone()
                 for name in names
             ]
-            return [None if r is None else json.loads(r[0]) for r in rows]
+            return [None if r is None else parse_record(r[0]) for r in rows]
 
         return self.run(body, "identities")
 

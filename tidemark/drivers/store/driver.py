@@ -60,6 +60,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
 from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.identity import kept as kept_record
 
 CAPABILITIES = Capabilities(
     commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
@@ -231,7 +232,7 @@ class StoreDriver(Driver):
                 "id": binding_id(resource_name(b)),
             }
             if req.checkpoint_id and i < len(req.identities) and resource_name(b) not in kept:
-                kept[resource_name(b)] = {**req.identities[i], "resolved": resource_name(b)}
+                kept[resource_name(b)] = kept_record(req.identities[i], resource_name(b))
         if req.checkpoint_id:
             manifest["checkpoint_id"] = req.checkpoint_id
         self.write_manifest(req.materialization, manifest)

@@ -39,7 +39,7 @@ from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.store import Changelog, Isolation, Reader, StoreConfig, key_hash_of
 from tidemark.store.db import batch_of, exists
 from tidemark.store.iters import bounded, live
-from tidemark.store.keys import is_range_name, parse_range, prefix_end
+from tidemark.store.keys import is_range_name, prefix_end
 
 _U32_MAX = KEY_SPACE_MAX
 
@@ -86,7 +86,7 @@ def local_range_names(cfg: StoreConfig) -> list[Range]:
     if not os.path.isdir(base):
         return []
     return sorted(
-        (parse_range(n) for n in os.listdir(base) if is_range_name(n) and exists(os.path.join(base, n))),
+        (Range.parse(n) for n in os.listdir(base) if is_range_name(n) and exists(os.path.join(base, n))),
         key=lambda r: (r.key_begin, r.key_end),
     )
 
