@@ -78,3 +78,32 @@ def test_two_bindings_run_as_one_job_each_exact(spark, tmp_path):
     assert plans[0].rebound == 0  # two bindings: the plan is built for every batch
     assert sqlite_view(db, "customers") == oracle(a)
     assert sqlite_view(db, "returns") == oracle(b)
+
+
+def test_without_the_spark_internals_the_public_api_plans_every_batch_exact(spark, tmp_path, monkeypatch):
+    """``TIDEMARK_SPARK_INTERNALS=0`` (as on a Spark version outside ``internals.TESTED``):
+    routing and the union of bindings through PySpark's public API, the checked plan."""
+    from tests.helpers import compiled_two_bindings_spec
+    from tidemark.spark import internals
+
+    monkeypatch.setenv(internals.ENV, "0")
+    assert not internals.supported(spark)
+    a = write_stream(tmp_path / "a", files=2, per_file=80, customers=20, seed=61)
+    b = write_stream(tmp_path / "b", files=2, per_file=80, customers=20, seed=62)
+    db = tmp_path / "views.db"
+    reports, plans = _run(spark, str(compiled_two_bindings_spec(tmp_path, db)))
+    assert {r.path for r in reports} == {"checked"}
+    assert plans == []
+    assert sqlite_view(db, "customers") == oracle(a)
+    assert sqlite_view(db, "returns") == oracle(b)
+
+
+def test_the_internals_are_used_only_on_a_tested_spark(spark):
+    from types import SimpleNamespace
+
+    from tidemark.spark import internals
+
+    assert internals.supported(spark)
+    assert internals.minor(spark.version) in internals.TESTED
+    assert not internals.supported(SimpleNamespace(version="9.1.0", _jsparkSession=object()))
+    assert not internals.supported(SimpleNamespace(version=spark.version))  # Spark Connect: no py4j session

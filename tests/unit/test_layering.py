@@ -72,6 +72,29 @@ def test_pyspark_is_imported_only_inside_tidemark_spark():
     assert not bad, "\n".join(bad)
 
 
+PRIVATE_HANDLES = {"_jdf", "_jc", "_jvm", "_jsparkSession", "_jsc", "_gateway", "_to_seq", "_to_java_column"}
+
+
+def test_pyspark_private_handles_are_used_only_in_spark_internals():
+    """py4j handles and PySpark's private helpers change between Spark releases: one module
+    uses them, behind its version guard (``tidemark/spark/internals.py``)."""
+    found = []
+    for p in _modules(ROOT):
+        if p == ROOT / "spark" / "internals.py":
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else None
+            if isinstance(node, ast.ImportFrom):
+                if _is(node.module or "", "pyspark.sql.classic"):
+                    name = node.module
+                else:
+                    name = next((a.name for a in node.names if a.name in PRIVATE_HANDLES), None)
+            if name in PRIVATE_HANDLES or (name or "").startswith("pyspark.sql.classic"):
+                found.append(f"{p.relative_to(ROOT.parent)}:{node.lineno}: {name}")
+    assert not found, "\n".join(found)
+
+
 # ----------------------------------------------------------------- the package's layers
 # (docs/dev/package-map.md says why each rule holds)
 

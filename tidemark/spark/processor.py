@@ -387,12 +387,15 @@ class Materializer:
         schema compiles (None otherwise): rows that need the checks (``_odd``) go to every
         shard, first, and make the shards commit nothing (``routed=False``: the combined
         rows, unrouted)."""
+        from tidemark.spark import internals
         from tidemark.spark.route import OneJobPlan
 
         if os.environ.get("TIDEMARK_ONE_JOB", "1") == "0":  # for benchmarks: the checked plan for every batch
             return None
         spark = df.sparkSession
-        key = (spark._jsparkSession.hashCode(), tuple(df.columns), ranges)
+        if not internals.supported(spark):  # the one-job plan is built on the JVM handles
+            return None
+        key = (internals.session_id(spark), tuple(df.columns), ranges)
         plan = self._one_job.get(key)
         if plan is None:
             plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges)
@@ -458,11 +461,9 @@ class Materializer:
 
 def _union(parts: list):
     """The bindings' combined rows as one DataFrame."""
-    from pyspark.sql import DataFrame
+    from tidemark.spark.route import union
 
-    from tidemark.spark.route import union_j
-
-    return DataFrame(union_j([p._jdf for p in parts]), parts[0].sparkSession)
+    return union(parts)
 
 
 def _totals(last, counts: dict) -> dict:

@@ -32,9 +32,35 @@ def route(spark, parts: list, ranges: tuple[Range, ...]):
     _n, _odd``) routed to their shards: partition i holds shard i's rows sorted by
     (binding, key_json), after every odd row (binding :data:`ODD_BINDING`) and before its
     end row."""
-    from pyspark.sql import DataFrame
+    from tidemark.spark import internals
 
-    return DataFrame(_route_j(spark, [p._jdf for p in parts], ranges), spark)
+    if internals.supported(spark):
+        return internals.wrap(_route_j(spark, [internals.jdf(p) for p in parts], ranges), spark)
+    r = _routing_columns(spark, ranges)
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    return (
+        df.select(*r["first"])
+        .unionByName(r["ends"])
+        .select(*r["with_p"])
+        .repartition(len(ranges), *r["by"])
+        .sortWithinPartitions(*r["sort"])
+        .select(*r["final"])
+    )
+
+
+def union(parts: list):
+    """The bindings' combined rows (DataFrames) as one."""
+    from tidemark.spark import internals
+
+    spark = parts[0].sparkSession
+    if internals.supported(spark):
+        return internals.wrap(union_j([internals.jdf(p) for p in parts]), spark)
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    return df
 
 
 def _route_j(spark, jparts: list, ranges: tuple[Range, ...]):
@@ -59,54 +85,53 @@ def union_j(jparts: list):
     return jdf
 
 
+def _routing_columns(spark, ranges: tuple[Range, ...]) -> dict:
+    """The routing's columns (lists of Columns or names) and its end rows (a DataFrame)."""
+    from pyspark.sql import functions as F
+
+    n = len(ranges)
+    # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
+    # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
+    # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
+    shards_col = F.explode(
+        F.when(F.col("_odd"), F.sequence(F.lit(0), F.lit(n - 1))).otherwise(
+            F.array(_shard_expr(F.col("key_hash"), ranges))
+        )
+    ).alias("shard")
+    binding_col = F.when(F.col("_odd"), F.lit(ODD_BINDING)).otherwise(F.col("binding")).alias("binding")
+    cols = ["shard", "binding", "key_json", "doc", "_n"]
+    # One end row per shard, sorted last: a shard task whose input stream was cut off
+    # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
+    # partition) must not commit what it got as if it were the whole batch.
+    ends = spark.range(n).select(
+        F.col("id").cast("int").alias("shard"),
+        F.lit(END_BINDING).alias("binding"),
+        F.lit("").alias("key_json"),
+        F.lit(None).cast("string").alias("doc"),
+        F.lit(0).cast("long").alias("_n"),
+    )
+    return {
+        "first": [shards_col, binding_col, "key_json", "doc", "_n"],
+        "ends": ends,
+        "with_p": [*cols, _partition_expr(F.col("shard"), n).alias("_p")],
+        "by": ["_p"],
+        "sort": ["binding", "key_json"],
+        "final": cols,
+    }
+
+
 def _routing(spark, ranges: tuple[Range, ...]) -> dict:
     """The routing's JVM objects, built once per Spark session and layout (a few hundred
     py4j calls at many shards)."""
-    from pyspark.sql import functions as F
-
+    from tidemark.spark import internals
     from tidemark.spark.session import built_once
 
-    n = len(ranges)
-
     def build():
-        # Partition by shard in the JVM: ``repartition(n, _p)`` puts a row in partition
-        # ``pmod(murmur3(_p), n)``, so ``_p`` is a value that hashes to the row's shard.
-        # Rows reach Python only in the shard tasks, sorted by (binding, key_json).
-        shards_col = F.explode(
-            F.when(F.col("_odd"), F.sequence(F.lit(0), F.lit(n - 1))).otherwise(
-                F.array(_shard_expr(F.col("key_hash"), ranges))
-            )
-        ).alias("shard")
-        binding_col = F.when(F.col("_odd"), F.lit(ODD_BINDING)).otherwise(F.col("binding")).alias("binding")
-        cols = ("shard", "binding", "key_json", "doc", "_n")
-        # One end row per shard, sorted last: a shard task whose input stream was cut off
-        # (the JVM died while feeding it, and PySpark's reader takes EOF for the end of the
-        # partition) must not commit what it got as if it were the whole batch.
-        ends = spark.range(n).select(
-            F.col("id").cast("int").alias("shard"),
-            F.lit(END_BINDING).alias("binding"),
-            F.lit("").alias("key_json"),
-            F.lit(None).cast("string").alias("doc"),
-            F.lit(0).cast("long").alias("_n"),
-        )
-        return {
-            "first": jseq(spark, [shards_col, binding_col, "key_json", "doc", "_n"]),
-            "ends": ends._jdf,
-            "with_p": jseq(spark, [*cols, _partition_expr(F.col("shard"), n).alias("_p")]),
-            "by": jseq(spark, ["_p"]),
-            "sort": jseq(spark, ["binding", "key_json"]),
-            "final": jseq(spark, cols),
-        }
+        r = _routing_columns(spark, ranges)
+        return {k: internals.jdf(v) if k == "ends" else internals.jseq(spark, v) for k, v in r.items()}
 
     # per session: the end rows are a Dataset of it
-    return built_once(spark, ("route", ranges, spark._jsparkSession.hashCode()), build)
-
-
-def jseq(spark, cols):
-    """A JVM ``Seq[Column]`` of ``cols`` (Columns or names), to pass to Dataset methods."""
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-    return _to_seq(spark.sparkContext, cols, _to_java_column)
+    return built_once(spark, ("route", ranges, internals.session_id(spark)), build)
 
 
 class OneJobPlan:
@@ -121,7 +146,7 @@ class OneJobPlan:
         from pyspark.sql import functions as F
 
         from tidemark.collection.plan import compile_collection
-        from tidemark.spark import jvm
+        from tidemark.spark import internals, jvm
         from tidemark.spark.combine import _compiled_columns, source_columns
 
         self.ranges = ranges
@@ -131,6 +156,7 @@ class OneJobPlan:
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
         multi = len(collections) > 1
+        jseq = internals.jseq
         self.prep = jseq(spark, source_columns(columns) + ([F.col("_binding")] if multi else []))
         available = None
         for i, coll in enumerate(collections):
@@ -149,11 +175,11 @@ class OneJobPlan:
             odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | F.col("_error").isNotNull()
             self.bindings.append(
                 {
-                    "filter": (F.col("_binding") == F.lit(i))._jc if multi else None,
+                    "filter": internals.jcol(F.col("_binding") == F.lit(i)) if multi else None,
                     "pre": jseq(spark, cols.pre) if cols.pre else None,
                     "stage": jseq(spark, cols.stage),
                     "grouping": jseq(spark, cols.grouping),
-                    "agg0": cols.aggs[0]._jc,
+                    "agg0": internals.jcol(cols.aggs[0]),
                     "aggs": jseq(spark, cols.aggs[1:]),
                     "out": jseq(spark, cols.out),
                     "final": jseq(
@@ -168,19 +194,17 @@ class OneJobPlan:
         second batch on, the first batch's analyzed plan with this batch's source in it
         (``PlanRebind.java``), where the session has tidemark's jar: no analysis, three
         py4j calls."""
-        from pyspark.sql import DataFrame
+        from tidemark.spark import internals
 
         spark = df.sparkSession
-        leaf = df._jdf.queryExecution().analyzed()
+        leaf = internals.analyzed(internals.jdf(df))
         template = self.templates.get(routed)
         if template is not None:
             plan = self._rebind(spark, template, leaf)
             if plan is not None:
                 self.rebound += 1
-                return DataFrame(
-                    spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan), spark
-                )
-        jdf = df._jdf.select(self.prep)
+                return internals.of_plan(spark, plan)
+        jdf = internals.jdf(df).select(self.prep)
         parts = []
         for b in self.bindings:
             j = jdf.filter(b["filter"]) if b["filter"] is not None else jdf
@@ -190,14 +214,16 @@ class OneJobPlan:
             parts.append(j.select(b["final"]))
         planned = _route_j(spark, parts, self.ranges) if routed else union_j(parts)
         if self.rebindable and routed not in self.templates:
-            self.templates[routed] = (planned.queryExecution().analyzed(), leaf)
-        return DataFrame(planned, spark)
+            self.templates[routed] = (internals.analyzed(planned), leaf)
+        return internals.wrap(planned, spark)
 
     def _rebind(self, spark, template, leaf):
         from py4j.protocol import Py4JError
 
+        from tidemark.spark import internals
+
         try:
-            plan = spark._jvm.tidemark.jvm.PlanRebind.rebind(template[0], template[1], leaf)
+            plan = internals.rebind(spark, template, leaf)
         except Py4JError as exc:  # the class is not in this session after all: build every batch
             log.info("plans are built for every batch (%s)", str(exc).splitlines()[0][:200])
             plan = None

@@ -52,12 +52,9 @@ def quiet_failed_queries(spark) -> None:
     for its other streaming queries too; ``TIDEMARK_SPARK_LOG_DEFAULTS=1`` keeps Spark's logging."""
     if os.environ.get("TIDEMARK_SPARK_LOG_DEFAULTS"):
         return
-    try:
-        jvm = spark.sparkContext._jvm
-        off = jvm.org.apache.logging.log4j.Level.OFF
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark.sql.execution.streaming", off)
-    except Exception:  # noqa: BLE001 - Spark Connect, another logging backend: Spark's logging stays
-        pass
+    from tidemark.spark import internals
+
+    internals.quiet_logger(spark, "org.apache.spark.sql.execution.streaming")
 
 
 def built_once(spark, key, build):
@@ -89,12 +86,6 @@ def end_jvm() -> None:
     """SIGKILL the Spark driver's JVM that PySpark started for this process, if any (``tidemark
     run`` on Ctrl-C, between batches: left to see its Python gone, the JVM prints its stream
     thread's RpcEnvStoppedException after the prompt is back)."""
-    try:
-        from pyspark import SparkContext
+    from tidemark.spark import internals
 
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None:
-            proc.kill()
-            proc.wait(timeout=10)
-    except Exception:  # noqa: BLE001 - the process is leaving anyway
-        pass
+    internals.kill_driver_jvm()

@@ -143,9 +143,11 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtim
 def check_replayable(df) -> None:
     if not df.isStreaming:
         raise SpecError("tidemark.materialize needs a streaming DataFrame (spark.readStream...)")
+    from tidemark.spark import internals
+
     try:
-        plan = df._jdf.queryExecution().logical().toString()
-    except Exception:  # pragma: no cover - Spark Connect has no _jdf
+        plan = internals.logical_plan_text(df)
+    except Exception:  # pragma: no cover - a session whose plan cannot be read
         return
     for marker in NON_REPLAYABLE:
         if marker in plan:

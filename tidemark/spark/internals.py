@@ -1,0 +1,131 @@
+"""Every use of PySpark's private handles, in one module, behind a Spark-version guard.
+
+tidemark's fast paths talk to the JVM directly: the one-job plan (:class:`tidemark.spark.route.OneJobPlan`)
+builds a batch's plan from prebuilt JVM column sequences and reuses the first batch's analyzed
+plan (``jvm/PlanRebind.java``), and routing builds its columns once per session.  Those go
+through py4j handles that are not PySpark's public API (``DataFrame._jdf``, ``Column._jc``,
+``SparkSession._jsparkSession``, ``SparkContext._jvm`` and ``_gateway``, the ``classic.column``
+helpers) and through classes of Spark's own (``org.apache.spark.sql.classic.Dataset``).  They
+change between Spark releases without notice, so they are used only here, and only where
+:func:`supported` says the session's Spark is one the suite has run on
+(:data:`TESTED`: major.minor).  Anywhere else -- another Spark, Spark Connect, or
+``TIDEMARK_SPARK_INTERNALS=0`` -- tidemark plans every batch with PySpark's public DataFrame
+API: the same results (the suite runs both ways), a little more planning time per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+TESTED = ("4.0", "4.1", "4.2", "4.3")  # PySpark major.minor versions the suite has run on
+ENV = "TIDEMARK_SPARK_INTERNALS"
+
+_said: set = set()
+
+
+def minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def supported(spark) -> bool:
+    """True if ``spark`` is a classic (py4j) session of a tested Spark version and the
+    internals are not turned off (``TIDEMARK_SPARK_INTERNALS=0``)."""
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    version = getattr(spark, "version", "")
+    if minor(version) not in TESTED or not hasattr(spark, "_jsparkSession"):
+        if version not in _said:
+            _said.add(version)
+            log.info("Spark %s is not one tidemark's fast planning was tested on: public API planning", version)
+        return False
+    return True
+
+
+# -- handles --------------------------------------------------------------------------------
+
+
+def jdf(df):
+    """The JVM Dataset behind ``df``."""
+    return df._jdf
+
+
+def jcol(col):
+    """The JVM Column behind ``col``."""
+    return col._jc
+
+
+def wrap(jdf_, spark):
+    """A PySpark DataFrame of the JVM Dataset ``jdf_``."""
+    from pyspark.sql import DataFrame
+
+    return DataFrame(jdf_, spark)
+
+
+def jseq(spark, cols):
+    """A JVM ``Seq[Column]`` of ``cols`` (Columns or names), to pass to Dataset methods."""
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    return _to_seq(spark.sparkContext, cols, _to_java_column)
+
+
+def session_id(spark) -> int:
+    """An id of ``spark``'s JVM session (a batch's ``df.sparkSession`` is a new Python object
+    around the same JVM session)."""
+    return spark._jsparkSession.hashCode()
+
+
+def analyzed(jdf_):
+    """The analyzed logical plan of the JVM Dataset ``jdf_``."""
+    return jdf_.queryExecution().analyzed()
+
+
+def of_plan(spark, plan):
+    """A DataFrame of the analyzed logical plan ``plan``."""
+    return wrap(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan), spark)
+
+
+def rebind(spark, template, leaf):
+    """``PlanRebind.rebind``: the analyzed plan ``template[0]`` with its source leaf
+    ``template[1]`` replaced by ``leaf`` (None when ``leaf`` is another kind of source)."""
+    return spark._jvm.tidemark.jvm.PlanRebind.rebind(template[0], template[1], leaf)
+
+
+# -- public-API forms where there is one ------------------------------------------------------
+
+
+def logical_plan_text(df) -> str:
+    """``df``'s logical plan as text (the handle where supported, else ``explain``'s output)."""
+    if supported(df.sparkSession):
+        return df._jdf.queryExecution().logical().toString()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(extended=True)
+    return out.getvalue()
+
+
+def quiet_logger(spark, name: str) -> None:
+    """Turn Spark's log4j logger ``name`` off in ``spark``'s JVM (nothing where that cannot be
+    reached: Spark Connect, another logging backend)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 - Spark's logging stays as it is
+        pass
+
+
+def kill_driver_jvm() -> None:
+    """SIGKILL the Spark driver's JVM that PySpark started for this process, if any."""
+    try:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - the process is leaving anyway
+        pass
