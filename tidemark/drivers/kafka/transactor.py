@@ -2,7 +2,8 @@
 store of full documents that answers Loads.
 
 * Acknowledge: nothing to apply (the previous batch committed in its StartCommit).
-* Load / Flush: read-committed, from the range's local store (:class:`StoreTransactor`),
+* Load / Flush: read-committed, from the range's local store (the push endpoints' base,
+  :class:`~tidemark.drivers.store.push.PushTransactor`),
   which holds exactly what the range's committed Kafka transactions wrote (Open made sure).
 * Store: each document is sent to its binding's topic inside the range's open Kafka
   transaction (key: the collection key as a JSON array; value: the full reduced document
@@ -26,28 +27,17 @@ from typing import Optional, Sequence
 import orjson
 
 from tidemark.collection.keys import key_json
-from tidemark.drivers.base import Transactor
-from tidemark.drivers.common.columns import quarantine_row
-from tidemark.drivers.store.transactor import StoreTransactor
-from tidemark.faults import fault_point
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
-from tidemark.protocol.messages import (
-    Acknowledge,
-    Acknowledged,
-    Flush,
-    Flushed,
-    Load,
-    Loaded,
-    Quarantine,
-    StartCommit,
-    StartedCommit,
-    Store,
-)
-from tidemark.store.db import batch_of
+from tidemark.drivers.store.push import PushTransactor
+from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.protocol.messages import Store
 
 
-class KafkaTransactor(Transactor):
+class KafkaTransactor(PushTransactor):
+    """A push endpoint whose commit counts (:class:`~tidemark.drivers.store.push.PushTransactor`):
+    a Kafka transaction per batch, committed with the range's progress record."""
+
     def __init__(
         self,
         writer: RangeWriter,
@@ -60,27 +50,13 @@ class KafkaTransactor(Transactor):
         frontier: Optional[ProgressRecord],
         partitions: Optional[dict] = None,
     ):
+        super().__init__(store, materialization, topics, delta)
         self.writer = writer
-        self.state = store
-        self.materialization = materialization
-        self.range = writer.range
-        self.topics = list(topics)
-        self.delta = list(delta)
+        self.topics = self.resources
         self.quarantine_topic = quarantine_topic
         self.frontier = frontier  # the range's last committed progress record (None: never committed)
         self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
         self.partitions = dict(partitions or {})  # the data topics' partition counts at Open (recorded)
-        self._quarantine: list[dict] = []
-
-    # ------------------------------------------------------------------ phases
-    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
-        return self.state.acknowledge(msg)
-
-    def load(self, msg: Load) -> Sequence[Loaded]:
-        return self.state.load(msg)
-
-    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
-        return self.state.flush(msg)
 
     def _begin(self) -> None:
         if not self.writer.in_transaction:
@@ -99,59 +75,32 @@ class KafkaTransactor(Transactor):
             ("tidemark-materialization", self.materialization.encode("utf-8")),
         ]
 
-    def store(self, msg: Store) -> None:
+    def send(self, msg: Store) -> None:
         self._begin()
         topic = self.topics[msg.binding]
         headers = self._headers()
         for key, doc, delete in zip(msg.keys, msg.docs, msg.deletes):
             self.writer.send(topic, key, None if delete else doc, headers=headers)
             self.counts["deletes" if delete else "docs"] += 1
-        if not self.delta[msg.binding]:
-            self.state.store(msg)
 
-    def quarantine(self, msg: Quarantine) -> None:
-        self._quarantine.extend(msg.rows)
-
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
-        cp = msg.runtime_checkpoint
+    def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:
         self._begin()  # an empty batch still moves the range's frontier
-        batch = batch_of(cp)
         headers = self._headers()
-        for row in self._quarantine:
-            b = row.get("binding")
-            name = self.topics[b] if isinstance(b, int) and 0 <= b < len(self.topics) else None
-            value = orjson.dumps(quarantine_row(self.materialization, batch, name, row))
-            self.writer.send_raw(
-                self.quarantine_topic, key_json([self.materialization]).encode("utf-8"), value, headers=headers
-            )
-        self.counts["quarantined"] = len(self._quarantine)
+        key = key_json([self.materialization]).encode("utf-8")
+        for row in quarantined:
+            self.writer.send_raw(self.quarantine_topic, key, orjson.dumps(row), headers=headers)
+        self.counts["quarantined"] = len(quarantined)
         prev = self.frontier
-        record = (
-            prev.next(
-                cp,
-                self.counts,
-                range=self.range,
-                transactional_id=self.writer.transactional_id,
-                partitions=self.partitions,
-            )
-            if prev is not None and prev.range == self.range
-            else ProgressRecord.first(
-                self.materialization,
-                self.range,
-                cp,
-                self.counts,
-                transactional_id=self.writer.transactional_id,
-                partitions=self.partitions,
-            )
-        )
-        fault_point("before_endpoint_commit")
+        ids = {"transactional_id": self.writer.transactional_id, "partitions": self.partitions}
+        if prev is not None and prev.range == self.range:
+            record = prev.next(cp, self.counts, range=self.range, **ids)
+        else:
+            record = ProgressRecord.first(self.materialization, self.range, cp, self.counts, **ids)
         self.writer.commit(record)
-        fault_point("after_endpoint_commit")
         self.frontier = record
-        self._quarantine = []
+
+    def committed(self) -> None:
         self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
-        self.state.commit_quietly(cp)  # the local store follows Kafka (fenced on this machine)
-        return StartedCommit()
 
     def close(self) -> None:
         try:

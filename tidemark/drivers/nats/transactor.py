@@ -21,25 +21,14 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from tidemark.collection.keys import compact_json, key_json
-from tidemark.drivers.base import ReadCommittedLoads, Transactor
-from tidemark.faults import fault_point
-from tidemark.drivers.nats.wire import BatchId, InFlight
-from tidemark.drivers.nats.client import NatsClient
+from tidemark.collection.keys import key_json
 from tidemark.drivers.nats.channel import OutDoc, Session
-from tidemark.protocol.messages import (
-    Acknowledge,
-    Acknowledged,
-    Load,
-    Loaded,
-    Quarantine,
-    StartCommit,
-    StartedCommit,
-    Store,
-)
-from tidemark.drivers.store.transactor import committed_loads
-from tidemark.store import RangeStore, tidemark_key
-from tidemark.drivers.common.columns import quarantine_row
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.wire import BatchId, InFlight
+from tidemark.drivers.store.push import PushTransactor
+from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import Store
 
 
 class _MidBatch(OutDoc):
@@ -53,99 +42,57 @@ class _MidBatch(OutDoc):
         return OutDoc.payload(self)
 
 
-class NatsTransactor(ReadCommittedLoads, Transactor):
+class NatsTransactor(PushTransactor):
+    """A push endpoint whose commit counts (:class:`~tidemark.drivers.store.push.PushTransactor`):
+    one fenced atomic batch publish per batch, with the range's progress record."""
+
     def __init__(
         self,
         client: NatsClient,
         session: Session,
         inflight: InFlight,
-        store: RangeStore,
+        state: StoreTransactor,
         subjects: Sequence[str],
         delta: Sequence[bool],
-        ids: Sequence[int],
         quarantine_subject: str,
         materialization: str,
     ):
+        super().__init__(state, materialization, subjects, delta)
         self.client = client
         self.session = session
         self.inflight = inflight
-        self.rs = store
-        self.subjects = list(subjects)
-        self.delta = list(delta)
-        self.ids = list(ids)
+        self.subjects = self.resources
         self.quarantine_subject = quarantine_subject
-        self.materialization = materialization
-        self.range = session.channel.range
-        self._acknowledged = False
-        self._deferred: list[Load] = []
         self._queued: list[tuple[int, str, OutDoc]] = []
-        self._quarantine: list[dict] = []
         self.last_commit = None  # tidemark.drivers.nats.Committed of the last StartCommit
 
-    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
-        self._acknowledged = True
-        return Acknowledged()
-
-    def _evaluate(self, msg: Load) -> list[Loaded]:
-        return committed_loads(self.rs, self.ids[msg.binding], msg)
-
-    def store(self, msg: Store) -> None:
+    def send(self, msg: Store) -> None:
         b = msg.binding
         subject = self.subjects[b]
-        txn = None if self.delta[b] else self.rs.transaction()
-        bid = self.ids[b]
         for key, doc, delete in zip(msg.keys, msg.docs, msg.deletes):
             delete = bool(delete) and not self.delta[b]
-            if txn is not None:
-                if delete:
-                    txn.delete(tidemark_key(key, bid))
-                else:
-                    txn.put(tidemark_key(key, bid), compact_json(doc).encode("utf-8"))
             self._queued.append((b, key_json(key), OutDoc(subject, list(key), doc, delete)))
 
-    def quarantine(self, msg: Quarantine) -> None:
-        self._quarantine.extend(msg.rows)
-
-    def _batch_docs(self, batch: Optional[int]) -> list[OutDoc]:
+    def _batch_docs(self, batch: Optional[int], quarantined: list[dict]) -> list[OutDoc]:
         self._queued.sort(key=lambda q: (q[0], q[1]))  # stable: a delta binding's rows of one key keep their order
         docs = [d for _, _, d in self._queued]
-        for n, row in enumerate(self._quarantine):
-            docs.append(
-                OutDoc(
-                    self.quarantine_subject,
-                    [batch, self.range.name, n],
-                    quarantine_row(self.materialization, batch, self._resource(row), row),
-                )
-            )
+        docs += [OutDoc(self.quarantine_subject, [batch, self.range.name, n], row) for n, row in enumerate(quarantined)]
         if len(docs) >= 3:
             mid = len(docs) // 2
             d = docs[mid]
             docs[mid] = _MidBatch(d.subject, d.key, d.document, d.delete)
         return docs
 
-    def _resource(self, row: dict) -> Optional[str]:
-        b = row.get("binding")
-        return self.subjects[b] if isinstance(b, int) and 0 <= b < len(self.subjects) else None
-
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
-        cp = msg.runtime_checkpoint
-        batch = BatchId.from_checkpoint(cp)
-        docs = self._batch_docs(batch.batch_id)
-        fault_point("before_endpoint_commit")
+    def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:
         self.last_commit = self.client.publish_batch(
             self.session,
-            batch,
-            docs,
+            BatchId.from_checkpoint(cp),
+            self._batch_docs(batch, quarantined),
             cp,
             skip=self.inflight,
             subjects=[*dict.fromkeys(self.subjects), self.quarantine_subject],
         )
-        fault_point("after_endpoint_commit")
-        self.rs.transaction().commit(cp)
-        self.inflight = InFlight()
-        self._queued, self._quarantine = [], []
-        self._acknowledged = False
-        return StartedCommit()
 
-    def close(self) -> None:
-        self.rs.close()
+    def committed(self) -> None:
+        self.inflight = InFlight()
+        self._queued = []

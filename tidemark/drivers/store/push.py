@@ -1,0 +1,126 @@
+"""One shard session of a push endpoint: the one base that Kafka, NATS and the webhook specialize.
+
+A push endpoint sends each batch's documents to a system that cannot answer a Load (a log,
+a stream, an HTTP receiver).  tidemark keeps, beside it, a local transactional state store
+(:class:`~tidemark.drivers.store.transactor.StoreTransactor` over a
+:class:`~tidemark.store.RangeStore`) holding each key's full document as committed, and
+answers the Loads from it.  The exactly-once core lives here, once:
+
+* Acknowledge / Load / Flush: the store's session -- read-committed Loads (a Load that
+  arrives before Acknowledged waits for Flush; each key is read from the range's newest
+  commit).
+* Store: a standard binding's full documents and deletes are staged in the store's open
+  transaction; every row is handed to the endpoint (:meth:`PushTransactor.send`).
+* Quarantine: the rows are kept for StartCommit, which knows the batch.
+* StartCommit, in the order of the endpoint's commit pattern (:attr:`PushTransactor.ENDPOINT_COMMITS`):
+
+  - the endpoint's commit counts (Kafka, NATS: endpoint-authoritative): the endpoint commits
+    the batch with its quarantined rows and its progress record
+    (:meth:`PushTransactor.publish`, between the ``before_endpoint_commit`` and
+    ``after_endpoint_commit`` fault points), then the store commits with the same runtime
+    checkpoint.  A crash between the two leaves the store one batch behind the endpoint;
+    the endpoint's next Open rebuilds it from what the endpoint holds.
+  - the store's commit counts (the webhook: store-authoritative): the quarantined rows go
+    into the store's transaction, and :meth:`PushTransactor.publish` runs inside the store's
+    commit, after its fence check and before its write
+    (:meth:`tidemark.drivers.store.transactor.StoreTransactor.start_commit`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from tidemark.drivers.base import Transactor
+from tidemark.drivers.common.columns import quarantine_row
+from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.faults import fault_point
+from tidemark.protocol.messages import (
+    Acknowledge,
+    Acknowledged,
+    Flush,
+    Flushed,
+    Load,
+    Loaded,
+    Quarantine,
+    StartCommit,
+    StartedCommit,
+    Store,
+)
+from tidemark.store.db import batch_of
+
+
+class PushTransactor(Transactor):
+    """The shard session of a push endpoint over the local store's session ``state``.
+
+    ``resources``: each binding's name at the endpoint (a topic, a subject, a view name),
+    which the quarantined rows carry.  Subclasses implement :meth:`send` and :meth:`publish`."""
+
+    ENDPOINT_COMMITS = True  # False: the store's commit is the one that counts (publish runs inside it)
+
+    def __init__(self, state: StoreTransactor, materialization: str, resources: Sequence[str], delta: Sequence[bool]):
+        self.state = state
+        self.materialization = materialization
+        self.range = state.range
+        self.resources = list(resources)
+        self.delta = list(delta)
+        self._quarantine: list[dict] = []
+
+    # ------------------------------------------------------------------ the endpoint's part
+    def send(self, msg: Store) -> None:  # pragma: no cover - the endpoint's own
+        """Hand this Store's rows to the endpoint (queue them, or send them into its open
+        transaction).  A delete's ``doc`` is its deletion document or None, as the runtime gave it."""
+        raise NotImplementedError
+
+    def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:  # pragma: no cover
+        """Commit the batch at the endpoint: what :meth:`send` got, the ``quarantined`` rows
+        (already in their stored form; empty when the store keeps them) and the runtime
+        checkpoint ``cp`` (of batch ``batch``).  Nothing of the batch may be visible to
+        a reader of the endpoint before this returns, and all of it after."""
+        raise NotImplementedError
+
+    def committed(self) -> None:
+        """After the batch committed (both the endpoint and the store): reset per-batch state."""
+
+    # ------------------------------------------------------------------ phases
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        return self.state.acknowledge(msg)
+
+    def load(self, msg: Load) -> Sequence[Loaded]:
+        return self.state.load(msg)
+
+    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
+        return self.state.flush(msg)
+
+    def store(self, msg: Store) -> None:
+        if not self.delta[msg.binding]:
+            self.state.store(msg)  # the full documents (and deletes) for later Loads
+        self.send(msg)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        if self.ENDPOINT_COMMITS:
+            self._quarantine.extend(msg.rows)
+        else:
+            self.state.quarantine(msg)
+
+    def resource(self, row: dict) -> Optional[str]:
+        b = row.get("binding")
+        return self.resources[b] if isinstance(b, int) and 0 <= b < len(self.resources) else None
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        cp = msg.runtime_checkpoint
+        batch = batch_of(cp)
+        if not self.ENDPOINT_COMMITS:
+            started = self.state.start_commit(msg, inside=lambda: self.publish(cp, batch, []))
+            self.committed()
+            return started
+        rows = [quarantine_row(self.materialization, batch, self.resource(r), r) for r in self._quarantine]
+        fault_point("before_endpoint_commit")
+        self.publish(cp, batch, rows)
+        fault_point("after_endpoint_commit")
+        self._quarantine = []
+        self.state.commit_quietly(cp)  # the local store follows the endpoint (fenced on this machine)
+        self.committed()
+        return StartedCommit()
+
+    def close(self) -> None:
+        self.state.close()
