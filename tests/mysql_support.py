@@ -16,7 +16,7 @@ def connect(url: str = MYSQL_URL, database: str | None = None):
 
     from tidemark.drivers.mysql import MySqlSettings
 
-    s = MySqlSettings.parse({"url": url})
+    s = MySqlSettings.from_config({"url": url})
     return pymysql.connect(
         host=s.host,
         port=s.port,

@@ -274,7 +274,7 @@ def test_drop_starts_the_view_over(setup, tmp_path):
         ),
         ({"bootstrap_servers": "h:1", "transactional.id": "x"}, "transactional.id is set by tidemark"),
         ({"bootstrap_servers": "h:1", "progress_topic": "no spaces"}, "progress_topic must be a topic name"),
-        ({"bootstrap_servers": "h:1", "partitions": 0}, "partitions must be >= 1"),
+        ({"bootstrap_servers": "h:1", "partitions": 0}, "endpoint kafka: partitions must be an integer >= 1, got 0"),
     ],
 )
 def test_config_mistakes_are_named(config, match):

@@ -80,8 +80,8 @@ from tidemark.drivers.delta.tables import (
 from tidemark.drivers.delta.transactor import DeltaTransactor
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
-from tidemark.drivers.common.settings import refuse_unknown
-from tidemark.policy import RetryPolicy, retry
+from tidemark.drivers.common.settings import Setting, config_schema, read
+from tidemark.policy import retry
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, record_text
 from tidemark.protocol.messages import (
     Applied,
@@ -107,6 +107,14 @@ CAPABILITIES = Capabilities(
 )
 
 
+SETTINGS = (
+    Setting("path", required=True, description="the tables' root: a directory (relative: the spec's folder) or a URI"),
+    Setting("staging", description="where batches are staged (default: PATH/_tidemark_staging)"),
+    Setting("storage_options", "object", secret=True, description="object-store options for delta-rs and pyarrow"),
+    Setting("retry", "retry"),
+)
+
+
 class DeltaDriver(Driver):
     name = "delta"
 
@@ -115,15 +123,13 @@ class DeltaDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        refuse_unknown("delta", self.config, ("path", "staging", "storage_options", "retry"))
-        path = self.config.get("path")
-        if not isinstance(path, str) or not path:
-            raise SpecError("delta endpoint needs {path: DIRECTORY_OR_URI}")
+        v = read("delta", self.config, SETTINGS)
+        path = v["path"]
         self.root = path if is_uri(path) else os.path.abspath(path)
-        staging = str(self.config.get("staging") or join_path(self.root, "_tidemark_staging"))
+        staging = v["staging"] or join_path(self.root, "_tidemark_staging")
         self.staging = staging if is_uri(staging) else os.path.abspath(staging)
-        self.storage_options = {str(k): str(v) for k, v in (self.config.get("storage_options") or {}).items()} or None
-        self.policy = RetryPolicy.from_config(self.config.get("retry"))
+        self.storage_options = {str(k): str(x) for k, x in (v["storage_options"] or {}).items()} or None
+        self.policy = v["retry"]
         self.quarantine_location = join_path(self.root, QUARANTINE_TABLE)
         self._fs: Optional[tuple[pafs.FileSystem, str]] = None
 
@@ -203,16 +209,7 @@ class DeltaDriver(Driver):
     # ----------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["path"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "staging": {"type": "string"},
-                    "storage_options": {"type": "object"},
-                    "retry": {"type": "object"},
-                },
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "properties": {"table": {"type": "string"}, "path": {"type": "string"}}},
         )
 

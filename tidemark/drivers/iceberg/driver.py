@@ -52,7 +52,8 @@ from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, columns_to_add, dumps, field_kind
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
-from tidemark.drivers.iceberg.settings import Settings, resolve_config
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.iceberg.settings import SETTINGS, Settings, resolve_config
 from tidemark.drivers.iceberg.tables import (
     DELETE_COLUMN,
     KEY_PROPERTY,
@@ -76,7 +77,7 @@ from tidemark.drivers.iceberg.tables import (
 from tidemark.drivers.iceberg.transactor import IcebergTransactor
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.faults import fault_point
-from tidemark.policy import RetryPolicy, retry
+from tidemark.policy import retry
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
@@ -111,7 +112,7 @@ class IcebergDriver(Driver):
         super().__init__(config)
         self.settings = Settings(self.config)
         self.staging = self.settings.staging
-        self.policy = RetryPolicy.from_config(self.config.get("retry"))
+        self.policy = self.settings.policy
         self._catalog = None
         self._fs: Optional[tuple[pafs.FileSystem, str]] = None
 
@@ -207,24 +208,7 @@ class IcebergDriver(Driver):
     # ----------------------------------------------------------- setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["catalog", "namespace"],
-                "properties": {
-                    "catalog": {
-                        "type": "object",
-                        "required": ["warehouse"],
-                        "properties": {
-                            "uri": {"type": "string"},
-                            "warehouse": {"type": "string"},
-                            "name": {"type": "string"},
-                        },
-                    },
-                    "namespace": {"type": "string"},
-                    "staging": {"type": "string"},
-                    "retry": {"type": "object"},
-                },
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={
                 "type": "object",
                 "required": ["table"],

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import SpecError
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
 DEFAULT_CATALOG_NAME = "tidemark"
 SECRET_WORDS = ("secret", "password", "token", "credential", "key-id", "access-key")
@@ -45,16 +45,35 @@ def _sqlite_path(uri: str) -> Optional[str]:
     return None if not path or path == ":memory:" else path
 
 
+SETTINGS = (
+    Setting(
+        "catalog",
+        "object",
+        required=True,
+        description="{uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL, name: NAME, type: sql, ...}",
+        properties={
+            "required": ["warehouse"],
+            "properties": {
+                "uri": {"type": "string", "secret": True},
+                "warehouse": {"type": "string"},
+                "name": {"type": "string"},
+                "type": {"type": "string", "default": "sql"},
+            },
+        },
+    ),
+    Setting("namespace", required=True, description="NAME or A.B: where the view tables are"),
+    Setting("staging", description="where batches are staged (default: WAREHOUSE/_tidemark_staging)"),
+    Setting("retry", "retry"),
+)
+
+
 class Settings:
     """The parsed config (no connection is made here)."""
 
     def __init__(self, config: dict):
-        refuse_unknown("iceberg", config, ("catalog", "namespace", "staging", "retry"))
-        cat = config.get("catalog")
-        if not isinstance(cat, dict):
-            raise SpecError(
-                "iceberg endpoint needs {catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL}, namespace: NAME}"
-            )
+        v = read("iceberg", config, SETTINGS)
+        self.policy = v["retry"]
+        cat = v["catalog"]
         props = {str(k): str(v) for k, v in cat.items() if k != "name" and v is not None}
         warehouse = props.get("warehouse")
         if not warehouse:
@@ -78,11 +97,11 @@ class Settings:
         self.catalog_name = str(cat.get("name") or DEFAULT_CATALOG_NAME)
         self.properties = props
         self.warehouse = warehouse
-        namespace = config.get("namespace")
-        if not isinstance(namespace, str) or not namespace or any(not p for p in namespace.split(".")):
-            raise SpecError(f"iceberg endpoint needs namespace: NAME (e.g. views), got {namespace!r}")
+        namespace = v["namespace"]
+        if any(not p for p in namespace.split(".")):
+            raise SpecError(f"endpoint iceberg: namespace must be NAME or A.B (e.g. views), got {namespace!r}")
         self.namespace = tuple(namespace.split("."))
-        staging = str(config.get("staging") or join_path(warehouse, "_tidemark_staging"))
+        staging = v["staging"] or join_path(warehouse, "_tidemark_staging")
         self.staging = staging if is_uri(staging) else os.path.abspath(staging)
 
     @property

@@ -33,7 +33,9 @@ from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Dr
 from tidemark.drivers.kafka.progress import check_partitions
 from tidemark.drivers.kafka.topics import partition_counts
 from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.kafka.settings import (
+    SETTINGS,
     KafkaSettings,
     check_topic_name,
     resolve_state,
@@ -92,21 +94,7 @@ class KafkaDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["bootstrap_servers"],
-                "properties": {
-                    "bootstrap_servers": {"type": "string"},
-                    "state": {"type": "string"},
-                    "progress_topic": {"type": "string"},
-                    "quarantine_topic": {"type": "string"},
-                    "partitions": {"type": "integer"},
-                    "replication_factor": {"type": "integer"},
-                    "transactional_id_prefix": {"type": "string"},
-                    "retry": {"type": "object"},
-                },
-                "additionalProperties": True,
-            },
+            config_schema=config_schema(SETTINGS, additional=True),
             resource_schema={
                 "type": "object",
                 "required": ["topic"],

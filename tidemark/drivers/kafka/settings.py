@@ -30,21 +30,22 @@ from tidemark.errors import SpecError
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
-OPTIONS = (
-    "bootstrap_servers",
-    "state",
-    "progress_topic",
-    "quarantine_topic",
-    "partitions",
-    "replication_factor",
-    "transactional_id_prefix",
-    "retry",
+DEFAULT_STATE = "tidemark-state"
+SETTINGS = (
+    Setting("bootstrap_servers", description="host:port[,host:port…] (or the client key bootstrap.servers)"),
+    Setting("state", default=DEFAULT_STATE, description="the local state store's folder (relative: the spec's folder)"),
+    Setting("progress_topic", default="tidemark_progress"),
+    Setting("quarantine_topic", default="tidemark_quarantine"),
+    Setting("partitions", "integer", minimum=1, description="partitions of a topic tidemark creates"),
+    Setting("replication_factor", "integer", default=-1, minimum=-1, description="-1: the broker's default"),
+    Setting("transactional_id_prefix", default=DEFAULT_PREFIX),
+    Setting("retry", "retry"),
 )
+CLIENT_KEYS = ", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)"
 RESOURCE_OPTIONS = ("topic", "partitions", "replication_factor")
 RESOURCE_ALIASES = ("table", "name")  # accepted for `topic` (specs written for other endpoints)
-DEFAULT_STATE = "tidemark-state"
 # Kafka's legal topic names: 1-249 of [a-zA-Z0-9._-], not "." or "..".
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -82,34 +83,28 @@ class KafkaSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "KafkaSettings":
-        refuse_unknown(
-            "kafka",
-            {k: v for k, v in config.items() if "." not in k},
-            OPTIONS,
-            also=", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)",
-        )
-        servers = config.get("bootstrap_servers") or config.get("bootstrap.servers")
+        v = read("kafka", config, SETTINGS, passthrough=lambda k: "." in k, also=CLIENT_KEYS)
+        servers = v["bootstrap_servers"] or config.get("bootstrap.servers")
         if not isinstance(servers, str) or not servers.strip():
             raise SpecError("kafka: bootstrap_servers is required, e.g. {kafka: {bootstrap_servers: '127.0.0.1:9092'}}")
-        client = {k: v for k, v in config.items() if "." in k}
+        client = {k: x for k, x in config.items() if "." in k}
         client["bootstrap.servers"] = servers.strip()
         for forbidden in ("transactional.id", "enable.idempotence", "isolation.level"):
             if forbidden in client:
                 raise SpecError(
                     f"kafka: {forbidden} is set by tidemark (exactly-once needs it); remove it from the config"
                 )
-        prefix = str(config.get("transactional_id_prefix") or DEFAULT_PREFIX)
+        if v["replication_factor"] == 0:
+            raise SpecError("endpoint kafka: replication_factor must be >= 1 (or -1: the broker default), got 0")
         return cls(
             client=client,
-            state=str(config.get("state") or DEFAULT_STATE),
-            progress_topic=check_topic_name(config.get("progress_topic") or "tidemark_progress", "progress_topic"),
-            quarantine_topic=check_topic_name(
-                config.get("quarantine_topic") or "tidemark_quarantine", "quarantine_topic"
-            ),
-            partitions=_positive(config.get("partitions"), "partitions"),
-            replication_factor=_positive(config.get("replication_factor"), "replication_factor", True) or -1,
-            prefix=prefix,
-            policy=RetryPolicy.from_config(config.get("retry")),
+            state=v["state"],
+            progress_topic=check_topic_name(v["progress_topic"], "progress_topic"),
+            quarantine_topic=check_topic_name(v["quarantine_topic"], "quarantine_topic"),
+            partitions=v["partitions"],
+            replication_factor=v["replication_factor"],
+            prefix=v["transactional_id_prefix"],
+            policy=v["retry"],
         )
 
 

@@ -17,7 +17,8 @@ from pymysql.constants import CLIENT
 
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, dialect_for
-from tidemark.drivers.mysql.settings import CONFIG_KEYS, BULK_MODES, MySqlSettings, is_lost, translate
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
 from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TablePlan, TableModel, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
@@ -40,7 +41,7 @@ class MySqlDriver(ClientConnections, SqlDriver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        self.settings = MySqlSettings.parse(self.config)
+        self.settings = MySqlSettings.from_config(self.config)
         self.schema = self.settings.schema
         self.policy = self.settings.policy
         self._con: Optional[pymysql.connections.Connection] = None
@@ -158,13 +159,8 @@ class MySqlDriver(ClientConnections, SqlDriver):
         ]
 
     def spec(self) -> SpecResponse:
-        props: dict[str, Any] = {k: {"type": "string"} for k in CONFIG_KEYS if k not in ("port", "retry", "bulk")}
-        props["port"] = {"type": ["integer", "string"]}
-        props["password"] = {"type": "string", "secret": True}
-        props["bulk"] = {"type": "string", "enum": list(BULK_MODES), "default": "infile"}
-        props["retry"] = {"type": "object"}
         return SpecResponse(
-            config_schema={"type": "object", "properties": props},
+            config_schema=config_schema(SETTINGS),
             resource_schema={
                 "type": "object",
                 "required": ["table"],

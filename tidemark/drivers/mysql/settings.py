@@ -11,11 +11,23 @@ from tidemark.drivers.mysql.dialect import MAX_IDENTIFIER_CHARS
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
-CONFIG_KEYS = ("url", "host", "port", "user", "password", "database", "schema", "bulk", "ssl_ca", "retry")
 SCHEMES = ("mysql", "mariadb")
 BULK_MODES = ("infile", "insert")  # Store and Load: LOAD DATA LOCAL INFILE, or multi-row INSERT statements
+SETTINGS = (
+    Setting("url", description="mysql://user@host:3306/database[?ssl_ca=PATH] (the fields below override its parts)"),
+    Setting("host"),
+    Setting("port", "integer", minimum=1, maximum=65535),
+    Setting("user"),
+    Setting("password", secret=True),
+    Setting("database"),
+    Setting("schema", description="the database of the view tables and tidemark's own (default: database)"),
+    Setting("bulk", default="infile", choices=BULK_MODES, description="LOAD DATA LOCAL INFILE, or multi-row INSERTs"),
+    Setting("ssl_ca", description="a CA certificate file: connect with TLS"),
+    Setting("retry", "retry"),
+)
+CONFIG_KEYS = tuple(x.name for x in SETTINGS)
 
 # Server error codes (https://mariadb.com/kb/en/mariadb-error-codes/)
 AUTH_CODES = {1044, 1045, 1698, 1251}  # access denied (to the database), auth plugin
@@ -67,11 +79,11 @@ class MySqlSettings:
         return args
 
     @staticmethod
-    def parse(config: dict) -> "MySqlSettings":
-        refuse_unknown("mysql", config, CONFIG_KEYS)
-        policy = RetryPolicy.from_config(config.get("retry"))
+    def from_config(config: dict) -> "MySqlSettings":
+        v = read("mysql", config, SETTINGS)
+        policy = v["retry"]
         fields: dict[str, Any] = {}
-        url = config.get("url")
+        url = v["url"]
         if url:
             try:
                 parts = urlsplit(str(url))
@@ -93,16 +105,13 @@ class MySqlSettings:
             if query.get("ssl_ca"):
                 fields["ssl_ca"] = query["ssl_ca"]
         for k in ("host", "port", "user", "password", "database", "ssl_ca"):
-            if config.get(k) is not None:
-                fields[k] = config[k]
+            if v[k] is not None:
+                fields[k] = v[k]
         password = str(fields.get("password") or "")
         secrets = (password,) if password else ()
-        try:
-            port = int(fields.get("port") or 3306)
-        except (TypeError, ValueError):
-            raise SpecError(f"mysql: port must be a number, got {fields.get('port')!r}") from None
+        port = int(fields.get("port") or 3306)
         database = str(fields.get("database") or "")
-        schema = str(config.get("schema") or database)
+        schema = str(v["schema"] or database)
         if not database:
             raise SpecError("mysql: no database: give it in the url (mysql://user@host:3306/DATABASE) or as database")
         for what, name in (("database", database), ("schema", schema)):
@@ -111,9 +120,7 @@ class MySqlSettings:
                     f"mysql: {what} name {name!r} is {len(name)} characters; MySQL allows "
                     f"{MAX_IDENTIFIER_CHARS}. Choose a shorter one."
                 )
-        bulk = str(config.get("bulk") or "infile")
-        if bulk not in BULK_MODES:
-            raise SpecError(f"mysql: bulk must be one of {', '.join(BULK_MODES)}, got {bulk!r}")
+        bulk = v["bulk"]
         return MySqlSettings(
             host=str(fields.get("host") or "localhost"),
             port=port,

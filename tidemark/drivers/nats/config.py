@@ -30,10 +30,24 @@ from tidemark.drivers.nats.channel import NatsSettings
 from tidemark.drivers.nats import wire
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
-OPTIONS = ("url", "state", "stream", "atomic", "max_batch", "duplicate_window", "retry")
 DEFAULT_STATE = "tidemark-state"
+SETTINGS = (
+    Setting("url", required=True, description="nats://HOST:PORT (or tls://, ws://, wss://)"),
+    Setting("state", default=DEFAULT_STATE, description="the local state store's folder (relative: the spec's folder)"),
+    Setting("stream", description="the JetStream stream of the bindings that name none"),
+    Setting(
+        "atomic",
+        "any",
+        default="auto",
+        properties={"enum": ["auto", True, False]},
+        description="atomic batch publish (auto: where the server has it)",
+    ),
+    Setting("max_batch", "integer", default=1000, minimum=2, description="messages per atomic publish, at most"),
+    Setting("duplicate_window", "number", default=120.0, minimum=0, description="the stream's dedup window, seconds"),
+    Setting("retry", "retry"),
+)
 _STREAM_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 _SUBJECT_TOKEN_OK = re.compile(r"^[^\s.*>]+$")
 
@@ -60,36 +74,21 @@ class NatsConfig:
         return redact(self.url)
 
     @classmethod
-    def parse(cls, config: dict) -> "NatsConfig":
-        refuse_unknown("nats", config, OPTIONS)
-        url = config.get("url")
-        if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+    def from_config(cls, config: dict) -> "NatsConfig":
+        v = read("nats", config, SETTINGS)
+        url = v["url"]
+        if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise SpecError(f"nats: `url` must be a NATS URL like nats://127.0.0.1:4222, got {redact(url)!r}")
-        atomic = config.get("atomic", "auto")
+        atomic = v["atomic"]
         if isinstance(atomic, str):
             atomic = {"auto": None, "true": True, "false": False}.get(atomic.lower(), "bad")
         if atomic not in (None, True, False):
             raise SpecError(f"nats: `atomic` must be auto, true or false, got {config.get('atomic')!r}")
-        stream = config.get("stream")
+        stream = v["stream"]
         if stream is not None:
             check_stream(stream, "the endpoint's `stream`")
-        try:
-            settings = NatsSettings(
-                max_batch=int(config.get("max_batch", 1000)),
-                duplicate_window=float(config.get("duplicate_window", 120.0)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"nats: max_batch and duplicate_window must be numbers ({exc})") from exc
-        if settings.max_batch < 2:
-            raise SpecError("nats: max_batch must be at least 2 (one document and the progress record)")
-        return cls(
-            url,
-            str(config.get("state") or DEFAULT_STATE),
-            stream,
-            atomic,
-            settings,
-            RetryPolicy.from_config(config.get("retry")),
-        )
+        settings = NatsSettings(max_batch=v["max_batch"], duplicate_window=v["duplicate_window"])
+        return cls(url, v["state"], stream, atomic, settings, v["retry"])
 
 
 def check_stream(name: Any, what: str) -> str:

@@ -11,6 +11,7 @@ rebuilds from the log whenever the two disagree (:mod:`.opening`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,8 +26,10 @@ from tidemark.drivers.nats.layout import dropping_limits
 from tidemark.drivers.nats.opening import fence, open_store
 from tidemark.drivers.nats.transactor import NatsTransactor
 from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
+from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.common.settings import config_schema
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -69,7 +72,7 @@ class NatsDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        self.cfg = conf.NatsConfig.parse(self.config)
+        self.cfg = conf.NatsConfig.from_config(self.config)
         self._client = None
         self._lock = threading.Lock()
         self._streams: dict[str, str] = {}  # materialization -> stream, once known
@@ -87,19 +90,7 @@ class NatsDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["url"],
-                "properties": {
-                    "url": {"type": "string"},
-                    "state": {"type": "string"},
-                    "stream": {"type": "string"},
-                    "atomic": {"enum": ["auto", True, False]},
-                    "max_batch": {"type": "integer", "default": 1000},
-                    "duplicate_window": {"type": "number", "default": 120},
-                    "retry": {"type": "object"},
-                },
-            },
+            config_schema=config_schema(conf.SETTINGS),
             resource_schema={
                 "type": "object",
                 "properties": {"stream": {"type": "string"}, "subject": {"type": "string"}, "name": {"type": "string"}},
@@ -244,14 +235,14 @@ class NatsDriver(Driver):
         checkpoint = session.frontier.checkpoint
         store = open_store(client, self.store_config(req.materialization), channel, checkpoint, standard)
         ids = [binding_id(t.subject) for t in ts]
+        named = [dataclasses.replace(b, resource={"name": t.subject}) for b, t in zip(req.bindings, ts)]
         tx = NatsTransactor(
             client,
             session,
             inflight,
-            store,
+            StoreTransactor(store, req.materialization, named, ids),
             subjects,
             [b.delta_updates for b in req.bindings],
-            ids,
             qsubject,
             req.materialization,
         )

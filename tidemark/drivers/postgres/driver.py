@@ -16,7 +16,8 @@ import psycopg
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.postgres.ddl import PostgresDDL
 from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE
-from tidemark.drivers.postgres.settings import CONFIG_KEYS, PgSettings, translate
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.postgres.settings import SETTINGS, PgSettings, translate
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 from tidemark.drivers.sql import SqlDriver, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
@@ -39,7 +40,7 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        self.settings = PgSettings.parse(self.config)
+        self.settings = PgSettings.from_config(self.config)
         self.schema = self.settings.schema
         self.policy = self.settings.policy
         self._con: Optional[psycopg.Connection] = None
@@ -79,13 +80,8 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
 
     # ------------------------------------------------------------ setup phase
     def spec(self) -> SpecResponse:
-        props = {k: {"type": "string"} for k in CONFIG_KEYS if k not in ("port", "retry")}
-        props["port"] = {"type": ["integer", "string"]}
-        props["password"] = {"type": "string", "secret": True}
-        props["retry"] = {"type": "object"}
-        props["fillfactor"] = {"type": "integer", "minimum": 10, "maximum": 100}
         return SpecResponse(
-            config_schema={"type": "object", "properties": props},
+            config_schema=config_schema(SETTINGS),
             resource_schema={
                 "type": "object",
                 "required": ["table"],

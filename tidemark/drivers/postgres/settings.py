@@ -14,28 +14,36 @@ from tidemark.drivers.postgres.dialect import check_name_length
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-CONFIG_KEYS = (
-    "url",
-    "host",
-    "port",
-    "user",
-    "password",
-    "database",
-    "schema",
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "application_name",
-    "retry",
-    "fillfactor",
-)
 # Free space left in each page of a view table so that updates stay on their page (HOT:
 # no new index entry, old versions pruned in place).  Measured in docs/benchmarks.md.
 DEFAULT_FILLFACTOR = 70
+SETTINGS = (
+    Setting("url", description="postgresql://user@host:port/database (the fields below override its parts)"),
+    Setting("host"),
+    Setting("port", "integer", minimum=1, maximum=65535),
+    Setting("user"),
+    Setting("password", secret=True),
+    Setting("database"),
+    Setting("schema", default="public", description="the schema of the view tables and tidemark's own"),
+    Setting("sslmode", choices=SSL_MODES),
+    Setting("sslrootcert"),
+    Setting("sslcert"),
+    Setting("sslkey"),
+    Setting("application_name", default="tidemark"),
+    Setting("retry", "retry"),
+    Setting(
+        "fillfactor",
+        "integer",
+        default=DEFAULT_FILLFACTOR,
+        minimum=10,
+        maximum=100,
+        description="percent of each page of a view table to fill",
+    ),
+)
+CONFIG_KEYS = tuple(x.name for x in SETTINGS)
 _AUTH_HINTS = (
     "password authentication failed",
     "authentication failed",
@@ -80,20 +88,17 @@ class PgSettings:
         return f"{self.host}:{self.port}/{self.database}"
 
     @staticmethod
-    def parse(config: dict) -> "PgSettings":
-        refuse_unknown("postgres", config, CONFIG_KEYS)
-        if config.get("sslmode") is not None and str(config["sslmode"]) not in SSL_MODES:
-            raise SpecError(f"postgres: sslmode {config['sslmode']!r} is not one of {', '.join(SSL_MODES)}")
-        policy = RetryPolicy.from_config(config.get("retry"))
+    def from_config(config: dict) -> "PgSettings":
+        v = read("postgres", config, SETTINGS)
         fields = {
-            k: str(config[k])
+            k: str(v[k])
             for k in ("host", "port", "user", "password", "sslmode", "sslrootcert", "sslcert", "sslkey")
-            if config.get(k) is not None
+            if v[k] is not None
         }
-        if config.get("database") is not None:
-            fields["dbname"] = str(config["database"])
-        fields.setdefault("application_name", str(config.get("application_name", "tidemark")))
-        url = str(config.get("url") or "")
+        if v["database"] is not None:
+            fields["dbname"] = v["database"]
+        fields["application_name"] = v["application_name"]
+        url = v["url"] or ""
         secrets = tuple(s for s in (fields.get("password"),) if s)
         try:
             conninfo = pg_conninfo.make_conninfo(url, **fields)
@@ -101,7 +106,7 @@ class PgSettings:
         except psycopg.ProgrammingError as exc:
             raise SpecError("postgres: invalid url or connection settings: " + redact(exc, secrets)) from None
         secrets += tuple(s for s in (params.get("password"),) if s)
-        schema = str(config.get("schema") or "public")
+        schema = v["schema"] or "public"
         check_name_length("postgres", "schema", schema)
         return PgSettings(
             conninfo=conninfo,
@@ -111,8 +116,8 @@ class PgSettings:
             database=str(params.get("dbname") or params.get("user") or ""),
             user=str(params.get("user") or ""),
             secrets=secrets,
-            policy=policy,
-            fillfactor=parse_fillfactor(config.get("fillfactor", DEFAULT_FILLFACTOR), "postgres: fillfactor"),
+            policy=v["retry"],
+            fillfactor=v["fillfactor"],
         )
 
 

@@ -47,7 +47,8 @@ from tidemark.protocol.messages import (
     Validated,
     ValidatedBinding,
 )
-from tidemark.drivers.redis.store import RedisConfig, RedisStore
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.redis.store import SETTINGS, RedisConfig, RedisStore
 from tidemark.drivers.redis.connection import redact
 from tidemark.drivers.redis.fences import RangeFence
 from tidemark.drivers.redis.layout import check_prefix
@@ -122,19 +123,7 @@ class RedisDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["url"],
-                "properties": {
-                    "url": {"type": "string"},
-                    "mode": {"enum": ["exactly-once", "at-least-once"]},
-                    "namespace": {"type": "string", "default": "tidemark:"},
-                    "load_chunk": {"type": "integer"},
-                    "write_chunk": {"type": "integer"},
-                    "max_commit_bytes": {"type": "integer"},
-                    "retry": {"type": "object"},
-                },
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "required": ["prefix"], "properties": {"prefix": {"type": "string"}}},
         )
 

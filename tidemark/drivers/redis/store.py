@@ -39,10 +39,19 @@ from tidemark.drivers.redis.layout import (
 )
 from tidemark.drivers.redis.persistence import Persistence, read_persistence
 from tidemark.drivers.redis.script import COMMIT_LUA
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.common.identity import parse_record, record_text
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+SETTINGS = (
+    Setting("url", required=True, description="redis://[:PASSWORD@]HOST:PORT/DB (its password is never shown)"),
+    Setting("mode", default=EXACTLY_ONCE, choices=(EXACTLY_ONCE, AT_LEAST_ONCE)),
+    Setting("namespace", default=DEFAULT_NAMESPACE, description="the prefix of tidemark's own keys"),
+    Setting("load_chunk", "integer", default=1000, minimum=1, description="keys per MGET"),
+    Setting("write_chunk", "integer", default=1000, minimum=1, description="commands per pipeline (at-least-once)"),
+    Setting("max_commit_bytes", "integer", default=512 * 1024 * 1024, minimum=1, description="one commit's payload"),
+    Setting("retry", "retry"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,27 +69,18 @@ class RedisConfig:
 
     @staticmethod
     def from_config(config: dict) -> "RedisConfig":
-        if not isinstance(config, dict) or not isinstance(config.get("url"), str):
+        if not isinstance(config, dict):
             raise SpecError("endpoint redis: needs {url: redis://HOST:PORT/DB}")
-        refuse_unknown(
-            "redis", config, ("url", "mode", "namespace", "load_chunk", "write_chunk", "max_commit_bytes", "retry")
+        v = read("redis", config, SETTINGS)
+        return RedisConfig(
+            v["url"],
+            v["mode"],
+            v["namespace"],
+            load_chunk=v["load_chunk"],
+            write_chunk=v["write_chunk"],
+            max_commit_bytes=v["max_commit_bytes"],
+            policy=v["retry"],
         )
-        mode = config.get("mode", EXACTLY_ONCE)
-        if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
-            raise SpecError(f"endpoint redis: mode must be {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}, got {mode!r}")
-        ints = {}
-        for k in ("load_chunk", "write_chunk", "max_commit_bytes"):
-            if k in config:
-                try:
-                    ints[k] = int(config[k])
-                except (TypeError, ValueError):
-                    raise SpecError(f"endpoint redis: {k} must be an integer, got {config[k]!r}") from None
-                if ints[k] < 1:
-                    raise SpecError(f"endpoint redis: {k} must be >= 1")
-        namespace = config.get("namespace", DEFAULT_NAMESPACE)
-        if not isinstance(namespace, str):
-            raise SpecError("endpoint redis: namespace must be a string")
-        return RedisConfig(config["url"], mode, namespace, policy=RetryPolicy.from_config(config.get("retry")), **ints)
 
     @property
     def exactly_once(self) -> bool:

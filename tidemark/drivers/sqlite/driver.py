@@ -25,9 +25,10 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from tidemark.drivers.base import Capabilities, resolve_local_path
 from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver, sql_capabilities
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
-from tidemark.policy import RetryPolicy, retry
+from tidemark.policy import retry
 from tidemark.protocol.messages import SpecResponse
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.sqlite.settings import SETTINGS, SqliteSettings
 
 T = TypeVar("T")
 
@@ -93,12 +94,8 @@ class SQLiteDriver(SqlDriver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        refuse_unknown("sqlite", self.config, ("path", "retry", "synchronous"))
-        self.path = str(self.config.get("path", "views.db"))
-        self.policy = RetryPolicy.from_config(self.config.get("retry"))
-        self.synchronous = str(self.config.get("synchronous", "FULL")).upper()
-        if self.synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise DriverError("sqlite: synchronous must be FULL, NORMAL or EXTRA")
+        s = SqliteSettings.from_config(self.config)
+        self.path, self.policy, self.synchronous = s.path, s.policy, s.synchronous
         self._con: Optional[sqlite3.Connection] = None
 
     @classmethod
@@ -173,9 +170,6 @@ class SQLiteDriver(SqlDriver):
     # ------------------------------------------------------------ setup phase
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "properties": {"path": {"type": "string", "default": "views.db"}, "retry": {"type": "object"}},
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "required": ["table"], "properties": {"table": {"type": "string"}}},
         )

@@ -45,7 +45,6 @@ from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.drivers.store.view import StoreView, heads
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.jsontext import loads
-from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -59,7 +58,7 @@ from tidemark.protocol.messages import (
     ValidatedBinding,
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, config_schema, read
 from tidemark.drivers.common.identity import kept as kept_record
 
 CAPABILITIES = Capabilities(
@@ -72,7 +71,15 @@ CAPABILITIES = Capabilities(
     quarantine=True,
 )
 
-STORE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
+SETTINGS = (
+    Setting("path", required=True, description="the store's folder (relative: the spec's folder)"),
+    Setting("changelog", description="a folder or object-store URI the store's commits are copied to"),
+    Setting("max_uncommitted_bytes", "integer", default=64 << 20, minimum=0, description="a batch's buffer in memory"),
+    Setting("snapshot_every", "integer", default=100, minimum=1, description="commits of a range between snapshots"),
+    Setting("keep_snapshots", "integer", default=2, minimum=1),
+    Setting("spill_dir", description="where a batch larger than its buffer spills (default: the temp folder)"),
+    Setting("retry", "retry"),
+)
 MANIFEST = "manifest.json"
 
 log = logging.getLogger("tidemark")
@@ -87,10 +94,9 @@ class StoreDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        refuse_unknown("store", self.config, STORE_OPTIONS + ("retry",))
-        self.policy = RetryPolicy.from_config(self.config.get("retry"))
-        opts = {k: v for k, v in self.config.items() if k in STORE_OPTIONS}
-        self.base = StoreConfig.from_config(opts, lock_timeout=self.policy.lock_timeout)
+        v = read("store", self.config, SETTINGS)
+        self.policy = v.pop("retry")
+        self.base = StoreConfig.from_config(v, lock_timeout=self.policy.lock_timeout)
 
     def __repr__(self) -> str:
         return f"StoreDriver(path={self.base.path!r})"
@@ -109,19 +115,7 @@ class StoreDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["path"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "changelog": {"type": "string"},
-                    "max_uncommitted_bytes": {"type": "integer", "default": 64 << 20},
-                    "snapshot_every": {"type": "integer", "default": 100},
-                    "keep_snapshots": {"type": "integer", "default": 2},
-                    "spill_dir": {"type": "string"},
-                    "retry": {"type": "object"},
-                },
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
         )
 

@@ -13,11 +13,27 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from tidemark.errors import SpecError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
-from tidemark.drivers.common.settings import refuse_unknown
+from tidemark.drivers.common.settings import Setting, read
 
 RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 MASK = "****"
+DEFAULT_STATE = "webhook-state"
+SETTINGS = (
+    Setting(
+        "url", required=True, secret=True, description="https://HOST/PATH (a password or query in it is never shown)"
+    ),
+    Setting("headers", "object", secret=True, description="request headers, e.g. Authorization (never shown)"),
+    Setting("chunk_docs", "integer", default=500, minimum=1, description="documents per request, at most"),
+    Setting("chunk_bytes", "integer", default=1 << 20, minimum=1, description="JSON bytes of documents per request"),
+    Setting("retry", "retry"),
+    Setting(
+        "state",
+        "any",
+        default=DEFAULT_STATE,
+        description="the local state store: a folder (relative: the spec's folder) or {path: FOLDER, ...}",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +46,15 @@ class WebhookConfig:
 
     @staticmethod
     def from_config(config: Any) -> "WebhookConfig":
-        if not isinstance(config, dict) or not isinstance(config.get("url"), str):
+        """The config's settings (``state`` is the driver's, for its store)."""
+        if not isinstance(config, dict):
             raise SpecError("endpoint webhook: needs {url: https://HOST/PATH}")
-        refuse_unknown("webhook", config, ("url", "headers", "chunk_docs", "chunk_bytes", "retry"))
-        url = config["url"]
+        v = read("webhook", config, SETTINGS)
+        url = v["url"]
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SpecError(f"endpoint webhook: url must be http:// or https:// with a host, got {display_url(url)!r}")
-        headers = config.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise SpecError("endpoint webhook: headers must be a mapping of name to value")
+        headers = v["headers"] or {}
         pairs = []
         for name, value in headers.items():
             if not isinstance(name, str) or not _TOKEN.match(name):
@@ -49,16 +64,9 @@ class WebhookConfig:
             if not isinstance(value, str) or "\r" in value or "\n" in value:
                 raise SpecError(f"endpoint webhook: header {name!r} must be a one-line string")  # value not shown
             pairs.append((name, value))
-        ints = {}
-        for k in ("chunk_docs", "chunk_bytes"):
-            if k in config:
-                try:
-                    ints[k] = int(config[k])
-                except (TypeError, ValueError):
-                    raise SpecError(f"endpoint webhook: {k} must be an integer, got {config[k]!r}") from None
-                if ints[k] < 1:
-                    raise SpecError(f"endpoint webhook: {k} must be >= 1")
-        return WebhookConfig(url, tuple(pairs), policy=RetryPolicy.from_config(config.get("retry")), **ints)
+        return WebhookConfig(
+            url, tuple(pairs), chunk_docs=v["chunk_docs"], chunk_bytes=v["chunk_bytes"], policy=v["retry"]
+        )
 
     @property
     def display(self) -> str:

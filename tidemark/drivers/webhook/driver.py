@@ -17,12 +17,12 @@ endpoint's :class:`~tidemark.drivers.store.transactor.StoreTransactor` over a
 :class:`~tidemark.store.RangeStore`), which is the authority (store-authoritative): it holds
 the documents, the fence and the runtime checkpoint of each range.
 
-StartCommit, per range:
+StartCommit, per range (:class:`~tidemark.drivers.store.push.PushTransactor`, the store's commit counting):
 
-1. plan the chunks of every binding's documents in Store order (deterministic: a replay of
-   the batch gives the same chunks, bodies and keys; :mod:`tidemark.drivers.webhook.chunks`);
-2. take the range's lock in the state store and verify the fence (a stale session gets
+1. take the range's lock in the state store and verify the fence (a stale session gets
    FencedOff and posts nothing; a newer Open of an overlapping range waits for the lock);
+2. plan the chunks of every binding's documents in Store order (deterministic: a replay of
+   the batch gives the same chunks, bodies and keys; :mod:`tidemark.drivers.webhook.chunks`);
 3. POST the chunks one by one, retried under the retry policy (:mod:`tidemark.drivers.webhook.client`);
 4. write the state store's documents and the runtime checkpoint atomically, release the lock.
 
@@ -37,37 +37,29 @@ import dataclasses
 import os
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.naming import resource_name
+from tidemark.drivers.store.push import PushTransactor
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
-    Acknowledge,
-    Acknowledged,
     Applied,
     Apply,
     BindingSpec,
-    Flush,
-    Flushed,
-    Load,
-    Loaded,
     Open,
     Opened,
-    Quarantine,
     SpecResponse,
-    StartCommit,
-    StartedCommit,
     Store,
     Validate,
     Validated,
 )
 from tidemark.drivers.webhook.client import WebhookClient
-from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.webhook.config import DEFAULT_STATE, SETTINGS, WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
-DEFAULT_STATE = "webhook-state"
 STATE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
 
 CAPABILITIES = Capabilities(
@@ -99,8 +91,7 @@ class WebhookDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        hook = {k: v for k, v in self.config.items() if k != "state"}
-        self.hook = WebhookConfig.from_config(hook)
+        self.hook = WebhookConfig.from_config(self.config)
         opts = _state_options(self.config.get("state", DEFAULT_STATE))
         if self.config.get("retry"):
             opts["retry"] = self.config["retry"]  # lock_timeout: how long an Open waits for a range's lock
@@ -134,18 +125,7 @@ class WebhookDriver(Driver):
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
-            config_schema={
-                "type": "object",
-                "required": ["url"],
-                "properties": {
-                    "url": {"type": "string"},
-                    "headers": {"type": "object"},
-                    "chunk_docs": {"type": "integer", "default": 500},
-                    "chunk_bytes": {"type": "integer", "default": 1 << 20},
-                    "retry": {"type": "object"},
-                    "state": {"type": ["string", "object"], "default": DEFAULT_STATE},
-                },
-            },
+            config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
         )
 
@@ -206,64 +186,46 @@ class WebhookDriver(Driver):
         self.state.close()
 
 
-class WebhookTransactor(Transactor):
-    """One shard session: the state store's session, plus the documents to POST."""
+class WebhookTransactor(PushTransactor):
+    """A push endpoint whose state store's commit counts
+    (:class:`~tidemark.drivers.store.push.PushTransactor`): the documents are POSTed inside it."""
+
+    ENDPOINT_COMMITS = False
 
     def __init__(
         self, inner: StoreTransactor, client: WebhookClient, hook: WebhookConfig, bindings: Sequence[BindingSpec]
     ):
-        self.inner = inner
+        super().__init__(
+            inner, inner.materialization, [resource_name(b) for b in bindings], [b.delta_updates for b in bindings]
+        )
         self.client = client
         self.hook = hook
-        self.delta = [b.delta_updates for b in bindings]
-        self.names = [resource_name(b) for b in bindings]
         self._docs: list[list] = [[] for _ in bindings]
         self.delivered = None  # tidemark.drivers.webhook.Delivered of the last StartCommit
 
-    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
-        return self.inner.acknowledge(msg)
-
-    def load(self, msg: Load) -> Sequence[Loaded]:
-        return self.inner.load(msg)
-
-    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
-        return self.inner.flush(msg)
-
-    def store(self, msg: Store) -> None:
-        if not self.delta[msg.binding]:
-            self.inner.store(msg)  # the full documents (and deletes) for later Loads
+    def send(self, msg: Store) -> None:
         self._docs[msg.binding].extend(msg.docs)  # a delete sends its deletion document (_meta.op "d")
 
-    def quarantine(self, msg: Quarantine) -> None:
-        self.inner.quarantine(msg)
-
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
-        """Plan the chunks, POST them, then commit the state store (see the module docstring)."""
-        rs = self.inner.rs
-        cp = msg.runtime_checkpoint
+    def publish(self, cp: dict, batch, quarantined: list[dict]) -> None:
+        """Steps 2 and 3 of the module docstring, inside the state store's commit: plan the
+        chunks, POST them."""
         chunks = []
-        for b, docs in enumerate(self._docs):  # Step 1
+        for b, docs in enumerate(self._docs):
             if docs:
                 chunks += plan_chunks(
-                    self.inner.materialization,
-                    rs.range,
+                    self.materialization,
+                    self.range,
                     cp,
                     docs,
                     chunk_docs=self.hook.chunk_docs,
                     chunk_bytes=self.hook.chunk_bytes,
-                    resource=self.names[b],
+                    resource=self.resources[b],
                 )
+        self.delivered = self.client.deliver(chunks)
+        fault_point("webhook_after_post")
 
-        def post() -> None:  # Step 3, inside the state store's commit (Step 2 before it, Step 4 after it)
-            self.delivered = self.client.deliver(chunks)
-            fault_point("webhook_after_post")
-
-        started = self.inner.start_commit(msg, inside=post)
+    def committed(self) -> None:
         self._docs = [[] for _ in self._docs]
-        return started
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 __all__ = ["WebhookDriver", "WebhookTransactor", "CAPABILITIES"]
