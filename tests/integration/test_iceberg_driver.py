@@ -713,9 +713,9 @@ def test_another_catalog_type_is_loaded_by_pyiceberg_with_its_properties(tmp_pat
     """``type: rest`` (untestable here: no REST server installs from the registries) goes to
     pyiceberg's ``load_catalog`` with the given properties; a missing ``uri`` is refused, and
     the SQL catalog stays the default."""
-    from tidemark.drivers.iceberg.settings import Settings
+    from tidemark.drivers.iceberg.settings import IcebergSettings
 
-    rest = Settings(
+    rest = IcebergSettings.from_config(
         {
             "catalog": {"type": "rest", "uri": "http://127.0.0.1:1", "warehouse": "s3://w/x", "token": "s3cr3t"},
             "namespace": "views",
@@ -723,5 +723,5 @@ def test_another_catalog_type_is_loaded_by_pyiceberg_with_its_properties(tmp_pat
     )
     assert rest.kind == "rest" and rest.properties["uri"] == "http://127.0.0.1:1" and "s3cr3t" in rest.secrets
     with pytest.raises(SpecError, match="a rest catalog needs catalog.uri"):
-        Settings({"catalog": {"type": "rest", "warehouse": "s3://w/x"}, "namespace": "views"})
-    assert Settings({"catalog": {"warehouse": str(tmp_path)}, "namespace": "v"}).kind == "sql"
+        IcebergSettings.from_config({"catalog": {"type": "rest", "warehouse": "s3://w/x"}, "namespace": "views"})
+    assert IcebergSettings.from_config({"catalog": {"warehouse": str(tmp_path)}, "namespace": "v"}).kind == "sql"

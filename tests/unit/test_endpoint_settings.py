@@ -53,7 +53,9 @@ def test_kafka_client_settings_pass_and_only_tidemarks_own_are_checked():
 def _good(endpoint: str) -> dict:
     """The endpoint's case without its misspelt setting."""
     config, closest = CASES[endpoint]
-    return {k: v for k, v in config.items() if difflib.get_close_matches(k, [closest], n=1) != [closest] or k == closest}
+    return {
+        k: v for k, v in config.items() if difflib.get_close_matches(k, [closest], n=1) != [closest] or k == closest
+    }
 
 
 def _accepted(endpoint: str) -> list[str]:
@@ -91,9 +93,17 @@ CONVERTED = [
     ("postgres", {"port": "5433", "fillfactor": "90"}, lambda d: d.settings.fillfactor == 90),
     ("mysql", {"port": "3307"}, lambda d: d.settings.port == 3307),
     ("store", {"snapshot_every": "7", "max_uncommitted_bytes": "1000"}, lambda d: d.base.snapshot_every == 7),
-    ("redis", {"load_chunk": "50", "mode": "AT-LEAST-ONCE"}, lambda d: d.cfg.load_chunk == 50 and d.cfg.mode == "at-least-once"),
+    (
+        "redis",
+        {"load_chunk": "50", "mode": "AT-LEAST-ONCE"},
+        lambda d: d.cfg.load_chunk == 50 and d.cfg.mode == "at-least-once",
+    ),
     ("nats", {"max_batch": "10", "duplicate_window": "30"}, lambda d: d.cfg.settings.max_batch == 10),
-    ("webhook", {"chunk_docs": "5", "chunk_bytes": "2048"}, lambda d: (d.hook.chunk_docs, d.hook.chunk_bytes) == (5, 2048)),
+    (
+        "webhook",
+        {"chunk_docs": "5", "chunk_bytes": "2048"},
+        lambda d: (d.hook.chunk_docs, d.hook.chunk_bytes) == (5, 2048),
+    ),
     ("kafka", {"partitions": "3", "replication_factor": "-1"}, lambda d: d.settings.partitions == 3),
 ]
 

@@ -80,7 +80,8 @@ from tidemark.drivers.delta.tables import (
 from tidemark.drivers.delta.transactor import DeltaTransactor
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
-from tidemark.drivers.common.settings import Setting, config_schema, read
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.delta.settings import SETTINGS, DeltaSettings
 from tidemark.policy import retry
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, record_text
 from tidemark.protocol.messages import (
@@ -107,14 +108,6 @@ CAPABILITIES = Capabilities(
 )
 
 
-SETTINGS = (
-    Setting("path", required=True, description="the tables' root: a directory (relative: the spec's folder) or a URI"),
-    Setting("staging", description="where batches are staged (default: PATH/_tidemark_staging)"),
-    Setting("storage_options", "object", secret=True, description="object-store options for delta-rs and pyarrow"),
-    Setting("retry", "retry"),
-)
-
-
 class DeltaDriver(Driver):
     name = "delta"
 
@@ -123,13 +116,8 @@ class DeltaDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        v = read("delta", self.config, SETTINGS)
-        path = v["path"]
-        self.root = path if is_uri(path) else os.path.abspath(path)
-        staging = v["staging"] or join_path(self.root, "_tidemark_staging")
-        self.staging = staging if is_uri(staging) else os.path.abspath(staging)
-        self.storage_options = {str(k): str(x) for k, x in (v["storage_options"] or {}).items()} or None
-        self.policy = v["retry"]
+        s = DeltaSettings.from_config(self.config)
+        self.root, self.staging, self.storage_options, self.policy = s.root, s.staging, s.storage_options, s.policy
         self.quarantine_location = join_path(self.root, QUARANTINE_TABLE)
         self._fs: Optional[tuple[pafs.FileSystem, str]] = None
 

@@ -53,7 +53,7 @@ from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, columns_to_add, dumps, field_kind
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.iceberg.settings import SETTINGS, Settings, resolve_config
+from tidemark.drivers.iceberg.settings import SETTINGS, IcebergSettings, resolve_config
 from tidemark.drivers.iceberg.tables import (
     DELETE_COLUMN,
     KEY_PROPERTY,
@@ -110,7 +110,7 @@ class IcebergDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
-        self.settings = Settings(self.config)
+        self.settings = IcebergSettings.from_config(self.config)
         self.staging = self.settings.staging
         self.policy = self.settings.policy
         self._catalog = None

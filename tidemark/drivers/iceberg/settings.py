@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import SpecError
+from tidemark.policy import RetryPolicy
 from tidemark.drivers.common.settings import Setting, read
 
 DEFAULT_CATALOG_NAME = "tidemark"
@@ -67,22 +69,31 @@ SETTINGS = (
 )
 
 
-class Settings:
+@dataclass(frozen=True)
+class IcebergSettings:
     """The parsed config (no connection is made here)."""
 
-    def __init__(self, config: dict):
+    kind: str  # the catalog type: sql (tested), or another pyiceberg catalog type (rest, …)
+    catalog_name: str
+    properties: dict = field(repr=False)  # pyiceberg catalog properties (may hold credentials)
+    warehouse: str
+    namespace: tuple
+    staging: str
+    policy: RetryPolicy
+
+    @classmethod
+    def from_config(cls, config: dict) -> "IcebergSettings":
         v = read("iceberg", config, SETTINGS)
-        self.policy = v["retry"]
         cat = v["catalog"]
-        props = {str(k): str(v) for k, v in cat.items() if k != "name" and v is not None}
+        props = {str(k): str(x) for k, x in cat.items() if k != "name" and x is not None}
         warehouse = props.get("warehouse")
         if not warehouse:
             raise SpecError("iceberg endpoint: catalog.warehouse is required (a folder or an object-store URL)")
         if not is_uri(warehouse):
             warehouse = os.path.abspath(warehouse)
         props["warehouse"] = warehouse
-        self.kind = props.pop("type", "sql").lower()  # sql (tested), or another pyiceberg catalog type (rest, …)
-        if self.kind == "sql":
+        kind = props.pop("type", "sql").lower()
+        if kind == "sql":
             uri = props.get("uri") or (
                 f"sqlite:///{os.path.join(warehouse, 'catalog.db')}" if not is_uri(warehouse) else None
             )
@@ -93,16 +104,20 @@ class Settings:
                 )
             props["uri"] = sqlalchemy_url(uri)
         elif not props.get("uri"):
-            raise SpecError(f"iceberg endpoint: a {self.kind} catalog needs catalog.uri (e.g. https://catalog:8181)")
-        self.catalog_name = str(cat.get("name") or DEFAULT_CATALOG_NAME)
-        self.properties = props
-        self.warehouse = warehouse
+            raise SpecError(f"iceberg endpoint: a {kind} catalog needs catalog.uri (e.g. https://catalog:8181)")
         namespace = v["namespace"]
         if any(not p for p in namespace.split(".")):
             raise SpecError(f"endpoint iceberg: namespace must be NAME or A.B (e.g. views), got {namespace!r}")
-        self.namespace = tuple(namespace.split("."))
         staging = v["staging"] or join_path(warehouse, "_tidemark_staging")
-        self.staging = staging if is_uri(staging) else os.path.abspath(staging)
+        return cls(
+            kind=kind,
+            catalog_name=str(cat.get("name") or DEFAULT_CATALOG_NAME),
+            properties=props,
+            warehouse=warehouse,
+            namespace=tuple(namespace.split(".")),
+            staging=staging if is_uri(staging) else os.path.abspath(staging),
+            policy=v["retry"],
+        )
 
     @property
     def secrets(self) -> list[str]:
