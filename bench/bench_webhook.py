@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tidemark.drivers.webhook.driver import WebhookDriver
 from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store
 from tidemark.drivers.webhook.client import WebhookClient
-from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.settings import WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))

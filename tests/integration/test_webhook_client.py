@@ -19,7 +19,7 @@ from tests.integration.webhook_support import dedup_receiver, naive_receiver  # 
 from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, SpecError  # noqa: E402
 from tidemark.protocol.messages import Range  # noqa: E402
 from tidemark.drivers.webhook.client import WebhookClient, retry_after_seconds  # noqa: E402
-from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.settings import WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
 CHILD = os.path.join(os.path.dirname(__file__), "webhook_child.py")

@@ -10,7 +10,7 @@ import sys
 
 from tidemark.protocol.messages import Range
 from tidemark.drivers.webhook.client import WebhookClient
-from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.settings import WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
 CHECKPOINT = {

@@ -20,7 +20,7 @@ import threading
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
-from tidemark.drivers.nats import config as conf
+from tidemark.drivers.nats import settings as conf
 from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
 from tidemark.drivers.nats.layout import dropping_limits
 from tidemark.drivers.nats.opening import fence, open_store

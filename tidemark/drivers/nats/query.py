@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 from tidemark.collection.keys import compact_json
-from tidemark.drivers.nats import config as conf
+from tidemark.drivers.nats import settings as conf
 from tidemark.errors import SpecError
 from tidemark.protocol.messages import BindingSpec
 

@@ -32,7 +32,7 @@ from tidemark.errors import AuthenticationFailed, DriverError, EndpointRefused, 
 from tidemark.faults import fault_point
 from tidemark.policy import retry
 from tidemark.drivers.webhook.chunks import Chunk
-from tidemark.drivers.webhook.config import WebhookConfig
+from tidemark.drivers.webhook.settings import WebhookConfig
 
 TRANSIENT_STATUS = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 USER_AGENT = "tidemark-webhook/1"

@@ -57,7 +57,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.drivers.webhook.client import WebhookClient
 from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.webhook.config import DEFAULT_STATE, SETTINGS, WebhookConfig
+from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
 
 STATE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
