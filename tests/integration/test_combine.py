@@ -391,6 +391,7 @@ def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):
     that changes the expressions gets its own."""
     from tidemark.spark import combine as combine_module
 
+    spark.sparkContext.__dict__.pop("_tidemark_columns", None)  # built by earlier tests (the other proof's form too)
     builds = []
     real = combine_module._build_columns
     monkeypatch.setattr(combine_module, "_build_columns", lambda *a: builds.append(a) or real(*a))

@@ -101,6 +101,17 @@ CASES = [
 ]
 
 
+def _built_for_this_spark() -> bool:
+    import pyspark
+
+    return jvm.manifest().get(jvm.SPARK_VERSION, "").split(".")[:2] == pyspark.__version__.split(".")[:2]
+
+
+# The jar is built against the Spark CI runs (pyproject's newest); on another Spark (the smoke
+# run on the oldest supported one) the expression form is used and these have nothing to test.
+needs_jar = pytest.mark.skipif(not _built_for_this_spark(), reason="tidemark's jar is built for another Spark")
+
+
 @pytest.fixture(scope="module")
 def scan(spark):
     assert jvm.available(spark), "the shipped jar is built for this Spark: the JVM proof must be available"
@@ -114,12 +125,14 @@ def scan(spark):
     return run
 
 
+@needs_jar
 def test_scanner_answers(scan):
     got = scan([text for text, _ in CASES])
     wrong = [(text, want, n) for (text, want), n in zip(CASES, got) if n != want]
     assert not wrong
 
 
+@needs_jar
 def test_the_compiled_combine_uses_it(spark, monkeypatch):
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1")
     schema = {
@@ -159,8 +172,10 @@ def test_the_shipped_jar_is_built_from_the_sources_it_ships_with():
 
     attrs = jvm.manifest()
     assert attrs.get(jvm.SOURCE_DIGEST) == jvm.source_digest(), "the jar is stale: run python -m tidemark.spark.jvm"
-    assert attrs.get(jvm.SPARK_VERSION, "").split(".")[:2] == pyspark.__version__.split(".")[:2]
-    assert jvm.shipped_jar(pyspark.__version__) == str(jvm.JAR)
+    if _built_for_this_spark():
+        assert jvm.shipped_jar(pyspark.__version__) == str(jvm.JAR)
+    else:  # another Spark than the jar's: the expression form, never the jar
+        assert jvm.shipped_jar(pyspark.__version__) is None
 
 
 def test_another_spark_or_a_stale_jar_means_expressions(tmp_path, monkeypatch, caplog):
@@ -206,6 +221,7 @@ spark.stop()
 """
 
 
+@needs_jar
 @pytest.mark.slow  # CI runs it after the default suite (-m slow)
 def test_executors_in_other_processes_load_the_jar(tmp_path):
     """``ADD JAR`` ships the jar: a local-cluster combine (executor JVMs of their own) runs it."""

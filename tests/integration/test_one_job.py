@@ -20,6 +20,13 @@ def _on_spark(monkeypatch):
     monkeypatch.setenv("TIDEMARK_SMALL_BATCH_KEYS", "0")
 
 
+def _rebinds(spark) -> bool:
+    """The session can rebind plans: tidemark's jar was built for this Spark's major.minor."""
+    from tidemark.spark import jvm
+
+    return jvm.shipped_jar(spark.version) is not None
+
+
 def _run(spark, spec):
     from tidemark.spark.runner import run_spec
 
@@ -42,7 +49,7 @@ def test_later_batches_reuse_the_first_batch_plan_and_the_view_is_exact(spark, t
     assert sum(r.documents for r in reports) == 480  # counted by the shards from the combined rows
     assert sqlite_view(db) == oracle(files)
     assert len(plans) == 1 and plans[0].ok
-    assert plans[0].rebound == (3 if rebind == "1" else 0)
+    assert plans[0].rebound == (3 if rebind == "1" and _rebinds(spark) else 0)
 
 
 def test_a_batch_with_an_invalid_document_after_rebound_ones_takes_the_checked_plan(spark, tmp_path):
@@ -61,7 +68,9 @@ def test_a_batch_with_an_invalid_document_after_rebound_ones_takes_the_checked_p
         (1, "one job", 0),
         (2, "checked", 1),
     ]
-    assert plans[0].rebound == 2  # batches 1 and 2 (whose shards then committed nothing on it)
+    assert plans[0].rebound == (
+        2 if _rebinds(spark) else 0
+    )  # batches 1 and 2 (whose shards then committed nothing on it)
     assert sqlite_view(db) == oracle(files, skip={(2, 4)})
 
 
