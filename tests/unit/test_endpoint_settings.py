@@ -146,3 +146,33 @@ def test_a_required_setting_is_named_with_what_it_is():
         load_driver("delta", {"staging": "/tmp/s"})
     with pytest.raises(SpecError, match=r"^endpoint store: path is required"):
         load_driver("store", {"path": ""})
+
+
+SECRET = "s3cr3tpw"
+WITH_SECRETS = {
+    "postgres": {"url": f"postgresql://u:{SECRET}@127.0.0.1:1/db"},
+    "mysql": {"url": f"mysql://u:{SECRET}@127.0.0.1:1/db"},
+    "redis": {"url": f"redis://:{SECRET}@127.0.0.1:1/0"},
+    "nats": {"url": f"nats://user:{SECRET}@127.0.0.1:1"},
+    "kafka": {"bootstrap_servers": "127.0.0.1:1", "sasl.password": SECRET},
+    "webhook": {"url": f"https://h.example/x?token={SECRET}", "headers": {"Authorization": f"Bearer {SECRET}"}},
+    "delta": {"path": "lake", "storage_options": {"AWS_SECRET_ACCESS_KEY": SECRET}},
+    "iceberg": {"catalog": {"uri": f"postgresql://u:{SECRET}@127.0.0.1:1/db", "warehouse": "wh"}, "namespace": "v"},
+}
+
+
+@pytest.mark.parametrize("endpoint", sorted(WITH_SECRETS))
+def test_no_settings_object_shows_a_secret(endpoint, tmp_path, monkeypatch):
+    """The driver and every settings object it holds: their repr (what a log or a traceback's
+    locals show) masks passwords, tokens and credentials."""
+    import dataclasses
+
+    monkeypatch.chdir(tmp_path)
+    driver = load_driver(endpoint, WITH_SECRETS[endpoint])
+    try:
+        held = [v for v in vars(driver).values() if dataclasses.is_dataclass(v) and not isinstance(v, type)]
+        assert held, "the driver holds its settings object"
+        for shown in [repr(driver), *map(repr, held)]:
+            assert SECRET not in shown, shown
+    finally:
+        driver.close()

@@ -10,9 +10,9 @@ default, allowed values, range, whether it is a secret).  From that one declarat
   values and ranges, and fills defaults, before the endpoint connects to anything;
 * :func:`config_schema` is the JSON Schema the driver's ``spec()`` answers with (secrets
   marked ``"secret": true``);
-* :func:`masked` is a config with its secrets replaced, for messages and logs.
 
-The endpoint's own frozen settings class is built from :func:`read`'s values.
+The endpoint's own frozen settings class is built from :func:`read`'s values; its ``repr``
+never shows a secret (tested for every endpoint).
 """
 
 from __future__ import annotations
@@ -191,10 +191,4 @@ def config_schema(settings: Sequence[Setting], *, additional: bool = False) -> d
     return out
 
 
-def masked(config: Mapping[str, Any], settings: Sequence[Setting]) -> dict:
-    """``config`` with the values of its secret settings replaced by ``***``."""
-    secret = {s.name for s in settings if s.secret}
-    return {k: (MASK if k in secret and v is not None else v) for k, v in config.items()}
-
-
-__all__ = ["Setting", "read", "config_schema", "masked", "refuse_unknown", "MASK"]
+__all__ = ["Setting", "read", "config_schema", "refuse_unknown", "MASK"]

@@ -30,7 +30,7 @@ from tidemark.errors import SpecError
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
-from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.common.settings import MASK, Setting, read
 
 DEFAULT_STATE = "tidemark-state"
 SETTINGS = (
@@ -43,6 +43,14 @@ SETTINGS = (
     Setting("transactional_id_prefix", default=DEFAULT_PREFIX),
     Setting("retry", "retry"),
 )
+SECRET_WORDS = ("password", "secret", "token", "sasl.oauthbearer.config", "ssl.key.pem", "credential")
+
+
+def secret_key(key: str) -> bool:
+    """A Kafka client key whose value is a credential."""
+    return any(w in key.lower() for w in SECRET_WORDS)
+
+
 CLIENT_KEYS = ", and any key with a dot, which goes to the Kafka client (e.g. security.protocol)"
 RESOURCE_OPTIONS = ("topic", "partitions", "replication_factor")
 RESOURCE_ALIASES = ("table", "name")  # accepted for `topic` (specs written for other endpoints)
@@ -80,6 +88,10 @@ class KafkaSettings:
     replication_factor: int = -1
     prefix: str = DEFAULT_PREFIX
     policy: RetryPolicy = RetryPolicy()
+
+    def __repr__(self) -> str:  # client keys may carry credentials (sasl.password, ssl.key.password, ...)
+        shown = {k: (MASK if secret_key(k) else v) for k, v in self.client.items()}
+        return f"KafkaSettings(client={shown!r}, state={self.state!r}, progress_topic={self.progress_topic!r})"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "KafkaSettings":

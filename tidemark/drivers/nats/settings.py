@@ -73,6 +73,9 @@ class NatsConfig:
     def safe_url(self) -> str:
         return redact(self.url)
 
+    def __repr__(self) -> str:  # the URL may carry a password or a token
+        return f"NatsConfig(url={self.safe_url!r}, stream={self.stream!r}, state={self.state!r})"
+
     @classmethod
     def from_config(cls, config: dict) -> "NatsConfig":
         v = read("nats", config, SETTINGS)

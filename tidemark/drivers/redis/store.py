@@ -82,6 +82,9 @@ class RedisConfig:
             policy=v["retry"],
         )
 
+    def __repr__(self) -> str:  # the URL may carry a password
+        return f"RedisConfig(url={redact(self.url)!r}, mode={self.mode!r}, namespace={self.namespace!r})"
+
     @property
     def exactly_once(self) -> bool:
         return self.mode == EXACTLY_ONCE

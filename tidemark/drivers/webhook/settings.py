@@ -72,6 +72,10 @@ class WebhookConfig:
     def display(self) -> str:
         return display_url(self.url)
 
+    def __repr__(self) -> str:  # header values and the URL's password and query are secrets
+        names = [n for n, _v in self.headers]
+        return f"WebhookConfig(url={self.display!r}, headers={names!r}, chunk_docs={self.chunk_docs})"
+
     @property
     def secrets(self) -> list[str]:
         """Strings never to print: header values, the URL's password and query values."""
