@@ -127,6 +127,7 @@ BAD = [
     ("sqlite", {"synchronous": "OFF"}, "endpoint sqlite: synchronous must be one of FULL, NORMAL, EXTRA, got 'OFF'"),
     ("redis", {"mode": "twice"}, "endpoint redis: mode must be one of exactly-once, at-least-once, got 'twice'"),
     ("nats", {"max_batch": 1}, "endpoint nats: max_batch must be an integer >= 2, got 1"),
+    ("nats", {"duplicate_window": "inf"}, "endpoint nats: duplicate_window must be a number >= 0, got 'inf'"),
     ("store", {"keep_snapshots": "2.5"}, "endpoint store: keep_snapshots must be an integer >= 1, got '2.5'"),
     ("delta", {"retry": {"attempts": "x"}}, "endpoint delta: retry: retry.attempts must be a number, got 'x'"),
 ]

@@ -6,10 +6,10 @@ default, allowed values, range, whether it is a secret).  From that one declarat
 * :func:`read` refuses unknown keys -- a misspelt setting must not be ignored
   (``{sqlite: {paht: /data/views.db}}`` would write ``./views.db``) -- naming the closest
   known one and the whole list, converts strings (Spark options and environment variables
-  arrive as text: ``port: "5432"``, ``chunk_docs: "500"``, ``tls: "true"``), checks allowed
+  arrive as text: ``port: "5432"``, ``chunk_docs: "500"``), checks allowed
   values and ranges, and fills defaults, before the endpoint connects to anything;
 * :func:`config_schema` is the JSON Schema the driver's ``spec()`` answers with (secrets
-  marked ``"secret": true``);
+  marked ``"secret": true``).
 
 The endpoint's own frozen settings class is built from :func:`read`'s values; its ``repr``
 never shows a secret (tested for every endpoint).
@@ -18,6 +18,7 @@ never shows a secret (tested for every endpoint).
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -105,6 +106,8 @@ class Setting:
                 if isinstance(value, bool):
                     raise ValueError
                 value = float(value)
+                if not math.isfinite(value):
+                    raise ValueError
             except (TypeError, ValueError):
                 raise SpecError(f"{where} must be a number{self._bounds()}, got {shown}") from None
         elif t == "boolean":

@@ -74,8 +74,10 @@ class PushTransactor(Transactor):
     def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:  # pragma: no cover
         """Commit the batch at the endpoint: what :meth:`send` got, the ``quarantined`` rows
         (already in their stored form; empty when the store keeps them) and the runtime
-        checkpoint ``cp`` (of batch ``batch``).  Nothing of the batch may be visible to
-        a reader of the endpoint before this returns, and all of it after."""
+        checkpoint ``cp`` (of batch ``batch``).  When it returns the endpoint holds the whole
+        batch; a transactional endpoint (Kafka, NATS) shows a reader none of it before.  It
+        may run again for the same batch after a crash: what it sends must be idempotent
+        (progress records, message ids, ``Idempotency-Key``)."""
         raise NotImplementedError
 
     def committed(self) -> None:
