@@ -163,7 +163,9 @@ def test_shard_memory_stays_bounded_by_spilling(spark, tmp_path, monkeypatch, gi
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 
 
-def test_non_replayable_source_is_refused(spark, tmp_path):
+@pytest.mark.parametrize("internals", ["1", "0"])  # "0": the plan read through explain(), as on an untested Spark
+def test_non_replayable_source_is_refused(spark, tmp_path, monkeypatch, internals):
+    monkeypatch.setenv("TIDEMARK_SPARK_INTERNALS", internals)
     import tidemark
     from tests.helpers import ORDERS_SCHEMA
     from tidemark.errors import SpecError
