@@ -169,8 +169,10 @@ def test_invalid_capabilities_and_missing_programs_are_refused(program, tmp_path
         program("bad-capabilities")
     with pytest.raises(DriverProgramError, match="could not be started"):
         load_driver(f"command:{tmp_path / 'no-such-program'}")
-    with pytest.raises(SpecError, match="needs a program"):
+    with pytest.raises(SpecError, match=r"^endpoint command: command is required \(the program and its arguments"):
         CommandDriver({})
+    with pytest.raises(SpecError, match=r"unknown setting\(s\) 'reuse_process' \(did you mean 'reuse_processes'\?\)"):
+        CommandDriver({"command": ["true"], "reuse_process": False})
 
 
 def test_processes_are_reused_between_transactions_only(tmp_path):

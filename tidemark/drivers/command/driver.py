@@ -41,7 +41,6 @@ from typing import Any, Optional, Sequence
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
 from tidemark.errors import DriverProgramError, SpecError
-from tidemark.policy import RetryPolicy
 from tidemark.protocol import wire
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -66,6 +65,8 @@ from tidemark.protocol.messages import (
     Validated,
 )
 from tidemark.protocol.state import RuntimeStateMachine, Status
+from tidemark.drivers.command.settings import SETTINGS
+from tidemark.drivers.common.settings import read
 
 
 def _parse_command(config: dict) -> list[str]:
@@ -119,16 +120,14 @@ class CommandDriver(Driver):
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
+        v = read("command", self.config, SETTINGS)
         self.command = _parse_command(self.config)
         self.program = program_name(self.command)
-        env = self.config.get("env") or None
-        if env is not None and not isinstance(env, dict):
-            raise SpecError("command driver: env must be a mapping")
-        self.env = env
-        self.cwd = self.config.get("cwd") or None
-        self.program_config = dict(self.config.get("config") or {})
-        self.policy = RetryPolicy.from_config(self.config.get("retry"))
-        self.reuse = bool(self.config.get("reuse_processes", True))
+        self.env = dict(v["env"]) if v["env"] else None
+        self.cwd = v["cwd"] or None
+        self.program_config = dict(v["config"] or {})
+        self.policy = v["retry"]
+        self.reuse = v["reuse_processes"]
         self.key = (tuple(self.command), self.cwd, tuple(sorted((self.env or {}).items())), self.policy)
         self._sessions: "weakref.WeakSet[CommandTransactor]" = weakref.WeakSet()
         self.describe()  # a program that cannot describe itself is refused here
