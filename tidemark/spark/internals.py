@@ -22,7 +22,8 @@ import os
 
 log = logging.getLogger(__name__)
 
-TESTED = ("4.0", "4.1", "4.2", "4.3")  # PySpark major.minor versions the suite has run on
+# PySpark major.minor versions tested: 4.3 by the suite, 4.0.5, 4.1.4 and 4.2.1 by .ci/smoke-oldest-pyspark
+TESTED = ("4.0", "4.1", "4.2", "4.3")
 ENV = "TIDEMARK_SPARK_INTERNALS"
 
 _said: set = set()
