@@ -41,7 +41,7 @@ SETTINGS = (
         "atomic",
         "any",
         default="auto",
-        properties={"enum": ["auto", True, False]},
+        properties={"enum": ["auto", True, False, "true", "false"]},
         description="atomic batch publish (auto: where the server has it)",
     ),
     Setting("max_batch", "integer", default=1000, minimum=2, description="messages per atomic publish, at most"),
