@@ -31,13 +31,13 @@ from tidemark.drivers.mysql.dialect import (
     dialect_for,
 )
 from tidemark.drivers.mysql.driver import CAPABILITIES, MySqlDriver
-from tidemark.drivers.mysql.settings import BULK_MODES, CONFIG_KEYS, MySqlSettings, translate
+from tidemark.drivers.mysql.settings import BULK_MODES, SETTINGS, MySqlSettings, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
 
 __all__ = [
     "BULK_MODES",
     "CAPABILITIES",
-    "CONFIG_KEYS",
+    "SETTINGS",
     "KEY_CHARS",
     "MARIADB",
     "MAX_IDENTIFIER_CHARS",

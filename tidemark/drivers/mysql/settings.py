@@ -12,22 +12,17 @@ from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
 from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.sql.connection import connection_settings
 
 SCHEMES = ("mysql", "mariadb")
 BULK_MODES = ("infile", "insert")  # Store and Load: LOAD DATA LOCAL INFILE, or multi-row INSERT statements
 SETTINGS = (
-    Setting("url", description="mysql://user@host:3306/database[?ssl_ca=PATH] (the fields below override its parts)"),
-    Setting("host"),
-    Setting("port", "integer", minimum=1, maximum=65535),
-    Setting("user"),
-    Setting("password", secret=True),
-    Setting("database"),
+    *connection_settings("mysql://user@host:3306/database[?ssl_ca=PATH]"),
     Setting("schema", description="the database of the view tables and tidemark's own (default: database)"),
     Setting("bulk", default="infile", choices=BULK_MODES, description="LOAD DATA LOCAL INFILE, or multi-row INSERTs"),
     Setting("ssl_ca", description="a CA certificate file: connect with TLS"),
     Setting("retry", "retry"),
 )
-CONFIG_KEYS = tuple(x.name for x in SETTINGS)
 
 # Server error codes (https://mariadb.com/kb/en/mariadb-error-codes/)
 AUTH_CODES = {1044, 1045, 1698, 1251}  # access denied (to the database), auth plugin

@@ -39,7 +39,7 @@ from tidemark.drivers.postgres.dialect import (
 )
 from tidemark.drivers.postgres.driver import CAPABILITIES, PostgresDriver
 from tidemark.drivers.postgres.settings import (
-    CONFIG_KEYS,
+    SETTINGS,
     DEFAULT_FILLFACTOR,
     SSL_MODES,
     PgSettings,
@@ -50,7 +50,7 @@ from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 
 __all__ = [
     "CAPABILITIES",
-    "CONFIG_KEYS",
+    "SETTINGS",
     "DEFAULT_FILLFACTOR",
     "DIALECT",
     "MAX_IDENTIFIER_BYTES",

@@ -15,18 +15,14 @@ from tidemark.drivers.common.redact import redact
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
 from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.sql.connection import connection_settings
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # Free space left in each page of a view table so that updates stay on their page (HOT:
 # no new index entry, old versions pruned in place).  Measured in docs/benchmarks.md.
 DEFAULT_FILLFACTOR = 70
 SETTINGS = (
-    Setting("url", description="postgresql://user@host:port/database (the fields below override its parts)"),
-    Setting("host"),
-    Setting("port", "integer", minimum=1, maximum=65535),
-    Setting("user"),
-    Setting("password", secret=True),
-    Setting("database"),
+    *connection_settings("postgresql://user@host:port/database"),
     Setting("schema", default="public", description="the schema of the view tables and tidemark's own"),
     Setting("sslmode", choices=SSL_MODES),
     Setting("sslrootcert"),
@@ -43,7 +39,6 @@ SETTINGS = (
         description="percent of each page of a view table to fill",
     ),
 )
-CONFIG_KEYS = tuple(x.name for x in SETTINGS)
 _AUTH_HINTS = (
     "password authentication failed",
     "authentication failed",

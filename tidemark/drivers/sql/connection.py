@@ -12,10 +12,24 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Optional, TypeVar
 
+from tidemark.drivers.common.settings import Setting
 from tidemark.errors import EndpointUnavailable, TidemarkError
 from tidemark.policy import retry
 
 T = TypeVar("T")
+
+
+def connection_settings(url: str) -> tuple[Setting, ...]:
+    """The settings by which a network client finds its server: a URL (``url`` shows its
+    form) and the fields that override its parts."""
+    return (
+        Setting("url", description=f"{url} (the fields below override its parts)"),
+        Setting("host"),
+        Setting("port", "integer", minimum=1, maximum=65535),
+        Setting("user"),
+        Setting("password", secret=True),
+        Setting("database"),
+    )
 
 
 class _NoRetry(Exception):
