@@ -1,12 +1,11 @@
-"""Reduce in the endpoint (PostgreSQL): the document and the columns one statement writes
-equal what the Python fold gives, for generated schemas and documents; refusals name the
-key and the rule.
+"""Reduce in the endpoint (PostgreSQL, SQLite): the document and the columns one statement
+writes equal what the Python fold gives, for generated schemas and documents; refusals name
+the key and the rule.
 
 The answer is computed as the Load path computes it — each batch's documents combined per
 key, then reduced into the key's stored document — with :meth:`Collection.reduce`, and
-compared after canonical JSON (numbers by exact value, booleans apart from numbers, object
-members in any order; jsonb writes a double beyond 64-bit integers in all its digits, read
-back as that double).
+compared after canonical JSON (numbers by the decimal their shortest text denotes, booleans
+apart from numbers, object members in any order: jsonb prints 5.8e16 as 58000000000000000).
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ import json
 from fractions import Fraction
 from types import SimpleNamespace
 
+import sqlite3
+
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,24 +25,26 @@ from hypothesis import strategies as st
 from tests.integration.test_sqlite_driver import MAT, apply, cp
 from tidemark.collection.collection import Collection
 from tidemark.drivers.postgres import PostgresDriver
+from tidemark.drivers.sqlite import SQLiteDriver
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
-pytestmark = pytest.mark.postgres
+ENDPOINTS = ["postgres", "sqlite"]
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=4)
 SMALL_INT = st.integers(-(2**40), 2**40)
 FLOAT = st.floats(-1e12, 1e12, allow_nan=False)
-SCALAR = st.one_of(st.none(), st.booleans(), SMALL_INT, FLOAT, TEXT)
+ANY_FLOAT = st.floats(allow_nan=False, allow_infinity=False)  # extreme exponents: exact texts and parses
+SCALAR = st.one_of(st.none(), st.booleans(), SMALL_INT, ANY_FLOAT, TEXT)
 DATE_TIME = st.sampled_from(["2024-05-01T12:00:00Z", "2024-05-01T12:00:00+02:00", "2023-01-31T23:59:59.5Z"])
 
 #: name -> (schema, values): every shape and strategy with a SQL form
 POOL = {
     "n": ({"type": "integer", "reduce": {"strategy": "sum"}}, SMALL_INT),
     "x": ({"type": "number", "reduce": {"strategy": "sum"}}, FLOAT),
-    "lo": ({"type": "number", "reduce": {"strategy": "minimize"}}, st.one_of(FLOAT, SMALL_INT)),
+    "lo": ({"type": "number", "reduce": {"strategy": "minimize"}}, st.one_of(ANY_FLOAT, SMALL_INT)),
     "hi": ({"type": "string", "reduce": {"strategy": "maximize"}}, TEXT),
     "top": ({"type": "integer", "reduce": {"strategy": "maximize"}}, SMALL_INT),
     "yes": ({"type": "boolean", "reduce": {"strategy": "minimize"}}, st.booleans()),
@@ -85,18 +88,50 @@ def cases(draw):
 def canonical(v):
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return v
-    if isinstance(v, (int, float)):  # jsonb prints 1.5e308 as its 309 digits: a double's value
-        return ("number", Fraction(float(v) if isinstance(v, int) and abs(v) > 2**64 else v))
+    if isinstance(v, (int, float)):  # the decimal a number's text denotes (jsonb prints 5.8e16 as 58000000000000000)
+        return ("number", Fraction(repr(v)) if isinstance(v, float) else Fraction(v))
     if isinstance(v, list):
         return [canonical(x) for x in v]
     return {k: canonical(x) for k, x in v.items()}
 
 
+class Endpoint:
+    """One endpoint under test: its driver, and its table's value columns read back."""
+
+    def __init__(self, name: str, request, tmp_path):
+        self.name = name
+        if name == "postgres":
+            self.url = request.getfixturevalue("postgres_url")
+            self.schema = request.getfixturevalue("pg_schema")
+            self.driver = PostgresDriver({"url": self.url, "schema": self.schema})
+        else:
+            self.path = str(tmp_path / "views.db")
+            self.driver = SQLiteDriver({"path": self.path})
+
+    def columns(self, table: str, names: list[str], types: dict) -> dict:
+        cols = ", ".join(f'"{n}"' for n in names)
+        if self.name == "postgres":
+            with psycopg.connect(self.url, autocommit=True) as con:
+                rows = con.execute(f'SELECT k, {cols} FROM "{self.schema}"."{table}"').fetchall()
+        else:
+            con = sqlite3.connect(self.path)
+            rows = con.execute(f'SELECT k, {cols} FROM "{table}"').fetchall()
+            con.close()
+            # booleans are 0/1 in SQLite
+            rows = [(r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])]) for r in rows]
+        return {r[0]: [canonical(v) for v in r[1:]] for r in rows}
+
+
+@pytest.fixture(params=[pytest.param(e, marks=[pytest.mark.postgres] if e == "postgres" else []) for e in ENDPOINTS])
+def endpoint(request, tmp_path):
+    e = Endpoint(request.param, request, tmp_path)
+    yield e
+    e.driver.close()
+
+
 @pytest.fixture
-def driver(postgres_url, pg_schema):
-    d = PostgresDriver({"url": postgres_url, "schema": pg_schema})
-    yield d
-    d.close()
+def driver(endpoint):
+    return endpoint.driver
 
 
 def reduced_binding(driver, schema, table):
@@ -142,7 +177,8 @@ counter = iter(range(10**6))
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
-def test_the_statement_reduces_as_the_python_fold(driver, postgres_url, pg_schema, case):
+def test_the_statement_reduces_as_the_python_fold(endpoint, case):
+    driver = endpoint.driver
     schema, batches = case
     table = f"v{next(counter)}"
     coll, b = reduced_binding(driver, schema, table)
@@ -160,10 +196,8 @@ def test_the_statement_reduces_as_the_python_fold(driver, postgres_url, pg_schem
     # the columns hold the reduced values too
     names = [f.name for f in b.value_fields if f.format != "date-time"]
     if names:
-        cols = ", ".join(f'"{n}"' for n in names)
-        with psycopg.connect(postgres_url, autocommit=True) as con:
-            rows = con.execute(f'SELECT k, {cols} FROM "{pg_schema}"."{table}"').fetchall()
-        assert {r[0]: [canonical(v) for v in r[1:]] for r in rows} == {
+        types = {f.name: f.type for f in b.value_fields}
+        assert endpoint.columns(table, names, types) == {
             k: [canonical(d.get(n)) for n in names] for k, d in expected.items()
         }
 

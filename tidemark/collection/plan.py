@@ -230,6 +230,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         return plan, ""
     for f in plan.fields:
         strategy = STRATEGIES[f.strategy]
+        if any(c in f.name for c in '"\\') or not f.name.isprintable():
+            return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
         if strategy.sql(_Probe, f, "o", "n") is None:

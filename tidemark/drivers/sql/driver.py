@@ -143,6 +143,16 @@ class SqlDriver(Driver):
         finally:
             cur.close()
 
+    def reduce_sql(self, model: TableModel) -> Any:
+        """The dialect's SQL form of the strategies (a :class:`~tidemark.drivers.sql.reduce.ReduceSql`)
+        for a binding it reduces itself (``Capabilities.endpoint_reduce``)."""
+        raise NotImplementedError(f"{self.dialect.title} does not reduce in the endpoint")
+
+    def reduce_refused(self, model: TableModel, exc: Exception) -> Optional[Exception]:
+        """The error to raise for ``exc`` from a binding's reduce statement (a sum past 64
+        bits, named by key and property), or None to let ``exc`` propagate."""
+        return None
+
     def session_info(self, con: Any) -> Any:
         """Read inside Open's transaction and handed to the session (PostgreSQL: the server process)."""
         return None

@@ -60,7 +60,12 @@ class ReduceSql:
         raise NotImplementedError
 
     def merge_objects(self, old: str, new: str) -> str:
+        """A map's (``additionalProperties`` of one scalar type) members, the right side's winning."""
         raise NotImplementedError
+
+    def merge_documents(self, old: str, new: str) -> str:
+        """The root's shallow merge: every top-level member of both, the right side's winning."""
+        return self.merge_objects(old, new)
 
     # documents
     def document(self, alias: str) -> str:
@@ -152,7 +157,7 @@ def reduce_statement(
         else:  # picked or concatenated as JSON
             expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name))
             (nullable if f.kind == "raw" else members).append((f.name, expr))
-    doc = R.with_members(R.merge_objects(old_doc, new_doc), members, nullable, present)
+    doc = R.with_members(R.merge_documents(old_doc, new_doc), members, nullable, present)
     sets.append((target[-1], doc))
     return f"{head} {R.on_conflict(keys, sets)}"
 

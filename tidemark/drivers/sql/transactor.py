@@ -20,6 +20,8 @@ from tidemark import jsontext
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
+from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
+from tidemark.errors import DriverError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -77,6 +79,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._created: set[str] = set()  # temp tables this session made
         self._quarantine: list[dict] = []
         self._seq = 0  # Store order within the transaction
+        self._reduced_keys: dict[int, set] = {}  # per binding the endpoint reduces: the keys staged
 
     # --------------------------------------------------------------- helpers
     def execute(self, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
@@ -162,17 +165,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return
         d = self.dialect
         model = self.models[msg.binding]
+        if model.reduce is not None:
+            self.store_texts(model, msg)
+            return
         kinds = [c.kind for c in model.columns]
         n = len(model.keys)
         name = stage_name(msg.binding)
-        columns = (
-            [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"]
-            + [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)]
-            + [f"d {d.document_type}"]
-        )
-        if not model.delta:
-            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
-        st, create = self.temp(name, columns)
+        st, create = self.stage_table(model, msg.binding)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         rows = [
@@ -191,6 +190,53 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
         self.in_transaction(body, f"store {model.display}", write=False)
         self._created.add(name)
+        self._staged.add(msg.binding)
+
+    def stage_table(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
+        d = self.dialect
+        n = len(model.keys)
+        columns = (
+            [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"]
+            + [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"d {d.document_type}"]
+        )
+        if not model.delta:
+            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
+        return self.temp(stage_name(binding), columns)
+
+    def store_texts(self, model: TableModel, msg: Store) -> None:
+        """Stage a binding the endpoint reduces: the keys and each combined document's JSON
+        text (the value columns are read from it by the commit's statement,
+        :mod:`tidemark.drivers.sql.reduce`).  A key staged twice in one transaction is
+        refused: the runtime combines each key once per batch."""
+        d = self.dialect
+        seen = self._reduced_keys.setdefault(msg.binding, set())
+        if len(set(msg.keys)) != len(msg.keys) or not seen.isdisjoint(msg.keys):
+            raise DriverError(
+                f"{model.display}: a key was stored twice in one transaction of a binding {d.title} "
+                "reduces itself (the runtime combines each key once per batch): nothing was committed"
+            )
+        seen.update(msg.keys)
+        kinds = [c.kind for c in model.keys]
+        n = len(kinds)
+        st, create = self.stage_table(model, msg.binding)
+        texts = msg.texts or tuple(dumps(doc) for doc in msg.docs)
+        seq = self._seq
+        self._seq = seq + len(msg.keys)
+        rows = [
+            (seq + i, 0, *(coerce(k, v) for k, v in zip(kinds, key)), text)
+            for i, (key, text) in enumerate(zip(msg.keys, texts))
+        ]
+        names = ["seq", "x"] + [f"c{j}" for j in range(n)] + ["d"]
+        sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+
+        def body() -> None:
+            if create:
+                self.execute(create)
+            self.executemany(sql, rows)
+
+        self.in_transaction(body, f"store {model.display}", write=False)
+        self._created.add(stage_name(msg.binding))
         self._staged.add(msg.binding)
 
     def quarantine(self, msg: Quarantine) -> None:
@@ -237,6 +283,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._quarantine = []
         self._acknowledged = False
         self._seq = 0
+        self._reduced_keys.clear()
         return StartedCommit()
 
     def apply_staged(self, binding: int) -> None:
@@ -250,6 +297,17 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            return
+        if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
+            R = self.driver.reduce_sql(model)
+            sql = reduce_statement(R, table, model, model.reduce, st, names, reduce_sources(R, model))
+            try:
+                self.execute(sql)
+            except Exception as exc:  # noqa: BLE001 - the driver names what it can; the rest propagates
+                refused = self.driver.reduce_refused(model, exc)
+                if refused is None:
+                    raise
+                raise refused from None
             return
         self.execute(
             f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "

@@ -18,6 +18,7 @@ the runtime checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -28,6 +29,7 @@ from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import retry
 from tidemark.protocol.messages import SpecResponse
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.sqlite import reduce
 from tidemark.drivers.sqlite.settings import SETTINGS, SqliteSettings
 
 T = TypeVar("T")
@@ -81,7 +83,7 @@ def _translate(exc: sqlite3.Error, path: str) -> TidemarkError:
     return DriverError(f"SQLite database {path!r}: {type(exc).__name__}: {text}")
 
 
-CAPABILITIES = sql_capabilities(10_000)
+CAPABILITIES = dataclasses.replace(sql_capabilities(10_000), endpoint_reduce=reduce.ENDPOINT_REDUCE)
 
 
 class SQLiteDriver(SqlDriver):
@@ -133,6 +135,7 @@ class SQLiteDriver(SqlDriver):
                 uri=self.path.startswith("file:"),
             )
             try:
+                reduce.register(con)
                 con.execute(f"PRAGMA busy_timeout={int(self.policy.busy_timeout * 1000)}")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -166,6 +169,12 @@ class SQLiteDriver(SqlDriver):
 
     def executemany(self, con: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         con.executemany(sql, rows)
+
+    def reduce_sql(self, model) -> reduce.SqliteReduce:
+        return reduce.SqliteReduce(self.dialect.quote, [self.dialect.quote(c.name) for c in model.keys])
+
+    def reduce_refused(self, model, exc: Exception) -> Optional[Exception]:
+        return reduce.refused(model, exc)
 
     # ------------------------------------------------------------ setup phase
     def spec(self) -> SpecResponse:

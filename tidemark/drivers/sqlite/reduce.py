@@ -1,0 +1,184 @@
+"""Reducing in SQLite (JSON1, 3.38+): the SQL form of each strategy over ``TEXT`` documents.
+
+SQLite's JSON functions keep a member's JSON text exactly when it is picked (``doc -> path``
+and ``json()`` do not re-print numbers) and parse numbers exactly (``->>``), but they print a
+computed ``REAL`` with 15 significant digits (``0.1 + 0.2`` becomes ``0.3``), turn ``true``
+into ``1`` through ``json_each``, merge nested objects recursively in ``json_patch`` (and
+delete members set to ``null``), silently turn an integer ``+`` past 64 bits into a ``REAL``,
+and cannot address a key holding ``"`` by a path before 3.45.  So:
+
+* a computed ``REAL`` (a ``sum`` of numbers, a ``minimize`` of numbers) is printed by Python's
+  ``repr`` (``tidemark_real``: the shortest text that reads back as the same double, as the
+  Python fold writes it), registered on every connection by :func:`register`;
+* ``sum`` checks its result in SQL — two integers whose sum left 64 bits, or a sum that is
+  not finite — and calls ``tidemark_refuse``, which fails the statement naming the key, the
+  property and both operands (:class:`Refusals`); nothing of the transaction is committed;
+* the root's shallow merge (``OLD || NEW``: a later top-level member wins, objects are
+  replaced, not merged) joins, as text, the stored members the batch does not set and then
+  the batch's, each member's JSON text taken by its full path (and, for a key holding ``"``,
+  rebuilt from ``json_each``'s typed value);
+* ``append`` joins the two arrays' texts; ``merge`` of a map (``additionalProperties`` of
+  one scalar type: no member is ``null`` or an object) is ``json_patch``;
+* the reduced members are put into the merged document by ``json_replace``, which never adds
+  a member: a declared property absent on both sides stays absent.
+
+Strings compare by SQLite's ``BINARY`` collation (UTF-8 bytes: code point order, as the Python
+fold compares); booleans read back as ``1``/``0`` and are printed as ``true``/``false``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from typing import Any, Optional
+
+from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
+
+DOUBLE_MAX = "1.7976931348623157e308"
+#: a function takes at most 127 arguments (SQLITE_MAX_FUNCTION_ARG): members per json_replace
+PAIRS = 60
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def path(name: str) -> str:
+    """The JSON path of a top-level member (``sql_reduction`` keeps names holding ``"`` or
+    ``\\`` on the Python fold)."""
+    return literal(f'$."{name}"')
+
+
+class SqliteReduce(ReduceSql):
+    def __init__(self, quote, keys=()):
+        super().__init__(quote)
+        #: the staged row's key, as JSON, for a refusal's message (``keys``: the quoted key columns)
+        self.key_json = f"json_array({', '.join(f'{NEW}.{k}' for k in keys)})"
+
+    def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
+        # ``WHERE true``: SQLite's parser would read ``ON CONFLICT`` as a join's ``ON``
+        return f"INSERT INTO {table} AS {OLD} ({target}) SELECT {source} FROM {staged} WHERE true"
+
+    def add(self, old: str, new: str, f) -> str:
+        s = f"({old} + {new})"
+        refuse = f"tidemark_refuse({literal(f.name)}, {self.key_json}, {old}, {new})"
+        return (
+            f"(CASE WHEN typeof({s}) = 'real' AND (typeof({old}) = 'integer' AND typeof({new}) = 'integer' "
+            f"OR abs({s}) > {DOUBLE_MAX}) THEN {refuse} ELSE {s} END)"
+        )
+
+    def greatest(self, old: str, new: str, f) -> str:
+        return f"max({old}, {new})"
+
+    def least(self, old: str, new: str, f) -> str:
+        return f"min({old}, {new})"
+
+    def concat_arrays(self, old: str, new: str) -> str:
+        # both are the minified JSON text of an array (``->`` and ``json()`` print it so)
+        return (
+            f"(CASE WHEN {old} = '[]' THEN {new} WHEN {new} = '[]' THEN {old} "
+            f"ELSE json(substr({old}, 1, length({old}) - 1) || ',' || substr({new}, 2)) END)"
+        )
+
+    def merge_objects(self, old: str, new: str) -> str:
+        return f"json_patch({old}, {new})"  # a map's members are scalars, never null
+
+    def merge_documents(self, old: str, new: str) -> str:
+        def member(doc: str) -> str:
+            return (
+                f"coalesce({doc} -> fullkey, CASE type WHEN 'real' THEN json(tidemark_real(value)) "
+                "WHEN 'text' THEN json_quote(value) WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') "
+                "WHEN 'null' THEN json('null') ELSE json(value) END)"
+            )
+
+        # the members' JSON texts joined as text: a JSON value's subtype does not survive the
+        # subquery, so json_group_object would quote them as strings
+        return (
+            f"json((SELECT '{{' || coalesce(group_concat(json_quote(k) || ':' || v, ','), '') || '}}' FROM "
+            f"(SELECT key AS k, {member(old)} AS v FROM json_each({old}) "
+            f"WHERE key NOT IN (SELECT key FROM json_each({new})) "
+            f"UNION ALL SELECT key, {member(new)} FROM json_each({new}))))"
+        )
+
+    def document(self, alias: str) -> str:
+        return f"{alias}.{self.quote(DOCUMENT_COLUMN)}"
+
+    def member(self, doc: str, name: str) -> str:
+        return f"({doc} -> {path(name)})"
+
+    def typed(self, doc: str, name: str, col: Column) -> str:
+        return f"({doc} ->> {path(name)})"
+
+    def to_json(self, expr: str, col: Column) -> str:
+        if col.kind == BOOLEAN:
+            return f"(CASE {expr} WHEN 1 THEN json('true') WHEN 0 THEN json('false') END)"
+        if col.kind in (INTEGER, NUMBER):
+            return f"(CASE WHEN typeof({expr}) = 'real' THEN json(tidemark_real({expr})) ELSE {expr} END)"
+        return expr  # text: json_replace quotes it
+
+    def with_members(self, doc: str, members, nullable, present=()) -> str:
+        out = doc
+        pairs = [*present, *members, *nullable]
+        for i in range(0, len(pairs), PAIRS):
+            args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + PAIRS])
+            out = f"json_replace({out}, {args})"
+        return out
+
+
+class Refusals(threading.local):
+    """What the last ``tidemark_refuse`` call of this thread said (the exception sqlite3
+    raises for a failing function says only that it failed); a statement runs its functions
+    in the thread that executes it."""
+
+    last: Optional[str] = None
+
+    def refuse(self, name: str, key: str, left: Any, right: Any) -> None:
+        what = "is beyond a 64-bit integer" if isinstance(left + right, int) else "is not a finite number"
+        self.last = (
+            f"key {json.loads(key)!r}: /{name}: 'sum' overflowed: the result {what} (left {left!r}, right {right!r})"
+        )
+        raise ValueError(self.last)  # sqlite3 turns an OverflowError into 'string or blob too big'
+
+
+def real(x: Any) -> Optional[str]:
+    """A double as the Python fold writes it (``repr``: shortest round trip)."""
+    if x is None:
+        return None
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"{x!r} is not a JSON number")
+    return repr(x)
+
+
+REFUSALS = Refusals()
+
+
+def register(con: sqlite3.Connection) -> None:
+    """The functions the reduce statements call, on one connection."""
+    con.create_function("tidemark_real", 1, real, deterministic=True)
+    con.create_function("tidemark_refuse", 4, REFUSALS.refuse)
+
+
+def refused(model, exc: Exception) -> Optional[Exception]:
+    """A DriverError naming the key and property for a refused sum, else None."""
+    from tidemark.errors import DriverError
+
+    why, REFUSALS.last = REFUSALS.last, None
+    if not isinstance(exc, sqlite3.OperationalError):
+        return None
+    if why is None:
+        return None
+    return DriverError(
+        f"{model.display}: {why}. Nothing of this shard's transaction was committed; the batch fails as it "
+        "would reducing in Python."
+    )
+
+
+#: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
+ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
+
+__all__ = ["SqliteReduce", "register", "refused", "ENDPOINT_REDUCE"]
