@@ -118,7 +118,10 @@ class Endpoint:
             rows = con.execute(f'SELECT k, {cols} FROM "{table}"').fetchall()
             con.close()
             # booleans are 0/1 in SQLite
-            rows = [(r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])]) for r in rows]
+            rows = [
+                (r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])])
+                for r in rows
+            ]
         return {r[0]: [canonical(v) for v in r[1:]] for r in rows}
 
 
