@@ -127,6 +127,29 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     )
 
 
+def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path):
+    """A binding SQLite reduces itself (no Load; docs/reductions.md, "Reduced in the
+    endpoint"), killed at every point — after the staged rows (``mid_store``), before and after
+    the commit of the reducing statement, after the recovery log, … — with 2 shards on the
+    commit path without Spark: the view equals the Python fold of every file, nothing applied
+    twice; and the same input on the Load path gives the same view."""
+    from tidemark.ops import check_spec
+
+    data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=71)
+    spec = compiled_spec(tmp_path, data, db, options={"small_batch_keys": 0})
+    assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
+    assert run_until_done(spec, plain=True).kills == 0
+    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=72, start=2)
+
+    points = [p for p in POINTS if p != "mid_load"]  # no Loads on this path
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=True)
+
+    assert fired(markers) == set(points), outcome
+    assert sqlite_view(db) == compiled_oracle(files)
+
+
 @pytest.mark.chaos_full  # with Spark; CI runs it after the default suite
 def test_kill_at_random_moments_then_restart_is_exact(tmp_path):
     """The harness SIGKILLs the run's process group at random times (seeded), up to three times."""
