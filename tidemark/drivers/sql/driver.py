@@ -148,6 +148,10 @@ class SqlDriver(Driver):
         for a binding it reduces itself (``Capabilities.endpoint_reduce``)."""
         raise NotImplementedError(f"{self.dialect.title} does not reduce in the endpoint")
 
+    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]:
+        """The combined documents' JSON texts as the reduce statement wants them staged."""
+        return texts
+
     def reduce_refused(self, model: TableModel, exc: Exception) -> Optional[Exception]:
         """The error to raise for ``exc`` from a binding's reduce statement (a sum past 64
         bits, named by key and property), or None to let ``exc`` propagate."""

@@ -220,7 +220,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kinds = [c.kind for c in model.keys]
         n = len(kinds)
         st, create = self.stage_table(model, msg.binding)
-        texts = msg.texts or tuple(dumps(doc) for doc in msg.docs)
+        texts = self.driver.staged_texts(msg.texts) if msg.texts else tuple(dumps(doc) for doc in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         rows = [

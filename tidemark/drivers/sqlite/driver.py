@@ -173,6 +173,9 @@ class SQLiteDriver(SqlDriver):
     def reduce_sql(self, model) -> reduce.SqliteReduce:
         return reduce.SqliteReduce(self.dialect.quote, [self.dialect.quote(c.name) for c in model.keys])
 
+    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]:
+        return reduce.unescaped_names(texts)
+
     def reduce_refused(self, model, exc: Exception) -> Optional[Exception]:
         return reduce.refused(model, exc)
 

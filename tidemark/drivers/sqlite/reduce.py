@@ -14,11 +14,14 @@ and cannot address a key holding ``"`` by a path before 3.45.  So:
   not finite — and calls ``tidemark_refuse``, which fails the statement naming the key, the
   property and both operands (:class:`Refusals`); nothing of the transaction is committed;
 * the root's shallow merge (``OLD || NEW``: a later top-level member wins, objects are
-  replaced, not merged) joins, as text, the stored members the batch does not set and then
-  the batch's, each member's JSON text taken by its full path (and, for a key holding ``"``,
-  rebuilt from ``json_each``'s typed value);
+  replaced, not merged) is ``json_patch`` where the batch's document holds no object and no
+  ``null`` and neither text a backslash (there the two agree: ``json_patch`` compares member
+  names by their text, escapes and all), else it joins, as text, the stored members the batch does
+  not set and then the batch's, each member's JSON text taken by its full path (and, for a
+  key holding ``"``, rebuilt from ``json_each``'s typed value);
 * ``append`` joins the two arrays' texts; ``merge`` of a map (``additionalProperties`` of
-  one scalar type: no member is ``null`` or an object) is ``json_patch``;
+  one scalar type: no member is ``null`` or an object) is ``json_patch`` where neither text
+  holds a backslash, else the same join as the root's;
 * the reduced members are put into the merged document by ``json_replace``, which never adds
   a member: a declared property absent on both sides stays absent.
 
@@ -35,7 +38,7 @@ import threading
 from typing import Any, Optional
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, dumps
 from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
 
 DOUBLE_MAX = "1.7976931348623157e308"
@@ -51,6 +54,32 @@ def path(name: str) -> str:
     """The JSON path of a top-level member (``sql_reduction`` keeps names holding ``"`` or
     ``\\`` on the Python fold)."""
     return literal(f'$."{name}"')
+
+
+def _unescaped(old: str, new: str) -> str:
+    """Neither text holds a backslash: json_patch compares member names by their text, so
+    ``"\\u00e9"`` and ``"é"`` would be two members."""
+    return f"instr({old}, '\\') = 0 AND instr({new}, '\\') = 0"
+
+
+def _joined(old: str, new: str) -> str:
+    """The shallow merge of two objects: the members of ``old`` that ``new`` does not have
+    (by their decoded names), then ``new``'s, joined as text (a JSON value's subtype does not
+    survive the subquery, so json_group_object would quote them as strings)."""
+
+    def member(doc: str) -> str:
+        return (
+            f"coalesce({doc} -> fullkey, CASE type WHEN 'real' THEN json(tidemark_real(value)) "
+            "WHEN 'text' THEN json_quote(value) WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') "
+            "WHEN 'null' THEN json('null') ELSE json(value) END)"
+        )
+
+    return (
+        f"json((SELECT '{{' || coalesce(group_concat(json_quote(k) || ':' || v, ','), '') || '}}' FROM "
+        f"(SELECT key AS k, {member(old)} AS v FROM json_each({old}) "
+        f"WHERE key NOT IN (SELECT key FROM json_each({new})) "
+        f"UNION ALL SELECT key, {member(new)} FROM json_each({new}))))"
+    )
 
 
 class SqliteReduce(ReduceSql):
@@ -85,23 +114,17 @@ class SqliteReduce(ReduceSql):
         )
 
     def merge_objects(self, old: str, new: str) -> str:
-        return f"json_patch({old}, {new})"  # a map's members are scalars, never null
+        # a map's members are scalars, never null: json_patch merges them shallowly, where it
+        # compares their names rightly (below)
+        return f"(CASE WHEN {_unescaped(old, new)} THEN json_patch({old}, {new}) ELSE {_joined(old, new)} END)"
 
     def merge_documents(self, old: str, new: str) -> str:
-        def member(doc: str) -> str:
-            return (
-                f"coalesce({doc} -> fullkey, CASE type WHEN 'real' THEN json(tidemark_real(value)) "
-                "WHEN 'text' THEN json_quote(value) WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') "
-                "WHEN 'null' THEN json('null') ELSE json(value) END)"
-            )
-
-        # the members' JSON texts joined as text: a JSON value's subtype does not survive the
-        # subquery, so json_group_object would quote them as strings
+        # json_patch is the root's shallow merge where no member of the batch's document is an
+        # object (merged recursively) or null (deleted): where its text holds no ``{`` after the
+        # first character and no ``null`` anywhere (a string holding either takes the long way)
         return (
-            f"json((SELECT '{{' || coalesce(group_concat(json_quote(k) || ':' || v, ','), '') || '}}' FROM "
-            f"(SELECT key AS k, {member(old)} AS v FROM json_each({old}) "
-            f"WHERE key NOT IN (SELECT key FROM json_each({new})) "
-            f"UNION ALL SELECT key, {member(new)} FROM json_each({new}))))"
+            f"(CASE WHEN instr(substr({new}, 2), '{{') = 0 AND instr({new}, 'null') = 0 AND {_unescaped(old, new)} "
+            f"THEN json_patch({old}, {new}) ELSE {_joined(old, new)} END)"
         )
 
     def document(self, alias: str) -> str:
@@ -155,6 +178,16 @@ def real(x: Any) -> Optional[str]:
 
 
 REFUSALS = Refusals()
+
+
+def unescaped_names(texts):
+    """The texts with no escape a name does not need: SQLite 3.40 finds a member by the text
+    of its name (``$."é"`` does not find ``"\\u00e9"``), so a text holding a backslash is
+    written again with only the escapes JSON requires (a property name the SQL names holds
+    none of those: ``sql_reduction``)."""
+    if not any("\\" in t for t in texts):
+        return texts
+    return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
 
 
 def register(con: sqlite3.Connection) -> None:
