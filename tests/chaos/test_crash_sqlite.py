@@ -83,16 +83,18 @@ ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_
 
 # The shard sessions on Spark's executors at the telling points (the default suite) and at every
 # point; in the driver ("Small batches") at every point (which holds the telling ones).
+# The telling points on the endpoint-reduce path (SQLite reduces this schema itself: no Loads);
+# every point, ``mid_load`` included, on the Load path (``endpoint_reduce: false``).
 @pytest.mark.parametrize(
-    "small_batch_keys,points",
+    "small_batch_keys,points,endpoint_reduce",
     [
-        (0, ONE_JOB_POINTS),
-        pytest.param(0, POINTS, marks=pytest.mark.chaos_full),
-        pytest.param(5000, POINTS, marks=pytest.mark.chaos_full),
+        (0, ONE_JOB_POINTS, True),
+        pytest.param(0, POINTS, False, marks=pytest.mark.chaos_full),
+        pytest.param(5000, POINTS, False, marks=pytest.mark.chaos_full),
     ],
     ids=["spark-telling", "spark-every", "driver-every"],
 )
-def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys):
+def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys, endpoint_reduce):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
     "One Spark job per batch"), with the shard sessions on Spark's executors or, for batches
     after a small one, in the driver ("Small batches"). One killed batch holds an invalid
@@ -102,7 +104,12 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     markers.mkdir()
     files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=31)
     spec = compiled_spec(
-        tmp_path, data, db, shards=2, on_invalid="quarantine", options={"small_batch_keys": small_batch_keys}
+        tmp_path,
+        data,
+        db,
+        shards=2,
+        on_invalid="quarantine",
+        options={"small_batch_keys": small_batch_keys, "endpoint_reduce": endpoint_reduce},
     )
     assert run_until_done(spec).kills == 0
     files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=32, start=2)
