@@ -68,3 +68,34 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path, mysql_url, mysql
     outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 1 else None)
     assert outcome.kills >= 1, outcome
     assert normalize(mysql_view(mysql_url, mysql_db)) == oracle_orders(data)
+
+
+def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, mysql_url, mysql_db):
+    """A binding MariaDB reduces itself (no Load; docs/reductions.md, "Reduced in the
+    endpoint"), killed at every point — after the staged rows (``mid_store``), before and after
+    the commit of the reducing statement, after the recovery log, … — with 2 shards on the
+    commit path without Spark: the view equals the Python fold of every file."""
+    from tests.helpers import COMPILED_SCHEMA, compiled_oracle, orders_spec, write_compiled_orders
+    from tidemark.ops import check_spec
+
+    data, markers = tmp_path / "data", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=63)
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=2,
+        schema=COMPILED_SCHEMA,
+        endpoint={"mysql": {"url": mysql_url, "schema": mysql_db}},
+        extra_mat={"options": {"small_batch_keys": 0}},
+    )
+    assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
+    assert run_until_done(spec, plain=True).kills == 0
+    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=64, start=2)
+
+    points = [p for p in POINTS if p != "mid_load"]  # no Loads on this path
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=True)
+
+    assert fired(markers) == set(points), outcome
+    assert mysql_view(mysql_url, mysql_db) == compiled_oracle(files)

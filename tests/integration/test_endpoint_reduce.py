@@ -1,6 +1,6 @@
-"""Reduce in the endpoint (PostgreSQL, SQLite): the document and the columns one statement
-writes equal what the Python fold gives, for generated schemas and documents; refusals name
-the key and the rule.
+"""Reduce in the endpoint (PostgreSQL, SQLite, MariaDB): the document and the columns one
+statement writes equal what the Python fold gives, for generated schemas and documents;
+refusals name the key and the rule.
 
 The answer is computed as the Load path computes it — each batch's documents combined per
 key, then reduced into the key's stored document — with :meth:`Collection.reduce`, and
@@ -23,15 +23,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.test_sqlite_driver import MAT, apply, cp
+from tests.mysql_support import mysql_db, mysql_url  # noqa: F401 - fixtures
+from tests.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
 from tidemark.drivers.postgres import PostgresDriver
+from tidemark.drivers.mysql import MySqlDriver
+from tidemark.drivers.mysql.transactor import to_utc
 from tidemark.drivers.sqlite import SQLiteDriver
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
-ENDPOINTS = ["postgres", "sqlite"]
+ENDPOINTS = ["postgres", "sqlite", "mysql"]
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=4)
 SMALL_INT = st.integers(-(2**40), 2**40)
@@ -92,7 +96,9 @@ def canonical(v):
         return ("number", Fraction(repr(v)) if isinstance(v, float) else Fraction(v))
     if isinstance(v, list):
         return [canonical(x) for x in v]
-    return {k: canonical(x) for k, x in v.items()}
+    if isinstance(v, dict):
+        return {k: canonical(x) for k, x in v.items()}
+    return v  # a column's datetime
 
 
 class Endpoint:
@@ -104,6 +110,10 @@ class Endpoint:
             self.url = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
             self.driver = PostgresDriver({"url": self.url, "schema": self.schema})
+        elif name == "mysql":
+            self.url = request.getfixturevalue("mysql_url")
+            self.schema = request.getfixturevalue("mysql_db")
+            self.driver = MySqlDriver({"url": self.url, "schema": self.schema})
         else:
             self.path = str(tmp_path / "views.db")
             self.driver = SQLiteDriver({"path": self.path})
@@ -113,6 +123,13 @@ class Endpoint:
         if self.name == "postgres":
             with psycopg.connect(self.url, autocommit=True) as con:
                 rows = con.execute(f'SELECT k, {cols} FROM "{self.schema}"."{table}"').fetchall()
+        elif self.name == "mysql":
+            cols = ", ".join(f"`{n}`" for n in names)
+            rows = mysql_sql(self.url, f"SELECT k, {cols} FROM `{self.schema}`.`{table}`")
+            rows = [
+                (r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])])
+                for r in rows
+            ]
         else:
             con = sqlite3.connect(self.path)
             rows = con.execute(f'SELECT k, {cols} FROM "{table}"').fetchall()
@@ -197,11 +214,17 @@ def test_the_statement_reduces_as_the_python_fold(endpoint, case):
     view = driver.dump(MAT, b)
     assert {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in expected.items()}
     # the columns hold the reduced values too
-    names = [f.name for f in b.value_fields if f.format != "date-time"]
+    mysql = endpoint.name == "mysql"  # date-time columns hold naive UTC datetimes there: compared too
+    names = [f.name for f in b.value_fields if mysql or f.format != "date-time"]
     if names:
         types = {f.name: f.type for f in b.value_fields}
+        times = {f.name for f in b.value_fields if f.format == "date-time"}
+
+        def column(n, v):
+            return to_utc(v) if n in times and v is not None else canonical(v)
+
         assert endpoint.columns(table, names, types) == {
-            k: [canonical(d.get(n)) for n in names] for k, d in expected.items()
+            k: [column(n, d.get(n)) for n in names] for k, d in expected.items()
         }
 
 

@@ -10,6 +10,7 @@ gone with it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import pymysql
@@ -17,17 +18,20 @@ from pymysql.constants import CLIENT
 
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, dialect_for
+from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
 from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TablePlan, TableModel, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
+from tidemark.drivers.sql.reduce import unescaped_names
 from tidemark.errors import IncompatibleSchema, SpecError, TidemarkError
 from tidemark.protocol.messages import BindingSpec, SpecResponse
 
 T = TypeVar("T")
 
 CAPABILITIES = sql_capabilities(20_000)
+REDUCING = dataclasses.replace(CAPABILITIES, endpoint_reduce=ENDPOINT_REDUCE)
 SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 
@@ -37,7 +41,16 @@ class MySqlDriver(ClientConnections, SqlDriver):
     transactor = MySqlTransactor
 
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        """MariaDB reduces in the endpoint (``drivers/mysql/reduce.py``); MySQL 8 Loads. Which
+        server this is comes from the first connection."""
+        self.con  # noqa: B018 - the handshake names the server
+        return REDUCING if self.dialect.mariadb else CAPABILITIES
+
+    def reduce_sql(self, model: TableModel) -> MariaReduce:
+        return MariaReduce(self.dialect.quote, self.dialect.ident(model), model)
+
+    def staged_texts(self, texts):
+        return unescaped_names(texts)
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
@@ -60,7 +73,8 @@ class MySqlDriver(ClientConnections, SqlDriver):
             with con.cursor() as cur:
                 cur.execute(
                     f"SET SESSION sql_mode = '{SQL_MODE}', SESSION time_zone = '+00:00', "
-                    f"SESSION innodb_lock_wait_timeout = {max(1, int(self.settings.policy.lock_timeout))}"
+                    f"SESSION innodb_lock_wait_timeout = {max(1, int(self.settings.policy.lock_timeout))}, "
+                    "SESSION group_concat_max_len = 4294967295"  # the reduce statement joins members (reduce.py)
                 )
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             self.dialect = dialect_for(con.get_server_info())  # from the handshake

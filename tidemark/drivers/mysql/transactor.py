@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 import pymysql
 
 from tidemark.drivers.mysql.dialect import KEY_CHARS, MySqlDialect
+from tidemark.drivers.mysql.reduce import overflow_query
 from tidemark.drivers.sql import (
     BOOLEAN,
     DOCUMENT_COLUMN,
@@ -35,6 +36,7 @@ from tidemark.drivers.sql import (
     coerce,
     dumps,
 )
+from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
@@ -245,6 +247,9 @@ class MySqlTransactor(SqlTransactor):
         d = self.dialect
         model = self.models[msg.binding]
         self.check_keys(model, msg.keys)
+        if model.reduce is not None:
+            self._store_texts(model, msg)
+            return
         n = len(model.keys)
         name = stage_name(msg.binding)
         columns = (
@@ -302,6 +307,80 @@ class MySqlTransactor(SqlTransactor):
         self._stale.discard(msg.binding)
         self._staged.add(msg.binding)
 
+    def _staging(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
+        d = self.dialect
+        columns = (
+            ["seq bigint NOT NULL", "x boolean NOT NULL"]
+            + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
+            + ["d longtext NOT NULL"]
+        )
+        if not model.delta:
+            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(len(model.keys)))})")
+        return self.temp(stage_name(binding), columns)
+
+    def _store_texts(self, model: TableModel, msg: Store) -> None:
+        """Stage a binding MariaDB reduces: the keys and each combined document's JSON text
+        (the commit's statement reads the value columns from it; ``drivers/mysql/reduce.py``)."""
+        seen = self._reduced_keys.setdefault(msg.binding, set())
+        if len(set(msg.keys)) != len(msg.keys) or not seen.isdisjoint(msg.keys):
+            raise DriverError(
+                f"{model.display}: a key was stored twice in one transaction of a binding MariaDB reduces "
+                "itself (the runtime combines each key once per batch): nothing was committed"
+            )
+        seen.update(msg.keys)
+        st, create = self._staging(model, msg.binding)
+        stale = msg.binding in self._stale
+        seq = self._seq
+        self._seq = seq + len(msg.keys)
+        kc = [param(c.kind) for c in model.keys]
+        texts = self.driver.staged_texts(msg.texts) if msg.texts else [dumps(doc) for doc in msg.docs]
+        rows = self.converted(
+            model,
+            lambda: [
+                (seq + i, 0, *[f(v) for f, v in zip(kc, key)], t) for i, (key, t) in enumerate(zip(msg.keys, texts))
+            ],
+            msg.keys,
+        )
+        names = ["seq", "x"] + [f"c{j}" for j in range(len(model.keys))] + ["d"]
+
+        def body() -> None:
+            if create:
+                self.execute(create)
+            elif stale:
+                self.execute(f"DELETE FROM {st}")
+            self.bulk(
+                st, names, rows, lambda i: list(msg.keys[i]), f"store {model.display}", 0, [c.name for c in model.keys]
+            )
+
+        self.in_transaction(body, f"store {model.display}", write=False)
+        self._created.add(stage_name(msg.binding))
+        self._stale.discard(msg.binding)
+        self._staged.add(msg.binding)
+
+    def _reduce(self, model: TableModel, st: str, names: list[str]) -> None:
+        """The reducing statement; a sum past its type is refused naming the key and property."""
+        R = self.driver.reduce_sql(model)
+        sql = reduce_statement(R, R.table, model, model.reduce, st, names, reduce_sources(R, model, "s"))
+        try:
+            self.execute(sql)
+        except pymysql.Error as exc:
+            if not exc.args or exc.args[0] != 1690:  # out of range
+                raise
+            for col in model.values:
+                f = next((f for f in model.reduce.fields if f.name == col.name), None)
+                if f is None or f.strategy != "sum":
+                    continue
+                row = self.execute(overflow_query(R, model, st, f, col)).fetchone()
+                if row is not None:
+                    n = len(model.keys)
+                    what = "is beyond a 64-bit integer" if f.type == "integer" else "is not a finite number"
+                    raise DriverError(
+                        f"{model.display}: key {list(row[:n])!r}: /{f.name}: 'sum' overflowed: the result {what} "
+                        f"(left {row[n]}, right {row[n + 1]}). Nothing of this shard's transaction was committed; "
+                        "the batch fails as it would reducing in Python."
+                    ) from None
+            raise
+
     # --------------------------------------------------------------- commit
     def apply_staged(self, binding: int) -> None:
         d = self.dialect
@@ -313,6 +392,9 @@ class MySqlTransactor(SqlTransactor):
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            return
+        if model.reduce is not None:  # MariaDB reduces: one statement (drivers/mysql/reduce.py)
+            self._reduce(model, st, names)
             return
         if binding in self._deletes:
             match = " AND ".join(f"t.{c} = s.{src}" for c, src in zip(names[:n], sources))

@@ -24,11 +24,12 @@ key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's piece
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Optional, Sequence
 
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.strategies import STRATEGIES
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel, dumps
 
 OLD = "t"  # the stored row's alias
 NEW = "excluded"  # the staged row, as ON CONFLICT names it
@@ -66,6 +67,10 @@ class ReduceSql:
     def merge_documents(self, old: str, new: str) -> str:
         """The root's shallow merge: every top-level member of both, the right side's winning."""
         return self.merge_objects(old, new)
+
+    def column(self, side: str, quoted: str) -> str:
+        """A column of the stored row (``side`` :data:`OLD`) or of the staged one (:data:`NEW`)."""
+        return f"{side}.{quoted}"
 
     # documents
     def document(self, alias: str) -> str:
@@ -125,7 +130,7 @@ def reduce_statement(
     if plan.root_strategy == "firstWriteWins":
         return f"{head} {R.on_conflict(keys, [])}"
     if plan.root_strategy == "lastWriteWins":
-        return f"{head} {R.on_conflict(keys, [(c, f'{NEW}.{c}') for c in target[n:]])}"
+        return f"{head} {R.on_conflict(keys, [(c, R.column(NEW, c)) for c in target[n:]])}"
     fields = {f.name: f for f in plan.fields}
     old_doc, new_doc = R.document(OLD), R.document(NEW)
     sets: list[tuple[str, str]] = []
@@ -136,8 +141,8 @@ def reduce_statement(
             raise ValueError(f"column {col.name!r} is not a top-level scalar of the plan")
         # the stored column, or where it is NULL the document's value (a column added after
         # the row was written is NULL there; the document holds the value)
-        old = R.coalesce(f"{OLD}.{q(col.name)}", R.typed(old_doc, f.name, col))
-        expr = _sql(f, R, old, f"{NEW}.{q(col.name)}")
+        old = R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, f.name, col))
+        expr = _sql(f, R, old, R.column(NEW, q(col.name)))
         sets.append((q(col.name), expr))
         if f.strategy in COMPUTED:
             typed[f.name] = R.to_json(expr, col)
@@ -174,6 +179,16 @@ def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[st
     )
 
 
+def unescaped_names(texts):
+    """The texts with no escape a name does not need: SQLite 3.40 and MariaDB find a member by
+    the text of its name (``$."é"`` does not find ``"\\u00e9"``), so a text holding a
+    backslash is written again with only the escapes JSON requires (a property name the SQL
+    names holds none of those: ``sql_reduction``)."""
+    if not any("\\" in t for t in texts):
+        return texts
+    return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
+
+
 def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str) -> str:
     expr: Optional[str] = STRATEGIES[f.strategy].sql(R, f, old, new)
     if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
@@ -187,4 +202,4 @@ def _kind(f: FieldPlan) -> str:
     return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 
-__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]
+__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "unescaped_names", "DOCUMENT_COLUMN", "OLD", "NEW"]

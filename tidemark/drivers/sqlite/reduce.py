@@ -38,8 +38,8 @@ import threading
 from typing import Any, Optional
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, dumps
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, unescaped_names
 
 DOUBLE_MAX = "1.7976931348623157e308"
 #: a function takes at most 127 arguments (SQLITE_MAX_FUNCTION_ARG): members per json_replace
@@ -180,16 +180,6 @@ def real(x: Any) -> Optional[str]:
 REFUSALS = Refusals()
 
 
-def unescaped_names(texts):
-    """The texts with no escape a name does not need: SQLite 3.40 finds a member by the text
-    of its name (``$."é"`` does not find ``"\\u00e9"``), so a text holding a backslash is
-    written again with only the escapes JSON requires (a property name the SQL names holds
-    none of those: ``sql_reduction``)."""
-    if not any("\\" in t for t in texts):
-        return texts
-    return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
-
-
 def register(con: sqlite3.Connection) -> None:
     """The functions the reduce statements call, on one connection."""
     con.create_function("tidemark_real", 1, real, deterministic=True)
@@ -214,4 +204,4 @@ def refused(model, exc: Exception) -> Optional[Exception]:
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
 ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
 
-__all__ = ["SqliteReduce", "register", "refused", "ENDPOINT_REDUCE"]
+__all__ = ["SqliteReduce", "register", "refused", "unescaped_names", "ENDPOINT_REDUCE"]

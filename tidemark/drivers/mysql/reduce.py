@@ -1,0 +1,183 @@
+"""Reducing in MariaDB (10.6+, ``JSON_TABLE``): the SQL form of each strategy over ``json``
+(``longtext``) documents.  MySQL 8 keeps the Load path (its binary JSON differs, and it is not
+tested here).
+
+The statement is ``INSERT INTO view (…) SELECT … FROM staging s ON DUPLICATE KEY UPDATE …``.
+MariaDB assigns left to right, each assignment seeing the ones before it, so the document is
+set first — from the stored row's columns and document (``view.col``) and the staged
+document (``s.d``) — and then every value column is read back from the new document.  In
+that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d`` but not
+``VALUES()``.
+
+* ``sum`` is ``+``: past 64 bits (``bigint``) or not finite (``double``) MariaDB raises 1690,
+  and the transactor names the key (:func:`overflow_query`);
+* ``maximize`` / ``minimize``: ``GREATEST`` / ``LEAST``; strings compared as their UTF-8
+  bytes (code point order, as the Python fold compares);
+* ``append``: ``JSON_MERGE_PRESERVE`` of two arrays (their concatenation); ``merge`` of a map
+  (scalar members, never null): ``JSON_MERGE_PATCH``;
+* the root's shallow merge: ``JSON_MERGE_PATCH`` where the batch's document holds no object
+  and no ``null`` (there the two agree); else, as text, the stored members whose names the
+  staged document does not have (names from ``JSON_KEYS``, values from ``JSON_TABLE(doc,
+  '$.*')`` in the same order, each as its JSON text) and then the staged document's members.
+  (``JSON_MERGE_PATCH`` with the staged names set to null would be shorter, but MariaDB 10.11
+  deletes only some of several members that way: ``JSON_MERGE_PATCH('{"b": 1, "k": "a"}',
+  '{"k": null, "b": null}')`` is ``{"k": "a"}``.)  ``group_concat_max_len`` is raised at
+  connect, so a long document is not cut;
+* the reduced members go in by ``JSON_REPLACE``, which never adds a member;
+* a ``date-time`` column (naive UTC ``datetime(6)``) is computed from the RFC 3339 text: the
+  local time less its offset.
+
+MariaDB finds ``$."é"`` only where the name is written so (not ``"\\u00e9"``): staged texts
+holding a backslash are written again without the escapes names do not need
+(:func:`tidemark.drivers.sql.reduce.unescaped_names`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel
+from tidemark.drivers.sql.reduce import OLD, ReduceSql
+
+STAGED = "s"  # the staging table's alias
+#: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
+PAIRS = 100
+DOUBLE_MAX = "1.7976931348623157e308"
+
+
+def literal(text: str) -> str:
+    """A MariaDB string literal (backslashes and quotes escaped: they are escapes there)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def path(name: str) -> str:
+    return literal(f'$."{name}"')
+
+
+def utc(text: str) -> str:
+    """An RFC 3339 date-time's text as a naive UTC ``datetime(6)``: the local part less the
+    offset (``Z``/``z`` is +00:00)."""
+    zulu = f"RIGHT({text}, 1) IN ('Z', 'z')"
+    local = (
+        f"CAST(REPLACE(REPLACE(LEFT({text}, CHAR_LENGTH({text}) - IF({zulu}, 1, 6)), 'T', ' '), 't', ' ') "
+        "AS DATETIME(6))"
+    )
+    minutes = (
+        f"IF({zulu}, 0, IF(SUBSTRING({text}, -6, 1) = '-', -1, 1) * "
+        f"(CAST(SUBSTRING({text}, -5, 2) AS SIGNED) * 60 + CAST(SUBSTRING({text}, -2, 2) AS SIGNED)))"
+    )
+    return f"({local} - INTERVAL {minutes} MINUTE)"
+
+
+def _members_not_in(old: str, new: str) -> str:
+    """The members of ``old`` whose names ``new`` does not have, as ``"name": value`` texts
+    joined by commas (NULL if none): names from ``JSON_KEYS`` (decoded, compared as bytes),
+    values from ``JSON_TABLE(old, '$.*')`` in the same order, each as its JSON text."""
+    keys = "COLUMNS (i FOR ORDINALITY, k LONGTEXT PATH '$')"
+    return (
+        f"(SELECT GROUP_CONCAT(CONCAT(JSON_QUOTE(jk.k), ': ', jv.v) ORDER BY jk.i SEPARATOR ', ') "
+        f"FROM JSON_TABLE(JSON_KEYS({old}), '$[*]' {keys}) jk "
+        f"JOIN JSON_TABLE({old}, '$.*' COLUMNS (i FOR ORDINALITY, v JSON PATH '$')) jv ON jk.i = jv.i "
+        f"WHERE CAST(jk.k AS BINARY) NOT IN (SELECT CAST(kn.k AS BINARY) FROM JSON_TABLE(JSON_KEYS({new}), '$[*]' {keys}) kn))"
+    )
+
+
+class MariaReduce(ReduceSql):
+    def __init__(self, quote, table: str, model: TableModel):
+        super().__init__(quote)
+        self.table, self.model = table, model
+
+    def column(self, side: str, quoted: str) -> str:
+        return f"{self.table}.{quoted}" if side == OLD else f"VALUES({quoted})"
+
+    def document(self, alias: str) -> str:
+        return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}" if alias == OLD else f"{STAGED}.d"
+
+    def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
+        return f"INSERT INTO {table} ({target}) SELECT {source} FROM {staged} {STAGED}"
+
+    def on_conflict(self, keys: Sequence[str], sets: Sequence[tuple[str, str]]) -> str:
+        if not sets:  # firstWriteWins at the root: keep the stored row
+            return f"ON DUPLICATE KEY UPDATE {keys[0]} = {self.table}.{keys[0]}"
+        # the document first (it reads the stored columns), then each column from it
+        doc_col, doc = sets[-1]
+        new_doc = f"{self.table}.{doc_col}"
+        assigns = [f"{doc_col} = {doc}"] + [
+            f"{self.quote(c.name)} = {self.typed(new_doc, c.name, c)}" for c in self.model.values
+        ]
+        return "ON DUPLICATE KEY UPDATE " + ", ".join(assigns)
+
+    def greatest(self, old: str, new: str, f) -> str:
+        if f.type == "string":
+            return f"IF(CAST({new} AS BINARY) > CAST({old} AS BINARY), {new}, {old})"
+        return f"GREATEST({old}, {new})"
+
+    def least(self, old: str, new: str, f) -> str:
+        if f.type == "string":
+            return f"IF(CAST({new} AS BINARY) < CAST({old} AS BINARY), {new}, {old})"
+        return f"LEAST({old}, {new})"
+
+    def concat_arrays(self, old: str, new: str) -> str:
+        return f"JSON_MERGE_PRESERVE({old}, {new})"
+
+    def merge_objects(self, old: str, new: str) -> str:
+        return f"JSON_MERGE_PATCH({old}, {new})"  # a map's members are scalars, never null
+
+    def merge_documents(self, old: str, new: str) -> str:
+        return (
+            f"IF(LOCATE('{{', {new}, 2) = 0 AND LOCATE('null', {new}) = 0, JSON_MERGE_PATCH({old}, {new}), "
+            f"JSON_EXTRACT(CONCAT('{{', CONCAT_WS(', ', {_members_not_in(old, new)}, "
+            f"NULLIF(TRIM(SUBSTRING(TRIM({new}), 2, CHAR_LENGTH(TRIM({new})) - 2)), '')), '}}'), '$'))"
+        )
+
+    def member(self, doc: str, name: str) -> str:
+        return f"JSON_EXTRACT({doc}, {path(name)})"
+
+    def typed(self, doc: str, name: str, col: Column) -> str:
+        v = f"JSON_VALUE({doc}, {path(name)})"
+        if col.kind in (INTEGER, BOOLEAN):
+            return f"CAST({v} AS SIGNED)"
+        if col.kind == NUMBER:
+            return f"CAST({v} AS DOUBLE)"
+        if col.kind == TIMESTAMP:
+            return utc(v)
+        return v
+
+    def to_json(self, expr: str, col: Column) -> str:
+        if col.kind == BOOLEAN:
+            return f"(CASE {expr} WHEN 1 THEN JSON_EXTRACT('true', '$') WHEN 0 THEN JSON_EXTRACT('false', '$') END)"
+        return expr
+
+    def with_members(self, doc: str, members, nullable, present=()) -> str:
+        out = doc
+        pairs = [*present, *members, *nullable]
+        for i in range(0, len(pairs), PAIRS):
+            args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + PAIRS])
+            out = f"JSON_REPLACE({out}, {args})"
+        return out
+
+
+def overflow_query(R: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:
+    """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands."""
+    q = R.quote
+    match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
+    keys = ", ".join(f"s.c{j}" for j in range(len(model.keys)))
+    old = f"JSON_VALUE(t.{q(DOCUMENT_COLUMN)}, {path(f.name)})"
+    new = f"JSON_VALUE(s.d, {path(f.name)})"
+    if col.kind == INTEGER:
+        a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"
+        bad = f"({a} + {b} > 9223372036854775807 OR {a} + {b} < -9223372036854775808)"
+    else:
+        a, b = f"CAST({old} AS DOUBLE)", f"CAST({new} AS DOUBLE)"
+        bad = (
+            f"(({a} > 0 AND {b} > 0 AND {a} > {DOUBLE_MAX} - {b}) OR "
+            f"({a} < 0 AND {b} < 0 AND {a} < -{DOUBLE_MAX} - {b}))"
+        )
+    return f"SELECT {keys}, {old}, {new} FROM {staged} s JOIN {R.table} t ON {match} WHERE {bad} LIMIT 1"
+
+
+#: the strategies MariaDB reduces itself (``Capabilities.endpoint_reduce``)
+ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
+
+__all__ = ["MariaReduce", "overflow_query", "ENDPOINT_REDUCE"]
