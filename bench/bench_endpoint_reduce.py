@@ -1,6 +1,6 @@
 """One shard session's endpoint work per batch, reduced in the endpoint against Load + Python.
 
-    python bench/bench_endpoint_reduce.py [--endpoints sqlite,postgres] [--keys 100000]
+    python bench/bench_endpoint_reduce.py [--endpoints sqlite,postgres,mysql] [--keys 100000]
                                           [--batch 25000] [--batches 8] [--rounds 2]
 
 The stream of ``bench_small_batches.py`` (nine fields, ``--keys`` customers), already combined
@@ -71,11 +71,17 @@ def make_driver(endpoint: str, work: str):
         from tidemark.drivers.sqlite import SQLiteDriver
 
         return SQLiteDriver({"path": os.path.join(work, f"{uuid.uuid4().hex}.db")}), None
+    if endpoint == "mysql":
+        from tidemark.drivers.mysql import MySqlDriver
+
+        url = os.environ.get("TIDEMARK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+        db = f"bench_{uuid.uuid4().hex[:10]}"
+        return MySqlDriver({"url": url, "schema": db}), ("mysql", url, db)
     from tidemark.drivers.postgres import PostgresDriver
 
     url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    return PostgresDriver({"url": url, "schema": schema}), (url, schema)
+    return PostgresDriver({"url": url, "schema": schema}), ("postgres", url, schema)
 
 
 def binding(driver, coll: Collection, reduced: bool):
@@ -140,18 +146,23 @@ def run(endpoint: str, reduced: bool, work: str, data: list[dict], coll: Collect
             phases.append({"open": t1 - t0, "load": t2 - t1, "store": t3 - t2, "commit": t4 - t3, "total": t4 - t0})
         view = {k[0]: d for k, d in driver.dump(MAT, b).items()}
     finally:
-        if pg is not None:
+        driver.close()
+        if pg is not None and pg[0] == "postgres":
             import psycopg
 
-            with psycopg.connect(pg[0], autocommit=True) as con:
-                con.execute(f'DROP SCHEMA IF EXISTS "{pg[1]}" CASCADE')
-        driver.close()
+            with psycopg.connect(pg[1], autocommit=True) as con:
+                con.execute(f'DROP SCHEMA IF EXISTS "{pg[2]}" CASCADE')
+        elif pg is not None:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+            from tests.mysql_support import drop_database
+
+            drop_database(pg[1], pg[2])
     return phases, view
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoints", default="sqlite,postgres")
+    ap.add_argument("--endpoints", default="sqlite,postgres,mysql")
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=25_000)
     ap.add_argument("--batches", type=int, default=8)
