@@ -244,7 +244,6 @@ class MySqlTransactor(SqlTransactor):
     def store(self, msg: Store) -> None:
         if not msg.keys:
             return
-        d = self.dialect
         model = self.models[msg.binding]
         self.check_keys(model, msg.keys)
         if model.reduce is not None:
@@ -252,14 +251,7 @@ class MySqlTransactor(SqlTransactor):
             return
         n = len(model.keys)
         name = stage_name(msg.binding)
-        columns = (
-            ["seq bigint NOT NULL", "x boolean NOT NULL"]
-            + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
-            + ["d longtext NOT NULL"]
-        )
-        if not model.delta:
-            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
-        st, create = self.temp(name, columns)
+        st, create = self._staging(model, msg.binding)
         stale = msg.binding in self._stale
         seq = self._seq
         self._seq = seq + len(msg.keys)
@@ -321,13 +313,7 @@ class MySqlTransactor(SqlTransactor):
     def _store_texts(self, model: TableModel, msg: Store) -> None:
         """Stage a binding MariaDB reduces: the keys and each combined document's JSON text
         (the commit's statement reads the value columns from it; ``drivers/mysql/reduce.py``)."""
-        seen = self._reduced_keys.setdefault(msg.binding, set())
-        if len(set(msg.keys)) != len(msg.keys) or not seen.isdisjoint(msg.keys):
-            raise DriverError(
-                f"{model.display}: a key was stored twice in one transaction of a binding MariaDB reduces "
-                "itself (the runtime combines each key once per batch): nothing was committed"
-            )
-        seen.update(msg.keys)
+        self.staged_once(model, msg)
         st, create = self._staging(model, msg.binding)
         stale = msg.binding in self._stale
         seq = self._seq

@@ -204,19 +204,24 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
         return self.temp(stage_name(binding), columns)
 
+    def staged_once(self, model: TableModel, msg: Store) -> None:
+        """A binding the endpoint reduces stages each key once per transaction (the runtime
+        combines each key once per batch): a key stored twice is refused."""
+        seen = self._reduced_keys.setdefault(msg.binding, set())
+        if len(set(msg.keys)) != len(msg.keys) or not seen.isdisjoint(msg.keys):
+            raise DriverError(
+                f"{model.display}: a key was stored twice in one transaction of a binding {self.dialect.title} "
+                "reduces itself (the runtime combines each key once per batch): nothing was committed"
+            )
+        seen.update(msg.keys)
+
     def store_texts(self, model: TableModel, msg: Store) -> None:
         """Stage a binding the endpoint reduces: the keys and each combined document's JSON
         text (the value columns are read from it by the commit's statement,
         :mod:`tidemark.drivers.sql.reduce`).  A key staged twice in one transaction is
         refused: the runtime combines each key once per batch."""
         d = self.dialect
-        seen = self._reduced_keys.setdefault(msg.binding, set())
-        if len(set(msg.keys)) != len(msg.keys) or not seen.isdisjoint(msg.keys):
-            raise DriverError(
-                f"{model.display}: a key was stored twice in one transaction of a binding {d.title} "
-                "reduces itself (the runtime combines each key once per batch): nothing was committed"
-            )
-        seen.update(msg.keys)
+        self.staged_once(model, msg)
         kinds = [c.kind for c in model.keys]
         n = len(kinds)
         st, create = self.stage_table(model, msg.binding)
