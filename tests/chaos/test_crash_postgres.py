@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
-from tests.chaos.test_crash_sqlite import POINTS
+from tests.chaos.test_crash_sqlite import POINTS, kill_every_point_on_the_reduce_path
 from tests.helpers import (
     COMPILED_SCHEMA,
     compiled_oracle,
@@ -69,34 +69,13 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, postgres_url, pg_sc
 
 
 def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, postgres_url, pg_schema):
-    """A binding PostgreSQL reduces itself (no Load; docs/reductions.md, "Reduced in the
-    endpoint"), killed at every point — after the staged COPY (``mid_store``), before and
-    after the commit of the reducing statement, after the recovery log, … — with 2 shards on
-    the commit path without Spark: the view equals the Python fold of every file, nothing
-    applied twice."""
-    from tidemark.ops import check_spec
-
-    data, markers = tmp_path / "data", tmp_path / "markers"
-    markers.mkdir()
-    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=61)
-    spec = orders_spec(
+    """PostgreSQL reducing in the endpoint, killed at every point (see the helper)."""
+    kill_every_point_on_the_reduce_path(
         tmp_path,
-        data_dir=data,
-        db_path=None,
-        shards=2,
-        schema=COMPILED_SCHEMA,
-        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
-        extra_mat={"options": {"small_batch_keys": 0}},
+        {"postgres": {"url": postgres_url, "schema": pg_schema}},
+        lambda: postgres_view(postgres_url, pg_schema),
+        seed=61,
     )
-    assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
-    assert run_until_done(spec, plain=True).kills == 0
-    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=62, start=2)
-
-    points = [p for p in POINTS if p != "mid_load"]  # no Loads on this path
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=True)
-
-    assert fired(markers) == set(points), outcome
-    assert postgres_view(postgres_url, pg_schema) == compiled_oracle(files)
 
 
 # ------------------------------------------------------------------ zombie

@@ -15,6 +15,7 @@ import pytest
 
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.helpers import (
+    COMPILED_SCHEMA,
     compiled_oracle,
     compiled_spec,
     normalize,
@@ -134,27 +135,41 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     )
 
 
-def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path):
-    """A binding SQLite reduces itself (no Load; docs/reductions.md, "Reduced in the
-    endpoint"), killed at every point — after the staged rows (``mid_store``), before and after
-    the commit of the reducing statement, after the recovery log, … — with 2 shards on the
-    commit path without Spark: the view equals the Python fold of every file, nothing applied
-    twice; and the same input on the Load path gives the same view."""
+def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: int) -> None:
+    """A binding the endpoint reduces itself (no Load; docs/reductions.md, "Reduced in the
+    endpoint"), killed at every point but ``mid_load`` — after the staged rows
+    (``mid_store``), before and after the commit of the reducing statement, after the
+    recovery log, … — with 2 shards on the commit path without Spark: ``view()`` must equal
+    the Python fold of every file, nothing applied twice."""
     from tidemark.ops import check_spec
 
-    data, db, markers = tmp_path / "data", tmp_path / "views.db", tmp_path / "markers"
+    data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
-    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=71)
-    spec = compiled_spec(tmp_path, data, db, options={"small_batch_keys": 0})
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=seed)
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=2,
+        schema=COMPILED_SCHEMA,
+        endpoint=endpoint,
+        extra_mat={"options": {"small_batch_keys": 0}},
+    )
     assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
     assert run_until_done(spec, plain=True).kills == 0
-    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=72, start=2)
+    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=seed + 1, start=2)
 
     points = [p for p in POINTS if p != "mid_load"]  # no Loads on this path
     outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=True)
 
     assert fired(markers) == set(points), outcome
-    assert sqlite_view(db) == compiled_oracle(files)
+    assert view() == compiled_oracle(files)
+
+
+def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path):
+    """SQLite reducing in the endpoint, killed at every point (see the helper)."""
+    db = tmp_path / "views.db"
+    kill_every_point_on_the_reduce_path(tmp_path, {"sqlite": {"path": str(db)}}, lambda: sqlite_view(db), seed=71)
 
 
 @pytest.mark.chaos_full  # with Spark; CI runs it after the default suite

@@ -38,7 +38,7 @@ from typing import Sequence
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel
-from tidemark.drivers.sql.reduce import OLD, ReduceSql
+from tidemark.drivers.sql.reduce import OLD, ReduceSql, replace_members
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
@@ -150,12 +150,7 @@ class MariaReduce(ReduceSql):
         return expr
 
     def with_members(self, doc: str, members, nullable, present=()) -> str:
-        out = doc
-        pairs = [*present, *members, *nullable]
-        for i in range(0, len(pairs), PAIRS):
-            args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + PAIRS])
-            out = f"JSON_REPLACE({out}, {args})"
-        return out
+        return replace_members("JSON_REPLACE", doc, [*present, *members, *nullable], PAIRS, path)
 
 
 def overflow_query(R: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:

@@ -111,6 +111,17 @@ class ReduceSql:
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
 
 
+def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path) -> str:
+    """``doc`` with each ``(name, JSON expression)`` of ``pairs`` replaced by ``fn`` (a
+    ``JSON_REPLACE``-like function: a member absent from ``doc`` is not added), ``per`` pairs
+    per call (a function's argument limit); ``path(name)``: the member's JSON path literal."""
+    out = doc
+    for i in range(0, len(pairs), per):
+        args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + per])
+        out = f"{fn}({out}, {args})"
+    return out
+
+
 def reduce_statement(
     R: ReduceSql,
     table: str,

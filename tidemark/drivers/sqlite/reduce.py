@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, unescaped_names
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, unescaped_names
 
 DOUBLE_MAX = "1.7976931348623157e308"
 #: a function takes at most 127 arguments (SQLITE_MAX_FUNCTION_ARG): members per json_replace
@@ -144,12 +144,7 @@ class SqliteReduce(ReduceSql):
         return expr  # text: json_replace quotes it
 
     def with_members(self, doc: str, members, nullable, present=()) -> str:
-        out = doc
-        pairs = [*present, *members, *nullable]
-        for i in range(0, len(pairs), PAIRS):
-            args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + PAIRS])
-            out = f"json_replace({out}, {args})"
-        return out
+        return replace_members("json_replace", doc, [*present, *members, *nullable], PAIRS, path)
 
 
 class Refusals(threading.local):
