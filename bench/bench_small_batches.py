@@ -297,6 +297,14 @@ def summary(rows: list[dict], skip_first: int = 1) -> dict:
     }
 
 
+def outside(wall: float, rows: list[dict]) -> str:
+    """The wall time split into the batches (Spark's triggers) and the rest (starting and
+    stopping the query, and for tidemark its checks, Open and Apply before the first batch)."""
+    batches = sum(r.get("_trigger", 0) for r in rows)
+    first = rows[0].get("_trigger", 0) if rows else 0
+    return f"batches {batches:.2f}s (the first {first:.2f}s), outside the batches {wall - batches:.2f}s"
+
+
 def fmt(d: dict) -> str:
     return "  ".join(f"{k}={v * 1000:.0f}" for k, v in d.items() if not k.startswith("_")) + " (ms)"
 
@@ -436,16 +444,19 @@ def main() -> None:
                 last["h"] = (wall, rows)
                 print(f"(h) foreachBatch + executemany: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print(f"    {outside(wall, rows)}")
             if "n" not in skip:
                 wall, rows = run_by_hand(spark, data, args.url, None, os.path.join(run, "chk-n"), write=False)
                 last["n"] = (wall, rows)
                 print(f"(n) read and aggregate only (noop sink): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print(f"    {outside(wall, rows)}")
             if "t" not in skip:
                 wall, rows = run_tidemark(spark, data, args.url, st, args.shards, os.path.join(run, "chk-t"))
                 last["t"] = (wall, rows)
                 print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print(f"    {outside(wall, rows)}")
             if "l" not in skip:
                 sl = f"tm_small_l_{tag}"
                 dropped.append(sl)
@@ -455,6 +466,7 @@ def main() -> None:
                 last["l"] = (wall, rows)
                 print(f"(l) tidemark, Load + reduce in Python (endpoint_reduce: false): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print(f"    {outside(wall, rows)}")
                 print("    views: " + check_views(args.url, None, sl, view).replace("(t)", "(l)"))
             if args.before:
                 sb = f"tm_small_b_{tag}"
@@ -467,6 +479,7 @@ def main() -> None:
                 last["b"] = (wall, rows)
                 print(f"(b) tidemark, checked plan every batch (the runtime before the one-job plan): {wall:7.2f}s")
                 print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
+                print(f"    {outside(wall, rows)}")
                 print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
             if not main_runs:
                 break

@@ -111,6 +111,10 @@ def main() -> None:
 
     plan_times: list = []
 
+    def unrouted():
+        df = source()
+        return plans[tuple(df.columns)].apply(df, False)
+
     def routed():
         df, took = planned()
         plan_times.append(took)
@@ -123,6 +127,8 @@ def main() -> None:
         "(a) + Arrow batches into Python": lambda: (
             lambda d=routed(): lambda: d.mapInArrow(count_rows, "n long").collect()
         )(),
+        "(d) combined, as Arrow into the driver": lambda: (lambda d=unrouted(): lambda: d.toArrow())(),
+        "(l) the same, under a limit": lambda: (lambda d=unrouted(): lambda: d.limit(1_000_000).toArrow())(),
     }
     routed()  # build the plan once
     times: dict = {k: [] for k in queries}

@@ -25,7 +25,7 @@ from tidemark.errors import SpecError
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Runtime knobs (positive integers; ``small_batch_keys`` may be 0; ``endpoint_reduce`` true or false)."""
+    """Runtime knobs (positive integers; ``small_batch_keys`` and ``reduced_batch_keys`` may be 0; ``endpoint_reduce`` true or false)."""
 
     #: Bytes of a shard session's combined documents (held from Load to Store) kept in
     #: memory before they spill to local disk.
@@ -39,6 +39,12 @@ class RuntimeOptions:
     #: this many; else on Spark as usual): no second shuffle and no Python tasks, which
     #: is most of a small batch's cost.  0: every batch on Spark's executors.
     small_batch_keys: int = 5_000
+    #: ``small_batch_keys`` for a materialization whose every binding its endpoint reduces
+    #: (``endpoint_reduce``): such a shard session does a few microseconds of Python per key
+    #: (no Load, no reduce in Python), so collecting the combined rows into the driver beats
+    #: the second shuffle and the Python tasks up to large batches.  0: on Spark's
+    #: executors; ``small_batch_keys: 0`` keeps every batch there too.
+    reduced_batch_keys: int = 250_000
     #: Let an endpoint that can (PostgreSQL) reduce a binding's batches itself, in SQL in the
     #: commit's transaction, instead of Loading the stored documents and reducing in Python
     #: (``tidemark check`` says which bindings do, and why the others do not).  Either way
@@ -105,11 +111,12 @@ ENV: dict[str, str] = {
     "max_loaded_in_memory": "TIDEMARK_SHARD_MAX_LOADED",
     "max_quarantine": "TIDEMARK_MAX_QUARANTINE",
     "small_batch_keys": "TIDEMARK_SMALL_BATCH_KEYS",
+    "reduced_batch_keys": "TIDEMARK_REDUCED_BATCH_KEYS",
     "endpoint_reduce": "TIDEMARK_ENDPOINT_REDUCE",
 }
 
 #: Options for which 0 is a value (it turns something off).
-ZERO_OK = frozenset({"small_batch_keys"})
+ZERO_OK = frozenset({"small_batch_keys", "reduced_batch_keys"})
 #: Options that are true or false (1 or 0 in the environment).
 BOOLEANS = frozenset({"endpoint_reduce"})
 

@@ -37,7 +37,7 @@ from tidemark.runtime.shard import ShardTask, _run_shard, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
 from tidemark.spark.route import _shard_rows
-from tidemark.spark.small import split
+from tidemark.spark.small import rows_table, split
 from tidemark.spec import load_spec
 
 
@@ -131,11 +131,13 @@ def batch(coordinator, spec, mat, colls, bindings, inputs, batch_id: int) -> Non
     texts = [k[1] for k in keys]
     per_shard = split(
         ranges,
-        [k[0] for k in keys],
-        texts,
-        [zlib.crc32(t.encode("utf-8")) for t in texts],
-        [compact_json(combined[k][0]) for k in keys],
-        [combined[k][1] for k in keys],
+        rows_table(
+            [k[0] for k in keys],
+            texts,
+            [zlib.crc32(t.encode("utf-8")) for t in texts],
+            [compact_json(combined[k][0]) for k in keys],
+            [combined[k][1] for k in keys],
+        ),
     )
     task = ShardTask(
         materialization=mat.name,

@@ -82,18 +82,18 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-# The shard sessions on Spark's executors at the telling points (the default suite) and at every
-# point; in the driver ("Small batches") at every point (which holds the telling ones).
-# The telling points on the endpoint-reduce path (SQLite reduces this schema itself: no Loads);
-# every point, ``mid_load`` included, on the Load path (``endpoint_reduce: false``).
+# The shard sessions on Spark's executors and in the driver ("Small batches") at the telling
+# points on the endpoint-reduce path (SQLite reduces this schema itself: no Loads; the default
+# suite), and at every point, ``mid_load`` included, on the Load path (``endpoint_reduce: false``).
 @pytest.mark.parametrize(
     "small_batch_keys,points,endpoint_reduce",
     [
         (0, ONE_JOB_POINTS, True),
+        (5000, ONE_JOB_POINTS, True),
         pytest.param(0, POINTS, False, marks=pytest.mark.chaos_full),
         pytest.param(5000, POINTS, False, marks=pytest.mark.chaos_full),
     ],
-    ids=["spark-telling", "spark-every", "driver-every"],
+    ids=["spark-telling", "driver-telling", "spark-every", "driver-every"],
 )
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys, endpoint_reduce):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,

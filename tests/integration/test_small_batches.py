@@ -40,12 +40,36 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
     files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
     files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
     files += write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
-    spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25})
+    spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25, "reduced_batch_keys": 25})
 
     reports = _run(spark, spec)
     # batch 1 follows a small batch but has ~60 keys: collected up to 26 rows, then on Spark
     assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", "driver"]
     assert [r.keys > 25 for r in reports] == [False, True, True, False, False]
+    assert sqlite_view(db) == oracle(files)
+
+
+@pytest.mark.parametrize(
+    "options,paths",
+    [
+        # SQLite reduces the view itself: batches up to reduced_batch_keys stay in the driver
+        ({"small_batch_keys": 25}, ["one job", "driver", "driver", "driver", "driver"]),
+        # Load + Python: small_batch_keys is the limit
+        ({"small_batch_keys": 25, "endpoint_reduce": False}, ["one job", "one job", "one job", "one job", "driver"]),
+        # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
+        ({"small_batch_keys": 0}, ["one job"] * 5),
+    ],
+    ids=["reduced", "loaded", "never"],
+)
+def test_the_driver_limit_follows_the_reduce_path(spark, tmp_path, options, paths):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
+    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
+    files += write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+    spec = write_spec(tmp_path, data, db, options=options)
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == paths
     assert sqlite_view(db) == oracle(files)
 
 

@@ -207,6 +207,9 @@ def test_small_batch_keys_may_be_zero_to_keep_every_batch_on_spark(tmp_path):
         RuntimeOptions().with_env({"TIDEMARK_SMALL_BATCH_KEYS": "few"})
     with pytest.raises(SpecError, match="small_batch_keys must be a non-negative integer, got True"):
         RuntimeOptions(small_batch_keys=True)
+    assert RuntimeOptions().with_env({"TIDEMARK_REDUCED_BATCH_KEYS": "0"}).reduced_batch_keys == 0
+    with pytest.raises(SpecError, match=r"options\.reduced_batch_keys: must be a non-negative integer, got -1"):
+        load_spec(write_spec(tmp_path, {"memory": {}}, options={"reduced_batch_keys": -1}))
 
 
 def test_materialize_options_replace_or_override_the_specs(tmp_path, monkeypatch):

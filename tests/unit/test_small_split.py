@@ -7,14 +7,17 @@ import pytest
 from tidemark.errors import RecoveryError
 from tidemark.protocol.messages import Range
 from tidemark.spark.route import END_BINDING, _shard_rows
-from tidemark.spark.small import previous_keys, split
+from tidemark.spark.small import driver_keys, previous_keys, rows_table, split
 
 
 def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
     ranges = Range.split(2)
     mid = ranges[1].key_begin
     rows = split(
-        ranges, [1, 0, 0, 0], ['"b"', '"z"', '"é"', '"a"'], [5, mid, 7, mid + 9], ["d1", "d2", "d3", "d4"], [1, 2, 3, 4]
+        ranges,
+        rows_table(
+            [1, 0, 0, 0], ['"b"', '"z"', '"é"', '"a"'], [5, mid, 7, mid + 9], ["d1", "d2", "d3", "d4"], [1, 2, 3, 4]
+        ),
     )
     assert rows[0] == [(0, 0, '"é"', "d3", 3), (0, 1, '"b"', "d1", 1), (0, END_BINDING, "", None, 0)]
     assert rows[1] == [(1, 0, '"a"', "d4", 4), (1, 0, '"z"', "d2", 2), (1, END_BINDING, "", None, 0)]
@@ -25,15 +28,17 @@ def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
 
 def test_code_point_order_is_utf8_byte_order():
     keys = ['"\uffff"', '"\U0001f600"', '"a"', '"\u00e9"', '"Z"']
-    rows = split(Range.split(1), [0] * 5, keys, [1] * 5, [None] * 5, [1] * 5)[0][:-1]
+    rows = split(Range.split(1), rows_table([0] * 5, keys, [1] * 5, [None] * 5, [1] * 5))[0][:-1]
     assert [r[2] for r in rows] == sorted(keys, key=lambda k: k.encode("utf-8"))
 
 
 def test_a_layout_out_of_order_and_a_hash_outside_it():
     a, b = Range(0, 99), Range(100, 199)
-    assert [r[0] for r in split((b, a), [0, 0], ['"x"', '"y"'], [150, 3], [None, None], [1, 1])[1][:1]] == [1]
+    assert [r[0] for r in split((b, a), rows_table([0, 0], ['"x"', '"y"'], [150, 3], [None, None], [1, 1]))[1][:1]] == [
+        1
+    ]
     with pytest.raises(RecoveryError, match=r'key "y" hashes to 500, outside every range'):
-        split((a, b), [0], ['"y"'], [500], [None], [1])
+        split((a, b), rows_table([0], ['"y"'], [500], [None], [1]))
 
 
 def test_previous_keys_reads_the_last_entry():
@@ -44,3 +49,20 @@ def test_previous_keys_reads_the_last_entry():
     assert previous_keys(None) is None
     Entry.counts = {}
     assert previous_keys(Entry()) is None
+
+
+def test_the_driver_takes_larger_batches_when_the_endpoint_reduces_every_binding():
+    from tidemark.options import RuntimeOptions
+    from tidemark.protocol.messages import BindingSpec
+
+    def b(reduced: bool, delta: bool = False) -> BindingSpec:
+        return BindingSpec({"table": "t"}, "c", ("/k",), (), endpoint_reduce=reduced, delta_updates=delta)
+
+    opts = RuntimeOptions(small_batch_keys=25, reduced_batch_keys=1000)
+    assert driver_keys(opts, [b(True), b(True)]) == 1000
+    assert driver_keys(opts, [b(True), b(False)]) == 25  # one binding Loads: the Load path's limit
+    assert driver_keys(opts, [b(True, delta=True)]) == 25
+    assert driver_keys(opts, []) == 25
+    # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
+    assert driver_keys(RuntimeOptions(small_batch_keys=0), [b(True)]) == 0
+    assert driver_keys(RuntimeOptions(reduced_batch_keys=0), [b(True)]) == 0

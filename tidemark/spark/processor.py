@@ -278,7 +278,7 @@ class Materializer:
                 if small:
                     from tidemark.spark.small import run_small
 
-                    results = run_small(_union(parts), task, self.options.small_batch_keys)
+                    results = run_small(_union(parts), task, self.driver_keys)
                     report.path = "checked" if results is None else "checked in driver"
                 if results is None:
                     results = _run_stage(_route(df.sparkSession, parts, ranges), task)
@@ -353,13 +353,20 @@ class Materializer:
         if self.on_batch:
             self.on_batch(report)
 
+    @property
+    def driver_keys(self) -> int:
+        """The most keys a batch may combine to and run its shard sessions in the driver."""
+        from tidemark.spark.small import driver_keys
+
+        return driver_keys(self.options, self.bindings)
+
     def _small(self, last) -> bool:
         """Whether this batch's shard sessions run in the driver: the batch before combined
-        to at most ``options.small_batch_keys`` keys (see :mod:`tidemark.spark.small`)."""
+        to at most :attr:`driver_keys` keys."""
         from tidemark.spark.small import previous_keys
 
         keys = previous_keys(last)
-        return keys is not None and keys <= self.options.small_batch_keys
+        return keys is not None and keys <= self.driver_keys
 
     def _run_small(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport):
         """Steps 1–2 of a small batch in the driver: the shards' results, or None (too many
@@ -372,7 +379,7 @@ class Materializer:
             return None
         report.timings["plan"] = time.perf_counter() - t
         t = time.perf_counter()
-        results = run_small(combined, task, self.options.small_batch_keys)
+        results = run_small(combined, task, self.driver_keys)
         report.timings["shards"] = time.perf_counter() - t
         if results is ODD:
             report.path = "checked"

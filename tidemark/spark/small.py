@@ -3,7 +3,8 @@
 On a batch of a few hundred documents, most of the shard stage's time is Spark's: a second
 shuffle (to route rows to shards) and one Python task per shard, about 0.25 s together
 against a few milliseconds of endpoint work.  When the batch before combined to at most
-``small_batch_keys`` keys (:class:`tidemark.options.RuntimeOptions`), :func:`run_small`
+:func:`driver_keys` keys (``small_batch_keys``, or ``reduced_batch_keys`` when the endpoint
+reduces every binding: :class:`tidemark.options.RuntimeOptions`), :func:`run_small`
 collects this batch's combined rows into the driver instead (the one-job combine's, or the
 checked plan's cached ones) -- at most that many: a bigger batch is left to the Spark
 stage -- and runs each shard's session there, one thread per shard, on the same rows in
@@ -14,9 +15,9 @@ Spark's executors.
 
 from __future__ import annotations
 
-import bisect
 import os
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from tidemark.errors import RecoveryError
@@ -30,59 +31,128 @@ MAX_THREADS = 8
 ODD = "odd"  # run_small's answer when a row needs the checked combine
 
 
+def driver_keys(options, bindings: Sequence) -> int:
+    """The most keys a batch may combine to and run its shard sessions in the driver:
+    ``options.reduced_batch_keys`` when the endpoint reduces every binding (no Load, no
+    reduce in Python: a few microseconds of Python per key), else
+    ``options.small_batch_keys`` -- which at 0 keeps every batch on Spark's executors."""
+    if options.small_batch_keys and bindings and all(b.endpoint_reduce and not b.delta_updates for b in bindings):
+        return options.reduced_batch_keys
+    return options.small_batch_keys
+
+
+class _Abandoned(Exception):
+    """The batch left the driver (too many rows, or a row that needs the checks): the shard
+    sessions opened for it stop before they stage anything."""
+
+
 def run_small(combined, task: ShardTask, cap: int):
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
     of ``binding, key_json, key_hash, doc, _n, _odd``), run in the driver; None when it
-    has more than ``cap`` rows (nothing was opened: run it on Spark), :data:`ODD` when a
-    row needs the combine's checks (nothing was opened: the checked plan)."""
-    table = combined.limit(cap + 1).toArrow()
-    if table.num_rows > cap:
-        return None
-    if any(table.column("_odd").to_pylist()):
-        return ODD
-    per_shard = split(
-        task.ranges, *(table.column(c).to_pylist() for c in ("binding", "key_json", "key_hash", "doc", "_n"))
-    )
+    has more than ``cap`` rows (run it on Spark), :data:`ODD` when a row needs the
+    combine's checks (the checked plan).
+
+    The shard sessions open while Spark combines: each thread Opens and Acknowledges, then
+    waits for its rows.  When the batch leaves the driver the sessions stop there, having
+    staged nothing (an Open is what every retry does; the next one fences them)."""
+    ready: Future = Future()
     host = os.uname().nodename
 
+    def rows(index: int, waited: list):
+        t = time.perf_counter()
+        per_shard = ready.result()
+        waited[0] = time.perf_counter() - t
+        if per_shard is None:
+            raise _Abandoned()
+        yield from per_shard[index]
+
     def one(index: int) -> ShardResult:
-        counted = [0]
-        result = _run_shard(task, index, _shard_rows(index, iter(per_shard[index]), counted))
+        counted, waited = [0], [0.0]
+        result = _run_shard(task, index, _shard_rows(index, rows(index, waited), counted))
         result.input_documents = counted[0]
         result.executor = f"{host}:driver"
+        # the wait for Spark's rows is not the session's: it is timed apart, as on Spark
+        result.timings["wait"] = waited[0]
+        if "load" in result.timings:
+            result.timings["load"] = max(0.0, result.timings["load"] - waited[0])
         return result
 
+    outcome = None
     with ThreadPoolExecutor(
         max_workers=min(len(task.ranges), MAX_THREADS), thread_name_prefix="tidemark-shard"
     ) as pool:
         futures = [pool.submit(one, i) for i in range(len(task.ranges))]
+        try:
+            table = combined.limit(cap + 1).toArrow()
+            if table.num_rows > cap:
+                outcome = None
+            elif any(table.column("_odd").to_pylist()):
+                outcome = ODD
+            else:
+                ready.set_result(split(task.ranges, table))
+        finally:
+            if not ready.done():
+                ready.set_result(None)
         errors = [f.exception() for f in futures]
+    if ready.result() is None:
+        return outcome
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
     return [f.result() for f in futures]
 
 
-def split(ranges: Sequence[Range], bindings, keys, hashes, docs, ns) -> list[list[tuple]]:
-    """Rows ``(shard, binding, key_json, doc, n)`` per shard, as the Spark stage feeds them:
-    sorted by (binding, key_json) (Python orders strings by code point, as Spark orders
-    UTF-8 bytes), then the shard's end row.  A key hash outside every range is an error."""
+def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
+    """Rows ``(shard, binding, key_json, doc, n)`` per shard of an Arrow table of combined
+    rows (columns ``binding, key_json, key_hash, doc, _n``), as the Spark stage feeds them:
+    sorted by (binding, key_json) (Arrow orders strings by their UTF-8 bytes, as Spark
+    does), then the shard's end row.  Routing and sorting are Arrow's and numpy's (no
+    Python per row before a shard's own rows are made).  A key hash outside every range
+    is an error."""
+    import numpy as np
+    import pyarrow as pa
+
     order = sorted(range(len(ranges)), key=lambda i: ranges[i].key_begin)
-    begins = [ranges[i].key_begin for i in order]
-    out: list[list[tuple]] = [[] for _ in ranges]
-    for binding, key_json, key_hash, doc, n in zip(bindings, keys, hashes, docs, ns):
-        at = bisect.bisect_right(begins, key_hash) - 1
-        i = order[at] if at >= 0 else -1
-        if i < 0 or key_hash > ranges[i].key_end:
-            raise RecoveryError(
-                f"key {key_json} hashes to {key_hash}, outside every range of the layout "
-                f"{[r.name for r in ranges]}; nothing of this batch is committed"
-            )
-        out[i].append((i, binding, key_json, doc, n))
-    for i, rows in enumerate(out):
-        rows.sort(key=lambda r: (r[1], r[2]))
+    begins = np.array([ranges[i].key_begin for i in order], dtype=np.int64)
+    ends = np.array([ranges[i].key_end for i in order], dtype=np.int64)
+    hashes = np.asarray(table.column("key_hash").to_numpy(), dtype=np.int64)
+    at = np.searchsorted(begins, hashes, side="right") - 1
+    outside = (at < 0) | (hashes > ends[np.maximum(at, 0)])
+    if outside.any():
+        j = int(np.argmax(outside))
+        raise RecoveryError(
+            f"key {table.column('key_json')[j].as_py()} hashes to {int(hashes[j])}, outside every range of "
+            f"the layout {[r.name for r in ranges]}; nothing of this batch is committed"
+        )
+    shard = np.array(order, dtype=np.int64)[at]
+    ordered = table.append_column("_shard", pa.array(shard)).sort_by(
+        [("_shard", "ascending"), ("binding", "ascending"), ("key_json", "ascending")]
+    )
+    out: list[list[tuple]] = []
+    start = 0
+    for i, count in enumerate(np.bincount(shard, minlength=len(ranges)).tolist()):
+        part = ordered.slice(start, count)
+        start += count
+        columns = (part.column(c).to_pylist() for c in ("binding", "key_json", "doc", "_n"))
+        rows = [(i, *row) for row in zip(*columns)]
         rows.append((i, END_BINDING, "", None, 0))
+        out.append(rows)
     return out
+
+
+def rows_table(bindings, keys, hashes, docs, ns):
+    """An Arrow table of combined rows, as :func:`split` reads them (for callers without Spark)."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "binding": pa.array(bindings, pa.int32()),
+            "key_json": pa.array(keys, pa.string()),
+            "key_hash": pa.array(hashes, pa.int64()),
+            "doc": pa.array(docs, pa.string()),
+            "_n": pa.array(ns, pa.int64()),
+        }
+    )
 
 
 def previous_keys(last) -> Optional[int]:
