@@ -263,6 +263,29 @@ def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, 
     assert row.runtime_checkpoint == cp(0)
 
 
+def test_a_key_staged_twice_in_one_transaction_is_refused_and_nothing_commits(driver):
+    """The runtime combines each key once per batch: a key stored twice (in one Store, or in
+    two Stores of one transaction) would be reduced into the view twice, so it is refused."""
+    coll, b = reduced_binding(driver, SUMS, "sums")
+    apply(driver, b)
+    commit(driver, coll, b, {"a": {"k": "a", "n": 1}}, 0)
+    for stores in ([("a", "a")], [("a",), ("b", "a")]):
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            t.flush(Flush())
+            with pytest.raises(DriverError, match=r"sums.*a key was stored twice in one transaction"):
+                for keys in stores:
+                    n = len(keys)
+                    texts = tuple(json.dumps({"k": k, "n": 5}) for k in keys)
+                    t.store(Store(0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n, texts))
+        finally:
+            t.close()
+    assert driver.dump(MAT, b) == {("a",): {"k": "a", "n": 1}}
+    [row] = driver.checkpoints(MAT)
+    assert row.runtime_checkpoint == cp(0)
+
+
 def test_a_zombie_statement_after_a_newer_open_is_fenced_off(driver):
     """The reduce statement runs in the commit's transaction, after the fence check: a session
     whose range was opened again commits nothing."""

@@ -302,12 +302,7 @@ class PostgresTransactor(SqlTransactor):
             + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
             + ["d jsonb"],
         )
-        if len(set(msg.keys)) != len(msg.keys) or not self._hashes.setdefault(msg.binding, set()).isdisjoint(msg.keys):
-            raise DriverError(
-                f"{model.display}: a key was stored twice in one transaction of a binding PostgreSQL "
-                "reduces itself (the runtime combines each key once per batch): nothing was committed"
-            )
-        self._hashes[msg.binding].update(msg.keys)
+        self.staged_once(model, msg)
         texts = msg.texts or tuple(json_dumps(doc) for doc in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
