@@ -302,7 +302,10 @@ def outside(wall: float, rows: list[dict]) -> str:
     stopping the query, and for tidemark its checks, Open and Apply before the first batch)."""
     batches = sum(r.get("_trigger", 0) for r in rows)
     first = rows[0].get("_trigger", 0) if rows else 0
-    return f"batches {batches:.2f}s (the first {first:.2f}s), outside the batches {wall - batches:.2f}s"
+    return (
+        f"batches {batches:.2f}s, outside the batches {wall - batches:.2f}s; "
+        f"the first batch {first:.2f}s: {fmt(rows[0]) if rows else '-'}"
+    )
 
 
 def fmt(d: dict) -> str:

@@ -66,3 +66,19 @@ def test_the_driver_takes_larger_batches_when_the_endpoint_reduces_every_binding
     # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
     assert driver_keys(RuntimeOptions(small_batch_keys=0), [b(True)]) == 0
     assert driver_keys(RuntimeOptions(reduced_batch_keys=0), [b(True)]) == 0
+
+
+def test_every_shard_at_once_in_the_driver_when_the_endpoint_reduces():
+    from types import SimpleNamespace
+
+    from tidemark.protocol.messages import BindingSpec
+    from tidemark.spark.small import MAX_REDUCED_THREADS, MAX_THREADS, threads
+
+    def task(shards: int, reduced: bool):
+        b = BindingSpec({"table": "t"}, "c", ("/k",), (), endpoint_reduce=reduced)
+        return SimpleNamespace(ranges=Range.split(shards), bindings=(b,))
+
+    assert threads(task(16, True)) == 16
+    assert threads(task(100, True)) == MAX_REDUCED_THREADS
+    assert threads(task(16, False)) == MAX_THREADS
+    assert threads(task(2, False)) == 2

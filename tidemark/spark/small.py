@@ -25,8 +25,12 @@ from tidemark.protocol.messages import Range
 from tidemark.runtime.shard import ShardResult, ShardTask, _run_shard
 from tidemark.spark.route import END_BINDING, _shard_rows
 
-#: shard sessions run at once in the driver (each holds an endpoint connection)
+#: shard sessions run at once in the driver (each holds an endpoint connection) when they
+#: Load and reduce in Python (one interpreter lock: more threads only wait for it)
 MAX_THREADS = 8
+#: ... and when the endpoint reduces every binding (each session mostly waits for its
+#: endpoint's statement): every shard at once, up to this many
+MAX_REDUCED_THREADS = 64
 
 ODD = "odd"  # run_small's answer when a row needs the checked combine
 
@@ -78,9 +82,7 @@ def run_small(combined, task: ShardTask, cap: int):
         return result
 
     outcome = None
-    with ThreadPoolExecutor(
-        max_workers=min(len(task.ranges), MAX_THREADS), thread_name_prefix="tidemark-shard"
-    ) as pool:
+    with ThreadPoolExecutor(max_workers=threads(task), thread_name_prefix="tidemark-shard") as pool:
         futures = [pool.submit(one, i) for i in range(len(task.ranges))]
         try:
             table = combined.limit(cap + 1).toArrow()
@@ -100,6 +102,13 @@ def run_small(combined, task: ShardTask, cap: int):
     if first is not None:
         raise first
     return [f.result() for f in futures]
+
+
+def threads(task: ShardTask) -> int:
+    """Shard sessions run at once in the driver: every shard when the endpoint reduces every
+    binding (:data:`MAX_REDUCED_THREADS` at most), else :data:`MAX_THREADS` at most."""
+    reduced = all(b.endpoint_reduce and not b.delta_updates for b in task.bindings)
+    return max(1, min(len(task.ranges), MAX_REDUCED_THREADS if reduced else MAX_THREADS))
 
 
 def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
