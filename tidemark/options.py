@@ -25,7 +25,8 @@ from tidemark.errors import SpecError
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Runtime knobs (positive integers; ``small_batch_keys`` and ``reduced_batch_keys`` may be 0; ``endpoint_reduce`` true or false)."""
+    """Runtime knobs (positive integers; ``small_batch_keys`` and ``reduced_batch_keys`` may
+    be 0; ``endpoint_reduce`` true or false)."""
 
     #: Bytes of a shard session's combined documents (held from Load to Store) kept in
     #: memory before they spill to local disk.

@@ -82,3 +82,10 @@ def test_every_shard_at_once_in_the_driver_when_the_endpoint_reduces():
     assert threads(task(100, True)) == MAX_REDUCED_THREADS
     assert threads(task(16, False)) == MAX_THREADS
     assert threads(task(2, False)) == 2
+
+
+def test_an_empty_batch_gives_each_shard_its_end_row_only():
+    assert split(Range.split(2), rows_table([], [], [], [], [])) == [
+        [(0, END_BINDING, "", None, 0)],
+        [(1, END_BINDING, "", None, 0)],
+    ]
