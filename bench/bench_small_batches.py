@@ -203,8 +203,10 @@ def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tup
 
 
 def run_tidemark(
-    spark, data, url, schema, shards, checkpoint, endpoint_reduce: bool = True
+    spark, data, url, schema, shards, checkpoint, endpoint_reduce: bool = True, endpoint=None, options=None
 ) -> tuple[float, list[dict]]:
+    """tidemark's run of the stream, into PostgreSQL's ``schema`` (or ``endpoint``: a spec's
+    endpoint mapping), with ``options`` over ``endpoint_reduce``."""
     import yaml
 
     from tidemark.spark.runner import run_spec
@@ -219,10 +221,10 @@ def run_tidemark(
         },
         "materializations": {
             "view": {
-                "endpoint": {"postgres": {"url": url, "schema": schema}},
+                "endpoint": endpoint or {"postgres": {"url": url, "schema": schema}},
                 "shards": shards,
                 "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
-                "options": {"endpoint_reduce": endpoint_reduce},
+                "options": {"endpoint_reduce": endpoint_reduce, **(options or {})},
             }
         },
         "checkpoint": checkpoint,
