@@ -33,7 +33,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_postgres_e2e import machine  # noqa: E402
-from bench_small_batches import SCALARS, fmt, outside, run_tidemark, summary, write_stream  # noqa: E402
+from bench_small_batches import SCALARS, phases_of, run_tidemark, write_stream  # noqa: E402
 
 PG_URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("TIDEMARK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
@@ -138,11 +138,9 @@ def main() -> None:
                     exact = read_view(name, where) == want
                     if last:
                         walls[way] = wall
-                        print(
-                            f"  ({way}) {what}: {wall:6.2f}s ({args.docs / wall:,.0f} docs/s), view {'==' if exact else '!='} answer"
-                        )
-                        print(f"      median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                        print(f"      {outside(wall, rows)}")
+                        rate = f"{wall:6.2f}s ({args.docs / wall:,.0f} docs/s)"
+                        print(f"  ({way}) {what}: {rate}, view {'==' if exact else '!='} answer")
+                        print(phases_of(wall, rows, "      "))
                     elif not exact:
                         print(f"  ({way}) round {rnd}: view != answer")
             print(

@@ -310,6 +310,14 @@ def outside(wall: float, rows: list[dict]) -> str:
     )
 
 
+def phases_of(wall: float, rows: list[dict], indent: str = "    ") -> str:
+    """A run's median batch by phase, and its wall time in and outside the batches."""
+    return (
+        f"{indent}median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s\n"
+        f"{indent}{outside(wall, rows)}"
+    )
+
+
 def fmt(d: dict) -> str:
     return "  ".join(f"{k}={v * 1000:.0f}" for k, v in d.items() if not k.startswith("_")) + " (ms)"
 
@@ -448,20 +456,17 @@ def main() -> None:
                 wall, rows = run_by_hand(spark, data, args.url, sh, os.path.join(run, "chk-h"))
                 last["h"] = (wall, rows)
                 print(f"(h) foreachBatch + executemany: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
-                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                print(f"    {outside(wall, rows)}")
+                print(phases_of(wall, rows))
             if "n" not in skip:
                 wall, rows = run_by_hand(spark, data, args.url, None, os.path.join(run, "chk-n"), write=False)
                 last["n"] = (wall, rows)
                 print(f"(n) read and aggregate only (noop sink): {wall:7.2f}s")
-                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                print(f"    {outside(wall, rows)}")
+                print(phases_of(wall, rows))
             if "t" not in skip:
                 wall, rows = run_tidemark(spark, data, args.url, st, args.shards, os.path.join(run, "chk-t"))
                 last["t"] = (wall, rows)
                 print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
-                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                print(f"    {outside(wall, rows)}")
+                print(phases_of(wall, rows))
             if "l" not in skip:
                 sl = f"tm_small_l_{tag}"
                 dropped.append(sl)
@@ -470,8 +475,7 @@ def main() -> None:
                 )
                 last["l"] = (wall, rows)
                 print(f"(l) tidemark, Load + reduce in Python (endpoint_reduce: false): {wall:7.2f}s")
-                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                print(f"    {outside(wall, rows)}")
+                print(phases_of(wall, rows))
                 print("    views: " + check_views(args.url, None, sl, view).replace("(t)", "(l)"))
             if args.before:
                 sb = f"tm_small_b_{tag}"
@@ -483,8 +487,7 @@ def main() -> None:
                     del os.environ["TIDEMARK_ONE_JOB"]
                 last["b"] = (wall, rows)
                 print(f"(b) tidemark, checked plan every batch (the runtime before the one-job plan): {wall:7.2f}s")
-                print(f"    median batch: {fmt(summary(rows))}, whole batch {summary(rows)['_trigger']:.3f}s")
-                print(f"    {outside(wall, rows)}")
+                print(phases_of(wall, rows))
                 print("    views: " + check_views(args.url, None, sb, view).replace("(t)", "(b)"))
             if not main_runs:
                 break

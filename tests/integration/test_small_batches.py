@@ -23,6 +23,13 @@ def _run(spark, spec):
     return reports
 
 
+def _small_large_small(data) -> list:
+    """One batch of 10 keys, two of ~60, two of 10."""
+    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
+    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
+    return files + write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+
+
 def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark, tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     files = write_stream(data, files=4, per_file=120, customers=30, seed=61)
@@ -37,9 +44,7 @@ def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark,
 
 def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
-    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
-    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
-    files += write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+    files = _small_large_small(data)
     spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25, "reduced_batch_keys": 25})
 
     reports = _run(spark, spec)
@@ -63,9 +68,7 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
 )
 def test_the_driver_limit_follows_the_reduce_path(spark, tmp_path, options, paths):
     data, db = tmp_path / "data", tmp_path / "views.db"
-    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
-    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
-    files += write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+    files = _small_large_small(data)
     spec = write_spec(tmp_path, data, db, options=options)
 
     reports = _run(spark, spec)
