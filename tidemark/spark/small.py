@@ -16,8 +16,7 @@ Spark's executors.
 from __future__ import annotations
 
 import os
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from tidemark.errors import RecoveryError
@@ -45,59 +44,29 @@ def driver_keys(options, bindings: Sequence) -> int:
     return options.small_batch_keys
 
 
-class _Abandoned(Exception):
-    """The batch left the driver (too many rows, or a row that needs the checks): the shard
-    sessions opened for it stop before they stage anything."""
-
-
 def run_small(combined, task: ShardTask, cap: int):
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
     of ``binding, key_json, key_hash, doc, _n, _odd``), run in the driver; None when it
-    has more than ``cap`` rows (run it on Spark), :data:`ODD` when a row needs the
-    combine's checks (the checked plan).
-
-    The shard sessions open while Spark combines: each thread Opens and Acknowledges, then
-    waits for its rows.  When the batch leaves the driver the sessions stop there, having
-    staged nothing (an Open is what every retry does; the next one fences them)."""
-    ready: Future = Future()
+    has more than ``cap`` rows (nothing was opened: run it on Spark), :data:`ODD` when a
+    row needs the combine's checks (nothing was opened: the checked plan)."""
+    table = combined.limit(cap + 1).toArrow()
+    if table.num_rows > cap:
+        return None
+    if any(table.column("_odd").to_pylist()):
+        return ODD
+    per_shard = split(task.ranges, table)
     host = os.uname().nodename
 
-    def rows(index: int, waited: list):
-        t = time.perf_counter()
-        per_shard = ready.result()
-        waited[0] = time.perf_counter() - t
-        if per_shard is None:
-            raise _Abandoned()
-        yield from per_shard[index]
-
     def one(index: int) -> ShardResult:
-        counted, waited = [0], [0.0]
-        result = _run_shard(task, index, _shard_rows(index, rows(index, waited), counted))
+        counted = [0]
+        result = _run_shard(task, index, _shard_rows(index, iter(per_shard[index]), counted))
         result.input_documents = counted[0]
         result.executor = f"{host}:driver"
-        # the wait for Spark's rows is not the session's: it is timed apart, as on Spark
-        result.timings["wait"] = waited[0]
-        if "load" in result.timings:
-            result.timings["load"] = max(0.0, result.timings["load"] - waited[0])
         return result
 
-    outcome = None
     with ThreadPoolExecutor(max_workers=threads(task), thread_name_prefix="tidemark-shard") as pool:
         futures = [pool.submit(one, i) for i in range(len(task.ranges))]
-        try:
-            table = combined.limit(cap + 1).toArrow()
-            if table.num_rows > cap:
-                outcome = None
-            elif any(table.column("_odd").to_pylist()):
-                outcome = ODD
-            else:
-                ready.set_result(split(task.ranges, table))
-        finally:
-            if not ready.done():
-                ready.set_result(None)
         errors = [f.exception() for f in futures]
-    if ready.result() is None:
-        return outcome
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
