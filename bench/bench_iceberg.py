@@ -39,7 +39,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_small_batches import SCALARS, SCHEMA, write_stream  # noqa: E402
+from bench_small_batches import SCALARS, SCHEMA, stream_line, write_stream  # noqa: E402
 from bench_postgres_e2e import machine  # noqa: E402
 
 NAMESPACE = "views"
@@ -216,10 +216,7 @@ def main() -> None:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(machine())
-    print(
-        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
-        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
-    )
+    print(stream_line(args))
     work = tempfile.mkdtemp(prefix="tm-bench-iceberg-")
     data = os.path.join(work, "data")
     answer = write_stream(data, args.docs, args.keys, args.batches)

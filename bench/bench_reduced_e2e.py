@@ -33,7 +33,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_postgres_e2e import machine  # noqa: E402
-from bench_small_batches import SCALARS, phases_of, run_tidemark, write_stream  # noqa: E402
+from bench_small_batches import SCALARS, answer_rows, phases_of, run_tidemark, stream_line, write_stream  # noqa: E402
 
 PG_URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("TIDEMARK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
@@ -101,14 +101,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     print(machine())
-    print(
-        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
-        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
-    )
+    print(stream_line(args))
     work = tempfile.mkdtemp(prefix="tm-reduced-")
     data = os.path.join(work, "data")
     answer = write_stream(data, args.docs, args.keys, args.batches)
-    want = {k: (*(d[c] for c in SCALARS), d["items"]) for k, d in answer.items()}
+    want = answer_rows(answer)
     from tidemark.spark.session import local_session
 
     spark = local_session("tidemark-bench", master=f"local[{args.shards}]", shuffle_partitions=args.shards)

@@ -271,7 +271,7 @@ def _per_batch(phases: dict, own: dict) -> list[dict]:
 
 
 def check_views(url, schema_h, schema_t, view) -> str:
-    want = {k: (*(d[c] for c in SCALARS), d["items"]) for k, d in view.items()}
+    want = answer_rows(view)
     cols = ", ".join(SCALARS)
     out = []
     with psycopg.connect(url) as con:
@@ -297,6 +297,19 @@ def summary(rows: list[dict], skip_first: int = 1) -> dict:
     return {k: statistics.median(r.get(k, 0) for r in body) for k in keys} | {
         "_trigger": statistics.median(r.get("_trigger", 0) for r in body)
     }
+
+
+def stream_line(args) -> str:
+    """The stream a run measures, from its ``--docs``, ``--keys``, ``--batches`` and ``--shards``."""
+    return (
+        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
+        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
+    )
+
+
+def answer_rows(view: dict) -> dict:
+    """customer -> (the seven scalars, items) of the answer, as the views are read."""
+    return {k: (*(d[c] for c in SCALARS), d["items"]) for k, d in view.items()}
 
 
 def outside(wall: float, rows: list[dict]) -> str:
@@ -425,10 +438,7 @@ def main() -> None:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(machine())
-    print(
-        f"\nstream: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
-        f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]"
-    )
+    print(stream_line(args))
     work = tempfile.mkdtemp(prefix="tm-small-")
     data = os.path.join(work, "data")
     main_runs = not {"h", "n", "t"} <= skip or args.before
