@@ -54,6 +54,7 @@ import psycopg
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_postgres_e2e import machine  # noqa: E402
+from cpu import CpuMeter, jvm_pid  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -449,6 +450,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     spark.range(1000).groupBy((F.col("id") % 3).alias("k")).count().collect()
+    jvm = jvm_pid(spark)
     dropped = []
     last: dict = {}
     try:
@@ -463,29 +465,37 @@ def main() -> None:
             run = os.path.join(work, f"round-{rnd}")
             os.makedirs(run)
             if "h" not in skip:
+                meter = CpuMeter(jvm)
                 wall, rows = run_by_hand(spark, data, args.url, sh, os.path.join(run, "chk-h"))
                 last["h"] = (wall, rows)
                 print(f"(h) foreachBatch + executemany: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(phases_of(wall, rows))
+                print("    " + meter.line(wall))
             if "n" not in skip:
+                meter = CpuMeter(jvm)
                 wall, rows = run_by_hand(spark, data, args.url, None, os.path.join(run, "chk-n"), write=False)
                 last["n"] = (wall, rows)
                 print(f"(n) read and aggregate only (noop sink): {wall:7.2f}s")
                 print(phases_of(wall, rows))
+                print("    " + meter.line(wall))
             if "t" not in skip:
+                meter = CpuMeter(jvm)
                 wall, rows = run_tidemark(spark, data, args.url, st, args.shards, os.path.join(run, "chk-t"))
                 last["t"] = (wall, rows)
                 print(f"(t) tidemark → PostgreSQL:      {wall:7.2f}s ({args.docs / wall:,.0f} docs/s)")
                 print(phases_of(wall, rows))
+                print("    " + meter.line(wall))
             if "l" not in skip:
                 sl = f"tm_small_l_{tag}"
                 dropped.append(sl)
+                meter = CpuMeter(jvm)
                 wall, rows = run_tidemark(
                     spark, data, args.url, sl, args.shards, os.path.join(run, "chk-l"), endpoint_reduce=False
                 )
                 last["l"] = (wall, rows)
                 print(f"(l) tidemark, Load + reduce in Python (endpoint_reduce: false): {wall:7.2f}s")
                 print(phases_of(wall, rows))
+                print("    " + meter.line(wall))
                 print("    views: " + check_views(args.url, None, sl, view).replace("(t)", "(l)"))
             if args.before:
                 sb = f"tm_small_b_{tag}"
