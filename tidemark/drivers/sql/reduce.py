@@ -86,7 +86,7 @@ class ReduceSql:
         raise NotImplementedError
 
     def to_json(self, expr: str, col: Column) -> str:
-        """A typed value as JSON."""
+        """A typed value as JSON, as :meth:`with_members` takes a member's expression."""
         raise NotImplementedError
 
     def with_members(
