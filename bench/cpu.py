@@ -1,11 +1,13 @@
-"""CPU time of a run, part by part: the JVM (with the Python workers it starts), this
-Python process (the Spark driver's Python: tidemark's driver-side sessions, the
-hand-written job's ``executemany``), PostgreSQL or MariaDB (the server and every backend,
-the ended ones included), and the rest of the machine.
+"""CPU time of a run, part by part: the JVM, this Python process (the Spark driver's
+Python: tidemark's driver-side sessions, the hand-written job's ``executemany``),
+PostgreSQL or MariaDB (the server and every backend, the ended ones included), and the
+rest of the machine (Spark's Python workers among it).
 
-A process tree's CPU time so far is the sum, over its live processes, of their own user
-and system time plus that of their reaped children (``/proc/<pid>/stat`` fields 14–17): a
-backend that ended was reaped by its server, whose ``cutime`` holds it.  Linux only.
+A server's CPU time so far is the sum, over its live processes, of their own user and
+system time plus that of their reaped children (``/proc/<pid>/stat`` fields 14–17): a
+backend that ended was reaped by the server, whose ``cutime`` holds it.  The JVM is its own
+process only: Spark's Python workers can end without being reaped inside its tree, which
+would make a tree's total go down.  Linux only.
 
     meter = CpuMeter(jvm_pid)
     ... the run ...
@@ -86,8 +88,8 @@ class CpuMeter:
         total = lambda pids: sum(procs[p][2] + procs[p][3] for p in pids)  # noqa: E731
         times = os.times()
         parts = {"driver Python": times.user + times.system}
-        if self.jvm_pid:
-            parts["JVM"] = total(_tree(procs, self.jvm_pid))
+        if self.jvm_pid and self.jvm_pid in procs:
+            parts["JVM"] = procs[self.jvm_pid][2]
         for name, pids in _servers(procs).items():
             parts[name] = total(pids)
         parts["machine"] = _machine_busy()
@@ -96,13 +98,13 @@ class CpuMeter:
     def parts(self) -> dict[str, float]:
         end = self._now()
         out = {k: end[k] - self.start.get(k, 0.0) for k in end}
-        out["rest"] = out["machine"] - sum(v for k, v in out.items() if k != "machine")
+        out["rest (Python workers, other)"] = out["machine"] - sum(v for k, v in out.items() if k != "machine")
         return out
 
     def line(self, wall: float, cores: Optional[int] = None) -> str:
         cores = cores or os.cpu_count() or 1
         p = self.parts()
-        shown = ", ".join(f"{k} {v:.1f}" for k, v in p.items() if k not in ("machine",))
+        shown = ", ".join(f"{k} {v:.1f}" for k, v in p.items() if k != "machine" and (k not in SERVERS or v >= 0.05))
         return f"cpu (s): {shown}; machine busy {p['machine']:.1f} of {cores * wall:.1f} core-s ({p['machine'] / (cores * wall):.0%})"
 
 
