@@ -38,7 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from tidemark.collection.keys import KEY_TYPES
-from tidemark.collection.schema import SchemaIndex, closest, iter_schemas, pointer_tokens, types_of, unknown_keywords
+from tidemark.collection.schema import (
+    SchemaIndex,
+    closest,
+    dead_reductions,
+    iter_schemas,
+    pointer_tokens,
+    types_of,
+    unknown_keywords,
+)
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
 from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
@@ -283,6 +291,8 @@ class _Parser:
                     raise self.fail(f"{sub_path}.$ref", str(exc)) from None
             if "reduce" in node:
                 self.check_reduce(node, f"{sub_path}.reduce")
+        for dead in dead_reductions(schema, path):
+            raise self.fail(dead.path, dead.message)
 
     def check_reduce(self, node: dict, path: str) -> None:
         red = node["reduce"]

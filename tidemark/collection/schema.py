@@ -425,3 +425,165 @@ def unknown_keywords(schema: Any) -> Iterator[UnknownKeyword]:
             for k in red:
                 if k not in REDUCE_FIELDS:
                     yield UnknownKeyword(tokens, str(k), in_reduce=True)
+
+
+# ----------------------------------------------------------------------------- dead annotations
+# A strategy that keeps or combines whole values (``lastWriteWins``, ``firstWriteWins``, ``sum``,
+# ``append``, ``minimize`` / ``maximize`` without a key) never reduces the locations below it:
+# a ``reduce`` there can never apply, and a spec that has one says something it does not do
+# (``sum`` under a ``lastWriteWins`` root keeps the later amount).  The spec checks refuse it.
+
+# strategies that reduce the locations below theirs (keyed minimize/maximize: ties deep-merge)
+_RECURSING = frozenset(("merge", "set"))
+_CHILD_SCHEMA_KEYWORDS = ("additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems")
+
+
+@dataclass(frozen=True)
+class DeadReduce:
+    """A ``reduce`` at ``path`` that can never apply: the location at ``above`` (an ancestor)
+    is reduced with ``strategy``, which replaces or combines its whole value."""
+
+    path: str  # the spec path of the dead annotation's schema object
+    above: str  # the spec path of the schema object of the ancestor that decides
+    pointer: str  # the ancestor's location as a JSON pointer of the document ("/" for the root)
+    strategy: str
+    order: str = ""
+    default: bool = False  # the ancestor has no annotation: lastWriteWins by default
+
+    @property
+    def message(self) -> str:
+        how = (
+            f"has no reduce annotation, so it is 'lastWriteWins'"
+            if self.default
+            else f"is reduced with {self.strategy!r}" + (f" (order {self.order})" if self.order else "")
+        )
+        return (
+            f"this reduce can never apply: the location {self.pointer} above it {how}, which "
+            f"{'keeps one side whole' if self.strategy in ('lastWriteWins', 'firstWriteWins') else 'combines whole values'}"
+            f" and never reduces what is inside it. Declare `reduce: {{strategy: merge}}` at {self.pointer} "
+            f"to reduce property by property, or remove this reduce"
+        )
+
+
+def dead_reductions(root: Any, path: str = "") -> Iterator[DeadReduce]:
+    """Every ``reduce`` with a strategy below a location whose strategy never reduces inside
+    its value.  A location whose strategy is conditional (a ``reduce`` in an ``anyOf`` /
+    ``oneOf`` / ``then`` / ``else`` member) is not judged: its documents decide."""
+    index = SchemaIndex(root)
+
+    def members(node: dict, conditional: bool, seen: set) -> Iterator[tuple[dict, bool]]:
+        """The schema objects of one location: ``(schema, conditional)``."""
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        yield node, conditional
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                target = index.resolve_ref(ref)
+            except ValueError:
+                target = None
+            if isinstance(target, dict):
+                yield from members(target, conditional, seen)
+        for sub in node.get("allOf") or ():
+            if isinstance(sub, dict):
+                yield from members(sub, conditional, seen)
+        for kw in ("anyOf", "oneOf"):
+            for sub in node.get(kw) or ():
+                if isinstance(sub, dict):
+                    yield from members(sub, True, seen)
+        for kw in ("then", "else"):
+            if isinstance(node.get(kw), dict):
+                yield from members(node[kw], True, seen)
+
+    def strategy_of(red: Any) -> Optional[dict]:
+        return red if isinstance(red, dict) and isinstance(red.get("strategy"), str) else None
+
+    def children(node: dict, where: str) -> Iterator[tuple[str, dict]]:
+        for kw in ("properties", "patternProperties"):
+            sub = node.get(kw)
+            if isinstance(sub, dict):
+                for name, s in sub.items():
+                    if isinstance(s, dict):
+                        yield f"{where}.{kw}.{name}", s
+        for kw in ("prefixItems",):
+            for i, s in enumerate(node.get(kw) or ()):
+                if isinstance(s, dict):
+                    yield f"{where}.{kw}[{i}]", s
+        items = node.get("items")
+        if isinstance(items, list):
+            for i, s in enumerate(items):
+                if isinstance(s, dict):
+                    yield f"{where}.items[{i}]", s
+        elif isinstance(items, dict):
+            yield f"{where}.items", items
+        for kw in _CHILD_SCHEMA_KEYWORDS:
+            if isinstance(node.get(kw), dict):
+                yield f"{where}.{kw}", node[kw]
+
+    def paths_of(node: dict, where: str) -> dict[int, str]:
+        """The spec path of each member of a location (for messages)."""
+        out = {id(node): where}
+
+        def visit(n: dict, w: str) -> None:
+            for kw in ("allOf", "anyOf", "oneOf"):
+                for i, sub in enumerate(n.get(kw) or ()):
+                    if isinstance(sub, dict) and id(sub) not in out:
+                        out[id(sub)] = f"{w}.{kw}[{i}]"
+                        visit(sub, out[id(sub)])
+            for kw in ("then", "else"):
+                if isinstance(n.get(kw), dict) and id(n[kw]) not in out:
+                    out[id(n[kw])] = f"{w}.{kw}"
+                    visit(n[kw], out[id(n[kw])])
+
+        visit(node, where)
+        return out
+
+    visited: set = set()
+
+    def visit(
+        node: dict, where: str, pointer: str, blocker: Optional[DeadReduce], in_set: bool = False
+    ) -> Iterator[DeadReduce]:
+        if (id(node), blocker is None) in visited:  # a recursive $ref
+            return
+        visited.add((id(node), blocker is None))
+        location = list(members(node, False, set()))
+        paths = paths_of(node, where)
+        decided: Optional[dict] = None
+        unknown = False
+        for schema, conditional in location:
+            red = strategy_of(schema.get("reduce"))
+            if red is None:
+                continue
+            if blocker is not None:
+                yield DeadReduce(
+                    paths.get(id(schema), where) + ".reduce",
+                    blocker.above,
+                    blocker.pointer,
+                    blocker.strategy,
+                    blocker.order,
+                    blocker.default,
+                )
+            if conditional:
+                unknown = True
+            else:
+                decided = red
+        below = blocker
+        if below is None and not unknown and not (in_set and decided is None):
+            # (``add`` / ``intersect`` / ``remove`` of a set: the set reduces their members)
+            strategy = str(decided["strategy"]) if decided else "lastWriteWins"
+            keyed = bool(decided and decided.get("key"))
+            if strategy not in _RECURSING and not (strategy in ("minimize", "maximize") and keyed):
+                below = DeadReduce(
+                    "", where, pointer or "/", strategy, str((decided or {}).get("order") or ""), decided is None
+                )
+        for schema, _conditional in location:
+            base = paths.get(id(schema), where)
+            for child_path, child in children(schema, base):
+                token = child_path.rsplit(".", 1)[-1]
+                yield from visit(
+                    child, child_path, f"{pointer}/{token}", below, bool(decided and decided["strategy"] == "set")
+                )
+
+    if isinstance(root, dict):
+        yield from visit(root, path, "", None)
