@@ -116,3 +116,64 @@ def test_sums_of_cents_are_exact_in_mysql_decimal_columns(spark, tmp_path, mysql
     rows = sql(mysql_url, f"SELECT customer, total, largest, orders, flow_document FROM `{mysql_db}`.totals")
     assert {c: (t, m, n) for c, t, m, n, _ in rows} == want
     assert {c: Decimal(repr(json.loads(d)["total"])) for c, *_, d in rows} == {c: w[0] for c, w in want.items()}
+
+
+def ICEBERG(tmp_path):  # noqa: N802
+    from tests.integration.test_iceberg_driver import config
+
+    return config(tmp_path, "sqlite")
+
+
+def lake_rows(endpoint: str, tmp_path) -> tuple[dict, list]:
+    """(column types, rows (customer, total, largest, orders, document)) of the lake table."""
+    import duckdb
+
+    if endpoint == "delta":
+        import deltalake
+
+        from tests.integration.test_delta_driver import live_files
+
+        location = str(tmp_path / "lake" / "totals")
+        dt = deltalake.DeltaTable(location)
+        types = {f.name: str(f.type.type) for f in dt.schema().fields}
+        files = live_files(location)
+    else:
+        from tidemark.drivers.iceberg import IcebergDriver
+
+        d = IcebergDriver(ICEBERG(tmp_path))
+        try:
+            table = d.catalog.load_table(("views", "totals"))
+            types = {f.name: str(f.field_type) for f in table.schema().fields}
+            files = [f.removeprefix("file://") for f in table.inspect.files().column("file_path").to_pylist()]
+        finally:
+            d.close()
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            "SELECT customer, total, largest, orders, flow_document FROM read_parquet(?, union_by_name = true)", [files]
+        ).fetchall()
+    finally:
+        con.close()
+    return types, rows
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [pytest.param("delta", marks=pytest.mark.slow), "iceberg"],  # the same columns model; each driver: test_lake_decimals
+)
+def test_sums_of_cents_are_exact_in_lake_decimal_columns(spark, tmp_path, endpoint):
+    from tidemark.spark.runner import run_spec
+
+    want = payments(tmp_path / "data", files=2)
+    config = (
+        {"delta": {"path": str(tmp_path / "lake")}}
+        if endpoint == "delta"
+        else {"iceberg": ICEBERG(tmp_path)}
+    )
+    run_spec(spec(tmp_path, tmp_path / "data", config), spark=spark)
+    types, rows = lake_rows(endpoint, tmp_path)
+    decimal = "decimal(38,2)" if endpoint == "delta" else "decimal(38, 2)"
+    assert (types["total"], types["largest"]) == (decimal, decimal)
+    assert {c: (t, m, n) for c, t, m, n, _ in rows} == want
+    assert all(isinstance(t, Decimal) for _, t, *_ in rows)
+    assert not any("99999999" in doc or "00000001" in doc for *_, doc in rows)

@@ -139,7 +139,9 @@ def columns_to_add(
             if col.is_key:
                 raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
             missing.append(col)
-        elif have != type_of(col.kind):
+        elif have != type_of(col.kind) and not (col.kind.startswith(DECIMAL) and have == type_of(NUMBER)):
+            # (an exact decimal in a double column: a table of a tidemark before 2026-11-28 keeps
+            # its column, and each apply casts to it)
             raise IncompatibleSchema(
                 f"{where}: column {col.name!r} is {have}, the binding needs "
                 f"{type_of(col.kind)} (an incompatible type change)"
@@ -151,12 +153,29 @@ def columns_to_add(
 ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
 
 
+DECIMAL_PRECISION = 38  # digits of an exact decimal column (Delta, Iceberg, SQL): any sum of them fits
+
+
 def arrow_type(kind: str) -> pa.DataType:
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        return pa.decimal128(DECIMAL_PRECISION, scale)
     return ARROW_TYPES.get(base_kind(kind), pa.string())
 
 
 def column(kind: str, values: list) -> pa.Array:
-    """A typed column of JSON values (JSON kinds as text)."""
+    """A typed column of JSON values (JSON kinds as text; exact decimals as decimals: a
+    document's number is the double nearest its text, rounded to the column's places)."""
+    if kind.startswith(DECIMAL):
+        try:
+            return pa.array(values, pa.float64()).cast(arrow_type(kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            from decimal import Decimal
+
+            return pa.array(
+                [None if v is None else Decimal(repr(v)) if isinstance(v, float) else Decimal(v) for v in values],
+                arrow_type(kind),
+            )
     if kind != JSON:
         try:
             return pa.array(values, arrow_type(kind))

@@ -361,7 +361,7 @@ class DeltaDriver(Driver):
         if model.delta:
             write_deltalake(
                 dt,
-                staged_reader(source, drop=DELETE_COLUMN),
+                staged_reader(source, drop=DELETE_COLUMN, like=pa.schema(dt.schema().to_arrow())),
                 mode="append",
                 commit_properties=commit,
                 storage_options=self.storage_options,

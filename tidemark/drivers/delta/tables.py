@@ -12,7 +12,16 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, base_kind
+from tidemark.drivers.common.columns import (
+    BOOLEAN,
+    DECIMAL_PRECISION,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    NUMBER,
+    Column,
+    base_kind,
+    scale_of_kind,
+)
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
@@ -27,6 +36,9 @@ DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others:
 
 
 def delta_type(kind: str) -> str:
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        return f"decimal({DECIMAL_PRECISION},{scale})"
     return DELTA_TYPES.get(base_kind(kind), "string")
 
 
@@ -116,14 +128,24 @@ def stages_of(state: Any) -> list[dict]:
     return [s for s in (stages or {}).values() if isinstance(s, dict)]
 
 
-def staged_reader(source: pds.Dataset, drop: Optional[str] = None) -> pa.RecordBatchReader:
-    """The staged rows as a stream; the ``mid_apply`` fault point fires while delta-rs reads it."""
+def staged_reader(
+    source: pds.Dataset, drop: Optional[str] = None, like: Optional[pa.Schema] = None
+) -> pa.RecordBatchReader:
+    """The staged rows as a stream; the ``mid_apply`` fault point fires while delta-rs reads it.
+    ``like``: the table's schema, whose column types the rows take (an exact decimal staged for
+    a table whose column is a double, as tidemark made them before 2026-11-28)."""
     schema = source.schema if drop is None else pa.schema([f for f in source.schema if f.name != drop])
+    if like is not None:
+        schema = pa.schema(
+            [f.with_type(like.field(f.name).type) if f.name in like.names else f for f in schema]
+        )
 
     def batches() -> Iterator[pa.RecordBatch]:
         for i, rb in enumerate(source.to_batches()):
             if drop is not None:
                 rb = rb.drop_columns([drop])
+            if like is not None:
+                rb = rb.cast(schema)
             yield rb
             if i == 0:
                 fault_point("mid_apply")

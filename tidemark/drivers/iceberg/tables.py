@@ -10,9 +10,19 @@ from typing import Any, Iterable, Optional
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
-from pyiceberg.types import BooleanType, DoubleType, IcebergType, LongType, NestedField, StringType
+from pyiceberg.types import BooleanType, DecimalType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, NUMBER, Column, base_kind, dumps
+from tidemark.drivers.common.columns import (
+    BOOLEAN,
+    DECIMAL_PRECISION,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    NUMBER,
+    Column,
+    base_kind,
+    dumps,
+    scale_of_kind,
+)
 from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
 from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.drivers.common.redact import redact
@@ -32,6 +42,9 @@ ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType
 
 
 def iceberg_type(kind: str) -> IcebergType:
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        return DecimalType(DECIMAL_PRECISION, scale)
     return ICEBERG_TYPES.get(base_kind(kind), StringType())
 
 
