@@ -159,17 +159,16 @@ def lake_rows(endpoint: str, tmp_path) -> tuple[dict, list]:
 
 @pytest.mark.parametrize(
     "endpoint",
-    [pytest.param("delta", marks=pytest.mark.slow), "iceberg"],  # the same columns model; each driver: test_lake_decimals
+    [
+        pytest.param("delta", marks=pytest.mark.slow),
+        "iceberg",
+    ],  # the same columns model; each driver: test_lake_decimals
 )
 def test_sums_of_cents_are_exact_in_lake_decimal_columns(spark, tmp_path, endpoint):
     from tidemark.spark.runner import run_spec
 
     want = payments(tmp_path / "data", files=2)
-    config = (
-        {"delta": {"path": str(tmp_path / "lake")}}
-        if endpoint == "delta"
-        else {"iceberg": ICEBERG(tmp_path)}
-    )
+    config = {"delta": {"path": str(tmp_path / "lake")}} if endpoint == "delta" else {"iceberg": ICEBERG(tmp_path)}
     run_spec(spec(tmp_path, tmp_path / "data", config), spark=spark)
     types, rows = lake_rows(endpoint, tmp_path)
     decimal = "decimal(38,2)" if endpoint == "delta" else "decimal(38, 2)"

@@ -29,7 +29,9 @@ ORDERED_ROOT = {
 def _spec(schema):
     return {
         "collections": {"c": {"key": ["/id"], "schema": schema}},
-        "materializations": {"m": {"endpoint": {"memory": {}}, "bindings": [{"source": "c", "resource": {"table": "t"}}]}},
+        "materializations": {
+            "m": {"endpoint": {"memory": {}}, "bindings": [{"source": "c", "resource": {"table": "t"}}]}
+        },
     }
 
 
@@ -136,7 +138,10 @@ def test_refused_by_the_cli_and_the_python_api_before_anything_runs(tmp_path):
     spec = {
         "collections": {"orders": {"key": ["/id"], "schema": ORDERED_ROOT, "source": {"path": "data"}}},
         "materializations": {
-            "v": {"endpoint": {"sqlite": {"path": "v.db"}}, "bindings": [{"source": "orders", "resource": {"table": "t"}}]},
+            "v": {
+                "endpoint": {"sqlite": {"path": "v.db"}},
+                "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+            },
         },
     }
     (tmp_path / "data").mkdir()

@@ -453,7 +453,7 @@ class DeadReduce:
     @property
     def message(self) -> str:
         how = (
-            f"has no reduce annotation, so it is 'lastWriteWins'"
+            "has no reduce annotation, so it is 'lastWriteWins'"
             if self.default
             else f"is reduced with {self.strategy!r}" + (f" (order {self.order})" if self.order else "")
         )

@@ -136,9 +136,7 @@ def staged_reader(
     a table whose column is a double, as tidemark made them before 2026-11-28)."""
     schema = source.schema if drop is None else pa.schema([f for f in source.schema if f.name != drop])
     if like is not None:
-        schema = pa.schema(
-            [f.with_type(like.field(f.name).type) if f.name in like.names else f for f in schema]
-        )
+        schema = pa.schema([f.with_type(like.field(f.name).type) if f.name in like.names else f for f in schema])
 
     def batches() -> Iterator[pa.RecordBatch]:
         for i, rb in enumerate(source.to_batches()):
