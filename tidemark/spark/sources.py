@@ -102,6 +102,12 @@ def source_order(df) -> str:
     return ""
 
 
+TO_JSON_OPTIONS = {
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+}
+
+
 def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtime: bool = False):
     """Adapt any streaming DataFrame: a string ``value`` column, or every column as JSON.
 
@@ -119,7 +125,9 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtim
     if string_value:
         value = F.col("value")
     else:
-        value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]))
+        # every column as JSON; timestamps keep their microseconds (Spark's default format cuts
+        # them to milliseconds) as RFC 3339 date-times in the session's time zone
+        value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]), TO_JSON_OPTIONS)
     if order == "files":
         df = _with_file_order(df, mtime)
         cols = df.columns
