@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from tidemark.errors import RecoveryError, SpecError
+from tidemark.errors import RecoveryError, SpecError, TidemarkError
 from tidemark.options import RuntimeOptions
 from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
 
@@ -182,7 +182,7 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
     from tidemark.collection.collection import Collection
-    from tidemark.runtime.coordinator import check_capabilities
+    from tidemark.runtime.coordinator import check_capabilities, refuse_gone
     from tidemark.runtime.reduce_path import reduce_paths
 
     from tidemark.spec import check_source_readable
@@ -206,12 +206,23 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         check_records(spec, mat, driver, bindings)
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
+        refuse_gone(mat.name, mat.driver_name, last_entry(spec, mat), applied.created)
     return (
         f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
         + (f"; apply would: {applied.action_description}" if applied.action_description else "")
         + (f"; {running}" if running else "")
         + "".join(f"\n  {line}" for line in paths)
     )
+
+
+def last_entry(spec: TidemarkSpec, mat: MaterializationSpec):
+    """The recovery log's last entry of a view (None: no log, or no batch yet)."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    location = spec.checkpoint_location(mat.name)
+    if "://" not in location and not os.path.exists(os.path.join(location, "tidemark")):
+        return None
+    return RecoveryLog(location, mat.name, create=False).last()
 
 
 def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings) -> None:
@@ -411,10 +422,70 @@ def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) ->
     out = []
     for n in names:
         mat = spec.materializations[n]
-        out.append(
-            ResetPlan(n, mat.driver_name, [b.resource_path for b in bound(spec, mat)], spec.checkpoint_location(n))
-        )
+        bindings = bound(spec, mat)
+        refuse_not_owned(n, mat.driver_name, mat.driver_config, bindings)  # before anything is asked
+        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bindings], spec.checkpoint_location(n)))
     return out
+
+
+def owner_batch(driver, owner: str, bindings) -> Optional[int]:
+    """The last batch the endpoint holds of materialization ``owner`` (None: it cannot tell)."""
+    try:
+        positions = driver.positions(owner, tuple(bindings)) or []
+    except TidemarkError:  # only for a message
+        return None
+    held = [p.batch_id for p in positions if p.materialization == owner and p.batch_id >= 0]
+    return max(held) if held else None
+
+
+def refuse_not_owned(materialization: str, driver_name: str, driver_config: dict, bindings, driver=None) -> None:
+    """``tidemark reset`` drops only what ``materialization`` owns: refuse a resource that the
+    endpoint records as another materialization's view (its identity record, or its owner and
+    checkpoint rows), naming the owner and the batch it holds; and a resource that exists
+    without a record of this view (made by hand, or by something else), where the endpoint can
+    tell.  Nothing is changed."""
+    from tidemark.drivers.registry import load_driver
+    from tidemark.protocol.messages import Apply
+
+    if driver is None:
+        with load_driver(driver_name, driver_config) as d:
+            return refuse_not_owned(materialization, driver_name, driver_config, bindings, d)
+    bindings = tuple(bindings)
+    records = driver.identities(materialization, bindings)
+    positions = driver.positions(materialization, bindings) or []
+    owners: list[tuple[str, str]] = []  # (where, owner)
+    for i, b in enumerate(bindings):
+        rec = records[i] if records and i < len(records) else None
+        name = "/".join(b.resource_path)
+        if isinstance(rec, dict) and rec.get("materialization") not in (None, materialization):
+            owners.append((rec.get("resolved") or name, str(rec["materialization"])))
+    for p in positions:
+        if p.checkpoint_id and p.materialization != materialization:
+            owners.append((p.place, p.materialization))
+    if owners:
+        where, owner = owners[0]
+        batch = owner_batch(driver, owner, bindings)
+        at = f"batch {batch}" if batch is not None else "its batches"
+        raise RecoveryError(
+            f"materialization {materialization!r}: {where} of endpoint {driver_name!r} holds the view of "
+            f"materialization {owner!r} ({at}), not of {materialization!r}; reset drops only what the named "
+            f"view owns. Give {materialization!r} its own resource; to start {owner!r} over on purpose, reset it "
+            f"with its own spec (`tidemark reset SPEC -m {owner}`). Nothing was changed"
+        )
+    if records is None or not getattr(driver, "reports_created", False):
+        return
+    try:
+        created = set(driver.apply(Apply(materialization, driver_config, bindings, dry_run=True)).created)
+    except TidemarkError:
+        created = set()  # a resource Apply cannot take exists
+    for i, b in enumerate(bindings):
+        if records[i] is None and b.resource_path not in created:
+            raise RecoveryError(
+                f"materialization {materialization!r}: {'/'.join(b.resource_path)} of endpoint {driver_name!r} "
+                f"exists but keeps no record of this view (made by hand, or by another program); reset drops only "
+                f"what {materialization!r} owns. Drop it yourself if it should go, or bind another resource "
+                "(to start a view from a table you have: `tidemark adopt`). Nothing was changed"
+            )
 
 
 def reset_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
@@ -475,6 +546,7 @@ def reset_view(
     lease.acquire()  # a view that is running now is refused: stop it first
     try:
         with load_driver(driver_name, driver_config) as driver:
+            refuse_not_owned(materialization, driver_name, driver_config, bindings, driver)
             done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
         fs, path = filesystem(checkpoint_location)
         if fs.get_file_info(path).type.name != "NotFound" and not lease.created_folder:

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from tidemark.errors import DriverError, SpecError
+from tidemark.errors import DriverError, SpecError, TidemarkError
 from tidemark.runtime.identity import SparkCheckpoint
 from tidemark.runtime.recovery_log import RecoveryLog, filesystem
 
@@ -61,6 +61,7 @@ class MaterializationStatus:
     shards: list = field(default_factory=list)
     input: InputStatus = field(default_factory=lambda: InputStatus("unknown"))
     notes: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # what a run would refuse (e.g. a dropped table)
 
     @property
     def batches_waiting(self) -> int:
@@ -270,10 +271,14 @@ def kafka_waiting(bootstrap: str, topics: dict) -> int:
         consumer.close()
 
 
-def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, bindings) -> list[ShardStatus]:
+def _endpoint_rows(
+    driver_name: str, driver_config: dict, materialization: str, bindings, st: Optional[MaterializationStatus] = None
+) -> list[ShardStatus]:
     from tidemark.drivers.registry import load_driver
 
     with load_driver(driver_name, driver_config) as driver:
+        if st is not None and getattr(driver, "reports_created", False):
+            _gone(driver, driver_name, driver_config, materialization, bindings, st)
         try:
             rows = [
                 ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
@@ -285,6 +290,24 @@ def _endpoint_rows(driver_name: str, driver_config: dict, materialization: str, 
             return rows
         positions = driver.positions(materialization, tuple(bindings)) or []
         return [ShardStatus(p.place, None, p.batch_id if p.batch_id >= 0 else None) for p in positions]
+
+
+def _gone(driver, driver_name: str, driver_config: dict, materialization: str, bindings, st) -> None:
+    """A resource the recovery log says holds the view, which the endpoint no longer has."""
+    from tidemark.protocol.messages import Apply
+    from tidemark.runtime.coordinator import gone_message
+
+    last = RecoveryLog(st.checkpoint, materialization, create=False).last()
+    if last is None:
+        return
+    try:
+        dry = driver.apply(Apply(materialization, driver_config, tuple(bindings), dry_run=True))
+    except TidemarkError as exc:  # a run would refuse it too
+        st.problems.append(str(exc).splitlines()[0])
+        return
+    text = gone_message(materialization, driver_name, last, dry.created)
+    if text:
+        st.problems.append(text)
 
 
 def status_of_spec(
@@ -312,7 +335,8 @@ def status_of_spec(
         # the endpoint only once the view has run (opening it may create a database file)
         if endpoint and RecoveryLog.existing_materialization(st.checkpoint):
             try:
-                st.shards = _current_first(st, _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat)))
+                rows = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat), st)
+                st.shards = _current_first(st, rows)
             except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
                 st.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
         if not st.shards:
@@ -391,6 +415,8 @@ def _size(n: int) -> str:
 
 
 def verdict(st: MaterializationStatus) -> str:
+    if st.problems:
+        return "broken: " + st.problems[0]
     waiting = []
     if st.input.files_waiting:
         waiting.append(f"{st.input.files_waiting} file(s) waiting")

@@ -383,7 +383,7 @@ def test_a_second_materialization_on_the_same_table_is_refused(spark, tmp_path, 
     spec["checkpoint"] = str(other / "checkpoints")
     (other / "spec.yaml").write_text(yaml.safe_dump(spec))
     before = ep.positions()
-    with pytest.raises(RecoveryError, match="is written by materialization 'view'.*Nothing was changed"):
+    with pytest.raises(RecoveryError, match="holds the view of materialization 'view'.*Nothing was changed"):
         run(spark, str(other / "spec.yaml"))
     assert ep.view() == expected and ep.positions() == before
 

@@ -81,7 +81,7 @@ def test_the_field_carries_its_places_to_every_endpoint_over_the_wire():
     assert field_kind(fields["total"]) == "decimal:2" and field_kind(fields["plain"]) == "number"
 
 
-def test_sql_endpoints_store_decimal_columns_table_formats_doubles():
+def test_every_table_endpoint_stores_decimal_columns():
     from tidemark.drivers.delta.tables import delta_type
     from tidemark.drivers.mysql.dialect import MySqlDialect
     from tidemark.drivers.postgres.dialect import sql_type as pg_type
@@ -90,5 +90,5 @@ def test_sql_endpoints_store_decimal_columns_table_formats_doubles():
     assert pg_type("decimal:2") == "numeric(38,2)"
     assert MySqlDialect().sql_type("decimal:4") == "decimal(38,4)"
     assert sqlite_type("decimal:2") == "NUMERIC(38,2)"
-    assert str(arrow_type("decimal:2")) == "double"
-    assert delta_type("decimal:2") == "double"
+    assert str(arrow_type("decimal:2")) == "decimal128(38, 2)"
+    assert delta_type("decimal:2") == "decimal(38,2)"

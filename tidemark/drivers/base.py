@@ -214,6 +214,9 @@ class Driver(ABC):
     """An endpoint. Constructed from its config alone, on any process."""
 
     name: ClassVar[str] = ""
+    #: a dry-run Apply names in ``Applied.created`` every resource that does not exist yet (so
+    #: ``tidemark reset`` can tell a resource made by hand from one never made)
+    reports_created: ClassVar[bool] = False
 
     def __init__(self, config: dict | None = None):
         self.config = dict(config or {})

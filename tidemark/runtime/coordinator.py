@@ -153,19 +153,50 @@ def refuse_foreign(
     if not foreign:
         return
     p = foreign[0]
-    whose = (
-        f"materialization {p.materialization!r}"
-        if p.materialization != materialization
-        else f"another tidemark checkpoint of {materialization!r}"
-    )
+    at = f"batch {p.batch_id}" if p.batch_id >= 0 else "no batch yet"
+    this = f"this checkpoint ({mine}, {'no batch yet' if last is None else f'batch {last.batch_id}'})"
+    if p.materialization != materialization:
+        # another view's: a reset of this one cannot help (and must not drop the other's)
+        raise RecoveryError(
+            f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} holds the view of "
+            f"materialization {p.materialization!r} (checkpoint {p.checkpoint_id}, {at}), not {this}. Give "
+            f"{materialization!r} its own resources (another table or name); to start {p.materialization!r} over "
+            f"on purpose, reset it with its own spec (`tidemark reset SPEC -m {p.materialization}`). "
+            "Nothing was changed"
+        )
     raise RecoveryError(
-        f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by {whose} "
-        f"(checkpoint {p.checkpoint_id}, batch {p.batch_id}), not by this checkpoint ({mine}, "
-        f"{'no batch yet' if last is None else f'batch {last.batch_id}'}). If this checkpoint folder "
-        f"was deleted or moved, restore it ({checkpoint_location}); if this is another job, give it "
-        f"its own materialization name and resources; to start this view over on purpose: "
+        f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by another "
+        f"tidemark checkpoint of {materialization!r} (checkpoint {p.checkpoint_id}, {at}), not by {this}. If this "
+        f"checkpoint folder was deleted or moved, restore it ({checkpoint_location}); if this is another job, "
+        f"give it its own materialization name and resources; to start this view over on purpose: "
         f"{reset_hint(materialization)}. Nothing was changed"
     )
+
+
+def gone_message(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> Optional[str]:
+    """What is wrong when resources that the recovery log says hold the view no longer exist
+    (``created``: what a dry-run Apply would create); None when nothing is."""
+    if last is None:
+        return None
+    written = {tuple(r) for r in last.resources}
+    gone = [r for r in created if tuple(r) in written]
+    if not gone:
+        return None
+    names = ", ".join("/".join(r) for r in gone)
+    return (
+        f"materialization {materialization!r}: {names} held the view up to batch {last.batch_id}, which the "
+        f"recovery log records, but no longer exists in endpoint {driver_name!r} (dropped?). "
+        f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
+        f"with {reset_hint(materialization)}. Nothing was changed"
+    )
+
+
+def refuse_gone(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> None:
+    """Refuse a run (or ``tidemark check``) of a view whose resources were dropped: Apply
+    would create them empty, and the view would hold only what later batches touch."""
+    text = gone_message(materialization, driver_name, last, created)
+    if text:
+        raise RecoveryError(text)
 
 
 class Coordinator:
@@ -267,17 +298,7 @@ class Coordinator:
                 checkpoint_id=self.log.checkpoint_id,
             )
         )
-        if last is not None:
-            written = {tuple(r) for r in last.resources}
-            gone = [r for r in dry.created if tuple(r) in written]
-            if gone:
-                names = ", ".join("/".join(r) for r in gone)
-                raise RecoveryError(
-                    f"materialization {self.name!r}: {names} held the view up to batch {last.batch_id}, which the "
-                    f"recovery log records, but no longer exists in endpoint {self.driver_name!r} (dropped?). "
-                    f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
-                    f"with {reset_hint(self.name)}. Nothing was changed"
-                )
+        refuse_gone(self.name, self.driver_name, last, dry.created)
         # Step 4
         created_at = 0 if last is None else last.batch_id + 1
         records = tuple(endpoint_record(i, self.name, self.checkpoint_id, created_at) for i in self.identities)

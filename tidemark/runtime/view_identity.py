@@ -212,11 +212,27 @@ def check_endpoint_records(
     if not found:
         return
     where = f" ({spec_file})" if spec_file else ""
+    others = sorted(
+        {
+            str(old.get("materialization"))
+            for old in stored
+            if isinstance(old, dict) and old.get("materialization") not in (None, materialization)
+        }
+    )
+    if others:  # another view's: a reset of this one cannot help (and drops only what this one owns)
+        way = (
+            f". Give {materialization!r} its own resources; to start {others[0]!r} over on purpose, reset it "
+            f"with its own spec (`tidemark reset SPEC -m {others[0]}`). Nothing was changed"
+        )
+    else:
+        way = (
+            ". Undo the edit; or, to build this view anew in these resources, start it over on "
+            f"purpose with {reset_hint(materialization)}, which drops them with their records. Nothing was changed"
+        )
     raise RecoveryError(
         f"materialization {materialization!r}{where}: endpoint {driver_name!r} keeps another view in its resources: "
         + "; ".join(found)
-        + ". Undo the edit; or, to build this view anew in these resources, start it over on "
-        f"purpose with {reset_hint(materialization)}, which drops them with their records. Nothing was changed"
+        + way
     )
 
 

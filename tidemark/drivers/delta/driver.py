@@ -110,6 +110,7 @@ CAPABILITIES = Capabilities(
 
 class DeltaDriver(Driver):
     name = "delta"
+    reports_created = True
 
     def capabilities(self) -> Capabilities:
         return CAPABILITIES

@@ -104,6 +104,7 @@ CAPABILITIES = Capabilities(
 
 class IcebergDriver(Driver):
     name = "iceberg"
+    reports_created = True
 
     def capabilities(self) -> Capabilities:
         return CAPABILITIES

@@ -103,6 +103,7 @@ class SqlDriver(Driver):
     """A store-authoritative SQL endpoint (see the module docstring)."""
 
     dialect: ClassVar[Dialect] = Dialect()
+    reports_created = True
     transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
     schema: str = ""  # where tidemark's own tables live, and tables without a schema of their own
     _con: Any = None  # the driver's own connection (see :attr:`con`)
@@ -568,10 +569,23 @@ class SqlDriver(Driver):
             if owner is not None:
                 out.append(
                     Position(
-                        f"table {self.resource_name(self.model(b))}", owner[0], owner[1], -1, resource=b.resource_path
+                        f"table {self.resource_name(self.model(b))}",
+                        owner[0],
+                        owner[1],
+                        self.last_batch(owner[0], owner[1]),
+                        resource=b.resource_path,
                     )
                 )
         return out
+
+    def last_batch(self, materialization: str, checkpoint_id: Optional[str]) -> int:
+        """The last batch of (materialization, checkpoint) any range of it holds (-1: none)."""
+        batches = [
+            r.runtime_checkpoint.get("batch_id")
+            for r in self.checkpoints(materialization)
+            if isinstance(r.runtime_checkpoint, dict) and r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id
+        ]
+        return max((b for b in batches if isinstance(b, int)), default=-1)
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         def body():
