@@ -505,3 +505,29 @@ def test_quarantine_is_applied_once_with_the_batch(driver, armed):
 def test_the_quarantine_table_cannot_be_bound(driver):
     with pytest.raises(SpecError, match="dead-letter"):
         driver.model(BindingSpec({"table": "tidemark_quarantine"}, "orders", ("/customer",), binding().fields))
+
+
+def test_a_table_of_an_older_tidemark_gets_its_records_on_the_next_apply(driver):
+    """A table made before identity records (and owners) existed: the next Apply records them
+    (delta-rs refuses a table property it does not know unless told; the upgrade trial's
+    ``Error parsing property 'tidemark.identity'``), and the view goes on."""
+    from tidemark.drivers.common.identity import PROPERTY
+    from tidemark.drivers.delta.tables import KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY
+
+    b = binding()
+    model = driver.model(b)
+    deltalake.DeltaTable.create(
+        model.location,
+        schema=model.arrow_schema(),
+        configuration={KEY_PROPERTY: '["customer"]', MODE_PROPERTY: "false"},
+        raise_if_key_not_exists=False,
+    )
+    record = {"materialization": MAT, "checkpoint_id": "chk-1", "resource": ["customers"]}
+    applied = driver.apply(Apply(MAT, driver.config, (b,), checkpoint_id="chk-1", identities=(record,)))
+    assert "create" not in applied.action_description
+    conf = deltalake.DeltaTable(model.location).metadata().configuration
+    assert json.loads(conf[OWNER_PROPERTY]) == {"materialization": MAT, "checkpoint_id": "chk-1"}
+    assert json.loads(conf[PROPERTY])["materialization"] == MAT
+    rt = Runtime(driver, b)
+    rt.batch(0, {0: [doc("a", 1)]})
+    assert driver.dump(MAT, b) == {("a",): doc("a", 1)}

@@ -269,15 +269,24 @@ class DeltaDriver(Driver):
                     )
                 if owner and not req.dry_run:
                     have = owner_of(self.table(model.location))
+                    # tidemark's own properties are not Delta's: delta-rs refuses a key it does
+                    # not know unless told (raise_if_not_exists=False), as DeltaTable.create is
                     if have is None:  # a table of an older tidemark: this checkpoint takes it
-                        self.table(model.location).alter.set_table_properties({OWNER_PROPERTY: owner})
+                        self.table(model.location).alter.set_table_properties(
+                            {OWNER_PROPERTY: owner}, raise_if_not_exists=False
+                        )
                     elif have != (req.materialization, req.checkpoint_id):
                         raise RecoveryError(
                             f"delta table {model.location!r} belongs to materialization {have[0]!r} of tidemark "
                             f"checkpoint {have[1]}, not to this one ({req.checkpoint_id}); nothing was changed"
                         )
                     if record and identity_of(self.table(model.location)) is None:
-                        self.table(model.location).alter.set_table_properties({IDENTITY_PROPERTY: record})
+                        self.table(model.location).alter.set_table_properties(
+                            {IDENTITY_PROPERTY: record}, raise_if_not_exists=False
+                        )
+                if record and req.dry_run and identity_of(self.table(model.location)) is None:
+                    # a table of a tidemark before identity records: the run records it
+                    actions.append(f"record the view's identity on {model.location}")
 
             self.run(body, "apply", model.location)
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
