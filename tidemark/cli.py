@@ -15,7 +15,10 @@ from rich.markup import escape
 from tidemark.errors import TidemarkError, from_task_failure
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Exactly-once materialized views of streams on Spark."
+    add_completion=False,
+    no_args_is_help=True,
+    help="Exactly-once materialized views of streams on Spark.",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 # soft_wrap: a line is never cut at the terminal's (or, off a terminal, 80) columns: logs stay greppable
 console = Console(stderr=True, soft_wrap=True)
@@ -23,8 +26,22 @@ out = Console(soft_wrap=True)
 _state = {"verbose": False}
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            out.print(f"tidemark {version('tidemark')}", highlight=False)
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree
+            out.print("tidemark (not installed)", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _options(verbose: bool = typer.Option(False, "--verbose", "-v", help="print tracebacks with errors")):
+def _options(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="print tracebacks with errors"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+):
     _state["verbose"] = verbose
 
 
@@ -496,6 +513,10 @@ def tail(
 
 
 def main() -> None:
+    if not sys.stderr.isatty():  # usage errors as plain lines, not boxes drawn for a terminal
+        import typer.core
+
+        typer.core.HAS_RICH = False
     try:
         app()
     except TidemarkError as exc:  # pragma: no cover

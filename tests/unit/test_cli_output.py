@@ -40,3 +40,37 @@ def test_check_output_is_not_wrapped_off_a_terminal(tmp_path):
     line = next(x for x in done.stdout.splitlines() if "apply would:" in x)
     assert f"create table main.{table}" in line, done.stdout
     assert len(line) > 80
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version_and_short_help():
+    from importlib.metadata import version
+
+    assert _cli("--version").stdout.strip() == f"tidemark {version('tidemark')}"
+    assert "Exactly-once materialized views" in _cli("-h").stdout
+    assert "[OPTIONS] {spec}" in _cli("run", "-h").stdout
+
+
+def test_usage_errors_off_a_terminal_are_plain_lines():
+    done = _cli("run")
+    assert done.returncode == 2
+    assert "Error: Missing argument" in done.stderr
+    assert not any(ch in done.stderr for ch in "╭│╰\x1b"), done.stderr
+
+
+def test_an_abbreviated_strategy_gets_its_full_name_and_json_errors_read_well():
+    from tidemark.collection.schema import closest
+    from tidemark.collection.validate import parse_document
+    from tidemark.errors import DocumentError
+
+    assert closest("max", ("minimize", "maximize", "merge")) == "maximize"
+    assert closest("min", ("minimize", "maximize", "merge")) == "minimize"
+    try:
+        parse_document('{"a": "x')
+    except DocumentError as exc:
+        assert "Unterminated string starting at column 7" in str(exc) and "at at" not in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("parsed")

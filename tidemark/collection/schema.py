@@ -408,6 +408,9 @@ class UnknownKeyword:
 def closest(word: str, known) -> Optional[str]:
     """The known word closest to ``word`` (case aside), if one is close."""
     by_lower = {k.lower(): k for k in known}
+    starting = [k for k in by_lower if len(word) >= 3 and k.startswith(word.lower())]
+    if len(starting) == 1:  # an abbreviation: ``max`` for ``maximize``
+        return by_lower[starting[0]]
     match = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
     return by_lower[match[0]] if match else None
 

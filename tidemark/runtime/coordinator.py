@@ -316,14 +316,15 @@ class Coordinator:
         # Step 5
         if last is not None:
             if last.version != self.version:
-                log.warning(
-                    "materialization %s: spec version changed since batch %s (%s -> %s)",
+                changed = changes_since(last.reductions, self.reductions)
+                log.info(
+                    "materialization %s: the spec changed since batch %s (version %s -> %s)%s",
                     self.name,
                     last.batch_id,
                     last.version,
                     self.version,
+                    "" if changed else "; its bindings, keys and reductions are the same, so the view goes on as it is",
                 )
-                changed = changes_since(last.reductions, self.reductions)
                 if changed:
                     log.warning(
                         "materialization %s: a reduce strategy changed since batch %s, so stored documents "
