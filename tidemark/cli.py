@@ -437,7 +437,7 @@ def conformance(
 @app.command()
 def query(
     spec: str = typer.Argument(..., help="the spec file"),
-    view: str = typer.Option(..., "--view", help="the store view: its resource name (or MATERIALIZATION/NAME)"),
+    view: str = typer.Option(..., "--view", help="the view: its resource name, e.g. a table (or MATERIALIZATION/NAME)"),
     key: Optional[List[str]] = typer.Option(
         None, "--key", help="a key as JSON, e.g. '\"c1\"' or '[\"c1\", 2]' (repeatable)"
     ),
@@ -445,8 +445,8 @@ def query(
     isolation: str = typer.Option("read-committed", "--isolation", help="read-committed or read-uncommitted"),
     timeout: float = typer.Option(30.0, "--timeout", help="read-committed: seconds to wait for the shards to agree"),
 ):
-    """Print the documents of a store or nats view as JSON lines, in key order (all of them when no
-    --key/--prefix).  A nats view shows only what progress records cover (read-committed)."""
+    """Print the documents of a view as JSON lines, in key order (all of them when no --key/--prefix):
+    a table's committed rows, a store view, or a nats view (only what progress records cover)."""
     import json
 
     from tidemark.drivers.store.query import key_order, open_view
@@ -460,6 +460,16 @@ def query(
         _fail(TidemarkError("give --key or --prefix, not both"))
     out = sys.stdout.buffer
     try:
+        from tidemark.ops import endpoint_of_view
+
+        from tidemark.spec import load_spec
+
+        endpoint = endpoint_of_view(spec, view)
+        pushed = {m.driver_name for m in load_spec(spec).materializations.values()} & {"store", "nats"}
+        if endpoint not in (None, "store", "nats") or (endpoint is None and not pushed):
+            # a table (or any endpoint that reads itself back), by its driver
+            _print_committed(spec, view, keys, pre)
+            return
         from tidemark.drivers.nats.query import documents, find_view as find_nats_view
         from tidemark.spec import load_spec
 
@@ -482,6 +492,33 @@ def query(
         out.flush()
     except (TidemarkError, ValueError) as exc:
         _fail(exc)
+    except ImportError as exc:  # an endpoint's client library that is not installed
+        _fail(TidemarkError(f"{exc} (pip install 'tidemark[all]' installs every endpoint's library)"))
+
+
+def _print_committed(spec: str, view: str, keys: list, prefix) -> None:
+    """The committed documents of a view of any endpoint that reads itself back, in key order."""
+    import json
+
+    from tidemark.ops import committed_view
+
+    def key_order(key) -> tuple:  # booleans, then integers, then strings per component
+        return tuple((0, v) if isinstance(v, bool) else (1, v) if isinstance(v, int) else (2, str(v)) for v in key)
+
+    _, docs = committed_view(spec, view)
+    wanted = {tuple(k) if isinstance(k, list) else (k,) for k in keys}
+    pre = None if prefix is None else (tuple(prefix) if isinstance(prefix, list) else (prefix,))
+    rows = docs.items() if isinstance(docs, dict) else ((None, d) for d in docs)
+    if isinstance(docs, dict):
+        rows = sorted(rows, key=lambda kv: key_order(kv[0]))
+    out = sys.stdout.buffer
+    for k, doc in rows:
+        if wanted and k not in wanted:
+            continue
+        if pre is not None and (k is None or k[: len(pre)] != pre):
+            continue
+        out.write(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+    out.flush()
 
 
 @app.command()

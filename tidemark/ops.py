@@ -123,6 +123,21 @@ def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
     return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
 
 
+def endpoint_of_view(spec_path: str, name: str) -> Optional[str]:
+    """The endpoint (driver name) of the binding named ``name`` (as :func:`committed_view`
+    names it, or a materialization with one binding); None when no binding has that name."""
+    spec = load_spec(spec_path)
+    for mat in spec.materializations.values():
+        if name == mat.name and len(mat.bindings) == 1:
+            return mat.driver_name
+        for b in mat.bindings:
+            res = b.resource if isinstance(b.resource, dict) else {}
+            names = {str(v) for v in res.values() if isinstance(v, str)}
+            if name in names or any(name == f"{mat.name}/{n}" for n in names):
+                return mat.driver_name
+    return None
+
+
 def committed_view(spec_path: str, name: str):
     """``(binding, documents)`` of the binding named ``name`` (its resource name — a topic,
     table, … — or ``MATERIALIZATION/NAME``) as its endpoint has committed it: ``{key: doc}``
@@ -136,7 +151,7 @@ def committed_view(spec_path: str, name: str):
         for b in bound(spec, mat):
             rname = "/".join(b.resource_path)
             names.append(f"{mat.name}/{rname}")
-            if name in (rname, f"{mat.name}/{rname}"):
+            if name in (rname, f"{mat.name}/{rname}") or (name == mat.name and len(mat.bindings) == 1):
                 found.append((mat, b))
     if len(found) != 1:
         what = "is ambiguous" if found else "is not a binding of the spec"
