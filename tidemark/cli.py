@@ -3,6 +3,7 @@ and :mod:`tidemark.spark.runner` (run)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -83,7 +84,7 @@ def run(
 ):
     """Run the materializations of SPEC, with live progress.  Ctrl-C stops it (exit code 130);
     every batch committed by then stays, and the next run goes on from there."""
-    from tidemark.ops import check_spec, pending_files
+    from tidemark.ops import check_spec, pending_files, take_leases
     from tidemark.spec import load_spec
 
     started = time.perf_counter()
@@ -126,8 +127,23 @@ def run(
             from tidemark.spark.runner import run_spec
             from tidemark.spark.session import local_session
 
-            # the endpoints first (credentials, reachability, the tables), before Spark starts
+            # one live run per checkpoint: the leases first, so that a second run is refused at
+            # once (the run's coordinators take them over in this process when Spark is up)
+            leases = take_leases(spec, materialization or None)
+            stop.leases = leases
+            # the endpoints next (credentials, reachability, the tables), before Spark starts
             check_spec(spec, materialization or None, to_run=True)
+            for n in materialization or list(parsed.materializations):
+                if n in parsed.materializations:
+                    waiting = pending_files(parsed, n)
+                    console.print(
+                        f"{n}: endpoint {parsed.materializations[n].driver_name} ready"
+                        + ("" if waiting is None else f", {waiting} file(s) waiting"),
+                        highlight=False,
+                    )
+            console.print(
+                f"starting Spark ({master or 'local[*]'}; the first batch starts when it is up)", highlight=False
+            )
             if _state["verbose"]:  # Spark's own logging too: failed task attempts, their stacks
                 os.environ.setdefault("TIDEMARK_SPARK_LOG_DEFAULTS", "1")
             spark = local_session("tidemark", master=master or "local[*]", **spark_conf)
@@ -153,6 +169,9 @@ def run(
             if err is None:
                 raise
             _fail(err)
+        finally:
+            for lease in getattr(stop, "leases", ()):
+                lease.release()  # (a lease its coordinator took over is the coordinator's to give back)
         if stop.requested:
             stop.finish()
     console.print(
@@ -228,6 +247,12 @@ def _spark_conf(pairs: List[str], ui: bool) -> dict:
     return out
 
 
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler (no rich: it may hold its own lock)."""
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
 class _interruptible:
     """Ctrl-C (SIGINT) during ``run``: stop at the next safe point -- the batch in progress
     finishes and commits, no later batch starts -- then print one line and exit with code
@@ -250,10 +275,15 @@ class _interruptible:
         import threading
 
         if self.requested:
+            _say("interrupted again: exiting now; the batch in progress is not committed and runs again next time")
             os._exit(self.EXIT)
         self.requested = True
         if self.spark is None:
             raise KeyboardInterrupt  # Spark not started yet: nothing to wait for
+        _say(
+            "stopping: the batch in progress finishes and commits, no later batch starts "
+            "(Ctrl-C again to exit now; a batch cut short is not committed and runs again next time)"
+        )
         threading.Thread(target=self._stop_between_batches, daemon=True).start()
 
     def _stop_between_batches(self) -> None:

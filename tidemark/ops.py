@@ -123,6 +123,30 @@ def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
     return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
 
 
+def take_leases(spec_path: str, materializations: Optional[list[str]] = None) -> list:
+    """Take the lease of each (or each named) materialization's checkpoint before anything
+    else (``tidemark run``: before Spark starts), renewed until the run's coordinator takes it
+    over in this process; refuses at once a checkpoint another live run holds
+    (:mod:`tidemark.runtime.lease`).  Returns the leases (release them when the run ends)."""
+    from tidemark.runtime.lease import Lease
+
+    spec = load_spec(spec_path)
+    leases = []
+    try:
+        for n in materializations or list(spec.materializations):
+            if n not in spec.materializations:
+                continue  # check_spec names it
+            lease = Lease(spec.checkpoint_location(n), n)
+            lease.acquire()
+            leases.append(lease)
+            lease.keep()
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return leases
+
+
 def endpoint_of_view(spec_path: str, name: str) -> Optional[str]:
     """The endpoint (driver name) of the binding named ``name`` (as :func:`committed_view`
     names it, or a materialization with one binding); None when no binding has that name."""

@@ -156,3 +156,56 @@ def test_a_refused_first_run_leaves_none_of_the_folders_it_made(tmp_path):
     lease.acquire()
     lease.release()
     assert not (tmp_path / "a").exists()
+
+
+def test_a_later_lease_of_this_process_takes_it_over_and_the_earlier_stops_renewing(tmp_path, caplog):
+    """``tidemark run`` takes the lease before Spark starts; its coordinator takes it over in
+    the same process: the earlier lease stops renewing, loses nothing, logs nothing."""
+    first = Lease(str(tmp_path / "chk"), "m", ttl=0.3)
+    first.acquire()
+    first.keep()
+    second = Lease(str(tmp_path / "chk"), "m", ttl=0.3)
+    second.acquire()
+    first._thread.join(timeout=5)
+    assert not first._thread.is_alive() and not first.held and not first.lost
+    assert second.renew() and json.loads((tmp_path / "chk" / LEASE_FILE).read_text())["token"] == second.token
+    first.release()  # handed over: not its to give back
+    assert (tmp_path / "chk" / LEASE_FILE).exists()
+    second.release()
+    assert not (tmp_path / "chk").exists()  # the folder the first acquire made goes with the last release
+    assert not [r for r in caplog.records if "taken by another run" in r.getMessage()]
+
+
+def test_tidemark_run_refuses_a_second_run_before_spark_starts(tmp_path):
+    import yaml
+
+    (tmp_path / "data").mkdir()
+    spec = {
+        "collections": {
+            "o": {
+                "key": ["/id"],
+                "schema": {"type": "object", "reduce": {"strategy": "merge"}, "properties": {"id": {"type": "string"}}},
+                "source": {"path": "data"},
+            }
+        },
+        "materializations": {
+            "chk": {"endpoint": {"sqlite": {"path": "v.db"}}, "bindings": [{"source": "o", "resource": {"table": "t"}}]}
+        },
+        "checkpoint": ".",
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    holder = _holder(tmp_path)  # the lease of materialization chk's checkpoint: ./chk
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tidemark", "run", str(tmp_path / "spec.yaml"), "--available-now"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        assert "is in use by another run" in done.stderr.splitlines()[0], done.stderr
+        assert "starting Spark" not in done.stderr
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0

@@ -37,6 +37,11 @@ log = logging.getLogger("tidemark")
 
 LEASE_FILE = "tidemark.lease"
 DEFAULT_TTL = 30.0
+# the lease this process holds of each lease file: a later Lease of the same file in this
+# process (``tidemark run`` takes it before Spark starts, the coordinator at start-up) takes it
+# over, and the earlier one stops renewing without giving it back
+_HELD: dict[str, "Lease"] = {}
+_HELD_LOCK = threading.Lock()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -200,6 +205,10 @@ class Lease:
         try:
             with self._locked():
                 self._refuse_if_held(self._read())
+                with _HELD_LOCK:
+                    earlier = _HELD.get(self.path)
+                    if earlier is not None and earlier is not self:
+                        earlier._hand_over(self)
                 self._write()
         except BaseException:
             if self._created_dir:
@@ -212,12 +221,25 @@ class Lease:
                 f"{self.location} at the same moment; this one started nothing"
             )
         self.held = True
+        with _HELD_LOCK:
+            _HELD[self.path] = self
+
+    def _hand_over(self, later: "Lease") -> None:
+        """Stop renewing: ``later``, of this process, holds the lease file from now on (and
+        removes what this one's acquire created, when it gives the lease back)."""
+        self._stop.set()
+        self.held = False
+        if self._created_dir and not later._created_dir:
+            later._created_dir, later._created_top = True, self._created_top
+        self._created_dir = False
 
     def renew(self) -> bool:
         """Renew the lease; False (and ``lost``) when another run holds it now."""
         if not self.held:
             return False
         with self._locked():
+            if not self.held:  # handed over while this waited for the lock
+                return False
             body = self._read()
             if body is not None and body.get("token") != self.token:
                 self.lost, self.held = True, False
@@ -271,6 +293,9 @@ class Lease:
         if not self.held:
             return
         self.held = False
+        with _HELD_LOCK:
+            if _HELD.get(self.path) is self:
+                del _HELD[self.path]
         with contextlib.suppress(OSError):
             with self._locked():
                 body = self._read()
