@@ -129,3 +129,12 @@ def test_an_unfinished_adopt_is_refused_with_the_command_that_finishes_it(tmp_pa
     ad.write_record(loc, record)
     ad.refuse_unfinished("v", loc)
     assert ad.read_record(loc) == record
+
+
+def test_columns_named_otherwise_are_listed_with_the_query_that_renames_them():
+    with pytest.raises(DocumentError) as err:
+        ad.read_documents([{"cust_id": "a", "total": 3.5}], collection(), "spend", "v2")
+    first = str(err.value).splitlines()[0]
+    assert "Columns that match no property of the schema: cust_id, total" in first
+    assert "properties no column gives: customer, amount" in first
+    assert '--from "SELECT *, cust_id AS customer, total AS amount FROM spend"' in first

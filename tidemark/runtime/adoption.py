@@ -184,14 +184,37 @@ def row_document(row: dict, schema: dict) -> dict:
     return out
 
 
+def names_hint(columns: list[str], schema: dict, source: str) -> str:
+    """Where the rows' columns and the schema's properties do not match by name: both lists,
+    and the ``--from`` query that renames columns (empty when every column matches)."""
+    if DOCUMENT_COLUMN in columns:
+        return ""
+    props = _property_schemas(schema)
+    folded = {k.lower(): k for k in props}
+    matched = {c if c in props else folded.get(c.lower()) for c in columns} - {None}
+    unmatched = [c for c in columns if c not in props and c.lower() not in folded]
+    missing = [p for p in props if p not in matched]
+    if not unmatched or not missing:
+        return ""
+    example = ", ".join(f"{u} AS {m}" for u, m in zip(unmatched, missing))
+    table = source if " " not in source.strip() else "..."
+    return (
+        f". Columns that match no property of the schema: {', '.join(unmatched)}; properties no column "
+        f'gives: {", ".join(missing)}. Rename them in a query: --from "SELECT *, {example} FROM {table}"'
+    )
+
+
 def read_documents(rows: Iterable[dict], collection, source: str, resource: str) -> list[str]:
     """The rows as documents (compact JSON), checked: each valid under the collection's
     schema and one per key.  Raises :class:`DocumentError` naming the first bad rows."""
     texts: list[str] = []
     seen: dict[str, int] = {}
     bad: list[str] = []
+    columns: list[str] = []  # the first row's columns (for a hint on names that do not match)
     n = 0
     for n, row in enumerate(rows, 1):
+        if n == 1:
+            columns = list(row)
         try:
             doc = row_document(row, collection.schema)
             key = key_json(collection.extract_key(doc, f"row {n}"))
@@ -218,7 +241,7 @@ def read_documents(rows: Iterable[dict], collection, source: str, resource: str)
         more = " (and maybe more)" if len(bad) >= MAX_REPORTED else ""
         raise DocumentError(
             f"adopt {resource} from {source!r}: {len(bad)} row(s) do not fit collection {collection.name!r}{more}; "
-            "nothing was written:\n  " + "\n  ".join(bad)
+            "nothing was written" + names_hint(columns, collection.schema, source) + ":\n  " + "\n  ".join(bad)
         )
     if n == 0:
         log_empty = f"adopt {resource} from {source!r}: it holds no rows"

@@ -116,8 +116,10 @@ def check_columns(
     if doc is None:
         raise IncompatibleSchema(
             f"{where} exists but has no {DOCUMENT_COLUMN!r} column, where tidemark keeps each key's reduced "
-            "document, so tidemark did not make it (the table of a hand-written upsert?). Materialize into a "
-            "table of another name, which tidemark creates, and replay the source into it"
+            "document, so tidemark did not make it (the table of a hand-written upsert?). To start the view from "
+            f"its rows, adopt it: `tidemark adopt SPEC -m MATERIALIZATION --from {model.display}` into a table "
+            "of another name (docs/from-foreachbatch.md); or materialize into a table of another name and replay "
+            "the source into it"
         )
     if document_types is not None and doc[0].lower() not in document_types:
         raise IncompatibleSchema(
