@@ -199,8 +199,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from tidemark.collection.collection import Collection
-    from tidemark.spec import CollectionSpec
     from tidemark.spark.session import local_session
+    from tidemark.spec import CollectionSpec
 
     directory = os.path.join(HERE, "out", f"combine-{args.n}")
     t0 = time.perf_counter()

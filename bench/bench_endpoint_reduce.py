@@ -32,11 +32,11 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_postgres_e2e import machine  # noqa: E402
-from bench_small_batches import SCHEMA, write_stream  # noqa: E402
+from bench_postgres_e2e import machine
+from bench_small_batches import SCHEMA, write_stream
 
-from tidemark.collection.collection import Collection  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tidemark.collection.collection import Collection
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     Flush,
@@ -46,8 +46,8 @@ from tidemark.protocol.messages import (  # noqa: E402
     StartCommit,
     Store,
 )
-from tidemark.runtime.reduce_path import reduce_paths  # noqa: E402
-from tidemark.spec import CollectionSpec  # noqa: E402
+from tidemark.runtime.reduce_path import reduce_paths
+from tidemark.spec import CollectionSpec
 
 MAT = "bench"
 

@@ -39,8 +39,8 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_small_batches import SCALARS, SCHEMA, stream_line, write_stream  # noqa: E402
-from bench_postgres_e2e import machine  # noqa: E402
+from bench_postgres_e2e import machine
+from bench_small_batches import SCALARS, SCHEMA, stream_line, write_stream
 
 NAMESPACE = "views"
 

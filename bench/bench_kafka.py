@@ -22,8 +22,8 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tidemark.drivers.kafka import KafkaDriver  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tidemark.drivers.kafka import KafkaDriver
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     BindingSpec,

@@ -19,9 +19,9 @@ import uuid
 
 import pymysql
 
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN
 from tidemark.drivers.mysql import MySqlDriver, MySqlTransactor
 from tidemark.drivers.mysql.transactor import param
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN
 from tidemark.protocol.messages import (
     Acknowledge,
     Apply,

@@ -18,9 +18,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.nats_server import start_server  # noqa: E402
-from tidemark.drivers.nats import NatsDriver  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tests.nats_server import start_server
+from tidemark.drivers.nats import NatsDriver
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     BindingSpec,

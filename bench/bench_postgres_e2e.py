@@ -49,7 +49,7 @@ import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_postgres_driver import backend_cpu, own_cpu  # noqa: E402
+from bench_postgres_driver import backend_cpu, own_cpu
 
 SCHEMA = {
     "type": "object",
@@ -380,7 +380,7 @@ def machine() -> str:
     def sh(cmd):
         try:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # noqa: BLE001
+        except Exception:
             return "?"
 
     return "\n".join(

@@ -90,8 +90,8 @@ def main() -> None:
     import pyarrow as pa
 
     from tidemark.collection.collection import Collection
-    from tidemark.spec import CollectionSpec
     from tidemark.spark.combine import _fold_partitions, check_document
+    from tidemark.spec import CollectionSpec
 
     print(f"Python {platform.python_version()}, {args.docs:,} documents per schema, best of {args.repeats}")
     print("| schema | check µs/doc | reduce µs/doc | fold µs/doc |")

@@ -32,8 +32,8 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_postgres_e2e import machine  # noqa: E402
-from bench_small_batches import SCALARS, answer_rows, phases_of, run_tidemark, stream_line, write_stream  # noqa: E402
+from bench_postgres_e2e import machine
+from bench_small_batches import SCALARS, answer_rows, phases_of, run_tidemark, stream_line, write_stream
 
 PG_URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("TIDEMARK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
@@ -149,7 +149,7 @@ def main() -> None:
         for name, where in made:
             try:
                 drop(name, where)
-            except Exception as exc:  # noqa: BLE001 - best effort
+            except Exception as exc:
                 print(f"could not drop {name} {where}: {exc}")
         shutil.rmtree(work, ignore_errors=True)
 

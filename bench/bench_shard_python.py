@@ -25,13 +25,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from bench_postgres_e2e import SCHEMA, binding_spec, reduce_into, write_stream  # noqa: E402
+from bench_postgres_e2e import SCHEMA, binding_spec, reduce_into, write_stream
 
-from tidemark.collection.collection import Collection  # noqa: E402
-from tidemark.spec import CollectionSpec  # noqa: E402
-from tidemark.drivers.base import Capabilities, CommitPattern  # noqa: E402
-from tidemark.protocol.messages import Acknowledged, Flushed, Loaded, Opened, Range, StartedCommit  # noqa: E402
-import tidemark.runtime.shard as shard  # noqa: E402
+import tidemark.runtime.shard as shard
+from tidemark.collection.collection import Collection
+from tidemark.drivers.base import Capabilities, CommitPattern
+from tidemark.protocol.messages import Acknowledged, Flushed, Loaded, Opened, Range, StartedCommit
+from tidemark.spec import CollectionSpec
 
 
 class NullTransactor:

@@ -53,8 +53,8 @@ import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_postgres_e2e import machine  # noqa: E402
-from cpu import CpuMeter, jvm_pid  # noqa: E402
+from bench_postgres_e2e import machine
+from cpu import CpuMeter, jvm_pid
 
 SCHEMA = {
     "type": "object",
@@ -370,7 +370,7 @@ def tiny_overhead(spark, work, url, shards, batches: int, rounds: int = 2) -> di
     with them on Spark (``small_batch_keys: 0``), the last of ``rounds`` rounds."""
     data = os.path.join(work, "tiny")
     write_stream(data, batches * 10, 500, batches, seed=3)
-    med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
+    med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)
     out = {}
     for rnd in range(rounds):
         _, n = run_by_hand(spark, data, url, None, os.path.join(work, f"tiny-n{rnd}"), write=False)
@@ -387,7 +387,7 @@ def crossover(spark, work, url, shards, sizes: list[int], batches: int = 10) -> 
     for size in sizes:
         data = os.path.join(work, f"cross-{size}")
         write_stream(data, batches * size, batches * size, batches, seed=5)
-        med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)  # noqa: E731
+        med = lambda rows: statistics.median(r["_trigger"] for r in rows[2:] or rows)
         for rnd in range(2):
             d = med(_tidemark_with(spark, data, url, shards, os.path.join(work, f"cross-d{size}-{rnd}"), "1000000000"))
             s = med(_tidemark_with(spark, data, url, shards, os.path.join(work, f"cross-s{size}-{rnd}"), "0"))

@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import bench_small_batches as B  # noqa: E402
+import bench_small_batches as B
 
 
 def count_rows(batches):

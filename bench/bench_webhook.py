@@ -16,11 +16,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tidemark.drivers.webhook.driver import WebhookDriver
-from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store
-from tidemark.drivers.webhook.client import WebhookClient
-from tidemark.drivers.webhook.settings import WebhookConfig
 from tidemark.drivers.webhook.chunks import plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.driver import WebhookDriver
+from tidemark.drivers.webhook.settings import WebhookConfig
+from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Open, Range, StartCommit, Store
 
 FIELDS = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))
 BINDING = BindingSpec({"name": "docs"}, "docs", ("/id",), FIELDS)
@@ -59,7 +59,7 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/hook"
 
-    cp = lambda b: {"checkpoint_id": "bench", "batch_id": b, "materialization": "bench"}  # noqa: E731
+    cp = lambda b: {"checkpoint_id": "bench", "batch_id": b, "materialization": "bench"}
     t0 = time.perf_counter()
     with WebhookClient(WebhookConfig.from_config({"url": url, "chunk_docs": chunk_docs})) as client:
         requests = 0

@@ -85,7 +85,7 @@ class CpuMeter:
 
     def _now(self) -> dict[str, float]:
         procs = _processes()
-        total = lambda pids: sum(procs[p][2] + procs[p][3] for p in pids)  # noqa: E731
+        total = lambda pids: sum(procs[p][2] + procs[p][3] for p in pids)
         times = os.times()
         parts = {"driver Python": times.user + times.system}
         if self.jvm_pid and self.jvm_pid in procs:

@@ -409,7 +409,7 @@ def compiled_two_bindings_spec(tmp_path, db) -> str:
     ``customers`` and ``returns``, two shards."""
     import yaml
 
-    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}  # noqa: E731
+    source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}
     spec = {
         "collections": {
             "orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},

@@ -205,7 +205,7 @@ class NoidaKafka:
 
 def _broker(tmp_path_factory, name: str):
     try:
-        import confluent_kafka  # noqa: F401
+        import confluent_kafka
     except ImportError:
         skip_unless_required("confluent-kafka is not installed (pip install -e '.[kafka]')")
     binary = noida_binary()

@@ -40,8 +40,8 @@ def committed_view(url: str) -> dict:
 
 def raw_last_per_key(url: str) -> dict:
     """customer -> the LAST message of the key in the stream, as a plain consumer sees it."""
-    from tidemark.drivers.nats.client import NatsClient
     from tidemark.drivers.nats import wire
+    from tidemark.drivers.nats.client import NatsClient
 
     view: dict = {}
     with NatsClient(url) as nc:
@@ -57,8 +57,8 @@ def raw_last_per_key(url: str) -> dict:
 def committed_copies(url: str) -> Counter:
     """(range, checkpoint, batch, counter) -> copies in the stream, for every data message
     of a COMMITTED batch (the progress records say which)."""
-    from tidemark.drivers.nats.client import NatsClient
     from tidemark.drivers.nats import wire
+    from tidemark.drivers.nats.client import NatsClient
 
     out: Counter = Counter()
     with NatsClient(url) as nc:

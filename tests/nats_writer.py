@@ -10,9 +10,9 @@ from __future__ import annotations
 import signal
 import sys
 
-from tidemark.drivers.nats.wire import BatchId, Channel
-from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.channel import NatsSettings, OutDoc
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.wire import BatchId, Channel
 from tidemark.protocol.messages import Range
 
 MATERIALIZATION = "kill_view"

@@ -162,7 +162,7 @@ def run(
             )
         except KeyboardInterrupt:
             stop.finish()
-        except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
+        except Exception as exc:
             if stop.requested:
                 stop.finish()
             err = _user_error(exc)
@@ -203,9 +203,9 @@ def adopt(
     """Start a view from a table that exists (a hand-written upsert's): its rows become the
     view's batch 0, and `tidemark run` reduces only newer input on top, exactly once.
     Stopped part-way, the same command finishes it."""
-    from tidemark.spark.adopt import adopt as do_adopt, parse_from
-
     from tidemark.faults import pin_group
+    from tidemark.spark.adopt import adopt as do_adopt
+    from tidemark.spark.adopt import parse_from
 
     pin_group()
     try:
@@ -220,7 +220,7 @@ def adopt(
             return spark
 
         result = do_adopt(spec, materialization=materialization, from_=sources, since=since, spark=session)
-    except Exception as exc:  # noqa: BLE001 - a tidemark error inside Spark's wrappers is shown as itself
+    except Exception as exc:
         err = _user_error(exc)
         if err is None:
             raise
@@ -491,7 +491,6 @@ def query(
     out = sys.stdout.buffer
     try:
         from tidemark.ops import endpoint_of_view
-
         from tidemark.spec import load_spec
 
         endpoint = endpoint_of_view(spec, view)
@@ -500,7 +499,8 @@ def query(
             # a table (or any endpoint that reads itself back), by its driver
             _print_committed(spec, view, keys, pre)
             return
-        from tidemark.drivers.nats.query import documents, find_view as find_nats_view
+        from tidemark.drivers.nats.query import documents
+        from tidemark.drivers.nats.query import find_view as find_nats_view
         from tidemark.spec import load_spec
 
         hit = find_nats_view(load_spec(spec), view)

@@ -141,7 +141,7 @@ class Metrics:
 class _Handler(BaseHTTPRequestHandler):
     metrics: Metrics
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         if self.path.split("?")[0] not in ("/metrics", "/"):
             self.send_error(404, "only /metrics is served")
             return

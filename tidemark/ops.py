@@ -19,7 +19,6 @@ from tidemark.errors import RecoveryError, SpecError, TidemarkError
 from tidemark.options import RuntimeOptions
 from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
 
-
 # ----------------------------------------------------------------------------- targets
 
 
@@ -217,13 +216,12 @@ def check_spec(spec_path: str, materializations: Optional[list[str]] = None, *, 
 
 def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_run: bool = False) -> str:
     """Capabilities, Validate and a dry-run Apply of one materialization against its endpoint."""
+    from tidemark.collection.collection import Collection
     from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply, Validate
-    from tidemark.collection.collection import Collection
     from tidemark.runtime.coordinator import check_capabilities, refuse_gone
     from tidemark.runtime.reduce_path import reduce_paths
-
     from tidemark.spec import check_source_readable
 
     for b in mat.bindings:
@@ -304,12 +302,11 @@ def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, t
     describe the view (:mod:`tidemark.runtime.view_identity`), and reduce annotations changed
     since the view's last committed batch (:mod:`tidemark.runtime.spec_changes`).  Returns, for
     ``tidemark check`` (not ``to_run``), the run that holds the checkpoint now, if any."""
+    from tidemark.runtime.adoption import refuse_unfinished
     from tidemark.runtime.lease import Lease
     from tidemark.runtime.recovery_log import RecoveryLog
     from tidemark.runtime.spec_changes import check_reductions, reductions_of
     from tidemark.runtime.view_identity import binding_identity, check_identities, source_location
-
-    from tidemark.runtime.adoption import refuse_unfinished
 
     location = spec.checkpoint_location(mat.name)
     refuse_unfinished(mat.name, location)

@@ -20,8 +20,8 @@ import json
 import os
 import sqlite3
 import sys
-import traceback
 import time
+import traceback
 
 CAPABILITIES = {
     "commit_pattern": "store-authoritative",

@@ -124,7 +124,7 @@ def hand_written(
 
     try:
         start().awaitTermination()
-    except Exception:  # noqa: BLE001 - the failure above, wrapped by Spark
+    except Exception:
         pass
     if failed:
         start().awaitTermination()  # the restart: Spark runs the failed batch again

@@ -27,7 +27,8 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 from tidemark.collection.collection import collection_from_spec
-from tidemark.collection.keys import compact_json, key_json as to_key_json
+from tidemark.collection.keys import compact_json
+from tidemark.collection.keys import key_json as to_key_json
 from tidemark.errors import DocumentError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Range

@@ -23,7 +23,7 @@ from tests.helpers import (
     set_shards,
     write_orders,
 )
-from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 
 confluent_kafka_or_skip()
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka]

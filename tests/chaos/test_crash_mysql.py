@@ -15,7 +15,7 @@ import pytest
 from tests.chaos.harness import arm_in_sequence, fired, run_until_done
 from tests.chaos.test_crash_sqlite import POINTS, kill_every_point_on_the_reduce_path
 from tests.helpers import normalize, oracle_orders, write_orders
-from tests.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
 
 pytestmark = pytest.mark.chaos
 

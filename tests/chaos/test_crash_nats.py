@@ -21,10 +21,10 @@ import pytest
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 pytest.importorskip("rocksdict")
 
-from tests.chaos.harness import arm_in_sequence, fired, run_until_done  # noqa: E402
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.nats_helpers import committed_copies, committed_view, nats_spec, raw_last_per_key  # noqa: E402
-from tests.nats_server import private_nats_server  # noqa: E402,F401 (fixture)
+from tests.chaos.harness import arm_in_sequence, fired, run_until_done
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.nats_helpers import committed_copies, committed_view, nats_spec, raw_last_per_key
+from tests.nats_server import private_nats_server
 
 pytestmark = pytest.mark.chaos
 
@@ -112,7 +112,7 @@ def test_kill_at_random_moments_while_a_reader_polls_is_exact(tmp_path, private_
         while not stop.is_set():
             try:
                 view = normalize(committed_view(url))
-            except Exception:  # noqa: BLE001 - the stream does not exist before the first Apply
+            except Exception:
                 continue
             seen.append(len(view))
             if view not in states:

@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.chaos.harness import arm_in_sequence, fired, run_until_done  # noqa: E402
-from tests.chaos.test_crash_sqlite import POINTS  # noqa: E402
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.integration.redis_support import redis_ns, redis_spec, redis_url, redis_view  # noqa: E402,F401
-from tidemark.drivers.registry import load_driver  # noqa: E402
+from tests.chaos.harness import arm_in_sequence, fired, run_until_done
+from tests.chaos.test_crash_sqlite import POINTS
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.integration.redis_support import redis_ns, redis_spec, redis_url, redis_view
+from tidemark.drivers.registry import load_driver
 
 pytestmark = pytest.mark.chaos
 

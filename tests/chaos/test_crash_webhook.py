@@ -18,10 +18,10 @@ import pytest
 pytest.importorskip("urllib3")
 pytest.importorskip("rocksdict")
 
-from tests.chaos.harness import arm_in_sequence, fired, run_until_done  # noqa: E402
-from tests.chaos.test_crash_sqlite import POINTS as CRASH_TABLE  # noqa: E402
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.integration.webhook_support import (  # noqa: E402,F401
+from tests.chaos.harness import arm_in_sequence, fired, run_until_done
+from tests.chaos.test_crash_sqlite import POINTS as CRASH_TABLE
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.integration.webhook_support import (
     applied_per_batch,
     applied_view,
     dedup_receiver,

@@ -21,9 +21,9 @@ import uuid
 
 from redis.connection import Connection
 
-from tidemark.protocol.messages import Range
-from tidemark.drivers.redis.store import RedisConfig, RedisStore
 from tidemark.drivers.redis.script import COMMIT_LUA
+from tidemark.drivers.redis.store import RedisConfig, RedisStore
+from tidemark.protocol.messages import Range
 
 PAD = "x" * 100
 

@@ -245,9 +245,9 @@ def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, 
 
 
 def test_an_endpoint_that_cannot_read_a_table_says_so_before_anything_is_written(tmp_path):
+    from tests.helpers import store_spec
     from tidemark.errors import SpecError
     from tidemark.spark.adopt import adopt
-    from tests.helpers import store_spec
 
     data = tmp_path / "data"
     write_orders(data, files=1, per_file=10, customers=5, seed=1)

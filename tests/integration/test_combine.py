@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from tidemark.collection.collection import Collection
 from tidemark.collection.keys import key_json
-from tidemark.spec import CollectionSpec
+from tidemark.collection.plan import compile_collection
 from tidemark.errors import DocumentError, ReductionError
 from tidemark.spark.combine import combine_batch
-from tidemark.collection.plan import compile_collection
+from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.nats_server import nats_server, nats_url  # noqa: F401 (fixtures)
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
+from tests.mysql_support import mysql_url
+from tests.nats_server import nats_server, nats_url
 from tidemark.drivers import memory
 from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.registry import load_driver
 from tidemark.testing.broken import BROKEN
 from tidemark.testing.conformance import assert_conformance, run_conformance
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401  (the kafka driver's broker)
-from tests.mysql_support import mysql_url  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
@@ -136,7 +136,7 @@ SLOW_KIT = {"kafka", "mysql", "nats", "store-changelog", "webhook"}
 def test_every_shipped_driver_passes(driver, tmp_path, request):
     urls = {driver: request.getfixturevalue(URL_FIXTURES[driver])} if driver in URL_FIXTURES else {}
     name = driver.split("-")[0]
-    factory = lambda: load_driver(name, config)  # noqa: E731
+    factory = lambda: load_driver(name, config)
     cleanup = None
     if name == "redis":
         urls["redis"], cleanup = request.getfixturevalue("redis_kit_db")
@@ -146,7 +146,7 @@ def test_every_shipped_driver_passes(driver, tmp_path, request):
         receiver = Receiver(dedup=True)
         request.addfinalizer(receiver.close)
         urls["webhook"] = receiver.url
-        factory = lambda: receiver_view(receiver)(config)  # noqa: E731
+        factory = lambda: receiver_view(receiver)(config)
     config = SHIPPED[driver](tmp_path, urls)
     try:
         report = assert_conformance(factory, quick=True)

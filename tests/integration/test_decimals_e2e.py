@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers import write_input
-from tests.mysql_support import mysql_db, mysql_url, sql  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_url, sql
 
 pytestmark = [pytest.mark.spark]
 
@@ -118,7 +118,7 @@ def test_sums_of_cents_are_exact_in_mysql_decimal_columns(spark, tmp_path, mysql
     assert {c: Decimal(repr(json.loads(d)["total"])) for c, *_, d in rows} == {c: w[0] for c, w in want.items()}
 
 
-def ICEBERG(tmp_path):  # noqa: N802
+def ICEBERG(tmp_path):
     from tests.integration.test_iceberg_driver import config
 
     return config(tmp_path, "sqlite")

@@ -13,6 +13,7 @@ import urllib.parse
 
 import pytest
 
+from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
 from tidemark import faults
 from tidemark.drivers.delta import DeltaDriver, app_id
 from tidemark.drivers.registry import load_driver
@@ -32,7 +33,6 @@ from tidemark.protocol.messages import (
 )
 from tidemark.runtime.merge_patch import apply_update
 from tidemark.testing.conformance import assert_conformance
-from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -243,7 +243,7 @@ def test_coordinator_acknowledge_is_idempotent(driver, armed):
     rt.state = apply_update(rt.state, started.state)
     rt.last = rt.cp(1)
     tables = sorted([location(driver, sums), location(driver, events)])
-    versions = lambda: [deltalake.DeltaTable(loc).version() for loc in tables]  # noqa: E731
+    versions = lambda: [deltalake.DeltaTable(loc).version() for loc in tables]
     before = versions()
     # killed during the second table's apply: the first table committed, the second did not
     armed("mid_apply:raise@2")

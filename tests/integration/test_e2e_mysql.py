@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.helpers import normalize, oracle_orders, write_orders
-from tests.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
 
 pytestmark = pytest.mark.spark
 

@@ -5,11 +5,10 @@ Every test materializes into a schema of its own and drops it afterwards.
 
 from __future__ import annotations
 
-
 import psycopg
 import pytest
 
-from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders, postgres_spec, postgres_view
+from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, postgres_spec, postgres_view, write_orders
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from fractions import Fraction
 from types import SimpleNamespace
-
-import sqlite3
 
 import psycopg
 import pytest
@@ -23,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.test_sqlite_driver import MAT, apply, cp
-from tests.mysql_support import mysql_db, mysql_url  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_url
 from tests.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
-from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.mysql.transactor import to_utc
+from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store

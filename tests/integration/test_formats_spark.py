@@ -10,14 +10,14 @@ import sqlite3
 import pytest
 import yaml
 
+from tests.unit.test_formats import CASES, DATE_TIMES_IN_ORDER
 from tidemark.collection import formats
 from tidemark.collection.collection import Collection
-from tidemark.spec import CollectionSpec
+from tidemark.collection.plan import compile_collection
 from tidemark.errors import DocumentError
 from tidemark.spark.combine import combine_batch
-from tidemark.collection.plan import compile_collection
 from tidemark.spark.datetimes import FRACTION_DIGITS, format_ok, instant_order
-from tests.unit.test_formats import CASES, DATE_TIMES_IN_ORDER
+from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
 

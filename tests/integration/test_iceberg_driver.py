@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
 from tidemark import faults
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
 from tidemark.protocol.messages import (
@@ -32,13 +33,11 @@ from tidemark.protocol.messages import (
     Validate,
 )
 from tidemark.runtime.merge_patch import apply_update
-from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
 
 pytest.importorskip("pyiceberg")
-from tidemark.drivers.iceberg import IcebergDriver, applied_property  # noqa: E402
-from tidemark.drivers.registry import load_driver  # noqa: E402
-from tidemark.testing.conformance import assert_conformance  # noqa: E402
-
+from tidemark.drivers.iceberg import IcebergDriver, applied_property
+from tidemark.drivers.registry import load_driver
+from tidemark.testing.conformance import assert_conformance
 
 # --------------------------------------------------------------------------- helpers
 
@@ -234,7 +233,7 @@ def test_registry_config_and_redaction(tmp_path):
     assert secret.settings.properties["uri"].startswith("postgresql+psycopg://")
     assert "s3cr3t" not in repr(secret)
     with pytest.raises(TidemarkError) as exc_info:
-        secret.catalog  # noqa: B018 - nothing listens on port 1
+        secret.catalog
     assert "s3cr3t" not in str(exc_info.value) and "hush" not in str(exc_info.value)
     with pytest.raises(SpecError, match="table"):
         d.model(BindingSpec({"table": "a.b"}, "orders", ("/customer",), binding().fields))
@@ -352,7 +351,7 @@ def test_two_coordinators_racing_apply_the_batch_once(make):
     def apply(d):
         try:
             d.coordinator_acknowledge(MAT, rt.state, rt.last, (b,))
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             errors.append(exc)
 
     with faults.hooked("mid_apply", lambda _name: both_read.wait()):

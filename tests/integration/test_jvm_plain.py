@@ -11,10 +11,10 @@ import json
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.spec import CollectionSpec
+from tidemark.collection.plan import FieldPlan, compile_collection
 from tidemark.spark import jvm
 from tidemark.spark.combine import combine_batch
-from tidemark.collection.plan import FieldPlan, compile_collection
+from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
 

@@ -20,11 +20,11 @@ import uuid
 
 import pytest
 
-from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker, private_kafka, quiet_logger  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker, private_kafka, quiet_logger
 
 ck = confluent_kafka_or_skip()
-from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 pytestmark = pytest.mark.kafka
 

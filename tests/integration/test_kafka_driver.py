@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("rocksdict")
 
-from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 
 confluent_kafka_or_skip()
 
-from tidemark.drivers.kafka import KafkaDriver  # noqa: E402
-from tidemark.errors import FencedOff, RecoveryError, SpecError  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tidemark.drivers.kafka import KafkaDriver
+from tidemark.errors import FencedOff, RecoveryError, SpecError
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     BindingSpec,
@@ -234,8 +234,9 @@ def test_a_store_behind_kafka_is_rebuilt_and_a_store_ahead_is_refused(setup, tmp
 
 
 def test_quarantined_rows_commit_with_the_batch(setup):
-    from tidemark.drivers.kafka.reader import committed_messages
     import orjson
+
+    from tidemark.drivers.kafka.reader import committed_messages
 
     driver, bindings, config = setup
     txr, _ = session(driver, bindings)

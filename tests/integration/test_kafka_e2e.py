@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("rocksdict")
 
 from tests.helpers import kafka_spec, kafka_view, normalize, open_transactions, oracle_orders, write_orders
-from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 
 confluent_kafka_or_skip()
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

@@ -12,18 +12,18 @@ import uuid
 
 import pytest
 
-from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker, quiet_logger  # noqa: F401
+from tests.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker, quiet_logger
 
 ck = confluent_kafka_or_skip()
 
-from tidemark.errors import DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema  # noqa: E402
-from tidemark.drivers.kafka.progress import ProgressRecord
-from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
-from tidemark.drivers.kafka.topics import TopicSpec, ensure_topics, progress_topic_spec
 from tidemark.drivers.kafka.ids import layout_ids
+from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.reader import read_frontier, read_frontiers, tail
-from tidemark.policy import RetryPolicy  # noqa: E402
-from tidemark.protocol.messages import Range  # noqa: E402
+from tidemark.drivers.kafka.topics import TopicSpec, ensure_topics, progress_topic_spec
+from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
+from tidemark.errors import DriverError, EndpointUnavailable, FencedOff, IncompatibleSchema
+from tidemark.policy import RetryPolicy
+from tidemark.protocol.messages import Range
 
 pytestmark = pytest.mark.kafka
 

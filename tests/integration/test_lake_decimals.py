@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from tidemark.protocol.messages import BindingSpec, Field
 from tests.integration import test_delta_driver as delta_tests
 from tests.integration import test_iceberg_driver as iceberg_tests
+from tidemark.protocol.messages import BindingSpec, Field
 
 pytest.importorskip("deltalake")
 pytest.importorskip("pyiceberg")

@@ -6,8 +6,8 @@ defined order is refused where reductions depend on it (unless ``order="any"``).
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 import random
 import sqlite3
 import time
@@ -80,8 +80,9 @@ def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_
 def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, caplog):
     """Rows carrying Kafka's partition/offset are reduced in offset order, however the batch
     hands them over; no warning."""
-    import tidemark
     from pyspark.sql import functions as F
+
+    import tidemark
 
     rng = random.Random(3)
     records = [{"id": f"k{i % 4}", "n": 1, "city": f"c{i}", "_p": i % 4, "_o": i} for i in range(40)]

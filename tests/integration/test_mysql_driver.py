@@ -22,7 +22,7 @@ from tests.integration.test_sqlite_driver import (
     store_msg,
     txn,
 )
-from tests.mysql_support import connect, mysql_db, mysql_url, sql  # noqa: F401 - fixtures
+from tests.mysql_support import connect, mysql_db, mysql_url, sql
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import (

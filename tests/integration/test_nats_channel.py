@@ -14,18 +14,18 @@ from collections import Counter
 
 import pytest
 
-from tests.nats_server import nats_server  # noqa: F401 (fixture)
+from tests.nats_server import nats_server
 
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 
-from tests import nats_writer  # noqa: E402
-from tidemark.errors import EndpointUnavailable, FencedOff, RecoveryError  # noqa: E402
-from tidemark.drivers.nats.wire import BatchId, Channel  # noqa: E402
-from tidemark.drivers.nats.client import NatsClient
+from tests import nats_writer
+from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.channel import NatsSettings, OutDoc
-from tidemark.drivers.nats import wire  # noqa: E402
-from tidemark.policy import RetryPolicy  # noqa: E402
-from tidemark.protocol.messages import Range  # noqa: E402
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.drivers.nats.wire import BatchId, Channel
+from tidemark.errors import EndpointUnavailable, FencedOff, RecoveryError
+from tidemark.policy import RetryPolicy
+from tidemark.protocol.messages import Range
 
 MODES = ["atomic", "ordered"]
 CP = "cp-test"

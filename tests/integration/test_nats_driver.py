@@ -11,12 +11,14 @@ import pytest
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 pytest.importorskip("rocksdict")
 
-from tests.nats_server import nats_server, private_nats_server  # noqa: E402,F401 (fixtures)
-from tidemark.drivers.nats import NatsDriver  # noqa: E402
-from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError  # noqa: E402
-from tidemark.drivers.nats.client import NatsClient  # noqa: E402
-from tidemark.drivers.nats import wire  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tests.nats_server import nats_server, private_nats_server
+from tidemark.drivers.nats import (
+    NatsDriver,
+    wire,
+)
+from tidemark.drivers.nats.client import NatsClient
+from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     BindingSpec,

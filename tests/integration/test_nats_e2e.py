@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 pytest.importorskip("rocksdict")
 
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.nats_helpers import committed_copies, committed_view, nats_spec, raw_last_per_key  # noqa: E402
-from tests.nats_server import private_nats_server  # noqa: E402,F401 (fixture)
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.nats_helpers import committed_copies, committed_view, nats_spec, raw_last_per_key
+from tests.nats_server import private_nats_server
 
 pytestmark = pytest.mark.spark
 

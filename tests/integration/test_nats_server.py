@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 
-from tests.nats_server import MIN_VERSION, nats_server, private_nats_server  # noqa: F401 (fixtures)
+from tests.nats_server import MIN_VERSION, nats_server, private_nats_server
 
 nats = pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
-from nats.js.api import StreamConfig  # noqa: E402
-from nats.js.errors import BadRequestError, NotFoundError  # noqa: E402
+from nats.js.api import StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from tests.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401 - fixtures
-from tests.mysql_support import mysql_db, mysql_url  # noqa: F401 - fixtures
-from tests.nats_server import nats_server, nats_url  # noqa: F401 - fixtures
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
+from tests.mysql_support import mysql_db, mysql_url
+from tests.nats_server import nats_server, nats_url
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
 

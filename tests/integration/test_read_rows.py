@@ -8,7 +8,7 @@ import decimal
 import psycopg
 import pytest
 
-from tests.mysql_support import mysql_db, mysql_url, sql  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_url, sql
 from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.postgres import PostgresDriver

@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.integration.redis_commit_child import batch  # noqa: E402
-from tests.integration.redis_support import redis_ns, redis_url  # noqa: E402,F401
-from tidemark.protocol.messages import Range  # noqa: E402
-from tidemark.drivers.redis.store import RedisConfig, RedisStore  # noqa: E402
+from tests.integration.redis_commit_child import batch
+from tests.integration.redis_support import redis_ns, redis_url
+from tidemark.drivers.redis.store import RedisConfig, RedisStore
+from tidemark.protocol.messages import Range
 
 pytestmark = pytest.mark.chaos
 

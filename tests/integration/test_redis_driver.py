@@ -12,15 +12,15 @@ import pytest
 
 pytest.importorskip("redis")
 
-import redis  # noqa: E402
+import redis
 
-from tests.helpers import free_port  # noqa: E402
-from tests.integration.redis_support import redis_ns, redis_url  # noqa: E402,F401
-from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg  # noqa: E402
-from tidemark.drivers.base import CommitPattern, capabilities_of  # noqa: E402
-from tidemark.drivers.registry import load_driver  # noqa: E402
-from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, SpecError  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tests.helpers import free_port
+from tests.integration.redis_support import redis_ns, redis_url
+from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
+from tidemark.drivers.base import CommitPattern, capabilities_of
+from tidemark.drivers.registry import load_driver
+from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, SpecError
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     Flush,

@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.integration.redis_support import redis_ns, redis_spec, redis_url, redis_view  # noqa: E402,F401
-from tests.integration.webhook_support import add_delta_binding, delta_rows, expected_delta_rows  # noqa: E402
-from tidemark.drivers.registry import load_driver  # noqa: E402
-from tidemark.protocol.messages import BindingSpec  # noqa: E402
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.integration.redis_support import redis_ns, redis_spec, redis_url, redis_view
+from tests.integration.webhook_support import add_delta_binding, delta_rows, expected_delta_rows
+from tidemark.drivers.registry import load_driver
+from tidemark.protocol.messages import BindingSpec
 
 pytestmark = pytest.mark.spark
 

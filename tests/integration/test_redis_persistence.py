@@ -16,13 +16,13 @@ import pytest
 
 pytest.importorskip("redis")
 
-import redis  # noqa: E402
+import redis
 
-from tests.helpers import free_port, skip_unless_required  # noqa: E402
-from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, store_msg  # noqa: E402
-from tidemark.drivers.redis import driver as redis_driver  # noqa: E402
-from tidemark.drivers.registry import load_driver  # noqa: E402
-from tidemark.protocol.messages import Acknowledge, Apply, Flush, Open, Range, StartCommit  # noqa: E402
+from tests.helpers import free_port, skip_unless_required
+from tests.integration.test_sqlite_driver import MAT, binding, cp, doc, store_msg
+from tidemark.drivers.redis import driver as redis_driver
+from tidemark.drivers.registry import load_driver
+from tidemark.protocol.messages import Acknowledge, Apply, Flush, Open, Range, StartCommit
 
 
 class Server:

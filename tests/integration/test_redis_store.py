@@ -9,9 +9,12 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.helpers import free_port  # noqa: E402
-from tests.integration.redis_support import redis_ns, redis_url  # noqa: E402,F401
-from tidemark.errors import (  # noqa: E402
+from tests.helpers import free_port
+from tests.integration.redis_support import redis_ns, redis_url
+from tidemark.drivers.redis.layout import data_key, parse_states
+from tidemark.drivers.redis.persistence import Persistence
+from tidemark.drivers.redis.store import AT_LEAST_ONCE, RedisConfig, RedisStore
+from tidemark.errors import (
     DocumentError,
     EndpointRefused,
     EndpointUnavailable,
@@ -19,10 +22,7 @@ from tidemark.errors import (  # noqa: E402
     RecoveryError,
     SpecError,
 )
-from tidemark.protocol.messages import KEY_SPACE_MAX, Range  # noqa: E402
-from tidemark.drivers.redis.store import AT_LEAST_ONCE, RedisConfig, RedisStore  # noqa: E402
-from tidemark.drivers.redis.persistence import Persistence
-from tidemark.drivers.redis.layout import data_key, parse_states  # noqa: E402
+from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 
 FULL = Range()
 LOW, HIGH = Range.split(2)

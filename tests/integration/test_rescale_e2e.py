@@ -11,8 +11,8 @@ import pytest
 import tidemark
 from tests.helpers import oracle_orders, write_orders
 from tests.integration.test_operator_actions import endpoint, write_spec
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401 - fixtures
-from tests.nats_server import private_nats_server  # noqa: F401 - fixture
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
+from tests.nats_server import private_nats_server
 
 pytestmark = pytest.mark.spark
 

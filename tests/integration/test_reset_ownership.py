@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 import tidemark
-from tidemark.errors import RecoveryError
 from tests.helpers import write_input
+from tidemark.errors import RecoveryError
 
 pytestmark = pytest.mark.spark
 

@@ -19,7 +19,6 @@ from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, 
 from tidemark.faults import InjectedFault
 from tidemark.policy import RetryPolicy, retry
 from tidemark.protocol.messages import (
-    Quarantine,
     Acknowledge,
     Apply,
     BindingSpec,
@@ -27,6 +26,7 @@ from tidemark.protocol.messages import (
     Flush,
     Load,
     Open,
+    Quarantine,
     Range,
     StartCommit,
     Store,

@@ -19,7 +19,7 @@ import pytest
 
 from tests.chaos.harness import run_until_done
 from tests.helpers import normalize, oracle_orders, orders_spec, postgres_spec, postgres_view, write_orders
-from tests.spark_cluster import standalone  # noqa: F401
+from tests.spark_cluster import standalone
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

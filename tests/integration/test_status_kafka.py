@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
 from tidemark.protocol.messages import KEY_SPACE_MAX
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.status import status_of_checkpoint
@@ -21,7 +21,7 @@ def _offsets(chk, batch, offsets: dict):
         f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0}\n' + json.dumps(offsets) + "\n")
 
 
-def test_status_counts_the_kafka_messages_past_the_committed_offsets(kafka_broker, tmp_path):  # noqa: F811
+def test_status_counts_the_kafka_messages_past_the_committed_offsets(kafka_broker, tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 

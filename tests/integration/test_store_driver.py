@@ -17,6 +17,7 @@ import yaml
 pytest.importorskip("rocksdict")
 
 import tidemark
+from tests.integration.store_view_child import expected_keys
 from tidemark.drivers.registry import load_driver
 from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.naming import binding_id
@@ -35,7 +36,6 @@ from tidemark.protocol.messages import (
     Store,
     Validate,
 )
-from tests.integration.store_view_child import expected_keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = (Field("id", "/id", "string", is_key=True), Field("n", "/n", "integer"))

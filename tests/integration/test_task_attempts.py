@@ -26,10 +26,10 @@ from tidemark.faults import hooked
 def _shard_task(spec_path: str, batch_id: int):
     """The Materializer and the ShardTask of one batch with one shard, as the processor builds them."""
     from tidemark.collection.collection import Collection
-    from tidemark.spec import load_spec
     from tidemark.protocol.messages import Range
     from tidemark.runtime.shard import ShardTask
     from tidemark.spark.processor import Materializer
+    from tidemark.spec import load_spec
 
     spec = load_spec(spec_path)
     mat = spec.materializations["view"]
@@ -81,7 +81,7 @@ def test_duplicate_attempt_racing_the_first_is_fenced(tmp_path):
     def attempt(name):
         try:
             outcome[name] = run_shard(task, 0, iter(_rows(expected)))
-        except BaseException as exc:  # noqa: BLE001 - the outcome is asserted below
+        except BaseException as exc:
             outcome[name] = exc
         finally:
             if name == "attempt-B":

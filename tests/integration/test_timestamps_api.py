@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.mysql_support import mysql_db, mysql_url, sql  # noqa: F401 - fixtures
+from tests.mysql_support import mysql_db, mysql_url, sql
 
 pytestmark = pytest.mark.spark
 
@@ -85,7 +85,7 @@ def test_postgres(spark, tmp_path, postgres_url, pg_schema):
 
 
 @pytest.mark.slow  # the same JSON text as above; MySQL's datetime(6) column
-def test_mysql(spark, tmp_path, mysql_url, mysql_db):  # noqa: F811
+def test_mysql(spark, tmp_path, mysql_url, mysql_db):
     run(spark, tmp_path, {"mysql": {"url": mysql_url, "schema": mysql_db}})
     ((doc, at),) = sql(mysql_url, f"SELECT flow_document, `at` FROM `{mysql_db}`.times")
     check(json.loads(doc), at)

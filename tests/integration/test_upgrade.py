@@ -19,9 +19,9 @@ import yaml
 
 from tests.helpers import ORDERS_SCHEMA, oracle_orders, write_orders
 from tests.integration.test_operator_actions_endpoints import endpoint_of, read
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401 - fixtures
-from tests.mysql_support import mysql_db, mysql_url  # noqa: F401 - fixtures
-from tests.nats_server import nats_server, nats_url  # noqa: F401 - fixtures
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
+from tests.mysql_support import mysql_db, mysql_url
+from tests.nats_server import nats_server, nats_url
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

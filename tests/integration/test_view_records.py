@@ -15,14 +15,14 @@ import uuid
 
 import pytest
 
+from tests.integration.test_conformance import SHIPPED, URL_FIXTURES
+from tests.kafka_broker import kafka_bootstrap, kafka_broker
+from tests.mysql_support import mysql_url
+from tests.nats_server import nats_server, nats_url
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
 from tidemark.runtime.coordinator import Coordinator
 from tidemark.testing.workload import bindings as make_bindings
-from tests.integration.test_conformance import SHIPPED, URL_FIXTURES
-from tests.kafka_broker import kafka_bootstrap, kafka_broker  # noqa: F401 - fixtures
-from tests.mysql_support import mysql_url  # noqa: F401 - a fixture
-from tests.nats_server import nats_server, nats_url  # noqa: F401 - fixtures
 
 # endpoints whose resources live under the materialization's name (the store's folder, the
 # webhook's state store): another materialization's "orders" is another resource
@@ -84,7 +84,7 @@ def test_each_endpoint_keeps_the_view_record_and_start_up_refuses_another_view(d
         request.addfinalizer(receiver.close)
         urls["webhook"] = receiver.url
     config = SHIPPED[driver](tmp_path, urls)
-    factory = lambda: load_driver(driver, config)  # noqa: E731
+    factory = lambda: load_driver(driver, config)
     tag = f"rec_{uuid.uuid4().hex[:8]}"
     mat = f"m_{tag}"
     bindings = make_bindings(tag)

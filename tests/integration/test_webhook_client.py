@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("urllib3")
 
-from tests.helpers import free_port  # noqa: E402
-from tests.integration.webhook_child import CHECKPOINT, batch  # noqa: E402
-from tests.integration.webhook_support import dedup_receiver, naive_receiver  # noqa: E402,F401
-from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, SpecError  # noqa: E402
-from tidemark.protocol.messages import Range  # noqa: E402
-from tidemark.drivers.webhook.client import WebhookClient, retry_after_seconds  # noqa: E402
-from tidemark.drivers.webhook.settings import WebhookConfig
+from tests.helpers import free_port
+from tests.integration.webhook_child import CHECKPOINT, batch
+from tests.integration.webhook_support import dedup_receiver, naive_receiver
 from tidemark.drivers.webhook.chunks import plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient, retry_after_seconds
+from tidemark.drivers.webhook.settings import WebhookConfig
+from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, SpecError
+from tidemark.protocol.messages import Range
 
 CHILD = os.path.join(os.path.dirname(__file__), "webhook_child.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("urllib3")
 pytest.importorskip("rocksdict")
 
-from tests.integration.test_sqlite_driver import MAT, cp, load_all  # noqa: E402
-from tests.integration.webhook_driver_child import BINDING, docs  # noqa: E402
-from tests.integration.webhook_support import dedup_receiver, naive_receiver  # noqa: E402,F401
-from tidemark.drivers.base import CommitPattern, capabilities_of  # noqa: E402
-from tidemark.drivers.registry import load_driver, resolve_config  # noqa: E402
-from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, FencedOff, SpecError  # noqa: E402
-from tidemark.protocol.messages import (  # noqa: E402
+from tests.integration.test_sqlite_driver import MAT, cp, load_all
+from tests.integration.webhook_driver_child import BINDING, docs
+from tests.integration.webhook_support import dedup_receiver, naive_receiver
+from tidemark.drivers.base import CommitPattern, capabilities_of
+from tidemark.drivers.registry import load_driver, resolve_config
+from tidemark.errors import AuthenticationFailed, EndpointRefused, EndpointUnavailable, FencedOff, SpecError
+from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
     BindingSpec,

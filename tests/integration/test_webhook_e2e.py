@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("urllib3")
 pytest.importorskip("rocksdict")
 
-from tests.helpers import normalize, oracle_orders, write_orders  # noqa: E402
-from tests.integration.webhook_support import (  # noqa: E402,F401
+from tests.helpers import normalize, oracle_orders, write_orders
+from tests.integration.webhook_support import (
     add_delta_binding,
     applied_per_batch,
     applied_view,
@@ -20,8 +20,8 @@ from tests.integration.webhook_support import (  # noqa: E402,F401
     expected_per_batch,
     webhook_spec,
 )
-from tidemark.drivers.registry import load_driver  # noqa: E402
-from tidemark.protocol.messages import BindingSpec  # noqa: E402
+from tidemark.drivers.registry import load_driver
+from tidemark.protocol.messages import BindingSpec
 
 pytestmark = pytest.mark.spark
 

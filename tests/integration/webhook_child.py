@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from tidemark.protocol.messages import Range
+from tidemark.drivers.webhook.chunks import plan_chunks
 from tidemark.drivers.webhook.client import WebhookClient
 from tidemark.drivers.webhook.settings import WebhookConfig
-from tidemark.drivers.webhook.chunks import plan_chunks
+from tidemark.protocol.messages import Range
 
 CHECKPOINT = {
     "checkpoint_id": "ck-1",

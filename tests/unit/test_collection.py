@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 
 from tidemark.collection.collection import Collection, collection_from_spec
-from tidemark.spec import BindingConfig, CollectionSpec, parse_spec
 from tidemark.protocol.messages import Field
+from tidemark.spec import BindingConfig, CollectionSpec, parse_spec
 
 SCHEMA = {
     "type": "object",

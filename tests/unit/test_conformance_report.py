@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tidemark.testing.kit.report import Recorder, build_report, classify
 from tidemark.errors import RecoveryError
+from tidemark.testing.kit.report import Recorder, build_report, classify
 
 
 def _report():

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from tidemark.collection.collection import Collection
 from tidemark.collection.fast import fast_reducer
 from tidemark.collection.reduce import Reducer
-from tidemark.spec import CollectionSpec
 from tidemark.errors import ReductionError
+from tidemark.spec import CollectionSpec
 
 SCHEMA = {
     "type": "object",

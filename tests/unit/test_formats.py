@@ -8,8 +8,8 @@ import pytest
 from tidemark.collection import formats
 from tidemark.collection.collection import Collection
 from tidemark.collection.order import compare_date_time
-from tidemark.spec import CollectionSpec
 from tidemark.collection.validate import Validator, fast_validator, slow_validator
+from tidemark.spec import CollectionSpec
 
 # (value, valid) per format; also the table the Spark agreement test runs.
 CASES: dict[str, list[tuple[str, bool]]] = {

@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from tidemark.drivers.kafka.ids import layout_ids, transactional_id
+from tidemark.drivers.kafka.progress import FORMAT_VERSION, ProgressRecord, decode_key, progress_key, progress_partition
 from tidemark.errors import (
     AuthenticationFailed,
     DriverError,
@@ -14,9 +16,6 @@ from tidemark.errors import (
     RecoveryError,
     SpecError,
 )
-from tidemark.drivers.kafka.progress import ProgressRecord, progress_key, progress_partition
-from tidemark.drivers.kafka.ids import layout_ids, transactional_id
-from tidemark.drivers.kafka.progress import FORMAT_VERSION, decode_key
 from tidemark.protocol.messages import Range
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,160}$")

@@ -12,7 +12,6 @@ import itertools
 import pytest
 
 from tidemark.drivers.base import Transactor
-from tidemark.testing.guard import GuardedTransactor
 from tidemark.errors import ProtocolViolation
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -32,6 +31,7 @@ from tidemark.protocol.messages import (
     Store,
 )
 from tidemark.protocol.state import DriverStateMachine, RuntimeSession, RuntimeStateMachine, Status
+from tidemark.testing.guard import GuardedTransactor
 
 FIELDS = (Field("k", "/k", "string", is_key=True, nullable=False), Field("n", "/n", "integer"))
 STANDARD = BindingSpec({"table": "t"}, "c/standard", ("/k",), FIELDS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.spec import CollectionSpec
 from tidemark.errors import ReductionError
+from tidemark.spec import CollectionSpec
 
 
 def coll(schema, key=("/id",)) -> Collection:

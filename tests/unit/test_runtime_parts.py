@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidemark.errors import RecoveryError
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range, StateUpdate

@@ -275,7 +275,7 @@ def test_x_keywords_of_your_own_keep_the_native_spark_plan():
     tagged = copy.deepcopy(plain)
     tagged["x-owner"] = "team-a"
     tagged["properties"]["n"]["x-unit"] = "items"
-    compile_ = lambda schema: compile_collection(Collection(CollectionSpec("c", ("/id",), schema)))  # noqa: E731
-    shape = lambda plan: [(f.name, f.kind, f.type, f.strategy) for f in plan.fields]  # noqa: E731
+    compile_ = lambda schema: compile_collection(Collection(CollectionSpec("c", ("/id",), schema)))
+    shape = lambda plan: [(f.name, f.kind, f.type, f.strategy) for f in plan.fields]
     assert compile_(plain) is not None and compile_(tagged) is not None
     assert shape(compile_(tagged)) == shape(compile_(plain))

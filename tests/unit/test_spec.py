@@ -9,8 +9,8 @@ import os
 import pytest
 import yaml
 
-from tidemark.spec import load_spec, parse_spec
 from tidemark.errors import SpecError
+from tidemark.spec import load_spec, parse_spec
 
 BASE = {
     "collections": {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.spec import CollectionSpec
 from tidemark.errors import DocumentError
+from tidemark.spec import CollectionSpec
 
 SCHEMA = {
     "type": "object",

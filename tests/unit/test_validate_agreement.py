@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_formats import CASES as FORMAT_CASES
 from tidemark.collection.validate import (
     Validator,
     fast_validation_applies,
@@ -22,7 +23,6 @@ from tidemark.collection.validate import (
     slow_validator,
     slow_validator_class,
 )
-from tests.unit.test_formats import CASES as FORMAT_CASES
 
 TYPES = ["null", "boolean", "integer", "number", "string", "array", "object"]
 KEYS = st.sampled_from(["a", "b", "é", "1"])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidemark.protocol import wire
 from tidemark.protocol.messages import (
@@ -23,10 +24,10 @@ from tidemark.protocol.messages import (
     Loaded,
     Open,
     Opened,
+    Quarantine,
     Range,
     Spec,
     SpecResponse,
-    Quarantine,
     StartCommit,
     StartedCommit,
     StateUpdate,

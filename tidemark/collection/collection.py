@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from tidemark.collection.decimals import scale_of
 from tidemark.collection import keys as _keys
+from tidemark.collection.decimals import scale_of
 from tidemark.collection.reduce import Reducer
 from tidemark.collection.schema import SchemaIndex, pointer_tokens, types_of
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES, Validator, parse_document

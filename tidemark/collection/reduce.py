@@ -18,7 +18,9 @@ from typing import Any, Sequence
 
 from tidemark.collection.order import compare, compare_date_time, compare_key, is_date_time_location
 from tidemark.collection.schema import SchemaIndex, pointer_tokens, push
-from tidemark.collection.strategies import STRATEGIES, reduction_error as _error, short as _short
+from tidemark.collection.strategies import STRATEGIES
+from tidemark.collection.strategies import reduction_error as _error
+from tidemark.collection.strategies import short as _short
 
 _FOLDS = {name: s.fold for name, s in STRATEGIES.items()}
 

@@ -103,7 +103,7 @@ class SchemaIndex:
             v = self._validators[id(schema)] = self._fast_validator(schema) or self._slow_validator(schema)
         try:
             return v.is_valid(instance)
-        except Exception:  # jsonschema-rs could not take the value: jsonschema decides
+        except Exception:  # noqa: BLE001 - jsonschema-rs could not take the value: jsonschema decides
             return self._slow_validator(schema).is_valid(instance)
 
     def _slow_validator(self, schema: Any):
@@ -125,7 +125,7 @@ class SchemaIndex:
             return None
         try:
             return fast_validator(schema)
-        except Exception:  # a subschema it does not take
+        except Exception:  # noqa: BLE001 - a subschema jsonschema-rs does not take: jsonschema alone
             return None
 
     # ------------------------------------------------------------------ applicability

@@ -189,7 +189,7 @@ class Validator:
             if fast_validation_applies(self.schema):
                 try:
                     self._fast = fast_validator(self.schema)
-                except Exception:  # a schema it does not take: jsonschema alone
+                except Exception:  # noqa: BLE001 - a schema it does not take: jsonschema alone
                     self._fast = False
         return self._fast
 
@@ -200,7 +200,7 @@ class Validator:
             return False
         try:
             return fast.is_valid(doc)
-        except Exception:  # a value it cannot take: jsonschema decides
+        except Exception:  # noqa: BLE001 - a value it cannot take: jsonschema decides
             return False
 
     def is_valid(self, doc: Any) -> bool:

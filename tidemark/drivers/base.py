@@ -68,10 +68,10 @@ from tidemark.protocol.messages import (
     Applied,
     Apply,
     BindingSpec,
+    Doc,
     Flush,
     Flushed,
     Key,
-    Doc,
     Load,
     Loaded,
     Open,
@@ -179,7 +179,7 @@ class Transactor(ABC):
         :class:`Capabilities` declare ``quarantine`` receive it."""
         raise NotImplementedError(f"{type(self).__name__} does not declare the quarantine capability")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: nothing to release by default
         """Release resources. Not guaranteed to be called."""
 
 
@@ -252,7 +252,7 @@ class Driver(ABC):
         """Start a session on ``req.range`` (bumping the fence where the store is
         authoritative) and return the last committed runtime checkpoint of the range."""
 
-    def coordinator_acknowledge(
+    def coordinator_acknowledge(  # noqa: B027 - an optional hook (idempotent-apply-coordinator drivers)
         self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
     ) -> None:
         """Coordinator apply (``idempotent-apply-coordinator``): apply, idempotently,
@@ -342,7 +342,7 @@ class Driver(ABC):
             "endpoint: read it there (docs/operations.md)"
         )
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: nothing to release by default
         pass
 
     def __enter__(self):

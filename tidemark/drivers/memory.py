@@ -49,10 +49,9 @@ import uuid
 from typing import Any, Iterator, Optional, Sequence
 
 from tidemark.collection.keys import key_json
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
-from tidemark.drivers.base import resolve_local_path
-from tidemark.errors import FencedOff, SpecError
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor, resolve_local_path
 from tidemark.drivers.common.identity import kept as kept_record
+from tidemark.errors import FencedOff, SpecError
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
@@ -72,7 +71,6 @@ from tidemark.protocol.messages import (
     StateUpdate,
     Store,
 )
-
 
 key_text = key_json  # the canonical key text (tidemark.collection.keys)
 

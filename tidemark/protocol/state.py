@@ -147,7 +147,7 @@ class _Machine:
     # -------------------------------------------------------------- runtime side
     def runtime_message(self, msg: Any) -> None:
         """Check (and apply) a message the runtime sends."""
-        g = lambda ok, detail="": self._guard(ok, msg, True, detail)  # noqa: E731
+        g = lambda ok, detail="": self._guard(ok, msg, True, detail)
         s = self.status
         if isinstance(msg, Open):
             g(s is Status.NEW)
@@ -236,7 +236,7 @@ class _Machine:
     # --------------------------------------------------------------- driver side
     def driver_message(self, msg: Any) -> None:
         """Check (and apply) a message the driver sends."""
-        g = lambda ok, detail="": self._guard(ok, msg, False, detail)  # noqa: E731
+        g = lambda ok, detail="": self._guard(ok, msg, False, detail)
         s = self.status
         if isinstance(msg, Opened):
             g(s is Status.OPENING)

@@ -54,9 +54,9 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
+from tidemark.runtime.lease import Lease
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
-from tidemark.runtime.lease import Lease
 from tidemark.runtime.spec_changes import changes_since
 from tidemark.runtime.view_identity import binding_identity, check_endpoint_records, check_identities, endpoint_record
 

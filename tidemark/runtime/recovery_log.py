@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 import pyarrow.fs as pafs
 
-from tidemark.files import filesystem, write_atomically  # noqa: F401  (filesystem: re-exported)
 from tidemark.errors import RecoveryError
+from tidemark.files import filesystem, write_atomically
 
 log = logging.getLogger("tidemark")
 

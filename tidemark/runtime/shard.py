@@ -95,7 +95,7 @@ def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
     try:
         return _run_shard(task, index, rows)
     except TidemarkError as exc:
-        raise mark_for_driver(exc)  # read back on the Spark driver as this error
+        raise mark_for_driver(exc) from exc  # read back on the Spark driver as this error
 
 
 def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authoritative: bool) -> bool:

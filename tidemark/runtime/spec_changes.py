@@ -79,8 +79,7 @@ def check_reductions(
     spec_file: Optional[str] = None,
 ) -> None:
     """Refuse a spec whose reduce annotations changed since the recovery log's last batch."""
-    from tidemark.errors import SpecError
-    from tidemark.errors import reset_hint
+    from tidemark.errors import SpecError, reset_hint
 
     changes = changes_since(logged, current)
     if not changes:

@@ -217,11 +217,9 @@ def materialize(
     from tidemark.collection.collection import Collection
     from tidemark.ops import target
     from tidemark.spark.processor import Materializer
-    from tidemark.spark.session import start_query
+    from tidemark.spark.session import quiet_failed_queries, start_query
     from tidemark.spark.sources import prepare_dataframe, read_collection, source_order
     from tidemark.spec import TidemarkSpec, check_source_readable
-
-    from tidemark.spark.session import quiet_failed_queries
 
     spark = _spark(spark)
     quiet_failed_queries(spark)

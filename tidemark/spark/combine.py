@@ -26,7 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tidemark.collection.keys import compact_json, key_json as py_key_json
+from tidemark.collection.keys import compact_json
+from tidemark.collection.keys import key_json as py_key_json
 from tidemark.errors import DocumentError, ReductionError
 
 MAX_DRIVER_SUSPECTS = 100_000
@@ -44,7 +45,7 @@ class CombineResult:
         for df in self._cached:
             try:
                 df.unpersist()
-            except Exception:  # pragma: no cover - a stopped session
+            except Exception:  # noqa: BLE001  # pragma: no cover - a stopped session
                 pass
         self._cached.clear()
 

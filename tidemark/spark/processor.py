@@ -44,7 +44,11 @@ from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_
     _partition_expr,
     _shard_expr,
     _shard_rows,
+)
+from tidemark.spark.route import (
     route as _route,
+)
+from tidemark.spark.route import (
     run_stage as _run_stage,
 )
 

@@ -264,7 +264,7 @@ def _stage(task: ShardTask):
                 result = run_shard(task, index, itertools.chain(() if first is None else (first,), rows))
                 result.input_documents = counted[0]
         except TidemarkError as exc:
-            raise mark_for_driver(exc)
+            raise mark_for_driver(exc) from exc
         result.timings["wait"] = wait
         yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(result)], pa.binary())], names=["result"])
 

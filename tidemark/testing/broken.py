@@ -17,7 +17,6 @@ from tidemark.drivers.memory import (
 )
 from tidemark.protocol.messages import Acknowledged, Loaded, Range
 
-
 # --------------------------------------------------------------- store-authoritative
 
 

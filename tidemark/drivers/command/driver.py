@@ -40,6 +40,8 @@ from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
+from tidemark.drivers.command.settings import SETTINGS
+from tidemark.drivers.common.settings import read
 from tidemark.errors import DriverProgramError, SpecError
 from tidemark.protocol import wire
 from tidemark.protocol.messages import (
@@ -65,8 +67,6 @@ from tidemark.protocol.messages import (
     Validated,
 )
 from tidemark.protocol.state import RuntimeStateMachine, Status
-from tidemark.drivers.command.settings import SETTINGS
-from tidemark.drivers.common.settings import read
 
 
 def _parse_command(config: dict) -> list[str]:

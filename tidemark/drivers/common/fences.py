@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.protocol.checkpoints import batch_of, identity  # noqa: F401  (re-exported)
+from tidemark.protocol.checkpoints import batch_of, identity
 from tidemark.protocol.messages import Range
 
 

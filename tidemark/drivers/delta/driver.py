@@ -52,12 +52,17 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, Field as DeltaField, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import Field as DeltaField
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
-from tidemark.drivers.base import resolve_local_path
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, resolve_local_path
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
+from tidemark.drivers.common.identity import record_text
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
+from tidemark.drivers.delta.settings import SETTINGS, DeltaSettings
 from tidemark.drivers.delta.tables import (
     DELETE_COLUMN,
     KEY_PROPERTY,
@@ -73,17 +78,13 @@ from tidemark.drivers.delta.tables import (
     join_path,
     key_of,
     owner_of,
-    stages_of,
     staged_reader,
+    stages_of,
     translate_error,
 )
 from tidemark.drivers.delta.transactor import DeltaTransactor
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column, columns_to_add, dumps, field_kind
 from tidemark.errors import FencedOff, IncompatibleSchema, RecoveryError, SpecError, TidemarkError
-from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.delta.settings import SETTINGS, DeltaSettings
 from tidemark.policy import retry
-from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -221,7 +222,7 @@ class DeltaDriver(Driver):
 
     def validate(self, req: Validate) -> Validated:
         for b in req.bindings:
-            self.run(lambda: self._plan(self.model(b)), "validate", repr(b.resource))
+            self.run(lambda b=b: self._plan(self.model(b)), "validate", repr(b.resource))
         return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
 
     def apply(self, req: Apply) -> Applied:
@@ -320,7 +321,9 @@ class DeltaDriver(Driver):
         owner = (materialization, runtime_checkpoint.get("checkpoint_id"))
         for location in sorted(models):  # every bound table records the batch, with data or without
             self.run(
-                lambda: self._apply_table(models[location], files.get(location, []), app, batch, owner),
+                lambda location=location: self._apply_table(
+                    models[location], files.get(location, []), app, batch, owner
+                ),
                 "apply batch",
                 location,
             )
@@ -436,7 +439,7 @@ class DeltaDriver(Driver):
             if not self._exists(location):
                 out.append(None)
                 continue
-            out.append(identity_of(self.run(lambda: self.table(location), "identities", location)))
+            out.append(identity_of(self.run(lambda location=location: self.table(location), "identities", location)))
         return out
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
@@ -446,7 +449,7 @@ class DeltaDriver(Driver):
         for b in bindings:
             model = self.model(b)
             try:
-                dt = self.run(lambda: self.table(model.location), "positions", model.location)
+                dt = self.run(lambda model=model: self.table(model.location), "positions", model.location)
             except (TableNotFoundError, TidemarkError):
                 if not self._exists(model.location):
                     continue

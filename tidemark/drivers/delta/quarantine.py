@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
-from tidemark.drivers.common.columns import QUARANTINE_TABLE, quarantine_rows
 from tidemark.drivers.base import Driver  # the DeltaDriver
+from tidemark.drivers.common.columns import QUARANTINE_TABLE, quarantine_rows
+from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
 from tidemark.errors import RecoveryError
 
 COLUMNS = ("materialization", "batch_id", "location", "key_json", "reason", "value")

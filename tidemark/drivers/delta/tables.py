@@ -12,21 +12,26 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import (
+from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported)
+    ARROW_TYPES,
     BOOLEAN,
     DECIMAL_PRECISION,
     DOCUMENT_COLUMN,
     INTEGER,
+    KEY_PROPERTY,
+    MODE_PROPERTY,
     NUMBER,
     Column,
+    arrow_type,
     base_kind,
+    column,
+    key_of,
     scale_of_kind,
 )
-from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
-from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
+from tidemark.drivers.common.identity import parse_record
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
-from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, parse_record
 
 DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down

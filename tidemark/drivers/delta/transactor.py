@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder
 
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the DeltaDriver that opened it
+from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
 from tidemark.drivers.delta.quarantine import stage_quarantine
 from tidemark.drivers.delta.tables import (
     IN_LIST_MAX,
@@ -25,7 +26,6 @@ from tidemark.drivers.delta.tables import (
     sql_literal,
     stages_of,
 )
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -189,7 +189,12 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         writers, self._writers = self._writers, {}
         quoted = urllib.parse.quote(self.materialization, safe="")
         for binding, (stream, writer, name) in sorted(writers.items()):
-            self.driver.run(lambda: (writer.close(), stream.close()), "stage", self.driver.staging, idempotent=False)
+            self.driver.run(
+                lambda stream=stream, writer=writer: (writer.close(), stream.close()),
+                "stage",
+                self.driver.staging,
+                idempotent=False,
+            )
             files.append([self.models[binding].location, f"{quoted}/{name}", self._rows.get(binding, 0)])
         quarantined = self._stage_quarantine(int(cp["batch_id"]))
         fault_point("before_endpoint_commit")

@@ -60,7 +60,7 @@ def replace_keys(
     snapshot is added)."""
     meta = txn.table_metadata
     schema = meta.schema()
-    io = txn._table.io  # noqa: SLF001 - the FileIO of the table the transaction writes
+    io = txn._table.io
     write_uuid = uuid.uuid4()
     counter = itertools.count(0)
     deleted, added = [], []

@@ -51,8 +51,10 @@ from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column, columns_to_add, dumps, field_kind
-from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
+from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import SETTINGS, IcebergSettings, resolve_config
 from tidemark.drivers.iceberg.tables import (
     DELETE_COLUMN,
@@ -78,7 +80,6 @@ from tidemark.drivers.iceberg.transactor import IcebergTransactor
 from tidemark.errors import EndpointUnavailable, FencedOff, IncompatibleSchema, RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.policy import retry
-from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY, parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -142,7 +143,7 @@ class IcebergDriver(Driver):
         def attempt() -> T:
             try:
                 return fn()
-            except Exception as exc:  # noqa: BLE001 - pyiceberg, SQLAlchemy and pyarrow raise their own trees
+            except Exception as exc:
                 raise translate_error(exc, where, self.settings.secrets) from exc
 
         return retry(attempt, self.policy, what=f"iceberg {what}") if idempotent else attempt()
@@ -341,7 +342,7 @@ class IcebergDriver(Driver):
         unbound = []
         for name in sorted(set(files) - set(models)):
             model = TableModel(tuple(name.split(".")), (), (), False)
-            table = self.run(lambda: self._load_or_none(model), "apply batch", name)
+            table = self.run(lambda model=model: self._load_or_none(model), "apply batch", name)
             if table is None or table_batch(table, materialization, checkpoint_id) < batch:
                 unbound.append(name)
         if unbound:
@@ -351,7 +352,11 @@ class IcebergDriver(Driver):
             )
         owner = (materialization, checkpoint_id)
         for name in sorted(models):  # every bound table records the batch, with data or without
-            self.run(lambda: self._apply_table(models[name], files.get(name, []), owner, batch), "apply batch", name)
+            self.run(
+                lambda name=name: self._apply_table(models[name], files.get(name, []), owner, batch),
+                "apply batch",
+                name,
+            )
         # Step 4: the staged files of every applied or abandoned attempt.
         self.run(lambda: self._remove_staged(materialization, before=started), "clean staging", self.staging)
 
@@ -438,7 +443,7 @@ class IcebergDriver(Driver):
         out: list[Optional[dict]] = []
         for b in bindings:
             model = self.model(b)
-            table = self.run(lambda: self._load_or_none(model), "identities", model.name)
+            table = self.run(lambda model=model: self._load_or_none(model), "identities", model.name)
             out.append(None if table is None else parse_record(table.properties.get(IDENTITY_PROPERTY)))
         return out
 
@@ -449,7 +454,7 @@ class IcebergDriver(Driver):
         out = []
         for b in bindings:
             model = self.model(b)
-            table = self.run(lambda: self._load_or_none(model), "positions", model.name)
+            table = self.run(lambda model=model: self._load_or_none(model), "positions", model.name)
             if table is None:
                 continue
             place = f"iceberg table {model.name}"

@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
+from tidemark.drivers.common.settings import Setting, read
 from tidemark.errors import SpecError
 from tidemark.policy import RetryPolicy
-from tidemark.drivers.common.settings import Setting, read
 
 DEFAULT_CATALOG_NAME = "tidemark"
 SECRET_WORDS = ("secret", "password", "token", "credential", "key-id", "access-key")

@@ -12,19 +12,23 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DecimalType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import (
+from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported)
+    ARROW_TYPES,
     BOOLEAN,
     DECIMAL_PRECISION,
     DOCUMENT_COLUMN,
     INTEGER,
+    KEY_PROPERTY,
+    MODE_PROPERTY,
     NUMBER,
     Column,
+    arrow_type,
     base_kind,
+    column,
     dumps,
+    key_of,
     scale_of_kind,
 )
-from tidemark.drivers.common.columns import KEY_PROPERTY, MODE_PROPERTY  # noqa: F401  (re-exported)
-from tidemark.drivers.common.columns import ARROW_TYPES, arrow_type, column, key_of  # noqa: F401  (re-exported)
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
@@ -181,7 +185,7 @@ def translate_error(exc: Exception, where: str, secrets: Iterable[Optional[str]]
     try:
         from sqlalchemy.exc import DBAPIError, OperationalError
     except ImportError:  # pragma: no cover - sqlalchemy comes with pyiceberg[sql-sqlite]
-        DBAPIError = OperationalError = ()  # type: ignore[assignment,misc]  # noqa: N806
+        DBAPIError = OperationalError = ()  # type: ignore[assignment,misc]
     if isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
         return EndpointUnavailable(f"Iceberg catalog ({where}): {text}")
     if isinstance(exc, (OSError, pa.ArrowIOError)) and not isinstance(exc, FileNotFoundError):

@@ -155,7 +155,12 @@ class IcebergTransactor(ReadCommittedLoads, Transactor):
         writers, self._writers = self._writers, {}
         quoted = urllib.parse.quote(self.materialization, safe="")
         for binding, (stream, writer, name) in sorted(writers.items()):
-            self.driver.run(lambda: (writer.close(), stream.close()), "stage", self.driver.staging, idempotent=False)
+            self.driver.run(
+                lambda stream=stream, writer=writer: (writer.close(), stream.close()),
+                "stage",
+                self.driver.staging,
+                idempotent=False,
+            )
             files.append([self.models[binding].name, f"{quoted}/{name}", self._rows.get(binding, 0)])
         fault_point("before_endpoint_commit")
         self._rows = {}

@@ -30,10 +30,12 @@ import uuid
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
-from tidemark.drivers.kafka.progress import check_partitions
-from tidemark.drivers.kafka.topics import partition_counts
-from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
+from tidemark.drivers.common.fences import CheckpointState, plan_open
+from tidemark.drivers.common.identity import kept as kept_record
+from tidemark.drivers.common.identity import parse_record
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.kafka.progress import check_partitions
+from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
 from tidemark.drivers.kafka.settings import (
     SETTINGS,
     KafkaSettings,
@@ -42,12 +44,11 @@ from tidemark.drivers.kafka.settings import (
     resource_partitions,
     topic_of,
 )
+from tidemark.drivers.kafka.topics import partition_counts
 from tidemark.drivers.kafka.transactor import KafkaTransactor
-from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.store.naming import binding_id, local_dir
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
-from tidemark.drivers.common.identity import kept as kept_record, parse_record
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -362,9 +363,9 @@ class KafkaDriver(Driver):
     def dump(self, materialization: str, binding: BindingSpec):
         """The committed view of the binding's topic (``{key: doc}``; delta-updates: every
         committed document in partition and offset order)."""
-        from tidemark.drivers.kafka.reader import committed_messages, tail
-
         import orjson
+
+        from tidemark.drivers.kafka.reader import committed_messages, tail
 
         s, topic = self.settings, topic_of(binding)
         if binding.delta_updates:
@@ -378,7 +379,7 @@ class KafkaDriver(Driver):
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         try:
             frontiers = self.frontiers(materialization)
-        except Exception:  # noqa: BLE001 - no progress topic yet: nothing committed
+        except Exception:
             if not self._progress_topic_exists():
                 return []
             raise
@@ -437,7 +438,7 @@ class KafkaDriver(Driver):
         if topics:
             futures = admin.delete_topics(topics, operation_timeout=s.policy.connect_timeout)
             for t, f in futures.items():
-                call(lambda: f.result(s.policy.connect_timeout + 5), f"deleting topic {t!r}", s.client)
+                call(lambda f=f: f.result(s.policy.connect_timeout + 5), f"deleting topic {t!r}", s.client)
                 done.append(f"deleted topic {t}")
         path = self.state_dir(materialization)
         if os.path.isdir(path):

@@ -26,9 +26,9 @@ from typing import Any, Iterator, Mapping, Optional
 
 import orjson
 
-from tidemark.errors import DocumentError, DriverError, EndpointUnavailable
 from tidemark.drivers.kafka.client import call, client_config, translate
 from tidemark.drivers.kafka.progress import ProgressRecord, decode_key
+from tidemark.errors import DocumentError, DriverError, EndpointUnavailable
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -127,7 +127,7 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
             left = until - time.monotonic()
             if left <= 0:
                 raise EndpointUnavailable(_blocked(consumer, topic, pending, policy.lock_timeout, config))
-            batch = call(lambda: consumer.consume(BATCH, min(0.01, left)), f"reading {topic!r}", config)
+            batch = call(lambda left=left: consumer.consume(BATCH, min(0.01, left)), f"reading {topic!r}", config)
             for msg in batch:
                 err = msg.error()
                 if err is not None:
@@ -161,7 +161,7 @@ def _offsets(admin, parts, spec, level, timeout: float, config) -> dict[int, int
     for tp, fut in futures.items():
         try:
             out[tp.partition] = fut.result(timeout + 5).offset
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise translate(exc, f"listing offsets of {tp.topic!r}", config) from exc
     return out
 

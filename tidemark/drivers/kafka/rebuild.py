@@ -21,8 +21,8 @@ import orjson
 
 from tidemark.collection.keys import key_hash
 from tidemark.drivers.common.fences import identity
-from tidemark.errors import DocumentError, RecoveryError
 from tidemark.drivers.kafka.reader import committed_messages
+from tidemark.errors import DocumentError, RecoveryError
 from tidemark.store import RangeStore, tidemark_key
 from tidemark.store.db import batch_of
 

@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from tidemark.errors import SpecError
+from tidemark.drivers.common.settings import MASK, Setting, read
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
+from tidemark.errors import SpecError
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
-from tidemark.drivers.common.settings import MASK, Setting, read
 
 DEFAULT_STATE = "tidemark-state"
 SETTINGS = (

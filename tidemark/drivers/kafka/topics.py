@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from tidemark.errors import DriverError, IncompatibleSchema
 from tidemark.drivers.kafka.client import call, client_config, kafka_error_of, translate
+from tidemark.errors import DriverError, IncompatibleSchema
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 
 #: Config entries whose value is a comma-separated set (order does not matter).
@@ -64,7 +64,7 @@ def ensure_topics(
         try:
             futures[spec.name].result(timeout + 5)
             outcome[spec.name] = "created"
-        except Exception as exc:  # noqa: BLE001 - translated or re-raised below
+        except Exception as exc:
             err = kafka_error_of(exc)
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise translate(exc, f"creating topic {spec.name!r}", config) from exc
@@ -105,7 +105,7 @@ def check_topics(admin, specs: Iterable[TopicSpec], *, timeout: float, config: M
         if spec.name in resources:
             try:
                 entries = described[resources[spec.name]].result(timeout + 5)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise translate(exc, f"describing topic {spec.name!r}", config) from exc
             for key, want in spec.config.items():
                 entry = entries.get(key)

@@ -23,10 +23,10 @@ from typing import Any, Iterable, Mapping, Optional
 import orjson
 
 from tidemark.collection.keys import key_json
-from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.drivers.kafka.client import call, client_config, kafka_error_of, translate
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX, transactional_id
 from tidemark.drivers.kafka.progress import ProgressRecord, progress_partition
+from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -51,8 +51,12 @@ def fence_and_abort(
     done = []
     for tid in transactional_ids:
         producer = _producer(config, tid, policy)
-        call(lambda: producer.init_transactions(policy.lock_timeout), f"fencing transactional id {tid}", config)
-        call(lambda: producer.flush(policy.connect_timeout), f"closing the producer {tid}", config)
+        call(
+            lambda producer=producer: producer.init_transactions(policy.lock_timeout),
+            f"fencing transactional id {tid}",
+            config,
+        )
+        call(lambda producer=producer: producer.flush(policy.connect_timeout), f"closing the producer {tid}", config)
         done.append(tid)
     return done
 
@@ -149,7 +153,7 @@ class RangeWriter:
         producer = self._live()
         try:
             producer.commit_transaction(self.policy.lock_timeout)
-        except Exception as exc:  # noqa: BLE001 - translated below
+        except Exception as exc:
             error = translate(exc, f"committing the transaction of {self.transactional_id}", self.config)
             err = kafka_error_of(exc)
             if err is not None and err.txn_requires_abort():
@@ -208,7 +212,7 @@ class RangeWriter:
                 producer.poll(0.1)
             except TidemarkError:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise translate(exc, f"producing to {topic!r}", self.config) from exc
         self.sent += 1
         producer.poll(0)  # serve delivery callbacks; errors surface at commit

@@ -17,12 +17,12 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from tidemark.drivers.base import Capabilities
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, dialect_for
 from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
-from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
 from tidemark.drivers.mysql.transactor import MySqlTransactor
-from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TablePlan, TableModel, sql_capabilities
+from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TableModel, TablePlan, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
 from tidemark.drivers.sql.reduce import unescaped_names
 from tidemark.errors import IncompatibleSchema, SpecError, TidemarkError

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tidemark.drivers.mysql.dialect import MAX_IDENTIFIER_CHARS
 from tidemark.drivers.common.redact import redact
+from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.mysql.dialect import MAX_IDENTIFIER_CHARS
+from tidemark.drivers.sql.connection import connection_settings
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
-from tidemark.drivers.common.settings import Setting, read
-from tidemark.drivers.sql.connection import connection_settings
 
 SCHEMES = ("mysql", "mariadb")
 BULK_MODES = ("infile", "insert")  # Store and Load: LOAD DATA LOCAL INFILE, or multi-row INSERT statements

@@ -5,7 +5,8 @@ Reading a view from a URL in one call: :func:`read_view` and :func:`read_committ
 is committed and fenced), :mod:`.reader` (the read-committed reader).
 """
 
-from tidemark.drivers.nats.api import committed_view as read_view, read_committed
+from tidemark.drivers.nats.api import committed_view as read_view
+from tidemark.drivers.nats.api import read_committed
 from tidemark.drivers.nats.driver import CAPABILITIES, NatsDriver
 
 __all__ = ["NatsDriver", "CAPABILITIES", "read_committed", "read_view"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.nats.client import NatsClient
-from tidemark.drivers.nats.reader import CommittedMessage, committed_view as fold_view
+from tidemark.drivers.nats.reader import CommittedMessage
+from tidemark.drivers.nats.reader import committed_view as fold_view
 
 
 def read_committed(

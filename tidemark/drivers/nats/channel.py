@@ -36,7 +36,6 @@ from typing import Any, Iterable, Optional, Sequence
 
 import orjson
 
-from tidemark.errors import FencedOff, RecoveryError
 from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.errors import (
     ERR_ATOMIC_UNSUPPORTED_HEADER,
@@ -45,6 +44,7 @@ from tidemark.drivers.nats.errors import (
     NatsApiError,
 )
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight, ProgressRecord
+from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 
 MIN_ATOMIC_VERSION = (2, 12, 0)
@@ -548,7 +548,7 @@ class AsyncNats:
         3. Open the new ranges that are not in ``old`` with the inherited frontier (an
            ``open`` record with ``inherited_from``).  Re-running after a crash is safe.
         Returns the new ranges' frontiers by range name."""
-        mk = lambda r: Channel(stream, materialization, r, prefix)  # noqa: E731
+        mk = lambda r: Channel(stream, materialization, r, prefix)
         olds = {r: await self.read_frontier(mk(r)) for r in old}
         inherit: dict[Range, Frontier] = {}
         for r in new:

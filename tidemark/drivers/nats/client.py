@@ -10,13 +10,12 @@ import asyncio
 import threading
 from typing import Any, Coroutine, Iterable, Iterator, Optional, Sequence, TypeVar
 
-from tidemark.errors import TidemarkError
-from tidemark.drivers.nats import wire
+from tidemark.drivers.nats import layout, wire
 from tidemark.drivers.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
-from tidemark.drivers.nats import layout
 from tidemark.drivers.nats.errors import translate
 from tidemark.drivers.nats.reader import CommittedMessage, committed_view, fold_committed
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight
+from tidemark.errors import TidemarkError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -42,9 +41,10 @@ class NatsClient:
         url: str,
         *,
         policy: RetryPolicy = DEFAULT_POLICY,
-        settings: NatsSettings = NatsSettings(),
+        settings: Optional[NatsSettings] = None,
         name: str = "tidemark",
     ):
+        settings = settings if settings is not None else NatsSettings()
         self.url = url
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tidemark-nats", daemon=True)

@@ -20,6 +20,8 @@ import threading
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.nats import settings as conf
 from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
 from tidemark.drivers.nats.layout import dropping_limits
@@ -28,8 +30,6 @@ from tidemark.drivers.nats.transactor import NatsTransactor
 from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError
-from tidemark.drivers.common.identity import parse_record, record_text
-from tidemark.drivers.common.settings import config_schema
 from tidemark.protocol.messages import (
     Applied,
     Apply,

@@ -21,10 +21,10 @@ from __future__ import annotations
 import uuid
 from typing import Callable, Optional, Sequence
 
-from tidemark.errors import FencedOff, RecoveryError
 from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.channel import AsyncNats, Session
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, ProgressRecord
+from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 
 TAKEOVER_ATTEMPTS = 20

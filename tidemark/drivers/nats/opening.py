@@ -24,11 +24,11 @@ from typing import Optional, Sequence
 
 from tidemark.collection.keys import key_hash
 from tidemark.drivers.common.fences import CheckpointState, identity, plan_open
-from tidemark.errors import FencedOff, RecoveryError
-from tidemark.drivers.nats.wire import BatchId, Channel, Frontier
-from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.channel import Session
+from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.layout import needs_takeover
+from tidemark.drivers.nats.wire import BatchId, Channel, Frontier
+from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 from tidemark.store import Isolation, RangeStore, StoreConfig, tidemark_key
 from tidemark.store.keys import is_range_name

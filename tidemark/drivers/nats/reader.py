@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
-from tidemark.errors import RecoveryError
 from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.wire import BatchId, DataMessage, ProgressRecord
+from tidemark.errors import RecoveryError
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.common.redact import redact
-from tidemark.errors import IncompatibleSchema, SpecError
-from tidemark.drivers.nats.channel import NatsSettings
+from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.nats import wire
+from tidemark.drivers.nats.channel import NatsSettings
+from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec
-from tidemark.drivers.common.settings import Setting, read
 
 DEFAULT_STATE = "tidemark-state"
 SETTINGS = (

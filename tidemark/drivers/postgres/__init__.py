@@ -39,8 +39,8 @@ from tidemark.drivers.postgres.dialect import (
 )
 from tidemark.drivers.postgres.driver import CAPABILITIES, PostgresDriver
 from tidemark.drivers.postgres.settings import (
-    SETTINGS,
     DEFAULT_FILLFACTOR,
+    SETTINGS,
     SSL_MODES,
     PgSettings,
     parse_fillfactor,

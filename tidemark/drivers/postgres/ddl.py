@@ -10,7 +10,8 @@ from psycopg import sql as pg_sql
 
 from tidemark.drivers.postgres.dialect import MAX_IDENTIFIER_BYTES, sql_type
 from tidemark.drivers.postgres.settings import PgSettings, parse_fillfactor
-from tidemark.drivers.sql import DOCUMENT_COLUMN, JSON, ROW_ID_COLUMN, Column, TableModel, TablePlan, quote_ident as q
+from tidemark.drivers.sql import DOCUMENT_COLUMN, JSON, ROW_ID_COLUMN, Column, TableModel, TablePlan
+from tidemark.drivers.sql import quote_ident as q
 from tidemark.protocol.messages import BindingSpec
 
 

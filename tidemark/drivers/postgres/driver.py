@@ -14,9 +14,9 @@ from typing import Any, Callable, Optional, TypeVar
 import psycopg
 
 from tidemark.drivers.base import Capabilities
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.postgres.ddl import PostgresDDL
 from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE
-from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.postgres.settings import SETTINGS, PgSettings, translate
 from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 from tidemark.drivers.sql import SqlDriver, sql_capabilities

@@ -10,12 +10,12 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg import errors as pg_errors
 
-from tidemark.drivers.postgres.dialect import check_name_length
 from tidemark.drivers.common.redact import redact
+from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.postgres.dialect import check_name_length
+from tidemark.drivers.sql.connection import connection_settings
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
 from tidemark.policy import RetryPolicy
-from tidemark.drivers.common.settings import Setting, read
-from tidemark.drivers.sql.connection import connection_settings
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # Free space left in each page of a view table so that updates stay on their page (HOT:

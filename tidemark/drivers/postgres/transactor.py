@@ -17,7 +17,6 @@ from typing import Any, Callable, Optional, Sequence
 import psycopg
 
 from tidemark import jsontext
-
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
 from tidemark.drivers.postgres.dialect import REDUCE, literal, sql_type
 from tidemark.drivers.sql import DOCUMENT_COLUMN, INTEGER, JSON, SqlTransactor, TableModel, redact
@@ -342,7 +341,7 @@ class PostgresTransactor(SqlTransactor):
         n = len(model.keys)
         match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
         keys = ", ".join(f"s.c{j}" for j in range(n))
-        for j, col in enumerate(model.values, start=n):
+        for col in model.values:
             f = next((f for f in model.reduce.fields if f.name == col.name), None)
             if f is None or f.strategy != "sum":
                 continue

@@ -26,6 +26,11 @@ import logging
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
+from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.redis.connection import redact
+from tidemark.drivers.redis.fences import RangeFence
+from tidemark.drivers.redis.layout import check_prefix
+from tidemark.drivers.redis.store import SETTINGS, RedisConfig, RedisStore
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -47,11 +52,6 @@ from tidemark.protocol.messages import (
     Validated,
     ValidatedBinding,
 )
-from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.redis.store import SETTINGS, RedisConfig, RedisStore
-from tidemark.drivers.redis.connection import redact
-from tidemark.drivers.redis.fences import RangeFence
-from tidemark.drivers.redis.layout import check_prefix
 
 log = logging.getLogger("tidemark")
 

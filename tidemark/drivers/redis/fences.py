@@ -22,8 +22,8 @@ from typing import Optional
 
 from tidemark.drivers.common.columns import dumps
 from tidemark.drivers.common.fences import OpenPlan, plan_open
-from tidemark.protocol.messages import Range
 from tidemark.drivers.redis.layout import CHECKPOINT, FENCE, checkpoints_key, field, parse_states
+from tidemark.protocol.messages import Range
 
 
 @dataclass(frozen=True, slots=True)

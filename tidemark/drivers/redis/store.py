@@ -14,17 +14,16 @@ messages beyond ``Range`` and keys.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Iterable, Optional, Sequence
 
 from tidemark.drivers.base import CheckpointRow, chunked
 from tidemark.drivers.common.columns import dumps
 from tidemark.drivers.common.fences import fenced_off
+from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.common.redact import redact
-from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, RecoveryError, SpecError
-from tidemark.jsontext import loads
-from tidemark.policy import DEFAULT_POLICY, RetryPolicy
-from tidemark.protocol.messages import Doc, Key, Range
+from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.redis import connection, fences
 from tidemark.drivers.redis.layout import (
     CHECKPOINT,
@@ -39,8 +38,10 @@ from tidemark.drivers.redis.layout import (
 )
 from tidemark.drivers.redis.persistence import Persistence, read_persistence
 from tidemark.drivers.redis.script import COMMIT_LUA
-from tidemark.drivers.common.settings import Setting, read
-from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.errors import EndpointRefused, FencedOff, IncompatibleSchema, RecoveryError, SpecError
+from tidemark.jsontext import loads
+from tidemark.policy import DEFAULT_POLICY, RetryPolicy
+from tidemark.protocol.messages import Doc, Key, Range
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 SETTINGS = (

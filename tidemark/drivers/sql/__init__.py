@@ -15,8 +15,6 @@ An endpoint adds a dialect and its connection code (``drivers/sqlite/driver.py``
 ``drivers/postgres/``); ``docs/dev/sql-skeleton.md`` says what exactly.
 """
 
-from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier, sql_capabilities
 from tidemark.drivers.common.fences import (
     CheckpointState,
     OpenPlan,
@@ -25,6 +23,9 @@ from tidemark.drivers.common.fences import (
     load_checkpoint,
     plan_open,
 )
+from tidemark.drivers.common.redact import REDACTED, redact
+from tidemark.drivers.sql.dialect import Dialect
+from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier, sql_capabilities
 from tidemark.drivers.sql.model import (
     BOOLEAN,
     CHECKPOINTS_TABLE,
@@ -46,7 +47,6 @@ from tidemark.drivers.sql.model import (
     quarantine_rows,
     quote_ident,
 )
-from tidemark.drivers.common.redact import REDACTED, redact
 from tidemark.drivers.sql.transactor import SqlTransactor
 
 __all__ = [

@@ -27,7 +27,6 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
 )
 
-
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 

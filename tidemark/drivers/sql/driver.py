@@ -24,8 +24,9 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 from tidemark.collection.plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
-from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
+from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
     CHECKPOINTS_TABLE,
     DOCUMENT_COLUMN,
@@ -40,7 +41,6 @@ from tidemark.drivers.sql.model import (
 )
 from tidemark.drivers.sql.transactor import SqlTransactor
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
-from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.protocol.messages import (
     Applied,
     Apply,

@@ -308,7 +308,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             sql = reduce_statement(R, table, model, model.reduce, st, names, reduce_sources(R, model))
             try:
                 self.execute(sql)
-            except Exception as exc:  # noqa: BLE001 - the driver names what it can; the rest propagates
+            except Exception as exc:
                 refused = self.driver.reduce_refused(model, exc)
                 if refused is None:
                     raise
@@ -326,7 +326,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """After the commit: empty the staging tables it applied."""
         for b in self._staged:
             st = self.dialect.temp(stage_name(b))
-            self.driver.run(lambda: self.execute(f"DELETE FROM {st}"), "clear staging", self.con)
+            self.driver.run(lambda st=st: self.execute(f"DELETE FROM {st}"), "clear staging", self.con)
 
     def close(self) -> None:
         try:

@@ -24,13 +24,13 @@ import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from tidemark.drivers.base import Capabilities, resolve_local_path
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver, sql_capabilities
+from tidemark.drivers.sqlite import reduce
+from tidemark.drivers.sqlite.settings import SETTINGS, SqliteSettings
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.policy import retry
 from tidemark.protocol.messages import SpecResponse
-from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.sqlite import reduce
-from tidemark.drivers.sqlite.settings import SETTINGS, SqliteSettings
 
 T = TypeVar("T")
 

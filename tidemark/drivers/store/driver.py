@@ -31,6 +31,8 @@ import uuid
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.common.identity import kept as kept_record
+from tidemark.drivers.common.settings import Setting, config_schema, read
 from tidemark.drivers.store.naming import (
     QUARANTINE_ID,
     binding_id,
@@ -58,8 +60,6 @@ from tidemark.protocol.messages import (
     ValidatedBinding,
 )
 from tidemark.store import Changelog, Isolation, RangeStore, StoreConfig
-from tidemark.drivers.common.settings import Setting, config_schema, read
-from tidemark.drivers.common.identity import kept as kept_record
 
 CAPABILITIES = Capabilities(
     commit_pattern=CommitPattern.STORE_AUTHORITATIVE,

@@ -24,6 +24,7 @@ from typing import Sequence
 
 from tidemark.collection.keys import compact_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.common.columns import quarantine_row
 from tidemark.drivers.store.naming import delta_key, quarantine_key, resource_name
 from tidemark.faults import fault_point
 from tidemark.jsontext import loads
@@ -41,7 +42,6 @@ from tidemark.protocol.messages import (
 )
 from tidemark.store import Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
-from tidemark.drivers.common.columns import quarantine_row
 
 
 def encode_doc(doc) -> bytes:

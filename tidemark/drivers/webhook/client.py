@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from tidemark.drivers.common.redact import redact
+from tidemark.drivers.webhook.chunks import Chunk
+from tidemark.drivers.webhook.settings import WebhookConfig
 from tidemark.errors import AuthenticationFailed, DriverError, EndpointRefused, EndpointUnavailable
 from tidemark.faults import fault_point
 from tidemark.policy import retry
-from tidemark.drivers.webhook.chunks import Chunk
-from tidemark.drivers.webhook.settings import WebhookConfig
 
 TRANSIENT_STATUS = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 USER_AGENT = "tidemark-webhook/1"

@@ -38,10 +38,14 @@ import os
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.naming import resource_name
 from tidemark.drivers.store.push import PushTransactor
 from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.webhook.chunks import plan_chunks
+from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
 from tidemark.errors import SpecError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -55,10 +59,6 @@ from tidemark.protocol.messages import (
     Validate,
     Validated,
 )
-from tidemark.drivers.webhook.client import WebhookClient
-from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
-from tidemark.drivers.webhook.chunks import plan_chunks
 
 STATE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from tidemark.drivers.common.settings import Setting, read
 from tidemark.errors import SpecError
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
-from tidemark.drivers.common.settings import Setting, read
 
 RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)

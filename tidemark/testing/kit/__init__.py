@@ -3,7 +3,7 @@ coordinator), what it checks (:mod:`.checks`), its scenarios (:mod:`.scenarios`)
 driver inside a request (:mod:`.kill`), racing sessions (:mod:`.race`) and the report
 (:mod:`.report`).  Run it with :func:`tidemark.testing.conformance.run_conformance`."""
 
-from tidemark.testing.kit.report import PROPERTIES, HINTS, ConformanceReport, PropertyResult, Recorder
+from tidemark.testing.kit.report import HINTS, PROPERTIES, ConformanceReport, PropertyResult, Recorder
 from tidemark.testing.kit.runtime import PHASES, KitCrash, KitRuntime, ScenarioAbort, Shard, Tracker
 
 __all__ = [

@@ -177,7 +177,9 @@ class Checks:
                 rec.check(
                     "loaded-existing-only",
                     isinstance(doc, dict) and doc.get("k") == k and isinstance(doc.get("n"), int),
-                    lambda: f"Loaded key {fmt_key(k)} with {short(doc)}, which is not a stored document of that key",
+                    lambda doc=doc, k=k: (
+                        f"Loaded key {fmt_key(k)} with {short(doc)}, which is not a stored document of that key"
+                    ),
                 )
                 if want is None and counted(k):
                     rec.fail(
@@ -229,7 +231,9 @@ class Checks:
             self.rec.check(
                 "checkpoints-monotonic",
                 b >= prev,
-                lambda: f"the checkpoint of range {row.range.name} went back from batch {prev} to {b}",
+                lambda b=b, prev=prev, row=row: (
+                    f"the checkpoint of range {row.range.name} went back from batch {prev} to {b}"
+                ),
                 "never overwrite a range's checkpoint with an older one: fence zombies, and commit the "
                 "checkpoint with the data",
             )
@@ -248,7 +252,7 @@ class Checks:
                 self.rec.check(
                     "checkpoints-monotonic",
                     have >= last.batch_id,
-                    lambda: (
+                    lambda have=have, rng=rng: (
                         f"after batch {last.batch_id} committed, the checkpoint of range {rng.name} is at "
                         f"batch {have if have >= 0 else 'none'}: data committed without its checkpoint"
                     ),
@@ -330,7 +334,9 @@ class Checks:
             rec.check(
                 "no-loss",
                 last == w["last"],
-                lambda: f"key {fmt_key(k)}{of} has last={short(last)}, expected {short(w['last'])}: an update was lost",
+                lambda k=k, last=last, w=w: (
+                    f"key {fmt_key(k)}{of} has last={short(last)}, expected {short(w['last'])}: an update was lost"
+                ),
             )
             if n < w["n"]:
                 rec.fail("no-loss", f"key {fmt_key(k)}{of} has n={n}, expected {w['n']}: a committed update was lost")

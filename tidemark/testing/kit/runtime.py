@@ -35,7 +35,8 @@ from tidemark.runtime.view_identity import endpoint_record
 from tidemark.testing.kit.checks import Checks
 from tidemark.testing.kit.report import Recorder, classify
 from tidemark.testing.kit.sessions import VERSION, KitCrash, ScenarioAbort, Sessions, Shard, Tracker, rk
-from tidemark.testing.workload import Event, Model, bindings as make_bindings
+from tidemark.testing.workload import Event, Model
+from tidemark.testing.workload import bindings as make_bindings
 
 PHASES = ("open", "acknowledge", "load", "flush", "store", "start_commit", "recovery_log")
 LOAD_CHUNK = 3  # small chunks in the ordinary scenarios: many messages per transaction
@@ -171,7 +172,9 @@ class KitRuntime(Sessions, Checks):
             self.rec.check(
                 "identity-records",
                 plain == want and isinstance(got.get("resolved"), str) and bool(got["resolved"]),
-                lambda: f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')",
+                lambda got=got, i=i, want=want: (
+                    f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')"
+                ),
             )
 
     def close(self) -> None:

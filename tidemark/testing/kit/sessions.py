@@ -4,7 +4,6 @@ generator that yields after each phase, crashes (a session dropped without close
 from __future__ import annotations
 
 import json
-
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
