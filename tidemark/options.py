@@ -51,6 +51,11 @@ class RuntimeOptions:
     #: (``tidemark check`` says which bindings do, and why the others do not).  Either way
     #: the view is the same; false: always Load.
     endpoint_reduce: bool = True
+    #: A batch that fails on a transient endpoint error (a lost connection, a terminated
+    #: session, a server restart, a broker's leader change) runs again, with backoff, for up
+    #: to this many seconds from its first failure; then the run fails.  0: fail at once.
+    #: (Start-up is not retried: it fails fast.)
+    transient_retry_seconds: int = 600
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -114,10 +119,11 @@ ENV: dict[str, str] = {
     "small_batch_keys": "TIDEMARK_SMALL_BATCH_KEYS",
     "reduced_batch_keys": "TIDEMARK_REDUCED_BATCH_KEYS",
     "endpoint_reduce": "TIDEMARK_ENDPOINT_REDUCE",
+    "transient_retry_seconds": "TIDEMARK_TRANSIENT_RETRY_SECONDS",
 }
 
 #: Options for which 0 is a value (it turns something off).
-ZERO_OK = frozenset({"small_batch_keys", "reduced_batch_keys"})
+ZERO_OK = frozenset({"small_batch_keys", "reduced_batch_keys", "transient_retry_seconds"})
 #: Options that are true or false (1 or 0 in the environment).
 BOOLEANS = frozenset({"endpoint_reduce"})
 

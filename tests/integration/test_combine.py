@@ -62,7 +62,11 @@ FIELD_KINDS = {
         (
             {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
             st.lists(st.integers(0, 9), max_size=3),
-        )
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+            st.lists(st.sampled_from(["a", "b", "é"]), max_size=3),
+        ),
     ],
     "map": [
         (
@@ -714,3 +718,35 @@ def test_compiled_path_without_subexpression_elimination(spark):
         )
     finally:
         spark.conf.unset("spark.sql.subexpressionElimination.enabled")
+
+
+def test_union_keeps_each_value_once_in_first_seen_order_on_both_paths(spark):
+    """``union``: an array's values, each once, in the order first seen; a lone document's
+    array as it is (as the fold leaves it)."""
+    schema = {
+        "type": "object",
+        "required": ["k"],
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "k": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+        },
+    }
+    docs = [
+        {"k": "a", "tags": ["red", "blue"]},
+        {"k": "b", "tags": ["x", "x"]},  # alone: kept as it is
+        {"k": "a", "tags": ["blue", "green", "red"]},
+        {"k": "a"},
+        {"k": "a", "tags": ["green", "yellow"]},
+    ]
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    assert compile_collection(coll) is not None
+    df = frame(spark, docs, files=1)
+    want = {'["a"]': {"k": "a", "tags": ["red", "blue", "green", "yellow"]}, '["b"]': {"k": "b", "tags": ["x", "x"]}}
+    assert expected(coll, docs) == want
+    for path in ("compiled", "fallback"):
+        result = combine_batch(df, coll, force_path=path)
+        try:
+            assert result.path == path and collect(result) == want
+        finally:
+            result.unpersist()

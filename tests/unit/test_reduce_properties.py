@@ -94,6 +94,7 @@ CASES = {
         st.fixed_dictionaries({"k": st.integers(0, 2)}, optional={"t": st.integers(0, 2), "n": st.integers(-5, 5)}),
     ),
     "append": (coll({"reduce": {"strategy": "append"}}), st.lists(scalars, max_size=3)),
+    "union": (coll({"reduce": {"strategy": "union"}}), st.lists(scalars, max_size=3)),
     "merge_object": (
         coll(
             {

@@ -267,4 +267,4 @@ class _Probe:
         return ""
 
     add = greatest = least = staticmethod(lambda *a: "")
-    concat_arrays = merge_objects = staticmethod(lambda *a: "")
+    concat_arrays = union_arrays = merge_objects = staticmethod(lambda *a: "")

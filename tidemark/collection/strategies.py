@@ -335,6 +335,61 @@ def _spark_append(S, f, c) -> SparkAggregate:
     return SparkAggregate(F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"])), F.count(c))
 
 
+# ----------------------------------------------------------------------------- union
+
+
+def _item_key(v: Any) -> Any:
+    """Equal JSON values, equal keys (1 and 1.0 are one number; true is not 1)."""
+    import json
+
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, float)):
+        return ("n", v)
+    if isinstance(v, str):
+        return ("s", v)
+    return ("j", json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+def union_arrays(lhs: Any, rhs: Any, ptr: str) -> Any:
+    """The values of both arrays, each once, in the order first seen (the left side's first)."""
+    if isinstance(lhs, list) and isinstance(rhs, list):
+        seen = {_item_key(v) for v in lhs}
+        out = list(lhs) if len(seen) == len(lhs) else []
+        if not out and lhs:  # the left side itself repeats a value: keep its first
+            seen = set()
+            for v in lhs:
+                k = _item_key(v)
+                if k not in seen:
+                    seen.add(k)
+                    out.append(v)
+        for v in rhs:
+            k = _item_key(v)
+            if k not in seen:
+                seen.add(k)
+                out.append(v)
+        return out
+    raise reduction_error(ptr, "union", "expects arrays", lhs, rhs)
+
+
+def _union(r, app, ann, lhs, rhs, ptr):
+    return union_arrays(lhs, rhs, ptr)
+
+
+def _fast_union(f):
+    ptr = pointer_of((f.name,))
+    return lambda lhs, rhs: union_arrays(lhs, rhs, ptr)
+
+
+def _spark_union(S, f, c) -> SparkAggregate:
+    """The arrays in source order, flattened, each value once (``array_distinct`` keeps the
+    first); one document's array as it is (as the fold leaves a lone document)."""
+    F = S.F
+    c = S.collected(c)
+    values = F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"]))
+    return SparkAggregate(F.when(F.count(c) > 1, F.array_distinct(values)).otherwise(values), F.count(c))
+
+
 # ----------------------------------------------------------------------------- merge
 
 
@@ -391,6 +446,10 @@ def _sql_minmax(maximize: bool):
 
 def _sql_append(Q, f, old, new):
     return Q.coalesce(Q.concat_arrays(old, new), old, new)
+
+
+def _sql_union(Q, f, old, new):
+    return Q.coalesce(Q.union_arrays(old, new), old, new)
 
 
 def _sql_merge(Q, f, old, new):
@@ -468,6 +527,16 @@ STRATEGIES: dict[str, Strategy] = {
             sql=_sql_append,
         ),
         Strategy(
+            "union",
+            _union,
+            _fast_union,
+            _spark_union,
+            frozenset(("append",)),
+            location_types=frozenset(("array",)),
+            expects="arrays",
+            sql=_sql_union,
+        ),
+        Strategy(
             "merge",
             _merge,
             None,
@@ -478,6 +547,12 @@ STRATEGIES: dict[str, Strategy] = {
             expects="objects or arrays",
             sql=_sql_merge,
         ),
-        Strategy("set", _set, keyed=True, location_types=frozenset(("object",)), expects="objects"),
+        Strategy(
+            "set",
+            _set,
+            keyed=True,
+            location_types=frozenset(("object",)),
+            expects="objects ({add, intersect, remove}; for an array of values, each kept once, use `union`)",
+        ),
     )
 }

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.base import capabilities_of
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import RecoveryError, SpecError, from_task_failure
+from tidemark.errors import RecoveryError, SpecError, from_task_failure, is_transient
 from tidemark.faults import fault_point
 from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
@@ -121,12 +121,63 @@ class _Gate:
             self._closed = True
             return self._cond.wait_for(lambda: self._busy == 0, timeout)
 
+    def pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` inside a batch (a retry's backoff); False at once when a stop is
+        requested meanwhile (the batch then ends uncommitted, and runs again next time)."""
+        with self._cond:
+            return not self._cond.wait_for(lambda: self._closed or self._refusing, seconds)
+
 
 class Interrupted(RuntimeError):
     """A batch not started because the process stops on request."""
 
 
 GATE = _Gate()
+
+
+class TransientRetries:
+    """A batch that failed on a transient endpoint error (a lost connection, a terminated
+    session, a server restart, a broker's leader change) runs again -- for up to ``seconds``
+    from its first failure, with backoff (1, 2, 4, ... 30 s), a line per retry.  Each run is new
+    sessions through the protocol: shards that committed the batch skip it at Open, the
+    others commit it, fenced as always.  Start-up is not retried (it fails fast)."""
+
+    MAX_DELAY = 30.0
+
+    def __init__(self, materialization: str, batch_id: int, seconds: int):
+        self.materialization, self.batch_id, self.seconds = materialization, batch_id, seconds
+        self.attempt = 0
+        self.deadline: Optional[float] = None
+
+    def again(self, err: BaseException) -> bool:
+        """Wait and return True to run the batch again; False to fail it."""
+        if not is_transient(err) or self.seconds <= 0:
+            return False
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        left = self.deadline - now
+        if left <= 0:
+            log.error(
+                "materialization %s: batch %d: the endpoint stayed unavailable for %d s (%d retries); giving up",
+                self.materialization,
+                self.batch_id,
+                self.seconds,
+                self.attempt,
+            )
+            return False
+        self.attempt += 1
+        delay = min(left, self.MAX_DELAY, 2.0 ** (self.attempt - 1))
+        log.warning(
+            "materialization %s: batch %d: %s; retry %d in %.0f s (%.0f s left of options.transient_retry_seconds)",
+            self.materialization,
+            self.batch_id,
+            str(err).splitlines()[0] if str(err) else type(err).__name__,
+            self.attempt,
+            delay,
+            left,
+        )
+        return GATE.pause(delay)
 
 
 class Materializer:
@@ -197,7 +248,16 @@ class Materializer:
     def __call__(self, df, batch_id: int) -> None:
         GATE.enter()
         try:
-            self.process(df, int(batch_id))
+            retries = TransientRetries(self.mat.name, int(batch_id), self.options.transient_retry_seconds)
+            while True:
+                try:
+                    self.process(df, int(batch_id))
+                    break
+                except BaseException as exc:
+                    err = from_task_failure(exc) or exc
+                    if retries.again(err):
+                        continue  # a new session per shard: committed shards skip, the others commit
+                    raise
         except BaseException as exc:
             self.error = from_task_failure(exc) or exc
             if self.on_error is not None:

@@ -133,6 +133,14 @@ class PostgresReduce(ReduceSql):
 
     merge_objects = concat_arrays  # jsonb ||: the right side's top-level members win
 
+    def union_arrays(self, old: str, new: str) -> str:
+        # jsonb equality groups equal values (1 and 1.0 are one number); the first position
+        # of each orders them.  NULL on either side: no elements, jsonb_agg of none is NULL
+        return (
+            f"(SELECT jsonb_agg(u.v ORDER BY u.o) FROM (SELECT e.v, min(e.o) AS o FROM "
+            f"jsonb_array_elements({old} || {new}) WITH ORDINALITY AS e(v, o) GROUP BY e.v) AS u)"
+        )
+
     def document(self, alias: str) -> str:
         return f"{alias}.{self.quote(DOCUMENT_COLUMN)}::jsonb"
 
@@ -171,4 +179,6 @@ def literal(text: str) -> str:
 
 REDUCE = PostgresReduce(DIALECT.quote)
 #: the strategies PostgreSQL reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
+ENDPOINT_REDUCE = frozenset(
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge")
+)

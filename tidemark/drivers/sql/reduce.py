@@ -60,6 +60,11 @@ class ReduceSql:
     def concat_arrays(self, old: str, new: str) -> str:
         raise NotImplementedError
 
+    def union_arrays(self, old: str, new: str) -> str:
+        """Both arrays' values, each once, in the order first seen (``union``); NULL where
+        either side is."""
+        raise NotImplementedError
+
     def merge_objects(self, old: str, new: str) -> str:
         """A map's (``additionalProperties`` of one scalar type) members, the right side's winning."""
         raise NotImplementedError

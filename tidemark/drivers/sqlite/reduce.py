@@ -113,6 +113,22 @@ class SqliteReduce(ReduceSql):
             f"ELSE json(substr({old}, 1, length({old}) - 1) || ',' || substr({new}, 2)) END)"
         )
 
+    def union_arrays(self, old: str, new: str) -> str:
+        # json_each of both arrays' text, grouped by value (a boolean is not the number 1;
+        # 1 and 1.0 are one number), each value's first position orders them
+        kind = (
+            "CASE WHEN e.type IN ('true', 'false') THEN 'b' WHEN e.type IN ('integer', 'real') THEN 'n' ELSE e.type END"
+        )
+        text = (
+            "CASE e.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' WHEN 'null' THEN 'null' "
+            "WHEN 'object' THEN e.value WHEN 'array' THEN e.value ELSE json_quote(e.value) END"
+        )
+        return (
+            f"(CASE WHEN {old} IS NULL OR {new} IS NULL THEN NULL ELSE (SELECT json_group_array(json(u.j)) FROM "
+            f"(SELECT min(e.id) AS o, min({text}) AS j FROM json_each({self.concat_arrays(old, new)}) AS e "
+            f"GROUP BY {kind}, e.value ORDER BY o) AS u) END)"
+        )
+
     def merge_objects(self, old: str, new: str) -> str:
         # a map's members are scalars, never null: json_patch merges them shallowly, where it
         # compares their names rightly (below)
@@ -197,6 +213,8 @@ def refused(model, exc: Exception) -> Optional[Exception]:
 
 
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
+ENDPOINT_REDUCE = frozenset(
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge")
+)
 
 __all__ = ["SqliteReduce", "register", "refused", "unescaped_names", "ENDPOINT_REDUCE"]
