@@ -282,6 +282,7 @@ class _Parser:
             where = "".join(f"[{t}]" if isinstance(t, int) else f".{t}" for t in bad.tokens)
             raise self.fail(f"{path}{where}{'.reduce' if bad.in_reduce else ''}.{bad.keyword}", bad.message)
         index = SchemaIndex(schema)
+        self._schema_root, self._schema_path = schema, path  # (check_order: a property ordered by the root's)
         for sub_path, node in iter_schemas(schema, path):
             ref = node.get("$ref")
             if isinstance(ref, str):
@@ -349,11 +350,62 @@ class _Parser:
                 path, f"must be a JSON pointer inside the value at this location, e.g. /updated_at, got {order!r}"
             )
         if types is not None and "object" not in types:
+            prop = self._top_level_property(path)
+            if prop is not None:
+                return self.check_property_order(prop, order, strategy, path)
             raise self.fail(
                 path,
                 f"order {order} is read inside the value at this location, which has type "
                 f"{'/'.join(types)}; put the reduce (with its order) on the object that holds "
-                f"both, e.g. the document's root",
+                f"both, or on a top-level property (ordered by another top-level property)",
+            )
+
+    def _top_level_property(self, path: str) -> Optional[str]:
+        """The name of the root's property whose ``reduce.order`` is at ``path``, or None."""
+        prefix, suffix = f"{getattr(self, '_schema_path', '')}.properties.", ".reduce.order"
+        if not (path.startswith(prefix) and path.endswith(suffix)):
+            return None
+        name = path[len(prefix) : -len(suffix)]
+        props = (getattr(self, "_schema_root", {}) or {}).get("properties") or {}
+        return name if name in props else None
+
+    def check_property_order(self, prop: str, order: str, strategy: str, path: str) -> None:
+        """``order:`` on a top-level property that is not an object: the value of the document
+        whose top-level ``order`` property is the greatest (``lastWriteWins``) or least
+        (``firstWriteWins``).  The reduced document keeps one value of that property, so it
+        must be the winner's: every document holds both, and the order property is reduced to
+        the greatest (least) itself (docs/reductions.md, "Event-time order")."""
+        root = self._schema_root
+        if strategy not in ("lastWriteWins", "firstWriteWins"):
+            raise self.fail(
+                path, "order on a property takes lastWriteWins or firstWriteWins (the value of the latest event)"
+            )
+        other = order.lstrip("/")
+        props = root.get("properties") or {}
+        if "/" in other or "~" in other or other not in props or other == prop:
+            raise self.fail(
+                path,
+                f"order {order} on property {prop!r} names a top-level property of the document that holds both "
+                f"(another than {prop!r}), e.g. /updated_at; known: {', '.join(sorted(p for p in props if p != prop))}",
+            )
+        need = "maximize" if strategy == "lastWriteWins" else "minimize"
+        red = (props[other] or {}).get("reduce") if isinstance(props[other], dict) else None
+        if not (isinstance(red, dict) and red.get("strategy") == need and not red.get("key")):
+            raise self.fail(
+                path,
+                f"order {order} on property {prop!r}: the view keeps one /{other} per key, which must be the "
+                f"{'latest' if need == 'maximize' else 'earliest'} event's for {prop!r}'s to be; declare "
+                f"`{other}: {{..., reduce: {{strategy: {need}}}}}`",
+            )
+        required = set(root.get("required") or ())
+        missing = [n for n in (prop, other) if n not in required]
+        if missing:
+            raise self.fail(
+                path,
+                f"order {order} on property {prop!r}: every document must hold both {prop!r} and {other!r} (add "
+                f"{', '.join(repr(m) for m in missing)} to `required`), else the kept /{other} can be another "
+                f"document's; where {prop!r} is not in every document, make it an object that holds its own "
+                f"time, e.g. {{{other}, value}} with `reduce: {{strategy: {strategy}, order: /{other}}}`",
             )
 
     def check_key(self, schema: dict, ptr: Any, path: str) -> None:

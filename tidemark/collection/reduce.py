@@ -14,7 +14,7 @@ Deletions and the reset marker are handled one level up, in
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from tidemark.collection.order import compare, compare_date_time, compare_key, is_date_time_location
 from tidemark.collection.schema import SchemaIndex, pointer_tokens, push
@@ -31,10 +31,15 @@ _FOLDS = {name: s.fold for name, s in STRATEGIES.items()}
 class Reducer:
     """Reduces documents against one schema."""
 
+    roots: Optional[tuple] = None  # the two documents being reduced, where a property orders by them
+
     def __init__(self, index: SchemaIndex):
         self.index = index
+        self.property_orders = has_property_order(index.root)
 
     def reduce(self, lhs: Any, rhs: Any) -> Any:
+        if self.property_orders:  # a property ordered by a top-level property of its documents
+            return _Rooted(self, lhs, rhs).at([self.index.root], lhs, rhs, "")
         return self.at([self.index.root], lhs, rhs, "")
 
     def at(self, schemas: list, lhs: Any, rhs: Any, ptr: str) -> Any:
@@ -143,6 +148,29 @@ class Reducer:
         if inter is not None:
             out["intersect"] = inter
         return out
+
+
+class _Rooted(Reducer):
+    """One reduction of two documents, which the folds below can read (``roots``): the
+    reducer is shared (between threads too), this is not."""
+
+    def __init__(self, base: Reducer, lhs: Any, rhs: Any):
+        self.index = base.index
+        self.property_orders = base.property_orders
+        self.roots = (lhs, rhs)
+
+
+def has_property_order(root: Any) -> bool:
+    """True if a top-level property that is not an object has ``reduce.order``."""
+    if not isinstance(root, dict):
+        return False
+    for s in [root, *(m for m in root.get("allOf") or () if isinstance(m, dict))]:
+        for sub in (s.get("properties") or {}).values():
+            red = sub.get("reduce") if isinstance(sub, dict) else None
+            types = sub.get("type") if isinstance(sub, dict) else None
+            if isinstance(red, dict) and red.get("order") and types != "object":
+                return True
+    return False
 
 
 def _set_terms(v: Any, ptr: str) -> dict:

@@ -129,10 +129,16 @@ def reduction_error(ptr: str, strategy: str, what: str, lhs: Any = MISSING, rhs:
 
 def event_order(r, app, ann, lhs, rhs) -> int:
     """``reduce.order``: compare the values at the ``order`` pointer inside ``lhs`` and ``rhs``
-    (a side without one orders first; date-times as instants), 0 for a tie (or no ``order``)."""
+    (a side without one orders first; date-times as instants), 0 for a tie (or no ``order``).
+    On a top-level property that is not an object, the pointer is read in the two documents
+    the property comes from (``r.roots``; the spec checks that each holds it)."""
     if not ann.order:
         return 0
     key = (ann.order,)
+    roots = getattr(r, "roots", None)
+    if roots is not None and not isinstance(rhs, dict):
+        lroot, rroot = roots
+        return compare_key(key, lroot, rroot, r.key_orders(r.index.applicable([r.index.root], rroot), key, rroot))
     return compare_key(key, lhs, rhs, r.key_orders(app, key, rhs))
 
 
