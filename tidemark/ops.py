@@ -226,6 +226,8 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
 
     for b in mat.bindings:
         check_source_readable(spec, b.source)
+    if not to_run:  # (a run analyzes them as it builds its query)
+        check_selects(spec, [b.source for b in mat.bindings])
     bindings = bound(spec, mat)
     running = check_live_view(spec, mat, bindings, to_run=to_run)
     with load_driver(mat.driver_name, mat.driver_config) as driver:
@@ -250,6 +252,23 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         + (f"; {running}" if running else "")
         + "".join(f"\n  {line}" for line in paths)
     )
+
+
+def check_selects(spec: TidemarkSpec, sources: list) -> None:
+    """A source's ``select:`` expressions, analyzed by Spark (a local session, started only
+    for them) without reading a file: an error names the expression and why."""
+    selects = [
+        spec.collections[s] for s in dict.fromkeys(sources) if s in spec.collections and spec.collections[s].source
+    ]
+    selects = [c for c in selects if c.source.select]
+    if not selects:
+        return
+    from tidemark.spark.select import check_select
+    from tidemark.spark.session import local_session
+
+    spark = local_session("tidemark-check", master="local[1]")
+    for c in selects:
+        check_select(spark, c, c.source.select, file=spec.file, path=f"collections.{c.name}.source.select")
 
 
 def last_entry(spec: TidemarkSpec, mat: MaterializationSpec):

@@ -67,6 +67,7 @@ class SourceSpec:
     format: str = "json"
     path: Optional[str] = None  # resolved against the spec file's directory
     options: dict = field(default_factory=dict)
+    select: tuple = ()  # Spark SQL expressions over the documents (tidemark.spark.select)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ class _Parser:
         return CollectionSpec(name, tuple(key), schema, source)
 
     def source(self, obj: Any, path: str) -> SourceSpec:
-        self.mapping(obj, path, ("format", "path", "options"))
+        self.mapping(obj, path, ("format", "path", "options", "select"))
         fmt = obj.get("format", "json")
         if not isinstance(fmt, str) or not fmt:
             raise self.fail(f"{path}.format", "must be a Spark source format name, e.g. json")
@@ -267,7 +268,15 @@ class _Parser:
         options = obj.get("options") or {}
         if not isinstance(options, dict):
             raise self.fail(f"{path}.options", "must be a mapping of Spark source options")
-        return SourceSpec(fmt, src_path, dict(options))
+        select = obj.get("select") or ()
+        if isinstance(select, str):
+            select = [select]
+        if not isinstance(select, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in select):
+            raise self.fail(
+                f"{path}.select",
+                'must be a list of Spark SQL expressions over the documents, e.g. ["*", "1 AS n"]',
+            )
+        return SourceSpec(fmt, src_path, dict(options), tuple(select))
 
     def check_schema(self, schema: dict, path: str) -> None:
         from jsonschema import Draft202012Validator

@@ -52,13 +52,19 @@ def read_collection(
         options["maxFileAge"] = MAX_FILE_AGE
     reader = spark.readStream.format("text").options(**options)
     df = reader.load(path)
-    return df.select(
+    df = df.select(
         F.col("value"),
         F.col("_metadata.file_path").alias("_file"),
         F.col("_metadata.file_block_start").alias("_block"),
         F.lit(binding).alias("_binding"),
         *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []),
     )
+    if src.select:  # Spark SQL over the documents (tidemark.spark.select)
+        from tidemark.spark.select import apply_select, check_select
+
+        check_select(spark, collection_spec, src.select, file=file, path=where + ".select")
+        df = apply_select(df, collection_spec, src.select)
+    return df
 
 
 KAFKA_ORDER = ("partition", "offset")  # with ``topic`` (optional): Kafka's columns that define the order
