@@ -7,13 +7,13 @@ import contextlib
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tidemark.errors import TidemarkError, from_task_failure
+from tidemark.errors import TidemarkError, from_task_failure, infrastructure_error
 
 app = typer.Typer(
     add_completion=False,
@@ -58,9 +58,11 @@ def _fail(exc: BaseException) -> None:
     raise typer.Exit(1)
 
 
-def _user_error(exc: BaseException) -> "TidemarkError | None":
-    """The tidemark error behind ``exc`` (raised here, or in a Spark task), if any."""
-    return exc if isinstance(exc, TidemarkError) else from_task_failure(exc)
+def _user_error(exc: BaseException, places: Sequence[str] = ()) -> "TidemarkError | None":
+    """The tidemark error behind ``exc`` (raised here, or in a Spark task), if any; else the
+    infrastructure failure it is, in one line (``places``: the checkpoint folders)."""
+    err = exc if isinstance(exc, TidemarkError) else from_task_failure(exc)
+    return err if err is not None else infrastructure_error(exc, places)
 
 
 @app.command()
@@ -165,7 +167,8 @@ def run(
         except Exception as exc:
             if stop.requested:
                 stop.finish()
-            err = _user_error(exc)
+            places = [parsed.checkpoint_location(n) for n in materialization or parsed.materializations]
+            err = _user_error(exc, places)
             if err is None:
                 raise
             _fail(err)

@@ -23,6 +23,8 @@ translated at the boundary with ``raise ... from``.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 
 class TidemarkError(Exception):
     """Root of every error tidemark raises on purpose."""
@@ -184,3 +186,59 @@ def from_task_failure(exc: BaseException) -> "TidemarkError | None":
             return exc
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+# ------------------------------------------------------------------ the machine under a run
+
+#: (text in the failure, what it is); the first that matches names it
+INFRASTRUCTURE = (
+    ("No space left on device", "the disk is full"),
+    ("Disk quota exceeded", "the disk quota is used up"),
+    ("Read-only file system", "the file system is read-only"),
+    ("Permission denied", "permission denied"),
+    ("java.lang.OutOfMemoryError", "Spark ran out of memory"),
+)
+
+
+def infrastructure_error(exc: BaseException, places: "Sequence[str]" = ()) -> "TidemarkError | None":
+    """A failure of the machine under the run -- a full disk, a read-only or forbidden
+    folder, an out-of-memory JVM -- raised by Python or inside Spark's own writes, as one
+    line: what it is, where (each checkpoint folder and the space free there), what to do."""
+    import os
+    import shutil
+
+    texts, seen, e = [], set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        texts.append(str(e))
+        e = e.__cause__ or e.__context__
+    text = "\n".join(texts)
+    what = next((name for marker, name in INFRASTRUCTURE if marker in text), None)
+    if what is None:
+        return None
+    where = []
+    for place in places:
+        probe = place
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        try:
+            free = shutil.disk_usage(probe).free if probe else None
+        except OSError:
+            free = None
+        where.append(place + ("" if free is None else f" ({free / 2**20:,.1f} MiB free)"))
+    at = f" at {', '.join(where)}" if where else ""
+    if what == "Spark ran out of memory":
+        todo = (
+            "give it more (--conf spark.driver.memory=4g, or spark.executor.memory on a cluster) or make batches "
+            "smaller (maxFilesPerTrigger)"
+        )
+    elif what == "permission denied" or what == "the file system is read-only":
+        todo = "make the checkpoint folder writable for this user (or move it: the spec's checkpoint)"
+    else:
+        todo = "free space there (or move the checkpoint: the spec's checkpoint)"
+    err = TidemarkError(
+        f"{what}{at}: {todo}, then run again; nothing of the batch in progress was committed, and the run "
+        "goes on from the last committed batch (--verbose shows the failure)"
+    )
+    err.__cause__ = exc  # (--verbose prints it)
+    return err

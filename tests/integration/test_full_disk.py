@@ -1,0 +1,119 @@
+"""A full disk under the checkpoint is one line, not a traceback: it names the folder and the
+space free there, nothing of the batch commits, and the run after space is freed is exact.
+The checkpoint lives on a small tmpfs this test mounts (skipped where mounting is not
+permitted); another case feeds Spark's own wrapped failure to the same mapping."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers import write_input
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def run(spec) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark", "run", str(spec), "--available-now", "--no-spark-ui"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
+
+
+def test_a_full_disk_is_one_line_and_the_run_after_freeing_it_is_exact(tmp_path, small_disk):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_input(data, 0, [json.dumps({"customer": f"c{i % 5}", "amount": i}) for i in range(50)])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "collections": {
+                    "orders": {
+                        "key": ["/customer"],
+                        "schema": {
+                            "type": "object",
+                            "required": ["customer"],
+                            "reduce": {"strategy": "merge"},
+                            "properties": {
+                                "customer": {"type": "string"},
+                                "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
+                            },
+                        },
+                        "source": {"path": "data"},
+                    }
+                },
+                "materializations": {
+                    "v": {
+                        "endpoint": {"sqlite": {"path": "v.db"}},
+                        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+                    }
+                },
+                "checkpoint": str(small_disk / "chk"),
+            }
+        )
+    )
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:  # fill the disk to the last byte
+        for size in (65536, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    failed = run(spec)
+    assert failed.returncode == 1
+    lines = [x for x in failed.stderr.splitlines() if x.strip()]
+    assert lines[-1].startswith("error: the disk is full at ") and str(small_disk / "chk") in lines[-1], failed.stderr
+    assert "MiB free" in lines[-1] and "nothing of the batch in progress was committed" in lines[-1]
+    assert "Traceback" not in failed.stderr
+    with sqlite3.connect(tmp_path / "v.db") as con:
+        assert (
+            not con.execute("SELECT name FROM sqlite_master WHERE name = 't'").fetchall()
+            or not con.execute("SELECT * FROM t").fetchall()
+        )
+    filler.unlink()
+    done = run(spec)
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(tmp_path / "v.db") as con:
+        view = {k: json.loads(d)["amount"] for k, d in con.execute("SELECT customer, flow_document FROM t")}
+    assert view == {f"c{j}": sum(i for i in range(50) if i % 5 == j) for j in range(5)}
+
+
+def test_spark_s_wrapped_failures_map_to_one_line(tmp_path):
+    from tidemark.errors import infrastructure_error
+
+    wrapped = RuntimeError(
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted.\n"
+        "Caused by: java.io.IOException: No space left on device\n\tat java.base/java.io.FileOutputStream.writeBytes"
+    )
+    err = infrastructure_error(wrapped, [str(tmp_path / "chk" / "v")])
+    assert str(err).startswith(f"the disk is full at {tmp_path / 'chk' / 'v'} (") and "\n" not in str(err)
+    oom = infrastructure_error(RuntimeError("java.lang.OutOfMemoryError: Java heap space"), [])
+    assert str(oom).startswith("Spark ran out of memory: give it more (--conf spark.driver.memory=4g")
+    assert infrastructure_error(RuntimeError("something else"), []) is None
