@@ -431,3 +431,32 @@ def compiled_two_bindings_spec(tmp_path, db) -> str:
     with open(path, "w") as f:
         yaml.safe_dump(spec, f)
     return path
+
+
+def tiny_spec(folder, materialization: str = "m", checkpoint: str | None = None) -> str:
+    """``folder/spec.yaml``: documents ``{id}`` from ``folder/data`` into SQLite ``v.db`` table
+    ``t`` (the CLI tests that need a spec and no batch)."""
+    import yaml
+
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    spec: dict = {
+        "collections": {
+            "o": {
+                "key": ["/id"],
+                "schema": {"type": "object", "reduce": {"strategy": "merge"}, "properties": {"id": {"type": "string"}}},
+                "source": {"path": "data"},
+            }
+        },
+        "materializations": {
+            materialization: {
+                "endpoint": {"sqlite": {"path": "v.db"}},
+                "bindings": [{"source": "o", "resource": {"table": "t"}}],
+            }
+        },
+    }
+    if checkpoint is not None:
+        spec["checkpoint"] = checkpoint
+    path = os.path.join(folder, "spec.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path

@@ -80,24 +80,12 @@ def test_query_reads_a_table_view_in_key_order(tmp_path):
     import json
     import sqlite3
 
-    (tmp_path / "data").mkdir()
-    spec = {
-        "collections": {
-            "o": {
-                "key": ["/id"],
-                "schema": {"type": "object", "reduce": {"strategy": "merge"}, "properties": {"id": {"type": "string"}}},
-                "source": {"path": "data"},
-            }
-        },
-        "materializations": {
-            "m": {"endpoint": {"sqlite": {"path": "v.db"}}, "bindings": [{"source": "o", "resource": {"table": "t"}}]}
-        },
-    }
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    from tests.helpers import tiny_spec
+
+    spec_path = tiny_spec(tmp_path)
     with sqlite3.connect(tmp_path / "v.db") as con:
         con.execute("CREATE TABLE t (id TEXT PRIMARY KEY, flow_document TEXT NOT NULL)")
         con.executemany("INSERT INTO t VALUES (?, ?)", [(k, json.dumps({"id": k})) for k in "cab"])
-    spec_path = str(tmp_path / "spec.yaml")
     assert _cli("query", spec_path, "--view", "t").stdout.splitlines() == [f'{{"id":"{k}"}}' for k in "abc"]
     assert _cli("query", spec_path, "--view", "m", "--key", '"b"').stdout.splitlines() == ['{"id":"b"}']
     missing = _cli("query", spec_path, "--view", "nope")

@@ -177,23 +177,9 @@ def test_a_later_lease_of_this_process_takes_it_over_and_the_earlier_stops_renew
 
 
 def test_tidemark_run_refuses_a_second_run_before_spark_starts(tmp_path):
-    import yaml
+    from tests.helpers import tiny_spec
 
-    (tmp_path / "data").mkdir()
-    spec = {
-        "collections": {
-            "o": {
-                "key": ["/id"],
-                "schema": {"type": "object", "reduce": {"strategy": "merge"}, "properties": {"id": {"type": "string"}}},
-                "source": {"path": "data"},
-            }
-        },
-        "materializations": {
-            "chk": {"endpoint": {"sqlite": {"path": "v.db"}}, "bindings": [{"source": "o", "resource": {"table": "t"}}]}
-        },
-        "checkpoint": ".",
-    }
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    tiny_spec(tmp_path, materialization="chk", checkpoint=".")
     holder = _holder(tmp_path)  # the lease of materialization chk's checkpoint: ./chk
     try:
         done = subprocess.run(

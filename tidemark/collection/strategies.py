@@ -325,20 +325,32 @@ def append_arrays(lhs: Any, rhs: Any, ptr: str) -> Any:
     raise reduction_error(ptr, "append", "expects arrays", lhs, rhs)
 
 
-def _append(r, app, ann, lhs, rhs, ptr):
-    return append_arrays(lhs, rhs, ptr)
+def _array_fold(combine: Callable[[Any, Any, str], Any]):
+    """The fold of a strategy that combines two arrays (``append``, ``union``)."""
+    return lambda r, app, ann, lhs, rhs, ptr: combine(lhs, rhs, ptr)
 
 
-def _fast_append(f):
-    ptr = pointer_of((f.name,))
-    return lambda lhs, rhs: append_arrays(lhs, rhs, ptr)
+def _array_fast(combine: Callable[[Any, Any, str], Any]):
+    def make(f):
+        ptr = pointer_of((f.name,))
+        return lambda lhs, rhs: combine(lhs, rhs, ptr)
+
+    return make
 
 
-def _spark_append(S, f, c) -> SparkAggregate:
-    """The arrays in source order, flattened."""
-    F = S.F
-    c = S.collected(c)
-    return SparkAggregate(F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"])), F.count(c))
+def _spark_arrays(distinct: bool):
+    """The arrays in source order, flattened; ``distinct``: each value once (``array_distinct``
+    keeps the first), one document's array as it is (as the fold leaves a lone document)."""
+
+    def aggregate(S, f, c) -> SparkAggregate:
+        F = S.F
+        c = S.collected(c)
+        values = F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"]))
+        if distinct:
+            values = F.when(F.count(c) > 1, F.array_distinct(values)).otherwise(values)
+        return SparkAggregate(values, F.count(c))
+
+    return aggregate
 
 
 # ----------------------------------------------------------------------------- union
@@ -375,25 +387,9 @@ def union_arrays(lhs: Any, rhs: Any, ptr: str) -> Any:
                 seen.add(k)
                 out.append(v)
         return out
+    if lhs is None and isinstance(rhs, list):
+        return None  # as append: a null on the left stays null
     raise reduction_error(ptr, "union", "expects arrays", lhs, rhs)
-
-
-def _union(r, app, ann, lhs, rhs, ptr):
-    return union_arrays(lhs, rhs, ptr)
-
-
-def _fast_union(f):
-    ptr = pointer_of((f.name,))
-    return lambda lhs, rhs: union_arrays(lhs, rhs, ptr)
-
-
-def _spark_union(S, f, c) -> SparkAggregate:
-    """The arrays in source order, flattened, each value once (``array_distinct`` keeps the
-    first); one document's array as it is (as the fold leaves a lone document)."""
-    F = S.F
-    c = S.collected(c)
-    values = F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"]))
-    return SparkAggregate(F.when(F.count(c) > 1, F.array_distinct(values)).otherwise(values), F.count(c))
 
 
 # ----------------------------------------------------------------------------- merge
@@ -524,9 +520,9 @@ STRATEGIES: dict[str, Strategy] = {
         ),
         Strategy(
             "append",
-            _append,
-            _fast_append,
-            _spark_append,
+            _array_fold(append_arrays),
+            _array_fast(append_arrays),
+            _spark_arrays(distinct=False),
             frozenset(("append",)),
             location_types=frozenset(("array",)),
             expects="arrays",
@@ -534,9 +530,9 @@ STRATEGIES: dict[str, Strategy] = {
         ),
         Strategy(
             "union",
-            _union,
-            _fast_union,
-            _spark_union,
+            _array_fold(union_arrays),
+            _array_fast(union_arrays),
+            _spark_arrays(distinct=True),
             frozenset(("append",)),
             location_types=frozenset(("array",)),
             expects="arrays",
