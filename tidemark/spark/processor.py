@@ -134,6 +134,10 @@ class Interrupted(RuntimeError):
 
 GATE = _Gate()
 
+#: the batches being processed now: materialization -> (batch id, time.monotonic() at its start)
+#: (``tidemark run`` says which run long)
+IN_PROGRESS: dict[str, tuple[int, float]] = {}
+
 
 class TransientRetries:
     """A batch that failed on a transient endpoint error (a lost connection, a terminated
@@ -247,6 +251,7 @@ class Materializer:
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
         GATE.enter()
+        IN_PROGRESS[self.mat.name] = (int(batch_id), time.monotonic())
         try:
             retries = TransientRetries(self.mat.name, int(batch_id), self.options.transient_retry_seconds)
             while True:
@@ -264,6 +269,7 @@ class Materializer:
                 self.on_error(self.error)
             raise
         finally:
+            IN_PROGRESS.pop(self.mat.name, None)
             GATE.leave()
 
     def process(self, df, batch_id: int) -> BatchReport:

@@ -1,0 +1,129 @@
+"""``tidemark run`` in a terminal: Ctrl-C between batches, and a line for a long batch.
+
+The CLI's part of a run that is not the run itself (``tidemark.cli`` stays a list of commands)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+def say_long_batches(stop, every: float = 10.0) -> None:
+    """A line every ``every`` seconds for each batch that has been running longer (a daemon
+    thread: a long batch is not silence)."""
+    import threading
+
+    from tidemark.spark.processor import IN_PROGRESS
+
+    def loop() -> None:
+        while not stop.finished.wait(every):
+            now = time.monotonic()
+            for name, (batch, since) in list(IN_PROGRESS.items()):
+                if now - since >= every:
+                    console.print(f"{name} batch {batch}: in progress for {now - since:.0f} s", highlight=False)
+
+    threading.Thread(target=loop, name="tidemark-progress", daemon=True).start()
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler (no rich: it may hold its own lock)."""
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+class Interruptible:
+    """Ctrl-C (SIGINT) during ``run``: stop at the next safe point -- the batch in progress
+    finishes and commits, no later batch starts -- then print one line and exit with code
+    130.  A second Ctrl-C exits at once (also safe: a batch cut short is not committed and
+    runs again next time)."""
+
+    EXIT = 130
+    stops_between_batches = True  # tidemark.materialize's run leaves Ctrl-C to this handler
+
+    def __init__(self):
+        import threading
+
+        self.spark = None
+        self.requested = False
+        self.finished = threading.Event()  # the run is over (the progress thread stops)
+        self.last_batches: dict = {}
+        self._previous = None
+        import threading
+
+        self._finishing = threading.Lock()  # finish() once: the main thread may get there too
+
+    def _handler(self, signum, frame):
+        import threading
+
+        if self.requested:
+            _say("interrupted again: exiting now; the batch in progress is not committed and runs again next time")
+            os._exit(self.EXIT)
+        self.requested = True
+        if self.spark is None:
+            raise KeyboardInterrupt  # Spark not started yet: nothing to wait for
+        _say(
+            "stopping: the batch in progress finishes and commits, no later batch starts "
+            "(Ctrl-C again to exit now; a batch cut short is not committed and runs again next time)"
+        )
+        threading.Thread(target=self._stop_between_batches, daemon=True).start()
+
+    def _stop_between_batches(self) -> None:
+        from tidemark.spark.processor import GATE
+
+        GATE.close_and_wait()
+        self.finish()
+
+    def __enter__(self):
+        import signal
+
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def started(self, spark) -> None:
+        """Spark is up: take SIGINT back from PySpark (whose handler cancels the jobs from
+        inside the signal handler, over the py4j connection the main thread is reading)."""
+        import signal
+
+        self.spark = spark
+        signal.signal(signal.SIGINT, self._handler)
+
+    def __exit__(self, *exc):
+        import signal
+
+        self.finished.set()
+        signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    def finish(self) -> None:
+        if not self._finishing.acquire(blocking=False):
+            import threading
+
+            threading.Event().wait()  # the first caller ends the process
+        done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
+        console.print(
+            f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.stderr.flush()
+        sys.stdout.flush()
+        # that line is the last: what the ending JVM's connections make PySpark's servers print is noise
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        # leave without stopping Spark's queries (Spark would cut a batch short and print its
+        # traces) and without py4j's shutdown.  The JVM goes first, at once: left to see its
+        # pipe close, its stream thread prints an RpcEnvStoppedException trace after the
+        # prompt is back.  No batch is running (the gate); what Spark had not recorded of the
+        # last one is recognised as committed next time, as after any crash.
+        from tidemark.spark.session import end_jvm
+
+        end_jvm()
+        os._exit(self.EXIT)
