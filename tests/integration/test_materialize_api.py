@@ -237,3 +237,28 @@ def test_a_failed_batch_shows_tidemark_s_error_without_spark_s_stacks(tmp_path):
     assert "RAISED" in after and "1.json:2" in after and "'x' is not of type 'integer'" in after, done.stderr
     assert "MicroBatchExecution" not in after and "Traceback" not in after and "py4j" not in after, after
     assert len(after.strip().splitlines()) <= 2, after
+
+
+def test_a_line_spark_s_json_reader_could_not_parse_is_named_unparseable(spark, tmp_path):
+    """``spark.readStream.json(dir)`` keeps a bad line in ``_corrupt_record``: tidemark reads it
+    as that line (unparseable JSON, its file and line), not as a document that violates the
+    schema."""
+    import tidemark
+    from tidemark.errors import DocumentError
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "1.json").write_text('{"id": "a", "n": 1}\n{"id": "b", "n": \n')
+    stream = spark.readStream.schema("id string, n long, _corrupt_record string").json(str(data))
+    run = tidemark.materialize(
+        stream,
+        collection={"key": ["/id"], "schema": SCHEMA},
+        endpoint={"sqlite": {"path": str(tmp_path / "v.db")}},
+        resource={"table": "t"},
+        checkpoint=str(tmp_path / "chk"),
+        spark=spark,
+        available_now=True,
+    )
+    with pytest.raises(DocumentError) as exc:
+        run.await_termination()
+    assert "unparseable JSON" in str(exc.value) and "violates its schema" not in str(exc.value)

@@ -108,6 +108,7 @@ def source_order(df) -> str:
     return ""
 
 
+CORRUPT_RECORD = "_corrupt_record"  # Spark's JSON reader's column for a line it cannot parse (its default name)
 TO_JSON_OPTIONS = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
@@ -133,7 +134,10 @@ def prepare_dataframe(df, binding: int = 0, source_name: str = "dataframe", mtim
     else:
         # every column as JSON; timestamps keep their microseconds (Spark's default format cuts
         # them to milliseconds) as RFC 3339 date-times in the session's time zone
-        value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block")]), TO_JSON_OPTIONS)
+        corrupt = CORRUPT_RECORD if CORRUPT_RECORD in cols else None
+        value = F.to_json(F.struct(*[F.col(c) for c in cols if c not in ("_file", "_block", corrupt)]), TO_JSON_OPTIONS)
+        if corrupt is not None:  # spark.readStream.json(...): a line it could not parse is that line, as it is
+            value = F.when(F.col(corrupt).isNotNull(), F.col(corrupt)).otherwise(value)
     if order == "files":
         df = _with_file_order(df, mtime)
         cols = df.columns
