@@ -3,7 +3,6 @@ and :mod:`tidemark.spark.runner` (run)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import List, Optional, Sequence
@@ -15,6 +14,7 @@ from rich.markup import escape
 from tidemark.errors import TidemarkError, from_task_failure, infrastructure_error
 from tidemark.interrupt import Interruptible as _interruptible
 from tidemark.interrupt import say_long_batches as _say_long_batches
+from tidemark.options import set_process_option
 
 app = typer.Typer(
     add_completion=False,
@@ -148,7 +148,7 @@ def run(
                 f"starting Spark ({master or 'local[*]'}; the first batch starts when it is up)", highlight=False
             )
             if _state["verbose"]:  # Spark's own logging too: failed task attempts, their stacks
-                os.environ.setdefault("TIDEMARK_SPARK_LOG_DEFAULTS", "1")
+                set_process_option("spark_log_defaults", True)
             spark = local_session("tidemark", master=master or "local[*]", **spark_conf)
             stop.started(spark)
             _say_long_batches(stop)
@@ -219,7 +219,7 @@ def adopt(
 
         def session():  # made once the table is read and checked
             if _state["verbose"]:
-                os.environ.setdefault("TIDEMARK_SPARK_LOG_DEFAULTS", "1")
+                set_process_option("spark_log_defaults", True)
             spark = local_session("tidemark", master=master or "local[*]", **{"spark.ui.enabled": "false"})
             spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
             return spark

@@ -139,3 +139,68 @@ def _kind(name: str) -> str:
     if name in BOOLEANS:
         return "true or false (1 or 0 in the environment)"
     return "non-negative integer" if name in ZERO_OK else "positive integer"
+
+
+# ----------------------------------------------------------------------------- the process
+# Knobs of a process rather than of a view: how Spark is started and how a batch is planned.
+# Environment variables only, each read here (when asked: a test may set one between runs).
+
+_OFF = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    #: ``TIDEMARK_ONE_JOB=0``: plan every batch with the checked plan (benchmarks)
+    one_job: bool = True
+    #: ``TIDEMARK_PLAN_REBIND=0``: build every batch's plan anew instead of rebinding the first's
+    plan_rebind: bool = True
+    #: ``TIDEMARK_SPARK_INTERNALS=0``: PySpark's public API only (as on an untested Spark version)
+    spark_internals: bool = True
+    #: ``TIDEMARK_JVM_CHECKS=0``: the expression form of the document checks instead of the jar's
+    jvm_checks: bool = True
+    #: ``TIDEMARK_LEASE_TTL``: seconds a run's lease lives without renewal
+    lease_ttl: float = 30.0
+    #: ``TIDEMARK_DRIVER_MEMORY``: the local Spark driver's memory (``spark.driver.memory``)
+    driver_memory: str = "2g"
+    #: ``TIDEMARK_SPARK_LOG_DEFAULTS=1``: keep Spark's own logging (``tidemark run --verbose``)
+    spark_log_defaults: bool = False
+
+
+PROCESS_ENV = {
+    "one_job": "TIDEMARK_ONE_JOB",
+    "plan_rebind": "TIDEMARK_PLAN_REBIND",
+    "spark_internals": "TIDEMARK_SPARK_INTERNALS",
+    "jvm_checks": "TIDEMARK_JVM_CHECKS",
+    "lease_ttl": "TIDEMARK_LEASE_TTL",
+    "driver_memory": "TIDEMARK_DRIVER_MEMORY",
+    "spark_log_defaults": "TIDEMARK_SPARK_LOG_DEFAULTS",
+}
+
+
+def process_options(environ: Optional[Mapping[str, str]] = None) -> ProcessOptions:
+    """The process's knobs from the environment (:data:`PROCESS_ENV`); a bad value is a
+    :class:`~tidemark.errors.SpecError` naming the variable."""
+    environ = os.environ if environ is None else environ
+    defaults = ProcessOptions()
+    changes: dict[str, Any] = {}
+    for name, var in PROCESS_ENV.items():
+        text = (environ.get(var) or "").strip()
+        if not text:
+            continue
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            changes[name] = text.lower() not in _OFF
+        elif isinstance(default, float):
+            try:
+                changes[name] = float(text)
+            except ValueError:
+                raise SpecError(f"environment variable {var} must be a number of seconds, got {text!r}") from None
+        else:
+            changes[name] = text
+    return dataclasses.replace(defaults, **changes)
+
+
+def set_process_option(name: str, value: Any) -> None:
+    """Set a process knob for this process and the ones it starts (the CLI's ``--verbose``)."""
+    var = PROCESS_ENV[name]
+    os.environ[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)

@@ -132,8 +132,10 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
         text = stderr()
         # the batch in progress finished and committed; then one line
         after = text[text.rindex("view batch 1:") :].splitlines()[1:]
-        assert len(after) == 2 and after[0].startswith("view batch 2: 100 docs"), text[-3000:]
-        assert after[1] == "interrupted: stopped; committed this run: view batch 2; run again to go on from there"
+        assert len(after) == 3, text[-3000:]
+        assert after[0].startswith("stopping: the batch in progress finishes and commits"), text[-3000:]  # at once
+        assert after[1].startswith("view batch 2: 100 docs"), text[-3000:]
+        assert after[2] == "interrupted: stopped; committed this run: view batch 2; run again to go on from there"
         assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text[-3000:]
         assert "Exception" not in text, text[-3000:]  # e.g. the JVM's RpcEnvStoppedException, after the prompt
     finally:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from tidemark.errors import RecoveryError
+from tidemark.options import process_options
 
 log = logging.getLogger("tidemark")
 
@@ -64,7 +65,7 @@ class Lease:
     def __init__(self, checkpoint_location: str, materialization: str, *, ttl: Optional[float] = None):
         self.location = checkpoint_location.rstrip("/")
         self.materialization = materialization
-        self.ttl = float(ttl if ttl is not None else os.environ.get("TIDEMARK_LEASE_TTL", DEFAULT_TTL))
+        self.ttl = float(ttl if ttl is not None else process_options().lease_ttl)
         self.local = "://" not in self.location or self.location.startswith("file://")
         base = self.location[len("file://") :] if self.location.startswith("file://") else self.location
         self.path = os.path.join(base, LEASE_FILE) if self.local else f"{self.location}/{LEASE_FILE}"

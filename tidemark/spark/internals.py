@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
+
+from tidemark.options import process_options
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def minor(version: str) -> str:
 def supported(spark) -> bool:
     """True if ``spark`` is a classic (py4j) session of a tested Spark version and the
     internals are not turned off (``TIDEMARK_SPARK_INTERNALS=0``)."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not process_options().spark_internals:
         return False
     version = getattr(spark, "version", "")
     if minor(version) not in TESTED or not hasattr(spark, "_jsparkSession"):

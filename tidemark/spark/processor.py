@@ -32,7 +32,7 @@ from tidemark.drivers.base import capabilities_of
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, SpecError, from_task_failure, is_transient
 from tidemark.faults import fault_point
-from tidemark.options import RuntimeOptions
+from tidemark.options import RuntimeOptions, process_options
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.reduce_path import reduce_paths
@@ -467,7 +467,7 @@ class Materializer:
         from tidemark.spark import internals
         from tidemark.spark.route import OneJobPlan
 
-        if os.environ.get("TIDEMARK_ONE_JOB", "1") == "0":  # for benchmarks: the checked plan for every batch
+        if not process_options().one_job:  # for benchmarks: the checked plan for every batch
             return None
         spark = df.sparkSession
         if not internals.supported(spark):  # the one-job plan is built on the JVM handles

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from typing import Optional, Sequence
 
 from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
+from tidemark.options import process_options
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.shard import ShardResult, ShardTask, run_shard
 
@@ -167,9 +167,7 @@ class OneJobPlan:
             if available is None:
                 available = jvm.available(spark)
                 # one source leaf in the plan; TIDEMARK_PLAN_REBIND=0 (benchmarks): build every batch
-                self.rebindable = (
-                    available and len(collections) == 1 and os.environ.get("TIDEMARK_PLAN_REBIND", "1") != "0"
-                )
+                self.rebindable = available and len(collections) == 1 and process_options().plan_rebind
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | F.col("_error").isNotNull()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from tidemark.options import process_options
+
 # Shuffle partitions of tidemark's sessions (Spark's default, 200, makes a small batch
 # schedule 200 tasks per shuffle).  :func:`tidemark.materialize` gives a query on a session
 # that does not set ``spark.sql.shuffle.partitions`` this value too (:func:`query_conf`).
@@ -30,11 +32,11 @@ def local_session(
         .config(SHUFFLE_KEY, str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.memory", os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", process_options().driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
     )
-    if "spark.driver.extraJavaOptions" not in conf and not os.environ.get("TIDEMARK_SPARK_LOG_DEFAULTS"):
+    if "spark.driver.extraJavaOptions" not in conf and not process_options().spark_log_defaults:
         # Spark's start-up lines (log4j profile, native-hadoop warning) and its own copy of a
         # failed query's stacks off; TIDEMARK_SPARK_LOG_DEFAULTS=1 keeps Spark's logging
         builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
@@ -50,7 +52,7 @@ def quiet_failed_queries(spark) -> None:
     with every frame of the JVM and Python stacks, ~100 lines): tidemark's error is what
     ``await_termination`` raises and what ``tidemark run`` prints.  On the session's JVM, so
     for its other streaming queries too; ``TIDEMARK_SPARK_LOG_DEFAULTS=1`` keeps Spark's logging."""
-    if os.environ.get("TIDEMARK_SPARK_LOG_DEFAULTS"):
+    if process_options().spark_log_defaults:
         return
     from tidemark.spark import internals
 

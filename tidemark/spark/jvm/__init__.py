@@ -34,6 +34,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from tidemark.options import process_options
+
 log = logging.getLogger(__name__)
 
 FUNCTION = "tidemark_plain_document"
@@ -49,7 +51,7 @@ _warned = False
 
 
 def enabled() -> bool:
-    return os.environ.get("TIDEMARK_JVM_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return process_options().jvm_checks
 
 
 def spec(plan) -> Optional[str]:
