@@ -15,6 +15,8 @@ from tidemark.protocol.messages import Field
 QUARANTINE_TABLE = "tidemark_quarantine"
 KEY_PROPERTY = "tidemark.key"  # table properties of table-format endpoints (Delta, Iceberg), written by Apply
 MODE_PROPERTY = "tidemark.deltaUpdates"
+OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
+DELETE_COLUMN = "_tidemark_delete"  # the table-format endpoints' staged files only: the row is a deletion
 DOCUMENT_COLUMN = "flow_document"
 ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 
@@ -192,3 +194,10 @@ def key_of(model, values: Sequence[Any]) -> tuple:
             v = json.loads(v)
         out.append(v)
     return tuple(out)
+
+
+def stages_of(state: Any) -> list[dict]:
+    """The staged-files endpoints' (Delta, Iceberg) stages in a driver checkpoint: one per
+    range's session, each naming its batch and files."""
+    stages = state.get("stages") if isinstance(state, dict) else None
+    return [s for s in (stages or {}).values() if isinstance(s, dict)]

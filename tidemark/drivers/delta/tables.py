@@ -12,30 +12,31 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported)
+from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)
     ARROW_TYPES,
     BOOLEAN,
     DECIMAL_PRECISION,
+    DELETE_COLUMN,
     DOCUMENT_COLUMN,
     INTEGER,
     KEY_PROPERTY,
     MODE_PROPERTY,
     NUMBER,
+    OWNER_PROPERTY,
     Column,
     arrow_type,
     base_kind,
     column,
     key_of,
     scale_of_kind,
+    stages_of,
 )
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
 from tidemark.drivers.common.identity import parse_record
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 
-DELETE_COLUMN = "_tidemark_delete"  # staged files only
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
-OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 
 DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
 
@@ -126,11 +127,6 @@ def applied_batch(dt: DeltaTable, app: str) -> int:
     """The last batch of ``app`` committed to the table, or -1."""
     v = dt.transaction_version(app)
     return -1 if v is None else int(v)
-
-
-def stages_of(state: Any) -> list[dict]:
-    stages = state.get("stages") if isinstance(state, dict) else None
-    return [s for s in (stages or {}).values() if isinstance(s, dict)]
 
 
 def staged_reader(

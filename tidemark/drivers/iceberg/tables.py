@@ -12,15 +12,17 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DecimalType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported)
+from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)
     ARROW_TYPES,
     BOOLEAN,
     DECIMAL_PRECISION,
+    DELETE_COLUMN,
     DOCUMENT_COLUMN,
     INTEGER,
     KEY_PROPERTY,
     MODE_PROPERTY,
     NUMBER,
+    OWNER_PROPERTY,
     Column,
     arrow_type,
     base_kind,
@@ -28,12 +30,11 @@ from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)  # no
     dumps,
     key_of,
     scale_of_kind,
+    stages_of,
 )
 from tidemark.drivers.common.redact import redact
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
-DELETE_COLUMN = "_tidemark_delete"  # staged files only
-OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
 # snapshot summary properties of every apply
 SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = (
@@ -167,11 +168,6 @@ def table_batch(table, materialization: str, checkpoint_id: Any) -> int:
 
 def applied_text(checkpoint_id: Any, batch: int) -> str:
     return dumps({"checkpoint_id": str(checkpoint_id), "batch": int(batch)})
-
-
-def stages_of(state: Any) -> list[dict]:
-    stages = state.get("stages") if isinstance(state, dict) else None
-    return [s for s in (stages or {}).values() if isinstance(s, dict)]
 
 
 def translate_error(exc: Exception, where: str, secrets: Iterable[Optional[str]] = ()) -> TidemarkError:
