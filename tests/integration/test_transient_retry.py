@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import normalize, oracle_orders, postgres_spec, postgres_view, write_orders
 from tidemark import faults
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark]
 
 
 def terminate_when_in_transaction(url: str, schema: str, done: threading.Event, killed: list) -> None:
@@ -37,6 +37,7 @@ def terminate_when_in_transaction(url: str, schema: str, done: threading.Event, 
             done.wait(0.05)  # polling pg_stat_activity: the state cannot be awaited otherwise
 
 
+@pytest.mark.postgres
 def test_a_terminated_session_inside_its_transaction_is_ridden_out(
     spark, tmp_path, postgres_url, pg_schema, monkeypatch, caplog
 ):
@@ -65,6 +66,7 @@ def test_a_terminated_session_inside_its_transaction_is_ridden_out(
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
 
 
+@pytest.mark.slow  # the same retry as PostgreSQL's above, on another endpoint (CI runs it after the default suite)
 def test_a_redis_server_restarted_mid_commit_is_ridden_out(spark, tmp_path, monkeypatch):
     """A private redis-server (AOF, fsync always) is killed and started again while a shard
     session stalls before its commit: the run goes on by itself and the view is exact."""
