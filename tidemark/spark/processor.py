@@ -45,12 +45,8 @@ from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_
     _shard_expr,
     _shard_rows,
 )
-from tidemark.spark.route import (
-    route as _route,
-)
-from tidemark.spark.route import (
-    run_stage as _run_stage,
-)
+from tidemark.spark.route import route as _route
+from tidemark.spark.route import run_stage as _run_stage
 
 log = logging.getLogger("tidemark")
 
