@@ -342,13 +342,14 @@ def _spark_arrays(distinct: bool):
     """The arrays in source order, flattened; ``distinct``: each value once (``array_distinct``
     keeps the first), one document's array as it is (as the fold leaves a lone document)."""
 
-    def aggregate(S, f, c) -> SparkAggregate:
-        F = S.F
-        c = S.collected(c)
-        values = F.flatten(F.transform(S.sorted_values(c), lambda x: x["v"]))
+    def aggregate(S, f, column) -> SparkAggregate:
+        functions = S.F
+        collected = S.collected(column)
+        values = functions.flatten(functions.transform(S.sorted_values(collected), lambda x: x["v"]))
         if distinct:
-            values = F.when(F.count(c) > 1, F.array_distinct(values)).otherwise(values)
-        return SparkAggregate(values, F.count(c))
+            present = functions.count(collected)
+            values = functions.when(present > 1, functions.array_distinct(values)).otherwise(values)
+        return SparkAggregate(values, functions.count(collected))
 
     return aggregate
 

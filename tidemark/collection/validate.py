@@ -59,8 +59,8 @@ def parse_document(line: str, location: str | None = None, max_bytes: int = DEFA
                 location=location,
             ) from None
         # (some of json's messages end in "at": "Unterminated string starting at")
-        at = f"column {exc.colno}" if exc.msg.endswith(" at") else f"at column {exc.colno}"
-        raise DocumentError(f"unparseable JSON: {exc.msg} {at}", location=location) from None
+        where = f"column {exc.colno}" if exc.msg.endswith(" at") else f"at column {exc.colno}"
+        raise DocumentError(f"unparseable JSON: {exc.msg} {where}", location=location) from None
     except ValueError as exc:
         raise DocumentError(f"unparseable JSON: {exc}", location=location) from None
     except RecursionError:

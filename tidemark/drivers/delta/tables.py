@@ -140,12 +140,12 @@ def staged_reader(
         schema = pa.schema([f.with_type(like.field(f.name).type) if f.name in like.names else f for f in schema])
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for i, rb in enumerate(source.to_batches()):
+        for i, batch in enumerate(source.to_batches()):
             if drop is not None:
-                rb = rb.drop_columns([drop])
+                batch = batch.drop_columns([drop])
             if like is not None:
-                rb = rb.cast(schema)
-            yield rb
+                batch = batch.cast(schema)
+            yield batch
             if i == 0:
                 fault_point("mid_apply")
 
