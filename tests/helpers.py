@@ -188,21 +188,45 @@ def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="vi
     )
 
 
-def postgres_view(url, schema, table="customers") -> dict:
+def table_documents(cur, key: str, json_columns=()) -> dict:
+    """A view table's rows (a cursor of ``SELECT *``) as ``{key: document}``, in either form:
+    the non-NULL columns (``json_columns`` parsed where read as text; by default a text that
+    starts as a JSON array or object and is one), with the members of
+    ``flow_document`` on top (the whole document, or a lean row's remainder)."""
+    names = [d[0] for d in cur.description]
+    out = {}
+
+    def value(k, v):
+        if isinstance(v, str) and (k in json_columns or json_columns == () and v[:1] in ("[", "{")):
+            try:
+                return json.loads(v)  # a JSON column read as text (SQLite)
+            except ValueError:
+                return v
+        return v
+
+    for r in cur.fetchall():
+        row = dict(zip(names, r))
+        doc = {k: value(k, v) for k, v in row.items() if v is not None and k not in ("flow_document", "flow_row_id")}
+        rest = row.get("flow_document")
+        if rest is not None:
+            doc.update(json.loads(rest) if isinstance(rest, str) else rest)
+        out[row[key]] = doc
+    return out
+
+
+def postgres_view(url, schema, table="customers", key="customer") -> dict:
     import psycopg
 
     with psycopg.connect(url) as con:
-        rows = con.execute(f'SELECT "customer", "flow_document" FROM "{schema}"."{table}"').fetchall()
-    return {k: d for k, d in rows}
+        return table_documents(con.execute(f'SELECT * FROM "{schema}"."{table}"'), key)
 
 
-def sqlite_view(db_path, table="customers") -> dict:
+def sqlite_view(db_path, table="customers", key="customer", json_columns=()) -> dict:
     con = sqlite3.connect(db_path)
     try:
-        rows = con.execute(f'SELECT "customer", "flow_document" FROM "{table}"').fetchall()
+        return table_documents(con.execute(f'SELECT * FROM "{table}"'), key, json_columns)
     finally:
         con.close()
-    return {k: json.loads(d) for k, d in rows}
 
 
 def normalize(view: dict) -> dict:

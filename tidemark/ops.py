@@ -246,6 +246,7 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         validated = driver.validate(Validate(mat.name, mat.driver_config, bindings))
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
         refuse_gone(mat.name, mat.driver_name, last_entry(spec, mat), applied.created)
+        paths = paths + driver.row_forms(bindings)
     return (
         f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
         + (f"; apply would: {applied.action_description}" if applied.action_description else "")

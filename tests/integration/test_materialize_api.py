@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.helpers import sqlite_view
+
 pytestmark = pytest.mark.spark
 
 SCHEMA = {
@@ -29,11 +31,7 @@ SCHEMA = {
 
 
 def _view(db, table):
-    con = sqlite3.connect(db)
-    try:
-        return {k: json.loads(d) for k, d in con.execute(f'SELECT "id", "flow_document" FROM "{table}"')}
-    finally:
-        con.close()
+    return sqlite_view(db, table, "id")
 
 
 def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_path, caplog):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import tidemark
-from tests.helpers import write_input
+from tests.helpers import sqlite_view, write_input
 from tidemark.errors import RecoveryError
 
 pytestmark = pytest.mark.spark
@@ -66,8 +66,7 @@ def cli(*args) -> subprocess.CompletedProcess:
 
 
 def view(tmp_path, table="e_totals") -> dict:
-    with sqlite3.connect(tmp_path / "views.db") as con:
-        return {c: json.loads(d)["amount"] for c, d in con.execute(f'SELECT customer, flow_document FROM "{table}"')}
+    return {c: d["amount"] for c, d in sqlite_view(tmp_path / "views.db", table).items()}
 
 
 @pytest.fixture

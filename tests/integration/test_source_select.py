@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 import yaml
 
-from tests.helpers import write_input
+from tests.helpers import sqlite_view, write_input
 from tidemark.errors import DocumentError, SpecError
 
 pytestmark = pytest.mark.spark
@@ -69,8 +69,7 @@ def test_derived_fields_are_reduced_like_any_other(spark, tmp_path):
     for i, batch in enumerate(docs):
         write_input(data, i, [json.dumps(d) for d in batch])
     run_spec(write_spec(tmp_path, SELECT), spark=spark)
-    with sqlite3.connect(tmp_path / "v.db") as con:
-        view = {k: json.loads(d) for k, d in con.execute("SELECT customer, flow_document FROM customers")}
+    view = sqlite_view(tmp_path / "v.db")
     assert view == {
         "a": {"customer": "a", "amount": 105, "city": "Oslo", "tags": ["x", "y"], "n": 3, "big": 1},
         "b": {"customer": "b", "amount": 70, "n": 1, "big": 1},

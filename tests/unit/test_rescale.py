@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.helpers import sqlite_view
 from tidemark.collection.collection import Collection
 from tidemark.collection.keys import key_hash, key_json
 from tidemark.errors import SpecError
@@ -176,16 +177,7 @@ def docs_of(n: int, keys: int = 40) -> dict:
 
 
 def sqlite_rows(db) -> dict:
-    con = sqlite3.connect(db)
-    try:
-        rows = con.execute('SELECT "flow_document" FROM "t"').fetchall()
-    finally:
-        con.close()
-    out = {}
-    for (d,) in rows:
-        doc = json.loads(d)
-        out[doc["id"]] = {"id": doc["id"], "n": doc["n"]}
-    return out
+    return {k: {"id": doc["id"], "n": doc["n"]} for k, doc in sqlite_view(db, "t", "id").items()}
 
 
 def test_live_rescale_2_4_3_is_exact_and_a_rerun_keeps_its_layout(tmp_path):

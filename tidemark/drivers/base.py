@@ -238,6 +238,11 @@ class Driver(ABC):
     def spec(self) -> SpecResponse:
         return SpecResponse()
 
+    def row_forms(self, bindings: Sequence[BindingSpec]) -> list[str]:
+        """What ``tidemark check`` says of how each binding's rows hold its documents (none:
+        the endpoint has one way)."""
+        return []
+
     def validate(self, req: Validate) -> Validated:
         """Check that bindings can be applied. Raise IncompatibleSchema otherwise."""
         return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))

@@ -42,6 +42,7 @@ from tidemark.files import write_atomically
 ADOPT_DIR = "adopt"
 RECORD = "adopt.json"
 DOCUMENT_COLUMN = "flow_document"
+TIDEMARK_COLUMNS = frozenset((DOCUMENT_COLUMN, "flow_row_id"))  # not properties, in a table tidemark made
 MAX_REPORTED = 5  # bad rows named in a refusal
 
 
@@ -167,20 +168,25 @@ def json_value(value: Any, node: Any = None) -> Any:
 
 
 def row_document(row: dict, schema: dict) -> dict:
-    """One row as a document: its ``flow_document`` (a table tidemark wrote) as it is, else
-    one property per non-NULL column (a column matches a property case-insensitively, as
-    SQL folds unquoted names)."""
+    """One row as a document: one property per non-NULL column (a column matches a property
+    case-insensitively, as SQL folds unquoted names), with the members of its
+    ``flow_document`` on top where it has one (a table tidemark wrote: the whole document,
+    or in a lean row what no column holds)."""
     doc = row.get(DOCUMENT_COLUMN)
     if doc is not None:
-        return json.loads(doc) if isinstance(doc, (str, bytes)) else json_value(doc)
+        doc = json.loads(doc) if isinstance(doc, (str, bytes)) else json_value(doc)
+        if DOCUMENT_COLUMN in row and not isinstance(doc, dict):
+            return doc
     props = _property_schemas(schema)
     folded = {k.lower(): k for k in props}
     out = {}
     for col, value in row.items():
-        if value is None:
+        if value is None or (doc is not None or DOCUMENT_COLUMN in row) and col in TIDEMARK_COLUMNS:
             continue
         name = col if col in props else folded.get(col.lower(), col)
         out[name] = json_value(value, props.get(name))
+    if doc is not None:
+        out.update(doc)
     return out
 
 

@@ -124,7 +124,7 @@ class MySqlDriver(ClientConnections, SqlDriver):
             cur.executemany(sql, rows)
 
     # ------------------------------------------------------------ setup phase
-    def model(self, binding: BindingSpec) -> TableModel:
+    def base_model(self, binding: BindingSpec) -> TableModel:
         """The skeleton's model, with MySQL's words for names over 64 characters and a
         primary key too long for InnoDB."""
         resource = binding.resource if isinstance(binding.resource, dict) else {}
@@ -134,7 +134,7 @@ class MySqlDriver(ClientConnections, SqlDriver):
                     f"binding of {binding.collection!r}: {what} name {name!r} is {len(name)} characters; "
                     f"MySQL allows {MAX_IDENTIFIER_CHARS}. Choose a shorter one."
                 )
-        model = super().model(binding)
+        model = super().base_model(binding)
         strings = [c.name for c in model.keys if c.kind in (TEXT, JSON)]
         if not model.delta and len(strings) > MAX_STRING_KEYS:
             raise IncompatibleSchema(

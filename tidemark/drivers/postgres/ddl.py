@@ -1,5 +1,6 @@
 """PostgreSQL's DDL beyond the skeleton's: the fillfactor of new tables, the widening
-migrations (a value column whose type changes is recomputed from ``flow_document``),
+migrations (a value column whose type changes is recomputed from ``flow_document``, or
+in a lean table converted where it is),
 and Apply's words on columns no field writes."""
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class PostgresDDL:
             return []
         model = plan.model
         pointers = {f.name: f.pointer for f in plan.binding.fields}
+        if model.lean:  # the column holds the value: converted where it is
+            return self.widen_lean(con, model, plan.widened, dry_run)
         if not dry_run:
             self.execute(
                 con,
@@ -75,4 +78,20 @@ class PostgresDDL:
             f"change column {col.name} of {model.display} from {was} to {sql_type(col.kind)} "
             "(recomputed from flow_document)"
             for col, was in plan.widened
+        ]
+
+    def widen_lean(self, con: Any, model: TableModel, widened: list, dry_run: bool) -> list[str]:
+        """Widen columns of a lean table (their values are converted: no document holds them)."""
+        if not dry_run:
+            self.execute(
+                con,
+                f"ALTER TABLE {model.ident} "
+                + ", ".join(
+                    f"ALTER COLUMN {q(col.name)} TYPE {sql_type(col.kind)} USING "
+                    + (f"to_jsonb({q(col.name)})" if col.kind == JSON else f"{q(col.name)}::{sql_type(col.kind)}")
+                    for col, _ in widened
+                ),
+            )
+        return [
+            f"change column {col.name} of {model.display} from {was} to {sql_type(col.kind)}" for col, was in widened
         ]

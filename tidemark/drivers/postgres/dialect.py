@@ -46,6 +46,7 @@ class PostgresDialect(Dialect):
     json_as_text = False  # psycopg reads jsonb as Python values
     ddl_lock = DDL_LOCK  # concurrent DDL races in PostgreSQL's catalogs
     for_update = " FOR UPDATE"
+    lean_rows = True
 
     def widens(self, existing_type: str, col: Column) -> bool:
         """Whether Apply can change an existing value column to ``col``'s type: every value the
@@ -153,6 +154,10 @@ class PostgresReduce(ReduceSql):
         if col.kind == TIMESTAMP:
             return f"({doc} ->> {literal(name)})::timestamp with time zone"
         return f"({doc} ->> {literal(name)})"
+
+    def remainder(self, doc: str, names) -> str:
+        listed = ", ".join(literal(n) for n in names)
+        return f"NULLIF({doc} - ARRAY[{listed}]::text[], '{{}}'::jsonb)"
 
     def to_json(self, expr: str, col: Column) -> str:
         # with_members hands it to jsonb_build_object, which converts a typed value as

@@ -110,7 +110,7 @@ class PostgresTransactor(SqlTransactor):
         )
         q = self.dialect.quote
         on = " AND ".join(f"t.{q(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
-        document = self.dialect.document_text(q(DOCUMENT_COLUMN))
+        stored = self.lean_select(model, "t") if model.lean else f"t.{self.dialect.document_text(q(DOCUMENT_COLUMN))}"
         if len(kinds) == 1:
             conv = copy_converter(kinds[0])
             payload = "".join([f"{i}\t{conv(key[0])}\n" for i, key in enumerate(keys)])
@@ -127,7 +127,7 @@ class PostgresTransactor(SqlTransactor):
             with con.cursor() as cur:
                 with cur.copy(f"COPY {lt} FROM STDIN") as copy:
                     copy.write(payload)
-                cur.execute(f"SELECT l.i, t.{document} FROM {lt} l JOIN {model.ident} t ON {on}")
+                cur.execute(f"SELECT l.i, {stored} FROM {lt} l JOIN {model.ident} t ON {on}")
                 return cur.fetchall()
 
         def checked() -> list:
@@ -139,7 +139,7 @@ class PostgresTransactor(SqlTransactor):
 
         rows = self.driver.run(checked, f"load {model.display}", con)
         self._created.add(name)
-        return rows
+        return self.lean_rows(model, rows) if model.lean else rows
 
     def store(self, msg: Store) -> None:
         if not msg.keys:
@@ -168,13 +168,14 @@ class PostgresTransactor(SqlTransactor):
         )
         seq = self._seq
         self._seq = seq + len(msg.keys)
-        dumps_doc = json_dumps
-        values = self.values_of(msg)  # without the fields whose names are too long for a column
+        # the value columns (without the fields whose names are too long for a column), and
+        # what flow_document holds: the document, or a lean row's remainder
+        values, texts = self.row_parts(model, msg, json_dumps)
         # Fast path: psycopg formats the COPY rows in C; JSON columns are encoded here.
         json_at = [3 + j for j, c in enumerate(model.columns) if c.kind == JSON]
         rows = [
-            (seq + i, dele, ex, *key, *vals, dumps_doc(doc))
-            for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))
+            (seq + i, dele, ex, *key, *vals, text)
+            for i, (key, vals, text, dele, ex) in enumerate(zip(msg.keys, values, texts, msg.deletes, msg.exists))
         ]
         if json_at:
             rows = [encode_at(r, json_at) for r in rows]
@@ -194,10 +195,10 @@ class PostgresTransactor(SqlTransactor):
                         "t" if ex else "f",
                         *[c(v) for c, v in zip(kc, key)],
                         *["\\N" if v is None else c(v) for c, v in zip(vc, vals)],
-                        dumps_doc(doc).replace("\\", "\\\\"),
+                        "\\N" if text is None else text.replace("\\", "\\\\"),
                     ]
                 )
-                for i, (key, vals, doc, dele, ex) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes, msg.exists))
+                for i, (key, vals, text, dele, ex) in enumerate(zip(msg.keys, values, texts, msg.deletes, msg.exists))
             ]
             lines.append("")
             return "\n".join(lines)
@@ -345,7 +346,9 @@ class PostgresTransactor(SqlTransactor):
             f = next((f for f in model.reduce.fields if f.name == col.name), None)
             if f is None or f.strategy != "sum":
                 continue
-            old = f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
+            old = (
+                f"t.{q(col.name)}::numeric" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
+            )
             bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
             new = f"(s.d -> {literal(f.name)})::numeric"
             row = self.con.execute(

@@ -57,6 +57,9 @@ class Dialect:
     #: appended to ``resource = ?`` where the endpoint folds the case of table names (SQLite:
     #: ``orders`` and ``ORDERS`` are one table, so one ownership claim)
     name_collate: str = ""
+    #: new views take the lean row (:mod:`tidemark.drivers.sql.lean`) where the binding can
+    lean_rows: bool = False
+    exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
 
     def resolved_name(self, name: str) -> str:
         """A table's name as the endpoint resolves it (the view-identity record's ``resolved``):
@@ -141,7 +144,7 @@ class Dialect:
         q, t = self.quote, self.column_type
         cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
         cols += [f"{q(c.name)} {t(c)}" for c in model.values]
-        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type} NOT NULL")
+        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type}{'' if model.lean else ' NOT NULL'}")
         if model.delta:
             cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
         else:

@@ -26,6 +26,7 @@ from tidemark.collection.plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
     CHECKPOINTS_TABLE,
@@ -210,8 +211,16 @@ class SqlDriver(Driver):
         self.transaction(con, body)
 
     # ------------------------------------------------------------ setup phase
-    def model(self, binding: BindingSpec) -> TableModel:
-        """The binding's table.  Where the dialect limits identifiers, a longer schema, table
+    def model(self, binding: BindingSpec, con: Any = None) -> TableModel:
+        """The binding's table, in the form its table has (lean or full: :mod:`~tidemark.drivers.sql.lean`;
+        read once per table and driver, on ``con`` or the driver's own connection)."""
+        base = self.base_model(binding)
+        return lean.with_form(self, base, binding, lean.table_form(self, base, con))
+
+    row_forms = lean.row_forms
+
+    def base_model(self, binding: BindingSpec) -> TableModel:
+        """The binding's table, without its form.  Where the dialect limits identifiers, a longer schema, table
         or key name is refused here (from Validate, before any data moves); a longer value
         field is left out of the columns, its value stays in the document (Validate reports
         it as a constraint and Apply says so)."""
@@ -268,9 +277,11 @@ class SqlDriver(Driver):
     def plan(self, con: Any, bindings: Sequence[BindingSpec]) -> list[TablePlan]:
         d = self.dialect
         out = []
+        self.__dict__.pop("_forms", None)  # Apply may make or change tables
         for b in bindings:
-            model = self.model(b)
+            model = self.base_model(b)
             existing, required = self.existing(con, model)
+            model = lean.with_form(self, model, b, lean.form_of(existing, required))
             missing = (
                 None
                 if existing is None
@@ -350,7 +361,7 @@ class SqlDriver(Driver):
                 for i, b in enumerate(req.bindings):
                     self.claim(
                         con,
-                        self.resource_name(self.model(b)),
+                        self.resource_name(self.base_model(b)),
                         req.materialization,
                         req.checkpoint_id,
                         req.identities[i] if i < len(req.identities) else None,
@@ -416,7 +427,7 @@ class SqlDriver(Driver):
         except BaseException:
             con.close()
             raise
-        models = [self.model(b) for b in req.bindings]
+        models = [self.model(b, con) for b in req.bindings]
         transactor = self.transactor(
             self,
             con,
@@ -475,6 +486,8 @@ class SqlDriver(Driver):
             if model.delta:
                 rows = self.execute(self.con, f"SELECT {doc} FROM {d.ident(model)} ORDER BY {d.quote(ROW_ID_COLUMN)}")
                 return [json.loads(x) for (x,) in rows.fetchall()]
+            if model.lean:  # the row is the document
+                return lean.documents(self, model)
             cols = ", ".join(d.quote(c.name) for c in model.keys)
             rows = self.execute(self.con, f"SELECT {cols}, {doc} FROM {d.ident(model)}").fetchall()
             return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows}
@@ -505,7 +518,8 @@ class SqlDriver(Driver):
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
-        models = [self.model(b) for b in bindings]
+        models = [self.base_model(b) for b in bindings]
+        self.__dict__.pop("_forms", None)
         d = self.dialect
         p = d.placeholder
 
@@ -540,7 +554,7 @@ class SqlDriver(Driver):
         return self.atomically(body, "drop")
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
-        names = [self.resource_name(self.model(b)) for b in bindings]
+        names = [self.resource_name(self.base_model(b)) for b in bindings]
         p = self.dialect.placeholder
 
         def body():
@@ -565,11 +579,11 @@ class SqlDriver(Driver):
         owners = {r[0]: (r[1], r[2]) for r in self.run(body, "positions")}
         out = super().positions(materialization, bindings)
         for b in bindings:
-            owner = owners.get(self.resource_name(self.model(b)))
+            owner = owners.get(self.resource_name(self.base_model(b)))
             if owner is not None:
                 out.append(
                     Position(
-                        f"table {self.resource_name(self.model(b))}",
+                        f"table {self.resource_name(self.base_model(b))}",
                         owner[0],
                         owner[1],
                         self.last_batch(owner[0], owner[1]),

@@ -53,6 +53,9 @@ class TableModel:
     #: the plan by which the endpoint reduces this binding's batches itself
     #: (``BindingSpec.endpoint_reduce``; :mod:`tidemark.drivers.sql.reduce`), or None
     reduce: Optional[Any] = None
+    #: the row is the document: ``flow_document`` holds only what no column holds
+    #: (:mod:`tidemark.drivers.sql.lean`)
+    lean: bool = False
 
     @staticmethod
     def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":

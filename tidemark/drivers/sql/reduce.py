@@ -90,6 +90,11 @@ class ReduceSql:
         """A top-level property of a document, as the column ``col``'s SQL value."""
         raise NotImplementedError
 
+    def remainder(self, doc: str, names: Sequence[str]) -> str:
+        """``doc`` without the members ``names``, NULL where nothing is left (a lean row's
+        ``flow_document``)."""
+        raise NotImplementedError
+
     def to_json(self, expr: str, col: Column) -> str:
         """A typed value as JSON, as :meth:`with_members` takes a member's expression."""
         raise NotImplementedError
@@ -149,6 +154,8 @@ def reduce_statement(
         return f"{head} {R.on_conflict(keys, [(c, R.column(NEW, c)) for c in target[n:]])}"
     fields = {f.name: f for f in plan.fields}
     old_doc, new_doc = R.document(OLD), R.document(NEW)
+    if model.lean:
+        return f"{head} {R.on_conflict(keys, _lean_sets(R, model, fields, target, old_doc, new_doc))}"
     sets: list[tuple[str, str]] = []
     typed: dict[str, str] = {}  # a computed scalar's expression, per property
     for col in model.values:
@@ -183,16 +190,51 @@ def reduce_statement(
     return f"{head} {R.on_conflict(keys, sets)}"
 
 
+def _lean_sets(R: ReduceSql, model: TableModel, fields: dict, target: Sequence[str], old_doc: str, new_doc: str):
+    """The lean row's ``SET``s: each column reduced from the stored column and the staged
+    one, the remainder (``flow_document``: what no column holds) merged as the root merges
+    undeclared members, a later value winning."""
+    q = R.quote
+    sets: list[tuple[str, str]] = []
+    for col in model.values:
+        f = fields[col.name]
+        # a column added after the row was written is NULL there; the remainder held its value
+        old = R.coalesce(R.column(OLD, q(col.name)), _read(R, old_doc, col))
+        new = R.column(NEW, q(col.name))
+        expr = _sql(f, R, old, new)
+        sets.append((q(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
+    merged = R.coalesce(R.merge_documents(old_doc, new_doc), old_doc, new_doc)
+    sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
+    return sets
+
+
+def _absent_both(old: str, new: str, expr: str) -> str:
+    """``expr``, NULL where the property is absent on both sides (a dialect's JSON functions
+    may make an empty object of two NULLs)."""
+    return f"(CASE WHEN {old} IS NULL AND {new} IS NULL THEN NULL ELSE {expr} END)"
+
+
+def _read(R: ReduceSql, doc: str, col: Column) -> str:
+    from tidemark.drivers.sql.model import JSON
+
+    return R.member(doc, col.name) if col.kind == JSON else R.typed(doc, col.name, col)
+
+
 def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
     """The staging expressions that fill the table's columns (keys, values, document) when
     only the keys (``c0``…) and the document's JSON (``d``) were staged: each value column
-    is read from the staged document (``staged``: the staging table's alias, if any)."""
+    is read from the staged document (``staged``: the staging table's alias, if any); a
+    lean row's ``flow_document`` is the members no column holds, NULL where none."""
     at = f"{staged}." if staged else ""
-    return (
-        [f"{at}c{j}" for j in range(len(model.keys))]
-        + [R.typed(f"{at}d", c.name, c) for c in model.values]
-        + [f"{at}d"]
-    )
+    doc = f"{at}d"
+    if model.lean:
+        names = [c.name for c in model.columns]
+        return (
+            [f"{at}c{j}" for j in range(len(model.keys))]
+            + [_read(R, doc, c) for c in model.values]
+            + [R.remainder(doc, names)]
+        )
+    return [f"{at}c{j}" for j in range(len(model.keys))] + [R.typed(doc, c.name, c) for c in model.values] + [doc]
 
 
 def unescaped_names(texts):

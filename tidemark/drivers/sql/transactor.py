@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from tidemark import jsontext
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
 from tidemark.drivers.common.fences import fenced_off
+from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.errors import DriverError
@@ -131,7 +132,22 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         if not rows:
             return []
         keys, loads = msg.keys, jsontext.loads
-        return [Loaded(msg.binding, tuple([keys[i] for i, _ in rows]), tuple([loads(d) for _, d in rows]))]
+        return [
+            Loaded(
+                msg.binding,
+                tuple([keys[i] for i, _ in rows]),
+                tuple([d if d.__class__ is dict else loads(d) for _, d in rows]),
+            )
+        ]
+
+    def lean_select(self, model: TableModel, alias: str) -> str:
+        """The stored row's columns and ``flow_document`` (its document: :func:`lean.document_of`)."""
+        q = self.dialect.quote
+        return ", ".join(f"{alias}.{q(c.name)}" for c in model.columns) + f", {alias}.{q(DOCUMENT_COLUMN)}"
+
+    def lean_rows(self, model: TableModel, found: list) -> list:
+        """``(i, document)`` of the rows a lean Load read as ``(i, columns…, flow_document)``."""
+        return [(r[0], lean.document_of(model, self.dialect, r[1:])) for r in found]
 
     def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
         """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
@@ -144,9 +160,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         )
         on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
         rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
-        select = (
-            f"SELECT l.i, t.{d.document_text(d.quote(DOCUMENT_COLUMN))} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
-        )
+        stored = self.lean_select(model, "t") if model.lean else f"t.{d.document_text(d.quote(DOCUMENT_COLUMN))}"
+        select = f"SELECT l.i, {stored} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
 
         def body() -> list:
             if create:
@@ -158,7 +173,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         found = self.in_transaction(body, f"load {model.display}", write=False)
         self._created.add(name)
         found.sort()
-        return found
+        return self.lean_rows(model, found) if model.lean else found
 
     def store(self, msg: Store) -> None:
         if not msg.keys:
@@ -174,9 +189,10 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         st, create = self.stage_table(model, msg.binding)
         seq = self._seq
         self._seq = seq + len(msg.keys)
+        values, docs = self.row_parts(model, msg)
         rows = [
-            (seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), dumps(doc))
-            for i, (key, vals, doc, x) in enumerate(zip(msg.keys, self.values_of(msg), msg.docs, msg.deletes))
+            (seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), doc)
+            for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, docs, msg.deletes))
         ]
         names = ["seq", "x"] + [f"c{j}" for j in range(len(kinds))] + ["d"]
         sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
@@ -191,6 +207,18 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self.in_transaction(body, f"store {model.display}", write=False)
         self._created.add(name)
         self._staged.add(msg.binding)
+
+    def row_parts(
+        self, model: TableModel, msg: Store, dumps: Callable[[Any], str] = dumps
+    ) -> tuple[Sequence[tuple], list]:
+        """The value columns and the ``flow_document`` text of each stored document: a lean
+        row's columns are the document's properties, its ``flow_document`` what no column
+        holds (None where nothing)."""
+        if not model.lean:
+            return self.values_of(msg), [dumps(doc) for doc in msg.docs]
+        names = [c.name for c in model.columns]
+        rests = [lean.remainder(doc, names) for doc in msg.docs]
+        return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
 
     def stage_table(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
         d = self.dialect

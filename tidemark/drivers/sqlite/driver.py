@@ -45,6 +45,8 @@ class SQLiteDialect(Dialect):
     bool_as_int = True
     json_as_text = True
     name_collate = " COLLATE NOCASE"  # table names are case-insensitive (ASCII) in SQLite
+    lean_rows = True
+    exact_decimals = False  # NUMERIC affinity keeps a double
 
     def widens(self, existing_type: str, col) -> bool:
         """integer -> number needs nothing in SQLite: an INTEGER column keeps a fractional value

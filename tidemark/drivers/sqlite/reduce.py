@@ -152,6 +152,13 @@ class SqliteReduce(ReduceSql):
     def typed(self, doc: str, name: str, col: Column) -> str:
         return f"({doc} ->> {path(name)})"
 
+    def remainder(self, doc: str, names) -> str:
+        out = doc
+        names = list(names)
+        for i in range(0, len(names), PAIRS * 2):
+            out = f"json_remove({out}, {', '.join(path(n) for n in names[i : i + PAIRS * 2])})"
+        return f"NULLIF({out}, '{{}}')"
+
     def to_json(self, expr: str, col: Column) -> str:
         if col.kind == BOOLEAN:
             return f"(CASE {expr} WHEN 1 THEN json('true') WHEN 0 THEN json('false') END)"

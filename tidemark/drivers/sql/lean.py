@@ -1,0 +1,202 @@
+"""The lean row: a view's row *is* its document.
+
+A SQL view table keeps each key's reduced document in one of two forms:
+
+* **lean** (new views, by default): every top-level property is a column -- scalars typed,
+  objects and arrays as the endpoint's JSON type -- and ``flow_document`` holds only the
+  *remainder*: the members no column holds (properties the schema does not declare), or
+  NULL when there are none.  The column is nullable, which is how an existing table says
+  its form.
+* **full**: ``flow_document NOT NULL`` holds the whole document, and the columns are a
+  projection of it (every view made before the lean form, and ``resource: {document: full}``).
+
+A binding takes the lean form only where the row holds its document exactly
+(:func:`lean_plan`): the endpoint can reduce it in SQL (a compiled plan, so every
+property has one type, never null), every top-level property fits in a column name, no
+property is a date-time (a ``timestamptz`` keeps the instant, not its spelling), the key
+is made of top-level properties, and the table is not delta-updates.  Otherwise the full
+form, and ``tidemark check`` says why.
+
+Reading rebuilds the document from the row (:func:`document_of`): the remainder's
+members, then each column that is not NULL (a NULL column is an absent property: no
+property of a lean view can hold ``null``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from decimal import Decimal
+from typing import Any, Optional, Sequence
+
+from tidemark.drivers.common.columns import BOOLEAN, JSON, TIMESTAMP, Column
+from tidemark.drivers.sql.model import TableModel
+from tidemark.errors import SpecError
+
+FULL, LEAN = "full", "lean"
+
+
+def requested_form(resource: Any) -> str:
+    """The form a binding's resource asks for (``document: lean | full``; lean by default)."""
+    form = resource.get("document", LEAN) if isinstance(resource, dict) else LEAN
+    if form not in (LEAN, FULL):
+        raise SpecError(f"resource {resource!r}: document must be 'lean' or 'full', got {form!r}")
+    return form
+
+
+def lean_plan(binding, strategies: frozenset, dialect) -> tuple[Optional[Any], str]:
+    """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``."""
+    from tidemark.collection.plan import binding_reduction
+
+    if binding.delta_updates:
+        return None, "a delta-updates table keeps each stored document as it came"
+    plan, why = binding_reduction(binding.schema, binding.key, strategies)
+    if plan is None:
+        return None, f"not every property has a column of its own ({why})"
+    for f in plan.fields:
+        if dialect.too_long(f.name):
+            return None, f"/{f.name}: the name is too long for a column"
+        if "multipleOf" in f.schema and not dialect.exact_decimals:
+            return None, f"/{f.name}: an exact decimal, which a {dialect.title} column holds as a double"
+        if f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time":
+            return None, f"/{f.name}: a date-time column keeps the instant, not its spelling"
+    return plan, ""
+
+
+def lean_model(model: TableModel, plan) -> TableModel:
+    """``model`` in the lean form: a column for every top-level property (objects and arrays
+    as JSON columns, after the scalars)."""
+    have = {c.name for c in model.columns}
+    extra = tuple(Column(f.name, JSON) for f in plan.fields if f.name not in have)
+    return dataclasses.replace(model, values=model.values + extra, lean=True)
+
+
+def remainder(doc: dict, names: Sequence[str]) -> Optional[dict]:
+    """The members of ``doc`` no column holds (``names``: the columns), or None."""
+    if len(doc) <= len(names):
+        held = set(names)
+        if all(k in held for k in doc):
+            return None
+    held = set(names)
+    rest = {k: v for k, v in doc.items() if k not in held}
+    return rest or None
+
+
+def row_values(model: TableModel, doc: dict) -> tuple:
+    """The value columns of ``doc``'s row (None: absent)."""
+    get = doc.get
+    return tuple([get(c.name) for c in model.values])
+
+
+def _value(kind: str, v: Any, dialect) -> Any:
+    if kind == BOOLEAN and dialect.bool_as_int:
+        return bool(v)
+    if kind == JSON and isinstance(v, str):
+        return json.loads(v)
+    if kind == TIMESTAMP:  # never a lean column; an older table's date-time text
+        return v if isinstance(v, str) else v.isoformat()
+    if isinstance(v, Decimal):  # an exact decimal column: the JSON number it holds
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, float) and v.is_integer() and math.isfinite(v) and abs(v) < 2**53:
+        return v  # a number property keeps its float (JSON: the same number)
+    return v
+
+
+def document_of(model: TableModel, dialect, row: Sequence[Any]) -> dict:
+    """The document of a lean row read as ``keys…, values…, flow_document``."""
+    rest = row[-1]
+    doc: dict = {}
+    if rest is not None:
+        doc.update(json.loads(rest) if isinstance(rest, (str, bytes)) else rest)
+    for c, v in zip(model.columns, row):
+        if v is not None:
+            doc[c.name] = _value(c.kind, v, dialect) if not c.is_key else dialect.read_value(c.kind, v)
+    return doc
+
+
+def documents(driver, model: TableModel) -> dict:
+    """Every row of a lean table as ``{key: document}`` (``dump``)."""
+    from tidemark.drivers.sql.model import DOCUMENT_COLUMN
+
+    d = driver.dialect
+    cols = ", ".join(d.quote(c.name) for c in model.columns)
+    rows = driver.execute(driver.con, f"SELECT {cols}, {d.quote(DOCUMENT_COLUMN)} FROM {d.ident(model)}").fetchall()
+    n = len(model.keys)
+    return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, d, r) for r in rows}
+
+
+def row_forms(driver, bindings) -> list[str]:
+    """``tidemark check``'s line per binding: its table's form, and why where it is full."""
+    out = []
+    for b in bindings:
+        base = driver.base_model(b)
+        if base.delta:
+            continue
+        table = table_form(driver, base)
+        model = with_form(driver, base, b, table)
+        where = f"table {base.display}" + ("" if table else " (new)")
+        if model.lean:
+            out.append(f"{where}: lean rows (a column per property; flow_document holds only what no column holds)")
+        elif table == FULL:
+            out.append(f"{where}: full documents in flow_document (the table was made so, and keeps its form)")
+        else:
+            out.append(f"{where}: full documents in flow_document: {why_full(driver, b)}")
+    return out
+
+
+__all__ = ["FULL", "LEAN", "requested_form", "lean_plan", "lean_model", "remainder", "row_values", "document_of"]
+
+
+def form_of(existing: Optional[dict], required: Sequence[str]) -> Optional[str]:
+    """An existing table's form (None: no table): ``flow_document`` NOT NULL is the full form."""
+    if existing is None:
+        return None
+    from tidemark.drivers.sql.model import DOCUMENT_COLUMN
+
+    # no flow_document: a table tidemark did not make (Apply refuses it, naming the column)
+    return FULL if DOCUMENT_COLUMN not in existing or DOCUMENT_COLUMN in required else LEAN
+
+
+def table_form(driver, base: TableModel, con=None) -> Optional[str]:
+    """The form of ``base``'s table (None: no table yet), read once per table and driver."""
+    forms = driver.__dict__.setdefault("_forms", {})
+    form = forms.get(base.display)
+    if form is None and driver.dialect.lean_rows and not base.delta:
+        form = form_of(*driver.atomically(lambda c: driver.existing(c, base), "read the table's columns", con, False))
+        if form is not None:  # no table yet: Apply makes it
+            forms[base.display] = form
+    return form
+
+
+def with_form(driver, model: TableModel, binding, table: Optional[str]) -> TableModel:
+    """``model`` in the form its table has (``table``: :func:`form_of`), or for a new table
+    the form the binding asks for and can take.  A lean table whose binding can no longer
+    be lean (or asks for the full form) is refused: its rows do not hold full documents."""
+    d = driver.dialect
+    if not d.lean_rows or model.delta or table == FULL:
+        return model
+    want = requested_form(binding.resource)
+    plan, why = lean_plan(binding, driver.capabilities().endpoint_reduce, d)
+    if table == LEAN and (plan is None or want == FULL):
+        from tidemark.errors import IncompatibleSchema
+
+        reason = why if plan is None else "the resource asks for document: full"
+        raise IncompatibleSchema(
+            f"table {model.display!r} holds lean rows (a column per property), and this binding cannot be lean: "
+            f"{reason}. Keep the schema's properties as they were, or rebuild the view in the full form "
+            "(resource `document: full`, then `tidemark reset`). Nothing was changed"
+        )
+    if want == FULL or plan is None:
+        return model
+    return lean_model(model, plan)
+
+
+def why_full(driver, binding) -> str:
+    """Why a new table of ``binding`` would take the full form ("" where it is lean)."""
+    d = driver.dialect
+    if not d.lean_rows:
+        return f"{d.title} keeps full documents"
+    if requested_form(binding.resource) == FULL:
+        return "the resource asks for document: full"
+    return lean_plan(binding, driver.capabilities().endpoint_reduce, d)[1]
