@@ -285,10 +285,19 @@ def check_views(url, schema_h, schema_t, view) -> str:
         if schema_t:
             t = {
                 r[0]: (*r[1:8], r[8])
-                for r in con.execute(f"""SELECT customer, {cols}, flow_document->'items' FROM "{schema_t}".customers""")
+                for r in con.execute(
+                    f"""SELECT customer, {cols}, COALESCE(items, flow_document->'items') FROM "{schema_t}".customers"""
+                )
             }
             out.append(f"(t) {'==' if t == want else '!='} answer")
     return ", ".join(out)
+
+
+def table_bytes(url: str, schema: str) -> int:
+    """The view table's size on disk (heap, indexes, TOAST), after a VACUUM."""
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(f'VACUUM "{schema}".customers')
+        return con.execute(f"SELECT pg_total_relation_size('\"{schema}\".customers')").fetchone()[0]
 
 
 def summary(rows: list[dict], skip_first: int = 1) -> dict:
@@ -519,6 +528,8 @@ def main() -> None:
                 print(
                     f"    (h)/(t) = {last['h'][0] / last['t'][0]:.2f}× (tidemark's speed over the hand-written job's)"
                 )
+                hb, tb = table_bytes(args.url, sh), table_bytes(args.url, st)
+                print(f"    table on disk: (h) {hb / 2**20:.1f} MiB, (t) {tb / 2**20:.1f} MiB ({tb / hb:.2f}×)")
         if args.plot and "h" in last and "t" in last:
             plot(
                 args.plot,
