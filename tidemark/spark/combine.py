@@ -269,7 +269,7 @@ class _Columns:
     out: tuple
 
 
-def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
+def _compiled_columns(spark, plan, jvm_spec: Optional[str], typed: bool = False) -> _Columns:
     """The expressions of ``plan``, built once per Spark context and plan.
 
     They name columns only, so every batch can use them.  Building them is a few thousand
@@ -278,11 +278,13 @@ def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
 
     subexpr_off = str(spark.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false"
     return built_once(
-        spark, ("combine", repr(plan), jvm_spec, subexpr_off), lambda: _build_columns(plan, jvm_spec, subexpr_off)
+        spark,
+        ("combine", repr(plan), jvm_spec, subexpr_off, typed),
+        lambda: _build_columns(plan, jvm_spec, subexpr_off, typed),
     )
 
 
-def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns:
+def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool = False) -> _Columns:
     from pyspark.sql import functions as F
 
     from tidemark.spark import compile as C
@@ -329,6 +331,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         valid=ok,
         mask_scalars=False,
         key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)},
+        typed=typed,
     )
     masked_keys = [F.when(ok, pc[k]) for k in plan.key]
     key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]

@@ -158,8 +158,13 @@ def event_order(plan: CompiledPlan, c, ord_col):
     return F.struct(c.isNotNull().alias("a"), value.alias("e"), ord_col.alias("o"))
 
 
-def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None, mask_scalars=True):
+def aggregations(
+    plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None, mask_scalars=True, typed: bool = False
+):
     """(agg columns, doc expression over the aggregated columns, error expression).
+
+    ``typed``: the document as a struct of its properties' typed values (an object or array
+    that is not a map or an append as its JSON text) instead of its JSON text.
 
     ``valid`` (a boolean column) masks the rows that take part: the others aggregate as if
     absent, so one pass can aggregate and count suspects at once; with ``mask_scalars=False``
@@ -209,6 +214,13 @@ def aggregations(plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=Non
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
+    if typed:
+        texts = [
+            F.when(F.col(f"v{i}").isNotNull(), F.col(f"v{i}")).alias(f.name)
+            for i, f in enumerate(plan.fields)
+            if f.kind == "raw"
+        ]
+        return aggs, F.struct(*structured, *texts), error
     if structured and not raw:  # one to_json is the whole document
         return aggs, F.to_json(F.struct(*structured)), error
     parts = list(raw)
