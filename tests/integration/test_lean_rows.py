@@ -217,3 +217,69 @@ def test_a_new_property_and_a_widening_on_a_lean_view(postgres_url, pg_schema, r
         wider.close()
     finally:
         driver.close()
+
+
+def typed_rows(model, combined: dict, keys: list):
+    """The combined documents as ``Store.rows`` (what the typed combine collects): a column
+    per property, objects and arrays as JSON text."""
+    import pyarrow as pa
+
+    from tidemark.drivers.sql.model import JSON
+
+    cols = {}
+    for c in model.columns:
+        vals = [combined[k].get(c.name) for k in keys]
+        if c.kind == JSON:
+            vals = [None if v is None else json.dumps(v) for v in vals]
+        cols[c.name] = pa.array(vals)
+    return pa.table(cols)
+
+
+@pytest.mark.postgres
+def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(postgres_url, pg_schema, request, tmp_path):
+    """``Store.rows`` (typed values, as the typed combine sends them) and the JSON texts give
+    the same view, batch after batch, mixed across transactions; a sum past 64 bits is named."""
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        schema = copy.deepcopy(SCHEMA)
+        coll, b = reduced_binding(driver, schema, "typed")
+        apply(driver, b)
+        assert driver.typed_rows([b]) == [True]
+        batches = [[{k: v for k, v in d.items() if k not in ("extra", "more")} for d in docs] for docs in BATCHES]
+        batches.append([{"k": "a", "n": 1, "city": 'say "hi", then\nleave', "tags": ["", "q"]}, {"k": "d", "n": 7}])
+        for i, docs in enumerate(batches):
+            combined = combined_of(coll, docs)
+            if i % 2 == 1:
+                commit(driver, coll, b, combined, i)
+                continue
+            t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+            try:
+                t.acknowledge(Acknowledge())
+                t.flush(Flush())
+                keys = sorted(combined)
+                n = len(keys)
+                rows_ = typed_rows(t.models[0], combined, keys)
+                for j in range(0, n, 2):  # two rows per Store: several Stores of one binding
+                    part = keys[j : j + 2]
+                    m = len(part)
+                    t.store(
+                        Store(0, tuple((k,) for k in part), (), (), (False,) * m, (False,) * m, rows=rows_.slice(j, m))
+                    )
+                t.start_commit(StartCommit(cp(i)))
+            finally:
+                t.close()
+        assert same(driver.dump(MAT, b), fold(coll, batches))
+        # a sum past 64 bits: the key and the property named, nothing committed
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            big = {"a": {"k": "a", "n": 2**63 - 1}}
+            t.store(Store(0, (("a",),), (), (), (False,), (False,), rows=typed_rows(t.models[0], big, ["a"])))
+            with pytest.raises(Exception, match=r"key \['a'\]: /n: 'sum' overflowed"):
+                t.start_commit(StartCommit(cp(len(batches))))
+        finally:
+            t.close()
+        assert same(driver.dump(MAT, b), fold(coll, batches))
+    finally:
+        driver.close()

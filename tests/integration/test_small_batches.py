@@ -123,7 +123,8 @@ def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path
     )
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]
+    # a lean view PostgreSQL reduces: the sessions get the documents as typed values
+    assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
     assert postgres_view(postgres_url, pg_schema) == oracle(files)
 
 

@@ -238,6 +238,11 @@ class Driver(ABC):
     def spec(self) -> SpecResponse:
         return SpecResponse()
 
+    def typed_rows(self, bindings: Sequence[BindingSpec]) -> list[bool]:
+        """Per binding, whether its Stores may carry the combined documents as typed values
+        (``Store.rows``: an Arrow table) instead of JSON texts.  Asked once, after Apply."""
+        return [False] * len(bindings)
+
     def row_forms(self, bindings: Sequence[BindingSpec]) -> list[str]:
         """What ``tidemark check`` says of how each binding's rows hold its documents (none:
         the endpoint has one way)."""

@@ -237,7 +237,12 @@ class Store:
     runtime sends each combined document as its JSON text here, with ``values`` and
     ``docs`` empty: the endpoint parses it where it stores it, and no Python object is
     made per document (a driver may also be sent ``docs`` and ``values`` for such a
-    binding, e.g. by the conformance kit)."""
+    binding, e.g. by the conformance kit).
+    ``rows``: for a binding whose rows hold its documents (a lean table) and a driver that
+    declares ``Capabilities.typed_rows``, the combined documents as a ``pyarrow.Table`` of
+    their properties' typed values, one column per property (objects and arrays as JSON
+    text), one row per key in the order of ``keys``; ``texts``, ``values`` and ``docs``
+    empty.  Never sent over the wire."""
 
     binding: int
     keys: tuple[Key, ...]
@@ -246,6 +251,7 @@ class Store:
     exists: tuple[bool, ...]
     deletes: tuple[bool, ...]
     texts: tuple[str, ...] = ()
+    rows: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,7 +189,21 @@ class _Machine:
             g(s is Status.STORE)
             b = self._binding(msg, msg.binding, True)
             n = len(msg.keys)
-            if msg.texts:
+            if msg.rows is not None:
+                g(
+                    b is None or b.endpoint_reduce,
+                    f"binding {msg.binding} is not reduced by the endpoint: Store.rows is for bindings that are",
+                )
+                g(
+                    len(msg.rows) == n
+                    and not msg.texts
+                    and not msg.values
+                    and not msg.docs
+                    and len(msg.exists) == n
+                    and len(msg.deletes) == n,
+                    "keys, rows, exists and deletes must have one entry per document (texts, values and docs none)",
+                )
+            elif msg.texts:
                 g(
                     b is None or b.endpoint_reduce,
                     f"binding {msg.binding} is not reduced by the endpoint: Store.texts is for bindings that are",

@@ -83,6 +83,29 @@ class ShardResult:
     executor: str = field(default_factory=lambda: f"{os.uname().nodename}:{os.getppid()}")  # host:executor JVM pid
 
 
+@dataclass
+class TypedRows:
+    """A shard's combined rows of one binding as typed values (the sessions in the driver on
+    the typed combine): ``keys`` sorted as the rows, ``rows`` the Arrow table of their
+    documents' properties (``Store.rows``), ``documents`` the source documents combined."""
+
+    binding: int
+    keys: list
+    rows: Any
+    documents: int
+
+
+def _store_rows(session, typed: TypedRows, chunk: int, result) -> None:
+    """The Stores of a shard's typed rows: slices of the Arrow table, no Python per row."""
+    for i in range(0, len(typed.keys), chunk):
+        part = typed.keys[i : i + chunk]
+        m = len(part)
+        falses = (False,) * m
+        session.store(Store(typed.binding, tuple(part), (), (), falses, falses, rows=typed.rows.slice(i, m)))
+        fault_point("mid_store")
+        result.stored += m
+
+
 def _session(transactor, bindings):
     try:
         from tidemark.protocol.state import RuntimeSession
@@ -91,7 +114,7 @@ def _session(transactor, bindings):
     return RuntimeSession(transactor, bindings)
 
 
-def run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
+def run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> ShardResult:
     try:
         return _run_shard(task, index, rows)
     except TidemarkError as exc:
@@ -143,7 +166,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     return False
 
 
-def _run_shard(task: ShardTask, index: int, rows: Iterable) -> ShardResult:
+def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> ShardResult:
     rng = task.ranges[index]
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -209,8 +232,9 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     # the batch's combined documents)
     reduced = [b.endpoint_reduce and not b.delta_updates for b in bindings]
     no_load = [b.delta_updates or r for b, r in zip(bindings, reduced)]
+    typed = rows if isinstance(rows, TypedRows) else None
     try:
-        for (_shard, binding, key_json), doc_json in rows:
+        for (_shard, binding, key_json), doc_json in () if typed is not None else rows:
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
             buffer.append((binding, key, doc_json), len(key_json) + len(doc_json))
             if no_load[binding]:
@@ -230,13 +254,15 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         if flushed.state is not None:
             result.updates.append(flushed.state)
         fault_point("after_load")
-        result.documents = buffer.count
+        result.documents = buffer.count if typed is None else len(typed.keys)
         result.loaded = loaded.count
         timings["load"] = time.perf_counter() - t
 
         # Step 4: reduce loaded ⊕ combined, Store in chunks (rows are grouped by binding).
         t = time.perf_counter()
         store_chunk = _limit(caps, "max_store_docs", 10_000)
+        if typed is not None:
+            _store_rows(session, typed, store_chunk, result)
         cols = _Columns()
         current = None
         for binding, key, doc_json in buffer:

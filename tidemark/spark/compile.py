@@ -163,8 +163,8 @@ def aggregations(
 ):
     """(agg columns, doc expression over the aggregated columns, error expression).
 
-    ``typed``: the document as a struct of its properties' typed values (an object or array
-    that is not a map or an append as its JSON text) instead of its JSON text.
+    ``typed``: the document as a struct of its properties' typed values (objects and arrays
+    as their JSON text) instead of its JSON text (``Store.rows``).
 
     ``valid`` (a boolean column) masks the rows that take part: the others aggregate as if
     absent, so one pass can aggregate and count suspects at once; with ``mask_scalars=False``
@@ -189,7 +189,7 @@ def aggregations(
             ord_col = F.when(ord_col.isNotNull(), event_order(plan, p[plan.order], ord_col))
         return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask)
-    aggs, structured, raw, errors = [], [], [], []
+    aggs, structured, raw, errors, fields = [], [], [], [], []
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
         v, n = f"v{i}", f"n{i}"
@@ -208,6 +208,8 @@ def aggregations(
         if present is None:
             present = F.col(v).isNotNull()
         col = F.when(present, F.col(v))
+        # typed: each property's value as its column holds it (an array or a map as its JSON text)
+        fields.append((col if f.kind in ("scalar", "raw") else F.to_json(col)).alias(f.name))
         if f.kind == "raw":  # already JSON text: spliced in as is
             raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), F.col(v))))
         else:
@@ -215,12 +217,7 @@ def aggregations(
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     if typed:
-        texts = [
-            F.when(F.col(f"v{i}").isNotNull(), F.col(f"v{i}")).alias(f.name)
-            for i, f in enumerate(plan.fields)
-            if f.kind == "raw"
-        ]
-        return aggs, F.struct(*structured, *texts), error
+        return aggs, F.struct(*fields), error
     if structured and not raw:  # one to_json is the whole document
         return aggs, F.to_json(F.struct(*structured)), error
     parts = list(raw)

@@ -239,10 +239,13 @@ class Materializer:
         self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
         self._one_job: dict = {}  # OneJobPlan per (Spark session, source columns, layout)
+        self.typed_rows = False  # the driver's sessions get Store.rows (decided at start_up)
 
     def start_up(self) -> None:
-        """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator)."""
+        """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator);
+        then whether the shard sessions in the driver get typed values (``Store.rows``)."""
         self.coordinator.start_up()
+        self.typed_rows = all(self.driver.typed_rows(self.bindings))
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
@@ -452,7 +455,7 @@ class Materializer:
             return None
         if results is not None:
             report.documents = sum(r.input_documents for r in results)
-            report.path = "driver"
+            report.path = "driver (typed rows)" if "row" in combined.columns else "driver"
         return results
 
     def _plan_one_job(self, df, ranges: tuple[Range, ...], routed: bool = True):
@@ -471,7 +474,7 @@ class Materializer:
         key = (internals.session_id(spark), tuple(df.columns), ranges)
         plan = self._one_job.get(key)
         if plan is None:
-            plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges)
+            plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges, self.typed_rows)
         return plan.apply(df, routed) if plan.ok else None
 
     def _plan(self, df, ranges: tuple[Range, ...]):

@@ -142,7 +142,7 @@ class OneJobPlan:
     DataFrame from Column objects was about a thousand (0.2 s on a 25k-document batch).
     ``ok`` is False when some binding's schema does not compile (the checked plan then)."""
 
-    def __init__(self, spark, columns: tuple, collections: tuple, ranges: tuple[Range, ...]):
+    def __init__(self, spark, columns: tuple, collections: tuple, ranges: tuple[Range, ...], typed: bool = False):
         from pyspark.sql import functions as F
 
         from tidemark.collection.plan import compile_collection
@@ -155,6 +155,9 @@ class OneJobPlan:
         self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
+        # the unrouted rows carry the document as typed values (``row``, for Store.rows):
+        # one binding whose root merges, the driver staging typed values
+        self.typed = typed and len(collections) == 1
         multi = len(collections) > 1
         jseq = internals.jseq
         self.prep = jseq(spark, source_columns(columns) + ([F.col("_binding")] if multi else []))
@@ -171,6 +174,8 @@ class OneJobPlan:
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_s") | (F.col("_nx") > F.lit(0)) | F.col("_error").isNotNull()
+            self.typed = self.typed and plan.root_strategy == "merge"
+            typed = _compiled_columns(spark, plan, jvm_spec, typed=True).out if self.typed else None
             self.bindings.append(
                 {
                     "filter": internals.jcol(F.col("_binding") == F.lit(i)) if multi else None,
@@ -183,6 +188,21 @@ class OneJobPlan:
                     "final": jseq(
                         spark, [F.lit(i).alias("binding"), "key_json", "key_hash", "doc", "_n", odd.alias("_odd")]
                     ),
+                    "out_typed": jseq(spark, typed) if typed else None,
+                    "final_typed": jseq(
+                        spark,
+                        [
+                            F.lit(i).alias("binding"),
+                            "key_json",
+                            "key_hash",
+                            F.lit(None).cast("string").alias("doc"),
+                            "_n",
+                            odd.alias("_odd"),
+                            F.col("doc").alias("row"),
+                        ],
+                    )
+                    if typed
+                    else None,
                 }
             )
 
@@ -208,8 +228,11 @@ class OneJobPlan:
             j = jdf.filter(b["filter"]) if b["filter"] is not None else jdf
             if b["pre"] is not None:
                 j = j.select(b["pre"])
-            j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"]).select(b["out"])
-            parts.append(j.select(b["final"]))
+            j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"])
+            if not routed and self.typed:  # the document as typed values: no JSON text made
+                parts.append(j.select(b["out_typed"]).select(b["final_typed"]))
+            else:
+                parts.append(j.select(b["out"]).select(b["final"]))
         planned = _route_j(spark, parts, self.ranges) if routed else union_j(parts)
         if self.rebindable and routed not in self.templates:
             self.templates[routed] = (internals.analyzed(planned), leaf)

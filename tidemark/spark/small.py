@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from tidemark.errors import RecoveryError
+from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import Range
-from tidemark.runtime.shard import ShardResult, ShardTask, _run_shard
+from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, _run_shard
 from tidemark.spark.route import END_BINDING, _shard_rows
 
 #: shard sessions run at once in the driver (each holds an endpoint connection) when they
@@ -54,12 +55,20 @@ def run_small(combined, task: ShardTask, cap: int):
         return None
     if any(table.column("_odd").to_pylist()):
         return ODD
-    per_shard = split(task.ranges, table)
+    typed = "row" in table.column_names  # the documents as typed values (one binding)
+    per_shard: list = split_typed(task.ranges, table) if typed else split(task.ranges, table)
     host = os.uname().nodename
 
     def one(index: int) -> ShardResult:
         counted = [0]
-        result = _run_shard(task, index, _shard_rows(index, iter(per_shard[index]), counted))
+        mine = per_shard[index]
+        if isinstance(mine, TypedRows):
+            if armed("mid_stream"):
+                fault_point("mid_stream")
+            counted[0] = mine.documents
+            result = _run_shard(task, index, mine)
+        else:
+            result = _run_shard(task, index, _shard_rows(index, iter(mine), counted))
         result.input_documents = counted[0]
         result.executor = f"{host}:driver"
         return result
@@ -80,13 +89,39 @@ def threads(task: ShardTask) -> int:
     return max(1, min(len(task.ranges), MAX_REDUCED_THREADS if reduced else MAX_THREADS))
 
 
-def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
-    """Rows ``(shard, binding, key_json, doc, n)`` per shard of an Arrow table of combined
-    rows (columns ``binding, key_json, key_hash, doc, _n``), as the Spark stage feeds them:
-    sorted by (binding, key_json) (Arrow orders strings by their UTF-8 bytes, as Spark
-    does), then the shard's end row.  Routing and sorting are Arrow's and numpy's (no
-    Python per row before a shard's own rows are made).  A key hash outside every range
-    is an error."""
+def split_typed(ranges: Sequence[Range], table) -> list[TypedRows]:
+    """Per shard, its rows of the typed combine (one binding: ``binding, key_json, key_hash,
+    _n, row``) sorted by key, as :class:`~tidemark.runtime.shard.TypedRows`: the Arrow table
+    of the documents' properties, sliced, never made into Python rows."""
+    from tidemark.jsontext import loads
+
+    ordered, counts = _by_shard(ranges, table)
+    out = []
+    start = 0
+    for count in counts:
+        part = ordered.slice(start, count)
+        start += count
+        keys = [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
+        rows = part.column("row").combine_chunks()
+        out.append(TypedRows(0, keys, pa_table(rows), int(pc_sum(part.column("_n")))))
+    return out
+
+
+def pa_table(struct):
+    """A struct column's fields as a table."""
+    import pyarrow as pa
+
+    return pa.Table.from_arrays(struct.flatten(), names=[f.name for f in struct.type])
+
+
+def pc_sum(column) -> int:
+    import pyarrow.compute as pc
+
+    return pc.sum(column).as_py() or 0
+
+
+def _by_shard(ranges: Sequence[Range], table):
+    """The table sorted by (shard, binding, key_json), and each shard's row count."""
     import numpy as np
     import pyarrow as pa
 
@@ -106,9 +141,20 @@ def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
     ordered = table.append_column("_shard", pa.array(shard)).sort_by(
         [("_shard", "ascending"), ("binding", "ascending"), ("key_json", "ascending")]
     )
+    return ordered, np.bincount(shard, minlength=len(ranges)).tolist()
+
+
+def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
+    """Rows ``(shard, binding, key_json, doc, n)`` per shard of an Arrow table of combined
+    rows (columns ``binding, key_json, key_hash, doc, _n``), as the Spark stage feeds them:
+    sorted by (binding, key_json) (Arrow orders strings by their UTF-8 bytes, as Spark
+    does), then the shard's end row.  Routing and sorting are Arrow's and numpy's (no
+    Python per row before a shard's own rows are made).  A key hash outside every range
+    is an error."""
+    ordered, counts = _by_shard(ranges, table)
     out: list[list[tuple]] = []
     start = 0
-    for i, count in enumerate(np.bincount(shard, minlength=len(ranges)).tolist()):
+    for i, count in enumerate(counts):
         part = ordered.slice(start, count)
         start += count
         columns = (part.column(c).to_pylist() for c in ("binding", "key_json", "doc", "_n"))

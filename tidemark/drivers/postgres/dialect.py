@@ -47,6 +47,7 @@ class PostgresDialect(Dialect):
     ddl_lock = DDL_LOCK  # concurrent DDL races in PostgreSQL's catalogs
     for_update = " FOR UPDATE"
     lean_rows = True
+    typed_staging = True
 
     def widens(self, existing_type: str, col: Column) -> bool:
         """Whether Apply can change an existing value column to ``col``'s type: every value the

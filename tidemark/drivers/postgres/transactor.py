@@ -26,6 +26,22 @@ from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
 
 
+def typed_stage_name(binding: int) -> str:
+    return f"tidemark_typed_{binding}"
+
+
+def csv_of(rows, names: list[str]) -> bytes:
+    """The columns ``names`` of an Arrow table as CSV (strings quoted, NULL empty), as
+    ``COPY … (FORMAT csv)`` reads them: written by Arrow, no Python per row."""
+    import io
+
+    import pyarrow.csv as pacsv
+
+    buf = io.BytesIO()
+    pacsv.write_csv(rows.select(names), buf, pacsv.WriteOptions(include_header=False))
+    return buf.getvalue()
+
+
 def backend_pid(con) -> int:
     """The server process this statement ran in (``pg_backend_pid()``; libpq's own
     ``backend_pid`` is a pooler's, where there is one)."""
@@ -42,6 +58,8 @@ class PostgresTransactor(SqlTransactor):
         self._dupes: set[int] = set()  # bindings where a key may have been stored twice
         self._deletes: set[int] = set()  # bindings with deletes staged
         self._updates: dict[int, int] = {}  # per binding: staged documents whose key was Loaded
+        self._typed: set[int] = set()  # bindings staged as typed values (Store.rows)
+        self._stale_typed: set[int] = set()  # typed staging tables still holding committed rows
 
     @property
     def backend(self) -> Optional[int]:
@@ -145,6 +163,9 @@ class PostgresTransactor(SqlTransactor):
         if not msg.keys:
             return
         model = self.models[msg.binding]
+        if msg.rows is not None:
+            self._store_typed(model, msg)
+            return
         if model.reduce is not None:
             self._store_texts(model, msg)
             return
@@ -233,7 +254,9 @@ class PostgresTransactor(SqlTransactor):
         # The staging tables are emptied lazily, by the next Store of this session: most
         # sessions end here (one per shard and batch), and a TRUNCATE is a catalog change
         # with a WAL flush of its own.
-        self._stale |= self._staged
+        self._stale |= self._staged - self._typed
+        self._stale_typed |= self._typed
+        self._typed.clear()
         self._hashes.clear()
         self._dupes.clear()
         self._deletes.clear()
@@ -327,17 +350,58 @@ class PostgresTransactor(SqlTransactor):
         self._stale.discard(msg.binding)
         self._staged.add(msg.binding)
 
+    def _store_typed(self, model: TableModel, msg: Store) -> None:
+        """Stage a lean binding's combined documents given as typed values (``Store.rows``):
+        the Arrow table written as CSV by Arrow (no Python per row) into a staging table of
+        the view's column types, which the commit's statement reads as they are."""
+        if msg.binding in self._staged and msg.binding not in self._typed:
+            raise DriverError(
+                f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
+            )
+        self.staged_once(model, msg)
+        st, create = self.temp(
+            typed_stage_name(msg.binding), [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+        )
+        payload = csv_of(msg.rows, [c.name for c in model.columns])
+        con, stale = self.con, msg.binding in self._stale_typed
+
+        def staged() -> None:
+            def body() -> None:
+                if create:
+                    con.execute(create)
+                elif stale:
+                    con.execute(f"TRUNCATE {st}")
+                with con.cursor() as cur, cur.copy(f"COPY {st} FROM STDIN (FORMAT csv)") as copy:
+                    copy.write(payload)
+
+            try:
+                self.transaction(body)
+            except psycopg.DataError:
+                self._name_nul(model, msg.keys)
+                raise
+
+        self.driver.run(staged, f"store {model.display}", con)
+        self._created.add(typed_stage_name(msg.binding))
+        self._stale_typed.discard(msg.binding)
+        self._staged.add(msg.binding)
+        self._typed.add(msg.binding)
+
     def _reduce(self, model: TableModel, binding: int, st: str, names: list[str], sources: list[str]) -> None:
         """Reduce the staged combined documents into the stored ones, in this transaction; a
         sum beyond 64 bits (or not finite) is refused naming the key and the property."""
-        sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, reduce_sources(REDUCE, model))
+        if binding in self._typed:  # typed values: the staging table's columns as they are
+            st = self.dialect.temp(typed_stage_name(binding))
+            typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL::jsonb"]
+            sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, typed)
+        else:
+            sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, reduce_sources(REDUCE, model))
         try:
             with self.con.transaction():  # a savepoint: the error below is named from the same rows
                 self.con.execute(sql)
         except psycopg.errors.NumericValueOutOfRange as exc:
-            raise self._overflow(model, st, exc) from None
+            raise self._overflow(model, st, exc, binding in self._typed) from None
 
-    def _overflow(self, model: TableModel, st: str, exc: Exception) -> DriverError:
+    def _overflow(self, model: TableModel, st: str, exc: Exception, typed: bool = False) -> DriverError:
         q = self.dialect.quote
         n = len(model.keys)
         match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
@@ -350,7 +414,8 @@ class PostgresTransactor(SqlTransactor):
                 f"t.{q(col.name)}::numeric" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
             )
             bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
-            new = f"(s.d -> {literal(f.name)})::numeric"
+            j = [c.name for c in model.columns].index(col.name)
+            new = f"s.c{j}::numeric" if typed else f"(s.d -> {literal(f.name)})::numeric"
             row = self.con.execute(
                 f"SELECT {keys}, {old}, {new} FROM {st} s JOIN {model.ident} t ON {match} "
                 f"WHERE abs({old} + {new}) > {bound} LIMIT 1"

@@ -60,6 +60,7 @@ class Dialect:
     #: new views take the lean row (:mod:`tidemark.drivers.sql.lean`) where the binding can
     lean_rows: bool = False
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
+    typed_staging: bool = False  # a lean binding it reduces stages ``Store.rows`` (typed values)
 
     def resolved_name(self, name: str) -> str:
         """A table's name as the endpoint resolves it (the view-identity record's ``resolved``):

@@ -126,6 +126,11 @@ def documents(driver, model: TableModel) -> dict:
     return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, d, r) for r in rows}
 
 
+def typed_rows(driver, bindings) -> list[bool]:
+    """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
+    return [driver.dialect.typed_staging and m.lean and m.reduce is not None for m in map(driver.model, bindings)]
+
+
 def row_forms(driver, bindings) -> list[str]:
     """``tidemark check``'s line per binding: its table's form, and why where it is full."""
     out = []
