@@ -235,11 +235,9 @@ def typed_rows(model, combined: dict, keys: list):
     return pa.table(cols)
 
 
-@pytest.mark.postgres
-def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(postgres_url, pg_schema, request, tmp_path):
+def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(endpoint):
     """``Store.rows`` (typed values, as the typed combine sends them) and the JSON texts give
     the same view, batch after batch, mixed across transactions; a sum past 64 bits is named."""
-    endpoint = Endpoint("postgres", request, tmp_path)
     driver = endpoint.driver
     try:
         schema = copy.deepcopy(SCHEMA)
@@ -281,5 +279,41 @@ def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(postgres_url,
         finally:
             t.close()
         assert same(driver.dump(MAT, b), fold(coll, batches))
+    finally:
+        driver.close()
+
+
+@pytest.mark.postgres
+def test_a_zombie_sessions_typed_rows_are_fenced_off_after_a_newer_open(postgres_url, pg_schema, request, tmp_path):
+    """An older session stages typed rows; a newer session opens the range and commits; the
+    older one's statement never runs (FencedOff), and the view holds the newer batch only."""
+    from tidemark.errors import FencedOff
+
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "zombie")
+        apply(driver, b)
+        combined = combined_of(coll, [{"k": "a", "n": 5}, {"k": "z", "n": 1}])
+        old, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        old.acknowledge(Acknowledge())
+        old.flush(Flush())
+        keys = sorted(combined)
+        old.store(
+            Store(
+                0,
+                tuple((k,) for k in keys),
+                (),
+                (),
+                (False, False),
+                (False, False),
+                rows=typed_rows(old.models[0], combined, keys),
+            )
+        )
+        commit(driver, coll, b, {"a": {"k": "a", "n": 1}}, 0)  # a retried task: a newer session commits
+        with pytest.raises(FencedOff):
+            old.start_commit(StartCommit(cp(0)))
+        old.close()
+        assert same(driver.dump(MAT, b), {"a": {"k": "a", "n": 1}})
     finally:
         driver.close()

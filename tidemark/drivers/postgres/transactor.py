@@ -21,13 +21,9 @@ from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, enc
 from tidemark.drivers.postgres.dialect import REDUCE, literal, sql_type
 from tidemark.drivers.sql import DOCUMENT_COLUMN, INTEGER, JSON, SqlTransactor, TableModel, redact
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
-from tidemark.drivers.sql.transactor import stage_name, staged_columns
+from tidemark.drivers.sql.transactor import stage_name, staged_columns, typed_stage_name
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
-
-
-def typed_stage_name(binding: int) -> str:
-    return f"tidemark_typed_{binding}"
 
 
 def csv_of(rows, names: list[str]) -> bytes:

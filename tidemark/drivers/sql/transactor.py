@@ -43,6 +43,10 @@ def stage_name(binding: int) -> str:
     return f"tidemark_stage_{binding}"
 
 
+def typed_stage_name(binding: int) -> str:
+    return f"tidemark_typed_{binding}"
+
+
 def staged_columns(model: TableModel, quote: Callable[[str], str]) -> tuple[list[str], list[str]]:
     """The view's columns (quoted; keys, values, document) and the staging columns that fill them."""
     return (
@@ -81,6 +85,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._quarantine: list[dict] = []
         self._seq = 0  # Store order within the transaction
         self._reduced_keys: dict[int, set] = {}  # per binding the endpoint reduces: the keys staged
+        self._typed: set[int] = set()  # bindings staged as typed values (Store.rows)
 
     # --------------------------------------------------------------- helpers
     def execute(self, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
@@ -180,6 +185,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return
         d = self.dialect
         model = self.models[msg.binding]
+        if msg.rows is not None:
+            self.store_typed(model, msg)
+            return
         if model.reduce is not None:
             self.store_texts(model, msg)
             return
@@ -272,6 +280,31 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._created.add(stage_name(msg.binding))
         self._staged.add(msg.binding)
 
+    def store_typed(self, model: TableModel, msg: Store) -> None:
+        """Stage a lean binding's combined documents given as typed values (``Store.rows``,
+        an Arrow table) into a staging table of the view's column types, read by the
+        commit's statement as they are."""
+        d = self.dialect
+        if msg.binding in self._staged and msg.binding not in self._typed:
+            raise DriverError(
+                f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
+            )
+        self.staged_once(model, msg)
+        name = typed_stage_name(msg.binding)
+        st, create = self.temp(name, [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)])
+        rows = list(zip(*(msg.rows.column(c.name).to_pylist() for c in model.columns)))
+        sql = f"INSERT INTO {st} VALUES ({d.params(len(model.columns))})"
+
+        def body() -> None:
+            if create:
+                self.execute(create)
+            self.executemany(sql, rows)
+
+        self.in_transaction(body, f"store {model.display}", write=False)
+        self._created.add(name)
+        self._staged.add(msg.binding)
+        self._typed.add(msg.binding)
+
     def quarantine(self, msg: Quarantine) -> None:
         """Invalid documents for ``tidemark_quarantine``, written by this transaction's commit."""
         self._quarantine.extend(msg.rows)
@@ -333,7 +366,11 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
             R = self.driver.reduce_sql(model)
-            sql = reduce_statement(R, table, model, model.reduce, st, names, reduce_sources(R, model))
+            if binding in self._typed:  # typed values: the staging table's columns as they are
+                typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL"]
+                sql = reduce_statement(R, table, model, model.reduce, d.temp(typed_stage_name(binding)), names, typed)
+            else:
+                sql = reduce_statement(R, table, model, model.reduce, st, names, reduce_sources(R, model))
             try:
                 self.execute(sql)
             except Exception as exc:
@@ -353,8 +390,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def committed(self) -> None:
         """After the commit: empty the staging tables it applied."""
         for b in self._staged:
-            st = self.dialect.temp(stage_name(b))
+            st = self.dialect.temp(typed_stage_name(b) if b in self._typed else stage_name(b))
             self.driver.run(lambda st=st: self.execute(f"DELETE FROM {st}"), "clear staging", self.con)
+        self._typed.clear()
 
     def close(self) -> None:
         try:

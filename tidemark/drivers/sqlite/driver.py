@@ -47,6 +47,7 @@ class SQLiteDialect(Dialect):
     name_collate = " COLLATE NOCASE"  # table names are case-insensitive (ASCII) in SQLite
     lean_rows = True
     exact_decimals = False  # NUMERIC affinity keeps a double
+    typed_staging = True
 
     def widens(self, existing_type: str, col) -> bool:
         """integer -> number needs nothing in SQLite: an INTEGER column keeps a fractional value
