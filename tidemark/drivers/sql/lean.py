@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from decimal import Decimal
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.common.columns import BOOLEAN, JSON, TIMESTAMP, Column
+from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column
 from tidemark.drivers.sql.model import TableModel
 from tidemark.errors import SpecError
 
@@ -72,15 +71,11 @@ def lean_model(model: TableModel, plan) -> TableModel:
     return dataclasses.replace(model, values=model.values + extra, lean=True)
 
 
-def remainder(doc: dict, names: Sequence[str]) -> Optional[dict]:
+def remainder(doc: dict, names: frozenset) -> Optional[dict]:
     """The members of ``doc`` no column holds (``names``: the columns), or None."""
-    if len(doc) <= len(names):
-        held = set(names)
-        if all(k in held for k in doc):
-            return None
-    held = set(names)
-    rest = {k: v for k, v in doc.items() if k not in held}
-    return rest or None
+    if names.issuperset(doc):
+        return None
+    return {k: v for k, v in doc.items() if k not in names}
 
 
 def row_values(model: TableModel, doc: dict) -> tuple:
@@ -89,29 +84,48 @@ def row_values(model: TableModel, doc: dict) -> tuple:
     return tuple([get(c.name) for c in model.values])
 
 
-def _value(kind: str, v: Any, dialect) -> Any:
-    if kind == BOOLEAN and dialect.bool_as_int:
-        return bool(v)
-    if kind == JSON and isinstance(v, str):
-        return json.loads(v)
-    if kind == TIMESTAMP:  # never a lean column; an older table's date-time text
-        return v if isinstance(v, str) else v.isoformat()
-    if isinstance(v, Decimal):  # an exact decimal column: the JSON number it holds
+def _decimal(v: Any) -> Any:
+    """An exact decimal column's value as the JSON number it holds."""
+    if isinstance(v, Decimal):
         return int(v) if v == v.to_integral_value() else float(v)
-    if isinstance(v, float) and v.is_integer() and math.isfinite(v) and abs(v) < 2**53:
-        return v  # a number property keeps its float (JSON: the same number)
     return v
 
 
-def document_of(model: TableModel, dialect, row: Sequence[Any]) -> dict:
-    """The document of a lean row read as ``keys…, values…, flow_document``."""
+def _timestamp(v: Any) -> Any:  # never a lean column; an older table's date-time text
+    return v if isinstance(v, str) else v.isoformat()
+
+
+def _json(v: Any) -> Any:
+    return json.loads(v) if isinstance(v, (str, bytes)) else v
+
+
+def converters(model: TableModel, dialect) -> list:
+    """Per column (keys, values), how a value read back becomes the document's (None: as it is)."""
+    out: list = []
+    for c in model.columns:
+        if c.is_key:
+            out.append(lambda v, k=c.kind: dialect.read_value(k, v))
+        elif c.kind == BOOLEAN and dialect.bool_as_int:
+            out.append(bool)
+        elif c.kind == JSON:
+            out.append(_json)
+        elif c.kind == TIMESTAMP:
+            out.append(_timestamp)
+        elif c.kind.startswith(DECIMAL):
+            out.append(_decimal)
+        else:
+            out.append(None)
+    return out
+
+
+def document_of(model: TableModel, dialect, row: Sequence[Any], convert: Optional[list] = None) -> dict:
+    """The document of a lean row read as ``keys…, values…, flow_document`` (``convert``:
+    :func:`converters`, made once for many rows)."""
     rest = row[-1]
-    doc: dict = {}
-    if rest is not None:
-        doc.update(json.loads(rest) if isinstance(rest, (str, bytes)) else rest)
-    for c, v in zip(model.columns, row):
+    doc: dict = {} if rest is None else dict(_json(rest))
+    for f, c, v in zip(convert or converters(model, dialect), model.columns, row):
         if v is not None:
-            doc[c.name] = _value(c.kind, v, dialect) if not c.is_key else dialect.read_value(c.kind, v)
+            doc[c.name] = v if f is None else f(v)
     return doc
 
 
@@ -122,8 +136,11 @@ def documents(driver, model: TableModel) -> dict:
     d = driver.dialect
     cols = ", ".join(d.quote(c.name) for c in model.columns)
     rows = driver.execute(driver.con, f"SELECT {cols}, {d.quote(DOCUMENT_COLUMN)} FROM {d.ident(model)}").fetchall()
-    n = len(model.keys)
-    return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, d, r) for r in rows}
+    n, convert = len(model.keys), converters(model, d)
+    return {
+        tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, d, r, convert)
+        for r in rows
+    }
 
 
 def typed_rows(driver, bindings) -> list[bool]:

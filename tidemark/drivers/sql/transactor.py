@@ -152,7 +152,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def lean_rows(self, model: TableModel, found: list) -> list:
         """``(i, document)`` of the rows a lean Load read as ``(i, columns…, flow_document)``."""
-        return [(r[0], lean.document_of(model, self.dialect, r[1:])) for r in found]
+        convert = lean.converters(model, self.dialect)
+        return [(r[0], lean.document_of(model, self.dialect, r[1:], convert)) for r in found]
 
     def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
         """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
@@ -224,7 +225,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         holds (None where nothing)."""
         if not model.lean:
             return self.values_of(msg), [dumps(doc) for doc in msg.docs]
-        names = [c.name for c in model.columns]
+        names = frozenset(c.name for c in model.columns)
         rests = [lean.remainder(doc, names) for doc in msg.docs]
         return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
 
