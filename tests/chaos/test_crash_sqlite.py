@@ -129,7 +129,7 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
     paths = [log.get(b).counts["path"] for b in log.batches()]
     assert paths == (
-        ["one job", "driver", "driver", "checked in driver", "driver"]
+        ["one job", *["driver (typed rows)"] * 2, "checked in driver", "driver (typed rows)"]
         if small_batch_keys
         else ["one job", "one job", "one job", "checked", "one job"]
     )

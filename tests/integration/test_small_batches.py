@@ -12,6 +12,9 @@ from tests.helpers import compiled_spec as write_spec
 from tests.helpers import sqlite_view
 from tests.helpers import write_compiled_orders as write_stream
 
+#: the path of a batch whose sessions run in the driver on typed values (a lean view the endpoint reduces)
+TYPED = "driver (typed rows)"
+
 pytestmark = pytest.mark.spark
 
 
@@ -36,7 +39,7 @@ def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark,
     spec = write_spec(tmp_path, data, db, shards=3)
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["one job", "driver", "driver", "driver"]
+    assert [r.path for r in reports] == ["one job", TYPED, TYPED, TYPED]
     assert sum(r.documents for r in reports) == 480
     assert all(r.keys <= 30 and r.shards == 3 for r in reports)
     assert sqlite_view(db) == oracle(files)
@@ -49,7 +52,7 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
 
     reports = _run(spark, spec)
     # batch 1 follows a small batch but has ~60 keys: collected up to 26 rows, then on Spark
-    assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", "driver"]
+    assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", TYPED]
     assert [r.keys > 25 for r in reports] == [False, True, True, False, False]
     assert sqlite_view(db) == oracle(files)
 
@@ -58,7 +61,7 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
     "options,paths",
     [
         # SQLite reduces the view itself: batches up to reduced_batch_keys stay in the driver
-        ({"small_batch_keys": 25}, ["one job", "driver", "driver", "driver", "driver"]),
+        ({"small_batch_keys": 25}, ["one job", TYPED, TYPED, TYPED, TYPED]),
         # Load + Python: small_batch_keys is the limit
         ({"small_batch_keys": 25, "endpoint_reduce": False}, ["one job", "one job", "one job", "one job", "driver"]),
         # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
@@ -89,7 +92,7 @@ def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driv
     os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still the second batch
 
     reports = _run(spark, spec)
-    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked in driver", 1), ("driver", 0)]
+    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked in driver", 1), (TYPED, 0)]
     assert sqlite_view(db) == oracle(files, skip={(1, 9)})
 
 

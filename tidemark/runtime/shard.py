@@ -192,7 +192,7 @@ def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> Shard
             raise
         if replayed:
             # Step 2: the endpoint committed this very batch already (a re-run): skip.
-            for _ in rows:
+            for _ in () if isinstance(rows, TypedRows) else rows:
                 pass
             transactor.close()
             return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
