@@ -317,3 +317,35 @@ def test_a_zombie_sessions_typed_rows_are_fenced_off_after_a_newer_open(postgres
         assert same(driver.dump(MAT, b), {"a": {"k": "a", "n": 1}})
     finally:
         driver.close()
+
+
+@pytest.mark.postgres
+def test_a_nul_in_typed_rows_is_named_by_key_and_property(postgres_url, pg_schema, request, tmp_path):
+    from tidemark.errors import DriverError
+
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "nul")
+        apply(driver, b)
+        combined = {"a": {"k": "a", "n": 1, "city": "ok"}, "b": {"k": "b", "n": 2, "city": "x\x00y"}}
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            with pytest.raises(DriverError, match=r"key \['b'\] \(at /city\) holds U\+0000"):
+                t.store(
+                    Store(
+                        0,
+                        (("a",), ("b",)),
+                        (),
+                        (),
+                        (False,) * 2,
+                        (False,) * 2,
+                        rows=typed_rows(t.models[0], combined, ["a", "b"]),
+                    )
+                )
+        finally:
+            t.close()
+        assert driver.dump(MAT, b) == {}
+    finally:
+        driver.close()

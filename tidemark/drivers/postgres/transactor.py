@@ -374,6 +374,7 @@ class PostgresTransactor(SqlTransactor):
                 self.transaction(body)
             except psycopg.DataError:
                 self._name_nul(model, msg.keys)
+                self._name_nul_typed(model, msg)
                 raise
 
         self.driver.run(staged, f"store {model.display}", con)
@@ -381,6 +382,24 @@ class PostgresTransactor(SqlTransactor):
         self._stale_typed.discard(msg.binding)
         self._staged.add(msg.binding)
         self._typed.add(msg.binding)
+
+    def _name_nul_typed(self, model: TableModel, msg: Store) -> None:
+        """After PostgreSQL refused typed rows: the first property holding U+0000, by key."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for c in model.values:
+            col = msg.rows.column(c.name)
+            if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+                continue
+            hits = pc.fill_null(pc.match_substring(col, "\x00"), False)
+            if pc.any(hits).as_py():
+                i = pc.index(hits, True).as_py()
+                raise DriverError(
+                    f"PostgreSQL at {self.driver.settings.where}: {model.display}: the document of key "
+                    f"{list(msg.keys[i])!r} (at /{c.name}) holds U+0000 (NUL), which PostgreSQL cannot store in text "
+                    "or jsonb. Remove or replace it upstream; nothing of this shard's transaction was committed."
+                )
 
     def _reduce(self, model: TableModel, binding: int, st: str, names: list[str], sources: list[str]) -> None:
         """Reduce the staged combined documents into the stored ones, in this transaction; a
