@@ -128,8 +128,9 @@ def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points
     assert sqlite_view(db) == compiled_oracle(files, skip={(3, 7)})
     log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
     paths = [log.get(b).counts["path"] for b in log.batches()]
+    driver = "driver (typed rows)" if endpoint_reduce else "driver"  # a lean view SQLite reduces: typed values
     assert paths == (
-        ["one job", *["driver (typed rows)"] * 2, "checked in driver", "driver (typed rows)"]
+        ["one job", driver, driver, "checked in driver", driver]
         if small_batch_keys
         else ["one job", "one job", "one job", "checked", "one job"]
     )
