@@ -79,7 +79,13 @@ def mysql_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view"
 
 
 def mysql_view(url, schema, table="customers") -> dict:
-    """The view as a reader sees it: ``{customer: document}``."""
-    import json
+    """The view as a reader sees it: ``{customer: document}`` (either form)."""
+    from tests.helpers import table_documents
 
-    return {k: json.loads(d) for k, d in sql(url, f"SELECT `customer`, `flow_document` FROM `{schema}`.`{table}`")}
+    con = connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT * FROM `{schema}`.`{table}`")
+            return table_documents(cur, "customer")
+    finally:
+        con.close()

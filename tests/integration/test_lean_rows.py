@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.test_endpoint_reduce import Endpoint, canonical, commit, reduced_binding
 from tests.integration.test_sqlite_driver import MAT, apply, cp
+from tests.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.errors import IncompatibleSchema
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
 
@@ -47,10 +48,16 @@ BATCHES = [
 ]
 
 
-@pytest.fixture(
-    params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite"],
-)
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite", "mysql"])
 def endpoint(request, tmp_path):
+    e = Endpoint(request.param, request, tmp_path)
+    yield e
+    e.driver.close()
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite"])
+def typed_endpoint(request, tmp_path):
+    """An endpoint that stages typed values (``Store.rows``)."""
     e = Endpoint(request.param, request, tmp_path)
     yield e
     e.driver.close()
@@ -62,6 +69,16 @@ def rows(endpoint, table: str) -> tuple[list[str], list[tuple]]:
         with psycopg.connect(endpoint.url, autocommit=True) as con:
             cur = con.execute(f'SELECT * FROM "{endpoint.schema}"."{table}" ORDER BY 1')
             return [d[0] for d in cur.description], cur.fetchall()
+    if endpoint.name == "mysql":
+        from tests.mysql_support import connect
+
+        con = connect(endpoint.url)
+        try:
+            with con.cursor() as cur:
+                cur.execute(f"SELECT * FROM `{endpoint.schema}`.`{table}` ORDER BY 1")
+                return [d[0] for d in cur.description], list(cur.fetchall())
+        finally:
+            con.close()
     con = sqlite3.connect(endpoint.path)
     try:
         cur = con.execute(f'SELECT * FROM "{table}" ORDER BY 1')
@@ -235,10 +252,10 @@ def typed_rows(model, combined: dict, keys: list):
     return pa.table(cols)
 
 
-def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(endpoint):
+def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoint):
     """``Store.rows`` (typed values, as the typed combine sends them) and the JSON texts give
     the same view, batch after batch, mixed across transactions; a sum past 64 bits is named."""
-    driver = endpoint.driver
+    driver = typed_endpoint.driver
     try:
         schema = copy.deepcopy(SCHEMA)
         coll, b = reduced_binding(driver, schema, "typed")

@@ -64,6 +64,7 @@ class MySqlDialect(Dialect):
     bool_as_int = True
     json_as_text = True
     for_update = " FOR UPDATE"
+    lean_rows = True
 
     def __init__(self, collation: str = MARIADB_COLLATION, mariadb: bool = True):
         self.collation = collation
@@ -136,7 +137,7 @@ class MySqlDialect(Dialect):
         q, t = self.quote, self.ddl_type
         cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
         cols += [f"{q(c.name)} {t(c)}" for c in model.values]
-        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type} NOT NULL")
+        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type}{'' if model.lean else ' NOT NULL'}")
         if model.delta:
             cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
         else:

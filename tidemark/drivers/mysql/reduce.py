@@ -92,7 +92,14 @@ class MariaReduce(ReduceSql):
         return f"{self.table}.{quoted}" if side == OLD else f"VALUES({quoted})"
 
     def document(self, alias: str) -> str:
-        return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}" if alias == OLD else f"{STAGED}.d"
+        if alias == OLD:
+            return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}"
+        if self.model.lean:  # the staged remainder, from the staged document (a subquery cannot name VALUES())
+            return self.remainder(f"{STAGED}.d", [c.name for c in self.model.columns])
+        return f"{STAGED}.d"
+
+    def remainder(self, doc: str, names) -> str:
+        return f"NULLIF(JSON_REMOVE({doc}, {', '.join(path(n) for n in names)}), '{{}}')"
 
     def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
         return f"INSERT INTO {table} ({target}) SELECT {source} FROM {staged} {STAGED}"
@@ -100,6 +107,8 @@ class MariaReduce(ReduceSql):
     def on_conflict(self, keys: Sequence[str], sets: Sequence[tuple[str, str]]) -> str:
         if not sets:  # firstWriteWins at the root: keep the stored row
             return f"ON DUPLICATE KEY UPDATE {keys[0]} = {self.table}.{keys[0]}"
+        if self.model.lean:  # each column from its own stored and staged values; the remainder last
+            return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = {e}" for c, e in sets)
         # the document first (it reads the stored columns), then each column from it
         doc_col, doc = sets[-1]
         new_doc = f"{self.table}.{doc_col}"
@@ -158,7 +167,7 @@ def overflow_query(R: MariaReduce, model: TableModel, staged: str, f, col: Colum
     q = R.quote
     match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
     keys = ", ".join(f"s.c{j}" for j in range(len(model.keys)))
-    old = f"JSON_VALUE(t.{q(DOCUMENT_COLUMN)}, {path(f.name)})"
+    old = f"t.{q(col.name)}" if model.lean else f"JSON_VALUE(t.{q(DOCUMENT_COLUMN)}, {path(f.name)})"
     new = f"JSON_VALUE(s.d, {path(f.name)})"
     if col.kind == INTEGER:
         a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"

@@ -232,13 +232,14 @@ class MySqlTransactor(SqlTransactor):
             self.bulk(
                 lt, names, rows, lambda i: list(keys[i]), f"load {model.display}", fields=[c.name for c in model.keys]
             )
+            stored = self.lean_select(model, "t") if model.lean else f"t.{d.quote(DOCUMENT_COLUMN)}"
             return self.execute(
-                f"SELECT l.i, t.{d.quote(DOCUMENT_COLUMN)} FROM {lt} l JOIN {d.ident(model)} t ON {on} ORDER BY l.i"
+                f"SELECT l.i, {stored} FROM {lt} l JOIN {d.ident(model)} t ON {on} ORDER BY l.i"
             ).fetchall()
 
         found = self.in_transaction(body, f"load {model.display}", write=False)
         self._created.add(name)
-        return list(found)
+        return self.lean_rows(model, list(found)) if model.lean else list(found)
 
     # ---------------------------------------------------------------- Store
     def store(self, msg: Store) -> None:
@@ -257,7 +258,8 @@ class MySqlTransactor(SqlTransactor):
         self._seq = seq + len(msg.keys)
         kc = [param(c.kind) for c in model.keys]
         vc = [param(c.kind) for c in model.values]
-        values = self.values_of(msg)
+        # the value columns, and what flow_document holds: the document, or a lean row's remainder
+        values, texts = self.row_parts(model, msg)
 
         def make() -> list[tuple]:
             return [
@@ -266,9 +268,9 @@ class MySqlTransactor(SqlTransactor):
                     1 if x else 0,
                     *[f(v) for f, v in zip(kc, key)],
                     *[f(v) for f, v in zip(vc, vals)],
-                    dumps(doc),
+                    text,
                 )
-                for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, msg.docs, msg.deletes))
+                for i, (key, vals, text, x) in enumerate(zip(msg.keys, values, texts, msg.deletes))
             ]
 
         rows = self.converted(model, make, msg.keys, values)
@@ -304,7 +306,7 @@ class MySqlTransactor(SqlTransactor):
         columns = (
             ["seq bigint NOT NULL", "x boolean NOT NULL"]
             + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
-            + ["d longtext NOT NULL"]
+            + ["d longtext"]
         )
         if not model.delta:
             columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(len(model.keys)))})")
