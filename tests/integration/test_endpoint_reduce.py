@@ -76,6 +76,22 @@ POOL = {
     "raw": ({"type": "array"}, st.lists(SCALAR, max_size=3)),
 }
 KEYS = ["a", "b", "c", "d"]
+#: event-time orders: (order property, its schema and values, the ordered property, its schema
+#: and values); both required (what the spec asks of a property's order); few order values, so ties
+ORDERED = [
+    (
+        "at",
+        ({"type": "integer", "reduce": {"strategy": "maximize"}}, st.integers(0, 3)),
+        "state",
+        ({"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}}, TEXT),
+    ),
+    (
+        "ver",
+        ({"type": "string", "reduce": {"strategy": "minimize"}}, st.sampled_from(["a", "B", "é", "b", "ab"])),
+        "origin",
+        ({"type": "integer", "reduce": {"strategy": "firstWriteWins", "order": "/ver"}}, SMALL_INT),
+    ),
+]
 
 
 @st.composite
@@ -89,9 +105,16 @@ def cases(draw):
         "required": ["k", *required],
         "properties": {"k": {"type": "string"}, **{n: POOL[n][0] for n in names}},
     }
-    values = {n: POOL[n][1] for n in names if n not in required}
+    pool = dict(POOL)
+    for i in draw(st.lists(st.sampled_from(range(len(ORDERED))), unique=True)):
+        by, by_pair, name, pair = ORDERED[i]
+        pool.update({by: by_pair, name: pair})
+        schema["properties"].update({by: by_pair[0], name: pair[0]})
+        schema["required"] += [by, name]
+        required += [by, name]
+    values = {n: pool[n][1] for n in names if n not in required}
     values["other"] = SCALAR  # a property the schema does not declare: last write wins
-    doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS), **{n: POOL[n][1] for n in required}}, optional=values)
+    doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS), **{n: pool[n][1] for n in required}}, optional=values)
     batches = draw(st.lists(st.lists(doc, min_size=1, max_size=5), min_size=1, max_size=3))
     return schema, batches
 

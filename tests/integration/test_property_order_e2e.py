@@ -109,3 +109,49 @@ def test_through_the_python_api_into_postgresql(spark, tmp_path, postgres_url, p
         rows = con.execute(f'SELECT "order", status, amount, flow_document FROM "{pg_schema}".orders').fetchall()
     assert {k: (s, a) for k, s, a, _ in rows} == want
     assert all((doc["status"], doc["amount"]) == (s, a) for _, s, a, doc in rows)
+
+
+@pytest.mark.postgres
+def test_epoch_times_reduce_in_the_postgresql_statement(spark, tmp_path, postgres_url, pg_schema):
+    """An order property that is not a date-time (epoch microseconds here) reduces in the
+    endpoint's statement (no Loads) and in Spark's compiled combine."""
+    import psycopg
+
+    import tidemark
+    from tidemark.collection.collection import Collection
+    from tidemark.drivers.postgres import PostgresDriver
+    from tidemark.runtime.reduce_path import reduce_paths
+    from tidemark.spec import CollectionSpec
+
+    data = tmp_path / "data"
+    want = events(data, files=3)
+    for f in sorted(data.iterdir()):  # the same events with epoch microseconds for /ts
+        lines = []
+        for line in f.read_text().splitlines():
+            d = json.loads(line)
+            at = dt.datetime.fromisoformat(d["ts"]) - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+            d["ts"] = at // dt.timedelta(microseconds=1)
+            lines.append(json.dumps(d))
+        f.write_text("\n".join(lines) + "\n")
+    schema = {
+        **SCHEMA,
+        "properties": {**SCHEMA["properties"], "ts": {"type": "integer", "reduce": {"strategy": "maximize"}}},
+    }
+    coll = Collection(CollectionSpec("orders", ("/order",), schema))
+    b = coll.binding_spec(type("R", (), {"resource": {"table": "orders"}, "delta_updates": False})())
+    driver = PostgresDriver({"url": postgres_url, "schema": pg_schema})
+    (planned,), [line] = reduce_paths([b], [coll], driver.capabilities())
+    assert planned.endpoint_reduce, line
+    tidemark.materialize(
+        spark.readStream.option("maxFilesPerTrigger", 1).text(str(data)),
+        collection={"key": ["/order"], "schema": schema},
+        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+        resource={"table": "orders"},
+        checkpoint=str(tmp_path / "chk"),
+        shards=2,
+        spark=spark,
+        available_now=True,
+    ).await_termination()
+    with psycopg.connect(postgres_url) as con:
+        rows = con.execute(f'SELECT "order", status, amount FROM "{pg_schema}".orders').fetchall()
+    assert {k: (s, a) for k, s, a in rows} == want

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.plan import compile_collection
+from tidemark.collection.plan import compile_collection, sql_reduction
 from tidemark.errors import SpecError
 from tidemark.spec import CollectionSpec, parse_spec
 
@@ -156,6 +156,7 @@ FLAT = {
         "amount": {"type": "number", "reduce": {"strategy": "sum"}},
     },
 }
+STRATEGIES_IN_SQL = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "merge"))
 FLAT_EVENTS = [
     {"id": "a", "ts": "2024-05-01T10:00:00Z", "status": "paid", "amount": 1},
     {"id": "a", "ts": "2024-05-01T11:00:00+02:00", "status": "new", "amount": 2},  # 09:00Z
@@ -174,7 +175,15 @@ def flat_spec(schema):
 def test_a_property_ordered_by_event_time_beside_sums_whatever_the_arrival_order():
     spec = parse_spec(flat_spec(FLAT), file=None, base_dir=".")
     c = Collection(spec.collections["c"])
-    assert compile_collection(c) is None  # the Python fold (in Spark: the fallback); the endpoint Loads
+    # Spark's compiled combine takes it; an endpoint reduces it in SQL only where the order
+    # property is not a date-time (instants compare in Python): here the endpoint Loads
+    assert [f.order for f in compile_collection(c).fields] == ["", "", "ts", "", ""]
+    plan, why = sql_reduction(c, STRATEGIES_IN_SQL)
+    assert plan is None and why == "/ts: 'maximize' of a date-time compares instants (in Python)"
+    epoch = copy.deepcopy(FLAT)
+    epoch["properties"]["ts"] = {"type": "integer", "reduce": {"strategy": "maximize"}}
+    plan, why = sql_reduction(coll(epoch), STRATEGIES_IN_SQL)
+    assert plan is not None and why == ""
     results = set()
     for p in itertools.permutations(FLAT_EVENTS):
         doc = c.combine(p)

@@ -27,7 +27,7 @@ def fast_reducer(collection, generic: Reducer) -> Optional[Callable[[Any, Any], 
     ops: dict[str, Callable[[Any, Any], Any]] = {}
     for f in plan.fields:
         fast = STRATEGIES[f.strategy].fast
-        if fast is None:  # e.g. a merged map: the generic fold
+        if fast is None or f.order:  # e.g. a merged map, an event-time order: the generic fold
             return None
         op = fast(f)
         if op is not None:  # None: the right side, like an undeclared property

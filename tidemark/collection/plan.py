@@ -3,7 +3,7 @@
 :func:`compile_collection` returns a :class:`CompiledPlan` when every part of the schema
 maps onto Spark: a root that is ``type: object`` reduced with ``merge`` (or
 ``lastWriteWins`` / ``firstWriteWins`` as a whole, by the source order or by an ``order`` that
-names a top-level scalar property), a key of top-level ``string`` /
+names a top-level scalar property; a property may take its own such ``order``), a key of top-level ``string`` /
 ``integer`` / ``boolean`` properties, and top-level properties whose shape is one of
 
 * ``scalar``: ``string``, ``integer``, ``number``, ``boolean`` (with ``enum``, bounds,
@@ -58,6 +58,7 @@ class FieldPlan:
     type: str  # JSON type of the value (scalar kinds), or of the items / map values
     strategy: str
     schema: dict
+    order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,23 @@ def _strategy(schema: dict) -> Optional[str]:
     if red is None:
         return "lastWriteWins"
     if not isinstance(red, dict) or set(red) - {"strategy"}:
-        return None  # keys, deletions
+        return None  # keys, deletions, orders (see _field)
     return red.get("strategy", "lastWriteWins")
+
+
+def _property_order(sub: dict) -> tuple[Optional[str], str]:
+    """(strategy, order property's name) of a property reduced by event time (``reduce:
+    {strategy: lastWriteWins, order: /ts}``), or ``(None, "")`` if it is not one."""
+    red = sub.get("reduce")
+    if not isinstance(red, dict) or set(red) != {"strategy", "order"}:
+        return None, ""
+    strategy, order = red["strategy"], red["order"]
+    if strategy not in ("lastWriteWins", "firstWriteWins") or not isinstance(order, str):
+        return None, ""
+    name = order[1:]
+    if not order.startswith("/") or not name or "/" in name or "~" in name:
+        return None, ""
+    return strategy, name
 
 
 def compile_collection(collection) -> Optional[CompiledPlan]:
@@ -114,6 +130,8 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
     required = tuple(root.get("required") or ())
     if any(r not in props for r in required):
         return None
+    if not all(_orders_by_a_winner(f, fields, required) for f in fields if f.order):
+        return None
     order_name = ""
     if order:  # event-time order by a top-level scalar property
         tokens = order.lstrip("/").split("/")
@@ -134,20 +152,30 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
     )
 
 
+def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
+    """A property ordered by another one compiles where the kept order value is the winner's:
+    the order property is a scalar reduced to its greatest (``lastWriteWins``; least for
+    ``firstWriteWins``) and every document holds both (what the spec checks)."""
+    by = next((o for o in fields if o.name == f.order), None)
+    want = "maximize" if f.strategy == "lastWriteWins" else "minimize"
+    return by is not None and by.kind == "scalar" and by.strategy == want and f.name in required and by.name in required
+
+
 def _field(name: str, sub: Any) -> Optional[FieldPlan]:
     """The plan of one top-level property: its shape, if Spark reads it, and its strategy,
     if the strategy's Spark aggregation takes that shape."""
     if not isinstance(sub, dict):
         return None
     t = sub.get("type")
-    name_ = _strategy(sub)
+    ordered, order = _property_order(sub)
+    name_ = ordered or _strategy(sub)
     strategy = STRATEGIES.get(name_) if isinstance(name_, str) else None
     if not isinstance(t, str) or strategy is None:
         return None
     shape = _shape(t, sub)
     if shape is None or not strategy.compiles(*shape):
         return None
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub)
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order)
 
 
 def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
@@ -234,7 +262,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
-        if strategy.sql(_Probe, f, "o", "n") is None:
+        order = ("o", "n", next(o for o in plan.fields if o.name == f.order)) if f.order else None
+        if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
             return None, f"/{f.name}: {f.strategy!r} of a date-time compares instants (in Python)"
     return plan, ""
 
@@ -266,5 +295,5 @@ class _Probe:
     def coalesce(*xs: str) -> str:
         return ""
 
-    add = greatest = least = staticmethod(lambda *a: "")
+    add = greatest = least = precedes = staticmethod(lambda *a: "")
     concat_arrays = union_arrays = merge_objects = staticmethod(lambda *a: "")

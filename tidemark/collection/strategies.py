@@ -426,11 +426,21 @@ def _set(r, app, ann, lhs, rhs, ptr):
 # ----------------------------------------------------------------------------- SQL forms
 
 
-def _sql_last(Q, f, old, new):
+def _sql_last(Q, f, old, new, order=None):
+    """The later value; with an event-time ``order`` (``(stored, staged, order property)``,
+    typed SQL values): the staged one unless its order value precedes the stored one's."""
+    if order is not None:
+        old_by, new_by, by = order
+        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {old} ELSE {new} END)", new, old)
     return Q.coalesce(new, old)
 
 
-def _sql_first(Q, f, old, new):
+def _sql_first(Q, f, old, new, order=None):
+    """The earlier value; with an event-time ``order``: the staged one only where its order
+    value precedes the stored one's."""
+    if order is not None:
+        old_by, new_by, by = order
+        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {new} ELSE {old} END)", old, new)
     return Q.coalesce(old, new)
 
 

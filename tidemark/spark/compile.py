@@ -9,7 +9,8 @@ pyspark helpers of :class:`SparkOps`:
 
 * ``lastWriteWins`` / ``firstWriteWins``: ``max_by`` / ``min_by`` of the source order (of
   scalars, or of raw JSON text for objects and arrays); a root with ``reduce.order``: of
-  :func:`event_order`, then the source order;
+  :func:`event_order`, then the source order; a property with its own ``order``: of the
+  order property's value, then the source order (:func:`_by_event_time`);
 * ``sum``: ``try_sum`` for integers; an ordered fold for numbers, so replays are
   bit-identical;
 * ``minimize`` / ``maximize`` without a key: ``min`` / ``max``; of a ``format: date-time``
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tidemark.collection.plan import CompiledPlan
-from tidemark.collection.strategies import STRATEGIES, is_date_time_field
+from tidemark.collection.strategies import STRATEGIES, SparkAggregate, is_date_time_field
 from tidemark.spark.datetimes import instant_order
 
 
@@ -147,6 +148,19 @@ class SparkOps:
         return spark_type(t)
 
 
+def _by_event_time(plan: CompiledPlan, f, c, by, ord_col) -> SparkAggregate:
+    """A property ordered by another one (``reduce: {strategy: lastWriteWins, order: /ts}``):
+    ``max_by`` (``min_by`` for firstWriteWins) of its present values over the order
+    property's value in the same document (date-times by instant), then the source order --
+    the value of the latest (earliest) event, a tie going to the later (earlier) document."""
+    from pyspark.sql import functions as F
+
+    pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
+    o = next(o for o in plan.fields if o.name == f.order)
+    value = instant_order(by, True) if is_date_time_field(o) else by
+    return SparkAggregate(pick(c, F.when(c.isNotNull(), F.struct(value.alias("e"), ord_col.alias("o")))))
+
+
 def event_order(plan: CompiledPlan, c, ord_col):
     """The order of a root's ``reduce.order`` (property column ``c``), then the source order: a
     document without the property first (as :func:`tidemark.collection.order.compare_key`
@@ -197,7 +211,8 @@ def aggregations(
         if key_cols and f.name in key_cols and strategy.group_value:
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
         else:
-            agg = strategy.spark(ops, f, mask(p[f.name]) if mask_scalars else p[f.name])
+            c = mask(p[f.name]) if mask_scalars else p[f.name]
+            agg = _by_event_time(plan, f, c, p[f.order], ops.order) if f.order else strategy.spark(ops, f, c)
             if agg.count is not None:
                 # the aggregate of no values is not null (0, [], {}) or null means an error: count
                 aggs.append(agg.count.alias(n))

@@ -127,6 +127,11 @@ class MariaReduce(ReduceSql):
             return f"IF(CAST({new} AS BINARY) < CAST({old} AS BINARY), {new}, {old})"
         return f"LEAST({old}, {new})"
 
+    def precedes(self, a: str, b: str, f) -> str:
+        if f.type == "string":
+            return f"(CAST({a} AS BINARY) < CAST({b} AS BINARY))"
+        return f"({a} < {b})"
+
     def concat_arrays(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PRESERVE({old}, {new})"
 

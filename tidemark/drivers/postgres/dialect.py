@@ -124,6 +124,11 @@ class PostgresReduce(ReduceSql):
     def least(self, old: str, new: str, f) -> str:
         return self._pick("LEAST", old, new, f)
 
+    def precedes(self, a: str, b: str, f) -> str:
+        if f.type == "string":
+            return f'({a} COLLATE "C" < {b} COLLATE "C")'
+        return f"({a} < {b})"
+
     @staticmethod
     def _pick(fn: str, old: str, new: str, f) -> str:
         if f.type == "string":

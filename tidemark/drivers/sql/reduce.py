@@ -57,6 +57,11 @@ class ReduceSql:
     def least(self, old: str, new: str, f: FieldPlan) -> str:
         raise NotImplementedError
 
+    def precedes(self, a: str, b: str, f: FieldPlan) -> str:
+        """True where the scalar ``a`` orders before ``b`` as the Python fold compares them
+        (strings by code point): an event-time ``order``'s comparison."""
+        return f"({a} < {b})"
+
     def concat_arrays(self, old: str, new: str) -> str:
         raise NotImplementedError
 
@@ -165,7 +170,7 @@ def reduce_statement(
         # the stored column, or where it is NULL the document's value (a column added after
         # the row was written is NULL there; the document holds the value)
         old = R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, f.name, col))
-        expr = _sql(f, R, old, R.column(NEW, q(col.name)))
+        expr = _sql(f, R, old, R.column(NEW, q(col.name)), _order(R, model, fields, f, old_doc, new_doc))
         sets.append((q(col.name), expr))
         if f.strategy in COMPUTED:
             typed[f.name] = R.to_json(expr, col)
@@ -173,7 +178,7 @@ def reduce_statement(
     nullable: list[tuple[str, str]] = []
     present: list[tuple[str, str]] = []
     for f in plan.fields:
-        if f.strategy == "lastWriteWins":
+        if f.strategy == "lastWriteWins" and not f.order:
             continue  # OLD || NEW
         if f.name in typed:
             (present if f.name in plan.required else members).append((f.name, typed[f.name]))
@@ -183,7 +188,8 @@ def reduce_statement(
                 (f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)), col))
             )
         else:  # picked or concatenated as JSON
-            expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name))
+            order = _order(R, model, fields, f, old_doc, new_doc)
+            expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name), order)
             (nullable if f.kind == "raw" else members).append((f.name, expr))
     doc = R.with_members(R.merge_documents(old_doc, new_doc), members, nullable, present)
     sets.append((target[-1], doc))
@@ -196,12 +202,14 @@ def _lean_sets(R: ReduceSql, model: TableModel, fields: dict, target: Sequence[s
     undeclared members, a later value winning."""
     q = R.quote
     sets: list[tuple[str, str]] = []
-    for col in model.values:
+    # a property ordered by another one first: MariaDB assigns left to right, each assignment
+    # seeing the ones before it, and the order property's stored value is read here
+    for col in sorted(model.values, key=lambda c: not fields[c.name].order):
         f = fields[col.name]
         # a column added after the row was written is NULL there; the remainder held its value
         old = R.coalesce(R.column(OLD, q(col.name)), _read(R, old_doc, col))
         new = R.column(NEW, q(col.name))
-        expr = _sql(f, R, old, new)
+        expr = _sql(f, R, old, new, _order(R, model, fields, f, old_doc, new_doc))
         sets.append((q(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
     merged = R.coalesce(R.merge_documents(old_doc, new_doc), old_doc, new_doc)
     sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
@@ -247,8 +255,23 @@ def unescaped_names(texts):
     return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
 
 
-def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str) -> str:
-    expr: Optional[str] = STRATEGIES[f.strategy].sql(R, f, old, new)
+def _order(R: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str):
+    """An event-time ordered property's ``(stored, staged, order property)`` order values (typed
+    SQL: the column, or where the table has none or it is NULL, the document's value), or None."""
+    if not f.order:
+        return None
+    by = fields[f.order]
+    col = next((c for c in model.values if c.name == by.name), None)
+    if col is None:  # no column (a long name): the documents' values
+        col = Column(by.name, _kind(by))
+        return R.typed(old_doc, by.name, col), R.typed(new_doc, by.name, col), by
+    q = R.quote
+    return R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, by.name, col)), R.column(NEW, q(col.name)), by
+
+
+def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str, order=None) -> str:
+    sql = STRATEGIES[f.strategy].sql
+    expr: Optional[str] = None if sql is None else (sql(R, f, old, new, order) if order else sql(R, f, old, new))
     if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
         raise ValueError(f"/{f.name}: {f.strategy!r} has no SQL form for this property")
     return expr
