@@ -42,6 +42,22 @@ FLOAT = st.floats(-1e12, 1e12, allow_nan=False)
 ANY_FLOAT = st.floats(allow_nan=False, allow_infinity=False)  # extreme exponents: exact texts and parses
 SCALAR = st.one_of(st.none(), st.booleans(), SMALL_INT, ANY_FLOAT, TEXT)
 DATE_TIME = st.sampled_from(["2024-05-01T12:00:00Z", "2024-05-01T12:00:00+02:00", "2023-01-31T23:59:59.5Z"])
+#: date-times compared as instants: equal instants written differently, lowercase t/z, a leap
+#: second, fractions of several lengths, an offset that crosses the day, a small year
+INSTANT = st.sampled_from(
+    [
+        "2024-05-01T10:00:00Z",
+        "2024-05-01t12:00:00+02:00",
+        "2024-05-01T10:00:00.000z",
+        "2024-04-30T23:30:00-10:30",
+        "2016-12-31T23:59:60Z",
+        "2016-12-31T23:59:59.999999999Z",
+        "2017-01-01T00:00:00.5+00:00",
+        "2017-01-01T00:00:00.50Z",
+        "2017-01-01T00:00:00.123456Z",
+        "0001-01-01T00:00:00Z",
+    ]
+)
 
 #: name -> (schema, values): every shape and strategy with a SQL form
 POOL = {
@@ -56,6 +72,8 @@ POOL = {
     "last": ({"type": "boolean"}, st.booleans()),
     "seen": ({"type": "string", "format": "date-time"}, DATE_TIME),
     "since": ({"type": "string", "format": "date-time", "reduce": {"strategy": "firstWriteWins"}}, DATE_TIME),
+    "until": ({"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}, INSTANT),
+    "opened": ({"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}}, INSTANT),
     "tags": (
         {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
         st.lists(TEXT, max_size=3),
@@ -90,6 +108,12 @@ ORDERED = [
         ({"type": "string", "reduce": {"strategy": "minimize"}}, st.sampled_from(["a", "B", "é", "b", "ab"])),
         "origin",
         ({"type": "integer", "reduce": {"strategy": "firstWriteWins", "order": "/ver"}}, SMALL_INT),
+    ),
+    (
+        "when",
+        ({"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}, INSTANT),
+        "mood",
+        ({"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/when"}}, TEXT),
     ),
 ]
 

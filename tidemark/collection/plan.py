@@ -60,6 +60,17 @@ class FieldPlan:
     schema: dict
     order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
 
+    @property
+    def picked_by(self) -> str:
+        """The property whose values decide which side's value this one keeps, where the
+        value is picked rather than computed: its event-time ``order``, or itself for a
+        maximized / minimized ``date-time`` (compared as instants, kept as written)."""
+        if self.order:
+            return self.order
+        if self.strategy in ("maximize", "minimize") and self.schema.get("format") == "date-time":
+            return self.name
+        return ""
+
 
 @dataclass(frozen=True)
 class CompiledPlan:
@@ -240,8 +251,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     It takes a compiled plan (:func:`compile_collection`) without deletions whose root is
     ``merge``, or ``lastWriteWins`` / ``firstWriteWins`` by the source order, and whose
     every property's strategy is in ``strategies`` with a SQL form for its shape
-    (:data:`~tidemark.collection.strategies.Strategy.sql`; ``maximize`` / ``minimize`` of
-    a date-time compares instants in Python).  Nothing else needs the stored document in
+    (:data:`~tidemark.collection.strategies.Strategy.sql`; a value picked by an event-time
+    order or a date-time's instant: :attr:`FieldPlan.picked_by`).  Nothing else needs the stored document in
     Python: the schema's assertions (bounds, lengths, ``required``) hold for each source
     document, and the reduced document is not validated again, on either path.  A sum
     beyond 64 bits (or not finite) fails the batch as the Python fold does."""
@@ -262,9 +273,9 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
-        order = ("o", "n", next(o for o in plan.fields if o.name == f.order)) if f.order else None
+        order = ("o", "n", next(o for o in plan.fields if o.name == f.picked_by)) if f.picked_by else None
         if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
-            return None, f"/{f.name}: {f.strategy!r} of a date-time compares instants (in Python)"
+            return None, f"/{f.name}: {f.strategy!r} has no SQL form for a {f.kind} {f.type}"
     return plan, ""
 
 

@@ -449,9 +449,13 @@ def _sql_sum(Q, f, old, new):
 
 
 def _sql_minmax(maximize: bool):
-    def form(Q, f, old, new):
-        if is_date_time_field(f):
-            return None  # date-times compare as instants: the Python fold
+    def form(Q, f, old, new, order=None):
+        if is_date_time_field(f):  # compared as instants, kept as written: picked by ``order`` (itself)
+            if order is None:
+                return None
+            old_by, new_by, by = order
+            keep_old = Q.precedes(new_by, old_by, by) if maximize else Q.precedes(old_by, new_by, by)
+            return Q.coalesce(f"(CASE WHEN {keep_old} THEN {old} ELSE {new} END)", new, old)
         return Q.coalesce((Q.greatest if maximize else Q.least)(old, new, f), old, new)
 
     return form

@@ -57,10 +57,12 @@ def path(name: str) -> str:
 
 def utc(text: str) -> str:
     """An RFC 3339 date-time's text as a naive UTC ``datetime(6)``: the local part less the
-    offset (``Z``/``z`` is +00:00)."""
+    offset (``Z``/``z`` is +00:00); a leap second as ``:59`` (as :func:`to_utc`)."""
     zulu = f"RIGHT({text}, 1) IN ('Z', 'z')"
+    second = f"SUBSTRING({text}, 18, 2)"
+    leap = f"IF({second} = '60', INSERT({text}, 18, 2, '59'), {text})"
     local = (
-        f"CAST(REPLACE(REPLACE(LEFT({text}, CHAR_LENGTH({text}) - IF({zulu}, 1, 6)), 'T', ' '), 't', ' ') "
+        f"CAST(REPLACE(REPLACE(LEFT({leap}, CHAR_LENGTH({text}) - IF({zulu}, 1, 6)), 'T', ' '), 't', ' ') "
         "AS DATETIME(6))"
     )
     minutes = (
@@ -128,9 +130,17 @@ class MariaReduce(ReduceSql):
         return f"LEAST({old}, {new})"
 
     def precedes(self, a: str, b: str, f) -> str:
-        if f.type == "string":
+        if f.type == "string" and f.schema.get("format") != "date-time":
             return f"(CAST({a} AS BINARY) < CAST({b} AS BINARY))"
-        return f"({a} < {b})"
+        return super().precedes(a, b, f)
+
+    def instant(self, text: str) -> tuple[str, str, str]:
+        zulu = f"RIGHT({text}, 1) IN ('Z', 'z')"
+        second = f"SUBSTRING({text}, 18, 2)"
+        whole = f"CONCAT(LEFT({text}, 19), IF({zulu}, 'Z', RIGHT({text}, 6)))"  # without the fraction
+        digits = f"CHAR_LENGTH({text}) - 20 - IF({zulu}, 1, 6)"
+        fraction = f"IF(SUBSTRING({text}, 20, 1) = '.', TRIM(TRAILING '0' FROM SUBSTRING({text}, 21, {digits})), '')"
+        return utc(whole), f"({second} = '60')", f"CAST({fraction} AS BINARY)"
 
     def concat_arrays(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PRESERVE({old}, {new})"

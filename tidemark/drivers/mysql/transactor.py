@@ -49,9 +49,12 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\x00": "\\0"}
 
 
 def to_utc(value: Any) -> Any:
-    """An RFC 3339 date-time string as a naive UTC ``datetime`` (MySQL's ``datetime`` has no zone)."""
+    """An RFC 3339 date-time string as a naive UTC ``datetime`` (MySQL's ``datetime`` has no zone;
+    a leap second is held as ``:59``, as the Python fold orders it)."""
     if not isinstance(value, str):
         return value
+    if value[17:19] == "60":
+        value = value[:17] + "59" + value[19:]
     t = dt.datetime.fromisoformat(value.replace("z", "Z"))
     if t.tzinfo is not None:
         t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)

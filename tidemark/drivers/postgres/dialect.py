@@ -125,9 +125,21 @@ class PostgresReduce(ReduceSql):
         return self._pick("LEAST", old, new, f)
 
     def precedes(self, a: str, b: str, f) -> str:
-        if f.type == "string":
+        if f.type == "string" and f.schema.get("format") != "date-time":
             return f'({a} COLLATE "C" < {b} COLLATE "C")'
-        return f"({a} < {b})"
+        return super().precedes(a, b, f)
+
+    def instant(self, text: str) -> tuple[str, str, str]:
+        zulu = f"upper(right({text}, 1)) = 'Z'"
+        second = f"substr({text}, 18, 2)"
+        utc = (
+            f"(substr({text}, 1, 10) || ' ' || substr({text}, 12, 6) || "
+            f"(CASE WHEN {second} = '60' THEN '59' ELSE {second} END) || "
+            f"(CASE WHEN {zulu} THEN '+00:00' ELSE right({text}, 6) END))::timestamp with time zone"
+        )
+        digits = f"length({text}) - 20 - (CASE WHEN {zulu} THEN 1 ELSE 6 END)"
+        fraction = f"(CASE WHEN substr({text}, 20, 1) = '.' THEN rtrim(substr({text}, 21, {digits}), '0') ELSE '' END)"
+        return utc, f"({second} = '60')", f'{fraction} COLLATE "C"'
 
     @staticmethod
     def _pick(fn: str, old: str, new: str, f) -> str:

@@ -28,7 +28,7 @@ import json
 from typing import Callable, Optional, Sequence
 
 from tidemark.collection.plan import CompiledPlan, FieldPlan
-from tidemark.collection.strategies import STRATEGIES
+from tidemark.collection.strategies import STRATEGIES, is_date_time_field
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel, dumps
 
 OLD = "t"  # the stored row's alias
@@ -59,8 +59,19 @@ class ReduceSql:
 
     def precedes(self, a: str, b: str, f: FieldPlan) -> str:
         """True where the scalar ``a`` orders before ``b`` as the Python fold compares them
-        (strings by code point): an event-time ``order``'s comparison."""
+        (strings by code point; a ``date-time``'s texts by the instants they name): an
+        event-time ``order``'s comparison, and a date-time's ``maximize`` / ``minimize``."""
+        if is_date_time_field(f):
+            return f"(({', '.join(self.instant(a))}) < ({', '.join(self.instant(b))}))"
         return f"({a} < {b})"
+
+    def instant(self, text: str) -> tuple[str, str, str]:
+        """A valid RFC 3339 date-time's text as the Python fold orders it
+        (:func:`tidemark.collection.formats.instant`): the UTC second it names (a leap second
+        as ``:59``), then whether it is a leap second, then its fraction's digits without
+        trailing zeros (compared as bytes).  The positions are fixed: ``YYYY-MM-DDTHH:MM:SS``,
+        an optional fraction, then ``Z`` or ``±HH:MM``."""
+        raise NotImplementedError
 
     def concat_arrays(self, old: str, new: str) -> str:
         raise NotImplementedError
@@ -172,7 +183,7 @@ def reduce_statement(
         old = R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, f.name, col))
         expr = _sql(f, R, old, R.column(NEW, q(col.name)), _order(R, model, fields, f, old_doc, new_doc))
         sets.append((q(col.name), expr))
-        if f.strategy in COMPUTED:
+        if f.strategy in COMPUTED and not f.picked_by:
             typed[f.name] = R.to_json(expr, col)
     members: list[tuple[str, str]] = []
     nullable: list[tuple[str, str]] = []
@@ -182,7 +193,7 @@ def reduce_statement(
             continue  # OLD || NEW
         if f.name in typed:
             (present if f.name in plan.required else members).append((f.name, typed[f.name]))
-        elif f.kind == "scalar" and f.strategy in COMPUTED:  # a property without a column (a long name)
+        elif f.kind == "scalar" and f.strategy in COMPUTED and not f.picked_by:  # no column (a long name)
             col = Column(f.name, _kind(f))
             members.append(
                 (f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)), col))
@@ -256,11 +267,16 @@ def unescaped_names(texts):
 
 
 def _order(R: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str):
-    """An event-time ordered property's ``(stored, staged, order property)`` order values (typed
-    SQL: the column, or where the table has none or it is NULL, the document's value), or None."""
-    if not f.order:
+    """The ``(stored, staged, order property)`` values that decide a picked property's value
+    (:attr:`FieldPlan.picked_by`), or None: typed SQL (the column, or where the table has none
+    or it is NULL, the document's value); a date-time's text from the documents (a full row's:
+    a column holds the instant, not the text)."""
+    if not f.picked_by:
         return None
-    by = fields[f.order]
+    by = fields[f.picked_by]
+    if is_date_time_field(by):
+        text = Column(by.name, _kind(by))
+        return R.typed(old_doc, by.name, text), R.typed(new_doc, by.name, text), by
     col = next((c for c in model.values if c.name == by.name), None)
     if col is None:  # no column (a long name): the documents' values
         col = Column(by.name, _kind(by))

@@ -103,6 +103,18 @@ class SqliteReduce(ReduceSql):
     def greatest(self, old: str, new: str, f) -> str:
         return f"max({old}, {new})"
 
+    def instant(self, text: str) -> tuple[str, str, str]:
+        zulu = f"upper(substr({text}, -1)) = 'Z'"
+        second = f"substr({text}, 18, 2)"
+        utc = (
+            f"unixepoch(substr({text}, 1, 10) || 'T' || substr({text}, 12, 6) || "
+            f"(CASE WHEN {second} = '60' THEN '59' ELSE {second} END) || "
+            f"(CASE WHEN {zulu} THEN 'Z' ELSE substr({text}, -6) END))"
+        )
+        digits = f"length({text}) - 20 - (CASE WHEN {zulu} THEN 1 ELSE 6 END)"
+        fraction = f"(CASE WHEN substr({text}, 20, 1) = '.' THEN rtrim(substr({text}, 21, {digits}), '0') ELSE '' END)"
+        return utc, f"({second} = '60')", fraction
+
     def least(self, old: str, new: str, f) -> str:
         return f"min({old}, {new})"
 
