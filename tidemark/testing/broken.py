@@ -7,12 +7,17 @@ check the kit itself, or as a catalogue of the bugs a driver author should avoid
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import unicodedata
+
 from tidemark.drivers.base import CommitPattern
 from tidemark.drivers.memory import (
     MemoryDriver,
     MemoryTransactor,
     _apply_ops,
     _mat,
+    key_text,
     resource_name,
 )
 from tidemark.protocol.messages import Acknowledged, Loaded, Range
@@ -122,6 +127,55 @@ class LosesStores(MemoryDriver):
     transactor_class = _LosesStoresTransactor
 
 
+def _folded(key) -> tuple:
+    """A key as a case-insensitive, padding collation compares it (MySQL's default ``*_ci``)."""
+    return tuple(unicodedata.normalize("NFC", k).casefold().rstrip(" ") if isinstance(k, str) else k for k in key)
+
+
+class _FoldsKeysTransactor(MemoryTransactor):
+    def _ops(self, msg):
+        return [[o[0], o[1], key_text(_folded(json.loads(o[2]))), o[3], o[4]] for o in super()._ops(msg)]
+
+
+class FoldsKeys(MemoryDriver):
+    """Compares keys as a case-insensitive collation with trailing-space padding and Unicode
+    normalization does: ``"A"``, ``"a"`` and ``"a "`` are one row (the later write wins)."""
+
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
+    transactor_class = _FoldsKeysTransactor
+
+    def read_docs(self, materialization, resource, keys):
+        found = dict(super().read_docs(materialization, resource, [_folded(k) for k in keys]))
+        return [(tuple(k), found[_folded(k)]) for k in keys if _folded(k) in found]
+
+
+CHECKPOINT_TEXT_BYTES = 65_535  # MySQL's TEXT
+
+
+class _CutsCheckpointsTransactor(MemoryTransactor):
+    def commit_store(self, ops, runtime_checkpoint):
+        text = json.dumps(runtime_checkpoint).encode()[:CHECKPOINT_TEXT_BYTES]  # BUG: a 64 KiB column
+        super().commit_store(ops, {"text": text.decode("utf-8", "ignore")})
+
+
+class CutsCheckpoints(MemoryDriver):
+    """Keeps the runtime checkpoint in a 64 KiB text column: a larger one comes back cut
+    (and no longer parses)."""
+
+    default_pattern = CommitPattern.STORE_AUTHORITATIVE
+    transactor_class = _CutsCheckpointsTransactor
+
+    def _open_range(self, materialization, rng):
+        fence, kept = super()._open_range(materialization, rng)
+        return fence, (json.loads(kept["text"]) if kept is not None else None)
+
+    def checkpoints(self, materialization):
+        return [
+            dataclasses.replace(r, runtime_checkpoint=r.runtime_checkpoint and json.loads(r.runtime_checkpoint["text"]))
+            for r in super().checkpoints(materialization)
+        ]
+
+
 # ------------------------------------------------------------------ idempotent apply
 
 
@@ -170,6 +224,8 @@ BROKEN: dict[type, str] = {
     LoadedForMissingKeys: "loaded-existing-only",
     CommitsWithoutCheckpoint: "checkpoints-monotonic",
     LosesStores: "no-loss",
+    FoldsKeys: "keys-exact",
+    CutsCheckpoints: "whole-checkpoints",
 }
 
 __all__ = [c.__name__ for c in BROKEN] + ["BROKEN"]

@@ -13,6 +13,8 @@ from typing import Any, Optional
 from tidemark.protocol.messages import Range
 from tidemark.testing.workload import APPENDS, MIRROR, REDUCED, SUMS, canon
 
+PADDING = "kit_padding"  # the large-checkpoint scenario's member of every runtime checkpoint
+
 
 def fmt_key(k: str) -> str:
     return json.dumps([k], ensure_ascii=False)
@@ -78,6 +80,17 @@ class Checks:
             return
         cp = shard.opened.runtime_checkpoint
         rec, rng = self.rec, shard.range
+        if cp is not None and self.checkpoint_padding and shard.opened_batch >= 0:
+            kept = cp.get(PADDING)
+            rec.check(
+                "whole-checkpoints",
+                kept == self.checkpoint_padding,
+                lambda: (
+                    f"Opened on range {rng.name} returned the runtime checkpoint with its "
+                    f"{len(self.checkpoint_padding.encode())}-byte member {PADDING!r} "
+                    + ("missing" if kept is None else f"changed ({len(str(kept).encode())} bytes)")
+                ),
+            )
         if cp is not None:
             rec.check(
                 "range-isolation",
@@ -279,6 +292,37 @@ class Checks:
             self._check_reduced(reduced, repeated_ack)
         if self.exactly_once and self.crashed:
             self.rec.check("at-least-once-honesty", True)
+
+    def check_keys_exact(self, confusable: list[str]) -> None:
+        """Keys that a folding collation or encoding would take for one another each keep their
+        own document (``keys-exact``): compared with the model, key by key."""
+        driver = self.factory()
+        try:
+            self.tracker("dump() of the standard binding (keys that differ only in case, normalization, spaces)")
+            view = driver.dump(self.materialization, self.bindings[SUMS])
+        finally:
+            driver.close()
+        got = {k[0] if isinstance(k, (tuple, list)) and len(k) == 1 else k: d for k, d in view.items()}
+        want, _ = self.model.views(SUMS)
+        for key in confusable:
+            if key not in want:
+                continue
+            kept = got.get(key)
+            self.rec.check(
+                "keys-exact",
+                isinstance(kept, dict) and kept.get("n") == want[key].get("n"),
+                lambda key=key, kept=kept: (
+                    f"key {key!r} ({key.encode()!r}) "
+                    + (
+                        "is missing from the view"
+                        if kept is None
+                        else f"holds n={kept.get('n') if isinstance(kept, dict) else kept!r}, "
+                        f"expected {want[key].get('n')}"
+                    )
+                    + f": keys that differ only in case, normalization or trailing spaces are "
+                    f"{[k for k in confusable if k in want]!r}, each with its own document"
+                ),
+            )
 
     def _excess(self) -> tuple[str, str]:
         if self.exactly_once and self.crashed:

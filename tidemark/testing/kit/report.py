@@ -25,6 +25,8 @@ PROPERTIES: dict[str, str] = {
     "whole-documents": "documents come back whole, however large (here up to 900 KB)",
     "at-least-once-honesty": "a driver that claims exactly-once does not double-apply after a crash",
     "identity-records": "keeps each resource's view-identity record as Apply gave it, and returns it unchanged",
+    "keys-exact": "keys that differ only in letter case, Unicode normalization or trailing spaces stay apart",
+    "whole-checkpoints": "runtime checkpoints come back whole, however large (here 96 KiB)",
 }
 
 # The fix a driver author most likely needs, per property (a failure may give a closer one).
@@ -51,6 +53,10 @@ HINTS: dict[str, str] = {
     "whole-documents": "store and return each document whole: no column, field or message size limit may cut it "
     "(store big ones in a large-object type, or split them and join them again)",
     "at-least-once-honesty": "a driver that can double-apply after a crash declares at-least-once",
+    "keys-exact": "compare and store keys byte for byte: a binary collation without trailing-space padding "
+    "(not MySQL's default *_ci, SQLite's NOCASE or a normalizing hash), and no case folding in key encodings",
+    "whole-checkpoints": "store StartCommit.runtime_checkpoint whole (a large-object or longtext column, not a "
+    "64 KiB text or a capped field) and return it unchanged in Opened",
     "identity-records": "in Apply, keep Apply.identities[i] (plus 'resolved', your name for the resource) with "
     "binding i's resource where none is kept, never overwrite it, and return it from identities() "
     "(external drivers: list_identities)",

@@ -32,7 +32,7 @@ from tidemark.protocol.messages import Range
 from tidemark.runtime.coordinator import BatchStart, Coordinator
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates
 from tidemark.runtime.view_identity import endpoint_record
-from tidemark.testing.kit.checks import Checks
+from tidemark.testing.kit.checks import PADDING, Checks
 from tidemark.testing.kit.report import Recorder, classify
 from tidemark.testing.kit.sessions import VERSION, KitCrash, ScenarioAbort, Sessions, Shard, Tracker, rk
 from tidemark.testing.workload import Event, Model
@@ -103,6 +103,7 @@ class KitRuntime(Sessions, Checks):
         self.first_records: Optional[list[dict]] = None  # the view-identity records of the first start-up
         self.live: list[Shard] = []  # open sessions (dropped when the runtime dies)
         self.events: dict[int, list[Event]] = {}
+        self.checkpoint_padding = ""  # a member every runtime checkpoint carries (the large-checkpoint scenario)
 
     # ------------------------------------------------------------- the coordinator
     @property
@@ -218,6 +219,8 @@ class KitRuntime(Sessions, Checks):
 
     def task(self, batch_id: int, layout: list[Range], runtime_checkpoint: dict) -> ShardTask:
         last = self.last
+        if self.checkpoint_padding:  # as a runtime's own members would make it large (offsets of many files)
+            runtime_checkpoint = {**runtime_checkpoint, PADDING: self.checkpoint_padding}
         return ShardTask(
             self.materialization,
             VERSION,

@@ -13,6 +13,9 @@
 ``large``                 transactions beyond the declared Load/Store chunk sizes, with a crash
                           after the Stores and a zombie
 ``split-merge``           1 -> 2 -> 1 -> 4 -> 3 shards
+``folded-keys``           keys that differ only in letter case, Unicode normalization (NFC/NFD) or
+                          trailing spaces: what ``*_ci`` collations, ``PAD SPACE`` and ``NOCASE`` fold
+``large-checkpoint``      runtime checkpoints of 96 KiB, through a crash and a restart
 ``random-<i>``            all of it, seeded
 """
 
@@ -23,7 +26,7 @@ from typing import Callable
 
 from tidemark.protocol.messages import Range
 from tidemark.testing.kit.race import OFFSETS, race_batch
-from tidemark.testing.kit.runtime import PHASES, KitCrash, KitRuntime
+from tidemark.testing.kit.runtime import PHASES, KitCrash, KitRuntime, ScenarioAbort
 from tidemark.testing.workload import Event, key_space, make_batch
 
 LARGE_BOUND = 1100  # keys per transaction at most in the large scenario (for speed; above a typical 1000)
@@ -205,6 +208,60 @@ def randomized(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     kit.check_views()
 
 
+#: keys a folding collation or encoding takes for one another: letter case (also beyond ASCII),
+#: NFC against NFD, trailing (and leading) spaces
+CONFUSABLE_KEYS = [
+    "Order-1",
+    "order-1",
+    "ORDER-1",
+    "caf\u00e9",
+    "cafe\u0301",
+    "k",
+    "k ",
+    "k  ",
+    " k",
+    "stra\u00dfe",
+    "STRASSE",
+    "\u00c5ngstr\u00f6m",
+    "\u00e5ngstr\u00f6m",
+]
+
+
+def folded_keys(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+    keys = CONFUSABLE_KEYS + key_space(rng, 4)
+    kit.set_layout(2)
+    for b in range(3):  # every key in every batch, with its own values
+        run(kit, b, [Event(k, rng.randint(1, 9), f"b{b}.{i}") for i, k in enumerate(keys)])
+    kit.check_views()
+    kit.check_keys_exact(CONFUSABLE_KEYS)
+
+
+CHECKPOINT_BYTES = 96 * 1024
+
+
+def large_checkpoint(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+    """Runtime checkpoints of 96 KiB (multi-byte text: a limit in characters or in bytes
+    shows), through a crash after the commit and a restart."""
+    unit = "offset \u00e9\u4e2d "
+    text = (unit * (CHECKPOINT_BYTES // len(unit.encode()) + 1)).encode()[:CHECKPOINT_BYTES].decode("utf-8", "ignore")
+    kit.checkpoint_padding = text
+    keys = key_space(rng, 8)
+    try:
+        run(kit, 0, events_for(rng, keys, 0))
+        run(kit, 1, events_for(rng, keys, 1), crash=("start_commit", 0))
+        kit.restart()
+        run(kit, 2, events_for(rng, keys, 2))
+    except ScenarioAbort:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the driver failing on a large checkpoint is the finding
+        kit.rec.fail(
+            "whole-checkpoints",
+            f"with runtime checkpoints of {len(text.encode())} bytes: {type(exc).__name__}: {exc}",
+        )
+        raise ScenarioAbort(str(exc)) from exc
+    kit.check_views()
+
+
 def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
     out: list[tuple[str, Callable]] = [("steady", steady), ("pipelined", pipelined)]
     out += [(f"crash-{p}", crash_at(p)) for p in PHASES]
@@ -216,6 +273,7 @@ def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
             out += [("zombie-early-2-shards", zombie("early", 2)), ("zombie-late-2-shards", zombie("late", 2))]
         out += [("zombie-split", zombie_reshard(1, 2)), ("zombie-merge", zombie_reshard(2, 1)), ("race", race)]
     out.append(("split-merge", split_merge))
+    out += [("folded-keys", folded_keys), ("large-checkpoint", large_checkpoint)]
     out += [(f"random-{i}", randomized) for i in range(1 if quick else 3)]
     out.append(("large", large))
     return out
