@@ -13,6 +13,57 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 POSTGRES_URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+#: The tests' driver JVMs start in about half the time: only the client compiler (tests run
+#: short jobs), the serial collector, and the classes of a Spark start-up mapped from an
+#: AppCDS archive made once per machine (:func:`spark_class_archive`). Every Spark the tests
+#: start (the session fixture, ``tidemark`` subprocesses, the chaos harness) inherits it
+#: through ``SPARK_SUBMIT_OPTS``; ``TIDEMARK_TEST_FAST_JVM=0`` turns it off.
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=error:stderr"
+
+
+def cds_archive() -> str:
+    """Where the JVM's class-data-sharing archive for this Python + PySpark lives."""
+    import hashlib
+    import tempfile
+
+    import pyspark
+
+    tag = hashlib.sha1(f"{sys.executable}|{pyspark.__version__}|{pyspark.__file__}".encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"tidemark-tests-{os.getuid()}-{tag}.jsa")
+
+
+def spark_class_archive() -> str:
+    """The archive, made by one local Spark start-up and a small job if it is missing (~15 s,
+    once per machine); "" if it cannot be made (the JVMs then start without it)."""
+    import subprocess
+
+    archive = cds_archive()
+    if os.path.exists(archive):
+        return archive
+    partial = f"{archive}.{os.getpid()}.partial"
+    job = (
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[2]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "s.range(1000).selectExpr('id % 7 AS k').groupBy('k').count().collect()\n"
+        "s.stop()\n"
+    )
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial} {FAST_JVM}"}
+    try:
+        subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, timeout=300, check=True)
+        os.replace(partial, archive)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return archive
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or os.environ.get("TIDEMARK_TEST_FAST_JVM", "1") == "0":
+        return  # xdist workers inherit the controller's environment
+    if "SPARK_SUBMIT_OPTS" not in os.environ:
+        archive = spark_class_archive()
+        shared = f" -XX:SharedArchiveFile={archive} -Xshare:auto" if archive else ""
+        os.environ["SPARK_SUBMIT_OPTS"] = FAST_JVM + shared
+
 
 @pytest.fixture(scope="session")
 def spark():

@@ -24,14 +24,10 @@ CHAOS_JAVA = "-XX:TieredStopAtLevel=1"
 
 
 def _cds_archive() -> str:
-    """Where the JVM's class-data-sharing archive for this Python + PySpark lives."""
-    import hashlib
-    import tempfile
+    """Where the JVM's class-data-sharing archive lives (the one the tests' conftest makes)."""
+    from tests.conftest import cds_archive
 
-    import pyspark
-
-    tag = hashlib.sha1(f"{sys.executable}|{pyspark.__version__}|{pyspark.__file__}".encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"tidemark-chaos-{os.getuid()}-{tag}.jsa")
+    return cds_archive()
 
 
 def java_options() -> tuple[str, str | None]:

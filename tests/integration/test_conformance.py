@@ -217,7 +217,6 @@ def test_each_seeded_external_defect_fails_on_its_property(defect, tmp_path):
     """Five realistic defects of an external driver that the kit once passed; loaded-100 runs
     through the CLI below."""
     from tidemark.drivers.command import close_idle_programs
-
     from tidemark.testing.kit.scenarios import scenarios
 
     prop, hint = DEFECTS[defect]

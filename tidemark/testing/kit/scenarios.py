@@ -253,7 +253,7 @@ def large_checkpoint(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
         run(kit, 2, events_for(rng, keys, 2))
     except ScenarioAbort:
         raise
-    except Exception as exc:  # noqa: BLE001 - the driver failing on a large checkpoint is the finding
+    except Exception as exc:  # the driver failing on a large checkpoint is the finding
         kit.rec.fail(
             "whole-checkpoints",
             f"with runtime checkpoints of {len(text.encode())} bytes: {type(exc).__name__}: {exc}",
