@@ -58,6 +58,7 @@ from tidemark.runtime.lease import Lease
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.spec_changes import changes_since
+from tidemark.runtime.versions import FORMAT
 from tidemark.runtime.view_identity import binding_identity, check_endpoint_records, check_identities, endpoint_record
 
 log = logging.getLogger("tidemark")
@@ -464,6 +465,7 @@ class Coordinator:
             "checkpoint_id": self.checkpoint_id,
             "materialization": self.name,
             "version": self.version,
+            "format": FORMAT,
             **ident.as_checkpoint(),
         }
         return BatchStart(batch_id, False, layout, cp, last)

@@ -40,6 +40,7 @@ import pyarrow.fs as pafs
 
 from tidemark.errors import RecoveryError
 from tidemark.files import filesystem, write_atomically
+from tidemark.runtime.versions import FORMAT, refuse_newer
 
 log = logging.getLogger("tidemark")
 
@@ -57,6 +58,7 @@ class LogEntry:
     resources: list = field(default_factory=list)  # the bound resource paths of the batch
     reductions: list = field(default_factory=list)  # per binding: its reduce annotations (runtime.spec_changes)
     identities: list = field(default_factory=list)  # per binding: the view's identity (runtime.view_identity)
+    format: int = FORMAT  # what wrote the entry (runtime.versions; an entry without it: format 1)
 
     @property
     def query_id(self) -> Optional[str]:
@@ -147,9 +149,11 @@ class RecoveryLog:
         if meta is None:
             if not create:
                 return None
-            meta = {"checkpoint_id": uuid.uuid4().hex, "materialization": self.materialization}
+            meta = {"checkpoint_id": uuid.uuid4().hex, "materialization": self.materialization, "format": FORMAT}
             self._write(path, meta)
-        elif meta.get("materialization") != self.materialization:
+            return meta
+        refuse_newer(meta, f"checkpoint folder {self.location} ({path})")
+        if meta.get("materialization") != self.materialization:
             raise RecoveryError(
                 f"checkpoint {self.root} belongs to materialization {meta.get('materialization')!r}, "
                 f"not {self.materialization!r}: give each materialization its own checkpoint"
@@ -224,6 +228,7 @@ class RecoveryLog:
             if _digest(obj["entry"]) != obj.get("sha256"):
                 raise TornEntry(f"{path}: checksum mismatch")
             obj = obj["entry"]
+        refuse_newer(obj, f"recovery log entry {path}")
         try:
             return LogEntry.of(obj)
         except TypeError as exc:
@@ -247,18 +252,20 @@ class RecoveryLog:
         """``{"batch_id", "layout", "reason"}`` of a started batch (``reason``: what chose
         its layout, see :mod:`tidemark.runtime.rescale`; absent in older records)."""
         try:
-            return self._read(f"{self.root}/intent/{batch_id}.json")
+            record = self._read(f"{self.root}/intent/{batch_id}.json")
         except TornEntry as exc:
             raise RecoveryError(
                 f"the layout record of batch {batch_id} is damaged ({exc}); restore the "
                 "checkpoint folder from a copy, or start over with `tidemark reset`"
             ) from None
+        refuse_newer(record, f"the layout record {self.root}/intent/{batch_id}.json")
+        return record
 
     def intent_batches(self) -> list[int]:
         return self._batches("intent")
 
     def write_intent(self, batch_id: int, layout: list, reason: Optional[dict] = None) -> None:
-        body = {"batch_id": batch_id, "layout": layout}
+        body = {"batch_id": batch_id, "layout": layout, "format": FORMAT}
         if reason:
             body["reason"] = reason
         self._write(f"{self.root}/intent/{batch_id}.json", body)

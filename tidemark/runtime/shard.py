@@ -128,12 +128,14 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     input, another Spark query), one ahead of this batch, or one behind the recovery log."""
     from tidemark.runtime.coordinator import check_position, reset_hint
     from tidemark.runtime.identity import BatchIdentity
+    from tidemark.runtime.versions import refuse_newer
 
     where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"
     if cp is None:
         if store_authoritative and task.committed_batch >= 0:  # tables or checkpoint rows dropped
             check_position(task.materialization, task.driver_name, f"range {rng.name}", -1, task.committed_batch)
         return False
+    refuse_newer(cp, f"{where}: its committed runtime checkpoint")
     if cp.get("checkpoint_id") != task.checkpoint_id:
         raise RecoveryError(
             f"{where} is written by another tidemark checkpoint (id {cp.get('checkpoint_id')}, batch "

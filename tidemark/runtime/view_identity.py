@@ -36,6 +36,7 @@ import os
 from typing import Any, Optional, Sequence
 
 from tidemark.errors import RecoveryError, reset_hint
+from tidemark.runtime.versions import FORMAT, refuse_newer
 
 #: resource keys that name *where* a view is, beside its name (schema-qualified names)
 QUALIFIERS = ("schema", "namespace", "database", "catalog", "bucket")
@@ -153,12 +154,14 @@ def endpoint_record(identity: dict, materialization: str, checkpoint_id: Optiona
         "checkpoint_id": checkpoint_id,
         **identity,
         "created_at_batch": created_at_batch,
+        "format": FORMAT,
     }
 
 
 def record_differences(stored: dict, materialization: str, checkpoint_id: Optional[str], current: dict) -> list[str]:
     """What makes a kept record another view's than this binding's (``current``: its identity)."""
     where = stored.get("resolved") or _show(stored.get("resource"))
+    refuse_newer(stored, f"the view-identity record kept with {where!r}")
     since = stored.get("created_at_batch")
     made = f" since batch {since}" if isinstance(since, int) else ""
     out = []
