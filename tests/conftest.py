@@ -16,8 +16,9 @@ POSTGRES_URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgr
 #: The tests' driver JVMs start in about half the time: only the client compiler (tests run
 #: short jobs), the serial collector, and the classes of a Spark start-up mapped from an
 #: AppCDS archive made once per machine (:func:`spark_class_archive`). Every Spark the tests
-#: start (the session fixture, ``tidemark`` subprocesses, the chaos harness) inherits it
-#: through ``SPARK_SUBMIT_OPTS``; ``TIDEMARK_TEST_FAST_JVM=0`` turns it off.
+#: start (``tidemark`` subprocesses, the chaos harness) inherits it through
+#: ``SPARK_SUBMIT_OPTS``; the session fixture's long-lived JVM takes only the archive.
+#: ``TIDEMARK_TEST_FAST_JVM=0`` turns it off.
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=error:stderr"
 
 
@@ -69,7 +70,16 @@ def pytest_configure(config):
 def spark():
     from tidemark.spark.session import local_session
 
-    session = local_session("tidemark-tests")
+    # the session's JVM runs the whole worker's tests: its classes from the archive, but both
+    # compilers and the default collector (the client compiler alone slows long sessions)
+    submit = os.environ.get("SPARK_SUBMIT_OPTS")
+    if submit is not None:
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(o for o in submit.split() if o not in FAST_JVM.split())
+    try:
+        session = local_session("tidemark-tests")
+    finally:
+        if submit is not None:
+            os.environ["SPARK_SUBMIT_OPTS"] = submit
     yield session
     session.stop()
 
