@@ -3,7 +3,7 @@ store of full documents that answers Loads.
 
 * Acknowledge: nothing to apply (the previous batch committed in its StartCommit).
 * Load / Flush: read-committed, from the range's local store (the push endpoints' base,
-  :class:`~tidemark.drivers.store.push.PushTransactor`),
+  :class:`~tidemark.drivers.push.PushTransactor`),
   which holds exactly what the range's committed Kafka transactions wrote (Open made sure).
 * Store: each document is sent to its binding's topic inside the range's open Kafka
   transaction (key: the collection key as a JSON array; value: the full reduced document
@@ -29,13 +29,13 @@ import orjson
 from tidemark.collection.keys import key_json
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
-from tidemark.drivers.store.push import PushTransactor
+from tidemark.drivers.push import PushTransactor
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.protocol.messages import Store
 
 
 class KafkaTransactor(PushTransactor):
-    """A push endpoint whose commit counts (:class:`~tidemark.drivers.store.push.PushTransactor`):
+    """A push endpoint whose commit counts (:class:`~tidemark.drivers.push.PushTransactor`):
     a Kafka transaction per batch, committed with the range's progress record."""
 
     def __init__(

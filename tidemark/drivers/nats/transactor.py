@@ -25,7 +25,7 @@ from tidemark.collection.keys import key_json
 from tidemark.drivers.nats.channel import OutDoc, Session
 from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.wire import BatchId, InFlight
-from tidemark.drivers.store.push import PushTransactor
+from tidemark.drivers.push import PushTransactor
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Store
@@ -43,7 +43,7 @@ class _MidBatch(OutDoc):
 
 
 class NatsTransactor(PushTransactor):
-    """A push endpoint whose commit counts (:class:`~tidemark.drivers.store.push.PushTransactor`):
+    """A push endpoint whose commit counts (:class:`~tidemark.drivers.push.PushTransactor`):
     one fenced atomic batch publish per batch, with the range's progress record."""
 
     def __init__(

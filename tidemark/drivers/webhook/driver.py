@@ -17,7 +17,7 @@ endpoint's :class:`~tidemark.drivers.store.transactor.StoreTransactor` over a
 :class:`~tidemark.store.RangeStore`), which is the authority (store-authoritative): it holds
 the documents, the fence and the runtime checkpoint of each range.
 
-StartCommit, per range (:class:`~tidemark.drivers.store.push.PushTransactor`, the store's commit counting):
+StartCommit, per range (:class:`~tidemark.drivers.push.PushTransactor`, the store's commit counting):
 
 1. take the range's lock in the state store and verify the fence (a stale session gets
    FencedOff and posts nothing; a newer Open of an overlapping range waits for the lock);
@@ -39,9 +39,9 @@ from typing import Any, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.push import PushTransactor
 from tidemark.drivers.store import StoreDriver
 from tidemark.drivers.store.naming import resource_name
-from tidemark.drivers.store.push import PushTransactor
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.drivers.webhook.chunks import plan_chunks
 from tidemark.drivers.webhook.client import WebhookClient
@@ -188,7 +188,7 @@ class WebhookDriver(Driver):
 
 class WebhookTransactor(PushTransactor):
     """A push endpoint whose state store's commit counts
-    (:class:`~tidemark.drivers.store.push.PushTransactor`): the documents are POSTed inside it."""
+    (:class:`~tidemark.drivers.push.PushTransactor`): the documents are POSTed inside it."""
 
     ENDPOINT_COMMITS = False
 
