@@ -15,6 +15,7 @@ as ``dialect``, ``schema`` (where its own tables live), and ``capabilities``/``s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -92,12 +93,8 @@ def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str
         )
 
 
-class _Rows(Exception):
-    """Carries :meth:`SqlDriver.read_rows`' rows out of a transaction that must roll back."""
-
-    def __init__(self, rows: list[dict]):
-        super().__init__("rows")
-        self.rows = rows
+class _RollBack(Exception):
+    """Ends :meth:`SqlDriver.read_rows`' transaction with a rollback (its rows are read by then)."""
 
 
 class SqlDriver(Driver):
@@ -175,19 +172,19 @@ class SqlDriver(Driver):
 
     # ------------------------------------------------------------ own tables
     @cached_property
-    def ck(self) -> str:
+    def checkpoints_table(self) -> str:
         return self.dialect.table(self.schema, CHECKPOINTS_TABLE)
 
     @cached_property
-    def rt(self) -> str:
+    def resources_table(self) -> str:
         return self.dialect.table(self.schema, RESOURCES_TABLE)
 
     @cached_property
-    def it(self) -> str:
+    def identities_table(self) -> str:
         return self.dialect.table(self.schema, IDENTITIES_TABLE)
 
     @cached_property
-    def qt(self) -> str:
+    def quarantine_table(self) -> str:
         return self.dialect.table(self.schema, QUARANTINE_TABLE)
 
     def tables_exist(self, con: Any, *names: str, schema: Optional[str] = None) -> bool:
@@ -205,7 +202,9 @@ class SqlDriver(Driver):
                 self.execute(con, d.ddl_lock)
             if d.schemas:
                 self.execute(con, d.create_schema(self.schema))
-            for statement in d.system_tables(self.ck, self.rt, self.qt, self.it):
+            for statement in d.system_tables(
+                self.checkpoints_table, self.resources_table, self.quarantine_table, self.identities_table
+            ):
                 self.execute(con, statement)
 
         self.transaction(con, body)
@@ -388,24 +387,26 @@ class SqlDriver(Driver):
         if (
             record is not None
             and self.execute(
-                con, f"SELECT 1 FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (resource,)
+                con,
+                f"SELECT 1 FROM {self.identities_table} WHERE resource = {p}{self.dialect.name_collate}",
+                (resource,),
             ).fetchone()
             is None
         ):
             self.execute(
                 con,
-                f"INSERT INTO {self.it} (resource, materialization, record) VALUES ({p}, {p}, {p})",
+                f"INSERT INTO {self.identities_table} (resource, materialization, record) VALUES ({p}, {p}, {p})",
                 (resource, materialization, record_text(record, self.dialect.resolved_name(resource))),
             )
         row = self.execute(
             con,
-            f"SELECT materialization, checkpoint_id FROM {self.rt} WHERE resource = {p}{self.dialect.name_collate}",
+            f"SELECT materialization, checkpoint_id FROM {self.resources_table} WHERE resource = {p}{self.dialect.name_collate}",
             (resource,),
         ).fetchone()
         if row is None:
             self.execute(
                 con,
-                f"INSERT INTO {self.rt} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
+                f"INSERT INTO {self.resources_table} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
                 (resource, materialization, checkpoint_id),
             )
         elif tuple(row) != (materialization, checkpoint_id):
@@ -443,7 +444,7 @@ class SqlDriver(Driver):
     def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
         """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see
         :mod:`tidemark.drivers.common.fences`)."""
-        d, ck = self.dialect, self.ck
+        d, checkpoints = self.dialect, self.checkpoints_table
         p = d.placeholder
         lock = d.open_lock(self.schema, materialization)
         if lock is not None:
@@ -452,25 +453,25 @@ class SqlDriver(Driver):
         overlapping = f"materialization = {p} AND key_end >= {p} AND key_begin <= {p}"
         rows = self.execute(
             con,
-            f"SELECT key_begin, key_end, fence, checkpoint FROM {ck} WHERE {overlapping} "
+            f"SELECT key_begin, key_end, fence, checkpoint FROM {checkpoints} WHERE {overlapping} "
             f"ORDER BY key_begin, key_end{d.for_update}",
             over,
         ).fetchall()
         plan = plan_open(
             materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
         )
-        self.execute(con, f"UPDATE {ck} SET fence = fence + 1 WHERE {overlapping}", over)
+        self.execute(con, f"UPDATE {checkpoints} SET fence = fence + 1 WHERE {overlapping}", over)
         if plan.insert:
             self.execute(
                 con,
-                f"INSERT INTO {ck} (materialization, key_begin, key_end, fence, checkpoint) "
+                f"INSERT INTO {checkpoints} (materialization, key_begin, key_end, fence, checkpoint) "
                 f"VALUES ({p}, {p}, {p}, {p}, {d.json_param})",
                 (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)),
             )
         elif plan.refresh:
             self.execute(
                 con,
-                f"UPDATE {ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"UPDATE {checkpoints} SET checkpoint = {d.json_param} WHERE materialization = {p} "
                 f"AND key_begin = {p} AND key_end = {p}",
                 (dumps(plan.checkpoint), *over),
             )
@@ -503,18 +504,16 @@ class SqlDriver(Driver):
         else:
             schema, _, name = text.rpartition(".")
             sql = f"SELECT * FROM {self.dialect.table(schema or self.schema, name)}"
+        rows: list[dict] = []
 
-        def body(con: Any) -> list[dict]:
+        def body(con: Any) -> None:
             cur = self.execute(con, sql)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r)) for r in cur.fetchall()]
-            raise _Rows(rows)  # rolled back: nothing a query does is kept
+            rows[:] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            raise _RollBack  # nothing a query does is kept
 
-        try:
+        with contextlib.suppress(_RollBack):
             self.atomically(body, f"read {text[:60]!r}")
-        except _Rows as out:
-            return out.rows
-        raise AssertionError("unreachable")
+        return rows
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
@@ -531,7 +530,7 @@ class SqlDriver(Driver):
                 if self.tables_exist(con, model.name, schema=model.schema):
                     self.execute(con, f"DROP TABLE {d.ident(model)}")
                     done.append(f"dropped table {self.resource_name(model)}")
-            for table, name in ((self.rt, RESOURCES_TABLE), (self.it, IDENTITIES_TABLE)):
+            for table, name in ((self.resources_table, RESOURCES_TABLE), (self.identities_table, IDENTITIES_TABLE)):
                 if self.tables_exist(con, name):
                     for model in models:
                         self.execute(
@@ -540,8 +539,8 @@ class SqlDriver(Driver):
                             (self.resource_name(model), materialization),
                         )
             for table, name, what in (
-                (self.ck, CHECKPOINTS_TABLE, "checkpoint rows"),
-                (self.qt, QUARANTINE_TABLE, "quarantine rows"),
+                (self.checkpoints_table, CHECKPOINTS_TABLE, "checkpoint rows"),
+                (self.quarantine_table, QUARANTINE_TABLE, "quarantine rows"),
             ):
                 if self.tables_exist(con, name):
                     n = self.execute(
@@ -562,7 +561,9 @@ class SqlDriver(Driver):
                 return [None] * len(names)
             rows = [
                 self.execute(
-                    self.con, f"SELECT record FROM {self.it} WHERE resource = {p}{self.dialect.name_collate}", (name,)
+                    self.con,
+                    f"SELECT record FROM {self.identities_table} WHERE resource = {p}{self.dialect.name_collate}",
+                    (name,),
                 ).fetchone()
                 for name in names
             ]
@@ -574,7 +575,9 @@ class SqlDriver(Driver):
         def body():
             if not self.tables_exist(self.con, RESOURCES_TABLE):
                 return []
-            return self.execute(self.con, f"SELECT resource, materialization, checkpoint_id FROM {self.rt}").fetchall()
+            return self.execute(
+                self.con, f"SELECT resource, materialization, checkpoint_id FROM {self.resources_table}"
+            ).fetchall()
 
         owners = {r[0]: (r[1], r[2]) for r in self.run(body, "positions")}
         out = super().positions(materialization, bindings)
@@ -607,7 +610,7 @@ class SqlDriver(Driver):
                 return []
             return self.execute(
                 self.con,
-                f"SELECT key_begin, key_end, fence, checkpoint FROM {self.ck} WHERE materialization = "
+                f"SELECT key_begin, key_end, fence, checkpoint FROM {self.checkpoints_table} WHERE materialization = "
                 f"{self.dialect.placeholder} ORDER BY key_begin, key_end",
                 (materialization,),
             ).fetchall()

@@ -327,7 +327,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
         def body() -> None:
             cur = self.execute(  # Step 2
-                f"UPDATE {self.driver.ck} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"UPDATE {self.driver.checkpoints_table} SET checkpoint = {d.json_param} WHERE materialization = {p} "
                 f"AND key_begin = {p} AND key_end = {p} AND fence = {p}",
                 (dumps(cp), self.materialization, self.range.key_begin, self.range.key_end, self.fence),
             )
@@ -337,7 +337,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
                 self.apply_staged(b)
             if self._quarantine:  # Step 4
                 self.executemany(
-                    f"INSERT INTO {self.driver.qt} (materialization, batch_id, location, key_json, reason, value) "
+                    f"INSERT INTO {self.driver.quarantine_table} (materialization, batch_id, location, key_json, reason, value) "
                     f"VALUES ({d.params(6)})",
                     quarantine_rows(self.materialization, cp.get("batch_id"), self._quarantine),
                 )

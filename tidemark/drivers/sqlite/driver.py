@@ -142,7 +142,9 @@ class SQLiteDriver(SqlDriver):
                 con.execute(f"PRAGMA busy_timeout={int(self.policy.busy_timeout * 1000)}")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute(f"PRAGMA synchronous={self.synchronous}")
-                for ddl in self.dialect.system_tables(self.ck, self.rt, self.qt, self.it)[:2]:  # checkpoints, resources
+                for ddl in self.dialect.system_tables(
+                    self.checkpoints_table, self.resources_table, self.quarantine_table, self.identities_table
+                )[:2]:  # checkpoints, resources
                     con.execute(ddl)
             except BaseException:
                 con.close()
