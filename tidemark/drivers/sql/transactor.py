@@ -261,7 +261,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self.staged_once(model, msg)
         kinds = [c.kind for c in model.keys]
         n = len(kinds)
-        st, create = self.stage_table(model, msg.binding)
+        table, create = self.stage_table(model, msg.binding)
         texts = self.driver.staged_texts(msg.texts) if msg.texts else tuple(dumps(doc) for doc in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
@@ -270,16 +270,22 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             for i, (key, text) in enumerate(zip(msg.keys, texts))
         ]
         names = ["seq", "x"] + [f"c{j}" for j in range(n)] + ["d"]
-        sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+        self._stage_rows(
+            model, table, create, f"INSERT INTO {table} ({', '.join(names)}) VALUES ({d.params(len(names))})", rows
+        )
+        self._created.add(stage_name(msg.binding))
+        self._staged.add(msg.binding)
+
+    def _stage_rows(self, model: TableModel, table: str, create: Optional[str], insert: str, rows: list) -> None:
+        """Insert ``rows`` into the session's staging ``table`` (created first where ``create``
+        says how), in the transaction: what both kinds of a reduced binding's Stores share."""
 
         def body() -> None:
             if create:
                 self.execute(create)
-            self.executemany(sql, rows)
+            self.executemany(insert, rows)
 
         self.in_transaction(body, f"store {model.display}", write=False)
-        self._created.add(stage_name(msg.binding))
-        self._staged.add(msg.binding)
 
     def store_typed(self, model: TableModel, msg: Store) -> None:
         """Stage a lean binding's combined documents given as typed values (``Store.rows``,
@@ -292,16 +298,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             )
         self.staged_once(model, msg)
         name = typed_stage_name(msg.binding)
-        st, create = self.temp(name, [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)])
+        table, create = self.temp(name, [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)])
         rows = list(zip(*(msg.rows.column(c.name).to_pylist() for c in model.columns)))
-        sql = f"INSERT INTO {st} VALUES ({d.params(len(model.columns))})"
-
-        def body() -> None:
-            if create:
-                self.execute(create)
-            self.executemany(sql, rows)
-
-        self.in_transaction(body, f"store {model.display}", write=False)
+        self._stage_rows(model, table, create, f"INSERT INTO {table} VALUES ({d.params(len(model.columns))})", rows)
         self._created.add(name)
         self._staged.add(msg.binding)
         self._typed.add(msg.binding)
