@@ -177,12 +177,12 @@ class MariaReduce(ReduceSql):
         return replace_members("JSON_REPLACE", doc, [*present, *members, *nullable], PAIRS, path)
 
 
-def overflow_query(R: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:
+def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:
     """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands."""
-    q = R.quote
-    match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
+    quote = forms.quote
+    match = " AND ".join(f"t.{quote(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
     keys = ", ".join(f"s.c{j}" for j in range(len(model.keys)))
-    old = f"t.{q(col.name)}" if model.lean else f"JSON_VALUE(t.{q(DOCUMENT_COLUMN)}, {path(f.name)})"
+    old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
     new = f"JSON_VALUE(s.d, {path(f.name)})"
     if col.kind == INTEGER:
         a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"
@@ -193,7 +193,7 @@ def overflow_query(R: MariaReduce, model: TableModel, staged: str, f, col: Colum
             f"(({a} > 0 AND {b} > 0 AND {a} > {DOUBLE_MAX} - {b}) OR "
             f"({a} < 0 AND {b} < 0 AND {a} < -{DOUBLE_MAX} - {b}))"
         )
-    return f"SELECT {keys}, {old}, {new} FROM {staged} s JOIN {R.table} t ON {match} WHERE {bad} LIMIT 1"
+    return f"SELECT {keys}, {old}, {new} FROM {staged} s JOIN {forms.table} t ON {match} WHERE {bad} LIMIT 1"
 
 
 #: the strategies MariaDB reduces itself (``Capabilities.endpoint_reduce``)

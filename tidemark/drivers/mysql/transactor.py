@@ -255,7 +255,7 @@ class MySqlTransactor(SqlTransactor):
             return
         n = len(model.keys)
         name = stage_name(msg.binding)
-        st, create = self._staging(model, msg.binding)
+        staging, create = self._staging(model, msg.binding)
         stale = msg.binding in self._stale
         seq = self._seq
         self._seq = seq + len(msg.keys)
@@ -285,9 +285,9 @@ class MySqlTransactor(SqlTransactor):
             if create:
                 self.execute(create)
             elif stale:
-                self.execute(f"DELETE FROM {st}")
+                self.execute(f"DELETE FROM {staging}")
             self.bulk(
-                st,
+                staging,
                 names,
                 rows,
                 lambda i: list(msg.keys[i]),
@@ -319,7 +319,7 @@ class MySqlTransactor(SqlTransactor):
         """Stage a binding MariaDB reduces: the keys and each combined document's JSON text
         (the commit's statement reads the value columns from it; ``drivers/mysql/reduce.py``)."""
         self.staged_once(model, msg)
-        st, create = self._staging(model, msg.binding)
+        staging, create = self._staging(model, msg.binding)
         stale = msg.binding in self._stale
         seq = self._seq
         self._seq = seq + len(msg.keys)
@@ -338,9 +338,15 @@ class MySqlTransactor(SqlTransactor):
             if create:
                 self.execute(create)
             elif stale:
-                self.execute(f"DELETE FROM {st}")
+                self.execute(f"DELETE FROM {staging}")
             self.bulk(
-                st, names, rows, lambda i: list(msg.keys[i]), f"store {model.display}", 0, [c.name for c in model.keys]
+                staging,
+                names,
+                rows,
+                lambda i: list(msg.keys[i]),
+                f"store {model.display}",
+                0,
+                [c.name for c in model.keys],
             )
 
         self.in_transaction(body, f"store {model.display}", write=False)
@@ -348,10 +354,12 @@ class MySqlTransactor(SqlTransactor):
         self._stale.discard(msg.binding)
         self._staged.add(msg.binding)
 
-    def _reduce(self, model: TableModel, st: str, names: list[str]) -> None:
+    def _reduce(self, model: TableModel, staging: str, names: list[str]) -> None:
         """The reducing statement; a sum past its type is refused naming the key and property."""
-        R = self.driver.reduce_sql(model)
-        sql = reduce_statement(R, R.table, model, model.reduce, st, names, reduce_sources(R, model, "s"))
+        forms = self.driver.reduce_sql(model)
+        sql = reduce_statement(
+            forms, forms.table, model, model.reduce, staging, names, reduce_sources(forms, model, "s")
+        )
         try:
             self.execute(sql)
         except pymysql.Error as exc:
@@ -361,7 +369,7 @@ class MySqlTransactor(SqlTransactor):
                 f = next((f for f in model.reduce.fields if f.name == col.name), None)
                 if f is None or f.strategy != "sum":
                     continue
-                row = self.execute(overflow_query(R, model, st, f, col)).fetchone()
+                row = self.execute(overflow_query(forms, model, staging, f, col)).fetchone()
                 if row is not None:
                     n = len(model.keys)
                     what = "is beyond a 64-bit integer" if f.type == "integer" else "is not a finite number"
@@ -376,22 +384,23 @@ class MySqlTransactor(SqlTransactor):
     def apply_staged(self, binding: int) -> None:
         d = self.dialect
         model = self.models[binding]
-        st = d.temp(stage_name(binding))
+        staging = d.temp(stage_name(binding))
         table = d.ident(model)
         n = len(model.keys)
         names, sources = staged_columns(model, d.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
             return
         if model.reduce is not None:  # MariaDB reduces: one statement (drivers/mysql/reduce.py)
-            self._reduce(model, st, names)
+            self._reduce(model, staging, names)
             return
         if binding in self._deletes:
             match = " AND ".join(f"t.{c} = s.{src}" for c, src in zip(names[:n], sources))
-            self.execute(f"DELETE t FROM {table} t JOIN {st} s ON {match} WHERE s.x = 1")
+            self.execute(f"DELETE t FROM {table} t JOIN {staging} s ON {match} WHERE s.x = 1")
         self.execute(
-            f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 " + d.upsert(names[:n], names[n:])
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE x = 0 "
+            + d.upsert(names[:n], names[n:])
         )
 
     def committed(self) -> None:

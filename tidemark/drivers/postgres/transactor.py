@@ -167,7 +167,7 @@ class PostgresTransactor(SqlTransactor):
             return
         n = len(model.columns)
         name = stage_name(msg.binding)
-        st, create = self.temp(
+        staging, create = self.temp(
             name,
             ["seq bigint", "x boolean", "e boolean"]
             + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
@@ -198,7 +198,7 @@ class PostgresTransactor(SqlTransactor):
             rows = [encode_at(r, json_at) for r in rows]
         con = self.con
         stale = msg.binding in self._stale  # a reused session: empty what the last commit applied
-        copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        copy_sql = f"COPY {staging} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
 
         def careful() -> str:
             """COPY text built value by value (e.g. ``3.0`` in an integer column becomes ``3``)."""
@@ -221,7 +221,7 @@ class PostgresTransactor(SqlTransactor):
             return "\n".join(lines)
 
         def stage(write_into: Callable[[Any], None]) -> None:
-            self._copy(st, create, stale, copy_sql, write_into)
+            self._copy(staging, create, stale, copy_sql, write_into)
 
         def fast(copy) -> None:
             write = copy.write_row
@@ -260,22 +260,22 @@ class PostgresTransactor(SqlTransactor):
 
     def apply_staged(self, binding: int) -> None:
         model = self.models[binding]
-        st = self.dialect.temp(stage_name(binding))
+        staging = self.dialect.temp(stage_name(binding))
         q = self.dialect.quote
         n = len(model.keys)
         names, sources = staged_columns(model, q)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
-            self._reduce(model, binding, st, names, sources)
+            self._reduce(model, binding, staging, names, sources)
             return
         kc = ", ".join(sources[:n])
         if binding in self._dupes:  # a key stored twice: its last Store wins
-            latest = f"(SELECT DISTINCT ON ({kc}) * FROM {st} ORDER BY {kc}, seq DESC) s"
+            latest = f"(SELECT DISTINCT ON ({kc}) * FROM {staging} ORDER BY {kc}, seq DESC) s"
         else:
-            latest = f"{st} s"
+            latest = f"{staging} s"
         match = " AND ".join(f"t.{name} = s.{src}" for name, src in zip(names[:n], sources))
         if binding in self._deletes:
             self.con.execute(f"DELETE FROM {model.ident} t USING {latest} WHERE s.x AND {match}")
@@ -296,16 +296,16 @@ class PostgresTransactor(SqlTransactor):
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
 
     def _copy(
-        self, st: str, create: Optional[str], stale: bool, copy_sql: str, write_into: Callable[[Any], None]
+        self, staging: str, create: Optional[str], stale: bool, copy_sql: str, write_into: Callable[[Any], None]
     ) -> None:
-        """One transaction that makes (or empties) the staging table ``st`` and COPYs into it."""
+        """One transaction that makes (or empties) the staging table ``staging`` and COPYs into it."""
         con = self.con
 
         def body() -> None:
             if create:
                 con.execute(create)
             elif stale:
-                con.execute(f"TRUNCATE {st}")
+                con.execute(f"TRUNCATE {staging}")
             with con.cursor() as cur, cur.copy(copy_sql) as copy:
                 write_into(copy)
 
@@ -315,7 +315,7 @@ class PostgresTransactor(SqlTransactor):
         """Stage a binding PostgreSQL reduces: the keys and each document's JSON text (the
         value columns are read from it by the commit's statement)."""
         name = stage_name(msg.binding)
-        st, create = self.temp(
+        staging, create = self.temp(
             name,
             ["seq bigint", "x boolean", "e boolean"]
             + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
@@ -326,7 +326,7 @@ class PostgresTransactor(SqlTransactor):
         seq = self._seq
         self._seq = seq + len(msg.keys)
         n = len(model.keys)
-        copy_sql = f"COPY {st} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        copy_sql = f"COPY {staging} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
         con, stale = self.con, msg.binding in self._stale
 
         def rows(copy) -> None:
@@ -336,7 +336,7 @@ class PostgresTransactor(SqlTransactor):
 
         def staged() -> None:
             try:
-                self._copy(st, create, stale, copy_sql, rows)
+                self._copy(staging, create, stale, copy_sql, rows)
             except psycopg.DataError:
                 self._name_nul(model, msg.keys, [jsontext.loads(t) for t in texts])
                 raise
@@ -355,7 +355,7 @@ class PostgresTransactor(SqlTransactor):
                 f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
             )
         self.staged_once(model, msg)
-        st, create = self.temp(
+        staging, create = self.temp(
             typed_stage_name(msg.binding), [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
         )
         payload = csv_of(msg.rows, [c.name for c in model.columns])
@@ -366,8 +366,8 @@ class PostgresTransactor(SqlTransactor):
                 if create:
                     con.execute(create)
                 elif stale:
-                    con.execute(f"TRUNCATE {st}")
-                with con.cursor() as cur, cur.copy(f"COPY {st} FROM STDIN (FORMAT csv)") as copy:
+                    con.execute(f"TRUNCATE {staging}")
+                with con.cursor() as cur, cur.copy(f"COPY {staging} FROM STDIN (FORMAT csv)") as copy:
                     copy.write(payload)
 
             try:
@@ -401,22 +401,24 @@ class PostgresTransactor(SqlTransactor):
                     "or jsonb. Remove or replace it upstream; nothing of this shard's transaction was committed."
                 )
 
-    def _reduce(self, model: TableModel, binding: int, st: str, names: list[str], sources: list[str]) -> None:
+    def _reduce(self, model: TableModel, binding: int, staging: str, names: list[str], sources: list[str]) -> None:
         """Reduce the staged combined documents into the stored ones, in this transaction; a
         sum beyond 64 bits (or not finite) is refused naming the key and the property."""
         if binding in self._typed:  # typed values: the staging table's columns as they are
-            st = self.dialect.temp(typed_stage_name(binding))
+            staging = self.dialect.temp(typed_stage_name(binding))
             typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL::jsonb"]
-            sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, typed)
+            sql = reduce_statement(REDUCE, model.ident, model, model.reduce, staging, names, typed)
         else:
-            sql = reduce_statement(REDUCE, model.ident, model, model.reduce, st, names, reduce_sources(REDUCE, model))
+            sql = reduce_statement(
+                REDUCE, model.ident, model, model.reduce, staging, names, reduce_sources(REDUCE, model)
+            )
         try:
             with self.con.transaction():  # a savepoint: the error below is named from the same rows
                 self.con.execute(sql)
         except psycopg.errors.NumericValueOutOfRange as exc:
-            raise self._overflow(model, st, exc, binding in self._typed) from None
+            raise self._overflow(model, staging, exc, binding in self._typed) from None
 
-    def _overflow(self, model: TableModel, st: str, exc: Exception, typed: bool = False) -> DriverError:
+    def _overflow(self, model: TableModel, staging: str, exc: Exception, typed: bool = False) -> DriverError:
         q = self.dialect.quote
         n = len(model.keys)
         match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
@@ -432,7 +434,7 @@ class PostgresTransactor(SqlTransactor):
             j = [c.name for c in model.columns].index(col.name)
             new = f"s.c{j}::numeric" if typed else f"(s.d -> {literal(f.name)})::numeric"
             row = self.con.execute(
-                f"SELECT {keys}, {old}, {new} FROM {st} s JOIN {model.ident} t ON {match} "
+                f"SELECT {keys}, {old}, {new} FROM {staging} s JOIN {model.ident} t ON {match} "
                 f"WHERE abs({old} + {new}) > {bound} LIMIT 1"
             ).fetchone()
             if row is not None:

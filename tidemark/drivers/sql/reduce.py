@@ -149,7 +149,7 @@ def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: in
 
 
 def reduce_statement(
-    R: ReduceSql,
+    forms: ReduceSql,
     table: str,
     model: TableModel,
     plan: CompiledPlan,
@@ -160,18 +160,18 @@ def reduce_statement(
     """The ``INSERT … ON CONFLICT`` that reduces the staged rows ``staged`` into ``model``'s
     table ``table`` (quoted; ``target``: its quoted columns, keys first, the document last;
     ``source``: the staging columns that fill them)."""
-    q = R.quote
+    quote = forms.quote
     n = len(model.keys)
-    head = R.insert_head(table, ", ".join(target), ", ".join(source), staged)
+    head = forms.insert_head(table, ", ".join(target), ", ".join(source), staged)
     keys = list(target[:n])
     if plan.root_strategy == "firstWriteWins":
-        return f"{head} {R.on_conflict(keys, [])}"
+        return f"{head} {forms.on_conflict(keys, [])}"
     if plan.root_strategy == "lastWriteWins":
-        return f"{head} {R.on_conflict(keys, [(c, R.column(NEW, c)) for c in target[n:]])}"
+        return f"{head} {forms.on_conflict(keys, [(c, forms.column(NEW, c)) for c in target[n:]])}"
     fields = {f.name: f for f in plan.fields}
-    old_doc, new_doc = R.document(OLD), R.document(NEW)
+    old_doc, new_doc = forms.document(OLD), forms.document(NEW)
     if model.lean:
-        return f"{head} {R.on_conflict(keys, _lean_sets(R, model, fields, target, old_doc, new_doc))}"
+        return f"{head} {forms.on_conflict(keys, _lean_sets(forms, model, fields, target, old_doc, new_doc))}"
     sets: list[tuple[str, str]] = []
     typed: dict[str, str] = {}  # a computed scalar's expression, per property
     for col in model.values:
@@ -180,11 +180,13 @@ def reduce_statement(
             raise ValueError(f"column {col.name!r} is not a top-level scalar of the plan")
         # the stored column, or where it is NULL the document's value (a column added after
         # the row was written is NULL there; the document holds the value)
-        old = R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, f.name, col))
-        expr = _sql(f, R, old, R.column(NEW, q(col.name)), _order(R, model, fields, f, old_doc, new_doc))
-        sets.append((q(col.name), expr))
+        old = forms.coalesce(forms.column(OLD, quote(col.name)), forms.typed(old_doc, f.name, col))
+        expr = _sql(
+            f, forms, old, forms.column(NEW, quote(col.name)), _order(forms, model, fields, f, old_doc, new_doc)
+        )
+        sets.append((quote(col.name), expr))
         if f.strategy in COMPUTED and not f.picked_by:
-            typed[f.name] = R.to_json(expr, col)
+            typed[f.name] = forms.to_json(expr, col)
     members: list[tuple[str, str]] = []
     nullable: list[tuple[str, str]] = []
     present: list[tuple[str, str]] = []
@@ -196,33 +198,38 @@ def reduce_statement(
         elif f.kind == "scalar" and f.strategy in COMPUTED and not f.picked_by:  # no column (a long name)
             col = Column(f.name, _kind(f))
             members.append(
-                (f.name, R.to_json(_sql(f, R, R.typed(old_doc, f.name, col), R.typed(new_doc, f.name, col)), col))
+                (
+                    f.name,
+                    forms.to_json(
+                        _sql(f, forms, forms.typed(old_doc, f.name, col), forms.typed(new_doc, f.name, col)), col
+                    ),
+                )
             )
         else:  # picked or concatenated as JSON
-            order = _order(R, model, fields, f, old_doc, new_doc)
-            expr = _sql(f, R, R.member(old_doc, f.name), R.member(new_doc, f.name), order)
+            order = _order(forms, model, fields, f, old_doc, new_doc)
+            expr = _sql(f, forms, forms.member(old_doc, f.name), forms.member(new_doc, f.name), order)
             (nullable if f.kind == "raw" else members).append((f.name, expr))
-    doc = R.with_members(R.merge_documents(old_doc, new_doc), members, nullable, present)
+    doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
     sets.append((target[-1], doc))
-    return f"{head} {R.on_conflict(keys, sets)}"
+    return f"{head} {forms.on_conflict(keys, sets)}"
 
 
-def _lean_sets(R: ReduceSql, model: TableModel, fields: dict, target: Sequence[str], old_doc: str, new_doc: str):
+def _lean_sets(forms: ReduceSql, model: TableModel, fields: dict, target: Sequence[str], old_doc: str, new_doc: str):
     """The lean row's ``SET``s: each column reduced from the stored column and the staged
     one, the remainder (``flow_document``: what no column holds) merged as the root merges
     undeclared members, a later value winning."""
-    q = R.quote
+    quote = forms.quote
     sets: list[tuple[str, str]] = []
     # a property ordered by another one first: MariaDB assigns left to right, each assignment
     # seeing the ones before it, and the order property's stored value is read here
     for col in sorted(model.values, key=lambda c: not fields[c.name].order):
         f = fields[col.name]
         # a column added after the row was written is NULL there; the remainder held its value
-        old = R.coalesce(R.column(OLD, q(col.name)), _read(R, old_doc, col))
-        new = R.column(NEW, q(col.name))
-        expr = _sql(f, R, old, new, _order(R, model, fields, f, old_doc, new_doc))
-        sets.append((q(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
-    merged = R.coalesce(R.merge_documents(old_doc, new_doc), old_doc, new_doc)
+        old = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col))
+        new = forms.column(NEW, quote(col.name))
+        expr = _sql(f, forms, old, new, _order(forms, model, fields, f, old_doc, new_doc))
+        sets.append((quote(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
+    merged = forms.coalesce(forms.merge_documents(old_doc, new_doc), old_doc, new_doc)
     sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
     return sets
 
@@ -233,13 +240,13 @@ def _absent_both(old: str, new: str, expr: str) -> str:
     return f"(CASE WHEN {old} IS NULL AND {new} IS NULL THEN NULL ELSE {expr} END)"
 
 
-def _read(R: ReduceSql, doc: str, col: Column) -> str:
+def _read(forms: ReduceSql, doc: str, col: Column) -> str:
     from tidemark.drivers.sql.model import JSON
 
-    return R.member(doc, col.name) if col.kind == JSON else R.typed(doc, col.name, col)
+    return forms.member(doc, col.name) if col.kind == JSON else forms.typed(doc, col.name, col)
 
 
-def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
+def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
     """The staging expressions that fill the table's columns (keys, values, document) when
     only the keys (``c0``…) and the document's JSON (``d``) were staged: each value column
     is read from the staged document (``staged``: the staging table's alias, if any); a
@@ -250,10 +257,10 @@ def reduce_sources(R: ReduceSql, model: TableModel, staged: str = "") -> list[st
         names = [c.name for c in model.columns]
         return (
             [f"{at}c{j}" for j in range(len(model.keys))]
-            + [_read(R, doc, c) for c in model.values]
-            + [R.remainder(doc, names)]
+            + [_read(forms, doc, c) for c in model.values]
+            + [forms.remainder(doc, names)]
         )
-    return [f"{at}c{j}" for j in range(len(model.keys))] + [R.typed(doc, c.name, c) for c in model.values] + [doc]
+    return [f"{at}c{j}" for j in range(len(model.keys))] + [forms.typed(doc, c.name, c) for c in model.values] + [doc]
 
 
 def unescaped_names(texts):
@@ -266,7 +273,7 @@ def unescaped_names(texts):
     return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
 
 
-def _order(R: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str):
+def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str):
     """The ``(stored, staged, order property)`` values that decide a picked property's value
     (:attr:`FieldPlan.picked_by`), or None: typed SQL (the column, or where the table has none
     or it is NULL, the document's value); a date-time's text from the documents (a full row's:
@@ -276,18 +283,24 @@ def _order(R: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc:
     by = fields[f.picked_by]
     if is_date_time_field(by):
         text = Column(by.name, _kind(by))
-        return R.typed(old_doc, by.name, text), R.typed(new_doc, by.name, text), by
+        return forms.typed(old_doc, by.name, text), forms.typed(new_doc, by.name, text), by
     col = next((c for c in model.values if c.name == by.name), None)
     if col is None:  # no column (a long name): the documents' values
         col = Column(by.name, _kind(by))
-        return R.typed(old_doc, by.name, col), R.typed(new_doc, by.name, col), by
-    q = R.quote
-    return R.coalesce(R.column(OLD, q(col.name)), R.typed(old_doc, by.name, col)), R.column(NEW, q(col.name)), by
+        return forms.typed(old_doc, by.name, col), forms.typed(new_doc, by.name, col), by
+    quote = forms.quote
+    return (
+        forms.coalesce(forms.column(OLD, quote(col.name)), forms.typed(old_doc, by.name, col)),
+        forms.column(NEW, quote(col.name)),
+        by,
+    )
 
 
-def _sql(f: FieldPlan, R: ReduceSql, old: str, new: str, order=None) -> str:
+def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order=None) -> str:
     sql = STRATEGIES[f.strategy].sql
-    expr: Optional[str] = None if sql is None else (sql(R, f, old, new, order) if order else sql(R, f, old, new))
+    expr: Optional[str] = (
+        None if sql is None else (sql(forms, f, old, new, order) if order else sql(forms, f, old, new))
+    )
     if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
         raise ValueError(f"/{f.name}: {f.strategy!r} has no SQL form for this property")
     return expr

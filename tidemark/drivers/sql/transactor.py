@@ -195,7 +195,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kinds = [c.kind for c in model.columns]
         n = len(model.keys)
         name = stage_name(msg.binding)
-        st, create = self.stage_table(model, msg.binding)
+        staging, create = self.stage_table(model, msg.binding)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         values, docs = self.row_parts(model, msg)
@@ -204,7 +204,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, docs, msg.deletes))
         ]
         names = ["seq", "x"] + [f"c{j}" for j in range(len(kinds))] + ["d"]
-        sql = f"INSERT INTO {st} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+        sql = f"INSERT INTO {staging} ({', '.join(names)}) VALUES ({d.params(len(names))})"
         if not model.delta:  # a key stored twice: the last wins
             sql += " " + d.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
 
@@ -356,21 +356,23 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """Inside the commit: move one binding's staged rows into its table."""
         d = self.dialect
         model = self.models[binding]
-        st = d.temp(stage_name(binding))
+        staging = d.temp(stage_name(binding))
         table = d.ident(model)
         n = len(model.keys)
         names, sources = staged_columns(model, d.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} ORDER BY seq")
+            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
-            R = self.driver.reduce_sql(model)
+            forms = self.driver.reduce_sql(model)
             if binding in self._typed:  # typed values: the staging table's columns as they are
                 typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL"]
-                sql = reduce_statement(R, table, model, model.reduce, d.temp(typed_stage_name(binding)), names, typed)
+                sql = reduce_statement(
+                    forms, table, model, model.reduce, d.temp(typed_stage_name(binding)), names, typed
+                )
             else:
-                sql = reduce_statement(R, table, model, model.reduce, st, names, reduce_sources(R, model))
+                sql = reduce_statement(forms, table, model, model.reduce, staging, names, reduce_sources(forms, model))
             try:
                 self.execute(sql)
             except Exception as exc:
@@ -381,17 +383,18 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return
         self.execute(
             f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
-            f"(SELECT {', '.join(sources[:n])} FROM {st} WHERE x = 1)"
+            f"(SELECT {', '.join(sources[:n])} FROM {staging} WHERE x = 1)"
         )
         self.execute(
-            f"INSERT INTO {table} ({target}) SELECT {source} FROM {st} WHERE x = 0 " + d.upsert(names[:n], names[n:])
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE x = 0 "
+            + d.upsert(names[:n], names[n:])
         )
 
     def committed(self) -> None:
         """After the commit: empty the staging tables it applied."""
         for b in self._staged:
-            st = self.dialect.temp(typed_stage_name(b) if b in self._typed else stage_name(b))
-            self.driver.run(lambda st=st: self.execute(f"DELETE FROM {st}"), "clear staging", self.con)
+            staging = self.dialect.temp(typed_stage_name(b) if b in self._typed else stage_name(b))
+            self.driver.run(lambda staging=staging: self.execute(f"DELETE FROM {staging}"), "clear staging", self.con)
         self._typed.clear()
 
     def close(self) -> None:
