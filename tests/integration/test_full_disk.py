@@ -116,3 +116,88 @@ def test_spark_s_wrapped_failures_map_to_one_line(tmp_path):
     oom = infrastructure_error(RuntimeError("java.lang.OutOfMemoryError: Java heap space"), [])
     assert str(oom).startswith("Spark ran out of memory: give it more (--conf spark.driver.memory=4g")
     assert infrastructure_error(RuntimeError("something else"), []) is None
+
+
+def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_line(tmp_path, small_disk):
+    """Batch 0 commits; while its ``foreachBatch`` has not returned yet, the disk fills, so
+    Spark's own write of its commit log fails (inside Spark): one line naming the folder; the
+    run after space is freed is exact."""
+    import threading
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in range(2):
+        write_input(data, f, [json.dumps({"customer": f"c{i % 5}", "amount": i + 100 * f}) for i in range(50)])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "collections": {
+                    "orders": {
+                        "key": ["/customer"],
+                        "schema": {
+                            "type": "object",
+                            "required": ["customer"],
+                            "reduce": {"strategy": "merge"},
+                            "properties": {
+                                "customer": {"type": "string"},
+                                "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
+                            },
+                        },
+                        "source": {"path": "data", "options": {"maxFilesPerTrigger": 1}},
+                    }
+                },
+                "materializations": {
+                    "v": {
+                        "endpoint": {"sqlite": {"path": "v.db"}},
+                        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+                    }
+                },
+                "checkpoint": str(small_disk / "chk"),
+            }
+        )
+    )
+    stalled, filler = tmp_path / "stalled", small_disk / "filler"
+
+    def fill_when_stalled() -> None:
+        while not stalled.exists() and not done.wait(0.05):  # the stall after batch 0's log entry has begun
+            pass
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk to the last byte
+            for size in (65536, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    done = threading.Event()
+    filling = threading.Thread(target=fill_when_stalled)
+    filling.start()
+    try:
+        failed = subprocess.run(
+            [sys.executable, "-m", "tidemark", "run", str(spec), "--available-now", "--no-spark-ui"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "COLUMNS": "1000", "TIDEMARK_FAULTS": f"after_recovery_log:stall=3!once={stalled}"},
+        )
+    finally:
+        done.set()
+        filling.join()
+    assert stalled.exists() and filler.exists()
+    assert failed.returncode == 1, failed.stderr
+    lines = [x for x in failed.stderr.splitlines() if x.strip()]
+    assert lines[-1].startswith("error: the disk is full at ") and str(small_disk / "chk") in lines[-1], failed.stderr
+    assert "Traceback" not in failed.stderr and "java.io.IOException" not in failed.stderr
+    # batch 0 reached the recovery log; Spark's commit of it is what the full disk refused
+    assert (small_disk / "chk" / "v" / "tidemark" / "log" / "0.json").exists()
+    assert not (small_disk / "chk" / "v" / "spark" / "commits" / "0").exists()
+    print(lines[-1])
+    filler.unlink()
+    again = run(spec)
+    assert again.returncode == 0, again.stderr
+    view = {k: d["amount"] for k, d in sqlite_view(tmp_path / "v.db", "t").items()}
+    assert view == {f"c{j}": sum(i + 100 * f for f in range(2) for i in range(50) if i % 5 == j) for j in range(5)}
