@@ -118,10 +118,12 @@ def test_spark_s_wrapped_failures_map_to_one_line(tmp_path):
     assert infrastructure_error(RuntimeError("something else"), []) is None
 
 
-def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_line(tmp_path, small_disk):
-    """Batch 0 commits; while its ``foreachBatch`` has not returned yet, the disk fills, so
-    Spark's own write of its commit log fails (inside Spark): one line naming the folder; the
-    run after space is freed is exact."""
+@pytest.mark.slow  # the run above is its quicker sibling
+@pytest.mark.parametrize("mishap", ["full", "read-only"])
+def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_line(tmp_path, small_disk, mishap):
+    """Batch 0 commits; while its ``foreachBatch`` has not returned yet, the disk fills (or is
+    remounted read-only), so Spark's own write of its commit log fails (inside Spark): one line
+    naming the folder and what to do; the run after the disk is mended is exact."""
     import threading
 
     data = tmp_path / "data"
@@ -162,6 +164,9 @@ def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_li
     def fill_when_stalled() -> None:
         while not stalled.exists() and not done.wait(0.05):  # the stall after batch 0's log entry has begun
             pass
+        if mishap == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+            return
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
         try:  # fill the disk to the last byte
             for size in (65536, 1):
@@ -187,16 +192,19 @@ def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_li
     finally:
         done.set()
         filling.join()
-    assert stalled.exists() and filler.exists()
+    assert stalled.exists()
     assert failed.returncode == 1, failed.stderr
     lines = [x for x in failed.stderr.splitlines() if x.strip()]
-    assert lines[-1].startswith("error: the disk is full at ") and str(small_disk / "chk") in lines[-1], failed.stderr
+    what = "the disk is full" if mishap == "full" else "the file system is read-only"
+    assert lines[-1].startswith(f"error: {what} at ") and str(small_disk / "chk") in lines[-1], failed.stderr
     assert "Traceback" not in failed.stderr and "java.io.IOException" not in failed.stderr
     # batch 0 reached the recovery log; Spark's commit of it is what the full disk refused
     assert (small_disk / "chk" / "v" / "tidemark" / "log" / "0.json").exists()
     assert not (small_disk / "chk" / "v" / "spark" / "commits" / "0").exists()
-    print(lines[-1])
-    filler.unlink()
+    if mishap == "read-only":
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    else:
+        filler.unlink()
     again = run(spec)
     assert again.returncode == 0, again.stderr
     view = {k: d["amount"] for k, d in sqlite_view(tmp_path / "v.db", "t").items()}
