@@ -200,10 +200,16 @@ INFRASTRUCTURE = (
 )
 
 
+#: what Python and Spark say of a file or folder that is not there (a checkpoint folder that
+#: vanished under a run, when the text names it)
+GONE = ("does not exist", "No such file or directory")
+
+
 def infrastructure_error(exc: BaseException, places: "Sequence[str]" = ()) -> "TidemarkError | None":
     """A failure of the machine under the run -- a full disk, a read-only or forbidden
-    folder, an out-of-memory JVM -- raised by Python or inside Spark's own writes, as one
-    line: what it is, where (each checkpoint folder and the space free there), what to do."""
+    folder, an out-of-memory JVM, a checkpoint folder that vanished -- raised by Python or
+    inside Spark's own writes, as one line: what it is, where (each checkpoint folder and the
+    space free there), what to do."""
     import os
     import shutil
 
@@ -214,6 +220,15 @@ def infrastructure_error(exc: BaseException, places: "Sequence[str]" = ()) -> "T
         e = e.__cause__ or e.__context__
     text = "\n".join(texts)
     what = next((name for marker, name in INFRASTRUCTURE if marker in text), None)
+    if what is None and any(m in text for m in GONE) and any(place and place in text for place in places):
+        gone = next(place for place in places if place and place in text)
+        err = TidemarkError(
+            f"the checkpoint folder {gone} is gone (deleted or moved while the run ran): put it back where it was, "
+            "then run again; nothing of the batch in progress was committed. If it is lost, the endpoint refuses "
+            "the next run: `tidemark reset SPEC -m NAME` starts the view over (--verbose shows the failure)"
+        )
+        err.__cause__ = exc
+        return err
     if what is None:
         return None
     where = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -119,7 +120,7 @@ def test_spark_s_wrapped_failures_map_to_one_line(tmp_path):
 
 
 @pytest.mark.slow  # the run above is its quicker sibling
-@pytest.mark.parametrize("mishap", ["full", "read-only"])
+@pytest.mark.parametrize("mishap", ["full", "read-only", "vanished"])
 def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_line(tmp_path, small_disk, mishap):
     """Batch 0 commits; while its ``foreachBatch`` has not returned yet, the disk fills (or is
     remounted read-only), so Spark's own write of its commit log fails (inside Spark): one line
@@ -167,6 +168,9 @@ def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_li
         if mishap == "read-only":
             subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
             return
+        if mishap == "vanished":
+            shutil.move(str(small_disk / "chk"), str(tmp_path / "chk-aside"))
+            return
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
         try:  # fill the disk to the last byte
             for size in (65536, 1):
@@ -195,15 +199,21 @@ def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_li
     assert stalled.exists()
     assert failed.returncode == 1, failed.stderr
     lines = [x for x in failed.stderr.splitlines() if x.strip()]
-    what = "the disk is full" if mishap == "full" else "the file system is read-only"
-    assert lines[-1].startswith(f"error: {what} at ") and str(small_disk / "chk") in lines[-1], failed.stderr
+    what = {"full": "the disk is full at ", "read-only": "the file system is read-only at "}.get(
+        mishap, "the checkpoint folder "
+    )
+    assert lines[-1].startswith(f"error: {what}") and str(small_disk / "chk") in lines[-1], failed.stderr
     assert "Traceback" not in failed.stderr and "java.io.IOException" not in failed.stderr
-    # batch 0 reached the recovery log; Spark's commit of it is what the full disk refused
+    if mishap == "vanished":  # put back where it was
+        assert "is gone (deleted or moved while the run ran)" in lines[-1]
+        shutil.rmtree(small_disk / "chk", ignore_errors=True)  # what Spark may have made again
+        shutil.move(str(tmp_path / "chk-aside"), str(small_disk / "chk"))
+    # batch 0 reached the recovery log; Spark's commit of it is what the mishap refused
     assert (small_disk / "chk" / "v" / "tidemark" / "log" / "0.json").exists()
     assert not (small_disk / "chk" / "v" / "spark" / "commits" / "0").exists()
     if mishap == "read-only":
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
-    else:
+    elif mishap == "full":
         filler.unlink()
     again = run(spec)
     assert again.returncode == 0, again.stderr
