@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
-from tidemark.spark.processor import _partition_expr, _shard_expr
+from tidemark.spark.route import _partition_expr, _shard_expr
 
 pytestmark = pytest.mark.spark
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidemark.errors import RecoveryError
-from tidemark.spark.processor import END_BINDING, _shard_rows
+from tidemark.spark.route import END_BINDING, _shard_rows
 
 ROWS = [(1, 0, '["a"]', '{"k":"a"}', 1), (1, 0, '["b"]', '{"k":"b"}', 2)]
 

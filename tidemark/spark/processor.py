@@ -39,12 +39,6 @@ from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
-from tidemark.spark.route import (  # noqa: F401  (END_BINDING, _shard_rows, _*_expr: re-exported for tests)
-    END_BINDING,
-    _partition_expr,
-    _shard_expr,
-    _shard_rows,
-)
 from tidemark.spark.route import route as _route
 from tidemark.spark.route import run_stage as _run_stage
 
