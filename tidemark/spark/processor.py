@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.base import capabilities_of
@@ -45,6 +46,19 @@ from tidemark.spark.route import run_stage as _run_stage
 log = logging.getLogger("tidemark")
 
 
+class BatchPath(str, Enum):
+    """How a batch ran, decided once per batch (the report and the log's counts keep its text)."""
+
+    ONE_JOB = "one job"  # read, combine and shards in one Spark job
+    DRIVER = "driver"  # the same combine, the shard sessions in the driver (a small batch)
+    DRIVER_TYPED = "driver (typed rows)"  # ... handed typed values instead of JSON texts
+    CHECKED = "checked"  # the combine with its checks, then the shard job
+    CHECKED_IN_DRIVER = "checked in driver"  # ... the shard sessions in the driver
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class BatchReport:
     materialization: str
@@ -60,10 +74,7 @@ class BatchReport:
     invalid: int = 0
     shards: int = 0
     spilled: bool = False
-    # "one job" (read, combine and shards in one Spark job), "driver" (the same combine, the
-    # shards in the driver), "checked" (the combine with its checks, then the shard job) or
-    # "checked in driver" (the shards in the driver)
-    path: str = ""
+    path: str = ""  # a BatchPath (equal to its text: the recovery log and the reports keep the text)
     timings: dict = field(default_factory=dict)
     wall: float = 0.0
 
@@ -310,7 +321,7 @@ class Materializer:
         if small:
             results = self._run_small(df, ranges, task, report)
         t = time.perf_counter()
-        planned = self._plan_one_job(df, ranges) if results is None and report.path != "checked" else None
+        planned = self._plan_one_job(df, ranges) if results is None and report.path is not BatchPath.CHECKED else None
         if planned is not None:
             report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
             # Step 2: shard sessions, in the same job.
@@ -326,7 +337,7 @@ class Materializer:
                 results = None
             else:
                 report.documents = sum(r.input_documents for r in results)
-                report.path = "one job"
+                report.path = BatchPath.ONE_JOB
         if results is None:
             t = time.perf_counter()
             parts, results_meta, cleanup = self._plan(df, ranges)
@@ -336,13 +347,13 @@ class Materializer:
             task = replace(task, quarantine=tuple(results_meta["quarantine"]))
             # Step 2: shard sessions, in the driver for a small batch (its rows are cached).
             t = time.perf_counter()
-            report.path = "checked"
+            report.path = BatchPath.CHECKED
             try:
                 if small:
                     from tidemark.spark.small import run_small
 
                     results = run_small(_union(parts), task, self.driver_keys)
-                    report.path = "checked" if results is None else "checked in driver"
+                    report.path = BatchPath.CHECKED if results is None else BatchPath.CHECKED_IN_DRIVER
                 if results is None:
                     results = _run_stage(_route(df.sparkSession, parts, ranges), task)
             finally:
@@ -365,7 +376,7 @@ class Materializer:
             "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
             # for `tidemark status` (read-only; not part of the batch's identity)
             "endpoint": self.driver_name,
-            "path": report.path,
+            "path": str(report.path),
             "seconds": round(time.perf_counter() - t_start, 3),
             "timings": {k: round(v, 3) for k, v in report.timings.items()},
             "committed_at": round(time.time(), 3),
@@ -445,11 +456,11 @@ class Materializer:
         results = run_small(combined, task, self.driver_keys)
         report.timings["shards"] = time.perf_counter() - t
         if results is ODD:
-            report.path = "checked"
+            report.path = BatchPath.CHECKED
             return None
         if results is not None:
             report.documents = sum(r.input_documents for r in results)
-            report.path = "driver (typed rows)" if "row" in combined.columns else "driver"
+            report.path = BatchPath.DRIVER_TYPED if "row" in combined.columns else BatchPath.DRIVER
         return results
 
     def _plan_one_job(self, df, ranges: tuple[Range, ...], routed: bool = True):
