@@ -22,11 +22,20 @@ def say_long_batches(stop, every: float = 10.0) -> None:
 
     from tidemark.spark.processor import IN_PROGRESS
 
+    said: dict[tuple, int] = {}  # (name, batch, start) -> how many lines it had
+
     def loop() -> None:
-        while not stop.finished.wait(every):
+        # looks every second, so that each batch's line comes ``every`` s after its own start
+        # (a loop ticking every ``every`` s from its own start misses a batch of 10-20 s)
+        while not stop.finished.wait(min(1.0, every)):
             now = time.monotonic()
-            for name, (batch, since) in list(IN_PROGRESS.items()):
-                if now - since >= every:
+            running = list(IN_PROGRESS.items())
+            for done in [k for k in said if (k[0], (k[1], k[2])) not in running]:
+                del said[done]  # that batch has ended
+            for name, (batch, since) in running:
+                due = int((now - since) // every)
+                if due > said.get((name, batch, since), 0):
+                    said[(name, batch, since)] = due
                     console.print(f"{name} batch {batch}: in progress for {now - since:.0f} s", highlight=False)
 
     threading.Thread(target=loop, name="tidemark-progress", daemon=True).start()
