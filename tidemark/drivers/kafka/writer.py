@@ -209,10 +209,12 @@ class RangeWriter:
                         f"kafka: the producer queue of {self.transactional_id} stayed "
                         f"full for {self.policy.lock_timeout:g}s"
                     ) from None
-                producer.poll(0.1)
+                call(lambda: producer.poll(0.1), f"producing to {topic!r}", self.config)
             except TidemarkError:
                 raise
             except Exception as exc:
                 raise translate(exc, f"producing to {topic!r}", self.config) from exc
         self.sent += 1
-        producer.poll(0)  # serve delivery callbacks; errors surface at commit
+        # serve delivery callbacks (their errors surface at commit); a producer that a newer
+        # session fenced meanwhile may raise here: translated like every other call (FencedOff)
+        call(lambda: producer.poll(0), f"producing to {topic!r}", self.config)
