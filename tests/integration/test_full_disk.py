@@ -43,10 +43,12 @@ def run(spec) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_full_disk_is_one_line_and_the_run_after_freeing_it_is_exact(tmp_path, small_disk):
-    data = tmp_path / "data"
-    data.mkdir()
-    write_input(data, 0, [json.dumps({"customer": f"c{i % 5}", "amount": i}) for i in range(50)])
+def sums_spec(tmp_path, checkpoint, options=None):
+    """``tmp_path/spec.yaml``: sums per customer from ``tmp_path/data`` into SQLite ``v.db``
+    table ``t``, the checkpoint at ``checkpoint``."""
+    source: dict = {"path": "data"}
+    if options:
+        source["options"] = options
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -63,7 +65,7 @@ def test_a_full_disk_is_one_line_and_the_run_after_freeing_it_is_exact(tmp_path,
                                 "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
                             },
                         },
-                        "source": {"path": "data"},
+                        "source": source,
                     }
                 },
                 "materializations": {
@@ -72,10 +74,18 @@ def test_a_full_disk_is_one_line_and_the_run_after_freeing_it_is_exact(tmp_path,
                         "bindings": [{"source": "orders", "resource": {"table": "t"}}],
                     }
                 },
-                "checkpoint": str(small_disk / "chk"),
+                "checkpoint": str(checkpoint),
             }
         )
     )
+    return spec
+
+
+def test_a_full_disk_is_one_line_and_the_run_after_freeing_it_is_exact(tmp_path, small_disk):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_input(data, 0, [json.dumps({"customer": f"c{i % 5}", "amount": i}) for i in range(50)])
+    spec = sums_spec(tmp_path, small_disk / "chk")
     filler = small_disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:  # fill the disk to the last byte
@@ -131,35 +141,7 @@ def test_a_disk_that_fills_during_a_run_fails_inside_spark_s_own_write_as_one_li
     data.mkdir()
     for f in range(2):
         write_input(data, f, [json.dumps({"customer": f"c{i % 5}", "amount": i + 100 * f}) for i in range(50)])
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "collections": {
-                    "orders": {
-                        "key": ["/customer"],
-                        "schema": {
-                            "type": "object",
-                            "required": ["customer"],
-                            "reduce": {"strategy": "merge"},
-                            "properties": {
-                                "customer": {"type": "string"},
-                                "amount": {"type": "integer", "reduce": {"strategy": "sum"}},
-                            },
-                        },
-                        "source": {"path": "data", "options": {"maxFilesPerTrigger": 1}},
-                    }
-                },
-                "materializations": {
-                    "v": {
-                        "endpoint": {"sqlite": {"path": "v.db"}},
-                        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
-                    }
-                },
-                "checkpoint": str(small_disk / "chk"),
-            }
-        )
-    )
+    spec = sums_spec(tmp_path, small_disk / "chk", {"maxFilesPerTrigger": 1})
     stalled, filler = tmp_path / "stalled", small_disk / "filler"
 
     def fill_when_stalled() -> None:

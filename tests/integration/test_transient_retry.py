@@ -67,42 +67,25 @@ def test_a_terminated_session_inside_its_transaction_is_ridden_out(
 
 
 @pytest.mark.slow  # the same retry as PostgreSQL's above, on another endpoint (CI runs it after the default suite)
-def test_a_redis_server_restarted_mid_commit_is_ridden_out(spark, tmp_path, monkeypatch):
+def test_a_redis_server_restarted_mid_commit_is_ridden_out(spark, tmp_path, monkeypatch, caplog):
     """A private redis-server (AOF, fsync always) is killed and started again while a shard
     session stalls before its commit: the run goes on by itself and the view is exact."""
-    from tests.helpers import write_orders
     from tests.integration.redis_support import redis_spec, redis_view
     from tests.integration.test_redis_persistence import Server
-    from tidemark.spark.runner import run_spec
+    from tests.integration.test_server_restarts import ride_out
 
     (tmp_path / "redis").mkdir()
     server = Server(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    stalled = tmp_path / "stalled"
     try:
         data, prefix = tmp_path / "data", "customers:"
         write_orders(data, files=3, per_file=60, customers=20, seed=211)
         spec = redis_spec(tmp_path, data, url=server.url, prefix=prefix, shards=2)
-        monkeypatch.setenv(faults.ENV, f"before_endpoint_commit:stall=4!once={stalled}")
-        faults.rearm()
-        done = threading.Event()
 
         def restart() -> None:
-            while not stalled.exists() and not done.wait(0.05):  # the stall has begun
-                pass
-            if not done.is_set():
-                server.kill()
-                server.start()
+            server.kill()
+            server.start()
 
-        restarter = threading.Thread(target=restart)
-        restarter.start()
-        try:
-            run_spec(spec, spark=spark)
-        finally:
-            done.set()
-            restarter.join()
-            monkeypatch.delenv(faults.ENV)
-            faults.rearm()
-        assert stalled.exists()
+        ride_out(spark, tmp_path, monkeypatch, caplog, spec, restart)
         assert normalize(redis_view(server.url, prefix)) == oracle_orders(data)
     finally:
         server.close()

@@ -167,9 +167,15 @@ def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
     """A property ordered by another one compiles where the kept order value is the winner's:
     the order property is a scalar reduced to its greatest (``lastWriteWins``; least for
     ``firstWriteWins``) and every document holds both (what the spec checks)."""
-    by = next((o for o in fields if o.name == f.order), None)
+    order_field = next((o for o in fields if o.name == f.order), None)
     want = "maximize" if f.strategy == "lastWriteWins" else "minimize"
-    return by is not None and by.kind == "scalar" and by.strategy == want and f.name in required and by.name in required
+    return (
+        order_field is not None
+        and order_field.kind == "scalar"
+        and order_field.strategy == want
+        and f.name in required
+        and order_field.name in required
+    )
 
 
 def _field(name: str, sub: Any) -> Optional[FieldPlan]:

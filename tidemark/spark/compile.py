@@ -156,8 +156,8 @@ def _by_event_time(plan: CompiledPlan, f, c, by, ord_col) -> SparkAggregate:
     from pyspark.sql import functions as F
 
     pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
-    o = next(o for o in plan.fields if o.name == f.order)
-    value = instant_order(by, True) if is_date_time_field(o) else by
+    order_field = next(o for o in plan.fields if o.name == f.order)
+    value = instant_order(by, True) if is_date_time_field(order_field) else by
     return SparkAggregate(pick(c, F.when(c.isNotNull(), F.struct(value.alias("e"), ord_col.alias("o")))))
 
 
@@ -211,8 +211,8 @@ def aggregations(
         if key_cols and f.name in key_cols and strategy.group_value:
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
         else:
-            c = mask(p[f.name]) if mask_scalars else p[f.name]
-            agg = _by_event_time(plan, f, c, p[f.order], ops.order) if f.order else strategy.spark(ops, f, c)
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            agg = _by_event_time(plan, f, values, p[f.order], ops.order) if f.order else strategy.spark(ops, f, values)
             if agg.count is not None:
                 # the aggregate of no values is not null (0, [], {}) or null means an error: count
                 aggs.append(agg.count.alias(n))

@@ -280,19 +280,16 @@ def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_
     a column holds the instant, not the text)."""
     if not f.picked_by:
         return None
-    by = fields[f.picked_by]
-    if is_date_time_field(by):
-        text = Column(by.name, _kind(by))
-        return forms.typed(old_doc, by.name, text), forms.typed(new_doc, by.name, text), by
-    col = next((c for c in model.values if c.name == by.name), None)
-    if col is None:  # no column (a long name): the documents' values
-        col = Column(by.name, _kind(by))
-        return forms.typed(old_doc, by.name, col), forms.typed(new_doc, by.name, col), by
+    order_field = fields[f.picked_by]
+    col = next((c for c in model.values if c.name == order_field.name), None)
+    if col is None or is_date_time_field(order_field):  # no column (a long name), or a date-time: the texts
+        col = Column(order_field.name, _kind(order_field))
+        return forms.typed(old_doc, order_field.name, col), forms.typed(new_doc, order_field.name, col), order_field
     quote = forms.quote
     return (
-        forms.coalesce(forms.column(OLD, quote(col.name)), forms.typed(old_doc, by.name, col)),
+        forms.coalesce(forms.column(OLD, quote(col.name)), forms.typed(old_doc, order_field.name, col)),
         forms.column(NEW, quote(col.name)),
-        by,
+        order_field,
     )
 
 
