@@ -137,7 +137,7 @@ class Runtime:
 
 
 def location(driver, b):
-    return driver.model(b).location
+    return driver.model(b).name
 
 
 @pytest.fixture
@@ -418,8 +418,8 @@ def test_resource_path_and_config_errors(tmp_path):
     d = DeltaDriver({"path": str(tmp_path / "lake")})
     absolute = BindingSpec({"path": str(tmp_path / "elsewhere" / "t")}, "orders", ("/customer",), binding().fields)
     relative = BindingSpec({"path": "nested/t"}, "orders", ("/customer",), binding().fields)
-    assert d.model(absolute).location == str(tmp_path / "elsewhere" / "t")
-    assert d.model(relative).location == str(tmp_path / "lake" / "nested" / "t")
+    assert d.model(absolute).name == str(tmp_path / "elsewhere" / "t")
+    assert d.model(relative).name == str(tmp_path / "lake" / "nested" / "t")
     with pytest.raises(SpecError, match="path"):
         DeltaDriver({})
     with pytest.raises(SpecError, match="table"):
@@ -512,12 +512,12 @@ def test_a_table_of_an_older_tidemark_gets_its_records_on_the_next_apply(driver)
     (delta-rs refuses a table property it does not know unless told; the upgrade trial's
     ``Error parsing property 'tidemark.identity'``), and the view goes on."""
     from tidemark.drivers.common.identity import PROPERTY
-    from tidemark.drivers.delta.tables import KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY
+    from tidemark.drivers.lake.model import KEY_PROPERTY, MODE_PROPERTY, OWNER_PROPERTY
 
     b = binding()
     model = driver.model(b)
     deltalake.DeltaTable.create(
-        model.location,
+        model.name,
         schema=model.arrow_schema(),
         configuration={KEY_PROPERTY: '["customer"]', MODE_PROPERTY: "false"},
         raise_if_key_not_exists=False,
@@ -525,7 +525,7 @@ def test_a_table_of_an_older_tidemark_gets_its_records_on_the_next_apply(driver)
     record = {"materialization": MAT, "checkpoint_id": "chk-1", "resource": ["customers"]}
     applied = driver.apply(Apply(MAT, driver.config, (b,), checkpoint_id="chk-1", identities=(record,)))
     assert "create" not in applied.action_description
-    conf = deltalake.DeltaTable(model.location).metadata().configuration
+    conf = deltalake.DeltaTable(model.name).metadata().configuration
     assert json.loads(conf[OWNER_PROPERTY]) == {"materialization": MAT, "checkpoint_id": "chk-1"}
     assert json.loads(conf[PROPERTY])["materialization"] == MAT
     rt = Runtime(driver, b)

@@ -131,7 +131,7 @@ def independent_rows(driver, b, columns) -> list[tuple]:
     import duckdb
 
     files = [
-        f.removeprefix("file://") for f in driver.load(driver.model(b)).inspect.files().column("file_path").to_pylist()
+        f.removeprefix("file://") for f in driver.open_table(driver.model(b).name).inspect.files().column("file_path").to_pylist()
     ]
     if not files:
         return []
@@ -407,7 +407,7 @@ def test_owner_refusal_and_positions(make):
         r"Nothing was changed",
     ):
         Owned(other, binding(extra=(Field("city", "/city", "string"),)), checkpoint_id="chk-2").apply()
-    assert "city" not in {f.name for f in driver.load(driver.model(b)).schema().fields}  # nothing was changed
+    assert "city" not in {f.name for f in driver.open_table(driver.model(b).name).schema().fields}  # nothing was changed
     intruder = Runtime(other, b, checkpoint_id="chk-2")
     intruder.state = rt.state
     t = intruder.open()
@@ -483,7 +483,7 @@ def test_partition_by_a_column_and_keys_that_move_between_partitions(driver):
     rt.batch(0, {0: [doc("a", 1), doc("b", 20), doc("c", 3)]})
     rt.batch(1, {0: [doc("a", 30), doc("b", 5)]})  # a: vip false -> true, b: true -> false
     assert driver.dump(MAT, b) == {("a",): doc("a", 30), ("b",): doc("b", 5), ("c",): doc("c", 3)}
-    table = driver.load(driver.model(b))
+    table = driver.open_table(driver.model(b).name)
     assert [f.name for f in table.spec().fields] == ["vip"]
     rows = sorted((k, str(v).lower()) for k, v in independent_rows(driver, b, ["customer", "vip"]))  # (hive paths)
     assert rows == [("a", "true"), ("b", "false"), ("c", "false")]
@@ -574,7 +574,7 @@ def test_a_table_rolled_back_is_behind_the_recovery_log(driver):
     rt.apply()
     rt.batch(0, {0: [doc("a", 1)]})
     rt.batch(1, {0: [doc("a", 2)]})
-    table = driver.load(driver.model(b))
+    table = driver.open_table(driver.model(b).name)
     first = min(table.snapshots(), key=lambda s: s.sequence_number)
     table.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()  # the property still says 1
     assert json.loads(metadata(driver, b)["properties"][applied_property(MAT)])["batch"] == 1
@@ -592,7 +592,7 @@ def test_pyiceberg_commit_retries_stay_off(driver):
     b = binding()
     rt = Runtime(driver, b)
     rt.apply()
-    table = driver.load(driver.model(b))
+    table = driver.open_table(driver.model(b).name)
     with table.transaction() as txn:  # someone turned pyiceberg's retries back on
         txn.set_properties({"commit.retry.num-retries": "4"})
     rt.batch(0, {0: [doc("a", 1)]})

@@ -49,15 +49,15 @@ def column_type(endpoint, driver, b) -> str:
     if endpoint == "delta":
         import deltalake
 
-        dt = deltalake.DeltaTable(driver.model(b).location)
+        dt = deltalake.DeltaTable(driver.model(b).name)
         return str(next(f.type.type for f in dt.schema().fields if f.name == "total"))
-    table = driver.load(driver.model(b))
+    table = driver.open_table(driver.model(b).name)
     return str(table.schema().find_field("total").field_type)
 
 
 def stored(endpoint, driver, b) -> list:
     if endpoint == "delta":
-        rows = delta_tests.independent_rows(driver.model(b).location, ["customer", "total"])
+        rows = delta_tests.independent_rows(driver.model(b).name, ["customer", "total"])
     else:
         rows = iceberg_tests.independent_rows(driver, b, ["customer", "total"])
     return sorted(rows)

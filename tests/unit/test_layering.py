@@ -109,6 +109,7 @@ LIBRARIES = (
     "tidemark.files",
 )
 SQL_ENDPOINTS = ("postgres", "mysql", "sqlite")
+LAKE_ENDPOINTS = ("delta", "iceberg")  # the staged-files base: drivers/lake
 PUSH_ENDPOINTS = ("kafka", "nats", "webhook")  # their Loads are answered by the local store endpoint
 SHARED = ("base", "registry", "common")
 
@@ -142,8 +143,9 @@ def test_drivers_import_neither_the_runtime_nor_spark():
 
 def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
     """An endpoint folder imports the contract and the shared pieces; the SQL skeleton only
-    from SQL endpoints; the push base and the local store endpoint only from the push
-    endpoints (and the push base); no other endpoint."""
+    from SQL endpoints; the staged-files base only from the lake endpoints; the push base and
+    the local store endpoint only from the push endpoints (and the push base); no other
+    endpoint."""
     folders = _endpoint_folders()
     assert {
         "sqlite",
@@ -157,6 +159,7 @@ def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
         "webhook",
         "command",
         "push",
+        "lake",
     } <= set(folders)
     stray = sorted(
         p.name for p in (ROOT / "drivers").glob("*.py") if p.stem not in ("__init__", "base", "registry", "memory")
@@ -171,7 +174,9 @@ def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
             allowed |= {"push", "store"}  # the push base, and the local store that answers their Loads
         if name == "push":
             allowed.add("store")
-        others = [f"tidemark.drivers.{o}" for o in folders + ["sql", "memory"] if o not in allowed]
+        if name in LAKE_ENDPOINTS:
+            allowed.add("lake")
+        others = [f"tidemark.drivers.{o}" for o in folders + ["sql", "lake", "memory"] if o not in allowed]
         bad += _violations(_modules(ROOT / "drivers" / name), *others)
     assert not bad, "\n".join(bad)
 

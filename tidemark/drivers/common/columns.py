@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import pyarrow as pa
 
-from tidemark.errors import IncompatibleSchema
 from tidemark.protocol.messages import Field
 
 QUARANTINE_TABLE = "tidemark_quarantine"
-KEY_PROPERTY = "tidemark.key"  # table properties of table-format endpoints (Delta, Iceberg), written by Apply
-MODE_PROPERTY = "tidemark.deltaUpdates"
-OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
-DELETE_COLUMN = "_tidemark_delete"  # the table-format endpoints' staged files only: the row is a deletion
 DOCUMENT_COLUMN = "flow_document"
 ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 
@@ -109,48 +104,6 @@ def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -
     return out
 
 
-def columns_to_add(
-    where: str,
-    keys: Sequence[Column],
-    columns: Sequence[Column],
-    delta: bool,
-    properties: dict,
-    existing: dict,
-    type_of: Callable[[str], Any],
-) -> list[Column]:
-    """The columns an existing table of a table-format endpoint (Delta, Iceberg) lacks, after
-    checking that it is this binding's: its mode and key properties, the document column, and
-    each column's type (``existing``: name -> type as ``type_of(kind)`` gives it).  Raises
-    :class:`~tidemark.errors.IncompatibleSchema` naming ``where``."""
-    if MODE_PROPERTY in properties and (properties[MODE_PROPERTY] == "true") != delta:
-        mode = "delta-updates" if delta else "standard"
-        raise IncompatibleSchema(
-            f"{where} exists in the other mode; cannot switch it to {mode} updates (drop the table or use another one)"
-        )
-    names = [c.name for c in keys]
-    if KEY_PROPERTY in properties and json.loads(properties[KEY_PROPERTY]) != names:
-        raise IncompatibleSchema(
-            f"{where}: key is {properties[KEY_PROPERTY]}, the binding's key is {names}; the key cannot change"
-        )
-    if DOCUMENT_COLUMN not in existing:
-        raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
-    missing = []
-    for col in columns:
-        have = existing.get(col.name)
-        if have is None:
-            if col.is_key:
-                raise IncompatibleSchema(f"{where}: key column {col.name!r} is missing; the key cannot change")
-            missing.append(col)
-        elif have != type_of(col.kind) and not (col.kind.startswith(DECIMAL) and have == type_of(NUMBER)):
-            # (an exact decimal in a double column: a table of a tidemark before 2026-11-28 keeps
-            # its column, and each apply casts to it)
-            raise IncompatibleSchema(
-                f"{where}: column {col.name!r} is {have}, the binding needs "
-                f"{type_of(col.kind)} (an incompatible type change)"
-            )
-    return missing
-
-
 # Arrow, for the table-format endpoints (Delta, Iceberg): their staged and loaded rows
 ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
 
@@ -194,10 +147,3 @@ def key_of(model, values: Sequence[Any]) -> tuple:
             v = json.loads(v)
         out.append(v)
     return tuple(out)
-
-
-def stages_of(state: Any) -> list[dict]:
-    """The staged-files endpoints' (Delta, Iceberg) stages in a driver checkpoint: one per
-    range's session, each naming its batch and files."""
-    stages = state.get("stages") if isinstance(state, dict) else None
-    return [s for s in (stages or {}).values() if isinstance(s, dict)]

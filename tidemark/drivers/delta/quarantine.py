@@ -13,31 +13,15 @@ carrying the app transaction ``(APP_ID, N)``, and skips the table when it is alr
 
 from __future__ import annotations
 
-from typing import Iterable
-
-import pyarrow as pa
 import pyarrow.dataset as pds
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from tidemark.drivers.base import Driver  # the DeltaDriver
-from tidemark.drivers.common.columns import QUARANTINE_TABLE, quarantine_rows
+from tidemark.drivers.common.columns import QUARANTINE_TABLE
 from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
-from tidemark.errors import RecoveryError
+from tidemark.drivers.lake.quarantine import COLUMNS, SCHEMA
 
-COLUMNS = ("materialization", "batch_id", "location", "key_json", "reason", "value")
-SCHEMA = pa.schema(
-    [
-        pa.field("materialization", pa.string(), nullable=False),
-        pa.field("batch_id", pa.int64()),
-        pa.field("location", pa.string()),
-        pa.field("key_json", pa.string()),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("value", pa.string()),
-    ]
-)
 TABLE_PROPERTY = "tidemark.quarantine"  # marks the table as tidemark's dead-letter table
 
 __all__ = [
@@ -47,17 +31,7 @@ __all__ = [
     "apply_quarantine",
     "drop_quarantine",
     "read_quarantine",
-    "stage_quarantine",
 ]
-
-
-def stage_quarantine(fs: pafs.FileSystem, path: str, materialization: str, batch_id: int, rows: Iterable[dict]) -> int:
-    """Write the invalid documents of one transaction to the staged file ``path``; the row count."""
-    tuples = quarantine_rows(materialization, batch_id, rows)
-    table = pa.Table.from_pylist([dict(zip(COLUMNS, t)) for t in tuples], schema=SCHEMA)
-    with fs.open_output_stream(path) as stream:
-        pq.write_table(table, stream, compression="snappy")
-    return table.num_rows
 
 
 def apply_quarantine(driver: Driver, names: list[str], app: str, batch: int) -> None:
@@ -74,15 +48,8 @@ def apply_quarantine(driver: Driver, names: list[str], app: str, batch: int) -> 
     dt = driver.table(location)
     if applied_batch(dt, app) >= batch:  # Step 1, as for the data tables
         return
-    fs, base = driver.fs
-    paths = [f"{base.rstrip('/')}/{n}" for n in names]
-    lost = [p for p, info in zip(paths, fs.get_file_info(paths)) if info.type != pafs.FileType.File]
-    if lost:
-        raise RecoveryError(
-            f"Delta quarantine table {location!r}: batch {batch} is in the recovery log but its "
-            f"invalid documents are not applied, and their staged files are gone: {lost}"
-        )
-    source = pds.dataset(paths, format="parquet", filesystem=fs, schema=SCHEMA)
+    paths = driver.staged_paths(f"Delta quarantine table {location!r}", names, batch)
+    source = pds.dataset(paths, format="parquet", filesystem=driver.fs[0], schema=SCHEMA)
     write_deltalake(
         dt,
         staged_reader(source),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tidemark.drivers.common.settings import Setting, read
-from tidemark.drivers.delta.tables import is_uri, join_path
+from tidemark.drivers.lake.model import is_uri, join_path
 from tidemark.policy import RetryPolicy
 
 SETTINGS = (

@@ -1,10 +1,7 @@
-"""Delta tables: the binding's table model, Arrow/Delta types, identifiers, app transactions."""
+"""Delta tables: Delta types, identifiers, app transactions, the staged rows as a stream."""
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 import pyarrow as pa
@@ -12,27 +9,7 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)
-    ARROW_TYPES,
-    BOOLEAN,
-    DECIMAL_PRECISION,
-    DELETE_COLUMN,
-    DOCUMENT_COLUMN,
-    INTEGER,
-    KEY_PROPERTY,
-    MODE_PROPERTY,
-    NUMBER,
-    OWNER_PROPERTY,
-    Column,
-    arrow_type,
-    base_kind,
-    column,
-    key_of,
-    scale_of_kind,
-    stages_of,
-)
-from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
-from tidemark.drivers.common.identity import parse_record
+from tidemark.drivers.common.columns import BOOLEAN, DECIMAL_PRECISION, INTEGER, NUMBER, base_kind, scale_of_kind
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 
@@ -61,14 +38,6 @@ def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def is_uri(p: str) -> bool:
-    return "://" in p
-
-
-def join_path(root: str, name: str) -> str:
-    return root.rstrip("/") + "/" + name if is_uri(root) else os.path.join(root, name)
-
-
 def translate_error(exc: Exception, where: str) -> TidemarkError:
     if isinstance(exc, TidemarkError):
         return exc
@@ -79,48 +48,8 @@ def translate_error(exc: Exception, where: str) -> TidemarkError:
     return DriverError(f"Delta table {where}: {type(exc).__name__}: {exc}")
 
 
-@dataclass(frozen=True, slots=True)
-class TableModel:
-    """One binding's Delta table."""
-
-    location: str
-    keys: tuple[Column, ...]
-    values: tuple[Column, ...]
-    delta: bool
-
-    @property
-    def columns(self) -> tuple[Column, ...]:
-        return self.keys + self.values
-
-    def arrow_schema(self) -> pa.Schema:
-        """The table's schema (keys not null, the document not null)."""
-        fields = [pa.field(c.name, arrow_type(c.kind), nullable=not c.is_key) for c in self.columns]
-        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string(), nullable=False)])
-
-    def staged_schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]
-        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string()), pa.field(DELETE_COLUMN, pa.bool_())])
-
-
 def app_id(materialization: str, checkpoint_id: Any) -> str:
     return f"tidemark/{materialization}/{checkpoint_id}"
-
-
-def owner_of(dt: DeltaTable) -> Optional[tuple[str, str]]:
-    """(materialization, checkpoint id) of the table's owner property, or None."""
-    text = (dt.metadata().configuration or {}).get(OWNER_PROPERTY)
-    if not text:
-        return None
-    try:
-        obj = json.loads(text)
-        return str(obj["materialization"]), str(obj["checkpoint_id"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def identity_of(dt: DeltaTable) -> Optional[dict]:
-    """The table's view-identity record, or None."""
-    return parse_record((dt.metadata().configuration or {}).get(IDENTITY_PROPERTY))
 
 
 def applied_batch(dt: DeltaTable, app: str) -> int:

@@ -15,19 +15,12 @@ from typing import Any, Optional
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.common.settings import Setting, read
+from tidemark.drivers.lake.model import is_uri, join_path
 from tidemark.errors import SpecError
 from tidemark.policy import RetryPolicy
 
 DEFAULT_CATALOG_NAME = "tidemark"
 SECRET_WORDS = ("secret", "password", "token", "credential", "key-id", "access-key")
-
-
-def is_uri(p: str) -> bool:
-    return "://" in p
-
-
-def join_path(root: str, name: str) -> str:
-    return root.rstrip("/") + "/" + name if is_uri(root) else os.path.join(root, name)
 
 
 def sqlalchemy_url(uri: str) -> str:

@@ -1,10 +1,8 @@
-"""Iceberg tables: the binding's table model, Arrow/Iceberg types, the properties tidemark
-keeps on a table (key, mode, owner, the batch applied per materialization), error translation."""
+"""Iceberg tables: types, schema and partitioning of a binding's table, the batch applied per
+materialization (a table property and snapshot summaries), error translation."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import pyarrow as pa
@@ -12,27 +10,18 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DecimalType, DoubleType, IcebergType, LongType, NestedField, StringType
 
-from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported)
-    ARROW_TYPES,
+from tidemark.drivers.common.columns import (
     BOOLEAN,
     DECIMAL_PRECISION,
-    DELETE_COLUMN,
     DOCUMENT_COLUMN,
     INTEGER,
-    KEY_PROPERTY,
-    MODE_PROPERTY,
     NUMBER,
-    OWNER_PROPERTY,
-    Column,
-    arrow_type,
     base_kind,
-    column,
     dumps,
-    key_of,
     scale_of_kind,
-    stages_of,
 )
 from tidemark.drivers.common.redact import redact
+from tidemark.drivers.lake.model import LakeTable, json_property
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's automatic commit retries: kept at 0
@@ -58,80 +47,32 @@ def applied_property(materialization: str) -> str:
     return f"tidemark.{materialization}.applied"
 
 
-@dataclass(frozen=True, slots=True)
-class TableModel:
-    """One binding's Iceberg table."""
-
-    identifier: tuple[str, ...]  # namespace levels + table name
-    keys: tuple[Column, ...]
-    values: tuple[Column, ...]
-    delta: bool
-    partition_by: Optional[str] = None  # a column: identity partitions (resource ``partition_by``)
-
-    @property
-    def name(self) -> str:
-        """``namespace.table``: how stages and messages name it."""
-        return ".".join(self.identifier)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:
-        return self.keys + self.values
-
-    def schema(self) -> Schema:
-        """The table's schema: keys required (and the identifier fields of a standard table),
-        one optional typed column per value, the document required."""
-        fields = [
-            NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key) for i, c in enumerate(self.columns)
-        ]
-        fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
-        ids = [] if self.delta else list(range(1, len(self.keys) + 1))
-        return Schema(*fields, identifier_field_ids=ids)
-
-    def partition_spec(self):
-        """The table's partitioning: unpartitioned, or identity partitions of one column."""
-        from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
-        from pyiceberg.transforms import IdentityTransform
-
-        if self.partition_by is None:
-            return UNPARTITIONED_PARTITION_SPEC
-        source = 1 + [c.name for c in self.columns].index(self.partition_by)
-        return PartitionSpec(
-            PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=self.partition_by)
-        )
-
-    def staged_schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, arrow_type(c.kind)) for c in self.columns]
-        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string()), pa.field(DELETE_COLUMN, pa.bool_())])
+def table_schema(model: LakeTable) -> Schema:
+    """The table's schema: keys required (and the identifier fields of a standard table), one
+    optional typed column per value, the document required."""
+    fields = [NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key) for i, c in enumerate(model.columns)]
+    fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
+    ids = [] if model.delta else list(range(1, len(model.keys) + 1))
+    return Schema(*fields, identifier_field_ids=ids)
 
 
-def _json_property(properties: dict, name: str) -> Optional[dict]:
-    text = properties.get(name)
-    if not text:
-        return None
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
+def partition_spec(model: LakeTable):
+    """The table's partitioning: unpartitioned, or identity partitions of one column."""
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
 
-
-def owner_of(properties: dict) -> Optional[tuple[str, str]]:
-    """(materialization, checkpoint id) of the table's owner property, or None."""
-    obj = _json_property(properties, OWNER_PROPERTY)
-    try:
-        return (str(obj["materialization"]), str(obj["checkpoint_id"])) if obj else None
-    except KeyError:
-        return None
-
-
-def owner_text(materialization: str, checkpoint_id: Any) -> str:
-    return dumps({"materialization": materialization, "checkpoint_id": str(checkpoint_id)})
+    if model.partition_by is None:
+        return UNPARTITIONED_PARTITION_SPEC
+    source = 1 + [c.name for c in model.columns].index(model.partition_by)
+    return PartitionSpec(
+        PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=model.partition_by)
+    )
 
 
 def applied_batch(properties: dict, materialization: str, checkpoint_id: Any) -> int:
     """The last batch of (materialization, checkpoint) applied to the table, or -1 (none, or
     another checkpoint's: batch ids restart at 0 with a new checkpoint)."""
-    obj = _json_property(properties, applied_property(materialization))
+    obj = json_property(properties, applied_property(materialization))
     if not obj or str(obj.get("checkpoint_id")) != str(checkpoint_id):
         return -1
     batch = obj.get("batch")

@@ -1,32 +1,24 @@
-"""One Delta shard session: Loads read the committed table, Stores go to staged Parquet."""
+"""One shard session of a lake endpoint: Loads read the committed table, Stores go to staged
+Parquet files that the coordinator applies after the recovery log holds the batch."""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
 import uuid
-from typing import Any
+from functools import partial
+from typing import Any, Callable, Optional, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, QueryBuilder
 
-from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the DeltaDriver that opened it
-from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, coerce, dumps
-from tidemark.drivers.delta.quarantine import stage_quarantine
-from tidemark.drivers.delta.tables import (
-    IN_LIST_MAX,
-    TableModel,
-    app_id,
-    applied_batch,
-    arrow_type,
-    column,
-    ident,
-    sql_literal,
-    stages_of,
-)
-from tidemark.errors import RecoveryError
+from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, arrow_type, coerce, column, dumps
+from tidemark.drivers.lake.model import LakeTable, stages_of
+from tidemark.drivers.lake.quarantine import stage_quarantine
+from tidemark.errors import DriverError, RecoveryError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -41,11 +33,37 @@ from tidemark.protocol.messages import (
     Store,
 )
 
+T = TypeVar("T")
 
-class DeltaTransactor(ReadCommittedLoads, Transactor):
-    """One shard session: Loads read the committed table, Stores go to staged Parquet."""
 
-    def __init__(self, driver: Driver, req: Open, models: list[TableModel]):
+class StagingDriver(Protocol):
+    """What a session asks of its driver (:class:`~tidemark.drivers.lake.driver.StagedFilesDriver`)."""
+
+    label: str
+    staging: str
+
+    @property
+    def fs(self) -> tuple[pafs.FileSystem, str]: ...
+
+    def run(self, fn: Callable[[], T], what: str, where: str, *, idempotent: bool = True) -> T: ...
+
+    def stage_dir(self, materialization: str) -> str: ...
+
+    def open_table(self, name: str) -> Any: ...
+
+    def stage_batch(self, table: Any, materialization: str, stage: dict) -> int: ...
+
+    def stage_tag(self, materialization: str, checkpoint_id: Any) -> dict: ...
+
+    def scan_keys(self, table: Any, model: LakeTable, values: list[list]) -> Optional[pa.Table]: ...
+
+
+class StagedFilesTransactor(ReadCommittedLoads, Transactor):
+    """One shard session: Loads read each table as of this transaction's Acknowledged, Stores
+    stream into one staged Parquet file per binding, StartCommit names the files in the
+    driver checkpoint (the stage)."""
+
+    def __init__(self, driver: StagingDriver, req: Open, models: list[LakeTable]):
         self.driver = driver
         self.materialization = req.materialization
         self.range = req.range
@@ -53,7 +71,7 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         self.session = uuid.uuid4().hex[:12]
         self._acknowledged = False
         self._deferred: list[Load] = []
-        self._snapshots: dict[int, DeltaTable] = {}
+        self._tables: dict[int, Any] = {}
         self._state: Any = req.state
         self._writers: dict[int, tuple[Any, pq.ParquetWriter, str]] = {}
         self._rows: dict[int, int] = {}
@@ -65,75 +83,62 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         # The coordinator applied the previous batch before this transaction started.
         if msg.state is not None:
             self._state = msg.state
-        self._snapshots = {}
+        self._tables = {}
         self._acknowledged = True
         return Acknowledged()
 
-    def _snapshot(self, binding: int) -> DeltaTable:
-        """The table as of this transaction, checked against the batches the log says are applied."""
-        dt = self._snapshots.get(binding)
-        if dt is None:
+    def _table(self, binding: int) -> Any:
+        """The table as of this transaction (read once), checked against the batches the
+        recovery log says are applied to it."""
+        table = self._tables.get(binding)
+        if table is None:
             model = self.models[binding]
-            dt = self.driver.run(lambda: self.driver.table(model.location), "load", model.location)
+            table = self.driver.run(lambda: self.driver.open_table(model.name), "load", model.name)
+            if table is None:
+                raise DriverError(f"{self.driver.label} {model.name!r} does not exist (dropped after Apply?)")
             for stage in stages_of(self._state):
-                if any(loc == model.location and rows for loc, _n, rows in stage.get("files") or ()):
-                    have = applied_batch(dt, str(stage.get("app", "")))
-                    if have < int(stage.get("batch", -1)):
-                        raise RecoveryError(
-                            f"Delta table {model.location!r} is at batch {have} of {stage.get('app')!r}, but the "
-                            f"recovery log says batch {stage.get('batch')} was applied to it (was the table "
-                            "replaced?); Loads would not be read-committed"
-                        )
-            self._snapshots[binding] = dt
-        return dt
+                if not any(name == model.name and rows for name, _f, rows in stage.get("files") or ()):
+                    continue
+                have = self.driver.stage_batch(table, self.materialization, stage)
+                if have < int(stage.get("batch", -1)):
+                    raise RecoveryError(
+                        f"{self.driver.label} {model.name!r} is at batch {have} of this checkpoint, but the "
+                        f"recovery log says batch {stage.get('batch')} was applied to it (was the table "
+                        "replaced or rolled back?); Loads would not be read-committed"
+                    )
+            self._tables[binding] = table
+        return table
 
     def _evaluate(self, msg: Load) -> list[Loaded]:
-        """One chunk of keys: a DataFusion scan whose predicate prunes files by their key
-        statistics (the chunk's min/max, plus ``IN (...)`` for small chunks), then an
-        exact membership test in Arrow."""
+        """One chunk of keys: the driver's scan, pruned by the chunk's key values, then an exact
+        membership test in Arrow (a test per key column over-selects composite keys)."""
         if not msg.keys:
             return []
         model = self.models[msg.binding]
-        dt = self._snapshot(msg.binding)
+        table = self._table(msg.binding)
         wanted: dict[tuple, tuple] = {}
         for key in msg.keys:
             wanted[tuple(coerce(c.kind, v) for c, v in zip(model.keys, key))] = tuple(key)
-        where, value_sets = [], []
-        for j, c in enumerate(model.keys):
-            vals = sorted({k[j] for k in wanted}, key=lambda v: (type(v).__name__, v))
-            value_sets.append(pa.array(vals, arrow_type(c.kind)))
-            if c.kind != BOOLEAN and len({type(v) for v in vals}) == 1:
-                where.append(
-                    f"{ident(c.name)} >= {sql_literal(vals[0])} AND {ident(c.name)} <= {sql_literal(vals[-1])}"
-                )
-            if len(vals) <= IN_LIST_MAX:
-                where.append(f"{ident(c.name)} IN ({', '.join(sql_literal(v) for v in vals)})")
-        cols = ", ".join(ident(c.name) for c in model.keys)
-        sql = f"SELECT {cols}, {ident(DOCUMENT_COLUMN)} FROM t WHERE {' AND '.join(where) or 'true'}"
-
-        def query() -> pa.Table:
-            return pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
-
-        table = self.driver.run(query, "load", model.location)
-        n = len(model.keys)
-        key_cols = [table.column(j).cast(arrow_type(c.kind)) for j, c in enumerate(model.keys)]
+        values = [sorted({k[j] for k in wanted}, key=lambda v: (type(v).__name__, v)) for j in range(len(model.keys))]
+        found_rows = self.driver.run(lambda: self.driver.scan_keys(table, model, values), "load", model.name)
+        if found_rows is None or not found_rows.num_rows:
+            return []
+        key_cols = [found_rows.column(c.name).cast(arrow_type(c.kind)) for c in model.keys]
         mask = None
-        for col, vs in zip(key_cols, value_sets):
-            m = pc.is_in(col, value_set=vs)
+        for col, vs, c in zip(key_cols, values, model.keys):
+            m = pc.is_in(col, value_set=pa.array(vs, arrow_type(c.kind)))
             mask = m if mask is None else pc.and_(mask, m)
-        idx = pc.indices_nonzero(mask) if mask is not None else pa.array([], pa.uint64())
+        idx = pc.indices_nonzero(mask)
         if not len(idx):
             return []
-        docs = table.column(n).cast(pa.string()).take(idx).to_pylist()
+        docs = found_rows.column(DOCUMENT_COLUMN).cast(pa.string()).take(idx).to_pylist()
         found = {}
-        for i, row in enumerate(zip(*(col.take(idx).to_pylist() for col in key_cols))):
-            key = wanted.get(tuple(row))
-            if key is not None:  # multi-column keys: a test per column over-selects
-                found[key] = json.loads(docs[i])
-        if not found:
-            return []
+        for row, doc in zip(zip(*(col.take(idx).to_pylist() for col in key_cols)), docs):
+            wanted_key = wanted.get(tuple(row))
+            if wanted_key is not None:
+                found[wanted_key] = json.loads(doc)
         keys = [k for k in msg.keys if tuple(k) in found]
-        return [Loaded(msg.binding, tuple(keys), tuple(found[tuple(k)] for k in keys))]
+        return [Loaded(msg.binding, tuple(keys), tuple(found[tuple(k)] for k in keys))] if keys else []
 
     def store(self, msg: Store) -> None:
         if not msg.keys:
@@ -150,19 +155,22 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         )
         self._rows[msg.binding] = self._rows.get(msg.binding, 0) + len(msg.keys)
 
+    def _file_name(self, suffix: str) -> str:
+        self._seq += 1
+        return f"{self.range.name}-{self.session}-{self._seq:04d}-{suffix}.parquet"
+
     def _writer(self, binding: int, schema: pa.Schema) -> pq.ParquetWriter:
         if binding not in self._writers:
             fs, _ = self.driver.fs
             directory = self.driver.stage_dir(self.materialization)
             fs.create_dir(directory, recursive=True)
-            self._seq += 1
-            name = f"{self.range.name}-{self.session}-{self._seq:04d}-b{binding}.parquet"
+            name = self._file_name(f"b{binding}")
             stream = fs.open_output_stream(f"{directory}/{name}")
             self._writers[binding] = (stream, pq.ParquetWriter(stream, schema, compression="snappy"), name)
         return self._writers[binding][1]
 
     def quarantine(self, msg: Quarantine) -> None:
-        """Invalid documents: staged at StartCommit, applied with the batch (:mod:`.quarantine`)."""
+        """Invalid documents: staged at StartCommit, applied with the batch."""
         self._quarantine.extend(msg.rows)
 
     def _stage_quarantine(self, batch: int) -> list[list]:
@@ -172,8 +180,7 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
             return []
         fs, _ = self.driver.fs
         directory = self.driver.stage_dir(self.materialization)
-        self._seq += 1
-        name = f"{self.range.name}-{self.session}-{self._seq:04d}-q.parquet"
+        name = self._file_name("q")
 
         def write() -> int:
             fs.create_dir(directory, recursive=True)
@@ -189,22 +196,17 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
         writers, self._writers = self._writers, {}
         quoted = urllib.parse.quote(self.materialization, safe="")
         for binding, (stream, writer, name) in sorted(writers.items()):
-            self.driver.run(
-                lambda stream=stream, writer=writer: (writer.close(), stream.close()),
-                "stage",
-                self.driver.staging,
-                idempotent=False,
-            )
-            files.append([self.models[binding].location, f"{quoted}/{name}", self._rows.get(binding, 0)])
+            self.driver.run(partial(_close, stream, writer), "stage", self.driver.staging, idempotent=False)
+            files.append([self.models[binding].name, f"{quoted}/{name}", self._rows.get(binding, 0)])
         quarantined = self._stage_quarantine(int(cp["batch_id"]))
         fault_point("before_endpoint_commit")
         self._rows = {}
         self._acknowledged = False
-        self._snapshots = {}
+        self._tables = {}
         # "quarantine" is always set: the merge patch must replace the range's previous list
         stage = {
             "batch": int(cp["batch_id"]),
-            "app": app_id(self.materialization, cp.get("checkpoint_id")),
+            **self.driver.stage_tag(self.materialization, cp.get("checkpoint_id")),
             "files": files,
             "quarantine": quarantined,
         }
@@ -220,3 +222,8 @@ class DeltaTransactor(ReadCommittedLoads, Transactor):
                 pass
         self._writers = {}
         self._quarantine = []
+
+
+def _close(stream: Any, writer: pq.ParquetWriter) -> None:
+    writer.close()
+    stream.close()

@@ -1,0 +1,396 @@
+"""The staged-files base of the lake endpoints (Delta, Iceberg): what they share of Apply, the
+coordinator's apply, inspection and clean-up.  An endpoint fills in its table format through
+the hooks below (``open_table``, ``scan_keys``, ``apply_table``, ...).
+
+Commit pattern ``idempotent-apply-coordinator`` (see :mod:`tidemark.drivers.base`):
+
+* **Load** runs only after the session's Acknowledged, on the table as it was then
+  (read-committed), through the endpoint's ``scan_keys`` (pruned by the chunk's key values),
+  then an exact membership test in Arrow.
+* **Store** streams each binding's rows (typed columns, the document as JSON, a delete
+  marker) into one staged Parquet file per (session, binding) under
+  ``STAGING/<materialization>/``.
+* **Quarantine** (where the endpoint has a dead-letter table): the batch's invalid documents,
+  written at StartCommit into one staged Parquet file.
+* **StartCommit** closes the files and returns the patch ``{"stages": {RANGE: {"batch": N,
+  TAG..., "files": [[TABLE, FILE, ROWS], ...], "quarantine": [[FILE, ROWS]]}}}`` (``TAG``: the
+  endpoint's ``stage_tag``, naming the checkpoint).  Nothing is visible in the tables yet.
+* **Coordinator Acknowledge** (:meth:`StagedFilesDriver.coordinator_acknowledge`), after the
+  recovery log holds batch N, for every bound table: the endpoint's ``apply_table`` --
+  skip a table that holds batch N of this checkpoint, refuse one another checkpoint owns,
+  else one commit of the batch's staged files that records N with the data -- then, if the
+  batch quarantined documents, the endpoint's ``apply_quarantine``; once every table is
+  applied, delete the materialization's staged files older than this call (the applied ones
+  and orphans of attempts that never reached the recovery log).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from functools import partial
+from typing import Any, Callable, Optional, Sequence, TypeVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN, Column, dumps, key_of
+from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
+from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.lake.model import (
+    KEY_PROPERTY,
+    MODE_PROPERTY,
+    OWNER_PROPERTY,
+    LakeTable,
+    columns_to_add,
+    owner_of,
+    owner_text,
+    stages_of,
+)
+from tidemark.drivers.lake.transactor import StagedFilesTransactor
+from tidemark.errors import DriverError, FencedOff, RecoveryError, TidemarkError
+from tidemark.policy import retry
+from tidemark.protocol.messages import (
+    Applied,
+    Apply,
+    BindingSpec,
+    Open,
+    Opened,
+    Validate,
+    Validated,
+    ValidatedBinding,
+)
+
+T = TypeVar("T")
+
+CAPABILITIES = Capabilities(
+    commit_pattern=CommitPattern.IDEMPOTENT_APPLY_COORDINATOR,
+    delta_updates=True,
+    max_load_keys=10_000,
+    max_store_docs=10_000,
+    concurrent_shards=True,
+)
+
+
+class StagedFilesDriver(Driver):
+    """A lake endpoint: staged Parquet, applied once per batch by the coordinator."""
+
+    label = "lake table"  # how messages name a table: "delta table", "iceberg table"
+    library_errors: tuple[type[BaseException], ...] = (Exception,)  # what ``run`` translates
+    reports_created = True
+    staging: str
+    policy: Any
+
+    def __getstate__(self):
+        return {"config": self.config}
+
+    def __setstate__(self, st):
+        self.__init__(st["config"])
+
+    # ------------------------------------------------------ the endpoint's part
+    def translate(self, exc: BaseException, where: str) -> TidemarkError:
+        raise NotImplementedError
+
+    def open_staging(self) -> tuple[pafs.FileSystem, str]:
+        """The staging file system and its base path."""
+        raise NotImplementedError
+
+    def model(self, binding: BindingSpec) -> LakeTable:
+        raise NotImplementedError
+
+    def open_table(self, name: str) -> Any:
+        """The table ``name`` as it is now, or None if there is none."""
+        raise NotImplementedError
+
+    def table_properties(self, table: Any) -> dict:
+        raise NotImplementedError
+
+    def column_types(self, table: Any) -> dict:
+        """Column name -> its type, as ``type_of`` gives them."""
+        raise NotImplementedError
+
+    def type_of(self, kind: str) -> Any:
+        raise NotImplementedError
+
+    def table_batch(self, table: Any, materialization: str, checkpoint_id: str) -> int:
+        """The last batch of (materialization, checkpoint) the table holds, or -1."""
+        raise NotImplementedError
+
+    def stage_tag(self, materialization: str, checkpoint_id: Any) -> dict:
+        """What a stage records of its checkpoint, beside its batch."""
+        raise NotImplementedError
+
+    def stage_batch(self, table: Any, materialization: str, stage: dict) -> int:
+        """The last batch of the stage's checkpoint the table holds."""
+        raise NotImplementedError
+
+    def scan_keys(self, table: Any, model: LakeTable, values: list[list]) -> Optional[pa.Table]:
+        """The rows whose key columns hold one of ``values`` (a list per key column; may
+        over-select): the key columns and the document."""
+        raise NotImplementedError
+
+    def read_columns(self, model: LakeTable, names: list[str]) -> pa.Table:
+        raise NotImplementedError
+
+    def create_table(self, model: LakeTable, properties: dict) -> None:
+        raise NotImplementedError
+
+    def alter_table(self, model: LakeTable, table: Any, missing: list[Column], properties: dict) -> None:
+        """Add ``missing`` columns and set ``properties``."""
+        raise NotImplementedError
+
+    def upkeep_properties(self, properties: dict) -> dict:
+        """Properties Apply keeps set on every table of the endpoint, where they differ."""
+        return {}
+
+    def apply_table(self, model: LakeTable, names: list[str], owner: tuple[str, str], batch: int) -> None:
+        """Apply batch ``batch``'s staged files ``names`` to the table once (see the module docstring)."""
+        raise NotImplementedError
+
+    def apply_quarantine(self, names: list[str], owner: tuple[str, str], batch: int) -> None:
+        raise DriverError(f"{self.name}: batch {batch} staged invalid documents, but the endpoint has no quarantine")
+
+    def drop_table(self, model: LakeTable) -> Optional[str]:
+        """Delete the table with its files: what was done, or None if there was no table."""
+        raise NotImplementedError
+
+    def drop_quarantine(self, materialization: str) -> list[str]:
+        return []
+
+    # -------------------------------------------------------------- plumbing
+    def run(self, fn: Callable[[], T], what: str, where: str, *, idempotent: bool = True) -> T:
+        """Run ``fn`` translating library errors; retry transient ones under the policy if
+        ``fn`` may run twice (not a write into an open staged file)."""
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except self.library_errors as exc:
+                raise self.translate(exc, where) from exc
+
+        return retry(attempt, self.policy, what=f"{self.name} {what}") if idempotent else attempt()
+
+    @property
+    def fs(self) -> tuple[pafs.FileSystem, str]:
+        """The staging file system and its base path."""
+        if getattr(self, "_fs", None) is None:
+            self._fs = self.run(self.open_staging, "staging", self.staging)
+        return self._fs
+
+    def stage_dir(self, materialization: str) -> str:
+        return f"{self.fs[1].rstrip('/')}/{urllib.parse.quote(materialization, safe='')}"
+
+    def staged_paths(self, where: str, names: list[str], batch: int) -> list[str]:
+        """The staged files ``names`` of batch ``batch`` (paths in :attr:`fs`); refuses if one is gone."""
+        fs, base = self.fs
+        paths = [f"{base.rstrip('/')}/{n}" for n in names]
+        lost = [p for p, info in zip(paths, fs.get_file_info(paths)) if info.type != pafs.FileType.File]
+        if lost:
+            raise RecoveryError(
+                f"{where}: batch {batch} is in the recovery log but not applied, and its staged files are gone: {lost}"
+            )
+        return paths
+
+    def should_apply(self, model: LakeTable, table: Any, owner: tuple[str, str], batch: int) -> bool:
+        """False if the table holds the batch; refuses (FencedOff) a table another checkpoint owns."""
+        if self.table_batch(table, *owner) >= batch:
+            return False
+        have = owner_of(self.table_properties(table))
+        if have is not None and have != owner:  # the fence between two jobs on one table
+            raise FencedOff(
+                f"{self.label} {model.name!r} now belongs to materialization {have[0]!r} of tidemark "
+                f"checkpoint {have[1]}; batch {batch} of {owner[0]!r} was not applied to it"
+            )
+        return True
+
+    # ----------------------------------------------------------- setup phase
+    def check_table(self, model: LakeTable, table: Any) -> list[Column]:
+        """The columns to add to an existing table; raises IncompatibleSchema."""
+        return columns_to_add(
+            f"{self.label} {model.name!r}",
+            model.keys,
+            model.columns,
+            model.delta,
+            self.table_properties(table),
+            self.column_types(table),
+            self.type_of,
+        )
+
+    def validate(self, req: Validate) -> Validated:
+        for b in req.bindings:
+            model = self.model(b)
+
+            def body(model=model) -> None:
+                table = self.open_table(model.name)
+                if table is not None:
+                    self.check_table(model, table)
+
+            self.run(body, "validate", model.name)
+        return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
+
+    def apply(self, req: Apply) -> Applied:
+        actions: list[str] = []
+        created: list[tuple] = []
+        owner = (req.materialization, str(req.checkpoint_id)) if req.checkpoint_id else None
+        for i, b in enumerate(req.bindings):
+            model = self.model(b)
+            record = record_text(req.identities[i], model.name) if owner and i < len(req.identities) else None
+
+            def body(model=model, b=b, record=record) -> None:
+                table = self.open_table(model.name)
+                if table is None:
+                    actions.append(f"create {self.label} {model.name}")
+                    created.append(b.resource_path)
+                    if not req.dry_run:
+                        props = {KEY_PROPERTY: dumps([c.name for c in model.keys])}
+                        props[MODE_PROPERTY] = "true" if model.delta else "false"
+                        props.update(self.upkeep_properties({}))
+                        if owner:
+                            props[OWNER_PROPERTY] = owner_text(*owner)
+                        if record:
+                            props[IDENTITY_PROPERTY] = record
+                        try:
+                            self.create_table(model, props)
+                        except TidemarkError:  # e.g. created meanwhile: plan again
+                            actions.pop()
+                            created.pop()
+                            raise
+                    return
+                missing = self.check_table(model, table)
+                props = self.table_properties(table)
+                have = owner_of(props)
+                if owner and have is not None and have != owner:
+                    raise RecoveryError(
+                        f"{self.label} {model.name!r} belongs to materialization {have[0]!r} of tidemark checkpoint "
+                        f"{have[1]}, not to this one ({owner[1]}). Nothing was changed"
+                    )
+                updates = self.upkeep_properties(props)
+                if owner and have is None:  # a table of an older run without an owner: this checkpoint takes it
+                    updates[OWNER_PROPERTY] = owner_text(*owner)
+                if record and not props.get(IDENTITY_PROPERTY):
+                    updates[IDENTITY_PROPERTY] = record
+                    if req.dry_run:  # a table of a tidemark before identity records: the run records it
+                        actions.append(f"record the view's identity on {model.name}")
+                for col in missing:
+                    actions.append(f"add column {col.name} {self.type_of(col.kind)} to {model.name}")
+                if (missing or updates) and not req.dry_run:
+                    self.alter_table(model, table, missing, updates)
+
+            self.run(body, "apply", model.name)
+        return Applied("; ".join(actions) or "nothing to do", tuple(created))
+
+    # ----------------------------------------------------- transaction phase
+    def open(self, req: Open) -> tuple[StagedFilesTransactor, Opened]:
+        models = [self.model(b) for b in req.bindings]
+        return StagedFilesTransactor(self, req, models), Opened(None)  # the recovery log is authoritative
+
+    def coordinator_acknowledge(
+        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+    ) -> None:
+        """Apply batch N's staged files to every bound table, once (see the module docstring)."""
+        started = time.time()
+        batch = int(runtime_checkpoint["batch_id"])
+        owner = (materialization, str(runtime_checkpoint.get("checkpoint_id")))
+        tag = self.stage_tag(*owner)
+        stages = [
+            s
+            for s in stages_of(state)
+            if s.get("batch") == batch and all(str(s.get(k)) == str(v) for k, v in tag.items())
+        ]  # not: an earlier batch (applied before this one was staged) or a stale range
+        files: dict[str, list[str]] = {}
+        for stage in stages:
+            for name, path, rows in stage.get("files") or ():
+                if rows:
+                    files.setdefault(name, []).append(path)
+        models = {m.name: m for m in (self.model(b) for b in bindings)}
+        unbound = []
+        for name in sorted(set(files) - set(models)):
+            table = self.run(partial(self.open_table, name), "apply batch", name)
+            if table is None or self.table_batch(table, *owner) < batch:
+                unbound.append(name)
+        if unbound:
+            raise RecoveryError(
+                f"batch {batch} of {materialization!r} staged data for {self.label}s that are no "
+                f"longer bound: {unbound}; restore the bindings to apply it"
+            )
+        for name in sorted(models):  # every bound table records the batch, with data or without
+            self.run(partial(self.apply_table, models[name], files.get(name, []), owner, batch), "apply batch", name)
+        quarantined = [name for stage in stages for name, rows in stage.get("quarantine") or () if rows]
+        if quarantined:  # the batch's invalid documents, by the same rule
+            self.run(lambda: self.apply_quarantine(quarantined, owner, batch), "apply quarantine", self.name)
+        # the staged files of every applied or abandoned attempt
+        self.run(lambda: self._remove_staged(materialization, before=started), "clean staging", self.staging)
+
+    def _remove_staged(self, materialization: str, before: float) -> int:
+        fs, _ = self.fs
+        infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
+        n = 0
+        for info in infos:
+            if info.type == pafs.FileType.File and (info.mtime is None or info.mtime.timestamp() < before):
+                try:
+                    fs.delete_file(info.path)
+                    n += 1
+                except FileNotFoundError:
+                    pass
+        return n
+
+    # ------------------------------------------------------------ inspection
+    def dump(self, materialization: str, binding: BindingSpec):
+        model = self.model(binding)
+        table = self.run(
+            lambda: self.read_columns(model, [c.name for c in model.keys] + [DOCUMENT_COLUMN]), "dump", model.name
+        )
+        docs = [json.loads(d) for d in table.column(DOCUMENT_COLUMN).to_pylist()]
+        if model.delta:
+            return docs
+        keys = zip(*(table.column(c.name).to_pylist() for c in model.keys))
+        return {key_of(model, k): d for k, d in zip(keys, docs)}
+
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+        out: list[Optional[dict]] = []
+        for b in bindings:
+            name = self.model(b).name
+            table = self.run(partial(self.open_table, name), "identities", name)
+            out.append(None if table is None else parse_record(self.table_properties(table).get(IDENTITY_PROPERTY)))
+        return out
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
+        """Per bound table that exists: its owner (a table property) and the last batch of the
+        owner it holds."""
+        out = []
+        for b in bindings:
+            name = self.model(b).name
+            table = self.run(partial(self.open_table, name), "positions", name)
+            if table is None:
+                continue
+            place = f"{self.label} {name}"
+            have = owner_of(self.table_properties(table))
+            if have is None:
+                out.append(Position(place, materialization, None, -1, resource=b.resource_path))
+            else:
+                out.append(Position(place, have[0], have[1], self.table_batch(table, *have), resource=b.resource_path))
+        return out
+
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        """Delete the bindings' tables (with their files), the materialization's staged files and
+        its quarantined rows."""
+        done = []
+        for b in bindings:
+            model = self.model(b)
+            action = self.run(partial(self.drop_table, model), "drop", model.name)
+            if action:
+                done.append(action)
+        fs, _ = self.fs
+        stage = self.stage_dir(materialization)
+        if fs.get_file_info(stage).type != pafs.FileType.NotFound:
+            fs.delete_dir(stage)
+            done.append(f"deleted staged files of {materialization!r}")
+        return done + self.drop_quarantine(materialization)
+
+    def staged_files(self, materialization: str) -> list[str]:
+        """Names of the staged files of a materialization (tests, ``tidemark status``)."""
+        fs, _ = self.fs
+        infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
