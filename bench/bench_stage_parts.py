@@ -51,7 +51,7 @@ def main() -> None:
 
     from tidemark.collection.collection import Collection
     from tidemark.protocol.messages import Range
-    from tidemark.spark.route import OneJobPlan
+    from tidemark.spark.one_job import OneJobPlan
     from tidemark.spark.session import local_session
     from tidemark.spec import CollectionSpec
 

@@ -55,7 +55,7 @@ def spark_part(spark, files: list[str], coll, rounds: int) -> dict:
     def tidemark(df, typed: bool):
         cols = _compiled_columns(spark, plan, None, typed=typed)
         out = df.select(*cols.stage).groupBy(*cols.grouping).agg(*cols.aggs).select(*cols.out)
-        return out.filter(~F.col("_s")).select("key_json", "key_hash", "doc", "_n")
+        return out.filter(~F.col("_suspect")).select("key_json", "key_hash", "doc", "_documents")
 
     def hand(df):
         p = F.from_json(

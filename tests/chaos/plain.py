@@ -37,8 +37,8 @@ from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.runtime.shard import ShardTask, _run_shard, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
-from tidemark.spark.route import _shard_rows
 from tidemark.spark.small import rows_table, split
+from tidemark.spark.stage import shard_rows
 from tidemark.spec import load_spec
 
 
@@ -157,7 +157,7 @@ def batch(coordinator, spec, mat, colls, bindings, inputs, batch_id: int) -> Non
     )
 
     def one(i: int):
-        return _run_shard(task, i, _shard_rows(i, iter(per_shard[i]), [0]))
+        return _run_shard(task, i, shard_rows(i, iter(per_shard[i]), [0]))
 
     with ThreadPoolExecutor(max_workers=len(ranges)) as pool:
         futures = [pool.submit(one, i) for i in range(len(ranges))]

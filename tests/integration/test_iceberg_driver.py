@@ -131,7 +131,8 @@ def independent_rows(driver, b, columns) -> list[tuple]:
     import duckdb
 
     files = [
-        f.removeprefix("file://") for f in driver.open_table(driver.model(b).name).inspect.files().column("file_path").to_pylist()
+        f.removeprefix("file://")
+        for f in driver.open_table(driver.model(b).name).inspect.files().column("file_path").to_pylist()
     ]
     if not files:
         return []
@@ -407,7 +408,9 @@ def test_owner_refusal_and_positions(make):
         r"Nothing was changed",
     ):
         Owned(other, binding(extra=(Field("city", "/city", "string"),)), checkpoint_id="chk-2").apply()
-    assert "city" not in {f.name for f in driver.open_table(driver.model(b).name).schema().fields}  # nothing was changed
+    assert "city" not in {
+        f.name for f in driver.open_table(driver.model(b).name).schema().fields
+    }  # nothing was changed
     intruder = Runtime(other, b, checkpoint_id="chk-2")
     intruder.state = rt.state
     t = intruder.open()

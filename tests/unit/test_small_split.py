@@ -6,8 +6,8 @@ import pytest
 
 from tidemark.errors import RecoveryError
 from tidemark.protocol.messages import Range
-from tidemark.spark.route import END_BINDING, _shard_rows
 from tidemark.spark.small import driver_keys, previous_keys, rows_table, split
+from tidemark.spark.stage import END_BINDING, shard_rows
 
 
 def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
@@ -22,7 +22,7 @@ def test_rows_go_to_the_range_of_their_hash_sorted_then_an_end_row():
     assert rows[0] == [(0, 0, '"é"', "d3", 3), (0, 1, '"b"', "d1", 1), (0, END_BINDING, "", None, 0)]
     assert rows[1] == [(1, 0, '"a"', "d4", 4), (1, 0, '"z"', "d2", 2), (1, END_BINDING, "", None, 0)]
     counted = [0]
-    assert [k for (_, _, k), _ in _shard_rows(1, iter(rows[1]), counted)] == ['"a"', '"z"']
+    assert [k for (_, _, k), _ in shard_rows(1, iter(rows[1]), counted)] == ['"a"', '"z"']
     assert counted == [6]
 
 

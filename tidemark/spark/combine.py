@@ -200,11 +200,11 @@ def _compiled(df, collection, plan, on_invalid):
     out = grouped.select(*cols.out).persist()
     cached = [out]
     try:
-        valid = ~F.col("_s")
+        valid = ~F.col("_suspect")
         stats = out.agg(
-            F.sum(F.when(valid, F.col("_n"))).alias("ok"),
-            F.sum(F.when(F.col("_s"), F.col("_n"))).alias("suspects"),
-            F.sum(F.when(valid, F.col("_nx"))).alias("extras"),
+            F.sum(F.when(valid, F.col("_documents"))).alias("ok"),
+            F.sum(F.when(F.col("_suspect"), F.col("_documents"))).alias("suspects"),
+            F.sum(F.when(valid, F.col("_with_extras"))).alias("extras"),
             F.count(F.when(valid, F.col("_error"))).alias("errors"),
         ).collect()[0]
         # Step 2
@@ -321,8 +321,8 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool
     )
     pc = F.col("p")
     ok = ~F.col("_suspect")
-    # Suspects go to one group of their own (``_s``), so only the aggregates that collect
-    # values need masking; that group's ``_n`` counts them and it is dropped afterwards.
+    # Suspects go to one group of their own (``_suspect``), so only the aggregates that collect
+    # values need masking; that group's ``_documents`` counts them and it is dropped afterwards.
     aggs, doc, error = C.aggregations(
         plan,
         pc,
@@ -339,17 +339,17 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool
     # grouping columns (past a small number of keys), and a sort compares a prefix of the
     # first column before whole rows.  Keys often share long prefixes (``customer-000…``);
     # hashes do not, so most comparisons end at the prefix.
-    grouping = (F.xxhash64(*masked_keys).alias("_h"), F.col("_suspect").alias("_s"), *key_cols)
-    all_aggs = (*aggs, F.count(F.lit(1)).alias("_n"), F.count_if(F.col("_extras")).alias("_nx"))
+    grouping = (F.xxhash64(*masked_keys).alias("_key_hash64"), F.col("_suspect"), *key_cols)
+    all_aggs = (*aggs, F.count(F.lit(1)).alias("_documents"), F.count_if(F.col("_extras")).alias("_with_extras"))
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
     out = (
-        "_s",
+        "_suspect",
         key_json.alias("key_json"),
         F.crc32(key_json).alias("key_hash"),
         doc.alias("doc"),
         error.alias("_error"),
-        "_n",
-        "_nx",
+        "_documents",
+        "_with_extras",
     )
     return _Columns(pre, stage, grouping, all_aggs, out)
 

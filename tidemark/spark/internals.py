@@ -1,6 +1,6 @@
 """Every use of PySpark's private handles, in one module, behind a Spark-version guard.
 
-tidemark's fast paths talk to the JVM directly: the one-job plan (:class:`tidemark.spark.route.OneJobPlan`)
+tidemark's fast paths talk to the JVM directly: the one-job plan (:class:`tidemark.spark.one_job.OneJobPlan`)
 builds a batch's plan from prebuilt JVM column sequences and reuses the first batch's analyzed
 plan (``jvm/PlanRebind.java``), and routing builds its columns once per session.  Those go
 through py4j handles that are not PySpark's public API (``DataFrame._jdf``, ``Column._jc``,

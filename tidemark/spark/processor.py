@@ -25,58 +25,22 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.base import capabilities_of
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import RecoveryError, SpecError, from_task_failure, is_transient
+from tidemark.errors import RecoveryError, from_task_failure, is_transient
 from tidemark.faults import fault_point
-from tidemark.options import RuntimeOptions, process_options
+from tidemark.options import RuntimeOptions
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.runtime.coordinator import Coordinator, even_layout
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
-from tidemark.spark.route import route as _route
-from tidemark.spark.route import run_stage as _run_stage
+from tidemark.spark.paths import BatchReport, run_batch
 
 log = logging.getLogger("tidemark")
-
-
-class BatchPath(str, Enum):
-    """How a batch ran, decided once per batch (the report and the log's counts keep its text)."""
-
-    ONE_JOB = "one job"  # read, combine and shards in one Spark job
-    DRIVER = "driver"  # the same combine, the shard sessions in the driver (a small batch)
-    DRIVER_TYPED = "driver (typed rows)"  # ... handed typed values instead of JSON texts
-    CHECKED = "checked"  # the combine with its checks, then the shard job
-    CHECKED_IN_DRIVER = "checked in driver"  # ... the shard sessions in the driver
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class BatchReport:
-    materialization: str
-    batch_id: int
-    phase: str = "done"
-    skipped: bool = False
-    replayed_shards: int = 0
-    documents: int = 0
-    keys: int = 0
-    stored: int = 0
-    loaded: int = 0
-    deleted: int = 0
-    invalid: int = 0
-    shards: int = 0
-    spilled: bool = False
-    path: str = ""  # a BatchPath (equal to its text: the recovery log and the reports keep the text)
-    timings: dict = field(default_factory=dict)
-    wall: float = 0.0
 
 
 class _Gate:
@@ -243,7 +207,7 @@ class Materializer:
         self.error: BaseException | None = None
         self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
-        self._one_job: dict = {}  # OneJobPlan per (Spark session, source columns, layout)
+        self.one_job_plans: dict = {}  # OneJobPlan per (Spark session, source columns, layout)
         self.typed_rows = False  # the driver's sessions get Store.rows (decided at start_up)
 
     def start_up(self) -> None:
@@ -293,9 +257,10 @@ class Materializer:
         elif "_mtime" in df.columns:
             df = df.drop("_mtime")
 
-        # Step 1: plan.  One Spark job reads, combines and routes the batch to the shards,
-        # which commit nothing if a row needs the combine's checks (then the checked plan);
-        # a small batch's combined rows go to the driver, which runs the shards (Step 2).
+        # Steps 1-2: plan and shard sessions, by the first of the batch's paths that answers
+        # (tidemark.spark.paths): one Spark job reads, combines and routes the batch to the
+        # shards, which commit nothing if a row needs the combine's checks (then the checked
+        # plan); a batch after a small one runs its shard sessions in the driver.
         layout = start.layout
         ranges = tuple(Range(b, e) for b, e in layout)
         runtime_checkpoint = start.runtime_checkpoint
@@ -316,49 +281,7 @@ class Materializer:
             committed_batch=last.batch_id if last else -1,
             capabilities=self.coordinator.caps,
         )
-        results = None
-        small = self._small(last)
-        if small:
-            results = self._run_small(df, ranges, task, report)
-        t = time.perf_counter()
-        planned = self._plan_one_job(df, ranges) if results is None and report.path is not BatchPath.CHECKED else None
-        if planned is not None:
-            report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
-            # Step 2: shard sessions, in the same job.
-            t = time.perf_counter()
-            results = _run_stage(planned, task)
-            report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
-            if any(r.aborted for r in results):
-                log.info(
-                    "materialization %r batch %d: some documents need checking; combining again with checks",
-                    self.mat.name,
-                    batch_id,
-                )
-                results = None
-            else:
-                report.documents = sum(r.input_documents for r in results)
-                report.path = BatchPath.ONE_JOB
-        if results is None:
-            t = time.perf_counter()
-            parts, results_meta, cleanup = self._plan(df, ranges)
-            report.documents = results_meta["documents"]
-            report.invalid = len(results_meta["quarantine"])
-            report.timings["plan"] = report.timings.get("plan", 0.0) + time.perf_counter() - t
-            task = replace(task, quarantine=tuple(results_meta["quarantine"]))
-            # Step 2: shard sessions, in the driver for a small batch (its rows are cached).
-            t = time.perf_counter()
-            report.path = BatchPath.CHECKED
-            try:
-                if small:
-                    from tidemark.spark.small import run_small
-
-                    results = run_small(_union(parts), task, self.driver_keys)
-                    report.path = BatchPath.CHECKED if results is None else BatchPath.CHECKED_IN_DRIVER
-                if results is None:
-                    results = _run_stage(_route(df.sparkSession, parts, ranges), task)
-            finally:
-                cleanup()
-            report.timings["shards"] = report.timings.get("shards", 0.0) + time.perf_counter() - t
+        results = run_batch(self, df, ranges, task, report, small=self._small(last))
         if sorted(r.shard for r in results) != list(range(len(ranges))) or any(r.aborted for r in results):
             raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
 
@@ -441,110 +364,6 @@ class Materializer:
 
         keys = previous_keys(last)
         return keys is not None and keys <= self.driver_keys
-
-    def _run_small(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport):
-        """Steps 1–2 of a small batch in the driver: the shards' results, or None (too many
-        keys: ``report.path`` is left empty; a row needs the checks: it is "checked")."""
-        from tidemark.spark.small import ODD, run_small
-
-        t = time.perf_counter()
-        combined = self._plan_one_job(df, ranges, routed=False)
-        if combined is None:
-            return None
-        report.timings["plan"] = time.perf_counter() - t
-        t = time.perf_counter()
-        results = run_small(combined, task, self.driver_keys)
-        report.timings["shards"] = time.perf_counter() - t
-        if results is ODD:
-            report.path = BatchPath.CHECKED
-            return None
-        if results is not None:
-            report.documents = sum(r.input_documents for r in results)
-            report.path = BatchPath.DRIVER_TYPED if "row" in combined.columns else BatchPath.DRIVER
-        return results
-
-    def _plan_one_job(self, df, ranges: tuple[Range, ...], routed: bool = True):
-        """The planned DataFrame of the batch without checks or cache, when every binding's
-        schema compiles (None otherwise): rows that need the checks (``_odd``) go to every
-        shard, first, and make the shards commit nothing (``routed=False``: the combined
-        rows, unrouted)."""
-        from tidemark.spark import internals
-        from tidemark.spark.route import OneJobPlan
-
-        if not process_options().one_job:  # for benchmarks: the checked plan for every batch
-            return None
-        spark = df.sparkSession
-        if not internals.supported(spark):  # the one-job plan is built on the JVM handles
-            return None
-        key = (internals.session_id(spark), tuple(df.columns), ranges)
-        plan = self._one_job.get(key)
-        if plan is None:
-            plan = self._one_job[key] = OneJobPlan(spark, key[1], self.collections, ranges, self.typed_rows)
-        return plan.apply(df, routed) if plan.ok else None
-
-    def _plan(self, df, ranges: tuple[Range, ...]):
-        """Validate, combine per key (checked: a statistics job, the suspects checked in
-        Python, invalid documents located): each binding's combined rows (cached; see
-        :func:`_route`), their counts and invalid documents, and a cleanup for the cache."""
-        from pyspark.sql import functions as F
-
-        from tidemark.spark.combine import combine_batch
-
-        if "_row" not in df.columns:
-            df = df.withColumn("_row", F.monotonically_increasing_id())
-        # Several bindings each read the batch: cache it once.  One binding reads it once
-        # (the rare re-reads -- locating an invalid document -- re-read the same files).
-        shared = len(self.collections) > 1
-        if shared:
-            df = df.persist()
-        parts = []
-        results = []
-        quarantine: list[dict] = []
-        documents = 0
-        try:
-            for i, coll in enumerate(self.collections):
-                part = df.filter(F.col("_binding") == i) if len(self.collections) > 1 else df
-                res = combine_batch(part, coll, on_invalid=self.mat.on_invalid)
-                results.append(res)
-                documents += int(res.documents)
-                if res.invalid is not None:
-                    rows = res.invalid.limit(self.options.max_quarantine + 1).collect()
-                    if len(rows) > self.options.max_quarantine:
-                        raise SpecError(
-                            f"batch has more than {self.options.max_quarantine} invalid documents; refusing to quarantine them all"
-                        )
-                    quarantine.extend({**r.asDict(), "binding": i} for r in rows)
-                parts.append(
-                    res.combined.select(
-                        F.lit(i).alias("binding"),
-                        "key_json",
-                        "key_hash",
-                        "doc",
-                        F.lit(0).cast("long").alias("_n"),
-                        F.lit(False).alias("_odd"),
-                    )
-                )
-        except BaseException:
-            if shared:
-                df.unpersist()
-            for r in results:
-                r.unpersist()
-            raise
-
-        def cleanup():
-            if shared:
-                df.unpersist()
-            for r in results:
-                r.unpersist()
-
-        return parts, {"documents": documents, "quarantine": quarantine}, cleanup
-
-
-def _union(parts: list):
-    """The bindings' combined rows as one DataFrame."""
-    from tidemark.spark.route import union
-
-    return union(parts)
 
 
 def _totals(last, counts: dict) -> dict:

@@ -23,7 +23,7 @@ from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import Range
 from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, _run_shard
-from tidemark.spark.route import END_BINDING, _shard_rows
+from tidemark.spark.stage import END_BINDING, shard_rows
 
 #: shard sessions run at once in the driver (each holds an endpoint connection) when they
 #: Load and reduce in Python (one interpreter lock: more threads only wait for it)
@@ -47,13 +47,13 @@ def driver_keys(options, bindings: Sequence) -> int:
 
 def run_small(combined, task: ShardTask, cap: int):
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
-    of ``binding, key_json, key_hash, doc, _n, _odd``), run in the driver; None when it
+    of ``binding, key_json, key_hash, doc, _documents, _needs_checks``), run in the driver; None when it
     has more than ``cap`` rows (nothing was opened: run it on Spark), :data:`ODD` when a
     row needs the combine's checks (nothing was opened: the checked plan)."""
     table = combined.limit(cap + 1).toArrow()
     if table.num_rows > cap:
         return None
-    if any(table.column("_odd").to_pylist()):
+    if any(table.column("_needs_checks").to_pylist()):
         return ODD
     typed = "row" in table.column_names  # the documents as typed values (one binding)
     per_shard: list = split_typed(task.ranges, table) if typed else split(task.ranges, table)
@@ -68,7 +68,7 @@ def run_small(combined, task: ShardTask, cap: int):
             counted[0] = mine.documents
             result = _run_shard(task, index, mine)
         else:
-            result = _run_shard(task, index, _shard_rows(index, iter(mine), counted))
+            result = _run_shard(task, index, shard_rows(index, iter(mine), counted))
         result.input_documents = counted[0]
         result.executor = f"{host}:driver"
         return result
@@ -91,7 +91,7 @@ def threads(task: ShardTask) -> int:
 
 def split_typed(ranges: Sequence[Range], table) -> list[TypedRows]:
     """Per shard, its rows of the typed combine (one binding: ``binding, key_json, key_hash,
-    _n, row``) sorted by key, as :class:`~tidemark.runtime.shard.TypedRows`: the Arrow table
+    _documents, row``) sorted by key, as :class:`~tidemark.runtime.shard.TypedRows`: the Arrow table
     of the documents' properties, sliced, never made into Python rows."""
     from tidemark.jsontext import loads
 
@@ -103,7 +103,7 @@ def split_typed(ranges: Sequence[Range], table) -> list[TypedRows]:
         start += count
         keys = [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
         rows = part.column("row").combine_chunks()
-        out.append(TypedRows(0, keys, pa_table(rows), int(pc_sum(part.column("_n")))))
+        out.append(TypedRows(0, keys, pa_table(rows), int(pc_sum(part.column("_documents")))))
     return out
 
 
@@ -146,7 +146,7 @@ def _by_shard(ranges: Sequence[Range], table):
 
 def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
     """Rows ``(shard, binding, key_json, doc, n)`` per shard of an Arrow table of combined
-    rows (columns ``binding, key_json, key_hash, doc, _n``), as the Spark stage feeds them:
+    rows (columns ``binding, key_json, key_hash, doc, _documents``), as the Spark stage feeds them:
     sorted by (binding, key_json) (Arrow orders strings by their UTF-8 bytes, as Spark
     does), then the shard's end row.  Routing and sorting are Arrow's and numpy's (no
     Python per row before a shard's own rows are made).  A key hash outside every range
@@ -157,7 +157,7 @@ def split(ranges: Sequence[Range], table) -> list[list[tuple]]:
     for i, count in enumerate(counts):
         part = ordered.slice(start, count)
         start += count
-        columns = (part.column(c).to_pylist() for c in ("binding", "key_json", "doc", "_n"))
+        columns = (part.column(c).to_pylist() for c in ("binding", "key_json", "doc", "_documents"))
         rows = [(i, *row) for row in zip(*columns)]
         rows.append((i, END_BINDING, "", None, 0))
         out.append(rows)
@@ -174,7 +174,7 @@ def rows_table(bindings, keys, hashes, docs, ns):
             "key_json": pa.array(keys, pa.string()),
             "key_hash": pa.array(hashes, pa.int64()),
             "doc": pa.array(docs, pa.string()),
-            "_n": pa.array(ns, pa.int64()),
+            "_documents": pa.array(ns, pa.int64()),
         }
     )
 

@@ -17,7 +17,7 @@ the same proof and the one-job plan is not reused: results never depend on it, o
 The jar is added to the session (``ADD JAR``, so executors fetch it too) and registered as a
 function.
 
-The same jar holds ``PlanRebind`` (:class:`tidemark.spark.route.OneJobPlan` reuses one
+The same jar holds ``PlanRebind`` (:class:`tidemark.spark.one_job.OneJobPlan` reuses one
 batch's analyzed plan for the next batches of a query with it).
 """
 

@@ -1,0 +1,141 @@
+"""The one-job plan of a batch: the unchecked combine plus routing, from JVM column sequences
+prepared once per query; later batches of a query reuse the first batch's analyzed plan with
+their own source swapped in (``jvm/PlanRebind.java``): a batch's plan costs a few py4j calls
+and no analysis."""
+
+from __future__ import annotations
+
+import logging
+
+from tidemark.options import process_options
+from tidemark.protocol.messages import Range
+from tidemark.spark.route import route_j, union_j
+
+log = logging.getLogger("tidemark")
+
+
+class OneJobPlan:
+    """The unchecked combine of a batch (the compiled combine without its checks: ``_needs_checks``
+    marks a row that needs them) and its routing, from JVM objects built once per query: a
+    batch's plan is a dozen py4j calls
+    (a select or groupBy with its columns as one prebuilt ``Seq``), where building the same
+    DataFrame from Column objects was about a thousand (0.2 s on a 25k-document batch).
+    ``ok`` is False when some binding's schema does not compile (the checked plan then)."""
+
+    def __init__(self, spark, columns: tuple, collections: tuple, ranges: tuple[Range, ...], typed: bool = False):
+        from pyspark.sql import functions as F
+
+        from tidemark.collection.plan import compile_collection
+        from tidemark.spark import internals, jvm
+        from tidemark.spark.combine import _compiled_columns, source_columns
+
+        self.ranges = ranges
+        self.bindings = []
+        self.ok = True
+        self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
+        self.rebindable = False
+        self.rebound = 0  # batches planned from the template
+        # the unrouted rows carry the document as typed values (``row``, for Store.rows):
+        # one binding whose root merges, the driver staging typed values
+        self.typed = typed and len(collections) == 1
+        multi = len(collections) > 1
+        jseq = internals.jseq
+        self.prep = jseq(spark, source_columns(columns) + ([F.col("_binding")] if multi else []))
+        available = None
+        for i, coll in enumerate(collections):
+            plan = compile_collection(coll)
+            if plan is None:
+                self.ok = False
+                return
+            if available is None:
+                available = jvm.available(spark)
+                # one source leaf in the plan; TIDEMARK_PLAN_REBIND=0 (benchmarks): build every batch
+                self.rebindable = available and len(collections) == 1 and process_options().plan_rebind
+            jvm_spec = jvm.spec(plan) if available else None
+            cols = _compiled_columns(spark, plan, jvm_spec)
+            odd = F.col("_suspect") | (F.col("_with_extras") > F.lit(0)) | F.col("_error").isNotNull()
+            self.typed = self.typed and plan.root_strategy == "merge"
+            typed_out = _compiled_columns(spark, plan, jvm_spec, typed=True).out if self.typed else None
+            self.bindings.append(
+                {
+                    "filter": internals.jcol(F.col("_binding") == F.lit(i)) if multi else None,
+                    "pre": jseq(spark, cols.pre) if cols.pre else None,
+                    "stage": jseq(spark, cols.stage),
+                    "grouping": jseq(spark, cols.grouping),
+                    "agg0": internals.jcol(cols.aggs[0]),
+                    "aggs": jseq(spark, cols.aggs[1:]),
+                    "out": jseq(spark, cols.out),
+                    "final": jseq(
+                        spark,
+                        [
+                            F.lit(i).alias("binding"),
+                            "key_json",
+                            "key_hash",
+                            "doc",
+                            "_documents",
+                            odd.alias("_needs_checks"),
+                        ],
+                    ),
+                    "out_typed": jseq(spark, typed_out) if typed_out else None,
+                    "final_typed": jseq(
+                        spark,
+                        [
+                            F.lit(i).alias("binding"),
+                            "key_json",
+                            "key_hash",
+                            F.lit(None).cast("string").alias("doc"),
+                            "_documents",
+                            odd.alias("_needs_checks"),
+                            F.col("doc").alias("row"),
+                        ],
+                    )
+                    if typed_out
+                    else None,
+                }
+            )
+
+    def apply(self, df, routed: bool = True):
+        """The batch ``df`` planned: see :func:`route` (``routed=False``: the bindings'
+        combined rows, ``binding, key_json, key_hash, doc, _documents, _needs_checks``, unrouted).  From the
+        second batch on, the first batch's analyzed plan with this batch's source in it
+        (``PlanRebind.java``), where the session has tidemark's jar: no analysis, three
+        py4j calls."""
+        from tidemark.spark import internals
+
+        spark = df.sparkSession
+        leaf = internals.analyzed(internals.jdf(df))
+        template = self.templates.get(routed)
+        if template is not None:
+            plan = self._rebind(spark, template, leaf)
+            if plan is not None:
+                self.rebound += 1
+                return internals.of_plan(spark, plan)
+        jdf = internals.jdf(df).select(self.prep)
+        parts = []
+        for b in self.bindings:
+            j = jdf.filter(b["filter"]) if b["filter"] is not None else jdf
+            if b["pre"] is not None:
+                j = j.select(b["pre"])
+            j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"])
+            if not routed and self.typed:  # the document as typed values: no JSON text made
+                parts.append(j.select(b["out_typed"]).select(b["final_typed"]))
+            else:
+                parts.append(j.select(b["out"]).select(b["final"]))
+        planned = route_j(spark, parts, self.ranges) if routed else union_j(parts)
+        if self.rebindable and routed not in self.templates:
+            self.templates[routed] = (internals.analyzed(planned), leaf)
+        return internals.wrap(planned, spark)
+
+    def _rebind(self, spark, template, leaf):
+        from py4j.protocol import Py4JError
+
+        from tidemark.spark import internals
+
+        try:
+            plan = internals.rebind(spark, template, leaf)
+        except Py4JError as exc:  # the class is not in this session after all: build every batch
+            log.info("plans are built for every batch (%s)", str(exc).splitlines()[0][:200])
+            plan = None
+        if plan is None:  # another kind of source leaf: build this batch, and keep building
+            self.templates, self.rebindable = {}, False
+        return plan
