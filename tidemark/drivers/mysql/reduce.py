@@ -5,8 +5,8 @@ tested here).
 The statement is ``INSERT INTO view (…) SELECT … FROM staging s ON DUPLICATE KEY UPDATE …``.
 MariaDB assigns left to right, each assignment seeing the ones before it, so the document is
 set first — from the stored row's columns and document (``view.col``) and the staged
-document (``s.d``) — and then every value column is read back from the new document.  In
-that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d`` but not
+document (``s.document``) — and then every value column is read back from the new document.  In
+that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.document`` but not
 ``VALUES()``.
 
 * ``sum`` is ``+``: past 64 bits (``bigint``) or not finite (``double``) MariaDB raises 1690,
@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, staged_column
 from tidemark.drivers.sql.reduce import OLD, ReduceSql, replace_members
 
 STAGED = "s"  # the staging table's alias
@@ -180,10 +180,10 @@ class MariaReduce(ReduceSql):
 def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:
     """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands."""
     quote = forms.quote
-    match = " AND ".join(f"t.{quote(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
-    keys = ", ".join(f"s.c{j}" for j in range(len(model.keys)))
+    match = " AND ".join(f"t.{quote(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
+    keys = ", ".join(f"s.{staged_column(j)}" for j in range(len(model.keys)))
     old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
-    new = f"JSON_VALUE(s.d, {path(f.name)})"
+    new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
     if col.kind == INTEGER:
         a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"
         bad = f"({a} + {b} > 9223372036854775807 OR {a} + {b} < -9223372036854775808)"

@@ -36,13 +36,14 @@ from tidemark.drivers.sql import (
     coerce,
     dumps,
 )
+from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, staged_column
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.drivers.sql.transactor import stage_name, staged_columns
 from tidemark.errors import DriverError
 from tidemark.protocol.messages import Store
 
 _ROW = re.compile(r"\brow (\d+)")
-_COLUMN = re.compile(r"column [`']?(\w+)[`']?")
+_STAGED_COLUMN = re.compile(r"column [`']?" + staged_column(0)[:-1] + r"(\d+)[`']?")  # staged_column(j)
 # the server cannot hold a value: out of range, too long, incorrect value or date-time, truncated
 DATA_CODES = {1264, 1406, 1292, 1366, 1265, 1367, 1048, 4025, 3140}
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\x00": "\\0"})
@@ -130,9 +131,9 @@ class MySqlTransactor(SqlTransactor):
     ) -> DriverError:
         m = _ROW.search(message)
         at = f" key {keys(int(m.group(1)) - 1)!r}" if keys and m else ""
-        c = _COLUMN.search(message)
-        if c and c.group(1).startswith("c") and c.group(1)[1:].isdigit() and int(c.group(1)[1:]) < len(fields):
-            at += f" field {fields[int(c.group(1)[1:])]!r}"
+        c = _STAGED_COLUMN.search(message)
+        if c and int(c.group(1)) < len(fields):
+            at += f" field {fields[int(c.group(1))]!r}"
         return DriverError(
             f"MySQL at {self.driver.settings.where}: {what}:{at or ' a value'}: the column cannot hold the value "
             f"({code}: {message}). Nothing of this chunk was written; fix the document or the column's type"
@@ -218,14 +219,14 @@ class MySqlTransactor(SqlTransactor):
         self.check_keys(model, keys)
         name = f"tidemark_load_{binding}"
         lt, create = self.temp(
-            name, ["i bigint NOT NULL PRIMARY KEY"] + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.keys)]
+            name, ["i bigint NOT NULL PRIMARY KEY"] + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.keys)]
         )
-        on = " AND ".join(f"t.{d.quote(c.name)} = l.c{j}" for j, c in enumerate(model.keys))
+        on = " AND ".join(f"t.{d.quote(c.name)} = l.{staged_column(j)}" for j, c in enumerate(model.keys))
         convs = [param(c.kind) for c in model.keys]
         rows = self.converted(
             model, lambda: [(i, *[f(v) for f, v in zip(convs, key)]) for i, key in enumerate(keys)], keys
         )
-        names = ["i"] + [f"c{j}" for j in range(len(convs))]
+        names = ["i"] + [staged_column(j) for j in range(len(convs))]
 
         def body() -> list:
             if create:
@@ -277,7 +278,7 @@ class MySqlTransactor(SqlTransactor):
             ]
 
         rows = self.converted(model, make, msg.keys, values)
-        names = ["seq", "x"] + [f"c{j}" for j in range(len(model.columns))] + ["d"]
+        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(len(model.columns))] + [STAGED_DOCUMENT]
         if any(msg.deletes):
             self._deletes.add(msg.binding)
 
@@ -307,12 +308,12 @@ class MySqlTransactor(SqlTransactor):
     def _staging(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
         d = self.dialect
         columns = (
-            ["seq bigint NOT NULL", "x boolean NOT NULL"]
-            + [f"c{j} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
-            + ["d longtext"]
+            [f"{STORE_ORDER} bigint NOT NULL", f"{IS_DELETE} boolean NOT NULL"]
+            + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"{STAGED_DOCUMENT} longtext"]
         )
         if not model.delta:
-            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(len(model.keys)))})")
+            columns.append(f"PRIMARY KEY ({', '.join(staged_column(j) for j in range(len(model.keys)))})")
         return self.temp(stage_name(binding), columns)
 
     def _store_texts(self, model: TableModel, msg: Store) -> None:
@@ -332,7 +333,7 @@ class MySqlTransactor(SqlTransactor):
             ],
             msg.keys,
         )
-        names = ["seq", "x"] + [f"c{j}" for j in range(len(model.keys))] + ["d"]
+        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(len(model.keys))] + [STAGED_DOCUMENT]
 
         def body() -> None:
             if create:
@@ -390,16 +391,16 @@ class MySqlTransactor(SqlTransactor):
         names, sources = staged_columns(model, d.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
+            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}")
             return
         if model.reduce is not None:  # MariaDB reduces: one statement (drivers/mysql/reduce.py)
             self._reduce(model, staging, names)
             return
         if binding in self._deletes:
             match = " AND ".join(f"t.{c} = s.{src}" for c, src in zip(names[:n], sources))
-            self.execute(f"DELETE t FROM {table} t JOIN {staging} s ON {match} WHERE s.x = 1")
+            self.execute(f"DELETE t FROM {table} t JOIN {staging} s ON {match} WHERE s.{IS_DELETE} = 1")
         self.execute(
-            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE x = 0 "
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE {IS_DELETE} = 0 "
             + d.upsert(names[:n], names[n:])
         )
 

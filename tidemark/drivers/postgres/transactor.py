@@ -20,6 +20,7 @@ from tidemark import jsontext
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
 from tidemark.drivers.postgres.dialect import REDUCE, literal, sql_type
 from tidemark.drivers.sql import DOCUMENT_COLUMN, INTEGER, JSON, SqlTransactor, TableModel, redact
+from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, staged_column
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.drivers.sql.transactor import stage_name, staged_columns, typed_stage_name
 from tidemark.errors import DriverError
@@ -100,7 +101,7 @@ class PostgresTransactor(SqlTransactor):
 
     def _name_refused(self, model: TableModel, keys: Sequence[tuple], exc: psycopg.DataError) -> None:
         """After PostgreSQL refused a value of the careful COPY text (one line per row, columns
-        ``c0…``): raise an error that names the key and the field, not the staging line."""
+        ``col0…``): raise an error that names the key and the field, not the staging line."""
         found = COPY_CONTEXT.search(exc.diag.context or "")
         if found is None:
             return
@@ -169,9 +170,9 @@ class PostgresTransactor(SqlTransactor):
         name = stage_name(msg.binding)
         staging, create = self.temp(
             name,
-            ["seq bigint", "x boolean", "e boolean"]
-            + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
-            + ["d jsonb"],
+            [f"{STORE_ORDER} bigint", f"{IS_DELETE} boolean", f"{WAS_LOADED} boolean"]
+            + [f"{staged_column(j)} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+            + [f"{STAGED_DOCUMENT} jsonb"],
         )
         seen = self._hashes.setdefault(msg.binding, set())
         before = len(seen)
@@ -198,7 +199,7 @@ class PostgresTransactor(SqlTransactor):
             rows = [encode_at(r, json_at) for r in rows]
         con = self.con
         stale = msg.binding in self._stale  # a reused session: empty what the last commit applied
-        copy_sql = f"COPY {staging} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        copy_sql = f"COPY {staging} ({', '.join([STORE_ORDER, IS_DELETE, WAS_LOADED] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT])}) FROM STDIN"
 
         def careful() -> str:
             """COPY text built value by value (e.g. ``3.0`` in an integer column becomes ``3``)."""
@@ -266,20 +267,22 @@ class PostgresTransactor(SqlTransactor):
         names, sources = staged_columns(model, q)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.con.execute(f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
+            self.con.execute(
+                f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}"
+            )
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
             self._reduce(model, binding, staging, names, sources)
             return
         kc = ", ".join(sources[:n])
         if binding in self._dupes:  # a key stored twice: its last Store wins
-            latest = f"(SELECT DISTINCT ON ({kc}) * FROM {staging} ORDER BY {kc}, seq DESC) s"
+            latest = f"(SELECT DISTINCT ON ({kc}) * FROM {staging} ORDER BY {kc}, {STORE_ORDER} DESC) s"
         else:
             latest = f"{staging} s"
         match = " AND ".join(f"t.{name} = s.{src}" for name, src in zip(names[:n], sources))
         if binding in self._deletes:
-            self.con.execute(f"DELETE FROM {model.ident} t USING {latest} WHERE s.x AND {match}")
-        upsert = f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {latest} WHERE NOT s.x"
+            self.con.execute(f"DELETE FROM {model.ident} t USING {latest} WHERE s.{IS_DELETE} AND {match}")
+        upsert = f"INSERT INTO {model.ident} ({target}) SELECT {source} FROM {latest} WHERE NOT s.{IS_DELETE}"
         updates = self._updates.get(binding, 0)
         if updates and binding not in self._dupes:
             # Keys that Load found are updated in place and the others inserted, as the Store
@@ -289,10 +292,10 @@ class PostgresTransactor(SqlTransactor):
             # updated than staged), the upsert below writes every staged row again.
             assign = ", ".join(f"{c} = s.{src}" for c, src in zip(names[n:], sources[n:]))
             cur = self.con.execute(
-                f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.e AND NOT s.x AND {match}"
+                f"UPDATE {model.ident} t SET {assign} FROM {latest} WHERE s.{WAS_LOADED} AND NOT s.{IS_DELETE} AND {match}"
             )
             if cur.rowcount == updates:
-                upsert += " AND NOT s.e"
+                upsert += f" AND NOT s.{WAS_LOADED}"
         self.con.execute(f"{upsert} {self.dialect.upsert(names[:n], names[n:])}")
 
     def _copy(
@@ -317,16 +320,16 @@ class PostgresTransactor(SqlTransactor):
         name = stage_name(msg.binding)
         staging, create = self.temp(
             name,
-            ["seq bigint", "x boolean", "e boolean"]
-            + [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
-            + ["d jsonb"],
+            [f"{STORE_ORDER} bigint", f"{IS_DELETE} boolean", f"{WAS_LOADED} boolean"]
+            + [f"{staged_column(j)} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+            + [f"{STAGED_DOCUMENT} jsonb"],
         )
         self.staged_once(model, msg)
         texts = msg.texts or tuple(json_dumps(doc) for doc in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         n = len(model.keys)
-        copy_sql = f"COPY {staging} ({', '.join(['seq', 'x', 'e'] + [f'c{j}' for j in range(n)] + ['d'])}) FROM STDIN"
+        copy_sql = f"COPY {staging} ({', '.join([STORE_ORDER, IS_DELETE, WAS_LOADED] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT])}) FROM STDIN"
         con, stale = self.con, msg.binding in self._stale
 
         def rows(copy) -> None:
@@ -356,7 +359,8 @@ class PostgresTransactor(SqlTransactor):
             )
         self.staged_once(model, msg)
         staging, create = self.temp(
-            typed_stage_name(msg.binding), [f"c{j} {sql_type(c.kind)}" for j, c in enumerate(model.columns)]
+            typed_stage_name(msg.binding),
+            [f"{staged_column(j)} {sql_type(c.kind)}" for j, c in enumerate(model.columns)],
         )
         payload = csv_of(msg.rows, [c.name for c in model.columns])
         con, stale = self.con, msg.binding in self._stale_typed
@@ -406,7 +410,7 @@ class PostgresTransactor(SqlTransactor):
         sum beyond 64 bits (or not finite) is refused naming the key and the property."""
         if binding in self._typed:  # typed values: the staging table's columns as they are
             staging = self.dialect.temp(typed_stage_name(binding))
-            typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL::jsonb"]
+            typed = [staged_column(j) for j in range(len(model.columns))] + ["NULL::jsonb"]
             sql = reduce_statement(REDUCE, model.ident, model, model.reduce, staging, names, typed)
         else:
             sql = reduce_statement(
@@ -421,8 +425,8 @@ class PostgresTransactor(SqlTransactor):
     def _overflow(self, model: TableModel, staging: str, exc: Exception, typed: bool = False) -> DriverError:
         q = self.dialect.quote
         n = len(model.keys)
-        match = " AND ".join(f"t.{q(c.name)} = s.c{j}" for j, c in enumerate(model.keys))
-        keys = ", ".join(f"s.c{j}" for j in range(n))
+        match = " AND ".join(f"t.{q(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
+        keys = ", ".join(f"s.{staged_column(j)}" for j in range(n))
         for col in model.values:
             f = next((f for f in model.reduce.fields if f.name == col.name), None)
             if f is None or f.strategy != "sum":
@@ -432,7 +436,7 @@ class PostgresTransactor(SqlTransactor):
             )
             bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
             j = [c.name for c in model.columns].index(col.name)
-            new = f"s.c{j}::numeric" if typed else f"(s.d -> {literal(f.name)})::numeric"
+            new = f"s.{staged_column(j)}::numeric" if typed else f"(s.{STAGED_DOCUMENT} -> {literal(f.name)})::numeric"
             row = self.con.execute(
                 f"SELECT {keys}, {old}, {new} FROM {staging} s JOIN {model.ident} t ON {match} "
                 f"WHERE abs({old} + {new}) > {bound} LIMIT 1"

@@ -28,6 +28,18 @@ from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the S
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
 
+# The staging table of a binding (a temp table of the session) and its columns:
+STORE_ORDER = "store_order"  # the Store's order in the transaction (a key stored twice: the last wins)
+IS_DELETE = "is_delete"  # the row deletes its key
+WAS_LOADED = "was_loaded"  # Load found the key (PostgreSQL updates those rows in place)
+STAGED_DOCUMENT = "document"  # flow_document's text (a lean row: what no column holds), or the combined document
+
+
+def staged_column(j: int) -> str:
+    """The staging column of the view's ``j``-th column (keys first, then values)."""
+    return f"col{j}"
+
+
 CHECKPOINTS_TABLE = "tidemark_checkpoints"
 RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
 IDENTITIES_TABLE = "tidemark_identities"  # each table's view-identity record (runtime.view_identity)

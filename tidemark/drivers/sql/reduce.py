@@ -29,7 +29,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.strategies import STRATEGIES, is_date_time_field
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, TableModel, dumps
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, dumps, staged_column
 
 OLD = "t"  # the stored row's alias
 NEW = "excluded"  # the staged row, as ON CONFLICT names it
@@ -248,19 +248,23 @@ def _read(forms: ReduceSql, doc: str, col: Column) -> str:
 
 def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
     """The staging expressions that fill the table's columns (keys, values, document) when
-    only the keys (``c0``…) and the document's JSON (``d``) were staged: each value column
+    only the keys (``col0``…) and the document's JSON (``document``) were staged: each value column
     is read from the staged document (``staged``: the staging table's alias, if any); a
     lean row's ``flow_document`` is the members no column holds, NULL where none."""
     at = f"{staged}." if staged else ""
-    doc = f"{at}d"
+    doc = f"{at}{STAGED_DOCUMENT}"
     if model.lean:
         names = [c.name for c in model.columns]
         return (
-            [f"{at}c{j}" for j in range(len(model.keys))]
+            [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
             + [_read(forms, doc, c) for c in model.values]
             + [forms.remainder(doc, names)]
         )
-    return [f"{at}c{j}" for j in range(len(model.keys))] + [forms.typed(doc, c.name, c) for c in model.values] + [doc]
+    return (
+        [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
+        + [forms.typed(doc, c.name, c) for c in model.values]
+        + [doc]
+    )
 
 
 def unescaped_names(texts):

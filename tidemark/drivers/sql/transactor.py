@@ -20,7 +20,18 @@ from tidemark import jsontext
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.sql import lean
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, INTEGER, TableModel, coerce, dumps, quarantine_rows
+from tidemark.drivers.sql.model import (
+    DOCUMENT_COLUMN,
+    INTEGER,
+    IS_DELETE,
+    STAGED_DOCUMENT,
+    STORE_ORDER,
+    TableModel,
+    coerce,
+    dumps,
+    quarantine_rows,
+    staged_column,
+)
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
 from tidemark.errors import DriverError
 from tidemark.faults import fault_point
@@ -51,7 +62,7 @@ def staged_columns(model: TableModel, quote: Callable[[str], str]) -> tuple[list
     """The view's columns (quoted; keys, values, document) and the staging columns that fill them."""
     return (
         [quote(c.name) for c in model.columns] + [quote(DOCUMENT_COLUMN)],
-        [f"c{j}" for j in range(len(model.columns))] + ["d"],
+        [staged_column(j) for j in range(len(model.columns))] + [STAGED_DOCUMENT],
     )
 
 
@@ -203,7 +214,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             (seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), doc)
             for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, docs, msg.deletes))
         ]
-        names = ["seq", "x"] + [f"c{j}" for j in range(len(kinds))] + ["d"]
+        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(len(kinds))] + [STAGED_DOCUMENT]
         sql = f"INSERT INTO {staging} ({', '.join(names)}) VALUES ({d.params(len(names))})"
         if not model.delta:  # a key stored twice: the last wins
             sql += " " + d.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
@@ -233,12 +244,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         d = self.dialect
         n = len(model.keys)
         columns = (
-            [f"seq {d.sql_type(INTEGER)}", f"x {d.sql_type(INTEGER)}"]
-            + [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)]
-            + [f"d {d.document_type}"]
+            [f"{STORE_ORDER} {d.sql_type(INTEGER)}", f"{IS_DELETE} {d.sql_type(INTEGER)}"]
+            + [f"{staged_column(j)} {d.column_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"{STAGED_DOCUMENT} {d.document_type}"]
         )
         if not model.delta:
-            columns.append(f"PRIMARY KEY ({', '.join(f'c{j}' for j in range(n))})")
+            columns.append(f"PRIMARY KEY ({', '.join(staged_column(j) for j in range(n))})")
         return self.temp(stage_name(binding), columns)
 
     def staged_once(self, model: TableModel, msg: Store) -> None:
@@ -269,7 +280,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             (seq + i, 0, *(coerce(k, v) for k, v in zip(kinds, key)), text)
             for i, (key, text) in enumerate(zip(msg.keys, texts))
         ]
-        names = ["seq", "x"] + [f"c{j}" for j in range(n)] + ["d"]
+        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT]
         self._stage_rows(
             model, table, create, f"INSERT INTO {table} ({', '.join(names)}) VALUES ({d.params(len(names))})", rows
         )
@@ -298,7 +309,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             )
         self.staged_once(model, msg)
         name = typed_stage_name(msg.binding)
-        table, create = self.temp(name, [f"c{j} {d.column_type(c)}" for j, c in enumerate(model.columns)])
+        table, create = self.temp(name, [f"{staged_column(j)} {d.column_type(c)}" for j, c in enumerate(model.columns)])
         rows = list(zip(*(msg.rows.column(c.name).to_pylist() for c in model.columns)))
         self._stage_rows(model, table, create, f"INSERT INTO {table} VALUES ({d.params(len(model.columns))})", rows)
         self._created.add(name)
@@ -362,12 +373,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         names, sources = staged_columns(model, d.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
-            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY seq")
+            self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}")
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
             forms = self.driver.reduce_sql(model)
             if binding in self._typed:  # typed values: the staging table's columns as they are
-                typed = [f"c{j}" for j in range(len(model.columns))] + ["NULL"]
+                typed = [staged_column(j) for j in range(len(model.columns))] + ["NULL"]
                 sql = reduce_statement(
                     forms, table, model, model.reduce, d.temp(typed_stage_name(binding)), names, typed
                 )
@@ -383,10 +394,10 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return
         self.execute(
             f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
-            f"(SELECT {', '.join(sources[:n])} FROM {staging} WHERE x = 1)"
+            f"(SELECT {', '.join(sources[:n])} FROM {staging} WHERE {IS_DELETE} = 1)"
         )
         self.execute(
-            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE x = 0 "
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE {IS_DELETE} = 0 "
             + d.upsert(names[:n], names[n:])
         )
 
