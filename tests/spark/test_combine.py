@@ -1,0 +1,752 @@
+"""combine_batch on Spark: compiled vs fallback vs pure Python, keys, invalid documents."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tidemark.collection.collection import Collection
+from tidemark.collection.keys import key_json
+from tidemark.collection.plan import compile_collection
+from tidemark.errors import DocumentError, ReductionError
+from tidemark.spark.combine import combine_batch
+from tidemark.spec import CollectionSpec
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(autouse=True, params=["jvm", "expressions"])
+def plain_proof(request, monkeypatch):
+    """Every test here runs with both forms of the plain-document proof: the JVM scanner
+    (``tidemark/spark/jvm``) and the Spark expressions used where it is unavailable."""
+    monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1" if request.param == "jvm" else "0")
+    return request.param
+
+
+SCHEMA = "value string, _file string, _block long, _row long"
+
+DATE_TIMES = st.builds(
+    "2024-05-{:02d}T{:02d}:{:02d}:00{}{}".format,
+    st.integers(1, 2),
+    st.integers(0, 23),
+    st.sampled_from([0, 30]),
+    st.sampled_from(["", ".0", ".5", ".000000000000000001", ".1234567890123456789"]),
+    st.sampled_from(["Z", "z", "+00:00", "-05:00", "+05:30", "-00:30"]),
+)
+
+FIELD_KINDS = {
+    "string": [
+        ({"type": "string"}, st.text(max_size=4)),
+        ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, st.text(max_size=4)),
+        ({"type": "string", "reduce": {"strategy": "maximize"}}, st.text(max_size=4)),
+    ],
+    "integer": [
+        ({"type": "integer", "reduce": {"strategy": "sum"}}, st.integers(-1000, 1000)),
+        ({"type": "integer", "reduce": {"strategy": "minimize"}}, st.integers(-1000, 1000)),
+        ({"type": "integer"}, st.integers(-(2**62), 2**62)),
+    ],
+    "number": [
+        ({"type": "number", "reduce": {"strategy": "sum"}}, st.integers(-400, 400).map(lambda i: i / 8)),
+        ({"type": "number", "reduce": {"strategy": "maximize"}}, st.floats(-1e6, 1e6, allow_nan=False)),
+    ],
+    "boolean": [
+        ({"type": "boolean", "reduce": {"strategy": "maximize"}}, st.booleans()),
+        ({"type": "boolean"}, st.booleans()),
+    ],
+    "append": [
+        (
+            {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+            st.lists(st.integers(0, 9), max_size=3),
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+            st.lists(st.sampled_from(["a", "b", "é"]), max_size=3),
+        ),
+    ],
+    "map": [
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+            st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2),
+        )
+    ],
+    "raw": [({"type": "object"}, st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))],
+    # compared as instants: mixed offsets, equal instants written differently, long fractions
+    "date-time": [
+        ({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
+        for s in ("maximize", "minimize")
+    ],
+}
+ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
+
+
+@st.composite
+def schema_and_docs(draw):
+    n = draw(st.integers(1, 4))
+    picks = [draw(st.sampled_from(ALL_KINDS)) for _ in range(n)]
+    props = {"k": {"type": draw(st.sampled_from(["string", "integer"]))}}
+    gens = {}
+    for i, (schema, gen) in enumerate(picks):
+        props[f"f{i}"] = schema
+        gens[f"f{i}"] = gen
+    root = draw(st.sampled_from(["merge", "merge", "lastWriteWins", "ordered"]))
+    reduce_ = {"strategy": root}
+    if root == "ordered":  # event-time order by a scalar property (ties: source order)
+        scalars = [
+            f"f{i}" for i, (sub, _) in enumerate(picks) if sub["type"] in ("string", "integer", "number", "boolean")
+        ]
+        reduce_ = {"strategy": draw(st.sampled_from(["lastWriteWins", "firstWriteWins"]))}
+        if scalars:
+            reduce_["order"] = "/" + draw(st.sampled_from(scalars))
+    schema = {"type": "object", "required": ["k"], "reduce": reduce_, "properties": props}
+    key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", 'é"', "\x1f"])
+    docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen}, optional=gens), min_size=1, max_size=25))
+    return schema, docs
+
+
+def frame(spark, docs, files=2):
+    rows = [(json.dumps(d), f"file:///data/part-{i % files}.json", 0, i) for i, d in enumerate(docs)]
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def expected(coll, docs, files=2):
+    order = sorted(range(len(docs)), key=lambda i: (f"file:///data/part-{i % files}.json", i))
+    out: dict = {}
+    for i in order:
+        d = docs[i]
+        kj = key_json(coll.extract_key(d))
+        out[kj] = d if kj not in out else coll.reduce(out[kj], d)
+    return out
+
+
+def collect(result):
+    rows = result.combined.collect()
+    for r in rows:
+        assert r.key_hash == zlib.crc32(r.key_json.encode("utf-8"))
+    return {r.key_json: json.loads(r.doc) for r in rows}
+
+
+@pytest.mark.slow  # the property tests of both combine implementations run after the default suite
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(schema_and_docs())
+def test_differential_compiled_fallback_python(spark, case):
+    schema, docs = case
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    assert compile_collection(coll) is not None
+    df = frame(spark, docs)
+    want = expected(coll, docs)
+    try:
+        compiled = combine_batch(df, coll, force_path="compiled")
+    except ValueError as exc:  # native validation was unsure of a valid document (e.g. '}"' in a string)
+        assert "cannot take the compiled path" in str(exc)
+        assume(False)
+    fallback = combine_batch(df, coll, force_path="fallback")
+    try:
+        assert compiled.path == "compiled" and fallback.path == "fallback"
+        assert compiled.documents == fallback.documents == len(docs)
+        got_c, got_f = collect(compiled), collect(fallback)
+        assert got_f == want
+        assert got_c == want
+        for kj, doc in got_c.items():  # ints stay ints
+            for name, sub in schema["properties"].items():
+                if sub.get("type") == "integer" and name in doc:
+                    assert isinstance(doc[name], int)
+    finally:
+        compiled.unpersist()
+        fallback.unpersist()
+
+
+key_parts = st.one_of(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1), st.booleans())
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1), st.booleans()), min_size=1, max_size=40)
+)
+def test_native_key_json_is_byte_identical(spark, keys):
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.compile import key_json_expr
+
+    df = spark.createDataFrame(
+        [(i, s, n, b) for i, (s, n, b) in enumerate(keys)], "i long, s string, n long, b boolean"
+    )
+    got = df.select(
+        "i",
+        key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"]).alias("kj"),
+        F.crc32(key_json_expr([F.col("s"), F.col("n"), F.col("b")], ["string", "integer", "boolean"])).alias("h"),
+    ).collect()
+    for row in got:
+        key = keys[row.i]
+        assert row.kj == key_json(key)
+        assert row.h == zlib.crc32(key_json(key).encode("utf-8"))
+
+
+def test_control_characters_in_keys(spark):
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.compile import key_json_expr
+
+    text = "".join(chr(c) for c in range(0x20)) + '"\\/é\u2028\U0001f600'
+    df = spark.createDataFrame([(text,)], "s string")
+    assert df.select(key_json_expr([F.col("s")], ["string"]).alias("k")).first().k == key_json([text])
+
+
+ORDERS = {
+    "type": "object",
+    "required": ["customer"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "customer": {"type": "string"},
+        "total": {"type": "number", "reduce": {"strategy": "sum"}},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+    },
+}
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_invalid_document_fails_with_location_key_and_rule(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [
+        ('{"customer": "a", "total": 1}', "file:///data/orders/a.json", 0, 0),
+        ('{"customer": "b", "total": 2}', "file:///data/orders/a.json", 0, 1),
+        ('{"customer": "c", "total": "x"}', "file:///data/orders/a.json", 0, 2),
+        ('{"customer": "d", "total": "y"}', "file:///data/orders/b.json", 0, 0),
+    ]
+    with pytest.raises(DocumentError) as exc:
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+    lines = str(exc.value).splitlines()
+    assert (
+        lines[0]
+        == "/data/orders/a.json:3 key ('c',): document violates its schema: /total: 'x' is not of type 'number'"
+    )
+    # every invalid document of the batch, in source order, then the count and the way on
+    assert (
+        lines[1]
+        == "  /data/orders/b.json:1 key ('d',): document violates its schema: /total: 'y' is not of type 'number'"
+    )
+    assert lines[2].startswith("  2 invalid document(s) in this batch") and "on_invalid: quarantine" in lines[2]
+    assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",) and exc.value.total == 2
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"customer": "a", "total": ', "unparseable JSON"),
+        ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
+        ('{"total": 1}', "'customer' is a required property"),
+        ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
+    ],
+)
+def test_bad_documents(spark, path, line, message):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS), max_document_bytes=100)
+    rows = [('{"customer": "a", "total": 1}', "src", 0, 0), (line, "src", 0, 1)]
+    with pytest.raises(DocumentError, match="^src:2: .*" + message.replace("(", r"\(")):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_quarantine_returns_invalid_and_combines_the_rest(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [
+        ('{"customer": "a", "total": 1}', "f.json", 0, 0),
+        ('{"customer": "a", "total": "x"}', "f.json", 0, 1),
+        ("not json", "f.json", 0, 2),
+        ('{"customer": "a", "total": 2.5, "n": 1}', "f.json", 0, 3),
+    ]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll, on_invalid="quarantine", force_path=path)
+    try:
+        assert res.documents == 2
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 1}}
+        invalid = [r.asDict() for r in res.invalid.collect()]
+        assert [(r["location"], r["key_json"]) for r in invalid] == [("f.json:2", '["a"]'), ("f.json:3", None)]
+        assert "/total: 'x' is not of type 'number'" in invalid[0]["reason"]
+        assert invalid[1]["value"] == "not json"
+    finally:
+        res.unpersist()
+
+
+@pytest.mark.parametrize("path", ["compiled", "fallback"])
+def test_sum_overflow_is_a_reduction_error(spark, path):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    rows = [('{"customer": "a", "n": %d}' % (2**63 - 1), "f", 0, 0), ('{"customer": "a", "n": 1}', "f", 0, 1)]
+    with pytest.raises(ReductionError, match=r"""key \["a"\]: .*/n: 'sum' overflowed"""):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+
+
+def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
+    from tests.support.helpers import ORDERS_SCHEMA
+
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS_SCHEMA))
+    assert compile_collection(coll) is None
+    docs = [
+        {"customer": "a", "amount": 1, "items": ["x"]},
+        {"customer": "a", "amount": 0, "_meta": {"op": "d"}},
+        {"customer": "a", "amount": 2, "items": ["y"]},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        assert res.path == "fallback"
+        (doc,) = collect(res).values()
+        assert doc == {"customer": "a", "amount": 2, "items": ["y"], "_meta": {"reset": True}}
+    finally:
+        res.unpersist()
+    # a compilable schema, but a batch with an undeclared property: the fallback keeps it
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    res = combine_batch(
+        frame(spark, [{"customer": "a", "total": 1, "extra": [1]}, {"customer": "a", "total": 1}]), coll
+    )
+    try:
+        assert res.path == "fallback"
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 2, "extra": [1]}}
+    finally:
+        res.unpersist()
+    # a document native validation is unsure of (integer 1.0) but that is valid
+    schema = {**ORDERS, "properties": {**ORDERS["properties"], "n": {"type": "integer"}}}
+    coll = Collection(CollectionSpec("orders", ("/customer",), schema))
+    rows = [('{"customer": "a", "n": 1.0}', "f", 0, 0)]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll)
+    try:
+        assert res.path == "fallback" and collect(res) == {'["a"]': {"customer": "a", "n": 1.0}}
+    finally:
+        res.unpersist()
+
+
+OPEN_KEY = {  # the key is not listed in `required`: a document without it is still an error
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "t": {"type": "number", "reduce": {"strategy": "sum"}},
+        "s": {"type": "string"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"t": 1}', "document has no key component at /k"),
+        ("", "unparseable JSON: Expecting value"),
+        ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
+        ('[{"k": "a"}]', "is not of type 'object'"),
+        # the substring prechecks in front of the regular expression: compact, spaced, repeated
+        ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
+        ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
+        ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
+        ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
+        ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
+        ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
+        ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
+        # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
+        ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
+        ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
+        ('{"k":"a","s":false}', "/s: False is not of type 'string'"),
+        ('{"k":"a","s":[1]}', "/s: [1] is not of type 'string'"),
+        ('{"k":"a","t":"1"}', "/t: '1' is not of type 'number'"),
+        # non-JSON that Spark's parser would accept unless told not to
+        ("{'k':'a','t':1}", "unparseable JSON"),
+        ('{"k":"a","t":1,}', "unparseable JSON"),
+        ('{"k":"a","t":+1}', "unparseable JSON"),
+        # half a surrogate pair: Spark's parser reads "?", which is not what the text says
+        ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
+        ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
+    ],
+)
+def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
+    """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
+    _compiled_rejects_second_line(
+        spark, OPEN_KEY, '{"k": "a", "t": 1}', line, message.replace("(", r"\(").replace("[", r"\[")
+    )
+
+
+def _compiled_rejects_second_line(spark, schema, first, line, pattern):
+    """The compiled path fails a batch of ``first`` and ``line`` at line 2 with ``pattern``."""
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    rows = [(first, "src", 0, 0), (line, "src", 0, 1)]
+    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + pattern):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="compiled")
+
+
+def test_compiled_path_is_taken_for_clean_batches(spark):
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    docs = [{"customer": "a", "total": 1.5, "n": 1}, {"customer": "b", "n": 2}, {"customer": "a", "total": 2, "n": 3}]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled" and res.documents == 3
+        assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 4}, '["b"]': {"customer": "b", "n": 2}}
+    finally:
+        res.unpersist()
+
+
+def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):
+    """The compiled combine builds its expressions once per context and plan; later batches
+    (other documents, the same schema) reuse them with exact results, and a session setting
+    that changes the expressions gets its own."""
+    from tidemark.spark import combine as combine_module
+
+    spark.sparkContext.__dict__.pop("_tidemark_columns", None)  # built by earlier tests (the other proof's form too)
+    builds = []
+    real = combine_module._build_columns
+    monkeypatch.setattr(combine_module, "_build_columns", lambda *a: builds.append(a) or real(*a))
+    schema = {**ORDERS, "properties": {**ORDERS["properties"], "note": {"type": "string"}}}  # a plan of its own
+    coll = Collection(CollectionSpec("orders", ("/customer",), schema))
+    batches = [
+        [{"customer": "a", "total": 1.5, "n": 1}, {"customer": "a", "n": 2, "note": "x"}],
+        [{"customer": "b", "total": 2, "n": 5}, {"customer": "c", "note": "y", "n": 1}],
+    ]
+    for docs in batches:
+        res = combine_batch(frame(spark, docs), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, docs)
+        finally:
+            res.unpersist()
+    assert len(builds) == 1
+    spark.conf.set("spark.sql.subexpressionElimination.enabled", "false")
+    try:
+        res = combine_batch(frame(spark, batches[0]), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, batches[0])
+        finally:
+            res.unpersist()
+    finally:
+        spark.conf.unset("spark.sql.subexpressionElimination.enabled")
+    assert len(builds) == 2 and builds[1][2] is True  # subexpression elimination off: a parsed column
+
+
+def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
+    """The colon count decides only when it proves there is nothing undeclared."""
+    coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
+    docs = ['{"k":"a","s":"10:30","t":1}', '{"k":"a","s":"x:y:z"}']
+    res = combine_batch(spark.createDataFrame([(d, "f", 0, i) for i, d in enumerate(docs)], SCHEMA), coll)
+    try:
+        assert res.path == "compiled" and collect(res) == {'["a"]': {"k": "a", "s": "x:y:z", "t": 1}}
+    finally:
+        res.unpersist()
+    docs = ['{"k":"a","t":1}', '{"k":"a","x":2}']
+    res = combine_batch(spark.createDataFrame([(d, "f", 0, i) for i, d in enumerate(docs)], SCHEMA), coll)
+    try:
+        assert res.path == "fallback" and collect(res) == {'["a"]': {"k": "a", "t": 1, "x": 2}}
+    finally:
+        res.unpersist()
+
+
+TAGGED = {
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "s": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"k":"a","tags":["x",5]}', "/tags/1: 5 is not of type 'string'"),
+        ('{"k":"a","tags":["x",null]}', "/tags/1: None is not of type 'string'"),
+        ('{"k":"a","tags":[true]}', "/tags/0: True is not of type 'string'"),
+        ('{"k":"a","tags":[[1],"y"]}', "/tags/0: [1] is not of type 'string'"),
+        ('{"k":"a","tags":["x",-1.5e3]}', "/tags/1: -1500.0 is not of type 'string'"),
+        ('{"k":"a","tags":["x", "y"],"m":{"p":"x", "q":5}}', "/m/q: 5 is not of type 'string'"),
+        ('{"k":"a","m":{"p":[1]}}', "/m/p: [1] is not of type 'string'"),
+    ],
+)
+def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line, message):
+    """from_json reads any JSON value into a string element or map value, as its JSON text."""
+    _compiled_rejects_second_line(spark, TAGGED, '{"k":"a","tags":["x"]}', line, re.escape(message))
+
+
+ENUMS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "city": {"type": "string", "enum": ["Oslo", "Lima"]},
+        "flag": {"type": "string", "enum": ["true", "no"]},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
+        ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
+        ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
+        # "true" is an allowed string here, so the boolean must still be caught by its shape
+        ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
+    ],
+)
+def test_enum_strings_reject_non_strings(spark, line, pattern):
+    """An enum of plain words rejects what from_json makes of a non-string without the shape check."""
+    _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo","flag":"no"}', line, pattern)
+
+
+def test_strings_that_look_like_numbers_stay_strings(spark):
+    """Text that only looks like a number, boolean or array is a valid string: compiled path, exact result."""
+    coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
+    docs = [
+        {"k": "a", "s": "5", "tags": ["1", "true"]},
+        {"k": "a", "s": "2024-01-05", "tags": ["[x]", "y", "-"]},
+        {"k": "b", "s": "true", "tags": ["null", "1e5"], "m": {"p": "5"}},
+        {"k": "b", "s": "[1]", "m": {"q": "[]"}},
+        {"k": "c", "s": "2e5", "tags": ["-0", "?"]},
+        {"k": "c", "s": "why? \U0001f600", "m": {"r": "?"}},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        assert res.path == "compiled"
+        assert collect(res) == expected(coll, docs, files=1)
+    finally:
+        res.unpersist()
+
+
+def test_lone_surrogate_is_a_clear_error_on_the_fallback_path_too(spark):
+    coll = Collection(CollectionSpec("t", ("/k",), TAGGED))
+    rows = [('{"k":"a","s":"\U0001f600"}', "src", 0, 0), ('{"k":"a","s":"\\ud83d"}', "src", 0, 1)]
+    with pytest.raises(DocumentError, match=r"^src:2: unparseable JSON: a lone surrogate .ud83d is not valid Unicode"):
+        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="fallback")
+
+
+MUTATED = {
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "s": {"type": "string"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "x": {"type": "number", "reduce": {"strategy": "maximize"}},
+        "b": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+        "e": {"type": "string", "enum": ["Oslo", "Lima"]},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
+        "o": {"type": "object"},
+        "r": {"type": "array"},
+    },
+}
+_TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
+    "s": (
+        ['"a"', '"5"', '"true"', '"[1]"', '"a:b"', '"}"', '"?"', '"\\u0041"', '"\\ud83d\\ude00"'],
+        ["5", "-1.5e3", "true", "[1]", '{"z":1}', "null", '"\\ud800"'],
+    ),
+    "n": (["1", "-7", "0"], ['"1"', "1.5", "true", "null", "[1]"]),
+    "x": (["1", "2.5", "-1e3"], ['"1"', "false", "null"]),
+    "b": (["true", "false"], ['"true"', "1", "null"]),
+    "tags": (['["a"]', "[]", '["a", "5"]', '["[x]","-"]'], ['["a",5]', "[null]", "[true]", '"a"', '[["a"]]']),
+    "e": (['"Oslo"', '"Lima"', '"\\u004Cima"'], ["5", "true", '["Oslo"]', '"Rome"', "null", '"\\udc00"']),
+    # nested values (the JVM proof can prove these plain): null and odd strings inside them
+    "m": (
+        ['{"p":"x"}', "{}", '{"p":"1","q":"true"}', '{ "p" : "\\ud83d\\ude00" }', '{"p\\u0041":"x"}'],
+        ['{"p":5}', '{"p":null}', '{"p":["x"]}', '{"p":"\\ud800"}', '["x"]', "null", '{"p":{"q":"x"}}'],
+    ),
+    "o": (
+        [
+            '{"x":1}',
+            '{"x":{"y":[1,"a",true]}}',
+            "{}",
+            '{"x":null}',
+            '{"x":[null]}',
+            '{"s":1,"k":"z"}',
+            '{"x":"\\ud83d\\ude00"}',
+            '{"x":-1e3}',
+        ],
+        ["[1]", '"x"', "5", "null", "true"],
+    ),
+    "r": (['[1,"a"]', "[]", '[{"x":null}]', "[[]]", '[{"k":"b"}]'], ['{"x":1}', '"a"', "null", "0"]),
+}
+
+
+@st.composite
+def mutated_lines(draw):
+    """Document texts: most valid, some with one thing from_json forgives or rejects."""
+    lines = []
+    for _ in range(draw(st.integers(1, 8))):
+        sep, colon = draw(st.sampled_from([(",", ":")] * 3 + [(", ", ": "), (" ,", " : ")]))
+        members = [("k", json.dumps(draw(st.sampled_from(["a", "b"]))))]
+        for name, (good, _bad) in _TEXTS.items():
+            if draw(st.booleans()):
+                members.append((name, draw(st.sampled_from(good))))
+        tail = ""
+        mutation = draw(st.sampled_from(["none"] * 4 + ["value"] * 4 + ["extra", "tail", "quotes"]))
+        if mutation == "value":
+            name = draw(st.sampled_from(sorted(_TEXTS)))
+            members = [m for m in members if m[0] != name] + [(name, draw(st.sampled_from(_TEXTS[name][1])))]
+        elif mutation == "extra":
+            members.append((draw(st.sampled_from(["s", "n", "zz"])), draw(st.sampled_from(['"r"', "3", "null"]))))
+        elif mutation == "tail":
+            tail = draw(st.sampled_from([" ", "}", "{}", " 5", '""}']))
+        members = draw(st.permutations(members))
+        body = "{" + sep.join(f"{json.dumps(n)}{colon}{v}" for n, v in members) + "}" + tail
+        lines.append(body.replace('"', "'") if mutation == "quotes" else body)
+    return lines
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(mutated_lines())
+def test_mutated_documents_agree_with_python(spark, lines):
+    """Whatever path a batch takes, it fails exactly when Python finds an invalid line (naming
+    the first one), and otherwise gives Python's documents."""
+    from tidemark.spark.combine import check_document
+
+    coll = Collection(CollectionSpec("t", ("/k",), MUTATED))
+    rows = [(line, "src", 0, i) for i, line in enumerate(lines)]
+    checked = [check_document(coll, line) for line in lines]
+    bad = [i for i, (reason, _kj, _doc) in enumerate(checked) if reason is not None]
+    df = spark.createDataFrame(rows, SCHEMA)
+    if bad:
+        with pytest.raises(DocumentError, match=f"^src:{bad[0] + 1}[: ]") as err:
+            combine_batch(df, coll)
+        # all of them, in order, up to the limit
+        assert err.value.total == len(bad)
+        assert [d.location for d in err.value.documents] == [f"src:{i + 1}" for i in bad[:20]]
+        return
+    want: dict = {}
+    for reason, kj, doc in checked:
+        want[kj] = doc if kj not in want else coll.reduce(want[kj], doc)
+    res = combine_batch(df, coll)
+    try:
+        assert collect(res) == want
+    finally:
+        res.unpersist()
+
+
+# ----------------------------------------------------------------------------- generated code size
+
+# HotSpot does not compile a method of more than 8,000 bytes of bytecode (HugeMethodLimit):
+# it interprets it, and a combine whose per-row method is that large runs about twice as
+# slowly.  The compiled plan must keep every generated method below that, whatever the width.
+JIT_METHOD_LIMIT = 8000
+
+WIDE_KINDS = [
+    ({"type": "integer", "reduce": {"strategy": "sum"}}, 5),
+    ({"type": "number", "reduce": {"strategy": "minimize"}}, 1.5),
+    ({"type": "string", "enum": ["a", "b"]}, "a"),
+    ({"type": "string", "reduce": {"strategy": "firstWriteWins"}}, "2024-01-05"),
+    ({"type": "boolean"}, True),
+    ({"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}}, ["sku-1"]),
+    ({"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}}, {"m": 1}),
+    ({"type": "integer", "reduce": {"strategy": "maximize"}, "maximum": 1000}, 7),
+]
+
+
+def _generated_method_sizes(df) -> list[int]:
+    """The largest method's bytecode size of each whole-stage generated class that runs
+    ``df`` (cached relations included), compiled as Spark compiles them."""
+    spark = df.sparkSession
+    compile_code = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator.compile
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # a plan with its codegen stages in place
+    try:
+        todo = [df._jdf.queryExecution().executedPlan()]
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    sizes = []
+    while todo:
+        node = todo.pop()
+        kind = node.getClass().getSimpleName()
+        if kind == "WholeStageCodegenExec":
+            sizes.append(compile_code(node.doCodeGen()._2())._2().maxMethodCodeSize())
+        elif kind == "InMemoryTableScanExec":
+            todo.append(node.relation().cachedPlan())
+        children = node.children().iterator()
+        while children.hasNext():
+            todo.append(children.next())
+    return sizes
+
+
+@pytest.mark.parametrize("width", [9, 48])
+def test_compiled_plan_methods_stay_small_enough_for_the_jit(spark, width):
+    props = {"k": {"type": "string"}}
+    doc = {}
+    for i in range(width):
+        schema, value = WIDE_KINDS[i % len(WIDE_KINDS)]
+        props[f"f{i}"] = schema
+        doc[f"f{i}"] = value
+    coll = Collection(
+        CollectionSpec(
+            "wide", ("/k",), {"type": "object", "required": ["k"], "reduce": {"strategy": "merge"}, "properties": props}
+        )
+    )
+    docs = [{"k": f"k{j % 5}", **doc} for j in range(20)]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled"
+        assert collect(res) == expected(coll, docs)
+        cached = res._cached[0]
+        cached.unpersist()  # size the plan that computes it, not a scan of the cache
+        sizes = _generated_method_sizes(cached)
+    finally:
+        res.unpersist()
+    assert sizes and max(sizes) <= JIT_METHOD_LIMIT, sizes
+
+
+def test_compiled_path_without_subexpression_elimination(spark):
+    """A session without subexpression elimination reads a parsed column (one parse per
+    document), with the same results and the same rejections."""
+    coll = Collection(CollectionSpec("t", ("/k",), ENUMS))
+    docs = [{"k": "a", "city": "Oslo"}, {"k": "b", "flag": "no"}, {"k": "a", "city": "Lima", "flag": "true"}]
+    spark.conf.set("spark.sql.subexpressionElimination.enabled", "false")
+    try:
+        res = combine_batch(frame(spark, docs), coll, force_path="compiled")
+        try:
+            assert collect(res) == expected(coll, docs)
+        finally:
+            res.unpersist()
+        _compiled_rejects_second_line(
+            spark, ENUMS, '{"k":"a","city":"Oslo"}', '{"k":"a","flag":true}', r"/flag: True is not of type 'string'"
+        )
+    finally:
+        spark.conf.unset("spark.sql.subexpressionElimination.enabled")
+
+
+def test_union_keeps_each_value_once_in_first_seen_order_on_both_paths(spark):
+    """``union``: an array's values, each once, in the order first seen; a lone document's
+    array as it is (as the fold leaves it)."""
+    schema = {
+        "type": "object",
+        "required": ["k"],
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "k": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+        },
+    }
+    docs = [
+        {"k": "a", "tags": ["red", "blue"]},
+        {"k": "b", "tags": ["x", "x"]},  # alone: kept as it is
+        {"k": "a", "tags": ["blue", "green", "red"]},
+        {"k": "a"},
+        {"k": "a", "tags": ["green", "yellow"]},
+    ]
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    assert compile_collection(coll) is not None
+    df = frame(spark, docs, files=1)
+    want = {'["a"]': {"k": "a", "tags": ["red", "blue", "green", "yellow"]}, '["b"]': {"k": "b", "tags": ["x", "x"]}}
+    assert expected(coll, docs) == want
+    for path in ("compiled", "fallback"):
+        result = combine_batch(df, coll, force_path=path)
+        try:
+            assert result.path == path and collect(result) == want
+        finally:
+            result.unpersist()

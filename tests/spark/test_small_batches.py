@@ -1,0 +1,143 @@
+"""Small batches: after a batch of at most ``small_batch_keys`` keys, the next batch's
+combined rows go to the driver, which runs the shard sessions (tidemark/spark/small.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.helpers import compiled_oracle as oracle
+from tests.support.helpers import compiled_spec as write_spec
+from tests.support.helpers import sqlite_view
+from tests.support.helpers import write_compiled_orders as write_stream
+
+#: the path of a batch whose sessions run in the driver on typed values (a lean view the endpoint reduces)
+TYPED = "driver (typed rows)"
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark, spec):
+    from tidemark.spark.runner import run_spec
+
+    reports = []
+    run_spec(spec, spark=spark, on_batch=reports.append)
+    return reports
+
+
+def _small_large_small(data) -> list:
+    """One batch of 10 keys, two of ~60, two of 10."""
+    files = write_stream(data, files=1, per_file=40, customers=10, seed=62)
+    files += write_stream(data, files=2, per_file=200, customers=60, seed=63, start=1)
+    return files + write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
+
+
+def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=4, per_file=120, customers=30, seed=61)
+    spec = write_spec(tmp_path, data, db, shards=3)
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["one job", TYPED, TYPED, TYPED]
+    assert sum(r.documents for r in reports) == 480
+    assert all(r.keys <= 30 and r.shards == 3 for r in reports)
+    assert sqlite_view(db) == oracle(files)
+
+
+def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = _small_large_small(data)
+    spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25, "reduced_batch_keys": 25})
+
+    reports = _run(spark, spec)
+    # batch 1 follows a small batch but has ~60 keys: collected up to 26 rows, then on Spark
+    assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", TYPED]
+    assert [r.keys > 25 for r in reports] == [False, True, True, False, False]
+    assert sqlite_view(db) == oracle(files)
+
+
+@pytest.mark.parametrize(
+    "options,paths",
+    [
+        # SQLite reduces the view itself: batches up to reduced_batch_keys stay in the driver
+        ({"small_batch_keys": 25}, ["one job", TYPED, TYPED, TYPED, TYPED]),
+        # Load + Python: small_batch_keys is the limit
+        ({"small_batch_keys": 25, "endpoint_reduce": False}, ["one job", "one job", "one job", "one job", "driver"]),
+        # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
+        ({"small_batch_keys": 0}, ["one job"] * 5),
+    ],
+    ids=["reduced", "loaded", "never"],
+)
+def test_the_driver_limit_follows_the_reduce_path(spark, tmp_path, options, paths):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = _small_large_small(data)
+    spec = write_spec(tmp_path, data, db, options=options)
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == paths
+    assert sqlite_view(db) == oracle(files)
+
+
+def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driver(spark, tmp_path):
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=3, per_file=50, customers=12, seed=65)
+    spec = write_spec(tmp_path, data, db, on_invalid="quarantine")
+    stat = os.stat(files[1])
+    with open(files[1]) as f:
+        lines = f.readlines()
+    lines[9] = '{"customer": "c0002", "amount": 1.5}\n'
+    with open(files[1], "w") as f:
+        f.writelines(lines)
+    os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still the second batch
+
+    reports = _run(spark, spec)
+    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked in driver", 1), (TYPED, 0)]
+    assert sqlite_view(db) == oracle(files, skip={(1, 9)})
+
+
+def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
+    from tests.support.helpers import compiled_two_bindings_spec
+
+    a = write_stream(tmp_path / "a", files=3, per_file=60, customers=20, seed=66)
+    b = write_stream(tmp_path / "b", files=3, per_file=60, customers=20, seed=67)
+    db = tmp_path / "views.db"
+    path = compiled_two_bindings_spec(tmp_path, db)
+
+    reports = _run(spark, str(path))
+    assert "driver" in {r.path for r in reports}
+    assert sqlite_view(db, "customers") == oracle(a)
+    assert sqlite_view(db, "returns") == oracle(b)
+
+
+@pytest.mark.postgres
+def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path, postgres_url, pg_schema):
+    from tests.support.helpers import COMPILED_SCHEMA, orders_spec, postgres_view
+
+    data = tmp_path / "data"
+    files = write_stream(data, files=4, per_file=150, customers=60, seed=68)
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=4,
+        schema=COMPILED_SCHEMA,
+        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+    )
+
+    reports = _run(spark, spec)
+    # a lean view PostgreSQL reduces: the sessions get the documents as typed values
+    assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
+    assert postgres_view(postgres_url, pg_schema) == oracle(files)
+
+
+def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spark, tmp_path):
+    from tests.support.helpers import normalize, oracle_orders, orders_spec, write_orders
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=3, per_file=80, customers=25, seed=69, deletes=0.05)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)  # if/then deletes: the checked plan
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
+    assert normalize(sqlite_view(db)) == oracle_orders(data)
