@@ -89,30 +89,30 @@ class MaterializationStatus:
 # ----------------------------------------------------------------------------- reading
 
 
-def _read_log(location: str, materialization: str, st: MaterializationStatus) -> None:
+def _read_log(location: str, materialization: str, view: MaterializationStatus) -> None:
     log = RecoveryLog(location, materialization, create=False)
     entry, torn = log.peek_last()
     if torn:
-        st.notes.append(f"the newest recovery log entry (batch {torn}) is torn; the next run re-runs it")
+        view.notes.append(f"the newest recovery log entry (batch {torn}) is torn; the next run re-runs it")
     if entry is None:
         return
-    st.last_batch = entry.batch_id
+    view.last_batch = entry.batch_id
     counts = dict(entry.counts or {})
-    st.committed_at = counts.pop("committed_at", None) or log.entry_mtime(entry.batch_id)
-    st.totals = counts.pop("totals", {}) or {}
-    st.endpoint = st.endpoint or counts.pop("endpoint", None)
+    view.committed_at = counts.pop("committed_at", None) or log.entry_mtime(entry.batch_id)
+    view.totals = counts.pop("totals", {}) or {}
+    view.endpoint = view.endpoint or counts.pop("endpoint", None)
     counts.pop("endpoint", None)
     counts.pop("executors", None)
-    st.last_counts = counts
-    st.layout = [list(r) for r in entry.layout]
+    view.last_counts = counts
+    view.layout = [list(r) for r in entry.layout]
     try:
         from tidemark.runtime.rescale import layout_history
 
         history = layout_history(log)
-        st.layouts = [{k: r[k] for k in ("first", "last", "shards", "by", "committed")} for r in history["ranges"]]
-        st.pending_scale = history["pending"]
+        view.layouts = [{k: r[k] for k in ("first", "last", "shards", "by", "committed")} for r in history["ranges"]]
+        view.pending_scale = history["pending"]
     except Exception as exc:  # noqa: BLE001 - status reads what it can
-        st.notes.append(f"layout history unreadable: {type(exc).__name__}: {exc}")
+        view.notes.append(f"layout history unreadable: {type(exc).__name__}: {exc}")
 
 
 def _spark_planned(location: str) -> Optional[int]:
@@ -173,7 +173,7 @@ def _waiting(present: dict, planned: dict, committed: Optional[int]) -> tuple[in
     return len(waiting), sum(present[p] for p in waiting)
 
 
-def _input_from_spec(spec, mat, st: MaterializationStatus) -> None:
+def _input_from_spec(spec, mat, view: MaterializationStatus) -> None:
     folders, present, planned = [], {}, {}
     for i, b in enumerate(mat.bindings):
         src = spec.collections[b.source].source
@@ -182,40 +182,40 @@ def _input_from_spec(spec, mat, st: MaterializationStatus) -> None:
         path = src.path if os.path.isabs(src.path) else os.path.join(spec.base_dir, src.path)
         folders.append(path)
         present.update(_local_files(path))
-        planned.update(_file_source_log(st.checkpoint, i) or {})
-    files, size = _waiting(present, planned, st.last_batch)
-    st.input = InputStatus("files", files, size, folders)
+        planned.update(_file_source_log(view.checkpoint, i) or {})
+    files, size = _waiting(present, planned, view.last_batch)
+    view.input = InputStatus("files", files, size, folders)
 
 
-def _input_from_checkpoint(st: MaterializationStatus, kafka: Optional[str] = None) -> None:
+def _input_from_checkpoint(view: MaterializationStatus, kafka: Optional[str] = None) -> None:
     """Without a spec: file sources by the folders of the files Spark read; offsets
     sources (Kafka, ...) by the offsets of the last committed batch, and with ``kafka``
     (the brokers' ``bootstrap.servers``) the messages past them."""
-    planned = _file_source_log(st.checkpoint, 0)
+    planned = _file_source_log(view.checkpoint, 0)
     if planned:
         folders = sorted({os.path.dirname(p) for p in planned})
         present = {}
         for folder in folders:
             if not os.path.isdir(folder):
-                st.input = InputStatus("files", None, None, folders, guessed=True)
+                view.input = InputStatus("files", None, None, folders, guessed=True)
                 return
             present.update(_local_files(folder, recursive=False))
-        files, size = _waiting(present, planned, st.last_batch)
-        st.input = InputStatus("files", files, size, folders, guessed=True)
+        files, size = _waiting(present, planned, view.last_batch)
+        view.input = InputStatus("files", files, size, folders, guessed=True)
         return
-    batch = st.last_batch if st.last_batch is not None else st.planned_batch
+    batch = view.last_batch if view.last_batch is not None else view.planned_batch
     if batch is None:
         return
-    read_to = _source_offsets(st.checkpoint, batch)
-    st.input = InputStatus("offsets", read_to=read_to if st.last_batch is not None else {})
+    read_to = _source_offsets(view.checkpoint, batch)
+    view.input = InputStatus("offsets", read_to=read_to if view.last_batch is not None else {})
     if kafka:
         topics = {t: parts for offsets in read_to.values() if _is_kafka(offsets) for t, parts in offsets.items()}
-        if st.last_batch is None:  # nothing committed: every message of the topics is waiting
+        if view.last_batch is None:  # nothing committed: every message of the topics is waiting
             topics = {t: {} for t in topics}
         try:
-            st.input.offsets_waiting = kafka_waiting(kafka, topics)
+            view.input.offsets_waiting = kafka_waiting(kafka, topics)
         except Exception as exc:  # noqa: BLE001 - the checkpoint still answers; say why Kafka does not
-            st.notes.append(f"kafka not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            view.notes.append(f"kafka not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
 
 def _source_offsets(location: str, batch: int) -> dict:
@@ -272,13 +272,13 @@ def kafka_waiting(bootstrap: str, topics: dict) -> int:
 
 
 def _endpoint_rows(
-    driver_name: str, driver_config: dict, materialization: str, bindings, st: Optional[MaterializationStatus] = None
+    driver_name: str, driver_config: dict, materialization: str, bindings, view: Optional[MaterializationStatus] = None
 ) -> list[ShardStatus]:
     from tidemark.drivers.registry import load_driver
 
     with load_driver(driver_name, driver_config) as driver:
-        if st is not None and getattr(driver, "reports_created", False):
-            _gone(driver, driver_name, driver_config, materialization, bindings, st)
+        if view is not None and getattr(driver, "reports_created", False):
+            _gone(driver, driver_name, driver_config, materialization, bindings, view)
         try:
             rows = [
                 ShardStatus(r.range.name, r.fence, (r.runtime_checkpoint or {}).get("batch_id"))
@@ -292,22 +292,22 @@ def _endpoint_rows(
         return [ShardStatus(p.place, None, p.batch_id if p.batch_id >= 0 else None) for p in positions]
 
 
-def _gone(driver, driver_name: str, driver_config: dict, materialization: str, bindings, st) -> None:
+def _gone(driver, driver_name: str, driver_config: dict, materialization: str, bindings, view) -> None:
     """A resource the recovery log says holds the view, which the endpoint no longer has."""
     from tidemark.protocol.messages import Apply
     from tidemark.runtime.coordinator import gone_message
 
-    last = RecoveryLog(st.checkpoint, materialization, create=False).last()
+    last = RecoveryLog(view.checkpoint, materialization, create=False).last()
     if last is None:
         return
     try:
         dry = driver.apply(Apply(materialization, driver_config, tuple(bindings), dry_run=True))
     except TidemarkError as exc:  # a run would refuse it too
-        st.problems.append(str(exc).splitlines()[0])
+        view.problems.append(str(exc).splitlines()[0])
         return
     text = gone_message(materialization, driver_name, last, dry.created)
     if text:
-        st.problems.append(text)
+        view.problems.append(text)
 
 
 def status_of_spec(
@@ -328,32 +328,32 @@ def status_of_spec(
     out = []
     for n in names:
         mat = spec.materializations[n]
-        st = MaterializationStatus(n, mat.driver_name, spec.checkpoint_location(n))
-        _read_log(st.checkpoint, n, st)
-        st.planned_batch = _spark_planned(st.checkpoint)
-        _input_from_spec(spec, mat, st)
+        view = MaterializationStatus(n, mat.driver_name, spec.checkpoint_location(n))
+        _read_log(view.checkpoint, n, view)
+        view.planned_batch = _spark_planned(view.checkpoint)
+        _input_from_spec(spec, mat, view)
         # the endpoint only once the view has run (opening it may create a database file)
-        if endpoint and RecoveryLog.existing_materialization(st.checkpoint):
+        if endpoint and RecoveryLog.existing_materialization(view.checkpoint):
             try:
-                rows = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat), st)
-                st.shards = _current_first(st, rows)
+                rows = _endpoint_rows(mat.driver_name, mat.driver_config, n, bound(spec, mat), view)
+                view.shards = _current_first(view, rows)
             except DriverError as exc:  # the checkpoint still answers; say why the endpoint does not
-                st.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
-        if not st.shards:
-            st.shards = _layout_rows(st)
-        out.append(st)
+                view.notes.append(f"endpoint not read: {str(exc).splitlines()[0]}")
+        if not view.shards:
+            view.shards = _layout_rows(view)
+        out.append(view)
     return out
 
 
-def _current_first(st: MaterializationStatus, rows: list[ShardStatus]) -> list[ShardStatus]:
+def _current_first(view: MaterializationStatus, rows: list[ShardStatus]) -> list[ShardStatus]:
     """The endpoint's rows of the current layout first, in key order; rows of earlier layouts
     (an endpoint keeps a split range's parent) only while they matter: while a current range
     has not yet committed a batch as new as theirs (it inherits from them at its next Open)."""
-    if not st.layout:
+    if not view.layout:
         return rows
     from tidemark.protocol.messages import Range
 
-    order = {Range(b, e).name: i for i, (b, e) in enumerate(st.layout)}
+    order = {Range(b, e).name: i for i, (b, e) in enumerate(view.layout)}
     current = sorted((r for r in rows if r.place in order), key=lambda r: order[r.place])
     older = [r for r in rows if r.place not in order]
     if not current:
@@ -363,7 +363,7 @@ def _current_first(st: MaterializationStatus, rows: list[ShardStatus]) -> list[S
         oldest = -1
     matter = [r for r in older if r.batch_id is not None and r.batch_id > oldest]
     if len(matter) < len(older):
-        st.notes.append(
+        view.notes.append(
             f"{len(older) - len(matter)} range(s) of earlier layouts are kept by the endpoint; the "
             "current ranges took over from them"
         )
@@ -380,16 +380,16 @@ def status_of_checkpoint(location: str, *, kafka: Optional[str] = None) -> Mater
     name = RecoveryLog.existing_materialization(location)
     if name is None:
         raise SpecError(f"{location} is not a tidemark checkpoint folder (no tidemark/meta.json in it)")
-    st = MaterializationStatus(name, None, location)
-    _read_log(location, name, st)
-    st.planned_batch = _spark_planned(location)
-    _input_from_checkpoint(st, kafka)
-    st.shards = _layout_rows(st)
-    return st
+    view = MaterializationStatus(name, None, location)
+    _read_log(location, name, view)
+    view.planned_batch = _spark_planned(location)
+    _input_from_checkpoint(view, kafka)
+    view.shards = _layout_rows(view)
+    return view
 
 
-def _layout_rows(st: MaterializationStatus) -> list[ShardStatus]:
-    return [ShardStatus(f"{b:08x}-{e:08x}", None, st.last_batch) for b, e in st.layout]
+def _layout_rows(view: MaterializationStatus) -> list[ShardStatus]:
+    return [ShardStatus(f"{b:08x}-{e:08x}", None, view.last_batch) for b, e in view.layout]
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -414,28 +414,28 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def verdict(st: MaterializationStatus) -> str:
-    if st.problems:
-        return "broken: " + st.problems[0]
+def verdict(view: MaterializationStatus) -> str:
+    if view.problems:
+        return "broken: " + view.problems[0]
     waiting = []
-    if st.input.files_waiting:
-        waiting.append(f"{st.input.files_waiting} file(s) waiting")
-    if st.input.offsets_waiting:
-        waiting.append(f"{st.input.offsets_waiting} message(s) waiting")
-    if st.batches_waiting:
-        waiting.append(f"{st.batches_waiting} planned batch(es) not committed")
+    if view.input.files_waiting:
+        waiting.append(f"{view.input.files_waiting} file(s) waiting")
+    if view.input.offsets_waiting:
+        waiting.append(f"{view.input.offsets_waiting} message(s) waiting")
+    if view.batches_waiting:
+        waiting.append(f"{view.batches_waiting} planned batch(es) not committed")
     if waiting:
         return "behind: " + ", ".join(waiting)
-    if st.behind is None:
+    if view.behind is None:
         return (
             "input waiting: unknown ("
-            + ("give --kafka-bootstrap" if st.input.kind == "offsets" else "not a local file source")
+            + ("give --kafka-bootstrap" if view.input.kind == "offsets" else "not a local file source")
             + ")"
         )
     return "up to date: no input waiting"
 
 
-def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = None) -> list[str]:
+def render(view: MaterializationStatus, width: int = 80, now: Optional[float] = None) -> list[str]:
     """The status as lines of at most ``width`` characters."""
     now = time.time() if now is None else now
     label = 15
@@ -474,30 +474,30 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         for i, chunk in enumerate(c for c in chunks if c):
             lines.append(f"  {name if i == 0 else '':<{label - 2}}{chunk}")
 
-    head = f"{st.name} ({st.endpoint or 'endpoint not recorded'}): {verdict(st)}"
+    head = f"{view.name} ({view.endpoint or 'endpoint not recorded'}): {verdict(view)}"
     lines.extend(textwrap.wrap(head, width=max(20, width), subsequent_indent="  "))
-    if st.last_batch is None:
+    if view.last_batch is None:
         row("last commit", "none yet")
     else:
         when = ""
-        if st.committed_at:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(st.committed_at))
-            when = f" at {stamp} ({_ago(now - st.committed_at)})"
-        row("last commit", f"batch {st.last_batch}{when}")
-        c = st.last_counts
+        if view.committed_at:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(view.committed_at))
+            when = f" at {stamp} ({_ago(now - view.committed_at)})"
+        row("last commit", f"batch {view.last_batch}{when}")
+        c = view.last_counts
         took = f", took {c['seconds']:.1f} s" if isinstance(c.get("seconds"), (int, float)) else ""
         row(
             "last batch",
             f"{c.get('documents', 0)} documents, {c.get('stored', 0)} stored, "
             f"{c.get('deleted', 0)} deleted, {c.get('invalid', 0)} quarantined{took}",
         )
-        t = st.totals
+        t = view.totals
         if t:
             row(
                 "since start",
                 f"{t.get('batches', 0)} batches, {t.get('documents', 0)} documents, {t.get('invalid', 0)} quarantined",
             )
-    inp = st.input
+    inp = view.input
     if inp.kind == "files" and inp.files_waiting is not None:
         size = f" ({_size(inp.bytes_waiting)})" if inp.files_waiting else ""
         row("input", f"{inp.files_waiting} file(s) waiting{size}")
@@ -518,37 +518,37 @@ def render(st: MaterializationStatus, width: int = 80, now: Optional[float] = No
         row("input", "unknown: the folders read so far are gone")
     else:
         row("input", "unknown: no local file source")
-    if st.planned_batch is None:
+    if view.planned_batch is None:
         row("spark", "no batch planned yet")
     else:
-        row("spark", f"planned up to batch {st.planned_batch}; {st.batches_waiting} not committed")
-    path_row("checkpoint", st.checkpoint)
-    if st.layouts:
+        row("spark", f"planned up to batch {view.planned_batch}; {view.batches_waiting} not committed")
+    path_row("checkpoint", view.checkpoint)
+    if view.layouts:
         parts = []
-        for r in st.layouts:
+        for r in view.layouts:
             span = f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}"
             parts.append(
                 f"batch{'es' if r['first'] != r['last'] else ''} {span}: {r['shards']} shard(s), "
                 f"{r['by']}{'' if r['committed'] else ' (in progress)'}"
             )
         row("layouts", "; ".join(parts))
-    for req in st.pending_scale:
+    for req in view.pending_scale:
         row("scale", f"{req['shards']} shard(s) requested, applied at the next batch")
-    if st.shards:
-        wide = max(len(s.place) for s in st.shards)
+    if view.shards:
+        wide = max(len(s.place) for s in view.shards)
         if wide + label + 14 <= width:
             lines.append(" " * label + f"{'range':<{wide}}  {'fence':>5}  {'batch':>5}")
             first = True
-            for s in st.shards:
+            for s in view.shards:
                 fence = "-" if s.fence is None else str(s.fence)
                 batch = "-" if s.batch_id is None else str(s.batch_id)
                 lines.append(f"  {'shards' if first else '':<{label - 2}}{s.place:<{wide}}  {fence:>5}  {batch:>5}")
                 first = False
         else:
-            for s in st.shards:
+            for s in view.shards:
                 fence = "" if s.fence is None else f", fence {s.fence}"
                 batch = "no batch" if s.batch_id is None else f"batch {s.batch_id}"
                 row("shard", f"{s.place}: {batch}{fence}")
-    for note in st.notes:
+    for note in view.notes:
         row("note", note)
     return lines

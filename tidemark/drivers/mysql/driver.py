@@ -148,10 +148,10 @@ class MySqlDriver(ClientConnections, SqlDriver):
         return f"its name is longer than MySQL's {MAX_IDENTIFIER_CHARS}-character column names; its value stays in flow_document"
 
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
-        d = self.dialect
-        rows = self.execute(con, *d.columns(model.schema, model.name)).fetchall()
+        dialect = self.dialect
+        rows = self.execute(con, *dialect.columns(model.schema, model.name)).fetchall()
         existing = {
-            name: (d.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
+            name: (dialect.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
             for name, dtype, ctype, coll, pk, _req, checked in rows
         }
         return existing or None, [r[0] for r in rows if r[5]]
@@ -160,15 +160,17 @@ class MySqlDriver(ClientConnections, SqlDriver):
         """integer -> number: ``MODIFY`` the column to ``double`` (every bigint below 2^53 is exact)."""
         if not plan.widened:
             return []
-        d = self.dialect
+        dialect = self.dialect
         if not dry_run:
             self.execute(
                 con,
-                f"ALTER TABLE {d.ident(plan.model)} "
-                + ", ".join(f"MODIFY COLUMN {d.quote(col.name)} {d.ddl_type(col)}" for col, _ in plan.widened),
+                f"ALTER TABLE {dialect.ident(plan.model)} "
+                + ", ".join(
+                    f"MODIFY COLUMN {dialect.quote(col.name)} {dialect.ddl_type(col)}" for col, _ in plan.widened
+                ),
             )
         return [
-            f"change column {col.name} of {plan.model.display} from {was} to {d.column_type(col)}"
+            f"change column {col.name} of {plan.model.display} from {was} to {dialect.column_type(col)}"
             for col, was in plan.widened
         ]
 

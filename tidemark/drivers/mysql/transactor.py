@@ -165,10 +165,10 @@ class MySqlTransactor(SqlTransactor):
             if getattr(result, "warning_count", 1):
                 self.refuse_warnings(what, keys)
         else:  # strict mode (set at connect) refuses a bad value with an error
-            d = self.dialect
-            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+            dialect = self.dialect
+            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({dialect.params(len(names))})"
             if upsert_keys:
-                sql += " " + d.upsert(names[:upsert_keys], names[upsert_keys:])
+                sql += " " + dialect.upsert(names[:upsert_keys], names[upsert_keys:])
             self.executemany(sql, rows)
 
     def refuse_warnings(self, what: str, keys: Callable[[int], Any]) -> None:
@@ -215,15 +215,15 @@ class MySqlTransactor(SqlTransactor):
 
     # ----------------------------------------------------------------- Load
     def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
-        d = self.dialect
+        dialect = self.dialect
         self.check_keys(model, keys)
         name = f"tidemark_load_{binding}"
         lt, create = self.temp(
             name,
             ["i bigint NOT NULL PRIMARY KEY"]
-            + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.keys)],
+            + [f"{staged_column(j)} {dialect.ddl_type(c)}" for j, c in enumerate(model.keys)],
         )
-        on = " AND ".join(f"t.{d.quote(c.name)} = l.{staged_column(j)}" for j, c in enumerate(model.keys))
+        on = " AND ".join(f"t.{dialect.quote(c.name)} = l.{staged_column(j)}" for j, c in enumerate(model.keys))
         convs = [param(c.kind) for c in model.keys]
         rows = self.converted(
             model, lambda: [(i, *[f(v) for f, v in zip(convs, key)]) for i, key in enumerate(keys)], keys
@@ -238,9 +238,9 @@ class MySqlTransactor(SqlTransactor):
             self.bulk(
                 lt, names, rows, lambda i: list(keys[i]), f"load {model.display}", fields=[c.name for c in model.keys]
             )
-            stored = self.lean_select(model, "t") if model.lean else f"t.{d.quote(DOCUMENT_COLUMN)}"
+            stored = self.lean_select(model, "t") if model.lean else f"t.{dialect.quote(DOCUMENT_COLUMN)}"
             return self.execute(
-                f"SELECT l.i, {stored} FROM {lt} l JOIN {d.ident(model)} t ON {on} ORDER BY l.i"
+                f"SELECT l.i, {stored} FROM {lt} l JOIN {dialect.ident(model)} t ON {on} ORDER BY l.i"
             ).fetchall()
 
         found = self.in_transaction(body, f"load {model.display}", write=False)
@@ -308,10 +308,10 @@ class MySqlTransactor(SqlTransactor):
         self._staged.add(msg.binding)
 
     def _staging(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
-        d = self.dialect
+        dialect = self.dialect
         columns = (
             [f"{STORE_ORDER} bigint NOT NULL", f"{IS_DELETE} boolean NOT NULL"]
-            + [f"{staged_column(j)} {d.ddl_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"{staged_column(j)} {dialect.ddl_type(c)}" for j, c in enumerate(model.columns)]
             + [f"{STAGED_DOCUMENT} longtext"]
         )
         if not model.delta:
@@ -385,12 +385,12 @@ class MySqlTransactor(SqlTransactor):
 
     # --------------------------------------------------------------- commit
     def apply_staged(self, binding: int) -> None:
-        d = self.dialect
+        dialect = self.dialect
         model = self.models[binding]
-        staging = d.temp(stage_name(binding))
-        table = d.ident(model)
+        staging = dialect.temp(stage_name(binding))
+        table = dialect.ident(model)
         n = len(model.keys)
-        names, sources = staged_columns(model, d.quote)
+        names, sources = staged_columns(model, dialect.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}")
@@ -403,7 +403,7 @@ class MySqlTransactor(SqlTransactor):
             self.execute(f"DELETE t FROM {table} t JOIN {staging} s ON {match} WHERE s.{IS_DELETE} = 1")
         self.execute(
             f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE {IS_DELETE} = 0 "
-            + d.upsert(names[:n], names[n:])
+            + dialect.upsert(names[:n], names[n:])
         )
 
     def committed(self) -> None:

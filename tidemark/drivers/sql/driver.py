@@ -195,14 +195,14 @@ class SqlDriver(Driver):
         """tidemark's own tables (and the schema), serialized with other DDL."""
         if self.tables_exist(con, CHECKPOINTS_TABLE, QUARANTINE_TABLE, RESOURCES_TABLE, IDENTITIES_TABLE):
             return
-        d = self.dialect
+        dialect = self.dialect
 
         def body() -> None:
-            if d.ddl_lock:
-                self.execute(con, d.ddl_lock)
-            if d.schemas:
-                self.execute(con, d.create_schema(self.schema))
-            for statement in d.system_tables(
+            if dialect.ddl_lock:
+                self.execute(con, dialect.ddl_lock)
+            if dialect.schemas:
+                self.execute(con, dialect.create_schema(self.schema))
+            for statement in dialect.system_tables(
                 self.checkpoints_table, self.resources_table, self.quarantine_table, self.identities_table
             ):
                 self.execute(con, statement)
@@ -223,27 +223,29 @@ class SqlDriver(Driver):
         or key name is refused here (from Validate, before any data moves); a longer value
         field is left out of the columns, its value stays in the document (Validate reports
         it as a constraint and Apply says so)."""
-        d = self.dialect
-        model = TableModel.of(binding, self.schema if d.schemas else None)
-        if not d.schemas:
+        dialect = self.dialect
+        model = TableModel.of(binding, self.schema if dialect.schemas else None)
+        if not dialect.schemas:
             model = dataclasses.replace(model, schema=self.schema)
         if binding.endpoint_reduce and not binding.delta_updates:
             plan, why = binding_reduction(binding.schema, binding.key, self.capabilities().endpoint_reduce)
             if plan is None:
-                raise IncompatibleSchema(f"table {model.display!r}: {d.title} cannot reduce this binding itself: {why}")
+                raise IncompatibleSchema(
+                    f"table {model.display!r}: {dialect.title} cannot reduce this binding itself: {why}"
+                )
             model = dataclasses.replace(model, reduce=plan)
-        if d.max_identifier_bytes is None:
+        if dialect.max_identifier_bytes is None:
             return model
         for what, name in (("schema", model.schema), ("table", model.name)):
-            check_identifier(d, f"binding of {binding.collection!r}", what, name)
-        long_keys = [c.name for c in model.keys if d.too_long(c.name)]
+            check_identifier(dialect, f"binding of {binding.collection!r}", what, name)
+        long_keys = [c.name for c in model.keys if dialect.too_long(c.name)]
         if long_keys:
             raise IncompatibleSchema(
-                f"table {model.display!r}: key field(s) {long_keys} are longer than {d.title}'s "
-                f"{d.max_identifier_bytes}-byte column names, and a key must be a column: rename the property"
+                f"table {model.display!r}: key field(s) {long_keys} are longer than {dialect.title}'s "
+                f"{dialect.max_identifier_bytes}-byte column names, and a key must be a column: rename the property"
             )
-        if any(d.too_long(c.name) for c in model.values):
-            model = dataclasses.replace(model, values=tuple(c for c in model.values if not d.too_long(c.name)))
+        if any(dialect.too_long(c.name) for c in model.values):
+            model = dataclasses.replace(model, values=tuple(c for c in model.values if not dialect.too_long(c.name)))
         return model
 
     def resource_name(self, model: TableModel) -> str:
@@ -261,9 +263,9 @@ class SqlDriver(Driver):
 
     @property
     def omitted_reason(self) -> str:
-        d = self.dialect
+        dialect = self.dialect
         return (
-            f"its name is longer than {d.title}'s {d.max_identifier_bytes}-byte column names; "
+            f"its name is longer than {dialect.title}'s {dialect.max_identifier_bytes}-byte column names; "
             f"its value stays in {DOCUMENT_COLUMN}"
         )
 
@@ -274,7 +276,7 @@ class SqlDriver(Driver):
         return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
 
     def plan(self, con: Any, bindings: Sequence[BindingSpec]) -> list[TablePlan]:
-        d = self.dialect
+        dialect = self.dialect
         out = []
         self.__dict__.pop("_forms", None)  # Apply may make or change tables
         for b in bindings:
@@ -287,17 +289,17 @@ class SqlDriver(Driver):
                 else check_columns(
                     model,
                     existing,
-                    d.column_type,
+                    dialect.column_type,
                     has_row_id=ROW_ID_COLUMN in existing,
-                    document_types=d.document_types,
+                    document_types=dialect.document_types,
                     required=required,
-                    widens=d.widens,
+                    widens=dialect.widens,
                 )
             )
             widened = [
                 (c, existing[c.name][0])
                 for c in model.values
-                if existing and c.name in existing and existing[c.name][0].lower() != d.column_type(c).lower()
+                if existing and c.name in existing and existing[c.name][0].lower() != dialect.column_type(c).lower()
             ]
             out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
         return out
@@ -331,14 +333,14 @@ class SqlDriver(Driver):
         )
 
     def apply(self, req: Apply) -> Applied:
-        d = self.dialect
+        dialect = self.dialect
         created: list[tuple] = []
 
         def body(con: Any) -> list[str]:
             actions: list[str] = []
             created.clear()
-            if not req.dry_run and d.ddl_lock:
-                self.execute(con, d.ddl_lock)
+            if not req.dry_run and dialect.ddl_lock:
+                self.execute(con, dialect.ddl_lock)
             for plan in self.plan(con, req.bindings):
                 model = plan.model
                 actions.extend(self.notes(plan))
@@ -347,14 +349,14 @@ class SqlDriver(Driver):
                     actions.append(f"create table {model.display}{note}")
                     created.append(plan.binding.resource_path)
                     if not req.dry_run:
-                        if d.schemas:
-                            self.execute(con, d.create_schema(model.schema))
-                        self.execute(con, d.create_table(model, options))
+                        if dialect.schemas:
+                            self.execute(con, dialect.create_schema(model.schema))
+                        self.execute(con, dialect.create_table(model, options))
                     continue
                 for col in plan.missing:
-                    actions.append(f"add column {col.name} {d.column_type(col)} to {model.display}")
+                    actions.append(f"add column {col.name} {dialect.column_type(col)} to {model.display}")
                     if not req.dry_run:
-                        self.execute(con, d.add_column(model, col))
+                        self.execute(con, dialect.add_column(model, col))
                 actions.extend(self.migrate(con, plan, req.dry_run))
             if not req.dry_run and req.checkpoint_id:
                 for i, b in enumerate(req.bindings):
@@ -444,9 +446,9 @@ class SqlDriver(Driver):
     def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
         """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see
         :mod:`tidemark.drivers.common.fences`)."""
-        d, checkpoints = self.dialect, self.checkpoints_table
-        p = d.placeholder
-        lock = d.open_lock(self.schema, materialization)
+        dialect, checkpoints = self.dialect, self.checkpoints_table
+        p = dialect.placeholder
+        lock = dialect.open_lock(self.schema, materialization)
         if lock is not None:
             self.execute(con, *lock)
         over = (materialization, rng.key_begin, rng.key_end)
@@ -454,7 +456,7 @@ class SqlDriver(Driver):
         rows = self.execute(
             con,
             f"SELECT key_begin, key_end, fence, checkpoint FROM {checkpoints} WHERE {overlapping} "
-            f"ORDER BY key_begin, key_end{d.for_update}",
+            f"ORDER BY key_begin, key_end{dialect.for_update}",
             over,
         ).fetchall()
         plan = plan_open(
@@ -465,13 +467,13 @@ class SqlDriver(Driver):
             self.execute(
                 con,
                 f"INSERT INTO {checkpoints} (materialization, key_begin, key_end, fence, checkpoint) "
-                f"VALUES ({p}, {p}, {p}, {p}, {d.json_param})",
+                f"VALUES ({p}, {p}, {p}, {p}, {dialect.json_param})",
                 (*over, plan.fence, None if plan.checkpoint is None else dumps(plan.checkpoint)),
             )
         elif plan.refresh:
             self.execute(
                 con,
-                f"UPDATE {checkpoints} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"UPDATE {checkpoints} SET checkpoint = {dialect.json_param} WHERE materialization = {p} "
                 f"AND key_begin = {p} AND key_end = {p}",
                 (dumps(plan.checkpoint), *over),
             )
@@ -480,18 +482,22 @@ class SqlDriver(Driver):
     # ------------------------------------------------------------- inspection
     def dump(self, materialization: str, binding: BindingSpec):
         model = self.model(binding)
-        d = self.dialect
-        doc = d.document_text(d.quote(DOCUMENT_COLUMN))
+        dialect = self.dialect
+        doc = dialect.document_text(dialect.quote(DOCUMENT_COLUMN))
 
         def body():
             if model.delta:
-                rows = self.execute(self.con, f"SELECT {doc} FROM {d.ident(model)} ORDER BY {d.quote(ROW_ID_COLUMN)}")
+                rows = self.execute(
+                    self.con, f"SELECT {doc} FROM {dialect.ident(model)} ORDER BY {dialect.quote(ROW_ID_COLUMN)}"
+                )
                 return [json.loads(x) for (x,) in rows.fetchall()]
             if model.lean:  # the row is the document
                 return lean.documents(self, model)
-            cols = ", ".join(d.quote(c.name) for c in model.keys)
-            rows = self.execute(self.con, f"SELECT {cols}, {doc} FROM {d.ident(model)}").fetchall()
-            return {tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows}
+            cols = ", ".join(dialect.quote(c.name) for c in model.keys)
+            rows = self.execute(self.con, f"SELECT {cols}, {doc} FROM {dialect.ident(model)}").fetchall()
+            return {
+                tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows
+            }
 
         return self.run(body, f"dump {model.display}")
 
@@ -508,7 +514,7 @@ class SqlDriver(Driver):
 
         def body(con: Any) -> None:
             cur = self.execute(con, sql)
-            rows[:] = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            rows[:] = [dict(zip([column[0] for column in cur.description], r)) for r in cur.fetchall()]
             raise _RollBack  # nothing a query does is kept
 
         with contextlib.suppress(_RollBack):
@@ -519,23 +525,23 @@ class SqlDriver(Driver):
         """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
         models = [self.base_model(b) for b in bindings]
         self.__dict__.pop("_forms", None)
-        d = self.dialect
-        p = d.placeholder
+        dialect = self.dialect
+        p = dialect.placeholder
 
         def body(con: Any) -> list[str]:
             done: list[str] = []
-            if d.ddl_lock:
-                self.execute(con, d.ddl_lock)
+            if dialect.ddl_lock:
+                self.execute(con, dialect.ddl_lock)
             for model in models:
                 if self.tables_exist(con, model.name, schema=model.schema):
-                    self.execute(con, f"DROP TABLE {d.ident(model)}")
+                    self.execute(con, f"DROP TABLE {dialect.ident(model)}")
                     done.append(f"dropped table {self.resource_name(model)}")
             for table, name in ((self.resources_table, RESOURCES_TABLE), (self.identities_table, IDENTITIES_TABLE)):
                 if self.tables_exist(con, name):
                     for model in models:
                         self.execute(
                             con,
-                            f"DELETE FROM {table} WHERE resource = {p}{d.name_collate} AND materialization = {p}",
+                            f"DELETE FROM {table} WHERE resource = {p}{dialect.name_collate} AND materialization = {p}",
                             (self.resource_name(model), materialization),
                         )
             for table, name, what in (

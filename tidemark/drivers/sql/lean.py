@@ -133,12 +133,14 @@ def documents(driver, model: TableModel) -> dict:
     """Every row of a lean table as ``{key: document}`` (``dump``)."""
     from tidemark.drivers.sql.model import DOCUMENT_COLUMN
 
-    d = driver.dialect
-    cols = ", ".join(d.quote(c.name) for c in model.columns)
-    rows = driver.execute(driver.con, f"SELECT {cols}, {d.quote(DOCUMENT_COLUMN)} FROM {d.ident(model)}").fetchall()
-    n, convert = len(model.keys), converters(model, d)
+    dialect = driver.dialect
+    cols = ", ".join(dialect.quote(c.name) for c in model.columns)
+    rows = driver.execute(
+        driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
+    ).fetchall()
+    n, convert = len(model.keys), converters(model, dialect)
     return {
-        tuple(d.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, d, r, convert)
+        tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, dialect, r, convert)
         for r in rows
     }
 
@@ -195,11 +197,11 @@ def with_form(driver, model: TableModel, binding, table: Optional[str]) -> Table
     """``model`` in the form its table has (``table``: :func:`form_of`), or for a new table
     the form the binding asks for and can take.  A lean table whose binding can no longer
     be lean (or asks for the full form) is refused: its rows do not hold full documents."""
-    d = driver.dialect
-    if not d.lean_rows or model.delta or table == FULL:
+    dialect = driver.dialect
+    if not dialect.lean_rows or model.delta or table == FULL:
         return model
     want = requested_form(binding.resource)
-    plan, why = lean_plan(binding, driver.capabilities().endpoint_reduce, d)
+    plan, why = lean_plan(binding, driver.capabilities().endpoint_reduce, dialect)
     if table == LEAN and (plan is None or want == FULL):
         from tidemark.errors import IncompatibleSchema
 
@@ -216,9 +218,9 @@ def with_form(driver, model: TableModel, binding, table: Optional[str]) -> Table
 
 def why_full(driver, binding) -> str:
     """Why a new table of ``binding`` would take the full form ("" where it is lean)."""
-    d = driver.dialect
-    if not d.lean_rows:
-        return f"{d.title} keeps full documents"
+    dialect = driver.dialect
+    if not dialect.lean_rows:
+        return f"{dialect.title} keeps full documents"
     if requested_form(binding.resource) == FULL:
         return "the resource asks for document: full"
-    return lean_plan(binding, driver.capabilities().endpoint_reduce, d)[1]
+    return lean_plan(binding, driver.capabilities().endpoint_reduce, dialect)[1]

@@ -168,23 +168,26 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
         """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
-        d = self.dialect
+        dialect = self.dialect
         name = f"tidemark_load_{binding}"
         kinds = [c.kind for c in model.keys]
         lt, create = self.temp(
             name,
-            [f"i {d.sql_type(INTEGER)} PRIMARY KEY"] + [f"k{j} {d.column_type(c)}" for j, c in enumerate(model.keys)],
+            [f"i {dialect.sql_type(INTEGER)} PRIMARY KEY"]
+            + [f"k{j} {dialect.column_type(c)}" for j, c in enumerate(model.keys)],
         )
-        on = " AND ".join(f"t.{d.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
+        on = " AND ".join(f"t.{dialect.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
         rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
-        stored = self.lean_select(model, "t") if model.lean else f"t.{d.document_text(d.quote(DOCUMENT_COLUMN))}"
-        select = f"SELECT l.i, {stored} FROM {lt} l JOIN {d.ident(model)} t ON {on}"
+        stored = (
+            self.lean_select(model, "t") if model.lean else f"t.{dialect.document_text(dialect.quote(DOCUMENT_COLUMN))}"
+        )
+        select = f"SELECT l.i, {stored} FROM {lt} l JOIN {dialect.ident(model)} t ON {on}"
 
         def body() -> list:
             if create:
                 self.execute(create)
             self.execute(f"DELETE FROM {lt}")
-            self.executemany(f"INSERT INTO {lt} VALUES ({d.params(len(kinds) + 1)})", rows)
+            self.executemany(f"INSERT INTO {lt} VALUES ({dialect.params(len(kinds) + 1)})", rows)
             return self.execute(select).fetchall()
 
         found = self.in_transaction(body, f"load {model.display}", write=False)
@@ -195,7 +198,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def store(self, msg: Store) -> None:
         if not msg.keys:
             return
-        d = self.dialect
+        dialect = self.dialect
         model = self.models[msg.binding]
         if msg.rows is not None:
             self.store_typed(model, msg)
@@ -215,9 +218,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, docs, msg.deletes))
         ]
         names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(len(kinds))] + [STAGED_DOCUMENT]
-        sql = f"INSERT INTO {staging} ({', '.join(names)}) VALUES ({d.params(len(names))})"
+        sql = f"INSERT INTO {staging} ({', '.join(names)}) VALUES ({dialect.params(len(names))})"
         if not model.delta:  # a key stored twice: the last wins
-            sql += " " + d.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
+            sql += " " + dialect.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
 
         def body() -> None:
             if create:
@@ -241,12 +244,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
 
     def stage_table(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
-        d = self.dialect
+        dialect = self.dialect
         n = len(model.keys)
         columns = (
-            [f"{STORE_ORDER} {d.sql_type(INTEGER)}", f"{IS_DELETE} {d.sql_type(INTEGER)}"]
-            + [f"{staged_column(j)} {d.column_type(c)}" for j, c in enumerate(model.columns)]
-            + [f"{STAGED_DOCUMENT} {d.document_type}"]
+            [f"{STORE_ORDER} {dialect.sql_type(INTEGER)}", f"{IS_DELETE} {dialect.sql_type(INTEGER)}"]
+            + [f"{staged_column(j)} {dialect.column_type(c)}" for j, c in enumerate(model.columns)]
+            + [f"{STAGED_DOCUMENT} {dialect.document_type}"]
         )
         if not model.delta:
             columns.append(f"PRIMARY KEY ({', '.join(staged_column(j) for j in range(n))})")
@@ -268,7 +271,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         text (the value columns are read from it by the commit's statement,
         :mod:`tidemark.drivers.sql.reduce`).  A key staged twice in one transaction is
         refused: the runtime combines each key once per batch."""
-        d = self.dialect
+        dialect = self.dialect
         self.staged_once(model, msg)
         kinds = [c.kind for c in model.keys]
         n = len(kinds)
@@ -282,7 +285,11 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         ]
         names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT]
         self._stage_rows(
-            model, table, create, f"INSERT INTO {table} ({', '.join(names)}) VALUES ({d.params(len(names))})", rows
+            model,
+            table,
+            create,
+            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({dialect.params(len(names))})",
+            rows,
         )
         self._created.add(stage_name(msg.binding))
         self._staged.add(msg.binding)
@@ -302,16 +309,20 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """Stage a lean binding's combined documents given as typed values (``Store.rows``,
         an Arrow table) into a staging table of the view's column types, read by the
         commit's statement as they are."""
-        d = self.dialect
+        dialect = self.dialect
         if msg.binding in self._staged and msg.binding not in self._typed:
             raise DriverError(
                 f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
             )
         self.staged_once(model, msg)
         name = typed_stage_name(msg.binding)
-        table, create = self.temp(name, [f"{staged_column(j)} {d.column_type(c)}" for j, c in enumerate(model.columns)])
+        table, create = self.temp(
+            name, [f"{staged_column(j)} {dialect.column_type(c)}" for j, c in enumerate(model.columns)]
+        )
         rows = list(zip(*(msg.rows.column(c.name).to_pylist() for c in model.columns)))
-        self._stage_rows(model, table, create, f"INSERT INTO {table} VALUES ({d.params(len(model.columns))})", rows)
+        self._stage_rows(
+            model, table, create, f"INSERT INTO {table} VALUES ({dialect.params(len(model.columns))})", rows
+        )
         self._created.add(name)
         self._staged.add(msg.binding)
         self._typed.add(msg.binding)
@@ -331,13 +342,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         append, delta updates).
         Step 4: dead-letter rows.
         Step 5: commit; then :meth:`committed` (the staging tables)."""
-        d = self.dialect
-        p = d.placeholder
+        dialect = self.dialect
+        p = dialect.placeholder
         cp = msg.runtime_checkpoint
 
         def body() -> None:
             cur = self.execute(  # Step 2
-                f"UPDATE {self.driver.checkpoints_table} SET checkpoint = {d.json_param} WHERE materialization = {p} "
+                f"UPDATE {self.driver.checkpoints_table} SET checkpoint = {dialect.json_param} WHERE materialization = {p} "
                 f"AND key_begin = {p} AND key_end = {p} AND fence = {p}",
                 (dumps(cp), self.materialization, self.range.key_begin, self.range.key_end, self.fence),
             )
@@ -348,7 +359,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             if self._quarantine:  # Step 4
                 self.executemany(
                     f"INSERT INTO {self.driver.quarantine_table} (materialization, batch_id, location, key_json, reason, value) "
-                    f"VALUES ({d.params(6)})",
+                    f"VALUES ({dialect.params(6)})",
                     quarantine_rows(self.materialization, cp.get("batch_id"), self._quarantine),
                 )
             fault_point("before_endpoint_commit")
@@ -365,12 +376,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def apply_staged(self, binding: int) -> None:
         """Inside the commit: move one binding's staged rows into its table."""
-        d = self.dialect
+        dialect = self.dialect
         model = self.models[binding]
-        staging = d.temp(stage_name(binding))
-        table = d.ident(model)
+        staging = dialect.temp(stage_name(binding))
+        table = dialect.ident(model)
         n = len(model.keys)
-        names, sources = staged_columns(model, d.quote)
+        names, sources = staged_columns(model, dialect.quote)
         target, source = ", ".join(names), ", ".join(sources)
         if model.delta:
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}")
@@ -380,7 +391,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             if binding in self._typed:  # typed values: the staging table's columns as they are
                 typed = [staged_column(j) for j in range(len(model.columns))] + ["NULL"]
                 sql = reduce_statement(
-                    forms, table, model, model.reduce, d.temp(typed_stage_name(binding)), names, typed
+                    forms, table, model, model.reduce, dialect.temp(typed_stage_name(binding)), names, typed
                 )
             else:
                 sql = reduce_statement(forms, table, model, model.reduce, staging, names, reduce_sources(forms, model))
@@ -398,7 +409,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         )
         self.execute(
             f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE {IS_DELETE} = 0 "
-            + d.upsert(names[:n], names[n:])
+            + dialect.upsert(names[:n], names[n:])
         )
 
     def committed(self) -> None:
