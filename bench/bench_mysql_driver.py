@@ -20,8 +20,9 @@ import uuid
 import pymysql
 
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN
-from tidemark.drivers.mysql import MySqlDriver, MySqlTransactor
-from tidemark.drivers.mysql.transactor import param
+from tidemark.drivers.mysql import MySqlDriver
+from tidemark.drivers.mysql.bulk import param
+from tidemark.drivers.sql import SqlTransactor
 from tidemark.protocol.messages import (
     Acknowledge,
     Apply,
@@ -36,7 +37,7 @@ from tidemark.protocol.messages import (
 )
 
 
-class InListLoads(MySqlTransactor):
+class InListLoads(SqlTransactor):
     """Load by ``WHERE key IN (…)`` (one statement per chunk), keys matched back in Python."""
 
     def lookup(self, binding, model, keys):

@@ -106,11 +106,11 @@ def test_transaction_pooling_is_refused_before_anything_is_staged(pgbouncer, pg_
         # transaction must run in another one.
         with psycopg.connect(url, prepare_threshold=None) as holder:
             held = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
-            assert held == t.backend
+            assert held == t.session  # pg_backend_pid() at Open
             with pytest.raises(DriverError, match="pool_mode = transaction") as exc:
                 txn(t, b, [doc("a", 1), doc("b", 2)], 0)
             assert not isinstance(exc.value, EndpointUnavailable)  # terminal: retrying cannot help
-            assert f"pid {t.backend}, then" in str(exc.value)
+            assert f"pid {t.session}, then" in str(exc.value)
         t.close()
     finally:
         d.close()

@@ -26,7 +26,7 @@ from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
-from tidemark.drivers.mysql.transactor import to_utc
+from tidemark.drivers.mysql.bulk import to_utc
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
 from tidemark.errors import DriverError

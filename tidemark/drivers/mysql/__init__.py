@@ -8,7 +8,7 @@ default; ``insert``: multi-row statements), ``ssl_ca``, plus ``retry: {...}``
 there).  Fields override the URL.  Resource: ``{table: NAME}`` (optionally ``schema: DATABASE``).
 
 The modules: :mod:`.settings` (config, error translation), :mod:`.dialect` (types,
-identifiers, collations, catalogs), :mod:`.transactor` (the session's bulk Load and
+identifiers, collations, catalogs), :mod:`.bulk` (the row writer: bulk Load and
 Store) and :mod:`.driver` (connections, Apply hooks).  Fencing, checkpoints, Apply, the
 commit steps and the inspection calls are the skeleton's (:mod:`tidemark.drivers.sql`).
 """
@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - the registry turns this into a 
     ) from exc
 del pymysql  # the modules below import it themselves
 
+from tidemark.drivers.mysql.bulk import BulkWriter
 from tidemark.drivers.mysql.dialect import (
     KEY_CHARS,
     MARIADB,
@@ -32,7 +33,6 @@ from tidemark.drivers.mysql.dialect import (
 )
 from tidemark.drivers.mysql.driver import CAPABILITIES, MySqlDriver
 from tidemark.drivers.mysql.settings import BULK_MODES, SETTINGS, MySqlSettings, translate
-from tidemark.drivers.mysql.transactor import MySqlTransactor
 
 __all__ = [
     "BULK_MODES",
@@ -46,7 +46,7 @@ __all__ = [
     "MySqlDialect",
     "MySqlDriver",
     "MySqlSettings",
-    "MySqlTransactor",
+    "BulkWriter",
     "dialect_for",
     "translate",
 ]

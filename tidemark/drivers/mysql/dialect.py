@@ -23,6 +23,7 @@ from tidemark.drivers.sql import (
     Dialect,
     TableModel,
 )
+from tidemark.drivers.sql.model import IS_DELETE
 from tidemark.errors import SpecError
 
 SQL_TYPES = {
@@ -153,6 +154,22 @@ class MySqlDialect(Dialect):
 
     def create_temp(self, name: str, columns: Sequence[str], options: str = "") -> str:
         return f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.quote(name)} ({', '.join(columns)}) ENGINE=InnoDB{options}"
+
+    # staging: keyed temp tables of the DDL's types, a multi-table DELETE
+    load_index_type = "bigint NOT NULL PRIMARY KEY"
+    order_type, flag_type = "bigint NOT NULL", "boolean NOT NULL"
+    staged_document_type = "longtext"
+
+    def staged_type(self, col: Column) -> str:
+        return self.ddl_type(col)
+
+    def delete_staged(
+        self, table: str, source: str, match: str, keys: Sequence[str], key_sources: Sequence[str]
+    ) -> str:
+        return f"DELETE t FROM {table} t JOIN {source} ON {match} WHERE s.{IS_DELETE} = 1"
+
+    def out_of_range(self, exc: BaseException) -> bool:
+        return bool(exc.args) and exc.args[0] == 1690  # a bigint or double out of range
 
     # ------------------------------------------------------------------- DML
     def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:

@@ -18,10 +18,10 @@ from pymysql.constants import CLIENT
 
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.mysql.bulk import BulkWriter
 from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, dialect_for
 from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
-from tidemark.drivers.mysql.transactor import MySqlTransactor
 from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TableModel, TablePlan, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
 from tidemark.drivers.sql.reduce import unescaped_names
@@ -38,7 +38,7 @@ SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY
 class MySqlDriver(ClientConnections, SqlDriver):
     name = "mysql"
     dialect = MARIADB  # until the first connection says which server this is
-    transactor = MySqlTransactor
+    writer = BulkWriter()
 
     def capabilities(self) -> Capabilities:
         """MariaDB reduces in the endpoint (``drivers/mysql/reduce.py``); MySQL 8 Loads. Which

@@ -57,7 +57,7 @@ def path(name: str) -> str:
 
 def utc(text: str) -> str:
     """An RFC 3339 date-time's text as a naive UTC ``datetime(6)``: the local part less the
-    offset (``Z``/``z`` is +00:00); a leap second as ``:59`` (as :func:`to_utc`)."""
+    offset (``Z``/``z`` is +00:00); a leap second as ``:59`` (as :func:`tidemark.drivers.mysql.bulk.to_utc`)."""
     zulu = f"RIGHT({text}, 1) IN ('Z', 'z')"
     second = f"SUBSTRING({text}, 18, 2)"
     leap = f"IF({second} = '60', INSERT({text}, 18, 2, '59'), {text})"
@@ -86,9 +86,14 @@ def _members_not_in(old: str, new: str) -> str:
 
 
 class MariaReduce(ReduceSql):
+    staged_alias = STAGED
+
     def __init__(self, quote, table: str, model: TableModel):
         super().__init__(quote)
         self.table, self.model = table, model
+
+    def overflow_query(self, model: TableModel, staging: str, f, col: Column, typed: bool) -> str:
+        return overflow_query(self, model, staging, f, col)
 
     def column(self, side: str, quoted: str) -> str:
         return f"{self.table}.{quoted}" if side == OLD else f"VALUES({quoted})"

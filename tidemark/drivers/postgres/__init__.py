@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - the registry turns this into a 
     ) from exc
 del psycopg  # the modules below import it themselves
 
+from tidemark.drivers.postgres.copy import CopyWriter, backend_pid
 from tidemark.drivers.postgres.copytext import copy_converter, copy_text, nul_path
 from tidemark.drivers.postgres.ddl import recompute_sql
 from tidemark.drivers.postgres.dialect import (
@@ -46,7 +47,6 @@ from tidemark.drivers.postgres.settings import (
     parse_fillfactor,
     translate,
 )
-from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 
 __all__ = [
     "CAPABILITIES",
@@ -59,7 +59,7 @@ __all__ = [
     "PgSettings",
     "PostgresDialect",
     "PostgresDriver",
-    "PostgresTransactor",
+    "CopyWriter",
     "backend_pid",
     "check_name_length",
     "copy_converter",

@@ -16,6 +16,7 @@ from tidemark.drivers.sql import (
     Dialect,
     check_identifier,
 )
+from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, staged_column
 from tidemark.drivers.sql.reduce import ReduceSql
 
 SQL_TYPES = {
@@ -74,6 +75,35 @@ class PostgresDialect(Dialect):
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
 
+    # staging: a Load table emptied by its commit, staging tables without a key (a key stored
+    # twice is rare: DISTINCT ON at commit), TRUNCATE, DELETE … USING, UPDATE … FROM
+    load_index_type = "integer"
+    load_table_options = " ON COMMIT DELETE ROWS"
+    order_type, flag_type = "bigint", "boolean"
+    flag_true, flag_false = "true", "false"
+    staging_keyed = False
+    error_aborts_transaction = True
+
+    def empty_table(self, table: str) -> str:
+        return f"TRUNCATE {table}"
+
+    def latest_staged(self, staging: str, key_sources: Sequence[str]) -> str:
+        kc = ", ".join(key_sources)
+        return f"(SELECT DISTINCT ON ({kc}) * FROM {staging} ORDER BY {kc}, {STORE_ORDER} DESC) s"
+
+    def delete_staged(
+        self, table: str, source: str, match: str, keys: Sequence[str], key_sources: Sequence[str]
+    ) -> str:
+        return f"DELETE FROM {table} t USING {source} WHERE s.{IS_DELETE} AND {match}"
+
+    def update_staged(self, table: str, assign: str, source: str, match: str) -> Optional[str]:
+        return f"UPDATE {table} t SET {assign} FROM {source} WHERE s.{WAS_LOADED} AND NOT s.{IS_DELETE} AND {match}"
+
+    def out_of_range(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.errors.NumericValueOutOfRange)
+
     def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
         return "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tidemark open {schema} {materialization}",)
 
@@ -115,6 +145,21 @@ def check_name_length(where: str, what: str, name: Optional[str]) -> None:
 class PostgresReduce(ReduceSql):
     """Reducing in PostgreSQL: ``jsonb`` documents, ``COLLATE "C"`` string order (code
     points, as the Python fold compares), typed values cast from ``jsonb``."""
+
+    null_document = "NULL::jsonb"
+
+    def overflow_query(self, model, staging: str, f, col: Column, typed: bool) -> str:
+        q = self.quote
+        match = " AND ".join(f"t.{q(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
+        keys = ", ".join(f"s.{staged_column(j)}" for j in range(len(model.keys)))
+        old = f"t.{q(col.name)}::numeric" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
+        j = [c.name for c in model.columns].index(col.name)
+        new = f"s.{staged_column(j)}::numeric" if typed else f"(s.{STAGED_DOCUMENT} -> {literal(f.name)})::numeric"
+        bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
+        return (
+            f"SELECT {keys}, {old}, {new} FROM {staging} s JOIN {DIALECT.ident(model)} t ON {match} "
+            f"WHERE abs({old} + {new}) > {bound} LIMIT 1"
+        )
 
     CASTS = {INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean"}
 

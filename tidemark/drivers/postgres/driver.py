@@ -15,13 +15,13 @@ import psycopg
 
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.common.settings import config_schema
+from tidemark.drivers.postgres.copy import CopyWriter, backend_pid
 from tidemark.drivers.postgres.ddl import PostgresDDL
-from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE
+from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE, REDUCE
 from tidemark.drivers.postgres.settings import SETTINGS, PgSettings, translate
-from tidemark.drivers.postgres.transactor import PostgresTransactor, backend_pid
 from tidemark.drivers.sql import SqlDriver, sql_capabilities
 from tidemark.drivers.sql.connection import ClientConnections
-from tidemark.errors import TidemarkError
+from tidemark.errors import DriverError, TidemarkError
 from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ CAPABILITIES = dataclasses.replace(sql_capabilities(50_000), endpoint_reduce=END
 class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
     name = "postgres"
     dialect = DIALECT
-    transactor = PostgresTransactor
+    writer = CopyWriter()
 
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
@@ -77,6 +77,29 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
 
     def session_info(self, con: psycopg.Connection) -> Any:
         return backend_pid(con)  # every later transaction of the session must run there
+
+    def check_session(self, con: psycopg.Connection, session: Any) -> None:
+        """Inside a transaction: refuse to go on in another server process than Open's
+        (``session``: ``pg_backend_pid()`` at Open).
+
+        Staged rows live in the session's temp tables, so a Store, a Load or the commit that
+        reaches another process (a pooler in transaction or statement mode hands each
+        transaction any server connection) would write or read another session's tables.
+        The check runs first in each of those transactions, so nothing of it is done."""
+        if session is None:
+            return
+        now = backend_pid(con)
+        if now != session:
+            raise DriverError(
+                f"PostgreSQL at {self.settings.where}: this session's transactions reached two server processes (pid "
+                f"{session}, then {now}). A connection pooler in transaction or statement mode (PgBouncer's "
+                "pool_mode = transaction, say) is between tidemark and PostgreSQL. tidemark stages rows in "
+                "temp tables of its own session, so it needs a session of its own: connect to PostgreSQL "
+                "directly, or through a pooler in session mode. Nothing of this transaction was committed."
+            )
+
+    def reduce_sql(self, model):
+        return REDUCE
 
     # ------------------------------------------------------------ setup phase
     def spec(self) -> SpecResponse:

@@ -8,11 +8,14 @@
 * :mod:`~tidemark.drivers.sql.driver` — :class:`SqlDriver`: own tables, Validate, Apply,
   Open, dump, checkpoints, positions, drop;
 * :mod:`~tidemark.drivers.sql.transactor` — :class:`SqlTransactor`: Load, Store,
-  quarantine and the commit (steps 1-5);
+  quarantine and the commit (steps 1-5), one class for every SQL endpoint;
+* :mod:`~tidemark.drivers.sql.writer` — :class:`RowWriter`: how rows reach a session's temp
+  tables (an endpoint's bulk path is a subclass);
 * :mod:`~tidemark.drivers.common.redact` — passwords out of messages.
 
-An endpoint adds a dialect and its connection code (``drivers/sqlite/driver.py``,
-``drivers/postgres/``); ``docs/dev/sql-skeleton.md`` says what exactly.
+An endpoint adds a dialect, its connection code and, for a bulk path, a row writer
+(``drivers/sqlite/driver.py``, ``drivers/postgres/``); ``docs/dev/sql-skeleton.md`` says
+what exactly.
 """
 
 from tidemark.drivers.common.fences import (
@@ -25,7 +28,7 @@ from tidemark.drivers.common.fences import (
 )
 from tidemark.drivers.common.redact import REDACTED, redact
 from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.driver import SqlDriver, TablePlan, check_identifier, sql_capabilities
+from tidemark.drivers.sql.driver import SqlDriver, sql_capabilities
 from tidemark.drivers.sql.model import (
     BOOLEAN,
     CHECKPOINTS_TABLE,
@@ -47,6 +50,7 @@ from tidemark.drivers.sql.model import (
     quarantine_rows,
     quote_ident,
 )
+from tidemark.drivers.sql.plan import TablePlan, check_identifier
 from tidemark.drivers.sql.transactor import SqlTransactor
 
 __all__ = [

@@ -16,6 +16,7 @@ from tidemark.drivers.sql.model import (
     BOOLEAN,
     DOCUMENT_COLUMN,
     INTEGER,
+    IS_DELETE,
     JSON,
     NUMBER,
     ROW_ID_COLUMN,
@@ -164,6 +165,46 @@ class Dialect:
         (quoted names) are already there."""
         sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
+
+    # --------------------------------------------------------------- staging
+    # A session's temp tables (drivers/sql/transactor.py): the Load table of keys, the
+    # staging table of a binding's Stores, and how the commit moves staged rows.
+    load_index_type: str = "INTEGER PRIMARY KEY"  # the Load table's key_index column
+    load_table_options: str = ""  # e.g. " ON COMMIT DELETE ROWS" (then no DELETE before a Load)
+    order_type: str = "INTEGER"  # the staging table's store_order column
+    flag_type: str = "INTEGER"  # is_delete, was_loaded
+    flag_true, flag_false = "1", "0"  # a flag column's values in a predicate
+    staged_document_type: Optional[str] = None  # the staging table's document column (None: document_type)
+    staging_keyed: bool = True  # the staging table's key is its primary key: a key stored twice replaces its row
+    error_aborts_transaction: bool = False  # after an error only a savepoint's rollback lets the transaction go on
+
+    def staged_type(self, col: Column) -> str:
+        """A staging column's type for the view's column ``col``."""
+        return self.column_type(col)
+
+    def empty_table(self, table: str) -> str:
+        return f"DELETE FROM {table}"
+
+    def latest_staged(self, staging: str, key_sources: Sequence[str]) -> str:
+        """A source (aliased ``s``) of the staged rows with one row per key, the last stored
+        (for staging tables that are not keyed)."""
+        raise NotImplementedError(f"{self.title}: its staging tables are keyed")
+
+    def delete_staged(
+        self, table: str, source: str, match: str, keys: Sequence[str], key_sources: Sequence[str]
+    ) -> str:
+        """Delete the rows of ``table`` whose key ``source`` (aliased ``s``) marks deleted;
+        ``match``: the join condition of ``t`` (the table) and ``s``."""
+        deleted = f"{source} WHERE s.{IS_DELETE} = {self.flag_true}"
+        return f"DELETE FROM {table} WHERE ({', '.join(keys)}) IN (SELECT {', '.join(key_sources)} FROM {deleted})"
+
+    def update_staged(self, table: str, assign: str, source: str, match: str) -> Optional[str]:
+        """Update in place the rows of ``table`` whose key Load found (None: the upsert does it)."""
+        return None
+
+    def out_of_range(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (from a reduce statement) is a number out of its type's range."""
+        return False
 
     def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
         """A statement run first in Open's transaction so that Opens of one materialization

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
@@ -36,13 +35,14 @@ from tidemark.drivers.sql.model import (
     QUARANTINE_TABLE,
     RESOURCES_TABLE,
     ROW_ID_COLUMN,
-    Column,
     TableModel,
     check_columns,
     dumps,
 )
+from tidemark.drivers.sql.plan import TablePlan, check_identifier
 from tidemark.drivers.sql.transactor import SqlTransactor
-from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
+from tidemark.drivers.sql.writer import RowWriter
+from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.protocol.messages import (
     Applied,
     Apply,
@@ -58,18 +58,6 @@ from tidemark.protocol.messages import (
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class TablePlan:
-    """What Apply finds for one binding."""
-
-    binding: BindingSpec
-    model: TableModel
-    existing: Optional[dict[str, tuple[str, bool]]]  # {column: (type, is_primary_key)}; None: no table
-    missing: Optional[list[Column]]  # columns to add; None: create the table
-    widened: list[tuple[Column, str]]  # value columns whose type changes, with the type they have
-    options: tuple[str, str] = ("", "")  # a new table's CREATE TABLE suffix, and Apply's words for it
-
-
 def sql_capabilities(chunk: int) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
     updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``."""
@@ -83,16 +71,6 @@ def sql_capabilities(chunk: int) -> Capabilities:
     )
 
 
-def check_identifier(dialect: Dialect, where: str, what: str, name: Optional[str]) -> None:
-    """A schema or table name the endpoint would cut (and so name another one): a SpecError."""
-    if name and dialect.too_long(name):
-        raise SpecError(
-            f"{where}: {what} name {name!r} is {len(name.encode('utf-8'))} bytes; {dialect.title} cuts "
-            f"identifiers at {dialect.max_identifier_bytes} bytes, so it would name another {what}. "
-            "Choose a shorter one."
-        )
-
-
 class _RollBack(Exception):
     """Ends :meth:`SqlDriver.read_rows`' transaction with a rollback (its rows are read by then)."""
 
@@ -103,6 +81,7 @@ class SqlDriver(Driver):
     dialect: ClassVar[Dialect] = Dialect()
     reports_created = True
     transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
+    writer: ClassVar[RowWriter] = RowWriter()  # how rows reach a session's temp tables (bulk paths)
     schema: str = ""  # where tidemark's own tables live, and tables without a schema of their own
     _con: Any = None  # the driver's own connection (see :attr:`con`)
 
@@ -159,6 +138,10 @@ class SqlDriver(Driver):
     def session_info(self, con: Any) -> Any:
         """Read inside Open's transaction and handed to the session (PostgreSQL: the server process)."""
         return None
+
+    def check_session(self, con: Any, session: Any) -> None:
+        """First in each of a session's transactions (``session``: what :meth:`session_info`
+        read at Open): raise if it must not go on."""
 
     def atomically(self, body: Callable[[Any], T], what: str, con: Any = None, write: bool = True) -> T:
         """``body(con)`` in one transaction, retried as :meth:`run` retries; without ``con``,

@@ -25,11 +25,12 @@ key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's piece
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.strategies import STRATEGIES, is_date_time_field
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, dumps, staged_column
+from tidemark.errors import DriverError
 
 OLD = "t"  # the stored row's alias
 NEW = "excluded"  # the staged row, as ON CONFLICT names it
@@ -41,8 +42,16 @@ COMPUTED = frozenset(("sum", "maximize", "minimize"))
 class ReduceSql:
     """A dialect's SQL for reducing in the endpoint (PostgreSQL's is the reference)."""
 
+    staged_alias = ""  # the staging table's alias in the statement's sources ("": none)
+    null_document = "NULL"  # the staged document of typed values (there is none)
+
     def __init__(self, quote: Callable[[str], str]):
         self.quote = quote
+
+    def overflow_query(self, model: TableModel, staging: str, f: FieldPlan, col: Column, typed: bool) -> str:
+        """The first staged key whose ``sum`` of ``f`` leaves its type: ``keys..., left, right``
+        (``typed``: the staging table holds typed values, not the document)."""
+        raise NotImplementedError
 
     # the strategies' building blocks (``Strategy.sql`` composes them)
     def coalesce(self, *xs: str) -> str:
@@ -135,6 +144,16 @@ class ReduceSql:
         if not sets:
             return f"ON CONFLICT ({', '.join(keys)}) DO NOTHING"
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
+
+
+def sum_overflowed(model: TableModel, name: str, integer: bool, key: list, left: Any, right: Any) -> DriverError:
+    """A ``sum`` of property ``name`` of ``key`` that left its type (a 64-bit integer, a finite
+    double): what every SQL endpoint says, as reducing in Python would."""
+    what = "is beyond a 64-bit integer" if integer else "is not a finite number"
+    return DriverError(
+        f"{model.display}: key {key!r}: /{name}: 'sum' overflowed: the result {what} (left {left}, right {right}). "
+        "Nothing of this shard's transaction was committed; the batch fails as it would reducing in Python."
+    )
 
 
 def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path) -> str:

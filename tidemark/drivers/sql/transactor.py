@@ -3,13 +3,15 @@
 A session has its own connection.  Loads are evaluated only after this session's
 Acknowledged (read-committed; the commit is synchronous, so Acknowledged is immediate):
 the keys go to a temp table, joined with the view.  Stores go to a temp staging table per
-binding (a key stored twice: the last wins).  :meth:`SqlTransactor.start_commit` then
-moves them in ONE transaction that also verifies the fence and writes the runtime
-checkpoint and the quarantine rows (steps 1-5 in its docstring).
+binding.  :meth:`SqlTransactor.start_commit` then moves them in ONE transaction that also
+verifies the fence and writes the runtime checkpoint and the quarantine rows (steps 1-5 in
+its docstring).
 
-The generic Load and Store run ``executemany`` through the DB-API; an endpoint with a
-faster path (PostgreSQL's COPY) overrides :meth:`SqlTransactor.lookup`,
-:meth:`SqlTransactor.store`, :meth:`SqlTransactor.apply_staged` and :meth:`SqlTransactor.committed`.
+An endpoint supplies, and overrides no step: its dialect (the SQL text, the staging tables'
+types, how the commit deletes, updates in place and dedupes:
+:class:`~tidemark.drivers.sql.dialect.Dialect`), its row writer (how rows reach a temp
+table: :class:`~tidemark.drivers.sql.writer.RowWriter`), and the driver's hooks
+(``check_session``, ``reduce_sql``, ``reduce_refused``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from tidemark import jsontext
 from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
 from tidemark.drivers.common.fences import fenced_off
+from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
@@ -26,13 +29,14 @@ from tidemark.drivers.sql.model import (
     IS_DELETE,
     STAGED_DOCUMENT,
     STORE_ORDER,
+    WAS_LOADED,
     TableModel,
-    coerce,
     dumps,
     quarantine_rows,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
+from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement, sum_overflowed
+from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk
 from tidemark.errors import DriverError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -80,7 +84,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kept: Optional[list[Optional[tuple[int, ...]]]] = None,
         session: Any = None,
     ):
-        self.driver = driver
+        self.driver: Any = driver  # the SqlDriver that opened it
         self.dialect = driver.dialect
         self.con = con
         self.materialization = materialization
@@ -97,6 +101,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._seq = 0  # Store order within the transaction
         self._reduced_keys: dict[int, set] = {}  # per binding the endpoint reduces: the keys staged
         self._typed: set[int] = set()  # bindings staged as typed values (Store.rows)
+        self._stale: set[str] = set()  # temp tables still holding committed rows (emptied when next used)
+        self._hashes: dict[int, set] = {}  # per binding: hashes of stored keys (unkeyed staging: to skip the dedupe)
+        self._dupes: set[int] = set()  # bindings where a key may have been stored twice
+        self._deletes: set[int] = set()  # bindings with deletes staged
+        self._updates: dict[int, int] = {}  # per binding: staged documents whose key was Loaded
+        self.writer = driver.writer  # how rows reach the temp tables
 
     # --------------------------------------------------------------- helpers
     def execute(self, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
@@ -106,7 +116,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self.driver.executemany(self.con, sql, rows)
 
     def check_session(self) -> None:
-        """First in each of the session's transactions: raise if it must not go on."""
+        """First in each of the session's transactions: raise if it must not go on (the
+        driver's ``check_session``: PostgreSQL refuses another server process than Open's)."""
+        self.driver.check_session(self.con, self.session)
 
     def transaction(self, body: Callable[[], T], write: bool = True) -> T:
         """``body()`` in one transaction of this session, after :meth:`check_session` (once)."""
@@ -170,27 +182,20 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
         dialect = self.dialect
         name = f"tidemark_load_{binding}"
-        kinds = [c.kind for c in model.keys]
+        names = ["key_index"] + [staged_column(j) for j in range(len(model.keys))]
         lt, create = self.temp(
             name,
-            [f"i {dialect.sql_type(INTEGER)} PRIMARY KEY"]
-            + [f"k{j} {dialect.column_type(c)}" for j, c in enumerate(model.keys)],
+            [f"key_index {dialect.load_index_type}"]
+            + [f"{staged_column(j)} {dialect.staged_type(c)}" for j, c in enumerate(model.keys)],
+            dialect.load_table_options,
         )
-        on = " AND ".join(f"t.{dialect.quote(c.name)} = l.k{j}" for j, c in enumerate(model.keys))
-        rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(keys)]
+        prepare = [create] if create else ([] if dialect.load_table_options else [dialect.empty_table(lt)])
+        on = " AND ".join(f"t.{dialect.quote(c.name)} = l.{staged_column(j)}" for j, c in enumerate(model.keys))
         stored = (
             self.lean_select(model, "t") if model.lean else f"t.{dialect.document_text(dialect.quote(DOCUMENT_COLUMN))}"
         )
-        select = f"SELECT l.i, {stored} FROM {lt} l JOIN {dialect.ident(model)} t ON {on}"
-
-        def body() -> list:
-            if create:
-                self.execute(create)
-            self.execute(f"DELETE FROM {lt}")
-            self.executemany(f"INSERT INTO {lt} VALUES ({dialect.params(len(kinds) + 1)})", rows)
-            return self.execute(select).fetchall()
-
-        found = self.in_transaction(body, f"load {model.display}", write=False)
+        select = f"SELECT l.key_index, {stored} FROM {lt} l JOIN {dialect.ident(model)} t ON {on}"
+        found = list(self.writer.load(self, KeyChunk(lt, prepare, names, model, keys, select, f"load {model.display}")))
         self._created.add(name)
         found.sort()
         return self.lean_rows(model, found) if model.lean else found
@@ -198,7 +203,6 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def store(self, msg: Store) -> None:
         if not msg.keys:
             return
-        dialect = self.dialect
         model = self.models[msg.binding]
         if msg.rows is not None:
             self.store_typed(model, msg)
@@ -206,29 +210,51 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         if model.reduce is not None:
             self.store_texts(model, msg)
             return
-        kinds = [c.kind for c in model.columns]
-        n = len(model.keys)
-        name = stage_name(msg.binding)
-        staging, create = self.stage_table(model, msg.binding)
+        self.track(model, msg)
         seq = self._seq
         self._seq = seq + len(msg.keys)
-        values, docs = self.row_parts(model, msg)
+        # the value columns (without the fields whose names are too long for a column), and
+        # what flow_document holds: the document, or a lean row's remainder
+        values, texts = self.row_parts(model, msg, self.writer.dumps)
         rows = [
-            (seq + i, int(bool(x)), *(coerce(k, v) for k, v in zip(kinds, (*key, *vals))), doc)
-            for i, (key, vals, doc, x) in enumerate(zip(msg.keys, values, docs, msg.deletes))
+            (seq + i, x, e, *key, *vals, text)
+            for i, (key, vals, text, x, e) in enumerate(zip(msg.keys, values, texts, msg.deletes, msg.exists))
         ]
-        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(len(kinds))] + [STAGED_DOCUMENT]
-        sql = f"INSERT INTO {staging} ({', '.join(names)}) VALUES ({dialect.params(len(names))})"
-        if not model.delta:  # a key stored twice: the last wins
-            sql += " " + dialect.upsert(names[2 : 2 + n], names[:2] + names[2 + n :])
+        names = [STORE_ORDER, IS_DELETE, WAS_LOADED] + [staged_column(j) for j in range(len(model.columns))]
+        kinds = [ORDER, FLAG, FLAG] + [c.kind for c in model.columns] + [DOC]
+        keyed = self.dialect.staging_keyed and not model.delta  # a key stored twice: the last wins
+        self.stage(model, msg, names + [STAGED_DOCUMENT], kinds, rows, names[3 : 3 + len(model.keys)] if keyed else ())
 
-        def body() -> None:
-            if create:
-                self.execute(create)
-            self.executemany(sql, rows)
+    def track(self, model: TableModel, msg: Store) -> None:
+        """What the commit needs to know of a binding's Stores: deletes, keys Load found, and
+        (unkeyed staging) whether a key may have been stored twice."""
+        if not self.dialect.staging_keyed and not model.delta:
+            seen = self._hashes.setdefault(msg.binding, set())
+            before = len(seen)
+            seen.update(map(hash, msg.keys))
+            if len(seen) - before != len(msg.keys):
+                self._dupes.add(msg.binding)  # a key stored twice (or a hash collision): deduplicate at commit
+        if any(msg.deletes):
+            self._deletes.add(msg.binding)
+        self._updates[msg.binding] = self._updates.get(msg.binding, 0) + sum(
+            1 for e, x in zip(msg.exists, msg.deletes) if e and not x
+        )
 
-        self.in_transaction(body, f"store {model.display}", write=False)
-        self._created.add(name)
+    def stage(
+        self, model: TableModel, msg: Store, names: list[str], kinds: list[str], rows: list[tuple], key_names
+    ) -> None:
+        """``rows`` into the binding's staging table (made, or emptied of a committed
+        transaction's rows, first), by the endpoint's writer."""
+        table, prepare = self.staging_table(model, msg.binding, stage_name(msg.binding))
+        texts = msg.texts
+
+        def docs() -> Sequence[Any]:
+            return msg.docs or [jsontext.loads(t) for t in texts or ()]
+
+        chunk = Chunk(table, prepare, names, kinds, rows, key_names, model, msg.keys, docs, f"store {model.display}")
+        self.writer.stage(self, chunk)
+        self._created.add(stage_name(msg.binding))
+        self._stale.discard(stage_name(msg.binding))
         self._staged.add(msg.binding)
 
     def row_parts(
@@ -243,17 +269,25 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         rests = [lean.remainder(doc, names) for doc in msg.docs]
         return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
 
-    def stage_table(self, model: TableModel, binding: int) -> tuple[str, Optional[str]]:
+    def staging_table(self, model: TableModel, binding: int, name: str) -> tuple[str, list[str]]:
+        """The staging table ``name`` of a binding and the statements that make it, or empty
+        it of what a committed transaction left there."""
         dialect = self.dialect
-        n = len(model.keys)
-        columns = (
-            [f"{STORE_ORDER} {dialect.sql_type(INTEGER)}", f"{IS_DELETE} {dialect.sql_type(INTEGER)}"]
-            + [f"{staged_column(j)} {dialect.column_type(c)}" for j, c in enumerate(model.columns)]
-            + [f"{STAGED_DOCUMENT} {dialect.document_type}"]
-        )
-        if not model.delta:
-            columns.append(f"PRIMARY KEY ({', '.join(staged_column(j) for j in range(n))})")
-        return self.temp(stage_name(binding), columns)
+        if name == typed_stage_name(binding):
+            columns = [f"{staged_column(j)} {dialect.staged_type(c)}" for j, c in enumerate(model.columns)]
+        else:
+            columns = (
+                [f"{STORE_ORDER} {dialect.order_type}", f"{IS_DELETE} {dialect.flag_type}"]
+                + [f"{WAS_LOADED} {dialect.flag_type}"]
+                + [f"{staged_column(j)} {dialect.staged_type(c)}" for j, c in enumerate(model.columns)]
+                + [f"{STAGED_DOCUMENT} {dialect.staged_document_type or dialect.document_type}"]
+            )
+            if dialect.staging_keyed and not model.delta:
+                columns.append(f"PRIMARY KEY ({', '.join(staged_column(j) for j in range(len(model.keys)))})")
+        table, create = self.temp(name, columns)
+        if create:
+            return table, [create]
+        return table, [dialect.empty_table(table)] if name in self._stale else []
 
     def staged_once(self, model: TableModel, msg: Store) -> None:
         """A binding the endpoint reduces stages each key once per transaction (the runtime
@@ -271,59 +305,34 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         text (the value columns are read from it by the commit's statement,
         :mod:`tidemark.drivers.sql.reduce`).  A key staged twice in one transaction is
         refused: the runtime combines each key once per batch."""
-        dialect = self.dialect
+        if msg.binding in self._typed:
+            raise DriverError(
+                f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
+            )
         self.staged_once(model, msg)
-        kinds = [c.kind for c in model.keys]
-        n = len(kinds)
-        table, create = self.stage_table(model, msg.binding)
-        texts = self.driver.staged_texts(msg.texts) if msg.texts else tuple(dumps(doc) for doc in msg.docs)
+        n = len(model.keys)
+        texts = self.driver.staged_texts(msg.texts) if msg.texts else tuple(self.writer.dumps(d) for d in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
-        rows = [
-            (seq + i, 0, *(coerce(k, v) for k, v in zip(kinds, key)), text)
-            for i, (key, text) in enumerate(zip(msg.keys, texts))
-        ]
-        names = [STORE_ORDER, IS_DELETE] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT]
-        self._stage_rows(
-            model,
-            table,
-            create,
-            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({dialect.params(len(names))})",
-            rows,
-        )
-        self._created.add(stage_name(msg.binding))
-        self._staged.add(msg.binding)
-
-    def _stage_rows(self, model: TableModel, table: str, create: Optional[str], insert: str, rows: list) -> None:
-        """Insert ``rows`` into the session's staging ``table`` (created first where ``create``
-        says how), in the transaction: what both kinds of a reduced binding's Stores share."""
-
-        def body() -> None:
-            if create:
-                self.execute(create)
-            self.executemany(insert, rows)
-
-        self.in_transaction(body, f"store {model.display}", write=False)
+        rows = [(seq + i, False, False, *key, text) for i, (key, text) in enumerate(zip(msg.keys, texts))]
+        names = [STORE_ORDER, IS_DELETE, WAS_LOADED] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT]
+        kinds = [ORDER, FLAG, FLAG] + [c.kind for c in model.keys] + [DOC]
+        self.stage(model, msg, names, kinds, rows, ())
 
     def store_typed(self, model: TableModel, msg: Store) -> None:
         """Stage a lean binding's combined documents given as typed values (``Store.rows``,
         an Arrow table) into a staging table of the view's column types, read by the
         commit's statement as they are."""
-        dialect = self.dialect
         if msg.binding in self._staged and msg.binding not in self._typed:
             raise DriverError(
                 f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
             )
         self.staged_once(model, msg)
         name = typed_stage_name(msg.binding)
-        table, create = self.temp(
-            name, [f"{staged_column(j)} {dialect.column_type(c)}" for j, c in enumerate(model.columns)]
-        )
-        rows = list(zip(*(msg.rows.column(c.name).to_pylist() for c in model.columns)))
-        self._stage_rows(
-            model, table, create, f"INSERT INTO {table} VALUES ({dialect.params(len(model.columns))})", rows
-        )
+        table, prepare = self.staging_table(model, msg.binding, name)
+        self.writer.stage_typed(self, table, prepare, model, msg.rows, msg.keys, f"store {model.display}")
         self._created.add(name)
+        self._stale.discard(name)
         self._staged.add(msg.binding)
         self._typed.add(msg.binding)
 
@@ -387,37 +396,86 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             self.execute(f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} ORDER BY {STORE_ORDER}")
             return
         if model.reduce is not None:  # the endpoint reduces: one statement (drivers/sql/reduce.py)
-            forms = self.driver.reduce_sql(model)
-            if binding in self._typed:  # typed values: the staging table's columns as they are
-                typed = [staged_column(j) for j in range(len(model.columns))] + ["NULL"]
-                sql = reduce_statement(
-                    forms, table, model, model.reduce, dialect.temp(typed_stage_name(binding)), names, typed
-                )
-            else:
-                sql = reduce_statement(forms, table, model, model.reduce, staging, names, reduce_sources(forms, model))
-            try:
-                self.execute(sql)
-            except Exception as exc:
-                refused = self.driver.reduce_refused(model, exc)
-                if refused is None:
-                    raise
-                raise refused from None
+            self.reduce(model, binding, table, staging, names)
             return
-        self.execute(
-            f"DELETE FROM {table} WHERE ({', '.join(names[:n])}) IN "
-            f"(SELECT {', '.join(sources[:n])} FROM {staging} WHERE {IS_DELETE} = 1)"
+        if binding in self._dupes:  # unkeyed staging, a key stored twice: its last Store wins
+            latest = dialect.latest_staged(staging, sources[:n])
+        else:
+            latest = f"{staging} s"
+        match = " AND ".join(f"t.{name} = s.{src}" for name, src in zip(names[:n], sources))
+        if binding in self._deletes:
+            self.execute(dialect.delete_staged(table, latest, match, names[:n], sources[:n]))
+        upsert = (
+            f"INSERT INTO {table} ({target}) SELECT {source} FROM {latest} WHERE s.{IS_DELETE} = {dialect.flag_false}"
         )
-        self.execute(
-            f"INSERT INTO {table} ({target}) SELECT {source} FROM {staging} WHERE {IS_DELETE} = 0 "
-            + dialect.upsert(names[:n], names[n:])
+        updates = self._updates.get(binding, 0)
+        assign = ", ".join(f"{c} = s.{src}" for c, src in zip(names[n:], sources[n:]))
+        update = dialect.update_staged(table, assign, latest, match) if updates and binding not in self._dupes else None
+        if update is not None:
+            # Keys that Load found are updated in place and the others inserted, as the Store
+            # flags say: an UPDATE joined to the staging table is cheaper than an upsert that
+            # first tries to insert every row.  The fence keeps other tidemark writers out of
+            # this range; if a row was removed behind our back all the same (fewer rows
+            # updated than staged), the upsert below writes every staged row again.
+            if self.execute(update).rowcount == updates:
+                upsert += f" AND s.{WAS_LOADED} = {dialect.flag_false}"
+        self.execute(f"{upsert} {dialect.upsert(names[:n], names[n:])}")
+
+    def reduce(self, model: TableModel, binding: int, table: str, staging: str, names: list[str]) -> None:
+        """Reduce the staged combined documents into the stored ones, in this transaction; a
+        sum past its type is refused naming the key and the property."""
+        dialect = self.dialect
+        forms = self.driver.reduce_sql(model)
+        typed = binding in self._typed
+        if typed:  # typed values: the staging table's columns as they are
+            staging = dialect.temp(typed_stage_name(binding))
+            sources = [staged_column(j) for j in range(len(model.columns))] + [forms.null_document]
+        else:
+            sources = reduce_sources(forms, model, forms.staged_alias)
+        sql = reduce_statement(forms, table, model, model.reduce, staging, names, sources)
+        savepoint = dialect.error_aborts_transaction
+        try:
+            if savepoint:  # the error below is named from the same rows
+                self.execute("SAVEPOINT tidemark_reduce")
+            self.execute(sql)
+        except Exception as exc:
+            if savepoint:
+                self.execute("ROLLBACK TO SAVEPOINT tidemark_reduce")
+            refused = self.driver.reduce_refused(model, exc)
+            if refused is None and dialect.out_of_range(exc):
+                refused = self.sum_overflow(model, forms, staging, typed, exc)
+            if refused is None:
+                raise
+            raise refused from None
+
+    def sum_overflow(self, model: TableModel, forms: Any, staging: str, typed: bool, exc: Exception) -> Exception:
+        """The key and property of a ``sum`` that left its type, found by a query over the
+        staged and stored rows; else the endpoint's error."""
+        for col in model.values:
+            f = next((f for f in model.reduce.fields if f.name == col.name), None)
+            if f is None or f.strategy != "sum":
+                continue
+            row = self.execute(forms.overflow_query(model, staging, f, col, typed)).fetchone()
+            if row is not None:
+                n = len(model.keys)
+                return sum_overflowed(model, f.name, col.kind == INTEGER, list(row[:n]), row[n], row[n + 1])
+        text = redact(exc, getattr(getattr(self.driver, "settings", None), "secrets", ())).strip().splitlines()[0]
+        return DriverError(
+            f"{model.display}: reducing this batch in {self.dialect.title} failed: {text}. Nothing of this "
+            "shard's transaction was committed."
         )
 
     def committed(self) -> None:
-        """After the commit: empty the staging tables it applied."""
+        """After the commit: the staging tables it applied are emptied when next used (most
+        sessions end here, one per shard and batch; an empty table costs a statement, in
+        PostgreSQL a catalog change with a WAL flush of its own)."""
         for b in self._staged:
-            staging = self.dialect.temp(typed_stage_name(b) if b in self._typed else stage_name(b))
-            self.driver.run(lambda staging=staging: self.execute(f"DELETE FROM {staging}"), "clear staging", self.con)
+            self._stale.add(typed_stage_name(b) if b in self._typed else stage_name(b))
         self._typed.clear()
+        self._hashes.clear()
+        self._dupes.clear()
+        self._deletes.clear()
+        self._updates.clear()
 
     def close(self) -> None:
         try:

@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, unescaped_names
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, sum_overflowed, unescaped_names
 
 DOUBLE_MAX = "1.7976931348623157e308"
 #: a function takes at most 127 arguments (SQLITE_MAX_FUNCTION_ARG): members per json_replace
@@ -187,14 +187,11 @@ class Refusals(threading.local):
     raises for a failing function says only that it failed); a statement runs its functions
     in the thread that executes it."""
 
-    last: Optional[str] = None
+    last: Optional[tuple] = None  # (name, key, left, right)
 
     def refuse(self, name: str, key: str, left: Any, right: Any) -> None:
-        what = "is beyond a 64-bit integer" if isinstance(left + right, int) else "is not a finite number"
-        self.last = (
-            f"key {json.loads(key)!r}: /{name}: 'sum' overflowed: the result {what} (left {left!r}, right {right!r})"
-        )
-        raise ValueError(self.last)  # sqlite3 turns an OverflowError into 'string or blob too big'
+        self.last = (name, json.loads(key), left, right)
+        raise ValueError(f"/{name}: 'sum' overflowed")  # sqlite3 turns an OverflowError into 'string or blob too big'
 
 
 def real(x: Any) -> Optional[str]:
@@ -218,17 +215,11 @@ def register(con: sqlite3.Connection) -> None:
 
 def refused(model, exc: Exception) -> Optional[Exception]:
     """A DriverError naming the key and property for a refused sum, else None."""
-    from tidemark.errors import DriverError
-
     why, REFUSALS.last = REFUSALS.last, None
-    if not isinstance(exc, sqlite3.OperationalError):
+    if not isinstance(exc, sqlite3.OperationalError) or why is None:
         return None
-    if why is None:
-        return None
-    return DriverError(
-        f"{model.display}: {why}. Nothing of this shard's transaction was committed; the batch fails as it "
-        "would reducing in Python."
-    )
+    name, key, left, right = why
+    return sum_overflowed(model, name, isinstance(left + right, int), key, left, right)
 
 
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
