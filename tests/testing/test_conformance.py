@@ -26,7 +26,7 @@ from tidemark.testing.conformance import assert_conformance, run_conformance
 
 ROOT = Path(REPO)
 EXAMPLE_DRIVER = ROOT / "examples" / "external_driver" / "driver.py"
-DEFECTIVE_DRIVER = ROOT / "tests" / "defective_driver.py"
+DEFECTIVE_DRIVER = Path(SUPPORT) / "defective_driver.py"
 
 # defect of tests/support/defective_driver.py -> (the property the kit must fail, words of the fitting hint)
 DEFECTS = {
