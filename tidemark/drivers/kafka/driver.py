@@ -46,8 +46,7 @@ from tidemark.drivers.kafka.settings import (
 )
 from tidemark.drivers.kafka.topics import partition_counts
 from tidemark.drivers.kafka.transactor import KafkaTransactor
-from tidemark.drivers.store.naming import binding_id, local_dir
-from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.push.local import StoreTransactor, binding_id, local_dir
 from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
 from tidemark.protocol.messages import (
     Applied,

@@ -30,7 +30,7 @@ from tidemark.collection.keys import key_json
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.drivers.push import PushTransactor
-from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.push.local import StoreTransactor
 from tidemark.protocol.messages import Store
 
 

@@ -27,8 +27,7 @@ from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
 from tidemark.drivers.nats.layout import dropping_limits
 from tidemark.drivers.nats.opening import fence, open_store
 from tidemark.drivers.nats.transactor import NatsTransactor
-from tidemark.drivers.store.naming import QUARANTINE_ID, binding_id
-from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.push.local import QUARANTINE_ID, StoreTransactor, binding_id
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.protocol.messages import (
     Applied,

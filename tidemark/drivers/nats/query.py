@@ -42,7 +42,7 @@ def find_view(spec, name: str) -> Optional[tuple[Any, BindingSpec, conf.Target]]
 def documents(mat, binding: BindingSpec, t: conf.Target, keys=None, prefix=None) -> Iterator[bytes]:
     """The committed documents of the view as JSON lines (bytes, without the newline)."""
     from tidemark.drivers.nats.driver import NatsDriver
-    from tidemark.drivers.store.query import key_order
+    from tidemark.drivers.push.local import key_order
 
     with NatsDriver(mat.driver_config) as driver:
         msgs = driver.read_committed(mat.name, [t.subject], t.stream)

@@ -171,7 +171,7 @@ def quarantine_subject(stream: str, materialization: str) -> str:
 
 
 def state_dir(state: str, materialization: str) -> str:
-    from tidemark.drivers.store.naming import local_dir
+    from tidemark.drivers.push.local import local_dir
 
     return local_dir(state, materialization)
 

@@ -26,7 +26,7 @@ from tidemark.drivers.nats.channel import OutDoc, Session
 from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.wire import BatchId, InFlight
 from tidemark.drivers.push import PushTransactor
-from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.push.local import StoreTransactor
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Store
 

@@ -40,9 +40,7 @@ from typing import Any, Optional, Sequence
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.push import PushTransactor
-from tidemark.drivers.store import StoreDriver
-from tidemark.drivers.store.naming import resource_name
-from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.drivers.push.local import StoreDriver, StoreTransactor, resource_name
 from tidemark.drivers.webhook.chunks import plan_chunks
 from tidemark.drivers.webhook.client import WebhookClient
 from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
