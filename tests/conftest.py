@@ -66,6 +66,20 @@ def pytest_configure(config):
         os.environ["SPARK_SUBMIT_OPTS"] = FAST_JVM + shared
 
 
+#: files that run longest (the crash matrices, the conformance kit): collected first, so that with
+#: ``--dist loadfile`` the two workers start on them and finish together (the tree mirrors the
+#: package, which spreads them through the alphabet)
+LONG_FILES = ("test_crash_sqlite.py", "test_crash_postgres.py", "test_conformance.py", "test_crash_")
+
+
+def pytest_collection_modifyitems(config, items):
+    def long_first(item) -> int:
+        name = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        return next((i for i, prefix in enumerate(LONG_FILES) if name.startswith(prefix)), len(LONG_FILES))
+
+    items.sort(key=long_first)  # stable: the order within each group stays
+
+
 @pytest.fixture(scope="session")
 def spark():
     from tidemark.spark.session import local_session
