@@ -237,3 +237,20 @@ def test_no_import_cycles_lazy_and_type_checking_imports_included():
         if v not in index:
             visit(v)
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_environment_is_read_only_in_options():
+    """Every knob and override read from the environment is declared in ``tidemark/options.py``
+    (and the endpoints' settings); elsewhere the package only sets variables for the
+    processes it starts."""
+    import re
+
+    writes = re.compile(r"os\.environ\[[^\]]+\]\s*=[^=]|os\.environ\.setdefault\(")
+    bad = []
+    for p in _modules(ROOT):
+        if p.name == "options.py" and p.parent == ROOT:
+            continue
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if ("os.environ" in line or "getenv(" in line) and not writes.search(line):
+                bad.append(f"{p.relative_to(ROOT.parent)}:{n}: {line.strip()}")
+    assert not bad, "\n".join(bad)

@@ -37,9 +37,11 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-ENV = "TIDEMARK_FAULTS"
-ENV_RANDOM = "TIDEMARK_FAULT_RANDOM"
-ENV_PGID = "TIDEMARK_FAULT_PGID"
+from tidemark.options import FAULT_ENV, fault_settings
+
+ENV = FAULT_ENV["armed"]
+ENV_RANDOM = FAULT_ENV["random"]
+ENV_PGID = FAULT_ENV["pgid"]
 
 
 class InjectedFault(RuntimeError):
@@ -55,12 +57,13 @@ _p: float = 0.0
 def _parse() -> dict[str, list[tuple[str, str]]]:
     global _rng, _p
     _rng, _p = None, 0.0  # a random kill is armed only while its variable is set
-    spec = os.environ.get(ENV, "")
+    settings = fault_settings()
+    spec = settings.armed
     out: dict[str, list[tuple[str, str]]] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, _, action = item.partition(":")
         out.setdefault(name, []).append((action or "kill", item))
-    rnd = os.environ.get(ENV_RANDOM, "")
+    rnd = settings.random
     if rnd:
         seed, _, p = rnd.partition(":")
         _rng = random.Random(f"{seed}:{os.getpid()}")
@@ -71,17 +74,18 @@ def _parse() -> dict[str, list[tuple[str, str]]]:
 def _kill() -> None:
     """SIGKILL this process, or its whole process group with TIDEMARK_FAULT_SCOPE=group
     (a crash of the machine: Spark's JVM, its Python workers and the driver process)."""
-    if os.environ.get("TIDEMARK_FAULT_SCOPE") == "group":
+    settings = fault_settings()
+    if settings.scope == "group":
         # PySpark's worker daemon puts its workers in a process group of their own, so an
         # executor-side point must use the group the driver pinned (see pin_group).
-        os.killpg(int(os.environ.get(ENV_PGID) or os.getpgrp()), signal.SIGKILL)
+        os.killpg(int(settings.pgid or os.getpgrp()), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _orphan() -> None:
     """SIGKILL the pinned group (the driver and the JVM), sparing this process."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    pgid = int(os.environ.get(ENV_PGID) or os.getpgrp())
+    pgid = int(fault_settings().pgid or os.getpgrp())
     if pgid == os.getpgrp():
         _kill()  # this process is in that group: it cannot outlive it
     os.killpg(pgid, signal.SIGKILL)
@@ -90,8 +94,9 @@ def _orphan() -> None:
 def pin_group() -> None:
     """Record this process's group for executor-side kills; call before Spark starts so the
     JVM and its Python workers inherit it. Does nothing unless faults are armed."""
-    if os.environ.get(ENV) or os.environ.get(ENV_RANDOM):
-        os.environ.setdefault(ENV_PGID, str(os.getpgrp()))
+    settings = fault_settings()
+    if (settings.armed or settings.random) and not settings.pgid:
+        os.environ[ENV_PGID] = str(os.getpgrp())
 
 
 def _points() -> dict[str, list[tuple[str, str]]]:

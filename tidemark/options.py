@@ -204,3 +204,40 @@ def set_process_option(name: str, value: Any) -> None:
     """Set a process knob for this process and the ones it starts (the CLI's ``--verbose``)."""
     var = PROCESS_ENV[name]
     os.environ[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+# ----------------------------------------------------------------------------- the rest of the environment
+#: The fault points armed in a process (tests and the chaos suite; never set in production):
+#: which points (``TIDEMARK_FAULTS``, "name[:action],…"), random kills (``TIDEMARK_FAULT_RANDOM``,
+#: "seed:p"), the process group an executor-side kill takes down (``TIDEMARK_FAULT_PGID``) and
+#: whether a kill takes the whole group (``TIDEMARK_FAULT_SCOPE=group``).  Read each time a
+#: fault point is first asked (:mod:`tidemark.faults`), so a test may change them between runs.
+FAULT_ENV = {
+    "armed": "TIDEMARK_FAULTS",
+    "random": "TIDEMARK_FAULT_RANDOM",
+    "pgid": "TIDEMARK_FAULT_PGID",
+    "scope": "TIDEMARK_FAULT_SCOPE",
+}
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    armed: str = ""
+    random: str = ""
+    pgid: str = ""
+    scope: str = ""
+
+
+def fault_settings(environ: Optional[Mapping[str, str]] = None) -> FaultSettings:
+    environ = os.environ if environ is None else environ
+    return FaultSettings(**{name: environ.get(var, "") for name, var in FAULT_ENV.items()})
+
+
+def java_home(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``JAVA_HOME``, where the jar's builder looks for ``javac`` first."""
+    return (os.environ if environ is None else environ).get("JAVA_HOME") or None
+
+
+def child_environment(extra: Mapping[str, Any]) -> dict[str, str]:
+    """This process's environment with ``extra`` set: a driver program's (``command`` endpoint)."""
+    return {**os.environ, **{str(k): str(v) for k, v in extra.items()}}

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 from tidemark import errors
 from tidemark.errors import DriverError, DriverProgramError, ProtocolViolation
+from tidemark.options import child_environment
 from tidemark.policy import RetryPolicy
 from tidemark.protocol import wire
 
@@ -62,10 +63,7 @@ class Program:
         self.command = command
         self.name = program_name(command)
         self.policy = policy
-        full_env = None
-        if env:
-            full_env = dict(os.environ)
-            full_env.update({str(k): str(v) for k, v in env.items()})
+        full_env = child_environment(env) if env else None
         try:
             self.proc = subprocess.Popen(
                 command,

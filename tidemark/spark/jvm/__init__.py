@@ -34,7 +34,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from tidemark.options import process_options
+from tidemark.options import java_home, process_options
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def shipped_jar(spark_version: str, jar: Path = JAR) -> Optional[str]:
 
 
 def _javac() -> Optional[str]:
-    home = os.environ.get("JAVA_HOME")
+    home = java_home()
     if home and os.access(os.path.join(home, "bin", "javac"), os.X_OK):
         return os.path.join(home, "bin", "javac")
     return shutil.which("javac")
