@@ -187,28 +187,28 @@ class DeltaDriver(StagedFilesDriver):
             self.table(model.name).alter.set_table_properties(properties, raise_if_not_exists=False)
 
     def apply_table(self, model: LakeTable, names: list[str], owner: tuple[str, str], batch: int) -> None:
-        dt = self.table(model.name)
-        if not self.should_apply(model, dt, owner, batch):
+        table = self.table(model.name)
+        if not self.should_apply(model, table, owner, batch):
             return
         commit = CommitProperties(app_transactions=[Transaction(app_id(*owner), batch)])
         if not names:
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+            table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
             return
         paths = self.staged_paths(f"Delta table {model.name!r}", names, batch)
         source = pds.dataset(paths, format="parquet", filesystem=self.fs[0])
         if model.delta:
             write_deltalake(
-                dt,
-                staged_reader(source, drop=DELETE_COLUMN, like=pa.schema(dt.schema().to_arrow())),
+                table,
+                staged_reader(source, drop=DELETE_COLUMN, like=pa.schema(table.schema().to_arrow())),
                 mode="append",
                 commit_properties=commit,
                 storage_options=self.storage_options,
             )
         else:
-            self._merge(dt, model, staged_reader(source), commit)
-        dt = self.table(model.name)
-        if self.table_batch(dt, *owner) < batch:  # the MERGE changed nothing, so committed nothing: record the batch
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+            self._merge(table, model, staged_reader(source), commit)
+        table = self.table(model.name)
+        if self.table_batch(table, *owner) < batch:  # the MERGE changed nothing, so committed nothing: record the batch
+            table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
 
     def _merge(self, dt: DeltaTable, model: LakeTable, source: pa.RecordBatchReader, commit) -> None:
         names = [f.name for f in source.schema if f.name != DELETE_COLUMN]

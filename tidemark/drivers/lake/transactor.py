@@ -126,8 +126,8 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         key_cols = [found_rows.column(c.name).cast(arrow_type(c.kind)) for c in model.keys]
         mask = None
         for col, vs, c in zip(key_cols, values, model.keys):
-            m = pc.is_in(col, value_set=pa.array(vs, arrow_type(c.kind)))
-            mask = m if mask is None else pc.and_(mask, m)
+            hit = pc.is_in(col, value_set=pa.array(vs, arrow_type(c.kind)))
+            mask = hit if mask is None else pc.and_(mask, hit)
         idx = pc.indices_nonzero(mask)
         if not len(idx):
             return []

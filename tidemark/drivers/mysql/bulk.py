@@ -39,10 +39,10 @@ def to_utc(value: Any) -> Any:
         return value
     if value[17:19] == "60":
         value = value[:17] + "59" + value[19:]
-    t = dt.datetime.fromisoformat(value.replace("z", "Z"))
-    if t.tzinfo is not None:
-        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return t
+    moment = dt.datetime.fromisoformat(value.replace("z", "Z"))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return moment
 
 
 def param(kind: str) -> Callable[[Any], Any]:
