@@ -324,12 +324,14 @@ def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, t
     ``tidemark check`` (not ``to_run``), the run that holds the checkpoint now, if any."""
     from tidemark.runtime.adoption import refuse_unfinished
     from tidemark.runtime.lease import Lease
+    from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
     from tidemark.runtime.recovery_log import RecoveryLog
     from tidemark.runtime.spec_changes import check_reductions, reductions_of
     from tidemark.runtime.view_identity import binding_identity, check_identities, source_location
 
     location = spec.checkpoint_location(mat.name)
     refuse_unfinished(mat.name, location)
+    refuse_unfinished_rebuild(mat.name, location)
     if not (os.path.exists(os.path.join(location, "tidemark")) or "://" in location):
         return ""
     running = ""

@@ -39,7 +39,7 @@ from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
 from tidemark.spark.small import rows_table, split
 from tidemark.spark.stage import shard_rows
-from tidemark.spec import load_spec
+from tidemark.spec import TidemarkSpec, load_spec
 
 
 def _write(path: str, text: str) -> None:
@@ -50,9 +50,13 @@ def _write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run(spec_path: str) -> int:
-    spec = load_spec(spec_path)
-    [mat] = spec.materializations.values()
+def run(spec_path, name=None) -> int:
+    """Run the spec's only materialization (or ``name``); ``spec_path`` may be a parsed spec."""
+    spec = spec_path if isinstance(spec_path, TidemarkSpec) else load_spec(spec_path)
+    if name is None:
+        [mat] = spec.materializations.values()
+    else:
+        mat = spec.materializations[name]
     colls = [collection_from_spec(spec, b.source) for b in mat.bindings]
     from tidemark.drivers.base import capabilities_of
     from tidemark.drivers.registry import load_driver

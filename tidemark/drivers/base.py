@@ -131,6 +131,20 @@ class CheckpointRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceContents:
+    """A rebuild's cut-over (:meth:`Driver.replace_contents`): ``pairs`` of (live binding,
+    shadow binding); ``checkpoint_id``: the shadow's tidemark checkpoint, which owns the live
+    resources from now on; ``identities``: per pair, the live resource's new view-identity
+    record (as Apply keeps it)."""
+
+    materialization: str
+    shadow: str
+    pairs: tuple
+    checkpoint_id: str
+    identities: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Position:
     """What an endpoint records of a materialization, per place: which tidemark checkpoint
     writes it and the last batch it holds (-1: none).  Read before anything is written,
@@ -333,6 +347,25 @@ class Driver(ABC):
         the materialization (checkpoints, fences, staged work, quarantine).  Returns what was
         removed, in words.  Used by ``tidemark reset``; not part of a transaction."""
         raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot drop a view")
+
+    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+        """The resource a rebuild builds ``resource``'s new contents in, beside the live one
+        (``tidemark rebuild``: :mod:`tidemark.runtime.rebuild`), named with ``tag`` so that an
+        operator recognises it; None: this endpoint cannot replace a view's contents in place
+        (:attr:`rebuild_refusal` says why)."""
+        return None
+
+    #: why :meth:`shadow_resource` answers None, in words (``tidemark rebuild`` prints it)
+    rebuild_refusal: str = "it cannot replace a view's contents in one transaction"
+
+    def replace_contents(self, req: "ReplaceContents") -> list[str]:
+        """The cut-over of a rebuild, in ONE endpoint transaction: each live resource's contents
+        become its shadow's (the shadow is dropped), and what the endpoint records of the shadow
+        materialization -- checkpoints with fences above every live fence, the owner, the
+        view-identity records, quarantine -- becomes the live materialization's.  Readers see
+        the old view or the new one, never a mix; a kill anywhere leaves one of the two.
+        Returns what was done, in words."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot replace a view's contents")
 
     def read_rows(self, source: str) -> Iterable[dict]:
         """The rows of an existing table or query of the endpoint, as dicts of column name ->

@@ -55,6 +55,7 @@ from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Ra
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.lease import Lease
+from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.spec_changes import changes_since
@@ -262,6 +263,7 @@ class Coordinator:
         self.warn_unsafe()
         if not self.adopting:
             refuse_unfinished(self.name, self.checkpoint_location)
+        refuse_unfinished_rebuild(self.name, self.checkpoint_location)
         last = self.log.last()
         check_identities(self.name, last, self.identities)
         # Step 1

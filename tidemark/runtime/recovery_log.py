@@ -244,6 +244,21 @@ class RecoveryLog:
         self._write(f"{self.root}/log/{entry.batch_id}.json", {"entry": body, "sha256": _digest(body)})
         self._compact()
 
+    def rewrite_as(self, materialization: str, change) -> None:
+        """This log, as another materialization's: ``meta.json`` names ``materialization`` and
+        every entry is ``change(entry)`` (a rebuild's shadow log becoming the live view's,
+        :mod:`tidemark.runtime.rebuild`; the folder is a copy nothing else reads yet)."""
+        meta = self._meta(False)
+        if meta is None:
+            raise RecoveryError(f"{self.root}: no recovery log to rewrite")
+        self._write(self.root + "/meta.json", {**meta, "materialization": materialization})
+        for batch in self.batches():
+            entry = self.get(batch)
+            if entry is not None:
+                body = change(asdict(entry))
+                self._write(f"{self.root}/log/{batch}.json", {"entry": body, "sha256": _digest(body)})
+        self.materialization = materialization
+
     def intent(self, batch_id: int) -> Optional[list]:
         obj = self.intent_record(batch_id)
         return obj["layout"] if obj else None

@@ -66,6 +66,7 @@ class MySqlDialect(Dialect):
     json_as_text = True
     for_update = " FOR UPDATE"
     lean_rows = True
+    transactional_ddl = False  # DDL commits implicitly (a rebuild's cut-over: drivers/sql/replace.py)
 
     def __init__(self, collation: str = MARIADB_COLLATION, mariadb: bool = True):
         self.collation = collation

@@ -62,6 +62,7 @@ class Dialect:
     lean_rows: bool = False
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
     typed_staging: bool = False  # a lean binding it reduces stages ``Store.rows`` (typed values)
+    transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)
 
     def resolved_name(self, name: str) -> str:
         """A table's name as the endpoint resolves it (the view-identity record's ``resolved``):
@@ -131,6 +132,18 @@ class Dialect:
             f"CREATE TABLE IF NOT EXISTS {identities} (resource {text} PRIMARY KEY, materialization {text} NOT NULL, "
             f"record {text} NOT NULL)",
         ]
+
+    def reshape(self, driver, con, live, shadow, live_shape: dict, shadow_shape: dict, columns: list) -> str:
+        """Inside a rebuild's cut-over (:mod:`tidemark.drivers.sql.replace`): the live table
+        takes the shadow's rows and its other shape (a key, columns or types changed).  This
+        default drops the live table and gives the shadow its name in the same transaction
+        (SQLite, whose ``ALTER`` cannot change a key or a type); PostgreSQL changes the live
+        table in place."""
+        driver.execute(con, f"DROP TABLE {self.ident(live)}")
+        driver.execute(con, f"ALTER TABLE {self.ident(shadow)} RENAME TO {self.quote(live.name)}")
+        return (
+            f"replaced table {driver.resource_name(live)} by {driver.resource_name(shadow)} (its key or types changed)"
+        )
 
     def quarantine_id(self) -> str:
         return f"id {self.row_id_type}"

@@ -23,10 +23,10 @@ from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 from tidemark.collection.plan import binding_reduction
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.common.identity import parse_record, record_text
-from tidemark.drivers.sql import lean
+from tidemark.drivers.sql import lean, replace
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
     CHECKPOINTS_TABLE,
@@ -540,6 +540,13 @@ class SqlDriver(Driver):
             return done
 
         return self.atomically(body, "drop")
+
+    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+        return replace.shadow_resource(resource, tag)
+
+    def replace_contents(self, req: ReplaceContents) -> list[str]:
+        self.__dict__.pop("_forms", None)  # the live tables change
+        return replace.replace_contents(self, req) + replace.drop_shadows(self, req)
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
         names = [self.resource_name(self.base_model(b)) for b in bindings]

@@ -1,0 +1,213 @@
+"""A rebuild's cut-over on a SQL endpoint: the live table takes the shadow's contents in one transaction.
+
+``tidemark rebuild`` (:mod:`tidemark.runtime.rebuild`) builds the edited view into a shadow
+table (``T__tm_rebuild``) beside the live one; :func:`replace_contents` then, in ONE endpoint
+transaction:
+
+1. fences off the live materialization: its checkpoint rows are deleted and the shadow's
+   take their place under the live name, each with a fence above every fence either had (a
+   zombie session of the old view commits nothing after this);
+2. replaces the live table's rows with the shadow's **in place** -- the same table, so its
+   OID, grants, indexes, comments, dependent views and row-level policies survive -- and
+   changes its shape to the shadow's where they differ (a new key, new or dropped columns,
+   changed types; PostgreSQL's DDL is transactional). SQLite's ``ALTER`` cannot change a key
+   or a type: there the shadow table takes the live name in the same transaction (SQLite
+   has no grants; views refer to tables by name and keep working; the old table's own
+   indexes and triggers go with it);
+3. moves the owner, the view-identity record and the quarantine rows to the live name, and
+   drops the shadow table.
+
+MariaDB commits DDL implicitly, so only what cannot lose anything happens outside the
+transaction there -- new columns added to the live table first (NULL until the rows come),
+the shadow table dropped after -- and a changed key or type is refused before anything
+changes. Readers see the old view or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.drivers.base import ReplaceContents
+from tidemark.drivers.common.fences import load_checkpoint
+from tidemark.drivers.common.identity import record_text
+from tidemark.drivers.sql.model import (
+    IDENTITIES_TABLE,
+    QUARANTINE_TABLE,
+    RESOURCES_TABLE,
+    ROW_ID_COLUMN,
+    dumps,
+)
+from tidemark.errors import IncompatibleSchema, RecoveryError
+from tidemark.faults import fault_point
+
+TAG = "tm_rebuild"
+
+
+def shadow_resource(resource: dict, tag: str = TAG) -> dict:
+    """``{table: T, ...}`` -> ``{table: T__<tag>, ...}`` (same schema)."""
+    return {**resource, "table": f"{resource['table']}__{tag}"}
+
+
+def _shape(existing: dict, required: list) -> dict:
+    return {n: (t.lower(), pk, n in required) for n, (t, pk) in existing.items()}
+
+
+def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
+    """(live model, shadow model, live shape, shadow shape) per pair; refuses a pair whose
+    tables are gone, or (without transactional DDL) whose key or types changed."""
+    out = []
+    for live_b, shadow_b in req.pairs:
+        live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
+        live_cols, live_req = driver.existing(con, live)
+        shadow_cols, shadow_req = driver.existing(con, shadow)
+        if shadow_cols is None:
+            raise RecoveryError(
+                f"rebuild of {req.materialization!r}: the shadow table {driver.resource_name(shadow)} is gone; "
+                "abandon the rebuild (`tidemark rebuild SPEC -m NAME --abandon`) and start it again. Nothing was changed"
+            )
+        if live_cols is None:
+            raise RecoveryError(
+                f"rebuild of {req.materialization!r}: the live table {driver.resource_name(live)} is gone (dropped?). "
+                "Nothing was changed"
+            )
+        live_shape, shadow_shape = _shape(live_cols, live_req), _shape(shadow_cols, shadow_req)
+        if not driver.dialect.transactional_ddl:
+            changed = [n for n, s in shadow_shape.items() if n in live_shape and live_shape[n][:2] != s[:2]] + [
+                n for n, s in live_shape.items() if n not in shadow_shape and s[1]
+            ]
+            if changed:
+                raise IncompatibleSchema(
+                    f"rebuild of {req.materialization!r}: table {driver.resource_name(live)} would change the type or "
+                    f"key role of column(s) {changed}, and {driver.dialect.title} commits such a change on its own, "
+                    "outside the transaction that replaces the rows, so readers could see a mix. Keep the key and "
+                    "the types, or start the view over with `tidemark reset`. Nothing was changed"
+                )
+        out.append((live, shadow, live_shape, shadow_shape))
+    return out
+
+
+def replace_contents(driver, req: ReplaceContents) -> list[str]:
+    dialect = driver.dialect
+    q = dialect.quote
+    done: list[str] = []
+
+    if not dialect.transactional_ddl:  # new columns first (NULL until the rows come): nothing to lose
+
+        def add_columns(con: Any) -> None:
+            for live, _shadow, live_shape, shadow_shape in plan_pairs(driver, con, req):
+                for name, (typ, _pk, _req) in shadow_shape.items():
+                    if name not in live_shape:
+                        driver.execute(con, f"ALTER TABLE {dialect.ident(live)} ADD COLUMN {q(name)} {typ}")
+
+        driver.atomically(add_columns, "rebuild: add columns")
+
+    def body(con: Any) -> list[str]:
+        done.clear()
+        if dialect.ddl_lock:
+            driver.execute(con, dialect.ddl_lock)
+        pairs = plan_pairs(driver, con, req)
+        done.append(move_checkpoints(driver, con, req))
+        for live, shadow, live_shape, shadow_shape in pairs:
+            columns = [n for n in shadow_shape if n != ROW_ID_COLUMN]
+            names = ", ".join(q(n) for n in columns)
+            if live_shape == shadow_shape or not dialect.transactional_ddl:
+                driver.execute(con, f"DELETE FROM {dialect.ident(live)}")
+                driver.execute(
+                    con, f"INSERT INTO {dialect.ident(live)} ({names}) SELECT {names} FROM {dialect.ident(shadow)}"
+                )
+                if dialect.transactional_ddl:
+                    driver.execute(con, f"DROP TABLE {dialect.ident(shadow)}")
+                done.append(f"replaced the rows of {driver.resource_name(live)} with {driver.resource_name(shadow)}'s")
+            else:
+                done.append(dialect.reshape(driver, con, live, shadow, live_shape, shadow_shape, columns))
+        move_records(driver, con, req, pairs)
+        fault_point("replace_contents")
+        return done
+
+    driver.atomically(body, "rebuild: replace contents")
+    if not dialect.transactional_ddl:
+        drop_shadows(driver, req)
+    return done
+
+
+def drop_shadows(driver, req: ReplaceContents) -> list[str]:
+    """Drop what is left of the shadow tables (after a cut-over committed; idempotent)."""
+    out = []
+
+    def body(con: Any) -> None:
+        for _live_b, shadow_b in req.pairs:
+            shadow = driver.base_model(shadow_b)
+            if driver.tables_exist(con, shadow.name, schema=shadow.schema):
+                driver.execute(con, f"DROP TABLE {driver.dialect.ident(shadow)}")
+                out.append(f"dropped table {driver.resource_name(shadow)}")
+
+    driver.atomically(body, "rebuild: drop the shadow tables")
+    return out
+
+
+def move_checkpoints(driver, con: Any, req: ReplaceContents) -> str:
+    """The shadow's checkpoint rows become the live materialization's, fenced above both."""
+    dialect, table = driver.dialect, driver.checkpoints_table
+    p = dialect.placeholder
+    rows = driver.execute(
+        con,
+        f"SELECT materialization, key_begin, key_end, fence, checkpoint FROM {table} WHERE materialization IN "
+        f"({p}, {p}){dialect.for_update}",
+        (req.materialization, req.shadow),
+    ).fetchall()
+    top = max((int(r[3]) for r in rows), default=0)
+    shadow_rows = [r for r in rows if r[0] == req.shadow]
+    if not shadow_rows:
+        raise RecoveryError(
+            f"rebuild of {req.materialization!r}: the shadow view {req.shadow!r} holds no committed batch. "
+            "Nothing was changed"
+        )
+    driver.execute(con, f"DELETE FROM {table} WHERE materialization IN ({p}, {p})", (req.materialization, req.shadow))
+    for _m, b, e, _f, cp in shadow_rows:
+        checkpoint = load_checkpoint(cp)
+        if isinstance(checkpoint, dict):
+            checkpoint = {**checkpoint, "materialization": req.materialization}
+        driver.execute(
+            con,
+            f"INSERT INTO {table} (materialization, key_begin, key_end, fence, checkpoint) "
+            f"VALUES ({p}, {p}, {p}, {p}, {dialect.json_param})",
+            (req.materialization, b, e, top + 1, None if checkpoint is None else dumps(checkpoint)),
+        )
+    return f"moved {len(shadow_rows)} checkpoint row(s) of {req.shadow!r} to {req.materialization!r} (fence {top + 1})"
+
+
+def move_records(driver, con: Any, req: ReplaceContents, pairs: list[tuple]) -> None:
+    """Owner, view identity and quarantine rows: the shadow's become the live name's."""
+    dialect = driver.dialect
+    p, collate = dialect.placeholder, dialect.name_collate
+    for i, (live, shadow, _ls, _ss) in enumerate(pairs):
+        live_name, shadow_name = driver.resource_name(live), driver.resource_name(shadow)
+        for table, name in ((driver.resources_table, RESOURCES_TABLE), (driver.identities_table, IDENTITIES_TABLE)):
+            if driver.tables_exist(con, name):
+                driver.execute(
+                    con,
+                    f"DELETE FROM {table} WHERE resource = {p}{collate} OR resource = {p}{collate}",
+                    (live_name, shadow_name),
+                )
+        driver.execute(
+            con,
+            f"INSERT INTO {driver.resources_table} (resource, materialization, checkpoint_id) VALUES ({p}, {p}, {p})",
+            (live_name, req.materialization, req.checkpoint_id),
+        )
+        if i < len(req.identities) and req.identities[i] is not None:
+            driver.execute(
+                con,
+                f"INSERT INTO {driver.identities_table} (resource, materialization, record) VALUES ({p}, {p}, {p})",
+                (live_name, req.materialization, record_text(req.identities[i], dialect.resolved_name(live_name))),
+            )
+    if driver.tables_exist(con, QUARANTINE_TABLE):
+        quarantine = driver.quarantine_table
+        driver.execute(con, f"DELETE FROM {quarantine} WHERE materialization = {p}", (req.materialization,))
+        driver.execute(
+            con,
+            f"UPDATE {quarantine} SET materialization = {p} WHERE materialization = {p}",
+            (req.materialization, req.shadow),
+        )
+
+
+__all__ = ["TAG", "drop_shadows", "replace_contents", "shadow_resource"]

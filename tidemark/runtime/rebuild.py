@@ -1,0 +1,362 @@
+"""Changing a live view without taking it away (``tidemark rebuild``): build a shadow, replace in one transaction.
+
+A rebuild is a second materialization the runtime already knows how to run: the spec as
+edited, named ``NAME__rebuild``, writing **shadow resources** (``Driver.shadow_resource``: a
+SQL table ``T__tm_rebuild`` beside ``T``) under a checkpoint folder of its own
+(``<checkpoints>/NAME__rebuild``). It is built from the sources' start while the live view
+keeps running the old spec; nothing in the commit path is new for it (its own fences,
+recovery log and identity records).
+
+The **cut-over**, once the shadow is built:
+
+1. the live view's lease is taken (a live run must stop first, at a batch boundary: Ctrl-C);
+2. the shadow runs once more, to the end of the input;
+3. ``<checkpoints>/NAME.next``: a copy of the shadow's checkpoint folder whose recovery log
+   names the live view (its name, its resources, their identities); the record says
+   ``cutting`` (fault point ``before_cutover``);
+4. ONE endpoint transaction (``Driver.replace_contents``): each live resource takes its
+   shadow's contents; the shadow's checkpoints, fenced above every live fence, its owner and
+   identity records become the live view's (fault point ``replace_contents``, inside it);
+5. the folders switch (fault point ``after_cutover`` before): the live one moves to
+   ``NAME.before-<id>`` (kept for the operator; nothing reads it), ``NAME.next`` takes its
+   place; the shadow's folder and the record go.
+
+A kill anywhere leaves the old view intact or the new one complete, never a mix: the only
+change to a live resource is the transaction of step 4, and whether it committed is read
+back from the endpoint (the live view's places name the shadow's checkpoint). The next
+``rebuild`` finishes a committed cut-over (step 5) or goes on building; ``run`` refuses the
+view while a cut-over is unfinished (:func:`refuse_unfinished`). ``--abandon`` drops only the
+shadow (``Driver.drop`` of the shadow name, which owns nothing else) and its folders.
+
+Without Spark: the caller gives ``run_view(spec, name)``, which runs a materialization of a
+spec to the end of its input (``tidemark.spark`` through :func:`tidemark.rebuild`; the
+plain runner in the kill matrix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+from tidemark.drivers.base import ReplaceContents
+from tidemark.errors import RecoveryError, SpecError
+from tidemark.faults import fault_point
+from tidemark.files import write_atomically
+from tidemark.runtime.recovery_log import RecoveryLog
+from tidemark.runtime.versions import FORMAT, refuse_newer
+from tidemark.runtime.view_identity import binding_identity, endpoint_record, source_location
+from tidemark.spec import BindingConfig, MaterializationSpec, TidemarkSpec
+
+log = logging.getLogger("tidemark")
+
+SUFFIX = "__rebuild"  # the shadow materialization's name: NAME__rebuild
+TAG = "tm_rebuild"  # what the endpoint puts in a shadow resource's name (T__tm_rebuild)
+BUILDING, CUTTING = "building", "cutting"
+
+
+@dataclass
+class RebuildRecord:
+    """``<checkpoints>/NAME.rebuild.json``: a rebuild in progress."""
+
+    id: str
+    materialization: str
+    shadow: str
+    version: str  # the edited spec's version the shadow is built from
+    phase: str = BUILDING
+    started_at: float = 0.0
+    shadow_checkpoint_id: str = ""  # set at the cut-over
+    format: int = FORMAT
+
+
+def record_path(location: str) -> str:
+    return location.rstrip("/") + ".rebuild.json"
+
+
+def next_path(location: str) -> str:
+    return location.rstrip("/") + ".next"
+
+
+def read_record(location: str) -> Optional[RebuildRecord]:
+    if "://" in location:
+        return None
+    try:
+        with open(record_path(location), encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        return None
+    refuse_newer(raw, f"the rebuild record {record_path(location)}")
+    names = {f.name for f in dataclasses.fields(RebuildRecord)}
+    return RebuildRecord(**{k: v for k, v in raw.items() if k in names})
+
+
+def write_record(location: str, record: RebuildRecord) -> None:
+    write_atomically(record_path(location), (json.dumps(asdict(record), indent=1) + "\n").encode("utf-8"))
+
+
+def refuse_unfinished(materialization: str, location: str) -> None:
+    """A view whose rebuild's cut-over did not finish is not run: its endpoint may already hold
+    the rebuilt view, which the checkpoint folder beside it does not know yet."""
+    record = read_record(location)
+    if record is not None and record.phase == CUTTING:
+        raise RecoveryError(
+            f"materialization {materialization!r}: the cut-over of its rebuild {record.id} did not finish, so the "
+            f"endpoint may hold the rebuilt view already. Finish it with `tidemark rebuild SPEC -m {materialization}` "
+            "(with the edited spec). Nothing was changed"
+        )
+
+
+def shadow_spec(spec: TidemarkSpec, name: str, driver) -> tuple[TidemarkSpec, MaterializationSpec]:
+    """The edited spec with one more materialization: the shadow of ``name``."""
+    mat = spec.materializations[name]
+    shadow = name + SUFFIX
+    if shadow in spec.materializations:
+        raise SpecError(
+            f"materialization {shadow!r} is the name a rebuild of {name!r} takes; rename it", file=spec.file
+        )
+    bindings = []
+    for b in mat.bindings:
+        res = driver.shadow_resource(b.resource, TAG)
+        if res is None:
+            raise SpecError(
+                f"materialization {name!r}: endpoint {mat.driver_name!r} cannot rebuild a view in place: "
+                f"{driver.rebuild_refusal}. Start it over with `tidemark reset SPEC -m {name}`. Nothing was changed"
+            )
+        bindings.append(BindingConfig(b.source, res, b.delta_updates))
+    smat = dataclasses.replace(mat, name=shadow, bindings=tuple(bindings))
+    return (
+        TidemarkSpec(
+            spec.collections, {**spec.materializations, shadow: smat}, spec.checkpoint, spec.file, spec.base_dir
+        ),
+        smat,
+    )
+
+
+def spark_files_read(location: str) -> list[str]:
+    """The input files Spark's file sources of a checkpoint folder recorded as read."""
+    out: list[str] = []
+    root = os.path.join(location, "spark", "sources")
+    for source in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        folder = os.path.join(root, source)
+        for name in sorted(os.listdir(folder)):
+            if name.startswith(".") or name.endswith((".tmp", ".crc")):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                for line in f.read().splitlines()[1:]:  # "v1", then one JSON object per file
+                    try:
+                        path = json.loads(line).get("path")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(path, str):
+                        out.append(path)
+    return sorted(set(out))
+
+
+def missing_input(location: str) -> list[str]:
+    """Files the live view read that its source folders no longer hold (a rebuild could not
+    read them again)."""
+    missing = []
+    for uri in spark_files_read(location):
+        path = uri[len("file:") :] if uri.startswith("file:") else uri
+        path = "/" + path.lstrip("/") if uri.startswith("file:") else path
+        if "://" not in path and not os.path.exists(path):
+            missing.append(path)
+    return missing
+
+
+class Rebuild:
+    """One rebuild of materialization ``name`` of ``spec`` (the edited spec)."""
+
+    def __init__(self, spec: TidemarkSpec, name: str, run_view: Callable[[TidemarkSpec, str], None], say=log.info):
+        from tidemark.drivers.registry import load_driver
+
+        if name not in spec.materializations:
+            raise SpecError(f"unknown materialization {name!r} (known: {', '.join(sorted(spec.materializations))})")
+        self.spec, self.name, self.run_view, self.say = spec, name, run_view, say
+        self.mat = spec.materializations[name]
+        self.location = spec.checkpoint_location(name)
+        if "://" in self.location:
+            raise SpecError(
+                f"materialization {name!r}: a rebuild switches checkpoint folders, which needs a local (or mounted) "
+                f"file system; {self.location} is not one. Nothing was changed"
+            )
+        self.driver = load_driver(self.mat.driver_name, self.mat.driver_config)
+        self.shadow_spec, self.shadow = shadow_spec(spec, name, self.driver)
+        self.shadow_location = spec.checkpoint_location(self.shadow.name)
+
+    def close(self) -> None:
+        self.driver.close()
+
+    # ------------------------------------------------------------------ the steps
+    def start(self) -> RebuildRecord:
+        """The record of the rebuild in progress, or a new one after the checks."""
+        from tidemark.runtime.adoption import read_record as adopted
+
+        record = read_record(self.location)
+        version = self.shadow.version(self.shadow_spec)
+        if record is not None:
+            if record.phase == BUILDING and record.version != version:
+                raise SpecError(
+                    f"materialization {self.name!r}: rebuild {record.id} was started from another edit of the spec; "
+                    f"finish it with that spec, or abandon it (`tidemark rebuild SPEC -m {self.name} --abandon`) "
+                    "and start again. Nothing was changed"
+                )
+            return record
+        if RecoveryLog(self.location, self.name, create=False).checkpoint_id is None:
+            raise SpecError(
+                f"materialization {self.name!r} has no view to rebuild yet (no checkpoint at {self.location}): "
+                "`tidemark run` builds it from the edited spec. Nothing was changed"
+            )
+        if adopted(self.location) is not None:
+            raise SpecError(
+                f"materialization {self.name!r} was adopted from an existing table (tidemark adopt): its source does "
+                "not hold what the table held before, so a rebuild from the source would lose it. Nothing was changed"
+            )
+        missing = missing_input(self.location)
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise SpecError(
+                f"materialization {self.name!r}: the view holds what was read from {len(missing)} file(s) its source "
+                f"no longer has ({shown}); a rebuild from the source would lose them. Put them back, or keep the "
+                "view as it is. Nothing was changed"
+            )
+        record = RebuildRecord(uuid.uuid4().hex[:12], self.name, self.shadow.name, version, started_at=time.time())
+        write_record(self.location, record)
+        return record
+
+    def build(self) -> None:
+        """The shadow, from the sources' start (or where it got to), to the end of the input."""
+        self.run_view(self.shadow_spec, self.shadow.name)
+
+    def progress(self) -> str:
+        shadow = RecoveryLog(self.shadow_location, self.shadow.name, create=False)
+        live = RecoveryLog(self.location, self.name, create=False)
+        s, _ = shadow.peek_last() if shadow.checkpoint_id else (None, None)
+        lv, _ = live.peek_last()
+        return (
+            f"shadow {self.shadow.name} at batch {'-' if s is None else s.batch_id}, "
+            f"live {self.name} at batch {'-' if lv is None else lv.batch_id}"
+        )
+
+    def run(self) -> str:
+        """Build, then cut over (or finish a cut-over a kill interrupted). Returns what was done."""
+        from tidemark.runtime.lease import Lease
+
+        record = self.start()
+        if record.phase == CUTTING:
+            if self._cut_over_committed(record):
+                return self._finish(record)
+            self.say("the cut-over did not commit: the live view is as it was; building on")
+            shutil.rmtree(next_path(self.location), ignore_errors=True)
+            record.phase = BUILDING
+            write_record(self.location, record)
+        self.say(f"rebuild {record.id}: building {self.shadow.name} from the sources' start")
+        self.build()
+        self.say(f"rebuild {record.id}: built ({self.progress()}); cutting over")
+        lease = Lease(self.location, self.name)
+        try:
+            lease.acquire()
+        except RecoveryError as exc:
+            raise RecoveryError(
+                f"{exc}. The shadow is built ({self.progress()}); stop the live run (Ctrl-C stops it at a batch "
+                f"boundary) and run `tidemark rebuild SPEC -m {self.name}` again to cut over"
+            ) from None
+        try:
+            self.build()  # the last batches, with the live view stopped
+            return self._cut_over(record)
+        finally:
+            lease.release()
+
+    def _cut_over(self, record: RebuildRecord) -> str:
+        shadow_log = RecoveryLog(self.shadow_location, self.shadow.name, create=False)
+        if shadow_log.last() is None:
+            raise RecoveryError(f"rebuild {record.id}: the shadow holds no batch (no input?). Nothing was changed")
+        fault_point("before_cutover")
+        nxt = next_path(self.location)
+        shutil.rmtree(nxt, ignore_errors=True)
+        shutil.copytree(self.shadow_location, nxt, ignore=shutil.ignore_patterns("tidemark.lease*"))
+        self._rename_log(nxt)
+        record.phase, record.shadow_checkpoint_id = CUTTING, shadow_log.checkpoint_id or ""
+        write_record(self.location, record)
+        done = self.driver.replace_contents(
+            ReplaceContents(
+                self.name,
+                self.shadow.name,
+                tuple(zip(self._bindings(self.spec, self.mat), self._bindings(self.shadow_spec, self.shadow))),
+                record.shadow_checkpoint_id,
+                tuple(
+                    {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0), "rebuilt": record.id}
+                    for i in self._identities()
+                ),
+            )
+        )
+        for line in done:
+            self.say(line)
+        fault_point("after_cutover")
+        return self._finish(record)
+
+    def _finish(self, record: RebuildRecord) -> str:
+        """Step 5, idempotent: the folders switch, the shadow's folder and the record go."""
+        nxt, before = next_path(self.location), f"{self.location.rstrip('/')}.before-{record.id}"
+        if os.path.isdir(nxt):
+            live_id = RecoveryLog(self.location, self.name, create=False).checkpoint_id
+            if os.path.isdir(self.location) and live_id != record.shadow_checkpoint_id:
+                os.replace(self.location, before)
+            os.replace(nxt, self.location)
+        shutil.rmtree(self.shadow_location, ignore_errors=True)
+        os.remove(record_path(self.location))
+        return (
+            f"rebuild {record.id}: {self.name} now holds the view of the edited spec (the old checkpoint folder "
+            f"is kept as {before})"
+        )
+
+    def abandon(self) -> str:
+        record = read_record(self.location)
+        if record is None:
+            return f"materialization {self.name!r} has no rebuild in progress"
+        if record.phase == CUTTING and self._cut_over_committed(record):
+            return self._finish(record) + " (the cut-over had committed, so it was finished, not abandoned)"
+        done = self.driver.drop(self.shadow.name, self._bindings(self.shadow_spec, self.shadow))
+        shutil.rmtree(self.shadow_location, ignore_errors=True)
+        shutil.rmtree(next_path(self.location), ignore_errors=True)
+        os.remove(record_path(self.location))
+        return f"rebuild {record.id} abandoned: " + ("; ".join(done) or "nothing was built yet")
+
+    # ------------------------------------------------------------------ helpers
+    def _bindings(self, spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
+        from tidemark.collection.collection import Collection
+
+        return tuple(Collection(spec.collections[b.source]).binding_spec(b) for b in mat.bindings)
+
+    def _identities(self) -> list[dict]:
+        sources = [
+            source_location(self.spec.collections[b.source].source, self.spec.base_dir) for b in self.mat.bindings
+        ]
+        return [binding_identity(b, s) for b, s in zip(self._bindings(self.spec, self.mat), sources)]
+
+    def _cut_over_committed(self, record: RebuildRecord) -> bool:
+        positions = self.driver.positions(self.name, self._bindings(self.spec, self.mat)) or []
+        return any(p.materialization == self.name and p.checkpoint_id == record.shadow_checkpoint_id for p in positions)
+
+    def _rename_log(self, folder: str) -> None:
+        """The copied shadow log, as the live view's: its name, resources and identities."""
+        live = [list(b.resource_path) for b in self._bindings(self.spec, self.mat)]
+        identities = self._identities()
+        RecoveryLog(folder, self.shadow.name, create=False).rewrite_as(
+            self.name,
+            lambda entry: {
+                **entry,
+                "runtime_checkpoint": {**entry.get("runtime_checkpoint", {}), "materialization": self.name},
+                "resources": live,
+                "identities": identities,
+            },
+        )
+
+
+__all__ = ["Rebuild", "RebuildRecord", "missing_input", "read_record", "refuse_unfinished", "shadow_spec"]
