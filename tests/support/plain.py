@@ -87,6 +87,14 @@ def run(spec_path, name=None) -> int:
         auto=mat.auto_shards,
     )
     coordinator.start_up()
+    try:
+        return _batches(coordinator, spec, mat, colls, bindings, sources, location, driver)
+    finally:
+        if coordinator.lease is not None:
+            coordinator.lease.release()  # (a run in a test's own process: the next one may be another)
+
+
+def _batches(coordinator, spec, mat, colls, bindings, sources, location, driver) -> int:
     sp = os.path.join(location, "spark")
     if not os.path.exists(os.path.join(sp, "metadata")):
         _write(os.path.join(sp, "metadata"), json.dumps({"id": str(uuid.uuid4())}) + "\n")

@@ -1,0 +1,264 @@
+"""``tidemark rebuild`` on SQLite, without Spark: build a shadow while the live view runs, cut over in one transaction.
+
+The shadow is built by the plain runner (:mod:`tests.support.plain`: the same coordinator,
+shard sessions and driver as a Spark run). Every view is compared with an oracle that
+reduces the input files in plain Python here, knowing only what the edited schema means.
+The kill matrix SIGKILLs the rebuild (:mod:`tests.support.rebuild_child`) at each point of
+the build and of the cut-over, and after every attempt the view must be the complete old
+view or the complete new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+
+from tests.support import plain
+from tests.support.harness import arm_in_sequence, fired
+from tests.support.helpers import normalize, orders_spec, sqlite_view, write_orders
+from tests.support.paths import REPO
+from tidemark.errors import RecoveryError, SpecError
+from tidemark.runtime.rebuild import Rebuild, missing_input, read_record
+from tidemark.spec import load_spec
+
+KILLED = -signal.SIGKILL
+
+
+def oracle(data, *, key="customer", amount="sum", files=None) -> dict:
+    """key -> document, the files in name order (the first ``files`` only), lines in order."""
+    view: dict = {}
+    names = sorted(n for n in os.listdir(data) if n.endswith(".json"))[:files]
+    for name in names:
+        with open(os.path.join(data, name)) as f:
+            for line in f:
+                doc = json.loads(line)
+                k = doc[key]
+                if doc.get("_meta", {}).get("op") == "d":
+                    view.pop(k, None)
+                    continue
+                cur = view.get(k)
+                if cur is None:
+                    view[k] = json.loads(line)
+                    continue
+                cur["amount"] = cur["amount"] + doc["amount"] if amount == "sum" else max(cur["amount"], doc["amount"])
+                cur["orders"] += doc["orders"]
+                cur["largest"] = max(cur["largest"], doc["largest"])
+                cur["items"] = cur["items"] + doc["items"]
+                cur["flags"] = {**cur["flags"], **doc["flags"]}
+                for f_ in ("city", "customer"):
+                    cur[f_] = doc[f_]
+    return view
+
+
+def total(view: dict) -> int:
+    return sum(d["amount"] for d in view.values())
+
+
+def edit(spec_path: str, *, amount: str | None = None, key: str | None = None) -> None:
+    obj = yaml.safe_load(open(spec_path))
+    coll = obj["collections"]["orders"]
+    if amount:
+        coll["schema"]["properties"]["amount"]["reduce"]["strategy"] = amount
+    if key:
+        coll["key"] = [f"/{key}"]
+        coll["schema"]["required"] = sorted({*coll["schema"]["required"], key})
+    with open(spec_path, "w") as f:
+        yaml.safe_dump(obj, f)
+
+
+def view_of(db) -> dict:
+    return normalize(sqlite_view(db)) if os.path.exists(db) else {}
+
+
+def setup(tmp_path, *, deletes=0.03, shards=2):
+    data, db = tmp_path / "data", str(tmp_path / "views.db")
+    write_orders(data, files=2, per_file=120, customers=30, seed=5, deletes=deletes)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards)
+    old = str(tmp_path / "old.yaml")
+    with open(spec) as a, open(old, "w") as b:
+        b.write(a.read())
+    assert plain.run(spec) == 0
+    assert view_of(db) == oracle(data)
+    return data, db, spec, old
+
+
+def test_a_reduce_change_is_rebuilt_while_the_live_view_commits_and_readers_see_old_or_new(tmp_path):
+    # one shard: the live view's shards commit one by one, so with two a reader may see one's batch
+    # before the other's; the cut-over replaces every shard's rows in one transaction
+    data, db, spec, old = setup(tmp_path, shards=1)
+    con = sqlite3.connect(db)
+    con.execute("CREATE VIEW big_spenders AS SELECT customer, amount FROM customers WHERE amount > 1000")
+    con.commit()
+    con.close()
+    edit(spec, amount="maximize")
+    readings: list[int] = []
+    stop = threading.Event()
+
+    def reader():
+        con = sqlite3.connect(db, timeout=30)
+        while not stop.is_set():
+            readings.append(con.execute("SELECT COALESCE(SUM(amount), 0) FROM customers").fetchone()[0])
+        con.close()
+
+    builds = []
+
+    def run_view(spec_obj, name):  # the live view takes a new file (old spec) while the shadow builds
+        if not builds:
+            write_orders(data, files=1, per_file=120, customers=30, seed=6, start=2, deletes=0.03)
+            live = threading.Thread(target=plain.run, args=(old,))
+            live.start()
+            plain.run(spec_obj, name)
+            live.join()
+        else:
+            plain.run(spec_obj, name)
+        builds.append(name)
+
+    poll = threading.Thread(target=reader)
+    poll.start()
+    try:
+        said = Rebuild(load_spec(spec), "view", run_view, say=lambda s: None).run()
+    finally:
+        stop.set()
+        poll.join()
+    assert "now holds the view of the edited spec" in said
+    assert builds == ["view__rebuild", "view__rebuild"]  # the build, then the last batches with the live view stopped
+    new = oracle(data, amount="maximize")
+    assert view_of(db) == new
+    olds = {total(oracle(data, files=n)) for n in (2, 3)}
+    assert readings and set(readings) <= olds | {total(new)}, (set(readings), olds, total(new))
+    con = sqlite3.connect(db)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    assert "customers__tm_rebuild" not in tables and "big_spenders" in tables
+    assert con.execute("SELECT COUNT(*) FROM big_spenders").fetchone()[0] == sum(
+        1 for d in new.values() if d["amount"] > 1000
+    )
+    owners = con.execute("SELECT DISTINCT materialization FROM tidemark_checkpoints").fetchall()
+    record = json.loads(
+        con.execute("SELECT record FROM tidemark_identities WHERE resource = 'customers'").fetchone()[0]
+    )
+    con.close()
+    assert owners == [("view",)] and record["materialization"] == "view" and record.get("rebuilt")
+    # the live view goes on from the rebuilt spec
+    write_orders(data, files=1, per_file=120, customers=30, seed=7, start=3, deletes=0.03)
+    assert plain.run(spec) == 0
+    assert view_of(db) == oracle(data, amount="maximize")
+    assert read_record(str(tmp_path / "checkpoints" / "view")) is None
+    assert sorted(os.listdir(tmp_path / "checkpoints"))[0] == "view"
+
+
+def test_a_key_change_is_rebuilt(tmp_path):
+    data, db, spec, _old = setup(tmp_path, deletes=0.0)
+    edit(spec, key="city")
+    Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
+    assert normalize(sqlite_view(db, key="city")) == oracle(data, key="city")
+    write_orders(data, files=1, per_file=50, customers=30, seed=8, start=2)
+    assert plain.run(spec) == 0
+    assert normalize(sqlite_view(db, key="city")) == oracle(data, key="city")
+
+
+def test_abandon_drops_only_the_shadow(tmp_path):
+    data, db, spec, old = setup(tmp_path)
+    edit(spec, amount="maximize")
+    rebuild = Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None)
+    rebuild.start()
+    rebuild.build()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM customers__tm_rebuild").fetchone()[0] > 0
+    con.close()
+    said = rebuild.abandon()
+    rebuild.close()
+    assert "abandoned" in said and "customers__tm_rebuild" in said
+    con = sqlite3.connect(db)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    mats = {r[0] for r in con.execute("SELECT materialization FROM tidemark_checkpoints")}
+    con.close()
+    assert "customers__tm_rebuild" not in tables and mats == {"view"}
+    assert not os.path.exists(tmp_path / "checkpoints" / "view__rebuild")
+    assert view_of(db) == oracle(data)
+    write_orders(data, files=1, per_file=60, customers=30, seed=9, start=2)
+    assert plain.run(old) == 0  # the live view runs on, untouched
+    assert view_of(db) == oracle(data)
+
+
+def test_refusals_before_anything_changes(tmp_path):
+    data, db, spec, _old = setup(tmp_path)
+    location = tmp_path / "checkpoints" / "view"
+    # input the live view read is gone: a rebuild from the source would lose it
+    sources = location / "spark" / "sources" / "0"
+    sources.mkdir(parents=True)
+    gone = data / "orders-0000.json"
+    (sources / "0").write_text("v1\n" + json.dumps({"path": f"file://{gone}", "timestamp": 0, "batchId": 0}) + "\n")
+    assert missing_input(str(location)) == []
+    os.rename(gone, tmp_path / "moved.json")
+    edit(spec, amount="maximize")
+    with pytest.raises(SpecError, match=r"no longer has \(.*orders-0000.json\)"):
+        Rebuild(load_spec(spec), "view", plain.run).run()
+    assert read_record(str(location)) is None
+    # a push endpoint cannot replace a published log in place
+    obj = yaml.safe_load(open(spec))
+    obj["materializations"]["view"]["endpoint"] = {"memory": {}}
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+    with pytest.raises(SpecError, match="cannot rebuild a view in place"):
+        Rebuild(load_spec(spec), "view", plain.run)
+
+
+def _rebuild_child(spec: str, faults: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "TIDEMARK_FAULT_SCOPE": "group"}
+    if faults:
+        env["TIDEMARK_FAULTS"] = faults
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.rebuild_child", spec, "view"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+# the build's points (in the shadow's sessions and its coordinator), then the cut-over's
+POINTS = ["mid_store", "after_endpoint_commit", "after_recovery_log", "before_cutover", "replace_contents"]
+POINTS += ["after_cutover"]
+
+
+@pytest.mark.chaos
+def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path):
+    data, db, spec, old = setup(tmp_path, shards=2)
+    write_orders(data, files=1, per_file=120, customers=30, seed=6, start=2, deletes=0.03)
+    assert plain.run(old) == 0
+    before, after = oracle(data), oracle(data, amount="maximize")
+    edit(spec, amount="maximize")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    faults = arm_in_sequence(POINTS, markers)
+    seen = []
+    for _attempt in range(len(POINTS) + 2):
+        proc = _rebuild_child(spec, faults)
+        view = view_of(db)
+        assert view in (before, after), proc.stderr[-2000:]
+        seen.append("new" if view == after else "old")
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == KILLED, proc.stderr[-3000:]
+        if view == after and read_record(str(tmp_path / "checkpoints" / "view")) is not None:
+            # the endpoint holds the new view; the checkpoint folders are not switched yet: a run waits
+            with pytest.raises(RecoveryError, match="cut-over of its rebuild"):
+                plain.run(spec)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert fired(markers) == set(POINTS)
+    first = seen.index("new")  # old until the cut-over's transaction committed, new from then on
+    assert view_of(db) == after and seen == ["old"] * first + ["new"] * (len(seen) - first), seen
+    assert first >= 4, seen  # (the build's three kills and before_cutover left the old view)
+    write_orders(data, files=1, per_file=60, customers=30, seed=10, start=3, deletes=0.03)
+    assert plain.run(spec) == 0
+    assert view_of(db) == oracle(data, amount="maximize")
