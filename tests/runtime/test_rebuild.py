@@ -25,53 +25,12 @@ from tests.support import plain
 from tests.support.harness import arm_in_sequence, fired
 from tests.support.helpers import normalize, orders_spec, sqlite_view, write_orders
 from tests.support.paths import REPO
+from tests.support.rebuild_support import edit, oracle, total
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.runtime.rebuild import Rebuild, missing_input, read_record
 from tidemark.spec import load_spec
 
 KILLED = -signal.SIGKILL
-
-
-def oracle(data, *, key="customer", amount="sum", files=None) -> dict:
-    """key -> document, the files in name order (the first ``files`` only), lines in order."""
-    view: dict = {}
-    names = sorted(n for n in os.listdir(data) if n.endswith(".json"))[:files]
-    for name in names:
-        with open(os.path.join(data, name)) as f:
-            for line in f:
-                doc = json.loads(line)
-                k = doc[key]
-                if doc.get("_meta", {}).get("op") == "d":
-                    view.pop(k, None)
-                    continue
-                cur = view.get(k)
-                if cur is None:
-                    view[k] = json.loads(line)
-                    continue
-                cur["amount"] = cur["amount"] + doc["amount"] if amount == "sum" else max(cur["amount"], doc["amount"])
-                cur["orders"] += doc["orders"]
-                cur["largest"] = max(cur["largest"], doc["largest"])
-                cur["items"] = cur["items"] + doc["items"]
-                cur["flags"] = {**cur["flags"], **doc["flags"]}
-                for f_ in ("city", "customer"):
-                    cur[f_] = doc[f_]
-    return view
-
-
-def total(view: dict) -> int:
-    return sum(d["amount"] for d in view.values())
-
-
-def edit(spec_path: str, *, amount: str | None = None, key: str | None = None) -> None:
-    obj = yaml.safe_load(open(spec_path))
-    coll = obj["collections"]["orders"]
-    if amount:
-        coll["schema"]["properties"]["amount"]["reduce"]["strategy"] = amount
-    if key:
-        coll["key"] = [f"/{key}"]
-        coll["schema"]["required"] = sorted({*coll["schema"]["required"], key})
-    with open(spec_path, "w") as f:
-        yaml.safe_dump(obj, f)
 
 
 def view_of(db) -> dict:

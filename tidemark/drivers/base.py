@@ -358,6 +358,10 @@ class Driver(ABC):
     #: why :meth:`shadow_resource` answers None, in words (``tidemark rebuild`` prints it)
     rebuild_refusal: str = "it cannot replace a view's contents in one transaction"
 
+    def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list]]) -> None:  # noqa: B027
+        """Refuse, before a rebuild builds anything, a change this endpoint's cut-over cannot make
+        in one transaction (``bindings``: the edited spec's; ``old_keys``: each view's key now)."""
+
     def replace_contents(self, req: "ReplaceContents") -> list[str]:
         """The cut-over of a rebuild, in ONE endpoint transaction: each live resource's contents
         become its shadow's (the shadow is dropped), and what the endpoint records of the shadow

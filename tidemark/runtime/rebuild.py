@@ -218,6 +218,12 @@ class Rebuild:
                 f"materialization {self.name!r} was adopted from an existing table (tidemark adopt): its source does "
                 "not hold what the table held before, so a rebuild from the source would lose it. Nothing was changed"
             )
+        last = RecoveryLog(self.location, self.name, create=False).last()
+        logged = list(getattr(last, "identities", None) or [])
+        self.driver.check_rebuild(
+            self._bindings(self.spec, self.mat),
+            [logged[i].get("key") if i < len(logged) else None for i in range(len(self.mat.bindings))],
+        )
         missing = missing_input(self.location)
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

@@ -544,6 +544,9 @@ class SqlDriver(Driver):
     def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
         return replace.shadow_resource(resource, tag)
 
+    def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list]]) -> None:
+        replace.check_rebuild(self, bindings, old_keys)
+
     def replace_contents(self, req: ReplaceContents) -> list[str]:
         self.__dict__.pop("_forms", None)  # the live tables change
         return replace.replace_contents(self, req) + replace.drop_shadows(self, req)

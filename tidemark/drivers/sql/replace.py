@@ -48,6 +48,24 @@ def shadow_resource(resource: dict, tag: str = TAG) -> dict:
     return {**resource, "table": f"{resource['table']}__{tag}"}
 
 
+def _no_ddl(driver, what: str, name: str) -> IncompatibleSchema:
+    return IncompatibleSchema(
+        f"rebuild: table {name} would change {what}, and {driver.dialect.title} commits such a change on its own, "
+        "outside the transaction that replaces the rows, so readers could see a mix. Keep the key and the types, "
+        "or start the view over with `tidemark reset`. Nothing was changed"
+    )
+
+
+def check_rebuild(driver, bindings, old_keys) -> None:
+    """Before anything is built: without transactional DDL, a key cannot change."""
+    if driver.dialect.transactional_ddl:
+        return
+    for b, old in zip(bindings, old_keys):
+        if old is not None and list(old) != list(b.key):
+            name = driver.resource_name(driver.base_model(b))
+            raise _no_ddl(driver, f"its key ({list(old)} -> {list(b.key)})", name)
+
+
 def _shape(existing: dict, required: list) -> dict:
     return {n: (t.lower(), pk, n in required) for n, (t, pk) in existing.items()}
 
@@ -76,12 +94,7 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
                 n for n, s in live_shape.items() if n not in shadow_shape and s[1]
             ]
             if changed:
-                raise IncompatibleSchema(
-                    f"rebuild of {req.materialization!r}: table {driver.resource_name(live)} would change the type or "
-                    f"key role of column(s) {changed}, and {driver.dialect.title} commits such a change on its own, "
-                    "outside the transaction that replaces the rows, so readers could see a mix. Keep the key and "
-                    "the types, or start the view over with `tidemark reset`. Nothing was changed"
-                )
+                raise _no_ddl(driver, f"the type or key role of column(s) {changed}", driver.resource_name(live))
         out.append((live, shadow, live_shape, shadow_shape))
     return out
 

@@ -1,0 +1,50 @@
+"""What the rebuild tests share: an oracle that knows the edited schemas, and the edits."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+
+
+def oracle(data, *, key="customer", amount="sum", files=None) -> dict:
+    """key -> document, the files in name order (the first ``files`` only), lines in order."""
+    view: dict = {}
+    names = sorted(n for n in os.listdir(data) if n.endswith(".json"))[:files]
+    for name in names:
+        with open(os.path.join(data, name)) as f:
+            for line in f:
+                doc = json.loads(line)
+                k = doc[key]
+                if doc.get("_meta", {}).get("op") == "d":
+                    view.pop(k, None)
+                    continue
+                cur = view.get(k)
+                if cur is None:
+                    view[k] = json.loads(line)
+                    continue
+                cur["amount"] = cur["amount"] + doc["amount"] if amount == "sum" else max(cur["amount"], doc["amount"])
+                cur["orders"] += doc["orders"]
+                cur["largest"] = max(cur["largest"], doc["largest"])
+                cur["items"] = cur["items"] + doc["items"]
+                cur["flags"] = {**cur["flags"], **doc["flags"]}
+                for f_ in ("city", "customer"):
+                    cur[f_] = doc[f_]
+    return view
+
+
+def total(view: dict) -> int:
+    return sum(d["amount"] for d in view.values())
+
+
+def edit(spec_path: str, *, amount: str | None = None, key: str | None = None) -> None:
+    obj = yaml.safe_load(open(spec_path))
+    coll = obj["collections"]["orders"]
+    if amount:
+        coll["schema"]["properties"]["amount"]["reduce"]["strategy"] = amount
+    if key:
+        coll["key"] = [f"/{key}"]
+        coll["schema"]["required"] = sorted({*coll["schema"]["required"], key})
+    with open(spec_path, "w") as f:
+        yaml.safe_dump(obj, f)
