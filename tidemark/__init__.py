@@ -2,18 +2,29 @@
 
 ``tidemark.materialize`` (:func:`tidemark.spark.api.materialize`), ``tidemark.adopt``
 (:func:`tidemark.spark.adopt.adopt`), ``tidemark.reset``
-(:func:`tidemark.ops.reset`), ``tidemark.scale`` and ``tidemark.layout_history`` (:mod:`tidemark.ops`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
+(:func:`tidemark.ops.reset`), ``tidemark.rebuild`` (:func:`tidemark.spark.rebuild.rebuild`), ``tidemark.scale`` and ``tidemark.layout_history`` (:mod:`tidemark.ops`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
 imported when first used, so that ``import tidemark`` stays cheap (executors import it).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["materialize", "adopt", "reset", "scale", "layout_history", "open_view", "RuntimeOptions", "__version__"]
+__all__ = [
+    "materialize",
+    "adopt",
+    "reset",
+    "rebuild",
+    "scale",
+    "layout_history",
+    "open_view",
+    "RuntimeOptions",
+    "__version__",
+]
 
 _LAZY = {
     "materialize": ("tidemark.spark.api", "materialize"),
     "adopt": ("tidemark.spark.adopt", "adopt"),  # start a view from an existing table
     "reset": ("tidemark.ops", "reset"),
+    "rebuild": ("tidemark.spark.rebuild", "rebuild"),  # change a live view: build a shadow, replace in one transaction
     "scale": ("tidemark.ops", "scale"),  # rescale a running view at its next batch
     "layout_history": ("tidemark.ops", "layout_history"),
     "RuntimeOptions": ("tidemark.options", "RuntimeOptions"),

@@ -241,6 +241,55 @@ def adopt(
     )
 
 
+@app.command()
+def rebuild(
+    spec: str = typer.Argument(..., help="the spec file, as edited"),
+    materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the materialization"),
+    abandon: bool = typer.Option(False, "--abandon", help="drop the shadow of the rebuild in progress, nothing else"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+):
+    """Change a live view without taking it away: build the edited spec into shadow resources
+    while the live view keeps running, then replace the live contents in one endpoint
+    transaction (the cut-over needs the live run stopped: Ctrl-C stops it at a batch boundary).
+    Stopped part-way, the same command goes on; --abandon drops only the shadow."""
+    from tidemark.faults import pin_group
+    from tidemark.spark.rebuild import rebuild as do_rebuild
+
+    pin_group()
+
+    def session():  # made only if something is built
+        from tidemark.spark.session import local_session
+
+        if _state["verbose"]:
+            set_process_option("spark_log_defaults", True)
+        spark = local_session("tidemark-rebuild", master=master or "local[*]", **{"spark.ui.enabled": "false"})
+        spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
+        return spark
+
+    def on_batch(r):
+        console.print(
+            f"{r.materialization} batch {r.batch_id}: "
+            + ("already committed" if r.skipped else f"{r.documents} docs, {r.keys} keys, stored {r.stored}"),
+            highlight=False,
+        )
+
+    try:
+        said = do_rebuild(
+            spec,
+            materialization=materialization,
+            spark=session,
+            abandon=abandon,
+            on_batch=on_batch,
+            say=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
+        )
+    except Exception as exc:
+        err = _user_error(exc)
+        if err is None:
+            raise
+        _fail(err)
+    out.print(escape(said), highlight=False, soft_wrap=True)
+
+
 def _spark_conf(pairs: List[str], ui: bool) -> dict:
     """``--conf KEY=VALUE`` settings (and ``--spark-ui``) as a dict for the SparkSession."""
     out = {"spark.ui.enabled": "true" if ui else "false"}
