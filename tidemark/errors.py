@@ -144,6 +144,14 @@ def reset_hint(materialization: str) -> str:
     )
 
 
+def rebuild_hint(materialization: str) -> str:
+    """The way to change a live view without taking it away, for messages that refuse a change."""
+    return (
+        f"`tidemark rebuild SPEC -m {materialization}` (builds the edited view beside the live one while it keeps "
+        "serving, then replaces its contents in one transaction)"
+    )
+
+
 # ------------------------------------------------------------------ across processes
 # A shard task runs in a Spark executor's Python worker; Spark hands its failure to the
 # driver as text (a Python traceback inside a JVM exception).  The task marks a tidemark

@@ -62,6 +62,7 @@ class MaterializationStatus:
     input: InputStatus = field(default_factory=lambda: InputStatus("unknown"))
     notes: list = field(default_factory=list)
     problems: list = field(default_factory=list)  # what a run would refuse (e.g. a dropped table)
+    rebuild: Optional[dict] = None  # a `tidemark rebuild` in progress: id, phase, shadow, its batch and documents
 
     @property
     def batches_waiting(self) -> int:
@@ -330,6 +331,7 @@ def status_of_spec(
         mat = spec.materializations[n]
         view = MaterializationStatus(n, mat.driver_name, spec.checkpoint_location(n))
         _read_log(view.checkpoint, n, view)
+        _rebuild_of(spec, view)
         view.planned_batch = _spark_planned(view.checkpoint)
         _input_from_spec(spec, mat, view)
         # the endpoint only once the view has run (opening it may create a database file)
@@ -343,6 +345,33 @@ def status_of_spec(
             view.shards = _layout_rows(view)
         out.append(view)
     return out
+
+
+def _rebuild_of(spec, view: MaterializationStatus) -> None:
+    """A rebuild in progress (:mod:`tidemark.runtime.rebuild`): how far its shadow is."""
+    from tidemark.runtime.rebuild import read_record
+
+    record = read_record(view.checkpoint)
+    if record is None:
+        return
+    shadow = MaterializationStatus(record.shadow, view.endpoint, spec.checkpoint_location(record.shadow))
+    if RecoveryLog.existing_materialization(shadow.checkpoint):
+        _read_log(shadow.checkpoint, record.shadow, shadow)
+    docs, live_docs = shadow.totals.get("documents", 0), view.totals.get("documents", 0)
+    view.rebuild = {
+        "id": record.id,
+        "phase": record.phase,
+        "shadow": record.shadow,
+        "batch": shadow.last_batch,
+        "documents": docs,
+        "started_at": record.started_at,
+    }
+    share = f", about {min(100, round(100 * docs / live_docs))}% of the live view's" if live_docs else ""
+    at = "no batch yet" if shadow.last_batch is None else f"batch {shadow.last_batch}"
+    view.notes.append(
+        f"rebuild {record.id} {record.phase}: shadow {record.shadow} at {at}, {docs} documents{share}"
+        + ("; the cut-over did not finish: run `tidemark rebuild` again" if record.phase == "cutting" else "")
+    )
 
 
 def _current_first(view: MaterializationStatus, rows: list[ShardStatus]) -> list[ShardStatus]:

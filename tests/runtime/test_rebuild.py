@@ -132,6 +132,13 @@ def test_abandon_drops_only_the_shadow(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM customers__tm_rebuild").fetchone()[0] > 0
     con.close()
+    from tidemark.status import status_of_spec
+
+    [status] = status_of_spec(spec, endpoint=False)
+    assert status.rebuild is not None and status.rebuild["phase"] == "building" and status.rebuild["batch"] == 1
+    assert any(
+        n.startswith(f"rebuild {status.rebuild['id']} building: shadow view__rebuild at batch 1") for n in status.notes
+    )
     said = rebuild.abandon()
     rebuild.close()
     assert "abandoned" in said and "customers__tm_rebuild" in said
@@ -221,3 +228,15 @@ def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path):
     write_orders(data, files=1, per_file=60, customers=30, seed=10, start=3, deletes=0.03)
     assert plain.run(spec) == 0
     assert view_of(db) == oracle(data, amount="maximize")
+
+
+def test_check_names_rebuild_for_a_changed_reduce_or_key(tmp_path):
+    from tidemark.ops import check_spec
+
+    _data, _db, spec, _old = setup(tmp_path, deletes=0.0)
+    edit(spec, amount="maximize")
+    with pytest.raises(SpecError, match=r"sum -> maximize.*`tidemark rebuild SPEC -m view`"):
+        check_spec(spec)
+    edit(spec, amount="sum", key="city")
+    with pytest.raises(RecoveryError, match=r"was keyed by.*`tidemark rebuild SPEC -m view`"):
+        check_spec(spec)

@@ -79,7 +79,7 @@ def check_reductions(
     spec_file: Optional[str] = None,
 ) -> None:
     """Refuse a spec whose reduce annotations changed since the recovery log's last batch."""
-    from tidemark.errors import SpecError, reset_hint
+    from tidemark.errors import SpecError, rebuild_hint, reset_hint
 
     changes = changes_since(logged, current)
     if not changes:
@@ -89,6 +89,7 @@ def check_reductions(
         + "; ".join(changes)
         + f". The view holds documents up to batch {batch_id} reduced the old way, and new documents would be "
         f"reduced into them the new way. Keep the old reduce, or start the view over from its source with "
-        f"{reset_hint(materialization)}, or materialize into a new resource with its own checkpoint",
+        f"{reset_hint(materialization)}, or materialize into a new resource with its own checkpoint; or rebuild "
+        f"it with the new reduce while it keeps serving: {rebuild_hint(materialization)}",
         file=spec_file,
     )

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence
 
-from tidemark.errors import RecoveryError, reset_hint
+from tidemark.errors import RecoveryError, rebuild_hint, reset_hint
 from tidemark.runtime.versions import FORMAT, refuse_newer
 
 #: resource keys that name *where* a view is, beside its name (schema-qualified names)
@@ -142,8 +142,13 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
     raise RecoveryError(
         f"materialization {materialization!r}{where}: the spec no longer describes the view its checkpoint holds up to "
         f"batch {entry.batch_id}: " + "; ".join(found) + ". Undo the edit (the old names are above), or start the "
-        f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source. "
-        "Nothing was changed"
+        f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source"
+        + (
+            f"; or rebuild it with the new key while it keeps serving: {rebuild_hint(materialization)}"
+            if any("was keyed by" in d for d in found)
+            else ""
+        )
+        + ". Nothing was changed"
     )
 
 
