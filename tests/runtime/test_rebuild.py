@@ -25,7 +25,7 @@ from tests.support import plain
 from tests.support.harness import arm_in_sequence, fired
 from tests.support.helpers import normalize, orders_spec, sqlite_view, write_orders
 from tests.support.paths import REPO
-from tests.support.rebuild_support import edit, oracle, total
+from tests.support.rebuild_support import edit, oracle, rebuild_child, total
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.runtime.rebuild import Rebuild, missing_input, read_record
 from tidemark.spec import load_spec
@@ -177,21 +177,6 @@ def test_refusals_before_anything_changes(tmp_path):
         Rebuild(load_spec(spec), "view", plain.run)
 
 
-def _rebuild_child(spec: str, faults: str = "") -> subprocess.CompletedProcess:
-    env = {**os.environ, "TIDEMARK_FAULT_SCOPE": "group"}
-    if faults:
-        env["TIDEMARK_FAULTS"] = faults
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.rebuild_child", spec, "view"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-
-
 # the build's points (in the shadow's sessions and its coordinator), then the cut-over's
 POINTS = ["mid_store", "after_endpoint_commit", "after_recovery_log", "before_cutover", "replace_contents"]
 POINTS += ["after_cutover"]
@@ -209,7 +194,7 @@ def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path):
     faults = arm_in_sequence(POINTS, markers)
     seen = []
     for _attempt in range(len(POINTS) + 2):
-        proc = _rebuild_child(spec, faults)
+        proc = rebuild_child(spec, faults)
         view = view_of(db)
         assert view in (before, after), proc.stderr[-2000:]
         seen.append("new" if view == after else "old")

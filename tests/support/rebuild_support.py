@@ -4,8 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import yaml
+
+from tests.support.paths import REPO
+
+
+def rebuild_child(spec: str, faults: str = "") -> subprocess.CompletedProcess:
+    """``tidemark rebuild SPEC -m view`` on the plain runner, in a process group of its own
+    (a fault point's kill takes it whole), with ``faults`` armed."""
+    env = {**os.environ, "TIDEMARK_FAULT_SCOPE": "group"}
+    if faults:
+        env["TIDEMARK_FAULTS"] = faults
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.rebuild_child", spec, "view"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
 
 
 def oracle(data, *, key="customer", amount="sum", files=None) -> dict:
@@ -38,9 +59,12 @@ def total(view: dict) -> int:
     return sum(d["amount"] for d in view.values())
 
 
-def edit(spec_path: str, *, amount: str | None = None, key: str | None = None) -> None:
+def edit(spec_path: str, *, amount: str | None = None, key: str | None = None, add: str | None = None) -> None:
+    """The spec with ``amount``'s reduce strategy, the key, or a new string property ``add`` changed."""
     obj = yaml.safe_load(open(spec_path))
     coll = obj["collections"]["orders"]
+    if add:
+        coll["schema"]["properties"][add] = {"type": "string"}
     if amount:
         coll["schema"]["properties"]["amount"]["reduce"]["strategy"] = amount
     if key:

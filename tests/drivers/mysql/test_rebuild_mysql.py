@@ -23,12 +23,14 @@ def test_a_reduce_change_is_rebuilt_and_a_key_change_refused(tmp_path, mysql_url
     spec = mysql_spec(tmp_path, data_dir=data, url=mysql_url, schema=mysql_db, shards=2)
     assert plain.run(spec) == 0
     sql(mysql_url, f"CREATE VIEW `{mysql_db}`.spenders AS SELECT customer, amount FROM `{mysql_db}`.customers")
-    edit(spec, amount="maximize")
+    edit(spec, amount="maximize", add="segment")  # the new column is added before the transaction
     Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
     assert normalize(mysql_view(mysql_url, mysql_db)) == oracle(data, amount="maximize")
     assert sql(mysql_url, f"SELECT COUNT(*) FROM `{mysql_db}`.spenders")[0][0] == len(oracle(data))
     tables = {r[0] for r in sql(mysql_url, f"SHOW TABLES FROM `{mysql_db}`")}
     assert "customers__tm_rebuild" not in tables
+    columns = {r[0] for r in sql(mysql_url, f"SHOW COLUMNS FROM `{mysql_db}`.customers")}
+    assert "segment" in columns
     # now a key change: MariaDB cannot change a key inside the transaction that replaces the rows
     edit(spec, key="city")
     rebuild = Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None)

@@ -20,7 +20,7 @@ import pytest
 from tests.support import plain
 from tests.support.helpers import normalize, postgres_spec, postgres_view, write_orders
 from tests.support.paths import REPO
-from tests.support.rebuild_support import edit, oracle
+from tests.support.rebuild_support import edit, oracle, rebuild_child
 from tidemark.runtime.rebuild import Rebuild
 from tidemark.spec import load_spec
 
@@ -110,15 +110,10 @@ def test_a_key_change_changes_the_key_of_the_same_table(tmp_path, postgres_url, 
 def test_a_kill_inside_the_replacing_transaction_leaves_the_old_view(tmp_path, postgres_url, pg_schema, role):
     data, spec = _live(tmp_path, postgres_url, pg_schema, role, deletes=0.03)
     edit(spec, amount="maximize")
-    env = {**os.environ, "TIDEMARK_FAULT_SCOPE": "group", "TIDEMARK_FAULTS": "replace_contents:kill"}
-    argv = [sys.executable, "-m", "tests.support.rebuild_child", spec, "view"]
-    killed = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, start_new_session=True
-    )
+    killed = rebuild_child(spec, "replace_contents:kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle(data)
-    env.pop("TIDEMARK_FAULTS")
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    done = rebuild_child(spec)
     assert done.returncode == 0, done.stderr[-3000:]
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle(data, amount="maximize")
     assert _table_facts(postgres_url, pg_schema, role)[1:3] == (True, "the customers, reduced")
