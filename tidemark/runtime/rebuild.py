@@ -187,7 +187,11 @@ class Rebuild:
                 f"file system; {self.location} is not one. Nothing was changed"
             )
         self.driver = load_driver(self.mat.driver_name, self.mat.driver_config)
-        self.shadow_spec, self.shadow = shadow_spec(spec, name, self.driver)
+        try:
+            self.shadow_spec, self.shadow = shadow_spec(spec, name, self.driver)
+        except BaseException:
+            self.driver.close()
+            raise
         self.shadow_location = spec.checkpoint_location(self.shadow.name)
 
     def close(self) -> None:
