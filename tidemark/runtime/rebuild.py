@@ -319,6 +319,8 @@ class Rebuild:
             if os.path.isdir(self.location) and live_id != record.shadow_checkpoint_id:
                 os.replace(self.location, before)
             os.replace(nxt, self.location)
+        for line in self.driver.drop(self.shadow.name, self._bindings(self.shadow_spec, self.shadow)):
+            self.say(line)  # what a cut-over left of the shadow (MariaDB drops its table after the commit)
         shutil.rmtree(self.shadow_location, ignore_errors=True)
         os.remove(record_path(self.location))
         return (

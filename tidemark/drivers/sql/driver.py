@@ -549,7 +549,7 @@ class SqlDriver(Driver):
 
     def replace_contents(self, req: ReplaceContents) -> list[str]:
         self.__dict__.pop("_forms", None)  # the live tables change
-        return replace.replace_contents(self, req) + replace.drop_shadows(self, req)
+        return replace.replace_contents(self, req)
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
         names = [self.resource_name(self.base_model(b)) for b in bindings]
