@@ -367,9 +367,9 @@ def _rebuild_of(spec, view: MaterializationStatus) -> None:
         "started_at": record.started_at,
     }
     share = f", about {min(100, round(100 * docs / live_docs))}% of the live view's" if live_docs else ""
-    at = "no batch yet" if shadow.last_batch is None else f"batch {shadow.last_batch}"
+    built_to = "no batch yet" if shadow.last_batch is None else f"batch {shadow.last_batch}"
     view.notes.append(
-        f"rebuild {record.id} {record.phase}: shadow {record.shadow} at {at}, {docs} documents{share}"
+        f"rebuild {record.id} {record.phase}: shadow {record.shadow} at {built_to}, {docs} documents{share}"
         + ("; the cut-over did not finish: run `tidemark rebuild` again" if record.phase == "cutting" else "")
     )
 

@@ -212,7 +212,8 @@ class Rebuild:
                     "and start again. Nothing was changed"
                 )
             return record
-        if RecoveryLog(self.location, self.name, create=False).checkpoint_id is None:
+        live = RecoveryLog(self.location, self.name, create=False)
+        if live.checkpoint_id is None:
             raise SpecError(
                 f"materialization {self.name!r} has no view to rebuild yet (no checkpoint at {self.location}): "
                 "`tidemark run` builds it from the edited spec. Nothing was changed"
@@ -222,8 +223,7 @@ class Rebuild:
                 f"materialization {self.name!r} was adopted from an existing table (tidemark adopt): its source does "
                 "not hold what the table held before, so a rebuild from the source would lose it. Nothing was changed"
             )
-        last = RecoveryLog(self.location, self.name, create=False).last()
-        logged = list(getattr(last, "identities", None) or [])
+        logged = list(getattr(live.last(), "identities", None) or [])
         self.driver.check_rebuild(
             self._bindings(self.spec, self.mat),
             [logged[i].get("key") if i < len(logged) else None for i in range(len(self.mat.bindings))],

@@ -115,7 +115,7 @@ class PostgresDialect(Dialect):
         comments, dependent views and policies stay) emptied, changed to the shadow's columns,
         types and key, and filled from the shadow.  A dependent view on a column that goes or
         changes type makes PostgreSQL refuse, and the whole cut-over rolls back."""
-        table, q = self.ident(live), self.quote
+        table, quote = self.ident(live), self.quote
         driver.execute(con, f"DELETE FROM {table}")
         pkey = driver.execute(
             con,
@@ -123,30 +123,30 @@ class PostgresDialect(Dialect):
             (table,),
         ).fetchone()
         if pkey is not None:
-            driver.execute(con, f"ALTER TABLE {table} DROP CONSTRAINT {q(pkey[0])}")
+            driver.execute(con, f"ALTER TABLE {table} DROP CONSTRAINT {quote(pkey[0])}")
         steps = []
         for name in live_shape:
             if name not in shadow_shape:
-                driver.execute(con, f"ALTER TABLE {table} DROP COLUMN {q(name)}")
+                driver.execute(con, f"ALTER TABLE {table} DROP COLUMN {quote(name)}")
                 steps.append(f"dropped column {name}")
             else:
-                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {q(name)} DROP NOT NULL")
+                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {quote(name)} DROP NOT NULL")
         for name, (typ, _pk, _required) in shadow_shape.items():
             if name not in live_shape:
-                driver.execute(con, f"ALTER TABLE {table} ADD COLUMN {q(name)} {typ}")
+                driver.execute(con, f"ALTER TABLE {table} ADD COLUMN {quote(name)} {typ}")
                 steps.append(f"added column {name} {typ}")
             elif live_shape[name][0] != typ:
-                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {q(name)} TYPE {typ} USING NULL::{typ}")
+                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {quote(name)} TYPE {typ} USING NULL::{typ}")
                 steps.append(f"changed column {name} to {typ}")
         for name, (_typ, pk, required) in shadow_shape.items():
             if pk or required:
-                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {q(name)} SET NOT NULL")
+                driver.execute(con, f"ALTER TABLE {table} ALTER COLUMN {quote(name)} SET NOT NULL")
         keys = [n for n, (_t, pk, _r) in shadow_shape.items() if pk]
         if keys:
-            driver.execute(con, f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(q(k) for k in keys)})")
+            driver.execute(con, f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(quote(k) for k in keys)})")
         if keys != [n for n, (_t, pk, _r) in live_shape.items() if pk]:
             steps.append(f"keyed by {', '.join(keys)}")
-        names = ", ".join(q(n) for n in columns)
+        names = ", ".join(quote(n) for n in columns)
         driver.execute(con, f"INSERT INTO {table} ({names}) SELECT {names} FROM {self.ident(shadow)}")
         driver.execute(con, f"DROP TABLE {self.ident(shadow)}")
         return f"replaced the rows of {driver.resource_name(live)} in place ({'; '.join(steps)})"

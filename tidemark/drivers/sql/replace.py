@@ -19,7 +19,7 @@ transaction:
 
 MariaDB commits DDL implicitly, so only what cannot lose anything happens outside the
 transaction there -- new columns added to the live table first (NULL until the rows come),
-the shadow table dropped after -- and a changed key or type is refused before anything
+the shadow table dropped after, when the rebuild drops the shadow -- and a changed key or type is refused before anything
 changes. Readers see the old view or the new one, never a mix.
 """
 
@@ -40,10 +40,8 @@ from tidemark.drivers.sql.model import (
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.faults import fault_point
 
-TAG = "tm_rebuild"
 
-
-def shadow_resource(resource: dict, tag: str = TAG) -> dict:
+def shadow_resource(resource: dict, tag: str) -> dict:
     """``{table: T, ...}`` -> ``{table: T__<tag>, ...}`` (same schema)."""
     return {**resource, "table": f"{resource['table']}__{tag}"}
 
@@ -100,9 +98,10 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
 
 
 def replace_contents(driver, req: ReplaceContents) -> list[str]:
+    """The cut-over's transaction (see the module docstring); what it did, in words.  Without
+    transactional DDL the shadow tables stay until the rebuild drops the shadow (``Driver.drop``)."""
     dialect = driver.dialect
-    q = dialect.quote
-    done: list[str] = []
+    quote = dialect.quote
 
     if not dialect.transactional_ddl:  # new columns first (NULL until the rows come): nothing to lose
 
@@ -110,19 +109,18 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
             for live, _shadow, live_shape, shadow_shape in plan_pairs(driver, con, req):
                 for name, (typ, _pk, _req) in shadow_shape.items():
                     if name not in live_shape:
-                        driver.execute(con, f"ALTER TABLE {dialect.ident(live)} ADD COLUMN {q(name)} {typ}")
+                        driver.execute(con, f"ALTER TABLE {dialect.ident(live)} ADD COLUMN {quote(name)} {typ}")
 
         driver.atomically(add_columns, "rebuild: add columns")
 
     def body(con: Any) -> list[str]:
-        done.clear()
         if dialect.ddl_lock:
             driver.execute(con, dialect.ddl_lock)
         pairs = plan_pairs(driver, con, req)
-        done.append(move_checkpoints(driver, con, req))
+        done = [move_checkpoints(driver, con, req)]
         for live, shadow, live_shape, shadow_shape in pairs:
             columns = [n for n in shadow_shape if n != ROW_ID_COLUMN]
-            names = ", ".join(q(n) for n in columns)
+            names = ", ".join(quote(n) for n in columns)
             if live_shape == shadow_shape or not dialect.transactional_ddl:
                 driver.execute(con, f"DELETE FROM {dialect.ident(live)}")
                 driver.execute(
@@ -137,31 +135,13 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
         fault_point("replace_contents")
         return done
 
-    driver.atomically(body, "rebuild: replace contents")
-    if not dialect.transactional_ddl:
-        drop_shadows(driver, req)
-    return done
-
-
-def drop_shadows(driver, req: ReplaceContents) -> list[str]:
-    """Drop what is left of the shadow tables (after a cut-over committed; idempotent)."""
-    out = []
-
-    def body(con: Any) -> None:
-        for _live_b, shadow_b in req.pairs:
-            shadow = driver.base_model(shadow_b)
-            if driver.tables_exist(con, shadow.name, schema=shadow.schema):
-                driver.execute(con, f"DROP TABLE {driver.dialect.ident(shadow)}")
-                out.append(f"dropped table {driver.resource_name(shadow)}")
-
-    driver.atomically(body, "rebuild: drop the shadow tables")
-    return out
+    return driver.atomically(body, "rebuild: replace contents")
 
 
 def move_checkpoints(driver, con: Any, req: ReplaceContents) -> str:
     """The shadow's checkpoint rows become the live materialization's, fenced above both."""
     dialect, table = driver.dialect, driver.checkpoints_table
-    p = dialect.placeholder
+    p = dialect.placeholder  # (the DB-API marker, as the SQL skeleton names it)
     rows = driver.execute(
         con,
         f"SELECT materialization, key_begin, key_end, fence, checkpoint FROM {table} WHERE materialization IN "
@@ -223,4 +203,4 @@ def move_records(driver, con: Any, req: ReplaceContents, pairs: list[tuple]) -> 
         )
 
 
-__all__ = ["TAG", "drop_shadows", "replace_contents", "shadow_resource"]
+__all__ = ["check_rebuild", "replace_contents", "shadow_resource"]
