@@ -193,6 +193,23 @@ def test_a_zombie_writer_is_fenced_by_the_next_open_of_its_range(config, topics)
     successor.close()
 
 
+def test_a_zombie_whose_producer_already_failed_is_told_it_was_fenced(config, topics):
+    """After a background request met the fence, ``produce`` raises only librdkafka's bare
+    ``_FATAL`` ("Unable to produce message"); the writer names the cause: FencedOff."""
+    data, progress = topics
+    zombie = RangeWriter.open(config, "view", LOW, progress_topic=progress)
+    zombie.begin()
+    zombie.send(data, ("a",), {"n": "zombie"})
+    successor = RangeWriter.open(config, "view", LOW, progress_topic=progress)
+    zombie.send(data, ("b",), {"n": "zombie"})
+    with pytest.raises(Exception):  # the delivery of the queued record reports the fence, once
+        zombie._live().flush(10)
+    with pytest.raises(FencedOff, match="_FENCED"):
+        zombie.send(data, ("c",), {"n": "zombie"})
+    assert not zombie.in_transaction
+    successor.close()
+
+
 CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -213,8 +213,27 @@ class RangeWriter:
             except TidemarkError:
                 raise
             except Exception as exc:
-                raise translate(exc, f"producing to {topic!r}", self.config) from exc
+                raise translate(self._cause(exc), f"producing to {topic!r}", self.config) from exc
         self.sent += 1
         # serve delivery callbacks (their errors surface at commit); a producer that a newer
         # session fenced meanwhile may raise here: translated like every other call (FencedOff)
-        call(lambda: producer.poll(0), f"producing to {topic!r}", self.config)
+        try:
+            producer.poll(0)
+        except Exception as exc:
+            raise translate(self._cause(exc), f"producing to {topic!r}", self.config) from exc
+
+    def _cause(self, exc: BaseException) -> BaseException:
+        """The error behind librdkafka's bare ``_FATAL`` (\"Unable to produce message: Local:
+        Fatal error\"), which ``produce`` raises once a background request has made the
+        producer unusable -- a newer session's fencing, most often, reported only later by
+        ``poll`` or the transaction calls. The transaction API returns the cause itself, so an
+        abort (which cannot succeed on a fatal producer) is asked for it."""
+        err = kafka_error_of(exc)
+        if err is None or err.name() != "_FATAL" or self._producer is None:
+            return exc
+        self._in_transaction = False
+        try:
+            self._producer.abort_transaction(0)
+        except Exception as cause:  # noqa: BLE001 - the cause is what we want
+            return cause
+        return exc
