@@ -371,6 +371,23 @@ class Driver(ABC):
         Returns what was done, in words."""
         raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot replace a view's contents")
 
+    def rebuilt_state(self, state: Any, req: "ReplaceContents") -> Any:
+        """A driver checkpoint of the shadow materialization (a recovery-log entry's), as the
+        live one's after the cut-over: what it names of the shadow (resources, tags) renamed.
+        Recovery re-runs the last logged batch's acknowledge with it, which must then find
+        the live resources holding that batch."""
+        return state
+
+    def cut_over_state(self, req: "ReplaceContents") -> str:
+        """How far :meth:`replace_contents` got, read back after a kill: ``"none"`` (the live
+        resources are as they were), ``"done"``, or ``"partial"`` -- an endpoint that replaces
+        each resource in a transaction of its own (the lakes: one commit per table) got some of
+        the way; :meth:`replace_contents` is then called again and must finish the rest.  By
+        default: ``"done"`` once the endpoint's positions name the shadow's checkpoint."""
+        positions = self.positions(req.materialization, [live for live, _ in req.pairs]) or []
+        hit = any(p.materialization == req.materialization and p.checkpoint_id == req.checkpoint_id for p in positions)
+        return "done" if hit else "none"
+
     def read_rows(self, source: str) -> Iterable[dict]:
         """The rows of an existing table or query of the endpoint, as dicts of column name ->
         value (the client library's types), for ``tidemark adopt``.  Read-only."""

@@ -260,7 +260,7 @@ class Rebuild:
 
         record = self.start()
         if record.phase == CUTTING:
-            if self._cut_over_committed(record):
+            if self._finish_committed(record):
                 return self._finish(record)
             self.say("the cut-over did not commit: the live view is as it was; building on")
             shutil.rmtree(next_path(self.location), ignore_errors=True)
@@ -291,21 +291,12 @@ class Rebuild:
         nxt = next_path(self.location)
         shutil.rmtree(nxt, ignore_errors=True)
         shutil.copytree(self.shadow_location, nxt, ignore=shutil.ignore_patterns("tidemark.lease*"))
-        self._rename_log(nxt)
-        record.phase, record.shadow_checkpoint_id = CUTTING, shadow_log.checkpoint_id or ""
+        record.shadow_checkpoint_id = shadow_log.checkpoint_id or ""
+        req = self._request(record)
+        self._rename_log(nxt, req)
+        record.phase = CUTTING
         write_record(self.location, record)
-        done = self.driver.replace_contents(
-            ReplaceContents(
-                self.name,
-                self.shadow.name,
-                tuple(zip(self._bindings(self.spec, self.mat), self._bindings(self.shadow_spec, self.shadow))),
-                record.shadow_checkpoint_id,
-                tuple(
-                    {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0), "rebuilt": record.id}
-                    for i in self._identities()
-                ),
-            )
-        )
+        done = self.driver.replace_contents(req)
         for line in done:
             self.say(line)
         fault_point("after_cutover")
@@ -332,7 +323,7 @@ class Rebuild:
         record = read_record(self.location)
         if record is None:
             return f"materialization {self.name!r} has no rebuild in progress"
-        if record.phase == CUTTING and self._cut_over_committed(record):
+        if record.phase == CUTTING and self._finish_committed(record):
             return self._finish(record) + " (the cut-over had committed, so it was finished, not abandoned)"
         done = self.driver.drop(self.shadow.name, self._bindings(self.shadow_spec, self.shadow))
         shutil.rmtree(self.shadow_location, ignore_errors=True)
@@ -352,12 +343,32 @@ class Rebuild:
         ]
         return [binding_identity(b, s) for b, s in zip(self._bindings(self.spec, self.mat), sources)]
 
-    def _cut_over_committed(self, record: RebuildRecord) -> bool:
-        positions = self.driver.positions(self.name, self._bindings(self.spec, self.mat)) or []
-        return any(p.materialization == self.name and p.checkpoint_id == record.shadow_checkpoint_id for p in positions)
+    def _request(self, record: RebuildRecord) -> ReplaceContents:
+        return ReplaceContents(
+            self.name,
+            self.shadow.name,
+            tuple(zip(self._bindings(self.spec, self.mat), self._bindings(self.shadow_spec, self.shadow))),
+            record.shadow_checkpoint_id,
+            tuple(
+                {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0), "rebuilt": record.id}
+                for i in self._identities()
+            ),
+        )
 
-    def _rename_log(self, folder: str) -> None:
-        """The copied shadow log, as the live view's: its name, resources and identities."""
+    def _finish_committed(self, record: RebuildRecord) -> bool:
+        """After a kill in the cut-over: True if it committed (an endpoint that replaces each
+        resource on its own and got part of the way is taken the rest of it first)."""
+        req = self._request(record)
+        state = self.driver.cut_over_state(req)
+        if state == "partial":
+            self.say("the cut-over had replaced part of the view: replacing the rest")
+            for line in self.driver.replace_contents(req):
+                self.say(line)
+        return state != "none"
+
+    def _rename_log(self, folder: str, req: ReplaceContents) -> None:
+        """The copied shadow log, as the live view's: its name, resources, identities and what
+        the endpoint's driver checkpoint names of the shadow (:meth:`Driver.rebuilt_state`)."""
         live = [list(b.resource_path) for b in self._bindings(self.spec, self.mat)]
         identities = self._identities()
         RecoveryLog(folder, self.shadow.name, create=False).rewrite_as(
@@ -367,6 +378,7 @@ class Rebuild:
                 "runtime_checkpoint": {**entry.get("runtime_checkpoint", {}), "materialization": self.name},
                 "resources": live,
                 "identities": identities,
+                "driver_checkpoint": self.driver.rebuilt_state(entry.get("driver_checkpoint"), req),
             },
         )
 

@@ -40,7 +40,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from tidemark.drivers.base import Capabilities, resolve_local_path
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, QUARANTINE_TABLE, Column
 from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, read_quarantine
+from tidemark.drivers.delta.quarantine import apply_quarantine, drop_quarantine, move_quarantine, read_quarantine
 from tidemark.drivers.delta.settings import SETTINGS, DeltaSettings
 from tidemark.drivers.delta.tables import (
     IN_LIST_MAX,
@@ -56,6 +56,7 @@ from tidemark.drivers.lake.driver import CAPABILITIES as LAKE_CAPABILITIES
 from tidemark.drivers.lake.driver import StagedFilesDriver
 from tidemark.drivers.lake.model import DELETE_COLUMN, LakeTable, is_uri, join_path, lake_table
 from tidemark.errors import SpecError, TidemarkError
+from tidemark.faults import fault_point
 from tidemark.protocol.messages import BindingSpec, SpecResponse
 
 CAPABILITIES = dataclasses.replace(
@@ -226,6 +227,45 @@ class DeltaDriver(StagedFilesDriver):
             )
             .execute()
         )
+
+    # ------------------------------------------------------------- rebuild
+    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+        if isinstance(resource.get("path"), str) and resource["path"]:
+            return {**resource, "path": f"{resource['path'].rstrip('/')}__{tag}"}
+        return super().shadow_resource(resource, tag)
+
+    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
+        """Commit 1: an overwrite of the rows and the schema (``schema_mode="overwrite"``) with
+        the app transaction ``(APP_ID, batch)`` -- what readers see change, at once.  Commit 2:
+        the table properties (delta-rs keeps a table's configuration on an overwrite). Between
+        the two the live run is stopped (the rebuild holds its lease); a kill there is finished
+        by calling this again, which skips commit 1."""
+        table = self.open_table(live.name)
+        rows = self.table(shadow.name).to_pyarrow_dataset().scanner().to_reader()
+        commit = CommitProperties(app_transactions=[Transaction(app_id(*owner), batch)])
+        if table is None or self.table_batch(table, *owner) < 0:
+            write_deltalake(
+                live.name if table is None else table,
+                rows,
+                mode="overwrite",
+                schema_mode="overwrite",
+                configuration=properties if table is None else None,
+                commit_properties=commit,
+                storage_options=self.storage_options,
+            )
+        fault_point("replace_contents")  # between the rows and the properties
+        table = self.table(live.name)
+        changed = {k: v for k, v in properties.items() if self.table_properties(table).get(k) != v}
+        if changed:
+            table.alter.set_table_properties(changed, raise_if_not_exists=False)
+
+    def shadow_quarantined(self, shadow: str) -> bool:
+        return self._exists(self.quarantine_location) and bool(read_quarantine(self, shadow))
+
+    def replace_quarantine(self, materialization: str, shadow: str) -> Optional[str]:
+        if not self._exists(self.quarantine_location):
+            return None
+        return move_quarantine(self, shadow, materialization)
 
     def apply_quarantine(self, names: list[str], owner: tuple[str, str], batch: int) -> None:
         apply_quarantine(self, names, app_id(*owner), batch)

@@ -30,6 +30,7 @@ __all__ = [
     "SCHEMA",
     "apply_quarantine",
     "drop_quarantine",
+    "move_quarantine",
     "read_quarantine",
 ]
 
@@ -78,3 +79,29 @@ def drop_quarantine(driver: Driver, materialization: str) -> int:
         return 0
     metrics = dt.delete(f"{ident('materialization')} = {sql_literal(materialization)}")
     return int(metrics.get("num_deleted_rows") or 0)
+
+
+def move_quarantine(driver: Driver, shadow: str, materialization: str) -> str | None:
+    """A rebuild's cut-over: the rows of ``shadow`` become ``materialization``'s, in place of its
+    own, in one commit (an overwrite of the rows of both names)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dt = driver.table(driver.quarantine_location)
+    table = dt.to_pyarrow_table()
+    names = table.column("materialization")
+    mine = pc.equal(names, shadow)
+    old = pc.sum(pc.equal(names, materialization).cast("int64")).as_py() or 0
+    rows = table.filter(mine)
+    if not rows.num_rows and not old:
+        return None
+    i = rows.schema.get_field_index("materialization")
+    rows = rows.set_column(i, rows.schema.field(i), pa.array([materialization] * rows.num_rows, pa.string()))
+    write_deltalake(
+        dt,
+        rows,
+        mode="overwrite",
+        predicate=f"{ident('materialization')} IN ({sql_literal(materialization)}, {sql_literal(shadow)})",
+        storage_options=driver.storage_options,
+    )
+    return f"the quarantine of {materialization!r} is now the rebuild's ({rows.num_rows} documents; {old} before)"

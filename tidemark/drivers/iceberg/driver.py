@@ -31,6 +31,7 @@ fills it in:
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any, Optional
 
 import pyarrow as pa
@@ -185,6 +186,10 @@ class IcebergDriver(StagedFilesDriver):
 
     def check_table(self, model: LakeTable, table) -> list[Column]:
         missing = super().check_table(model, table)
+        self.check_partitioning(model, table)
+        return missing
+
+    def check_partitioning(self, model: LakeTable, table) -> None:
         want = [f.name for f in partition_spec(model).fields]
         if [f.name for f in table.spec().fields] != want:
             raise IncompatibleSchema(
@@ -192,7 +197,6 @@ class IcebergDriver(StagedFilesDriver):
                 f"binding asks for {want} (partition_by); tidemark does not repartition a table: keep its "
                 "partitioning, or drop the table (tidemark reset) to create it anew"
             )
-        return missing
 
     def upkeep_properties(self, properties: dict) -> dict:
         return {} if properties.get(RETRIES_PROPERTY) == "0" else {RETRIES_PROPERTY: "0"}
@@ -260,6 +264,68 @@ class IcebergDriver(StagedFilesDriver):
         fault_point("mid_apply")
         txn.commit_transaction()
         fault_point("iceberg_after_commit")
+
+    # ------------------------------------------------------------- rebuild
+    def check_rebuild(self, bindings, old_keys) -> None:
+        """Iceberg changes a column's type in place only by its promotions (int -> long,
+        float -> double, a wider decimal), and keeps a table's partitioning."""
+        from pyiceberg.exceptions import ResolveError
+        from pyiceberg.schema import promote
+
+        for b in bindings:
+            model = self.model(b)
+            table = self.run(partial(self.open_table, model.name), "check", model.name)
+            if table is None:
+                continue
+            self.check_partitioning(model, table)
+            have = self.column_types(table)
+            for c in model.columns:
+                want = iceberg_type(c.kind)
+                if c.name not in have or have[c.name] == want:
+                    continue
+                try:
+                    promote(have[c.name], want)
+                except ResolveError:
+                    raise IncompatibleSchema(
+                        f"rebuild: iceberg table {model.name!r} would change column {c.name} from {have[c.name]} to "
+                        f"{want}, which Iceberg cannot do in place (only int -> long, float -> double and a wider "
+                        "decimal). Keep the type, or start the view over with `tidemark reset`. Nothing was changed"
+                    ) from None
+
+    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
+        """ONE Iceberg transaction: the schema becomes the shadow's (columns added, promoted or
+        dropped, the key's columns required and the identifier fields), one overwrite snapshot
+        of the shadow's rows (its summary naming owner and batch), and the properties with the
+        ``applied`` one -- committed through the catalog's compare-and-swap."""
+        materialization, checkpoint_id = owner
+        source = self.catalog.load_table(shadow.identifier)
+        table = self.catalog.load_table(live.identifier)
+        rows = source.scan().to_arrow()
+        want = source.schema()
+        keys = [c.name for c in live.keys]
+        txn = table.transaction()
+        with txn.update_schema(allow_incompatible_changes=True) as schema:
+            schema.union_by_name(want)
+            names = {f.name for f in want.fields}
+            for f in table.schema().fields:
+                if f.name not in names:
+                    schema.delete_column(f.name)
+            for f in want.fields:
+                current = (
+                    table.schema().find_field(f.name) if f.name in {g.name for g in table.schema().fields} else None
+                )
+                if current is not None and current.required != f.required:
+                    schema.update_column(f.name, required=f.required)
+            schema.set_identifier_fields(*([] if live.delta else keys))
+        summary = {
+            SUMMARY_MATERIALIZATION: materialization,
+            SUMMARY_CHECKPOINT: checkpoint_id,
+            SUMMARY_BATCH: str(batch),
+        }
+        txn.overwrite(conform(rows, txn.table_metadata.schema().as_arrow()), snapshot_properties=summary)
+        txn.set_properties({**properties, applied_property(materialization): applied_text(checkpoint_id, batch)})
+        fault_point("replace_contents")  # inside the replacing transaction
+        txn.commit_transaction()
 
     def _staged(self, model: LakeTable, names: list[str], batch: int) -> pa.Table:
         fs, _ = self.fs

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, ReplaceContents
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, Column, dumps, key_of
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
 from tidemark.drivers.common.identity import parse_record, record_text
@@ -335,6 +335,103 @@ class StagedFilesDriver(Driver):
                 except FileNotFoundError:
                     pass
         return n
+
+    # ------------------------------------------------------------- rebuild
+    rebuild_refusal = "its tables cannot be replaced in place"
+
+    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+        """``{table: T, ...}`` -> ``{table: T__<tag>, ...}`` beside it (Delta: ``{path: P}`` ->
+        ``{path: P__<tag>}``, a sibling folder)."""
+        if isinstance(resource.get("table"), str):
+            return {**resource, "table": f"{resource['table']}__{tag}"}
+        return None
+
+    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
+        """Make table ``live`` hold table ``shadow``'s rows and schema, recording batch ``batch``
+        of ``owner`` with the data and setting ``properties``: in one commit where the format
+        allows it.  Idempotent (a kill between two commits is finished by calling it again)."""
+        raise NotImplementedError
+
+    def replaced(self, live: LakeTable, owner: tuple[str, str], properties: dict) -> str:
+        """``"done"``, ``"none"`` or ``"partial"`` for one table (see :meth:`cut_over_state`)."""
+        table = self.open_table(live.name)
+        if table is None or self.table_batch(table, *owner) < 0:
+            return "none"
+        have = self.table_properties(table)
+        return "done" if all(have.get(k) == v for k, v in properties.items()) else "partial"
+
+    def replace_quarantine(self, materialization: str, shadow: str) -> Optional[str]:
+        """The shadow's quarantined documents become the view's (the endpoint's quarantine)."""
+        return None
+
+    def shadow_quarantined(self, shadow: str) -> bool:
+        return False
+
+    def _cut_over_plan(self, req: ReplaceContents):
+        owner = (req.materialization, str(req.checkpoint_id))
+        for i, (live_b, shadow_b) in enumerate(req.pairs):
+            live, shadow = self.model(live_b), self.model(shadow_b)
+            properties = {
+                KEY_PROPERTY: dumps([c.name for c in live.keys]),
+                MODE_PROPERTY: "true" if live.delta else "false",
+                OWNER_PROPERTY: owner_text(*owner),
+            }
+            if i < len(req.identities):
+                properties[IDENTITY_PROPERTY] = record_text(req.identities[i], live.name)
+            yield live, shadow, owner, properties
+
+    def rebuilt_state(self, state: Any, req: ReplaceContents) -> Any:
+        """The stages' tables and checkpoint tag, renamed from the shadow's to the live view's."""
+        if not isinstance(state, dict) or not isinstance(state.get("stages"), dict):
+            return state
+        names = {self.model(shadow).name: self.model(live).name for live, shadow in req.pairs}
+        old, new = self.stage_tag(req.shadow, req.checkpoint_id), self.stage_tag(req.materialization, req.checkpoint_id)
+        stages = {}
+        for rng, stage in state["stages"].items():
+            if isinstance(stage, dict):
+                stage = {
+                    **stage,
+                    **{k: new[k] for k in old if str(stage.get(k)) == str(old[k])},
+                    "files": [[names.get(f[0], f[0]), *f[1:]] for f in stage.get("files") or ()],
+                }
+            stages[rng] = stage
+        return {**state, "stages": stages}
+
+    def cut_over_state(self, req: ReplaceContents) -> str:
+        states = {
+            self.run(partial(self.replaced, live, owner, props), "read the cut-over", live.name)
+            for live, _, owner, props in self._cut_over_plan(req)
+        }
+        if states == {"done"}:
+            return (
+                "partial" if self.run(partial(self.shadow_quarantined, req.shadow), "quarantine", self.name) else "done"
+            )
+        return "none" if states == {"none"} else "partial"
+
+    def replace_contents(self, req: ReplaceContents) -> list[str]:
+        """The cut-over, table by table: each live table's rows, schema and properties become its
+        shadow's (the shadow's last batch recorded with the data: the table now belongs to the
+        shadow's checkpoint under the live name), then the quarantine.  A table's earlier
+        versions stay readable (time travel)."""
+        done: list[str] = []
+        for live, shadow, owner, properties in self._cut_over_plan(req):
+
+            def body(live=live, shadow=shadow, owner=owner, properties=properties) -> None:
+                if self.replaced(live, owner, properties) == "done":
+                    return
+                source = self.open_table(shadow.name)
+                if source is None:
+                    raise RecoveryError(
+                        f"rebuild: the shadow {self.label} {shadow.name!r} is gone; abandon the rebuild "
+                        "(`tidemark rebuild SPEC -m NAME --abandon`) and start it again. The live view is as it was"
+                    )
+                batch = self.table_batch(source, req.shadow, str(req.checkpoint_id))
+                self.replace_table(live, shadow, owner, batch, properties)
+                done.append(f"replaced the contents of {self.label} {live.name} with {shadow.name} (batch {batch})")
+
+            self.run(body, "cut over", live.name)
+        moved = self.run(lambda: self.replace_quarantine(req.materialization, req.shadow), "quarantine", self.name)
+        return done + ([moved] if moved else [])
 
     # ------------------------------------------------------------ inspection
     def dump(self, materialization: str, binding: BindingSpec):
