@@ -30,7 +30,7 @@ import shutil
 import uuid
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReplaceContents
 from tidemark.drivers.common.identity import kept as kept_record
 from tidemark.drivers.common.settings import Setting, config_schema, read
 from tidemark.drivers.store.naming import (
@@ -45,7 +45,8 @@ from tidemark.drivers.store.naming import (
 )
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.drivers.store.view import StoreView, heads
-from tidemark.errors import IncompatibleSchema, RecoveryError
+from tidemark.errors import DriverError, IncompatibleSchema, RecoveryError
+from tidemark.faults import fault_point
 from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
     Applied,
@@ -83,6 +84,21 @@ SETTINGS = (
 MANIFEST = "manifest.json"
 
 log = logging.getLogger("tidemark")
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap two directories atomically (Linux ``renameat2(..., RENAME_EXCHANGE)``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        raise DriverError(f"store: this system cannot exchange two folders atomically (no renameat2): {a}, {b}")
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        raise DriverError(f"store: exchanging {a} and {b} failed: {os.strerror(err)} (errno {err})")
 
 
 def _is_local_relative(value: Any) -> bool:
@@ -300,6 +316,50 @@ class StoreDriver(Driver):
         finally:
             for s in sources.values():
                 s.close()
+
+    # ------------------------------------------------------------------ rebuild
+    rebuild_refusal = "its views live in a changelog too, which cannot switch in one step"
+
+    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+        """The same resource: a shadow materialization has a store folder of its own
+        (``path/<materialization>``), which the cut-over exchanges with the live one."""
+        return None if self.base.changelog else dict(resource)
+
+    def _identities(self, req: ReplaceContents) -> dict:
+        return {resource_name(b): kept_record(i, resource_name(b)) for (b, _), i in zip(req.pairs, req.identities)}
+
+    def cut_over_state(self, req: ReplaceContents) -> str:
+        manifest = self.read_manifest(req.materialization)
+        if manifest.get("checkpoint_id") is None or manifest.get("checkpoint_id") != str(req.checkpoint_id):
+            return "none"
+        kept = manifest.get("identities") or {}
+        return "done" if all(kept.get(k) == v for k, v in self._identities(req).items()) else "partial"
+
+    def replace_contents(self, req: ReplaceContents) -> list[str]:
+        """The shadow's folder and the live view's change places in one ``renameat2(RENAME_EXCHANGE)``:
+        a reader opens the old store or the new one (its ranges must agree on one checkpoint and
+        batch, :class:`~tidemark.drivers.store.view.StoreView`); the old store is left under the
+        shadow's name, which the rebuild then drops.  Then the view-identity records of the
+        manifest name the live view (a kill before that is finished by calling this again)."""
+        live, shadow = self.store_config(req.materialization).path, self.store_config(req.shadow).path
+        done = []
+        if self.cut_over_state(req) == "none":
+            if self.read_manifest(req.shadow).get("checkpoint_id") != str(req.checkpoint_id):
+                raise RecoveryError(
+                    f"rebuild of {req.materialization!r}: the shadow store {shadow} is not written by the shadow's "
+                    f"checkpoint {req.checkpoint_id}. Nothing was changed"
+                )
+            fault_point("replace_contents")
+            if os.path.isdir(live):
+                exchange(shadow, live)
+            else:
+                os.replace(shadow, live)
+            done.append(f"switched store {live} to the rebuilt view (the old one is now {shadow}, dropped next)")
+            fault_point("after_store_exchange")
+        manifest = self.read_manifest(req.materialization)
+        manifest.setdefault("identities", {}).update(self._identities(req))
+        self.write_manifest(req.materialization, manifest)
+        return done
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Remove the materialization's store directory and its changelog (stop the job first)."""

@@ -172,7 +172,8 @@ class StoreView:
             if self.isolation is Isolation.READ_UNCOMMITTED:
                 break
             batches = {s.batch for _, _, s in self.parts}
-            if len(batches) <= 1:
+            ids = {s.checkpoint.get("checkpoint_id") for _, _, s in self.parts if isinstance(s.checkpoint, dict)}
+            if len(batches) <= 1 and len(ids) <= 1:
                 break
             if time.monotonic() >= deadline:
                 detail = ", ".join(f"{s.range.name}: batch {s.batch}" for _, _, s in self.parts)
@@ -187,7 +188,9 @@ class StoreView:
             delay = min(delay * 2, 0.1)
             top = max(batches)
             lagging = [s.range for _, _, s in self.parts if s.batch < top]
-            if any(r not in self.sources for r in lagging):  # a part no range held: look again
+            # a part no range held, or ranges of two checkpoints (opened across a rebuild's
+            # exchange of the folders): look again
+            if len(ids) > 1 or any(r not in self.sources for r in lagging):
                 self.close()
                 self.sources = heads(self.config, self.changelog, self.isolation)
                 continue

@@ -1,12 +1,12 @@
-"""``tidemark rebuild`` into Delta and Iceberg, without Spark: the live table is overwritten by its shadow.
+"""``tidemark rebuild`` into Delta, Iceberg and the store, without Spark.
 
-The shadow table ``customers__tm_rebuild`` is built by the plain runner while the live view
-keeps committing; the cut-over is one overwrite of the live table (Iceberg: one transaction
-with its schema and properties; Delta: the rows and schema in one commit, the properties in
-a second). A reader polling the live table sees only whole old views or the whole new one,
-the table's earlier versions stay readable (time travel), and the view equals an oracle over
-all the input. The kill matrix SIGKILLs the rebuild at each point of the build and of the
-cut-over.
+The shadow (the table ``customers__tm_rebuild``; the store folder ``view__rebuild``) is built
+by the plain runner while the live view keeps committing. The cut-over: one overwrite of the
+live table (Iceberg: one transaction with its schema and properties; Delta: the rows and
+schema in one commit, the properties in a second), or one exchange of the store's folders.
+A reader polling the live view sees only whole old views or the whole new one, a table's
+earlier versions stay readable (time travel), and the view equals an oracle over all the
+input. The kill matrix SIGKILLs the rebuild at each point of the build and of the cut-over.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ class Delta:
     def endpoint(self) -> dict:
         return {"delta": {"path": self.root}}
 
-    def rows(self, table: str = "customers"):
+    def view(self, key: str) -> dict:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(os.path.join(self.root, table)).to_pyarrow_table()
+            return documents(DeltaTable(os.path.join(self.root, "customers")).to_pyarrow_table(), key)
         except TableNotFoundError:
-            return None
+            return {}
 
     def versions(self) -> int:
         from deltalake import DeltaTable
@@ -69,13 +69,13 @@ class Iceberg:
 
         return SqlCatalog("tidemark", **self.catalog)
 
-    def rows(self, table: str = "customers"):
+    def view(self, key: str) -> dict:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self._catalog().load_table(("views", table)).scan().to_arrow()
+            return documents(self._catalog().load_table(("views", "customers")).scan().to_arrow(), key)
         except NoSuchTableError:
-            return None
+            return {}
 
     def versions(self) -> int:
         return len(self._catalog().load_table(("views", "customers")).snapshots())
@@ -84,20 +84,48 @@ class Iceberg:
         return {t[-1] for t in self._catalog().list_tables("views")}
 
 
-@pytest.fixture(params=[Delta, Iceberg], ids=lambda c: c.name)
+class Store:
+    """The store's folders; its views read as users read them (``tidemark.open_view``)."""
+
+    name = "store"
+
+    def __init__(self, tmp):
+        self.root, self.spec = str(tmp / "store"), str(tmp / "spec.yaml")
+
+    def endpoint(self) -> dict:
+        return {"store": {"path": self.root}}
+
+    def view(self, key: str) -> dict:
+        import tidemark
+        from tidemark.store import Isolation
+
+        if not os.path.isdir(os.path.join(self.root, "view")):
+            return {}
+        with tidemark.open_view(self.spec, "customers", isolation=Isolation.READ_COMMITTED) as view:
+            return {k[0]: doc for k, doc in view.scan(ordered=False)}
+
+    def versions(self) -> int:
+        return 0
+
+    def tables(self) -> set[str]:
+        return set(os.listdir(self.root))
+
+
+@pytest.fixture(params=[Delta, Iceberg, Store], ids=lambda c: c.name)
 def lake(request, tmp_path):
-    pytest.importorskip("deltalake" if request.param is Delta else "pyiceberg")
+    pytest.importorskip({Delta: "deltalake", Iceberg: "pyiceberg", Store: "rocksdict"}[request.param])
     return request.param(tmp_path)
 
 
-def view_of(lake, key="customer") -> dict:
-    """key -> document, read with the format's own library; fails on a key held twice."""
-    rows = lake.rows()
-    if rows is None:
-        return {}
+def documents(rows, key: str) -> dict:
+    """key -> document of a table's rows; fails on a key held twice."""
     keys = rows.column(key).to_pylist()
     assert len(keys) == len(set(keys)), "a key appears twice"
     return {k: json.loads(d) for k, d in zip(keys, rows.column("flow_document").to_pylist())}
+
+
+def view_of(lake, key="customer") -> dict:
+    return lake.view(key)
 
 
 def setup(tmp_path, lake, *, deletes=0.03, shards=2):
@@ -149,8 +177,8 @@ def test_a_reduce_change_is_rebuilt_while_the_live_view_commits_and_readers_see_
     # a lake table's batch is one commit for all shards: every old reading is a whole old view
     olds = {total(oracle(data, files=n)) for n in (2, 3)}
     assert readings and set(readings) <= olds | {total(new)}, (set(readings), olds, total(new))
-    assert lake.tables() == {"customers"}  # the shadow is gone
-    assert lake.versions() > before  # the old versions stay (time travel)
+    assert lake.tables() == ({"view"} if lake.name == "store" else {"customers"})  # the shadow is gone
+    assert lake.versions() > before or lake.name == "store"  # a table's old versions stay (time travel)
     # the live view goes on from the rebuilt spec
     write_orders(data, files=1, per_file=120, customers=30, seed=7, start=3, deletes=0.03)
     assert plain.run(spec) == 0
@@ -169,6 +197,7 @@ def test_a_key_change_is_rebuilt(tmp_path, lake):
 
 
 POINTS = ["mid_store", "after_recovery_log", "before_cutover", "replace_contents", "after_cutover"]
+EXTRA = {"store": ["after_store_exchange"]}  # between the folders' exchange and the manifest's identities
 
 
 @pytest.mark.chaos
@@ -180,9 +209,10 @@ def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path, l
     edit(spec, amount="maximize")
     markers = tmp_path / "markers"
     markers.mkdir()
-    faults = arm_in_sequence(POINTS, markers)
+    points = POINTS + EXTRA.get(lake.name, [])
+    faults = arm_in_sequence(points, markers)
     seen = []
-    for _attempt in range(len(POINTS) + 2):
+    for _attempt in range(len(points) + 2):
         proc = rebuild_child(spec, faults)
         view = view_of(lake)
         assert view in (before, after), proc.stderr[-2000:]
@@ -191,13 +221,14 @@ def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path, l
             break
         assert proc.returncode == KILLED, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # Delta's kill at replace_contents falls between its two commits: the next attempt finishes
-    # that cut-over (the properties) and never reaches after_cutover
-    assert fired(markers) == set(POINTS) - ({"after_cutover"} if lake.name == "delta" else set())
+    # Delta's kill at replace_contents falls between its two commits, the store's after_store_exchange
+    # between its exchange and its manifest: the next attempt finishes that cut-over and never
+    # reaches after_cutover
+    assert fired(markers) == set(points) - ({"after_cutover"} if lake.name in ("delta", "store") else set())
     first = seen.index("new")  # old until the replacing commit, new from then on
     assert view_of(lake) == after and seen == ["old"] * first + ["new"] * (len(seen) - first), seen
     assert first >= 3, seen
-    assert lake.tables() == {"customers"}
+    assert lake.tables() == ({"view"} if lake.name == "store" else {"customers"})
     write_orders(data, files=1, per_file=60, customers=30, seed=10, start=3, deletes=0.03)
     assert plain.run(spec) == 0
     assert view_of(lake) == oracle(data, amount="maximize")
