@@ -53,3 +53,32 @@ def test_rebuild_with_spark_then_run_on(spark, tmp_path):
     assert cli.stderr.startswith("error: ") and "orders-0000.json" in cli.stderr and "Traceback" not in cli.stderr
     cli = _cli("rebuild", spec, "-m", "view", "--abandon")
     assert cli.returncode == 0 and "no rebuild in progress" in cli.stdout, cli.stdout + cli.stderr
+
+
+def test_an_adopted_view_is_rebuilt_from_its_adopted_rows_and_the_input_after_them(spark, tmp_path):
+    import sqlite3
+
+    import tidemark
+    from tests.spark.test_adopt import first_files, hand_table_sqlite, mtime
+    from tidemark.spark.adopt import adopt
+    from tidemark.spark.runner import run_spec
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=3, per_file=80, customers=20, seed=33, deletes=0.03)
+    hand = first_files(data, 2, tmp_path)  # what a hand-written job held after files 0-1
+    hand_table_sqlite(db, "by_hand", hand)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)
+    adopt(spec, from_="by_hand", since=mtime(data, 1), spark=spark)
+    assert normalize(sqlite_view(db)) == oracle(data, start=hand, after=2)
+    con = sqlite3.connect(db)
+    con.execute('DROP TABLE "by_hand"')  # the rebuild reads the adopted rows the adopt recorded
+    con.commit()
+    con.close()
+    edit(spec, amount="maximize")
+    said = tidemark.rebuild(spec, spark=spark, say=lambda s: None)
+    assert "now holds the view of the edited spec" in said
+    # the adopted rows as they were, the input after them reduced on top by the edited spec
+    assert normalize(sqlite_view(db)) == oracle(data, amount="maximize", start=hand, after=2)
+    write_orders(data, files=1, per_file=80, customers=20, seed=34, start=3, deletes=0.03)
+    run_spec(spec, spark=spark)
+    assert normalize(sqlite_view(db)) == oracle(data, amount="maximize", start=hand, after=2)

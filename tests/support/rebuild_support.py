@@ -29,10 +29,11 @@ def rebuild_child(spec: str, faults: str = "") -> subprocess.CompletedProcess:
     )
 
 
-def oracle(data, *, key="customer", amount="sum", files=None) -> dict:
-    """key -> document, the files in name order (the first ``files`` only), lines in order."""
-    view: dict = {}
-    names = sorted(n for n in os.listdir(data) if n.endswith(".json"))[:files]
+def oracle(data, *, key="customer", amount="sum", files=None, start=None, after=0) -> dict:
+    """key -> document, the files in name order (the first ``files`` only, from the ``after``-th
+    on, reduced onto the documents ``start``), lines in order."""
+    view: dict = json.loads(json.dumps(start or {}))
+    names = sorted(n for n in os.listdir(data) if n.endswith(".json"))[after:files]
     for name in names:
         with open(os.path.join(data, name)) as f:
             for line in f:

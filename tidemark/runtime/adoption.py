@@ -102,6 +102,21 @@ def write_record(checkpoint_location: str, record: AdoptRecord) -> None:
     write_atomically(os.path.join(d, RECORD), (json.dumps(asdict(record), indent=1) + "\n").encode("utf-8"))
 
 
+def seed(record: AdoptRecord, location: str, to: str, materialization: str) -> AdoptRecord:
+    """A rebuild of an adopted view (:mod:`tidemark.runtime.rebuild`): the adopted rows, copied
+    into the shadow's checkpoint folder ``to`` as an adopt of ``materialization`` that has not
+    run yet -- the shadow's batch 0 is those rows with the input after ``since`` on top, as the
+    live view's was."""
+    import shutil
+
+    os.makedirs(folder(to), exist_ok=True)
+    for b in record.bindings:
+        shutil.copyfile(os.path.join(folder(location), b.file), os.path.join(folder(to), b.file))
+    new = AdoptRecord(materialization, record.since, list(record.bindings), time.time(), False, uuid.uuid4().hex)
+    write_record(to, new)
+    return new
+
+
 def refuse_unfinished(materialization: str, checkpoint_location: str) -> None:
     """A view whose adopt did not finish is not run: its batch 0 must be the adopted rows."""
     record = read_record(checkpoint_location)

@@ -49,6 +49,9 @@ from tidemark.drivers.base import ReplaceContents
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.files import write_atomically
+from tidemark.runtime.adoption import read_record as adopted
+from tidemark.runtime.adoption import seed
+from tidemark.runtime.adoption import write_record as write_adoption
 from tidemark.runtime.recovery_log import RecoveryLog
 from tidemark.runtime.versions import FORMAT, refuse_newer
 from tidemark.runtime.view_identity import binding_identity, endpoint_record, source_location
@@ -200,8 +203,6 @@ class Rebuild:
     # ------------------------------------------------------------------ the steps
     def start(self) -> RebuildRecord:
         """The record of the rebuild in progress, or a new one after the checks."""
-        from tidemark.runtime.adoption import read_record as adopted
-
         record = read_record(self.location)
         version = self.shadow.version(self.shadow_spec)
         if record is not None:
@@ -218,10 +219,11 @@ class Rebuild:
                 f"materialization {self.name!r} has no view to rebuild yet (no checkpoint at {self.location}): "
                 "`tidemark run` builds it from the edited spec. Nothing was changed"
             )
-        if adopted(self.location) is not None:
+        adoption = adopted(self.location)
+        if adoption is not None and not adoption.done:
             raise SpecError(
-                f"materialization {self.name!r} was adopted from an existing table (tidemark adopt): its source does "
-                "not hold what the table held before, so a rebuild from the source would lose it. Nothing was changed"
+                f"materialization {self.name!r}: its `tidemark adopt` did not finish; finish it (the same command) "
+                "before rebuilding the view. Nothing was changed"
             )
         logged = list(getattr(live.last(), "identities", None) or [])
         self.driver.check_rebuild(
@@ -237,6 +239,9 @@ class Rebuild:
                 "view as it is. Nothing was changed"
             )
         record = RebuildRecord(uuid.uuid4().hex[:12], self.name, self.shadow.name, version, started_at=time.time())
+        if adoption is not None:  # the shadow starts from the adopted rows, as the live view did
+            shutil.rmtree(self.shadow_location, ignore_errors=True)
+            seed(adoption, self.location, self.shadow_location, self.shadow.name)
         write_record(self.location, record)
         return record
 
@@ -294,6 +299,10 @@ class Rebuild:
         record.shadow_checkpoint_id = shadow_log.checkpoint_id or ""
         req = self._request(record)
         self._rename_log(nxt, req)
+        adoption = adopted(nxt)
+        if adoption is not None:
+            adoption.materialization = self.name
+            write_adoption(nxt, adoption)
         record.phase = CUTTING
         write_record(self.location, record)
         done = self.driver.replace_contents(req)

@@ -36,10 +36,22 @@ def rebuild(
     session: list[Any] = []
 
     def run_view(shadow_spec: TidemarkSpec, name: str) -> None:
+        from tidemark.collection.collection import Collection
+        from tidemark.runtime.adoption import read_record as adopted
+        from tidemark.spark.adopt import adopt
         from tidemark.spark.api import _spark, materialize
 
         if not session:
             session.append(_spark(spark() if callable(spark) else spark))
+        adoption = adopted(shadow_spec.checkpoint_location(name))
+        if adoption is not None and not adoption.done:  # a rebuild of an adopted view: its batch 0
+            mat = shadow_spec.materializations[name]
+            names = [
+                "/".join(Collection(shadow_spec.collections[b.source]).binding_spec(b).resource_path)
+                for b in mat.bindings
+            ]
+            recorded = {names[b.binding]: b.source for b in adoption.bindings}
+            adopt(shadow_spec, materialization=name, from_=recorded, spark=session[0], on_batch=on_batch)
         run: Any = materialize(
             shadow_spec, materialization=name, available_now=True, spark=session[0], on_batch=on_batch
         )
