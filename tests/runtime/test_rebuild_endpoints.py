@@ -232,3 +232,21 @@ def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path, l
     write_orders(data, files=1, per_file=60, customers=30, seed=10, start=3, deletes=0.03)
     assert plain.run(spec) == 0
     assert view_of(lake) == oracle(data, amount="maximize")
+
+
+def test_iceberg_refuses_a_type_it_cannot_change_in_place_before_anything_is_built(tmp_path):
+    import yaml
+
+    from tidemark.errors import IncompatibleSchema
+
+    pytest.importorskip("pyiceberg")
+    lake = Iceberg(tmp_path)
+    _data, spec, _old = setup(tmp_path, lake, deletes=0.0, shards=1)
+    obj = yaml.safe_load(open(spec))
+    obj["collections"]["orders"]["schema"]["properties"]["largest"]["type"] = "string"  # long -> string
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+    with pytest.raises(IncompatibleSchema, match=r"column largest from long to string.*Nothing was changed"):
+        Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
+    assert read_record(str(tmp_path / "checkpoints" / "view")) is None
+    assert lake.tables() == {"customers"}

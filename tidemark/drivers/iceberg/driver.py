@@ -304,17 +304,13 @@ class IcebergDriver(StagedFilesDriver):
         want = source.schema()
         keys = [c.name for c in live.keys]
         txn = table.transaction()
+        have = {f.name: f for f in table.schema().fields}
         with txn.update_schema(allow_incompatible_changes=True) as schema:
             schema.union_by_name(want)
-            names = {f.name for f in want.fields}
-            for f in table.schema().fields:
-                if f.name not in names:
-                    schema.delete_column(f.name)
+            for name in sorted(set(have) - {f.name for f in want.fields}):
+                schema.delete_column(name)
             for f in want.fields:
-                current = (
-                    table.schema().find_field(f.name) if f.name in {g.name for g in table.schema().fields} else None
-                )
-                if current is not None and current.required != f.required:
+                if f.name in have and have[f.name].required != f.required:
                     schema.update_column(f.name, required=f.required)
             schema.set_identifier_fields(*([] if live.delta else keys))
         summary = {
