@@ -225,3 +225,30 @@ def test_check_names_rebuild_for_a_changed_reduce_or_key(tmp_path):
     edit(spec, amount="sum", key="city")
     with pytest.raises(RecoveryError, match=r"was keyed by.*`tidemark rebuild SPEC -m view`"):
         check_spec(spec)
+
+
+def test_a_source_moved_in_the_edit_is_rebuilt_from_its_new_place(tmp_path):
+    from tidemark.ops import check_spec
+
+    data, db, spec, _old = setup(tmp_path, deletes=0.0)
+    location = tmp_path / "checkpoints" / "view"
+    sources = location / "spark" / "sources" / "0"  # as Spark records the files it read
+    sources.mkdir(parents=True)
+    (sources / "0").write_text(
+        "v1\n" + json.dumps({"path": f"file://{data / 'orders-0000.json'}", "timestamp": 0, "batchId": 0}) + "\n"
+    )
+    moved = tmp_path / "moved"
+    os.rename(data, moved)
+    obj = yaml.safe_load(open(spec))
+    obj["collections"]["orders"]["source"]["path"] = str(moved)
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+    with pytest.raises(RecoveryError, match=r"was read from .*`tidemark rebuild SPEC -m view`"):
+        check_spec(spec)
+    # the old folder's files are gone, but the edited spec reads them from the new one
+    assert missing_input(str(location)) and not missing_input(str(location), [str(moved)])
+    Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
+    assert view_of(db) == oracle(moved)
+    write_orders(moved, files=1, per_file=50, customers=30, seed=11, start=2)
+    assert plain.run(spec) == 0
+    assert view_of(db) == oracle(moved)

@@ -161,13 +161,17 @@ def spark_files_read(location: str) -> list[str]:
     return sorted(set(out))
 
 
-def missing_input(location: str) -> list[str]:
+def missing_input(location: str, sources: Optional[list] = None) -> list[str]:
     """Files the live view read that its source folders no longer hold (a rebuild could not
-    read them again)."""
+    read them again); with ``sources`` (the edited spec's source folders), only files under
+    one of them: a source moved elsewhere in the edit is read from its new place."""
     missing = []
+    roots = None if sources is None else [s.rstrip("/") + "/" for s in sources if s]
     for uri in spark_files_read(location):
         path = uri[len("file:") :] if uri.startswith("file:") else uri
         path = "/" + path.lstrip("/") if uri.startswith("file:") else path
+        if roots is not None and not any(path.startswith(r) for r in roots):
+            continue
         if "://" not in path and not os.path.exists(path):
             missing.append(path)
     return missing
@@ -230,7 +234,7 @@ class Rebuild:
             self._bindings(self.spec, self.mat),
             [logged[i].get("key") if i < len(logged) else None for i in range(len(self.mat.bindings))],
         )
-        missing = missing_input(self.location)
+        missing = missing_input(self.location, [i.get("source") for i in self._identities()])
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
             raise SpecError(

@@ -144,8 +144,8 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
         f"batch {entry.batch_id}: " + "; ".join(found) + ". Undo the edit (the old names are above), or start the "
         f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source"
         + (
-            f"; or rebuild it with the new key while it keeps serving: {rebuild_hint(materialization)}"
-            if any("was keyed by" in d for d in found)
+            f"; or rebuild it from the edited spec while it keeps serving: {rebuild_hint(materialization)}"
+            if any(("was keyed by" in d or "key types were" in d or "was read from" in d) for d in found)
             else ""
         )
         + ". Nothing was changed"
