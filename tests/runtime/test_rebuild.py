@@ -252,3 +252,26 @@ def test_a_source_moved_in_the_edit_is_rebuilt_from_its_new_place(tmp_path):
     write_orders(moved, files=1, per_file=50, customers=30, seed=11, start=2)
     assert plain.run(spec) == 0
     assert view_of(db) == oracle(moved)
+
+
+def test_an_adopted_view_seeds_the_shadow_with_its_adopted_rows(tmp_path):
+    from tidemark.runtime import adoption as ad
+
+    _data, _db, spec, _old = setup(tmp_path, deletes=0.0)
+    location = str(tmp_path / "checkpoints" / "view")
+    record = ad.new_record("view", 1_700_000_000.0)
+    file = ad.write_rows(location, 0, ['{"customer": "c-by-hand", "amount": 1}'])
+    record.bindings.append(ad.AdoptedBinding(0, "customers", "by_hand", 1, file))
+    ad.write_record(location, record)  # an adopt that did not finish: refused
+    edit(spec, amount="maximize")
+    with pytest.raises(SpecError, match="its `tidemark adopt` did not finish"):
+        Rebuild(load_spec(spec), "view", plain.run).start()
+    record.done = True
+    ad.write_record(location, record)
+    Rebuild(load_spec(spec), "view", plain.run).start()
+    shadow = str(tmp_path / "checkpoints" / "view__rebuild")
+    seeded = ad.read_record(shadow)  # the shadow's batch 0 is an adopt of the same rows, not yet run
+    assert (seeded.materialization, seeded.since, seeded.done) == ("view__rebuild", record.since, False)
+    assert [(b.binding, b.source, b.rows) for b in seeded.bindings] == [(0, "by_hand", 1)]
+    with open(os.path.join(ad.folder(shadow), seeded.bindings[0].file)) as f:
+        assert f.read().strip() == '{"customer": "c-by-hand", "amount": 1}'

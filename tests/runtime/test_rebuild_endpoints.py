@@ -201,6 +201,7 @@ EXTRA = {"store": ["after_store_exchange"]}  # between the folders' exchange and
 
 
 @pytest.mark.chaos
+@pytest.mark.chaos_full  # (SQLite's matrix, tests/runtime/test_rebuild.py, runs in the default suite)
 def test_kill_at_every_point_of_build_and_cut_over_leaves_old_or_new(tmp_path, lake):
     data, spec, old = setup(tmp_path, lake)
     write_orders(data, files=1, per_file=120, customers=30, seed=6, start=2, deletes=0.03)

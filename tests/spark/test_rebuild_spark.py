@@ -55,6 +55,7 @@ def test_rebuild_with_spark_then_run_on(spark, tmp_path):
     assert cli.returncode == 0 and "no rebuild in progress" in cli.stdout, cli.stdout + cli.stderr
 
 
+@pytest.mark.slow  # (a quicker sibling: test_rebuild_with_spark_then_run_on; the seeding: tests/runtime)
 def test_an_adopted_view_is_rebuilt_from_its_adopted_rows_and_the_input_after_them(spark, tmp_path):
     import sqlite3
 
