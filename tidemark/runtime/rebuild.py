@@ -14,19 +14,24 @@ The **cut-over**, once the shadow is built:
 3. ``<checkpoints>/NAME.next``: a copy of the shadow's checkpoint folder whose recovery log
    names the live view (its name, its resources, their identities); the record says
    ``cutting`` (fault point ``before_cutover``);
-4. ONE endpoint transaction (``Driver.replace_contents``): each live resource takes its
-   shadow's contents; the shadow's checkpoints, fenced above every live fence, its owner and
-   identity records become the live view's (fault point ``replace_contents``, inside it);
+4. ONE endpoint transaction (``Driver.replace_contents``; the lakes: one per table, the
+   store: one folder exchange): each live resource takes its shadow's contents; the shadow's
+   checkpoints, fenced above every live fence, its owner and identity records become the
+   live view's (fault point ``replace_contents``, inside it);
 5. the folders switch (fault point ``after_cutover`` before): the live one moves to
    ``NAME.before-<id>`` (kept for the operator; nothing reads it), ``NAME.next`` takes its
    place; the shadow's folder and the record go.
 
 A kill anywhere leaves the old view intact or the new one complete, never a mix: the only
 change to a live resource is the transaction of step 4, and whether it committed is read
-back from the endpoint (the live view's places name the shadow's checkpoint). The next
-``rebuild`` finishes a committed cut-over (step 5) or goes on building; ``run`` refuses the
+back from the endpoint (``Driver.cut_over_state``: ``none``, ``done``, or ``partial`` for an
+endpoint that replaces in more than one step, which ``replace_contents`` again finishes). The
+next ``rebuild`` finishes a committed cut-over (step 5) or goes on building; ``run`` refuses the
 view while a cut-over is unfinished (:func:`refuse_unfinished`). ``--abandon`` drops only the
 shadow (``Driver.drop`` of the shadow name, which owns nothing else) and its folders.
+
+An adopted view's shadow starts from the adopted rows (:func:`tidemark.runtime.adoption.seed`
+copies them into its folder; the Spark runner runs its batch 0 through ``adopt``).
 
 Without Spark: the caller gives ``run_view(spec, name)``, which runs a materialization of a
 spec to the end of its input (``tidemark.spark`` through :func:`tidemark.rebuild`; the
