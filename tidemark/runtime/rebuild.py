@@ -274,8 +274,13 @@ class Rebuild:
 
         record = self.start()
         if record.phase == CUTTING:
-            if self._finish_committed(record):
-                return self._finish(record)
+            lease = Lease(self.location, self.name)
+            lease.acquire()  # (run refuses the view while the record says cutting; this is the rebuild's)
+            try:
+                if self._finish_committed(record):
+                    return self._finish(record)
+            finally:
+                lease.release()
             self.say("the cut-over did not commit: the live view is as it was; building on")
             shutil.rmtree(next_path(self.location), ignore_errors=True)
             record.phase = BUILDING
