@@ -73,3 +73,43 @@ def edit(spec_path: str, *, amount: str | None = None, key: str | None = None, a
         coll["schema"]["required"] = sorted({*coll["schema"]["required"], key})
     with open(spec_path, "w") as f:
         yaml.safe_dump(obj, f)
+
+
+def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: int) -> list:
+    """``Rebuild(spec).run()`` while the live view (spec ``old``) takes one more file during the
+    build and a reader polls ``read_total()``; returns the readings (plain runner)."""
+    import threading
+
+    from tests.support import plain
+    from tests.support.helpers import write_orders
+    from tidemark.runtime.rebuild import Rebuild
+    from tidemark.spec import load_spec
+
+    readings: list = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            readings.append(read_total())
+
+    builds: list = []
+
+    def run_view(spec_obj, name):
+        if not builds:
+            write_orders(data, files=1, per_file=120, customers=30, seed=seed, start=2, deletes=0.03)
+            live = threading.Thread(target=plain.run, args=(old,))
+            live.start()
+            plain.run(spec_obj, name)
+            live.join()
+        else:
+            plain.run(spec_obj, name)
+        builds.append(name)
+
+    poll = threading.Thread(target=reader)
+    poll.start()
+    try:
+        Rebuild(load_spec(spec), "view", run_view, say=lambda s: None).run()
+    finally:
+        stop.set()
+        poll.join()
+    return readings

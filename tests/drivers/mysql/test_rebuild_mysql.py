@@ -11,7 +11,7 @@ import pytest
 from tests.support import plain
 from tests.support.helpers import normalize, write_orders
 from tests.support.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
-from tests.support.rebuild_support import edit, oracle
+from tests.support.rebuild_support import edit, oracle, rebuild_while_live_commits, total
 from tidemark.errors import IncompatibleSchema
 from tidemark.runtime.rebuild import Rebuild
 from tidemark.spec import load_spec
@@ -39,3 +39,20 @@ def test_a_reduce_change_is_rebuilt_and_a_key_change_refused(tmp_path, mysql_url
     rebuild.close()
     assert "customers__tm_rebuild" not in {r[0] for r in sql(mysql_url, f"SHOW TABLES FROM `{mysql_db}`")}
     assert normalize(mysql_view(mysql_url, mysql_db)) == oracle(data, amount="maximize")
+
+
+def test_readers_see_the_old_or_the_new_view_while_the_live_view_commits(tmp_path, mysql_url, mysql_db):
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=120, customers=30, seed=26, deletes=0.03)
+    spec = mysql_spec(tmp_path, data_dir=data, url=mysql_url, schema=mysql_db, shards=1)
+    old = str(tmp_path / "old.yaml")
+    with open(spec) as a, open(old, "w") as b:
+        b.write(a.read())
+    assert plain.run(spec) == 0
+    edit(spec, amount="maximize")
+    query = f"SELECT COALESCE(SUM(amount), 0) FROM `{mysql_db}`.customers"
+    readings = rebuild_while_live_commits(spec, old, data, lambda: int(sql(mysql_url, query)[0][0]), seed=27)
+    new = oracle(data, amount="maximize")
+    assert normalize(mysql_view(mysql_url, mysql_db)) == new
+    olds = {total(oracle(data, files=n)) for n in (2, 3)}
+    assert readings and set(readings) <= olds | {total(new)}, (set(readings), olds, total(new))

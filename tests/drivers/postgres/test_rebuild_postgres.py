@@ -20,7 +20,7 @@ import pytest
 from tests.support import plain
 from tests.support.helpers import normalize, postgres_spec, postgres_view, write_orders
 from tests.support.paths import REPO
-from tests.support.rebuild_support import edit, oracle, rebuild_child
+from tests.support.rebuild_support import edit, oracle, rebuild_child, rebuild_while_live_commits, total
 from tidemark.runtime.rebuild import Rebuild
 from tidemark.spec import load_spec
 
@@ -117,3 +117,25 @@ def test_a_kill_inside_the_replacing_transaction_leaves_the_old_view(tmp_path, p
     assert done.returncode == 0, done.stderr[-3000:]
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle(data, amount="maximize")
     assert _table_facts(postgres_url, pg_schema, role)[1:3] == (True, "the customers, reduced")
+
+
+def test_readers_see_the_old_or_the_new_view_while_the_live_view_commits(tmp_path, postgres_url, pg_schema):
+    data = tmp_path / "data"
+    write_orders(data, files=2, per_file=120, customers=30, seed=18, deletes=0.03)
+    # one shard: each batch is one transaction of the live view; the cut-over is one for all
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=1)
+    old = str(tmp_path / "old.yaml")
+    with open(spec) as a, open(old, "w") as b:
+        b.write(a.read())
+    assert plain.run(spec) == 0
+    edit(spec, amount="maximize")
+    con = psycopg.connect(postgres_url, autocommit=True)
+    query = f'SELECT COALESCE(SUM(amount), 0) FROM "{pg_schema}".customers'
+    try:
+        readings = rebuild_while_live_commits(spec, old, data, lambda: int(con.execute(query).fetchone()[0]), seed=19)
+    finally:
+        con.close()
+    new = oracle(data, amount="maximize")
+    assert normalize(postgres_view(postgres_url, pg_schema)) == new
+    olds = {total(oracle(data, files=n)) for n in (2, 3)}
+    assert readings and set(readings) <= olds | {total(new)}, (set(readings), olds, total(new))
