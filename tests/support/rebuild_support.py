@@ -75,9 +75,10 @@ def edit(spec_path: str, *, amount: str | None = None, key: str | None = None, a
         yaml.safe_dump(obj, f)
 
 
-def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: int) -> list:
+def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: int) -> tuple[str, list, list]:
     """``Rebuild(spec).run()`` while the live view (spec ``old``) takes one more file during the
-    build and a reader polls ``read_total()``; returns the readings (plain runner)."""
+    build and a reader polls ``read_total()`` (from a thread of its own); returns what the
+    rebuild said, the readings and the names the rebuild ran (plain runner)."""
     import threading
 
     from tests.support import plain
@@ -94,7 +95,7 @@ def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: i
 
     builds: list = []
 
-    def run_view(spec_obj, name):
+    def run_view(spec_obj, name):  # the live view takes a new file (old spec) while the shadow builds
         if not builds:
             write_orders(data, files=1, per_file=120, customers=30, seed=seed, start=2, deletes=0.03)
             live = threading.Thread(target=plain.run, args=(old,))
@@ -108,8 +109,14 @@ def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: i
     poll = threading.Thread(target=reader)
     poll.start()
     try:
-        Rebuild(load_spec(spec), "view", run_view, say=lambda s: None).run()
+        said = Rebuild(load_spec(spec), "view", run_view, say=lambda s: None).run()
     finally:
         stop.set()
         poll.join()
-    return readings
+    return said, readings, builds
+
+
+def assert_whole_readings(readings: list, data, new: dict) -> None:
+    """Every reading is the total of a whole old view (after 2 or 3 files) or of the new one."""
+    olds = {total(oracle(data, files=n)) for n in (2, 3)}
+    assert readings and set(readings) <= olds | {total(new)}, (set(readings), olds, total(new))

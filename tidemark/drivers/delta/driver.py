@@ -234,14 +234,14 @@ class DeltaDriver(StagedFilesDriver):
             return {**resource, "path": f"{resource['path'].rstrip('/')}__{tag}"}
         return super().shadow_resource(resource, tag)
 
-    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
+    def replace_table(self, live: LakeTable, shadow: DeltaTable, owner: tuple[str, str], batch: int, properties: dict):
         """Commit 1: an overwrite of the rows and the schema (``schema_mode="overwrite"``) with
         the app transaction ``(APP_ID, batch)`` -- what readers see change, at once.  Commit 2:
         the table properties (delta-rs keeps a table's configuration on an overwrite). Between
         the two the live run is stopped (the rebuild holds its lease); a kill there is finished
         by calling this again, which skips commit 1."""
         table = self.open_table(live.name)
-        rows = self.table(shadow.name).to_pyarrow_dataset().scanner().to_reader()
+        rows = shadow.to_pyarrow_dataset().scanner().to_reader()
         commit = CommitProperties(app_transactions=[Transaction(app_id(*owner), batch)])
         if table is None or self.table_batch(table, *owner) < 0:
             write_deltalake(

@@ -87,8 +87,8 @@ def move_quarantine(driver: Driver, shadow: str, materialization: str) -> str | 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    dt = driver.table(driver.quarantine_location)
-    table = dt.to_pyarrow_table()
+    quarantine = driver.table(driver.quarantine_location)
+    table = quarantine.to_pyarrow_table()
     names = table.column("materialization")
     mine = pc.equal(names, shadow)
     old = pc.sum(pc.equal(names, materialization).cast("int64")).as_py() or 0
@@ -98,7 +98,7 @@ def move_quarantine(driver: Driver, shadow: str, materialization: str) -> str | 
     i = rows.schema.get_field_index("materialization")
     rows = rows.set_column(i, rows.schema.field(i), pa.array([materialization] * rows.num_rows, pa.string()))
     write_deltalake(
-        dt,
+        quarantine,
         rows,
         mode="overwrite",
         predicate=f"{ident('materialization')} IN ({sql_literal(materialization)}, {sql_literal(shadow)})",

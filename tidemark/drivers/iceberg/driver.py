@@ -292,16 +292,15 @@ class IcebergDriver(StagedFilesDriver):
                         "decimal). Keep the type, or start the view over with `tidemark reset`. Nothing was changed"
                     ) from None
 
-    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
+    def replace_table(self, live: LakeTable, shadow, owner: tuple[str, str], batch: int, properties: dict):
         """ONE Iceberg transaction: the schema becomes the shadow's (columns added, promoted or
         dropped, the key's columns required and the identifier fields), one overwrite snapshot
         of the shadow's rows (its summary naming owner and batch), and the properties with the
         ``applied`` one -- committed through the catalog's compare-and-swap."""
         materialization, checkpoint_id = owner
-        source = self.catalog.load_table(shadow.identifier)
         table = self.catalog.load_table(live.identifier)
-        rows = source.scan().to_arrow()
-        want = source.schema()
+        rows = shadow.scan().to_arrow()
+        want = shadow.schema()
         keys = [c.name for c in live.keys]
         txn = table.transaction()
         have = {f.name: f for f in table.schema().fields}

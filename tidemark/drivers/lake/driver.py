@@ -346,8 +346,8 @@ class StagedFilesDriver(Driver):
             return {**resource, "table": f"{resource['table']}__{tag}"}
         return None
 
-    def replace_table(self, live: LakeTable, shadow: LakeTable, owner: tuple[str, str], batch: int, properties: dict):
-        """Make table ``live`` hold table ``shadow``'s rows and schema, recording batch ``batch``
+    def replace_table(self, live: LakeTable, shadow: Any, owner: tuple[str, str], batch: int, properties: dict):
+        """Make table ``live`` hold the shadow table's (``shadow``, as ``open_table`` gave it) rows and schema, recording batch ``batch``
         of ``owner`` with the data and setting ``properties``: in one commit where the format
         allows it.  Idempotent (a kill between two commits is finished by calling it again)."""
         raise NotImplementedError
@@ -426,7 +426,7 @@ class StagedFilesDriver(Driver):
                         "(`tidemark rebuild SPEC -m NAME --abandon`) and start it again. The live view is as it was"
                     )
                 batch = self.table_batch(source, req.shadow, str(req.checkpoint_id))
-                self.replace_table(live, shadow, owner, batch, properties)
+                self.replace_table(live, source, owner, batch, properties)
                 done.append(f"replaced the contents of {self.label} {live.name} with {shadow.name} (batch {batch})")
 
             self.run(body, "cut over", live.name)

@@ -91,12 +91,12 @@ def exchange(a: str, b: str) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    fn = getattr(libc, "renameat2", None)
-    if fn is None:
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
         raise DriverError(f"store: this system cannot exchange two folders atomically (no renameat2): {a}, {b}")
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
         err = ctypes.get_errno()
         raise DriverError(f"store: exchanging {a} and {b} failed: {os.strerror(err)} (errno {err})")
 
