@@ -78,14 +78,14 @@ def mysql_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="view"
     )
 
 
-def mysql_view(url, schema, table="customers") -> dict:
-    """The view as a reader sees it: ``{customer: document}`` (either form)."""
+def mysql_view(url, schema, table="customers", key="customer") -> dict:
+    """The view as a reader sees it: ``{key: document}`` (either form)."""
     from tests.support.helpers import table_documents
 
     con = connect(url)
     try:
         with con.cursor() as cur:
             cur.execute(f"SELECT * FROM `{schema}`.`{table}`")
-            return table_documents(cur, "customer")
+            return table_documents(cur, key)
     finally:
         con.close()

@@ -544,8 +544,8 @@ class SqlDriver(Driver):
     def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
         return replace.shadow_resource(resource, tag)
 
-    def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list]]) -> None:
-        replace.check_rebuild(self, bindings, old_keys)
+    def cut_over_state(self, req: ReplaceContents) -> str:
+        return replace.cut_over_state(self, req)
 
     def replace_contents(self, req: ReplaceContents) -> list[str]:
         self.__dict__.pop("_forms", None)  # the live tables change

@@ -17,17 +17,26 @@ transaction:
 3. moves the owner, the view-identity record and the quarantine rows to the live name, and
    drops the shadow table.
 
-MariaDB commits DDL implicitly, so only what cannot lose anything happens outside the
-transaction there -- new columns added to the live table first (NULL until the rows come),
-the shadow table dropped after, when the rebuild drops the shadow -- and a changed key or type is refused before anything
-changes. Readers see the old view or the new one, never a mix.
+MariaDB commits DDL implicitly, so there the cut-over takes two forms.  When every key and
+column type stays, the rows are replaced in the one transaction as above (new columns are
+added to the live table first, NULL until the rows come; the shadow table is dropped after,
+with the rest of the shadow).  When a key or a type changes, the **tables change names**
+instead: transaction 1 fences off the live materialization and moves the checkpoint rows,
+the owner and identity records and the quarantine rows (fault point ``replace_contents``);
+then ONE ``RENAME TABLE live TO live__tm_old, shadow TO live, ...`` -- atomic over all the
+view's tables, so a reader sees the old tables or the new ones -- (``before_table_swap``
+before it, ``after_table_swap`` after it), then the old tables are dropped.  A kill between
+the steps is finished by the next attempt (:func:`cut_over_state` says ``partial``); the
+fence of step 1 keeps a zombie of the old view from writing into either table.  Grants on the
+table name stay with the name; triggers go with the old table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from tidemark.drivers.base import ReplaceContents
+from tidemark.drivers.base import Driver, ReplaceContents
 from tidemark.drivers.common.fences import load_checkpoint
 from tidemark.drivers.common.identity import record_text
 from tidemark.drivers.sql.model import (
@@ -35,9 +44,10 @@ from tidemark.drivers.sql.model import (
     QUARANTINE_TABLE,
     RESOURCES_TABLE,
     ROW_ID_COLUMN,
+    TableModel,
     dumps,
 )
-from tidemark.errors import IncompatibleSchema, RecoveryError
+from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
 
 
@@ -46,31 +56,29 @@ def shadow_resource(resource: dict, tag: str) -> dict:
     return {**resource, "table": f"{resource['table']}__{tag}"}
 
 
-def _no_ddl(driver, what: str, name: str) -> IncompatibleSchema:
-    return IncompatibleSchema(
-        f"rebuild: table {name} would change {what}, and {driver.dialect.title} commits such a change on its own, "
-        "outside the transaction that replaces the rows, so readers could see a mix. Keep the key and the types, "
-        "or start the view over with `tidemark reset`. Nothing was changed"
-    )
+RETIRED = "__tm_old"  # MariaDB's swap: the live table's name while it is dropped
 
 
-def check_rebuild(driver, bindings, old_keys) -> None:
-    """Before anything is built: without transactional DDL, a key cannot change."""
-    if driver.dialect.transactional_ddl:
-        return
-    for b, old in zip(bindings, old_keys):
-        if old is not None and list(old) != list(b.key):
-            name = driver.resource_name(driver.base_model(b))
-            raise _no_ddl(driver, f"its key ({list(old)} -> {list(b.key)})", name)
+def retired(model: TableModel) -> TableModel:
+    """The name the live table takes in MariaDB's swap (then it is dropped)."""
+    return dataclasses.replace(model, name=f"{model.name}{RETIRED}")
 
 
 def _shape(existing: dict, required: list) -> dict:
     return {n: (t.lower(), pk, n in required) for n, (t, pk) in existing.items()}
 
 
+def reshaped(live_shape: dict, shadow_shape: dict) -> bool:
+    """A column's type or key role differs, or a key column goes: ``ALTER`` would be needed
+    beyond adding columns."""
+    return any(n in live_shape and live_shape[n][:2] != s[:2] for n, s in shadow_shape.items()) or any(
+        n not in shadow_shape and s[1] for n, s in live_shape.items()
+    )
+
+
 def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
     """(live model, shadow model, live shape, shadow shape) per pair; refuses a pair whose
-    tables are gone, or (without transactional DDL) whose key or types changed."""
+    tables are gone."""
     out = []
     for live_b, shadow_b in req.pairs:
         live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
@@ -87,12 +95,6 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
                 "Nothing was changed"
             )
         live_shape, shadow_shape = _shape(live_cols, live_req), _shape(shadow_cols, shadow_req)
-        if not driver.dialect.transactional_ddl:
-            changed = [n for n, s in shadow_shape.items() if n in live_shape and live_shape[n][:2] != s[:2]] + [
-                n for n, s in live_shape.items() if n not in shadow_shape and s[1]
-            ]
-            if changed:
-                raise _no_ddl(driver, f"the type or key role of column(s) {changed}", driver.resource_name(live))
         out.append((live, shadow, live_shape, shadow_shape))
     return out
 
@@ -103,7 +105,13 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
     dialect = driver.dialect
     quote = dialect.quote
 
-    if not dialect.transactional_ddl:  # new columns first (NULL until the rows come): nothing to lose
+    if not dialect.transactional_ddl:
+        if Driver.cut_over_state(driver, req) == "done":  # the records moved: a swap a kill interrupted
+            return finish_swap(driver, req)
+        pairs = driver.atomically(lambda con: plan_pairs(driver, con, req), "rebuild: plan", write=False)
+        if any(reshaped(ls, ss) for _l, _s, ls, ss in pairs):
+            return swap_tables(driver, req)
+        # new columns first (NULL until the rows come): nothing to lose
 
         def add_columns(con: Any) -> None:
             for live, _shadow, live_shape, shadow_shape in plan_pairs(driver, con, req):
@@ -136,6 +144,84 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
         return done
 
     return driver.atomically(body, "rebuild: replace contents")
+
+
+def swap_tables(driver, req: ReplaceContents) -> list[str]:
+    """MariaDB, a key or a type changed (see the module docstring): the records first, in one
+    transaction, then :func:`finish_swap`."""
+
+    def body(con: Any) -> list[str]:
+        out = [move_checkpoints(driver, con, req)]
+        move_records(driver, con, req, plan_pairs(driver, con, req))
+        fault_point("replace_contents")
+        return out
+
+    return driver.atomically(body, "rebuild: move the records") + finish_swap(driver, req)
+
+
+def finish_swap(driver, req: ReplaceContents) -> list[str]:
+    """After the records moved: one ``RENAME TABLE`` of every pair whose shadow table is still
+    there with another shape, then the old tables dropped.  Idempotent (a kill may stop it
+    anywhere)."""
+    dialect = driver.dialect
+    models = [(driver.base_model(live_b), driver.base_model(shadow_b)) for live_b, shadow_b in req.pairs]
+
+    def swap(con: Any) -> list[str]:
+        for live, _shadow in models:  # a leftover: an earlier swap's, which a kill kept from dropping it
+            driver.execute(con, f"DROP TABLE IF EXISTS {dialect.ident(retired(live))}")
+        pending = []
+        for live, shadow in models:
+            (live_cols, live_req), (shadow_cols, shadow_req) = driver.existing(con, live), driver.existing(con, shadow)
+            if live_cols is not None and shadow_cols is not None:
+                if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)):
+                    pending.append((live, shadow))
+        if not pending:
+            return []
+        fault_point("before_table_swap")
+        renames = ", ".join(
+            f"{dialect.ident(live)} TO {dialect.ident(retired(live))}, {dialect.ident(shadow)} TO {dialect.ident(live)}"
+            for live, shadow in pending
+        )
+        driver.execute(con, f"RENAME TABLE {renames}")  # atomic over all of them
+        fault_point("after_table_swap")
+        return [
+            f"replaced table {driver.resource_name(live)} by {driver.resource_name(shadow)} (its key or types "
+            "changed: one RENAME TABLE)"
+            for live, shadow in pending
+        ]
+
+    done = driver.atomically(swap, "rebuild: swap the tables")
+
+    def drop_old(con: Any) -> None:
+        for live, _shadow in models:
+            driver.execute(con, f"DROP TABLE IF EXISTS {dialect.ident(retired(live))}")
+
+    driver.atomically(drop_old, "rebuild: drop the old tables")
+    return done
+
+
+def cut_over_state(driver, req: ReplaceContents) -> str:
+    """Without transactional DDL, a swap (see :func:`swap_tables`) can stop between its steps:
+    ``partial`` while the records have moved but a shadow table still has a changed shape, or
+    an old table is left."""
+    state = Driver.cut_over_state(driver, req)
+    if state != "done" or driver.dialect.transactional_ddl:
+        return state
+
+    def pending(con: Any) -> bool:
+        for live_b, shadow_b in req.pairs:
+            live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
+            gone = retired(live)
+            if driver.tables_exist(con, gone.name, schema=gone.schema):
+                return True
+            live_cols, live_req = driver.existing(con, live)
+            shadow_cols, shadow_req = driver.existing(con, shadow)
+            if live_cols is not None and shadow_cols is not None:
+                if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)):
+                    return True
+        return False
+
+    return "partial" if driver.atomically(pending, "rebuild: read the cut-over", write=False) else "done"
 
 
 def move_checkpoints(driver, con: Any, req: ReplaceContents) -> str:
@@ -203,4 +289,4 @@ def move_records(driver, con: Any, req: ReplaceContents, pairs: list[tuple]) -> 
         )
 
 
-__all__ = ["check_rebuild", "replace_contents", "shadow_resource"]
+__all__ = ["cut_over_state", "replace_contents", "shadow_resource"]
