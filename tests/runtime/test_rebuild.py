@@ -90,16 +90,6 @@ def test_a_reduce_change_is_rebuilt_while_the_live_view_commits_and_readers_see_
     assert sorted(os.listdir(tmp_path / "checkpoints"))[0] == "view"
 
 
-def test_a_key_change_is_rebuilt(tmp_path):
-    data, db, spec, _old = setup(tmp_path, deletes=0.0)
-    edit(spec, key="city")
-    Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
-    assert normalize(sqlite_view(db, key="city")) == oracle(data, key="city")
-    write_orders(data, files=1, per_file=50, customers=30, seed=8, start=2)
-    assert plain.run(spec) == 0
-    assert normalize(sqlite_view(db, key="city")) == oracle(data, key="city")
-
-
 def test_abandon_drops_only_the_shadow(tmp_path):
     data, db, spec, old = setup(tmp_path)
     edit(spec, amount="maximize")
@@ -252,22 +242,3 @@ def test_an_adopted_view_seeds_the_shadow_with_its_adopted_rows(tmp_path):
     assert [(b.binding, b.source, b.rows) for b in seeded.bindings] == [(0, "by_hand", 1)]
     with open(os.path.join(ad.folder(shadow), seeded.bindings[0].file)) as f:
         assert f.read().strip() == '{"customer": "c-by-hand", "amount": 1}'
-
-
-def test_a_bug_fix_replay_rebuilds_the_same_spec_over_the_corrected_input(tmp_path):
-    # a file of the source was wrong and is corrected in place; the spec is unchanged
-    data, db, spec, _old = setup(tmp_path, deletes=0.0)
-    wrong = oracle(data)
-    path = data / "orders-0000.json"
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for doc in lines:
-        doc["amount"] += 1  # the fix
-    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
-    fixed = oracle(data)
-    assert fixed != wrong and view_of(db) == wrong
-    said = Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
-    assert "now holds the view of the edited spec" in said
-    assert view_of(db) == fixed
-    write_orders(data, files=1, per_file=50, customers=30, seed=12, start=2)
-    assert plain.run(spec) == 0
-    assert view_of(db) == oracle(data)

@@ -1,4 +1,5 @@
-"""``tidemark rebuild`` into Delta, Iceberg and the store, without Spark.
+"""``tidemark rebuild`` into Delta, Iceberg and the store (and, for a key change and a bug-fix replay, every
+endpoint that rebuilds: SQLite, PostgreSQL and MariaDB too), without Spark.
 
 The shadow (the table ``customers__tm_rebuild``; the store folder ``view__rebuild``) is built
 by the plain runner while the live view keeps committing. The cut-over: one overwrite of the
@@ -19,7 +20,8 @@ import pytest
 
 from tests.support import plain
 from tests.support.harness import arm_in_sequence, fired
-from tests.support.helpers import orders_spec, skip_unless_required, write_orders
+from tests.support.helpers import normalize, orders_spec, skip_unless_required, table_rows, write_orders
+from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.rebuild_support import (
     assert_whole_readings,
     edit,
@@ -52,6 +54,16 @@ class Delta:
         except TableNotFoundError:
             return {}
 
+    def rows(self) -> list[dict]:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(os.path.join(self.root, "customers")).to_pyarrow_table()
+        except TableNotFoundError:
+            return []
+        return [json.loads(d) for d in table.column("flow_document").to_pylist()]
+
     def versions(self) -> int:
         from deltalake import DeltaTable
 
@@ -83,11 +95,110 @@ class Iceberg:
         except NoSuchTableError:
             return {}
 
+    def rows(self) -> list[dict]:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self._catalog().load_table(("views", "customers")).scan().to_arrow()
+        except NoSuchTableError:
+            return []
+        return [json.loads(d) for d in table.column("flow_document").to_pylist()]
+
     def versions(self) -> int:
         return len(self._catalog().load_table(("views", "customers")).snapshots())
 
     def tables(self) -> set[str]:
         return {t[-1] for t in self._catalog().list_tables("views")}
+
+
+class Sql:
+    """A SQL endpoint's table, read as users read it (either form of row)."""
+
+    def view(self, key: str) -> dict:
+        return {d[key]: d for d in self.rows()}
+
+    def rows(self) -> list[dict]:
+        try:
+            with self.connect() as con:
+                return [normalize({0: d})[0] for d in table_rows(self.cursor(con, self.table()))]
+        except self.missing:
+            return []
+
+
+class Sqlite(Sql):
+    name = "sqlite"
+
+    def __init__(self, tmp, request):
+        import sqlite3
+
+        self.db, self.missing = str(tmp / "views.db"), sqlite3.OperationalError
+
+    def endpoint(self) -> dict:
+        return {"sqlite": {"path": self.db}}
+
+    def connect(self):
+        import contextlib
+        import sqlite3
+
+        return contextlib.closing(sqlite3.connect(self.db))
+
+    def cursor(self, con, table):
+        return con.execute(f"SELECT * FROM {table}")
+
+    def table(self, name="customers") -> str:
+        return f'"{name}"'
+
+
+class Postgres(Sql):
+    name = "postgres"
+
+    def __init__(self, tmp, request):
+        import psycopg
+
+        self.url, self.schema = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema")
+        self.missing = psycopg.errors.UndefinedTable
+
+    def endpoint(self) -> dict:
+        return {"postgres": {"url": self.url, "schema": self.schema}}
+
+    def connect(self):
+        import psycopg
+
+        return psycopg.connect(self.url)
+
+    def cursor(self, con, table):
+        return con.execute(f"SELECT * FROM {table}")
+
+    def table(self, name="customers") -> str:
+        return f'"{self.schema}"."{name}"'
+
+
+class Mariadb(Sql):
+    name = "mysql"
+
+    def __init__(self, tmp, request):
+        import pymysql
+
+        self.url, self.schema = request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db")
+        self.missing = pymysql.err.ProgrammingError
+
+    def endpoint(self) -> dict:
+        return {"mysql": {"url": self.url, "schema": self.schema}}
+
+    def connect(self):
+        import contextlib
+
+        from tests.support.mysql_support import connect
+
+        return contextlib.closing(connect(self.url))
+
+    def cursor(self, con, table):
+        cur = con.cursor()
+        cur.execute(f"SELECT * FROM {table}")
+        return cur
+
+    def table(self, name="customers") -> str:
+        return f"`{self.schema}`.`{name}`"
 
 
 class Store:
@@ -110,6 +221,15 @@ class Store:
         with tidemark.open_view(self.spec, "customers", isolation=Isolation.READ_COMMITTED) as view:
             return {k[0]: doc for k, doc in view.scan(ordered=False)}
 
+    def rows(self) -> list[dict]:
+        import tidemark
+        from tidemark.store import Isolation
+
+        if not os.path.isdir(os.path.join(self.root, "view")):
+            return []
+        with tidemark.open_view(self.spec, "customers", isolation=Isolation.READ_COMMITTED) as view:
+            return [doc for _k, doc in view.scan(ordered=False)]
+
     def versions(self) -> int:
         return 0
 
@@ -123,11 +243,20 @@ def lake(request, tmp_path):
     return request.param(tmp_path)
 
 
+@pytest.fixture(params=[Sqlite, Postgres, Mariadb, Delta, Iceberg, Store], ids=lambda c: c.name)
+def endpoint(request, tmp_path):
+    """Every endpoint that rebuilds a view in place."""
+    needs(request.param)
+    return request.param(tmp_path, request) if issubclass(request.param, Sql) else request.param(tmp_path)
+
+
 def needs(endpoint) -> None:
     """The endpoint's library (an extra of the package): a skip here, a failure in CI."""
     import importlib
 
-    module = {Delta: "deltalake", Iceberg: "pyiceberg", Store: "rocksdict"}[endpoint]
+    module = {Delta: "deltalake", Iceberg: "pyiceberg", Store: "rocksdict"}.get(endpoint)
+    if module is None:
+        return
     try:
         importlib.import_module(module)
     except ImportError:
@@ -176,14 +305,43 @@ def test_a_reduce_change_is_rebuilt_while_the_live_view_commits_and_readers_see_
     assert read_record(str(tmp_path / "checkpoints" / "view")) is None
 
 
-def test_a_key_change_is_rebuilt(tmp_path, lake):
-    data, spec, _old = setup(tmp_path, lake, deletes=0.0)
+def shape(rows: list[dict]) -> tuple[int, int]:
+    """What a reader polls: (rows, total of the ``sum`` column) -- the old view's and the new
+    one's differ."""
+    return len(rows), sum(d["amount"] for d in rows)
+
+
+# one shard: a SQL view's shards commit one by one, so with two a reader may see one's batch before the
+# other's (the cut-over replaces every shard's rows in one transaction)
+def test_a_key_change_is_rebuilt_while_the_live_view_commits(tmp_path, endpoint):
+    data, spec, old = setup(tmp_path, endpoint, deletes=0.0, shards=1)
     edit(spec, key="city")
-    Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()
-    assert view_of(lake, key="city") == oracle(data, key="city")
-    write_orders(data, files=1, per_file=50, customers=30, seed=8, start=2)
+    _, readings, _ = rebuild_while_live_commits(spec, old, data, lambda: shape(endpoint.rows()), seed=8, deletes=0.0)
+    new = oracle(data, key="city")
+    assert view_of(endpoint, key="city") == new
+    olds = {shape(list(oracle(data, files=n).values())) for n in (2, 3)}
+    assert readings and set(readings) <= olds | {shape(list(new.values()))}, (set(readings), olds)
+    write_orders(data, files=1, per_file=60, customers=30, seed=9, start=3)
     assert plain.run(spec) == 0
-    assert view_of(lake, key="city") == oracle(data, key="city")
+    assert view_of(endpoint, key="city") == oracle(data, key="city")
+
+
+def test_a_bug_fix_replay_is_rebuilt_while_the_live_view_commits(tmp_path, endpoint):
+    # a file of the source was wrong and is corrected in place; the spec is unchanged
+    data, spec, old = setup(tmp_path, endpoint, deletes=0.0, shards=1)
+    wrong_two = shape(list(oracle(data).values()))
+    path = data / "orders-0000.json"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**d, "amount": d["amount"] + 1}) + "\n" for d in lines))  # the fix
+    _, readings, _ = rebuild_while_live_commits(spec, old, data, lambda: shape(endpoint.rows()), seed=10, deletes=0.0)
+    fixed = oracle(data)
+    assert view_of(endpoint) == fixed
+    count, fixed_total = shape(list(fixed.values()))
+    wrong_three = (count, fixed_total - len(lines))  # the live view took the third file before the cut-over
+    assert readings and set(readings) <= {wrong_two, wrong_three, (count, fixed_total)}, set(readings)
+    write_orders(data, files=1, per_file=60, customers=30, seed=11, start=3)
+    assert plain.run(spec) == 0
+    assert view_of(endpoint) == oracle(data)
 
 
 POINTS = ["mid_store", "after_recovery_log", "before_cutover", "replace_contents", "after_cutover"]

@@ -189,12 +189,17 @@ def postgres_spec(tmp, *, data_dir, url, schema, shards=1, max_files=1, name="vi
 
 
 def table_documents(cur, key: str, json_columns=()) -> dict:
-    """A view table's rows (a cursor of ``SELECT *``) as ``{key: document}``, in either form:
+    """A view table's rows (a cursor of ``SELECT *``) as ``{key: document}`` (:func:`table_rows`)."""
+    return {doc[key]: doc for doc in table_rows(cur, json_columns)}
+
+
+def table_rows(cur, json_columns=()) -> list[dict]:
+    """A view table's rows (a cursor of ``SELECT *``) as documents, in either form:
     the non-NULL columns (``json_columns`` parsed where read as text; by default a text that
     starts as a JSON array or object and is one), with the members of
     ``flow_document`` on top (the whole document, or a lean row's remainder)."""
     names = [d[0] for d in cur.description]
-    out = {}
+    out = []
 
     def value(k, v):
         if isinstance(v, str) and (k in json_columns or json_columns == () and v[:1] in ("[", "{")):
@@ -210,7 +215,7 @@ def table_documents(cur, key: str, json_columns=()) -> dict:
         rest = row.get("flow_document")
         if rest is not None:
             doc.update(json.loads(rest) if isinstance(rest, str) else rest)
-        out[row[key]] = doc
+        out.append(doc)
     return out
 
 

@@ -75,7 +75,9 @@ def edit(spec_path: str, *, amount: str | None = None, key: str | None = None, a
         yaml.safe_dump(obj, f)
 
 
-def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: int) -> tuple[str, list, list]:
+def rebuild_while_live_commits(
+    spec: str, old: str, data, read_total, *, seed: int, deletes: float = 0.03
+) -> tuple[str, list, list]:
     """``Rebuild(spec).run()`` while the live view (spec ``old``) takes one more file during the
     build and a reader polls ``read_total()`` (from a thread of its own); returns what the
     rebuild said, the readings and the names the rebuild ran (plain runner)."""
@@ -97,7 +99,7 @@ def rebuild_while_live_commits(spec: str, old: str, data, read_total, *, seed: i
 
     def run_view(spec_obj, name):  # the live view takes a new file (old spec) while the shadow builds
         if not builds:
-            write_orders(data, files=1, per_file=120, customers=30, seed=seed, start=2, deletes=0.03)
+            write_orders(data, files=1, per_file=120, customers=30, seed=seed, start=2, deletes=deletes)
             live = threading.Thread(target=plain.run, args=(old,))
             live.start()
             plain.run(spec_obj, name)
