@@ -247,11 +247,15 @@ def rebuild(
     materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the materialization"),
     abandon: bool = typer.Option(False, "--abandon", help="drop the shadow of the rebuild in progress, nothing else"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    wait: float = typer.Option(
+        600.0, "--wait", help="seconds the cut-over waits for the live run to stop when asked (0: do not ask)"
+    ),
 ):
     """Change a live view without taking it away: build the edited spec into shadow resources
     while the live view keeps running, then replace the live contents in one endpoint
-    transaction (the cut-over needs the live run stopped: Ctrl-C stops it at a batch boundary).
-    Stopped part-way, the same command goes on; --abandon drops only the shadow."""
+    transaction. For the cut-over the live `tidemark run` is asked to stop at its next batch
+    boundary (it exits with code 75; start it again with the edited spec). Stopped part-way,
+    the same command goes on; --abandon drops only the shadow."""
     from tidemark.faults import pin_group
     from tidemark.spark.rebuild import rebuild as do_rebuild
 
@@ -279,6 +283,7 @@ def rebuild(
             materialization=materialization,
             spark=session,
             abandon=abandon,
+            wait=wait,
             on_batch=on_batch,
             say=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
         )

@@ -54,6 +54,7 @@ class Interruptible:
     runs again next time)."""
 
     EXIT = 130
+    ASKED = 75  # stopped because another process asked (EX_TEMPFAIL)
     stops_between_batches = True  # tidemark.materialize's run leaves Ctrl-C to this handler
 
     def __init__(self):
@@ -67,6 +68,7 @@ class Interruptible:
         import threading
 
         self._finishing = threading.Lock()  # finish() once: the main thread may get there too
+        self.asked_by: str = ""  # another process asked the run to stop (tidemark rebuild's cut-over)
 
     def _handler(self, signum, frame):
         import threading
@@ -81,6 +83,20 @@ class Interruptible:
             "stopping: the batch in progress finishes and commits, no later batch starts "
             "(Ctrl-C again to exit now; a batch cut short is not committed and runs again next time)"
         )
+        threading.Thread(target=self._stop_between_batches, daemon=True).start()
+
+    def stop_requested(self, request: dict) -> None:
+        """Another process asks this run to stop (``tidemark rebuild``, to cut over): as on
+        Ctrl-C, the batch in progress finishes and commits, no later batch starts; then exit
+        with code 75 ("try again later": a supervisor that starts the run again meets a refusal
+        until the rebuild is done, then the edited spec)."""
+        import threading
+
+        if self.requested or self.spark is None:
+            return  # stopping already; or Spark not up yet, whose first batch is refused instead
+        self.requested = True
+        self.asked_by = str(request.get("by") or "another process")
+        _say(f"stopping: {self.asked_by} asked this run to stop; the batch in progress finishes and commits")
         threading.Thread(target=self._stop_between_batches, daemon=True).start()
 
     def _stop_between_batches(self) -> None:
@@ -102,12 +118,18 @@ class Interruptible:
 
         self.spark = spark
         signal.signal(signal.SIGINT, self._handler)
+        from tidemark.runtime.lease import on_stop_requests
+
+        on_stop_requests(self.stop_requested)
 
     def __exit__(self, *exc):
         import signal
 
+        from tidemark.runtime.lease import on_stop_requests
+
         self.finished.set()
         signal.signal(signal.SIGINT, self._previous)
+        on_stop_requests(None)
         return False
 
     def finish(self) -> None:
@@ -117,7 +139,10 @@ class Interruptible:
             threading.Event().wait()  # the first caller ends the process
         done = ", ".join(f"{m} batch {b}" for m, b in sorted(self.last_batches.items())) or "nothing new"
         console.print(
-            f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
+            f"stopped for {escape(self.asked_by)}; committed this run: {escape(done)}; run again (the spec as "
+            "edited) once it is done"
+            if self.asked_by
+            else f"interrupted: stopped; committed this run: {escape(done)}; run again to go on from there",
             highlight=False,
             soft_wrap=True,
         )
@@ -135,4 +160,4 @@ class Interruptible:
         from tidemark.spark.session import end_jvm
 
         end_jvm()
-        os._exit(self.EXIT)
+        os._exit(self.ASKED if self.asked_by else self.EXIT)

@@ -196,3 +196,30 @@ def test_tidemark_run_refuses_a_second_run_before_spark_starts(tmp_path):
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.wait(timeout=30) == 0
+
+
+def test_a_run_asked_to_stop_hears_it_within_a_second_and_a_dead_askers_request_is_ignored(tmp_path):
+    import threading
+
+    from tidemark.runtime.lease import STOP_FILE, clear_stop, request_stop, stop_request
+
+    chk = str(tmp_path / "chk")
+    lease = Lease(chk, "m")
+    lease.acquire()
+    heard: list = []
+    told = threading.Event()
+    lease.keep(on_stop=lambda request: (heard.append(request), told.set()))
+    try:
+        request_stop(chk, by="rebuild 1234")
+        assert told.wait(5), "the lease thread did not hear the request"
+        assert heard[0]["by"] == "rebuild 1234" and heard[0]["pid"] == os.getpid()
+        assert stop_request(chk)["by"] == "rebuild 1234"
+        clear_stop(chk)
+        assert stop_request(chk) is None and not os.path.exists(os.path.join(chk, STOP_FILE))
+        # a request whose process died on this host is stale
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        with open(os.path.join(chk, STOP_FILE), "w") as f:
+            json.dump({"by": "rebuild 5678", "host": os.uname().nodename, "pid": int(gone.stdout), "at": 0}, f)
+        assert stop_request(chk) is None
+    finally:
+        lease.release()

@@ -242,3 +242,74 @@ def test_an_adopted_view_seeds_the_shadow_with_its_adopted_rows(tmp_path):
     assert [(b.binding, b.source, b.rows) for b in seeded.bindings] == [(0, "by_hand", 1)]
     with open(os.path.join(ad.folder(shadow), seeded.bindings[0].file)) as f:
         assert f.read().strip() == '{"customer": "c-by-hand", "amount": 1}'
+
+
+LIVE = """
+import os, sys
+from tidemark.runtime.lease import Lease
+lease = Lease(sys.argv[1], "view")
+lease.acquire()
+def stop(request):
+    print("asked by", request["by"], flush=True)
+    lease.release()
+    os._exit(75)
+lease.keep(on_stop=stop)
+print("running", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _live_run(tmp_path) -> subprocess.Popen:
+    """A live run of the view: holds its lease, stops (exit 75) when asked, as ``tidemark run`` does."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE, str(tmp_path / "checkpoints" / "view")],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "running"
+    return proc
+
+
+def test_the_cut_over_asks_the_live_run_to_stop_and_waits_for_it(tmp_path):
+    from tidemark.runtime.lease import clear_stop, request_stop
+
+    data, db, spec, _old = setup(tmp_path)
+    edit(spec, amount="maximize")
+    live = _live_run(tmp_path)
+    try:
+        said: list = []
+        Rebuild(load_spec(spec), "view", plain.run, say=said.append, wait=60).run()
+        assert live.wait(timeout=30) == 75 and live.stdout.read().startswith("asked by rebuild ")
+    finally:
+        live.kill()
+        live.wait()
+    assert any("asked the live run to stop at its next batch boundary" in line for line in said), said
+    assert view_of(db) == oracle(data, amount="maximize")
+    # while a request stands, a run is refused before it changes anything
+    chk = str(tmp_path / "checkpoints" / "view")
+    request_stop(chk, by="rebuild 0000")
+    write_orders(data, files=1, per_file=50, customers=30, seed=13, start=2)
+    with pytest.raises(RecoveryError, match="rebuild 0000 is cutting over and asked the live run to stop"):
+        plain.run(spec)
+    assert view_of(db) == oracle(data, amount="maximize", files=2)
+    clear_stop(chk)
+    assert plain.run(spec) == 0
+    assert view_of(db) == oracle(data, amount="maximize")
+
+
+def test_the_cut_over_without_waiting_refuses_while_the_live_run_holds_the_view(tmp_path):
+    data, db, spec, _old = setup(tmp_path)
+    edit(spec, amount="maximize")
+    live = _live_run(tmp_path)
+    try:
+        with pytest.raises(RecoveryError, match=r"in use by another run.*The shadow is built.*Stop the live run"):
+            Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None, wait=0).run()
+        assert live.poll() is None  # not asked
+    finally:
+        live.kill()
+        live.wait()
+    assert view_of(db) == oracle(data)
+    Rebuild(load_spec(spec), "view", plain.run, say=lambda s: None).run()  # the built shadow is cut over now
+    assert view_of(db) == oracle(data, amount="maximize")

@@ -8,6 +8,7 @@ files. The CLI names what it refuses in one line.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -53,6 +54,48 @@ def test_rebuild_with_spark_then_run_on(spark, tmp_path):
     assert cli.stderr.startswith("error: ") and "orders-0000.json" in cli.stderr and "Traceback" not in cli.stderr
     cli = _cli("rebuild", spec, "-m", "view", "--abandon")
     assert cli.returncode == 0 and "no rebuild in progress" in cli.stdout, cli.stdout + cli.stderr
+
+
+@pytest.mark.slow  # (a quicker sibling: tests/runtime/test_rebuild.py::test_the_cut_over_asks_the_live_run_to_stop...)
+def test_the_cut_over_stops_a_live_tidemark_run_at_a_batch_boundary(tmp_path):
+    from tests.test_day_ops import ENV, wait_for
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    write_orders(data, files=2, per_file=80, customers=20, seed=33, deletes=0.03)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)
+    old = tmp_path / "old.yaml"
+    old.write_text(open(spec).read())
+    err = open(tmp_path / "live.err", "w+")
+    live = subprocess.Popen(
+        [sys.executable, "-m", "tidemark", "run", str(old), "--no-spark-ui"],
+        stdout=err,
+        stderr=err,
+        env={**ENV, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            "the live run to commit the input", lambda: os.path.exists(db) and _view(db) == oracle(data), proc=live
+        )
+        edit(spec, amount="maximize")
+        cli = _cli("rebuild", spec, "-m", "view", "--wait", "120")
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert "asked the live run to stop at its next batch boundary" in cli.stderr, cli.stdout + cli.stderr
+        assert live.wait(timeout=60) == 75
+    finally:
+        if live.poll() is None:
+            os.killpg(live.pid, 9)
+            live.wait()
+    text = (tmp_path / "live.err").read_text()
+    assert "stopped for rebuild " in text and "Traceback" not in text, text[-3000:]
+    assert normalize(sqlite_view(db)) == oracle(data, amount="maximize")
+
+
+def _view(db):
+    try:
+        return normalize(sqlite_view(db))
+    except sqlite3.OperationalError:  # the table is not there yet
+        return None
 
 
 @pytest.mark.slow  # (a quicker sibling: test_rebuild_with_spark_then_run_on; the seeding: tests/runtime)

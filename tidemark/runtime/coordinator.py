@@ -54,7 +54,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
-from tidemark.runtime.lease import Lease
+from tidemark.runtime.lease import Lease, stop_request
 from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
@@ -434,6 +434,13 @@ class Coordinator:
         return self.spark.identity(batch_id)
 
     def begin(self, batch_id: int) -> BatchStart:
+        request = stop_request(self.checkpoint_location)
+        if request is not None:  # (the run's on_stop, if it has one, stops it between batches first)
+            raise RecoveryError(
+                f"materialization {self.name!r}: {request.get('by', 'another process')} asked this run to stop at a "
+                f"batch boundary, so batch {batch_id} did not start (it runs next time). Run the view again once "
+                "that is done"
+            )
         ident = self.identity(batch_id)
         last = self.log.last()
         # Step 0

@@ -12,6 +12,13 @@ at once; one killed on another machine after ``ttl`` (default 30 s).  The same p
 (another ``tidemark.materialize`` of the same checkpoint after the first stopped) takes its
 own lease again.
 
+Another process may ask the live run to stop at its next batch boundary (``tidemark rebuild``
+does, to cut over): :func:`request_stop` writes ``tidemark.stop`` beside the lease; the live
+run's lease thread sees it within a second and calls the run's ``on_stop`` (``tidemark run``:
+as on Ctrl-C, the batch in progress finishes and commits, then the process exits), and no
+batch begins while it is there (:func:`stop_request`; a run starting then is refused).  A
+request whose process died on this host is stale and ignored.
+
 Taking and renewing happen under an exclusive ``flock`` on a lock file beside the lease, so
 two runs starting at the same instant on one machine cannot both win.  On a checkpoint on
 an object store (``s3://…``) there is no such lock: the lease is written and read back
@@ -37,12 +44,22 @@ from tidemark.options import process_options
 log = logging.getLogger("tidemark")
 
 LEASE_FILE = "tidemark.lease"
+STOP_FILE = "tidemark.stop"  # a request that the live run stop at its next batch boundary
 DEFAULT_TTL = 30.0
 # the lease this process holds of each lease file: a later Lease of the same file in this
 # process (``tidemark run`` takes it before Spark starts, the coordinator at start-up) takes it
 # over, and the earlier one stops renewing without giving it back
 _HELD: dict[str, "Lease"] = {}
 _HELD_LOCK = threading.Lock()
+# how this process stops its runs between batches when asked (``tidemark run``: as on Ctrl-C);
+# set, it is called instead of a lease's own ``on_stop``
+_PROCESS_ON_STOP: list[Callable[[dict], None]] = []
+
+
+def on_stop_requests(handler: Optional[Callable[[dict], None]]) -> None:
+    """``handler(request)`` stops this process's runs between batches when another process asks
+    one of them to stop (:func:`request_stop`); None: each lease's own ``on_stop``."""
+    _PROCESS_ON_STOP[:] = [handler] if handler is not None else []
 
 
 def _pid_alive(pid: int) -> bool:
@@ -57,6 +74,51 @@ def _pid_alive(pid: int) -> bool:
 
 def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _stop_path(checkpoint_location: str) -> Optional[str]:
+    location = checkpoint_location.rstrip("/")
+    if location.startswith("file://"):
+        location = location[len("file://") :]
+    return None if "://" in location else os.path.join(location, STOP_FILE)
+
+
+def request_stop(checkpoint_location: str, by: str) -> None:
+    """Ask the live run of ``checkpoint_location`` to stop at its next batch boundary (``by``:
+    who asks, for its message; e.g. ``rebuild 3f2a...``).  Local folders only."""
+    path = _stop_path(checkpoint_location)
+    if path is None:
+        raise RecoveryError(f"cannot ask the run of {checkpoint_location} to stop: not a local folder")
+    body = {"by": by, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(body, f)
+    os.replace(tmp, path)
+
+
+def clear_stop(checkpoint_location: str) -> None:
+    path = _stop_path(checkpoint_location)
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def stop_request(checkpoint_location: str) -> Optional[dict]:
+    """The request that the live run stop (:func:`request_stop`), or None (none, or its process
+    died on this host)."""
+    path = _stop_path(checkpoint_location)
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = json.load(f)
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    if body.get("host") == socket.gethostname() and not _pid_alive(int(body.get("pid", -1))):
+        return None  # whoever asked is gone
+    return body
 
 
 class Lease:
@@ -80,6 +142,8 @@ class Lease:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._alive: Optional[Callable[[], bool]] = None
+        self._on_stop: Optional[Callable[[dict], None]] = None
+        self._stop_seen = False
 
     @property
     def created_folder(self) -> bool:
@@ -256,16 +320,35 @@ class Lease:
             self._write()
         return True
 
-    def keep(self, alive: Optional[Callable[[], bool]] = None) -> None:
-        """Renew in a daemon thread until :meth:`release`, or until ``alive()`` says the run ended."""
+    def keep(
+        self, alive: Optional[Callable[[], bool]] = None, on_stop: Optional[Callable[[dict], None]] = None
+    ) -> None:
+        """Renew in a daemon thread until :meth:`release`, or until ``alive()`` says the run ended;
+        ``on_stop(request)``, once, when another process asks the run to stop (:func:`request_stop`)."""
         self._alive = alive
+        if on_stop is not None:
+            self._on_stop = on_stop
         if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._loop, name=f"tidemark-lease-{self.materialization}", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        tick = min(1.0, self.ttl / 3)  # a stop request is seen within a second; renewals every ttl / 3
+        due = time.monotonic() + self.ttl / 3
+        while not self._stop.wait(tick):
+            handler = (_PROCESS_ON_STOP or [self._on_stop])[0]
+            if handler is not None and not self._stop_seen:
+                request = stop_request(self.location)
+                if request is not None:
+                    self._stop_seen = True
+                    try:
+                        handler(request)
+                    except Exception as exc:  # noqa: BLE001 - the run stops at its next batch anyway
+                        log.warning("materialization %s: stopping on request failed: %s", self.materialization, exc)
+            if time.monotonic() < due:
+                continue
+            due = time.monotonic() + self.ttl / 3
             try:
                 ended = self._alive is not None and not self._alive()
             except Exception:  # noqa: BLE001 - the session is gone: so is the run
@@ -304,4 +387,13 @@ class Lease:
                     self._remove()
 
 
-__all__ = ["Lease", "LEASE_FILE", "DEFAULT_TTL"]
+__all__ = [
+    "DEFAULT_TTL",
+    "LEASE_FILE",
+    "STOP_FILE",
+    "Lease",
+    "clear_stop",
+    "on_stop_requests",
+    "request_stop",
+    "stop_request",
+]

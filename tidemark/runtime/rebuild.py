@@ -57,6 +57,7 @@ from tidemark.files import write_atomically
 from tidemark.runtime.adoption import read_record as adopted
 from tidemark.runtime.adoption import seed
 from tidemark.runtime.adoption import write_record as write_adoption
+from tidemark.runtime.lease import Lease, clear_stop, request_stop, stop_request
 from tidemark.runtime.recovery_log import RecoveryLog
 from tidemark.runtime.versions import FORMAT, refuse_newer
 from tidemark.runtime.view_identity import binding_identity, endpoint_record, source_location
@@ -67,6 +68,7 @@ log = logging.getLogger("tidemark")
 SUFFIX = "__rebuild"  # the shadow materialization's name: NAME__rebuild
 TAG = "tm_rebuild"  # what the endpoint puts in a shadow resource's name (T__tm_rebuild)
 BUILDING, CUTTING = "building", "cutting"
+DEFAULT_WAIT = 600.0  # seconds the cut-over waits for the live run to stop at a batch boundary
 
 
 @dataclass
@@ -111,6 +113,12 @@ def write_record(location: str, record: RebuildRecord) -> None:
 def refuse_unfinished(materialization: str, location: str) -> None:
     """A view whose rebuild's cut-over did not finish is not run: its endpoint may already hold
     the rebuilt view, which the checkpoint folder beside it does not know yet."""
+    request = stop_request(location)
+    if request is not None:
+        raise RecoveryError(
+            f"materialization {materialization!r}: {request.get('by', 'another process')} is cutting over and asked "
+            "the live run to stop; wait for it to finish, then run the view with the edited spec. Nothing was changed"
+        )
     record = read_record(location)
     if record is not None and record.phase == CUTTING:
         raise RecoveryError(
@@ -185,12 +193,19 @@ def missing_input(location: str, sources: Optional[list] = None) -> list[str]:
 class Rebuild:
     """One rebuild of materialization ``name`` of ``spec`` (the edited spec)."""
 
-    def __init__(self, spec: TidemarkSpec, name: str, run_view: Callable[[TidemarkSpec, str], None], say=log.info):
+    def __init__(
+        self,
+        spec: TidemarkSpec,
+        name: str,
+        run_view: Callable[[TidemarkSpec, str], None],
+        say=log.info,
+        wait: float = DEFAULT_WAIT,
+    ):
         from tidemark.drivers.registry import load_driver
 
         if name not in spec.materializations:
             raise SpecError(f"unknown materialization {name!r} (known: {', '.join(sorted(spec.materializations))})")
-        self.spec, self.name, self.run_view, self.say = spec, name, run_view, say
+        self.spec, self.name, self.run_view, self.say, self.wait = spec, name, run_view, say, float(wait)
         self.mat = spec.materializations[name]
         self.location = spec.checkpoint_location(name)
         if "://" in self.location:
@@ -270,8 +285,6 @@ class Rebuild:
 
     def run(self) -> str:
         """Build, then cut over (or finish a cut-over a kill interrupted). Returns what was done."""
-        from tidemark.runtime.lease import Lease
-
         record = self.start()
         if record.phase == CUTTING:
             lease = Lease(self.location, self.name)
@@ -288,19 +301,45 @@ class Rebuild:
         self.say(f"rebuild {record.id}: building {self.shadow.name} from the sources' start")
         self.build()
         self.say(f"rebuild {record.id}: built ({self.progress()}); cutting over")
-        lease = Lease(self.location, self.name)
-        try:
-            lease.acquire()
-        except RecoveryError as exc:
-            raise RecoveryError(
-                f"{exc}. The shadow is built ({self.progress()}); stop the live run (Ctrl-C stops it at a batch "
-                f"boundary) and run `tidemark rebuild SPEC -m {self.name}` again to cut over"
-            ) from None
+        lease = self._stop_live_run(record)
         try:
             self.build()  # the last batches, with the live view stopped
             return self._cut_over(record)
         finally:
+            clear_stop(self.location)
             lease.release()
+
+    def _stop_live_run(self, record: RebuildRecord):
+        """The live view's lease: at once, or -- a live run holds it -- once that run stopped at a
+        batch boundary, which it does when asked (:func:`tidemark.runtime.lease.request_stop`),
+        within ``wait`` seconds."""
+        lease = Lease(self.location, self.name)
+        try:
+            lease.acquire()
+            return lease
+        except RecoveryError as exc:
+            held = exc
+        if self.wait > 0:
+            request_stop(self.location, by=f"rebuild {record.id}")
+            self.say(
+                f"rebuild {record.id}: asked the live run to stop at its next batch boundary (waiting up to "
+                f"{self.wait:.0f} s); start it again with the edited spec once the rebuild is done"
+            )
+            deadline = time.monotonic() + self.wait
+            while time.monotonic() < deadline:
+                try:
+                    lease.acquire()
+                    return lease
+                except RecoveryError as exc:
+                    held = exc
+                time.sleep(0.2)  # (a lease has no notification; a stopped run gives it back at once)
+            clear_stop(self.location)
+        raise RecoveryError(
+            f"{held}. The shadow is built ({self.progress()})"
+            + (f"; the live run did not stop within {self.wait:.0f} s" if self.wait > 0 else "")
+            + f". Stop the live run (Ctrl-C stops it at a batch boundary) and run `tidemark rebuild SPEC -m "
+            f"{self.name}` again to cut over"
+        ) from None
 
     def _cut_over(self, record: RebuildRecord) -> str:
         shadow_log = RecoveryLog(self.shadow_location, self.shadow.name, create=False)

@@ -78,6 +78,16 @@ class MaterializationRun:
         finally:
             self._release()
 
+    def _stop_requested(self, request: dict) -> None:
+        """Another process asks this run to stop (``tidemark rebuild``, to cut over): the batch in
+        progress finishes and commits, the query stops (``await_termination`` returns)."""
+        log.warning(
+            "materialization %s: %s asked this run to stop; stopping after the batch in progress",
+            getattr(getattr(self.materializer, "mat", None), "name", "?"),
+            request.get("by", "another process"),
+        )
+        threading.Thread(target=_CtrlC(self)._stop, name="tidemark-stop", daemon=True).start()
+
     def _active(self) -> bool:
         try:
             return bool(self.query.isActive)
@@ -285,7 +295,7 @@ def materialize(
     except BaseException:
         lease.release()
         raise
-    lease.keep(alive=run._active)
+    lease.keep(alive=run._active, on_stop=run._stop_requested)
     return run
 
 

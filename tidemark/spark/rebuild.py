@@ -19,11 +19,13 @@ def rebuild(
     abandon: bool = False,
     on_batch: Optional[Callable] = None,
     say: Optional[Callable[[str], None]] = None,
+    wait: Optional[float] = None,
 ) -> str:
     """Rebuild a live view from the edited spec ``source`` while it keeps serving, then replace its
     contents in one endpoint transaction (``abandon``: drop the shadow of a rebuild in
     progress instead).  ``spark``: a SparkSession, or a function that makes one (called only if
-    something is built).  Returns what was done, in words."""
+    something is built).  ``wait``: seconds the cut-over waits for the live run to stop when
+    asked (default 600; 0: do not ask, refuse while it runs).  Returns what was done, in words."""
     from tidemark.runtime.rebuild import Rebuild
 
     spec = source if isinstance(source, TidemarkSpec) else load_spec(str(source))
@@ -57,7 +59,10 @@ def rebuild(
         )
         run.await_termination()
 
-    job = Rebuild(spec, materialization, run_view, **({"say": say} if say else {}))
+    options: dict[str, Any] = {"say": say} if say else {}
+    if wait is not None:
+        options["wait"] = wait
+    job = Rebuild(spec, materialization, run_view, **options)
     try:
         return job.abandon() if abandon else job.run()
     finally:
