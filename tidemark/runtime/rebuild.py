@@ -9,7 +9,8 @@ recovery log and identity records).
 
 The **cut-over**, once the shadow is built:
 
-1. the live view's lease is taken (a live run must stop first, at a batch boundary: Ctrl-C);
+1. the live view's lease is taken: a live run holding it is asked to stop at its next batch
+   boundary (:func:`tidemark.runtime.lease.request_stop`) and given ``wait`` seconds;
 2. the shadow runs once more, to the end of the input;
 3. ``<checkpoints>/NAME.next``: a copy of the shadow's checkpoint folder whose recovery log
    names the live view (its name, its resources, their identities); the record says
