@@ -54,12 +54,12 @@ class Delta:
         except TableNotFoundError:
             return {}
 
-    def rows(self) -> list[dict]:
+    def rows(self, table: str = "customers") -> list[dict]:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            table = DeltaTable(os.path.join(self.root, "customers")).to_pyarrow_table()
+            table = DeltaTable(os.path.join(self.root, table)).to_pyarrow_table()
         except TableNotFoundError:
             return []
         return [json.loads(d) for d in table.column("flow_document").to_pylist()]
@@ -95,11 +95,11 @@ class Iceberg:
         except NoSuchTableError:
             return {}
 
-    def rows(self) -> list[dict]:
+    def rows(self, table: str = "customers") -> list[dict]:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            table = self._catalog().load_table(("views", "customers")).scan().to_arrow()
+            table = self._catalog().load_table(("views", table)).scan().to_arrow()
         except NoSuchTableError:
             return []
         return [json.loads(d) for d in table.column("flow_document").to_pylist()]
@@ -117,10 +117,10 @@ class Sql:
     def view(self, key: str) -> dict:
         return {d[key]: d for d in self.rows()}
 
-    def rows(self) -> list[dict]:
+    def rows(self, table: str = "customers") -> list[dict]:
         try:
             with self.connect() as con:
-                return [normalize({0: d})[0] for d in table_rows(self.cursor(con, self.table()))]
+                return [normalize({0: d})[0] for d in table_rows(self.cursor(con, self.table(table)))]
         except self.missing:
             return []
 
@@ -221,13 +221,13 @@ class Store:
         with tidemark.open_view(self.spec, "customers", isolation=Isolation.READ_COMMITTED) as view:
             return {k[0]: doc for k, doc in view.scan(ordered=False)}
 
-    def rows(self) -> list[dict]:
+    def rows(self, table: str = "customers") -> list[dict]:
         import tidemark
         from tidemark.store import Isolation
 
         if not os.path.isdir(os.path.join(self.root, "view")):
             return []
-        with tidemark.open_view(self.spec, "customers", isolation=Isolation.READ_COMMITTED) as view:
+        with tidemark.open_view(self.spec, table, isolation=Isolation.READ_COMMITTED) as view:
             return [doc for _k, doc in view.scan(ordered=False)]
 
     def versions(self) -> int:
@@ -342,6 +342,42 @@ def test_a_bug_fix_replay_is_rebuilt_while_the_live_view_commits(tmp_path, endpo
     write_orders(data, files=1, per_file=60, customers=30, seed=11, start=3)
     assert plain.run(spec) == 0
     assert view_of(endpoint) == oracle(data)
+
+
+def add_binding(spec: str) -> None:
+    """The spec with a second binding: the same source, keyed by city, into table ``cities``."""
+    import copy
+
+    import yaml
+
+    obj = yaml.safe_load(open(spec))
+    by_city = copy.deepcopy(obj["collections"]["orders"])
+    by_city["key"] = ["/city"]
+    by_city["schema"]["required"] = sorted({*by_city["schema"]["required"], "city"})
+    obj["collections"]["by_city"] = by_city
+    obj["materializations"]["view"]["bindings"].append({"source": "by_city", "resource": {"table": "cities"}})
+    with open(spec, "w") as f:
+        yaml.safe_dump(obj, f)
+
+
+def test_a_binding_added_is_refused_by_run_and_built_from_the_sources_start_by_rebuild(tmp_path, endpoint):
+    from tidemark.errors import RecoveryError
+
+    data, spec, old = setup(tmp_path, endpoint, deletes=0.0, shards=1)
+    add_binding(spec)
+    with pytest.raises(
+        RecoveryError, match=r"the view has 1 binding\(s\), the spec 2 \(new: 'cities' \(by_city\)\).*tidemark rebuild"
+    ):
+        plain.run(spec)  # refused before anything changes: no table cities
+    assert endpoint.rows("cities") == [] and view_of(endpoint) == oracle(data)
+    _, readings, _ = rebuild_while_live_commits(spec, old, data, lambda: shape(endpoint.rows()), seed=12, deletes=0.0)
+    assert view_of(endpoint) == oracle(data)
+    assert {d["city"]: d for d in endpoint.rows("cities")} == oracle(data, key="city")
+    assert readings and set(readings) <= {shape(list(oracle(data, files=n).values())) for n in (2, 3)}
+    write_orders(data, files=1, per_file=60, customers=30, seed=13, start=3)
+    assert plain.run(spec) == 0
+    assert view_of(endpoint) == oracle(data)
+    assert {d["city"]: d for d in endpoint.rows("cities")} == oracle(data, key="city")
 
 
 POINTS = ["mid_store", "after_recovery_log", "before_cutover", "replace_contents", "after_cutover"]

@@ -58,6 +58,16 @@ def test_a_changed_key_and_a_changed_key_type_are_refused():
     assert "key types" in _refusal([binding_identity(_binding())], [binding_identity(_binding(key_type="integer"))])
 
 
+def test_a_binding_added_or_removed_is_refused_naming_it_and_rebuild():
+    one = [binding_identity(_binding("orders"))]
+    two = one + [binding_identity(_binding("cities", collection="by_city"))]
+    msg = _refusal(one, two)
+    assert "the view has 1 binding(s), the spec 2 (new: 'cities' (by_city))" in msg, msg
+    assert "tidemark rebuild SPEC -m m" in msg and msg.endswith("Nothing was changed")
+    msg = _refusal(two, one)
+    assert "the view has 2 binding(s), the spec 1 (gone: 'cities')" in msg and "tidemark rebuild" in msg, msg
+
+
 def test_a_moved_source_is_refused_and_a_dataframe_source_is_not_compared():
     assert "read from /data/orders, now /data/orders2" in _refusal(
         [binding_identity(_binding(), "/data/orders")], [binding_identity(_binding(), "/data/orders2")]

@@ -135,13 +135,15 @@ class ReplaceContents:
     """A rebuild's cut-over (:meth:`Driver.replace_contents`): ``pairs`` of (live binding,
     shadow binding); ``checkpoint_id``: the shadow's tidemark checkpoint, which owns the live
     resources from now on; ``identities``: per pair, the live resource's new view-identity
-    record (as Apply keeps it)."""
+    record (as Apply keeps it); ``added``: the pairs whose live resource does not exist yet
+    (the shadow's becomes it)."""
 
     materialization: str
     shadow: str
     pairs: tuple
     checkpoint_id: str
     identities: tuple = ()
+    added: tuple = ()  # indices of the pairs whose live resource is new (a binding the edit added)
 
 
 @dataclass(frozen=True, slots=True)

@@ -407,6 +407,10 @@ class Rebuild:
         return [binding_identity(b, s) for b, s in zip(self._bindings(self.spec, self.mat), sources)]
 
     def _request(self, record: RebuildRecord) -> ReplaceContents:
+        live = RecoveryLog(self.location, self.name, create=False)
+        logged = len(getattr(live.peek_last()[0], "identities", None) or []) if live.checkpoint_id else 0
+        if record.phase == CUTTING and not logged:  # (the live folder may be the shadow's already)
+            logged = len(self.mat.bindings)
         return ReplaceContents(
             self.name,
             self.shadow.name,
@@ -416,6 +420,7 @@ class Rebuild:
                 {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0), "rebuilt": record.id}
                 for i in self._identities()
             ),
+            tuple(range(logged, len(self.mat.bindings))) if logged else (),
         )
 
     def _finish_committed(self, record: RebuildRecord) -> bool:

@@ -98,6 +98,15 @@ def _show(resource: Optional[Sequence[str]]) -> str:
 def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
     """What differs, binding by binding (by position, as Spark keeps its sources)."""
     out = []
+    if logged and len(current) != len(logged):
+        added = [f"{_show(n['resource'])!r} ({n['collection']})" for n in current[len(logged) :]]
+        removed = [f"{_show(o.get('resource') or [])!r}" for o in logged[len(current) :]]
+        out.append(
+            f"the view has {len(logged)} binding(s), the spec {len(current)}"
+            + (f" (new: {', '.join(added)})" if added else "")
+            + (f" (gone: {', '.join(removed)})" if removed else "")
+            + ": Spark keeps one position per source, so a running view cannot take a binding in or out"
+        )
     for i, (old, new) in enumerate(zip(logged, current)):
         where = f"binding {i}"
         if old.get("collection") and old["collection"] != new["collection"]:
@@ -145,7 +154,10 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
         f"view over on purpose with {reset_hint(materialization)}, which builds it complete from its source"
         + (
             f"; or rebuild it from the edited spec while it keeps serving: {rebuild_hint(materialization)}"
-            if any(("was keyed by" in d or "key types were" in d or "was read from" in d) for d in found)
+            if any(
+                ("was keyed by" in d or "key types were" in d or "was read from" in d or "binding(s), the spec" in d)
+                for d in found
+            )
             else ""
         )
         + ". Nothing was changed"

@@ -249,7 +249,8 @@ class DeltaDriver(StagedFilesDriver):
                 rows,
                 mode="overwrite",
                 schema_mode="overwrite",
-                configuration=properties if table is None else None,
+                # (the properties in commit 2, also for a table the edit added: delta-rs refuses
+                # configuration keys it does not know on a write)
                 commit_properties=commit,
                 storage_options=self.storage_options,
             )

@@ -298,8 +298,23 @@ class IcebergDriver(StagedFilesDriver):
         of the shadow's rows (its summary naming owner and batch), and the properties with the
         ``applied`` one -- committed through the catalog's compare-and-swap."""
         materialization, checkpoint_id = owner
-        table = self.catalog.load_table(live.identifier)
         rows = shadow.scan().to_arrow()
+        summary = {
+            SUMMARY_MATERIALIZATION: materialization,
+            SUMMARY_CHECKPOINT: checkpoint_id,
+            SUMMARY_BATCH: str(batch),
+        }
+        applied = {**properties, applied_property(materialization): applied_text(checkpoint_id, batch)}
+        try:
+            table = self.catalog.load_table(live.identifier)
+        except NoSuchTableError:  # a binding the edit added: created in one transaction with its rows
+            txn = self.catalog.create_table_transaction(
+                live.identifier, schema=shadow.schema(), partition_spec=shadow.spec(), properties=applied
+            )
+            txn.append(conform(rows, txn.table_metadata.schema().as_arrow()), snapshot_properties=summary)
+            fault_point("replace_contents")
+            txn.commit_transaction()
+            return
         want = shadow.schema()
         keys = [c.name for c in live.keys]
         txn = table.transaction()
@@ -312,13 +327,8 @@ class IcebergDriver(StagedFilesDriver):
                 if f.name in have and have[f.name].required != f.required:
                     schema.update_column(f.name, required=f.required)
             schema.set_identifier_fields(*([] if live.delta else keys))
-        summary = {
-            SUMMARY_MATERIALIZATION: materialization,
-            SUMMARY_CHECKPOINT: checkpoint_id,
-            SUMMARY_BATCH: str(batch),
-        }
         txn.overwrite(conform(rows, txn.table_metadata.schema().as_arrow()), snapshot_properties=summary)
-        txn.set_properties({**properties, applied_property(materialization): applied_text(checkpoint_id, batch)})
+        txn.set_properties(applied)
         fault_point("replace_contents")  # inside the replacing transaction
         txn.commit_transaction()
 

@@ -34,7 +34,7 @@ table name stay with the name; triggers go with the old table.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 from tidemark.drivers.base import Driver, ReplaceContents
 from tidemark.drivers.common.fences import load_checkpoint
@@ -68,9 +68,11 @@ def _shape(existing: dict, required: list) -> dict:
     return {n: (t.lower(), pk, n in required) for n, (t, pk) in existing.items()}
 
 
-def reshaped(live_shape: dict, shadow_shape: dict) -> bool:
+def reshaped(live_shape: Optional[dict], shadow_shape: dict) -> bool:
     """A column's type or key role differs, or a key column goes: ``ALTER`` would be needed
-    beyond adding columns."""
+    beyond adding columns (or no live table yet: a binding the edit added)."""
+    if live_shape is None:
+        return True
     return any(n in live_shape and live_shape[n][:2] != s[:2] for n, s in shadow_shape.items()) or any(
         n not in shadow_shape and s[1] for n, s in live_shape.items()
     )
@@ -80,7 +82,7 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
     """(live model, shadow model, live shape, shadow shape) per pair; refuses a pair whose
     tables are gone."""
     out = []
-    for live_b, shadow_b in req.pairs:
+    for i, (live_b, shadow_b) in enumerate(req.pairs):
         live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
         live_cols, live_req = driver.existing(con, live)
         shadow_cols, shadow_req = driver.existing(con, shadow)
@@ -89,13 +91,13 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
                 f"rebuild of {req.materialization!r}: the shadow table {driver.resource_name(shadow)} is gone; "
                 "abandon the rebuild (`tidemark rebuild SPEC -m NAME --abandon`) and start it again. Nothing was changed"
             )
-        if live_cols is None:
+        if live_cols is None and i not in req.added:
             raise RecoveryError(
                 f"rebuild of {req.materialization!r}: the live table {driver.resource_name(live)} is gone (dropped?). "
                 "Nothing was changed"
             )
-        live_shape, shadow_shape = _shape(live_cols, live_req), _shape(shadow_cols, shadow_req)
-        out.append((live, shadow, live_shape, shadow_shape))
+        live_shape = None if live_cols is None else _shape(live_cols, live_req)  # None: a binding the edit added
+        out.append((live, shadow, live_shape, _shape(shadow_cols, shadow_req)))
     return out
 
 
@@ -115,7 +117,7 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
 
         def add_columns(con: Any) -> None:
             for live, _shadow, live_shape, shadow_shape in plan_pairs(driver, con, req):
-                for name, (typ, _pk, _req) in shadow_shape.items():
+                for name, (typ, _pk, _req) in shadow_shape.items() if live_shape is not None else ():
                     if name not in live_shape:
                         driver.execute(con, f"ALTER TABLE {dialect.ident(live)} ADD COLUMN {quote(name)} {typ}")
 
@@ -129,7 +131,10 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
         for live, shadow, live_shape, shadow_shape in pairs:
             columns = [n for n in shadow_shape if n != ROW_ID_COLUMN]
             names = ", ".join(quote(n) for n in columns)
-            if live_shape == shadow_shape or not dialect.transactional_ddl:
+            if live_shape is None:  # a binding the edit added: the shadow table takes the live name
+                driver.execute(con, f"ALTER TABLE {dialect.ident(shadow)} RENAME TO {quote(live.name)}")
+                done.append(f"created table {driver.resource_name(live)} from {driver.resource_name(shadow)} (new)")
+            elif live_shape == shadow_shape or not dialect.transactional_ddl:
                 driver.execute(con, f"DELETE FROM {dialect.ident(live)}")
                 driver.execute(
                     con, f"INSERT INTO {dialect.ident(live)} ({names}) SELECT {names} FROM {dialect.ident(shadow)}"
@@ -169,25 +174,25 @@ def finish_swap(driver, req: ReplaceContents) -> list[str]:
     def swap(con: Any) -> list[str]:
         for live, _shadow in models:  # a leftover: an earlier swap's, which a kill kept from dropping it
             driver.execute(con, f"DROP TABLE IF EXISTS {dialect.ident(retired(live))}")
-        pending = []
-        for live, shadow in models:
-            (live_cols, live_req), (shadow_cols, shadow_req) = driver.existing(con, live), driver.existing(con, shadow)
-            if live_cols is not None and shadow_cols is not None:
-                if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)):
-                    pending.append((live, shadow))
+        pending = [
+            (live, shadow, new) for live, shadow in models for new in [_pending(driver, con, live, shadow)] if new
+        ]
         if not pending:
             return []
         fault_point("before_table_swap")
         renames = ", ".join(
-            f"{dialect.ident(live)} TO {dialect.ident(retired(live))}, {dialect.ident(shadow)} TO {dialect.ident(live)}"
-            for live, shadow in pending
+            (f"{dialect.ident(live)} TO {dialect.ident(retired(live))}, " if new == "swap" else "")
+            + f"{dialect.ident(shadow)} TO {dialect.ident(live)}"
+            for live, shadow, new in pending
         )
         driver.execute(con, f"RENAME TABLE {renames}")  # atomic over all of them
         fault_point("after_table_swap")
         return [
-            f"replaced table {driver.resource_name(live)} by {driver.resource_name(shadow)} (its key or types "
+            f"created table {driver.resource_name(live)} from {driver.resource_name(shadow)} (new; one RENAME TABLE)"
+            if new == "new"
+            else f"replaced table {driver.resource_name(live)} by {driver.resource_name(shadow)} (its key or types "
             "changed: one RENAME TABLE)"
-            for live, shadow in pending
+            for live, shadow, new in pending
         ]
 
     done = driver.atomically(swap, "rebuild: swap the tables")
@@ -198,6 +203,17 @@ def finish_swap(driver, req: ReplaceContents) -> list[str]:
 
     driver.atomically(drop_old, "rebuild: drop the old tables")
     return done
+
+
+def _pending(driver, con: Any, live: TableModel, shadow: TableModel) -> str:
+    """What a swap still has to do for one pair: ``"swap"`` (the shadow has another shape),
+    ``"new"`` (no live table yet) or ``""`` (nothing)."""
+    (live_cols, live_req), (shadow_cols, shadow_req) = driver.existing(con, live), driver.existing(con, shadow)
+    if shadow_cols is None:
+        return ""
+    if live_cols is None:
+        return "new"
+    return "swap" if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)) else ""
 
 
 def cut_over_state(driver, req: ReplaceContents) -> str:
@@ -212,13 +228,8 @@ def cut_over_state(driver, req: ReplaceContents) -> str:
         for live_b, shadow_b in req.pairs:
             live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
             gone = retired(live)
-            if driver.tables_exist(con, gone.name, schema=gone.schema):
+            if driver.tables_exist(con, gone.name, schema=gone.schema) or _pending(driver, con, live, shadow):
                 return True
-            live_cols, live_req = driver.existing(con, live)
-            shadow_cols, shadow_req = driver.existing(con, shadow)
-            if live_cols is not None and shadow_cols is not None:
-                if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)):
-                    return True
         return False
 
     return "partial" if driver.atomically(pending, "rebuild: read the cut-over", write=False) else "done"
