@@ -368,9 +368,13 @@ def _rebuild_of(spec, view: MaterializationStatus) -> None:
     }
     share = f", about {min(100, round(100 * docs / live_docs))}% of the live view's" if live_docs else ""
     built_to = "no batch yet" if shadow.last_batch is None else f"batch {shadow.last_batch}"
+    from tidemark.runtime.lease import stop_request
+
+    asked = stop_request(view.checkpoint)
     view.notes.append(
         f"rebuild {record.id} {record.phase}: shadow {record.shadow} at {built_to}, {docs} documents{share}"
         + ("; the cut-over did not finish: run `tidemark rebuild` again" if record.phase == "cutting" else "")
+        + (f"; it asked the live run to stop for the cut-over (pid {asked.get('pid')})" if asked else "")
     )
 
 

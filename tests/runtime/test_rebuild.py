@@ -106,6 +106,12 @@ def test_abandon_drops_only_the_shadow(tmp_path):
     assert any(
         n.startswith(f"rebuild {status.rebuild['id']} building: shadow view__rebuild at batch 1") for n in status.notes
     )
+    from tidemark.runtime.lease import clear_stop, request_stop
+
+    request_stop(str(tmp_path / "checkpoints" / "view"), by=f"rebuild {status.rebuild['id']}")
+    [status] = status_of_spec(spec, endpoint=False)
+    assert any(f"asked the live run to stop for the cut-over (pid {os.getpid()})" in n for n in status.notes)
+    clear_stop(str(tmp_path / "checkpoints" / "view"))
     said = rebuild.abandon()
     rebuild.close()
     assert "abandoned" in said and "customers__tm_rebuild" in said
