@@ -176,25 +176,21 @@ def test_adopt_a_delta_table_then_run(spark, tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.chaos
-@pytest.mark.parametrize(
-    "point",
-    [  # Spark runs of a minute each: after the default suite (CI runs chaos_full)
-        pytest.param("before_spark_commit", marks=pytest.mark.chaos_full),
-        pytest.param("adopt_recorded", marks=pytest.mark.chaos_full),
-        pytest.param("after_endpoint_commit", marks=pytest.mark.chaos_full),
-        pytest.param("adopt_before_done", marks=pytest.mark.chaos_full),
-    ],
-)
-def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, postgres_url, pg_schema, point):
-    """``tidemark adopt`` SIGKILLed at a point of batch 0; ``run`` refuses the view (naming the
-    adopt); ``adopt`` again finishes it; more input; the view equals the oracle."""
+@pytest.mark.chaos_full  # Spark runs: after the default suite
+def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, postgres_url, pg_schema):
+    """``tidemark adopt`` SIGKILLed at each point of batch 0 in turn (every attempt dies at the
+    next point it reaches); after each kill ``run`` refuses the view (naming the adopt); the
+    adopt again finishes it; more input; the view equals the oracle."""
     import subprocess
     import sys
 
     import psycopg
 
-    from tests.support.harness import KILLED, ROOT
+    from tests.support.harness import KILLED, ROOT, arm_in_sequence, fired
 
+    points = ["adopt_recorded", "after_endpoint_commit", "before_spark_commit", "adopt_before_done"]
+    markers = tmp_path / "markers"
+    markers.mkdir()
     data = tmp_path / "data"
     write_orders(data, files=3, per_file=150, customers=40, seed=11, deletes=0.03)
     hand = first_files(data, 2, tmp_path)
@@ -236,15 +232,20 @@ def test_a_killed_adopt_is_refused_by_run_and_finished_by_adopt_again(tmp_path, 
         )
 
     adopt = ["adopt", spec, "--from", f"{pg_schema}.by_hand", "--since", str(mtime(data, 1))]
-    killed = tidemark(*adopt, faults=f"{point}:kill")
-    assert killed.returncode == KILLED, killed.stderr[-2000:]
-    refused = tidemark("run", spec, "--available-now")
-    assert refused.returncode == 1
-    first = refused.stderr.strip().splitlines()[0]
-    assert "its adopt (customers from" in first and "did not finish" in first and "tidemark adopt SPEC -m view" in first
-
-    again = tidemark(*adopt[:-2])  # without --since: the recorded one
+    faults = arm_in_sequence(points, markers)
+    for attempt in range(len(points) + 1):
+        # the first with --since; again without it: the recorded one
+        again = tidemark(*(adopt if attempt == 0 else adopt[:-2]), faults=faults)
+        if again.returncode == 0:
+            break
+        assert again.returncode == KILLED, again.stderr[-2000:]
+        refused = tidemark("run", spec, "--available-now")
+        assert refused.returncode == 1
+        first = refused.stderr.strip().splitlines()[0]
+        assert "its adopt (customers from" in first and "did not finish" in first, first
+        assert "tidemark adopt SPEC -m view" in first, first
     assert again.returncode == 0, again.stderr[-2000:]
+    assert fired(markers) == set(points)
     assert "adopted" in again.stdout and "as batch 0" in again.stdout
     write_orders(data, files=1, per_file=150, customers=40, seed=12, start=3, deletes=0.03)
     done = tidemark("run", spec, "--available-now")
