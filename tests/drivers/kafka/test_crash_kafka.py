@@ -93,14 +93,14 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path, kafka_bootstrap)
     assert open_transactions(kafka_bootstrap) == {}
 
 
-@pytest.mark.chaos_full
+@pytest.mark.chaos_full  # (the commit path without Spark: the plain runner's sessions, as the driver runs them)
 def test_rescale_2_4_3_with_kills_and_a_zombie_leaves_no_open_transaction(tmp_path, kafka_bootstrap):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
     topic, progress = "chaos_rescale", "progress_rescale"
     write_orders(data, files=2, per_file=120, customers=40, seed=201, deletes=0.03)
     spec = kafka_spec(tmp_path, data, 2, kafka_bootstrap, topic=topic, progress_topic=progress)
-    assert run_until_done(spec).kills == 0
+    assert run_until_done(spec, plain=True).kills == 0
 
     # A zombie of the 2-shard layout's first range dies inside a transaction it opened.
     subprocess.run([sys.executable, "-c", ZOMBIE, kafka_bootstrap, progress, topic], timeout=60)
@@ -108,14 +108,16 @@ def test_rescale_2_4_3_with_kills_and_a_zombie_leaves_no_open_transaction(tmp_pa
 
     write_orders(data, files=2, per_file=120, customers=40, seed=202, start=2, deletes=0.03)
     set_shards(spec, 4)  # 2 -> 4, killed inside a transaction of the new layout
-    outcome = run_until_done(spec, faults=arm_in_sequence(["mid_store"], markers), max_attempts=4)
+    outcome = run_until_done(spec, faults=arm_in_sequence(["mid_store"], markers), max_attempts=4, plain=True)
     assert outcome.kills == 1, outcome
     assert open_transactions(kafka_bootstrap) == {}  # the new ranges fenced the old layout's ids
     assert normalize(kafka_view(kafka_bootstrap, topic)) == oracle_orders(data)
 
     write_orders(data, files=2, per_file=120, customers=40, seed=203, start=4, deletes=0.03)
     set_shards(spec, 3)  # 4 -> 3 (a merge of unequal ranges), killed after Kafka committed
-    outcome = run_until_done(spec, faults=arm_in_sequence(["after_endpoint_commit"], markers), max_attempts=4)
+    outcome = run_until_done(
+        spec, faults=arm_in_sequence(["after_endpoint_commit"], markers), max_attempts=4, plain=True
+    )
     assert outcome.kills == 1, outcome
     assert normalize(kafka_view(kafka_bootstrap, topic)) == oracle_orders(data)
     assert open_transactions(kafka_bootstrap) == {}

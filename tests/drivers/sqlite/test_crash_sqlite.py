@@ -82,9 +82,9 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-# The shard sessions on Spark's executors and in the driver ("Small batches") at the telling
-# points on the endpoint-reduce path (SQLite reduces this schema itself: no Loads; the default
-# suite), and the other points, ``mid_load`` included, on the Load path (``endpoint_reduce:
+# The shard sessions on Spark's executors (the default suite) and in the driver ("Small
+# batches"; after it) at the telling points on the endpoint-reduce path (SQLite reduces this
+# schema itself: no Loads), and the other points, ``mid_load`` included, on the Load path (``endpoint_reduce:
 # false``; after the default suite). Every point on both paths, 4 shards, is the plain runner's
 # test above (``4-every-plain``): what Spark adds is where the sessions run.
 LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
@@ -94,7 +94,7 @@ LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
     "small_batch_keys,points,endpoint_reduce",
     [
         (0, ONE_JOB_POINTS, True),
-        (5000, ONE_JOB_POINTS, True),
+        pytest.param(5000, ONE_JOB_POINTS, True, marks=pytest.mark.chaos_full),
         pytest.param(0, LOAD_POINTS, False, marks=pytest.mark.chaos_full),
     ],
     ids=["spark-telling", "driver-telling", "spark-load"],
