@@ -80,7 +80,8 @@ def test_a_killed_redis_server_with_the_aof_goes_on_exact_and_without_it_is_refu
     """A private redis-server is SIGKILLed between two runs.  With ``appendonly yes`` +
     ``appendfsync always`` the next run continues and the view is exact; without the AOF
     the view and its checkpoints are gone, and the next run refuses to start (the endpoint
-    is behind the recovery log) instead of writing a view that lacks the earlier batches."""
+    is behind the recovery log) instead of writing a view that lacks the earlier batches.
+    (The commit path without Spark: what is tested is the server's.)"""
     from tests.drivers.redis.test_redis_persistence import Server
 
     (tmp_path / "redis").mkdir()
@@ -91,16 +92,16 @@ def test_a_killed_redis_server_with_the_aof_goes_on_exact_and_without_it_is_refu
         data, prefix = tmp_path / "data", "customers:"
         write_orders(data, files=2, per_file=150, customers=40, seed=201, deletes=0.03)
         spec = redis_spec(tmp_path, data, url=server.url, prefix=prefix, shards=1)
-        assert run_until_done(spec).kills == 0
+        assert run_until_done(spec, plain=True).kills == 0
         server.kill()
         server.start()
         write_orders(data, files=1, per_file=150, customers=40, seed=202, start=2, deletes=0.03)
         if aof:
-            assert run_until_done(spec).kills == 0
+            assert run_until_done(spec, plain=True).kills == 0
             assert normalize(redis_view(server.url, prefix)) == oracle_orders(data)
         else:
             with pytest.raises(AssertionError) as failed:
-                run_until_done(spec, max_attempts=1)
+                run_until_done(spec, max_attempts=1, plain=True)
             assert "holds no batch of this view" in str(failed.value) and "tidemark reset" in str(failed.value)
             assert redis_view(server.url, prefix) == {}
     finally:
