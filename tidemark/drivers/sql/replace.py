@@ -174,11 +174,11 @@ def finish_swap(driver, req: ReplaceContents) -> list[str]:
     def swap(con: Any) -> list[str]:
         for live, _shadow in models:  # a leftover: an earlier swap's, which a kill kept from dropping it
             driver.execute(con, f"DROP TABLE IF EXISTS {dialect.ident(retired(live))}")
-        pending = [
-            (live, shadow, new) for live, shadow in models for new in [_pending(driver, con, live, shadow)] if new
-        ]
-        if not pending:
-            return []
+        kinds = [_pending(driver, con, live, shadow) for live, shadow in models]
+        if not any(k in ("swap", "new") for k in kinds):
+            return []  # swapped already (no shadow table is left), or nothing to swap
+        # every pair whose shadow is there changes names, the unchanged ones too: one statement
+        pending = [(live, shadow, "new" if k == "new" else "swap") for (live, shadow), k in zip(models, kinds) if k]
         fault_point("before_table_swap")
         renames = ", ".join(
             (f"{dialect.ident(live)} TO {dialect.ident(retired(live))}, " if new == "swap" else "")
@@ -206,14 +206,15 @@ def finish_swap(driver, req: ReplaceContents) -> list[str]:
 
 
 def _pending(driver, con: Any, live: TableModel, shadow: TableModel) -> str:
-    """What a swap still has to do for one pair: ``"swap"`` (the shadow has another shape),
-    ``"new"`` (no live table yet) or ``""`` (nothing)."""
+    """A pair's tables as a swap sees them: ``"swap"`` (the shadow has another shape), ``"new"``
+    (no live table yet), ``"same"`` (the shadow has the live table's shape) or ``""`` (no
+    shadow table: swapped already, or dropped)."""
     (live_cols, live_req), (shadow_cols, shadow_req) = driver.existing(con, live), driver.existing(con, shadow)
     if shadow_cols is None:
         return ""
     if live_cols is None:
         return "new"
-    return "swap" if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)) else ""
+    return "swap" if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)) else "same"
 
 
 def cut_over_state(driver, req: ReplaceContents) -> str:
@@ -228,7 +229,9 @@ def cut_over_state(driver, req: ReplaceContents) -> str:
         for live_b, shadow_b in req.pairs:
             live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
             gone = retired(live)
-            if driver.tables_exist(con, gone.name, schema=gone.schema) or _pending(driver, con, live, shadow):
+            if driver.tables_exist(con, gone.name, schema=gone.schema):
+                return True
+            if _pending(driver, con, live, shadow) in ("swap", "new"):
                 return True
         return False
 
