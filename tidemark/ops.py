@@ -359,9 +359,16 @@ def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:
     """Input lag of a spec's file sources: files under the bindings' source paths that
     Spark's file-source log has not yet planned into a batch. None where it cannot tell
     (no local source path)."""
+    counts = file_counts(spec, materialization, spec.checkpoint_location(materialization))
+    return None if counts is None else counts[0] - counts[1]
+
+
+def file_counts(spec: TidemarkSpec, materialization: str, checkpoint: str) -> Optional[tuple[int, int]]:
+    """(files under the bindings' source paths, how many of them Spark's file-source log in
+    ``checkpoint`` has planned into a batch); None where it cannot tell (no local source path)."""
     mat = spec.materializations[materialization]
-    spark_root = os.path.join(spec.checkpoint_location(mat.name), "spark", "sources")
-    pending = 0
+    spark_root = os.path.join(checkpoint, "spark", "sources")
+    present_n = planned_n = 0
     for i, b in enumerate(mat.bindings):
         src = spec.collections[b.source].source
         if src is None or not src.path or "://" in src.path:
@@ -379,8 +386,9 @@ def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:
                 for line in f:
                     if line.startswith("{"):
                         planned.add(json.loads(line)["path"].removeprefix("file://").removeprefix("file:"))
-        pending += len(present - planned)
-    return pending
+        present_n += len(present)
+        planned_n += len(present & planned)
+    return present_n, planned_n
 
 
 # ----------------------------------------------------------------------------- scale

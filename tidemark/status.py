@@ -12,6 +12,7 @@ width; :meth:`MaterializationStatus.as_json` is the ``--json`` form.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import textwrap
@@ -368,6 +369,15 @@ def _rebuild_of(spec, view: MaterializationStatus) -> None:
     }
     share = f", about {min(100, round(100 * docs / live_docs))}% of the live view's" if live_docs else ""
     built_to = "no batch yet" if shadow.last_batch is None else f"batch {shadow.last_batch}"
+    from tidemark.ops import file_counts
+
+    files = None
+    if view.name in spec.materializations:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            files = file_counts(spec, view.name, shadow.checkpoint)
+    if files is not None:
+        view.rebuild["files"], view.rebuild["files_read"] = files
+        share += f"; {files[1]} of {files[0]} file(s) read"
     from tidemark.runtime.lease import stop_request
 
     asked = stop_request(view.checkpoint)

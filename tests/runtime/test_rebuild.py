@@ -103,6 +103,7 @@ def test_abandon_drops_only_the_shadow(tmp_path):
 
     [status] = status_of_spec(spec, endpoint=False)
     assert status.rebuild is not None and status.rebuild["phase"] == "building" and status.rebuild["batch"] == 1
+    assert status.rebuild["files"] == 2  # (the plain runner keeps no Spark source log: files_read stays 0)
     assert any(
         n.startswith(f"rebuild {status.rebuild['id']} building: shadow view__rebuild at batch 1") for n in status.notes
     )
