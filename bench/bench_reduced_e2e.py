@@ -10,7 +10,9 @@ endpoint three ways, in one JVM:
     collected as Arrow (the default: ``reduced_batch_keys``, docs/reductions.md);
 (e) the endpoint reduces each batch, the shard sessions on Spark's executors
     (``reduced_batch_keys: 0``: a second shuffle to the shards, Python tasks);
-(l) Load + reduce in Python (``endpoint_reduce: false``).
+(l) Load + reduce in Python (``endpoint_reduce: false``);
+(x) as (d), with the combined documents staged as JSON texts instead of typed values (the
+    dialect's typed staging switched off in this process: the path before it had one).
 
 Round 1 warms the JIT; the last round is printed.  Each view is compared with the answer
 computed while the stream is written.  SQLite writes a file under a temporary directory;
@@ -41,7 +43,23 @@ WAYS = {
     "d": ("reduced in the endpoint, sessions in the driver", True, {}),
     "e": ("reduced in the endpoint, sessions on the executors", True, {"reduced_batch_keys": 0}),
     "l": ("Load + reduce in Python", False, {}),
+    "x": ("as (d), JSON texts staged (no typed values)", True, {}),
 }
+
+
+def dialect_of(name: str):
+    """The endpoint's dialect class (whose ``typed_staging`` way (x) switches off)."""
+    if name == "sqlite":
+        from tidemark.drivers.sqlite.driver import SQLiteDialect
+
+        return SQLiteDialect
+    if name == "mysql":
+        from tidemark.drivers.mysql.dialect import MySqlDialect
+
+        return MySqlDialect
+    from tidemark.drivers.postgres.dialect import PostgresDialect
+
+    return PostgresDialect
 
 
 def endpoint_for(name: str, work: str) -> tuple[dict, str]:
@@ -99,6 +117,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ways", default="delx", help="which of (d), (e), (l), (x) to run")
     args = ap.parse_args()
     print(machine())
     print(stream_line(args))
@@ -117,21 +136,28 @@ def main() -> None:
             for rnd in range(1, args.rounds + 1):
                 last = rnd == args.rounds
                 for way, (what, reduce, options) in WAYS.items():
+                    if way not in args.ways:
+                        continue
                     endpoint, where = endpoint_for(name, work)
                     made.append((name, where))
                     run = os.path.join(work, f"{name}-{way}-{rnd}")
                     os.makedirs(run)
-                    wall, rows = run_tidemark(
-                        spark,
-                        data,
-                        None,
-                        None,
-                        args.shards,
-                        os.path.join(run, "chk"),
-                        endpoint_reduce=reduce,
-                        endpoint=endpoint,
-                        options=options,
-                    )
+                    dialect, typed = dialect_of(name), dialect_of(name).typed_staging
+                    dialect.typed_staging = typed and way != "x"
+                    try:
+                        wall, rows = run_tidemark(
+                            spark,
+                            data,
+                            None,
+                            None,
+                            args.shards,
+                            os.path.join(run, "chk"),
+                            endpoint_reduce=reduce,
+                            endpoint=endpoint,
+                            options=options,
+                        )
+                    finally:
+                        dialect.typed_staging = typed
                     exact = read_view(name, where) == want
                     if last:
                         walls[way] = wall
@@ -140,10 +166,19 @@ def main() -> None:
                         print(phases_of(wall, rows, "      "))
                     elif not exact:
                         print(f"  ({way}) round {rnd}: view != answer")
-            print(
-                f"  speed: (d) {walls['l'] / walls['d']:.2f}x the Load path, "
-                f"{walls['e'] / walls['d']:.2f}x the sessions on the executors"
-            )
+            if "d" in walls:
+                print(
+                    "  speed: (d) "
+                    + ", ".join(
+                        f"{walls[w] / walls['d']:.2f}x {label}"
+                        for w, label in (
+                            ("l", "the Load path"),
+                            ("e", "the sessions on the executors"),
+                            ("x", "JSON texts"),
+                        )
+                        if w in walls
+                    )
+                )
     finally:
         spark.stop()
         for name, where in made:

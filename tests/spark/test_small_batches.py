@@ -11,6 +11,7 @@ from tests.support.helpers import compiled_oracle as oracle
 from tests.support.helpers import compiled_spec as write_spec
 from tests.support.helpers import sqlite_view
 from tests.support.helpers import write_compiled_orders as write_stream
+from tests.support.mysql_support import mysql_db, mysql_url
 
 #: the path of a batch whose sessions run in the driver on typed values (a lean view the endpoint reduces)
 TYPED = "driver (typed rows)"
@@ -141,3 +142,24 @@ def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spa
     reports = _run(spark, spec)
     assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_four_shard_sessions_in_the_driver_into_mariadb_exactly(spark, tmp_path, mysql_url, mysql_db):
+    from tests.support.helpers import COMPILED_SCHEMA, orders_spec
+    from tests.support.mysql_support import mysql_view
+
+    data = tmp_path / "data"
+    files = write_stream(data, files=4, per_file=150, customers=60, seed=69)
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=4,
+        schema=COMPILED_SCHEMA,
+        endpoint={"mysql": {"url": mysql_url, "schema": mysql_db}},
+    )
+
+    reports = _run(spark, spec)
+    # a lean view MariaDB reduces: the sessions get the documents as typed values (LOAD DATA of them)
+    assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
+    assert mysql_view(mysql_url, mysql_db) == oracle(files)

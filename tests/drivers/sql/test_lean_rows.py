@@ -55,7 +55,7 @@ def endpoint(request, tmp_path):
     e.driver.close()
 
 
-@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite"])
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite", "mysql"])
 def typed_endpoint(request, tmp_path):
     """An endpoint that stages typed values (``Store.rows``)."""
     e = Endpoint(request.param, request, tmp_path)

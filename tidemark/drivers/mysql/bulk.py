@@ -56,6 +56,21 @@ def param(kind: str) -> Callable[[Any], Any]:
     return lambda v: coerce(kind, v)
 
 
+def typed_param(kind: str) -> Callable[[Any], Any]:
+    """A typed value (Arrow's, as Python) as a statement parameter for a column of ``kind``."""
+    if kind == TIMESTAMP:
+
+        def moment(v: Any) -> Any:
+            if isinstance(v, dt.datetime) and v.tzinfo is not None:
+                return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            return None if v is None else to_utc(v)
+
+        return moment
+    if kind == BOOLEAN:
+        return lambda v: None if v is None else int(bool(v))
+    return lambda v: v
+
+
 def field(v: Any) -> str:
     """A parameter value in ``LOAD DATA``'s default text format (``\\N`` is NULL)."""
     if v is None:
@@ -98,6 +113,25 @@ class BulkWriter(RowWriter):
             )
 
         s.in_transaction(body, chunk.what, write=False)
+
+    def stage_typed(
+        self, s: Session, table: str, prepare: Sequence[str], model: TableModel, rows: Any, keys, what: str
+    ) -> None:
+        """An Arrow table's columns (the view's columns, by name) into the typed staging
+        ``table``, by the same bulk statement as the documents' (values converted by kind)."""
+        self.check_keys(model, keys)
+        columns = [c.name for c in model.columns]
+        convs = [typed_param(c.kind) for c in model.columns]
+        values = [rows.column(n).to_pylist() for n in columns]
+        converted = self.converted(model, lambda: [tuple([c(v) for c, v in zip(convs, r)]) for r in zip(*values)], keys)
+        names = [staged_column(j) for j in range(len(columns))]
+
+        def body() -> None:
+            for statement in prepare:
+                s.execute(statement)
+            self.bulk(s, table, names, converted, lambda i: list(keys[i]), what, (), columns)
+
+        s.in_transaction(body, what, write=False)
 
     def load(self, s: Session, chunk: KeyChunk) -> list:
         model, keys = chunk.model, chunk.keys

@@ -66,6 +66,7 @@ class MySqlDialect(Dialect):
     json_as_text = True
     for_update = " FOR UPDATE"
     lean_rows = True
+    typed_staging = True  # a lean binding it reduces stages Store.rows (typed values): drivers/mysql/bulk.py
     transactional_ddl = False  # DDL commits implicitly (a rebuild's cut-over: drivers/sql/replace.py)
 
     def __init__(self, collation: str = MARIADB_COLLATION, mariadb: bool = True):

@@ -93,7 +93,7 @@ class MariaReduce(ReduceSql):
         self.table, self.model = table, model
 
     def overflow_query(self, model: TableModel, staging: str, f, col: Column, typed: bool) -> str:
-        return overflow_query(self, model, staging, f, col)
+        return overflow_query(self, model, staging, f, col, typed)
 
     def column(self, side: str, quoted: str) -> str:
         return f"{self.table}.{quoted}" if side == OLD else f"VALUES({quoted})"
@@ -101,6 +101,8 @@ class MariaReduce(ReduceSql):
     def document(self, alias: str) -> str:
         if alias == OLD:
             return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}"
+        if self.model.lean and self.staged_values:  # typed values staged: no document, nothing remains
+            return "NULL"
         if self.model.lean:  # the staged remainder, from the staged document (a subquery cannot name VALUES())
             return self.remainder(f"{STAGED}.{STAGED_DOCUMENT}", [c.name for c in self.model.columns])
         return f"{STAGED}.{STAGED_DOCUMENT}"
@@ -182,13 +184,17 @@ class MariaReduce(ReduceSql):
         return replace_members("JSON_REPLACE", doc, [*present, *members, *nullable], PAIRS, path)
 
 
-def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: Column) -> str:
-    """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands."""
+def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: Column, typed: bool = False) -> str:
+    """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands
+    (``typed``: the staging table holds the view's columns, not the document)."""
     quote = forms.quote
     match = " AND ".join(f"t.{quote(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
     keys = ", ".join(f"s.{staged_column(j)}" for j in range(len(model.keys)))
     old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
-    new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
+    if typed:
+        new = f"s.{staged_column(next(j for j, c in enumerate(model.columns) if c.name == col.name))}"
+    else:
+        new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
     if col.kind == INTEGER:
         a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"
         bad = f"({a} + {b} > 9223372036854775807 OR {a} + {b} < -9223372036854775808)"

@@ -44,6 +44,7 @@ class ReduceSql:
 
     staged_alias = ""  # the staging table's alias in the statement's sources ("": none)
     null_document = "NULL"  # the staged document of typed values (there is none)
+    staged_values = False  # set for a statement over typed values (``Store.rows``), not documents
 
     def __init__(self, quote: Callable[[str], str]):
         self.quote = quote

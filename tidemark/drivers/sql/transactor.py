@@ -428,6 +428,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         forms = self.driver.reduce_sql(model)
         typed = binding in self._typed
         if typed:  # typed values: the staging table's columns as they are
+            forms.staged_values = True
             staging = dialect.temp(typed_stage_name(binding))
             sources = [staged_column(j) for j in range(len(model.columns))] + [forms.null_document]
         else:
