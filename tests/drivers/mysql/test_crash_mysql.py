@@ -78,3 +78,31 @@ def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, mysql_
         lambda: mysql_view(mysql_url, mysql_db),
         seed=63,
     )
+
+
+@pytest.mark.chaos_full  # with Spark: the typed values come from Spark's combine
+def test_typed_rows_killed_between_the_staged_load_and_the_statement_then_restart_is_exact(
+    tmp_path, mysql_url, mysql_db
+):
+    """A lean view whose shard sessions run in the driver on typed values (``Store.rows``
+    loaded by ``LOAD DATA``): `tidemark run` SIGKILLed after the staged load, before and after
+    the reducing statement's commit; the restarted runs finish exactly."""
+    from tests.support.helpers import COMPILED_SCHEMA, compiled_oracle, orders_spec, write_compiled_orders
+
+    data, markers = tmp_path / "data", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=93)
+    endpoint = {"mysql": {"url": mysql_url, "schema": mysql_db}}
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA, endpoint=endpoint)
+    assert run_until_done(spec).kills == 0  # batch 0 on Spark; the next ones in the driver, typed
+    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=94, start=2)
+    points = ["mid_store", "before_endpoint_commit", "after_endpoint_commit"]
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
+    assert fired(markers) == set(points), outcome
+    assert mysql_view(mysql_url, mysql_db) == compiled_oracle(files)
+    nulls = sql(mysql_url, f"SELECT COUNT(*) FROM `{mysql_db}`.customers WHERE flow_document IS NULL")
+    assert nulls == sql(mysql_url, f"SELECT COUNT(*) FROM `{mysql_db}`.customers")  # lean rows
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    log = RecoveryLog(str(tmp_path / "checkpoints" / "view"), "view")
+    assert {log.get(b).counts["path"] for b in log.batches()[1:]} == {"driver (typed rows)"}
