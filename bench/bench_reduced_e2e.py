@@ -78,7 +78,9 @@ def read_view(name: str, where: str) -> dict:
     cols = ", ".join(SCALARS)
     if name == "sqlite":
         with sqlite3.connect(where) as con:
-            rows = con.execute(f"SELECT customer, {cols}, json_extract(flow_document, '$.items') FROM customers")
+            rows = con.execute(  # a lean table's column, or a full one's document
+                f"SELECT customer, {cols}, COALESCE(items, json_extract(flow_document, '$.items')) FROM customers"
+            )
             return {r[0]: (*r[1:8], json.loads(r[8])) for r in rows}
     if name == "mysql":
         from tests.support.mysql_support import connect
@@ -86,14 +88,18 @@ def read_view(name: str, where: str) -> dict:
         con = connect(MYSQL_URL, where)
         try:
             with con.cursor() as cur:
-                cur.execute(f"SELECT customer, {cols}, JSON_EXTRACT(flow_document, '$.items') FROM customers")
+                cur.execute(
+                    f"SELECT customer, {cols}, COALESCE(items, JSON_EXTRACT(flow_document, '$.items')) FROM customers"
+                )
                 return {r[0]: (*r[1:8], json.loads(r[8])) for r in cur.fetchall()}
         finally:
             con.close()
     import psycopg
 
     with psycopg.connect(PG_URL) as con:
-        rows = con.execute(f"SELECT customer, {cols}, flow_document->'items' FROM \"{where}\".customers")
+        rows = con.execute(
+            f"SELECT customer, {cols}, COALESCE(items, flow_document->'items') FROM \"{where}\".customers"
+        )
         return {r[0]: (*r[1:8], r[8]) for r in rows}
 
 
