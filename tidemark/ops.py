@@ -356,16 +356,14 @@ def check_live_view(spec: TidemarkSpec, mat: MaterializationSpec, bindings, *, t
 
 
 def pending_files(spec: TidemarkSpec, materialization: str) -> Optional[int]:
-    """Input lag of a spec's file sources: files under the bindings' source paths that
-    Spark's file-source log has not yet planned into a batch. None where it cannot tell
-    (no local source path)."""
+    """Input lag: files under the bindings' source paths not yet planned into a batch (:func:`file_counts`)."""
     counts = file_counts(spec, materialization, spec.checkpoint_location(materialization))
     return None if counts is None else counts[0] - counts[1]
 
 
 def file_counts(spec: TidemarkSpec, materialization: str, checkpoint: str) -> Optional[tuple[int, int]]:
-    """(files under the bindings' source paths, how many of them Spark's file-source log in
-    ``checkpoint`` has planned into a batch); None where it cannot tell (no local source path)."""
+    """(files under the bindings' source paths, how many Spark's file-source log in ``checkpoint``
+    planned into a batch); None where it cannot tell (no local source path)."""
     mat = spec.materializations[materialization]
     spark_root = os.path.join(checkpoint, "spark", "sources")
     present_n = planned_n = 0
@@ -379,9 +377,7 @@ def file_counts(spec: TidemarkSpec, materialization: str, checkpoint: str) -> Op
             present.update(os.path.join(root, n) for n in names if not n.startswith((".", "_")))
         planned = set()
         log_dir = os.path.join(spark_root, str(i))
-        for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
-            if name.startswith("."):
-                continue
+        for name in [n for n in os.listdir(log_dir) if not n.startswith(".")] if os.path.isdir(log_dir) else ():
             with open(os.path.join(log_dir, name)) as f:
                 for line in f:
                     if line.startswith("{"):
