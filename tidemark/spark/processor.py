@@ -57,7 +57,9 @@ class _Gate:
     def enter(self) -> None:
         with self._cond:
             if self._refusing:  # (tidemark.materialize on Ctrl-C) the batch fails, uncommitted
-                raise Interrupted("stopped on request (Ctrl-C) before this batch; it runs next time")
+                raise Interrupted(
+                    "stopped on request (Ctrl-C, or a rebuild's cut-over) before this batch; it runs next time"
+                )
             self._cond.wait_for(lambda: not self._closed)
             self._busy += 1
 
