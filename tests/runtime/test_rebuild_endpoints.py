@@ -124,6 +124,9 @@ class Sql:
         except self.missing:
             return []
 
+    def cursor(self, con, table: str):
+        return con.execute(f"SELECT * FROM {table}")
+
 
 class Sqlite(Sql):
     name = "sqlite"
@@ -141,9 +144,6 @@ class Sqlite(Sql):
         import sqlite3
 
         return contextlib.closing(sqlite3.connect(self.db))
-
-    def cursor(self, con, table):
-        return con.execute(f"SELECT * FROM {table}")
 
     def table(self, name="customers") -> str:
         return f'"{name}"'
@@ -165,9 +165,6 @@ class Postgres(Sql):
         import psycopg
 
         return psycopg.connect(self.url)
-
-    def cursor(self, con, table):
-        return con.execute(f"SELECT * FROM {table}")
 
     def table(self, name="customers") -> str:
         return f'"{self.schema}"."{name}"'

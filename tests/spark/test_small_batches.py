@@ -111,25 +111,31 @@ def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
     assert sqlite_view(db, "returns") == oracle(b)
 
 
-@pytest.mark.postgres
-def test_four_shard_sessions_in_the_driver_into_postgres_exactly(spark, tmp_path, postgres_url, pg_schema):
+@pytest.mark.parametrize("name", [pytest.param("postgres", marks=pytest.mark.postgres), "mysql"])
+def test_four_shard_sessions_in_the_driver_into_a_sql_server_exactly(spark, tmp_path, request, name):
+    """A lean view PostgreSQL or MariaDB reduces: the sessions get the documents as typed
+    values (PostgreSQL COPYs them, MariaDB LOADs them)."""
     from tests.support.helpers import COMPILED_SCHEMA, orders_spec, postgres_view
+    from tests.support.mysql_support import mysql_view
 
+    if name == "postgres":
+        url, schema, view = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"), postgres_view
+    else:
+        url, schema, view = request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db"), mysql_view
     data = tmp_path / "data"
-    files = write_stream(data, files=4, per_file=150, customers=60, seed=68)
+    files = write_stream(data, files=4, per_file=150, customers=60, seed=68 if name == "postgres" else 69)
     spec = orders_spec(
         tmp_path,
         data_dir=data,
         db_path=None,
         shards=4,
         schema=COMPILED_SCHEMA,
-        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+        endpoint={name: {"url": url, "schema": schema}},
     )
 
     reports = _run(spark, spec)
-    # a lean view PostgreSQL reduces: the sessions get the documents as typed values
     assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
-    assert postgres_view(postgres_url, pg_schema) == oracle(files)
+    assert view(url, schema) == oracle(files)
 
 
 def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spark, tmp_path):
@@ -142,24 +148,3 @@ def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spa
     reports = _run(spark, spec)
     assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
-
-
-def test_four_shard_sessions_in_the_driver_into_mariadb_exactly(spark, tmp_path, mysql_url, mysql_db):
-    from tests.support.helpers import COMPILED_SCHEMA, orders_spec
-    from tests.support.mysql_support import mysql_view
-
-    data = tmp_path / "data"
-    files = write_stream(data, files=4, per_file=150, customers=60, seed=69)
-    spec = orders_spec(
-        tmp_path,
-        data_dir=data,
-        db_path=None,
-        shards=4,
-        schema=COMPILED_SCHEMA,
-        endpoint={"mysql": {"url": mysql_url, "schema": mysql_db}},
-    )
-
-    reports = _run(spark, spec)
-    # a lean view MariaDB reduces: the sessions get the documents as typed values (LOAD DATA of them)
-    assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
-    assert mysql_view(mysql_url, mysql_db) == oracle(files)

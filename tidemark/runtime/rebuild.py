@@ -408,9 +408,9 @@ class Rebuild:
 
     def _request(self, record: RebuildRecord) -> ReplaceContents:
         live = RecoveryLog(self.location, self.name, create=False)
+        # the bindings past the live view's are added by the edit (no live log, or one without
+        # identity records: none is taken for added)
         logged = len(getattr(live.peek_last()[0], "identities", None) or []) if live.checkpoint_id else 0
-        if record.phase == CUTTING and not logged:  # (the live folder may be the shadow's already)
-            logged = len(self.mat.bindings)
         return ReplaceContents(
             self.name,
             self.shadow.name,

@@ -12,7 +12,11 @@ import random
 
 import pytest
 
-from tests.drivers.sqlite.test_crash_sqlite import POINTS, kill_every_point_on_the_reduce_path
+from tests.drivers.sqlite.test_crash_sqlite import (
+    POINTS,
+    kill_every_point_on_the_reduce_path,
+    kill_typed_rows_between_the_staging_and_the_statement,
+)
 from tests.support.harness import arm_in_sequence, fired, run_until_done
 from tests.support.helpers import normalize, oracle_orders, write_orders
 from tests.support.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
@@ -87,19 +91,10 @@ def test_typed_rows_killed_between_the_staged_load_and_the_statement_then_restar
     """A lean view whose shard sessions run in the driver on typed values (``Store.rows``
     loaded by ``LOAD DATA``): `tidemark run` SIGKILLed after the staged load, before and after
     the reducing statement's commit; the restarted runs finish exactly."""
-    from tests.support.helpers import COMPILED_SCHEMA, compiled_oracle, orders_spec, write_compiled_orders
-
-    data, markers = tmp_path / "data", tmp_path / "markers"
-    markers.mkdir()
-    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=93)
     endpoint = {"mysql": {"url": mysql_url, "schema": mysql_db}}
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA, endpoint=endpoint)
-    assert run_until_done(spec).kills == 0  # batch 0 on Spark; the next ones in the driver, typed
-    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=94, start=2)
-    points = ["mid_store", "before_endpoint_commit", "after_endpoint_commit"]
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
-    assert fired(markers) == set(points), outcome
-    assert mysql_view(mysql_url, mysql_db) == compiled_oracle(files)
+    kill_typed_rows_between_the_staging_and_the_statement(
+        tmp_path, endpoint, lambda: mysql_view(mysql_url, mysql_db), seed=93
+    )
     nulls = sql(mysql_url, f"SELECT COUNT(*) FROM `{mysql_db}`.customers WHERE flow_document IS NULL")
     assert nulls == sql(mysql_url, f"SELECT COUNT(*) FROM `{mysql_db}`.customers")  # lean rows
     from tidemark.runtime.recovery_log import RecoveryLog

@@ -13,7 +13,11 @@ import multiprocessing
 import psycopg
 import pytest
 
-from tests.drivers.sqlite.test_crash_sqlite import POINTS, kill_every_point_on_the_reduce_path
+from tests.drivers.sqlite.test_crash_sqlite import (
+    POINTS,
+    kill_every_point_on_the_reduce_path,
+    kill_typed_rows_between_the_staging_and_the_statement,
+)
 from tests.support.harness import arm_in_sequence, fired, run_until_done
 from tests.support.helpers import (
     COMPILED_SCHEMA,
@@ -142,17 +146,10 @@ def test_typed_rows_killed_between_the_staged_copy_and_the_statement_then_restar
     """A lean view whose shard sessions run in the driver on typed values (Spark's struct,
     ``Store.rows`` COPYed as CSV): `tidemark run` SIGKILLed after the staged COPY, before and
     after the reducing statement's commit; the restarted runs finish exactly."""
-    data, markers = tmp_path / "data", tmp_path / "markers"
-    markers.mkdir()
-    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=91)
     endpoint = {"postgres": {"url": postgres_url, "schema": pg_schema}}
-    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA, endpoint=endpoint)
-    assert run_until_done(spec).kills == 0  # batch 0 on Spark; the next ones in the driver, typed
-    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=92, start=2)
-    points = ["mid_store", "before_endpoint_commit", "after_endpoint_commit"]
-    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
-    assert fired(markers) == set(points), outcome
-    assert postgres_view(postgres_url, pg_schema) == compiled_oracle(files)
+    kill_typed_rows_between_the_staging_and_the_statement(
+        tmp_path, endpoint, lambda: postgres_view(postgres_url, pg_schema), seed=91
+    )
     with psycopg.connect(postgres_url, autocommit=True) as con:
         nulls = con.execute(f'SELECT count(*) FROM "{pg_schema}".customers WHERE flow_document IS NULL').fetchone()
         total = con.execute(f'SELECT count(*) FROM "{pg_schema}".customers').fetchone()

@@ -171,6 +171,23 @@ def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: in
     assert view() == compiled_oracle(files)
 
 
+def kill_typed_rows_between_the_staging_and_the_statement(tmp_path, endpoint: dict, view, seed: int) -> None:
+    """A lean view whose shard sessions run in the driver on typed values (``Store.rows``):
+    `tidemark run` (with Spark: the typed values come from its combine) SIGKILLed after the
+    staged rows, before and after the reducing statement's commit; ``view()`` must equal the
+    Python fold of every file after the restarts."""
+    data, markers = tmp_path / "data", tmp_path / "markers"
+    markers.mkdir()
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=seed)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA, endpoint=endpoint)
+    assert run_until_done(spec).kills == 0  # batch 0 on Spark; the next ones in the driver, typed
+    files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=seed + 1, start=2)
+    points = ["mid_store", "before_endpoint_commit", "after_endpoint_commit"]
+    outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
+    assert fired(markers) == set(points), outcome
+    assert view() == compiled_oracle(files)
+
+
 def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path):
     """SQLite reducing in the endpoint, killed at every point (see the helper)."""
     db = tmp_path / "views.db"

@@ -33,8 +33,11 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\x00": "\\0"}
 
 
 def to_utc(value: Any) -> Any:
-    """An RFC 3339 date-time string as a naive UTC ``datetime`` (MySQL's ``datetime`` has no zone;
-    a leap second is held as ``:59``, as the Python fold orders it)."""
+    """An RFC 3339 date-time string (or a ``datetime`` with a zone) as a naive UTC ``datetime``
+    (MySQL's ``datetime`` has no zone; a leap second is held as ``:59``, as the Python fold
+    orders it)."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     if not isinstance(value, str):
         return value
     if value[17:19] == "60":
@@ -58,17 +61,9 @@ def param(kind: str) -> Callable[[Any], Any]:
 
 def typed_param(kind: str) -> Callable[[Any], Any]:
     """A typed value (Arrow's, as Python) as a statement parameter for a column of ``kind``."""
-    if kind == TIMESTAMP:
-
-        def moment(v: Any) -> Any:
-            if isinstance(v, dt.datetime) and v.tzinfo is not None:
-                return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
-            return None if v is None else to_utc(v)
-
-        return moment
-    if kind == BOOLEAN:
-        return lambda v: None if v is None else int(bool(v))
-    return lambda v: v
+    if kind in (TIMESTAMP, BOOLEAN):
+        return param(kind)
+    return lambda v: v  # (already of the column's type)
 
 
 def field(v: Any) -> str:
