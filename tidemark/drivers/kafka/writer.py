@@ -232,8 +232,15 @@ class RangeWriter:
         if err is None or err.name() != "_FATAL" or self._producer is None:
             return exc
         self._in_transaction = False
-        try:
-            self._producer.abort_transaction(0)
-        except Exception as cause:  # noqa: BLE001 - the cause is what we want
-            return cause
-        return exc
+        # a fatal producer answers at once, but a zero timeout can lose the race with
+        # librdkafka's own thread and answer _TIMED_OUT ("retry call to resume") instead
+        until = time.monotonic() + min(self.policy.lock_timeout, 5.0)
+        while True:
+            try:
+                self._producer.abort_transaction(0.5)
+            except Exception as cause:  # noqa: BLE001 - the cause is what we want
+                err = kafka_error_of(cause)
+                if err is not None and err.name() == "_TIMED_OUT" and time.monotonic() < until:
+                    continue
+                return cause
+            return exc
