@@ -82,7 +82,8 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-# The shard sessions on Spark's executors (the default suite) and in the driver ("Small
+# The shard sessions on Spark's executors (the default suite: the commit and the log; the
+# Open and the Store after it) and in the driver ("Small
 # batches"; after it) at the telling points on the endpoint-reduce path (SQLite reduces this
 # schema itself: no Loads), and the other points, ``mid_load`` included, on the Load path (``endpoint_reduce:
 # false``; after the default suite). Every point on both paths, 4 shards, is the plain runner's
@@ -93,11 +94,12 @@ LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
 @pytest.mark.parametrize(
     "small_batch_keys,points,endpoint_reduce",
     [
-        (0, ONE_JOB_POINTS, True),
+        (0, ONE_JOB_POINTS[2:], True),
+        pytest.param(0, ONE_JOB_POINTS[:2], True, marks=pytest.mark.chaos_full),
         pytest.param(5000, ONE_JOB_POINTS, True, marks=pytest.mark.chaos_full),
         pytest.param(0, LOAD_POINTS, False, marks=pytest.mark.chaos_full),
     ],
-    ids=["spark-telling", "driver-telling", "spark-load"],
+    ids=["spark-telling", "spark-open-store", "driver-telling", "spark-load"],
 )
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys, endpoint_reduce):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
@@ -171,7 +173,9 @@ def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: in
     assert view() == compiled_oracle(files)
 
 
-def kill_typed_rows_between_the_staging_and_the_statement(tmp_path, endpoint: dict, view, seed: int) -> None:
+def kill_typed_rows_between_the_staging_and_the_statement(
+    tmp_path, endpoint: dict, view, seed: int, points=("mid_store", "before_endpoint_commit", "after_endpoint_commit")
+) -> None:
     """A lean view whose shard sessions run in the driver on typed values (``Store.rows``):
     `tidemark run` (with Spark: the typed values come from its combine) SIGKILLed after the
     staged rows, before and after the reducing statement's commit; ``view()`` must equal the
@@ -182,7 +186,7 @@ def kill_typed_rows_between_the_staging_and_the_statement(tmp_path, endpoint: di
     spec = orders_spec(tmp_path, data_dir=data, db_path=None, shards=2, schema=COMPILED_SCHEMA, endpoint=endpoint)
     assert run_until_done(spec).kills == 0  # batch 0 on Spark; the next ones in the driver, typed
     files += write_compiled_orders(data, files=3, per_file=150, customers=40, seed=seed + 1, start=2)
-    points = ["mid_store", "before_endpoint_commit", "after_endpoint_commit"]
+    points = list(points)
     outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2)
     assert fired(markers) == set(points), outcome
     assert view() == compiled_oracle(files)
