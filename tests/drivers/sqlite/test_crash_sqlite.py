@@ -82,11 +82,11 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-# The shard sessions on Spark's executors (the default suite: the commit and the log; the
-# Open and the Store after it) and in the driver ("Small
-# batches"; after it) at the telling points on the endpoint-reduce path (SQLite reduces this
-# schema itself: no Loads), and the other points, ``mid_load`` included, on the Load path (``endpoint_reduce:
-# false``; after the default suite). Every point on both paths, 4 shards, is the plain runner's
+# The shard sessions on Spark's executors (the default suite: the commit and the log) and in
+# the driver ("Small batches"; after it) at the telling points on the endpoint-reduce path
+# (SQLite reduces this schema itself: no Loads), and the Open, the Store and the other
+# points, ``mid_load`` included, on the Load path (``endpoint_reduce: false``; after the
+# default suite). Every point on both paths, 4 shards, is the plain runner's
 # test above (``4-every-plain``): what Spark adds is where the sessions run.
 LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
 
@@ -95,11 +95,10 @@ LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
     "small_batch_keys,points,endpoint_reduce",
     [
         (0, ONE_JOB_POINTS[2:], True),
-        pytest.param(0, ONE_JOB_POINTS[:2], True, marks=pytest.mark.chaos_full),
         pytest.param(5000, ONE_JOB_POINTS, True, marks=pytest.mark.chaos_full),
-        pytest.param(0, LOAD_POINTS, False, marks=pytest.mark.chaos_full),
+        pytest.param(0, ONE_JOB_POINTS[:2] + LOAD_POINTS, False, marks=pytest.mark.chaos_full),
     ],
-    ids=["spark-telling", "spark-open-store", "driver-telling", "spark-load"],
+    ids=["spark-telling", "driver-telling", "spark-load"],
 )
 def test_one_job_plan_kill_at_every_point_then_restart_is_exact(tmp_path, points, small_batch_keys, endpoint_reduce):
     """The crash table on a collection whose batches run as one Spark job (docs/reductions.md,
