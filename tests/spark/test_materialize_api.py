@@ -75,6 +75,28 @@ def test_a_stream_runs_until_stopped_with_the_cli_shuffle_partitions(spark, tmp_
     assert not [r for r in caplog.records if "source order" in r.getMessage()]
 
 
+def test_a_batch_of_one_file_is_read_in_a_split_per_core_in_tidemarks_session(spark, tmp_path):
+    """Spark counts each file as 4 MiB more when it splits a batch (a file of a few MiB: one
+    task, one core); tidemark's sessions (``local_session``) read such a file in a split per core."""
+    from tidemark.spark.session import OPEN_COST, OPEN_COST_KEY
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "1.json").write_text("".join(json.dumps({"id": f"k{i}", "pad": "x" * 90}) + "\n" for i in range(8000)))
+    seen = []
+    query = (
+        spark.readStream.format("text")
+        .load(str(data))
+        .writeStream.foreachBatch(lambda df, _: seen.append(df.rdd.getNumPartitions()))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert spark.conf.get(OPEN_COST_KEY) == str(OPEN_COST)
+    assert seen == [spark.sparkContext.defaultParallelism]
+
+
 def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, caplog):
     """Rows carrying Kafka's partition/offset are reduced in offset order, however the batch
     hands them over; no warning."""

@@ -148,3 +148,15 @@ def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spa
     reports = _run(spark, spec)
     assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+
+
+def test_a_batch_of_one_file_read_in_a_split_per_core_folds_in_source_order(spark, tmp_path):
+    """A batch of one file over 512 KiB is read in a split per core (``OPEN_COST``:
+    test_materialize_api.py); the view keeps the source order across the splits (the last
+    city, the items in order)."""
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=2, per_file=8000, customers=40, seed=65)
+    assert all(os.path.getsize(f) > 600 * 1024 for f in files)
+    reports = _run(spark, write_spec(tmp_path, data, db))
+    assert sqlite_view(db) == oracle(files)
+    assert sum(r.documents for r in reports) == 16000
