@@ -89,3 +89,30 @@ def test_an_empty_batch_gives_each_shard_its_end_row_only():
         [(0, END_BINDING, "", None, 0)],
         [(1, END_BINDING, "", None, 0)],
     ]
+
+
+def test_typed_rows_take_their_keys_from_the_row_where_the_key_is_top_level_properties():
+    import pyarrow as pa
+
+    from tidemark.spark.small import split_typed
+
+    ranges = Range.split(2)
+    mid = ranges[1].key_begin
+    rows = pa.array(
+        [{"id": "b", "n": 2, "x": 1}, {"id": "a", "n": 1, "x": 2}, {"id": "c", "n": 3, "x": 3}],
+        pa.struct([("id", pa.string()), ("n", pa.int64()), ("x", pa.int64())]),
+    )
+    table = pa.table(
+        {
+            "binding": pa.array([0, 0, 0], pa.int32()),
+            "key_json": ['["b",2]', '["a",1]', '["c",3]'],
+            "key_hash": pa.array([5, 7, mid], pa.int64()),
+            "_documents": pa.array([1, 2, 4], pa.int64()),
+            "row": rows,
+        }
+    )
+    for key in (("/id", "/n"), ("/id", "/nested/n"), ()):  # from the row's columns, then from key_json
+        got = split_typed(ranges, table, key)
+        assert [g.keys for g in got] == [[("a", 1), ("b", 2)], [("c", 3)]]
+        assert [g.rows.column("x").to_pylist() for g in got] == [[2, 1], [3]]
+        assert [g.documents for g in got] == [3, 4]

@@ -169,8 +169,34 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
 
 
 def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> ShardResult:
+    return run_opened(task, index, open_shard(task, index), rows)
+
+
+@dataclass
+class OpenedShard:
+    """A shard's session after Open (:func:`open_shard`), before its batch's rows: the driver,
+    its transactor, the driver's capabilities, whether the endpoint holds this very batch
+    already (a re-run), and the Open's time."""
+
+    driver: Any
+    transactor: Any
+    caps: Capabilities
+    replayed: bool
+    seconds: float
+
+    def discard(self) -> None:
+        """Close the session without a transaction (its batch runs elsewhere, or failed):
+        nothing was staged, and a later Open fences it."""
+        try:
+            self.transactor.close()
+        finally:
+            self.driver.close()
+
+
+def open_shard(task: ShardTask, index: int) -> OpenedShard:
+    """Step 1 of a shard's session: Open its range (the fence bumped) and compare the
+    endpoint's checkpoint with this batch (:func:`check_opened`)."""
     rng = task.ranges[index]
-    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     driver = load_driver(task.driver_name, task.driver_config)
     try:
@@ -192,17 +218,26 @@ def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> Shard
         except BaseException:
             transactor.close()
             raise
-        if replayed:
+    except BaseException:
+        driver.close()
+        raise
+    return OpenedShard(driver, transactor, caps, replayed, time.perf_counter() - t0)
+
+
+def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable | TypedRows) -> ShardResult:
+    """Steps 2-5 of an opened shard's session on its batch's ``rows``; the driver is closed after."""
+    rng = task.ranges[index]
+    try:
+        if shard.replayed:
             # Step 2: the endpoint committed this very batch already (a re-run): skip.
             for _ in () if isinstance(rows, TypedRows) else rows:
                 pass
-            transactor.close()
-            return ShardResult(index, rng, skipped=True, timings={"open": time.perf_counter() - t0})
-        session = _session(transactor, task.bindings)
-        timings["open"] = time.perf_counter() - t0
-        return _transaction(task, index, rng, session, transactor, rows, timings, caps)
+            shard.transactor.close()
+            return ShardResult(index, rng, skipped=True, timings={"open": shard.seconds})
+        session = _session(shard.transactor, task.bindings)
+        return _transaction(task, index, rng, session, shard.transactor, rows, {"open": shard.seconds}, shard.caps)
     finally:
-        driver.close()
+        shard.driver.close()
 
 
 def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings, caps) -> ShardResult:

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import Range
-from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, _run_shard
+from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, open_shard, run_opened
 from tidemark.spark.stage import END_BINDING, shard_rows
 
 #: shard sessions run at once in the driver (each holds an endpoint connection) when they
@@ -48,38 +48,66 @@ def driver_keys(options, bindings: Sequence) -> int:
 def run_small(combined, task: ShardTask, cap: int):
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
     of ``binding, key_json, key_hash, doc, _documents, _needs_checks``), run in the driver; None when it
-    has more than ``cap`` rows (nothing was opened: run it on Spark), :data:`ODD` when a
-    row needs the combine's checks (nothing was opened: the checked plan)."""
-    table = combined.limit(cap + 1).toArrow()
-    if table.num_rows > cap:
-        return None
-    if any(table.column("_needs_checks").to_pylist()):
-        return ODD
-    typed = "row" in table.column_names  # the documents as typed values (one binding)
-    per_shard: list = split_typed(task.ranges, table) if typed else split(task.ranges, table)
-    host = os.uname().nodename
-
-    def one(index: int) -> ShardResult:
-        counted = [0]
-        mine = per_shard[index]
-        if isinstance(mine, TypedRows):
-            if armed("mid_stream"):
-                fault_point("mid_stream")
-            counted[0] = mine.documents
-            result = _run_shard(task, index, mine)
-        else:
-            result = _run_shard(task, index, shard_rows(index, iter(mine), counted))
-        result.input_documents = counted[0]
-        result.executor = f"{host}:driver"
-        return result
-
+    has more than ``cap`` rows (run it on Spark), :data:`ODD` when a row needs the combine's
+    checks (the checked plan) -- in both, nothing was staged, and the sessions' Opens, made
+    while Spark combined the batch, are closed unused (the next Open fences them)."""
     with ThreadPoolExecutor(max_workers=threads(task), thread_name_prefix="tidemark-shard") as pool:
-        futures = [pool.submit(one, i) for i in range(len(task.ranges))]
+        # the sessions Open while Spark combines the batch (the Open needs no row)
+        opening = [pool.submit(open_shard, task, i) for i in range(len(task.ranges))]
+        started = False
+        try:
+            table = combined.limit(cap + 1).toArrow()
+            if table.num_rows > cap:
+                return None
+            if any(table.column("_needs_checks").to_pylist()):
+                return ODD
+            futures = _run_opened(pool, opening, task, table)
+            started = True
+        finally:
+            if not started:
+                _discard(opening)
         errors = [f.exception() for f in futures]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
     return [f.result() for f in futures]
+
+
+def _run_opened(pool, opening: list, task: ShardTask, table) -> list:
+    """Each shard's session on its rows of ``table``, once its Open is done (futures)."""
+    typed = "row" in table.column_names  # the documents as typed values (one binding)
+    per_shard: list = split_typed(task.ranges, table, task.bindings[0].key) if typed else split(task.ranges, table)
+    host = os.uname().nodename
+
+    def one(index: int) -> ShardResult:
+        shard = opening[index].result()
+        counted = [0]
+        mine = per_shard[index]
+        if isinstance(mine, TypedRows):
+            if armed("mid_stream"):
+                try:
+                    fault_point("mid_stream")
+                except BaseException:
+                    shard.discard()
+                    raise
+            counted[0] = mine.documents
+            result = run_opened(task, index, shard, mine)
+        else:
+            result = run_opened(task, index, shard, shard_rows(index, iter(mine), counted))
+        result.input_documents = counted[0]
+        result.executor = f"{host}:driver"
+        return result
+
+    return [pool.submit(one, i) for i in range(len(task.ranges))]
+
+
+def _discard(opening: list) -> None:
+    """Close the sessions opened for a batch that runs elsewhere (or failed)."""
+    for f in opening:
+        try:
+            f.result().discard()
+        except BaseException:  # noqa: BLE001 - the Open's own error: nothing to close
+            pass
 
 
 def threads(task: ShardTask) -> int:
@@ -89,20 +117,28 @@ def threads(task: ShardTask) -> int:
     return max(1, min(len(task.ranges), MAX_REDUCED_THREADS if reduced else MAX_THREADS))
 
 
-def split_typed(ranges: Sequence[Range], table) -> list[TypedRows]:
+def split_typed(ranges: Sequence[Range], table, key: Sequence[str] = ()) -> list[TypedRows]:
     """Per shard, its rows of the typed combine (one binding: ``binding, key_json, key_hash,
     _documents, row``) sorted by key, as :class:`~tidemark.runtime.shard.TypedRows`: the Arrow table
-    of the documents' properties, sliced, never made into Python rows."""
+    of the documents' properties, sliced, never made into Python rows.  The keys come from
+    the row's columns where ``key`` (the binding's JSON pointers) names top-level properties
+    of it (a key's value is the same there as in ``key_json``), else from ``key_json``."""
     from tidemark.jsontext import loads
 
     ordered, counts = _by_shard(ranges, table)
+    names = [p[1:] for p in key]
+    fields = {f.name for f in table.schema.field("row").type} if key else set()
+    from_columns = bool(names) and all(p.count("/") == 1 and n in fields and "~" not in n for p, n in zip(key, names))
     out = []
     start = 0
     for count in counts:
         part = ordered.slice(start, count)
         start += count
-        keys = [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
         rows = part.column("row").combine_chunks()
+        if from_columns:
+            keys = list(zip(*(rows.field(n).to_pylist() for n in names)))
+        else:
+            keys = [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
         out.append(TypedRows(0, keys, pa_table(rows), int(pc_sum(part.column("_documents")))))
     return out
 
