@@ -160,3 +160,13 @@ def test_a_batch_of_one_file_read_in_a_split_per_core_folds_in_source_order(spar
     reports = _run(spark, write_spec(tmp_path, data, db))
     assert sqlite_view(db) == oracle(files)
     assert sum(r.documents for r in reports) == 16000
+
+
+def test_the_cap_on_rows_collected_into_the_driver_limits_each_partition_without_a_shuffle(spark):
+    from tidemark.spark.small import capped
+
+    df = spark.range(0, 100, numPartitions=2)
+    out = capped(df, 3)
+    assert "Exchange" not in out._jdf.queryExecution().executedPlan().toString()
+    assert out.count() == 6  # at most 3 from each partition
+    assert capped(spark.range(0, 3, numPartitions=2), 3).count() == 3  # a batch under the cap: all of it

@@ -56,7 +56,7 @@ def run_small(combined, task: ShardTask, cap: int):
         opening = [pool.submit(open_shard, task, i) for i in range(len(task.ranges))]
         started = False
         try:
-            table = combined.limit(cap + 1).toArrow()
+            table = capped(combined, cap + 1).toArrow()
             if table.num_rows > cap:
                 return None
             if any(table.column("_needs_checks").to_pylist()):
@@ -71,6 +71,17 @@ def run_small(combined, task: ShardTask, cap: int):
     if first is not None:
         raise first
     return [f.result() for f in futures]
+
+
+def capped(combined, n: int):
+    """``combined`` with at most ``n`` rows from each partition (a handful of partitions:
+    at most that many times ``n`` rows reach the driver).  More than ``n - 1`` rows in all
+    exactly when the batch has more: a partition holding ``n`` says so alone."""
+    from tidemark.spark import internals
+
+    if not internals.supported(combined.sparkSession):
+        return combined.limit(n)
+    return internals.local_limit(combined, n)
 
 
 def _run_opened(pool, opening: list, task: ShardTask, table) -> list:
