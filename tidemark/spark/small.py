@@ -117,7 +117,7 @@ def _discard(opening: list) -> None:
     for f in opening:
         try:
             f.result().discard()
-        except BaseException:  # noqa: BLE001 - the Open's own error: nothing to close
+        except Exception:  # noqa: BLE001 - the Open's own error: nothing to close
             pass
 
 
