@@ -94,7 +94,7 @@ def of_plan(spark, plan):
 def local_limit(df, n: int):
     """``df`` with at most ``n`` rows of each partition (Spark's ``LocalLimit``, in place):
     ``df.limit(n).toArrow()`` first moves every row into one task (a shuffle into a single
-    partition), which on a 125k-document batch took a fifth of the job's time."""
+    partition): on a 125k-document batch up to a fifth of the job's time (2,064 against 1,667 ms)."""
     limited = analyzed(jdf(df.limit(int(n))))  # GlobalLimit(n, LocalLimit(n, df))
     local = limited.child()
     if local.getClass().getSimpleName() != "LocalLimit":  # pragma: no cover - another Spark's plan
