@@ -134,12 +134,14 @@ def split_typed(ranges: Sequence[Range], table, key: Sequence[str] = ()) -> list
     of the documents' properties, sliced, never made into Python rows.  The keys come from
     the row's columns where ``key`` (the binding's JSON pointers) names top-level properties
     of it (a key's value is the same there as in ``key_json``), else from ``key_json``."""
+    from tidemark.collection.schema import pointer_tokens
     from tidemark.jsontext import loads
 
     ordered, counts = _by_shard(ranges, table)
-    names = [p[1:] for p in key]
-    fields = {f.name for f in table.schema.field("row").type} if key else set()
-    from_columns = bool(names) and all(p.count("/") == 1 and n in fields and "~" not in n for p, n in zip(key, names))
+    tokens = [pointer_tokens(p) for p in key]
+    names = [t[0] for t in tokens if len(t) == 1]
+    fields = {f.name for f in table.schema.field("row").type}
+    from_columns = bool(key) and len(names) == len(key) and fields.issuperset(names)
     out = []
     start = 0
     for count in counts:
