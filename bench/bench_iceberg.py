@@ -11,7 +11,11 @@ runs write into one SQL catalog on a SQLite file, the warehouse a local folder.
     shards Load the batch's existing keys from the table, reduce, and stage Parquet; the
     coordinator applies the batch in ONE overwrite snapshot (the data files holding a changed
     key rewritten without it, the new rows added).  The view is checked against the answer
-    computed here while the files are written.
+    computed here while the files are written.  The table is lean (a column per property,
+    ``flow_document`` only what no column holds).
+(f) the same, with ``document: full``: the whole document as JSON in ``flow_document``
+    (the form of every table before the lean one).  Each check line gives the table's live
+    data bytes, to compare the forms.
 (p) plain pyiceberg, the floor: per batch, the file's documents parsed (typed columns + the
     JSON document, as tidemark's table holds them) and ``table.append``-ed as they are: no
     reduction, no upsert, no deduplication, no exactly-once.  The table ends with every
@@ -78,8 +82,9 @@ def time_the_apply() -> None:
     IcebergDriver.coordinator_acknowledge = timed
 
 
-def run_tidemark(spark, data: str, work: str, table: str, shards: int) -> tuple[float, list[dict]]:
-    """``run_spec`` into ``views.<table>``; (wall seconds, per-batch phases)."""
+def run_tidemark(spark, data: str, work: str, table: str, shards: int, document: str) -> tuple[float, list[dict]]:
+    """``run_spec`` into ``views.<table>`` (``document``: the table's form, lean or full);
+    (wall seconds, per-batch phases)."""
     import yaml
 
     from tidemark.spark.runner import run_spec
@@ -96,7 +101,7 @@ def run_tidemark(spark, data: str, work: str, table: str, shards: int) -> tuple[
             "view": {
                 "endpoint": {"iceberg": {"catalog": catalog_config(work), "namespace": NAMESPACE}},
                 "shards": shards,
-                "bindings": [{"source": "orders", "resource": {"table": table}}],
+                "bindings": [{"source": "orders", "resource": {"table": table, "document": document}}],
             }
         },
         "checkpoint": os.path.join(work, f"checkpoints-{table}"),
@@ -122,14 +127,22 @@ def run_tidemark(spark, data: str, work: str, table: str, shards: int) -> tuple[
 def check_view(work: str, table: str, answer: dict) -> str:
     """The tidemark table read with pyiceberg (not tidemark) against the answer."""
     t = open_catalog(work).load_table((NAMESPACE, table))
-    rows = t.scan(selected_fields=("customer", "flow_document")).to_arrow()
-    view = {
-        k: json.loads(d) for k, d in zip(rows.column("customer").to_pylist(), rows.column("flow_document").to_pylist())
-    }
+    rows = t.scan().to_arrow()
+    kinds = json.loads(t.properties.get("tidemark.leanColumns") or "{}")
+    view = {}
+    for row in rows.to_pylist():  # a lean row: its columns, then flow_document's members over them
+        doc = {} if kinds else None
+        for k, v in row.items() if kinds else ():
+            if v is not None and k != "flow_document":
+                doc[k] = json.loads(v) if kinds.get(k) == "json" else v
+        rest = json.loads(row["flow_document"]) if row["flow_document"] is not None else {}
+        view[row["customer"]] = rest if doc is None else {**doc, **rest}
     same = rows.num_rows == len(view) and view == answer
+    files = t.inspect.files()
+    size = sum(files.column("file_size_in_bytes").to_pylist())
     return (
         f"view {'==' if same else '!='} answer ({len(view):,} keys); {len(t.snapshots())} snapshots, "
-        f"{t.inspect.files().num_rows} data files"
+        f"{files.num_rows} data files, {size / 2**20:.1f} MiB live"
     )
 
 
@@ -211,7 +224,7 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=2, help="rounds of (t), (p); the ratio uses the last (default 2: one warm-up)"
     )
-    ap.add_argument("--skip", default="", help="comma-separated: t,p")
+    ap.add_argument("--skip", default="", help="comma-separated: t (lean table), f (full documents), p")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (its path is printed)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -221,7 +234,7 @@ def main() -> None:
     data = os.path.join(work, "data")
     answer = write_stream(data, args.docs, args.keys, args.batches)
     spark = None
-    if "t" not in skip:
+    if not {"t", "f"} <= skip:
         from tidemark.spark.session import local_session
 
         time_the_apply()
@@ -236,20 +249,22 @@ def main() -> None:
                 f"\nround {rnd} of {args.rounds}"
                 + (" (the ratio uses this one)" if rnd == args.rounds else " (warm-up)")
             )
-            if "t" not in skip:
-                wall, rows = run_tidemark(spark, data, work, f"customers_{rnd}", args.shards)
-                last["t"] = wall
+            for run, form in (("t", "lean"), ("f", "full")):
+                if run in skip:
+                    continue
+                wall, rows = run_tidemark(spark, data, work, f"customers_{form}_{rnd}", args.shards, form)
+                last[run] = wall
                 inside = sum(r["_wall"] for r in rows)
                 print(
-                    f"(t) tidemark → Iceberg, exactly once: {wall:7.2f}s ({args.docs / wall:,.0f} docs/s; "
-                    f"{inside:.2f}s in batches)"
+                    f"({run}) tidemark → Iceberg, {form} rows, exactly once: {wall:7.2f}s ({args.docs / wall:,.0f} "
+                    f"docs/s; {inside:.2f}s in batches)"
                 )
                 print(
                     f"    median batch: {fmt(median_batch(rows))}, whole batch "
                     f"{median_batch(rows)['_wall']:.3f}s; keys loaded back: {sum(r['_loaded'] for r in rows):,}"
                 )
                 print("    apply per batch (s): " + " ".join(f"{r['apply']:.2f}" for r in rows))
-                print("    " + check_view(work, f"customers_{rnd}", answer))
+                print("    " + check_view(work, f"customers_{form}_{rnd}", answer))
             if "p" not in skip:
                 seconds, rows, check = run_plain(data, work, f"orders_{rnd}")
                 last["p"] = seconds
@@ -261,6 +276,8 @@ def main() -> None:
                 print(f"    {check}")
             if "t" in last and "p" in last:
                 print(f"    (t)/(p) = {last['t'] / last['p']:.2f}× (tidemark's time over the plain append's)")
+            if "t" in last and "f" in last:
+                print(f"    (f)/(t) = {last['f'] / last['t']:.2f}× (the lean table's speed over the full one's)")
     finally:
         if spark is not None:
             spark.stop()

@@ -312,7 +312,17 @@ def test_delta_queries_of_the_page(spark, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     ns = run_python("delta-read")
-    assert sorted(ns["columns"]) == ["amount", "city", "customer", "flow_document", "largest", "orders"]
+    assert sorted(ns["columns"]) == [
+        "_meta",
+        "amount",
+        "city",
+        "customer",
+        "flags",
+        "flow_document",
+        "items",
+        "largest",
+        "orders",
+    ]  # a lean table
     assert sorted(tuple(r.values()) for r in ns["table"].to_pylist()) == expected_columns(view)
     check_top([tuple(r.values()) for r in ns["top"].to_pylist()], view)
     ns = run_python("delta-nested", {"dt": ns["dt"]})

@@ -20,7 +20,15 @@ import pytest
 
 from tests.support import plain
 from tests.support.harness import arm_in_sequence, fired
-from tests.support.helpers import normalize, orders_spec, skip_unless_required, table_rows, write_orders
+from tests.support.helpers import (
+    lake_documents,
+    lake_rows,
+    normalize,
+    orders_spec,
+    skip_unless_required,
+    table_rows,
+    write_orders,
+)
 from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.rebuild_support import (
     assert_whole_readings,
@@ -50,7 +58,8 @@ class Delta:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return documents(DeltaTable(os.path.join(self.root, "customers")).to_pyarrow_table(), key)
+            dt = DeltaTable(os.path.join(self.root, "customers"))
+            return lake_documents(dt.to_pyarrow_table(), key, dt.metadata().configuration)
         except TableNotFoundError:
             return {}
 
@@ -59,10 +68,10 @@ class Delta:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            table = DeltaTable(os.path.join(self.root, table)).to_pyarrow_table()
+            dt = DeltaTable(os.path.join(self.root, table))
         except TableNotFoundError:
             return []
-        return [json.loads(d) for d in table.column("flow_document").to_pylist()]
+        return lake_rows(dt.to_pyarrow_table(), dt.metadata().configuration)
 
     def versions(self) -> int:
         from deltalake import DeltaTable
@@ -91,7 +100,8 @@ class Iceberg:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return documents(self._catalog().load_table(("views", "customers")).scan().to_arrow(), key)
+            t = self._catalog().load_table(("views", "customers"))
+            return lake_documents(t.scan().to_arrow(), key, t.properties)
         except NoSuchTableError:
             return {}
 
@@ -99,10 +109,10 @@ class Iceberg:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            table = self._catalog().load_table(("views", table)).scan().to_arrow()
+            t = self._catalog().load_table(("views", table))
         except NoSuchTableError:
             return []
-        return [json.loads(d) for d in table.column("flow_document").to_pylist()]
+        return lake_rows(t.scan().to_arrow(), t.properties)
 
     def versions(self) -> int:
         return len(self._catalog().load_table(("views", "customers")).snapshots())
@@ -258,13 +268,6 @@ def needs(endpoint) -> None:
         importlib.import_module(module)
     except ImportError:
         skip_unless_required(f"{module} is not installed (pip install -e '.[dev]')")
-
-
-def documents(rows, key: str) -> dict:
-    """key -> document of a table's rows; fails on a key held twice."""
-    keys = rows.column(key).to_pylist()
-    assert len(keys) == len(set(keys)), "a key appears twice"
-    return {k: json.loads(d) for k, d in zip(keys, rows.column("flow_document").to_pylist())}
 
 
 def view_of(lake, key="customer") -> dict:

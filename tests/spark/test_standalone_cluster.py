@@ -109,8 +109,12 @@ def test_postgres_and_delta_views_are_exact_with_tasks_on_both_workers(standalon
     assert run_until_done(spec, master=standalone.url).kills == 0
     from deltalake import DeltaTable
 
-    rows = DeltaTable(str(tmp_path / "lake" / "customers")).to_pyarrow_table().to_pylist()
-    assert normalize({r["customer"]: json.loads(r["flow_document"]) for r in rows}) == oracle_orders(data)
+    from tests.support.helpers import lake_documents
+
+    dt = DeltaTable(str(tmp_path / "lake" / "customers"))
+    assert normalize(lake_documents(dt.to_pyarrow_table(), "customer", dt.metadata().configuration)) == oracle_orders(
+        data
+    )
 
 
 def test_a_worker_killed_mid_batch_is_replaced_and_its_zombie_is_fenced(standalone, tmp_path, postgres_url, schema):

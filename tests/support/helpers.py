@@ -219,6 +219,41 @@ def table_rows(cur, json_columns=()) -> list[dict]:
     return out
 
 
+def lake_rows(rows, properties: dict) -> list[dict]:
+    """A lake table's rows (an Arrow table of every column) as documents, read as a user
+    would: the non-NULL columns (decimals as numbers, the JSON columns the table's
+    ``tidemark.leanColumns`` property names parsed), with the members of ``flow_document``
+    on top (the whole document, or a lean row's remainder)."""
+    from decimal import Decimal
+
+    kinds = json.loads((properties or {}).get("tidemark.leanColumns") or "{}")
+    json_columns = {n for n, k in kinds.items() if k == "json"}
+    skip = ("flow_document", "flow_row_id", "_tidemark_delete")
+    out = []
+    for row in rows.to_pylist():
+        doc = {}
+        for k, v in row.items():
+            if v is None or k in skip:
+                continue
+            if isinstance(v, Decimal):
+                v = int(v) if v == v.to_integral_value() else float(v)
+            doc[k] = json.loads(v) if k in json_columns else v
+        rest = row.get("flow_document")
+        if rest is not None:
+            doc.update(json.loads(rest))
+        out.append(doc)
+    return out
+
+
+def lake_documents(rows, key: str, properties: dict) -> dict:
+    """:func:`lake_rows` as ``{key: document}``; fails on a key held twice."""
+    out: dict = {}
+    for doc in lake_rows(rows, properties):
+        assert doc[key] not in out, f"key {doc[key]!r} appears twice"
+        out[doc[key]] = doc
+    return out
+
+
 def postgres_view(url, schema, table="customers", key="customer") -> dict:
     import psycopg
 

@@ -134,8 +134,10 @@ def column(kind: str, values: list) -> pa.Array:
     if kind != JSON:
         try:
             return pa.array(values, arrow_type(kind))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            pass  # e.g. 3.0 for an integer, an object in a scalar column
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass  # e.g. 3.0 for an integer, an object in a scalar column, an integer beyond 64 bits
+    if kind == INTEGER:  # beyond 64 bits: NULL in the column (the document holds the number)
+        values = [None if isinstance(v, int) and not -(2**63) <= v < 2**63 else v for v in values]
     return pa.array([coerce(kind, v) for v in values], arrow_type(kind))
 
 

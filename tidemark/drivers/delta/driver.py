@@ -91,7 +91,14 @@ class DeltaDriver(StagedFilesDriver):
     def spec(self) -> SpecResponse:
         return SpecResponse(
             config_schema=config_schema(SETTINGS),
-            resource_schema={"type": "object", "properties": {"table": {"type": "string"}, "path": {"type": "string"}}},
+            resource_schema={
+                "type": "object",
+                "properties": {
+                    "table": {"type": "string"},
+                    "path": {"type": "string"},
+                    "document": {"enum": ["lean", "full"]},
+                },
+            },
         )
 
     # ------------------------------------------------- the staged-files hooks
@@ -140,6 +147,9 @@ class DeltaDriver(StagedFilesDriver):
     def type_of(self, kind: str) -> str:
         return delta_type(kind)
 
+    def document_required(self, table: DeltaTable) -> bool:
+        return not any(f.name == DOCUMENT_COLUMN and f.nullable for f in table.schema().fields)
+
     def table_batch(self, table: DeltaTable, materialization: str, checkpoint_id: str) -> int:
         return applied_batch(table, app_id(materialization, checkpoint_id))
 
@@ -162,7 +172,7 @@ class DeltaDriver(StagedFilesDriver):
                 )
             if len(vals) <= IN_LIST_MAX:
                 where.append(f"{ident(c.name)} IN ({', '.join(sql_literal(v) for v in vals)})")
-        cols = ", ".join(ident(n) for n in [c.name for c in model.keys] + [DOCUMENT_COLUMN])
+        cols = ", ".join(ident(n) for n in dict.fromkeys([c.name for c in model.keys] + model.read_names))
         sql = f"SELECT {cols} FROM t WHERE {' AND '.join(where) or 'true'}"
         return pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
 

@@ -101,7 +101,11 @@ class IcebergDriver(StagedFilesDriver):
             resource_schema={
                 "type": "object",
                 "required": ["table"],
-                "properties": {"table": {"type": "string"}, "partition_by": {"type": "string"}},
+                "properties": {
+                    "table": {"type": "string"},
+                    "partition_by": {"type": "string"},
+                    "document": {"enum": ["lean", "full"]},
+                },
             },
         )
 
@@ -162,6 +166,9 @@ class IcebergDriver(StagedFilesDriver):
     def type_of(self, kind: str):
         return iceberg_type(kind)
 
+    def document_required(self, table) -> bool:
+        return not any(f.name == DOCUMENT_COLUMN and not f.required for f in table.schema().fields)
+
     def table_batch(self, table, materialization: str, checkpoint_id: str) -> int:
         return table_batch(table, materialization, checkpoint_id)
 
@@ -178,7 +185,7 @@ class IcebergDriver(StagedFilesDriver):
         for c, vals in zip(model.keys, values):
             term = In(c.name, set(vals))
             expr = term if expr is None else And(expr, term)
-        names = tuple(c.name for c in model.keys) + (DOCUMENT_COLUMN,)
+        names = tuple(dict.fromkeys([c.name for c in model.keys] + model.read_names))
         return table.scan(row_filter=expr, selected_fields=names).to_arrow()
 
     def read_columns(self, model: LakeTable, names: list[str]) -> pa.Table:

@@ -49,9 +49,9 @@ def applied_property(materialization: str) -> str:
 
 def table_schema(model: LakeTable) -> Schema:
     """The table's schema: keys required (and the identifier fields of a standard table), one
-    optional typed column per value, the document required."""
+    optional typed column per value, the document required (optional in a lean table)."""
     fields = [NestedField(i + 1, c.name, iceberg_type(c.kind), required=c.is_key) for i, c in enumerate(model.columns)]
-    fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=True))
+    fields.append(NestedField(len(fields) + 1, DOCUMENT_COLUMN, StringType(), required=not model.lean))
     ids = [] if model.delta else list(range(1, len(model.keys) + 1))
     return Schema(*fields, identifier_field_ids=ids)
 

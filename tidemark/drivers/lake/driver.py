@@ -26,7 +26,6 @@ Commit pattern ``idempotent-apply-coordinator`` (see :mod:`tidemark.drivers.base
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 from functools import partial
@@ -36,18 +35,23 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, ReplaceContents
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, Column, dumps, key_of
+from tidemark.drivers.common.columns import Column, dumps, key_of
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
 from tidemark.drivers.common.identity import parse_record, record_text
+from tidemark.drivers.lake.lean import documents_of
 from tidemark.drivers.lake.model import (
     KEY_PROPERTY,
+    LEAN_PROPERTY,
     MODE_PROPERTY,
     OWNER_PROPERTY,
     LakeTable,
     columns_to_add,
+    form_line,
+    in_form,
     owner_of,
     owner_text,
     stages_of,
+    table_form,
 )
 from tidemark.drivers.lake.transactor import StagedFilesTransactor
 from tidemark.errors import DriverError, FencedOff, RecoveryError, TidemarkError
@@ -111,6 +115,10 @@ class StagedFilesDriver(Driver):
         """Column name -> its type, as ``type_of`` gives them."""
         raise NotImplementedError
 
+    def document_required(self, table: Any) -> bool:
+        """Whether the table's ``flow_document`` is required (the full form)."""
+        raise NotImplementedError
+
     def type_of(self, kind: str) -> Any:
         raise NotImplementedError
 
@@ -128,7 +136,7 @@ class StagedFilesDriver(Driver):
 
     def scan_keys(self, table: Any, model: LakeTable, values: list[list]) -> Optional[pa.Table]:
         """The rows whose key columns hold one of ``values`` (a list per key column; may
-        over-select): the key columns and the document."""
+        over-select): the key columns and ``model.read_names``."""
         raise NotImplementedError
 
     def read_columns(self, model: LakeTable, names: list[str]) -> pa.Table:
@@ -205,6 +213,37 @@ class StagedFilesDriver(Driver):
             )
         return True
 
+    # --------------------------------------------------------------- forms
+    def form_of(self, table: Any) -> Optional[tuple[str, dict]]:
+        """The form of a table as ``open_table`` gave it (None: no table)."""
+        if table is None:
+            return None
+        return table_form(self.document_required(table), self.table_properties(table))
+
+    def form_model(self, binding: BindingSpec) -> LakeTable:
+        """The binding's table model in the form its table has (read once per table and
+        driver), or for a table not made yet the form the binding asks for."""
+        base = self.model(binding)
+        if base.delta:
+            return base
+        forms = self.__dict__.setdefault("_forms", {})
+        form = forms.get(base.name)
+        if form is None:
+            table = self.run(partial(self.open_table, base.name), "read the table's form", base.name)
+            form = self.form_of(table)
+            if form is not None:
+                forms[base.name] = form
+        return in_form(self.label, base, binding, form)
+
+    def row_forms(self, bindings: Sequence[BindingSpec]) -> list[str]:
+        out = []
+        for b in bindings:
+            base = self.model(b)
+            table = self.run(partial(self.open_table, base.name), "read the table's form", base.name)
+            form = self.form_of(table)
+            out.append(form_line(self.label, in_form(self.label, base, b, form), form, b))
+        return out
+
     # ----------------------------------------------------------- setup phase
     def check_table(self, model: LakeTable, table: Any) -> list[Column]:
         """The columns to add to an existing table; raises IncompatibleSchema."""
@@ -222,10 +261,10 @@ class StagedFilesDriver(Driver):
         for b in req.bindings:
             model = self.model(b)
 
-            def body(model=model) -> None:
+            def body(model=model, b=b) -> None:
                 table = self.open_table(model.name)
                 if table is not None:
-                    self.check_table(model, table)
+                    self.check_table(in_form(self.label, model, b, self.form_of(table)), table)
 
             self.run(body, "validate", model.name)
         return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
@@ -234,12 +273,14 @@ class StagedFilesDriver(Driver):
         actions: list[str] = []
         created: list[tuple] = []
         owner = (req.materialization, str(req.checkpoint_id)) if req.checkpoint_id else None
+        self.__dict__.pop("_forms", None)  # Apply makes or changes tables
         for i, b in enumerate(req.bindings):
-            model = self.model(b)
-            record = record_text(req.identities[i], model.name) if owner and i < len(req.identities) else None
+            base = self.model(b)
+            record = record_text(req.identities[i], base.name) if owner and i < len(req.identities) else None
 
-            def body(model=model, b=b, record=record) -> None:
-                table = self.open_table(model.name)
+            def body(base=base, b=b, record=record) -> None:
+                table = self.open_table(base.name)
+                model = in_form(self.label, base, b, self.form_of(table))
                 if table is None:
                     actions.append(f"create {self.label} {model.name}")
                     created.append(b.resource_path)
@@ -251,6 +292,8 @@ class StagedFilesDriver(Driver):
                             props[OWNER_PROPERTY] = owner_text(*owner)
                         if record:
                             props[IDENTITY_PROPERTY] = record
+                        if model.lean:
+                            props[LEAN_PROPERTY] = model.lean_text()
                         try:
                             self.create_table(model, props)
                         except TidemarkError:  # e.g. created meanwhile: plan again
@@ -273,17 +316,20 @@ class StagedFilesDriver(Driver):
                     updates[IDENTITY_PROPERTY] = record
                     if req.dry_run:  # a table of a tidemark before identity records: the run records it
                         actions.append(f"record the view's identity on {model.name}")
+                if model.lean and props.get(LEAN_PROPERTY) != model.lean_text():
+                    updates[LEAN_PROPERTY] = model.lean_text()
                 for col in missing:
                     actions.append(f"add column {col.name} {self.type_of(col.kind)} to {model.name}")
                 if (missing or updates) and not req.dry_run:
                     self.alter_table(model, table, missing, updates)
 
-            self.run(body, "apply", model.name)
+            self.run(body, "apply", base.name)
+        self.__dict__.pop("_forms", None)
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
     # ----------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[StagedFilesTransactor, Opened]:
-        models = [self.model(b) for b in req.bindings]
+        models = [self.form_model(b) for b in req.bindings]
         return StagedFilesTransactor(self, req, models), Opened(None)  # the recovery log is authoritative
 
     def coordinator_acknowledge(
@@ -426,20 +472,23 @@ class StagedFilesDriver(Driver):
                         "(`tidemark rebuild SPEC -m NAME --abandon`) and start it again. The live view is as it was"
                     )
                 batch = self.table_batch(source, req.shadow, str(req.checkpoint_id))
+                lean = self.table_properties(source).get(LEAN_PROPERTY)
+                if lean and not self.document_required(source):  # the live table takes the shadow's form
+                    properties = {**properties, LEAN_PROPERTY: lean}
                 self.replace_table(live, source, owner, batch, properties)
                 done.append(f"replaced the contents of {self.label} {live.name} with {shadow.name} (batch {batch})")
 
             self.run(body, "cut over", live.name)
+        self.__dict__.pop("_forms", None)
         moved = self.run(lambda: self.replace_quarantine(req.materialization, req.shadow), "quarantine", self.name)
         return done + ([moved] if moved else [])
 
     # ------------------------------------------------------------ inspection
     def dump(self, materialization: str, binding: BindingSpec):
-        model = self.model(binding)
-        table = self.run(
-            lambda: self.read_columns(model, [c.name for c in model.keys] + [DOCUMENT_COLUMN]), "dump", model.name
-        )
-        docs = [json.loads(d) for d in table.column(DOCUMENT_COLUMN).to_pylist()]
+        model = self.form_model(binding)
+        names = list(dict.fromkeys([c.name for c in model.keys] + model.read_names))
+        table = self.run(lambda: self.read_columns(model, names), "dump", model.name)
+        docs = documents_of(table, model.held, model.lean)
         if model.delta:
             return docs
         keys = zip(*(table.column(c.name).to_pylist() for c in model.keys))
@@ -474,6 +523,7 @@ class StagedFilesDriver(Driver):
         """Delete the bindings' tables (with their files), the materialization's staged files and
         its quarantined rows."""
         done = []
+        self.__dict__.pop("_forms", None)
         for b in bindings:
             model = self.model(b)
             action = self.run(partial(self.drop_table, model), "drop", model.name)

@@ -3,14 +3,28 @@ properties tidemark sets on the table (key, mode, owner) -- one model for Delta 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
-from tidemark.drivers.common.columns import DECIMAL, DOCUMENT_COLUMN, NUMBER, Column, arrow_type, dumps, field_kind
+from tidemark.collection.schema import pointer_tokens
+from tidemark.drivers.common.columns import (
+    DECIMAL,
+    DOCUMENT_COLUMN,
+    JSON,
+    NUMBER,
+    ROW_ID_COLUMN,
+    Column,
+    arrow_type,
+    dumps,
+    field_kind,
+)
+from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
 
@@ -18,6 +32,8 @@ KEY_PROPERTY = "tidemark.key"  # table properties, written by Apply
 MODE_PROPERTY = "tidemark.deltaUpdates"
 OWNER_PROPERTY = "tidemark.owner"  # {"materialization", "checkpoint_id"}: the one checkpoint that writes the table
 DELETE_COLUMN = "_tidemark_delete"  # the staged files only: the row is a deletion
+LEAN_PROPERTY = "tidemark.leanColumns"  # a lean table's value columns: {"NAME": KIND}, as Apply made them
+JSON_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # an object/array property that gets a column
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +46,34 @@ class LakeTable:
     delta: bool
     identifier: tuple[str, ...] = ()  # Iceberg: namespace levels + table name
     partition_by: Optional[str] = None  # Iceberg: a column, identity partitions (resource ``partition_by``)
+    lean: bool = False  # the row is its document: flow_document holds only the remainder (see lake.lean)
+    top_keys: frozenset = frozenset()  # the key columns that are top-level properties
 
     @property
     def columns(self) -> tuple[Column, ...]:
         return self.keys + self.values
 
+    @property
+    def held(self) -> tuple[tuple[str, str], ...]:
+        """A lean row's columns that hold top-level properties: (name, kind)."""
+        if not self.lean:
+            return ()
+        keys = tuple((c.name, c.kind) for c in self.keys if c.name in self.top_keys)
+        return keys + tuple((c.name, c.kind) for c in self.values)
+
+    @property
+    def read_names(self) -> list[str]:
+        """The columns a read needs to rebuild each row's document, after the keys."""
+        return [c.name for c in self.columns] + [DOCUMENT_COLUMN] if self.lean else [DOCUMENT_COLUMN]
+
     def arrow_schema(self) -> pa.Schema:
-        """The table's schema (keys not null, the document not null)."""
+        """The table's schema (keys not null, the document not null unless lean)."""
         fields = [pa.field(c.name, arrow_type(c.kind), nullable=not c.is_key) for c in self.columns]
-        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string(), nullable=False)])
+        return pa.schema(fields + [pa.field(DOCUMENT_COLUMN, pa.string(), nullable=self.lean)])
+
+    def lean_text(self) -> str:
+        """The :data:`LEAN_PROPERTY` of a lean table."""
+        return dumps({c.name: c.kind for c in self.values})
 
     def staged_schema(self) -> pa.Schema:
         """A staged file's schema: the columns, the document, the delete marker."""
@@ -66,7 +101,72 @@ def lake_table(
         raise IncompatibleSchema(
             f"{label} {name!r}: column names collide: {dup} ({DOCUMENT_COLUMN!r} and {DELETE_COLUMN!r} are reserved)"
         )
-    return LakeTable(name, keys, values, bool(binding.delta_updates), identifier, partition_by)
+    top = frozenset(f.name for f in binding.key_fields if pointer_tokens(f.pointer) == [f.name])
+    return LakeTable(name, keys, values, bool(binding.delta_updates), identifier, partition_by, top_keys=top)
+
+
+def table_form(document_required: bool, properties: dict) -> tuple[str, dict]:
+    """An existing table's form and, if lean, the value columns Apply recorded on it."""
+    if document_required:
+        return FULL, {}
+    return LEAN, json_property(properties, LEAN_PROPERTY) or {}
+
+
+def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tuple[str, dict]]) -> LakeTable:
+    """``base`` (the binding's columns) in the form of its table (``form``: :func:`table_form`,
+    None for a table not made yet: the form the binding asks for).  A lean model has a column
+    for each top-level property the schema declares -- objects, arrays and unions as JSON
+    text, where the name is a plain identifier -- and keeps every column the table recorded
+    (a property the schema no longer declares is still read back from its column)."""
+    if base.delta:
+        return base
+    want = requested_form(binding.resource)
+    if form is None:
+        if want == FULL:
+            return base
+        recorded: dict = {}
+    elif form[0] == FULL:
+        return base
+    else:
+        if want == FULL:
+            raise IncompatibleSchema(
+                f"{label} {base.name!r} holds lean rows (a column per property) and the resource asks for "
+                "document: full; rebuild the view in the full form (`tidemark reset`), or drop the option. "
+                "Nothing was changed"
+            )
+        recorded = form[1]
+    values = list(base.values)
+    have = {c.name for c in base.columns} | {DOCUMENT_COLUMN, DELETE_COLUMN, ROW_ID_COLUMN}
+    for c in values:
+        kind = recorded.get(c.name)
+        if kind is not None and (kind == JSON) != (c.kind == JSON):
+            raise IncompatibleSchema(
+                f"{label} {base.name!r}: column {c.name!r} holds {'JSON' if kind == JSON else kind} values, "
+                f"the binding's schema now makes it {'JSON' if c.kind == JSON else c.kind} (an incompatible "
+                "type change); keep the property's type, or rebuild the view (`tidemark reset`). Nothing was changed"
+            )
+    for name, kind in recorded.items():
+        if name not in have and isinstance(kind, str):
+            values.append(Column(name, kind))
+            have.add(name)
+    props = binding.schema.get("properties") if isinstance(binding.schema, dict) else None
+    for name in props or ():
+        if name not in have and JSON_COLUMN_NAME.fullmatch(name):
+            values.append(Column(name, JSON))
+            have.add(name)
+    return dataclasses.replace(base, values=tuple(values), lean=True)
+
+
+def form_line(label: str, model: LakeTable, form: Optional[tuple[str, dict]], binding: BindingSpec) -> str:
+    """``tidemark check``'s line for one table."""
+    where = f"{label} {model.name}" + ("" if form else " (new)")
+    if model.delta:
+        return f"{where}: full documents in flow_document (a delta-updates table keeps each document as it came)"
+    if model.lean:
+        return f"{where}: lean rows (a column per property; flow_document holds only what no column holds)"
+    if form is not None:
+        return f"{where}: full documents in flow_document (the table was made so, and keeps its form)"
+    return f"{where}: full documents in flow_document: the resource asks for document: full"
 
 
 def is_uri(p: str) -> bool:

@@ -3,7 +3,6 @@ Parquet files that the coordinator applies after the recovery log holds the batc
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 import uuid
 from functools import partial
@@ -15,7 +14,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
-from tidemark.drivers.common.columns import DOCUMENT_COLUMN, arrow_type, coerce, column, dumps
+from tidemark.drivers.common.columns import arrow_type, coerce, column, dumps
+from tidemark.drivers.lake.lean import documents_of, lean_values
 from tidemark.drivers.lake.model import LakeTable, stages_of
 from tidemark.drivers.lake.quarantine import stage_quarantine
 from tidemark.errors import DriverError, RecoveryError
@@ -131,12 +131,12 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         idx = pc.indices_nonzero(mask)
         if not len(idx):
             return []
-        docs = found_rows.column(DOCUMENT_COLUMN).cast(pa.string()).take(idx).to_pylist()
+        docs = documents_of(_plain_strings(found_rows).take(idx), model.held, model.lean)
         found = {}
         for row, doc in zip(zip(*(col.take(idx).to_pylist() for col in key_cols)), docs):
             wanted_key = wanted.get(tuple(row))
             if wanted_key is not None:
-                found[wanted_key] = json.loads(doc)
+                found[wanted_key] = doc
         keys = [k for k in msg.keys if tuple(k) in found]
         return [Loaded(msg.binding, tuple(keys), tuple(found[tuple(k)] for k in keys))] if keys else []
 
@@ -146,8 +146,16 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         model = self.models[msg.binding]
         schema = model.staged_schema()
         arrays = [column(c.kind, [k[j] for k in msg.keys]) for j, c in enumerate(model.keys)]
-        arrays += [column(c.kind, [v[j] for v in msg.values]) for j, c in enumerate(model.values)]
-        arrays.append(pa.array([dumps(d) for d in msg.docs], pa.string()))
+        if model.lean:  # a column per property, the document's remainder (see lake.lean)
+            docs = [d if isinstance(d, dict) else {} for d in msg.docs]
+            held = model.held
+            held_values, rests = lean_values(docs, held)
+            by_name = dict(zip((name for name, _ in held), held_values))
+            arrays += [column(c.kind, by_name[c.name]) for c in model.values]
+            arrays.append(pa.array(rests, pa.string()))
+        else:
+            arrays += [column(c.kind, [v[j] for v in msg.values]) for j, c in enumerate(model.values)]
+            arrays.append(pa.array([dumps(d) for d in msg.docs], pa.string()))
         arrays.append(pa.array([bool(x) for x in msg.deletes], pa.bool_()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self.driver.run(
@@ -222,6 +230,14 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
                 pass
         self._writers = {}
         self._quarantine = []
+
+
+def _plain_strings(table: pa.Table) -> pa.Table:
+    """``table`` with its string views (DataFusion's) as strings, which ``take`` accepts."""
+    views = [i for i, f in enumerate(table.schema) if pa.types.is_string_view(f.type)]
+    for i in views:
+        table = table.set_column(i, table.schema.field(i).with_type(pa.string()), table.column(i).cast(pa.string()))
+    return table
 
 
 def _close(stream: Any, writer: pq.ParquetWriter) -> None:

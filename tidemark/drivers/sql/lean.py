@@ -30,18 +30,8 @@ from decimal import Decimal
 from typing import Any, Optional, Sequence
 
 from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column
+from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
-from tidemark.errors import SpecError
-
-FULL, LEAN = "full", "lean"
-
-
-def requested_form(resource: Any) -> str:
-    """The form a binding's resource asks for (``document: lean | full``; lean by default)."""
-    form = resource.get("document", LEAN) if isinstance(resource, dict) else LEAN
-    if form not in (LEAN, FULL):
-        raise SpecError(f"resource {resource!r}: document must be 'lean' or 'full', got {form!r}")
-    return form
 
 
 def lean_plan(binding, strategies: frozenset, dialect) -> tuple[Optional[Any], str]:

@@ -1,0 +1,132 @@
+"""The lean row of a lake table (Delta, Iceberg): the row is its document.
+
+A new standard-updates table is lean by default (:mod:`tidemark.drivers.common.forms`):
+each top-level property the schema declares has a column (scalars typed, objects, arrays
+and unions as JSON text), and ``flow_document`` holds only the **remainder** -- the
+members no column holds exactly -- or NULL when there is none.
+
+The rule, per document and property (:func:`holds`): a column holds a value when it gives
+back the same JSON value -- a string in a text column, an integer in 64 bits in an integer
+column, a double (or an integer within 2^53) in a number column, a number that is a
+multiple of a decimal column's places and fits its 38 digits, a boolean in a boolean
+column, any value but ``null`` in a JSON column.  Everything else (``null``, a value of
+another type than the column's, a property the schema does not declare, a key that is not
+a top-level property) stays in the remainder.  So a lean table holds any document,
+whatever the schema says, and reading is exact: the columns that are not NULL, then the
+remainder's members over them (:func:`document_of`).
+
+A table made full (``flow_document`` required: every table before the lean form, a
+delta-updates table, ``resource: {document: full}``) keeps its form; reading it parses
+the document column only.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, InvalidOperation
+from typing import Any, Optional, Sequence
+
+import pyarrow as pa
+
+from tidemark.drivers.common.columns import (
+    BOOLEAN,
+    DECIMAL_PRECISION,
+    DOCUMENT_COLUMN,
+    INTEGER,
+    JSON,
+    NUMBER,
+    dumps,
+    scale_of_kind,
+)
+from tidemark.jsontext import loads
+
+_INT64 = (-(2**63), 2**63 - 1)
+_EXACT_DOUBLE = 2**53
+
+
+def holds(kind: str, value: Any) -> bool:
+    """Whether a column of ``kind`` gives back ``value`` as the same JSON value."""
+    if value is None:
+        return False
+    t = type(value)
+    if kind == JSON:
+        return True
+    if kind == BOOLEAN:
+        return t is bool
+    if kind == INTEGER:
+        return t is int and _INT64[0] <= value <= _INT64[1]
+    if kind == NUMBER:
+        return (t is float and math.isfinite(value)) or (t is int and -_EXACT_DOUBLE <= value <= _EXACT_DOUBLE)
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        if t is not int and t is not float:
+            return False
+        try:
+            d = Decimal(repr(value)) if t is float else Decimal(value)
+            q = d.quantize(Decimal(1).scaleb(-scale))
+        except (InvalidOperation, ValueError):
+            return False
+        if q != d or len(q.as_tuple().digits) > DECIMAL_PRECISION:
+            return False
+        return t is int or float(q) == value
+    return t is str  # text, date-time text
+
+
+def lean_values(docs: Sequence[dict], held: Sequence[tuple[str, str]]) -> tuple[list[list], list[Optional[str]]]:
+    """Per column of ``held`` ((property, column kind) of each column that holds a top-level
+    property), the documents' values it holds (None where it does not); and per document
+    the JSON text of the members no column holds, or None."""
+    kinds = dict(held)
+    columns: dict[str, list] = {name: [None] * len(docs) for name, _ in held}
+    rests: list[Optional[str]] = []
+    for i, doc in enumerate(docs):
+        rest = None
+        for k, v in doc.items():
+            kind = kinds.get(k)
+            if kind is not None and holds(kind, v):
+                columns[k][i] = v
+            else:
+                if rest is None:
+                    rest = {}
+                rest[k] = v
+        rests.append(None if rest is None else dumps(rest))
+    return [columns[name] for name, _ in held], rests
+
+
+def _decimal(v: Any) -> Any:
+    if not isinstance(v, Decimal):  # a double column of an older table
+        return v
+    return int(v) if v == v.to_integral_value() else float(v)
+
+
+def documents_of(table: pa.Table, held: Sequence[tuple[str, str]], lean: bool) -> list[dict]:
+    """The documents of rows read as columns (``held``'s and ``flow_document``): a lean
+    row's columns that are not NULL, then its remainder's members over them; a full row's
+    document column."""
+    docs = table.column(DOCUMENT_COLUMN).to_pylist()
+    if not lean:
+        return [loads(d) for d in docs]
+    columns = []
+    for prop, kind in held:
+        values = table.column(prop).to_pylist()
+        if kind == JSON:
+            convert: Any = loads
+        elif scale_of_kind(kind) is not None:
+            convert = _decimal
+        else:
+            convert = None
+        columns.append((prop, values, convert))
+    out = []
+    for i, rest in enumerate(docs):
+        doc: dict = {}
+        for prop, values, convert in columns:
+            v = values[i]
+            if v is not None:
+                doc[prop] = v if convert is None else convert(v)
+        if rest is not None:
+            doc.update(loads(rest))
+        out.append(doc)
+    return out
+
+
+__all__ = ["holds", "lean_values", "documents_of"]
