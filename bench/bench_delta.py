@@ -3,7 +3,7 @@
     python bench/bench_delta.py [N] [--shards K] [--e2e [--files F] [--compare-sqlite]] [--skip-driver]
 
 Driver level (unless ``--skip-driver``): N documents in K shard sessions, one batch of inserts into a fresh
-table, then one batch updating every key (Load + reduce-free Store), each committed the
+table (once a lean table, once ``document: full``, with the live data bytes of each), then one batch updating every key (Load + reduce-free Store), each committed the
 way the runtime does it: StartCommit (staged Parquet), then the coordinator's MERGE with
 an app transaction.  ``--e2e`` also runs a spec (as ``tidemark run --available-now``) on local Spark
 over N JSON documents in F files (one batch per file, every key twice) into a Delta
@@ -18,6 +18,7 @@ upserts would pay.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -90,11 +91,14 @@ def final_rows(docs: list[dict]) -> pa.Table:
     )
 
 
-def driver_level(n: int, shards: int, root: str) -> dict:
+def driver_level(n: int, shards: int, root: str, document: str = "lean") -> dict:
+    """Both batches into a fresh table of the ``document`` form; per batch (total, shards,
+    MERGE) seconds, and ``"bytes"``: the live data files' size after the second."""
+    binding = dataclasses.replace(BINDING, resource={"table": f"customers_{document}", "document": document})
     driver = DeltaDriver({"path": os.path.join(root, "lake")})
-    driver.apply(Apply("bench", driver.config, (BINDING,)))
+    driver.apply(Apply("bench", driver.config, (binding,)))
     ranges = Range.split(shards)
-    chunk = driver.capabilities.max_store_docs
+    chunk = driver.capabilities().max_store_docs
     state = None
     out = {}
     for batch in (0, 1):
@@ -105,11 +109,11 @@ def driver_level(n: int, shards: int, root: str) -> dict:
         loaded = 0
         started = []
         for rng, part in zip(ranges, per):
-            t, _ = driver.open(Open("bench", "v", rng, state=state, bindings=(BINDING,)))
+            t, _ = driver.open(Open("bench", "v", rng, state=state, bindings=(binding,)))
             t.acknowledge(Acknowledge(state=state))
             keys = [(d["customer"],) for d in part]
-            for s in range(0, len(keys), driver.capabilities.max_load_keys):
-                for r in t.load(Load(0, tuple(keys[s : s + driver.capabilities.max_load_keys]))):
+            for s in range(0, len(keys), driver.capabilities().max_load_keys):
+                for r in t.load(Load(0, tuple(keys[s : s + driver.capabilities().max_load_keys]))):
                     loaded += len(r.keys)
             late, _ = t.flush(Flush())
             loaded += sum(len(r.keys) for r in late)
@@ -132,12 +136,16 @@ def driver_level(n: int, shards: int, root: str) -> dict:
         t_staged = time.perf_counter()
         for s in started:
             state = apply_update(state, s.state)
-        driver.coordinator_acknowledge("bench", state, {"checkpoint_id": "bench", "batch_id": batch}, (BINDING,))
+        driver.coordinator_acknowledge("bench", state, {"checkpoint_id": "bench", "batch_id": batch}, (binding,))
         t1 = time.perf_counter()
         assert loaded == (n if batch else 0), loaded
         out[batch] = (t1 - t0, t_staged - t0, t1 - t_staged)
-    view = driver.dump("bench", BINDING)
-    assert len(view) == n
+    t0 = time.perf_counter()
+    view = driver.dump("bench", binding)
+    out["dump"] = time.perf_counter() - t0
+    assert len(view) == n and view[("customer-00000001",)] == docs_for(n, 1)[1]
+    dt = DeltaTable(driver.model(binding).name)
+    out["bytes"] = sum(pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
     return out
 
 
@@ -243,15 +251,19 @@ def main() -> None:
     try:
         n = args.n
         if not args.skip_driver:
-            res = driver_level(n, args.shards, root)
-            ref = reference(n, root)
             print(f"{n:,} documents, {args.shards} shard sessions (sequential, one process), {os.cpu_count()} cores")
-            for batch, label in ((0, "insert"), (1, "update (Load + Store)")):
-                total, stage, merge = res[batch]
+            for document in ("lean", "full"):
+                res = driver_level(n, args.shards, root, document)
                 print(
-                    f"  tidemark {label:22}: {n / total:>10,.0f} docs/s  "
-                    f"({total:.2f}s = shards {stage:.2f}s + MERGE {merge:.2f}s)"
+                    f"  a {document} table: {res['bytes'] / 2**20:.1f} MiB of live data files; dump {res['dump']:.2f}s"
                 )
+                for batch, label in ((0, "insert"), (1, "update (Load + Store)")):
+                    total, stage, merge = res[batch]
+                    print(
+                        f"    tidemark {label:22}: {n / total:>10,.0f} docs/s  "
+                        f"({total:.2f}s = shards {stage:.2f}s + MERGE {merge:.2f}s)"
+                    )
+            ref = reference(n, root)
             print(f"  plain write_deltalake append: {n / ref:>10,.0f} rows/s  ({ref:.2f}s)")
         if args.e2e:  # warm the JVM and the Python workers up, so that the first measured run is not penalized
             e2e(2000, 1, args.shards, os.path.join(root, "warm-up"), "delta")

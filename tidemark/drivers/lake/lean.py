@@ -106,23 +106,15 @@ def documents_of(table: pa.Table, held: Sequence[tuple[str, str]], lean: bool) -
     docs = table.column(DOCUMENT_COLUMN).to_pylist()
     if not lean:
         return [loads(d) for d in docs]
-    columns = []
-    for prop, kind in held:
-        values = table.column(prop).to_pylist()
-        if kind == JSON:
-            convert: Any = loads
-        elif scale_of_kind(kind) is not None:
-            convert = _decimal
-        else:
-            convert = None
-        columns.append((prop, values, convert))
+    names = [prop for prop, _ in held]
+    parse = [(prop, loads if kind == JSON else _decimal) for prop, kind in held if kind == JSON or scale_of_kind(kind)]
     out = []
-    for i, rest in enumerate(docs):
-        doc: dict = {}
-        for prop, values, convert in columns:
-            v = values[i]
+    for row, rest in zip(table.select(names).to_pylist(), docs):  # Arrow makes the dicts
+        doc = {k: v for k, v in row.items() if v is not None}
+        for prop, convert in parse:
+            v = doc.get(prop)
             if v is not None:
-                doc[prop] = v if convert is None else convert(v)
+                doc[prop] = convert(v)
         if rest is not None:
             doc.update(loads(rest))
         out.append(doc)
