@@ -97,18 +97,30 @@ def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driv
     assert sqlite_view(db) == oracle(files, skip={(1, 9)})
 
 
-def test_two_bindings_in_the_driver_exactly(spark, tmp_path):
-    from tests.support.helpers import compiled_two_bindings_spec
+def test_two_bindings_in_the_driver_on_typed_values_each_of_its_own_types_exactly(spark, tmp_path):
+    import copy
+
+    from tests.support.helpers import COMPILED_SCHEMA, compiled_two_bindings_spec
 
     a = write_stream(tmp_path / "a", files=3, per_file=60, customers=20, seed=66)
     b = write_stream(tmp_path / "b", files=3, per_file=60, customers=20, seed=67)
     db = tmp_path / "views.db"
-    path = compiled_two_bindings_spec(tmp_path, db)
+    returns = copy.deepcopy(COMPILED_SCHEMA)
+    returns["properties"]["largest"]["type"] = "number"  # the second binding's row: another struct type
+    path = compiled_two_bindings_spec(tmp_path, db, returns)
 
     reports = _run(spark, str(path))
-    assert "driver" in {r.path for r in reports}
+    assert [r.path for r in reports] == ["one job", TYPED, TYPED]
     assert sqlite_view(db, "customers") == oracle(a)
     assert sqlite_view(db, "returns") == oracle(b)
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:  # each table as its own binding's schema types it
+        assert {r[0] for r in con.execute("SELECT typeof(largest) FROM returns")} == {"real"}
+        assert {r[0] for r in con.execute("SELECT typeof(largest) FROM customers")} == {"integer"}
+    finally:
+        con.close()
 
 
 @pytest.mark.parametrize("name", [pytest.param("postgres", marks=pytest.mark.postgres), "mysql"])

@@ -112,7 +112,36 @@ def test_typed_rows_take_their_keys_from_the_row_where_the_key_is_top_level_prop
         }
     )
     for key in (("/id", "/n"), ("/id", "/nested/n"), ()):  # from the row's columns, then from key_json
-        got = split_typed(ranges, table, key)
+        got = [shard.parts[0] for shard in split_typed(ranges, table, [key])]
         assert [g.keys for g in got] == [[("a", 1), ("b", 2)], [("c", 3)]]
         assert [g.rows.column("x").to_pylist() for g in got] == [[2, 1], [3]]
         assert [g.documents for g in got] == [3, 4]
+
+
+def test_typed_rows_of_several_bindings_are_split_per_binding_with_each_its_own_columns():
+    import pyarrow as pa
+
+    from tidemark.spark.small import split_typed
+
+    ranges = Range.split(2)
+    mid = ranges[1].key_begin
+    first = pa.struct([("id", pa.string()), ("n", pa.int64())])
+    second = pa.struct([("sku", pa.int64()), ("tags", pa.string())])
+    table = pa.table(
+        {
+            "binding": pa.array([1, 0, 0, 1], pa.int32()),
+            "key_json": ["[7]", '["b"]', '["a"]', "[3]"],
+            "key_hash": pa.array([5, 6, 7, mid], pa.int64()),
+            "_documents": pa.array([1, 2, 4, 8], pa.int64()),
+            "row_0": pa.array([None, {"id": "b", "n": 2}, {"id": "a", "n": 1}, None], first),
+            "row_1": pa.array([{"sku": 7, "tags": "[]"}, None, None, {"sku": 3, "tags": '["x"]'}], second),
+        }
+    )
+    shards = split_typed(ranges, table, [("/id",), ("/sku",)])
+    assert [[(p.binding, p.keys, p.documents) for p in s.parts] for s in shards] == [
+        [(0, [("a",), ("b",)], 6), (1, [(7,)], 1)],
+        [(1, [(3,)], 8)],
+    ]
+    assert shards[0].parts[0].rows.column_names == ["id", "n"]
+    assert shards[0].parts[1].rows.to_pylist() == [{"sku": 7, "tags": "[]"}]
+    assert [s.documents for s in shards] == [7, 8]

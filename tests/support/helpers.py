@@ -467,17 +467,21 @@ def compiled_spec(tmp_path, data, db, shards: int = 2, **mat) -> str:
     return orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards, extra_mat=mat, schema=COMPILED_SCHEMA)
 
 
-def compiled_two_bindings_spec(tmp_path, db) -> str:
-    """A spec file: two :data:`COMPILED_SCHEMA` collections, from JSON files in
-    ``tmp_path/a`` and ``tmp_path/b`` (one per batch), into SQLite ``db``'s tables
-    ``customers`` and ``returns``, two shards."""
+def compiled_two_bindings_spec(tmp_path, db, returns_schema=None) -> str:
+    """A spec file: two :data:`COMPILED_SCHEMA` collections (the second ``returns_schema``
+    if given), from JSON files in ``tmp_path/a`` and ``tmp_path/b`` (one per batch), into
+    SQLite ``db``'s tables ``customers`` and ``returns``, two shards."""
     import yaml
 
     source = lambda d: {"format": "json", "path": str(d), "options": {"maxFilesPerTrigger": 1}}
     spec = {
         "collections": {
             "orders": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "a")},
-            "returns": {"key": ["/customer"], "schema": COMPILED_SCHEMA, "source": source(tmp_path / "b")},
+            "returns": {
+                "key": ["/customer"],
+                "schema": returns_schema or COMPILED_SCHEMA,
+                "source": source(tmp_path / "b"),
+            },
         },
         "materializations": {
             "view": {

@@ -95,6 +95,25 @@ class TypedRows:
     documents: int
 
 
+@dataclass
+class TypedShard:
+    """A shard's combined rows as typed values: one :class:`TypedRows` per binding that has
+    rows in the batch, in binding order."""
+
+    parts: list
+
+    @property
+    def documents(self) -> int:
+        return sum(p.documents for p in self.parts)
+
+
+def typed_parts(rows) -> Optional[list]:
+    """The :class:`TypedRows` of a shard's ``rows`` (None: rows of JSON texts)."""
+    if isinstance(rows, TypedRows):
+        return [rows]
+    return list(rows.parts) if isinstance(rows, TypedShard) else None
+
+
 def _store_rows(session, typed: TypedRows, chunk: int, result) -> None:
     """The Stores of a shard's typed rows: slices of the Arrow table, no Python per row."""
     for i in range(0, len(typed.keys), chunk):
@@ -114,7 +133,7 @@ def _session(transactor, bindings):
     return RuntimeSession(transactor, bindings)
 
 
-def run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> ShardResult:
+def run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
     try:
         return _run_shard(task, index, rows)
     except TidemarkError as exc:
@@ -168,7 +187,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     return False
 
 
-def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows) -> ShardResult:
+def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
     return run_opened(task, index, open_shard(task, index), rows)
 
 
@@ -224,13 +243,13 @@ def open_shard(task: ShardTask, index: int) -> OpenedShard:
     return OpenedShard(driver, transactor, caps, replayed, time.perf_counter() - t0)
 
 
-def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable | TypedRows) -> ShardResult:
+def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
     """Steps 2-5 of an opened shard's session on its batch's ``rows``; the driver is closed after."""
     rng = task.ranges[index]
     try:
         if shard.replayed:
             # Step 2: the endpoint committed this very batch already (a re-run): skip.
-            for _ in () if isinstance(rows, TypedRows) else rows:
+            for _ in () if typed_parts(rows) is not None else rows:
                 pass
             shard.transactor.close()
             return ShardResult(index, rng, skipped=True, timings={"open": shard.seconds})
@@ -269,7 +288,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     # the batch's combined documents)
     reduced = [b.endpoint_reduce and not b.delta_updates for b in bindings]
     no_load = [b.delta_updates or r for b, r in zip(bindings, reduced)]
-    typed = rows if isinstance(rows, TypedRows) else None
+    typed = typed_parts(rows)
     try:
         for (_shard, binding, key_json), doc_json in () if typed is not None else rows:
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
@@ -291,15 +310,15 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         if flushed.state is not None:
             result.updates.append(flushed.state)
         fault_point("after_load")
-        result.documents = buffer.count if typed is None else len(typed.keys)
+        result.documents = buffer.count if typed is None else sum(len(p.keys) for p in typed)
         result.loaded = loaded.count
         timings["load"] = time.perf_counter() - t
 
         # Step 4: reduce loaded ⊕ combined, Store in chunks (rows are grouped by binding).
         t = time.perf_counter()
         store_chunk = _limit(caps, "max_store_docs", 10_000)
-        if typed is not None:
-            _store_rows(session, typed, store_chunk, result)
+        for part in typed or ():
+            _store_rows(session, part, store_chunk, result)
         cols = _Columns()
         current = None
         for binding, key, doc_json in buffer:

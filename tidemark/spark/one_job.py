@@ -35,10 +35,11 @@ class OneJobPlan:
         self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
-        # the unrouted rows carry the document as typed values (``row``, for Store.rows):
-        # one binding whose root merges, the driver staging typed values
-        self.typed = typed and len(collections) == 1
-        multi = len(collections) > 1
+        # the unrouted rows carry the document as typed values (``row``, for Store.rows; of
+        # several bindings, ``row_<i>`` per binding, null in the other bindings' rows): every
+        # binding's root merges, the driver stages typed values
+        self.typed = typed
+        multi = self.multi = len(collections) > 1
         jseq = internals.jseq
         self.prep = jseq(spark, source_columns(columns) + ([F.col("_binding")] if multi else []))
         available = None
@@ -86,7 +87,7 @@ class OneJobPlan:
                             F.lit(None).cast("string").alias("doc"),
                             "_documents",
                             odd.alias("_needs_checks"),
-                            F.col("doc").alias("row"),
+                            F.col("doc").alias(f"row_{i}" if multi else "row"),
                         ],
                     )
                     if typed_out
@@ -121,7 +122,8 @@ class OneJobPlan:
                 parts.append(j.select(b["out_typed"]).select(b["final_typed"]))
             else:
                 parts.append(j.select(b["out"]).select(b["final"]))
-        planned = route_j(spark, parts, self.ranges) if routed else union_j(parts)
+        typed_rows = not routed and self.typed
+        planned = route_j(spark, parts, self.ranges) if routed else union_j(parts, missing=typed_rows and self.multi)
         if self.rebindable and routed not in self.templates:
             self.templates[routed] = (internals.analyzed(planned), leaf)
         return internals.wrap(planned, spark)

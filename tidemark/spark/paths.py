@@ -133,7 +133,11 @@ class DriverPath:
             return NEEDS_CHECKS
         if results is not None:
             report.documents = sum(r.input_documents for r in results)
-            report.path = BatchPath.DRIVER_TYPED if "row" in combined.columns else BatchPath.DRIVER
+            report.path = (
+                BatchPath.DRIVER_TYPED
+                if any(c == "row" or c.startswith("row_") for c in combined.columns)
+                else BatchPath.DRIVER
+            )
         return results
 
 

@@ -64,11 +64,12 @@ def route_j(spark, jparts: list, ranges: tuple[Range, ...]):
     )
 
 
-def union_j(jparts: list):
-    """The JVM Datasets ``jparts`` (the bindings' combined rows) as one."""
+def union_j(jparts: list, missing: bool = False):
+    """The JVM Datasets ``jparts`` (the bindings' combined rows) as one (``missing``: a
+    column only some parts have is null in the others' rows: each binding's typed ``row_<i>``)."""
     jdf = jparts[0]
     for p in jparts[1:]:
-        jdf = jdf.unionByName(p)
+        jdf = jdf.unionByName(p, missing) if missing else jdf.unionByName(p)
     return jdf
 
 

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import Range
-from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, open_shard, run_opened
+from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, TypedShard, open_shard, run_opened
 from tidemark.spark.stage import END_BINDING, shard_rows
 
 #: shard sessions run at once in the driver (each holds an endpoint connection) when they
@@ -86,15 +86,16 @@ def capped(combined, n: int):
 
 def _run_opened(pool, opening: list, task: ShardTask, table) -> list:
     """Each shard's session on its rows of ``table``, once its Open is done (futures)."""
-    typed = "row" in table.column_names  # the documents as typed values (one binding)
-    per_shard: list = split_typed(task.ranges, table, task.bindings[0].key) if typed else split(task.ranges, table)
+    typed = any(c == "row" or c.startswith("row_") for c in table.column_names)  # the documents as typed values
+    keys = [b.key for b in task.bindings]
+    per_shard: list = split_typed(task.ranges, table, keys) if typed else split(task.ranges, table)
     host = os.uname().nodename
 
     def one(index: int) -> ShardResult:
         shard = opening[index].result()
         counted = [0]
         mine = per_shard[index]
-        if isinstance(mine, TypedRows):
+        if isinstance(mine, TypedShard):
             if armed("mid_stream"):
                 try:
                     fault_point("mid_stream")
@@ -128,32 +129,52 @@ def threads(task: ShardTask) -> int:
     return max(1, min(len(task.ranges), MAX_REDUCED_THREADS if reduced else MAX_THREADS))
 
 
-def split_typed(ranges: Sequence[Range], table, key: Sequence[str] = ()) -> list[TypedRows]:
-    """Per shard, its rows of the typed combine (one binding: ``binding, key_json, key_hash,
-    _documents, row``) sorted by key, as :class:`~tidemark.runtime.shard.TypedRows`: the Arrow table
-    of the documents' properties, sliced, never made into Python rows.  The keys come from
-    the row's columns where ``key`` (the binding's JSON pointers) names top-level properties
-    of it (a key's value is the same there as in ``key_json``), else from ``key_json``."""
-    from tidemark.collection.schema import pointer_tokens
-    from tidemark.jsontext import loads
+def split_typed(ranges: Sequence[Range], table, keys: Sequence[Sequence[str]] = ()) -> list[TypedShard]:
+    """Per shard, its rows of the typed combine (``binding, key_json, key_hash, _documents``
+    and the documents' typed values: ``row`` of one binding, ``row_<i>`` per binding of
+    several) sorted by (binding, key), as :class:`~tidemark.runtime.shard.TypedShard`: per
+    binding the Arrow table of the documents' properties, sliced, never made into Python
+    rows.  The keys come from the row's columns where the binding's key (``keys``: its JSON
+    pointers per binding) names top-level properties of it (a key's value is the same there
+    as in ``key_json``), else from ``key_json``."""
+    import numpy as np
 
     ordered, counts = _by_shard(ranges, table)
-    tokens = [pointer_tokens(p) for p in key]
-    names = [t[0] for t in tokens if len(t) == 1]
-    fields = {f.name for f in table.schema.field("row").type}
-    from_columns = bool(key) and len(names) == len(key) and fields.issuperset(names)
+    single = "row" in table.column_names
     out = []
     start = 0
     for count in counts:
         part = ordered.slice(start, count)
         start += count
-        rows = part.column("row").combine_chunks()
-        if from_columns:
-            keys = list(zip(*(rows.field(n).to_pylist() for n in names)))
-        else:
-            keys = [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
-        out.append(TypedRows(0, keys, pa_table(rows), int(pc_sum(part.column("_documents")))))
+        bindings = np.asarray(part.column("binding").to_numpy(zero_copy_only=False))
+        parts = []
+        at = 0
+        for b, n in zip(*np.unique(bindings, return_counts=True)):  # sorted by binding: contiguous
+            rows_of = part.slice(at, int(n))
+            at += int(n)
+            b = int(b)
+            key = keys[b] if b < len(keys) else ()
+            column = rows_of.column("row" if single else f"row_{b}").combine_chunks()
+            parts.append(
+                TypedRows(
+                    b, _typed_keys(rows_of, column, key), pa_table(column), int(pc_sum(rows_of.column("_documents")))
+                )
+            )
+        out.append(TypedShard(parts))
     return out
+
+
+def _typed_keys(part, rows, key: Sequence[str]) -> list:
+    """The keys of one binding's typed rows: from their columns, or parsed from ``key_json``."""
+    from tidemark.collection.schema import pointer_tokens
+    from tidemark.jsontext import loads
+
+    tokens = [pointer_tokens(p) for p in key]
+    names = [t[0] for t in tokens if len(t) == 1]
+    fields = {f.name for f in rows.type}
+    if key and len(names) == len(key) and fields.issuperset(names):
+        return list(zip(*(rows.field(n).to_pylist() for n in names)))
+    return [tuple(loads(k)) for k in part.column("key_json").to_pylist()]
 
 
 def pa_table(struct):
