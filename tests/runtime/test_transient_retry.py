@@ -20,13 +20,15 @@ pytestmark = [pytest.mark.spark]
 
 def terminate_when_in_transaction(url: str, schema: str, done: threading.Event, killed: list) -> None:
     """Terminate the backend of the view's session once it idles inside its transaction (the
-    armed stall before the commit), then stop."""
+    armed stall of 5 s before the commit: idle for more than a second), then stop."""
     with psycopg.connect(url, autocommit=True) as con:
         deadline = time.monotonic() + 120
         while not done.is_set() and time.monotonic() < deadline:
             rows = con.execute(
+                # idle in its transaction for a second: the stalled shard session, not a session
+                # between two statements of its own (Apply's reads of the schema, a moment each)
                 "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND pid <> pg_backend_pid() "
-                "AND datname = current_database() AND query LIKE %s",
+                "AND datname = current_database() AND query LIKE %s AND state_change < now() - interval '1 second'",
                 (f'%"{schema}"%',),
             ).fetchall()
             if rows:
