@@ -127,7 +127,7 @@ class StandaloneCluster:
                 last = [w["state"] for w in st.get("workers", [])]
                 if sum(1 for s in last if s == "ALIVE") >= alive:
                     return
-            except OSError:
+            except (OSError, ValueError):  # not up yet; or its UI still serving the HTML page at /json/
                 pass
             time.sleep(0.2)  # polling the master's page, bounded by the deadline
         raise RuntimeError(

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from typing import Sequence
 from urllib.parse import quote
 
+from tidemark.drivers.store.ids import QUARANTINE_ID, binding_id
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec, Range
 from tidemark.store import encode_key, tidemark_key
 
-QUARANTINE_ID = 0xFFFF
 _U16 = struct.Struct(">H")
 _SEQ = struct.Struct(">QI")
 SUFFIX = _SEQ.size  # bytes after the key text of a delta-updates row
@@ -49,10 +48,6 @@ def resource_name(binding: BindingSpec) -> str:
     if extra or ("name" in res and "table" in res):
         raise SpecError(f"binding {name!r}: resource takes only `name` (got {sorted(res)})")
     return name
-
-
-def binding_id(name: str) -> int:
-    return zlib.crc32(name.encode("utf-8")) & 0xFFFF
 
 
 def binding_ids(bindings: Sequence[BindingSpec]) -> list[int]:
