@@ -148,16 +148,19 @@ def split_typed(ranges: Sequence[Range], table, keys: Sequence[Sequence[str]] = 
         start += count
         bindings = np.asarray(part.column("binding").to_numpy(zero_copy_only=False))
         parts = []
-        at = 0
-        for b, n in zip(*np.unique(bindings, return_counts=True)):  # sorted by binding: contiguous
-            rows_of = part.slice(at, int(n))
-            at += int(n)
-            b = int(b)
-            key = keys[b] if b < len(keys) else ()
-            column = rows_of.column("row" if single else f"row_{b}").combine_chunks()
+        first = 0
+        for value, n in zip(*np.unique(bindings, return_counts=True)):  # sorted by binding: contiguous
+            rows_of = part.slice(first, int(n))
+            first += int(n)
+            binding = int(value)
+            key = keys[binding] if binding < len(keys) else ()
+            column = rows_of.column("row" if single else f"row_{binding}").combine_chunks()
             parts.append(
                 TypedRows(
-                    b, _typed_keys(rows_of, column, key), pa_table(column), int(pc_sum(rows_of.column("_documents")))
+                    binding,
+                    _typed_keys(rows_of, column, key),
+                    pa_table(column),
+                    int(pc_sum(rows_of.column("_documents"))),
                 )
             )
         out.append(TypedShard(parts))

@@ -48,28 +48,30 @@ def holds(kind: str, value: Any) -> bool:
     """Whether a column of ``kind`` gives back ``value`` as the same JSON value."""
     if value is None:
         return False
-    t = type(value)
+    py_type = type(value)
     if kind == JSON:
         return True
     if kind == BOOLEAN:
-        return t is bool
+        return py_type is bool
     if kind == INTEGER:
-        return t is int and _INT64[0] <= value <= _INT64[1]
+        return py_type is int and _INT64[0] <= value <= _INT64[1]
     if kind == NUMBER:
-        return (t is float and math.isfinite(value)) or (t is int and -_EXACT_DOUBLE <= value <= _EXACT_DOUBLE)
+        return (py_type is float and math.isfinite(value)) or (
+            py_type is int and -_EXACT_DOUBLE <= value <= _EXACT_DOUBLE
+        )
     scale = scale_of_kind(kind)
     if scale is not None:
-        if t is not int and t is not float:
+        if py_type is not int and py_type is not float:
             return False
         try:
-            d = Decimal(repr(value)) if t is float else Decimal(value)
-            q = d.quantize(Decimal(1).scaleb(-scale))
+            exact = Decimal(repr(value)) if py_type is float else Decimal(value)
+            rounded = exact.quantize(Decimal(1).scaleb(-scale))
         except (InvalidOperation, ValueError):
             return False
-        if q != d or len(q.as_tuple().digits) > DECIMAL_PRECISION:
+        if rounded != exact or len(rounded.as_tuple().digits) > DECIMAL_PRECISION:
             return False
-        return t is int or float(q) == value
-    return t is str  # text, date-time text
+        return py_type is int or float(rounded) == value
+    return py_type is str  # text, date-time text
 
 
 def lean_values(docs: Sequence[dict], held: Sequence[tuple[str, str]]) -> tuple[list[list], list[Optional[str]]]:
