@@ -91,3 +91,58 @@ def test_query_reads_a_table_view_in_key_order(tmp_path):
     missing = _cli("query", spec_path, "--view", "nope")
     assert missing.returncode == 1 and "'nope' is not a binding of the spec (bindings: m/t)" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+BLOCK_ROCKSDICT = """
+import sys, importlib.abc
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "rocksdict":
+            raise ImportError("No module named 'rocksdict'")
+sys.meta_path.insert(0, Blocked())
+from tidemark.cli import main
+main()
+"""
+
+
+def test_query_of_a_table_view_needs_no_other_endpoints_library(tmp_path):
+    """Installed with one endpoint's extra (here: without the store's rocksdict), ``query`` of
+    a table view imports only that endpoint: no ImportError of another one."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "views.db") as con:
+        con.execute("CREATE TABLE t (customer TEXT PRIMARY KEY, flow_document TEXT NOT NULL)")
+        con.execute("INSERT INTO t VALUES ('c1', '{\"customer\": \"c1\"}')")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "collections": {
+                    "orders": {
+                        "key": ["/customer"],
+                        "schema": {
+                            "type": "object",
+                            "required": ["customer"],
+                            "properties": {"customer": {"type": "string"}},
+                        },
+                        "source": {"path": "data"},
+                    }
+                },
+                "materializations": {
+                    "v": {
+                        "endpoint": {"sqlite": {"path": "views.db"}},
+                        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+                    }
+                },
+                "checkpoint": "chk",
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_ROCKSDICT, "query", str(spec), "--view", "t"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "rocksdict" not in done.stderr, done.stderr
+    assert done.returncode == 0 and '"c1"' in done.stdout, done.stderr

@@ -445,8 +445,6 @@ def query(
     a table's committed rows, a store view, or a nats view (only what progress records cover)."""
     import json
 
-    from tidemark.drivers.store.query import key_order, open_view
-
     try:
         keys = [json.loads(k) for k in key or []]
         pre = None if prefix is None else json.loads(prefix)
@@ -477,6 +475,8 @@ def query(
                 out.write(doc + b"\n")
             out.flush()
             return
+        from tidemark.drivers.store.query import key_order, open_view  # the store's library only for its views
+
         with open_view(spec, view, isolation=isolation, timeout=timeout) as v:
             if keys:
                 for k in sorted({tuple(k) if isinstance(k, list) else (k,) for k in keys}, key=key_order):

@@ -8,6 +8,7 @@ location) for both.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -313,6 +314,7 @@ def check_records(spec: TidemarkSpec, mat: MaterializationSpec, driver, bindings
         [binding_identity(b, s) for b, s in zip(bindings, sources)],
         checkpoint_id,
         spec_file=spec.file,
+        checkpoint_location=spec.checkpoint_location(mat.name),
     )
 
 
@@ -485,8 +487,9 @@ def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) ->
     for n in names:
         mat = spec.materializations[n]
         bindings = bound(spec, mat)
-        refuse_not_owned(n, mat.driver_name, mat.driver_config, bindings)  # before anything is asked
-        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bindings], spec.checkpoint_location(n)))
+        location = spec.checkpoint_location(n)
+        refuse_not_owned(n, mat.driver_name, mat.driver_config, bindings, location=location)  # before anything is asked
+        out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bindings], location))
     return out
 
 
@@ -500,18 +503,24 @@ def owner_batch(driver, owner: str, bindings) -> Optional[int]:
     return max(held) if held else None
 
 
-def refuse_not_owned(materialization: str, driver_name: str, driver_config: dict, bindings, driver=None) -> None:
-    """``tidemark reset`` drops only what ``materialization`` owns: refuse a resource that the
-    endpoint records as another materialization's view (its identity record, or its owner and
-    checkpoint rows), naming the owner and the batch it holds; and a resource that exists
+def refuse_not_owned(
+    materialization: str, driver_name: str, driver_config: dict, bindings, driver=None, *, location: str
+) -> None:
+    """``tidemark reset`` drops only what ``materialization``'s checkpoint (in folder
+    ``location``) owns: refuse a resource that the endpoint records as another
+    materialization's view (its identity record, or its owner and checkpoint rows), naming the
+    owner and the batch it holds; anything a view of this name keeps that another checkpoint
+    wrote (another spec's folder: :mod:`tidemark.runtime.ownership`); and a resource that exists
     without a record of this view (made by hand, or by something else), where the endpoint can
     tell.  Nothing is changed."""
     from tidemark.drivers.registry import load_driver
     from tidemark.protocol.messages import Apply
+    from tidemark.runtime.ownership import Owner, refuse_foreign_owners
+    from tidemark.runtime.recovery_log import RecoveryLog
 
     if driver is None:
         with load_driver(driver_name, driver_config) as d:
-            return refuse_not_owned(materialization, driver_name, driver_config, bindings, d)
+            return refuse_not_owned(materialization, driver_name, driver_config, bindings, d, location=location)
     bindings = tuple(bindings)
     records = driver.identities(materialization, bindings)
     positions = driver.positions(materialization, bindings) or []
@@ -534,6 +543,8 @@ def refuse_not_owned(materialization: str, driver_name: str, driver_config: dict
             f"view owns. Give {materialization!r} its own resource; to start {owner!r} over on purpose, reset it "
             f"with its own spec (`tidemark reset SPEC -m {owner}`). Nothing was changed"
         )
+    mine = Owner.here(materialization, RecoveryLog(location, materialization, create=False).checkpoint_id, location)
+    refuse_foreign_owners(driver, driver_name, mine, bindings, action="reset")
     if records is None or not getattr(driver, "reports_created", False):
         return
     try:
@@ -595,11 +606,13 @@ def reset(
 
 
 def reset_view(
-    materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str
+    materialization: str, driver_name: str, driver_config: dict, bindings, checkpoint_location: str, driver=None
 ) -> list[str]:
     """Drop one view's endpoint side first, then its checkpoint folder (a reset cut short by
     a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
-    can be run again)."""
+    can be run again).  Only what this checkpoint owns is dropped: anything of the view that
+    another checkpoint wrote refuses the reset first (:func:`refuse_not_owned`).  ``driver``:
+    an open driver to use (the conformance kit's), else one is loaded from the config."""
     from tidemark.drivers.registry import load_driver
     from tidemark.files import filesystem
     from tidemark.runtime.lease import Lease
@@ -607,9 +620,10 @@ def reset_view(
     lease = Lease(checkpoint_location, materialization)
     lease.acquire()  # a view that is running now is refused: stop it first
     try:
-        with load_driver(driver_name, driver_config) as driver:
-            refuse_not_owned(materialization, driver_name, driver_config, bindings, driver)
-            done = [f"{materialization}: {d}" for d in driver.drop(materialization, tuple(bindings))]
+        opened = contextlib.nullcontext(driver) if driver is not None else load_driver(driver_name, driver_config)
+        with opened as d:
+            refuse_not_owned(materialization, driver_name, driver_config, bindings, d, location=checkpoint_location)
+            done = [f"{materialization}: {line}" for line in d.drop(materialization, tuple(bindings))]
         fs, path = filesystem(checkpoint_location)
         if fs.get_file_info(path).type.name != "NotFound" and not lease.created_folder:
             fs.delete_dir(path)

@@ -137,3 +137,39 @@ def test_a_dropped_table_is_reported_by_check_and_status(owner, tmp_path):
     # its own reset still starts it over on purpose
     done = cli("reset", spec, "-m", "e_totals", "--yes")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_view_of_the_same_name_in_another_spec_never_touches_this_ones_progress(owner, tmp_path):
+    """The first-hour trial: a second spec (its own checkpoint folder) names its view like the
+    production one, in one database, over a table of its own.  Its run is refused naming both
+    checkpoints without advice to reset; its reset is refused too, and the production view
+    keeps its rows and its progress and runs on."""
+    spec, want = owner
+    progress = sqlite_rows(tmp_path / "views.db", "SELECT * FROM tidemark_checkpoints")
+    other = write_spec(tmp_path, "other.yaml", "e_totals", "e_totals_copy", ".tidemark/second")
+    ran = cli("run", other, "--available-now")
+    assert ran.returncode != 0
+    first = ran.stderr.strip().splitlines()[0]
+    assert "another tidemark checkpoint" in first and "A view belongs to its checkpoint" in first, ran.stderr
+    assert os.path.join(str(tmp_path), ".tidemark", "owner", "e_totals") in first  # the other folder, named
+    assert "tidemark reset" not in ran.stderr
+
+    reset = cli("reset", other, "-m", "e_totals", "--yes")
+    assert reset.returncode != 0, reset.stdout
+    first = reset.stderr.strip().splitlines()[0]
+    assert "reset would change another job's view" in first and "Nothing was changed" in first, reset.stderr
+    assert "deleted" not in reset.stdout and "tidemark reset" not in reset.stderr
+    with pytest.raises(RecoveryError, match="A view belongs to its checkpoint"):
+        tidemark.reset(other, materialization="e_totals")
+
+    assert view(tmp_path) == want
+    assert sqlite_rows(tmp_path / "views.db", "SELECT * FROM tidemark_checkpoints") == progress
+    assert "up to date" in cli("status", spec).stdout
+    # its own reset still starts it over
+    assert cli("reset", spec, "-m", "e_totals", "--yes").returncode == 0
+    assert not sqlite_rows(tmp_path / "views.db", "SELECT * FROM tidemark_checkpoints")
+
+
+def sqlite_rows(path, query) -> list:
+    with sqlite3.connect(path) as con:
+        return sorted(con.execute(query).fetchall())

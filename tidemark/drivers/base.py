@@ -158,6 +158,8 @@ class Position:
     batch_id: int
     range: Optional[Range] = None  # store-authoritative checkpoints: the range
     resource: Optional[tuple] = None  # per-resource positions (coordinator apply): the resource path
+    location: Optional[str] = None  # the writing checkpoint's folder and host, where recorded
+    host: Optional[str] = None
 
 
 class Transactor(ABC):
@@ -326,6 +328,8 @@ class Driver(ABC):
                     cp.get("checkpoint_id"),
                     batch if isinstance(batch, int) else -1,
                     r.range,
+                    location=cp.get("checkpoint_location"),
+                    host=cp.get("host"),
                 )
             )
         return out

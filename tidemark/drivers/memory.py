@@ -49,7 +49,15 @@ import uuid
 from typing import Any, Iterator, Optional, Sequence
 
 from tidemark.collection.keys import key_json
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor, resolve_local_path
+from tidemark.drivers.base import (
+    Capabilities,
+    CheckpointRow,
+    CommitPattern,
+    Driver,
+    Position,
+    Transactor,
+    resolve_local_path,
+)
 from tidemark.drivers.common.identity import kept as kept_record
 from tidemark.errors import FencedOff, SpecError
 from tidemark.protocol.messages import (
@@ -260,7 +268,30 @@ class MemoryDriver(Driver):
                     m["views"].setdefault(resource_name(b), {})
                 if i < len(req.identities) and resource_name(b) not in kept:
                     kept[resource_name(b)] = kept_record(req.identities[i], resource_name(b))
+            if req.checkpoint_id and "owner" not in m:  # the state of this name is that checkpoint's
+                first = req.identities[0] if req.identities else {}
+                m["owner"] = {**{k: first.get(k) for k in ("checkpoint_location", "host")}, "id": req.checkpoint_id}
         return Applied(f"created {len(req.bindings)} in-memory resources")
+
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Position]]:
+        """Per range (store-authoritative), and the checkpoint that owns the view's in-memory
+        state (its staged work, fences and views are kept per materialization name)."""
+        out = list(super().positions(materialization, bindings) or [])
+        with self.backend.read() as state:
+            owner = (state["mats"].get(materialization) or {}).get("owner")
+        if owner:
+            place = f"in-memory state of {materialization!r}"
+            out.append(
+                Position(
+                    place,
+                    materialization,
+                    owner["id"],
+                    -1,
+                    location=owner.get("checkpoint_location"),
+                    host=owner.get("host"),
+                )
+            )
+        return out
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
         with self.backend.read() as state:

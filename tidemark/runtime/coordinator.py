@@ -55,6 +55,7 @@ from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Ra
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.lease import Lease, stop_request
+from tidemark.runtime.ownership import owner_fields
 from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
@@ -148,7 +149,11 @@ def refuse_foreign(
 ) -> None:
     """Refuse an endpoint whose places are written by another materialization or another
     checkpoint (``mine``: this checkpoint's id; None: no checkpoint folder yet).  At start-up,
-    and in ``tidemark check``/``run`` before Spark starts."""
+    and in ``tidemark check``/``run`` before Spark starts.  A checkpoint of this very folder
+    with another id (the folder was deleted and made again) is this view's earlier life: the
+    refusal offers ``reset``; another folder's never (:mod:`tidemark.runtime.ownership`)."""
+    from tidemark.runtime.ownership import Owner, completed, other_checkpoint, position_owner
+
     foreign = [
         p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)
     ]
@@ -166,12 +171,20 @@ def refuse_foreign(
             f"on purpose, reset it with its own spec (`tidemark reset SPEC -m {p.materialization}`). "
             "Nothing was changed"
         )
+    owners = completed([o for o in map(position_owner, positions) if o is not None])
+    other = next(o for o in owners if o.checkpoint_id == p.checkpoint_id)
+    here = Owner.here(materialization, mine, checkpoint_location)
+    if not here.same_folder(other):
+        raise RecoveryError(
+            other_checkpoint(
+                materialization, f"{p.place} of endpoint {driver_name!r}", other, here, at, action="this run"
+            )
+        )
     raise RecoveryError(
         f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by another "
-        f"tidemark checkpoint of {materialization!r} (checkpoint {p.checkpoint_id}, {at}), not by {this}. If this "
-        f"checkpoint folder was deleted or moved, restore it ({checkpoint_location}); if this is another job, "
-        f"give it its own materialization name and resources; to start this view over on purpose: "
-        f"{reset_hint(materialization)}. Nothing was changed"
+        f"tidemark checkpoint of {materialization!r} in this same folder (checkpoint {p.checkpoint_id}, {at}), "
+        f"not by {this}: the checkpoint folder was deleted or replaced. Restore it ({checkpoint_location}); "
+        f"to start this view over on purpose: {reset_hint(materialization)}. Nothing was changed"
     )
 
 
@@ -288,6 +301,7 @@ class Coordinator:
             self.driver.identities(self.name, self.bindings),
             self.identities,
             self.log.checkpoint_id,
+            checkpoint_location=self.checkpoint_location,
         )
         # Step 3
         self.driver.validate(Validate(self.name, self.driver_config, self.bindings))
@@ -304,7 +318,10 @@ class Coordinator:
         refuse_gone(self.name, self.driver_name, last, dry.created)
         # Step 4
         created_at = 0 if last is None else last.batch_id + 1
-        records = tuple(endpoint_record(i, self.name, self.checkpoint_id, created_at) for i in self.identities)
+        records = tuple(
+            endpoint_record(i, self.name, self.checkpoint_id, created_at, self.checkpoint_location)
+            for i in self.identities
+        )
         applied = self.driver.apply(
             Apply(
                 self.name,
@@ -472,6 +489,7 @@ class Coordinator:
         layout = self.layout_for(batch_id, last)
         cp = {
             "checkpoint_id": self.checkpoint_id,
+            **owner_fields(self.checkpoint_location),
             "materialization": self.name,
             "version": self.version,
             "format": FORMAT,

@@ -59,6 +59,7 @@ from tidemark.runtime.adoption import read_record as adopted
 from tidemark.runtime.adoption import seed
 from tidemark.runtime.adoption import write_record as write_adoption
 from tidemark.runtime.lease import Lease, clear_stop, request_stop, stop_request
+from tidemark.runtime.ownership import REBUILD_SUFFIX
 from tidemark.runtime.recovery_log import RecoveryLog
 from tidemark.runtime.versions import FORMAT, refuse_newer
 from tidemark.runtime.view_identity import binding_identity, endpoint_record, source_location
@@ -66,7 +67,7 @@ from tidemark.spec import BindingConfig, MaterializationSpec, TidemarkSpec
 
 log = logging.getLogger("tidemark")
 
-SUFFIX = "__rebuild"  # the shadow materialization's name: NAME__rebuild
+SUFFIX = REBUILD_SUFFIX  # the shadow materialization's name: NAME__rebuild
 TAG = "tm_rebuild"  # what the endpoint puts in a shadow resource's name (T__tm_rebuild)
 BUILDING, CUTTING = "building", "cutting"
 DEFAULT_WAIT = 600.0  # seconds the cut-over waits for the live run to stop at a batch boundary
@@ -373,7 +374,7 @@ class Rebuild:
             if os.path.isdir(self.location) and live_id != record.shadow_checkpoint_id:
                 os.replace(self.location, before)
             os.replace(nxt, self.location)
-        for line in self.driver.drop(self.shadow.name, self._bindings(self.shadow_spec, self.shadow)):
+        for line in self._drop_shadow():
             self.say(line)  # what a cut-over left of the shadow (MariaDB drops its table after the commit)
         shutil.rmtree(self.shadow_location, ignore_errors=True)
         os.remove(record_path(self.location))
@@ -388,13 +389,27 @@ class Rebuild:
             return f"materialization {self.name!r} has no rebuild in progress"
         if record.phase == CUTTING and self._finish_committed(record):
             return self._finish(record) + " (the cut-over had committed, so it was finished, not abandoned)"
-        done = self.driver.drop(self.shadow.name, self._bindings(self.shadow_spec, self.shadow))
+        done = self._drop_shadow()
         shutil.rmtree(self.shadow_location, ignore_errors=True)
         shutil.rmtree(next_path(self.location), ignore_errors=True)
         os.remove(record_path(self.location))
         return f"rebuild {record.id} abandoned: " + ("; ".join(done) or "nothing was built yet")
 
     # ------------------------------------------------------------------ helpers
+    def _drop_shadow(self) -> list[str]:
+        """Drop what the endpoint keeps of this rebuild's shadow, refused (nothing dropped) when
+        another checkpoint owns any of it: another spec's rebuild of a view of this name."""
+        from tidemark.runtime.ownership import Owner, refuse_foreign_owners
+
+        bindings = self._bindings(self.shadow_spec, self.shadow)
+        shadow_id = RecoveryLog(self.shadow_location, self.shadow.name, create=False).checkpoint_id
+        mine = Owner.here(self.shadow.name, shadow_id, self.shadow_location)
+        # a cut-over may leave the live view's old contents under the shadow's name (the store swaps them)
+        live = tuple(Owner.here(name, None, self.location) for name in (self.shadow.name, self.name))
+        action = "dropping the rebuild's shadow"
+        refuse_foreign_owners(self.driver, self.mat.driver_name, mine, bindings, action=action, also=live)
+        return self.driver.drop(self.shadow.name, bindings)
+
     def _bindings(self, spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
         from tidemark.collection.collection import Collection
 
@@ -417,7 +432,7 @@ class Rebuild:
             tuple(zip(self._bindings(self.spec, self.mat), self._bindings(self.shadow_spec, self.shadow))),
             record.shadow_checkpoint_id,
             tuple(
-                {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0), "rebuilt": record.id}
+                {**endpoint_record(i, self.name, record.shadow_checkpoint_id, 0, self.location), "rebuilt": record.id}
                 for i in self._identities()
             ),
             tuple(range(logged, len(self.mat.bindings))) if logged else (),

@@ -147,6 +147,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     input, another Spark query), one ahead of this batch, or one behind the recovery log."""
     from tidemark.runtime.coordinator import check_position, reset_hint
     from tidemark.runtime.identity import BatchIdentity
+    from tidemark.runtime.ownership import Owner, other_checkpoint
     from tidemark.runtime.versions import refuse_newer
 
     where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"
@@ -156,11 +157,21 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
         return False
     refuse_newer(cp, f"{where}: its committed runtime checkpoint")
     if cp.get("checkpoint_id") != task.checkpoint_id:
+        other = Owner.of(cp, task.materialization) or Owner(task.materialization, cp.get("checkpoint_id"))
+        here = Owner.of(task.runtime_checkpoint, task.materialization) or Owner(
+            task.materialization, task.checkpoint_id
+        )
+        if not here.same_folder(other):
+            place = f"range {rng.name} of endpoint {task.driver_name!r}"
+            text = other_checkpoint(
+                task.materialization, place, other, here, f"batch {cp.get('batch_id')}", action="this run"
+            )
+            raise RecoveryError(text.replace("Nothing was changed", "this session committed nothing"))
         raise RecoveryError(
             f"{where} is written by another tidemark checkpoint (id {cp.get('checkpoint_id')}, batch "
             f"{cp.get('batch_id')}), not this one (id {task.checkpoint_id}). If this checkpoint folder was "
-            f"deleted, restore it; if this is another job, give it its own materialization name; to start this "
-            f"view over on purpose: {reset_hint(task.materialization)}; this session committed nothing"
+            f"deleted, restore it; to start this view over on purpose: {reset_hint(task.materialization)}; "
+            "this session committed nothing"
         )
     at = BatchIdentity.of(cp)
     mine = BatchIdentity.of(task.runtime_checkpoint)

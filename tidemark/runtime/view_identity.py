@@ -164,11 +164,21 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
     )
 
 
-def endpoint_record(identity: dict, materialization: str, checkpoint_id: Optional[str], created_at_batch: int) -> dict:
-    """The record an endpoint keeps with a binding's resource (``Apply.identities``)."""
+def endpoint_record(
+    identity: dict,
+    materialization: str,
+    checkpoint_id: Optional[str],
+    created_at_batch: int,
+    checkpoint_location: Optional[str] = None,
+) -> dict:
+    """The record an endpoint keeps with a binding's resource (``Apply.identities``): the view,
+    the checkpoint that owns it (id, folder and host: :mod:`tidemark.runtime.ownership`)."""
+    from tidemark.runtime.ownership import owner_fields
+
     return {
         "materialization": materialization,
         "checkpoint_id": checkpoint_id,
+        **(owner_fields(checkpoint_location) if checkpoint_location else {}),
         **identity,
         "created_at_batch": created_at_batch,
         "format": FORMAT,
@@ -208,6 +218,23 @@ def record_differences(stored: dict, materialization: str, checkpoint_id: Option
     return out
 
 
+def other_folders(
+    stored: Sequence[Optional[dict]], materialization: str, checkpoint_id: Optional[str], location: Optional[str]
+) -> list[str]:
+    """The checkpoints of another folder that keep records of a view of this name (a checkpoint
+    of this very folder with another id is this view's own: the folder was made again)."""
+    from tidemark.runtime.ownership import Owner
+
+    here = Owner.here(materialization, checkpoint_id, location) if location else None
+    out = []
+    for old in stored:
+        owner = Owner.of(old)
+        if owner and owner.materialization == materialization and owner.checkpoint_id != checkpoint_id:
+            if here is None or not here.same_folder(owner):
+                out.append(owner.describe())
+    return out
+
+
 def check_endpoint_records(
     materialization: str,
     driver_name: str,
@@ -216,6 +243,7 @@ def check_endpoint_records(
     checkpoint_id: Optional[str],
     *,
     spec_file: Optional[str] = None,
+    checkpoint_location: Optional[str] = None,
 ) -> None:
     """Refuse bindings whose resources keep another view's record (``stored``: what
     ``Driver.identities`` returned; ``current``: this spec's identities).  Raises
@@ -243,6 +271,12 @@ def check_endpoint_records(
         way = (
             f". Give {materialization!r} its own resources; to start {others[0]!r} over on purpose, reset it "
             f"with its own spec (`tidemark reset SPEC -m {others[0]}`). Nothing was changed"
+        )
+    elif other_folders(stored, materialization, checkpoint_id, checkpoint_location):
+        way = (
+            f". A view belongs to its checkpoint, not its name: {materialization!r} there is another job's. If "
+            f"this is another job, give it another materialization name (and its own resources); if it is the "
+            f"same job, run it from that checkpoint folder or restore it here. Nothing was changed"
         )
     else:
         way = (

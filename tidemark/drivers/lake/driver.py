@@ -26,6 +26,7 @@ Commit pattern ``idempotent-apply-coordinator`` (see :mod:`tidemark.drivers.base
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
 from functools import partial
@@ -66,6 +67,8 @@ from tidemark.protocol.messages import (
     Validated,
     ValidatedBinding,
 )
+
+STAGE_OWNER = "_owner.json"  # in a view's staging folder: the checkpoint that owns it (Driver.positions)
 
 T = TypeVar("T")
 
@@ -189,6 +192,30 @@ class StagedFilesDriver(Driver):
 
     def stage_dir(self, materialization: str) -> str:
         return f"{self.fs[1].rstrip('/')}/{urllib.parse.quote(materialization, safe='')}"
+
+    def stage_owner(self, materialization: str) -> Optional[dict]:
+        """The checkpoint that owns the materialization's staging folder (a view name's staged
+        files are one folder: another checkpoint's view of the name must not share it)."""
+        fs, _ = self.fs
+        try:
+            with fs.open_input_stream(f"{self.stage_dir(materialization)}/{STAGE_OWNER}") as f:
+                owner = json.loads(f.read().decode("utf-8"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return owner if isinstance(owner, dict) and owner.get("checkpoint_id") else None
+
+    def own_stage(self, materialization: str, checkpoint_id: str, identities: Sequence[dict], replace: bool) -> None:
+        """Record ``checkpoint_id`` as the staging folder's owner (where none is, or ``replace``:
+        a rebuild's cut-over, after which the shadow's checkpoint owns the view)."""
+        if not replace and self.stage_owner(materialization) is not None:
+            return
+        first = identities[0] if identities else {}
+        owner = {k: first.get(k) for k in ("checkpoint_location", "host")}
+        owner.update(materialization=materialization, checkpoint_id=checkpoint_id)
+        fs, _ = self.fs
+        fs.create_dir(self.stage_dir(materialization), recursive=True)
+        with fs.open_output_stream(f"{self.stage_dir(materialization)}/{STAGE_OWNER}") as f:
+            f.write(dumps(owner).encode("utf-8"))
 
     def staged_paths(self, where: str, names: list[str], batch: int) -> list[str]:
         """The staged files ``names`` of batch ``batch`` (paths in :attr:`fs`); refuses if one is gone."""
@@ -324,6 +351,8 @@ class StagedFilesDriver(Driver):
                     self.alter_table(model, table, missing, updates)
 
             self.run(body, "apply", base.name)
+        if owner and not req.dry_run:
+            self.run(lambda: self.own_stage(*owner, req.identities, False), "apply", self.staging)
         self.__dict__.pop("_forms", None)
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
@@ -374,6 +403,8 @@ class StagedFilesDriver(Driver):
         infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
         n = 0
         for info in infos:
+            if info.base_name == STAGE_OWNER:
+                continue
             if info.type == pafs.FileType.File and (info.mtime is None or info.mtime.timestamp() < before):
                 try:
                     fs.delete_file(info.path)
@@ -480,6 +511,8 @@ class StagedFilesDriver(Driver):
 
             self.run(body, "cut over", live.name)
         self.__dict__.pop("_forms", None)
+        owner = (req.materialization, str(req.checkpoint_id))
+        self.run(lambda: self.own_stage(*owner, req.identities, True), "cut over", self.staging)
         moved = self.run(lambda: self.replace_quarantine(req.materialization, req.shadow), "quarantine", self.name)
         return done + ([moved] if moved else [])
 
@@ -512,11 +545,29 @@ class StagedFilesDriver(Driver):
             if table is None:
                 continue
             place = f"{self.label} {name}"
-            have = owner_of(self.table_properties(table))
+            properties = self.table_properties(table)
+            have = owner_of(properties)
             if have is None:
                 out.append(Position(place, materialization, None, -1, resource=b.resource_path))
             else:
-                out.append(Position(place, have[0], have[1], self.table_batch(table, *have), resource=b.resource_path))
+                record = parse_record(properties.get(IDENTITY_PROPERTY))
+                owner = record if isinstance(record, dict) and record.get("checkpoint_id") == have[1] else {}
+                out.append(
+                    Position(
+                        place,
+                        have[0],
+                        have[1],
+                        self.table_batch(table, *have),
+                        resource=b.resource_path,
+                        location=owner.get("checkpoint_location"),  # the owner's folder (its identity record)
+                        host=owner.get("host"),
+                    )
+                )
+        staging = self.run(lambda: self.stage_owner(materialization), "positions", self.staging)
+        if staging:
+            place = f"staging folder {self.stage_dir(materialization)}"
+            loc, host = staging.get("checkpoint_location"), staging.get("host")
+            out.append(Position(place, materialization, str(staging["checkpoint_id"]), -1, location=loc, host=host))
         return out
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
@@ -540,4 +591,4 @@ class StagedFilesDriver(Driver):
         """Names of the staged files of a materialization (tests, ``tidemark status``)."""
         fs, _ = self.fs
         infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name != STAGE_OWNER)

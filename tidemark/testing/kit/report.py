@@ -27,6 +27,7 @@ PROPERTIES: dict[str, str] = {
     "identity-records": "keeps each resource's view-identity record as Apply gave it, and returns it unchanged",
     "keys-exact": "keys that differ only in letter case, Unicode normalization or trailing spaces stay apart",
     "whole-checkpoints": "runtime checkpoints come back whole, however large (here 96 KiB)",
+    "ownership": "what a view's checkpoint wrote is never changed by another checkpoint's view of the same name",
 }
 
 # The fix a driver author most likely needs, per property (a failure may give a closer one).
@@ -57,6 +58,8 @@ HINTS: dict[str, str] = {
     "(not MySQL's default *_ci, SQLite's NOCASE or a normalizing hash), and no case folding in key encodings",
     "whole-checkpoints": "store StartCommit.runtime_checkpoint whole (a large-object or longtext column, not a "
     "64 KiB text or a capped field) and return it unchanged in Opened",
+    "ownership": "report each place's writer in positions() (the runtime checkpoint's checkpoint_id), and drop in "
+    "drop() only what the named view keeps: another spec's view of the same name may share the endpoint",
     "identity-records": "in Apply, keep Apply.identities[i] (plus 'resolved', your name for the resource) with "
     "binding i's resource where none is kept, never overwrite it, and return it from identities() "
     "(external drivers: list_identities)",

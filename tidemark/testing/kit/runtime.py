@@ -30,6 +30,7 @@ from tidemark.drivers.base import CommitPattern, Driver
 from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 from tidemark.runtime.coordinator import BatchStart, Coordinator
+from tidemark.runtime.ownership import owner_fields
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates
 from tidemark.runtime.view_identity import endpoint_record
 from tidemark.testing.kit.checks import PADDING, Checks
@@ -160,7 +161,7 @@ class KitRuntime(Sessions, Checks):
             return
         if self.first_records is None:
             self.first_records = [
-                endpoint_record(i, self.materialization, coord.checkpoint_id, 0) for i in coord.identities
+                endpoint_record(i, self.materialization, coord.checkpoint_id, 0, self.folder) for i in coord.identities
             ]
         if not self.rec.check(
             "identity-records",
@@ -177,6 +178,73 @@ class KitRuntime(Sessions, Checks):
                     f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')"
                 ),
             )
+
+    def progress(self) -> list[tuple]:
+        """What the endpoint records of this view's progress: (place, checkpoint, batch) sorted."""
+        driver = self.factory()
+        try:
+            positions = driver.positions(self.materialization, self.bindings) or []
+            return sorted((p.place, p.materialization, p.checkpoint_id or "", p.batch_id) for p in positions)
+        finally:
+            driver.close()
+
+    def intrude(self, same_resources: bool, events: list[Event]) -> None:
+        """Another job's view of this name (a checkpoint folder of its own; this view's resources,
+        or resources of its own) starts, runs a batch where it is let, and resets: each step may
+        be refused, none may change this view's progress (its rows: the next ``check_views``)."""
+        from tidemark.ops import reset_view
+
+        before = self.progress()
+        other = KitRuntime(
+            self.factory,
+            self.rec,
+            self.tag + ("" if same_resources else "_other"),
+            self.caps,
+            driver_name=self.driver_name,
+            tracker=self.tracker,
+        )
+        other.materialization = self.materialization
+        if same_resources:
+            other.bindings = self.bindings
+        what = "over this view's resources" if same_resources else "over resources of its own"
+        refused = []
+        driver = self.factory()
+        try:
+            coord = KitCoordinator(
+                materialization=other.materialization,
+                driver=driver,
+                driver_name=self.driver_name,
+                driver_config=dict(driver.config),
+                bindings=other.bindings,
+                version=VERSION,
+                checkpoint_location=other.folder,
+                shards=1,
+            )
+            self.tracker(f"start-up of another checkpoint's view of this name, {what}")
+            try:
+                coord.start_up()
+                other.coord = coord
+                other.run_batch(0, events)
+            except RecoveryError:
+                refused.append("run")
+            self.tracker(f"reset of another checkpoint's view of this name, {what}")
+            try:
+                reset_view(other.materialization, self.driver_name, {}, other.bindings, other.folder, driver=driver)
+            except RecoveryError:
+                refused.append("reset")
+        finally:
+            other.coord = None
+            other.close()
+            driver.close()
+        after = self.progress()
+        self.rec.check(
+            "ownership",
+            after == before,
+            lambda: (
+                f"another checkpoint's view of this name, {what}, changed this view's progress "
+                f"(refused: {', '.join(refused) or 'nothing'}): {before} became {after}"
+            ),
+        )
 
     def close(self) -> None:
         """End the scenario (its views stay in the endpoint, under names of their own)."""
@@ -212,6 +280,7 @@ class KitRuntime(Sessions, Checks):
         """The runtime checkpoint ``begin`` gives batch N (for a stale session of an old layout)."""
         return {
             "checkpoint_id": self.coord.checkpoint_id,
+            **owner_fields(self.folder),
             "materialization": self.materialization,
             "version": VERSION,
             **self.coord.identity(batch_id).as_checkpoint(),

@@ -16,6 +16,8 @@
 ``folded-keys``           keys that differ only in letter case, Unicode normalization (NFC/NFD) or
                           trailing spaces: what ``*_ci`` collations, ``PAD SPACE`` and ``NOCASE`` fold
 ``large-checkpoint``      runtime checkpoints of 96 KiB, through a crash and a restart
+``two-checkpoints``       another spec's view of the same name (its own checkpoint folder) starts,
+                          runs and resets in the endpoint: this view's progress and rows unchanged
 ``random-<i>``            all of it, seeded
 """
 
@@ -262,6 +264,28 @@ def large_checkpoint(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     kit.check_views()
 
 
+def two_checkpoints(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+    """Another spec's view of the same name, with a checkpoint folder of its own, in this
+    endpoint while this view has a batch in the recovery log that the endpoint has not
+    acknowledged yet (its staged work pending): over this view's resources, then over its
+    own, it starts, runs and resets; this view's progress is unchanged, and after its restart
+    it holds every batch exactly."""
+    keys = key_space(rng, 8)
+    run(kit, 0, events_for(rng, keys, 0))
+    kit.set_layout(2)
+    run(kit, 1, events_for(rng, keys, 1))
+    pending = events_for(rng, keys, 2)
+    try:
+        kit.run_batch(2, pending, crash=("recovery_log", 0))
+    except KitCrash:
+        pass
+    for same in (True, False):
+        kit.intrude(same, events_for(rng, keys, 0))
+    kit.restart()
+    run(kit, 3, events_for(rng, keys, 3))
+    kit.check_views()
+
+
 def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
     out: list[tuple[str, Callable]] = [("steady", steady), ("pipelined", pipelined)]
     out += [(f"crash-{p}", crash_at(p)) for p in PHASES]
@@ -273,7 +297,7 @@ def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
             out += [("zombie-early-2-shards", zombie("early", 2)), ("zombie-late-2-shards", zombie("late", 2))]
         out += [("zombie-split", zombie_reshard(1, 2)), ("zombie-merge", zombie_reshard(2, 1)), ("race", race)]
     out.append(("split-merge", split_merge))
-    out += [("folded-keys", folded_keys), ("large-checkpoint", large_checkpoint)]
+    out += [("folded-keys", folded_keys), ("large-checkpoint", large_checkpoint), ("two-checkpoints", two_checkpoints)]
     out += [(f"random-{i}", randomized) for i in range(1 if quick else 3)]
     out.append(("large", large))
     return out
