@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from tidemark.errors import RecoveryError, SpecError, TidemarkError
+from tidemark.errors import RecoveryError, SpecError
 from tidemark.options import RuntimeOptions
 from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
 
@@ -288,13 +288,13 @@ def check_new_checkpoint(spec: TidemarkSpec, mat: MaterializationSpec, driver, b
     refuse an endpoint that another checkpoint writes, as start-up would, but before Spark
     starts.  (A checkpoint with a log is compared at start-up, after its own dead writers
     are recovered.)"""
-    from tidemark.runtime.coordinator import refuse_foreign
+    from tidemark.runtime.ownership import refuse_foreign
     from tidemark.runtime.recovery_log import RecoveryLog
 
     location = spec.checkpoint_location(mat.name)
     if "://" in location or os.path.exists(os.path.join(location, "tidemark")):
         return
-    positions = driver.positions(mat.name, bindings)
+    positions = [*(driver.positions(mat.name, bindings) or []), *driver.owners(mat.name)]
     if positions:
         mine = RecoveryLog(location, mat.name, create=False).checkpoint_id
         refuse_foreign(mat.name, mat.driver_name, positions, mine, None, location)
@@ -475,6 +475,8 @@ class ResetPlan:
 
 
 def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) -> list[ResetPlan]:
+    from tidemark.runtime.ownership import refuse_not_owned
+
     spec = load_spec(spec_path)
     names = materializations or list(spec.materializations)
     unknown = [n for n in names if n not in spec.materializations]
@@ -491,74 +493,6 @@ def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) ->
         refuse_not_owned(n, mat.driver_name, mat.driver_config, bindings, location=location)  # before anything is asked
         out.append(ResetPlan(n, mat.driver_name, [b.resource_path for b in bindings], location))
     return out
-
-
-def owner_batch(driver, owner: str, bindings) -> Optional[int]:
-    """The last batch the endpoint holds of materialization ``owner`` (None: it cannot tell)."""
-    try:
-        positions = driver.positions(owner, tuple(bindings)) or []
-    except TidemarkError:  # only for a message
-        return None
-    held = [p.batch_id for p in positions if p.materialization == owner and p.batch_id >= 0]
-    return max(held) if held else None
-
-
-def refuse_not_owned(
-    materialization: str, driver_name: str, driver_config: dict, bindings, driver=None, *, location: str
-) -> None:
-    """``tidemark reset`` drops only what ``materialization``'s checkpoint (in folder
-    ``location``) owns: refuse a resource that the endpoint records as another
-    materialization's view (its identity record, or its owner and checkpoint rows), naming the
-    owner and the batch it holds; anything a view of this name keeps that another checkpoint
-    wrote (another spec's folder: :mod:`tidemark.runtime.ownership`); and a resource that exists
-    without a record of this view (made by hand, or by something else), where the endpoint can
-    tell.  Nothing is changed."""
-    from tidemark.drivers.registry import load_driver
-    from tidemark.protocol.messages import Apply
-    from tidemark.runtime.ownership import Owner, refuse_foreign_owners
-    from tidemark.runtime.recovery_log import RecoveryLog
-
-    if driver is None:
-        with load_driver(driver_name, driver_config) as d:
-            return refuse_not_owned(materialization, driver_name, driver_config, bindings, d, location=location)
-    bindings = tuple(bindings)
-    records = driver.identities(materialization, bindings)
-    positions = driver.positions(materialization, bindings) or []
-    owners: list[tuple[str, str]] = []  # (where, owner)
-    for i, b in enumerate(bindings):
-        rec = records[i] if records and i < len(records) else None
-        name = "/".join(b.resource_path)
-        if isinstance(rec, dict) and rec.get("materialization") not in (None, materialization):
-            owners.append((rec.get("resolved") or name, str(rec["materialization"])))
-    for p in positions:
-        if p.checkpoint_id and p.materialization != materialization:
-            owners.append((p.place, p.materialization))
-    if owners:
-        where, owner = owners[0]
-        batch = owner_batch(driver, owner, bindings)
-        at = f"batch {batch}" if batch is not None else "its batches"
-        raise RecoveryError(
-            f"materialization {materialization!r}: {where} of endpoint {driver_name!r} holds the view of "
-            f"materialization {owner!r} ({at}), not of {materialization!r}; reset drops only what the named "
-            f"view owns. Give {materialization!r} its own resource; to start {owner!r} over on purpose, reset it "
-            f"with its own spec (`tidemark reset SPEC -m {owner}`). Nothing was changed"
-        )
-    mine = Owner.here(materialization, RecoveryLog(location, materialization, create=False).checkpoint_id, location)
-    refuse_foreign_owners(driver, driver_name, mine, bindings, action="reset")
-    if records is None or not getattr(driver, "reports_created", False):
-        return
-    try:
-        created = set(driver.apply(Apply(materialization, driver_config, bindings, dry_run=True)).created)
-    except TidemarkError:
-        created = set()  # a resource Apply cannot take exists
-    for i, b in enumerate(bindings):
-        if records[i] is None and b.resource_path not in created:
-            raise RecoveryError(
-                f"materialization {materialization!r}: {'/'.join(b.resource_path)} of endpoint {driver_name!r} "
-                f"exists but keeps no record of this view (made by hand, or by another program); reset drops only "
-                f"what {materialization!r} owns. Drop it yourself if it should go, or bind another resource "
-                "(to start a view from a table you have: `tidemark adopt`). Nothing was changed"
-            )
 
 
 def reset_spec(spec_path: str, materializations: Optional[list[str]] = None) -> list[str]:
@@ -611,11 +545,12 @@ def reset_view(
     """Drop one view's endpoint side first, then its checkpoint folder (a reset cut short by
     a crash leaves a checkpoint whose endpoint is gone: the next run refuses it, and the reset
     can be run again).  Only what this checkpoint owns is dropped: anything of the view that
-    another checkpoint wrote refuses the reset first (:func:`refuse_not_owned`).  ``driver``:
+    another checkpoint wrote refuses the reset first (:func:`tidemark.runtime.ownership.refuse_not_owned`).  ``driver``:
     an open driver to use (the conformance kit's), else one is loaded from the config."""
     from tidemark.drivers.registry import load_driver
     from tidemark.files import filesystem
     from tidemark.runtime.lease import Lease
+    from tidemark.runtime.ownership import refuse_not_owned
 
     lease = Lease(checkpoint_location, materialization)
     lease.acquire()  # a view that is running now is refused: stop it first

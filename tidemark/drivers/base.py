@@ -334,6 +334,13 @@ class Driver(ABC):
             )
         return out
 
+    def owners(self, materialization: str) -> list[Position]:
+        """Places that hold no batch but belong to the checkpoint that writes ``materialization``
+        where the endpoint keeps state by the view's name alone (a lake's staging folder, the
+        in-memory driver's state): batch -1 each.  Another checkpoint's view of the name is
+        refused on them as on :meth:`positions` (:mod:`tidemark.runtime.ownership`)."""
+        return []
+
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
         """The view-identity record kept with each binding's resource (read-only), in binding
         order: the dict Apply was given in ``Apply.identities`` for it, plus ``"resolved"``, the

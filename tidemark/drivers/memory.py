@@ -273,10 +273,10 @@ class MemoryDriver(Driver):
                 m["owner"] = {**{k: first.get(k) for k in ("checkpoint_location", "host")}, "id": req.checkpoint_id}
         return Applied(f"created {len(req.bindings)} in-memory resources")
 
-    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Position]]:
-        """Per range (store-authoritative), and the checkpoint that owns the view's in-memory
-        state (its staged work, fences and views are kept per materialization name)."""
-        out = list(super().positions(materialization, bindings) or [])
+    def owners(self, materialization: str) -> list[Position]:
+        """The checkpoint that owns the view's in-memory state (its staged work, fences and
+        views are kept per materialization name)."""
+        out = []
         with self.backend.read() as state:
             owner = (state["mats"].get(materialization) or {}).get("owner")
         if owner:

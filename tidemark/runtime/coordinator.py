@@ -55,7 +55,7 @@ from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Ra
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.lease import Lease, stop_request
-from tidemark.runtime.ownership import owner_fields
+from tidemark.runtime.ownership import owner_fields, refuse_foreign
 from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
@@ -136,55 +136,6 @@ def check_position(
         f"materialization {materialization!r}: {place} of endpoint {driver_name!r} {what}. Running on would "
         f"{'lose' if at < logged else 'double-apply or skip'} batches. Restore the endpoint (or the checkpoint "
         f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed"
-    )
-
-
-def refuse_foreign(
-    materialization: str,
-    driver_name: str,
-    positions: Sequence[Position],
-    mine: Optional[str],
-    last: Optional[LogEntry],
-    checkpoint_location: str,
-) -> None:
-    """Refuse an endpoint whose places are written by another materialization or another
-    checkpoint (``mine``: this checkpoint's id; None: no checkpoint folder yet).  At start-up,
-    and in ``tidemark check``/``run`` before Spark starts.  A checkpoint of this very folder
-    with another id (the folder was deleted and made again) is this view's earlier life: the
-    refusal offers ``reset``; another folder's never (:mod:`tidemark.runtime.ownership`)."""
-    from tidemark.runtime.ownership import Owner, completed, other_checkpoint, position_owner
-
-    foreign = [
-        p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)
-    ]
-    if not foreign:
-        return
-    p = foreign[0]
-    at = f"batch {p.batch_id}" if p.batch_id >= 0 else "no batch yet"
-    this = f"this checkpoint ({mine}, {'no batch yet' if last is None else f'batch {last.batch_id}'})"
-    if p.materialization != materialization:
-        # another view's: a reset of this one cannot help (and must not drop the other's)
-        raise RecoveryError(
-            f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} holds the view of "
-            f"materialization {p.materialization!r} (checkpoint {p.checkpoint_id}, {at}), not {this}. Give "
-            f"{materialization!r} its own resources (another table or name); to start {p.materialization!r} over "
-            f"on purpose, reset it with its own spec (`tidemark reset SPEC -m {p.materialization}`). "
-            "Nothing was changed"
-        )
-    owners = completed([o for o in map(position_owner, positions) if o is not None])
-    other = next(o for o in owners if o.checkpoint_id == p.checkpoint_id)
-    here = Owner.here(materialization, mine, checkpoint_location)
-    if not here.same_folder(other):
-        raise RecoveryError(
-            other_checkpoint(
-                materialization, f"{p.place} of endpoint {driver_name!r}", other, here, at, action="this run"
-            )
-        )
-    raise RecoveryError(
-        f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by another "
-        f"tidemark checkpoint of {materialization!r} in this same folder (checkpoint {p.checkpoint_id}, {at}), "
-        f"not by {this}: the checkpoint folder was deleted or replaced. Restore it ({checkpoint_location}); "
-        f"to start this view over on purpose: {reset_hint(materialization)}. Nothing was changed"
     )
 
 
@@ -412,7 +363,8 @@ class Coordinator:
         positions = self.positions()
         if positions is None:
             return
-        refuse_foreign(self.name, self.driver_name, positions, self.log.checkpoint_id, last, self.checkpoint_location)
+        owned = [*positions, *self.driver.owners(self.name)]
+        refuse_foreign(self.name, self.driver_name, owned, self.log.checkpoint_id, last, self.checkpoint_location)
         held = [p for p in positions if p.batch_id >= 0]
         if last is None:
             if self.caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE:

@@ -22,9 +22,13 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from tidemark.errors import RecoveryError
+from tidemark.errors import RecoveryError, TidemarkError, reset_hint
+
+if TYPE_CHECKING:
+    from tidemark.drivers.base import Position
+    from tidemark.runtime.recovery_log import LogEntry
 
 LOCATION = "checkpoint_location"  # the field in runtime checkpoints and view-identity records
 HOST = "host"
@@ -124,7 +128,7 @@ def recorded_owners(driver: Any, names: Sequence[str], bindings: Sequence[Any]) 
     found: list[tuple[str, Owner]] = []
     bindings = tuple(bindings)
     for name in names:
-        for p in driver.positions(name, bindings) or []:
+        for p in [*(driver.positions(name, bindings) or []), *driver.owners(name)]:
             owner = position_owner(p)
             if owner is not None:
                 found.append((p.place, owner))
@@ -190,3 +194,117 @@ def refuse_foreign_owners(
     raise RecoveryError(
         other_checkpoint(mine.materialization, f"{place} of endpoint {driver_name!r}", other, mine, at, action=action)
     )
+
+
+def refuse_foreign(
+    materialization: str,
+    driver_name: str,
+    positions: Sequence[Position],
+    mine: Optional[str],
+    last: Optional[LogEntry],
+    checkpoint_location: str,
+) -> None:
+    """Refuse an endpoint whose places are written by another materialization or another
+    checkpoint (``mine``: this checkpoint's id; None: no checkpoint folder yet).  At start-up,
+    and in ``tidemark check``/``run`` before Spark starts.  A checkpoint of this very folder
+    with another id (the folder was deleted and made again) is this view's earlier life: the
+    refusal offers ``reset``; another folder's never (see the module's docstring)."""
+    foreign = [
+        p for p in positions if p.checkpoint_id and (p.checkpoint_id != mine or p.materialization != materialization)
+    ]
+    if not foreign:
+        return
+    p = max(foreign, key=lambda p: p.batch_id)  # a place that holds a batch names it
+    at = f"batch {p.batch_id}" if p.batch_id >= 0 else "no batch yet"
+    this = f"this checkpoint ({mine}, {'no batch yet' if last is None else f'batch {last.batch_id}'})"
+    if p.materialization != materialization:
+        # another view's: a reset of this one cannot help (and must not drop the other's)
+        raise RecoveryError(
+            f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} holds the view of "
+            f"materialization {p.materialization!r} (checkpoint {p.checkpoint_id}, {at}), not {this}. Give "
+            f"{materialization!r} its own resources (another table or name); to start {p.materialization!r} over "
+            f"on purpose, reset it with its own spec (`tidemark reset SPEC -m {p.materialization}`). "
+            "Nothing was changed"
+        )
+    owners = completed([o for o in map(position_owner, positions) if o is not None])
+    other = next(o for o in owners if o.checkpoint_id == p.checkpoint_id)
+    here = Owner.here(materialization, mine, checkpoint_location)
+    if not here.same_folder(other):
+        raise RecoveryError(
+            other_checkpoint(
+                materialization, f"{p.place} of endpoint {driver_name!r}", other, here, at, action="this run"
+            )
+        )
+    raise RecoveryError(
+        f"materialization {materialization!r}: {p.place} of endpoint {driver_name!r} is written by another "
+        f"tidemark checkpoint of {materialization!r} in this same folder (checkpoint {p.checkpoint_id}, {at}), "
+        f"not by {this}: the checkpoint folder was deleted or replaced. Restore it ({checkpoint_location}); "
+        f"to start this view over on purpose: {reset_hint(materialization)}. Nothing was changed"
+    )
+
+
+def owner_batch(driver, owner: str, bindings) -> Optional[int]:
+    """The last batch the endpoint holds of materialization ``owner`` (None: it cannot tell)."""
+    try:
+        positions = driver.positions(owner, tuple(bindings)) or []
+    except TidemarkError:  # only for a message
+        return None
+    held = [p.batch_id for p in positions if p.materialization == owner and p.batch_id >= 0]
+    return max(held) if held else None
+
+
+def refuse_not_owned(
+    materialization: str, driver_name: str, driver_config: dict, bindings, driver=None, *, location: str
+) -> None:
+    """``tidemark reset`` drops only what ``materialization``'s checkpoint (in folder
+    ``location``) owns: refuse a resource that the endpoint records as another
+    materialization's view (its identity record, or its owner and checkpoint rows), naming the
+    owner and the batch it holds; anything a view of this name keeps that another checkpoint
+    wrote (another spec's folder: :mod:`tidemark.runtime.ownership`); and a resource that exists
+    without a record of this view (made by hand, or by something else), where the endpoint can
+    tell.  Nothing is changed."""
+    from tidemark.drivers.registry import load_driver
+    from tidemark.protocol.messages import Apply
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    if driver is None:
+        with load_driver(driver_name, driver_config) as d:
+            return refuse_not_owned(materialization, driver_name, driver_config, bindings, d, location=location)
+    bindings = tuple(bindings)
+    records = driver.identities(materialization, bindings)
+    positions = driver.positions(materialization, bindings) or []
+    owners: list[tuple[str, str]] = []  # (where, owner)
+    for i, b in enumerate(bindings):
+        rec = records[i] if records and i < len(records) else None
+        name = "/".join(b.resource_path)
+        if isinstance(rec, dict) and rec.get("materialization") not in (None, materialization):
+            owners.append((rec.get("resolved") or name, str(rec["materialization"])))
+    for p in positions:
+        if p.checkpoint_id and p.materialization != materialization:
+            owners.append((p.place, p.materialization))
+    if owners:
+        where, owner = owners[0]
+        batch = owner_batch(driver, owner, bindings)
+        at = f"batch {batch}" if batch is not None else "its batches"
+        raise RecoveryError(
+            f"materialization {materialization!r}: {where} of endpoint {driver_name!r} holds the view of "
+            f"materialization {owner!r} ({at}), not of {materialization!r}; reset drops only what the named "
+            f"view owns. Give {materialization!r} its own resource; to start {owner!r} over on purpose, reset it "
+            f"with its own spec (`tidemark reset SPEC -m {owner}`). Nothing was changed"
+        )
+    mine = Owner.here(materialization, RecoveryLog(location, materialization, create=False).checkpoint_id, location)
+    refuse_foreign_owners(driver, driver_name, mine, bindings, action="reset")
+    if records is None or not getattr(driver, "reports_created", False):
+        return
+    try:
+        created = set(driver.apply(Apply(materialization, driver_config, bindings, dry_run=True)).created)
+    except TidemarkError:
+        created = set()  # a resource Apply cannot take exists
+    for i, b in enumerate(bindings):
+        if records[i] is None and b.resource_path not in created:
+            raise RecoveryError(
+                f"materialization {materialization!r}: {'/'.join(b.resource_path)} of endpoint {driver_name!r} "
+                f"exists but keeps no record of this view (made by hand, or by another program); reset drops only "
+                f"what {materialization!r} owns. Drop it yourself if it should go, or bind another resource "
+                "(to start a view from a table you have: `tidemark adopt`). Nothing was changed"
+            )

@@ -68,7 +68,7 @@ from tidemark.protocol.messages import (
     ValidatedBinding,
 )
 
-STAGE_OWNER = "_owner.json"  # in a view's staging folder: the checkpoint that owns it (Driver.positions)
+OWNERS = "-owners"  # beside the staging folder: <staging>-owners/<view>.json, the checkpoint that owns a view's staging
 
 T = TypeVar("T")
 
@@ -198,7 +198,7 @@ class StagedFilesDriver(Driver):
         files are one folder: another checkpoint's view of the name must not share it)."""
         fs, _ = self.fs
         try:
-            with fs.open_input_stream(f"{self.stage_dir(materialization)}/{STAGE_OWNER}") as f:
+            with fs.open_input_stream(self.stage_owner_path(materialization)) as f:
                 owner = json.loads(f.read().decode("utf-8"))
         except (FileNotFoundError, ValueError):
             return None
@@ -212,10 +212,13 @@ class StagedFilesDriver(Driver):
         first = identities[0] if identities else {}
         owner = {k: first.get(k) for k in ("checkpoint_location", "host")}
         owner.update(materialization=materialization, checkpoint_id=checkpoint_id)
-        fs, _ = self.fs
-        fs.create_dir(self.stage_dir(materialization), recursive=True)
-        with fs.open_output_stream(f"{self.stage_dir(materialization)}/{STAGE_OWNER}") as f:
+        fs, base = self.fs
+        fs.create_dir(base.rstrip("/") + OWNERS, recursive=True)
+        with fs.open_output_stream(self.stage_owner_path(materialization)) as f:
             f.write(dumps(owner).encode("utf-8"))
+
+    def stage_owner_path(self, materialization: str) -> str:
+        return f"{self.fs[1].rstrip('/')}{OWNERS}/{urllib.parse.quote(materialization, safe='')}.json"
 
     def staged_paths(self, where: str, names: list[str], batch: int) -> list[str]:
         """The staged files ``names`` of batch ``batch`` (paths in :attr:`fs`); refuses if one is gone."""
@@ -403,8 +406,6 @@ class StagedFilesDriver(Driver):
         infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
         n = 0
         for info in infos:
-            if info.base_name == STAGE_OWNER:
-                continue
             if info.type == pafs.FileType.File and (info.mtime is None or info.mtime.timestamp() < before):
                 try:
                     fs.delete_file(info.path)
@@ -563,12 +564,16 @@ class StagedFilesDriver(Driver):
                         host=owner.get("host"),
                     )
                 )
-        staging = self.run(lambda: self.stage_owner(materialization), "positions", self.staging)
-        if staging:
-            place = f"staging folder {self.stage_dir(materialization)}"
-            loc, host = staging.get("checkpoint_location"), staging.get("host")
-            out.append(Position(place, materialization, str(staging["checkpoint_id"]), -1, location=loc, host=host))
         return out
+
+    def owners(self, materialization: str) -> list[Position]:
+        """The checkpoint that owns the view's staging folder (kept by the view's name)."""
+        staging = self.run(lambda: self.stage_owner(materialization), "owners", self.staging)
+        if not staging:
+            return []
+        place = f"staging folder {self.stage_dir(materialization)}"
+        loc, host = staging.get("checkpoint_location"), staging.get("host")
+        return [Position(place, materialization, str(staging["checkpoint_id"]), -1, location=loc, host=host)]
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         """Delete the bindings' tables (with their files), the materialization's staged files and
@@ -585,10 +590,12 @@ class StagedFilesDriver(Driver):
         if fs.get_file_info(stage).type != pafs.FileType.NotFound:
             fs.delete_dir(stage)
             done.append(f"deleted staged files of {materialization!r}")
+        if fs.get_file_info(self.stage_owner_path(materialization)).type != pafs.FileType.NotFound:
+            fs.delete_file(self.stage_owner_path(materialization))
         return done + self.drop_quarantine(materialization)
 
     def staged_files(self, materialization: str) -> list[str]:
         """Names of the staged files of a materialization (tests, ``tidemark status``)."""
         fs, _ = self.fs
         infos = fs.get_file_info(pafs.FileSelector(self.stage_dir(materialization), allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name != STAGE_OWNER)
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
