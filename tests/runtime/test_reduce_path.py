@@ -47,14 +47,40 @@ def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
     "schema,why",
     [
         ({**BASE, "reduce": {"strategy": "lastWriteWins", "order": "/n"}}, "its root orders by /n"),
-        (with_props(s={"type": "object", "reduce": {"strategy": "set"}}), "parts only the Python fold reduces"),
+        (
+            with_props(s={"type": "object", "reduce": {"strategy": "set"}}),
+            "/s: set of a raw object has no compiled form",
+        ),
         ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
-        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "parts only the Python fold"),
+        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "/n: type ['integer', 'null']"),
     ],
 )
 def test_other_schemas_load_and_say_why(schema, why):
     ok, line = path(schema)
     assert not ok and line.startswith("binding v: Load + reduce in Python (") and why in line
+
+
+def test_every_property_that_keeps_a_binding_off_the_endpoint_is_named_with_the_fix():
+    """An event stream as users write it: each property the compiled path does not take yet
+    is named in the one line, with what compiles instead (not one generic reason)."""
+    ok, line = path(
+        with_props(
+            at={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+            status={"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
+            amount={"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+            note={"type": ["string", "null"]},
+            address={"type": "object", "reduce": {"strategy": "merge"}, "properties": {"city": {"type": "string"}}},
+        )
+    )
+    assert not ok
+    for part in (
+        "/amount: a number with multipleOf",
+        "/note: type ['string', 'null']",
+        "/address: an object with properties",
+        "/status: ordered by /at, which compiles where /at is a scalar reduced by maximize and both are required",
+    ):
+        assert part in line, line
+    assert "/at:" not in line and "/n:" not in line  # what compiles is not named
 
 
 def test_the_endpoint_the_option_and_delta_updates_decide_too():

@@ -110,49 +110,67 @@ def _property_order(sub: dict) -> tuple[Optional[str], str]:
 
 def compile_collection(collection) -> Optional[CompiledPlan]:
     """A :class:`CompiledPlan` for the collection, or None if it needs the Python fallback."""
+    return explain_collection(collection)[0]
+
+
+def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
+    """:func:`compile_collection`'s plan, or ``(None, reasons)``: each part of the schema that
+    keeps it off the compiled path, named by its place (``/status: …``), with what would
+    compile instead where there is a simple change (what ``tidemark check`` prints)."""
     root = collection.schema
-    if not isinstance(root, dict) or root.get("type") != "object" or _keywords(root) - set(ROOT_KEYWORDS):
-        return None
+    if not isinstance(root, dict) or root.get("type") != "object":
+        return None, ["the root is not `type: object`"]
+    why: list[str] = []
+    extra = sorted(_keywords(root) - set(ROOT_KEYWORDS))
+    if extra:
+        why.append(f"the root uses {', '.join(extra)} (compiled: {', '.join(ROOT_KEYWORDS[:4])} and annotations)")
     red = root.get("reduce")
     order = red.get("order", "") if isinstance(red, dict) else ""
-    root_strategy = _strategy({"reduce": {k: v for k, v in red.items() if k != "order"}} if order else root)
+    root_strategy = _strategy(
+        {"reduce": {k: v for k, v in red.items() if k != "order"}} if order and isinstance(red, dict) else root
+    )
     if root_strategy not in ("merge", "lastWriteWins", "firstWriteWins") or (order and root_strategy == "merge"):
-        return None
+        why.append(f"the root's reduce {red!r} (compiled: merge, or lastWriteWins/firstWriteWins)")
     addl = root.get("additionalProperties", True)
     if addl not in (True, False):
-        return None
+        why.append("the root's additionalProperties is a schema (compiled: true or false)")
     props = root.get("properties") or {}
     key_names, key_types = [], []
     for ptr in collection.key:
         tokens = ptr.lstrip("/").split("/")
-        if len(tokens) != 1 or "~" in ptr:
-            return None
-        sub = props.get(tokens[0])
+        sub = props.get(tokens[0]) if len(tokens) == 1 and "~" not in ptr else None
         if not isinstance(sub, dict) or sub.get("type") not in ("string", "integer", "boolean"):
-            return None
+            why.append(f"key {ptr}: compiled keys are top-level string, integer or boolean properties")
+            continue
         key_names.append(tokens[0])
         key_types.append(sub["type"])
     fields = []
     for name, sub in props.items():
-        fp = _field(name, sub)
+        fp, reason = _field(name, sub)
         if fp is None:
-            return None
-        fields.append(fp)
+            why.append(f"/{name}: {reason}")
+        else:
+            fields.append(fp)
     required = tuple(root.get("required") or ())
-    if any(r not in props for r in required):
-        return None
-    if not all(_orders_by_a_winner(f, fields, required) for f in fields if f.order):
-        return None
+    undeclared = [r for r in required if r not in props]
+    if undeclared:
+        why.append(f"required names undeclared properties ({', '.join(map(str, undeclared))})")
+    for f in fields:
+        if f.order and not _orders_by_a_winner(f, fields, required):
+            why.append(
+                f"/{f.name}: ordered by /{f.order}, which compiles where /{f.order} is a scalar reduced by "
+                f"{'maximize' if f.strategy == 'lastWriteWins' else 'minimize'} and both are required"
+            )
     order_name = ""
     if order:  # event-time order by a top-level scalar property
-        tokens = order.lstrip("/").split("/")
-        if not isinstance(order, str) or len(tokens) != 1 or "~" in order:
-            return None
-        order_name = tokens[0]
+        tokens = order.lstrip("/").split("/") if isinstance(order, str) else []
+        order_name = tokens[0] if len(tokens) == 1 and "~" not in order else ""
         if not any(f.name == order_name and f.kind == "scalar" for f in fields):
-            return None
-    return CompiledPlan(
-        root_strategy,
+            why.append(f"the root's order {order!r}: compiled when it names a top-level scalar property")
+    if why:
+        return None, why
+    plan = CompiledPlan(
+        str(root_strategy),
         tuple(fields),
         tuple(key_names),
         tuple(key_types),
@@ -161,6 +179,7 @@ def compile_collection(collection) -> Optional[CompiledPlan]:
         collection.max_document_bytes,
         order_name,
     )
+    return plan, []
 
 
 def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
@@ -178,55 +197,62 @@ def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
     )
 
 
-def _field(name: str, sub: Any) -> Optional[FieldPlan]:
+def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     """The plan of one top-level property: its shape, if Spark reads it, and its strategy,
-    if the strategy's Spark aggregation takes that shape."""
+    if the strategy's Spark aggregation takes that shape; or why not."""
     if not isinstance(sub, dict):
-        return None
+        return None, "its schema is not an object"
     t = sub.get("type")
     ordered, order = _property_order(sub)
     name_ = ordered or _strategy(sub)
     strategy = STRATEGIES.get(name_) if isinstance(name_, str) else None
-    if not isinstance(t, str) or strategy is None:
-        return None
-    shape = _shape(t, sub)
-    if shape is None or not strategy.compiles(*shape):
-        return None
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order)
+    if not isinstance(t, str):
+        return None, f"type {t!r}: compiled types are one of {', '.join(SCALARS)}, array, object (not a list of types)"
+    if strategy is None:
+        return None, f"reduce {sub.get('reduce')!r} (compiled: a strategy without keys or deletions)"
+    shape, reason = _shape(t, sub)
+    if shape is None:
+        return None, reason
+    if not strategy.compiles(*shape):
+        return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order), ""
 
 
-def _shape(t: str, sub: dict) -> Optional[tuple[str, str]]:
-    """(kind, type) of a property that Spark reads natively, or None."""
+def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
+    """(kind, type) of a property that Spark reads natively, or (None, why not)."""
     if t in SCALARS:
-        if _keywords(sub) - set(SCALAR_KEYWORDS):
-            return None
+        extra = sorted(_keywords(sub) - set(SCALAR_KEYWORDS))
+        if extra:
+            return None, f"a {t} with {', '.join(extra)} (compiled: {', '.join(SCALAR_KEYWORDS[1:8])})"
         if "enum" in sub and not all(
             _json_type(v) == t or (t == "number" and _json_type(v) == "integer") for v in sub["enum"]
         ):
-            return None
+            return None, f"an enum with values of other types than {t}"
         fmt = sub.get("format")
         if t == "string" and fmt in ASSERTED_FORMATS and fmt not in NATIVE_FORMATS:
-            return None  # checked in Python only
-        return "scalar", t
+            return None, f"format {fmt!r} is checked in Python only (compiled: {', '.join(NATIVE_FORMATS)})"
+        return ("scalar", t), ""
     if t == "array":
-        if _keywords(sub) - {"type", "items"} - set(ANNOTATIONS):
-            return None
+        extra = sorted(_keywords(sub) - {"type", "items"} - set(ANNOTATIONS))
+        if extra:
+            return None, f"an array with {', '.join(extra)} (compiled: type and items)"
         if "items" not in sub:
-            return "raw", "array"
+            return ("raw", "array"), ""
         items = sub["items"]
         if isinstance(items, dict) and set(items) <= {"type"} and items.get("type") in SCALARS:
-            return "append", items["type"]
-        return None
+            return ("append", items["type"]), ""
+        return None, "an array whose items are not one plain scalar type (compiled: items: {type: string}, …)"
     if t == "object":
-        if _keywords(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS):
-            return None
+        extra = sorted(_keywords(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS))
+        if extra:
+            return None, f"an object with {', '.join(extra)} (nested properties are reduced by the Python fold)"
         addl = sub.get("additionalProperties")
         if addl is None:
-            return "raw", "object"
+            return ("raw", "object"), ""
         if isinstance(addl, dict) and set(addl) <= {"type"} and addl.get("type") in SCALARS:
-            return "map", addl["type"]
-        return None
-    return None
+            return ("map", addl["type"]), ""
+        return None, "an object whose additionalProperties is not one plain scalar type"
+    return None, f"type {t!r}"
 
 
 def _json_type(v: Any) -> str:
@@ -264,9 +290,9 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     beyond 64 bits (or not finite) fails the batch as the Python fold does."""
     if getattr(collection, "_has_deletions", False):
         return None, "it declares deletions"
-    plan = compile_collection(collection)
+    plan, reasons = explain_collection(collection)
     if plan is None:
-        return None, NOT_COMPILED
+        return None, "; ".join(reasons) or NOT_COMPILED
     if plan.order:
         return None, f"its root orders by /{plan.order} (event time, compared in Python)"
     if plan.root_strategy not in strategies:

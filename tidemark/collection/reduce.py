@@ -83,26 +83,26 @@ class Reducer:
             return out
         if isinstance(lhs, list) and isinstance(rhs, list):
             if not key:
-                out = [self._item(app, i, lhs[i], r, ptr) if i < len(lhs) else r for i, r in enumerate(rhs)]
-                out.extend(lhs[len(rhs) :])
-                return out
-            out = []
+                items = [self._item(app, i, lhs[i], r, ptr) if i < len(lhs) else r for i, r in enumerate(rhs)]
+                items.extend(lhs[len(rhs) :])
+                return items
+            merged: list = []
             i = j = 0
             while i < len(lhs) and j < len(rhs):
                 c = compare_key(key, lhs[i], rhs[j])
                 if c < 0:
-                    out.append(lhs[i])
+                    merged.append(lhs[i])
                     i += 1
                 elif c > 0:
-                    out.append(rhs[j])
+                    merged.append(rhs[j])
                     j += 1
                 else:
-                    out.append(self._item(app, j, lhs[i], rhs[j], ptr))
+                    merged.append(self._item(app, j, lhs[i], rhs[j], ptr))
                     i += 1
                     j += 1
-            out.extend(lhs[i:])
-            out.extend(rhs[j:])
-            return out
+            merged.extend(lhs[i:])
+            merged.extend(rhs[j:])
+            return merged
         if lhs is None and isinstance(rhs, (dict, list)):
             return None
         raise _error(ptr, strategy, "expects objects or arrays", lhs, rhs)

@@ -107,11 +107,12 @@ class SchemaIndex:
             return self._slow_validator(schema).is_valid(instance)
 
     def _slow_validator(self, schema: Any):
-        if self._base is None:
+        base = self._base
+        if base is None:
             from tidemark.collection.validate import slow_validator
 
-            self._base = slow_validator(self.root if isinstance(self.root, dict) else {})
-        return self._base.evolve(schema=schema)
+            base = self._base = slow_validator(self.root if isinstance(self.root, dict) else {})
+        return base.evolve(schema=schema)
 
     @staticmethod
     def _fast_validator(schema: Any):
