@@ -95,7 +95,7 @@ def test_a_retried_error_is_logged_once_and_names_its_attempts(caplog):
     assert len(calls) == 4
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warned) == 1 and "unreachable" not in warned[0].getMessage()  # the error is shown once, by its raiser
-    assert str(err.value).splitlines()[0] == "db at host:1 is unreachable (failed 4 attempts)"
+    assert str(err.value).splitlines()[0] == "db at host:1 is unreachable (all 4 tries failed)"
 
 
 def test_run_reports_an_unreachable_endpoint_once_before_spark_starts(tmp_path):
@@ -130,10 +130,10 @@ def test_run_reports_an_unreachable_endpoint_once_before_spark_starts(tmp_path):
         env={**os.environ, "COLUMNS": "80"},
     )
     assert done.returncode == 1
-    assert done.stderr.count("retry 1/2") == 1 and "retry 2/2" not in done.stderr, done.stderr
+    assert done.stderr.count("try 1 of 3") == 1 and "try 2 of 3" not in done.stderr, done.stderr
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and f"127.0.0.1:{port} is unreachable" in errors[0], done.stderr
-    assert errors[0].endswith("(failed 3 attempts)"), errors
+    assert errors[0].endswith("(all 3 tries failed)"), errors
     assert done.stderr.count("Connection refused") == 1
     assert "pw-not-shown" not in done.stderr + done.stdout
     assert "log4j" not in done.stderr and "Traceback" not in done.stderr

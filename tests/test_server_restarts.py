@@ -54,7 +54,7 @@ def ride_out(
         faults.rearm()
     assert not failed, failed
     assert stalled.exists(), "no session stalled before its commit"
-    return [r.getMessage() for r in caplog.records if "retry 1 in" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if "(run 2 of the batch;" in r.getMessage()]
 
 
 @pytest.mark.postgres

@@ -295,3 +295,45 @@ def test_check_and_run_refuse_a_missing_source_folder_before_spark_with_one_func
     assert not (tmp_path / "v.db").exists() and not (tmp_path / ".tidemark").exists()
     (tmp_path / "data").mkdir()
     assert any("endpoint sqlite ok" in line for line in check_spec(spec))
+
+
+def test_every_error_the_check_finds_is_reported_each_with_its_place():
+    """Two typos (one message each, the first one first), in a collection and a
+    materialization, plus errors beside them in the same parts; a binding of a collection
+    that has errors is not reported as an unknown collection."""
+
+    def typos(o):
+        o["collections"]["orders"]["sourcee"] = o["collections"]["orders"].pop("source")
+        o["collections"]["orders"]["key"] = ["/nosuch"]
+        view = o["materializations"]["customer_view"]
+        view["shards"] = 0
+        view["on_invalid"] = "ignore"
+        view["bindings"].append({"source": "orders", "resource": {"table": "customers"}})
+
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with(typos), file="spec.yaml")
+    lines = str(exc.value).splitlines()
+    assert lines[0].startswith("spec.yaml:collections.orders.sourcee: unknown field 'sourcee'"), lines
+    assert exc.value.path == "collections.orders.sourcee"  # the first error's place
+    places = [ln.split(": ", 1)[0] for ln in lines[:-1]]
+    assert places == [
+        "spec.yaml:collections.orders.sourcee",
+        "spec.yaml:materializations.customer_view.shards",
+        "spec.yaml:materializations.customer_view.on_invalid",
+        "spec.yaml:materializations.customer_view.bindings[1].resource",
+    ], lines
+    assert lines[-1] == "(4 errors in the spec)"
+    assert "unknown collection" not in str(exc.value)
+
+
+def test_errors_within_a_collection_are_all_reported():
+    def two(o):
+        o["collections"]["orders"]["key"] = ["/nosuch"]
+        o["collections"]["orders"]["source"]["format"] = ""
+
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with(two), file="spec.yaml")
+    places = [ln.split(": ", 1)[0] for ln in str(exc.value).splitlines()[:-1]]
+    assert places == ["spec.yaml:collections.orders.key[0]", "spec.yaml:collections.orders.source.format"], str(
+        exc.value
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence, cast
 
 import typer
 from rich.console import Console
@@ -332,7 +332,7 @@ def status(
         statuses = (
             status_of_spec(spec, materialization or None)
             if spec
-            else [status_of_checkpoint(checkpoint, kafka=kafka_bootstrap)]
+            else [status_of_checkpoint(cast(str, checkpoint), kafka=kafka_bootstrap)]  # one of them is given
         )
     except TidemarkError as exc:
         _fail(exc)
@@ -504,7 +504,7 @@ def _print_committed(spec: str, view: str, keys: list, prefix) -> None:
     _, docs = committed_view(spec, view)
     wanted = {tuple(k) if isinstance(k, list) else (k,) for k in keys}
     pre = None if prefix is None else (tuple(prefix) if isinstance(prefix, list) else (prefix,))
-    rows = docs.items() if isinstance(docs, dict) else ((None, d) for d in docs)
+    rows: Iterable[tuple[Any, Any]] = docs.items() if isinstance(docs, dict) else ((None, d) for d in docs)
     if isinstance(docs, dict):
         rows = sorted(rows, key=lambda kv: key_order(kv[0]))
     out = sys.stdout.buffer

@@ -55,6 +55,27 @@ class SpecError(TidemarkError, Terminal):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class SpecErrors(SpecError):
+    """Several errors of one spec, each with its place (``errors``); the message lists them,
+    one line each, the first one first.  :meth:`of` gives the one error itself when there is
+    only one."""
+
+    def __init__(self, errors: "list[SpecError]"):
+        self.errors = list(errors)
+        first = self.errors[0]
+        TidemarkError.__init__(
+            self, "\n".join(str(e) for e in self.errors) + f"\n({len(self.errors)} errors in the spec)"
+        )
+        self.file, self.path = first.file, first.path
+
+    @staticmethod
+    def of(errors: "list[SpecError]") -> SpecError:
+        flat: list[SpecError] = []
+        for e in errors:
+            flat.extend(e.errors if isinstance(e, SpecErrors) else [e])
+        return flat[0] if len(flat) == 1 else SpecErrors(flat)
+
+
 class ProtocolViolation(TidemarkError, Terminal):
     """A protocol message arrived that the current state does not allow."""
 
@@ -175,7 +196,7 @@ def mark_for_driver(exc: TidemarkError) -> TidemarkError:
     return exc
 
 
-def from_task_failure(exc: BaseException) -> "TidemarkError | None":
+def from_task_failure(exc: BaseException | None) -> "TidemarkError | None":
     """The tidemark error a task raised, recovered from Spark's wrapper (or ``exc`` itself
     when it is one); None when ``exc`` carries none."""
     seen = set()
@@ -221,7 +242,9 @@ def infrastructure_error(exc: BaseException, places: "Sequence[str]" = ()) -> "T
     import os
     import shutil
 
-    texts, seen, e = [], set(), exc
+    texts: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         texts.append(str(e))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from tidemark.errors import SpecError
 
@@ -65,7 +65,7 @@ def _labels(labels: dict) -> str:
 class Metrics:
     """The metrics of the materializations of one process (thread-safe)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[str, tuple], float] = {}
         self._lag: dict[str, Callable[[], Optional[int]]] = {}
@@ -156,7 +156,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-_servers: dict[tuple[str, int], ThreadingHTTPServer] = {}
+if TYPE_CHECKING:
+
+    class _MetricsServer(ThreadingHTTPServer):
+        """A server :func:`serve` started: a ThreadingHTTPServer given its ``metrics``."""
+
+        metrics: Metrics
+
+
+_servers: dict[tuple[str, int], _MetricsServer] = {}
 _servers_lock = threading.Lock()
 
 
@@ -174,7 +182,7 @@ def serve(port, host: str = "0.0.0.0") -> tuple[Metrics, str]:
         server = _servers.get((host, port))
         if server is None:
             try:
-                server = ThreadingHTTPServer((host, port), _Handler)
+                server = cast("_MetricsServer", ThreadingHTTPServer((host, port), _Handler))
             except OSError as exc:
                 raise SpecError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
             server.daemon_threads = True

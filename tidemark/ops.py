@@ -14,11 +14,11 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union, cast
 
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.options import RuntimeOptions
-from tidemark.spec import MaterializationSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
+from tidemark.spec import MaterializationSpec, SourceSpec, TidemarkSpec, load_spec, parse_spec, resolve_path
 
 # ----------------------------------------------------------------------------- targets
 
@@ -262,7 +262,7 @@ def check_selects(spec: TidemarkSpec, sources: list) -> None:
     selects = [
         spec.collections[s] for s in dict.fromkeys(sources) if s in spec.collections and spec.collections[s].source
     ]
-    selects = [c for c in selects if c.source.select]
+    selects = [c for c in selects if cast(SourceSpec, c.source).select]  # each has a source
     if not selects:
         return
     from tidemark.spark.select import check_select
@@ -270,7 +270,9 @@ def check_selects(spec: TidemarkSpec, sources: list) -> None:
 
     spark = local_session("tidemark-check", master="local[1]")
     for c in selects:
-        check_select(spark, c, c.source.select, file=spec.file, path=f"collections.{c.name}.source.select")
+        check_select(
+            spark, c, cast(SourceSpec, c.source).select, file=spec.file, path=f"collections.{c.name}.source.select"
+        )
 
 
 def last_entry(spec: TidemarkSpec, mat: MaterializationSpec):
@@ -374,10 +376,10 @@ def file_counts(spec: TidemarkSpec, materialization: str, checkpoint: str) -> Op
         if src is None or not src.path or "://" in src.path:
             return None
         path = src.path if os.path.isabs(src.path) else os.path.join(spec.base_dir, src.path)
-        present = set()
+        present: set[str] = set()
         for root, _dirs, names in os.walk(path):
             present.update(os.path.join(root, n) for n in names if not n.startswith((".", "_")))
-        planned = set()
+        planned: set[str] = set()
         log_dir = os.path.join(spark_root, str(i))
         for name in [n for n in os.listdir(log_dir) if not n.startswith(".")] if os.path.isdir(log_dir) else ():
             with open(os.path.join(log_dir, name)) as f:
@@ -398,6 +400,7 @@ def _view_log(source, materialization: Optional[str]):
     from tidemark.runtime.recovery_log import RecoveryLog
 
     is_spec = isinstance(source, TidemarkSpec) or (isinstance(source, (str, os.PathLike)) and os.path.isfile(source))
+    name: Optional[str]
     if is_spec:
         spec, mat, location = target(source, materialization=materialization)
         name = mat.name

@@ -91,7 +91,7 @@ class RuntimeOptions:
     def with_env(self, environ: Optional[Mapping[str, str]] = None) -> "RuntimeOptions":
         """These options with the environment's overrides (:data:`ENV`) applied."""
         environ = os.environ if environ is None else environ
-        changes = {}
+        changes: dict[str, Any] = {}
         for name, var in ENV.items():
             text = environ.get(var)
             if text is None or not text.strip():

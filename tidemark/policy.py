@@ -88,7 +88,8 @@ def retry(
     """Call ``fn()``; retry while it raises a retryable error, at most ``policy.attempts`` times.
 
     The last error propagates; when it was retried, its message ends with how many
-    attempts failed.  The first failure is logged once (a warning); the retries after it at
+    tries failed ("(all 3 tries failed)"): a *try* is one call of ``fn``, a batch that runs
+    again (:mod:`tidemark.spark.processor`) is a *run* of the batch.  The first failure is logged once (a warning); the retries after it at
     debug level, so that a retried error is not printed once per attempt.  ``on_retry(exc,
     n)`` runs before retry ``n`` (e.g. to reconnect)."""
     attempt = 1
@@ -97,14 +98,19 @@ def retry(
             return fn()
         except BaseException as exc:
             if attempt >= policy.attempts or not retryable(exc):
-                if attempt > 1 and exc.args and isinstance(exc.args[0], str) and " attempts)" not in exc.args[0]:
+                if attempt > 1 and exc.args and isinstance(exc.args[0], str) and " tries failed)" not in exc.args[0]:
                     first, sep, rest = exc.args[0].partition("\n")
-                    exc.args = (f"{first} (failed {attempt} attempts){sep}{rest}", *exc.args[1:])
+                    exc.args = (f"{first} (all {attempt} tries failed){sep}{rest}", *exc.args[1:])
                 raise
             delay = policy.delay(attempt)
             # the error itself is shown once, by whoever gets it in the end
             (log.warning if attempt == 1 else log.debug)(
-                "%s failed (%s), retry %d/%d", what, type(exc).__name__, attempt, policy.attempts - 1
+                "%s failed (%s): try %d of %d, the next in %.1f s",
+                what,
+                type(exc).__name__,
+                attempt,
+                policy.attempts,
+                delay,
             )
             log.debug("%s: %s", what, exc)
             if on_retry is not None:

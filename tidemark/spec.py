@@ -35,7 +35,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from tidemark.collection.keys import KEY_TYPES
 from tidemark.collection.schema import (
@@ -50,9 +50,11 @@ from tidemark.collection.schema import (
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.validate import DEFAULT_MAX_DOCUMENT_BYTES
 from tidemark.drivers.registry import DRIVERS, endpoint_of, resolve_config
-from tidemark.errors import SpecError
+from tidemark.errors import SpecError, SpecErrors
 from tidemark.options import RuntimeOptions
 from tidemark.runtime.rescale import AutoShards, parse_shards
+
+T = TypeVar("T")
 
 ON_INVALID = ("fail", "quarantine")
 DEFAULT_CHECKPOINT = ".tidemark/checkpoints"
@@ -185,22 +187,37 @@ def parse_spec(obj: Any, *, file: Optional[str] = None, base_dir: str = ".") -> 
 
 
 class _Parser:
+    """Checks a spec part by part: each collection, each materialization, each binding, and
+    within them each field that does not depend on another, so that every error the check
+    can find is reported, each with its place (:class:`~tidemark.errors.SpecErrors`)."""
+
     def __init__(self, file: Optional[str], base_dir: str):
         self.file = file
         self.base_dir = base_dir
+        self.errors: list[SpecError] = []
 
     def fail(self, path: str, message: str) -> SpecError:
         return SpecError(message, file=self.file, path=path or None)
 
+    def attempt(self, fn: Callable[..., T], *args: Any) -> Optional[T]:
+        """``fn(*args)``, or None with its spec errors kept for the report."""
+        try:
+            return fn(*args)
+        except SpecError as exc:
+            self.errors.append(exc)
+            return None
+
     def mapping(self, obj: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
         if not isinstance(obj, dict):
             raise self.fail(path, f"must be a mapping, got {_type_name(obj)}")
-        for k in obj:
-            if k not in allowed:
-                raise self.fail(_join(path, str(k)), f"unknown field {str(k)!r} (allowed: {', '.join(allowed)})")
-        for k in required:
-            if k not in obj:
-                raise self.fail(path, f"missing required field {k!r}")
+        found = [
+            self.fail(_join(path, str(k)), f"unknown field {str(k)!r} (allowed: {', '.join(allowed)})")
+            for k in obj
+            if k not in allowed
+        ]
+        found += [self.fail(path, f"missing required field {k!r}") for k in required if k not in obj]
+        if found:
+            raise SpecErrors.of(found)
         return obj
 
     # ------------------------------------------------------------------ top level
@@ -211,37 +228,53 @@ class _Parser:
         raw_colls = obj.get("collections") or {}
         if not isinstance(raw_colls, dict):
             raise self.fail("collections", f"must be a mapping of name to collection, got {_type_name(raw_colls)}")
-        collections = {str(n): self.collection(str(n), c, f"collections.{n}") for n, c in raw_colls.items()}
+        parsed = {str(n): self.attempt(self.collection, str(n), c, f"collections.{n}") for n, c in raw_colls.items()}
         raw_mats = obj.get("materializations") or {}
         if not isinstance(raw_mats, dict):
-            raise self.fail(
-                "materializations", f"must be a mapping of name to materialization, got {_type_name(raw_mats)}"
+            self.errors.append(
+                self.fail(
+                    "materializations", f"must be a mapping of name to materialization, got {_type_name(raw_mats)}"
+                )
             )
+            raw_mats = {}
+        # a binding of a collection with errors of its own is checked as far as it goes
+        known = {n: c for n, c in parsed.items()}
         mats = {
-            str(n): self.materialization(str(n), m, f"materializations.{n}", collections) for n, m in raw_mats.items()
+            str(n): self.attempt(self.materialization, str(n), m, f"materializations.{n}", known)
+            for n, m in raw_mats.items()
         }
         checkpoint = obj.get("checkpoint", DEFAULT_CHECKPOINT)
         if not isinstance(checkpoint, str) or not checkpoint:
-            raise self.fail("checkpoint", "must be a non-empty path")
-        return TidemarkSpec(collections, mats, checkpoint, self.file, self.base_dir)
+            self.errors.append(self.fail("checkpoint", "must be a non-empty path"))
+        if self.errors:
+            raise SpecErrors.of(self.errors)
+        collections = {n: c for n, c in parsed.items() if c is not None}
+        return TidemarkSpec(
+            collections, {n: m for n, m in mats.items() if m is not None}, checkpoint, self.file, self.base_dir
+        )
 
     # ------------------------------------------------------------------ collections
     def collection(self, name: str, obj: Any, path: str) -> CollectionSpec:
         self.mapping(obj, path, ("key", "schema", "source"), ("key", "schema"))
+        errors: list[SpecError] = []
         schema = obj["schema"]
         if not isinstance(schema, dict):
-            raise self.fail(f"{path}.schema", f"must be a JSON Schema object, got {_type_name(schema)}")
-        self.check_schema(schema, f"{path}.schema")
+            errors.append(self.fail(f"{path}.schema", f"must be a JSON Schema object, got {_type_name(schema)}"))
+        else:
+            _part(errors, self.check_schema, schema, f"{path}.schema")
         key = obj["key"]
         if isinstance(key, str):
             key = [key]
         if not isinstance(key, list) or not key:
-            raise self.fail(f"{path}.key", "must be a non-empty list of JSON pointers, e.g. [/customer]")
-        for i, ptr in enumerate(key):
-            self.check_key(schema, ptr, f"{path}.key[{i}]")
+            errors.append(self.fail(f"{path}.key", "must be a non-empty list of JSON pointers, e.g. [/customer]"))
+        elif not errors:  # keys are looked up in a schema that passed its own check
+            for i, ptr in enumerate(key):
+                _part(errors, self.check_key, schema, ptr, f"{path}.key[{i}]")
         source = None
         if obj.get("source") is not None:
-            source = self.source(obj["source"], f"{path}.source")
+            source = _part(errors, self.source, obj["source"], f"{path}.source")
+        if errors:
+            raise SpecErrors.of(errors)
         return CollectionSpec(name, tuple(key), schema, source)
 
     def source(self, obj: Any, path: str) -> SourceSpec:
@@ -424,7 +457,7 @@ class _Parser:
         node: Any = schema
         for token in pointer_tokens(ptr):
             node = _deref(index, node)
-            props = {}
+            props: dict[str, Any] = {}
             for s in [node, *(node.get("allOf") or [])] if isinstance(node, dict) else []:
                 s = _deref(index, s)
                 if isinstance(s, dict):
@@ -450,39 +483,35 @@ class _Parser:
             ("endpoint", "shards", "bindings", "on_invalid", "max_document_bytes", "options"),
             ("endpoint", "bindings"),
         )
+        errors: list[SpecError] = []
         endpoint = obj["endpoint"]
-        self.check_endpoint(endpoint, f"{path}.endpoint")
-        options = RuntimeOptions.from_mapping(obj.get("options"), file=self.file, path=f"{path}.options")
-        shards, auto_shards = parse_shards(obj.get("shards", 1), f"{path}.shards", self.fail)
+        _part(errors, self.check_endpoint, endpoint, f"{path}.endpoint")
+        options = _part(
+            errors, lambda: RuntimeOptions.from_mapping(obj.get("options"), file=self.file, path=f"{path}.options")
+        )
+        shards_of = _part(errors, parse_shards, obj.get("shards", 1), f"{path}.shards", self.fail)
         on_invalid = obj.get("on_invalid", "fail")
         if on_invalid not in ON_INVALID:
-            raise self.fail(f"{path}.on_invalid", f"must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+            errors.append(
+                self.fail(f"{path}.on_invalid", f"must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+            )
         max_bytes = obj.get("max_document_bytes", DEFAULT_MAX_DOCUMENT_BYTES)
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
-            raise self.fail(f"{path}.max_document_bytes", f"must be a positive integer, got {max_bytes!r}")
+            errors.append(self.fail(f"{path}.max_document_bytes", f"must be a positive integer, got {max_bytes!r}"))
         raw = obj["bindings"]
         if not isinstance(raw, list) or not raw:
-            raise self.fail(f"{path}.bindings", "must be a non-empty list of bindings")
+            errors.append(self.fail(f"{path}.bindings", "must be a non-empty list of bindings"))
+            raw = []
         bindings = []
         seen: dict[str, int] = {}
         for i, b in enumerate(raw):
-            bpath = f"{path}.bindings[{i}]"
-            self.mapping(b, bpath, ("source", "resource", "delta_updates"), ("source", "resource"))
-            source = b["source"]
-            if source not in collections:
-                known = ", ".join(sorted(collections)) or "none"
-                raise self.fail(f"{bpath}.source", f"unknown collection {source!r} (known: {known})")
-            resource = b["resource"]
-            if not isinstance(resource, dict) or not resource:
-                raise self.fail(f"{bpath}.resource", "must be a non-empty mapping, e.g. {table: customers}")
-            ident = json.dumps(resource, sort_keys=True, default=str)
-            if ident in seen:
-                raise self.fail(f"{bpath}.resource", f"duplicate resource {resource!r} (also bindings[{seen[ident]}])")
-            seen[ident] = i
-            delta = b.get("delta_updates", False)
-            if not isinstance(delta, bool):
-                raise self.fail(f"{bpath}.delta_updates", "must be true or false")
-            bindings.append(BindingConfig(str(source), dict(resource), delta))
+            binding = _part(errors, self.binding, b, f"{path}.bindings[{i}]", collections, seen, i)
+            if binding is not None:
+                bindings.append(binding)
+        if errors:
+            raise SpecErrors.of(errors)
+        assert options is not None and shards_of is not None
+        shards, auto_shards = shards_of
         try:
             return MaterializationSpec(
                 name,
@@ -498,6 +527,30 @@ class _Parser:
         except SpecError as exc:  # the driver's own config resolution (or its library missing)
             raise self.fail(f"{path}.endpoint.{_driver_of(endpoint)}", str(exc)) from None
 
+    def binding(self, b: Any, bpath: str, collections: dict, seen: dict[str, int], i: int) -> BindingConfig:
+        self.mapping(b, bpath, ("source", "resource", "delta_updates"), ("source", "resource"))
+        errors: list[SpecError] = []
+        source = b["source"]
+        if source not in collections:
+            known = ", ".join(sorted(collections)) or "none"
+            errors.append(self.fail(f"{bpath}.source", f"unknown collection {source!r} (known: {known})"))
+        resource = b["resource"]
+        if not isinstance(resource, dict) or not resource:
+            errors.append(self.fail(f"{bpath}.resource", "must be a non-empty mapping, e.g. {table: customers}"))
+        else:
+            ident = json.dumps(resource, sort_keys=True, default=str)
+            if ident in seen:
+                errors.append(
+                    self.fail(f"{bpath}.resource", f"duplicate resource {resource!r} (also bindings[{seen[ident]}])")
+                )
+            seen.setdefault(ident, i)
+        delta = b.get("delta_updates", False)
+        if not isinstance(delta, bool):
+            errors.append(self.fail(f"{bpath}.delta_updates", "must be true or false"))
+        if errors:
+            raise SpecErrors.of(errors)
+        return BindingConfig(str(source), dict(resource), delta)
+
     def check_endpoint(self, endpoint: Any, path: str) -> None:
         try:
             name, _config = endpoint_of(endpoint)
@@ -506,6 +559,16 @@ class _Parser:
         if name not in DRIVERS and not name.startswith("command:") and name != "command":
             known = ", ".join(sorted(DRIVERS) + ["command:PROGRAM"])
             raise self.fail(f"{path}.{name}", f"unknown endpoint driver {name!r} (known: {known})")
+
+
+def _part(errors: list[SpecError], fn: Callable[..., T], *args: Any) -> Optional[T]:
+    """``fn(*args)``, or None with its spec error added to ``errors`` (a part of the spec
+    whose check does not depend on another's)."""
+    try:
+        return fn(*args)
+    except SpecError as exc:
+        errors.append(exc)
+        return None
 
 
 def _driver_of(endpoint: dict) -> str:

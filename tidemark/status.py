@@ -18,7 +18,7 @@ import os
 import textwrap
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Optional, cast
 
 from tidemark.errors import DriverError, SpecError, TidemarkError
 from tidemark.runtime.identity import SparkCheckpoint
@@ -449,7 +449,7 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 86400} days ago"
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -542,7 +542,7 @@ def render(view: MaterializationStatus, width: int = 80, now: Optional[float] = 
             )
     inp = view.input
     if inp.kind == "files" and inp.files_waiting is not None:
-        size = f" ({_size(inp.bytes_waiting)})" if inp.files_waiting else ""
+        size = f" ({_size(cast(int, inp.bytes_waiting))})" if inp.files_waiting else ""  # set with files_waiting
         row("input", f"{inp.files_waiting} file(s) waiting{size}")
         where = "read from" if inp.guessed else "source"
         for folder in inp.folders:

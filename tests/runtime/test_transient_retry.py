@@ -63,7 +63,7 @@ def test_a_terminated_session_inside_its_transaction_is_ridden_out(
         monkeypatch.delenv(faults.ENV)
         faults.rearm()
     assert killed, "the session was never seen inside its transaction"
-    retries = [r.getMessage() for r in caplog.records if "retry 1 in" in r.getMessage()]
+    retries = [r.getMessage() for r in caplog.records if "(run 2 of the batch;" in r.getMessage()]
     assert retries and "transient_retry_seconds" in retries[0], [r.getMessage() for r in caplog.records]
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
 

@@ -287,7 +287,10 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
     ("error", Error, {}),
 ]
 _BY_CLASS = {cls: (name, codecs) for name, cls, codecs in _SPECS}
-_BY_NAME = {name: (cls, codecs) for name, cls, codecs in _SPECS}
+#: each class is a dataclass (its fields are the message's)
+_BY_NAME: dict[str, tuple[Any, dict[str, tuple[Callable, Callable]]]] = {
+    name: (cls, codecs) for name, cls, codecs in _SPECS
+}
 
 MESSAGE_NAMES = tuple(name for name, _, _ in _SPECS)
 

@@ -213,6 +213,7 @@ class Coordinator:
         start-up that refuses leaves no new checkpoint folder behind."""
         if self.log.checkpoint_id is None:
             self.log.create()
+        assert self.log.checkpoint_id is not None  # create() sets it
         return self.log.checkpoint_id
 
     # ------------------------------------------------------------------ start-up
@@ -366,6 +367,7 @@ class Coordinator:
         owned = [*positions, *self.driver.owners(self.name)]
         refuse_foreign(self.name, self.driver_name, owned, self.log.checkpoint_id, last, self.checkpoint_location)
         held = [p for p in positions if p.batch_id >= 0]
+        p: Optional[Position]  # a held position, then a range's (None: the range holds none)
         if last is None:
             if self.caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE:
                 # A crash after the endpoint committed the first batch, before the log did:

@@ -243,6 +243,7 @@ class Lease:
     # ------------------------------------------------------------------ the lease
     def _refuse_if_held(self, body: Optional[dict]) -> None:
         if self._live_other(body):
+            assert body is not None  # _live_other is False without a body
             since = _stamp(float(body.get("since", 0)))
             expires = _stamp(float(body.get("renewed", 0)) + float(body.get("ttl", self.ttl)))
             raise RecoveryError(
@@ -337,7 +338,8 @@ class Lease:
         tick = min(1.0, self.ttl / 3)  # a stop request is seen within a second; renewals every ttl / 3
         due = time.monotonic() + self.ttl / 3
         while not self._stop.wait(tick):
-            handler = (_PROCESS_ON_STOP or [self._on_stop])[0]
+            own: list[Optional[Callable[[dict], None]]] = [self._on_stop]
+            handler = (_PROCESS_ON_STOP or own)[0]
             if handler is not None and not self._stop_seen:
                 request = stop_request(self.location)
                 if request is not None:

@@ -34,7 +34,7 @@ import json
 import logging
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pyarrow.fs as pafs
 
@@ -96,7 +96,7 @@ class RecoveryLog:
         """Create the log's folders and identity (once; a no-op when they exist)."""
         self.fs.create_dir(self.root + "/log", recursive=True)
         self.fs.create_dir(self.root + "/intent", recursive=True)
-        self.checkpoint_id = self._meta(True)["checkpoint_id"]
+        self.checkpoint_id = cast(dict, self._meta(True))["checkpoint_id"]  # create: never None
 
     @staticmethod
     def existing_materialization(checkpoint_location: str) -> Optional[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, cast
 
 from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of
 from tidemark.drivers.registry import load_driver
@@ -260,7 +260,7 @@ def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable |
     try:
         if shard.replayed:
             # Step 2: the endpoint committed this very batch already (a re-run): skip.
-            for _ in () if typed_parts(rows) is not None else rows:
+            for _ in () if typed_parts(rows) is not None else cast(Iterable, rows):
                 pass
             shard.transactor.close()
             return ShardResult(index, rng, skipped=True, timings={"open": shard.seconds})
@@ -334,7 +334,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         current = None
         for binding, key, doc_json in buffer:
             if binding != current and cols.n:
-                session.store(cols.message(current))
+                session.store(cols.message(cast(int, current)))  # set with the first row
                 fault_point("mid_store")
                 cols = _Columns()
             current = binding
@@ -363,7 +363,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
                 fault_point("mid_store")
                 cols = _Columns()
         if cols.n:
-            session.store(cols.message(current))
+            session.store(cols.message(cast(int, current)))  # set with the first row
             fault_point("mid_store")
         result.spilled = buffer.spilled_chunks > 0 or loaded.on_disk
     finally:

@@ -12,7 +12,7 @@ import os
 import pickle
 import sqlite3
 import tempfile
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 
 class SpillBuffer:
@@ -28,7 +28,7 @@ class SpillBuffer:
         self.directory = directory
         self._mem: list = []
         self._mem_bytes = 0
-        self._file = None
+        self._file: IO[bytes] | None = None
         self.spilled_chunks = 0
         self.count = 0
 

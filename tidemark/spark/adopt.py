@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union, cast
 
 from tidemark.errors import RecoveryError, SpecError, reset_hint
 from tidemark.faults import fault_point
@@ -103,7 +103,7 @@ def adopt(
     from tidemark.runtime.identity import SparkCheckpoint
     from tidemark.runtime.lease import Lease
     from tidemark.runtime.recovery_log import RecoveryLog
-    from tidemark.spark.api import _spark, materialize
+    from tidemark.spark.api import MaterializationRun, _spark, materialize
     from tidemark.spec import TidemarkSpec
 
     spec, mat, location = target(
@@ -184,21 +184,24 @@ def adopt(
         is_spec = isinstance(source, (str, os.PathLike, TidemarkSpec))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # Trigger.Once: batch 0 only, with every file
-            run = materialize(
-                spec if is_spec else source,
-                materialization=mat.name if is_spec else None,
-                collection=collection,
-                endpoint=endpoint,
-                resource=resource,
-                checkpoint=checkpoint,
-                shards=shards,
-                name=name,
-                on_invalid=on_invalid,
-                options=options,
-                spark=_spark(spark() if callable(spark) else spark),
-                on_batch=fed,
-                order=order,
-                _adoption=record,
+            run = cast(  # started (start=True): a run
+                MaterializationRun,
+                materialize(
+                    spec if is_spec else source,
+                    materialization=mat.name if is_spec else None,
+                    collection=collection,
+                    endpoint=endpoint,
+                    resource=resource,
+                    checkpoint=checkpoint,
+                    shards=shards,
+                    name=name,
+                    on_invalid=on_invalid,
+                    options=options,
+                    spark=_spark(spark() if callable(spark) else spark),
+                    on_batch=fed,
+                    order=order,
+                    _adoption=record,
+                ),
             )
         run.await_termination()
         report = next((r for r in reports if r.batch_id == 0), None)

@@ -39,13 +39,15 @@ log = logging.getLogger("tidemark")
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter
 
+    from tidemark.spark.processor import Materializer
+
 
 @dataclass
 class MaterializationRun:
     """A started materialization: the Spark query and tidemark's processor."""
 
-    query: object
-    materializer: object
+    query: Any  # a StreamingQuery (classic or Spark Connect's)
+    materializer: Materializer
     metrics_url: Optional[str] = None  # where /metrics is served (``metrics_port=``)
 
     def await_termination(self, timeout: Optional[float] = None):
@@ -287,6 +289,7 @@ def materialize(
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)
     lease = materializer.coordinator.lease
+    assert lease is not None  # start_up took it
     if not start:
         lease.keep()  # renewed until this process ends (the caller starts the query)
         return writer

@@ -158,6 +158,7 @@ def check_document(collection, value: str) -> tuple[Optional[str], Optional[str]
     except DocumentError as exc:
         return str(exc), None, None
     kj = None
+    key_reason: Optional[str]
     try:
         kj = py_key_json(collection.extract_key(doc))
     except DocumentError as exc:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from tidemark.collection.plan import CompiledPlan
 from tidemark.collection.strategies import STRATEGIES, SparkAggregate, is_date_time_field
@@ -212,7 +212,11 @@ def aggregations(
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
         else:
             values = mask(p[f.name]) if mask_scalars else p[f.name]
-            agg = _by_event_time(plan, f, values, p[f.order], ops.order) if f.order else strategy.spark(ops, f, values)
+            agg = (
+                _by_event_time(plan, f, values, p[f.order], ops.order)
+                if f.order
+                else cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
+            )
             if agg.count is not None:
                 # the aggregate of no values is not null (0, [], {}) or null means an error: count
                 aggs.append(agg.count.alias(n))

@@ -130,22 +130,23 @@ class TransientRetries:
         left = self.deadline - now
         if left <= 0:
             log.error(
-                "materialization %s: batch %d: the endpoint stayed unavailable for %d s (%d retries); giving up",
+                "materialization %s: batch %d: the endpoint stayed unavailable for %d s (%d runs of the batch); giving up",
                 self.materialization,
                 self.batch_id,
                 self.seconds,
-                self.attempt,
+                self.attempt + 1,
             )
             return False
         self.attempt += 1
         delay = min(left, self.MAX_DELAY, 2.0 ** (self.attempt - 1))
         log.warning(
-            "materialization %s: batch %d: %s; retry %d in %.0f s (%.0f s left of options.transient_retry_seconds)",
+            "materialization %s: batch %d: %s; the batch runs again in %.0f s (run %d of the batch; %.0f s left of "
+            "options.transient_retry_seconds)",
             self.materialization,
             self.batch_id,
             str(err).splitlines()[0] if str(err) else type(err).__name__,
-            self.attempt,
             delay,
+            self.attempt + 1,
             left,
         )
         return GATE.pause(delay)

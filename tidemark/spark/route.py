@@ -7,7 +7,7 @@ this routing is :mod:`tidemark.spark.one_job`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from tidemark.protocol.messages import KEY_SPACE_MAX, Range
 from tidemark.spark.murmur3 import partition_values
@@ -139,7 +139,7 @@ def _shard_expr(hash_col, ranges: Sequence[Range]):
         size = F.lit((KEY_SPACE_MAX + 1) // n).cast("long")
         index = ((hash_col - hash_col % size) / size).cast("int")
         return F.when(inside, F.least(index, F.lit(n - 1))).otherwise(F.lit(-1))
-    expr = None
+    expr: Any = None  # a Column once the first range is in
     for i, r in enumerate(ranges):
         cond = (hash_col >= F.lit(r.key_begin)) & (hash_col <= F.lit(r.key_end))
         expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))

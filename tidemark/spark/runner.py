@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 
 def run_spec(
@@ -21,21 +21,24 @@ def run_spec(
     """Run every (or the named) materialization of a spec; return their runs when done.
     ``metrics_port``: serve Prometheus metrics (see :mod:`tidemark.metrics`); ``on_metrics``
     is called once with their URL."""
-    from tidemark.spark.api import _spark, materialize
+    from tidemark.spark.api import MaterializationRun, _spark, materialize
     from tidemark.spec import load_spec
 
     spec = load_spec(spec_path)
     names = materializations or list(spec.materializations)
     spark = _spark(spark)
     runs = [
-        materialize(
-            spec,
-            materialization=n,
-            available_now=available_now,
-            spark=spark,
-            on_batch=on_batch,
-            max_files_per_trigger=max_files_per_trigger,
-            metrics_port=metrics_port,
+        cast(  # started (start=True): a run
+            MaterializationRun,
+            materialize(
+                spec,
+                materialization=n,
+                available_now=available_now,
+                spark=spark,
+                on_batch=on_batch,
+                max_files_per_trigger=max_files_per_trigger,
+                metrics_port=metrics_port,
+            ),
         )
         for n in names
     ]

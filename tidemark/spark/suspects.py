@@ -60,7 +60,7 @@ def suspect_regex(plan: CompiledPlan) -> str:
         r"\}\s*[^\s,\]\}]",  # after a closing brace only ",", "]" or "}" may follow (or the end)
         _LONE_SURROGATE,
     ]
-    names = {"string": [], "object": [], "array": []}
+    names: dict[str, list[str]] = {"string": [], "object": [], "array": []}
     for f in plan.fields:
         if f.kind == "scalar" and f.type == "string":
             names["string"].append(f.name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
@@ -46,7 +46,7 @@ class WriteBuffer:
         """Record a put (``value`` bytes) or a delete (``value`` None)."""
         old = self._mem.get(key, MISSING)
         if old is not MISSING:
-            self._mem_bytes -= len(key) + len(old or b"") + ENTRY_OVERHEAD
+            self._mem_bytes -= len(key) + len(cast(Optional[bytes], old) or b"") + ENTRY_OVERHEAD
         self._mem[key] = value
         self._mem_bytes += len(key) + len(value or b"") + ENTRY_OVERHEAD
         self.writes += 1
@@ -70,7 +70,7 @@ class WriteBuffer:
         for k, v in self._mem.items():
             wb.put(k, _DEL if v is None else _PUT + v)
         wo = WriteOptions()
-        wo.disable_wal = True
+        cast(Any, wo).disable_wal = True  # a property (rocksdict's stub declares a method)
         self._spill.write(wb, wo)
         self._mem.clear()
         self._mem_bytes = 0
@@ -107,6 +107,7 @@ class WriteBuffer:
         return merge(mem, bounded(self._spill_items(lo), lo, hi))
 
     def _spill_items(self, lo: Optional[bytes]) -> Iterator[tuple[bytes, Optional[bytes]]]:
+        assert self._spill is not None  # items() calls this only with a spill
         it = self._spill.iter()
         if lo is None:
             it.seek_to_first()
@@ -125,6 +126,7 @@ class WriteBuffer:
         if self._spill is not None:
             db, self._spill = self._spill, None
             db.close()
+            assert self._spill_path is not None  # set with the spill
             shutil.rmtree(self._spill_path, ignore_errors=True)
             self._spill_path = None
 

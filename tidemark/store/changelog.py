@@ -31,7 +31,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -200,17 +200,18 @@ class Changelog:
             b = ambiguous[0]
             raise RecoveryError(
                 f"changelog {self.root}/{rng.name}: batch {b} was committed twice with different changes "
-                f"({', '.join(r.digest for r in by_batch[b])}): two task attempts on different machines both "
+                f"({', '.join(r.digest for r in cast(list[Ref], by_batch[b]))}): two task attempts on different machines both "
                 "committed; keep the file the recovery log names, delete the other, and open again"
             )
         snaps = [s for s in self.refs(rng, "snap") if s.batch <= upto]
 
         def walk(start: int, start_digest: Optional[str] = None) -> Optional[list[Ref]]:
+            out: list[Ref]
             out, pos = [], start
             for b in sorted(by_batch):
                 if b <= start:
                     continue
-                ref = by_batch[b]
+                ref = cast(Ref, by_batch[b])  # one entry per batch: ambiguous ones raised above
                 meta = self.metadata(ref)
                 if meta["prev_batch"] != pos:
                     return None

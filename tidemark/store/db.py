@@ -158,6 +158,7 @@ def write_atomic(
     """Apply sorted ``changes`` (store keys; ``None`` deletes) and ``metas`` in one atomic
     step: a synced write batch, or — with ``sst_dir``, for a change set too big to hold
     in memory — one SST file written there and ingested (moved) into the DB."""
+    v: Optional[bytes]  # a meta's value, then a change's (None: a delete)
     if sst_dir is None:
         wb = WriteBatch(raw_mode=True)
         for k, v in metas:

@@ -28,7 +28,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 from tidemark.errors import EndpointUnavailable, RecoveryError
 from tidemark.protocol.messages import Range
@@ -229,7 +229,7 @@ def _rebuild(
         from rocksdict import WriteBatch, WriteOptions
 
         nowal = WriteOptions()
-        nowal.disable_wal = True
+        cast(Any, nowal).disable_wal = True  # a property (rocksdict's stub declares a method)
         for src in sorted(p.sources, key=lambda r: r.key_begin):
             wb, n = WriteBatch(raw_mode=True), 0
             for k, v in _source_items(cfg, rng, src, p, local, changelog):

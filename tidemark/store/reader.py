@@ -41,7 +41,7 @@ from tidemark.store.locking import turnstile_acquire
 class Reader:
     def __init__(self, config: StoreConfig, rng: Range, isolation: Isolation = Isolation.READ_COMMITTED):
         self.config, self.range, self.isolation = config, rng, Isolation(isolation)
-        self._db = None
+        self._db: Optional[rdb.Rdict] = None
         self.meta: Optional[rdb.Meta] = None
         self.refresh()
 
@@ -83,10 +83,12 @@ class Reader:
         return self.meta.checkpoint if self.meta else None
 
     def get(self, key: bytes) -> Optional[bytes]:
+        assert self._db is not None  # open (refresh) until close
         return rdb.get_data(self._db, bytes(key))
 
     def scan(self, lo: Optional[bytes] = None, hi: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
         lo, hi = clamp(self.range, lo, hi)
+        assert self._db is not None  # open (refresh) until close
         return rdb.iter_data(self._db, lo, hi)
 
     def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -32,7 +32,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, cast
 
 from tidemark.drivers.base import Driver, capabilities_of
 from tidemark.drivers.store.ids import distinct_ids
@@ -116,7 +116,7 @@ def run_conformance(
         caps = capabilities_of(probe)
         name = type(probe).name or type(probe).__name__
         if name == "command" and getattr(probe, "program", None):
-            name = f"command:{probe.program}"
+            name = f"command:{cast(Any, probe).program}"
     finally:
         probe.close()
     say = progress or (lambda line: None)

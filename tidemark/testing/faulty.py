@@ -24,7 +24,7 @@ endpoint committed but before StartedCommit reached the runtime).
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from tidemark.drivers.base import Capabilities, Driver, Transactor
 from tidemark.faults import InjectedFault
@@ -173,22 +173,22 @@ class FaultySession(Transactor):
         self.dead = False
 
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
-        return self.driver.event("acknowledge", lambda: self.inner.acknowledge(msg), self, self.req)
+        return self.driver.event("acknowledge", lambda: cast(Transactor, self.inner).acknowledge(msg), self, self.req)
 
     def load(self, msg: Load) -> Sequence[Loaded]:
-        return self.driver.event("load", lambda: self.inner.load(msg), self, self.req)
+        return self.driver.event("load", lambda: cast(Transactor, self.inner).load(msg), self, self.req)
 
     def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
-        return self.driver.event("flush", lambda: self.inner.flush(msg), self, self.req)
+        return self.driver.event("flush", lambda: cast(Transactor, self.inner).flush(msg), self, self.req)
 
     def store(self, msg: Store) -> None:
-        return self.driver.event("store", lambda: self.inner.store(msg), self, self.req)
+        return self.driver.event("store", lambda: cast(Transactor, self.inner).store(msg), self, self.req)
 
     def quarantine(self, msg: Quarantine) -> None:
-        return self.driver.event("store", lambda: self.inner.quarantine(msg), self, self.req)
+        return self.driver.event("store", lambda: cast(Transactor, self.inner).quarantine(msg), self, self.req)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
-        return self.driver.event("start_commit", lambda: self.inner.start_commit(msg), self, self.req)
+        return self.driver.event("start_commit", lambda: cast(Transactor, self.inner).start_commit(msg), self, self.req)
 
     def close(self) -> None:
         if not self.dead and self.inner is not None:

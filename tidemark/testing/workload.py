@@ -37,7 +37,7 @@ from tidemark.protocol.messages import BindingSpec, Field
 SUMS, APPENDS, MIRROR, REDUCED = 0, 1, 2, 3
 STANDARD = (SUMS, MIRROR)  # the bindings that get Loads
 
-SCHEMA = {
+SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["k"],
     "reduce": {"strategy": "merge"},
@@ -66,7 +66,7 @@ REDUCED_STRATEGIES = frozenset(("merge", "sum", "lastWriteWins"))
 def bindings(tag: str, endpoint_reduce: frozenset = frozenset()) -> tuple[BindingSpec, ...]:
     """The bindings, on resources unique to ``tag`` (e.g. ``kit_ab12cd``): ``reduced`` too
     where the driver reduces its strategies itself (``endpoint_reduce``)."""
-    out = (
+    out: tuple[BindingSpec, ...] = (
         BindingSpec({"table": f"{tag}_sums"}, "kit/sums", ("/k",), FIELDS, SCHEMA, delta_updates=False),
         BindingSpec({"table": f"{tag}_appends"}, "kit/appends", ("/k",), FIELDS, SCHEMA, delta_updates=True),
         BindingSpec({"table": f"{tag}_mirror"}, "kit/mirror", ("/k",), FIELDS, SCHEMA, delta_updates=False),

@@ -640,7 +640,7 @@ def test_passwords_are_redacted(postgres_url, caplog):
             assert "127.0.0.1:1" in text and SECRET not in text
             assert exc.__cause__ is None or SECRET not in str(exc.__cause__)
         assert SECRET not in caplog.text
-        assert "retry 1/1" in caplog.text  # the policy retried the transient failure
+        assert "try 1 of 2" in caplog.text  # the policy retried the transient failure
         caplog.clear()
         d.close()
     from tidemark.drivers.common.redact import redact

@@ -390,7 +390,7 @@ def test_a_server_that_comes_back_is_reached_by_the_retry_policy(tls_server, tls
 
     class StartOnFirstRetry(logging.Handler):
         def emit(self, record):
-            if "retry 1/" in record.getMessage() and not seen:
+            if "try 1 of " in record.getMessage() and not seen:
                 seen.append(record.getMessage())
                 tls_server.start()  # returns once the server accepts connections
 

@@ -76,6 +76,7 @@ class Program:
             )
         except OSError as exc:
             raise DriverProgramError(f"driver program {self.name!r} could not be started: {exc}") from exc
+        assert self.proc.stdin is not None  # stdin=subprocess.PIPE
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.lines: queue.Queue = queue.Queue()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
@@ -124,6 +125,7 @@ class Program:
         """Write one message; fail if the program has exited or stopped reading for ``reply_timeout``."""
         self._check_usable()
         data = (wire.encode(msg) + "\n").encode("ascii")
+        assert self.proc.stdin is not None  # stdin=subprocess.PIPE
         fd = self.proc.stdin.fileno()
         deadline = time.monotonic() + self.policy.reply_timeout
         view = memoryview(data)
@@ -170,7 +172,7 @@ class Program:
     def poll(self, waiting_for: str) -> list:
         """The messages that arrived already, without waiting (an ``Error`` reply is raised)."""
         self._check_usable()
-        out = []
+        out: list[Any] = []
         while True:
             try:
                 line = self.lines.get_nowait()
@@ -248,6 +250,7 @@ def _pass_stderr(stream, tail: collections.deque, done: threading.Event) -> None
 
 def _release(proc: subprocess.Popen) -> None:
     try:
+        assert proc.stdin is not None  # stdin=subprocess.PIPE
         proc.stdin.close()
     except (OSError, ValueError):
         pass

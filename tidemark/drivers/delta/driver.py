@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pyarrow as pa
 import pyarrow.dataset as pds
@@ -191,7 +191,8 @@ class DeltaDriver(StagedFilesDriver):
 
     def alter_table(self, model: LakeTable, table: DeltaTable, missing: list[Column], properties: dict) -> None:
         if missing:
-            table.alter.add_columns([DeltaField(c.name, delta_type(c.kind), nullable=True) for c in missing])
+            # cast: delta-rs takes a type's name, where its stub says DataType
+            table.alter.add_columns([DeltaField(c.name, cast(Any, delta_type(c.kind)), nullable=True) for c in missing])
         if properties:
             # tidemark's own properties are not Delta's: delta-rs refuses a key it does not know
             # unless told (raise_if_not_exists=False), as DeltaTable.create is

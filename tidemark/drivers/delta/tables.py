@@ -38,7 +38,7 @@ def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def translate_error(exc: Exception, where: str) -> TidemarkError:
+def translate_error(exc: BaseException, where: str) -> TidemarkError:
     if isinstance(exc, TidemarkError):
         return exc
     if isinstance(exc, CommitFailedError):

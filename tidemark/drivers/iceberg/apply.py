@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +27,9 @@ from pyiceberg.expressions import (
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import DataScan, Transaction
 
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+
 IN_FILTER_MAX = 200  # pyiceberg prunes files by an In list only up to this many values; above: min/max bounds
 
 
@@ -39,10 +42,12 @@ def key_filter(key_names: Sequence[str], keys: pa.Table) -> BooleanExpression:
         col = keys.column(name)
         values = pc.unique(col.drop_null() if col.null_count else col)
         if len(values) <= IN_FILTER_MAX or pa.types.is_boolean(values.type):
-            term: BooleanExpression = In(name, set(values.to_pylist()))
+            # cast: pyiceberg's predicates take (term, value) positionally (their own __init__ and
+            # __new__), where mypy sees pydantic's generated keyword-only __init__
+            term: BooleanExpression = cast(Any, In)(name, set(values.to_pylist()))
         else:
             lo, hi = pc.min_max(values).values()
-            term = And(GreaterThanOrEqual(name, lo.as_py()), LessThanOrEqual(name, hi.as_py()))
+            term = And(cast(Any, GreaterThanOrEqual)(name, lo.as_py()), cast(Any, LessThanOrEqual)(name, hi.as_py()))
         expr = term if isinstance(expr, AlwaysTrue) else And(expr, term)
     return expr
 
@@ -63,7 +68,8 @@ def replace_keys(
     io = txn._table.io
     write_uuid = uuid.uuid4()
     counter = itertools.count(0)
-    deleted, added = [], []
+    deleted: list[DataFile] = []
+    added: list[DataFile] = []
     if meta.current_snapshot() is not None and keys.num_rows:
         tasks = DataScan(table_metadata=meta, io=io, row_filter=key_filter(key_names, keys)).plan_files()
         for task in tasks:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -183,7 +183,7 @@ class IcebergDriver(StagedFilesDriver):
             return None
         expr: BooleanExpression | None = None
         for c, vals in zip(model.keys, values):
-            term = In(c.name, set(vals))
+            term = cast(Any, In)(c.name, set(vals))  # (term, values) positionally: see apply.key_filter
             expr = term if expr is None else And(expr, term)
         names = tuple(dict.fromkeys([c.name for c in model.keys] + model.read_names))
         return table.scan(row_filter=expr, selected_fields=names).to_arrow()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.redact import redact
@@ -160,7 +160,7 @@ def resolve_config(config: dict, base_dir: str) -> dict:
         uri = cat.get("uri")
         path = _sqlite_path(uri) if isinstance(uri, str) else None
         if path is not None and not os.path.isabs(path):
-            query = urllib.parse.urlsplit(uri).query
+            query = urllib.parse.urlsplit(cast(str, uri)).query  # a str: path is not None
             cat["uri"] = "sqlite:///" + os.path.abspath(os.path.join(base_dir, path)) + (f"?{query}" if query else "")
         out["catalog"] = cat
     return out

@@ -111,7 +111,7 @@ def applied_text(checkpoint_id: Any, batch: int) -> str:
     return dumps({"checkpoint_id": str(checkpoint_id), "batch": int(batch)})
 
 
-def translate_error(exc: Exception, where: str, secrets: Iterable[Optional[str]] = ()) -> TidemarkError:
+def translate_error(exc: BaseException, where: str, secrets: Iterable[Optional[str]] = ()) -> TidemarkError:
     """A library error as tidemark's, its message without passwords.  A lost compare-and-swap
     (``CommitFailedException``) is transient: the caller reloads the table and checks again."""
     if isinstance(exc, TidemarkError):

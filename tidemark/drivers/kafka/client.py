@@ -100,7 +100,7 @@ def client_config(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]
     (not stderr)."""
     if not config.get("bootstrap.servers"):
         raise DriverError("kafka: the client config needs bootstrap.servers (e.g. '127.0.0.1:9092')")
-    out = dict(FAST_START)
+    out: dict[str, Any] = dict(FAST_START)
     out.update((k, v) for k, v in config.items() if k != "logger")
     out.update(overrides)
     out["logger"] = config.get("logger") or log
@@ -142,11 +142,11 @@ def translate(exc: BaseException, what: str, config: Mapping[str, Any] | None = 
 
 def call(fn: Callable[[], T], what: str, config: Mapping[str, Any] | None = None) -> T:
     """``fn()``, with confluent-kafka errors translated (``raise … from``)."""
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaException
 
     try:
         return fn()
-    except (KafkaException, KafkaError) as exc:
+    except KafkaException as exc:  # (a KafkaError is not an exception: it is never raised, only carried)
         raise translate(exc, what, config) from exc
     except (ValueError, TypeError, BufferError) as exc:  # bad config values, full local queue
         raise DriverError(mask(f"kafka: {what} failed: {type(exc).__name__}: {exc}", config)) from exc

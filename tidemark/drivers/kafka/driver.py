@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import uuid
-from typing import Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.common.fences import CheckpointState, plan_open
@@ -80,7 +80,8 @@ class KafkaDriver(Driver):
     def __init__(self, config: dict | None = None):
         super().__init__(config)
         self.settings = KafkaSettings.from_config(self.config)
-        self._read: Optional[dict[str, dict]] = None  # identity records the last scan found, for the Apply after it
+        # identity records the last scan found, for the Apply after it
+        self._read: Optional[dict[str, Optional[dict]]] = None
 
     def __repr__(self) -> str:
         return f"KafkaDriver(bootstrap_servers={self.settings.client['bootstrap.servers']!r})"
@@ -186,11 +187,12 @@ class KafkaDriver(Driver):
         return Applied("; ".join(actions) or "nothing to do", created)
 
     # --------------------------------------------------- view-identity records
-    def read_identities(self) -> dict[str, dict]:
+    def read_identities(self) -> dict[str, Optional[dict]]:
         """Every data topic's view-identity record kept in the progress topic (the last one per topic)."""
         from tidemark.drivers.kafka.progress import decode_identity_key
         from tidemark.drivers.kafka.reader import committed_messages
 
+        out: dict[str, Optional[dict]]
         s, out = self.settings, {}
         for msg in committed_messages(s.client, s.progress_topic, policy=s.policy):
             topic = decode_identity_key(msg.key())
@@ -203,7 +205,7 @@ class KafkaDriver(Driver):
         self._read = out
         return out
 
-    def write_identities(self, records: dict[str, Optional[dict]]) -> None:
+    def write_identities(self, records: Mapping[str, Optional[dict]]) -> None:
         """Write (or, for None, forget) view-identity records in the progress topic, in one transaction."""
         from tidemark.drivers.kafka.progress import identity_key
         from tidemark.drivers.kafka.writer import _producer
@@ -289,6 +291,7 @@ class KafkaDriver(Driver):
                 f"(fenced {', '.join(sorted(open_ids))})"
             )
         frontiers = self.frontiers(materialization)
+        ids: set[str] | list[str]  # a set, then the sorted list
         ids = {tid(r) for r in frontiers.values() if r.runtime_checkpoint.get("checkpoint_id") == checkpoint_id}
         ids |= {transactional_id(materialization, r, prefix=s.prefix) for r in ranges if r not in frontiers}
         ids = sorted(ids - open_ids)
@@ -337,6 +340,7 @@ class KafkaDriver(Driver):
             store.recover()
             standard = [(t, binding_id(t)) for b, t in zip(req.bindings, topics) if not b.delta_updates]
             if needs_rebuild(mat, store, plan.checkpoint):
+                assert plan.checkpoint is not None  # needs_rebuild is False without one
                 rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy, materialization=mat)
             state = StoreTransactor(
                 store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)], [binding_id(t) for t in topics]
@@ -437,7 +441,11 @@ class KafkaDriver(Driver):
         if topics:
             futures = admin.delete_topics(topics, operation_timeout=s.policy.connect_timeout)
             for t, f in futures.items():
-                call(lambda f=f: f.result(s.policy.connect_timeout + 5), f"deleting topic {t!r}", s.client)
+                call(
+                    cast("Callable[[], Any]", lambda f=f: f.result(s.policy.connect_timeout + 5)),
+                    f"deleting topic {t!r}",
+                    s.client,
+                )
                 done.append(f"deleted topic {t}")
         path = self.state_dir(materialization)
         if os.path.isdir(path):

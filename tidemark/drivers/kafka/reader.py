@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, cast
 
 import orjson
 
@@ -127,7 +127,11 @@ def _read(config, topic: str, isolation: str, since: str, policy: RetryPolicy) -
             left = until - time.monotonic()
             if left <= 0:
                 raise EndpointUnavailable(_blocked(consumer, topic, pending, policy.lock_timeout, config))
-            batch = call(lambda left=left: consumer.consume(BATCH, min(0.01, left)), f"reading {topic!r}", config)
+            batch = call(
+                cast("Callable[[], list[Any]]", lambda left=left: consumer.consume(BATCH, min(0.01, left))),
+                f"reading {topic!r}",
+                config,
+            )
             for msg in batch:
                 err = msg.error()
                 if err is not None:

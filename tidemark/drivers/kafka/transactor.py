@@ -22,7 +22,7 @@ store of full documents that answers Loads.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import orjson
 
@@ -91,7 +91,7 @@ class KafkaTransactor(PushTransactor):
             self.writer.send_raw(self.quarantine_topic, key, orjson.dumps(row), headers=headers)
         self.counts["quarantined"] = len(quarantined)
         prev = self.frontier
-        ids = {"transactional_id": self.writer.transactional_id, "partitions": self.partitions}
+        ids: dict[str, Any] = {"transactional_id": self.writer.transactional_id, "partitions": self.partitions}
         if prev is not None and prev.range == self.range:
             record = prev.next(cp, self.counts, range=self.range, **ids)
         else:

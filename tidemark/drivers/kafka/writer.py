@@ -18,7 +18,7 @@ transactions lingers.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import orjson
 
@@ -52,11 +52,15 @@ def fence_and_abort(
     for tid in transactional_ids:
         producer = _producer(config, tid, policy)
         call(
-            lambda producer=producer: producer.init_transactions(policy.lock_timeout),
+            cast("Callable[[], None]", lambda producer=producer: producer.init_transactions(policy.lock_timeout)),
             f"fencing transactional id {tid}",
             config,
         )
-        call(lambda producer=producer: producer.flush(policy.connect_timeout), f"closing the producer {tid}", config)
+        call(
+            cast("Callable[[], int]", lambda producer=producer: producer.flush(policy.connect_timeout)),
+            f"closing the producer {tid}",
+            config,
+        )
         done.append(tid)
     return done
 

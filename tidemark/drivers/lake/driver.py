@@ -89,6 +89,7 @@ class StagedFilesDriver(Driver):
     reports_created = True
     staging: str
     policy: Any
+    _fs: Optional[tuple[pafs.FileSystem, str]] = None  # opened on first use (:attr:`fs`)
 
     def __getstate__(self):
         return {"config": self.config}
@@ -186,9 +187,10 @@ class StagedFilesDriver(Driver):
     @property
     def fs(self) -> tuple[pafs.FileSystem, str]:
         """The staging file system and its base path."""
-        if getattr(self, "_fs", None) is None:
-            self._fs = self.run(self.open_staging, "staging", self.staging)
-        return self._fs
+        fs = self._fs
+        if fs is None:
+            fs = self._fs = self.run(self.open_staging, "staging", self.staging)
+        return fs
 
     def stage_dir(self, materialization: str) -> str:
         return f"{self.fs[1].rstrip('/')}/{urllib.parse.quote(materialization, safe='')}"

@@ -11,7 +11,7 @@ gone with it).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar, cast
 
 import pymysql
 from pymysql.constants import CLIENT
@@ -19,7 +19,7 @@ from pymysql.constants import CLIENT
 from tidemark.drivers.base import Capabilities
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.mysql.bulk import BulkWriter
-from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, dialect_for
+from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MAX_STRING_KEYS, MySqlDialect, dialect_for
 from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
 from tidemark.drivers.sql import JSON, TEXT, SqlDriver, TableModel, TablePlan, sql_capabilities
@@ -37,7 +37,7 @@ SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY
 
 class MySqlDriver(ClientConnections, SqlDriver):
     name = "mysql"
-    dialect = MARIADB  # until the first connection says which server this is
+    dialect: MySqlDialect = MARIADB  # until the first connection says which server this is
     writer = BulkWriter()
 
     def capabilities(self) -> Capabilities:
@@ -149,7 +149,8 @@ class MySqlDriver(ClientConnections, SqlDriver):
 
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
         dialect = self.dialect
-        rows = self.execute(con, *dialect.columns(model.schema, model.name)).fetchall()
+        # cast: base_model sets the schema
+        rows = self.execute(con, *dialect.columns(cast(str, model.schema), model.name)).fetchall()
         existing = {
             name: (dialect.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
             for name, dtype, ctype, coll, pk, _req, checked in rows

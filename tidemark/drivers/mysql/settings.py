@@ -143,7 +143,7 @@ def is_lost(exc: BaseException) -> bool:
 def translate(exc: BaseException, s: MySqlSettings, what: str) -> TidemarkError:
     """A PyMySQL error as a tidemark error, its text redacted."""
     code = error_code(exc)
-    args = getattr(exc, "args", ())
+    args: tuple[Any, ...] = getattr(exc, "args", ())
     text = redact(args[1] if len(args) > 1 else exc, s.secrets).strip()
     if code in AUTH_CODES:
         return AuthenticationFailed(f"MySQL at {s.where} refused user {s.user!r} ({code}): {text}")

@@ -32,7 +32,7 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, cast
 
 import orjson
 
@@ -266,8 +266,8 @@ class AsyncNats:
             raise FencedOff(
                 f"range {channel.range.name} of {channel.materialization!r} on stream "
                 f"{channel.stream!r} was closed by a rescale (successors: "
-                f"{', '.join(frontier.record.successors)})"
-            )  # type: ignore[union-attr]
+                f"{', '.join(cast(ProgressRecord, frontier.record).successors)})"  # closed: it has a record
+            )
         session = Session(channel, uuid.uuid4().hex, frontier, await self.stream_atomic(channel.stream))
         prev = frontier.record
         rec = ProgressRecord(

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import threading
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.common.identity import parse_record, record_text
@@ -158,7 +158,7 @@ class NatsDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         ts = self._check(req.materialization, req.bindings)
-        stream = self.stream(req.materialization, req.bindings)
+        stream = cast(str, self.stream(req.materialization, req.bindings))  # a str: stream_of's, with bindings
         client = self.client()
         existing = client.stream_config(stream)
         exists = existing is not None
@@ -223,7 +223,7 @@ class NatsDriver(Driver):
         from tidemark.drivers.nats.wire import Channel
 
         ts = self._check(req.materialization, req.bindings)
-        stream = self.stream(req.materialization, req.bindings)
+        stream = cast(str, self.stream(req.materialization, req.bindings))  # a str: stream_of's, with bindings
         client = self.client()
         channel = Channel(stream, req.materialization, req.range)
         session = fence(client, channel)
@@ -262,7 +262,7 @@ class NatsDriver(Driver):
         msgs = self.read_committed(materialization, [t.subject], t.stream)
         if binding.delta_updates:
             return [m.document for m in msgs if m.subject == t.subject]
-        view = {}
+        view: dict[tuple, Any] = {}
         for m in msgs:
             if m.subject != t.subject:
                 continue

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.collection.keys import key_json
-from tidemark.drivers.nats.channel import OutDoc, Session
+from tidemark.drivers.nats.channel import Committed, OutDoc, Session
 from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.wire import BatchId, InFlight
 from tidemark.drivers.push import PushTransactor
@@ -64,7 +64,7 @@ class NatsTransactor(PushTransactor):
         self.subjects = self.resources
         self.quarantine_subject = quarantine_subject
         self._queued: list[tuple[int, str, OutDoc]] = []
-        self.last_commit = None  # tidemark.drivers.nats.Committed of the last StartCommit
+        self.last_commit: Optional[Committed] = None  # tidemark.drivers.nats.Committed of the last StartCommit
 
     def send(self, msg: Store) -> None:
         b = msg.binding

@@ -5,7 +5,7 @@ and Apply's words on columns no field writes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql as pg_sql
 
@@ -14,6 +14,11 @@ from tidemark.drivers.postgres.settings import PgSettings, parse_fillfactor
 from tidemark.drivers.sql import DOCUMENT_COLUMN, JSON, ROW_ID_COLUMN, Column, TableModel, TablePlan
 from tidemark.drivers.sql import quote_ident as q
 from tidemark.protocol.messages import BindingSpec
+
+if TYPE_CHECKING:  # the mixin's methods and super() are the SqlDriver's it is combined with
+    from tidemark.drivers.sql import SqlDriver as _DriverBase
+else:
+    _DriverBase = object
 
 
 def recompute_sql(col: Column, pointer: str, con) -> str:
@@ -25,7 +30,7 @@ def recompute_sql(col: Column, pointer: str, con) -> str:
     return f"({q(DOCUMENT_COLUMN)} #>> {lit})::{sql_type(col.kind)}"
 
 
-class PostgresDDL:
+class PostgresDDL(_DriverBase):
     """The Apply hooks of :class:`~tidemark.drivers.postgres.driver.PostgresDriver` (a mixin
     before :class:`~tidemark.drivers.sql.SqlDriver`)."""
 

@@ -4,7 +4,7 @@ a conninfo string and what messages may show, and psycopg errors as tidemark's."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -100,7 +100,7 @@ class PgSettings:
             params = pg_conninfo.conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as exc:
             raise SpecError("postgres: invalid url or connection settings: " + redact(exc, secrets)) from None
-        secrets += tuple(s for s in (params.get("password"),) if s)
+        secrets += tuple(cast(str, s) for s in (params.get("password"),) if s)  # parsed from the conninfo text
         schema = v["schema"] or "public"
         check_name_length("postgres", "schema", schema)
         return PgSettings(

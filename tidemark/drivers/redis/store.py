@@ -166,6 +166,7 @@ class RedisStore:
         if not self.config.exactly_once:
             raise SpecError("endpoint redis: commit() needs mode exactly-once; at-least-once uses write()")
         cp_text = dumps(checkpoint)
+        key: Key | str  # a key of the batch; below, the key the script names
         up_keys, up_vals = [], []
         for prefix, key, doc in upserts:  # Step 1
             up_keys.append(data_key(prefix, key))
@@ -238,7 +239,7 @@ class RedisStore:
         number of keys set, rows appended and keys deleted."""
         wc = self.config.write_chunk
         sets = [(data_key(p, k), encode_doc(d)) for p, k, d in upserts]
-        pushes = [(data_key(p, k), encode_doc(d)) for p, k, d in appends]
+        pushes: list[tuple[bytes | str, bytes]] = [(data_key(p, k), encode_doc(d)) for p, k, d in appends]
         qkey = quarantine_key(self.config.namespace, materialization)
         pushes += [(qkey, encode_doc(row)) for row in quarantine]
         dels = [data_key(p, k) for p, k in deletes]
@@ -287,7 +288,7 @@ class RedisStore:
         """Every appended row under ``prefix`` (delta updates): per key, in append order."""
 
         def body() -> list:
-            out = []
+            out: list[Doc] = []
             for part in chunked(self.client.scan_iter(match=glob_escape(prefix) + "\\[*", count=1000), 1000):
                 pipe = self.client.pipeline(transaction=False)
                 for k in part:

@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Optional, TypeVar
 
 from tidemark.drivers.common.settings import Setting
 from tidemark.errors import EndpointUnavailable, TidemarkError
-from tidemark.policy import retry
+from tidemark.policy import RetryPolicy, retry
 
 T = TypeVar("T")
 
@@ -43,7 +43,12 @@ class ClientConnections:
     :class:`~tidemark.drivers.sql.SqlDriver`); the driver has ``name``, ``settings`` (with
     ``host`` and ``port``), ``policy`` and ``_con``."""
 
-    client_error: ClassVar[type] = Exception  # the client library's base error
+    client_error: ClassVar[type[BaseException]] = Exception  # the client library's base error
+    # declared by the driver this is mixed into
+    name: ClassVar[str]
+    settings: Any
+    policy: RetryPolicy
+    _con: Any
 
     # ------------------------------------------------------------ the driver's part
     def open_connection(self) -> Any:

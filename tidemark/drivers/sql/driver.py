@@ -20,7 +20,7 @@ import dataclasses
 import json
 import re
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, cast
 
 from tidemark.collection.plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
@@ -78,7 +78,7 @@ class _RollBack(Exception):
 class SqlDriver(Driver):
     """A store-authoritative SQL endpoint (see the module docstring)."""
 
-    dialect: ClassVar[Dialect] = Dialect()
+    dialect: Dialect = Dialect()  # MySQL: set per instance by the first connection
     reports_created = True
     transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
     writer: ClassVar[RowWriter] = RowWriter()  # how rows reach a session's temp tables (bulk paths)
@@ -255,7 +255,8 @@ class SqlDriver(Driver):
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
         """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
         columns an INSERT must fill."""
-        rows = self.execute(con, *self.dialect.columns(model.schema, model.name)).fetchall()
+        # cast: base_model sets the schema
+        rows = self.execute(con, *self.dialect.columns(cast(str, model.schema), model.name)).fetchall()
         return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
 
     def plan(self, con: Any, bindings: Sequence[BindingSpec]) -> list[TablePlan]:
@@ -333,7 +334,7 @@ class SqlDriver(Driver):
                     created.append(plan.binding.resource_path)
                     if not req.dry_run:
                         if dialect.schemas:
-                            self.execute(con, dialect.create_schema(model.schema))
+                            self.execute(con, dialect.create_schema(cast(str, model.schema)))
                         self.execute(con, dialect.create_table(model, options))
                     continue
                 for col in plan.missing:
@@ -580,6 +581,7 @@ class SqlDriver(Driver):
 
         owners = {r[0]: (r[1], r[2]) for r in self.run(body, "positions")}
         out = super().positions(materialization, bindings)
+        assert out is not None  # the default reads checkpoints, which this driver has
         for b in bindings:
             owner = owners.get(self.resource_name(self.base_model(b)))
             if owner is not None:

@@ -16,10 +16,10 @@ table: :class:`~tidemark.drivers.sql.writer.RowWriter`), and the driver's hooks
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 from tidemark import jsontext
-from tidemark.drivers.base import Driver, ReadCommittedLoads, Transactor  # Driver: the SqlDriver that opened it
+from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
@@ -51,6 +51,9 @@ from tidemark.protocol.messages import (
     Store,
 )
 
+if TYPE_CHECKING:
+    from tidemark.drivers.sql.driver import SqlDriver
+
 T = TypeVar("T")
 
 
@@ -75,7 +78,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def __init__(
         self,
-        driver: Driver,
+        driver: SqlDriver,
         con: Any,
         materialization: str,
         rng: Range,
@@ -84,7 +87,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kept: Optional[list[Optional[tuple[int, ...]]]] = None,
         session: Any = None,
     ):
-        self.driver: Any = driver  # the SqlDriver that opened it
+        self.driver: SqlDriver = driver  # the SqlDriver that opened it
         self.dialect = driver.dialect
         self.con = con
         self.materialization = materialization
@@ -433,6 +436,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             sources = [staged_column(j) for j in range(len(model.columns))] + [forms.null_document]
         else:
             sources = reduce_sources(forms, model, forms.staged_alias)
+        assert model.reduce is not None  # a binding the endpoint reduces
         sql = reduce_statement(forms, table, model, model.reduce, staging, names, sources)
         savepoint = dialect.error_aborts_transaction
         try:
@@ -452,6 +456,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def sum_overflow(self, model: TableModel, forms: Any, staging: str, typed: bool, exc: Exception) -> Exception:
         """The key and property of a ``sum`` that left its type, found by a query over the
         staged and stored rows; else the endpoint's error."""
+        assert model.reduce is not None  # a binding the endpoint reduces
         for col in model.values:
             f = next((f for f in model.reduce.fields if f.name == col.name), None)
             if f is None or f.strategy != "sum":

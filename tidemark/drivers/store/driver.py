@@ -260,7 +260,7 @@ class StoreDriver(Driver):
         of ``rng`` to the changelog.  The recovery log's driver checkpoint names the digest
         of the commit that counted: delete the other entries of that batch, so the Open that
         follows restores from the winner (a local store holding the loser is rebuilt)."""
-        won = ((state or {}).get("store") or {}).get(rng.name) if isinstance(state, dict) else None
+        won: Any = ((state or {}).get("store") or {}).get(rng.name) if isinstance(state, dict) else None
         cl = self.changelog(materialization) if isinstance(won, dict) else None
         if cl is None:
             return []
@@ -298,7 +298,7 @@ class StoreDriver(Driver):
         """The quarantined documents of the view, oldest batch first."""
         with self.view(materialization) as view:
             begins = {0} | {r.key_begin for r in view.sources} | {lo for lo, _, _ in view.parts}
-            rows = []
+            rows: list[tuple[bytes, Any]] = []
             for b in sorted(begins):
                 rows.extend((k[6:], loads(v)) for k, v in view.prefix(quarantine_prefix(b)))
             return [doc for _, doc in sorted(rows, key=lambda kv: kv[0])]

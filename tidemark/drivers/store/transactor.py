@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tidemark.collection.keys import compact_json
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
@@ -40,7 +40,7 @@ from tidemark.protocol.messages import (
     StateUpdate,
     Store,
 )
-from tidemark.store import Isolation, RangeStore, tidemark_key
+from tidemark.store import CommitInfo, Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
 
 
@@ -60,7 +60,7 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
         self._deferred: list[Load] = []
         self._quarantine: list[dict] = []
         self._rows = 0  # delta-updates rows of this transaction
-        self.last_commit = None  # tidemark.store.CommitInfo of the last StartCommit
+        self.last_commit: Optional[CommitInfo] = None  # tidemark.store.CommitInfo of the last StartCommit
 
     @property
     def _seq(self) -> int:

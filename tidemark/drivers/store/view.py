@@ -63,6 +63,7 @@ class Source:
             return self.reader.scan(lo, hi)
         if self.checkpoint is None:
             return iter(())
+        assert self.changelog is not None  # a source without a reader is at the changelog's head
         return live(self.changelog.state(self.range, self.batch, lo, hi))
 
     def get(self, skey: bytes) -> Optional[bytes]:

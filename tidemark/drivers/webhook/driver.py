@@ -42,7 +42,7 @@ from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.push import PushTransactor
 from tidemark.drivers.push.local import StoreDriver, StoreTransactor, resource_name
 from tidemark.drivers.webhook.chunks import plan_chunks
-from tidemark.drivers.webhook.client import WebhookClient
+from tidemark.drivers.webhook.client import Delivered, WebhookClient
 from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
 from tidemark.errors import SpecError
 from tidemark.faults import fault_point
@@ -199,7 +199,7 @@ class WebhookTransactor(PushTransactor):
         self.client = client
         self.hook = hook
         self._docs: list[list] = [[] for _ in bindings]
-        self.delivered = None  # tidemark.drivers.webhook.Delivered of the last StartCommit
+        self.delivered: Optional[Delivered] = None  # tidemark.drivers.webhook.Delivered of the last StartCommit
 
     def send(self, msg: Store) -> None:
         self._docs[msg.binding].extend(msg.docs)  # a delete sends its deletion document (_meta.op "d")

@@ -8,10 +8,18 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from tidemark.protocol.messages import Range
 from tidemark.testing.workload import APPENDS, MIRROR, REDUCED, SUMS, canon
+
+if TYPE_CHECKING:
+    from tidemark.drivers.base import Driver
+    from tidemark.protocol.messages import BindingSpec
+    from tidemark.runtime.recovery_log import LogEntry
+    from tidemark.testing.kit.report import Recorder
+    from tidemark.testing.kit.sessions import Shard, Tracker
+    from tidemark.testing.workload import Model
 
 PADDING = "kit_padding"  # the large-checkpoint scenario's member of every runtime checkpoint
 
@@ -74,8 +82,36 @@ TRUNCATION_HINT = (
 
 
 class Checks:
+    """A mixin of :class:`~tidemark.testing.kit.runtime.KitRuntime`."""
+
+    # what KitRuntime gives this mixin (declarations for the type checker)
+    factory: Callable[[], Driver]
+    rec: Recorder
+    tracker: Tracker
+    materialization: str
+    bindings: tuple[BindingSpec, ...]
+    model: Model
+    crashed: bool
+    dirty: set[str]
+    started: set[int]
+    endpoint_commits: dict[tuple[int, int], int]
+    observed: dict[tuple[int, int], tuple[int, str]]
+    last_checkpoint_rows: dict[tuple[int, int], int]
+    checkpoint_padding: str
+
+    if TYPE_CHECKING:
+
+        @property
+        def exactly_once(self) -> bool: ...
+
+        @property
+        def store_authoritative(self) -> bool: ...
+
+        @property
+        def last(self) -> Optional[LogEntry]: ...
+
     # ------------------------------------------------------------------ Opened
-    def check_opened_extra(self, shard) -> None:
+    def check_opened_extra(self, shard: Shard) -> None:
         if not self.store_authoritative:
             return
         cp = shard.opened.runtime_checkpoint
@@ -302,7 +338,8 @@ class Checks:
             view = driver.dump(self.materialization, self.bindings[SUMS])
         finally:
             driver.close()
-        got = {k[0] if isinstance(k, (tuple, list)) and len(k) == 1 else k: d for k, d in view.items()}
+        # a standard binding's dump is {key: doc}
+        got = {k[0] if isinstance(k, (tuple, list)) and len(k) == 1 else k: d for k, d in cast(dict, view).items()}
         want, _ = self.model.views(SUMS)
         for key in confusable:
             if key not in want:
@@ -324,7 +361,7 @@ class Checks:
                 ),
             )
 
-    def _excess(self) -> tuple[str, str]:
+    def _excess(self) -> tuple[str, Optional[str]]:
         if self.exactly_once and self.crashed:
             return "at-least-once-honesty", (
                 "an exactly-once driver must survive a crash at any point (also inside "

@@ -79,7 +79,7 @@ def kill_inside(kit, shard, call: Callable[[], Any], what: str, events) -> None:
             call()
         except SimulatedCrash:
             pass
-        how = (
+        how: Optional[str] = (
             f"the driver completed {what} of batch {batch} on range {shard.range.name} (the kit crashed it "
             "before the reply reached the runtime)"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional, Protocol
 
 MAX_EXPLANATIONS = 6
 
@@ -66,6 +66,13 @@ HINTS: dict[str, str] = {
 }
 
 
+class Explanation(Protocol):
+    """A failure's explanation, made only when the check fails: called with no arguments (a
+    lambda may bind loop variables as defaults, which mypy cannot infer against ``Callable[[], str]``)."""
+
+    def __call__(self) -> str: ...
+
+
 @dataclass
 class Recorder:
     """Counts checks and failures per property; every failure carries its scenario and a hint."""
@@ -81,7 +88,7 @@ class Recorder:
     def start(self, scenario: str) -> None:
         self.scenario, self.cause = scenario, None
 
-    def check(self, prop: str, ok: bool, explanation: str | Callable[[], str] = "", hint: Optional[str] = None) -> bool:
+    def check(self, prop: str, ok: bool, explanation: str | Explanation = "", hint: Optional[str] = None) -> bool:
         if self.closed:
             return ok
         self.checks[prop] += 1

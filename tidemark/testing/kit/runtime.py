@@ -24,13 +24,14 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, cast
 
 from tidemark.drivers.base import CommitPattern, Driver
 from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Range
 from tidemark.runtime.coordinator import BatchStart, Coordinator
 from tidemark.runtime.ownership import owner_fields
+from tidemark.runtime.recovery_log import LogEntry
 from tidemark.runtime.shard import ShardResult, ShardTask, merge_updates
 from tidemark.runtime.view_identity import endpoint_record
 from tidemark.testing.kit.checks import PADDING, Checks
@@ -173,7 +174,9 @@ class KitRuntime(Sessions, Checks):
             plain = {k: v for k, v in got.items() if k != "resolved"} if isinstance(got, dict) else got
             self.rec.check(
                 "identity-records",
-                plain == want and isinstance(got.get("resolved"), str) and bool(got["resolved"]),
+                plain == want
+                and isinstance(cast(dict, got).get("resolved"), str)
+                and bool(cast(dict, got)["resolved"]),
                 lambda got=got, i=i, want=want: (
                     f"binding {i}: identities() returned {got!r}, but Apply gave {want!r} (plus 'resolved')"
                 ),
@@ -261,7 +264,8 @@ class KitRuntime(Sessions, Checks):
             self.coord.shards = n
 
     @property
-    def last(self):
+    def last(self) -> Optional[LogEntry]:
+        assert self.coord is not None
         return self.coord.log.last()
 
     @property
@@ -278,6 +282,7 @@ class KitRuntime(Sessions, Checks):
 
     def checkpoint_for(self, batch_id: int) -> dict:
         """The runtime checkpoint ``begin`` gives batch N (for a stale session of an old layout)."""
+        assert self.coord is not None
         return {
             "checkpoint_id": self.coord.checkpoint_id,
             **owner_fields(self.folder),
@@ -288,6 +293,7 @@ class KitRuntime(Sessions, Checks):
 
     def task(self, batch_id: int, layout: list[Range], runtime_checkpoint: dict) -> ShardTask:
         last = self.last
+        assert self.coord is not None
         if self.checkpoint_padding:  # as a runtime's own members would make it large (offsets of many files)
             runtime_checkpoint = {**runtime_checkpoint, PADDING: self.checkpoint_padding}
         return ShardTask(
@@ -309,6 +315,7 @@ class KitRuntime(Sessions, Checks):
     def begin(self, batch_id: int, events: list[Event]) -> tuple[BatchStart, list[Range], Optional[ShardTask]]:
         self.register(batch_id, events)
         self.tracker(f"the coordinator's begin of batch {batch_id}")
+        assert self.coord is not None
         start = self.coord.begin(batch_id)
         if start.replayed:
             return start, [], None
@@ -321,6 +328,7 @@ class KitRuntime(Sessions, Checks):
         """Step 3 and 4: merge the live sessions' updates, append to the log, acknowledge."""
         results = [ShardResult(s.index, s.range, s.skipped, [u for u in s.updates if u is not None]) for s in shards]
         state = merge_updates(start.last.driver_checkpoint if start.last is not None else None, results)
+        assert self.coord is not None
         self.coord.crash_after_log = crash_after_log
         self.tracker(f"the recovery log append and Acknowledge of batch {start.batch_id}")
         try:
@@ -350,6 +358,7 @@ class KitRuntime(Sessions, Checks):
         start, layout, task = self.begin(batch_id, events)
         if start.replayed:
             return
+        assert task is not None  # begin gives a task unless the batch is replayed
         crash_phase, crash_shard = crash if crash else (None, None)
         kill_request, kill_shard = kill if kill else (None, None)
         z = z_steps = None
@@ -362,7 +371,8 @@ class KitRuntime(Sessions, Checks):
             shards.append(self.open_shard(i, rng, task, kill=kill_request if kill_shard == i else None))
             if crash_phase == "open" and crash_shard == i:
                 self.die(events)
-        if z is not None and zombie[1] == "early":
+        if z is not None and zombie is not None and zombie[1] == "early":
+            assert z_steps is not None
             self.zombie_commit(z, z_steps, [z.range])
         for shard in shards:
             if not shard.skipped:
@@ -374,7 +384,8 @@ class KitRuntime(Sessions, Checks):
                 )
             self.finish(shard)
         self.commit(start, events, shards, crash_after_log=crash_phase == "recovery_log")
-        if z is not None and zombie[1] == "late":
+        if z is not None and zombie is not None and zombie[1] == "late":
+            assert z_steps is not None
             self.zombie_commit(z, z_steps, [z.range])
         self.check_checkpoint_rows()
 
@@ -384,10 +395,11 @@ class KitRuntime(Sessions, Checks):
         for n, (batch_id, events) in enumerate(batches):
             start, layout, task = self.begin(batch_id, events)
             if not shards:
-                shards = [self.open_shard(i, rng, task) for i, rng in enumerate(layout)]
+                shards = [self.open_shard(i, rng, cast(ShardTask, task)) for i, rng in enumerate(layout)]
             for shard in shards:
-                shard.task, shard.updates, shard.committed = task, [], False
+                shard.task, shard.updates, shard.committed = cast(ShardTask, task), [], False
                 self.run_shard(shard, events)
+            assert self.coord is not None
             self.coord.skip_shard_apply = n < len(batches) - 1
             try:
                 self.commit(start, events, shards)

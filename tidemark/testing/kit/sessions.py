@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from tidemark.drivers.base import Driver
 from tidemark.errors import FencedOff, RecoveryError
@@ -14,7 +14,7 @@ from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, St
 from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.shard import ShardTask, check_opened
 from tidemark.testing.kit import kill as killing
-from tidemark.testing.kit.report import classify
+from tidemark.testing.kit.report import Recorder, classify
 from tidemark.testing.workload import (
     APPENDS,
     MIRROR,
@@ -28,6 +28,9 @@ from tidemark.testing.workload import (
     key_hash,
     mirror,
 )
+
+if TYPE_CHECKING:
+    from tidemark.protocol.messages import BindingSpec
 
 VERSION = "v1"
 
@@ -43,7 +46,7 @@ class ScenarioAbort(Exception):
 class Tracker:
     """What the kit waits for, and the driver programs it runs (for the deadline)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.doing = "starting"
         self.since = time.monotonic()
         self.programs: list = []
@@ -79,6 +82,34 @@ def rk(r: Range) -> tuple[int, int]:
 
 class Sessions:
     """A mixin of :class:`~tidemark.testing.kit.runtime.KitRuntime`."""
+
+    # what KitRuntime gives this mixin (declarations for the type checker)
+    factory: Callable[[], Driver]
+    rec: Recorder
+    tracker: Tracker
+    materialization: str
+    bindings: tuple[BindingSpec, ...]
+    live: list[Shard]
+    crashed: bool
+    dirty: set[str]
+    load_chunk: int
+    store_chunk: int
+    started: set[int]
+    endpoint_commits: dict[tuple[int, int], int]
+
+    if TYPE_CHECKING:
+
+        @property
+        def exactly_once(self) -> bool: ...
+
+        @property
+        def store_authoritative(self) -> bool: ...
+
+        def check_opened_extra(self, shard: Shard) -> None: ...
+
+        def check_loaded(
+            self, rng: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS
+        ) -> None: ...
 
     def open_shard(
         self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None, check: bool = True
@@ -216,30 +247,30 @@ class Sessions:
         for binding in range(len(self.bindings)):
             rows = [s for s in stores if s[0] == binding]
             for i in range(0, len(rows), self.store_chunk):
-                chunk = rows[i : i + self.store_chunk]
-                self.tracker(f"the driver reading a Store of {len(chunk)} documents ({where})")
+                part = rows[i : i + self.store_chunk]
+                self.tracker(f"the driver reading a Store of {len(part)} documents ({where})")
                 if binding == REDUCED:
-                    n = len(chunk)
+                    n = len(part)
                     sess.store(
                         Store(
                             binding,
-                            tuple(r[1] for r in chunk),
+                            tuple(r[1] for r in part),
                             (),
                             (),
                             (False,) * n,
                             (False,) * n,
-                            tuple(r[3] for r in chunk),
+                            tuple(r[3] for r in part),
                         )
                     )
                 else:
                     sess.store(
                         Store(
                             binding,
-                            tuple(r[1] for r in chunk),
-                            tuple(r[2] for r in chunk),
-                            tuple(r[3] for r in chunk),
-                            tuple(r[4] for r in chunk),
-                            tuple(r[5] for r in chunk),
+                            tuple(r[1] for r in part),
+                            tuple(r[2] for r in part),
+                            tuple(r[3] for r in part),
+                            tuple(r[4] for r in part),
+                            tuple(r[5] for r in part),
                         )
                     )
                 yield "store"
