@@ -146,3 +146,55 @@ def test_query_of_a_table_view_needs_no_other_endpoints_library(tmp_path):
     )
     assert "rocksdict" not in done.stderr, done.stderr
     assert done.returncode == 0 and '"c1"' in done.stdout, done.stderr
+
+
+def test_run_reads_its_spec_once(tmp_path, monkeypatch):
+    """The spec edited after ``run`` began (here: while Spark starts) changes nothing of that
+    run: the endpoint check, the leases and the run all use the one reading."""
+    from typer.testing import CliRunner
+
+    import tidemark.spark.runner
+    import tidemark.spark.session
+    from tidemark.cli import app
+    from tidemark.spec import TidemarkSpec, load_spec
+
+    spec = tmp_path / "spec.yaml"
+    (tmp_path / "data").mkdir()
+    body = {
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": {"type": "object", "required": ["customer"], "properties": {"customer": {"type": "string"}}},
+                "source": {"path": "data"},
+            }
+        },
+        "materializations": {
+            "v": {
+                "endpoint": {"sqlite": {"path": "views.db"}},
+                "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+            }
+        },
+        "checkpoint": "chk",
+    }
+    spec.write_text(yaml.safe_dump(body))
+    seen = []
+
+    class FakeSpark:
+        class sparkContext:  # noqa: N801 - what the CLI reads of a session
+            @staticmethod
+            def setLogLevel(level):
+                pass
+
+    def starting_spark(*args, **kwargs):
+        spec.write_text("collections: {broken")  # the edit lands while Spark starts
+        return FakeSpark()
+
+    def run_spec(given, **kwargs):
+        seen.append(given)
+        assert load_spec(given) is given  # a spec already read is not read again
+
+    monkeypatch.setattr(tidemark.spark.session, "local_session", starting_spark)
+    monkeypatch.setattr(tidemark.spark.runner, "run_spec", run_spec)
+    done = CliRunner().invoke(app, ["run", str(spec), "--available-now"])
+    assert done.exit_code == 0, done.output
+    assert len(seen) == 1 and isinstance(seen[0], TidemarkSpec) and list(seen[0].materializations) == ["v"]

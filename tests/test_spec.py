@@ -337,3 +337,18 @@ def test_errors_within_a_collection_are_all_reported():
     assert places == ["spec.yaml:collections.orders.key[0]", "spec.yaml:collections.orders.source.format"], str(
         exc.value
     )
+
+
+def test_two_typos_in_the_schemas_reductions_are_both_reported():
+    def typos(o):
+        props = o["collections"]["orders"]["schema"]["properties"]
+        props["total"]["reduce"]["strategy"] = "sume"
+        props["last"] = {"type": "string", "reduce": {"strategy": "lastWriteWin"}}
+
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with(typos), file="spec.yaml")
+    lines = str(exc.value).splitlines()
+    assert lines[0].startswith("spec.yaml:collections.orders.schema.properties.total.reduce.strategy: unknown"), lines
+    assert "did you mean `sum`" in lines[0]
+    assert lines[1].startswith("spec.yaml:collections.orders.schema.properties.last.reduce.strategy: unknown"), lines
+    assert "did you mean `lastWriteWins`" in lines[1] and lines[2] == "(2 errors in the spec)"

@@ -132,10 +132,10 @@ def run(
 
             # one live run per checkpoint: the leases first, so that a second run is refused at
             # once (the run's coordinators take them over in this process when Spark is up)
-            leases = take_leases(spec, materialization or None)
+            leases = take_leases(parsed, materialization or None)  # the spec as read once, above
             stop.leases = leases
             # the endpoints next (credentials, reachability, the tables), before Spark starts
-            check_spec(spec, materialization or None, to_run=True)
+            check_spec(parsed, materialization or None, to_run=True)
             for n in materialization or list(parsed.materializations):
                 if n in parsed.materializations:
                     waiting = pending_files(parsed, n)
@@ -155,7 +155,7 @@ def run(
             # Spark logs a failed batch with every stack trace; the CLI prints the one message.
             spark.sparkContext.setLogLevel("ERROR" if _state["verbose"] else "FATAL")
             run_spec(
-                spec,
+                parsed,
                 available_now=available_now,
                 materializations=materialization or None,
                 spark=spark,

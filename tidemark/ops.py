@@ -123,7 +123,7 @@ def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
     return tuple(c.binding_spec(b) for c, b in zip(colls, mat.bindings))
 
 
-def take_leases(spec_path: str, materializations: Optional[list[str]] = None) -> list:
+def take_leases(spec_path: "str | TidemarkSpec", materializations: Optional[list[str]] = None) -> list:
     """Take the lease of each (or each named) materialization's checkpoint before anything
     else (``tidemark run``: before Spark starts), renewed until the run's coordinator takes it
     over in this process; refuses at once a checkpoint another live run holds
@@ -195,7 +195,9 @@ def committed_view(spec_path: str, name: str):
 # ----------------------------------------------------------------------------- check
 
 
-def check_spec(spec_path: str, materializations: Optional[list[str]] = None, *, to_run: bool = False) -> list[str]:
+def check_spec(
+    spec_path: "str | TidemarkSpec", materializations: Optional[list[str]] = None, *, to_run: bool = False
+) -> list[str]:
     """Validate the spec and dry-run Validate/Apply against each (or each named) endpoint;
     return what was checked.  ``tidemark run`` calls it before Spark starts (``to_run``), so that a
     wrong password, an unreachable endpoint or a checkpoint another run holds is reported at once;
@@ -209,7 +211,7 @@ def check_spec(spec_path: str, materializations: Optional[list[str]] = None, *, 
             file=spec.file,
         )
     lines = [
-        f"spec {spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"
+        f"spec {spec.file or spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"
     ]
     lines += [check_materialization(spec, spec.materializations[n], to_run=to_run) for n in names]
     return lines

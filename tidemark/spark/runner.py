@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, cast
+from typing import TYPE_CHECKING, Callable, Optional, cast
+
+if TYPE_CHECKING:
+    from tidemark.spec import TidemarkSpec
 
 
 def run_spec(
-    spec_path: str,
+    spec_path: "str | TidemarkSpec",
     *,
     available_now: bool = True,
     materializations: Optional[list[str]] = None,

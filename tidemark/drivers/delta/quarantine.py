@@ -13,7 +13,7 @@ carrying the app transaction ``(APP_ID, N)``, and skips the table when it is alr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Optional, Protocol
 
 import pyarrow.dataset as pds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -23,8 +23,20 @@ from tidemark.drivers.common.columns import QUARANTINE_TABLE
 from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
 from tidemark.drivers.lake.quarantine import COLUMNS, SCHEMA
 
-if TYPE_CHECKING:
-    from tidemark.drivers.delta.driver import DeltaDriver
+
+class QuarantineHost(Protocol):
+    """What the quarantine table's functions use of the Delta driver."""
+
+    quarantine_location: str
+    storage_options: Optional[dict]
+
+    @property
+    def fs(self) -> tuple[Any, str]: ...
+
+    def table(self, location: str) -> DeltaTable: ...
+
+    def staged_paths(self, where: str, names: list[str], batch: int) -> list[str]: ...
+
 
 TABLE_PROPERTY = "tidemark.quarantine"  # marks the table as tidemark's dead-letter table
 
@@ -39,7 +51,7 @@ __all__ = [
 ]
 
 
-def apply_quarantine(driver: DeltaDriver, names: list[str], app: str, batch: int) -> None:
+def apply_quarantine(driver: QuarantineHost, names: list[str], app: str, batch: int) -> None:
     """Append batch ``batch``'s staged quarantine files once (the app transaction ``(app, batch)``)."""
     location = driver.quarantine_location
     DeltaTable.create(
@@ -64,7 +76,7 @@ def apply_quarantine(driver: DeltaDriver, names: list[str], app: str, batch: int
     )
 
 
-def read_quarantine(driver: DeltaDriver, materialization: str) -> list[dict]:
+def read_quarantine(driver: QuarantineHost, materialization: str) -> list[dict]:
     """The quarantined rows of a materialization, by batch and location (tests, inspection)."""
     try:
         dt = driver.table(driver.quarantine_location)
@@ -75,7 +87,7 @@ def read_quarantine(driver: DeltaDriver, materialization: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
 
 
-def drop_quarantine(driver: DeltaDriver, materialization: str) -> int:
+def drop_quarantine(driver: QuarantineHost, materialization: str) -> int:
     """Delete the materialization's rows from the quarantine table; how many."""
     try:
         dt = driver.table(driver.quarantine_location)
@@ -85,7 +97,7 @@ def drop_quarantine(driver: DeltaDriver, materialization: str) -> int:
     return int(metrics.get("num_deleted_rows") or 0)
 
 
-def move_quarantine(driver: DeltaDriver, shadow: str, materialization: str) -> str | None:
+def move_quarantine(driver: QuarantineHost, shadow: str, materialization: str) -> str | None:
     """A rebuild's cut-over: the rows of ``shadow`` become ``materialization``'s, in place of its
     own, in one commit (an overwrite of the rows of both names)."""
     import pyarrow as pa

@@ -16,13 +16,14 @@ table: :class:`~tidemark.drivers.sql.writer.RowWriter`), and the driver's hooks
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from tidemark import jsontext
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
+from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     INTEGER,
@@ -36,7 +37,7 @@ from tidemark.drivers.sql.model import (
     staged_column,
 )
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement, sum_overflowed
-from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk
+from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk, RowWriter
 from tidemark.errors import DriverError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -51,10 +52,37 @@ from tidemark.protocol.messages import (
     Store,
 )
 
-if TYPE_CHECKING:
-    from tidemark.drivers.sql.driver import SqlDriver
-
 T = TypeVar("T")
+
+
+class SessionDriver(Protocol):
+    """What a :class:`SqlTransactor` uses of the SQL driver that opened it (its dialect, its
+    client, its table names, its row writer and its reducing statements)."""
+
+    dialect: Dialect
+    writer: RowWriter
+
+    @property
+    def checkpoints_table(self) -> str: ...
+
+    @property
+    def quarantine_table(self) -> str: ...
+
+    def execute(self, con: Any, sql: str, params: Optional[Sequence[Any]] = None) -> Any: ...
+
+    def executemany(self, con: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def check_session(self, con: Any, session: Any) -> None: ...
+
+    def transaction(self, con: Any, body: Callable[[], T], write: bool = True) -> T: ...
+
+    def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T: ...
+
+    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]: ...
+
+    def reduce_sql(self, model: TableModel) -> Any: ...
+
+    def reduce_refused(self, model: TableModel, exc: Exception) -> Optional[Exception]: ...
 
 
 def stage_name(binding: int) -> str:
@@ -78,7 +106,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def __init__(
         self,
-        driver: SqlDriver,
+        driver: SessionDriver,
         con: Any,
         materialization: str,
         rng: Range,
@@ -87,7 +115,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kept: Optional[list[Optional[tuple[int, ...]]]] = None,
         session: Any = None,
     ):
-        self.driver: SqlDriver = driver  # the SqlDriver that opened it
+        self.driver = driver  # the SqlDriver that opened it
         self.dialect = driver.dialect
         self.con = con
         self.materialization = materialization
