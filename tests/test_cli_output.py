@@ -180,7 +180,7 @@ def test_run_reads_its_spec_once(tmp_path, monkeypatch):
     seen = []
 
     class FakeSpark:
-        class sparkContext:  # noqa: N801 - what the CLI reads of a session
+        class sparkContext:
             @staticmethod
             def setLogLevel(level):
                 pass
