@@ -140,6 +140,7 @@ def test_zombie_process_commit_is_rejected(postgres_url, pg_schema):
         d.close()
 
 
+@pytest.mark.chaos_full  # 40 s of JVM restarts: after the default suite (the budget); the SQLite kills cover the path there
 def test_typed_rows_killed_between_the_staged_copy_and_the_statement_then_restart_is_exact(
     tmp_path, postgres_url, pg_schema
 ):
