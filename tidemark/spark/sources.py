@@ -9,6 +9,7 @@ same input are refused: exactly-once needs a batch that Spark re-runs to be iden
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from tidemark.errors import SpecError
 from tidemark.spec import FILE_FORMATS  # (the spec checks the format when it is loaded)
@@ -79,6 +80,8 @@ def _with_file_order(df, mtime: bool = False):
 
     if "_metadata" in df.columns:  # a column of the user's own with that name
         return None
+    if has_file_metadata(df) is False:  # asked of the plan: a failed analysis is logged at ERROR
+        return None
     try:
         return df.select(
             "*",
@@ -88,6 +91,23 @@ def _with_file_order(df, mtime: bool = False):
         )
     except AnalysisException:
         return None
+
+
+def has_file_metadata(df) -> Optional[bool]:
+    """Whether Spark's hidden ``_metadata`` column resolves on ``df``, read off its analyzed
+    plan's metadata output (what the analyzer resolves it from) instead of trying: Spark logs
+    a failed resolution at ERROR with its stack, once per probe.  None where the plan cannot
+    be read (Spark Connect: the caller tries)."""
+    from py4j.protocol import Py4JError
+
+    try:
+        it = df._jdf.queryExecution().analyzed().metadataOutput().iterator()
+        names = []
+        while it.hasNext():
+            names.append(it.next().name())
+    except (AttributeError, Py4JError):
+        return None
+    return "_metadata" in names
 
 
 def source_order(df) -> str:
