@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from typing import Optional
 
 from tidemark.options import process_options
 
@@ -119,6 +120,19 @@ def logical_plan_text(df) -> str:
     with contextlib.redirect_stdout(out):
         df.explain(extended=True)
     return out.getvalue()
+
+
+def metadata_columns(df) -> Optional[list[str]]:
+    """The hidden metadata columns that resolve on ``df`` (its analyzed plan's metadata output,
+    what the analyzer resolves ``_metadata`` from), or None where the handle is not supported
+    (the caller then tries the public API)."""
+    if not supported(df.sparkSession):
+        return None
+    it = analyzed(jdf(df)).metadataOutput().iterator()
+    names = []
+    while it.hasNext():
+        names.append(it.next().name())
+    return names
 
 
 def quiet_logger(spark, name: str) -> None:

@@ -95,19 +95,13 @@ def _with_file_order(df, mtime: bool = False):
 
 def has_file_metadata(df) -> Optional[bool]:
     """Whether Spark's hidden ``_metadata`` column resolves on ``df``, read off its analyzed
-    plan's metadata output (what the analyzer resolves it from) instead of trying: Spark logs
-    a failed resolution at ERROR with its stack, once per probe.  None where the plan cannot
-    be read (Spark Connect: the caller tries)."""
-    from py4j.protocol import Py4JError
+    plan (:func:`tidemark.spark.internals.metadata_columns`) instead of trying: Spark logs a
+    failed resolution at ERROR with its stack, once per probe.  None where the plan cannot be
+    read (Spark Connect, an untested Spark: the caller tries)."""
+    from tidemark.spark.internals import metadata_columns
 
-    try:
-        it = df._jdf.queryExecution().analyzed().metadataOutput().iterator()
-        names = []
-        while it.hasNext():
-            names.append(it.next().name())
-    except (AttributeError, Py4JError):
-        return None
-    return "_metadata" in names
+    names = metadata_columns(df)
+    return None if names is None else "_metadata" in names
 
 
 def source_order(df) -> str:
