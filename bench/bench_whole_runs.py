@@ -52,7 +52,7 @@ sys.path.insert(0, HERE)
 from bench_postgres_e2e import machine
 from bench_small_batches import SCALARS, SCHEMA, SPARK_SCHEMA, answer_rows, write_stream
 
-URL = os.environ.get("TIDEMARK_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 EVENTS_SCHEMA = {
     "type": "object",
