@@ -291,16 +291,22 @@ def child_tidemark(args) -> dict:
     spark = local_session("bench-tidemark", master=f"local[{args.shards}]")
     commits: list[float] = []
     paths: list[str] = []
+    phases: list[dict] = []
 
     def on_batch(r):
         commits.append(time.time())
         paths.append(f"loaded={r.loaded}")
+        phases.append(dict(r.timings))
 
     runs = run_spec(path, spark=spark, on_batch=on_batch)
+    body = phases[len(phases) // 4 :] or phases
+    names = sorted({k for p in body for k in p})
     return {
         "first_commit": commits[0] if commits else None,
         "batches": triggers(runs[0].query.recentProgress),
         "loaded": paths[-1] if paths else "",
+        # tidemark's own timers, median of the steady batches: the floor part by part
+        "phases": {k: round(statistics.median(p.get(k, 0.0) for p in body), 3) for k in names},
     }
 
 
@@ -479,6 +485,10 @@ def main() -> None:
                     f"{report.get('loaded', '')} view {differences(view, want)}",
                     flush=True,
                 )
+                if report.get("phases"):
+                    print(
+                        "    steady batch by phase (s): " + "  ".join(f"{k}={v}" for k, v in report["phases"].items())
+                    )
     finally:
         with psycopg.connect(URL, autocommit=True) as con:
             for s in schemas:
