@@ -122,17 +122,17 @@ def position_owner(p: Any) -> Optional[Owner]:
     return Owner(p.materialization, p.checkpoint_id, p.location, p.host)
 
 
-def recorded_owners(driver: Any, names: Sequence[str], bindings: Sequence[Any]) -> list[tuple[str, Owner]]:
-    """Every (place, owner) the endpoint records for views ``names`` over ``bindings``: its
-    progress per range or table, and the view-identity record of each bound resource."""
+def recorded_owners(driver: Any, name: str, bindings: Sequence[Any]) -> list[tuple[str, Owner]]:
+    """Every (place, owner) the endpoint records for view ``name`` over ``bindings``: its
+    progress per range or table, what it keeps by the name alone (:meth:`Driver.owners`), and
+    the view-identity record of each bound resource."""
     found: list[tuple[str, Owner]] = []
     bindings = tuple(bindings)
-    for name in names:
-        for p in [*(driver.positions(name, bindings) or []), *driver.owners(name)]:
-            owner = position_owner(p)
-            if owner is not None:
-                found.append((p.place, owner))
-    records = driver.identities(names[0], bindings) or []
+    for p in [*(driver.positions(name, bindings) or []), *driver.owners(name)]:
+        owner = position_owner(p)
+        if owner is not None:
+            found.append((p.place, owner))
+    records = driver.identities(name, bindings) or []
     for b, rec in zip(bindings, records):
         owner = Owner.of(rec)
         if owner is not None:
@@ -148,7 +148,7 @@ def foreign_owners(
     """The places in the endpoint that another checkpoint owns (see :meth:`Owner.owns_with`;
     ``also``: more owners that count as this view's)."""
     ours = (mine, *also)
-    found = recorded_owners(driver, [mine.materialization], bindings)
+    found = recorded_owners(driver, mine.materialization, bindings)
     return [(place, o) for place, o in found if not any(m.owns_with(o) for m in ours)]
 
 
