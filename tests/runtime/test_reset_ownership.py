@@ -173,3 +173,26 @@ def test_a_view_of_the_same_name_in_another_spec_never_touches_this_ones_progres
 def sqlite_rows(path, query) -> list:
     with sqlite3.connect(path) as con:
         return sorted(con.execute(query).fetchall())
+
+
+def test_a_rebuild_from_another_spec_of_the_same_name_changes_nothing(owner, tmp_path):
+    """A second spec's view of the same name, with a checkpoint of its own (it ran before,
+    elsewhere), asks for a rebuild here: refused before anything is built, naming both
+    checkpoints; its --abandon has nothing to abandon; the production view is untouched."""
+    from tidemark.runtime.recovery_log import RecoveryLog
+
+    spec, want = owner
+    progress = sqlite_rows(tmp_path / "views.db", "SELECT * FROM tidemark_checkpoints")
+    other = write_spec(tmp_path, "other.yaml", "e_totals", "e_totals_copy", ".tidemark/second")
+    RecoveryLog(str(tmp_path / ".tidemark" / "second" / "e_totals"), "e_totals", create=True)
+    rebuilt = cli("rebuild", other, "-m", "e_totals")
+    assert rebuilt.returncode != 0
+    first = rebuilt.stderr.strip().splitlines()[0]
+    assert "this rebuild would change another job's view" in first and "Nothing was changed" in first, rebuilt.stderr
+    assert "tidemark reset" not in rebuilt.stderr
+    abandoned = cli("rebuild", other, "-m", "e_totals", "--abandon")
+    assert "no rebuild in progress" in abandoned.stdout + abandoned.stderr
+    assert view(tmp_path) == want
+    assert sqlite_rows(tmp_path / "views.db", "SELECT * FROM tidemark_checkpoints") == progress
+    names = {r[0] for r in sqlite_rows(tmp_path / "views.db", "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert not any("rebuild" in n for n in names), names  # no shadow was made

@@ -245,6 +245,7 @@ class Rebuild:
                 f"materialization {self.name!r} has no view to rebuild yet (no checkpoint at {self.location}): "
                 "`tidemark run` builds it from the edited spec. Nothing was changed"
             )
+        self._refuse_foreign_live(live.checkpoint_id)
         adoption = adopted(self.location)
         if adoption is not None and not adoption.done:
             raise SpecError(
@@ -396,6 +397,16 @@ class Rebuild:
         return f"rebuild {record.id} abandoned: " + ("; ".join(done) or "nothing was built yet")
 
     # ------------------------------------------------------------------ helpers
+    def _refuse_foreign_live(self, live_id: Optional[str]) -> None:
+        """The cut-over replaces the live view's contents and progress: refuse, before anything
+        is built, a live view of this name that another checkpoint (another spec's folder)
+        writes in the endpoint."""
+        from tidemark.runtime.ownership import Owner, refuse_foreign_owners
+
+        mine = Owner.here(self.name, live_id, self.location)
+        bindings = self._bindings(self.spec, self.mat)
+        refuse_foreign_owners(self.driver, self.mat.driver_name, mine, bindings, action="this rebuild")
+
     def _drop_shadow(self) -> list[str]:
         """Drop what the endpoint keeps of this rebuild's shadow, refused (nothing dropped) when
         another checkpoint owns any of it: another spec's rebuild of a view of this name."""
