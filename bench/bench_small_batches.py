@@ -142,10 +142,26 @@ def spark_own(progress: list) -> dict[int, dict]:
     return out
 
 
+def hand_aggregate(df):
+    """The hand-written job's aggregate of a batch: Spark's own functions, the same meaning
+    as the view (write-wins by ``ts``, the items ordered by ``ts``)."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy("customer").agg(
+        F.sum("amount"),
+        F.sum("orders"),
+        F.max("largest"),
+        F.min("smallest"),
+        F.max_by("city", "ts"),
+        F.min_by("first_city", "ts"),
+        F.max("ts"),
+        F.to_json(F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))), lambda s: s["items"]))),
+    )
+
+
 def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tuple[float, list[dict]]:
     """What users write: foreachBatch, groupBy/agg, executemany upserts (``write=False``:
     the aggregate into the ``noop`` sink instead, Spark's own share)."""
-    from pyspark.sql import functions as F
 
     if write:
         with psycopg.connect(url, autocommit=True) as con:
@@ -165,18 +181,7 @@ def run_by_hand(spark, data, url, schema, checkpoint, write: bool = True) -> tup
 
     def batch(df, batch_id):
         t0 = time.perf_counter()
-        agg = df.groupBy("customer").agg(
-            F.sum("amount"),
-            F.sum("orders"),
-            F.max("largest"),
-            F.min("smallest"),
-            F.max_by("city", "ts"),
-            F.min_by("first_city", "ts"),
-            F.max("ts"),
-            F.to_json(
-                F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))), lambda s: s["items"]))
-            ),
-        )
+        agg = hand_aggregate(df)
         if not write:
             agg.write.format("noop").mode("overwrite").save()
             phases[batch_id] = {"aggregate": time.perf_counter() - t0}

@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 from bench_postgres_e2e import machine
-from bench_small_batches import SCALARS, SCHEMA, SPARK_SCHEMA, answer_rows, write_stream
+from bench_small_batches import SCALARS, SCHEMA, SPARK_SCHEMA, answer_rows, hand_aggregate, write_stream
 
 URL = os.environ.get("TIDEMARK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -191,18 +191,7 @@ def peer_aggregate(df, shape: str):
     from pyspark.sql import functions as F
 
     if shape == "simple":
-        return df.groupBy("customer").agg(
-            F.sum("amount"),
-            F.sum("orders"),
-            F.max("largest"),
-            F.min("smallest"),
-            F.max_by("city", "ts"),
-            F.min_by("first_city", "ts"),
-            F.max("ts"),
-            F.to_json(
-                F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("ts", "items"))), lambda s: s["items"]))
-            ),
-        )
+        return hand_aggregate(df)
     # the position in the batch (one file per batch): what "last written" means for the optional fields
     pos = F.monotonically_increasing_id()
     ev = df.withColumn("_ts", F.to_timestamp("event_time")).withColumn("_pos", pos)

@@ -93,6 +93,24 @@ def test_query_reads_a_table_view_in_key_order(tmp_path):
     assert "Traceback" not in missing.stderr
 
 
+def write_table_view_spec(tmp_path):
+    """A spec of one SQLite table view ``t`` keyed by ``/customer`` (its source folder: ``data``)."""
+    spec = tmp_path / "spec.yaml"
+    coll = {
+        "key": ["/customer"],
+        "schema": {"type": "object", "required": ["customer"], "properties": {"customer": {"type": "string"}}},
+        "source": {"path": "data"},
+    }
+    view = {
+        "endpoint": {"sqlite": {"path": "views.db"}},
+        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
+    }
+    spec.write_text(
+        yaml.safe_dump({"collections": {"orders": coll}, "materializations": {"v": view}, "checkpoint": "chk"})
+    )
+    return spec
+
+
 BLOCK_ROCKSDICT = """
 import sys, importlib.abc
 class Blocked(importlib.abc.MetaPathFinder):
@@ -113,31 +131,7 @@ def test_query_of_a_table_view_needs_no_other_endpoints_library(tmp_path):
     with sqlite3.connect(tmp_path / "views.db") as con:
         con.execute("CREATE TABLE t (customer TEXT PRIMARY KEY, flow_document TEXT NOT NULL)")
         con.execute("INSERT INTO t VALUES ('c1', '{\"customer\": \"c1\"}')")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "collections": {
-                    "orders": {
-                        "key": ["/customer"],
-                        "schema": {
-                            "type": "object",
-                            "required": ["customer"],
-                            "properties": {"customer": {"type": "string"}},
-                        },
-                        "source": {"path": "data"},
-                    }
-                },
-                "materializations": {
-                    "v": {
-                        "endpoint": {"sqlite": {"path": "views.db"}},
-                        "bindings": [{"source": "orders", "resource": {"table": "t"}}],
-                    }
-                },
-                "checkpoint": "chk",
-            }
-        )
-    )
+    spec = write_table_view_spec(tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", BLOCK_ROCKSDICT, "query", str(spec), "--view", "t"],
         capture_output=True,
@@ -158,25 +152,8 @@ def test_run_reads_its_spec_once(tmp_path, monkeypatch):
     from tidemark.cli import app
     from tidemark.spec import TidemarkSpec, load_spec
 
-    spec = tmp_path / "spec.yaml"
     (tmp_path / "data").mkdir()
-    body = {
-        "collections": {
-            "orders": {
-                "key": ["/customer"],
-                "schema": {"type": "object", "required": ["customer"], "properties": {"customer": {"type": "string"}}},
-                "source": {"path": "data"},
-            }
-        },
-        "materializations": {
-            "v": {
-                "endpoint": {"sqlite": {"path": "views.db"}},
-                "bindings": [{"source": "orders", "resource": {"table": "t"}}],
-            }
-        },
-        "checkpoint": "chk",
-    }
-    spec.write_text(yaml.safe_dump(body))
+    spec = write_table_view_spec(tmp_path)
     seen = []
 
     class FakeSpark:

@@ -214,7 +214,7 @@ def refuse_foreign(
     ]
     if not foreign:
         return
-    p = max(foreign, key=lambda p: p.batch_id)  # a place that holds a batch names it
+    p = max(foreign, key=lambda place: place.batch_id)  # a place that holds a batch names it
     at = f"batch {p.batch_id}" if p.batch_id >= 0 else "no batch yet"
     this = f"this checkpoint ({mine}, {'no batch yet' if last is None else f'batch {last.batch_id}'})"
     if p.materialization != materialization:

@@ -122,10 +122,9 @@ class KitRuntime(Sessions, Checks):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
 
-    def start(self) -> None:
-        """A runtime process starts: a new coordinator, start-up (Step 5 re-runs the last Acknowledge)."""
-        driver = self.factory()
-        coord = KitCoordinator(
+    def coordinator(self, driver: Driver) -> KitCoordinator:
+        """The real coordinator of this runtime's view, over ``driver``."""
+        return KitCoordinator(
             materialization=self.materialization,
             driver=driver,
             driver_name=self.driver_name,
@@ -135,6 +134,11 @@ class KitRuntime(Sessions, Checks):
             checkpoint_location=self.folder,
             shards=self.shards,
         )
+
+    def start(self) -> None:
+        """A runtime process starts: a new coordinator, start-up (Step 5 re-runs the last Acknowledge)."""
+        driver = self.factory()
+        coord = self.coordinator(driver)
         self.tracker("start-up of the coordinator (Validate, Apply, the Acknowledge of the last batch)")
         try:
             coord.start_up()
@@ -213,16 +217,7 @@ class KitRuntime(Sessions, Checks):
         refused = []
         driver = self.factory()
         try:
-            coord = KitCoordinator(
-                materialization=other.materialization,
-                driver=driver,
-                driver_name=self.driver_name,
-                driver_config=dict(driver.config),
-                bindings=other.bindings,
-                version=VERSION,
-                checkpoint_location=other.folder,
-                shards=1,
-            )
+            coord = other.coordinator(driver)
             self.tracker(f"start-up of another checkpoint's view of this name, {what}")
             try:
                 coord.start_up()
