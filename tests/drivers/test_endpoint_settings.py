@@ -89,7 +89,7 @@ def test_the_spec_schema_and_the_refusal_name_the_same_settings(endpoint):
 
 # strings, as Spark options and environment variables give them, become the setting's type
 CONVERTED = [
-    ("sqlite", {"synchronous": "normal"}, lambda d: d.synchronous == "NORMAL"),
+    ("sqlite", {"synchronous": "normal"}, lambda d: d.settings.synchronous == "NORMAL"),
     ("postgres", {"port": "5433", "fillfactor": "90"}, lambda d: d.settings.fillfactor == 90),
     ("mysql", {"port": "3307"}, lambda d: d.settings.port == 3307),
     ("store", {"snapshot_every": "7", "max_uncommitted_bytes": "1000"}, lambda d: d.base.snapshot_every == 7),

@@ -31,12 +31,12 @@ from tidemark.drivers.mysql.dialect import (
     MySqlDialect,
     dialect_for,
 )
-from tidemark.drivers.mysql.driver import CAPABILITIES, MySqlDriver
+from tidemark.drivers.mysql.driver import MySqlClient, MySqlDriver
 from tidemark.drivers.mysql.settings import BULK_MODES, SETTINGS, MySqlSettings, translate
 
 __all__ = [
     "BULK_MODES",
-    "CAPABILITIES",
+    "MySqlClient",
     "SETTINGS",
     "KEY_CHARS",
     "MARIADB",

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.sql import (
     BOOLEAN,
-    DOCUMENT_COLUMN,
     INTEGER,
     JSON,
     NUMBER,
-    ROW_ID_COLUMN,
     TEXT,
     TIMESTAMP,
     Column,
     Dialect,
     TableModel,
 )
+from tidemark.drivers.sql.dialect import Reduction
 from tidemark.drivers.sql.model import IS_DELETE
-from tidemark.errors import SpecError
+from tidemark.drivers.sql.reduce import unescaped_names
+from tidemark.errors import IncompatibleSchema, SpecError
+from tidemark.protocol.messages import BindingSpec
 
 SQL_TYPES = {
     TEXT: "longtext",
@@ -50,6 +52,10 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _reduce_forms(model: TableModel, dialect: Dialect) -> MariaReduce:
+    return MariaReduce(dialect.quote, dialect.ident(model), model)
+
+
 class MySqlDialect(Dialect):
     """MariaDB 10.5+ and MySQL 8.0+ (the key collation differs, see the module docstring)."""
 
@@ -68,10 +74,30 @@ class MySqlDialect(Dialect):
     lean_rows = True
     typed_staging = True  # a lean binding it reduces stages Store.rows (typed values): drivers/mysql/bulk.py
     transactional_ddl = False  # DDL commits implicitly (a rebuild's cut-over: drivers/sql/replace.py)
+    table_suffix = " ENGINE=InnoDB"
+    name_limit = f"MySQL's {MAX_IDENTIFIER_CHARS}-character column names"
 
     def __init__(self, collation: str = MARIADB_COLLATION, mariadb: bool = True):
         self.collation = collation
         self.mariadb = mariadb  # JSON is longtext with a json_valid check there
+        # MariaDB reduces in the endpoint (reduce.py); MySQL 8 Loads
+        self.reduction = Reduction(ENDPOINT_REDUCE, _reduce_forms, unescaped_names) if mariadb else None
+
+    def check_binding(self, binding: BindingSpec, model: TableModel) -> None:
+        """Names over 64 characters, and a primary key too long for InnoDB."""
+        resource = binding.resource if isinstance(binding.resource, dict) else {}
+        for what, name in (("table", resource.get("table")), ("schema", resource.get("schema"))):
+            if isinstance(name, str) and len(name) > MAX_IDENTIFIER_CHARS:
+                raise SpecError(
+                    f"binding of {binding.collection!r}: {what} name {name!r} is {len(name)} characters; "
+                    f"MySQL allows {MAX_IDENTIFIER_CHARS}. Choose a shorter one."
+                )
+        strings = [c.name for c in model.keys if c.kind in (TEXT, JSON)]
+        if not model.delta and len(strings) > MAX_STRING_KEYS:
+            raise IncompatibleSchema(
+                f"table {model.display!r}: {len(strings)} string key fields {strings}; an InnoDB primary key holds "
+                f"at most {MAX_STRING_KEYS} string columns of 255 characters (3072 bytes). Use fewer string keys"
+            )
 
     def quote(self, name: str) -> str:
         return quote(name)
@@ -136,17 +162,6 @@ class MySqlDialect(Dialect):
     def create_schema(self, schema: str) -> str:
         return f"CREATE DATABASE IF NOT EXISTS {self.quote(schema)} CHARACTER SET utf8mb4"
 
-    def create_table(self, model: TableModel, options: str = "") -> str:
-        q, t = self.quote, self.ddl_type
-        cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
-        cols += [f"{q(c.name)} {t(c)}" for c in model.values]
-        cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type}{'' if model.lean else ' NOT NULL'}")
-        if model.delta:
-            cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
-        else:
-            cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
-        return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}) ENGINE=InnoDB{options}"
-
     def add_column(self, model: TableModel, col: Column) -> str:
         return (
             f"ALTER TABLE {self.ident(model)} ADD COLUMN IF NOT EXISTS {self.quote(col.name)} {self.ddl_type(col)}"
@@ -205,6 +220,13 @@ class MySqlDialect(Dialect):
             "ORDER BY c.ordinal_position",
             (schema, table),
         )
+
+    def read_columns(self, rows: Sequence[Sequence[Any]]) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
+        existing = {
+            name: (self.normal_type(dtype, ctype, coll, bool(checked)), bool(pk))
+            for name, dtype, ctype, coll, pk, _req, checked in rows
+        }
+        return existing or None, [r[0] for r in rows if r[5]]
 
     def read_value(self, kind: str, value: Any) -> Any:
         if kind == TIMESTAMP and value is not None and hasattr(value, "isoformat"):

@@ -11,9 +11,9 @@ Passwords are never printed: ``repr``, errors and log lines are redacted, and li
 errors are translated with ``from None`` so their text cannot leak a connection string.
 
 The modules: :mod:`.settings` (config, TLS, error translation), :mod:`.dialect` (types,
-identifiers, catalogs), :mod:`.copytext` (COPY encoding), :mod:`.ddl` (fillfactor,
-widening migrations), :mod:`.transactor` (the session's COPY fast paths, the pooler
-check) and :mod:`.driver` (connections).  Fencing, checkpoints, Apply, the commit steps
+identifiers, catalogs), :mod:`.copytext` (COPY encoding), :mod:`.ddl` (the migrations: fillfactor,
+widening), :mod:`.copy` (the session's COPY row writer) and :mod:`.driver` (the client:
+connections, the pooler check; the endpoint's parts).  Fencing, checkpoints, Apply, the commit steps
 and the inspection calls are the skeleton's (:mod:`tidemark.drivers.sql`).
 """
 
@@ -38,7 +38,7 @@ from tidemark.drivers.postgres.dialect import (
     too_long,
     widens,
 )
-from tidemark.drivers.postgres.driver import CAPABILITIES, PostgresDriver
+from tidemark.drivers.postgres.driver import PostgresClient, PostgresDriver
 from tidemark.drivers.postgres.settings import (
     DEFAULT_FILLFACTOR,
     SETTINGS,
@@ -49,7 +49,7 @@ from tidemark.drivers.postgres.settings import (
 )
 
 __all__ = [
-    "CAPABILITIES",
+    "PostgresClient",
     "SETTINGS",
     "DEFAULT_FILLFACTOR",
     "DIALECT",

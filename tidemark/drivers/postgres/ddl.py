@@ -5,7 +5,7 @@ and Apply's words on columns no field writes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Sequence
 
 from psycopg import sql as pg_sql
 
@@ -13,12 +13,8 @@ from tidemark.drivers.postgres.dialect import MAX_IDENTIFIER_BYTES, sql_type
 from tidemark.drivers.postgres.settings import PgSettings, parse_fillfactor
 from tidemark.drivers.sql import DOCUMENT_COLUMN, JSON, ROW_ID_COLUMN, Column, TableModel, TablePlan
 from tidemark.drivers.sql import quote_ident as q
+from tidemark.drivers.sql.parts import SqlClient
 from tidemark.protocol.messages import BindingSpec
-
-if TYPE_CHECKING:  # the mixin's methods and super() are the SqlDriver's it is combined with
-    from tidemark.drivers.sql import SqlDriver as _DriverBase
-else:
-    _DriverBase = object
 
 
 def recompute_sql(col: Column, pointer: str, con) -> str:
@@ -30,11 +26,11 @@ def recompute_sql(col: Column, pointer: str, con) -> str:
     return f"({q(DOCUMENT_COLUMN)} #>> {lit})::{sql_type(col.kind)}"
 
 
-class PostgresDDL(_DriverBase):
-    """The Apply hooks of :class:`~tidemark.drivers.postgres.driver.PostgresDriver` (a mixin
-    before :class:`~tidemark.drivers.sql.SqlDriver`)."""
+class PostgresMigrations:
+    """PostgreSQL's :class:`~tidemark.drivers.sql.parts.Migrations`."""
 
-    settings: PgSettings
+    def __init__(self, settings: PgSettings):
+        self.settings = settings
 
     def fillfactor(self, model: TableModel, binding: BindingSpec) -> int:
         """The fillfactor a new table gets: the resource's, else the endpoint's for a standard
@@ -50,28 +46,26 @@ class PostgresDDL(_DriverBase):
             return "", ""
         return f" WITH (fillfactor = {int(fillfactor)})", f" (fillfactor {fillfactor})"
 
-    def notes(self, plan: TablePlan) -> list[str]:
+    def notes(self, plan: TablePlan, omitted: Sequence[str]) -> list[str]:
         """Columns of an existing table that no field writes are left as they are (and said so)."""
         written = (
             {c.name for c in plan.model.columns}
             | {DOCUMENT_COLUMN, ROW_ID_COLUMN}
-            | {n.encode()[:MAX_IDENTIFIER_BYTES].decode(errors="ignore") for n in self.omitted_fields(plan.binding)}
+            | {n.encode()[:MAX_IDENTIFIER_BYTES].decode(errors="ignore") for n in omitted}
         )
         unwritten = sorted(set(plan.existing or ()) - written)
-        return [
-            f"leave column {name} of {plan.model.display} as it is: no field writes it" for name in unwritten
-        ] + super().notes(plan)
+        return [f"leave column {name} of {plan.model.display} as it is: no field writes it" for name in unwritten]
 
-    def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
+    def migrate(self, client: SqlClient, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
         """Widen the value columns whose type changed, in one statement (the table is rewritten once)."""
         if not plan.widened:
             return []
         model = plan.model
         pointers = {f.name: f.pointer for f in plan.binding.fields}
         if model.lean:  # the column holds the value: converted where it is
-            return self.widen_lean(con, model, plan.widened, dry_run)
+            return self.widen_lean(client, con, model, plan.widened, dry_run)
         if not dry_run:
-            self.execute(
+            client.execute(
                 con,
                 f"ALTER TABLE {model.ident} "
                 + ", ".join(
@@ -85,10 +79,10 @@ class PostgresDDL(_DriverBase):
             for col, was in plan.widened
         ]
 
-    def widen_lean(self, con: Any, model: TableModel, widened: list, dry_run: bool) -> list[str]:
+    def widen_lean(self, client: SqlClient, con: Any, model: TableModel, widened: list, dry_run: bool) -> list[str]:
         """Widen columns of a lean table (their values are converted: no document holds them)."""
         if not dry_run:
-            self.execute(
+            client.execute(
                 con,
                 f"ALTER TABLE {model.ident} "
                 + ", ".join(

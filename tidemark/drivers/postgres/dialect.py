@@ -14,8 +14,10 @@ from tidemark.drivers.sql import (
     TIMESTAMP,
     Column,
     Dialect,
+    TableModel,
     check_identifier,
 )
+from tidemark.drivers.sql.dialect import Reduction
 from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, staged_column
 from tidemark.drivers.sql.reduce import ReduceSql
 
@@ -291,3 +293,10 @@ REDUCE = PostgresReduce(DIALECT.quote)
 ENDPOINT_REDUCE = frozenset(
     ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge")
 )
+
+
+def _reduce_forms(model: TableModel, dialect: Dialect) -> PostgresReduce:
+    return PostgresReduce(dialect.quote)  # its own: a statement over typed values sets ``staged_values``
+
+
+PostgresDialect.reduction = Reduction(ENDPOINT_REDUCE, _reduce_forms)

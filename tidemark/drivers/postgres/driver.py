@@ -1,55 +1,48 @@
-"""The PostgreSQL driver: connection code over psycopg 3 on the SQL skeleton.
+"""The PostgreSQL endpoint: a client over psycopg 3, assembled with the SQL skeleton.
 
 Connections are autocommit with explicit transactions and a ``lock_timeout``; errors are
 translated (redacted) by :func:`~tidemark.drivers.postgres.settings.translate` and the
 transient ones retried, except on a session's connection that was lost (its temp tables
-are gone with it).
+are gone with it).  The parts: :class:`PostgresClient`, the COPY row writer
+(:mod:`.copy`) and the migrations (:mod:`.ddl`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import psycopg
 
-from tidemark.drivers.base import Capabilities
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.postgres.copy import CopyWriter, backend_pid
-from tidemark.drivers.postgres.ddl import PostgresDDL
-from tidemark.drivers.postgres.dialect import DIALECT, ENDPOINT_REDUCE, REDUCE
+from tidemark.drivers.postgres.ddl import PostgresMigrations
+from tidemark.drivers.postgres.dialect import DIALECT
 from tidemark.drivers.postgres.settings import SETTINGS, PgSettings, translate
-from tidemark.drivers.sql import SqlDriver, sql_capabilities
-from tidemark.drivers.sql.connection import ClientConnections
-from tidemark.errors import DriverError, TidemarkError
+from tidemark.drivers.sql import SqlDriver
+from tidemark.drivers.sql.connection import Retrying
+from tidemark.drivers.sql.parts import SqlEndpoint, SqlParts
+from tidemark.errors import DriverError
 from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
 
-# PostgreSQL reduces a binding's batches itself where every strategy has a SQL form
-CAPABILITIES = dataclasses.replace(sql_capabilities(50_000), endpoint_reduce=ENDPOINT_REDUCE)
 
+class PostgresClient:
+    """Connections to one PostgreSQL server (:class:`~tidemark.drivers.sql.parts.SqlClient`)."""
 
-class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
-    name = "postgres"
     dialect = DIALECT
-    writer = CopyWriter()
+    dialect_known = True
 
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
-
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        self.settings = PgSettings.from_config(self.config)
-        self.schema = self.settings.schema
-        self.policy = self.settings.policy
-        self._con: Optional[psycopg.Connection] = None
-
-    def __repr__(self) -> str:
-        return f"PostgresDriver({self.settings!r})"
-
-    # ------------------------------------------------------------ connections (drivers.sql.connection)
-    client_error = psycopg.Error
+    def __init__(self, settings: PgSettings):
+        self.settings = settings
+        self.retrying = Retrying(
+            "postgres",
+            f"{settings.host}:{settings.port}",
+            settings.policy,
+            psycopg.Error,
+            lambda exc, what: translate(exc, settings, what),
+            lambda con, exc: con.broken,
+        )
 
     def open_connection(self) -> psycopg.Connection:
         """An autocommit connection with the policy's ``lock_timeout``."""
@@ -62,18 +55,28 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
             raise
         return con
 
-    def translate(self, exc: BaseException, what: str) -> TidemarkError:
-        return translate(exc, self.settings, what)
+    def connect(self, retrying: bool = True) -> psycopg.Connection:
+        return self.retrying.connect(self.open_connection, retrying)
 
-    def is_lost(self, con: psycopg.Connection, exc: BaseException) -> bool:
-        return con.broken
+    def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
+        return self.retrying.run(fn, what, con)
 
     def usable(self, con: psycopg.Connection) -> bool:
         return not (con.closed or con.broken)
 
+    def close(self, con: psycopg.Connection) -> None:
+        con.close()
+
     def transaction(self, con: psycopg.Connection, body: Callable[[], T], write: bool = True) -> T:
         with con.transaction():
             return body()
+
+    def execute(self, con: psycopg.Connection, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
+        return con.execute(sql) if params is None else con.execute(sql, params)
+
+    def executemany(self, con: psycopg.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with con.cursor() as cur:
+            cur.executemany(sql, rows)
 
     def session_info(self, con: psycopg.Connection) -> Any:
         return backend_pid(con)  # every later transaction of the session must run there
@@ -98,20 +101,37 @@ class PostgresDriver(ClientConnections, PostgresDDL, SqlDriver):
                 "directly, or through a pooler in session mode. Nothing of this transaction was committed."
             )
 
-    def reduce_sql(self, model):
-        return REDUCE
 
-    # ------------------------------------------------------------ setup phase
-    def spec(self) -> SpecResponse:
-        return SpecResponse(
-            config_schema=config_schema(SETTINGS),
-            resource_schema={
-                "type": "object",
-                "required": ["table"],
-                "properties": {
-                    "table": {"type": "string"},
-                    "schema": {"type": "string"},
-                    "fillfactor": {"type": "integer", "minimum": 10, "maximum": 100},
-                },
-            },
-        )
+SPEC = SpecResponse(
+    config_schema=config_schema(SETTINGS),
+    resource_schema={
+        "type": "object",
+        "required": ["table"],
+        "properties": {
+            "table": {"type": "string"},
+            "schema": {"type": "string"},
+            "fillfactor": {"type": "integer", "minimum": 10, "maximum": 100},
+        },
+    },
+)
+
+
+def _assemble(config: dict) -> SqlParts:
+    settings = PgSettings.from_config(config)
+    return SqlParts(
+        client=PostgresClient(settings),
+        schema=settings.schema,
+        chunk=50_000,
+        spec=SPEC,
+        settings=settings,
+        describe=f"PostgresDriver({settings!r})",
+        writer=CopyWriter(),
+        migrations=PostgresMigrations(settings),
+    )
+
+
+class PostgresDriver(SqlDriver):
+    """PostgreSQL: the SQL skeleton over :class:`PostgresClient`, COPY and its migrations."""
+
+    name = "postgres"
+    endpoint = SqlEndpoint(_assemble)

@@ -10,7 +10,8 @@ Estuary's ``materialize-sql`` dialects do.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tidemark.drivers.sql.model import (
     BOOLEAN,
@@ -27,6 +28,29 @@ from tidemark.drivers.sql.model import (
     quote_ident,
     scale_of_kind,
 )
+
+
+def _as_staged(texts: Sequence[str]) -> Sequence[str]:
+    return texts
+
+
+def _not_refused(model: TableModel, exc: Exception) -> Optional[Exception]:
+    return None
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How an endpoint reduces a binding's batches itself (:mod:`tidemark.drivers.sql.reduce`)."""
+
+    strategies: frozenset  # the strategies it has a SQL form of (``Capabilities.endpoint_reduce``)
+    #: the dialect's SQL pieces for a table (a :class:`~tidemark.drivers.sql.reduce.ReduceSql`)
+    forms: Callable[[TableModel, "Dialect"], Any]
+    #: the combined documents' JSON texts as its statement wants them staged
+    staged_texts: Callable[[Sequence[str]], Sequence[str]] = _as_staged
+    #: the error to raise for an error of its statement (a sum past 64 bits, named by key and
+    #: property), or None to let it propagate
+    refused: Callable[[TableModel, Exception], Optional[Exception]] = _not_refused
+
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -63,6 +87,18 @@ class Dialect:
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
     typed_staging: bool = False  # a lean binding it reduces stages ``Store.rows`` (typed values)
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)
+    #: how the endpoint reduces a batch itself (None: it Loads, and the runtime reduces)
+    reduction: Optional[Reduction] = None
+    table_suffix: str = ""  # appended to a view's CREATE TABLE, before its options (MySQL: the engine)
+
+    @property
+    def name_limit(self) -> str:
+        """The identifier limit in words, e.g. "PostgreSQL's 63-byte column names"."""
+        return f"{self.title}'s {self.max_identifier_bytes}-byte column names"
+
+    def check_binding(self, binding: Any, model: TableModel) -> None:
+        """Refuse (SpecError, IncompatibleSchema) a binding's table the endpoint cannot hold,
+        beyond the identifier limit (MySQL: names over 64 characters, too many string keys)."""
 
     def resolved_name(self, name: str) -> str:
         """A table's name as the endpoint resolves it (the view-identity record's ``resolved``):
@@ -155,8 +191,13 @@ class Dialect:
     def create_schema(self, schema: str) -> str:
         return f"CREATE SCHEMA IF NOT EXISTS {self.quote(schema)}"
 
+    def ddl_type(self, col: Column) -> str:
+        """The type a ``CREATE`` writes for a view column (:meth:`column_type` is the one
+        Apply compares; MySQL adds a key's collation)."""
+        return self.column_type(col)
+
     def create_table(self, model: TableModel, options: str = "") -> str:
-        q, t = self.quote, self.column_type
+        q, t = self.quote, self.ddl_type
         cols = [f"{q(c.name)} {t(c)} NOT NULL" for c in model.keys]
         cols += [f"{q(c.name)} {t(c)}" for c in model.values]
         cols.append(f"{q(DOCUMENT_COLUMN)} {self.document_type}{'' if model.lean else ' NOT NULL'}")
@@ -164,7 +205,7 @@ class Dialect:
             cols.insert(0, f"{q(ROW_ID_COLUMN)} {self.row_id_type}")
         else:
             cols.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in model.keys)})")
-        return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}){options}"
+        return f"CREATE TABLE IF NOT EXISTS {self.ident(model)} ({', '.join(cols)}){self.table_suffix}{options}"
 
     def add_column(self, model: TableModel, col: Column) -> str:
         return f"ALTER TABLE {self.ident(model)} ADD COLUMN {self.quote(col.name)} {self.column_type(col)}"
@@ -245,6 +286,11 @@ class Dialect:
             f"WHERE c.table_schema = {p} AND c.table_name = {p} ORDER BY c.ordinal_position",
             (schema, table),
         )
+
+    def read_columns(self, rows: Sequence[Sequence[Any]]) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
+        """The rows of :meth:`columns` as ``{name: (type, is_primary_key)}`` (None: no table),
+        and the columns an INSERT must fill."""
+        return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
 
     def read_value(self, kind: str, value: Any) -> Any:
         """A key column's value as read back, as the key holds it."""

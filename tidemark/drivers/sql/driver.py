@@ -1,16 +1,16 @@
-"""The skeleton of a store-authoritative SQL endpoint, written once over a dialect.
+"""The store-authoritative SQL endpoint, written once and assembled from parts.
 
-:class:`SqlDriver` holds everything but the connection code and the dialect: tidemark's
-own tables (``tidemark_checkpoints``, ``tidemark_resources``, ``tidemark_quarantine``),
-Validate and Apply (create, add columns, claim the tables), Open (bump the fence of the
-range and of every overlapping range, inherit the checkpoint; see
-:mod:`tidemark.drivers.common.fences`), and the inspection calls (``dump``, ``checkpoints``,
-``positions``, ``drop``).  The session is :class:`~tidemark.drivers.sql.transactor.SqlTransactor`.
+:class:`SqlDriver` holds everything but the parts (:mod:`tidemark.drivers.sql.parts`):
+tidemark's own tables (``tidemark_checkpoints``, ``tidemark_resources``,
+``tidemark_quarantine``, ``tidemark_identities``), Validate and Apply (create, add columns,
+claim the tables), Open (bump the fence of the range and of every overlapping range, inherit
+the checkpoint; see :mod:`tidemark.drivers.common.fences`), and the inspection calls
+(``dump``, ``checkpoints``, ``positions``, ``drop``).  The session is
+:class:`~tidemark.drivers.sql.transactor.SqlTransactor`.
 
-A subclass provides the connection code — :meth:`SqlDriver.connect`, :attr:`SqlDriver.con`,
-:meth:`SqlDriver.run`, :meth:`SqlDriver.transaction` — a :class:`~tidemark.drivers.sql.dialect.Dialect`
-as ``dialect``, ``schema`` (where its own tables live), and ``capabilities``/``spec``.
-``docs/dev/sql-skeleton.md`` says what a new SQL endpoint writes.
+An endpoint's driver class names its :class:`~tidemark.drivers.sql.parts.SqlEndpoint` (how
+its config becomes a client, a row writer and migrations; the client names the dialect) and
+overrides nothing.  ``docs/dev/sql-skeleton.md`` says what a new SQL endpoint writes.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from tidemark.drivers.sql.model import (
     check_columns,
     dumps,
 )
+from tidemark.drivers.sql.parts import SqlEndpoint
 from tidemark.drivers.sql.plan import TablePlan, check_identifier
 from tidemark.drivers.sql.transactor import SqlTransactor
-from tidemark.drivers.sql.writer import RowWriter
 from tidemark.errors import IncompatibleSchema, RecoveryError
 from tidemark.protocol.messages import (
     Applied,
@@ -50,6 +50,7 @@ from tidemark.protocol.messages import (
     Open,
     Opened,
     Range,
+    SpecResponse,
     Validate,
     Validated,
     ValidatedBinding,
@@ -58,9 +59,10 @@ from tidemark.protocol.messages import (
 T = TypeVar("T")
 
 
-def sql_capabilities(chunk: int) -> Capabilities:
+def sql_capabilities(chunk: int, endpoint_reduce: frozenset = frozenset()) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
-    updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``."""
+    updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``; reduce
+    in the endpoint the strategies of ``endpoint_reduce``."""
     return Capabilities(
         commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
         delta_updates=True,
@@ -68,6 +70,7 @@ def sql_capabilities(chunk: int) -> Capabilities:
         max_store_docs=chunk,
         concurrent_shards=True,
         quarantine=True,
+        endpoint_reduce=endpoint_reduce,
     )
 
 
@@ -78,70 +81,70 @@ class _RollBack(Exception):
 class SqlDriver(Driver):
     """A store-authoritative SQL endpoint (see the module docstring)."""
 
-    dialect: Dialect = Dialect()  # MySQL: set per instance by the first connection
     reports_created = True
-    transactor: ClassVar[type] = SqlTransactor  # the class of its sessions
-    writer: ClassVar[RowWriter] = RowWriter()  # how rows reach a session's temp tables (bulk paths)
-    schema: str = ""  # where tidemark's own tables live, and tables without a schema of their own
-    _con: Any = None  # the driver's own connection (see :attr:`con`)
+    endpoint: ClassVar[SqlEndpoint]  # the endpoint's parts, named by its driver class
 
-    # -------------------------------------------------------- connection code
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        parts = self.endpoint.assemble(self.config)
+        self.parts = parts
+        self.client = parts.client
+        self.settings = parts.settings
+        self.schema = parts.schema
+        self.writer = parts.writer
+        self.migrations = parts.migrations
+        self._con: Any = None  # the driver's own connection (see :attr:`con`)
+
+    @classmethod
+    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+        return cls.endpoint.resolve(config, base_dir)
+
+    def __repr__(self) -> str:
+        return self.parts.describe
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.client.dialect
+
+    def capabilities(self) -> Capabilities:
+        """Store-authoritative (:func:`sql_capabilities`); the strategies the dialect reduces
+        in the endpoint (MySQL or MariaDB: known from a connection's handshake)."""
+        if not self.client.dialect_known:
+            self.con  # noqa: B018 - the handshake names the server
+        reduction = self.dialect.reduction
+        return sql_capabilities(self.parts.chunk, frozenset() if reduction is None else reduction.strategies)
+
+    def spec(self) -> SpecResponse:
+        return self.parts.spec
+
+    # -------------------------------------------------------- the client's
     def connect(self) -> Any:
-        """A new connection for a session (retried under the driver's policy)."""
-        raise NotImplementedError
+        """A new connection for a session (retried under the endpoint's policy)."""
+        return self.client.connect()
 
     @property
     def con(self) -> Any:
-        """The driver's own connection (setup and inspection), made on first use."""
-        raise NotImplementedError
+        """The driver's own connection (setup and inspection), made again when it is gone."""
+        if self._con is None or not self.client.usable(self._con):
+            self._con = self.client.connect(retrying=False)  # used inside run(), which retries
+        return self._con
 
     def close(self) -> None:
         if self._con is not None:
-            self._con.close()
+            self.client.close(self._con)
             self._con = None
 
     def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
-        """``fn()``, its client errors translated to tidemark's, transient ones retried (not
-        when ``con``, a session's connection, is lost)."""
-        raise NotImplementedError
+        return self.client.run(fn, what, con)
 
     def transaction(self, con: Any, body: Callable[[], T], write: bool = True) -> T:
-        """``body()`` in one transaction of ``con``: committed, or rolled back on any error.
-        ``write`` is false when the body writes only the session's temp tables."""
-        raise NotImplementedError
+        return self.client.transaction(con, body, write)
 
     def execute(self, con: Any, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
-        """Run a statement; returns a cursor (``fetchone``, ``fetchall``, ``rowcount``)."""
-        return con.execute(sql) if params is None else con.execute(sql, params)
+        return self.client.execute(con, sql, params)
 
     def executemany(self, con: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        cur = con.cursor()
-        try:
-            cur.executemany(sql, rows)
-        finally:
-            cur.close()
-
-    def reduce_sql(self, model: TableModel) -> Any:
-        """The dialect's SQL form of the strategies (a :class:`~tidemark.drivers.sql.reduce.ReduceSql`)
-        for a binding it reduces itself (``Capabilities.endpoint_reduce``)."""
-        raise NotImplementedError(f"{self.dialect.title} does not reduce in the endpoint")
-
-    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]:
-        """The combined documents' JSON texts as the reduce statement wants them staged."""
-        return texts
-
-    def reduce_refused(self, model: TableModel, exc: Exception) -> Optional[Exception]:
-        """The error to raise for ``exc`` from a binding's reduce statement (a sum past 64
-        bits, named by key and property), or None to let ``exc`` propagate."""
-        return None
-
-    def session_info(self, con: Any) -> Any:
-        """Read inside Open's transaction and handed to the session (PostgreSQL: the server process)."""
-        return None
-
-    def check_session(self, con: Any, session: Any) -> None:
-        """First in each of a session's transactions (``session``: what :meth:`session_info`
-        read at Open): raise if it must not go on."""
+        self.client.executemany(con, sql, rows)
 
     def atomically(self, body: Callable[[Any], T], what: str, con: Any = None, write: bool = True) -> T:
         """``body(con)`` in one transaction, retried as :meth:`run` retries; without ``con``,
@@ -210,6 +213,7 @@ class SqlDriver(Driver):
         model = TableModel.of(binding, self.schema if dialect.schemas else None)
         if not dialect.schemas:
             model = dataclasses.replace(model, schema=self.schema)
+        dialect.check_binding(binding, model)
         if binding.endpoint_reduce and not binding.delta_updates:
             plan, why = binding_reduction(binding.schema, binding.key, self.capabilities().endpoint_reduce)
             if plan is None:
@@ -246,18 +250,15 @@ class SqlDriver(Driver):
 
     @property
     def omitted_reason(self) -> str:
-        dialect = self.dialect
-        return (
-            f"its name is longer than {dialect.title}'s {dialect.max_identifier_bytes}-byte column names; "
-            f"its value stays in {DOCUMENT_COLUMN}"
-        )
+        return f"its name is longer than {self.dialect.name_limit}; its value stays in {DOCUMENT_COLUMN}"
 
     def existing(self, con: Any, model: TableModel) -> tuple[Optional[dict[str, tuple[str, bool]]], list[str]]:
         """The table's columns ``{name: (type, is_primary_key)}`` (None: no table), and the
         columns an INSERT must fill."""
         # cast: base_model sets the schema
-        rows = self.execute(con, *self.dialect.columns(cast(str, model.schema), model.name)).fetchall()
-        return {n: (t, bool(pk)) for n, t, pk, _ in rows} or None, [n for n, _, _, required in rows if required]
+        return self.dialect.read_columns(
+            self.execute(con, *self.dialect.columns(cast(str, model.schema), model.name)).fetchall()
+        )
 
     def plan(self, con: Any, bindings: Sequence[BindingSpec]) -> list[TablePlan]:
         dialect = self.dialect
@@ -285,25 +286,15 @@ class SqlDriver(Driver):
                 for c in model.values
                 if existing and c.name in existing and existing[c.name][0].lower() != dialect.column_type(c).lower()
             ]
-            out.append(TablePlan(b, model, existing, missing, widened, self.table_options(model, b)))
+            out.append(TablePlan(b, model, existing, missing, widened, self.migrations.table_options(model, b)))
         return out
 
     def notes(self, plan: TablePlan) -> list[str]:
         """Apply's words on what it leaves as it is."""
-        return [
-            f"leave field {name} out of {plan.model.display}'s columns ({self.omitted_reason})"
-            for name in self.omitted_fields(plan.binding)
+        omitted = self.omitted_fields(plan.binding)
+        return self.migrations.notes(plan, omitted) + [
+            f"leave field {name} out of {plan.model.display}'s columns ({self.omitted_reason})" for name in omitted
         ]
-
-    def table_options(self, model: TableModel, binding: BindingSpec) -> tuple[str, str]:
-        """What ``CREATE TABLE`` appends for a new table, and how Apply says it (read by
-        Validate too: raise SpecError for a resource's bad options)."""
-        return "", ""
-
-    def migrate(self, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
-        """Change the types of ``plan.widened`` columns (the dialect accepted them); returns
-        what it does, in words.  The default changes nothing."""
-        return []
 
     def validate(self, req: Validate) -> Validated:
         self.run(lambda: self.plan(self.con, req.bindings), "validate")
@@ -341,7 +332,7 @@ class SqlDriver(Driver):
                     actions.append(f"add column {col.name} {dialect.column_type(col)} to {model.display}")
                     if not req.dry_run:
                         self.execute(con, dialect.add_column(model, col))
-                actions.extend(self.migrate(con, plan, req.dry_run))
+                actions.extend(self.migrations.migrate(self.client, con, plan, req.dry_run))
             if not req.dry_run and req.checkpoint_id:
                 for i, b in enumerate(req.bindings):
                     self.claim(
@@ -407,15 +398,15 @@ class SqlDriver(Driver):
         try:
             self.run(lambda: self.ensure_tables(con), "open", con)
             plan, info = self.atomically(
-                lambda c: (self.open_range(c, req.materialization, req.range), self.session_info(c)),
+                lambda c: (self.open_range(c, req.materialization, req.range), self.client.session_info(c)),
                 f"open {req.range.name}",
                 con,
             )
         except BaseException:
-            con.close()
+            self.client.close(con)
             raise
         models = [self.model(b, con) for b in req.bindings]
-        transactor = self.transactor(
+        transactor = SqlTransactor(
             self,
             con,
             req.materialization,

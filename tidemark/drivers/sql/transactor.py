@@ -8,10 +8,10 @@ verifies the fence and writes the runtime checkpoint and the quarantine rows (st
 its docstring).
 
 An endpoint supplies, and overrides no step: its dialect (the SQL text, the staging tables'
-types, how the commit deletes, updates in place and dedupes:
+types, how the commit deletes, updates in place and dedupes, and its reducing statement:
 :class:`~tidemark.drivers.sql.dialect.Dialect`), its row writer (how rows reach a temp
-table: :class:`~tidemark.drivers.sql.writer.RowWriter`), and the driver's hooks
-(``check_session``, ``reduce_sql``, ``reduce_refused``).
+table: :class:`~tidemark.drivers.sql.writer.RowWriter`) and its client
+(:class:`~tidemark.drivers.sql.parts.SqlClient`: ``check_session``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
-from tidemark.drivers.sql.dialect import Dialect
+from tidemark.drivers.sql.dialect import Dialect, Reduction
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     INTEGER,
@@ -36,6 +36,7 @@ from tidemark.drivers.sql.model import (
     quarantine_rows,
     staged_column,
 )
+from tidemark.drivers.sql.parts import SqlClient
 from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement, sum_overflowed
 from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk, RowWriter
 from tidemark.errors import DriverError
@@ -57,10 +58,14 @@ T = TypeVar("T")
 
 class SessionDriver(Protocol):
     """What a :class:`SqlTransactor` uses of the SQL driver that opened it (its dialect, its
-    client, its table names, its row writer and its reducing statements)."""
+    client, its table names and its row writer)."""
 
-    dialect: Dialect
     writer: RowWriter
+    client: SqlClient
+    settings: Any
+
+    @property
+    def dialect(self) -> Dialect: ...
 
     @property
     def checkpoints_table(self) -> str: ...
@@ -72,17 +77,9 @@ class SessionDriver(Protocol):
 
     def executemany(self, con: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
-    def check_session(self, con: Any, session: Any) -> None: ...
-
     def transaction(self, con: Any, body: Callable[[], T], write: bool = True) -> T: ...
 
     def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T: ...
-
-    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]: ...
-
-    def reduce_sql(self, model: TableModel) -> Any: ...
-
-    def reduce_refused(self, model: TableModel, exc: Exception) -> Optional[Exception]: ...
 
 
 def stage_name(binding: int) -> str:
@@ -149,7 +146,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def check_session(self) -> None:
         """First in each of the session's transactions: raise if it must not go on (the
         driver's ``check_session``: PostgreSQL refuses another server process than Open's)."""
-        self.driver.check_session(self.con, self.session)
+        self.driver.client.check_session(self.con, self.session)
 
     def transaction(self, body: Callable[[], T], write: bool = True) -> T:
         """``body()`` in one transaction of this session, after :meth:`check_session` (once)."""
@@ -163,6 +160,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def in_transaction(self, body: Callable[[], T], what: str, write: bool = True) -> T:
         """:meth:`transaction`, retried as the driver's ``run`` retries."""
         return self.driver.run(lambda: self.transaction(body, write), what, self.con)
+
+    def reduction(self) -> Reduction:
+        """The dialect's statement by which the endpoint reduces a binding itself."""
+        reduction = self.dialect.reduction
+        if reduction is None:
+            raise DriverError(f"{self.dialect.title} does not reduce in the endpoint")
+        return reduction
 
     def temp(self, name: str, columns: Sequence[str], options: str = "") -> tuple[str, Optional[str]]:
         """A temp table's name in statements, and the statement that creates it if this
@@ -342,7 +346,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             )
         self.staged_once(model, msg)
         n = len(model.keys)
-        texts = self.driver.staged_texts(msg.texts) if msg.texts else tuple(self.writer.dumps(d) for d in msg.docs)
+        texts = self.reduction().staged_texts(msg.texts) if msg.texts else tuple(self.writer.dumps(d) for d in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         rows = [(seq + i, False, False, *key, text) for i, (key, text) in enumerate(zip(msg.keys, texts))]
@@ -456,7 +460,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """Reduce the staged combined documents into the stored ones, in this transaction; a
         sum past its type is refused naming the key and the property."""
         dialect = self.dialect
-        forms = self.driver.reduce_sql(model)
+        forms = self.reduction().forms(model, dialect)
         typed = binding in self._typed
         if typed:  # typed values: the staging table's columns as they are
             forms.staged_values = True
@@ -474,7 +478,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         except Exception as exc:
             if savepoint:
                 self.execute("ROLLBACK TO SAVEPOINT tidemark_reduce")
-            refused = self.driver.reduce_refused(model, exc)
+            refused = self.reduction().refused(model, exc)
             if refused is None and dialect.out_of_range(exc):
                 refused = self.sum_overflow(model, forms, staging, typed, exc)
             if refused is None:
@@ -493,7 +497,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             if row is not None:
                 n = len(model.keys)
                 return sum_overflowed(model, f.name, col.kind == INTEGER, list(row[:n]), row[n], row[n + 1])
-        text = redact(exc, getattr(getattr(self.driver, "settings", None), "secrets", ())).strip().splitlines()[0]
+        text = redact(exc, getattr(self.driver.settings, "secrets", ())).strip().splitlines()[0]
         return DriverError(
             f"{model.display}: reducing this batch in {self.dialect.title} failed: {text}. Nothing of this "
             "shard's transaction was committed."

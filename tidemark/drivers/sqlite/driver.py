@@ -10,7 +10,7 @@ lock, and a remaining ``SQLITE_BUSY`` is retried under the driver's
 :class:`~tidemark.policy.RetryPolicy`.
 
 Everything else is the SQL skeleton (:mod:`tidemark.drivers.sql`): this module is the
-dialect and the connection code.  A session stages its Stores in the connection's
+dialect and the client (connections), assembled into the endpoint's parts.  A session stages its Stores in the connection's
 ``temp`` database (no lock on the shared file) and the commit moves them into the
 tables in one ``BEGIN IMMEDIATE`` transaction that also verifies the fence and writes
 the runtime checkpoint.
@@ -18,14 +18,29 @@ the runtime checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from tidemark.drivers.base import Capabilities, resolve_local_path
+from tidemark.drivers.base import resolve_local_path
 from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.sql import BOOLEAN, INTEGER, JSON, NUMBER, TEXT, TIMESTAMP, Dialect, SqlDriver, sql_capabilities
+from tidemark.drivers.sql import (
+    BOOLEAN,
+    CHECKPOINTS_TABLE,
+    INTEGER,
+    JSON,
+    NUMBER,
+    QUARANTINE_TABLE,
+    RESOURCES_TABLE,
+    TEXT,
+    TIMESTAMP,
+    Dialect,
+    SqlDriver,
+    TableModel,
+)
+from tidemark.drivers.sql.dialect import Reduction
+from tidemark.drivers.sql.model import IDENTITIES_TABLE
+from tidemark.drivers.sql.parts import SqlEndpoint, SqlParts
 from tidemark.drivers.sqlite import reduce
 from tidemark.drivers.sqlite.settings import SETTINGS, SqliteSettings
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
@@ -33,6 +48,10 @@ from tidemark.policy import retry
 from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
+
+
+def _reduce_forms(model: TableModel, dialect: Dialect) -> reduce.SqliteReduce:
+    return reduce.SqliteReduce(dialect.quote, [dialect.quote(c.name) for c in model.keys])
 
 
 class SQLiteDialect(Dialect):
@@ -48,6 +67,7 @@ class SQLiteDialect(Dialect):
     lean_rows = True
     exact_decimals = False  # NUMERIC affinity keeps a double
     typed_staging = True
+    reduction = Reduction(reduce.ENDPOINT_REDUCE, _reduce_forms, reduce.unescaped_names, reduce.refused)
 
     def widens(self, existing_type: str, col) -> bool:
         """integer -> number needs nothing in SQLite: an INTEGER column keeps a fractional value
@@ -70,6 +90,8 @@ class SQLiteDialect(Dialect):
 
 SQL_TYPES = SQLiteDialect.types
 DIALECT = SQLiteDialect()
+SCHEMA = "main"  # tidemark's own tables, and the views
+OWN_TABLES = (CHECKPOINTS_TABLE, RESOURCES_TABLE, QUARANTINE_TABLE, IDENTITIES_TABLE)
 
 
 def sql_type(kind: str) -> str:
@@ -86,34 +108,16 @@ def _translate(exc: sqlite3.Error, path: str) -> TidemarkError:
     return DriverError(f"SQLite database {path!r}: {type(exc).__name__}: {text}")
 
 
-CAPABILITIES = dataclasses.replace(sql_capabilities(10_000), endpoint_reduce=reduce.ENDPOINT_REDUCE)
+class SqliteClient:
+    """Connections to one database file (:class:`~tidemark.drivers.sql.parts.SqlClient`): WAL,
+    ``busy_timeout``, ``BEGIN IMMEDIATE`` for writes, busy or locked retried under the policy."""
 
-
-class SQLiteDriver(SqlDriver):
-    name = "sqlite"
     dialect = DIALECT
-    schema = "main"
+    dialect_known = True
 
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+    def __init__(self, settings: SqliteSettings):
+        self.path, self.policy, self.synchronous = settings.path, settings.policy, settings.synchronous
 
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        s = SqliteSettings.from_config(self.config)
-        self.path, self.policy, self.synchronous = s.path, s.policy, s.synchronous
-        self._con: Optional[sqlite3.Connection] = None
-
-    @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
-        """``path`` relative to the spec's folder (``:memory:`` and ``file:`` URIs as they are)."""
-        if str(config.get("path", "")).startswith("file:"):
-            return config
-        return resolve_local_path(config, "path", base_dir)
-
-    def __repr__(self) -> str:
-        return f"SQLiteDriver(path={self.path!r})"
-
-    # ------------------------------------------------------------ connections
     def run(self, fn: Callable[[], T], what: str, con: Any = None) -> T:
         """Run ``fn`` translating sqlite3 errors, retrying busy/locked under the policy."""
 
@@ -125,7 +129,7 @@ class SQLiteDriver(SqlDriver):
 
         return retry(attempt, self.policy, what=f"sqlite {what}")
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, retrying: bool = True) -> sqlite3.Connection:
         if self.path != ":memory:" and not self.path.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
 
@@ -142,10 +146,8 @@ class SQLiteDriver(SqlDriver):
                 con.execute(f"PRAGMA busy_timeout={int(self.policy.busy_timeout * 1000)}")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute(f"PRAGMA synchronous={self.synchronous}")
-                for ddl in self.dialect.system_tables(
-                    self.checkpoints_table, self.resources_table, self.quarantine_table, self.identities_table
-                )[:2]:  # checkpoints, resources
-                    con.execute(ddl)
+                for ddl in DIALECT.system_tables(*(DIALECT.table(SCHEMA, t) for t in OWN_TABLES))[:2]:
+                    con.execute(ddl)  # checkpoints, resources (the others: by Apply or Open)
             except BaseException:
                 con.close()
                 raise
@@ -153,11 +155,11 @@ class SQLiteDriver(SqlDriver):
 
         return self.run(setup, "connect")
 
-    @property
-    def con(self) -> sqlite3.Connection:
-        if self._con is None:
-            self._con = self.connect()
-        return self._con
+    def usable(self, con: sqlite3.Connection) -> bool:
+        return True
+
+    def close(self, con: sqlite3.Connection) -> None:
+        con.close()
 
     def transaction(self, con: sqlite3.Connection, body: Callable[[], T], write: bool = True) -> T:
         """``BEGIN IMMEDIATE`` (``BEGIN`` where only temp tables are written); body;
@@ -172,21 +174,43 @@ class SQLiteDriver(SqlDriver):
                 con.execute("ROLLBACK")
             raise
 
+    def execute(self, con: sqlite3.Connection, sql: str, params: Optional[Sequence[Any]] = None) -> Any:
+        return con.execute(sql) if params is None else con.execute(sql, params)
+
     def executemany(self, con: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         con.executemany(sql, rows)
 
-    def reduce_sql(self, model) -> reduce.SqliteReduce:
-        return reduce.SqliteReduce(self.dialect.quote, [self.dialect.quote(c.name) for c in model.keys])
+    def session_info(self, con: sqlite3.Connection) -> Any:
+        return None
 
-    def staged_texts(self, texts: Sequence[str]) -> Sequence[str]:
-        return reduce.unescaped_names(texts)
+    def check_session(self, con: sqlite3.Connection, session: Any) -> None:
+        pass
 
-    def reduce_refused(self, model, exc: Exception) -> Optional[Exception]:
-        return reduce.refused(model, exc)
 
-    # ------------------------------------------------------------ setup phase
-    def spec(self) -> SpecResponse:
-        return SpecResponse(
+def _resolve(config: dict, base_dir: str) -> dict:
+    """``path`` relative to the spec's folder (``:memory:`` and ``file:`` URIs as they are)."""
+    if str(config.get("path", "")).startswith("file:"):
+        return config
+    return resolve_local_path(config, "path", base_dir)
+
+
+def _assemble(config: dict) -> SqlParts:
+    settings = SqliteSettings.from_config(config)
+    return SqlParts(
+        client=SqliteClient(settings),
+        schema=SCHEMA,
+        chunk=10_000,
+        spec=SpecResponse(
             config_schema=config_schema(SETTINGS),
             resource_schema={"type": "object", "required": ["table"], "properties": {"table": {"type": "string"}}},
-        )
+        ),
+        settings=settings,
+        describe=f"SQLiteDriver(path={settings.path!r})",
+    )
+
+
+class SQLiteDriver(SqlDriver):
+    """SQLite: the SQL skeleton over :class:`SqliteClient` and :class:`SQLiteDialect`."""
+
+    name = "sqlite"
+    endpoint = SqlEndpoint(_assemble, _resolve)
