@@ -13,111 +13,100 @@ carrying the app transaction ``(APP_ID, N)``, and skips the table when it is alr
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Optional
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from tidemark.drivers.common.columns import QUARANTINE_TABLE
-from tidemark.drivers.delta.tables import applied_batch, ident, sql_literal, staged_reader
+from tidemark.drivers.delta.tables import app_id, applied_batch, ident, sql_literal, staged_reader
+from tidemark.drivers.lake.format import Staged
 from tidemark.drivers.lake.quarantine import COLUMNS, SCHEMA
-
-
-class QuarantineHost(Protocol):
-    """What the quarantine table's functions use of the Delta driver."""
-
-    quarantine_location: str
-    storage_options: Optional[dict]
-
-    @property
-    def fs(self) -> tuple[Any, str]: ...
-
-    def table(self, location: str) -> DeltaTable: ...
-
-    def staged_paths(self, where: str, names: list[str], batch: int) -> list[str]: ...
-
 
 TABLE_PROPERTY = "tidemark.quarantine"  # marks the table as tidemark's dead-letter table
 
-__all__ = [
-    "COLUMNS",
-    "QUARANTINE_TABLE",
-    "SCHEMA",
-    "apply_quarantine",
-    "drop_quarantine",
-    "move_quarantine",
-    "read_quarantine",
-]
 
+class DeltaQuarantine:
+    """The dead-letter table at ``location`` (the lake format's ``DeadLetters``)."""
 
-def apply_quarantine(driver: QuarantineHost, names: list[str], app: str, batch: int) -> None:
-    """Append batch ``batch``'s staged quarantine files once (the app transaction ``(app, batch)``)."""
-    location = driver.quarantine_location
-    DeltaTable.create(
-        location,
-        schema=SCHEMA,
-        mode="ignore",
-        configuration={TABLE_PROPERTY: "true"},
-        storage_options=driver.storage_options,
-        raise_if_key_not_exists=False,
-    )
-    dt = driver.table(location)
-    if applied_batch(dt, app) >= batch:  # Step 1, as for the data tables
-        return
-    paths = driver.staged_paths(f"Delta quarantine table {location!r}", names, batch)
-    source = pds.dataset(paths, format="parquet", filesystem=driver.fs[0], schema=SCHEMA)
-    write_deltalake(
-        dt,
-        staged_reader(source),
-        mode="append",
-        storage_options=driver.storage_options,
-        commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]),
-    )
+    location: str
 
+    def __init__(self, location: str, storage_options: Optional[dict]):
+        self.location = location
+        self.storage_options = storage_options
 
-def read_quarantine(driver: QuarantineHost, materialization: str) -> list[dict]:
-    """The quarantined rows of a materialization, by batch and location (tests, inspection)."""
-    try:
-        dt = driver.table(driver.quarantine_location)
-    except TableNotFoundError:
-        return []
-    table = dt.to_pyarrow_table(columns=list(COLUMNS))
-    rows = [r for r in table.to_pylist() if r["materialization"] == materialization]
-    return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
+    def table(self) -> DeltaTable:
+        return DeltaTable(self.location, storage_options=self.storage_options)
 
+    def exists(self) -> bool:
+        try:
+            return DeltaTable.is_deltatable(self.location, storage_options=self.storage_options)
+        except Exception:  # noqa: BLE001 - an unreachable store is reported by the next call
+            return False
 
-def drop_quarantine(driver: QuarantineHost, materialization: str) -> int:
-    """Delete the materialization's rows from the quarantine table; how many."""
-    try:
-        dt = driver.table(driver.quarantine_location)
-    except TableNotFoundError:
-        return 0
-    metrics = dt.delete(f"{ident('materialization')} = {sql_literal(materialization)}")
-    return int(metrics.get("num_deleted_rows") or 0)
+    def apply(self, staged: Staged, owner: tuple[str, str]) -> None:
+        """Append the batch's staged quarantine files once (the app transaction ``(APP_ID, batch)``)."""
+        DeltaTable.create(
+            self.location,
+            schema=SCHEMA,
+            mode="ignore",
+            configuration={TABLE_PROPERTY: "true"},
+            storage_options=self.storage_options,
+            raise_if_key_not_exists=False,
+        )
+        dt, app = self.table(), app_id(*owner)
+        if applied_batch(dt, app) >= staged.batch:  # Step 1, as for the data tables
+            return
+        paths = staged.paths(f"Delta quarantine table {self.location!r}")
+        source = pds.dataset(paths, format="parquet", filesystem=staged.fs, schema=SCHEMA)
+        write_deltalake(
+            dt,
+            staged_reader(source),
+            mode="append",
+            storage_options=self.storage_options,
+            commit_properties=CommitProperties(app_transactions=[Transaction(app, staged.batch)]),
+        )
 
+    def read(self, materialization: str) -> list[dict]:
+        """The quarantined rows of a materialization, by batch and location (tests, inspection)."""
+        try:
+            dt = self.table()
+        except TableNotFoundError:
+            return []
+        table = dt.to_pyarrow_table(columns=list(COLUMNS))
+        rows = [r for r in table.to_pylist() if r["materialization"] == materialization]
+        return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
 
-def move_quarantine(driver: QuarantineHost, shadow: str, materialization: str) -> str | None:
-    """A rebuild's cut-over: the rows of ``shadow`` become ``materialization``'s, in place of its
-    own, in one commit (an overwrite of the rows of both names)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    def drop(self, materialization: str) -> list[str]:
+        """Delete the materialization's rows from the quarantine table."""
+        if not self.exists():
+            return []
+        metrics = self.table().delete(f"{ident('materialization')} = {sql_literal(materialization)}")
+        n = int(metrics.get("num_deleted_rows") or 0)
+        return [f"deleted {n} quarantine rows of {materialization!r}"] if n else []
 
-    quarantine = driver.table(driver.quarantine_location)
-    table = quarantine.to_pyarrow_table()
-    names = table.column("materialization")
-    mine = pc.equal(names, shadow)
-    old = pc.sum(pc.equal(names, materialization).cast("int64")).as_py() or 0
-    rows = table.filter(mine)
-    if not rows.num_rows and not old:
-        return None
-    i = rows.schema.get_field_index("materialization")
-    rows = rows.set_column(i, rows.schema.field(i), pa.array([materialization] * rows.num_rows, pa.string()))
-    write_deltalake(
-        quarantine,
-        rows,
-        mode="overwrite",
-        predicate=f"{ident('materialization')} IN ({sql_literal(materialization)}, {sql_literal(shadow)})",
-        storage_options=driver.storage_options,
-    )
-    return f"the quarantine of {materialization!r} is now the rebuild's ({rows.num_rows} documents; {old} before)"
+    def move(self, shadow: str, materialization: str) -> Optional[str]:
+        """A rebuild's cut-over: the rows of ``shadow`` become ``materialization``'s, in place of its
+        own, in one commit (an overwrite of the rows of both names)."""
+        if not self.exists():
+            return None
+        quarantine = self.table()
+        table = quarantine.to_pyarrow_table()
+        names = table.column("materialization")
+        mine = pc.equal(names, shadow)
+        old = pc.sum(pc.equal(names, materialization).cast("int64")).as_py() or 0
+        rows = table.filter(mine)
+        if not rows.num_rows and not old:
+            return None
+        i = rows.schema.get_field_index("materialization")
+        rows = rows.set_column(i, rows.schema.field(i), pa.array([materialization] * rows.num_rows, pa.string()))
+        write_deltalake(
+            quarantine,
+            rows,
+            mode="overwrite",
+            predicate=f"{ident('materialization')} IN ({sql_literal(materialization)}, {sql_literal(shadow)})",
+            storage_options=self.storage_options,
+        )
+        return f"the quarantine of {materialization!r} is now the rebuild's ({rows.num_rows} documents; {old} before)"

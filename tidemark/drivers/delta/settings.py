@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import pyarrow.fs as pafs
+
 from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.lake.model import is_uri, join_path
 from tidemark.policy import RetryPolicy
@@ -36,3 +38,9 @@ class DeltaSettings:
             storage_options={str(k): str(x) for k, x in (v["storage_options"] or {}).items()} or None,
             policy=v["retry"],
         )
+
+    def staging_fs(self) -> tuple[pafs.FileSystem, str]:
+        """The staging folder's file system and its base path (a local folder made if missing)."""
+        if not is_uri(self.staging):
+            os.makedirs(self.staging, exist_ok=True)
+        return pafs.FileSystem.from_uri(self.staging)

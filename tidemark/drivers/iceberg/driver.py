@@ -1,19 +1,19 @@
-"""Apache Iceberg (pyiceberg, SQL catalog): staged Parquet, applied once per batch by the coordinator.
+"""Apache Iceberg (pyiceberg, SQL catalog): the table format (:class:`IcebergFormat`) and the lake driver over it.
 
 Config: ``{catalog: {uri: SQLALCHEMY_URL, warehouse: PATH_OR_URL, name: tidemark, ...}, namespace: NAME,
 staging: "<warehouse>/_tidemark_staging", retry: {...}}`` (:mod:`.settings`).  Resource: ``{table: NAME}``
 (the table ``NAMESPACE.NAME``).
 
-The staged-files base (:mod:`tidemark.drivers.lake.driver`) holds the commit pattern; Iceberg
-fills it in:
+The lake driver (:mod:`tidemark.drivers.lake.driver`) holds the commit pattern; Iceberg is:
 
 * **Load**: a scan of the key columns and ``flow_document`` with an ``In`` filter per key
   column (pyiceberg prunes files by it, pyarrow filters rows).
-* **Apply of batch N** to a table, in ONE Iceberg transaction (:meth:`IcebergDriver.apply_table`):
+* **Apply of batch N** to a table, in ONE Iceberg transaction (:meth:`IcebergFormat.commit`):
 
   Step 1. load the table; skip it if its property ``tidemark.<materialization>.applied``
           (``{"checkpoint_id", "batch"}``) holds this checkpoint at ``>= N``; refuse
-          (``FencedOff``) a table that ``tidemark.owner`` gives to another checkpoint;
+          (``FencedOff``) a table that ``tidemark.owner`` gives to another checkpoint (the
+          lake driver);
   Step 2. one snapshot: standard tables rewrite the data files that hold a changed key
           without it and add the batch's rows (:func:`.apply.replace_keys`); delta-updates
           tables append; a table the batch did not touch gets an empty append.  The
@@ -31,90 +31,74 @@ fills it in:
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any, Optional, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.expressions import And, BooleanExpression, In
+from pyiceberg.exceptions import NoSuchTableError, ResolveError, TableAlreadyExistsError
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In
+from pyiceberg.schema import promote
+from pyiceberg.table import Table as IcebergTable
 
-from tidemark.drivers.base import Capabilities
 from tidemark.drivers.common.columns import DOCUMENT_COLUMN, JSON, Column
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.iceberg.apply import append_rows, conform, replace_keys
 from tidemark.drivers.iceberg.settings import SETTINGS, IcebergSettings, resolve_config
 from tidemark.drivers.iceberg.tables import (
     RETRIES_PROPERTY,
-    SUMMARY_BATCH,
-    SUMMARY_CHECKPOINT,
-    SUMMARY_MATERIALIZATION,
     applied_property,
     applied_text,
     iceberg_type,
     partition_spec,
+    snapshot_summary,
     table_batch,
     table_schema,
     translate_error,
 )
 from tidemark.drivers.lake.driver import CAPABILITIES as LAKE_CAPABILITIES
-from tidemark.drivers.lake.driver import StagedFilesDriver
+from tidemark.drivers.lake.driver import LakeDriver
+from tidemark.drivers.lake.format import DeadLetters, Staged, Table, run
 from tidemark.drivers.lake.model import DELETE_COLUMN, LakeTable, lake_table
 from tidemark.errors import EndpointUnavailable, IncompatibleSchema, SpecError, TidemarkError
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import BindingSpec, SpecResponse
 
 CAPABILITIES = LAKE_CAPABILITIES
+RESOURCE = {"table": {"type": "string"}, "partition_by": {"type": "string"}, "document": {"enum": ["lean", "full"]}}
+
+Handle = Table[IcebergTable]
 
 
-class IcebergDriver(StagedFilesDriver):
+class IcebergFormat:
+    """Iceberg tables in one namespace of a catalog (a :class:`~tidemark.drivers.lake.format.TableFormat`)."""
+
     name = "iceberg"
     label = "iceberg table"
+    capabilities = CAPABILITIES
+    errors = (Exception,)
+    type_of = staticmethod(iceberg_type)
+    resolve_config = staticmethod(resolve_config)  # the warehouse, a SQLite catalog file, ``staging``
 
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
-
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        self.settings = IcebergSettings.from_config(self.config)
-        self.staging = self.settings.staging
-        self.policy = self.settings.policy
-        self._catalog = None
-        self._fs: Optional[tuple[pafs.FileSystem, str]] = None
-
-    @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
-        """The warehouse, a SQLite catalog file and ``staging`` relative to the spec's folder."""
-        return resolve_config(config, base_dir)
+    def __init__(self, config: dict):
+        self.settings = IcebergSettings.from_config(config)
+        self.upkeep = {RETRIES_PROPERTY: "0"}  # never let pyiceberg re-commit on its own
+        self.quarantine: Optional[DeadLetters] = None
+        resource = {"type": "object", "required": ["table"], "properties": RESOURCE}
+        self.spec = SpecResponse(config_schema(SETTINGS), resource)
+        self._catalog: Any = None
 
     def __repr__(self) -> str:
         return (
-            f"IcebergDriver(catalog={self.settings.shown(self.settings.properties['uri'])!r}, "
+            f"IcebergFormat(catalog={self.settings.shown(self.settings.properties['uri'])!r}, "
             f"namespace={'.'.join(self.settings.namespace)!r})"
         )
 
-    def spec(self) -> SpecResponse:
-        return SpecResponse(
-            config_schema=config_schema(SETTINGS),
-            resource_schema={
-                "type": "object",
-                "required": ["table"],
-                "properties": {
-                    "table": {"type": "string"},
-                    "partition_by": {"type": "string"},
-                    "document": {"enum": ["lean", "full"]},
-                },
-            },
-        )
-
     @property
-    def catalog(self):
+    def catalog(self) -> Any:
         if self._catalog is None:
-            self._catalog = self.run(
-                self.settings.catalog, "connect", self.settings.shown(self.settings.properties["uri"])
-            )
+            uri = self.settings.shown(self.settings.properties["uri"])
+            self._catalog = run(self, self.settings.catalog, "connect", uri)
         return self._catalog
 
     def close(self) -> None:
@@ -122,12 +106,8 @@ class IcebergDriver(StagedFilesDriver):
         if catalog is not None and hasattr(catalog, "close"):
             catalog.close()
 
-    # ------------------------------------------------- the staged-files hooks
     def translate(self, exc: BaseException, where: str) -> TidemarkError:
         return translate_error(exc, where, self.settings.secrets)
-
-    def open_staging(self) -> tuple[pafs.FileSystem, str]:
-        return self.settings.staging_fs()
 
     def model(self, binding: BindingSpec) -> LakeTable:
         res = binding.resource if isinstance(binding.resource, dict) else {}
@@ -151,85 +131,73 @@ class IcebergDriver(StagedFilesDriver):
                 )
         return dataclasses.replace(model, partition_by=part)
 
-    def open_table(self, name: str):
+    def open(self, name: str) -> Optional[Handle]:
         try:
-            return self.catalog.load_table(tuple(name.split(".")))
+            table = self.catalog.load_table(tuple(name.split(".")))
         except NoSuchTableError:
             return None
+        fields = table.schema().fields
+        full = not any(f.name == DOCUMENT_COLUMN and not f.required for f in fields)
+        return Table(table, table.properties, {f.name: f.field_type for f in fields}, full)
 
-    def table_properties(self, table) -> dict:
-        return table.properties
-
-    def column_types(self, table) -> dict:
-        return {f.name: f.field_type for f in table.schema().fields}
-
-    def type_of(self, kind: str):
-        return iceberg_type(kind)
-
-    def document_required(self, table) -> bool:
-        return not any(f.name == DOCUMENT_COLUMN and not f.required for f in table.schema().fields)
-
-    def table_batch(self, table, materialization: str, checkpoint_id: str) -> int:
-        return table_batch(table, materialization, checkpoint_id)
-
-    def stage_tag(self, materialization: str, checkpoint_id: Any) -> dict:
+    def tag(self, materialization: str, checkpoint_id: Any) -> dict:
         return {"checkpoint_id": str(checkpoint_id)}
 
-    def stage_batch(self, table, materialization: str, stage: dict) -> int:
-        return table_batch(table, materialization, stage.get("checkpoint_id"))
+    def batch(self, table: Handle, materialization: str, tag: dict) -> int:
+        return table_batch(table.handle, materialization, tag.get("checkpoint_id"))
 
-    def scan_keys(self, table, model: LakeTable, values: list[list]) -> Optional[pa.Table]:
-        if table.current_snapshot() is None:
+    def scan(self, table: Handle, model: LakeTable, values: Optional[list[list]]) -> Optional[pa.Table]:
+        names = tuple(dict.fromkeys([c.name for c in model.keys] + model.read_names))
+        if values is None:
+            return table.handle.scan(selected_fields=names).to_arrow()
+        if table.handle.current_snapshot() is None:
             return None
         expr: BooleanExpression | None = None
         for c, vals in zip(model.keys, values):
             term = cast(Any, In)(c.name, set(vals))  # (term, values) positionally: see apply.key_filter
             expr = term if expr is None else And(expr, term)
-        names = tuple(dict.fromkeys([c.name for c in model.keys] + model.read_names))
-        return table.scan(row_filter=expr, selected_fields=names).to_arrow()
+        return table.handle.scan(row_filter=AlwaysTrue() if expr is None else expr, selected_fields=names).to_arrow()
 
-    def read_columns(self, model: LakeTable, names: list[str]) -> pa.Table:
-        return self.catalog.load_table(model.identifier).scan(selected_fields=tuple(names)).to_arrow()
-
-    def check_table(self, model: LakeTable, table) -> list[Column]:
-        missing = super().check_table(model, table)
-        self.check_partitioning(model, table)
-        return missing
-
-    def check_partitioning(self, model: LakeTable, table) -> None:
+    def check(self, model: LakeTable, table: Handle, rebuild: bool) -> None:
+        """Iceberg keeps a table's partitioning, and changes a column's type in place only by its
+        promotions (int -> long, float -> double, a wider decimal)."""
         want = [f.name for f in partition_spec(model).fields]
-        if [f.name for f in table.spec().fields] != want:
+        have = [f.name for f in table.handle.spec().fields]
+        if have != want:
             raise IncompatibleSchema(
-                f"iceberg table {model.name!r} is partitioned by {[f.name for f in table.spec().fields]}, the "
-                f"binding asks for {want} (partition_by); tidemark does not repartition a table: keep its "
-                "partitioning, or drop the table (tidemark reset) to create it anew"
+                f"iceberg table {model.name!r} is partitioned by {have}, the binding asks for {want} (partition_by); "
+                "tidemark does not repartition a table: keep its partitioning, or drop the table (tidemark reset) "
+                "to create it anew"
             )
+        if not rebuild:
+            return
+        for c in model.columns:
+            want_type, have_type = iceberg_type(c.kind), table.columns.get(c.name)
+            if have_type is None or have_type == want_type:
+                continue
+            try:
+                promote(have_type, want_type)
+            except ResolveError:
+                raise IncompatibleSchema(
+                    f"rebuild: iceberg table {model.name!r} would change column {c.name} from {have_type} to "
+                    f"{want_type}, which Iceberg cannot do in place (only int -> long, float -> double and a wider "
+                    "decimal). Keep the type, or start the view over with `tidemark reset`. Nothing was changed"
+                ) from None
 
-    def upkeep_properties(self, properties: dict) -> dict:
-        return {} if properties.get(RETRIES_PROPERTY) == "0" else {RETRIES_PROPERTY: "0"}
-
-    def apply(self, req):
-        if req.bindings and not req.dry_run:
-            self.run(
-                lambda: self.catalog.create_namespace_if_not_exists(self.settings.namespace),
-                "apply",
-                ".".join(self.settings.namespace),
-            )
-        return super().apply(req)
-
-    def create_table(self, model: LakeTable, properties: dict) -> None:
-        try:
-            self.catalog.create_table(
-                model.identifier,
-                schema=table_schema(model),
-                properties=properties,
-                partition_spec=partition_spec(model),
-            )
-        except TableAlreadyExistsError as exc:  # created meanwhile: plan again
-            raise EndpointUnavailable(f"iceberg table {model.name!r} was created meanwhile") from exc
-
-    def alter_table(self, model: LakeTable, table, missing: list[Column], properties: dict) -> None:
-        with table.transaction() as txn:
+    def schema(self, model: LakeTable, table: Optional[Handle], missing: list[Column], properties: dict) -> None:
+        if table is None:
+            self.catalog.create_namespace_if_not_exists(self.settings.namespace)
+            try:
+                self.catalog.create_table(
+                    model.identifier,
+                    schema=table_schema(model),
+                    properties=properties,
+                    partition_spec=partition_spec(model),
+                )
+            except TableAlreadyExistsError as exc:  # created meanwhile: plan again
+                raise EndpointUnavailable(f"iceberg table {model.name!r} was created meanwhile") from exc
+            return
+        with table.handle.transaction() as txn:
             if missing:
                 with txn.update_schema() as schema:
                     for col in missing:
@@ -237,33 +205,28 @@ class IcebergDriver(StagedFilesDriver):
             if properties:
                 txn.set_properties(properties)
 
-    def apply_table(self, model: LakeTable, names: list[str], owner: tuple[str, str], batch: int) -> None:
-        """Steps 1-3 for one table.  Runs again (from the reload) after a lost compare-and-swap."""
+    def commit(self, model: LakeTable, table: Handle, staged: Staged, owner: tuple[str, str]) -> None:
+        """Steps 2-3 for one table (the lake driver runs step 1, and all again after a lost compare-and-swap)."""
         materialization, checkpoint_id = owner
-        table = self.catalog.load_table(model.identifier)
-        if not self.should_apply(model, table, owner, batch):
-            return
-        if table.properties.get(RETRIES_PROPERTY) != "0":  # never let pyiceberg re-commit on its own
-            with table.transaction() as txn:
+        handle, batch = table.handle, staged.batch
+        if handle.properties.get(RETRIES_PROPERTY) != "0":  # never let pyiceberg re-commit on its own
+            with handle.transaction() as txn:
                 txn.set_properties({RETRIES_PROPERTY: "0"})
-            table = self.catalog.load_table(model.identifier)
-        summary = {
-            SUMMARY_MATERIALIZATION: materialization,
-            SUMMARY_CHECKPOINT: checkpoint_id,
-            SUMMARY_BATCH: str(batch),
-        }
-        txn = table.transaction()
+            handle = self.catalog.load_table(model.identifier)
+        summary = snapshot_summary(materialization, checkpoint_id, batch)
+        txn = handle.transaction()
         changed = False
-        if names:
-            staged = self._staged(model, names, batch)
-            schema = table.schema().as_arrow()
+        if staged.names:
+            parts = [pq.read_table(p, filesystem=staged.fs) for p in staged.paths(f"Iceberg table {model.name!r}")]
+            rows = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+            schema = handle.schema().as_arrow()
             if model.delta:
-                changed = append_rows(txn, conform(staged, schema), summary)
+                changed = append_rows(txn, conform(rows, schema), summary)
             else:
-                deleted = staged.column(DELETE_COLUMN).fill_null(False)
-                keys = staged.select([c.name for c in model.keys])
-                rows = conform(staged.filter(pc.invert(deleted)), schema)
-                changed = replace_keys(txn, [c.name for c in model.keys], keys, rows, summary)
+                deleted = rows.column(DELETE_COLUMN).fill_null(False)
+                keys = rows.select([c.name for c in model.keys])
+                kept = conform(rows.filter(pc.invert(deleted)), schema)
+                changed = replace_keys(txn, [c.name for c in model.keys], keys, kept, summary)
         if not changed:  # an empty snapshot: the batch is recorded under the same compare-and-swap
             with txn.update_snapshot(snapshot_properties=summary).fast_append():
                 pass
@@ -272,57 +235,27 @@ class IcebergDriver(StagedFilesDriver):
         txn.commit_transaction()
         fault_point("iceberg_after_commit")
 
-    # ------------------------------------------------------------- rebuild
-    def check_rebuild(self, bindings, old_keys) -> None:
-        """Iceberg changes a column's type in place only by its promotions (int -> long,
-        float -> double, a wider decimal), and keeps a table's partitioning."""
-        from pyiceberg.exceptions import ResolveError
-        from pyiceberg.schema import promote
-
-        for b in bindings:
-            model = self.model(b)
-            table = self.run(partial(self.open_table, model.name), "check", model.name)
-            if table is None:
-                continue
-            self.check_partitioning(model, table)
-            have = self.column_types(table)
-            for c in model.columns:
-                want = iceberg_type(c.kind)
-                if c.name not in have or have[c.name] == want:
-                    continue
-                try:
-                    promote(have[c.name], want)
-                except ResolveError:
-                    raise IncompatibleSchema(
-                        f"rebuild: iceberg table {model.name!r} would change column {c.name} from {have[c.name]} to "
-                        f"{want}, which Iceberg cannot do in place (only int -> long, float -> double and a wider "
-                        "decimal). Keep the type, or start the view over with `tidemark reset`. Nothing was changed"
-                    ) from None
-
-    def replace_table(self, live: LakeTable, shadow, owner: tuple[str, str], batch: int, properties: dict):
+    def replace(self, live: LakeTable, shadow: Handle, owner: tuple[str, str], batch: int, properties: dict) -> None:
         """ONE Iceberg transaction: the schema becomes the shadow's (columns added, promoted or
         dropped, the key's columns required and the identifier fields), one overwrite snapshot
         of the shadow's rows (its summary naming owner and batch), and the properties with the
         ``applied`` one -- committed through the catalog's compare-and-swap."""
         materialization, checkpoint_id = owner
-        rows = shadow.scan().to_arrow()
-        summary = {
-            SUMMARY_MATERIALIZATION: materialization,
-            SUMMARY_CHECKPOINT: checkpoint_id,
-            SUMMARY_BATCH: str(batch),
-        }
+        source = shadow.handle
+        rows = source.scan().to_arrow()
+        summary = snapshot_summary(materialization, checkpoint_id, batch)
         applied = {**properties, applied_property(materialization): applied_text(checkpoint_id, batch)}
         try:
             table = self.catalog.load_table(live.identifier)
         except NoSuchTableError:  # a binding the edit added: created in one transaction with its rows
             txn = self.catalog.create_table_transaction(
-                live.identifier, schema=shadow.schema(), partition_spec=shadow.spec(), properties=applied
+                live.identifier, schema=source.schema(), partition_spec=source.spec(), properties=applied
             )
             txn.append(conform(rows, txn.table_metadata.schema().as_arrow()), snapshot_properties=summary)
             fault_point("replace_contents")
             txn.commit_transaction()
             return
-        want = shadow.schema()
+        want = source.schema()
         keys = [c.name for c in live.keys]
         txn = table.transaction()
         have = {f.name: f for f in table.schema().fields}
@@ -339,20 +272,25 @@ class IcebergDriver(StagedFilesDriver):
         fault_point("replace_contents")  # inside the replacing transaction
         txn.commit_transaction()
 
-    def _staged(self, model: LakeTable, names: list[str], batch: int) -> pa.Table:
-        fs, _ = self.fs
-        paths = self.staged_paths(f"Iceberg table {model.name!r}", names, batch)
-        parts = [pq.read_table(p, filesystem=fs) for p in paths]
-        return pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-
-    def drop_table(self, model: LakeTable) -> Optional[str]:
+    def drop(self, model: LakeTable) -> Optional[str]:
         try:
             self.catalog.purge_table(model.identifier)
         except NoSuchTableError:
             return None
         return f"dropped iceberg table {model.name}"
 
-    # ------------------------------------------------------------ inspection
+
+class IcebergDriver(LakeDriver):
+    """The lake driver over Iceberg tables."""
+
+    name = "iceberg"
+    format_class = IcebergFormat
+    format: IcebergFormat
+
+    @property
+    def catalog(self) -> Any:
+        return self.format.catalog
+
     def snapshots(self, binding: BindingSpec) -> list[dict]:
         """The table's snapshots, oldest first: ``{"id", "operation", **summary}`` (tests, inspection)."""
         model = self.model(binding)

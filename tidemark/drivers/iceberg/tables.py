@@ -107,6 +107,11 @@ def table_batch(table, materialization: str, checkpoint_id: Any) -> int:
     return have if data is None else min(have, data)
 
 
+def snapshot_summary(materialization: str, checkpoint_id: Any, batch: int) -> dict[str, str]:
+    """What every apply's snapshot summary says: materialization, checkpoint id and batch."""
+    return {SUMMARY_MATERIALIZATION: materialization, SUMMARY_CHECKPOINT: str(checkpoint_id), SUMMARY_BATCH: str(batch)}
+
+
 def applied_text(checkpoint_id: Any, batch: int) -> str:
     return dumps({"checkpoint_id": str(checkpoint_id), "batch": int(batch)})
 

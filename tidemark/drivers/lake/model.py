@@ -8,7 +8,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 
@@ -209,25 +209,17 @@ def stages_of(state: Any) -> list[dict]:
     return [s for s in (stages or {}).values() if isinstance(s, dict)]
 
 
-def columns_to_add(
-    where: str,
-    keys: Sequence[Column],
-    columns: Sequence[Column],
-    delta: bool,
-    properties: dict,
-    existing: dict,
-    type_of: Callable[[str], Any],
-) -> list[Column]:
-    """The columns an existing table lacks, after checking that it is this binding's: its mode
+def columns_to_add(where: str, model: LakeTable, properties: dict, existing: dict, type_of: Callable) -> list[Column]:
+    """The columns ``model``'s existing table lacks, after checking that it is this binding's: its mode
     and key properties, the document column, and each column's type (``existing``: name ->
     type as ``type_of(kind)`` gives it).  Raises :class:`~tidemark.errors.IncompatibleSchema`
     naming ``where``."""
-    if MODE_PROPERTY in properties and (properties[MODE_PROPERTY] == "true") != delta:
-        mode = "delta-updates" if delta else "standard"
+    if MODE_PROPERTY in properties and (properties[MODE_PROPERTY] == "true") != model.delta:
+        mode = "delta-updates" if model.delta else "standard"
         raise IncompatibleSchema(
             f"{where} exists in the other mode; cannot switch it to {mode} updates (drop the table or use another one)"
         )
-    names = [c.name for c in keys]
+    names = [c.name for c in model.keys]
     if KEY_PROPERTY in properties and json.loads(properties[KEY_PROPERTY]) != names:
         raise IncompatibleSchema(
             f"{where}: key is {properties[KEY_PROPERTY]}, the binding's key is {names}; the key cannot change"
@@ -235,7 +227,7 @@ def columns_to_add(
     if DOCUMENT_COLUMN not in existing:
         raise IncompatibleSchema(f"{where} has no {DOCUMENT_COLUMN!r} column: not a tidemark table")
     missing = []
-    for col in columns:
+    for col in model.columns:
         have = existing.get(col.name)
         if have is None:
             if col.is_key:

@@ -1,12 +1,19 @@
 """One shard session of a lake endpoint: Loads read the committed table, Stores go to staged
-Parquet files that the coordinator applies after the recovery log holds the batch."""
+Parquet files that the coordinator applies after the recovery log holds the batch.
+
+The staging folder (:class:`StagingArea`): ``STAGING/<materialization>/`` holds the staged
+files of the view's batches, ``STAGING-owners/<materialization>.json`` the checkpoint that owns
+the folder (a view name's staged files are one folder: another checkpoint's view of the name
+must not share it)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import urllib.parse
 import uuid
 from functools import partial
-from typing import Any, Callable, Optional, Protocol, TypeVar
+from typing import Any, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,6 +22,7 @@ import pyarrow.parquet as pq
 
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.drivers.common.columns import arrow_type, coerce, column, dumps
+from tidemark.drivers.lake.format import Staged, TableFormat, run
 from tidemark.drivers.lake.lean import documents_of, lean_values
 from tidemark.drivers.lake.model import LakeTable, stages_of
 from tidemark.drivers.lake.quarantine import stage_quarantine
@@ -33,29 +41,81 @@ from tidemark.protocol.messages import (
     Store,
 )
 
-T = TypeVar("T")
+OWNERS = "-owners"  # beside the staging folder: <staging>-owners/<view>.json
 
 
-class StagingDriver(Protocol):
-    """What a session asks of its driver (:class:`~tidemark.drivers.lake.driver.StagedFilesDriver`)."""
+class StagingArea:
+    """The staging folder of a format's endpoint (opened on first use)."""
 
-    label: str
-    staging: str
+    def __init__(self, fmt: TableFormat[Any]):
+        self.format = fmt
+        self.path = fmt.settings.staging  # as configured (messages)
+        self._fs: Optional[tuple[pafs.FileSystem, str]] = None
 
     @property
-    def fs(self) -> tuple[pafs.FileSystem, str]: ...
+    def fs(self) -> tuple[pafs.FileSystem, str]:
+        """The staging file system and its base path."""
+        fs = self._fs
+        if fs is None:
+            fs = self._fs = run(self.format, self.format.settings.staging_fs, "staging", self.path)
+        return fs
 
-    def run(self, fn: Callable[[], T], what: str, where: str, *, idempotent: bool = True) -> T: ...
+    def dir(self, materialization: str) -> str:
+        return f"{self.fs[1].rstrip('/')}/{urllib.parse.quote(materialization, safe='')}"
 
-    def stage_dir(self, materialization: str) -> str: ...
+    def staged(self, names: list[str], batch: int) -> Staged:
+        return Staged(*self.fs, names, batch)
 
-    def open_table(self, name: str) -> Any: ...
+    def files(self, materialization: str) -> list[pafs.FileInfo]:
+        fs, _ = self.fs
+        infos = fs.get_file_info(pafs.FileSelector(self.dir(materialization), allow_not_found=True))
+        return [i for i in infos if i.type == pafs.FileType.File]
 
-    def stage_batch(self, table: Any, materialization: str, stage: dict) -> int: ...
+    def remove(self, materialization: str, before: float) -> None:
+        """Delete the materialization's staged files older than ``before``."""
+        for info in self.files(materialization):
+            if info.mtime is None or info.mtime.timestamp() < before:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs[0].delete_file(info.path)
 
-    def stage_tag(self, materialization: str, checkpoint_id: Any) -> dict: ...
+    # ------------------------------------------------------------- the owner
+    def owner_path(self, materialization: str) -> str:
+        return f"{self.fs[1].rstrip('/')}{OWNERS}/{urllib.parse.quote(materialization, safe='')}.json"
 
-    def scan_keys(self, table: Any, model: LakeTable, values: list[list]) -> Optional[pa.Table]: ...
+    def owner(self, materialization: str) -> Optional[dict]:
+        """The checkpoint that owns the materialization's staging folder, or None."""
+        fs, _ = self.fs
+        try:
+            with fs.open_input_stream(self.owner_path(materialization)) as f:
+                owner = json.loads(f.read().decode("utf-8"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return owner if isinstance(owner, dict) and owner.get("checkpoint_id") else None
+
+    def own(self, materialization: str, checkpoint_id: str, identities: Sequence[dict], replace: bool) -> None:
+        """Record ``checkpoint_id`` as the staging folder's owner (where none is, or ``replace``:
+        a rebuild's cut-over, after which the shadow's checkpoint owns the view)."""
+        if not replace and self.owner(materialization) is not None:
+            return
+        first = identities[0] if identities else {}
+        owner = {k: first.get(k) for k in ("checkpoint_location", "host")}
+        owner.update(materialization=materialization, checkpoint_id=checkpoint_id)
+        fs, base = self.fs
+        fs.create_dir(base.rstrip("/") + OWNERS, recursive=True)
+        with fs.open_output_stream(self.owner_path(materialization)) as f:
+            f.write(dumps(owner).encode("utf-8"))
+
+    def drop(self, materialization: str) -> list[str]:
+        """Delete the materialization's staged files and its owner: what was done."""
+        fs, _ = self.fs
+        done = []
+        stage = self.dir(materialization)
+        if fs.get_file_info(stage).type != pafs.FileType.NotFound:
+            fs.delete_dir(stage)
+            done.append(f"deleted staged files of {materialization!r}")
+        if fs.get_file_info(self.owner_path(materialization)).type != pafs.FileType.NotFound:
+            fs.delete_file(self.owner_path(materialization))
+        return done
 
 
 class StagedFilesTransactor(ReadCommittedLoads, Transactor):
@@ -63,8 +123,9 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
     stream into one staged Parquet file per binding, StartCommit names the files in the
     driver checkpoint (the stage)."""
 
-    def __init__(self, driver: StagingDriver, req: Open, models: list[LakeTable]):
-        self.driver = driver
+    def __init__(self, fmt: TableFormat[Any], area: StagingArea, req: Open, models: list[LakeTable]):
+        self.format = fmt
+        self.area = area
         self.materialization = req.materialization
         self.range = req.range
         self.models = models
@@ -93,16 +154,16 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         table = self._tables.get(binding)
         if table is None:
             model = self.models[binding]
-            table = self.driver.run(lambda: self.driver.open_table(model.name), "load", model.name)
+            table = run(self.format, lambda: self.format.open(model.name), "load", model.name)
             if table is None:
-                raise DriverError(f"{self.driver.label} {model.name!r} does not exist (dropped after Apply?)")
+                raise DriverError(f"{self.format.label} {model.name!r} does not exist (dropped after Apply?)")
             for stage in stages_of(self._state):
                 if not any(name == model.name and rows for name, _f, rows in stage.get("files") or ()):
                     continue
-                have = self.driver.stage_batch(table, self.materialization, stage)
+                have = self.format.batch(table, self.materialization, stage)
                 if have < int(stage.get("batch", -1)):
                     raise RecoveryError(
-                        f"{self.driver.label} {model.name!r} is at batch {have} of this checkpoint, but the "
+                        f"{self.format.label} {model.name!r} is at batch {have} of this checkpoint, but the "
                         f"recovery log says batch {stage.get('batch')} was applied to it (was the table "
                         "replaced or rolled back?); Loads would not be read-committed"
                     )
@@ -110,7 +171,7 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         return table
 
     def _evaluate(self, msg: Load) -> list[Loaded]:
-        """One chunk of keys: the driver's scan, pruned by the chunk's key values, then an exact
+        """One chunk of keys: the format's scan, pruned by the chunk's key values, then an exact
         membership test in Arrow (a test per key column over-selects composite keys)."""
         if not msg.keys:
             return []
@@ -120,7 +181,7 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         for key in msg.keys:
             wanted[tuple(coerce(c.kind, v) for c, v in zip(model.keys, key))] = tuple(key)
         values = [sorted({k[j] for k in wanted}, key=lambda v: (type(v).__name__, v)) for j in range(len(model.keys))]
-        found_rows = self.driver.run(lambda: self.driver.scan_keys(table, model, values), "load", model.name)
+        found_rows = run(self.format, lambda: self.format.scan(table, model, values), "load", model.name)
         if found_rows is None or not found_rows.num_rows:
             return []
         key_cols = [found_rows.column(c.name).cast(arrow_type(c.kind)) for c in model.keys]
@@ -158,8 +219,12 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
             arrays.append(pa.array([dumps(d) for d in msg.docs], pa.string()))
         arrays.append(pa.array([bool(x) for x in msg.deletes], pa.bool_()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        self.driver.run(
-            lambda: self._writer(msg.binding, schema).write_batch(batch), "store", self.driver.staging, idempotent=False
+        run(
+            self.format,
+            lambda: self._writer(msg.binding, schema).write_batch(batch),
+            "store",
+            self.area.path,
+            idempotent=False,
         )
         self._rows[msg.binding] = self._rows.get(msg.binding, 0) + len(msg.keys)
 
@@ -169,8 +234,8 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
 
     def _writer(self, binding: int, schema: pa.Schema) -> pq.ParquetWriter:
         if binding not in self._writers:
-            fs, _ = self.driver.fs
-            directory = self.driver.stage_dir(self.materialization)
+            fs, _ = self.area.fs
+            directory = self.area.dir(self.materialization)
             fs.create_dir(directory, recursive=True)
             name = self._file_name(f"b{binding}")
             stream = fs.open_output_stream(f"{directory}/{name}")
@@ -186,15 +251,15 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         rows, self._quarantine = self._quarantine, []
         if not rows:
             return []
-        fs, _ = self.driver.fs
-        directory = self.driver.stage_dir(self.materialization)
+        fs, _ = self.area.fs
+        directory = self.area.dir(self.materialization)
         name = self._file_name("q")
 
         def write() -> int:
             fs.create_dir(directory, recursive=True)
             return stage_quarantine(fs, f"{directory}/{name}", self.materialization, batch, rows)
 
-        n = self.driver.run(write, "stage quarantine", self.driver.staging)
+        n = run(self.format, write, "stage quarantine", self.area.path)
         return [[f"{urllib.parse.quote(self.materialization, safe='')}/{name}", n]]
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
@@ -204,7 +269,7 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         writers, self._writers = self._writers, {}
         quoted = urllib.parse.quote(self.materialization, safe="")
         for binding, (stream, writer, name) in sorted(writers.items()):
-            self.driver.run(partial(_close, stream, writer), "stage", self.driver.staging, idempotent=False)
+            run(self.format, partial(_close, stream, writer), "stage", self.area.path, idempotent=False)
             files.append([self.models[binding].name, f"{quoted}/{name}", self._rows.get(binding, 0)])
         quarantined = self._stage_quarantine(int(cp["batch_id"]))
         fault_point("before_endpoint_commit")
@@ -214,7 +279,7 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         # "quarantine" is always set: the merge patch must replace the range's previous list
         stage = {
             "batch": int(cp["batch_id"]),
-            **self.driver.stage_tag(self.materialization, cp.get("checkpoint_id")),
+            **self.format.tag(self.materialization, cp.get("checkpoint_id")),
             "files": files,
             "quarantine": quarantined,
         }
