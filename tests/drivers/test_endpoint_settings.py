@@ -98,11 +98,11 @@ CONVERTED = [
         {"load_chunk": "50", "mode": "AT-LEAST-ONCE"},
         lambda d: d.cfg.load_chunk == 50 and d.cfg.mode == "at-least-once",
     ),
-    ("nats", {"max_batch": "10", "duplicate_window": "30"}, lambda d: d.cfg.settings.max_batch == 10),
+    ("nats", {"max_batch": "10", "duplicate_window": "30"}, lambda d: d.settings.settings.max_batch == 10),
     (
         "webhook",
         {"chunk_docs": "5", "chunk_bytes": "2048"},
-        lambda d: (d.hook.chunk_docs, d.hook.chunk_bytes) == (5, 2048),
+        lambda d: (d.settings.chunk_docs, d.settings.chunk_bytes) == (5, 2048),
     ),
     ("kafka", {"partitions": "3", "replication_factor": "-1"}, lambda d: d.settings.partitions == 3),
 ]

@@ -325,7 +325,7 @@ def test_partitions_added_to_a_data_topic_are_refused_at_open_before_anything_is
 
     driver, bindings, config = setup
     commit_batch(driver, bindings, 0, [{"k": "a", "n": 1}, {"k": "b", "n": 2}])
-    (row,) = driver.frontiers(MAT).values()
+    (row,) = driver.log.frontiers(MAT).values()
     sums = bindings[0].resource["topic"]
     assert row.partitions[sums] == 2  # recorded with the commit
     admin = AdminClient({"bootstrap.servers": config["bootstrap_servers"]})

@@ -208,7 +208,7 @@ def test_a_stream_that_deletes_messages_on_its_own_is_refused(nats_server, tmp_p
                 IncompatibleSchema, match=f"deletes messages on its own \\({name} .*Nothing was changed"
             ):
                 d.apply(Apply("m", {}, (binding,), dry_run=dry, checkpoint_id="cp"))
-        assert d.client().stream_config(stream)["subjects"] == [f"{stream}.docs"]  # not extended
+        assert d.log.client().stream_config(stream)["subjects"] == [f"{stream}.docs"]  # not extended
 
 
 def test_a_second_materialization_on_a_subject_is_refused(setup, tmp_path):

@@ -89,7 +89,7 @@ def test_full_documents_from_the_state_store_and_delta_rows_are_posted(dedup_rec
     t.store(store_msg(docs(3)))
     t.store(store_msg([{"customer": "c0000", "amount": 1}], index=1))
     t.start_commit(StartCommit(cp(0)))
-    assert t.delivered.chunks == 3 and t.delivered.documents == 4  # 2 + 1 of customers, 1 of events
+    assert t.log.delivered.chunks == 3 and t.log.delivered.documents == 4  # 2 + 1 of customers, 1 of events
     t.acknowledge(Acknowledge())
     prior = load_all(t, 0, [("c0001",), ("c0009",)])  # Loads read the state store
     assert prior == {("c0001",): {"customer": "c0001", "amount": 1}}

@@ -1,5 +1,5 @@
 """The ``kafka`` endpoint (see :mod:`.driver`)."""
 
-from tidemark.drivers.kafka.driver import CAPABILITIES, KafkaDriver
+from tidemark.drivers.kafka.driver import KafkaDriver
 
-__all__ = ["KafkaDriver", "CAPABILITIES"]
+__all__ = ["KafkaDriver"]

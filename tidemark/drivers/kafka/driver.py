@@ -14,8 +14,9 @@ runtime checkpoint, the commit's sequence and counts) — the write frontier. Op
    the SQL endpoints' checkpoint rows (:func:`tidemark.drivers.common.fences.plan_open`);
    a range that takes over from an older layout first fences every overlapping old
    range's transactional id, so no transaction of the old layout lingers;
-3. the local store of the range (:mod:`tidemark.store`, under ``state``) is opened and,
-   if it is not at the frontier, rebuilt from the topics (:mod:`.rebuild`).
+3. the local store of the range (under ``state``) is opened and, if it is not at the
+   frontier, rebuilt from the topics (:mod:`tidemark.drivers.push.catchup`: the push
+   endpoints' one driver, :class:`~tidemark.drivers.push.PushDriver`, whose log part this is).
 
 Commit pattern: store-authoritative (Kafka's transaction is the endpoint transaction).
 """
@@ -24,18 +25,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import uuid
-from typing import Any, Callable, Mapping, Optional, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, cast
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+import orjson
+
+from tidemark.drivers.base import CheckpointRow
 from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.common.identity import kept as kept_record
 from tidemark.drivers.common.identity import parse_record
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.kafka.progress import check_partitions
-from tidemark.drivers.kafka.rebuild import needs_rebuild, rebuild
+from tidemark.drivers.kafka.session import KafkaSession
 from tidemark.drivers.kafka.settings import (
     SETTINGS,
     KafkaSettings,
@@ -45,53 +46,30 @@ from tidemark.drivers.kafka.settings import (
     topic_of,
 )
 from tidemark.drivers.kafka.topics import partition_counts
-from tidemark.drivers.kafka.transactor import KafkaTransactor
-from tidemark.drivers.push.local import StoreTransactor, binding_id, local_dir
-from tidemark.errors import IncompatibleSchema, RecoveryError, SpecError
-from tidemark.protocol.messages import (
-    Applied,
-    Apply,
-    BindingSpec,
-    Open,
-    Opened,
-    Range,
-    SpecResponse,
-    Validate,
-    Validated,
-    ValidatedBinding,
-)
-
-CAPABILITIES = Capabilities(
-    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-    delta_updates=True,
-    standard_updates=True,
-    max_load_keys=10_000,
-    max_store_docs=10_000,
-    concurrent_shards=True,
-    quarantine=True,
-)
+from tidemark.drivers.push import PushDriver, PushLog
+from tidemark.drivers.push.log import Row
+from tidemark.errors import DocumentError, IncompatibleSchema, RecoveryError, SpecError
+from tidemark.protocol.checkpoints import batch_of
+from tidemark.protocol.messages import Applied, Apply, BindingSpec, Open, Range, SpecResponse
 
 log = logging.getLogger("tidemark")
 
 
-class KafkaDriver(Driver):
-    name = "kafka"
+class KafkaLog(PushLog):
+    """The ``kafka`` log part: a topic per binding, a progress topic, a quarantine topic."""
 
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        self.settings = KafkaSettings.from_config(self.config)
+    name = "kafka"
+    commits = True
+
+    def __init__(self, config: dict):
+        self.settings = KafkaSettings.from_config(config)
+        self.store_options = {"path": self.settings.state}
         # identity records the last scan found, for the Apply after it
         self._read: Optional[dict[str, Optional[dict]]] = None
 
-    def __repr__(self) -> str:
-        return f"KafkaDriver(bootstrap_servers={self.settings.client['bootstrap.servers']!r})"
-
-    @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+    @staticmethod
+    def resolve_config(config: dict, base_dir: str) -> dict:
         return resolve_state(config, base_dir)
-
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
@@ -108,17 +86,7 @@ class KafkaDriver(Driver):
         )
 
     # ------------------------------------------------------------------ places
-    def state_dir(self, materialization: str) -> str:
-        return local_dir(self.settings.state, materialization)
-
-    def _store_config(self, materialization: str):
-        from tidemark.store import StoreConfig
-
-        return StoreConfig.from_config(
-            {"path": self.state_dir(materialization)}, lock_timeout=self.settings.policy.lock_timeout
-        )
-
-    def _topics(self, bindings: Sequence[BindingSpec]) -> list[str]:
+    def resources(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         topics = [topic_of(b) for b in bindings]
         s = self.settings
         seen: dict[str, int] = {}
@@ -128,17 +96,14 @@ class KafkaDriver(Driver):
             if t in (s.progress_topic, s.quarantine_topic):
                 raise SpecError(f"kafka: topic {t!r} of binding {i} is tidemark's own progress or quarantine topic")
             seen[t] = i
-        ids = [binding_id(t) for t in topics]
-        if len(set(ids)) != len(ids):
-            raise SpecError(f"kafka: topics {topics} collide in the local store's binding ids; rename one")
         return topics
 
-    def topic_specs(self, bindings: Sequence[BindingSpec]):
+    def topic_specs(self, bindings: Sequence[BindingSpec], topics: Sequence[str]):
         from tidemark.drivers.kafka.topics import TopicSpec, progress_topic_spec
 
         s = self.settings
         specs = []
-        for b, t in zip(bindings, self._topics(bindings)):
+        for b, t in zip(bindings, topics):
             parts, rf = resource_partitions(b, s)
             # standard bindings: a compactable upsert log (the last record per key is the view)
             specs.append(TopicSpec(t, parts, {} if b.delta_updates else {"cleanup.policy": "compact"}, rf))
@@ -149,10 +114,9 @@ class KafkaDriver(Driver):
         return specs
 
     # ------------------------------------------------------------- setup phase
-    def validate(self, req: Validate) -> Validated:
-        self.topic_specs(req.bindings)
-        self.refuse_other_writers(req.materialization, self._topics(req.bindings))
-        return Validated(tuple(ValidatedBinding((topic_of(b),), b.delta_updates) for b in req.bindings))
+    def validate(self, materialization: str, bindings: Sequence[BindingSpec], resources: Sequence[str]) -> None:
+        self.topic_specs(bindings, resources)
+        self.refuse_other_writers(materialization, resources)
 
     def refuse_other_writers(self, materialization: str, topics: Sequence[str]) -> None:
         """A data topic another view writes (its last records name it) is refused: two views
@@ -173,15 +137,15 @@ class KafkaDriver(Driver):
                     "Nothing was written"
                 )
 
-    def apply(self, req: Apply) -> Applied:
+    def apply(self, req: Apply, resources: Sequence[str]) -> Applied:
         from tidemark.drivers.kafka.topics import ensure_topics
 
-        specs = self.topic_specs(req.bindings)
+        specs = self.topic_specs(req.bindings, resources)
         if req.dry_run:
             return Applied("ensure topics " + ", ".join(s.name for s in specs), ())
         outcome = ensure_topics(self.settings.client, specs, policy=self.settings.policy)
         if req.checkpoint_id and req.identities:
-            self.keep_identities(self._topics(req.bindings), req.identities)
+            self.keep_identities(resources, req.identities)
         created = tuple((name,) for name, what in outcome.items() if what == "created")
         actions = [f"created topic {name}" for name, what in outcome.items() if what == "created"]
         return Applied("; ".join(actions) or "nothing to do", created)
@@ -231,8 +195,7 @@ class KafkaDriver(Driver):
         if new:
             self.write_identities(new)
 
-    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
-        topics = self._topics(bindings)
+    def identities(self, materialization: str, topics: Sequence[str]) -> list[Optional[dict]]:
         if not self._progress_topic_exists():
             return [None] * len(topics)
         kept = self.read_identities()
@@ -300,15 +263,12 @@ class KafkaDriver(Driver):
             done.append(f"kafka: fenced the producers of {len(ids)} range(s) of earlier runs")
         return done
 
-    def open(self, req: Open) -> tuple[KafkaTransactor, Opened]:
+    def fence(self, req: Open, topics: Sequence[str]) -> KafkaSession:
         from tidemark.drivers.kafka.ids import transactional_id
         from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
-        from tidemark.store import RangeStore
 
         s, mat, rng = self.settings, req.materialization, req.range
-        topics = self._topics(req.bindings)
         writer = RangeWriter.open(s.client, mat, rng, progress_topic=s.progress_topic, prefix=s.prefix, policy=s.policy)
-        store = None
         try:
             frontiers = self.frontiers(mat)
             overlapping = [r for r in frontiers.values() if r.range.overlaps(rng)]
@@ -316,14 +276,16 @@ class KafkaDriver(Driver):
                 mat, rng, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint) for r in overlapping]
             )
             own = frontiers.get(rng)
-            mine = _batch(own.runtime_checkpoint) if own is not None else None
+            mine = batch_of(own.runtime_checkpoint) if own is not None else None
             # the data topics' partition counts: as this view's ranges recorded them (progress.check_partitions)
             partitions = partition_counts(s.client, [t for t in topics], timeout=s.policy.connect_timeout)
             check_partitions(mat, list(frontiers.values()), partitions)
             # Producers of other layouts' overlapping ranges that may still commit: those not
             # behind this range's frontier (a range taking over after a split or a merge, and
             # the first batch after it). Fence them, aborting their open transactions.
-            live = [r for r in overlapping if r.range != rng and (mine is None or _batch(r.runtime_checkpoint) >= mine)]
+            live = [
+                r for r in overlapping if r.range != rng and (mine is None or batch_of(r.runtime_checkpoint) >= mine)
+            ]
             if live:
                 old = sorted({r.transactional_id or transactional_id(mat, r.range, prefix=s.prefix) for r in live})
                 fence_and_abort(s.client, old, policy=s.policy)
@@ -336,48 +298,38 @@ class KafkaDriver(Driver):
             if plan.checkpoint is not None and (own is None or plan.refresh):
                 # The range inherits a checkpoint: record it as the range's own frontier.
                 own = _inherit(writer, mat, rng, own, plan.checkpoint)
-            store = RangeStore.open(self._store_config(mat), rng)
-            store.recover()
-            standard = [(t, binding_id(t)) for b, t in zip(req.bindings, topics) if not b.delta_updates]
-            if needs_rebuild(mat, store, plan.checkpoint):
-                assert plan.checkpoint is not None  # needs_rebuild is False without one
-                rebuild(s.client, store, standard, plan.checkpoint, policy=s.policy, materialization=mat)
-            state = StoreTransactor(
-                store, mat, [_named(b, t) for b, t in zip(req.bindings, topics)], [binding_id(t) for t in topics]
-            )
         except BaseException:
             writer.close()
-            if store is not None:
-                store.close()
             raise
-        transactor = KafkaTransactor(
+        return KafkaSession(
             writer,
-            state,
             materialization=mat,
             topics=topics,
-            delta=[b.delta_updates for b in req.bindings],
             quarantine_topic=s.quarantine_topic,
+            checkpoint=plan.checkpoint,
             frontier=own,
+            place=f"Kafka's progress topic {s.progress_topic!r}",
             partitions=partitions,
         )
-        return transactor, Opened(plan.checkpoint)
 
     # -------------------------------------------------------------- inspection
-    def dump(self, materialization: str, binding: BindingSpec):
-        """The committed view of the binding's topic (``{key: doc}``; delta-updates: every
-        committed document in partition and offset order)."""
-        import orjson
+    def rows(self, materialization: str, topics: Sequence[str]) -> Iterator[Row]:
+        """This view's committed records of ``topics`` (:func:`written_by`), partition by partition."""
+        from tidemark.drivers.kafka.reader import committed_messages
 
-        from tidemark.drivers.kafka.reader import committed_messages, tail
-
-        s, topic = self.settings, topic_of(binding)
-        if binding.delta_updates:
-            return [
-                orjson.loads(m.value())
-                for m in committed_messages(s.client, topic, policy=s.policy)
-                if m.value() is not None
-            ]
-        return dict(tail(s.client, topic, policy=s.policy))
+        s = self.settings
+        for topic in topics:
+            for msg in committed_messages(s.client, topic, policy=s.policy):
+                if not written_by(msg, materialization):
+                    continue
+                try:
+                    key = tuple(orjson.loads(msg.key()))
+                except (orjson.JSONDecodeError, TypeError) as exc:
+                    raise DocumentError(
+                        f"kafka: a record of {topic!r} has a key that is not a JSON array ({exc})",
+                        location=f"{topic}[{msg.partition()}]@{msg.offset()}",
+                    ) from exc
+                yield topic, key, msg.value()
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
         try:
@@ -387,25 +339,16 @@ class KafkaDriver(Driver):
                 return []
             raise
         return [
-            CheckpointRow(materialization, r.range, r.sequence, dict(r.runtime_checkpoint))
-            for r in sorted(frontiers.values(), key=lambda r: (r.range.key_begin, r.range.key_end))
+            CheckpointRow(materialization, r.range, r.sequence, dict(r.runtime_checkpoint)) for r in frontiers.values()
         ]
 
     def _progress_topic_exists(self) -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        from tidemark.drivers.kafka.client import call, client_config
-
         s = self.settings
-        admin = AdminClient(client_config(s.client))
-        md = call(lambda: admin.list_topics(timeout=s.policy.connect_timeout), "reading topic metadata", s.client)
-        info = md.topics.get(s.progress_topic)
-        return info is not None and info.error is None
+        return s.progress_topic in partition_counts(s.client, [s.progress_topic], timeout=s.policy.connect_timeout)
 
-    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
-        """Start the view over: delete the bindings' topics, forget the materialization's
-        frontiers (tombstones in the progress topic, after fencing every range's producer)
-        and remove its local state. Stop the job first."""
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec], topics: Sequence[str]) -> list[str]:
+        """Start the view over: delete the bindings' topics and forget the materialization's
+        frontiers (tombstones in the progress topic, after fencing every range's producer)."""
         from confluent_kafka.admin import AdminClient
 
         from tidemark.drivers.kafka.client import call, client_config
@@ -429,17 +372,14 @@ class KafkaDriver(Driver):
                 done.append(f"forgot {len(frontiers)} range frontier(s) in {s.progress_topic}")
         if self._progress_topic_exists():
             kept = self.read_identities()
-            mine = {
-                t: None for t in self._topics(bindings) if (kept.get(t) or {}).get("materialization") == materialization
-            }
+            mine = {t: None for t in topics if (kept.get(t) or {}).get("materialization") == materialization}
             if mine:
                 self.write_identities(mine)
                 done.append(f"forgot the view-identity records of {', '.join(sorted(mine))}")
-        admin = AdminClient(client_config(s.client))
-        md = call(lambda: admin.list_topics(timeout=s.policy.connect_timeout), "reading topic metadata", s.client)
-        topics = [t for t in self._topics(bindings) if t in md.topics]
-        if topics:
-            futures = admin.delete_topics(topics, operation_timeout=s.policy.connect_timeout)
+        present = list(partition_counts(s.client, topics, timeout=s.policy.connect_timeout))
+        if present:
+            admin = AdminClient(client_config(s.client))
+            futures = admin.delete_topics(present, operation_timeout=s.policy.connect_timeout)
             for t, f in futures.items():
                 call(
                     cast("Callable[[], Any]", lambda f=f: f.result(s.policy.connect_timeout + 5)),
@@ -447,17 +387,18 @@ class KafkaDriver(Driver):
                     s.client,
                 )
                 done.append(f"deleted topic {t}")
-        path = self.state_dir(materialization)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-            done.append(f"removed local state {path}")
         return done
 
 
-def _batch(cp) -> int:
-    from tidemark.store.db import batch_of
-
-    return batch_of(cp)
+def written_by(msg, materialization: str) -> bool:
+    """Whether a data record is this view's: its ``tidemark-materialization`` header names it
+    (a record with a ``tidemark-range`` header but no materialization is an older tidemark's,
+    and kept); a record without tidemark's headers is another writer's."""
+    headers = dict(msg.headers() or ())
+    owner = headers.get("tidemark-materialization")
+    if owner is not None:
+        return owner == materialization.encode("utf-8")
+    return "tidemark-range" in headers
 
 
 def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
@@ -474,11 +415,9 @@ def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
     return record
 
 
-def _named(binding: BindingSpec, topic: str) -> BindingSpec:
-    """The binding as the local store names it (by its topic)."""
-    import dataclasses
-
-    return dataclasses.replace(binding, resource={"name": topic})
+class KafkaDriver(PushDriver):
+    name = "kafka"
+    log_part = KafkaLog
 
 
-__all__ = ["KafkaDriver", "CAPABILITIES"]
+__all__ = ["KafkaDriver", "KafkaLog"]

@@ -7,6 +7,6 @@ is committed and fenced), :mod:`.reader` (the read-committed reader).
 
 from tidemark.drivers.nats.api import committed_view as read_view
 from tidemark.drivers.nats.api import read_committed
-from tidemark.drivers.nats.driver import CAPABILITIES, NatsDriver
+from tidemark.drivers.nats.driver import NatsDriver
 
-__all__ = ["NatsDriver", "CAPABILITIES", "read_committed", "read_view"]
+__all__ = ["NatsDriver", "read_committed", "read_view"]

@@ -2,44 +2,32 @@
 exactly once, without transactions (see :mod:`tidemark.drivers.nats` for the scheme, and
 :mod:`.config` for the config and resources).
 
+The log part of the push endpoints' one driver (:class:`~tidemark.drivers.push.PushDriver`).
 Commit pattern: store-authoritative — the log's progress record of a range is the endpoint
 transaction: it names the batch and the runtime checkpoint, and it is fenced by
-``Nats-Expected-Last-Subject-Sequence`` on the range's progress subject.  Loads read a local
-state store (:mod:`tidemark.store`, under ``state``), a cache of the log that an Open
-rebuilds from the log whenever the two disagree (:mod:`.opening`).
+``Nats-Expected-Last-Subject-Sequence`` on the range's progress subject (:mod:`.session`).
+Loads read a local state store (under ``state``), a cache of the log that an Open rebuilds
+from the log whenever the two disagree (:mod:`tidemark.drivers.push.catchup`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import os
-import shutil
 import threading
-from typing import Any, Optional, Sequence, cast
+from typing import Iterator, Optional, Sequence, cast
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
+from tidemark.drivers.base import CheckpointRow
 from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.nats import settings as conf
 from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
 from tidemark.drivers.nats.layout import dropping_limits
-from tidemark.drivers.nats.opening import fence, open_store
-from tidemark.drivers.nats.transactor import NatsTransactor
-from tidemark.drivers.push.local import QUARANTINE_ID, StoreTransactor, binding_id
+from tidemark.drivers.nats.session import NatsSession
+from tidemark.drivers.push import PushDriver, PushLog
+from tidemark.drivers.push.log import Row
 from tidemark.errors import IncompatibleSchema, RecoveryError
-from tidemark.protocol.messages import (
-    Applied,
-    Apply,
-    BindingSpec,
-    Open,
-    Opened,
-    SpecResponse,
-    Validate,
-    Validated,
-    ValidatedBinding,
-)
+from tidemark.protocol.messages import Applied, Apply, BindingSpec, Open, SpecResponse
 
 log = logging.getLogger("tidemark")
 
@@ -55,37 +43,23 @@ def publish_mode(atomic: bool) -> str:
     )
 
 
-CAPABILITIES = Capabilities(
-    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
-    delta_updates=True,
-    standard_updates=True,
-    max_load_keys=10_000,
-    max_store_docs=10_000,
-    concurrent_shards=True,
-    quarantine=True,
-)
+class NatsLog(PushLog):
+    """The ``nats`` log part: a JetStream stream per materialization."""
 
-
-class NatsDriver(Driver):
     name = "nats"
+    commits = True
 
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        self.cfg = conf.NatsConfig.from_config(self.config)
+    def __init__(self, config: dict):
+        self.cfg = self.settings = conf.NatsConfig.from_config(config)
+        self.store_options = {"path": self.cfg.state}
         self._client = None
         self._lock = threading.Lock()
         self._streams: dict[str, str] = {}  # materialization -> stream, once known
 
-    def __repr__(self) -> str:
-        return f"NatsDriver(url={self.cfg.safe_url!r}, state={self.cfg.state!r})"
-
-    @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+    @staticmethod
+    def resolve_config(config: dict, base_dir: str) -> dict:
         """``state`` (default ``tidemark-state``) against the spec's folder."""
         return conf.resolve_state(config, base_dir)
-
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
@@ -111,29 +85,14 @@ class NatsDriver(Driver):
         if client is not None:
             client.close()
 
-    def store_config(self, materialization: str):
-        from tidemark.store import StoreConfig
-
-        return StoreConfig(
-            path=conf.state_dir(self.cfg.state, materialization), lock_timeout=self.cfg.policy.lock_timeout
-        )
-
     def _check(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[conf.Target]:
         ts = conf.targets(bindings, self.cfg.stream, materialization)
-        seen: dict[int, str] = {}
-        for b, t in zip(bindings, ts):
-            if b.delta_updates:
-                continue
-            i = binding_id(t.subject)
-            if i in seen or i == QUARANTINE_ID:
-                raise IncompatibleSchema(
-                    f"nats: subjects {t.subject!r} and {seen.get(i, 'quarantine')!r} share the "
-                    f"state store's 16-bit binding id {i}; rename one"
-                )
-            seen[i] = t.subject
         if ts:
             self._streams[materialization] = ts[0].stream
         return ts
+
+    def resources(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        return [t.subject for t in self._check(materialization, bindings)]
 
     def stream(self, materialization: str, bindings: Sequence[BindingSpec] = ()) -> Optional[str]:
         """The stream of ``materialization``: its bindings', the endpoint's, or the one whose
@@ -152,11 +111,7 @@ class NatsDriver(Driver):
         return None
 
     # ------------------------------------------------------------- setup phase
-    def validate(self, req: Validate) -> Validated:
-        self._check(req.materialization, req.bindings)
-        return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
-
-    def apply(self, req: Apply) -> Applied:
+    def apply(self, req: Apply, resources: Sequence[str]) -> Applied:
         ts = self._check(req.materialization, req.bindings)
         stream = cast(str, self.stream(req.materialization, req.bindings))  # a str: stream_of's, with bindings
         client = self.client()
@@ -209,43 +164,19 @@ class NatsDriver(Driver):
             log.warning("materialization %s: stream %s: %s", req.materialization, stream, publish_mode(False))
         return Applied(f"{action} ({publish_mode(setup.atomic)}, nats-server {setup.server_version})", created)
 
-    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
-        ts = self._check(materialization, bindings)
-        stream = self.stream(materialization, bindings)
+    def identities(self, materialization: str, resources: Sequence[str]) -> list[Optional[dict]]:
+        stream = self.stream(materialization)
         meta = ((self.client().stream_config(stream) if stream else None) or {}).get("metadata") or {}
-        out: list[Optional[dict]] = []
-        for t in ts:
-            out.append(parse_record(meta.get(identity_entry(t.subject))))
-        return out
+        return [parse_record(meta.get(identity_entry(subject))) for subject in resources]
 
     # ------------------------------------------------------- transaction phase
-    def open(self, req: Open) -> tuple[NatsTransactor, Opened]:
+    def fence(self, req: Open, resources: Sequence[str]) -> NatsSession:
         from tidemark.drivers.nats.wire import Channel
 
-        ts = self._check(req.materialization, req.bindings)
         stream = cast(str, self.stream(req.materialization, req.bindings))  # a str: stream_of's, with bindings
-        client = self.client()
         channel = Channel(stream, req.materialization, req.range)
-        session = fence(client, channel)
         qsubject = conf.quarantine_subject(stream, req.materialization)
-        subjects = [t.subject for t in ts]
-        inflight = client.written_after(channel, session.frontier, [*dict.fromkeys(subjects), qsubject])
-        standard = [(t.subject, binding_id(t.subject)) for b, t in zip(req.bindings, ts) if not b.delta_updates]
-        checkpoint = session.frontier.checkpoint
-        store = open_store(client, self.store_config(req.materialization), channel, checkpoint, standard)
-        ids = [binding_id(t.subject) for t in ts]
-        named = [dataclasses.replace(b, resource={"name": t.subject}) for b, t in zip(req.bindings, ts)]
-        tx = NatsTransactor(
-            client,
-            session,
-            inflight,
-            StoreTransactor(store, req.materialization, named, ids),
-            subjects,
-            [b.delta_updates for b in req.bindings],
-            qsubject,
-            req.materialization,
-        )
-        return tx, Opened(checkpoint)
+        return NatsSession(self.client(), channel, resources, [b.delta_updates for b in req.bindings], qsubject)
 
     # -------------------------------------------------------------- inspection
     def read_committed(
@@ -257,20 +188,10 @@ class NatsDriver(Driver):
             return iter(())
         return self.client().read_committed(stream, materialization=materialization, subjects=subjects)
 
-    def dump(self, materialization: str, binding: BindingSpec):
-        t = conf.target(binding, self.cfg.stream)
-        msgs = self.read_committed(materialization, [t.subject], t.stream)
-        if binding.delta_updates:
-            return [m.document for m in msgs if m.subject == t.subject]
-        view: dict[tuple, Any] = {}
-        for m in msgs:
-            if m.subject != t.subject:
-                continue
-            if m.delete:
-                view.pop(tuple(m.key), None)
-            else:
-                view[tuple(m.key)] = m.document
-        return view
+    def rows(self, materialization: str, resources: Sequence[str]) -> Iterator[Row]:
+        for m in self.read_committed(materialization, resources):
+            if m.subject in resources:
+                yield m.subject, tuple(m.key), None if m.delete else bytes(m.message.data)
 
     def quarantined(self, materialization: str) -> list[dict]:
         stream = self.stream(materialization)
@@ -286,14 +207,11 @@ class NatsDriver(Driver):
         if stream is None or not self.client().stream_exists(stream):
             return []
         fr = self.client().channel_frontiers(stream, materialization)
-        return [
-            CheckpointRow(materialization, r, f.seq, f.checkpoint)
-            for r, f in sorted(fr.items(), key=lambda kv: (kv[0].key_begin, kv[0].key_end))
-        ]
+        return [CheckpointRow(materialization, r, f.seq, f.checkpoint) for r, f in fr.items()]
 
-    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
-        """Purge the view's subjects, its progress records and quarantine from the stream, and
-        remove its local state store (stop the job first).  The stream itself stays."""
+    def drop(self, materialization: str, bindings: Sequence[BindingSpec], resources: Sequence[str]) -> list[str]:
+        """Purge the view's subjects, its progress records and quarantine from the stream (the
+        stream itself stays)."""
         from tidemark.drivers.nats.layout import progress_filter
 
         done = []
@@ -318,10 +236,6 @@ class NatsDriver(Driver):
                     stream, list(scfg.get("subjects") or ()), atomic=bool(scfg.get("allow_atomic")), metadata=mine
                 )
                 done.append(f"removed the view-identity records of {len(mine)} subject(s) from stream {stream}")
-        path = conf.state_dir(self.cfg.state, materialization)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-            done.append(f"removed state store {path}")
         return done
 
 
@@ -330,4 +244,9 @@ def identity_entry(subject: str) -> str:
     return f"tidemark.identity.{subject}"
 
 
-__all__ = ["NatsDriver", "CAPABILITIES"]
+class NatsDriver(PushDriver):
+    name = "nats"
+    log_part = NatsLog
+
+
+__all__ = ["NatsDriver", "NatsLog"]

@@ -45,7 +45,7 @@ def documents(mat, binding: BindingSpec, t: conf.Target, keys=None, prefix=None)
     from tidemark.drivers.push.local import key_order
 
     with NatsDriver(mat.driver_config) as driver:
-        msgs = driver.read_committed(mat.name, [t.subject], t.stream)
+        msgs = driver.log.read_committed(mat.name, [t.subject], t.stream)
         if binding.delta_updates:
             for m in msgs:
                 if m.subject == t.subject and _wanted(m.key, keys, prefix):

@@ -170,12 +170,6 @@ def quarantine_subject(stream: str, materialization: str) -> str:
     return f"{wire.default_prefix(stream)}.quarantine.{wire.subject_token(materialization)}"
 
 
-def state_dir(state: str, materialization: str) -> str:
-    from tidemark.drivers.push.local import local_dir
-
-    return local_dir(state, materialization)
-
-
 def resolve_state(config: dict, base_dir: str) -> dict:
     out = dict(config)
     state = out.get("state") or DEFAULT_STATE

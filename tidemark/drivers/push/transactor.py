@@ -10,18 +10,19 @@ answers the Loads from it.  The exactly-once core lives here, once:
   arrives before Acknowledged waits for Flush; each key is read from the range's newest
   commit).
 * Store: a standard binding's full documents and deletes are staged in the store's open
-  transaction; every row is handed to the endpoint (:meth:`PushTransactor.send`).
+  transaction; every row is handed to the endpoint (the log part's session:
+  :meth:`~tidemark.drivers.push.log.LogSession.send`).
 * Quarantine: the rows are kept for StartCommit, which knows the batch.
-* StartCommit, in the order of the endpoint's commit pattern (:attr:`PushTransactor.ENDPOINT_COMMITS`):
+* StartCommit, in the order of the endpoint's commit pattern (:attr:`PushTransactor.commits`):
 
   - the endpoint's commit counts (Kafka, NATS: endpoint-authoritative): the endpoint commits
     the batch with its quarantined rows and its progress record
-    (:meth:`PushTransactor.publish`, between the ``before_endpoint_commit`` and
+    (:meth:`LogSession.publish`, between the ``before_endpoint_commit`` and
     ``after_endpoint_commit`` fault points), then the store commits with the same runtime
     checkpoint.  A crash between the two leaves the store one batch behind the endpoint;
     the endpoint's next Open rebuilds it from what the endpoint holds.
   - the store's commit counts (the webhook: store-authoritative): the quarantined rows go
-    into the store's transaction, and :meth:`PushTransactor.publish` runs inside the store's
+    into the store's transaction, and :meth:`LogSession.publish` runs inside the store's
     commit, after its fence check and before its write
     (:meth:`tidemark.drivers.store.transactor.StoreTransactor.start_commit`).
 """
@@ -32,6 +33,7 @@ from typing import Optional, Sequence
 
 from tidemark.drivers.base import Transactor
 from tidemark.drivers.common.columns import quarantine_row
+from tidemark.drivers.push.log import LogSession
 from tidemark.drivers.store.transactor import StoreTransactor
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
@@ -50,38 +52,28 @@ from tidemark.store.db import batch_of
 
 
 class PushTransactor(Transactor):
-    """The shard session of a push endpoint over the local store's session ``state``.
+    """The shard session of a push endpoint: the local store's session ``state`` and the
+    endpoint's session ``log`` (its send and publish).  ``resources``: each binding's name at
+    the endpoint, which the quarantined rows carry; ``commits``: whether the endpoint's
+    commit counts (else the store's, with ``publish`` inside it)."""
 
-    ``resources``: each binding's name at the endpoint (a topic, a subject, a view name),
-    which the quarantined rows carry.  Subclasses implement :meth:`send` and :meth:`publish`."""
-
-    ENDPOINT_COMMITS = True  # False: the store's commit is the one that counts (publish runs inside it)
-
-    def __init__(self, state: StoreTransactor, materialization: str, resources: Sequence[str], delta: Sequence[bool]):
+    def __init__(
+        self,
+        state: StoreTransactor,
+        log: LogSession,
+        materialization: str,
+        resources: Sequence[str],
+        delta: Sequence[bool],
+        commits: bool,
+    ):
         self.state = state
+        self.log = log
         self.materialization = materialization
         self.range = state.range
         self.resources = list(resources)
         self.delta = list(delta)
+        self.commits = commits
         self._quarantine: list[dict] = []
-
-    # ------------------------------------------------------------------ the endpoint's part
-    def send(self, msg: Store) -> None:  # pragma: no cover - the endpoint's own
-        """Hand this Store's rows to the endpoint (queue them, or send them into its open
-        transaction).  A delete's ``doc`` is its deletion document or None, as the runtime gave it."""
-        raise NotImplementedError
-
-    def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:  # pragma: no cover
-        """Commit the batch at the endpoint: what :meth:`send` got, the ``quarantined`` rows
-        (already in their stored form; empty when the store keeps them) and the runtime
-        checkpoint ``cp`` (of batch ``batch``).  When it returns the endpoint holds the whole
-        batch; a transactional endpoint (Kafka, NATS) shows a reader none of it before.  It
-        may run again for the same batch after a crash: what it sends must be idempotent
-        (progress records, message ids, ``Idempotency-Key``)."""
-        raise NotImplementedError
-
-    def committed(self) -> None:
-        """After the batch committed (both the endpoint and the store): reset per-batch state."""
 
     # ------------------------------------------------------------------ phases
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
@@ -96,10 +88,10 @@ class PushTransactor(Transactor):
     def store(self, msg: Store) -> None:
         if not self.delta[msg.binding]:
             self.state.store(msg)  # the full documents (and deletes) for later Loads
-        self.send(msg)
+        self.log.send(msg)
 
     def quarantine(self, msg: Quarantine) -> None:
-        if self.ENDPOINT_COMMITS:
+        if self.commits:
             self._quarantine.extend(msg.rows)
         else:
             self.state.quarantine(msg)
@@ -111,18 +103,21 @@ class PushTransactor(Transactor):
     def start_commit(self, msg: StartCommit) -> StartedCommit:
         cp = msg.runtime_checkpoint
         batch = batch_of(cp)
-        if not self.ENDPOINT_COMMITS:
-            started = self.state.start_commit(msg, inside=lambda: self.publish(cp, batch, []))
-            self.committed()
+        if not self.commits:
+            started = self.state.start_commit(msg, inside=lambda: self.log.publish(cp, batch, []))
+            self.log.committed()
             return started
         rows = [quarantine_row(self.materialization, batch, self.resource(r), r) for r in self._quarantine]
         fault_point("before_endpoint_commit")
-        self.publish(cp, batch, rows)
+        self.log.publish(cp, batch, rows)
         fault_point("after_endpoint_commit")
         self._quarantine = []
         self.state.commit_quietly(cp)  # the local store follows the endpoint (fenced on this machine)
-        self.committed()
+        self.log.committed()
         return StartedCommit()
 
     def close(self) -> None:
-        self.state.close()
+        try:
+            self.log.close()
+        finally:
+            self.state.close()

@@ -17,7 +17,10 @@ endpoint's :class:`~tidemark.drivers.store.transactor.StoreTransactor` over a
 :class:`~tidemark.store.RangeStore`), which is the authority (store-authoritative): it holds
 the documents, the fence and the runtime checkpoint of each range.
 
-StartCommit, per range (:class:`~tidemark.drivers.push.PushTransactor`, the store's commit counting):
+The log part of the push endpoints' one driver (:class:`~tidemark.drivers.push.PushDriver`):
+the local store's commit counts, and the receiver keeps nothing tidemark reads back, so the
+driver answers dump, checkpoints, identities and quarantine from the local store.
+StartCommit, per range (:class:`~tidemark.drivers.push.PushTransactor`):
 
 1. take the range's lock in the state store and verify the fence (a stale session gets
    FencedOff and posts nothing; a newer Open of an overlapping range waits for the lock);
@@ -33,42 +36,20 @@ Delta-updates bindings post their combined deltas and keep nothing in the state 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver
 from tidemark.drivers.common.settings import config_schema
-from tidemark.drivers.push import PushTransactor
-from tidemark.drivers.push.local import StoreDriver, StoreTransactor, resource_name
+from tidemark.drivers.push import PushDriver, PushLog
+from tidemark.drivers.push.local import StoreDriver, resource_name
 from tidemark.drivers.webhook.chunks import plan_chunks
 from tidemark.drivers.webhook.client import Delivered, WebhookClient
 from tidemark.drivers.webhook.settings import DEFAULT_STATE, SETTINGS, WebhookConfig
 from tidemark.errors import SpecError
 from tidemark.faults import fault_point
-from tidemark.protocol.messages import (
-    Applied,
-    Apply,
-    BindingSpec,
-    Open,
-    Opened,
-    SpecResponse,
-    Store,
-    Validate,
-    Validated,
-)
+from tidemark.protocol.messages import BindingSpec, Open, Range, SpecResponse, Store
 
 STATE_OPTIONS = ("path", "changelog", "max_uncommitted_bytes", "snapshot_every", "keep_snapshots", "spill_dir")
-
-CAPABILITIES = Capabilities(
-    commit_pattern=CommitPattern.STORE_AUTHORITATIVE,  # the local state store is the authority
-    delta_updates=True,
-    standard_updates=True,  # Loads come from the state store
-    max_load_keys=10_000,
-    max_store_docs=10_000,
-    concurrent_shards=True,
-    quarantine=True,  # kept in the state store with the transaction
-)
 
 
 def _state_options(state: Any) -> dict:
@@ -84,23 +65,19 @@ def _state_options(state: Any) -> dict:
     raise SpecError("endpoint webhook: state must be a folder (e.g. state: webhook-state) or {path: FOLDER, …}")
 
 
-class WebhookDriver(Driver):
-    name = "webhook"
+class WebhookLog(PushLog):
+    """The webhook's log part: a receiver, POSTed to inside the local store's commit."""
 
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        self.hook = WebhookConfig.from_config(self.config)
-        opts = _state_options(self.config.get("state", DEFAULT_STATE))
-        if self.config.get("retry"):
-            opts["retry"] = self.config["retry"]  # lock_timeout: how long an Open waits for a range's lock
-        self.state = StoreDriver(opts)
+    name = "webhook"
+    commits = False  # the local state store is the authority
+
+    def __init__(self, config: dict):
+        self.settings = WebhookConfig.from_config(config)
+        self.store_options = _state_options(config.get("state", DEFAULT_STATE))
         self._client: Optional[WebhookClient] = None
 
-    def __repr__(self) -> str:
-        return f"WebhookDriver(url={self.hook.display!r}, state={self.state.base.path!r})"
-
-    @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+    @staticmethod
+    def resolve_config(config: dict, base_dir: str) -> dict:
         """``state`` (default ``webhook-state``) against the spec's folder."""
         out = dict(config)
         state = out.get("state", DEFAULT_STATE)
@@ -115,11 +92,13 @@ class WebhookDriver(Driver):
     @property
     def client(self) -> WebhookClient:
         if self._client is None:
-            self._client = WebhookClient(self.hook)
+            self._client = WebhookClient(self.settings)
         return self._client
 
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def spec(self) -> SpecResponse:
         return SpecResponse(
@@ -127,9 +106,8 @@ class WebhookDriver(Driver):
             resource_schema={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
         )
 
-    # ------------------------------------------------------------- setup phase
-    @staticmethod
-    def _check_resources(bindings: Sequence[BindingSpec]) -> None:
+    def resources(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+        out = []
         for b in bindings:
             res = b.resource if isinstance(b.resource, dict) else {}
             if not isinstance(res.get("name", res.get("table")), str):
@@ -137,74 +115,29 @@ class WebhookDriver(Driver):
                     f"binding of {b.collection!r}: the webhook endpoint needs resource {{name: NAME}} (the "
                     f"name the receiver sees in each request), got {b.resource!r}"
                 )
+            out.append(resource_name(b))
+        return out
 
-    def validate(self, req: Validate) -> Validated:
-        self._check_resources(req.bindings)
-        return self.state.validate(req)
-
-    def apply(self, req: Apply) -> Applied:
-        self._check_resources(req.bindings)
-        applied = self.state.apply(req)
-        return dataclasses.replace(
-            applied,
-            action_description=applied.action_description.replace("create store view", "create the state store of"),
-        )
-
-    # ------------------------------------------------------- transaction phase
-    def open(self, req: Open) -> tuple["WebhookTransactor", Opened]:
-        inner, opened = self.state.open(req)
-        return WebhookTransactor(inner, self.client, self.hook, req.bindings), opened
-
-    # -------------------------------------------------------------- inspection
-    def dump(self, materialization: str, binding: BindingSpec):
-        """The state store's documents of a standard binding.  Delta-updates rows are kept
-        only by the receiver."""
-        if binding.delta_updates:
-            raise NotImplementedError("webhook: delta-update rows are kept only by the receiver, not by tidemark")
-        return self.state.dump(materialization, binding)
-
-    def checkpoints(self, materialization: str) -> list[CheckpointRow]:
-        return self.state.checkpoints(materialization)
-
-    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
-        """Kept in the state store's manifest, beside the documents the Loads read."""
-        return self.state.identities(materialization, bindings)
-
-    def quarantined(self, materialization: str) -> list[dict]:
-        return self.state.quarantined(materialization)
-
-    def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
-        """Remove the state store of the view (what the receiver applied stays there)."""
-        return self.state.drop(materialization, bindings)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        self.state.close()
+    def fence(self, req: Open, resources: Sequence[str]) -> "WebhookSession":
+        return WebhookSession(self.client, self.settings, req.materialization, req.range, resources)
 
 
-class WebhookTransactor(PushTransactor):
-    """A push endpoint whose state store's commit counts
-    (:class:`~tidemark.drivers.push.PushTransactor`): the documents are POSTed inside it."""
+class WebhookSession:
+    """A range's deliveries: the batch's documents, POSTed inside the local store's commit."""
 
-    ENDPOINT_COMMITS = False
+    checkpoint: Optional[dict] = None  # the local store's counts
+    place = "the local state store"
 
-    def __init__(
-        self, inner: StoreTransactor, client: WebhookClient, hook: WebhookConfig, bindings: Sequence[BindingSpec]
-    ):
-        super().__init__(
-            inner, inner.materialization, [resource_name(b) for b in bindings], [b.delta_updates for b in bindings]
-        )
-        self.client = client
-        self.hook = hook
-        self._docs: list[list] = [[] for _ in bindings]
+    def __init__(self, client: WebhookClient, hook: WebhookConfig, materialization: str, rng: Range, resources):
+        self.client, self.hook, self.materialization, self.range = client, hook, materialization, rng
+        self.resources = list(resources)
+        self._docs: list[list] = [[] for _ in self.resources]
         self.delivered: Optional[Delivered] = None  # tidemark.drivers.webhook.Delivered of the last StartCommit
 
     def send(self, msg: Store) -> None:
         self._docs[msg.binding].extend(msg.docs)  # a delete sends its deletion document (_meta.op "d")
 
-    def publish(self, cp: dict, batch, quarantined: list[dict]) -> None:
+    def publish(self, cp: dict, batch: Optional[int], quarantined: list[dict]) -> None:
         """Steps 2 and 3 of the module docstring, inside the state store's commit: plan the
         chunks, POST them."""
         chunks = []
@@ -225,5 +158,13 @@ class WebhookTransactor(PushTransactor):
     def committed(self) -> None:
         self._docs = [[] for _ in self._docs]
 
+    def close(self) -> None:
+        pass  # the client is the driver's
 
-__all__ = ["WebhookDriver", "WebhookTransactor", "CAPABILITIES"]
+
+class WebhookDriver(PushDriver):
+    name = "webhook"
+    log_part = WebhookLog
+
+
+__all__ = ["WebhookDriver", "WebhookLog"]

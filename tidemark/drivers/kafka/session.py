@@ -1,23 +1,19 @@
-"""One shard session of the ``kafka`` endpoint: a Kafka transaction per batch, and the local
-store of full documents that answers Loads.
+"""A range's session on Kafka: a Kafka transaction per batch, what a shard session (the push
+endpoints' one :class:`~tidemark.drivers.push.PushTransactor`, with the local store of full
+documents answering Loads) sends and publishes.
 
-* Acknowledge: nothing to apply (the previous batch committed in its StartCommit).
-* Load / Flush: read-committed, from the range's local store (the push endpoints' base,
-  :class:`~tidemark.drivers.push.PushTransactor`),
-  which holds exactly what the range's committed Kafka transactions wrote (Open made sure).
 * Store: each document is sent to its binding's topic inside the range's open Kafka
   transaction (key: the collection key as a JSON array; value: the full reduced document
   as JSON; a delete: a tombstone; headers ``tidemark-range`` (the shard range),
   ``tidemark-sequence``: the range's commit number, the ``sequence`` of the progress record
-  that commits it, and ``tidemark-materialization``: the view that wrote it), and standard
-  bindings also stage it in the local store.
+  that commits it, and ``tidemark-materialization``: the view that wrote it).
 * Quarantine: the rows go to the quarantine topic in the same transaction (at StartCommit,
   which knows the batch).
 * StartCommit: the range's progress record joins the transaction and it commits — the
   batch is now committed (``before_endpoint_commit`` / ``after_endpoint_commit`` are the
   fault points around it) — then the local store commits with the same runtime
   checkpoint. A crash between the two leaves the store one batch behind Kafka; the next
-  Open rebuilds it from the topics (:mod:`.rebuild`).
+  Open rebuilds it from the topics (:mod:`tidemark.drivers.push.catchup`).
 """
 
 from __future__ import annotations
@@ -29,30 +25,30 @@ import orjson
 from tidemark.collection.keys import key_json
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
-from tidemark.drivers.push import PushTransactor
-from tidemark.drivers.push.local import StoreTransactor
 from tidemark.protocol.messages import Store
 
 
-class KafkaTransactor(PushTransactor):
-    """A push endpoint whose commit counts (:class:`~tidemark.drivers.push.PushTransactor`):
-    a Kafka transaction per batch, committed with the range's progress record."""
+class KafkaSession:
+    """A Kafka transaction per batch, committed with the range's progress record."""
 
     def __init__(
         self,
         writer: RangeWriter,
-        store: StoreTransactor,
         *,
         materialization: str,
         topics: Sequence[str],
-        delta: Sequence[bool],
         quarantine_topic: str,
+        checkpoint: Optional[dict],
         frontier: Optional[ProgressRecord],
+        place: str,
         partitions: Optional[dict] = None,
     ):
-        super().__init__(store, materialization, topics, delta)
         self.writer = writer
-        self.topics = self.resources
+        self.materialization = materialization
+        self.range = writer.range
+        self.topics = list(topics)
+        self.checkpoint = checkpoint  # the range's, as Open planned it (own or inherited)
+        self.place = place
         self.quarantine_topic = quarantine_topic
         self.frontier = frontier  # the range's last committed progress record (None: never committed)
         self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
@@ -103,7 +99,4 @@ class KafkaTransactor(PushTransactor):
         self.counts = {"docs": 0, "deletes": 0, "quarantined": 0}
 
     def close(self) -> None:
-        try:
-            self.writer.close()
-        finally:
-            self.state.close()
+        self.writer.close()
