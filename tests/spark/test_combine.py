@@ -75,6 +75,24 @@ FIELD_KINDS = {
         )
     ],
     "raw": [({"type": "object"}, st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))],
+    # an object with declared properties of one scalar type, merged (compiled as a map)
+    "object": [
+        (
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+            },
+            st.fixed_dictionaries({}, optional={"city": st.text(max_size=3), "zip": st.sampled_from(["1", "2"])}),
+        )
+    ],
+    # an exact decimal (multipleOf 0.01) summed: whole numbers and cents
+    "decimal": [
+        (
+            {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+            st.one_of(st.integers(-(10**6), 10**6).map(lambda i: i / 100), st.integers(-50, 50)),
+        )
+    ],
     # compared as instants: mixed offsets, equal instants written differently, long fractions
     "date-time": [
         ({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
@@ -750,3 +768,34 @@ def test_union_keeps_each_value_once_in_first_seen_order_on_both_paths(spark):
             assert result.path == path and collect(result) == want
         finally:
             result.unpersist()
+
+
+DECIMALS = {
+    "type": "object",
+    "required": ["k"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+    },
+}
+
+
+def test_exact_decimals_compile_and_a_sum_past_15_digits_is_refused_on_both_paths(spark):
+    """A sum of exact decimals is compiled (rounded to its places at each step); a value with
+    more places is invalid on the compiled path; a sum past 15 significant digits at its
+    places is refused, whole numbers or not, on both paths."""
+    coll = Collection(CollectionSpec("t", ("/k",), DECIMALS))
+    cents = [0.07, 0.1, 0.2, 19.99, -0.3, 1e-2, 5]
+    docs = [{"k": "a", "amount": c} for c in cents]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled" and collect(res) == expected(coll, docs) == {'["a"]': {"k": "a", "amount": 25.07}}
+    finally:
+        res.unpersist()
+    with pytest.raises(DocumentError, match=r"0\.005 is not a multiple of 0\.01"):
+        combine_batch(frame(spark, [{"k": "a", "amount": 0.005}]), coll, force_path="compiled")
+    for big in ([9 * 10**12, 9 * 10**12], [9e12 + 0.5, 9e12]):
+        for path in ("compiled", "fallback"):
+            with pytest.raises(ReductionError, match="15 significant digits"):
+                combine_batch(frame(spark, [{"k": "a", "amount": a} for a in big]), coll, force_path=path)

@@ -52,11 +52,12 @@ def scale_in(schemas) -> Optional[int]:
 
 
 def exact_sum(lhs: Any, rhs: Any, scale: int) -> Any:
-    """``lhs + rhs`` at ``scale`` places; None when the result has more than 15 significant
-    digits (it would not be exact)."""
+    """``lhs + rhs`` at ``scale`` places; None when the result would have more than 15
+    significant digits at those places (beyond ``10**(15 - scale)``: it would not be exact),
+    whole numbers or not."""
     out = lhs + rhs
     if isinstance(out, int):
-        return out if abs(out) < 10**MAX_DIGITS else None
+        return out if abs(out) < 10 ** (MAX_DIGITS - scale) else None
     out = round(out, scale)
     return out if abs(out) < 10 ** (MAX_DIGITS - scale) else None
 

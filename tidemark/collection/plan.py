@@ -7,11 +7,13 @@ names a top-level scalar property; a property may take its own such ``order``), 
 ``integer`` / ``boolean`` properties, and top-level properties whose shape is one of
 
 * ``scalar``: ``string``, ``integer``, ``number``, ``boolean`` (with ``enum``, bounds,
-  lengths, and a ``format`` of :data:`NATIVE_FORMATS` or an unasserted one);
+  lengths, a ``format`` of :data:`NATIVE_FORMATS` or an unasserted one, and for a number a
+  ``multipleOf`` of ``10**-s``: an exact decimal, :attr:`FieldPlan.scale`);
 * ``append``: an array with ``items`` of one scalar type;
 * ``raw``: an array without ``items`` or an object without ``additionalProperties``
   (carried as JSON text);
-* ``map``: an object with ``additionalProperties`` of one scalar type;
+* ``map``: an object with ``additionalProperties`` of one scalar type, or with ``properties``
+  that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`_merged_object`);
 
 reduced with a strategy whose Spark aggregation takes that shape (the table of
 :mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tidemark.collection.decimals import scale_of
 from tidemark.collection.formats import ASSERTED as ASSERTED_FORMATS
 from tidemark.collection.strategies import STRATEGIES
 
@@ -59,6 +62,7 @@ class FieldPlan:
     strategy: str
     schema: dict
     order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
+    scale: Optional[int] = None  # an exact decimal's places (a number with ``multipleOf`` 10^-scale)
 
     @property
     def picked_by(self) -> str:
@@ -215,13 +219,16 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
         return None, reason
     if not strategy.compiles(*shape):
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order), ""
+    scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale), ""
 
 
 def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     """(kind, type) of a property that Spark reads natively, or (None, why not)."""
     if t in SCALARS:
-        extra = sorted(_keywords(sub) - set(SCALAR_KEYWORDS))
+        extra = sorted(_keywords(sub) - set(SCALAR_KEYWORDS) - ({"multipleOf"} if t == "number" else set()))
+        if t == "number" and "multipleOf" in sub and scale_of(sub["multipleOf"]) is None:
+            return None, f"a number with multipleOf {sub['multipleOf']!r} (compiled: a power of ten, 0.01 and the like)"
         if extra:
             return None, f"a {t} with {', '.join(extra)} (compiled: {', '.join(SCALAR_KEYWORDS[1:8])})"
         if "enum" in sub and not all(
@@ -243,6 +250,8 @@ def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
             return ("append", items["type"]), ""
         return None, "an array whose items are not one plain scalar type (compiled: items: {type: string}, …)"
     if t == "object":
+        if "properties" in sub:
+            return _merged_object(sub)
         extra = sorted(_keywords(sub) - {"type", "additionalProperties"} - set(ANNOTATIONS))
         if extra:
             return None, f"an object with {', '.join(extra)} (nested properties are reduced by the Python fold)"
@@ -253,6 +262,39 @@ def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
             return ("map", addl["type"]), ""
         return None, "an object whose additionalProperties is not one plain scalar type"
     return None, f"type {t!r}"
+
+
+def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
+    """An object with declared ``properties`` compiles as a map (``map``: each member merged,
+    the later value winning) where that is what merging it means: every property is a plain
+    scalar of one type (no assertion but its type, no format), reduced by ``lastWriteWins``
+    (no ``reduce``, or only that), and undeclared members may be of that type too
+    (``additionalProperties`` absent, true, or that type).  A member of another type makes
+    the document a suspect (checked in Python; where it is valid, the batch takes the Python
+    fold)."""
+    extra = sorted(_keywords(sub) - {"type", "properties", "additionalProperties"} - set(ANNOTATIONS))
+    if extra:
+        return None, f"an object with {', '.join(extra)} (compiled: properties and additionalProperties)"
+    props = sub["properties"]
+    if not isinstance(props, dict) or not props:
+        return None, "an object whose properties is not a mapping of names to schemas"
+    types = set()
+    for name, child in props.items():
+        plain = isinstance(child, dict) and _keywords(child) <= {"type", "title", "description", "$comment", "reduce"}
+        red = child.get("reduce") if isinstance(child, dict) else None
+        if not plain or child.get("type") not in SCALARS or red not in (None, {"strategy": "lastWriteWins"}):
+            return None, (
+                f"its property {name!r} is not a plain scalar reduced by lastWriteWins (an object's properties "
+                "compile where each is `{type: T}` of one scalar type, the later value winning)"
+            )
+        types.add(child["type"])
+    if len(types) != 1:
+        return None, f"its properties have several types ({', '.join(sorted(types))}); compiled: one scalar type"
+    (t,) = types
+    addl = sub.get("additionalProperties", True)
+    if addl is not True and addl != {"type": t}:
+        return None, f"its additionalProperties is {addl!r} (compiled: absent, true, or {{type: {t}}})"
+    return ("map", t), ""
 
 
 def _json_type(v: Any) -> str:
@@ -268,6 +310,11 @@ def _json_type(v: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- reduced by the endpoint
+
+#: In an endpoint's ``Capabilities.endpoint_reduce``: it sums exact decimals (``multipleOf``
+#: 10^-s) as :func:`tidemark.collection.decimals.exact_sum` does -- rounded to the places,
+#: refused past 15 significant digits.
+EXACT_SUM = "sum of exact decimals"
 
 #: Why a compiled plan is not reduced in SQL, for what ``tidemark check`` says.
 NOT_COMPILED = (
@@ -305,6 +352,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
+        if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:
+            return None, f"/{f.name}: the endpoint does not sum exact decimals (multipleOf) itself"
         order = ("o", "n", next(o for o in plan.fields if o.name == f.picked_by)) if f.picked_by else None
         if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
             return None, f"/{f.name}: {f.strategy!r} has no SQL form for a {f.kind} {f.type}"

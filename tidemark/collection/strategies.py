@@ -188,25 +188,31 @@ def _sum(r, app, ann, lhs, rhs, ptr):
     scale = scale_in(app)
     if scale is None:
         return add_numbers(lhs, rhs, ptr)
+    return add_exact(lhs, rhs, scale, ptr)
+
+
+def add_exact(lhs: Any, rhs: Any, scale: int, ptr: str) -> Any:
+    """``sum`` of two exact decimals of ``scale`` places (multipleOf 10^-s): collection.decimals."""
     if not (is_number(lhs) and is_number(rhs)):
         raise reduction_error(ptr, "sum", "expects numbers", lhs, rhs)
-    out = exact_sum(lhs, rhs, scale)  # an exact decimal (multipleOf 10^-s): collection.decimals
+    out = exact_sum(lhs, rhs, scale)
     if out is None:
-        raise reduction_error(
-            ptr,
-            "sum",
-            f"of exact decimals (multipleOf {10.0**-scale:g}) would need more than "
-            f"the {MAX_DIGITS} significant digits kept exact",
-            lhs,
-            rhs,
-        )
+        raise reduction_error(ptr, "sum", decimal_overflow(scale), lhs, rhs)
     return out
+
+
+def decimal_overflow(scale: int) -> str:
+    """Why a sum of exact decimals is refused (every path says it so)."""
+    return f"of exact decimals (multipleOf {10.0**-scale:g}) would need more than the {MAX_DIGITS} significant digits kept exact"
 
 
 def _fast_sum(f):
     """Two integers whose sum fits 64 bits are added here; anything else (floats, overflow,
-    wrong types) goes to :func:`add_numbers` for its result or error."""
+    wrong types) goes to :func:`add_numbers` for its result or error.  An exact decimal:
+    :func:`add_exact`."""
     ptr = pointer_of((f.name,))
+    if f.scale is not None:
+        return lambda lhs, rhs: add_exact(lhs, rhs, f.scale, ptr)
 
     def add(lhs: Any, rhs: Any) -> Any:
         if lhs.__class__ is int and rhs.__class__ is int:
@@ -229,6 +235,21 @@ def _spark_sum(S, f, c) -> SparkAggregate:
             lambda present, v: F.when(present & v.isNull(), F.lit(f"/{f.name}: 'sum' {SUM_BEYOND_INT64}")),
         )
     c = S.collected(c)
+    if f.scale is not None:  # an exact decimal: rounded to its places at each step, as add_exact
+        limit = float(10 ** (MAX_DIGITS - f.scale))
+        step = lambda acc, x: F.round(acc + x["v"], f.scale)
+        folded = F.aggregate(
+            S.sorted_values(c),
+            F.struct(F.lit(0.0).alias("s"), F.lit(False).alias("far")),
+            lambda acc, x: F.struct(
+                step(acc["s"], x).alias("s"), (acc["far"] | (F.abs(step(acc["s"], x)) >= limit)).alias("far")
+            ),
+        )
+        return SparkAggregate(
+            F.when(~folded["far"], folded["s"]),
+            F.count(c),
+            lambda present, v: F.when(present & v.isNull(), F.lit(f"/{f.name}: 'sum' {decimal_overflow(f.scale)}")),
+        )
     return SparkAggregate(
         F.aggregate(S.sorted_values(c), F.lit(0.0), lambda acc, x: acc + x["v"]),
         F.count(c),

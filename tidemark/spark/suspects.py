@@ -247,6 +247,8 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
         if f.kind == "scalar":
             if f.type == "number":
                 conds.append(F.isnan(c) | (F.abs(c) == F.lit(float("inf"))))
+            if f.scale is not None:  # multipleOf 10^-s: a value with more places is not one (or is unsure)
+                conds.append(F.round(c, f.scale) != c)
             if "enum" in s:
                 conds.append(~c.isin(*s["enum"]))
             for kw, op in (("minimum", "<"), ("maximum", ">"), ("exclusiveMinimum", "<="), ("exclusiveMaximum", ">=")):

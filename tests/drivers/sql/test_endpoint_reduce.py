@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from decimal import Decimal
 from fractions import Fraction
 from types import SimpleNamespace
 
@@ -25,11 +26,12 @@ from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, cp
 from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
+from tidemark.collection.decimals import exact_sum
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.mysql.bulk import to_utc
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
-from tidemark.errors import DriverError
+from tidemark.errors import DriverError, ReductionError
 from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
@@ -92,6 +94,18 @@ POOL = {
     ),
     "blob": ({"type": "object", "reduce": {"strategy": "firstWriteWins"}}, st.dictionaries(TEXT, SCALAR, max_size=3)),
     "raw": ({"type": "array"}, st.lists(SCALAR, max_size=3)),
+    "cents": (
+        {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+        st.one_of(st.integers(-(10**9), 10**9).map(lambda i: i / 100), st.integers(-1000, 1000)),
+    ),
+    "addr": (
+        {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+        },
+        st.fixed_dictionaries({}, optional={"city": TEXT, "zip": TEXT}),
+    ),
 }
 KEYS = ["a", "b", "c", "d"]
 #: event-time orders: (order property, its schema and values, the ordered property, its schema
@@ -174,6 +188,8 @@ def canonical(v):
         return v
     if isinstance(v, (int, float)):
         return Number(v)
+    if isinstance(v, Decimal):  # an exact decimal column
+        return Number(int(v) if v == v.to_integral_value() else float(v))
     if isinstance(v, list):
         return [canonical(x) for x in v]
     if isinstance(v, dict):
@@ -280,16 +296,24 @@ counter = iter(range(10**6))
 def test_the_statement_reduces_as_the_python_fold(endpoint, case):
     driver = endpoint.driver
     schema, batches = case
-    if endpoint.name == "mysql":  # no SQL form of union there (its bindings Load): not this test's
-        union = {n for n, p in schema["properties"].items() if p.get("reduce", {}).get("strategy") == "union"}
+    if endpoint.name == "mysql":  # no SQL form of union, of exact sums there (its bindings Load): not this test's
+        union = {
+            n
+            for n, p in schema["properties"].items()
+            if p.get("reduce", {}).get("strategy") == "union" or "multipleOf" in p
+        }
         schema = {**schema, "properties": {n: p for n, p in schema["properties"].items() if n not in union}}
         schema["required"] = [n for n in schema["required"] if n not in union]
         batches = [[{k: v for k, v in d.items() if k not in union} for d in docs] for docs in batches]
     table = f"v{next(counter)}"
     coll, b = reduced_binding(driver, schema, table)
     apply(driver, b)
-    # a new view is lean where the row can hold each document: no date-time
-    lean = not any(p.get("format") == "date-time" for p in schema["properties"].values())
+    # a new view is lean where the row can hold each document: no date-time (nor, in SQLite,
+    # an exact decimal: a REAL column)
+    lean = not any(
+        p.get("format") == "date-time" or ("multipleOf" in p and endpoint.name == "sqlite")
+        for p in schema["properties"].values()
+    )
     assert [" lean rows " in line for line in driver.row_forms([b])] == [lean]
     expected: dict = {}
     for batch, docs in enumerate(batches):
@@ -331,8 +355,8 @@ SUMS = {
 @pytest.mark.parametrize(
     "field,left,right,what",
     [
-        ("n", 2**62, 2**62, "beyond a 64-bit integer"),
-        ("x", 1.5e308, 1.5e308, "not a finite number"),
+        ("n", 2**62, 2**62, "is beyond a 64-bit integer"),
+        ("x", 1.5e308, 1.5e308, "is not a finite number"),
     ],
 )
 def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, left, right, what):
@@ -341,7 +365,7 @@ def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, 
     commit(driver, coll, b, {"a": {"k": "a", field: left}, "b": {"k": "b", field: 1}}, 0)
     with pytest.raises(DriverError) as err:
         commit(driver, coll, b, {"a": {"k": "a", field: right}, "b": {"k": "b", field: 1}}, 1)
-    assert f"key ['a']: /{field}: 'sum' overflowed: the result is {what}" in str(err.value)
+    assert f"key ['a']: /{field}: 'sum' overflowed: the result {what}" in str(err.value)
     view = driver.dump(MAT, b)  # jsonb prints 1.5e308 in full: compare exact values
     assert {k: canonical(v) for k, v in view.items()} == {
         ("a",): canonical({"k": "a", field: left}),
@@ -349,6 +373,42 @@ def test_a_sum_beyond_its_type_names_the_key_and_commits_nothing(driver, field, 
     }
     [row] = driver.checkpoints(MAT)
     assert row.runtime_checkpoint == cp(0)
+
+
+CENTS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {"k": {"type": "string"}, "c": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}}},
+}
+
+
+@pytest.mark.parametrize("left,right", [(9e12, 9e12 + 0.25), (9 * 10**12, 9 * 10**12)])
+def test_a_sum_of_exact_decimals_past_15_digits_is_refused_as_the_python_fold_refuses_it(endpoint, left, right):
+    """PostgreSQL and SQLite sum exact decimals themselves (rounded to the places, refused past
+    15 significant digits, whole numbers or not); MariaDB leaves them to the Python fold (Load)."""
+    driver = endpoint.driver
+    coll = Collection(CollectionSpec("orders", ("/k",), CENTS))
+    spec = coll.binding_spec(SimpleNamespace(resource={"table": "cents"}, delta_updates=False))
+    (b,), _ = reduce_paths([spec], [coll], driver.capabilities())
+    assert b.endpoint_reduce is (endpoint.name != "mysql")
+    if not b.endpoint_reduce:
+        return
+    apply(driver, b)
+    commit(driver, coll, b, {"a": {"k": "a", "c": 0.1}, "b": {"k": "b", "c": 0.07}}, 0)
+    commit(driver, coll, b, {"a": {"k": "a", "c": 0.2}, "b": {"k": "b", "c": left}}, 1)
+    with pytest.raises(DriverError) as err:
+        commit(driver, coll, b, {"a": {"k": "a", "c": 1}, "b": {"k": "b", "c": right}}, 2)
+    assert "key ['b']: /c: 'sum' overflowed: the result would need more than the 15 significant digits" in str(
+        err.value
+    )
+    with pytest.raises(ReductionError, match="15 significant digits"):
+        coll.reduce({"k": "b", "c": exact_sum(0.07, left, 2)}, {"k": "b", "c": right})
+    view = {k: canonical(v) for k, v in driver.dump(MAT, b).items()}
+    assert view == {
+        ("a",): canonical({"k": "a", "c": 0.3}),
+        ("b",): canonical({"k": "b", "c": exact_sum(0.07, left, 2)}),
+    }
 
 
 def test_a_key_staged_twice_in_one_transaction_is_refused_and_nothing_commits(driver):

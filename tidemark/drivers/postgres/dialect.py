@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.plan import EXACT_SUM
 from tidemark.drivers.sql import (
     BOOLEAN,
     DOCUMENT_COLUMN,
@@ -18,7 +20,7 @@ from tidemark.drivers.sql import (
     check_identifier,
 )
 from tidemark.drivers.sql.dialect import Reduction
-from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, staged_column
+from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, scale_of_kind, staged_column
 from tidemark.drivers.sql.reduce import ReduceSql
 
 SQL_TYPES = {
@@ -191,6 +193,11 @@ class PostgresReduce(ReduceSql):
 
     null_document = "NULL::jsonb"
 
+    def add(self, old: str, new: str, f) -> str:
+        if f.scale is not None:  # an exact decimal: 15 significant digits at its places, else refused
+            return f"(({old} + {new})::numeric({MAX_DIGITS}, {f.scale}))"
+        return f"({old} + {new})"
+
     def overflow_query(self, model, staging: str, f, col: Column, typed: bool) -> str:
         q = self.quote
         match = " AND ".join(f"t.{q(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
@@ -198,10 +205,14 @@ class PostgresReduce(ReduceSql):
         old = f"t.{q(col.name)}::numeric" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
         j = [c.name for c in model.columns].index(col.name)
         new = f"s.{staged_column(j)}::numeric" if typed else f"(s.{STAGED_DOCUMENT} -> {literal(f.name)})::numeric"
-        bound = "9223372036854775807" if col.kind == INTEGER else "1.7976931348623157e308"
+        beyond = (
+            f"> {9223372036854775807 if col.kind == INTEGER else '1.7976931348623157e308'}"
+            if f.scale is None
+            else f">= 1e{MAX_DIGITS - f.scale}"
+        )
         return (
             f"SELECT {keys}, {old}, {new} FROM {staging} s JOIN {DIALECT.ident(model)} t ON {match} "
-            f"WHERE abs({old} + {new}) > {bound} LIMIT 1"
+            f"WHERE abs({old} + {new}) {beyond} LIMIT 1"
         )
 
     CASTS = {INTEGER: "bigint", NUMBER: "double precision", BOOLEAN: "boolean"}
@@ -259,6 +270,8 @@ class PostgresReduce(ReduceSql):
             return f"({doc} -> {literal(name)})::{self.CASTS[col.kind]}"
         if col.kind == TIMESTAMP:
             return f"({doc} ->> {literal(name)})::timestamp with time zone"
+        if scale_of_kind(col.kind) is not None:  # an exact decimal
+            return f"({doc} -> {literal(name)})::numeric"
         return f"({doc} ->> {literal(name)})"
 
     def remainder(self, doc: str, names) -> str:
@@ -291,7 +304,7 @@ def literal(text: str) -> str:
 REDUCE = PostgresReduce(DIALECT.quote)
 #: the strategies PostgreSQL reduces itself (``Capabilities.endpoint_reduce``)
 ENDPOINT_REDUCE = frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge")
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
 )
 
 

@@ -27,9 +27,19 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Sequence
 
+from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.strategies import STRATEGIES, is_date_time_field
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, dumps, staged_column
+from tidemark.drivers.sql.model import (
+    DOCUMENT_COLUMN,
+    INTEGER,
+    STAGED_DOCUMENT,
+    Column,
+    TableModel,
+    dumps,
+    scale_of_kind,
+    staged_column,
+)
 from tidemark.errors import DriverError
 
 OLD = "t"  # the stored row's alias
@@ -147,10 +157,15 @@ class ReduceSql:
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
 
 
-def sum_overflowed(model: TableModel, name: str, integer: bool, key: list, left: Any, right: Any) -> DriverError:
-    """A ``sum`` of property ``name`` of ``key`` that left its type (a 64-bit integer, a finite
-    double): what every SQL endpoint says, as reducing in Python would."""
-    what = "is beyond a 64-bit integer" if integer else "is not a finite number"
+def sum_overflowed(model: TableModel, name: str, kind: str, key: list, left: Any, right: Any) -> DriverError:
+    """A ``sum`` of property ``name`` (a column of ``kind``) of ``key`` that left its type (a
+    64-bit integer, a finite double, 15 significant digits of an exact decimal): what every
+    SQL endpoint says, as reducing in Python would."""
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        what = f"would need more than the {MAX_DIGITS} significant digits an exact decimal of {scale} places keeps"
+    else:
+        what = "is beyond a 64-bit integer" if kind == INTEGER else "is not a finite number"
     return DriverError(
         f"{model.display}: key {key!r}: /{name}: 'sum' overflowed: the result {what} (left {left}, right {right}). "
         "Nothing of this shard's transaction was committed; the batch fails as it would reducing in Python."

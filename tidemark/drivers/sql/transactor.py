@@ -26,7 +26,6 @@ from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.dialect import Dialect, Reduction
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
-    INTEGER,
     IS_DELETE,
     STAGED_DOCUMENT,
     STORE_ORDER,
@@ -496,7 +495,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             row = self.execute(forms.overflow_query(model, staging, f, col, typed)).fetchone()
             if row is not None:
                 n = len(model.keys)
-                return sum_overflowed(model, f.name, col.kind == INTEGER, list(row[:n]), row[n], row[n + 1])
+                return sum_overflowed(model, f.name, col.kind, list(row[:n]), row[n], row[n + 1])
         text = redact(exc, getattr(self.driver.settings, "secrets", ())).strip().splitlines()[0]
         return DriverError(
             f"{model.display}: reducing this batch in {self.dialect.title} failed: {text}. Nothing of this "

@@ -37,8 +37,10 @@ import sqlite3
 import threading
 from typing import Any, Optional
 
+from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.plan import EXACT_SUM
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
 from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, sum_overflowed, unescaped_names
 
 DOUBLE_MAX = "1.7976931348623157e308"
@@ -93,8 +95,11 @@ class SqliteReduce(ReduceSql):
         return f"INSERT INTO {table} AS {OLD} ({target}) SELECT {source} FROM {staged} WHERE true"
 
     def add(self, old: str, new: str, f) -> str:
-        s = f"({old} + {new})"
         refuse = f"tidemark_refuse({literal(f.name)}, {self.key_json}, {old}, {new})"
+        if f.scale is not None:  # an exact decimal: rounded to its places, 15 significant digits (decimals.py)
+            s = f"(CASE WHEN typeof({old}) = 'integer' AND typeof({new}) = 'integer' THEN {old} + {new} ELSE round({old} + {new}, {f.scale}) END)"
+            return f"(CASE WHEN abs({s}) >= 1e{MAX_DIGITS - f.scale} THEN {refuse} ELSE {s} END)"
+        s = f"({old} + {new})"
         return (
             f"(CASE WHEN typeof({s}) = 'real' AND (typeof({old}) = 'integer' AND typeof({new}) = 'integer' "
             f"OR abs({s}) > {DOUBLE_MAX}) THEN {refuse} ELSE {s} END)"
@@ -174,7 +179,7 @@ class SqliteReduce(ReduceSql):
     def to_json(self, expr: str, col: Column) -> str:
         if col.kind == BOOLEAN:
             return f"(CASE {expr} WHEN 1 THEN json('true') WHEN 0 THEN json('false') END)"
-        if col.kind in (INTEGER, NUMBER):
+        if col.kind in (INTEGER, NUMBER) or scale_of_kind(col.kind) is not None:
             return f"(CASE WHEN typeof({expr}) = 'real' THEN json(tidemark_real({expr})) ELSE {expr} END)"
         return expr  # text: json_replace quotes it
 
@@ -219,12 +224,14 @@ def refused(model, exc: Exception) -> Optional[Exception]:
     if not isinstance(exc, sqlite3.OperationalError) or why is None:
         return None
     name, key, left, right = why
-    return sum_overflowed(model, name, isinstance(left + right, int), key, left, right)
+    col = next((c for c in model.values if c.name == name), None)
+    kind = col.kind if col is not None else (INTEGER if isinstance(left + right, int) else NUMBER)
+    return sum_overflowed(model, name, kind, key, left, right)
 
 
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
 ENDPOINT_REDUCE = frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge")
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
 )
 
 __all__ = ["SqliteReduce", "register", "refused", "unescaped_names", "ENDPOINT_REDUCE"]
