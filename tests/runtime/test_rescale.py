@@ -166,7 +166,7 @@ class View:
         )
         results = [run_shard(task, i, iter(r)) for i, r in enumerate(rows)]
         state = merge_updates(last.driver_checkpoint if last else None, results)
-        self.coord.commit(start, state, {"keys": sum(r.documents for r in results)})
+        self.coord.commit(start, state, {"keys": sum(r.keys for r in results)})
         for k, d in docs.items():
             self.oracle[k] = {"id": k, "n": self.oracle.get(k, {}).get("n", 0) + d["n"]}
         return start

@@ -75,9 +75,9 @@ class ShardResult:
     loaded: int = 0
     stored: int = 0
     deleted: int = 0
-    documents: int = 0
+    keys: int = 0  # the combined keys (rows) of this shard's batch
     spilled: bool = False
-    aborted: bool = False  # committed nothing: the batch needs the checked plan (see the processor)
+    aborted: bool = False  # committed nothing: the batch needs the checked plan (see tidemark.spark.paths)
     input_documents: int = 0  # documents combined into this shard's rows
     timings: dict = field(default_factory=dict)
     executor: str = field(default_factory=lambda: f"{os.uname().nodename}:{os.getppid()}")  # host:executor JVM pid
@@ -321,7 +321,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         if flushed.state is not None:
             result.updates.append(flushed.state)
         fault_point("after_load")
-        result.documents = buffer.count if typed is None else sum(len(p.keys) for p in typed)
+        result.keys = buffer.count if typed is None else sum(len(p.keys) for p in typed)
         result.loaded = loaded.count
         timings["load"] = time.perf_counter() - t
 

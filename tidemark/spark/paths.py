@@ -1,31 +1,35 @@
-"""A batch's ways through Spark, one small object each, tried in order until one returns the
-shards' results (:meth:`Materializer.process <tidemark.spark.processor.Materializer.process>`):
+"""A batch's ways through Spark, chosen once per batch by :func:`run_batch`, each a function of
+what it reads (a :class:`PathContext`) that returns a :class:`BatchOutcome`, or why it did not
+take the batch (a :class:`~tidemark.spark.stage.Declined`: nothing staged, nothing committed):
 
-* :class:`DriverPath` (a batch after a small one): the one-job combine, unrouted, collected to
-  the driver, whose threads run the shard sessions (:mod:`tidemark.spark.small`).  It gives
-  way when the batch combines to too many keys (to the one job) or a row needs the
-  combine's checks (to the checked path).
-* :class:`OneJobPath`: read, combine, route and the shard sessions in one Spark job, when
-  every binding's schema compiles; the shards commit nothing if a row needs the checks.
-* :class:`CheckedPath`: the combine with its checks (a statistics job, suspects checked in
-  Python, invalid documents located and quarantined), then the shard job -- or the driver's
-  threads, for a batch after a small one.  It always answers.
+* the unchecked combine (:mod:`tidemark.spark.one_job`; every binding's schema compiles):
+  :func:`driver_path` after a small batch (collected to the driver, whose threads run the shard
+  sessions: :mod:`tidemark.spark.small`), or when that combines to too many keys
+  :func:`one_job_path` (read, combine, route and the shard sessions in one Spark job);
+* :func:`checked_path`: the combine with its checks (a statistics job, suspects checked in
+  Python, invalid documents located and quarantined), then the shards.  It always answers.
 
-Each path sets ``report.path`` (a :class:`BatchPath`) when it answers.
+A row that needs the checks (a suspect document, undeclared properties, a reduction error) can
+change any key's document, fail the batch, or add quarantine rows (located by file and line: a
+window over the batch) to shard 0's transaction: no shard may commit before all know the batch
+is clean.  In one Spark job the only barrier is the data: such rows go to every shard, first,
+and none commits (:mod:`tidemark.spark.route`); the checked path then decides before any session.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol, Union
+from typing import Any, Iterator, Optional
 
 from tidemark.errors import SpecError
 from tidemark.options import process_options
 from tidemark.protocol.messages import Range
 from tidemark.runtime.shard import ShardResult, ShardTask
+from tidemark.spark.stage import Declined
 
 log = logging.getLogger("tidemark")
 
@@ -65,38 +69,58 @@ class BatchReport:
     wall: float = 0.0
 
 
-class Planner(Protocol):
-    """What the paths ask of the materialization (:class:`~tidemark.spark.processor.Materializer`)."""
+@dataclass(frozen=True)
+class PathContext:
+    """What a batch's paths read of its materialization (one per :class:`~tidemark.spark.processor.Materializer`)."""
 
-    collections: tuple
-    mat: Any
-    options: Any
-    one_job_plans: dict
-    typed_rows: bool
+    collections: tuple  # tidemark.collection.Collection per binding
+    on_invalid: str  # "fail" or "quarantine"
+    max_quarantine: int
+    driver_keys: int  # the most keys a batch may combine to and run its shard sessions in the driver
+    typed_rows: bool = False  # the driver's sessions get Store.rows (decided at start-up)
+    plans: dict = field(default_factory=dict)  # OneJobPlan per (Spark session, source columns, layout)
 
-    @property
-    def driver_keys(self) -> int:
-        """The most keys a batch may combine to and run its shard sessions in the driver."""
-        raise NotImplementedError
-
-
-class NeedsChecks:
-    """A path's answer: a row needs the combine's checks (only the checked path may take it)."""
+    def in_driver(self, previous_keys: Optional[int]) -> bool:
+        """Whether a batch runs its shard sessions in the driver: the batch before (the
+        recovery log's last) combined to at most :attr:`driver_keys` keys."""
+        return previous_keys is not None and previous_keys <= self.driver_keys
 
 
-NEEDS_CHECKS = NeedsChecks()
-Answer = Union[list[ShardResult], NeedsChecks, None]  # None: the next path takes the batch
+@dataclass(frozen=True)
+class BatchOutcome:
+    """How a batch ran: every shard's result, its path, the documents read and the invalid ones set aside."""
+
+    results: list[ShardResult]
+    path: BatchPath
+    documents: int
+    invalid: int = 0
 
 
-def _timed(report: BatchReport, part: str, t: float) -> None:
-    report.timings[part] = report.timings.get(part, 0.0) + time.perf_counter() - t
+@contextmanager
+def _timed(timings: dict, part: str) -> Iterator[None]:
+    t = time.perf_counter()
+    yield
+    timings[part] = timings.get(part, 0.0) + time.perf_counter() - t
 
 
-def one_job_plan(m: Planner, df, ranges: tuple[Range, ...], routed: bool = True):
-    """The planned DataFrame of the batch without checks or cache, when every binding's
-    schema compiles (None otherwise): rows that need the checks (``_needs_checks``) go to
-    every shard, first, and make the shards commit nothing (``routed=False``: the combined
-    rows, unrouted)."""
+def run_batch(ctx: PathContext, df, task: ShardTask, timings: dict, in_driver: bool) -> BatchOutcome:
+    """The batch's outcome: unchecked, else (a schema without a one-job plan, a row that
+    needs the checks) checked; ``in_driver``: the batch before was small."""
+    with _timed(timings, "plan"):
+        plan = one_job_plan(ctx, df, task.ranges)
+    outcome = Declined.UNPLANNED if plan is None else unchecked_path(ctx, plan, df, task, timings, in_driver)
+    if isinstance(outcome, BatchOutcome):
+        return outcome
+    if outcome is Declined.NEEDS_CHECKS:
+        log.info(
+            "materialization %r batch %d: %s; combining with checks", task.materialization, task.batch_id, outcome.value
+        )
+    return checked_path(ctx, df, task, timings, in_driver)
+
+
+def one_job_plan(ctx: PathContext, df, ranges: tuple[Range, ...]):
+    """The batch's :class:`~tidemark.spark.one_job.OneJobPlan` (built once per Spark session,
+    source columns and layout), when every binding's schema compiles (None otherwise)."""
     from tidemark.spark import internals
     from tidemark.spark.one_job import OneJobPlan
 
@@ -106,167 +130,126 @@ def one_job_plan(m: Planner, df, ranges: tuple[Range, ...], routed: bool = True)
     if not internals.supported(spark):  # the one-job plan is built on the JVM handles
         return None
     key = (internals.session_id(spark), tuple(df.columns), ranges)
-    plan = m.one_job_plans.get(key)
+    plan = ctx.plans.get(key)
     if plan is None:
-        plan = m.one_job_plans[key] = OneJobPlan(spark, key[1], m.collections, ranges, m.typed_rows)
-    return plan.apply(df, routed) if plan.ok else None
+        plan = ctx.plans[key] = OneJobPlan(spark, key[1], ctx.collections, ranges, ctx.typed_rows)
+    return plan if plan.ok else None
 
 
-class DriverPath:
-    """A batch after a small one: its shard sessions in the driver."""
+def unchecked_path(
+    ctx: PathContext, plan, df, task: ShardTask, timings: dict, in_driver: bool
+) -> BatchOutcome | Declined:
+    """The one-job combine's outcome: in the driver after a small batch (unless it combines to
+    too many keys), else in one Spark job."""
+    if in_driver:
+        outcome = driver_path(ctx, plan, df, task, timings)
+        if outcome is not Declined.TOO_MANY_KEYS:
+            return outcome
+    return one_job_path(plan, df, task, timings)
 
-    def __init__(self, m: Planner):
-        self.m = m
 
-    def run(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport) -> Answer:
-        from tidemark.spark.small import ODD, run_small
+def driver_path(ctx: PathContext, plan, df, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
+    """The one-job combine, unrouted, collected to the driver, whose threads run the shard sessions."""
+    from tidemark.spark.small import run_small
 
-        t = time.perf_counter()
-        combined = one_job_plan(self.m, df, ranges, routed=False)
-        if combined is None:
-            return None
-        _timed(report, "plan", t)
-        t = time.perf_counter()
-        results = run_small(combined, task, self.m.driver_keys)
-        _timed(report, "shards", t)
-        if results is ODD:
-            return NEEDS_CHECKS
-        if results is not None:
-            report.documents = sum(r.input_documents for r in results)
-            report.path = (
-                BatchPath.DRIVER_TYPED
-                if any(c == "row" or c.startswith("row_") for c in combined.columns)
-                else BatchPath.DRIVER
-            )
+    with _timed(timings, "plan"):
+        combined = plan.apply(df, routed=False)
+    with _timed(timings, "shards"):
+        results = run_small(combined, task, ctx.driver_keys)
+    if isinstance(results, Declined):
         return results
+    typed = any(c == "row" or c.startswith("row_") for c in combined.columns)
+    return BatchOutcome(
+        results, BatchPath.DRIVER_TYPED if typed else BatchPath.DRIVER, sum(r.input_documents for r in results)
+    )
 
 
-class OneJobPath:
-    """Read, combine, route and the shard sessions in one Spark job."""
+def one_job_path(plan, df, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
+    """Read, combine, route and the shard sessions in one Spark job: rows that need the
+    checks go to every shard, first, and make every shard commit nothing."""
+    from tidemark.spark.stage import run_stage
 
-    def __init__(self, m: Planner):
-        self.m = m
-
-    def run(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport) -> Answer:
-        from tidemark.spark.stage import run_stage
-
-        t = time.perf_counter()
-        planned = one_job_plan(self.m, df, ranges)
-        if planned is None:
-            return None
-        _timed(report, "plan", t)
-        t = time.perf_counter()
+    with _timed(timings, "plan"):
+        planned = plan.apply(df)
+    with _timed(timings, "shards"):
         results = run_stage(planned, task)
-        _timed(report, "shards", t)
-        if any(r.aborted for r in results):
-            log.info(
-                "materialization %r batch %d: some documents need checking; combining again with checks",
-                task.materialization,
-                task.batch_id,
-            )
-            return NEEDS_CHECKS
-        report.documents = sum(r.input_documents for r in results)
-        report.path = BatchPath.ONE_JOB
-        return results
+    if any(r.aborted for r in results):
+        return Declined.NEEDS_CHECKS
+    return BatchOutcome(results, BatchPath.ONE_JOB, sum(r.input_documents for r in results))
 
 
-class CheckedPath:
-    """The combine with its checks, then the shards (in the driver for a batch after a small one)."""
+def checked_path(ctx: PathContext, df, task: ShardTask, timings: dict, in_driver: bool) -> BatchOutcome:
+    """The combine with its checks, then the shards (in the driver after a small batch, unless
+    it combines to too many keys; its rows are cached)."""
+    from tidemark.spark.route import route, union
+    from tidemark.spark.small import run_small
+    from tidemark.spark.stage import run_stage
 
-    def __init__(self, m: Planner, in_driver: bool):
-        self.m = m
-        self.in_driver = in_driver
-
-    def run(self, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport) -> Answer:
-        from tidemark.spark.route import route, union
-        from tidemark.spark.stage import run_stage
-
-        t = time.perf_counter()
-        parts, documents, quarantine, cleanup = self.combine(df)
-        report.documents = documents
-        report.invalid = len(quarantine)
-        _timed(report, "plan", t)
-        task = replace(task, quarantine=tuple(quarantine))
-        t = time.perf_counter()
-        report.path = BatchPath.CHECKED
-        results = None
+    with _timed(timings, "plan"):
+        parts, documents, quarantine, cleanup = checked_combine(ctx, df)
+    task = replace(task, quarantine=tuple(quarantine))
+    with _timed(timings, "shards"):
         try:
-            if self.in_driver:  # its rows are cached
-                from tidemark.spark.small import run_small
-
-                results = run_small(union(parts), task, self.m.driver_keys)
-                report.path = BatchPath.CHECKED if results is None else BatchPath.CHECKED_IN_DRIVER
-            if results is None:
-                results = run_stage(route(df.sparkSession, parts, ranges), task)
+            small = run_small(union(parts), task, ctx.driver_keys) if in_driver else None
+            if isinstance(small, list):
+                results, path = small, BatchPath.CHECKED_IN_DRIVER
+            else:  # not after a small batch, or too many keys (the checked rows need no checks)
+                results, path = run_stage(route(df.sparkSession, parts, task.ranges), task), BatchPath.CHECKED
         finally:
             cleanup()
-        _timed(report, "shards", t)
-        return results
+    return BatchOutcome(results, path, documents, len(quarantine))
 
-    def combine(self, df) -> tuple[list, int, list[dict], Any]:
-        """Validate, combine per key (checked: a statistics job, the suspects checked in
-        Python, invalid documents located): each binding's combined rows (cached; see
-        :func:`tidemark.spark.route.route`), the batch's documents, its invalid documents,
-        and a cleanup for the cache."""
-        from pyspark.sql import functions as F
 
-        from tidemark.spark.combine import combine_batch
+def checked_combine(ctx: PathContext, df) -> tuple[list, int, list[dict], Any]:
+    """Validate, combine per key (checked: a statistics job, the suspects checked in Python,
+    invalid documents located): each binding's combined rows (cached; see
+    :func:`tidemark.spark.route.route`), the batch's documents, its invalid documents, and a
+    cleanup for the cache."""
+    from pyspark.sql import functions as F
 
-        m = self.m
-        if "_row" not in df.columns:
-            df = df.withColumn("_row", F.monotonically_increasing_id())
-        # Several bindings each read the batch: cache it once.  One binding reads it once
-        # (the rare re-reads -- locating an invalid document -- re-read the same files).
-        shared = len(m.collections) > 1
+    from tidemark.spark.combine import combine_batch
+
+    if "_row" not in df.columns:
+        df = df.withColumn("_row", F.monotonically_increasing_id())
+    # Several bindings each read the batch: cache it once.  One binding reads it once
+    # (the rare re-reads -- locating an invalid document -- re-read the same files).
+    shared = len(ctx.collections) > 1
+    if shared:
+        df = df.persist()
+    parts = []
+    results: list = []
+    quarantine: list[dict] = []
+    documents = 0
+
+    def cleanup() -> None:
         if shared:
-            df = df.persist()
-        parts = []
-        results: list = []
-        quarantine: list[dict] = []
-        documents = 0
+            df.unpersist()
+        for r in results:
+            r.unpersist()
 
-        def cleanup() -> None:
-            if shared:
-                df.unpersist()
-            for r in results:
-                r.unpersist()
-
-        try:
-            for i, coll in enumerate(m.collections):
-                part = df.filter(F.col("_binding") == i) if len(m.collections) > 1 else df
-                res = combine_batch(part, coll, on_invalid=m.mat.on_invalid)
-                results.append(res)
-                documents += int(res.documents)
-                if res.invalid is not None:
-                    limit = m.options.max_quarantine
-                    rows = res.invalid.limit(limit + 1).collect()
-                    if len(rows) > limit:
-                        raise SpecError(
-                            f"batch has more than {limit} invalid documents; refusing to quarantine them all"
-                        )
-                    quarantine.extend({**r.asDict(), "binding": i} for r in rows)
-                parts.append(
-                    res.combined.select(
-                        F.lit(i).alias("binding"),
-                        "key_json",
-                        "key_hash",
-                        "doc",
-                        F.lit(0).cast("long").alias("_documents"),
-                        F.lit(False).alias("_needs_checks"),
-                    )
+    try:
+        for i, coll in enumerate(ctx.collections):
+            part = df.filter(F.col("_binding") == i) if len(ctx.collections) > 1 else df
+            res = combine_batch(part, coll, on_invalid=ctx.on_invalid)
+            results.append(res)
+            documents += int(res.documents)
+            if res.invalid is not None:
+                limit = ctx.max_quarantine
+                rows = res.invalid.limit(limit + 1).collect()
+                if len(rows) > limit:
+                    raise SpecError(f"batch has more than {limit} invalid documents; refusing to quarantine them all")
+                quarantine.extend({**r.asDict(), "binding": i} for r in rows)
+            parts.append(
+                res.combined.select(
+                    F.lit(i).alias("binding"),
+                    "key_json",
+                    "key_hash",
+                    "doc",
+                    F.lit(0).cast("long").alias("_documents"),
+                    F.lit(False).alias("_needs_checks"),
                 )
-        except BaseException:
-            cleanup()
-            raise
-        return parts, documents, quarantine, cleanup
-
-
-def run_batch(m: Planner, df, ranges: tuple[Range, ...], task: ShardTask, report: BatchReport, small: bool):
-    """The shards' results of the first path that answers (``small``: the batch before
-    combined to few keys)."""
-    answer: Answer = DriverPath(m).run(df, ranges, task, report) if small else None
-    if answer is None:
-        answer = OneJobPath(m).run(df, ranges, task, report)
-    if isinstance(answer, list):
-        return answer
-    return CheckedPath(m, in_driver=small).run(df, ranges, task, report)
+            )
+    except BaseException:
+        cleanup()
+        raise
+    return parts, documents, quarantine, cleanup

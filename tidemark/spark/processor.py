@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from tidemark.drivers.base import capabilities_of
@@ -38,7 +39,8 @@ from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
-from tidemark.spark.paths import BatchReport, run_batch
+from tidemark.spark.paths import BatchOutcome, BatchReport, PathContext, run_batch
+from tidemark.spark.small import driver_keys, previous_keys
 
 log = logging.getLogger("tidemark")
 
@@ -210,14 +212,16 @@ class Materializer:
         self.error: BaseException | None = None
         self.on_error: Optional[Callable[[BaseException], None]] = None  # e.g. metrics
         self.reports: list[BatchReport] = []
-        self.one_job_plans: dict = {}  # OneJobPlan per (Spark session, source columns, layout)
-        self.typed_rows = False  # the driver's sessions get Store.rows (decided at start_up)
+        # what the batch's paths read (tidemark.spark.paths); typed_rows is decided at start_up
+        keys = driver_keys(self.options, self.bindings)
+        self.paths = PathContext(self.collections, materialization.on_invalid, self.options.max_quarantine, keys)
+        self.one_job_plans = self.paths.plans  # OneJobPlan per (Spark session, source columns, layout)
 
     def start_up(self) -> None:
         """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator);
         then whether the shard sessions in the driver get typed values (``Store.rows``)."""
         self.coordinator.start_up()
-        self.typed_rows = all(self.driver.typed_rows(self.bindings))
+        self.paths = replace(self.paths, typed_rows=all(self.driver.typed_rows(self.bindings)))
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:
@@ -244,30 +248,34 @@ class Materializer:
             GATE.leave()
 
     def process(self, df, batch_id: int) -> BatchReport:
+        """Batch ``batch_id`` of the stream (``df``), once: the steps of the module's docstring."""
         t_start = time.perf_counter()
-        report = BatchReport(self.mat.name, batch_id)
-
         # Step 0: a batch the recovery log already holds (same identity) is only acknowledged.
         start = self.coordinator.begin(batch_id)
         if start.replayed:
-            report.skipped = True
-            report.phase = "replayed"
-            self._emit(report, t_start)
-            return report
+            return self._emit(BatchReport(self.mat.name, batch_id, "replayed", skipped=True), t_start)
+        # Steps 1-2: plan and shard sessions, on the batch's one path (tidemark.spark.paths).
+        task = self._task(start, batch_id)
+        timings: dict = {}
+        in_driver = self.paths.in_driver(previous_keys(start.last))
+        outcome = run_batch(self.paths, self._input(df, batch_id), task, timings, in_driver)
+        if sorted(shards := [r.shard for r in outcome.results]) != list(range(len(task.ranges))):
+            raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {shards}")
+        # Steps 3-4: merge the driver checkpoint, commit to the recovery log, acknowledge.
+        t = time.perf_counter()
         last = start.last
-        if batch_id == 0 and self.adoption is not None:
-            df = self._adopted(df)
-        elif "_mtime" in df.columns:
-            df = df.drop("_mtime")
+        state = merge_updates(last.driver_checkpoint if last else None, outcome.results)
+        counts = batch_counts(outcome, last, self.driver_name, timings, time.perf_counter() - t_start)
+        self.coordinator.commit(start, state, counts)
+        timings["recovery_log"] = time.perf_counter() - t
+        # Step 5: return; Spark writes commits/N.
+        fault_point("before_spark_commit")
+        return self._emit(batch_report(self.mat.name, batch_id, outcome, counts, timings), t_start)
 
-        # Steps 1-2: plan and shard sessions, by the first of the batch's paths that answers
-        # (tidemark.spark.paths): one Spark job reads, combines and routes the batch to the
-        # shards, which commit nothing if a row needs the combine's checks (then the checked
-        # plan); a batch after a small one runs its shard sessions in the driver.
-        layout = start.layout
-        ranges = tuple(Range(b, e) for b, e in layout)
-        runtime_checkpoint = start.runtime_checkpoint
-        task = ShardTask(
+    def _task(self, start, batch_id: int) -> ShardTask:
+        """What each shard session of the batch needs (``start``: the coordinator's begin)."""
+        last = start.last
+        return ShardTask(
             materialization=self.mat.name,
             version=self.version,
             driver_name=self.driver_name,
@@ -276,55 +284,20 @@ class Materializer:
             collections=self.collections,
             checkpoint_id=self.coordinator.checkpoint_id,
             batch_id=batch_id,
-            ranges=ranges,
+            ranges=tuple(Range(b, e) for b, e in start.layout),
             driver_checkpoint=last.driver_checkpoint if last else None,
-            runtime_checkpoint=runtime_checkpoint,
+            runtime_checkpoint=start.runtime_checkpoint,
             memory_budget_bytes=self.options.memory_budget_bytes,
             max_loaded_in_memory=self.options.max_loaded_in_memory,
             committed_batch=last.batch_id if last else -1,
             capabilities=self.coordinator.caps,
         )
-        results = run_batch(self, df, ranges, task, report, small=self._small(last))
-        if sorted(r.shard for r in results) != list(range(len(ranges))) or any(r.aborted for r in results):
-            raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {[r.shard for r in results]}")
 
-        # Step 3–4: merge the driver checkpoint, commit to the recovery log, acknowledge.
-        t = time.perf_counter()
-        state = merge_updates(last.driver_checkpoint if last else None, results)
-        counts = {
-            "documents": report.documents,
-            "keys": sum(r.documents for r in results),  # the auto shard policy reads it
-            "stored": sum(r.stored for r in results),
-            "loaded": sum(r.loaded for r in results),
-            "deleted": sum(r.deleted for r in results),
-            "invalid": report.invalid,
-            "replayed_shards": sum(r.skipped for r in results),
-            "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
-            # for `tidemark status` (read-only; not part of the batch's identity)
-            "endpoint": self.driver_name,
-            "path": str(report.path),
-            "seconds": round(time.perf_counter() - t_start, 3),
-            "timings": {k: round(v, 3) for k, v in report.timings.items()},
-            "committed_at": round(time.time(), 3),
-        }
-        counts["totals"] = _totals(last, counts)
-        self.coordinator.commit(start, state, counts)
-        report.timings["recovery_log"] = time.perf_counter() - t
-
-        # Step 5: return; Spark writes commits/N.
-        fault_point("before_spark_commit")
-        report.shards = len(ranges)
-        report.stored = counts["stored"]
-        report.loaded = counts["loaded"]
-        report.deleted = counts["deleted"]
-        report.keys = sum(r.documents for r in results)
-        report.replayed_shards = counts["replayed_shards"]
-        report.spilled = any(r.spilled for r in results)
-        for r in results:
-            for k, v in r.timings.items():
-                report.timings[f"shard.{k}"] = max(report.timings.get(f"shard.{k}", 0.0), v)
-        self._emit(report, t_start)
-        return report
+    def _input(self, df, batch_id: int):
+        """The batch's documents: batch 0 of an adopt with the adopted ones first."""
+        if batch_id == 0 and self.adoption is not None:
+            return self._adopted(df)
+        return df.drop("_mtime") if "_mtime" in df.columns else df
 
     def _adopted(self, df):
         """Batch 0 of an adopt: the adopted documents first (``_file`` "" sorts before any
@@ -347,26 +320,56 @@ class Materializer:
             out = rows.unionByName(out)
         return out
 
-    def _emit(self, report: BatchReport, t_start: float) -> None:
+    def _emit(self, report: BatchReport, t_start: float) -> BatchReport:
         report.wall = time.perf_counter() - t_start
         self.reports.append(report)
         if self.on_batch:
             self.on_batch(report)
+        return report
 
-    @property
-    def driver_keys(self) -> int:
-        """The most keys a batch may combine to and run its shard sessions in the driver."""
-        from tidemark.spark.small import driver_keys
 
-        return driver_keys(self.options, self.bindings)
+def batch_counts(outcome: BatchOutcome, last, endpoint: str, timings: dict, seconds: float) -> dict:
+    """The batch's counts in the recovery log (``last``: its entry before)."""
+    results = outcome.results
+    counts = {
+        "documents": outcome.documents,
+        "keys": sum(r.keys for r in results),  # the auto shard policy reads it
+        "stored": sum(r.stored for r in results),
+        "loaded": sum(r.loaded for r in results),
+        "deleted": sum(r.deleted for r in results),
+        "invalid": outcome.invalid,
+        "replayed_shards": sum(r.skipped for r in results),
+        "executors": [r.executor for r in sorted(results, key=lambda r: r.shard)],
+        # for `tidemark status` (read-only; not part of the batch's identity)
+        "endpoint": endpoint,
+        "path": str(outcome.path),
+        "seconds": round(seconds, 3),
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "committed_at": round(time.time(), 3),
+    }
+    counts["totals"] = _totals(last, counts)
+    return counts
 
-    def _small(self, last) -> bool:
-        """Whether this batch's shard sessions run in the driver: the batch before combined
-        to at most :attr:`driver_keys` keys."""
-        from tidemark.spark.small import previous_keys
 
-        keys = previous_keys(last)
-        return keys is not None and keys <= self.driver_keys
+def batch_report(
+    materialization: str, batch_id: int, outcome: BatchOutcome, counts: dict, timings: dict
+) -> BatchReport:
+    """What the batch did (:class:`BatchReport`), with each shard phase's longest time."""
+    results = outcome.results
+    for r in results:
+        for k, v in r.timings.items():
+            timings[f"shard.{k}"] = max(timings.get(f"shard.{k}", 0.0), v)
+    return BatchReport(
+        materialization,
+        batch_id,
+        documents=outcome.documents,
+        invalid=outcome.invalid,
+        path=outcome.path,
+        shards=len(results),
+        spilled=any(r.spilled for r in results),
+        timings=timings,
+        **{k: counts[k] for k in ("keys", "stored", "loaded", "deleted", "replayed_shards")},
+    )
 
 
 def _totals(last, counts: dict) -> dict:

@@ -23,7 +23,7 @@ from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
 from tidemark.protocol.messages import Range
 from tidemark.runtime.shard import ShardResult, ShardTask, TypedRows, TypedShard, open_shard, run_opened
-from tidemark.spark.stage import END_BINDING, shard_rows
+from tidemark.spark.stage import END_BINDING, Declined, shard_rows
 
 #: shard sessions run at once in the driver (each holds an endpoint connection) when they
 #: Load and reduce in Python (one interpreter lock: more threads only wait for it)
@@ -31,8 +31,6 @@ MAX_THREADS = 8
 #: ... and when the endpoint reduces every binding (each session mostly waits for its
 #: endpoint's statement): every shard at once, up to this many
 MAX_REDUCED_THREADS = 64
-
-ODD = "odd"  # run_small's answer when a row needs the checked combine
 
 
 def driver_keys(options, bindings: Sequence) -> int:
@@ -45,12 +43,12 @@ def driver_keys(options, bindings: Sequence) -> int:
     return options.small_batch_keys
 
 
-def run_small(combined, task: ShardTask, cap: int):
+def run_small(combined, task: ShardTask, cap: int) -> list[ShardResult] | Declined:
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
-    of ``binding, key_json, key_hash, doc, _documents, _needs_checks``), run in the driver; None when it
-    has more than ``cap`` rows (run it on Spark), :data:`ODD` when a row needs the combine's
-    checks (the checked plan) -- in both, nothing was staged, and the sessions' Opens, made
-    while Spark combined the batch, are closed unused (the next Open fences them)."""
+    of ``binding, key_json, key_hash, doc, _documents, _needs_checks``), run in the driver; else
+    why not (more than ``cap`` rows, or a row that needs the combine's checks) -- then nothing
+    was staged, and the sessions' Opens, made while Spark combined the batch, are closed
+    unused (the next Open fences them)."""
     with ThreadPoolExecutor(max_workers=threads(task), thread_name_prefix="tidemark-shard") as pool:
         # the sessions Open while Spark combines the batch (the Open needs no row)
         opening = [pool.submit(open_shard, task, i) for i in range(len(task.ranges))]
@@ -58,9 +56,9 @@ def run_small(combined, task: ShardTask, cap: int):
         try:
             table = capped(combined, cap + 1).toArrow()
             if table.num_rows > cap:
-                return None
+                return Declined.TOO_MANY_KEYS
             if any(table.column("_needs_checks").to_pylist()):
-                return ODD
+                return Declined.NEEDS_CHECKS
             futures = _run_opened(pool, opening, task, table)
             started = True
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from enum import Enum
 from typing import Optional
 
 from tidemark.errors import RecoveryError
@@ -14,6 +15,14 @@ from tidemark.runtime.shard import ShardResult, ShardTask, run_shard
 
 END_BINDING = 2**31 - 1  # the binding of each shard's end row (sorts after every real binding)
 ODD_BINDING = -1  # the binding of rows that need the combine's checks (sorts before every real binding)
+
+
+class Declined(Enum):
+    """Why a path did not take a batch: nothing of it was staged or committed (the next path takes it)."""
+
+    UNPLANNED = "a binding's schema has no one-job plan"
+    TOO_MANY_KEYS = "it combines to more keys than the driver takes"
+    NEEDS_CHECKS = "a row needs the combine's checks"
 
 
 def run_stage(planned, task: ShardTask) -> list[ShardResult]:
