@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.helpers import table_documents
 from tests.support.mysql_support import mysql_db, mysql_url, sql
 
 pytestmark = pytest.mark.spark
@@ -81,7 +82,8 @@ def test_postgres(spark, tmp_path, postgres_url, pg_schema):
 
     run(spark, tmp_path, {"postgres": {"url": postgres_url, "schema": pg_schema}})
     with psycopg.connect(postgres_url) as con:
-        ((doc, at, text),) = con.execute(f'SELECT flow_document, "at", "at"::text FROM "{pg_schema}".times').fetchall()
+        ((at, text),) = con.execute(f'SELECT "at", "at"::text FROM "{pg_schema}".times').fetchall()
+        (doc,) = table_documents(con.execute(f'SELECT * FROM "{pg_schema}".times'), "id").values()
     assert text.endswith(".002162+00")  # timestamptz keeps microseconds
     check(doc, at)
 

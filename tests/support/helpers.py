@@ -7,10 +7,13 @@ not import tidemark, so a bug in tidemark's reductions cannot hide in the oracle
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
 import sqlite3
+
+from tidemark.drivers.sql.lean import canonical_date_time
 
 
 def skip_unless_required(reason: str) -> None:
@@ -196,12 +199,15 @@ def table_documents(cur, key: str, json_columns=()) -> dict:
 def table_rows(cur, json_columns=()) -> list[dict]:
     """A view table's rows (a cursor of ``SELECT *``) as documents, in either form:
     the non-NULL columns (``json_columns`` parsed where read as text; by default a text that
-    starts as a JSON array or object and is one), with the members of
+    starts as a JSON array or object and is one; a date-time column as its instant's text:
+    UTC, ``Z``), with the members of
     ``flow_document`` on top (the whole document, or a lean row's remainder)."""
     names = [d[0] for d in cur.description]
     out = []
 
     def value(k, v):
+        if isinstance(v, dt.datetime):  # a date-time column: its instant's text (flow_document keeps another)
+            return canonical_date_time(v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc))
         if isinstance(v, str) and (k in json_columns or json_columns == () and v[:1] in ("[", "{")):
             try:
                 return json.loads(v)  # a JSON column read as text (SQLite)

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -17,8 +18,11 @@ import pytest
 from tests.drivers.sql.test_endpoint_reduce import Endpoint, canonical, commit, reduced_binding
 from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, cp
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
+from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
+from tidemark.runtime.reduce_path import reduce_paths
+from tidemark.spec import CollectionSpec
 
 SCHEMA = {
     "type": "object",
@@ -196,12 +200,14 @@ def test_a_lean_table_refuses_a_binding_that_cannot_be_lean(endpoint):
     apply(driver, b)
     commit(driver, coll, b, combined_of(coll, BATCHES[0]), 0)
     schema = copy.deepcopy(SCHEMA)
-    schema["properties"]["seen"] = {"type": "string", "format": "date-time"}
-    _, later = reduced_binding(type(driver)(driver.config), schema, "strict")
+    schema["properties"]["note"] = {"type": ["string", "null"]}  # null beside absent: no column holds it
+    coll_later = Collection(CollectionSpec("orders", ("/k",), schema))
+    spec = coll_later.binding_spec(SimpleNamespace(resource={"table": "strict"}, delta_updates=False))
+    (later,), _ = reduce_paths([spec], [coll_later], driver.capabilities())
     for call in (lambda d: apply(d, later), lambda d: d.open(Open(MAT, "v1", Range(), bindings=(later,)))):
         fresh = type(driver)(driver.config)
         try:
-            with pytest.raises(IncompatibleSchema, match=r"holds lean rows.*/seen: a date-time column"):
+            with pytest.raises(IncompatibleSchema, match=r"holds lean rows.*/note: type \['string', 'null'\]"):
                 call(fresh)
         finally:
             fresh.close()
@@ -364,5 +370,57 @@ def test_a_nul_in_typed_rows_is_named_by_key_and_property(postgres_url, pg_schem
         finally:
             t.close()
         assert driver.dump(MAT, b) == {}
+    finally:
+        driver.close()
+
+
+EVENTS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k", "at", "status"],
+    "properties": {
+        "k": {"type": "string"},
+        "at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+        "first": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
+        "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
+    },
+}
+
+
+@pytest.mark.postgres
+def test_a_lean_date_time_is_its_instant_and_the_remainder_keeps_only_other_spellings(
+    postgres_url, pg_schema, request, tmp_path
+):
+    """PostgreSQL: a date-time is a timestamptz column; where the document spells it as its
+    instant gives it back (UTC, Z, no trailing zeros) nothing else is kept, otherwise the
+    remainder keeps the text; reduced as instants, every document is the fold's."""
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    batches = [
+        [
+            {"k": "a", "at": "2024-05-01T12:00:00Z", "first": "2024-05-01T12:00:00Z", "status": "new"},
+            {"k": "b", "at": "2024-05-01T17:30:00.500+05:30", "first": "2024-05-01T17:30:00.500+05:30", "status": "x"},
+        ],
+        [
+            {"k": "a", "at": "2024-05-01T13:00:00.25Z", "first": "2024-05-01T08:00:00-04:00", "status": "paid"},
+            {"k": "b", "at": "2024-05-01T12:00:01Z", "first": "2024-05-01T12:00:01Z", "status": "y"},
+        ],
+    ]
+    try:
+        coll, b = reduced_binding(driver, EVENTS, "events")
+        apply(driver, b)
+        assert "lean rows" in driver.row_forms([b])[0]
+        for i, docs in enumerate(batches):
+            commit(driver, coll, b, combined_of(coll, docs), i, texts=True)
+        assert same(driver.dump(MAT, b), fold(coll, batches))
+        names, got = rows(endpoint, "events")
+        by_key = {r[0]: dict(zip(names, r)) for r in got}
+        # a: at 13:00:00.25Z (its instant's text), first 08:00-04:00 (another spelling: kept)
+        assert by_key["a"]["at"].isoformat() == "2024-05-01T13:00:00.250000+00:00"
+        assert by_key["a"]["flow_document"] == {"first": "2024-05-01T08:00:00-04:00"}
+        # b: at 12:00:01Z beats 12:00:00.5Z; first keeps the +05:30 text
+        assert by_key["b"]["status"] == "y" and by_key["b"]["flow_document"] == {
+            "first": "2024-05-01T17:30:00.500+05:30"
+        }
     finally:
         driver.close()

@@ -52,6 +52,7 @@ class PostgresDialect(Dialect):
     ddl_lock = DDL_LOCK  # concurrent DDL races in PostgreSQL's catalogs
     for_update = " FOR UPDATE"
     lean_rows = True
+    lean_date_times = True  # timestamptz keeps the instant; the remainder another spelling
     typed_staging = True
 
     def widens(self, existing_type: str, col: Column) -> bool:
@@ -277,6 +278,24 @@ class PostgresReduce(ReduceSql):
     def remainder(self, doc: str, names) -> str:
         listed = ", ".join(literal(n) for n in names)
         return f"NULLIF({doc} - ARRAY[{listed}]::text[], '{{}}'::jsonb)"
+
+    def canonical_instant(self, expr: str) -> str:
+        utc = f"({expr} AT TIME ZONE 'UTC')"
+        return (
+            f"(to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || "
+            f"COALESCE('.' || NULLIF(rtrim(to_char({utc}, 'US'), '0'), ''), '') || 'Z')"
+        )
+
+    def to_timestamp(self, text: str) -> str:
+        return f"({text})::timestamp with time zone"
+
+    def set_members(self, doc: str, members) -> str:
+        out = f"COALESCE({doc}, '{{}}'::jsonb)"
+        names = ", ".join(literal(n) for n, _ in members)
+        out = f"({out} - ARRAY[{names}]::text[])"
+        for n, e in members:
+            out = f"{out} || CASE WHEN {e} IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object({literal(n)}, {e}) END"
+        return f"NULLIF({out}, '{{}}'::jsonb)"
 
     def to_json(self, expr: str, col: Column) -> str:
         # with_members hands it to jsonb_build_object, which converts a typed value as

@@ -84,6 +84,8 @@ class Dialect:
     name_collate: str = ""
     #: new views take the lean row (:mod:`tidemark.drivers.sql.lean`) where the binding can
     lean_rows: bool = False
+    #: a lean row's date-time is a column of its instant (the remainder keeps another spelling)
+    lean_date_times: bool = False
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
     typed_staging: bool = False  # a lean binding it reduces stages ``Store.rows`` (typed values)
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)

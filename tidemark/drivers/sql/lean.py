@@ -12,23 +12,29 @@ A SQL view table keeps each key's reduced document in one of two forms:
 
 A binding takes the lean form only where the row holds its document exactly
 (:func:`lean_plan`): the endpoint can reduce it in SQL (a compiled plan, so every
-property has one type, never null), every top-level property fits in a column name, no
-property is a date-time (a ``timestamptz`` keeps the instant, not its spelling), the key
-is made of top-level properties, and the table is not delta-updates.  Otherwise the full
-form, and ``tidemark check`` says why.
+property has one type, never null), every top-level property fits in a column name, the key
+is made of top-level properties, and the table is not delta-updates.  A date-time is a
+timestamp column where the dialect has one that keeps its instant (``Dialect.lean_date_times``:
+PostgreSQL's ``timestamptz``): its text is rebuilt from the instant (UTC, ``Z``, the
+fraction's digits without trailing zeros: :func:`canonical_date_time`), and where the document
+spells it otherwise (an offset, ``.500``, a leap second) the remainder keeps the text
+(:func:`keeps_text`).  Otherwise the full form, and ``tidemark check`` says why.
 
 Reading rebuilds the document from the row (:func:`document_of`): the remainder's
 members, then each column that is not NULL (a NULL column is an absent property: no
-property of a lean view can hold ``null``).
+property of a lean view can hold ``null``), except a date-time whose text the remainder
+keeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from decimal import Decimal
 from typing import Any, Optional, Sequence
 
+from tidemark.collection.formats import instant
 from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
@@ -49,7 +55,10 @@ def lean_plan(binding, strategies: frozenset, dialect) -> tuple[Optional[Any], s
         if "multipleOf" in f.schema and not dialect.exact_decimals:
             return None, f"/{f.name}: an exact decimal, which a {dialect.title} column holds as a double"
         if f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time":
-            return None, f"/{f.name}: a date-time column keeps the instant, not its spelling"
+            if not dialect.lean_date_times:
+                return None, f"/{f.name}: a date-time, which a {dialect.title} column does not keep as an instant"
+            if f.name in plan.key:
+                return None, f"/{f.name}: a date-time key (its text is the key)"
     return plan, ""
 
 
@@ -61,11 +70,48 @@ def lean_model(model: TableModel, plan) -> TableModel:
     return dataclasses.replace(model, values=model.values + extra, lean=True)
 
 
-def remainder(doc: dict, names: frozenset) -> Optional[dict]:
-    """The members of ``doc`` no column holds (``names``: the columns), or None."""
+def remainder(doc: dict, names: frozenset, date_times: frozenset = frozenset()) -> Optional[dict]:
+    """The members of ``doc`` no column holds (``names``: the columns), and the texts of the
+    date-time columns (``date_times``) that their instants do not spell, or None."""
+    if date_times:
+        rest = {k: v for k, v in doc.items() if k not in names or (k in date_times and keeps_text(v))}
+        return rest or None
     if names.issuperset(doc):
         return None
     return {k: v for k, v in doc.items() if k not in names}
+
+
+def canonical_date_time(v: dt.datetime) -> str:
+    """The text of an instant as a lean row gives it back where the remainder keeps none:
+    UTC, ``Z``, the fraction's digits (microseconds) without trailing zeros."""
+    u = v.astimezone(dt.timezone.utc) if v.tzinfo is not None else v
+    frac = f"{u.microsecond:06d}".rstrip("0")
+    return (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+        + (f".{frac}" if frac else "")
+        + "Z"
+    )
+
+
+def keeps_text(text: Any) -> bool:
+    """Whether a date-time's text is not the one its instant gives back (:func:`canonical_date_time`):
+    another offset, trailing zeros, more than six fraction digits, a leap second, ``t`` or ``z``."""
+    key = instant(text) if isinstance(text, str) else None
+    if key is None:
+        return True
+    seconds, leap, frac = key
+    if leap or len(frac) > 6:
+        return True
+    at = EPOCH + dt.timedelta(seconds=seconds, microseconds=int(frac.ljust(6, "0")) if frac else 0)
+    return canonical_date_time(at) != text
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def date_time_columns(model: TableModel) -> frozenset:
+    """The names of a lean model's date-time columns."""
+    return frozenset(c.name for c in model.values if c.kind == TIMESTAMP)
 
 
 def row_values(model: TableModel, doc: dict) -> tuple:
@@ -81,8 +127,8 @@ def _decimal(v: Any) -> Any:
     return v
 
 
-def _timestamp(v: Any) -> Any:  # never a lean column; an older table's date-time text
-    return v if isinstance(v, str) else v.isoformat()
+def _timestamp(v: Any) -> Any:  # a date-time column: its instant's text (the remainder keeps another spelling)
+    return v if isinstance(v, str) else canonical_date_time(v)
 
 
 def _json(v: Any) -> Any:
@@ -113,8 +159,9 @@ def document_of(model: TableModel, dialect, row: Sequence[Any], convert: Optiona
     :func:`converters`, made once for many rows)."""
     rest = row[-1]
     doc: dict = {} if rest is None else dict(_json(rest))
+    kept = doc.keys() if rest is not None else ()
     for f, c, v in zip(convert or converters(model, dialect), model.columns, row):
-        if v is not None:
+        if v is not None and not (c.kind == TIMESTAMP and c.name in kept):
             doc[c.name] = v if f is None else f(v)
     return doc
 
@@ -137,7 +184,10 @@ def documents(driver, model: TableModel) -> dict:
 
 def typed_rows(driver, bindings) -> list[bool]:
     """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
-    return [driver.dialect.typed_staging and m.lean and m.reduce is not None for m in map(driver.model, bindings)]
+    return [
+        driver.dialect.typed_staging and m.lean and m.reduce is not None and not date_time_columns(m)
+        for m in map(driver.model, bindings)
+    ]  # a date-time's text (staged in the document) decides what the remainder keeps
 
 
 def row_forms(driver, bindings) -> list[str]:

@@ -33,7 +33,10 @@ from tidemark.collection.strategies import STRATEGIES, is_date_time_field
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     INTEGER,
+    JSON,
     STAGED_DOCUMENT,
+    TEXT,
+    TIMESTAMP,
     Column,
     TableModel,
     dumps,
@@ -133,6 +136,21 @@ class ReduceSql:
 
     def to_json(self, expr: str, col: Column) -> str:
         """A typed value as JSON, as :meth:`with_members` takes a member's expression."""
+        raise NotImplementedError
+
+    # a lean row's date-times (``Dialect.lean_date_times``): a column of the instant, the text
+    # in the remainder where the instant does not give it back (drivers/sql/lean.py)
+    def canonical_instant(self, expr: str) -> str:
+        """The text a timestamp column's value gives back (:func:`~tidemark.drivers.sql.lean.canonical_date_time`)."""
+        raise NotImplementedError
+
+    def to_timestamp(self, text: str) -> str:
+        """A date-time's text as the timestamp column's value."""
+        raise NotImplementedError
+
+    def set_members(self, doc: str, members: Sequence[tuple[str, str]]) -> str:
+        """``doc`` (a JSON object, or NULL for none) with each ``(name, text expression)`` set,
+        or removed where the expression is NULL; NULL where nothing is left."""
         raise NotImplementedError
 
     def with_members(
@@ -255,18 +273,45 @@ def _lean_sets(forms: ReduceSql, model: TableModel, fields: dict, target: Sequen
     undeclared members, a later value winning."""
     quote = forms.quote
     sets: list[tuple[str, str]] = []
+    # a date-time's text: the remainder's, else the one its column gives back
+    texts = {
+        c.name: tuple(
+            forms.coalesce(
+                forms.typed(doc, c.name, Column(c.name, TEXT)),
+                forms.canonical_instant(forms.column(side, quote(c.name))),
+            )
+            for side, doc in ((OLD, old_doc), (NEW, new_doc))
+        )
+        for c in model.values
+        if c.kind == TIMESTAMP
+    }
+    reduced: list[tuple[str, str]] = []  # each date-time's reduced text
     # a property ordered by another one first: MariaDB assigns left to right, each assignment
     # seeing the ones before it, and the order property's stored value is read here
     for col in sorted(model.values, key=lambda c: not fields[c.name].order):
         f = fields[col.name]
+        order = _order(forms, model, fields, f, old_doc, new_doc, texts)
+        if col.name in texts:  # reduced as texts (compared as instants), kept as the instant
+            old_text, new_text = texts[col.name]
+            text = _sql(f, forms, old_text, new_text, order)
+            reduced.append((col.name, _kept(forms, text)))
+            sets.append((quote(col.name), forms.to_timestamp(text)))
+            continue
         # a column added after the row was written is NULL there; the remainder held its value
         old = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col))
         new = forms.column(NEW, quote(col.name))
-        expr = _sql(f, forms, old, new, _order(forms, model, fields, f, old_doc, new_doc))
+        expr = _sql(f, forms, old, new, order)
         sets.append((quote(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
     merged = forms.coalesce(forms.merge_documents(old_doc, new_doc), old_doc, new_doc)
+    if reduced:
+        merged = forms.set_members(merged, reduced)
     sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
     return sets
+
+
+def _kept(forms: ReduceSql, text: str) -> str:
+    """A date-time's text where its instant does not give it back, else NULL (not kept)."""
+    return f"(CASE WHEN {text} <> {forms.canonical_instant(forms.to_timestamp(text))} THEN {text} END)"
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:
@@ -276,8 +321,6 @@ def _absent_both(old: str, new: str, expr: str) -> str:
 
 
 def _read(forms: ReduceSql, doc: str, col: Column) -> str:
-    from tidemark.drivers.sql.model import JSON
-
     return forms.member(doc, col.name) if col.kind == JSON else forms.typed(doc, col.name, col)
 
 
@@ -289,11 +332,16 @@ def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> lis
     at = f"{staged}." if staged else ""
     doc = f"{at}{STAGED_DOCUMENT}"
     if model.lean:
-        names = [c.name for c in model.columns]
+        times = [c for c in model.values if c.kind == TIMESTAMP]
+        names = [c.name for c in model.columns if c not in times]
+        rest = forms.remainder(doc, names + [c.name for c in times])
+        if times:  # a date-time's text stays where its instant does not give it back
+            texts = [(c.name, forms.typed(doc, c.name, Column(c.name, TEXT))) for c in times]
+            rest = forms.set_members(forms.remainder(doc, names), [(n, _kept(forms, t)) for n, t in texts])
         return (
             [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
             + [_read(forms, doc, c) for c in model.values]
-            + [forms.remainder(doc, names)]
+            + [rest]
         )
     return (
         [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
@@ -312,14 +360,16 @@ def unescaped_names(texts):
     return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
 
 
-def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str):
+def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str, texts=None):
     """The ``(stored, staged, order property)`` values that decide a picked property's value
     (:attr:`FieldPlan.picked_by`), or None: typed SQL (the column, or where the table has none
     or it is NULL, the document's value); a date-time's text from the documents (a full row's:
-    a column holds the instant, not the text)."""
+    a column holds the instant, not the text; a lean row's: ``texts``)."""
     if not f.picked_by:
         return None
     order_field = fields[f.picked_by]
+    if texts and order_field.name in texts:
+        return (*texts[order_field.name], order_field)
     col = next((c for c in model.values if c.name == order_field.name), None)
     if col is None or is_date_time_field(order_field):  # no column (a long name), or a date-time: the texts
         col = Column(order_field.name, _kind(order_field))

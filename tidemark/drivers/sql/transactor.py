@@ -300,7 +300,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         if not model.lean:
             return self.values_of(msg), [dumps(doc) for doc in msg.docs]
         names = frozenset(c.name for c in model.columns)
-        rests = [lean.remainder(doc, names) for doc in msg.docs]
+        times = lean.date_time_columns(model)
+        rests = [lean.remainder(doc, names, times) for doc in msg.docs]
         return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
 
     def staging_table(self, model: TableModel, binding: int, name: str) -> tuple[str, list[str]]:
