@@ -21,7 +21,7 @@ from tidemark.drivers.sql import (
 )
 from tidemark.drivers.sql.dialect import Reduction
 from tidemark.drivers.sql.model import IS_DELETE, STAGED_DOCUMENT, STORE_ORDER, WAS_LOADED, scale_of_kind, staged_column
-from tidemark.drivers.sql.reduce import ReduceSql
+from tidemark.drivers.sql.reduce import LeanInstant, ReduceSql
 
 SQL_TYPES = {
     TEXT: "text",
@@ -227,6 +227,11 @@ class PostgresReduce(ReduceSql):
     def precedes(self, a: str, b: str, f) -> str:
         if f.type == "string" and f.schema.get("format") != "date-time":
             return f'({a} COLLATE "C" < {b} COLLATE "C")'
+        if isinstance(a, LeanInstant) and isinstance(b, LeanInstant):  # columns, where they are exact
+            return (
+                f"(CASE WHEN {_micro(a.kept)} AND {_micro(b.kept)} THEN {a.column} < {b.column} "
+                f"ELSE {super().precedes(a, b, f)} END)"
+            )
         return super().precedes(a, b, f)
 
     def instant(self, text: str) -> tuple[str, str, str]:
@@ -313,6 +318,13 @@ class PostgresReduce(ReduceSql):
         for k, e in nullable:
             out = f"{out} || CASE WHEN {e} IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object({literal(k)}, {e}) END"
         return out
+
+
+def _micro(kept: str) -> str:
+    """True where a lean date-time's instant is its column's, exactly: no text kept, or one
+    without a leap second and with at most six fraction digits."""
+    digits = f"length({kept}) - 20 - (CASE WHEN upper(right({kept}, 1)) = 'Z' THEN 1 ELSE 6 END)"
+    return f"({kept} IS NULL OR (substr({kept}, 18, 2) <> '60' AND (substr({kept}, 20, 1) <> '.' OR {digits} <= 6)))"
 
 
 def literal(text: str) -> str:

@@ -274,34 +274,30 @@ def _lean_sets(forms: ReduceSql, model: TableModel, fields: dict, target: Sequen
     quote = forms.quote
     sets: list[tuple[str, str]] = []
     # a date-time's text: the remainder's, else the one its column gives back
-    texts = {
-        c.name: tuple(
-            forms.coalesce(
-                forms.typed(doc, c.name, Column(c.name, TEXT)),
-                forms.canonical_instant(forms.column(side, quote(c.name))),
-            )
-            for side, doc in ((OLD, old_doc), (NEW, new_doc))
-        )
-        for c in model.values
-        if c.kind == TIMESTAMP
-    }
-    reduced: list[tuple[str, str]] = []  # each date-time's reduced text
+    texts = {c.name: _instants(forms, c, old_doc, new_doc) for c in model.values if c.kind == TIMESTAMP}
+    reduced: list[tuple[str, str]] = []  # each date-time's text kept in the remainder (NULL: none)
     # a property ordered by another one first: MariaDB assigns left to right, each assignment
     # seeing the ones before it, and the order property's stored value is read here
     for col in sorted(model.values, key=lambda c: not fields[c.name].order):
         f = fields[col.name]
         order = _order(forms, model, fields, f, old_doc, new_doc, texts)
-        if col.name in texts:  # reduced as texts (compared as instants), kept as the instant
-            old_text, new_text = texts[col.name]
-            text = _sql(f, forms, old_text, new_text, order)
-            reduced.append((col.name, _kept(forms, text)))
-            sets.append((quote(col.name), forms.to_timestamp(text)))
+        if col.name in texts:  # picked as an instant: the winner's column, and its text if kept
+            old, new = texts[col.name]
+            side = _sql(
+                f,
+                forms,
+                f"(CASE WHEN {old.column} IS NOT NULL THEN 'o' END)",
+                f"(CASE WHEN {new.column} IS NOT NULL THEN 'n' END)",
+                order,
+            )
+            sets.append((quote(col.name), f"(CASE {side} WHEN 'o' THEN {old.column} ELSE {new.column} END)"))
+            reduced.append((col.name, f"(CASE {side} WHEN 'o' THEN {old.kept} ELSE {new.kept} END)"))
             continue
         # a column added after the row was written is NULL there; the remainder held its value
-        old = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col))
-        new = forms.column(NEW, quote(col.name))
-        expr = _sql(f, forms, old, new, order)
-        sets.append((quote(col.name), _absent_both(old, new, expr) if f.kind != "scalar" else expr))
+        old_value = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col))
+        new_value = forms.column(NEW, quote(col.name))
+        expr = _sql(f, forms, old_value, new_value, order)
+        sets.append((quote(col.name), _absent_both(old_value, new_value, expr) if f.kind != "scalar" else expr))
     merged = forms.coalesce(forms.merge_documents(old_doc, new_doc), old_doc, new_doc)
     if reduced:
         merged = forms.set_members(merged, reduced)
@@ -309,9 +305,35 @@ def _lean_sets(forms: ReduceSql, model: TableModel, fields: dict, target: Sequen
     return sets
 
 
+class LeanInstant(str):
+    """A lean row's date-time on one side of the reduce statement, as an order value: the SQL
+    of its text (the string itself: the remainder's, else the one its instant gives back),
+    its column (the instant) and its remainder member (the text where kept, else NULL).  A
+    dialect compares two by their columns where both texts name microsecond instants
+    (:meth:`ReduceSql.precedes`), by their texts otherwise."""
+
+    column: str
+    kept: str
+
+    def __new__(cls, text: str, column: str, kept: str) -> LeanInstant:
+        out = super().__new__(cls, text)
+        out.column, out.kept = column, kept
+        return out
+
+
+def _instants(forms: ReduceSql, c: Column, old_doc: str, new_doc: str) -> tuple[LeanInstant, LeanInstant]:
+    out = []
+    for side, doc in ((OLD, old_doc), (NEW, new_doc)):
+        column = forms.column(side, forms.quote(c.name))
+        kept = forms.typed(doc, c.name, Column(c.name, TEXT))
+        out.append(LeanInstant(forms.coalesce(kept, forms.canonical_instant(column)), column, kept))
+    return out[0], out[1]
+
+
 def _kept(forms: ReduceSql, text: str) -> str:
     """A date-time's text where its instant does not give it back, else NULL (not kept)."""
-    return f"(CASE WHEN {text} <> {forms.canonical_instant(forms.to_timestamp(text))} THEN {text} END)"
+    canonical = forms.canonical_instant(forms.to_timestamp(text))
+    return f"(CASE WHEN right({text}, 1) <> 'Z' OR {text} <> {canonical} THEN {text} END)"
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:
