@@ -1,9 +1,9 @@
 """The Spark part of a batch, part by part: where a 25k-document batch's JVM time goes.
 
-    python bench/bench_stage_parts.py [--docs 25000] [--repeats 7]
+    python bench/bench_stage_parts.py [--docs 25000] [--repeats 7] [--shape simple|events]
 
-One file of ``--docs`` documents of ``bench_small_batches``' stream (100k keys, nine fields)
-is read as a batch DataFrame, and each query below is planned first and then timed on its
+One file of ``--docs`` documents of ``bench_small_batches``' stream (100k keys, nine fields),
+or of ``bench_whole_runs``' order event stream (``--shape events``), is read as a batch DataFrame, and each query below is planned first and then timed on its
 own (medians of ``--repeats`` interleaved runs, after two warm-up runs of each):
 
 (h)  the hand-written job's aggregate (``groupBy().agg()`` of typed columns) into ``noop``;
@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import bench_small_batches as B
+import bench_whole_runs as W
 
 
 def count_rows(batches):
@@ -46,6 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=25_000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--shape", choices=("simple", "events"), default="simple")
     args = ap.parse_args()
     from pyspark.sql import functions as F
 
@@ -57,10 +59,16 @@ def main() -> None:
 
     print(B.machine())
     work = tempfile.mkdtemp(prefix="tm-parts-")
-    B.write_stream(work, args.docs, 100_000, 1)
-    path = os.path.join(work, "orders-00000.json")
+    events = args.shape == "events"
+    if events:
+        W.write_events(work, args.docs, 100_000, 1)
+        path = os.path.join(work, "events-00000.json")
+        coll = Collection(CollectionSpec("orders", ("/order_id",), W.EVENTS_SCHEMA))
+    else:
+        B.write_stream(work, args.docs, 100_000, 1)
+        path = os.path.join(work, "orders-00000.json")
+        coll = Collection(CollectionSpec("orders", ("/customer",), B.SCHEMA))
     spark = local_session("tidemark-bench", master="local[2]", shuffle_partitions=2)
-    coll = Collection(CollectionSpec("orders", ("/customer",), B.SCHEMA))
     ranges = tuple(Range.split(2))
     plans: dict = {}
 
@@ -95,6 +103,8 @@ def main() -> None:
         return DataFrame(j.select(b["out"]).select(b["final"]), spark)
 
     def hand():
+        if events:
+            return W.peer_aggregate(spark.read.schema(W.EVENTS_SPARK_SCHEMA).json(path), "events")
         df = spark.read.schema(B.SPARK_SCHEMA).json(path)
         return df.groupBy("customer").agg(
             F.sum("amount"),

@@ -42,8 +42,8 @@ def _date_ok(y, m, d):
 
 def _time_parts(c, start: int):
     """Hour, minute, second, the offset's sign / hours / minutes (null for ``Z``) and the
-    fraction's digits (empty if none) of a ``full-time`` that starts at ``start`` and runs
-    to the end of ``c`` (whose shape was checked)."""
+    fraction's digits as written (trailing zeros too; empty if none) of a ``full-time`` that
+    starts at ``start`` and runs to the end of ``c`` (whose shape was checked)."""
     from pyspark.sql import functions as F
 
     zulu = F.upper(F.substring(c, -1, 1)) == F.lit("Z")
@@ -54,7 +54,11 @@ def _time_parts(c, start: int):
         "sign": F.when(~zulu, F.when(F.substring(c, -6, 1) == F.lit("-"), F.lit(-1)).otherwise(F.lit(1))),
         "offset_hour": F.when(~zulu, F.substring(c, -5, 2).try_cast("int")),
         "offset_minute": F.when(~zulu, F.substring(c, -2, 2).try_cast("int")),
-        "fraction": F.regexp_replace(F.regexp_extract(c, r"^[^.]*\.([0-9]+)", 1), r"0+\z", ""),
+        # the digits after the second's "." (none: ""), as written: substrings, no regular expression
+        "fraction": F.when(
+            F.substring(c, start + 8, 1) == F.lit("."),
+            c.substr(F.lit(start + 9), F.length(c) - (start + 8) - F.when(zulu, F.lit(1)).otherwise(F.lit(6))),
+        ).otherwise(F.lit("")),
     }
 
 
@@ -107,7 +111,7 @@ def instant_order(c, maximize: bool):
     ascending for ``maximize`` and descending for ``minimize`` (so that ``max_by`` over it and
     the source order picks the rightmost of the extreme values, as the Python reducer does):
     the seconds since the epoch with the offset applied, then the fraction's digits padded to
-    a fixed width."""
+    a fixed width (trailing zeros order as the padding does)."""
     from pyspark.sql import functions as F
 
     p = date_time_parts(c)
