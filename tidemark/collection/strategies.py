@@ -71,6 +71,9 @@ INT64_MAX = 2**63 - 1
 
 SUM_BEYOND_INT64 = "overflowed: the result is beyond a 64-bit integer"
 SUM_NOT_FINITE = "overflowed: the result is not a finite number"
+#: a compiled aggregate's error that only the Python fold can decide (it may be one, or not):
+#: the batch takes the Python fold (:mod:`tidemark.spark.combine`)
+UNSURE = "unsure: "
 
 _PLAIN = frozenset((int, float))  # numbers that Python compares as JSON does (not bool)
 
@@ -235,20 +238,23 @@ def _spark_sum(S, f, c) -> SparkAggregate:
             lambda present, v: F.when(present & v.isNull(), F.lit(f"/{f.name}: 'sum' {SUM_BEYOND_INT64}")),
         )
     c = S.collected(c)
-    if f.scale is not None:  # an exact decimal: rounded to its places at each step, as add_exact
-        limit = float(10 ** (MAX_DIGITS - f.scale))
-        step = lambda acc, x: F.round(acc + x["v"], f.scale)
-        folded = F.aggregate(
-            S.sorted_values(c),
-            F.struct(F.lit(0.0).alias("s"), F.lit(False).alias("far")),
-            lambda acc, x: F.struct(
-                step(acc["s"], x).alias("s"), (acc["far"] | (F.abs(step(acc["s"], x)) >= limit)).alias("far")
-            ),
-        )
+    if f.scale is not None:
+        # An exact decimal: a sum of decimals, exact; add_exact's stepwise rounding gives the
+        # double nearest to it while no partial sum reaches 10^(15-s), which holds where the
+        # sum of the values' sizes stays below that.  Where it does not, the Python fold
+        # decides (an error, or a sum whose partials stayed below): UNSURE.
+        limit = 10 ** (MAX_DIGITS - f.scale)
+        dec = f"decimal(38,{f.scale})"
+        small = F.when(F.abs(c) < F.lit(float(limit)), c)
+        exact = F.try_sum(small.cast(dec))
+        size = F.try_sum(F.abs(small).cast(dec))
+        big = F.count(F.when(F.abs(c) >= F.lit(float(limit)), F.lit(1)))
         return SparkAggregate(
-            F.when(~folded["far"], folded["s"]),
+            F.when((big == 0) & (size < F.lit(limit)), exact.cast("double")),
             F.count(c),
-            lambda present, v: F.when(present & v.isNull(), F.lit(f"/{f.name}: 'sum' {decimal_overflow(f.scale)}")),
+            lambda present, v: F.when(
+                present & v.isNull(), F.lit(f"{UNSURE}/{f.name}: 'sum' {decimal_overflow(f.scale)}")
+            ),
         )
     return SparkAggregate(
         F.aggregate(S.sorted_values(c), F.lit(0.0), lambda acc, x: acc + x["v"]),

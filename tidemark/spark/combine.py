@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from tidemark.collection.keys import compact_json
 from tidemark.collection.keys import key_json as py_key_json
+from tidemark.collection.strategies import UNSURE
 from tidemark.errors import DocumentError, ReductionError
 
 MAX_DRIVER_SUSPECTS = 100_000
@@ -239,10 +240,14 @@ def _compiled(df, collection, plan, on_invalid):
             if on_invalid == "fail":
                 _raise_invalid(df, invalid_rows, len(invalid_rows))
         valid_keys = out.filter(valid)
-        # Step 4
+        # Step 4 (an error only the Python fold can decide: the fallback decides it)
         if stats["errors"]:
-            bad = valid_keys.filter(F.col("_error").isNotNull()).select("key_json", "_error").limit(1).collect()
-            raise ReductionError(f"key {bad[0]['key_json']}: {bad[0]['_error']}")
+            bad = valid_keys.filter(F.col("_error").isNotNull()).select("key_json", "_error")
+            if bad.filter(F.col("_error").startswith(UNSURE)).limit(1).count():
+                out.unpersist()
+                return None
+            first = bad.limit(1).collect()[0]
+            raise ReductionError(f"key {first['key_json']}: {first['_error']}")
         combined = valid_keys.select("key_json", "key_hash", "doc")
         invalid = None
         if on_invalid == "quarantine":

@@ -172,6 +172,27 @@ def event_order(plan: CompiledPlan, c, ord_col):
     return F.struct(c.isNotNull().alias("a"), value.alias("e"), ord_col.alias("o"))
 
 
+def _riders(plan: CompiledPlan, key_cols) -> dict[str, str]:
+    """Properties last written by a date-time that is maximized (``status`` ordered by
+    ``/event_time``, both required: what the plan compiles): the event that wins the date-time
+    is the one whose value they keep -- the same (instant, source order), ties to the later
+    document -- so one ``max_by`` picks the winner's row with their values in it.  ``{rider:
+    the date-time's name}``."""
+    fields = {f.name: f for f in plan.fields}
+    out = {}
+    for f in plan.fields:
+        o = fields.get(f.order) if f.order else None
+        if (
+            o is not None
+            and f.strategy == "lastWriteWins"
+            and o.strategy == "maximize"
+            and is_date_time_field(o)
+            and not (key_cols and (f.name in key_cols or o.name in key_cols))
+        ):
+            out[f.name] = o.name
+    return out
+
+
 def aggregations(
     plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None, mask_scalars=True, typed: bool = False
 ):
@@ -204,12 +225,23 @@ def aggregations(
         return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask)
     aggs, structured, raw, errors, fields = [], [], [], [], []
+    riders = _riders(plan, key_cols)
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
         v, n = f"v{i}", f"n{i}"
+        picked: Any = None  # a value read out of another aggregate's row (riders, winners)
         present = None  # min, max, max_by, min_by and the key: null exactly when no value is present
         if key_cols and f.name in key_cols and strategy.group_value:
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
+        elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)
+            at = next(j for j, o in enumerate(plan.fields) if o.name == f.order)
+            picked = F.col(f"v{at}")[f.name]
+        elif f.name in riders.values():  # a winner: its document's value, and its riders'
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            carried = [(mask(p[r]) if mask_scalars else p[r]).alias(r) for r, o in riders.items() if o == f.name]
+            key = F.when(values.isNotNull(), F.struct(instant_order(values, True), ops.order))
+            aggs.append(F.max_by(F.struct(values.alias(f.name), *carried), key).alias(v))
+            picked = F.col(v)[f.name]
         else:
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             agg = (
@@ -224,13 +256,14 @@ def aggregations(
             aggs.append(agg.column.alias(v))
             if agg.error is not None:
                 errors.append(agg.error(F.col(v).isNotNull() if present is None else present, F.col(v)))
+        value = F.col(v) if picked is None else picked
         if present is None:
-            present = F.col(v).isNotNull()
-        col = F.when(present, F.col(v))
+            present = value.isNotNull()
+        col = F.when(present, value)
         # typed: each property's value as its column holds it (an array or a map as its JSON text)
         fields.append((col if f.kind in ("scalar", "raw") else F.to_json(col)).alias(f.name))
         if f.kind == "raw":  # already JSON text: spliced in as is
-            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), F.col(v))))
+            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), value)))
         else:
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
