@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.support.helpers import ORDERS_SCHEMA, normalize, oracle_orders, orders_spec, sqlite_view, write_orders
+from tests.support.input_files import _replace_line
 from tidemark.errors import DocumentError, SpecError
 
 pytestmark = pytest.mark.spark
@@ -44,19 +45,6 @@ def endpoint_state(db, checkpoints_dir):
         con.close()
     log_dir = os.path.join(checkpoints_dir, "view", "tidemark", "log")
     return sqlite_view(db), cps, sorted(os.listdir(log_dir))
-
-
-def _replace_line(path, lineno: int, text: str) -> str:
-    """Replace 1-based line ``lineno`` of ``path``; return the line it held."""
-    with open(path) as f:
-        lines = f.read().splitlines()
-    old = lines[lineno - 1]
-    lines[lineno - 1] = text
-    st = os.stat(path)
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.utime(path, (st.st_atime, st.st_mtime))  # Spark's file source orders by mtime
-    return old
 
 
 BAD_LINES = [

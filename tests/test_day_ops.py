@@ -15,40 +15,17 @@ import urllib.request
 
 import pytest
 
+from tests.support.day_ops import ENV, _group_alive, _only, wait_for
 from tests.support.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
-from tests.test_day_ops_parts import scrape
+from tests.support.metrics_scrape import scrape
 
 pytestmark = pytest.mark.spark
-
-ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "COLUMNS": "80"}
 
 
 def tidemark(*args, env=None, timeout=300):
     return subprocess.run(
         [sys.executable, "-m", "tidemark", *args], capture_output=True, text=True, env=env or ENV, timeout=timeout
     )
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_for(what: str, fn, deadline: float = 180.0, proc=None):
-    """Poll ``fn`` until it returns something truthy; fail naming ``what`` at the deadline
-    (or when ``proc`` exits first)."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        got = fn()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the run exited ({proc.returncode}) while waiting for {what}")
-        time.sleep(0.1)  # polling interval, not a wait for the condition itself
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def status_lines(*args) -> list[str]:
@@ -191,11 +168,3 @@ def test_metrics_status_and_ctrl_c_on_a_live_run_then_every_invalid_document_at_
     assert normalize(sqlite_view(db)) == oracle_orders(
         _only(data, [os.path.basename(f) for f in files[:3]], tmp_path / "oracle3")
     )
-
-
-def _only(data, names, folder):
-    os.makedirs(folder, exist_ok=True)
-    for n in names:
-        with open(os.path.join(data, n)) as src, open(os.path.join(folder, n), "w") as dst:
-            dst.write(src.read())
-    return folder

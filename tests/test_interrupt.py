@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
+from tests.support.day_ops import ENV, _group_alive, _only, wait_for
 from tests.support.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
-from tests.test_day_ops import ENV, _group_alive, _only, wait_for
 from tidemark.runtime.recovery_log import RecoveryLog
 
 pytestmark = pytest.mark.spark

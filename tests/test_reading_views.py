@@ -302,7 +302,7 @@ def test_postgres_queries_of_the_page_and_a_batch_half_committed(spark, tmp_path
 def test_delta_queries_of_the_page(spark, tmp_path, monkeypatch):
     pytest.importorskip("deltalake")
     pytest.importorskip("duckdb")
-    from tests.drivers.delta.test_delta_e2e import delta_spec
+    from tests.support.delta_specs import delta_spec
 
     data = tmp_path / "data"
     quickstart_orders(data, files=2, seed=74)

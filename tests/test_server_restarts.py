@@ -7,54 +7,14 @@ terminated without a restart: ``test_transient_retry.py``.)"""
 
 from __future__ import annotations
 
-import logging
-import threading
-from typing import Callable
-
 import pytest
 
 from tests.support.helpers import normalize, oracle_orders, write_orders
 from tests.support.kafka_broker import private_kafka  # a fixture
 from tests.support.nats_server import private_nats_server  # a fixture
-from tidemark import faults
+from tests.support.server_restarts import ride_out
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a Spark run and a server each: after the default suite
-
-
-def ride_out(
-    spark, tmp_path, monkeypatch, caplog, spec: str, restart: Callable[[], None], point: str = "before_endpoint_commit"
-) -> list[str]:
-    """Run ``spec``; once a shard session stalls at ``point`` (by default just before its
-    endpoint commit: inside its transaction), ``restart`` the server.  Returns the retry lines."""
-    from tidemark.spark.runner import run_spec
-
-    stalled = tmp_path / "stalled"
-    monkeypatch.setenv(faults.ENV, f"{point}:stall=4!once={stalled}")
-    faults.rearm()
-    done, failed = threading.Event(), []
-
-    def restarter() -> None:
-        while not stalled.exists() and not done.wait(0.05):  # the stall has begun (a file the fault writes)
-            pass
-        if not done.is_set():
-            try:
-                restart()
-            except BaseException as exc:  # reported by the test
-                failed.append(exc)
-
-    thread = threading.Thread(target=restarter)
-    thread.start()
-    try:
-        with caplog.at_level(logging.WARNING, logger="tidemark"):
-            run_spec(spec, spark=spark)
-    finally:
-        done.set()
-        thread.join()
-        monkeypatch.delenv(faults.ENV)
-        faults.rearm()
-    assert not failed, failed
-    assert stalled.exists(), "no session stalled before its commit"
-    return [r.getMessage() for r in caplog.records if "(run 2 of the batch;" in r.getMessage()]
 
 
 @pytest.mark.postgres

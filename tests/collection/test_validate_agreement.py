@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.collection.test_formats import CASES as FORMAT_CASES
+from tests.support.format_cases import CASES as FORMAT_CASES
 from tidemark.collection.validate import (
     Validator,
     fast_validation_applies,

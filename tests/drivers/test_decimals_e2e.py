@@ -134,7 +134,7 @@ def test_sums_of_cents_are_exact_in_mysql_decimal_columns(spark, tmp_path, mysql
 
 
 def ICEBERG(tmp_path):
-    from tests.drivers.iceberg.test_iceberg_driver import config
+    from tests.support.iceberg_support import config
 
     return config(tmp_path, "sqlite")
 
@@ -146,7 +146,7 @@ def lake_rows(endpoint: str, tmp_path) -> tuple[dict, list]:
     if endpoint == "delta":
         import deltalake
 
-        from tests.drivers.delta.test_delta_driver import live_files
+        from tests.support.delta_support import live_files
 
         location = str(tmp_path / "lake" / "totals")
         dt = deltalake.DeltaTable(location)

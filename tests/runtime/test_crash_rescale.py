@@ -12,7 +12,7 @@ import pytest
 import tidemark
 from tests.support.harness import run_until_done
 from tests.support.helpers import normalize, oracle_orders, postgres_view, sqlite_view, write_orders
-from tests.test_operator_actions import Delta, Postgres, SQLite, write_spec
+from tests.support.operator_specs import Delta, Postgres, SQLite, write_spec
 from tidemark.errors import TidemarkError
 
 pytestmark = pytest.mark.chaos
@@ -83,7 +83,7 @@ def test_live_rescale_under_random_kills_postgres(tmp_path, postgres_url, pg_sch
 
 @pytest.mark.chaos_full
 def test_live_rescale_under_random_kills_delta(tmp_path):
-    from tests.drivers.delta.test_delta_driver import independent_view
+    from tests.support.delta_support import independent_view
 
     ep = Delta(tmp_path)
     rescale_under_random_kills(tmp_path, ep, lambda: independent_view(ep.lake / "customers"), seed=9)

@@ -12,7 +12,7 @@ import tidemark
 from tests.support.helpers import oracle_orders, write_orders
 from tests.support.kafka_broker import kafka_bootstrap, kafka_broker
 from tests.support.nats_server import private_nats_server
-from tests.test_operator_actions import endpoint, write_spec
+from tests.support.operator_specs import endpoint, write_spec
 
 pytestmark = pytest.mark.spark
 
@@ -48,7 +48,7 @@ def run_rescaled_2_4_3(spark, spec: str) -> list:
 def test_live_rescale_2_4_3_in_one_running_query(spark, tmp_path, request, kind):
     if kind == "iceberg":
         pytest.importorskip("pyiceberg")
-        from tests.drivers.iceberg.test_iceberg_e2e import Iceberg
+        from tests.support.iceberg_specs import Iceberg
 
         ep = Iceberg(tmp_path)
     else:

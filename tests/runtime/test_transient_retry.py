@@ -72,9 +72,9 @@ def test_a_terminated_session_inside_its_transaction_is_ridden_out(
 def test_a_redis_server_restarted_mid_commit_is_ridden_out(spark, tmp_path, monkeypatch, caplog):
     """A private redis-server (AOF, fsync always) is killed and started again while a shard
     session stalls before its commit: the run goes on by itself and the view is exact."""
-    from tests.drivers.redis.test_redis_persistence import Server
+    from tests.support.redis_server import Server
     from tests.support.redis_support import redis_spec, redis_view
-    from tests.test_server_restarts import ride_out
+    from tests.support.server_restarts import ride_out
 
     (tmp_path / "redis").mkdir()
     server = Server(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")

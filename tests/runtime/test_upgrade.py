@@ -21,8 +21,8 @@ from tests.support.helpers import ORDERS_SCHEMA, oracle_orders, skip_unless_requ
 from tests.support.kafka_broker import kafka_bootstrap, kafka_broker
 from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.nats_server import nats_server, nats_url
+from tests.support.operator_endpoints import endpoint_of, read
 from tests.support.paths import REPO, SUPPORT
-from tests.test_operator_actions_endpoints import endpoint_of, read
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

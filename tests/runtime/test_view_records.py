@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
+from tests.support.conformance_drivers import SHIPPED, URL_FIXTURES
 from tests.support.kafka_broker import kafka_bootstrap, kafka_broker
 from tests.support.mysql_support import mysql_url
 from tests.support.nats_server import nats_server, nats_url
-from tests.testing.test_conformance import SHIPPED, URL_FIXTURES
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError
 from tidemark.runtime.coordinator import Coordinator

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 import yaml
 
-from tests.collection.test_formats import CASES, DATE_TIMES_IN_ORDER
+from tests.support.format_cases import CASES, DATE_TIMES_IN_ORDER
 from tidemark.collection import formats
 from tidemark.collection.collection import Collection
 from tidemark.collection.plan import compile_collection

@@ -58,7 +58,7 @@ def test_rebuild_with_spark_then_run_on(spark, tmp_path):
 
 @pytest.mark.slow  # (a quicker sibling: tests/runtime/test_rebuild.py::test_the_cut_over_asks_the_live_run_to_stop...)
 def test_the_cut_over_stops_a_live_tidemark_run_at_a_batch_boundary(tmp_path):
-    from tests.test_day_ops import ENV, wait_for
+    from tests.support.day_ops import ENV, wait_for
 
     data, db = tmp_path / "data", tmp_path / "views.db"
     write_orders(data, files=2, per_file=80, customers=20, seed=33, deletes=0.03)
@@ -103,7 +103,7 @@ def test_an_adopted_view_is_rebuilt_from_its_adopted_rows_and_the_input_after_th
     import sqlite3
 
     import tidemark
-    from tests.spark.test_adopt import first_files, hand_table_sqlite, mtime
+    from tests.support.adopt_tables import first_files, hand_table_sqlite, mtime
     from tidemark.spark.adopt import adopt
     from tidemark.spark.runner import run_spec
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.drivers.delta.test_delta_driver import independent_rows, independent_view
-from tests.drivers.delta.test_delta_e2e import delta_spec, distinct_keys_per_file, staged
+from tests.support.delta_specs import delta_spec, distinct_keys_per_file, staged
+from tests.support.delta_support import independent_rows, independent_view
 from tests.support.harness import run_until_done
 from tests.support.helpers import normalize, oracle_orders, write_orders
 

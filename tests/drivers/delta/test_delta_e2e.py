@@ -8,42 +8,12 @@ import os
 
 import pytest
 
-from tests.drivers.delta.test_delta_driver import independent_rows, independent_view
-from tests.support.helpers import ORDERS_SCHEMA, normalize, oracle_orders, write_orders
+from tests.support.delta_specs import delta_spec, distinct_keys_per_file, staged
+from tests.support.delta_support import independent_rows, independent_view
+from tests.support.helpers import normalize, oracle_orders, write_orders
 
 pytestmark = pytest.mark.spark
 deltalake = pytest.importorskip("deltalake")
-
-
-def delta_spec(tmp, *, data_dir, lake, shards=1, max_files=1, events=False, on_invalid=None) -> str:
-    """A spec: orders → ``LAKE/customers`` (and, with ``events``, a delta-updates ``LAKE/events``)."""
-    import yaml
-
-    bindings = [{"source": "orders", "resource": {"table": "customers"}}]
-    if events:
-        bindings.append({"source": "orders", "resource": {"path": "events"}, "delta_updates": True})
-    spec = {
-        "collections": {
-            "orders": {
-                "key": ["/customer"],
-                "schema": ORDERS_SCHEMA,
-                "source": {"format": "json", "path": str(data_dir), "options": {"maxFilesPerTrigger": max_files}},
-            }
-        },
-        "materializations": {
-            "view": {
-                "endpoint": {"delta": {"path": str(lake)}},
-                "shards": shards,
-                "bindings": bindings,
-                **({"on_invalid": on_invalid} if on_invalid else {}),
-            },
-        },
-        "checkpoint": str(os.path.join(tmp, "checkpoints")),
-    }
-    path = os.path.join(tmp, "spec.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(spec, f)
-    return path
 
 
 def run(spark, spec_path):
@@ -54,26 +24,12 @@ def run(spark, spec_path):
     return reports
 
 
-def distinct_keys_per_file(data_dir) -> list[str]:
-    """The delta-updates oracle with one file per batch: one row per (batch, key)."""
-    out = []
-    for name in sorted(os.listdir(data_dir)):
-        with open(os.path.join(data_dir, name)) as f:
-            out += sorted({json.loads(line)["customer"] for line in f})
-    return sorted(out)
-
-
 def rerun_last_batch(tmp_path, batch):
     """As if the process died after the recovery log (and the apply) of ``batch``, before Spark's commits."""
     commits = tmp_path / "checkpoints" / "view" / "spark" / "commits"
     os.remove(commits / str(batch))
     if (commits / f".{batch}.crc").exists():
         os.remove(commits / f".{batch}.crc")
-
-
-def staged(lake) -> list[str]:
-    root = os.path.join(lake, "_tidemark_staging")
-    return [f for d, _, fs in os.walk(root) for f in fs]
 
 
 @pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 4])
@@ -106,7 +62,7 @@ def test_batches_rerun_restart_and_resume_into_delta(spark, tmp_path, shards):
 
 
 def test_quarantine_writes_the_bad_line_once(spark, tmp_path):
-    from tests.test_bad_input import _replace_line
+    from tests.support.input_files import _replace_line
 
     data, lake, valid = tmp_path / "data", tmp_path / "lake", tmp_path / "valid"
     files = write_orders(data, files=2, per_file=60, customers=10, seed=11)

@@ -17,7 +17,9 @@ import pytest
 
 pytest.importorskip("pyiceberg")
 
-from tests.drivers.iceberg.test_iceberg_e2e import (
+from tests.support.harness import fired, run_until_done
+from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.iceberg_specs import (
     distinct_keys_per_file,
     iceberg_events,
     iceberg_spec,
@@ -26,8 +28,6 @@ from tests.drivers.iceberg.test_iceberg_e2e import (
     sqlite_catalog,
     staged,
 )
-from tests.support.harness import fired, run_until_done
-from tests.support.helpers import normalize, oracle_orders, write_orders
 
 pytestmark = pytest.mark.chaos
 

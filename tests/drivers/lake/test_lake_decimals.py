@@ -8,8 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.drivers.delta import test_delta_driver as delta_tests
-from tests.drivers.iceberg import test_iceberg_driver as iceberg_tests
+from tests.support import delta_support, iceberg_support
 from tidemark.protocol.messages import BindingSpec, Field
 
 pytest.importorskip("deltalake")
@@ -38,11 +37,11 @@ def runtime(endpoint, tmp_path, b):
         from tidemark.drivers.delta import DeltaDriver
 
         d = DeltaDriver({"path": str(tmp_path / "lake")})
-        return d, delta_tests.Runtime(d, b)
+        return d, delta_support.Runtime(d, b)
     from tidemark.drivers.iceberg import IcebergDriver
 
-    d = IcebergDriver(iceberg_tests.config(tmp_path, "sqlite"))
-    return d, iceberg_tests.Runtime(d, b)
+    d = IcebergDriver(iceberg_support.config(tmp_path, "sqlite"))
+    return d, iceberg_support.Runtime(d, b)
 
 
 def column_type(endpoint, driver, b) -> str:
@@ -57,9 +56,9 @@ def column_type(endpoint, driver, b) -> str:
 
 def stored(endpoint, driver, b) -> list:
     if endpoint == "delta":
-        rows = delta_tests.independent_rows(driver.model(b).name, ["customer", "total"])
+        rows = delta_support.independent_rows(driver.model(b).name, ["customer", "total"])
     else:
-        rows = iceberg_tests.independent_rows(driver, b, ["customer", "total"])
+        rows = iceberg_support.independent_rows(driver, b, ["customer", "total"])
     return sorted(rows)
 
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.drivers.sql.test_endpoint_reduce import canonical
-from tests.drivers.sqlite.test_sqlite_driver import MAT, cp, load_all
+from tests.support.driver_protocol import MAT, cp, load_all
+from tests.support.endpoint_reduce import canonical
 from tests.support.helpers import lake_documents
 from tidemark.collection.collection import Collection
 from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, TEXT, column

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tests.drivers.sqlite.test_crash_sqlite import (
+from tests.support.crash_points import (
     POINTS,
     kill_every_point_on_the_reduce_path,
     kill_typed_rows_between_the_staging_and_the_statement,

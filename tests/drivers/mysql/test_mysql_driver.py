@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.drivers.sqlite.test_sqlite_driver import (
+from tests.support.driver_protocol import (
     HALF,
     MAT,
     apply,
@@ -408,7 +408,7 @@ def test_passwords_are_redacted_and_credentials_terminal(mysql_url, caplog):
 def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, mysql_url, mysql_db):
     """A date-time key is its text in a binary collation: a datetime(6) column would keep
     neither offset and make "…T10:00:00Z" and "…T12:00:00+02:00" one row of two keys."""
-    from tests.drivers.postgres.test_postgres_driver import instant_binding
+    from tests.support.postgres_support import instant_binding
 
     b = instant_binding()
     apply(driver, b)

@@ -13,7 +13,7 @@ import multiprocessing
 import psycopg
 import pytest
 
-from tests.drivers.sqlite.test_crash_sqlite import (
+from tests.support.crash_points import (
     POINTS,
     kill_every_point_on_the_reduce_path,
     kill_typed_rows_between_the_staging_and_the_statement,
@@ -87,7 +87,7 @@ def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, postgr
 
 def _zombie(config, to_zombie, from_zombie):
     """An older session in its own process: Store, wait until told, then try to commit."""
-    from tests.drivers.sqlite.test_sqlite_driver import binding, cp, doc, open_session, store_msg
+    from tests.support.driver_protocol import binding, cp, doc, open_session, store_msg
     from tidemark.drivers.postgres import PostgresDriver
     from tidemark.errors import FencedOff
     from tidemark.protocol.messages import Acknowledge, Flush, StartCommit
@@ -109,7 +109,7 @@ def _zombie(config, to_zombie, from_zombie):
 
 
 def test_zombie_process_commit_is_rejected(postgres_url, pg_schema):
-    from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, binding, cp, doc, open_session, txn
+    from tests.support.driver_protocol import MAT, apply, binding, cp, doc, open_session, txn
     from tidemark.drivers.postgres import PostgresDriver
 
     config = {"url": postgres_url, "schema": pg_schema}

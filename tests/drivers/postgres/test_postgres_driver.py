@@ -19,7 +19,7 @@ import uuid
 import psycopg
 import pytest
 
-from tests.drivers.sqlite.test_sqlite_driver import (
+from tests.support.driver_protocol import (
     HALF,
     MAT,
     apply,
@@ -31,6 +31,7 @@ from tests.drivers.sqlite.test_sqlite_driver import (
     store_msg,
     txn,
 )
+from tests.support.postgres_support import instant_binding
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import (
@@ -728,15 +729,6 @@ def test_tls_options(postgres_url):
             assert not isinstance(exc.value, EndpointUnavailable) and SECRET not in str(exc.value)
     finally:
         d.close()
-
-
-def instant_binding(table="events"):
-    """Keyed by a ``format: date-time`` string."""
-    fields = (
-        Field("at", "/at", "string", format="date-time", is_key=True, nullable=False),
-        Field("n", "/n", "integer"),
-    )
-    return dataclasses.replace(binding(table), key=("/at",), fields=fields)
 
 
 def test_two_spellings_of_one_instant_are_two_keys_and_two_rows(driver, postgres_url, schema):

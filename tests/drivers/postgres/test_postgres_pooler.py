@@ -24,7 +24,7 @@ import threading
 import psycopg
 import pytest
 
-from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
+from tests.support.driver_protocol import MAT, apply, binding, doc, open_session, txn
 from tests.support.helpers import free_port, server_user, skip_unless_required
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.errors import DriverError, EndpointUnavailable

@@ -22,7 +22,7 @@ import uuid
 import psycopg
 import pytest
 
-from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, binding, doc, open_session, txn
+from tests.support.driver_protocol import MAT, apply, binding, doc, open_session, txn
 from tests.support.helpers import (
     free_port,
     normalize,

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.drivers.sqlite.test_crash_sqlite import POINTS
+from tests.support.crash_points import POINTS
 from tests.support.harness import arm_in_sequence, fired, run_until_done
 from tests.support.helpers import normalize, oracle_orders, write_orders
 from tests.support.redis_support import redis_ns, redis_spec, redis_url, redis_view
@@ -82,7 +82,7 @@ def test_a_killed_redis_server_with_the_aof_goes_on_exact_and_without_it_is_refu
     the view and its checkpoints are gone, and the next run refuses to start (the endpoint
     is behind the recovery log) instead of writing a view that lacks the earlier batches.
     (The commit path without Spark: what is tested is the server's.)"""
-    from tests.drivers.redis.test_redis_persistence import Server
+    from tests.support.redis_server import Server
 
     (tmp_path / "redis").mkdir()
     server = Server(

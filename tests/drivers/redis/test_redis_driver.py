@@ -14,7 +14,7 @@ pytest.importorskip("redis")
 
 import redis
 
-from tests.drivers.sqlite.test_sqlite_driver import MAT, binding, cp, doc, load_all, store_msg
+from tests.support.driver_protocol import MAT, binding, cp, doc, load_all, store_msg
 from tests.support.helpers import free_port
 from tests.support.redis_support import redis_ns, redis_url
 from tidemark.drivers.base import CommitPattern, capabilities_of

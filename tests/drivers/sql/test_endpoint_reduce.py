@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
-from decimal import Decimal
-from fractions import Fraction
 from types import SimpleNamespace
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, cp
+from tests.support.driver_protocol import MAT, apply, cp
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
 from tests.support.mysql_support import mysql_db, mysql_url
-from tests.support.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
 from tidemark.collection.decimals import exact_sum
-from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.mysql.bulk import to_utc
-from tidemark.drivers.postgres import PostgresDriver
-from tidemark.drivers.sqlite import SQLiteDriver
 from tidemark.errors import DriverError, ReductionError
 from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
 from tidemark.runtime.reduce_path import reduce_paths
@@ -157,87 +150,6 @@ def cases(draw):
     return schema, batches
 
 
-class Number:
-    """A JSON number as the views are compared: equal when the decimals their texts denote are
-    (jsonb prints 5.8e16 as 58000000000000000), or, where one side is a double, when they are
-    the same double (PostgreSQL prints -6.816446365496746e16, a double exactly halfway between
-    two 16-digit decimals, with 17 digits: -68164463654967456).  Two integers compare exactly."""
-
-    def __init__(self, v):
-        self.v = v
-        self.decimal = Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
-
-    def __eq__(self, other):
-        if not isinstance(other, Number):
-            return NotImplemented
-        if self.decimal == other.decimal:
-            return True
-        if isinstance(self.v, float) or isinstance(other.v, float):
-            return float(self.v) == float(other.v)
-        return False
-
-    def __hash__(self):
-        return hash(float(self.v))
-
-    def __repr__(self):
-        return repr(self.v)
-
-
-def canonical(v):
-    if isinstance(v, bool) or v is None or isinstance(v, str):
-        return v
-    if isinstance(v, (int, float)):
-        return Number(v)
-    if isinstance(v, Decimal):  # an exact decimal column
-        return Number(int(v) if v == v.to_integral_value() else float(v))
-    if isinstance(v, list):
-        return [canonical(x) for x in v]
-    if isinstance(v, dict):
-        return {k: canonical(x) for k, x in v.items()}
-    return v  # a column's datetime
-
-
-class Endpoint:
-    """One endpoint under test: its driver, and its table's value columns read back."""
-
-    def __init__(self, name: str, request, tmp_path):
-        self.name = name
-        if name == "postgres":
-            self.url = request.getfixturevalue("postgres_url")
-            self.schema = request.getfixturevalue("pg_schema")
-            self.driver = PostgresDriver({"url": self.url, "schema": self.schema})
-        elif name == "mysql":
-            self.url = request.getfixturevalue("mysql_url")
-            self.schema = request.getfixturevalue("mysql_db")
-            self.driver = MySqlDriver({"url": self.url, "schema": self.schema})
-        else:
-            self.path = str(tmp_path / "views.db")
-            self.driver = SQLiteDriver({"path": self.path})
-
-    def columns(self, table: str, names: list[str], types: dict) -> dict:
-        cols = ", ".join(f'"{n}"' for n in names)
-        if self.name == "postgres":
-            with psycopg.connect(self.url, autocommit=True) as con:
-                rows = con.execute(f'SELECT k, {cols} FROM "{self.schema}"."{table}"').fetchall()
-        elif self.name == "mysql":
-            cols = ", ".join(f"`{n}`" for n in names)
-            rows = mysql_sql(self.url, f"SELECT k, {cols} FROM `{self.schema}`.`{table}`")
-            rows = [
-                (r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])])
-                for r in rows
-            ]
-        else:
-            con = sqlite3.connect(self.path)
-            rows = con.execute(f'SELECT k, {cols} FROM "{table}"').fetchall()
-            con.close()
-            # booleans are 0/1 in SQLite
-            rows = [
-                (r[0], *[bool(v) if types[n] == "boolean" and v is not None else v for n, v in zip(names, r[1:])])
-                for r in rows
-            ]
-        return {r[0]: [canonical(v) for v in r[1:]] for r in rows}
-
-
 @pytest.fixture(params=[pytest.param(e, marks=[pytest.mark.postgres] if e == "postgres" else []) for e in ENDPOINTS])
 def endpoint(request, tmp_path):
     e = Endpoint(request.param, request, tmp_path)
@@ -248,44 +160,6 @@ def endpoint(request, tmp_path):
 @pytest.fixture
 def driver(endpoint):
     return endpoint.driver
-
-
-def reduced_binding(driver, schema, table):
-    coll = Collection(CollectionSpec("orders", ("/k",), schema))
-    spec = coll.binding_spec(SimpleNamespace(resource={"table": table}, delta_updates=False))
-    (b,), [line] = reduce_paths([spec], [coll], driver.capabilities())
-    assert b.endpoint_reduce, line
-    return coll, b
-
-
-def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
-    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
-    try:
-        t.acknowledge(Acknowledge())
-        t.flush(Flush())
-        keys = sorted(combined)
-        docs = [combined[k] for k in keys]
-        n = len(docs)
-        if texts:  # as the runtime sends them: the JSON text only
-            t.store(
-                Store(
-                    0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n, tuple(json.dumps(d) for d in docs)
-                )
-            )
-        else:
-            t.store(
-                Store(
-                    0,
-                    tuple((k,) for k in keys),
-                    tuple(coll.values(d) for d in docs),
-                    tuple(docs),
-                    (False,) * n,
-                    (False,) * n,
-                )
-            )
-        t.start_commit(StartCommit(cp(batch)))
-    finally:
-        t.close()
 
 
 counter = iter(range(10**6))

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from tests.drivers.sql.test_endpoint_reduce import Endpoint, canonical, commit, reduced_binding
-from tests.drivers.sqlite.test_sqlite_driver import MAT, apply, cp
+from tests.support.driver_protocol import MAT, apply, cp
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("urllib3")
 pytest.importorskip("rocksdict")
 
-from tests.drivers.sqlite.test_crash_sqlite import POINTS as CRASH_TABLE
+from tests.support.crash_points import POINTS as CRASH_TABLE
 from tests.support.harness import arm_in_sequence, fired, run_until_done
 from tests.support.helpers import normalize, oracle_orders, write_orders
 from tests.support.webhook_support import (

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("urllib3")
 pytest.importorskip("rocksdict")
 
-from tests.drivers.sqlite.test_sqlite_driver import MAT, cp, load_all
+from tests.support.driver_protocol import MAT, cp, load_all
 from tests.support.paths import REPO, SUPPORT
 from tests.support.webhook_driver_child import BINDING, docs
 from tests.support.webhook_support import dedup_receiver, naive_receiver
