@@ -119,13 +119,13 @@ class DeltaFormat:
 
     def open(self, name: str) -> Optional[Table[DeltaTable]]:
         try:
-            dt = self.table(name)
+            delta_table = self.table(name)
         except TableNotFoundError:
             return None
-        fields = dt.schema().fields
+        fields = delta_table.schema().fields
         columns = {f.name: str(getattr(f.type, "type", f.type)) for f in fields}
         full = not any(f.name == DOCUMENT_COLUMN and f.nullable for f in fields)
-        return Table(dt, dt.metadata().configuration or {}, columns, full)
+        return Table(delta_table, delta_table.metadata().configuration or {}, columns, full)
 
     def tag(self, materialization: str, checkpoint_id: Any) -> dict:
         return {"app": app_id(materialization, checkpoint_id)}
@@ -177,33 +177,39 @@ class DeltaFormat:
             self.table(model.name).alter.set_table_properties(properties, raise_if_not_exists=False)
 
     def commit(self, model: LakeTable, table: Table[DeltaTable], staged: Staged, owner: tuple[str, str]) -> None:
-        dt, batch = table.handle, staged.batch
+        delta_table, batch = table.handle, staged.batch
         commit = CommitProperties(app_transactions=[Transaction(app_id(*owner), batch)])
         if not staged.names:
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+            delta_table.create_write_transaction(
+                [], mode="append", schema=delta_table.schema(), commit_properties=commit
+            )
             return
         source = pds.dataset(staged.paths(f"Delta table {model.name!r}"), format="parquet", filesystem=staged.fs)
         if model.delta:
             write_deltalake(
-                dt,
-                staged_reader(source, drop=DELETE_COLUMN, like=pa.schema(dt.schema().to_arrow())),
+                delta_table,
+                staged_reader(source, drop=DELETE_COLUMN, like=pa.schema(delta_table.schema().to_arrow())),
                 mode="append",
                 commit_properties=commit,
                 storage_options=self.storage_options,
             )
         else:
-            self._merge(dt, model, staged_reader(source), commit)
-        dt = self.table(model.name)
-        if applied_batch(dt, app_id(*owner)) < batch:  # the MERGE changed nothing, so committed nothing: record it
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+            self._merge(delta_table, model, staged_reader(source), commit)
+        delta_table = self.table(model.name)
+        if (
+            applied_batch(delta_table, app_id(*owner)) < batch
+        ):  # the MERGE changed nothing, so committed nothing: record it
+            delta_table.create_write_transaction(
+                [], mode="append", schema=delta_table.schema(), commit_properties=commit
+            )
 
-    def _merge(self, dt: DeltaTable, model: LakeTable, source: pa.RecordBatchReader, commit) -> None:
+    def _merge(self, delta_table: DeltaTable, model: LakeTable, source: pa.RecordBatchReader, commit) -> None:
         names = [f.name for f in source.schema if f.name != DELETE_COLUMN]
         on = " AND ".join(f"t.{ident(c.name)} = s.{ident(c.name)}" for c in model.keys)
         key_names = {c.name for c in model.keys}
         sets = {ident(n): f"s.{ident(n)}" for n in names if n not in key_names}
         (
-            dt.merge(
+            delta_table.merge(
                 source, predicate=on, source_alias="s", target_alias="t", streamed_exec=True, commit_properties=commit
             )
             .when_matched_delete(predicate=f"s.{ident(DELETE_COLUMN)}")
@@ -237,11 +243,11 @@ class DeltaFormat:
                 storage_options=self.storage_options,
             )
         fault_point("replace_contents")  # between the rows and the properties
-        dt = self.table(live.name)
-        have = dt.metadata().configuration or {}
+        delta_table = self.table(live.name)
+        have = delta_table.metadata().configuration or {}
         changed = {k: v for k, v in properties.items() if have.get(k) != v}
         if changed:
-            dt.alter.set_table_properties(changed, raise_if_not_exists=False)
+            delta_table.alter.set_table_properties(changed, raise_if_not_exists=False)
 
     def drop(self, model: LakeTable) -> Optional[str]:
         location = model.name

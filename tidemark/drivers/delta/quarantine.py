@@ -56,13 +56,13 @@ class DeltaQuarantine:
             storage_options=self.storage_options,
             raise_if_key_not_exists=False,
         )
-        dt, app = self.table(), app_id(*owner)
-        if applied_batch(dt, app) >= staged.batch:  # Step 1, as for the data tables
+        delta_table, app = self.table(), app_id(*owner)
+        if applied_batch(delta_table, app) >= staged.batch:  # Step 1, as for the data tables
             return
         paths = staged.paths(f"Delta quarantine table {self.location!r}")
         source = pds.dataset(paths, format="parquet", filesystem=staged.fs, schema=SCHEMA)
         write_deltalake(
-            dt,
+            delta_table,
             staged_reader(source),
             mode="append",
             storage_options=self.storage_options,
@@ -72,10 +72,10 @@ class DeltaQuarantine:
     def read(self, materialization: str) -> list[dict]:
         """The quarantined rows of a materialization, by batch and location (tests, inspection)."""
         try:
-            dt = self.table()
+            delta_table = self.table()
         except TableNotFoundError:
             return []
-        table = dt.to_pyarrow_table(columns=list(COLUMNS))
+        table = delta_table.to_pyarrow_table(columns=list(COLUMNS))
         rows = [r for r in table.to_pylist() if r["materialization"] == materialization]
         return sorted(rows, key=lambda r: (r["batch_id"] if r["batch_id"] is not None else -1, r["location"] or ""))
 

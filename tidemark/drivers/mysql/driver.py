@@ -22,8 +22,8 @@ from tidemark.drivers.mysql.dialect import MARIADB, MAX_IDENTIFIER_CHARS, MySqlD
 from tidemark.drivers.mysql.settings import SETTINGS, MySqlSettings, is_lost, translate
 from tidemark.drivers.sql import SqlDriver, TablePlan
 from tidemark.drivers.sql.connection import Retrying
-from tidemark.drivers.sql.parts import SqlClient, SqlEndpoint, SqlParts
-from tidemark.protocol.messages import BindingSpec, SpecResponse
+from tidemark.drivers.sql.parts import NoMigrations, SqlClient, SqlEndpoint, SqlParts
+from tidemark.protocol.messages import SpecResponse
 
 T = TypeVar("T")
 
@@ -109,14 +109,9 @@ class MySqlClient:
         pass
 
 
-class MySqlMigrations:
-    """MySQL's :class:`~tidemark.drivers.sql.parts.Migrations`: integer -> number."""
-
-    def table_options(self, model: Any, binding: BindingSpec) -> tuple[str, str]:
-        return "", ""
-
-    def notes(self, plan: TablePlan, omitted: Sequence[str]) -> list[str]:
-        return []
+class MySqlMigrations(NoMigrations):
+    """MySQL's :class:`~tidemark.drivers.sql.parts.Migrations`: integer -> number (no table
+    options, no words beyond the skeleton's)."""
 
     def migrate(self, client: SqlClient, con: Any, plan: TablePlan, dry_run: bool) -> list[str]:
         """integer -> number: ``MODIFY`` the column to ``double`` (every bigint below 2^53 is exact)."""

@@ -46,10 +46,12 @@ class PostgresClient:
 
     def open_connection(self) -> psycopg.Connection:
         """An autocommit connection with the policy's ``lock_timeout``."""
-        s = self.settings
-        con = psycopg.connect(s.conninfo, autocommit=True, connect_timeout=max(1, int(s.policy.connect_timeout)))
+        policy = self.settings.policy
+        con = psycopg.connect(
+            self.settings.conninfo, autocommit=True, connect_timeout=max(1, int(policy.connect_timeout))
+        )
         try:
-            con.execute(f"SET lock_timeout = {int(s.policy.lock_timeout * 1000)}")
+            con.execute(f"SET lock_timeout = {int(policy.lock_timeout * 1000)}")
         except psycopg.Error:
             con.close()
             raise
