@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from tidemark.collection.keys import KEY_TYPES
@@ -66,6 +66,8 @@ class SourceSpec:
     path: Optional[str] = None  # resolved against the spec file's directory
     options: dict = field(default_factory=dict)
     select: tuple = ()  # Spark SQL expressions over the documents (tidemark.spark.select)
+    log: Optional[str] = None  # "kafka" | "nats": a log source (tidemark.sources), configured by log_config
+    log_config: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,23 @@ class _Parser:
         return CollectionSpec(name, tuple(key), schema, source)
 
     def source(self, obj: Any, path: str) -> SourceSpec:
-        self.mapping(obj, path, ("format", "path", "options", "select"))
+        from tidemark.sources import KINDS, log_settings
+
+        self.mapping(obj, path, ("format", "path", "options", "select", *KINDS))
+        logs = [k for k in KINDS if k in obj]
+        if logs:
+            if len(logs) > 1 or obj.get("path") is not None or obj.get("format") is not None:
+                raise self.fail(path, f"a source reads files (path:) or one log ({' or '.join(KINDS)}:), not both")
+            kind = logs[0]
+            config = obj[kind]
+            if not isinstance(config, dict):
+                raise self.fail(f"{path}.{kind}", "must be a mapping of the source's settings")
+            try:
+                log_settings(kind, config, f"{path}.{kind}")
+            except SpecError as exc:
+                raise self.fail(f"{path}.{kind}", str(exc)) from None
+            obj = {k: v for k, v in obj.items() if k != kind}
+            return replace(self.source(obj, path), log=kind, log_config=dict(config))
         fmt = obj.get("format", "json")
         if not isinstance(fmt, str) or not fmt:
             raise self.fail(f"{path}.format", "must be a Spark source format name, e.g. json")

@@ -118,30 +118,36 @@ def write_orders(
 
 def oracle_orders(directory) -> dict:
     """customer -> expected document, reducing files in name order, lines in order."""
+
+    def docs():
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".json"):
+                with open(os.path.join(directory, name)) as f:
+                    yield from (json.loads(line) for line in f)
+
+    return reduce_orders(docs())
+
+
+def reduce_orders(docs) -> dict:
+    """customer -> expected document of the orders ``docs`` (dicts, in source order)."""
     view: dict = {}
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".json"):
+    for doc in docs:
+        key = doc["customer"]
+        if doc.get("_meta", {}).get("op") == "d":
+            view.pop(key, None)
             continue
-        with open(os.path.join(directory, name)) as f:
-            for line in f:
-                doc = json.loads(line)
-                key = doc["customer"]
-                if doc.get("_meta", {}).get("op") == "d":
-                    view.pop(key, None)
-                    continue
-                cur = view.get(key)
-                if cur is None:
-                    view[key] = {
-                        k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-                        for k, v in doc.items()
-                    }
-                    continue
-                cur["amount"] += doc["amount"]
-                cur["orders"] += doc["orders"]
-                cur["largest"] = max(cur["largest"], doc["largest"])
-                cur["city"] = doc["city"]
-                cur["items"] = cur["items"] + doc["items"]
-                cur["flags"] = {**cur["flags"], **doc["flags"]}
+        cur = view.get(key)
+        if cur is None:
+            view[key] = {
+                k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in doc.items()
+            }
+            continue
+        cur["amount"] += doc["amount"]
+        cur["orders"] += doc["orders"]
+        cur["largest"] = max(cur["largest"], doc["largest"])
+        cur["city"] = doc["city"]
+        cur["items"] = cur["items"] + doc["items"]
+        cur["flags"] = {**cur["flags"], **doc["flags"]}
     return view
 
 

@@ -33,6 +33,13 @@ def read_collection(
 
     src = collection_spec.source
     where = f"collections.{collection_spec.name}.source"
+    if src is not None and src.log:  # a Kafka topic, a NATS stream (tidemark.spark.logsource)
+        from tidemark.spark.logsource import read_log
+
+        df = read_log(spark, src.log, src.log_config, collection_spec.key)
+        return _selected(
+            spark, df.select("value", "_file", "_block", F.lit(binding).alias("_binding")), collection_spec, file, where
+        )
     if src is None or not src.path:
         raise SpecError(
             "has no source path; materialize a DataFrame with tidemark.materialize(df, ...) instead",
@@ -60,6 +67,12 @@ def read_collection(
         F.lit(binding).alias("_binding"),
         *([F.col("_metadata.file_modification_time").alias("_mtime")] if mtime else []),
     )
+    return _selected(spark, df, collection_spec, file, where)
+
+
+def _selected(spark, df, collection_spec, file, where: str):
+    """``df`` through the source's ``select:`` expressions, where it has them."""
+    src = collection_spec.source
     if src.select:  # Spark SQL over the documents (tidemark.spark.select)
         from tidemark.spark.select import apply_select, check_select
 
