@@ -46,6 +46,11 @@ def test_metrics_are_served_in_the_prometheus_text_format():
     assert got[("tidemark_last_batch_duration_seconds", '{materialization="v1",phase="total"}')] == 0.2
     assert not any(k[0] == "tidemark_last_batch_duration_seconds" and "shard." in k[1] for k in got)
     assert got[("tidemark_input_files_waiting", m)] == 3
+    metrics.register("v2", input_lag=lambda: {"orders/0": 7.0, "orders/1": 0.0})  # a log source: per part
+    got = scrape(url)
+    assert got[("tidemark_input_records_waiting", '{materialization="v2",part="orders/0"}')] == 7
+    assert got[("tidemark_input_records_waiting", '{materialization="v2",part="orders/1"}')] == 0
+    assert ("tidemark_input_files_waiting", '{materialization="v2"}') not in got
     assert got[("tidemark_batch_failures_total", '{materialization="v1",error="EndpointUnavailable"}')] == 1
     # the same address again: the same server and metrics
     again, url2 = serve(int(url.split(":")[2].split("/")[0]), host="127.0.0.1")

@@ -14,7 +14,8 @@
     │   ├── FencedOff             (Terminal) a newer session owns this key range
     │   ├── IncompatibleSchema    (Terminal) Validate refused a binding change
     │   └── DriverProgramError    (Terminal) an external driver program crashed, hung or broke the wire form
-    └── RecoveryError             (Terminal) the recovery log and the endpoint disagree
+    ├── RecoveryError             (Terminal) the recovery log and the endpoint disagree
+    └── SourceGone                (Terminal) records a batch must read are no longer in its log source
 
 ``Transient`` errors may be retried under :class:`tidemark.policy.RetryPolicy`;
 ``Terminal`` errors fail the batch and nothing of it commits.  Library errors are
@@ -151,6 +152,30 @@ class DriverProgramError(DriverError, Terminal):
 
 class RecoveryError(TidemarkError, Terminal):
     """The recovery log, the Spark checkpoint and the endpoint disagree."""
+
+
+class SourceGone(TidemarkError, Terminal):
+    """Records a batch must read are no longer in its log source (a Kafka topic or partition
+    deleted, offsets lost to retention, a NATS stream purged): the message names the part
+    and the offsets; nothing of the batch was read."""
+
+
+def raised_in(text: str) -> "TidemarkError | None":
+    """The tidemark error whose traceback ``text`` (a Spark exception's message: a Python
+    data source or task failed) ends with, as that error, so a user reads its one line
+    instead of Spark's report; None if there is none."""
+    import re
+
+    found = re.findall(r"^tidemark\.errors\.([A-Za-z]+): (.+?)(?: SQLSTATE: \w+)*$", text, re.M)
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, TidemarkError)):
+        return None
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    return err
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -21,6 +21,8 @@ Metrics (label ``materialization``; phase durations also ``phase``; failures ``e
                                                 recovery_log, total)
     tidemark_input_files_waiting                files of the spec's file sources not yet
                                                 planned into a batch (spec runs only)
+    tidemark_input_records_waiting              records of a log source (Kafka, NATS) past the
+                                                last committed batch, by ``part`` (spec runs only)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Callable, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from tidemark.errors import SpecError
 
@@ -44,6 +46,7 @@ _HELP = {
     "tidemark_last_commit_timestamp_seconds": ("gauge", "When the last batch committed (Unix time)."),
     "tidemark_last_batch_duration_seconds": ("gauge", "Duration of the last committed batch by phase."),
     "tidemark_input_files_waiting": ("gauge", "Files of the source folders not yet planned into a batch."),
+    "tidemark_input_records_waiting": ("gauge", "Records of a log source's part past the last committed batch."),
 }
 
 _COUNTS = (
@@ -68,14 +71,15 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[str, tuple], float] = {}
-        self._lag: dict[str, Callable[[], Optional[int]]] = {}
+        self._lag: dict[str, Callable[[], Any]] = {}
 
     def _set(self, name: str, labels: dict, value: float, add: bool = False) -> None:
         key = (name, tuple(labels.items()))
         self._values[key] = self._values.get(key, 0.0) + value if add else value
 
-    def register(self, materialization: str, input_lag: Optional[Callable[[], Optional[int]]] = None) -> None:
-        """Show a materialization from its start (counters at 0)."""
+    def register(self, materialization: str, input_lag: Optional[Callable[[], Any]] = None) -> None:
+        """Show a materialization from its start (counters at 0); ``input_lag()``: files waiting
+        (an int), or records waiting per part of a log source (a dict), or None."""
         m = {"materialization": materialization}
         with self._lock:
             for name in (
@@ -124,7 +128,10 @@ class Metrics:
         with self._lock:
             values = dict(self._values)
         for name, lag in lags.items():
-            if lag is not None:
+            if isinstance(lag, dict):  # a log source: records waiting per part
+                for part, behind in lag.items():
+                    values[("tidemark_input_records_waiting", (("materialization", name), ("part", part)))] = behind
+            elif lag is not None:
                 values[("tidemark_input_files_waiting", (("materialization", name),))] = float(lag)
         out = []
         for metric, (kind, text) in _HELP.items():

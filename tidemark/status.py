@@ -44,6 +44,7 @@ class InputStatus:
     guessed: bool = False  # folders inferred from the files Spark read (no spec)
     read_to: dict = field(default_factory=dict)  # offsets sources: where the last committed batch ends
     offsets_waiting: Optional[int] = None  # Kafka: messages past read_to (with the brokers' address)
+    lag: list = field(default_factory=list)  # log sources: per part (tidemark.sources.lag.PartLag)
 
 
 @dataclass
@@ -176,6 +177,18 @@ def _waiting(present: dict, planned: dict, committed: Optional[int]) -> tuple[in
 
 
 def _input_from_spec(spec, mat, view: MaterializationStatus) -> None:
+    if any(getattr(spec.collections[b.source].source, "log", None) for b in mat.bindings):
+        from tidemark.sources.lag import log_lag
+
+        view.input = InputStatus("log")
+        try:
+            parts = log_lag(spec, view.name, view.last_batch) or []
+        except Exception as exc:  # noqa: BLE001 - the checkpoint still answers; say why the log does not
+            view.notes.append(f"source not read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            return
+        view.input.lag = [p.as_json() for p in parts]
+        view.input.offsets_waiting = sum(p.behind for p in parts)
+        return
     folders, present, planned = [], {}, {}
     for i, b in enumerate(mat.bindings):
         src = spec.collections[b.source].source
@@ -221,16 +234,8 @@ def _input_from_checkpoint(view: MaterializationStatus, kafka: Optional[str] = N
 
 
 def _source_offsets(location: str, batch: int) -> dict:
-    """Source index -> the offsets Spark recorded for batch ``batch`` (``offsets/N``: after
-    the version and metadata lines, one line per source)."""
-    text = SparkCheckpoint(location.rstrip("/") + "/spark")._text(f"offsets/{batch}") or ""
-    out = {}
-    for n, line in enumerate(text.splitlines()[2:]):
-        try:
-            out[str(n)] = json.loads(line)
-        except ValueError:
-            out[str(n)] = line
-    return out
+    """Source index -> the offsets Spark recorded for batch ``batch`` (``offsets/N``)."""
+    return {str(n): v for n, v in enumerate(SparkCheckpoint(location.rstrip("/") + "/spark").source_offsets(batch))}
 
 
 def _is_kafka(offsets) -> bool:
@@ -557,6 +562,11 @@ def render(view: MaterializationStatus, width: int = 80, now: Optional[float] = 
             row("input", "unknown: give --kafka-bootstrap, or compare with the source's latest offsets")
         for n, offsets in inp.read_to.items():
             row(f"source {n}", "committed to " + json.dumps(offsets, separators=(",", ":")))
+    elif inp.kind == "log":
+        row("input", "unknown" if inp.offsets_waiting is None else f"{inp.offsets_waiting} record(s) waiting")
+        for p in inp.lag:
+            at = "nothing read" if p["read_to"] is None else f"read to {p['read_to']}"
+            row("", f"{p['part']}: {p['behind']} behind ({at}, newest {p['newest']})")
     elif inp.kind == "files":
         row("input", "unknown: the folders read so far are gone")
     else:

@@ -117,3 +117,18 @@ def test_settings_are_checked_before_anything_connects():
         log_settings("kafka", {"bootstrap_servers": "h:1", "topic": "t", "isolation.level": "read_uncommitted"})
     s = log_settings("kafka", {"bootstrap_servers": "h:1", "topics": '["a", "b"]', "sasl.password": "hunter2"})
     assert s["topics"] == ["a", "b"] and "hunter2" not in repr(KafkaLog(s))
+
+
+def test_a_refusal_inside_spark_is_raised_as_itself():
+    from tidemark.errors import DocumentError, raised_in
+
+    text = (
+        "[STREAM_FAILED] Query terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
+        'Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n  File "x.py"'
+        ", line 1, in main\ntidemark.errors.SourceGone: kafka source t: t/0 no longer exists SQLSTATE: 38000\n"
+        "=== Streaming Query ===\n"
+    )
+    found = raised_in(text)
+    assert isinstance(found, SourceGone) and str(found) == "kafka source t: t/0 no longer exists"
+    assert isinstance(raised_in("...\ntidemark.errors.DocumentError: a tombstone without a key\n"), DocumentError)
+    assert raised_in("java.lang.RuntimeException: no") is None

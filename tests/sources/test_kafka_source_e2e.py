@@ -4,6 +4,8 @@ Python API's ``spark.readStream.format("tidemark_kafka")``."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.helpers import normalize, postgres_view, reduce_orders, sqlite_view
 from tests.support.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 from tests.support.log_sources import create_topic, kafka_source_spec, produce_orders
@@ -40,6 +42,19 @@ def test_a_topic_into_sqlite_holds_the_committed_records_once(spark, tmp_path, k
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(docs + more)
     run_spec(spec, spark=spark, on_batch=reports.append)  # nothing new: no batch
     assert len(reports) == 2
+
+    # status: the records waiting per partition, past what the view committed
+    from tidemark.status import render, status_of_spec
+
+    (view,) = status_of_spec(spec)
+    assert view.input.kind == "log" and view.input.offsets_waiting == 0 and view.behind is False
+    assert {p["part"] for p in view.input.lag} == {"e2e-orders/0", "e2e-orders/1", "e2e-orders/2"}
+    produce_orders(kafka_bootstrap, "e2e-orders", transactions=1, per_transaction=30, customers=25, seed=18)
+    (view,) = status_of_spec(spec)
+    assert view.input.offsets_waiting == 30 + 3  # the records and a commit marker in each partition they reached
+    assert view.behind is True
+    shown = "\n".join(render(view, width=120))
+    assert "33 record(s) waiting" in shown and "e2e-orders/0:" in shown
 
 
 def test_the_per_batch_cap_splits_a_backlog_into_batches(spark, tmp_path, kafka_bootstrap, pg_schema, postgres_url):
@@ -100,3 +115,25 @@ def test_a_view_that_starts_at_the_latest_offsets_reads_only_what_comes_after(sp
     later = produce_orders(kafka_bootstrap, "e2e-latest", transactions=1, per_transaction=20, customers=5, seed=16)
     run_spec(spec, spark=spark)
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(later)
+
+
+def test_a_deleted_topic_fails_the_run_with_one_line_naming_it(spark, tmp_path, kafka_bootstrap):
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.errors import SourceGone
+
+    create_topic(kafka_bootstrap, "e2e-deleted", partitions=2)
+    produce_orders(kafka_bootstrap, "e2e-deleted", transactions=1, per_transaction=10, customers=5, seed=17)
+    db = tmp_path / "deleted.db"
+    spec = kafka_source_spec(
+        tmp_path, bootstrap=kafka_bootstrap, topic="e2e-deleted", endpoint={"sqlite": {"path": str(db)}}
+    )
+    run_spec(spec, spark=spark)
+    before = sqlite_view(db, json_columns=("items", "flags"))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.delete_topics(["e2e-deleted"]).values():
+        fut.result(30)
+    with pytest.raises(SourceGone, match=r"^kafka source e2e-deleted: e2e-deleted/0 no longer exists") as failed:
+        run_spec(spec, spark=spark)
+    assert "\n" not in str(failed.value)
+    assert sqlite_view(db, json_columns=("items", "flags")) == before

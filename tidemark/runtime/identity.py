@@ -89,5 +89,17 @@ class SparkCheckpoint:
         body = "\n".join(lines[2:]) if lines[:1] == ["v1"] else text
         return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
+    def source_offsets(self, batch_id: int) -> list:
+        """Each source's offsets Spark recorded for batch N (parsed JSON, or the line as it
+        is), in the query's source order; [] where the batch was not planned."""
+        text = self._text(f"offsets/{batch_id}") or ""
+        out: list = []
+        for line in text.splitlines()[2:]:  # "v1", the batch's metadata, then one line per source
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(line)
+        return out
+
     def identity(self, batch_id: int) -> BatchIdentity:
         return BatchIdentity(self.query_id(), batch_id, self.offsets(batch_id))

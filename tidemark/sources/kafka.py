@@ -31,8 +31,8 @@ from typing import Any, Iterator, Mapping, Optional, cast
 from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.kafka.client import call, client_config, redacted, translate
 from tidemark.drivers.kafka.settings import CLIENT_KEYS, check_topic_name
-from tidemark.errors import EndpointUnavailable, SpecError
-from tidemark.sources.log import Bounds, Record, SourceGone
+from tidemark.errors import EndpointUnavailable, SourceGone, SpecError
+from tidemark.sources.log import Bounds, Record
 
 SETTINGS = (
     Setting("bootstrap_servers", description="host:port[,host:port…] (or the client key bootstrap.servers)"),

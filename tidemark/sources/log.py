@@ -23,13 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Protocol, Sequence
 
-from tidemark.errors import DocumentError, TidemarkError
+from tidemark.errors import DocumentError, SourceGone
 
 Offsets = dict[str, int]
-
-
-class SourceGone(TidemarkError):
-    """Records a batch must read are no longer in the log."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
-from tidemark.errors import SpecError
+from tidemark.errors import SpecError, raised_in
 from tidemark.options import RuntimeOptions
 
 log = logging.getLogger("tidemark")
@@ -66,6 +66,9 @@ class MaterializationRun:
                 raise KeyboardInterrupt("stopped on request; every committed batch stays") from None
             if self.materializer.error is not None:
                 raise self.materializer.error from exc
+            found = raised_in(str(exc))  # a log source's refusal, from Spark's source runner
+            if found is not None:
+                raise found from None
             raise
         finally:
             if timeout is None or not self._active():
@@ -327,12 +330,12 @@ def _with_metrics(port, spec, mat, source, on_batch):
     """(on_batch that also feeds the metrics, the metrics URL, a function that watches the
     materializer's failures)."""
     from tidemark.metrics import serve
-    from tidemark.ops import pending_files
+    from tidemark.sources.lag import input_waiting
     from tidemark.spec import TidemarkSpec
 
     metrics, url = serve(port)
     from_spec = isinstance(source, (str, os.PathLike, TidemarkSpec))
-    metrics.register(mat.name, (lambda: pending_files(spec, mat.name)) if from_spec else None)
+    metrics.register(mat.name, (lambda: input_waiting(spec, mat.name)) if from_spec else None)
 
     def fed(report):
         metrics.batch(report)
