@@ -102,3 +102,57 @@ def kafka_source_spec(tmp, *, bootstrap: str, topic: str, endpoint: dict, shards
     with open(path, "w") as f:
         yaml.safe_dump(spec, f)
     return path
+
+
+def publish_orders(
+    url: str, stream: str, *, messages: int, customers: int, seed: int, deletes: float = 0.0
+) -> list[dict]:
+    """Publish ``messages`` orders documents to JetStream stream ``stream`` (created if
+    missing, subjects ``<stream>.<customer>``); return them in stream order."""
+    import asyncio
+
+    import nats
+
+    rng = random.Random(seed)
+    docs = [order_doc(rng, customers, deletes) for _ in range(messages)]
+
+    async def go():
+        nc = await nats.connect(url, connect_timeout=10)
+        try:
+            js = nc.jetstream(timeout=10)
+            try:
+                await js.stream_info(stream)
+            except nats.js.errors.NotFoundError:
+                await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+            for doc in docs:
+                await js.publish(f"{stream}.{doc['customer']}", json.dumps(doc).encode())
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+    return docs
+
+
+def nats_source_spec(tmp, *, url: str, stream: str, endpoint: dict, shards: int = 1, **source) -> str:
+    """A spec: the orders collection read from JetStream ``stream`` into ``endpoint``'s ``customers``."""
+    spec = {
+        "collections": {
+            "orders": {
+                "key": ["/customer"],
+                "schema": ORDERS_SCHEMA,
+                "source": {"nats": {"url": url, "stream": stream, **source}},
+            }
+        },
+        "materializations": {
+            "view": {
+                "endpoint": endpoint,
+                "shards": shards,
+                "bindings": [{"source": "orders", "resource": {"table": "customers"}}],
+            }
+        },
+        "checkpoint": str(os.path.join(tmp, "checkpoints")),
+    }
+    path = os.path.join(tmp, "spec.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec, f)
+    return path
