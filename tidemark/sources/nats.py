@@ -29,9 +29,8 @@ import re
 import threading
 import uuid
 from typing import Any, Coroutine, Iterator, Mapping, Optional, Sequence, TypeVar
-from urllib.parse import urlsplit
 
-from tidemark.drivers.common.redact import redact
+from tidemark.drivers.common.redact import redact_url
 from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.nats import wire
 from tidemark.errors import SpecError, TidemarkError
@@ -61,7 +60,7 @@ def read_settings(config: Optional[Mapping[str, Any]], where: str = "") -> dict:
         v = read("nats", config, SETTINGS)
         if not str(v["url"]).startswith(("nats://", "tls://", "ws://", "wss://")):
             raise SpecError(
-                f"endpoint nats: url must be a NATS URL like nats://127.0.0.1:4222, got {safe_url(v['url'])}"
+                f"endpoint nats: url must be a NATS URL like nats://127.0.0.1:4222, got {redact_url(v['url'])}"
             )
         if not _STREAM_OK.match(v["stream"]):
             raise SpecError(f"endpoint nats: stream must be a name of letters, digits, _ and -, got {v['stream']!r}")
@@ -73,16 +72,6 @@ def read_settings(config: Optional[Mapping[str, Any]], where: str = "") -> dict:
     except SpecError as exc:
         raise SpecError(str(exc).replace("endpoint nats", "nats source", 1), path=where or None) from None
     return v
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its password, or its token (``nats://TOKEN@host``), masked."""
-    try:
-        parts = urlsplit(url)
-        secrets = [parts.password, parts.username if parts.password is None else None]
-    except ValueError:
-        secrets = []
-    return redact(url, secrets)
 
 
 def to_record(
@@ -112,7 +101,7 @@ class NatsLog:
         self.settings = read_settings(config)
         self.name: str = self.settings["stream"]
         self.subjects: Optional[list[str]] = self.settings["subjects"]
-        self.url = safe_url(self.settings["url"])
+        self.url = redact_url(self.settings["url"])
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._nc: Any = None
@@ -138,7 +127,7 @@ class NatsLog:
         except Exception as exc:  # every nats-py error is translated at the boundary
             fut.cancel()
             err = translate(exc, f"nats source {self.name} at {self.url}: {what}")
-            text = safe_url(str(err))
+            text = redact_url(str(err))
             raise (err if text == str(err) else type(err)(text)) from exc
 
     def _connected(self) -> Any:

@@ -19,3 +19,16 @@ def redact(text: Any, secrets: Iterable[Optional[str]] = ()) -> str:
         if secret and len(secret) >= 1:
             s = s.replace(secret, REDACTED)
     return s
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password, or its token (``nats://TOKEN@host``: a user name without a
+    password), masked."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.password, parts.username if parts.password is None else None]
+    except ValueError:
+        secrets = []
+    return redact(url, secrets)

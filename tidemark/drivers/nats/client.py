@@ -10,6 +10,7 @@ import asyncio
 import threading
 from typing import Any, Coroutine, Iterable, Iterator, Optional, Sequence, TypeVar
 
+from tidemark.drivers.common.redact import redact_url
 from tidemark.drivers.nats import layout, wire
 from tidemark.drivers.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
 from tidemark.drivers.nats.errors import translate
@@ -53,7 +54,7 @@ class NatsClient:
         try:
             self._aio: AsyncNats = self._run(
                 AsyncNats.connect(url, settings, connect_timeout=policy.connect_timeout, name=name),
-                f"connect to NATS at {url}",
+                f"connect to NATS at {redact_url(url)}",
             )
         except BaseException:
             self._stop_loop()
