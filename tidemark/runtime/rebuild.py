@@ -265,6 +265,9 @@ class Rebuild:
                 f"no longer has ({shown}); a rebuild from the source would lose them. Put them back, or keep the "
                 "view as it is. Nothing was changed"
             )
+        from tidemark.sources.origin import carry_to_rebuild
+
+        carry_to_rebuild(self.spec, self.mat, self.location, self.shadow_location)  # a log source: from its origin
         record = RebuildRecord(uuid.uuid4().hex[:12], self.name, self.shadow.name, version, started_at=time.time())
         if adoption is not None:  # the shadow starts from the adopted rows, as the live view did
             shutil.rmtree(self.shadow_location, ignore_errors=True)

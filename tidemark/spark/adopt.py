@@ -157,6 +157,9 @@ def adopt(
             )
         # the endpoint before anything is read or written: credentials, the tables, another owner
         check_materialization(spec, mat, to_run=True)
+        from tidemark.sources.origin import adopt_origins
+
+        adopt_origins(spec, mat, location, since is not None)  # a log source: from its end now
         record = ad.new_record(mat.name, ad.parse_since(None if since is None else str(since)))
         with load_driver(mat.driver_name, mat.driver_config) as driver:
             try:

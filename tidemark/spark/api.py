@@ -259,7 +259,15 @@ def materialize(
             if max_files_per_trigger and not (cspec.source and "maxFilesPerTrigger" in (cspec.source.options or {})):
                 cspec = _with_option(cspec, "maxFilesPerTrigger", max_files_per_trigger)
             streams.append(
-                read_collection(spark, cspec, i, file=spec.file, base_dir=spec.base_dir, mtime=_adoption is not None)
+                read_collection(
+                    spark,
+                    cspec,
+                    i,
+                    file=spec.file,
+                    base_dir=spec.base_dir,
+                    mtime=_adoption is not None,
+                    checkpoint=checkpoint_location,
+                )
             )
     else:
         streams = [prepare_dataframe(source, 0, source_name=mat.name, mtime=_adoption is not None)]

@@ -29,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from tidemark.sources import log_settings, open_log
 from tidemark.sources.log import check_retained, initial, key_document, plan, ranges
+from tidemark.sources.origin import read_origin, write_origin
 
 try:  # PySpark 4.2+
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -42,6 +43,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
 
 SCHEMA = "value string, _file string, _block bigint"
 OPTION_KEY = "tidemark.key"  # the collection's key pointers (JSON): a tombstone's deletion document
+OPTION_ORIGIN = "tidemark.origin"  # where the view keeps its first batch's start (tidemark.sources.origin)
 
 
 class LogRange(InputPartition):
@@ -63,6 +65,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, kind: str, options: dict):
         self.kind = kind
         self.pointers: list[str] = json.loads(options.pop(OPTION_KEY, "[]") or "[]")
+        self.origin: Optional[str] = options.pop(OPTION_ORIGIN, None)
         self.settings = log_settings(kind, options)
         self._log: Any = None
         self._target: Optional[dict] = None
@@ -75,7 +78,14 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._log
 
     def initialOffset(self) -> dict:
-        return initial(self.log.bounds(), self.settings.get("starting_offsets") or "earliest")
+        if self.origin:  # the view began before (a restart before its first batch, a rebuild, an adopt)
+            found = read_origin(self.origin)
+            if found is not None:
+                return found
+        offsets = initial(self.log.bounds(), self.settings.get("starting_offsets") or "earliest")
+        if self.origin:
+            write_origin(self.origin, offsets)
+        return offsets
 
     def getDefaultReadLimit(self):
         cap = self.settings.get("max_records_per_batch")
@@ -164,11 +174,14 @@ def register(spark) -> None:
         spark.dataSource.register(cls)
 
 
-def read_log(spark, kind: str, settings: dict, key: tuple):
-    """A streaming DataFrame (``value``, ``_file``, ``_block``) of a spec's log source."""
+def read_log(spark, kind: str, settings: dict, key: tuple, origin: Optional[str] = None):
+    """A streaming DataFrame (``value``, ``_file``, ``_block``) of a spec's log source;
+    ``origin``: the file that keeps where the view began (:mod:`tidemark.sources.origin`)."""
     register(spark)
     options = {
         k: (json.dumps(v) if isinstance(v, (list, dict)) else str(v)) for k, v in settings.items() if v is not None
     }
     options[OPTION_KEY] = json.dumps(list(key))
+    if origin:
+        options[OPTION_ORIGIN] = origin
     return spark.readStream.format(SOURCES[kind].name()).options(**options).load()

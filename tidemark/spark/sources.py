@@ -25,18 +25,28 @@ MAX_FILE_AGE = "36500d"
 
 
 def read_collection(
-    spark, collection_spec, binding: int, *, file: str | None = None, base_dir: str = ".", mtime: bool = False
+    spark,
+    collection_spec,
+    binding: int,
+    *,
+    file: str | None = None,
+    base_dir: str = ".",
+    mtime: bool = False,
+    checkpoint: str | None = None,
 ):
-    """A streaming DataFrame of one collection's source (JSON lines files); ``mtime``: with each
-    file's modification time as ``_mtime`` too (``tidemark adopt``)."""
+    """A streaming DataFrame of one collection's source (JSON lines files, a log); ``mtime``: with
+    each file's modification time as ``_mtime`` too (``tidemark adopt``); ``checkpoint``: the
+    view's folder, where a log source keeps where the view began."""
     from pyspark.sql import functions as F
 
     src = collection_spec.source
     where = f"collections.{collection_spec.name}.source"
     if src is not None and src.log:  # a Kafka topic, a NATS stream (tidemark.spark.logsource)
+        from tidemark.sources.origin import origin_path
         from tidemark.spark.logsource import read_log
 
-        df = read_log(spark, src.log, src.log_config, collection_spec.key)
+        origin = origin_path(checkpoint, binding) if checkpoint else None
+        df = read_log(spark, src.log, src.log_config, collection_spec.key, origin)
         return _selected(
             spark, df.select("value", "_file", "_block", F.lit(binding).alias("_binding")), collection_spec, file, where
         )
