@@ -66,6 +66,11 @@ def test_collection_imports_neither_drivers_nor_spark():
     assert not bad, "\n".join(bad)
 
 
+def test_sources_do_not_import_spark():
+    bad = _violations(_modules(ROOT / "sources"), "tidemark.spark")
+    assert not bad, "\n".join(bad)
+
+
 def test_pyspark_is_imported_only_inside_tidemark_spark():
     outside = [p for p in _modules(ROOT) if ROOT / "spark" not in p.parents]
     bad = _violations(outside, "pyspark")
