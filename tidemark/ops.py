@@ -227,8 +227,14 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
     from tidemark.runtime.reduce_path import reduce_paths
     from tidemark.spec import check_source_readable
 
+    logs = []
     for b in mat.bindings:
         check_source_readable(spec, b.source)
+        src = spec.collections[b.source].source
+        if src is not None and src.log:  # reachable, before Spark starts
+            from tidemark.sources import check_log
+
+            logs.append(check_log(b.source, src.log, src.log_config))
     if not to_run:  # (a run analyzes them as it builds its query)
         check_selects(spec, [b.source for b in mat.bindings])
     bindings = bound(spec, mat)
@@ -254,7 +260,7 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
         + (f"; apply would: {applied.action_description}" if applied.action_description else "")
         + (f"; {running}" if running else "")
-        + "".join(f"\n  {line}" for line in paths)
+        + "".join(f"\n  {line}" for line in [*logs, *paths])
     )
 
 

@@ -37,3 +37,17 @@ def log_settings(kind: str, config: Mapping[str, Any], where: str = "") -> dict:
         return read_settings(config, where)
     except SpecError as exc:  # the settings' own words are an endpoint's
         raise SpecError(str(exc).replace(f"endpoint {kind} source", f"{kind} source")) from None
+
+
+def check_log(collection: str, kind: str, config: Mapping[str, Any]) -> str:
+    """One line for ``tidemark check`` (and a run before Spark starts): the log's parts and
+    what they hold; an unreachable log raises its error (naming it, no secrets)."""
+    log = open_log(kind, config)
+    try:
+        bounds = log.bounds()
+    finally:
+        log.close()
+    if not bounds:
+        return f"source {collection}: {kind} {log.name}: does not exist yet (read from its start once it does)"
+    held = sum(b.end - b.earliest for b in bounds.values())
+    return f"source {collection}: {kind} {log.name}: {len(bounds)} part(s), offsets {held} held"
