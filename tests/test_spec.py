@@ -352,3 +352,31 @@ def test_two_typos_in_the_schemas_reductions_are_both_reported():
     assert "did you mean `sum`" in lines[0]
     assert lines[1].startswith("spec.yaml:collections.orders.schema.properties.last.reduce.strategy: unknown"), lines
     assert "did you mean `lastWriteWins`" in lines[1] and lines[2] == "(2 errors in the spec)"
+
+
+def test_an_order_on_a_property_the_select_derives_says_it_must_be_required_too():
+    obj = {
+        "collections": {
+            "events": {
+                "key": ["/id"],
+                "schema": {
+                    "type": "object",
+                    "required": ["id", "status"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "ts": {"type": "integer", "reduce": {"strategy": "maximize"}},
+                        "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/ts"}},
+                    },
+                },
+                "source": {"path": "data", "select": ["*", "coalesce(ts, 0) AS ts"]},
+            }
+        },
+        "materializations": {
+            "v": {
+                "endpoint": {"sqlite": {"path": "v.db"}},
+                "bindings": [{"source": "events", "resource": {"table": "e"}}],
+            }
+        },
+    }
+    with pytest.raises(SpecError, match=r"add 'ts' to `required`.*'ts' is derived by the source's select:"):
+        parse_spec(obj)

@@ -23,9 +23,12 @@ class SchemaChecks:
     """The checks of one collection schema at ``path`` in the spec (``fail``: builds the
     spec error of a place)."""
 
-    def __init__(self, fail: Callable[[str, str], SpecError], schema: dict, path: str):
+    def __init__(
+        self, fail: Callable[[str, str], SpecError], schema: dict, path: str, derived: frozenset = frozenset()
+    ):
         self.fail = fail
         self._schema_root, self._schema_path = schema, path  # (check_order: a property ordered by the root's)
+        self.derived = derived  # properties the source's select: derives (a hint in a refusal)
 
     def run(self) -> list[SpecError]:
         """Every error of the schema: the JSON Schema check first (nothing else is read of a
@@ -171,7 +174,13 @@ class SchemaChecks:
                 f"order {order} on property {prop!r}: every document must hold both {prop!r} and {other!r} (add "
                 f"{', '.join(repr(m) for m in missing)} to `required`), else the kept /{other} can be another "
                 f"document's; where {prop!r} is not in every document, make it an object that holds its own "
-                f"time, e.g. {{{other}, value}} with `reduce: {{strategy: {strategy}, order: /{other}}}`",
+                f"time, e.g. {{{other}, value}} with `reduce: {{strategy: {strategy}, order: /{other}}}`"
+                + "".join(
+                    f" ({m!r} is derived by the source's select:; a derived property is checked like any other, "
+                    "so it must be in `required` too)"
+                    for m in missing
+                    if m in self.derived
+                ),
             )
 
 
