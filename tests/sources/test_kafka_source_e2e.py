@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.helpers import normalize, postgres_view, reduce_orders, sqlite_view
 from tests.support.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
-from tests.support.log_sources import create_topic, kafka_source_spec, produce_orders
+from tests.support.log_sources import caps_available_now, create_topic, kafka_source_spec, produce_orders
 from tidemark.spark.runner import run_spec
 
 confluent_kafka_or_skip()
@@ -69,7 +69,10 @@ def test_the_per_batch_cap_splits_a_backlog_into_batches(spark, tmp_path, kafka_
     )
     reports: list = []
     run_spec(spec, spark=spark, on_batch=reports.append)
-    assert len(reports) >= 4  # 205 offsets (records and commit markers), at most 60 a batch
+    if caps_available_now():
+        assert len(reports) >= 4  # 205 offsets (records and commit markers), at most 60 a batch
+    else:  # PySpark 4.0/4.1: Trigger.AvailableNow reads what is there in one batch (docs/sources/kafka.md)
+        assert len(reports) == 1
     assert normalize(postgres_view(postgres_url, pg_schema)) == reduce_orders(docs)
 
 

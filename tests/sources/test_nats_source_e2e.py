@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.harness import run_until_done
 from tests.support.helpers import normalize, reduce_orders, sqlite_view
-from tests.support.log_sources import nats_source_spec, publish_orders
+from tests.support.log_sources import caps_available_now, nats_source_spec, publish_orders
 from tests.support.nats_server import nats_server, nats_url
 from tidemark.spark.runner import run_spec
 
@@ -30,7 +30,7 @@ def test_a_stream_into_sqlite_holds_every_message_once(spark, tmp_path, nats_url
     )
     reports: list = []
     run_spec(spec, spark=spark, on_batch=reports.append)
-    assert len(reports) == 3  # 300 sequences, 120 a batch
+    assert len(reports) == (3 if caps_available_now() else 1)  # 300 sequences, 120 a batch (PySpark 4.2+)
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(docs)
     more = publish_orders(nats_url, "ORDERS_E2E", messages=50, customers=25, seed=42)
     run_spec(spec, spark=spark, on_batch=reports.append)

@@ -12,6 +12,14 @@ import yaml
 from tests.support.helpers import CITIES, ORDERS_SCHEMA
 
 
+def caps_available_now() -> bool:
+    """Whether ``max_records_per_batch`` splits a ``--available-now`` run into batches: PySpark
+    4.2+ (read limits for Python sources); 4.0/4.1 read what is there in one batch."""
+    import pyspark
+
+    return tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
+
+
 def order_doc(rng: random.Random, customers: int, deletes: float = 0.0) -> dict:
     cust = f"c{rng.randrange(customers):04d}"
     if deletes and rng.random() < deletes:

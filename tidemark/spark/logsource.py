@@ -15,8 +15,9 @@ tidemark orders a key's documents by (partition, offset) and ``lastWriteWins`` n
 batch re-run after a crash reads the same ranges (:mod:`tidemark.sources.log`).
 
 Admission control: ``max_records_per_batch`` is a read limit (``ReadMaxRows``) where Spark
-asks for one (4.2+); on 4.0-4.1 (``latestOffset()`` without a start) the cap applies from
-the second batch of a run on.  ``Trigger.AvailableNow`` reads what the log held when the
+asks for one (4.2+); on 4.0-4.1 (``latestOffset()`` without a start) the reader caps from the
+start it knows: a new view's, or the previous batch's (the first batch after a restart reads
+what is there).  ``Trigger.AvailableNow`` reads what the log held when the
 query started.
 """
 
@@ -79,13 +80,12 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._log
 
     def initialOffset(self) -> dict:
-        if self.origin:  # the view began before (a restart before its first batch, a rebuild, an adopt)
-            found = read_origin(self.origin)
-            if found is not None:
-                return found
-        offsets = initial(self.log.bounds(), self.settings.get("starting_offsets") or "earliest")
-        if self.origin:
-            write_origin(self.origin, offsets)
+        offsets = read_origin(self.origin) if self.origin else None  # the view began before: a restart, rebuild, adopt
+        if offsets is None:
+            offsets = initial(self.log.bounds(), self.settings.get("starting_offsets") or "earliest")
+            if self.origin:
+                write_origin(self.origin, offsets)
+        self._last = dict(offsets)  # (PySpark 4.0/4.1: the first batch's start, for the cap)
         return offsets
 
     def getDefaultReadLimit(self):
