@@ -359,6 +359,38 @@ def check(spec: str = typer.Argument(..., help="the spec file")):
 
 
 @app.command()
+def verify(
+    spec: str = typer.Argument(..., help="the spec file"),
+    materialization: Optional[str] = typer.Option(None, "--materialization", "-m", help="the view (one)"),
+    key: Optional[List[str]] = typer.Option(None, "--key", help="only this key (repeat; several values: a JSON array)"),
+    sample: Optional[int] = typer.Option(None, "--sample", min=1, help="only N keys the view holds, at random"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+):
+    """Is the view what its committed input reduces to?  Reads the input again (no Spark),
+    reduces it and compares with the endpoint; exit code 3 when they differ."""
+    import json
+
+    from tidemark.runtime.verify import render, verify
+    from tidemark.spec import load_spec
+
+    try:
+        parsed = load_spec(spec)
+        name = materialization or (next(iter(parsed.materializations)) if len(parsed.materializations) == 1 else None)
+        if name is None:
+            raise TidemarkError(f"the spec has {len(parsed.materializations)} materializations; name one with -m")
+        result = verify(parsed, name, keys=key or (), sample=sample)
+    except TidemarkError as exc:
+        _fail(exc)
+    if as_json:
+        print(json.dumps(result.as_json(), indent=2, default=str))
+    else:
+        for line in render(result):
+            out.print(escape(line), highlight=False, soft_wrap=True)
+    if not result.ok:
+        raise typer.Exit(3)
+
+
+@app.command()
 def reset(
     spec: str = typer.Argument(..., help="the spec file"),
     materialization: Optional[List[str]] = typer.Option(None, "--materialization", "-m", help="only these"),

@@ -160,24 +160,6 @@ class SourceGone(TidemarkError, Terminal):
     and the offsets; nothing of the batch was read."""
 
 
-def raised_in(text: str) -> "TidemarkError | None":
-    """The tidemark error whose traceback ``text`` (a Spark exception's message: a Python
-    data source or task failed) ends with, as that error, so a user reads its one line
-    instead of Spark's report; None if there is none."""
-    import re
-
-    found = re.findall(r"^tidemark\.errors\.([A-Za-z]+): (.+?)(?: SQLSTATE: \w+)*$", text, re.M)
-    if not found:
-        return None
-    name, message = found[-1]
-    cls = globals().get(name)
-    if not (isinstance(cls, type) and issubclass(cls, TidemarkError)):
-        return None
-    err = cls.__new__(cls)
-    Exception.__init__(err, message)
-    return err
-
-
 def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, Transient)
 

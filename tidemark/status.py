@@ -23,6 +23,7 @@ from typing import Optional, cast
 from tidemark.errors import DriverError, SpecError, TidemarkError
 from tidemark.runtime.identity import SparkCheckpoint
 from tidemark.runtime.recovery_log import RecoveryLog, filesystem
+from tidemark.runtime.verify import last_verified
 
 
 @dataclass
@@ -65,6 +66,7 @@ class MaterializationStatus:
     notes: list = field(default_factory=list)
     problems: list = field(default_factory=list)  # what a run would refuse (e.g. a dropped table)
     rebuild: Optional[dict] = None  # a `tidemark rebuild` in progress: id, phase, shadow, its batch and documents
+    verified: Optional[dict] = None  # the last `tidemark verify`: at, batch, ok, keys, differences
 
     @property
     def batches_waiting(self) -> int:
@@ -224,7 +226,9 @@ def _input_from_checkpoint(view: MaterializationStatus, kafka: Optional[str] = N
     read_to = _source_offsets(view.checkpoint, batch)
     view.input = InputStatus("offsets", read_to=read_to if view.last_batch is not None else {})
     if kafka:
-        topics = {t: parts for offsets in read_to.values() if _is_kafka(offsets) for t, parts in offsets.items()}
+        from tidemark.sources.lag import is_spark_kafka, kafka_waiting
+
+        topics = {t: p for offsets in read_to.values() if is_spark_kafka(offsets) for t, p in offsets.items()}
         if view.last_batch is None:  # nothing committed: every message of the topics is waiting
             topics = {t: {} for t in topics}
         try:
@@ -236,46 +240,6 @@ def _input_from_checkpoint(view: MaterializationStatus, kafka: Optional[str] = N
 def _source_offsets(location: str, batch: int) -> dict:
     """Source index -> the offsets Spark recorded for batch ``batch`` (``offsets/N``)."""
     return {str(n): v for n, v in enumerate(SparkCheckpoint(location.rstrip("/") + "/spark").source_offsets(batch))}
-
-
-def _is_kafka(offsets) -> bool:
-    """Spark's Kafka source writes ``{"topic": {"partition": next_offset, ...}, ...}``."""
-    return (
-        isinstance(offsets, dict)
-        and bool(offsets)
-        and all(
-            isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values()
-        )
-    )
-
-
-def kafka_waiting(bootstrap: str, topics: dict) -> int:
-    """Messages in ``topics`` past the given next offsets (``{topic: {partition: offset}}``;
-    a partition not listed, or a negative offset, counts from its earliest message)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "tidemark-status",
-            "enable.auto.commit": False,
-            "socket.connection.setup.timeout.ms": 5000,
-            "log_level": 0,
-        }
-    )  # errors raise
-    try:
-        waiting = 0
-        for topic, parts in topics.items():
-            meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            if meta.error is not None:
-                raise RuntimeError(f"topic {topic!r}: {meta.error.str()}")
-            for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-                at = parts.get(str(p), -1)
-                waiting += max(0, high - max(at, low))
-        return waiting
-    finally:
-        consumer.close()
 
 
 def _endpoint_rows(
@@ -340,6 +304,7 @@ def status_of_spec(
         _rebuild_of(spec, view)
         view.planned_batch = _spark_planned(view.checkpoint)
         _input_from_spec(spec, mat, view)
+        view.verified = last_verified(view.checkpoint)
         # the endpoint only once the view has run (opening it may create a database file)
         if endpoint and RecoveryLog.existing_materialization(view.checkpoint):
             try:
@@ -571,6 +536,10 @@ def render(view: MaterializationStatus, width: int = 80, now: Optional[float] = 
         row("input", "unknown: the folders read so far are gone")
     else:
         row("input", "unknown: no local file source")
+    if view.verified:
+        v = view.verified
+        found = "equal" if v.get("ok") else f"{v.get('differences')} key(s) differ (tidemark verify shows them)"
+        row("verified", f"{_ago(now - float(v.get('at') or now))}, as of batch {v.get('batch')}: {found}")
     if view.planned_batch is None:
         row("spark", "no batch planned yet")
     else:

@@ -117,35 +117,3 @@ def test_settings_are_checked_before_anything_connects():
         log_settings("kafka", {"bootstrap_servers": "h:1", "topic": "t", "isolation.level": "read_uncommitted"})
     s = log_settings("kafka", {"bootstrap_servers": "h:1", "topics": '["a", "b"]', "sasl.password": "hunter2"})
     assert s["topics"] == ["a", "b"] and "hunter2" not in repr(KafkaLog(s))
-
-
-def test_a_refusal_inside_spark_is_raised_as_itself():
-    from tidemark.errors import DocumentError, raised_in
-
-    text = (
-        "[STREAM_FAILED] Query terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
-        'Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n  File "x.py"'
-        ", line 1, in main\ntidemark.errors.SourceGone: kafka source t: t/0 no longer exists SQLSTATE: 38000\n"
-        "=== Streaming Query ===\n"
-    )
-    found = raised_in(text)
-    assert isinstance(found, SourceGone) and str(found) == "kafka source t: t/0 no longer exists"
-    assert isinstance(raised_in("...\ntidemark.errors.DocumentError: a tombstone without a key\n"), DocumentError)
-    assert raised_in("java.lang.RuntimeException: no") is None
-
-
-def test_check_names_the_topic_and_what_it_holds(tmp_path, kafka_bootstrap):
-    from tests.support.log_sources import kafka_source_spec
-    from tidemark.ops import check_spec
-
-    create_topic(kafka_bootstrap, "src-check", partitions=2)
-    produce_orders(kafka_bootstrap, "src-check", transactions=1, per_transaction=10, customers=5, seed=9)
-    spec = kafka_source_spec(
-        tmp_path, bootstrap=kafka_bootstrap, topic="src-check", endpoint={"sqlite": {"path": str(tmp_path / "v.db")}}
-    )
-    shown = "\n".join(check_spec(spec))
-    assert "source orders: kafka src-check: 2 part(s), offsets 12 held" in shown, shown
-    spec = kafka_source_spec(
-        tmp_path, bootstrap=kafka_bootstrap, topic="src-none", endpoint={"sqlite": {"path": str(tmp_path / "v.db")}}
-    )
-    assert "source orders: kafka src-none: does not exist yet" in "\n".join(check_spec(spec))

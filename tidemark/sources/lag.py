@@ -71,3 +71,46 @@ def input_waiting(spec, materialization: str) -> Any:
     entry, _torn = RecoveryLog(spec.checkpoint_location(materialization), materialization, create=False).peek_last()
     parts = log_lag(spec, materialization, None if entry is None else entry.batch_id) or []
     return {p.part: float(p.behind) for p in parts}
+
+
+# Spark's own Kafka source (a DataFrame given to tidemark.materialize), for `status --checkpoint`
+
+
+def is_spark_kafka(offsets) -> bool:
+    """Spark's Kafka source writes ``{"topic": {"partition": next_offset, ...}, ...}``."""
+    return (
+        isinstance(offsets, dict)
+        and bool(offsets)
+        and all(
+            isinstance(parts, dict) and all(isinstance(v, int) for v in parts.values()) for parts in offsets.values()
+        )
+    )
+
+
+def kafka_waiting(bootstrap: str, topics: dict) -> int:
+    """Messages in ``topics`` past the given next offsets (``{topic: {partition: offset}}``;
+    a partition not listed, or a negative offset, counts from its earliest message)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tidemark-status",
+            "enable.auto.commit": False,
+            "socket.connection.setup.timeout.ms": 5000,
+            "log_level": 0,
+        }
+    )  # errors raise
+    try:
+        waiting = 0
+        for topic, parts in topics.items():
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            if meta.error is not None:
+                raise RuntimeError(f"topic {topic!r}: {meta.error.str()}")
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                at = parts.get(str(p), -1)
+                waiting += max(0, high - max(at, low))
+        return waiting
+    finally:
+        consumer.close()

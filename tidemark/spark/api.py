@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
-from tidemark.errors import SpecError, raised_in
+from tidemark.errors import SpecError, from_task_failure
 from tidemark.options import RuntimeOptions
 
 log = logging.getLogger("tidemark")
@@ -66,7 +66,7 @@ class MaterializationRun:
                 raise KeyboardInterrupt("stopped on request; every committed batch stays") from None
             if self.materializer.error is not None:
                 raise self.materializer.error from exc
-            found = raised_in(str(exc))  # a log source's refusal, from Spark's source runner
+            found = from_task_failure(exc)  # a log source's refusal, from Spark's source runner
             if found is not None:
                 raise found from None
             raise

@@ -23,29 +23,38 @@ query started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from tidemark.errors import TidemarkError, mark_for_driver
 from tidemark.sources import log_settings, open_log
 from tidemark.sources.log import check_retained, initial, key_document, plan, ranges
 from tidemark.sources.origin import read_origin, write_origin
 
-try:  # PySpark 4.2+
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+_streaming: Any = None  # read limits and Trigger.AvailableNow for Python sources: PySpark 4.2+
+with contextlib.suppress(ImportError):  # (PySpark 4.0/4.1: none)
+    from pyspark.sql.streaming import datasource as _streaming
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # (absent before 4.2)
-        pass
-
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]  # (absent before 4.2)
+_AvailableNow: Any = getattr(_streaming, "SupportsTriggerAvailableNow", object)
 
 
 SCHEMA = "value string, _file string, _block bigint"
 ROWS = 8192  # records per Arrow batch a read hands to Spark
 OPTION_KEY = "tidemark.key"  # the collection's key pointers (JSON): a tombstone's deletion document
 OPTION_ORIGIN = "tidemark.origin"  # where the view keeps its first batch's start (tidemark.sources.origin)
+
+
+@contextlib.contextmanager
+def marked():
+    """A tidemark error raised inside Spark's source runner or a read task, marked so that the
+    run reports it as itself (:func:`tidemark.errors.from_task_failure`), not Spark's stack."""
+    try:
+        yield
+    except TidemarkError as exc:
+        raise mark_for_driver(exc) from None
 
 
 class LogRange(InputPartition):
@@ -63,7 +72,7 @@ def _file_of(kind: str, part: str) -> str:
     return part
 
 
-class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class LogStreamReader(DataSourceStreamReader, _AvailableNow):
     def __init__(self, kind: str, options: dict):
         self.kind = kind
         self.pointers: list[str] = json.loads(options.pop(OPTION_KEY, "[]") or "[]")
@@ -80,6 +89,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._log
 
     def initialOffset(self) -> dict:
+        with marked():
+            return self._initial()
+
+    def _initial(self) -> dict:
         offsets = read_origin(self.origin) if self.origin else None  # the view began before: a restart, rebuild, adopt
         if offsets is None:
             offsets = initial(self.log.bounds(), self.settings.get("starting_offsets") or "earliest")
@@ -90,9 +103,13 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self):
         cap = self.settings.get("max_records_per_batch")
-        return ReadMaxRows(int(cap)) if cap else ReadAllAvailable()
+        return _streaming.ReadMaxRows(int(cap)) if cap else _streaming.ReadAllAvailable()
 
     def latestOffset(self, start: Optional[dict] = None, limit: Any = None) -> dict:
+        with marked():
+            return self._latest(start, limit)
+
+    def _latest(self, start: Optional[dict], limit: Any) -> dict:
         bounds = self.log.bounds()
         if start is None:  # PySpark 4.0/4.1: no start given; the run's previous batch ended at _last
             start, cap = self._last, self.settings.get("max_records_per_batch")
@@ -136,21 +153,22 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 names=["value", "_file", "_block"],
             )
 
-        try:
-            for rec in log.read(partition.part, partition.start, partition.end):
-                if rec.value is None:
-                    where = f"{partition.part}@{rec.offset}"
-                    values.append(json.dumps(key_document(self.pointers, rec.key, where)))
-                else:
-                    values.append(rec.value.decode("utf-8", "replace"))
-                offsets.append(rec.offset)
-                if len(values) >= ROWS:
+        with marked():
+            try:
+                for rec in log.read(partition.part, partition.start, partition.end):
+                    if rec.value is None:
+                        where = f"{partition.part}@{rec.offset}"
+                        values.append(json.dumps(key_document(self.pointers, rec.key, where)))
+                    else:
+                        values.append(rec.value.decode("utf-8", "replace"))
+                    offsets.append(rec.offset)
+                    if len(values) >= ROWS:
+                        yield batch()
+                        values, offsets = [], []
+                if values:
                     yield batch()
-                    values, offsets = [], []
-            if values:
-                yield batch()
-        finally:
-            log.close()
+            finally:
+                log.close()
 
     def commit(self, end: dict) -> None:
         self._last = dict(end)

@@ -106,10 +106,10 @@ def documents_of(table: pa.Table, held: Sequence[tuple[str, str]], lean: bool) -
     row's columns that are not NULL, then its remainder's members over them; a full row's
     document column."""
     docs = table.column(DOCUMENT_COLUMN).to_pylist()
-    if not lean:
-        return [loads(d) for d in docs]
-    names = [prop for prop, _ in held]
+    names = [prop for prop, _ in held if prop in table.column_names]
     parse = [(prop, loads if kind == JSON else _decimal) for prop, kind in held if kind == JSON or scale_of_kind(kind)]
+    if not lean:  # the document, with each column read over the member it projects where they disagree
+        return [_projected(loads(d), row, parse) for row, d in zip(table.select(names).to_pylist(), docs)]
     out = []
     for row, rest in zip(table.select(names).to_pylist(), docs):  # Arrow makes the dicts
         doc = {k: v for k, v in row.items() if v is not None}
@@ -121,6 +121,21 @@ def documents_of(table: pa.Table, held: Sequence[tuple[str, str]], lean: bool) -
             doc.update(loads(rest))
         out.append(doc)
     return out
+
+
+def _projected(doc: Any, row: dict, parse: Sequence[tuple[str, Any]]) -> Any:
+    """A full row's document with its columns' values over the members they project, where a
+    column disagrees (a person's edit of a column; written by tidemark, they are equal)."""
+    if not isinstance(doc, dict):
+        return doc
+    convert = dict(parse)
+    for prop, v in row.items():
+        if v is None and prop not in doc:
+            continue
+        value = convert[prop](v) if prop in convert and v is not None else v
+        if value != doc.get(prop):
+            doc = {**doc, prop: value}
+    return doc
 
 
 __all__ = ["holds", "lean_values", "documents_of"]

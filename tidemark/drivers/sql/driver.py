@@ -468,11 +468,7 @@ class SqlDriver(Driver):
                 return [json.loads(x) for (x,) in rows.fetchall()]
             if model.lean:  # the row is the document
                 return lean.documents(self, model)
-            cols = ", ".join(dialect.quote(c.name) for c in model.keys)
-            rows = self.execute(self.con, f"SELECT {cols}, {doc} FROM {dialect.ident(model)}").fetchall()
-            return {
-                tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r)): json.loads(r[-1]) for r in rows
-            }
+            return lean.full_documents(self, model)  # the document, and the columns projected from it
 
         return self.run(body, f"dump {model.display}")
 

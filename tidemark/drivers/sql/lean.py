@@ -182,6 +182,32 @@ def documents(driver, model: TableModel) -> dict:
     }
 
 
+def full_documents(driver, model: TableModel) -> dict:
+    """Every row of a full table as ``{key: document}`` (``dump``): its ``flow_document``, with
+    each value column read over the member it projects where they disagree (a person's
+    ``UPDATE`` of a column shows; written by tidemark, the two are equal).  Date-time columns
+    are left out (the document keeps the text as written)."""
+    from tidemark.drivers.sql.model import DOCUMENT_COLUMN
+
+    dialect = driver.dialect
+    cols = ", ".join(dialect.quote(c.name) for c in model.columns)
+    rows = driver.execute(
+        driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
+    ).fetchall()
+    n, convert = len(model.keys), converters(model, dialect)
+    out = {}
+    for r in rows:
+        doc = _json(r[-1])
+        if isinstance(doc, dict):
+            for f, c, v in zip(convert[n:], model.values, r[n:-1]):
+                if c.kind != TIMESTAMP and (v is not None or c.name in doc):
+                    value = v if f is None or v is None else f(v)
+                    if value != doc.get(c.name):
+                        doc = {**doc, c.name: value}
+        out[tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r[:n]))] = doc
+    return out
+
+
 def typed_rows(driver, bindings) -> list[bool]:
     """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
     return [
