@@ -183,13 +183,13 @@ def spark_batches(checkpoints) -> Optional[list[list[str]]]:
         with open(path) as f:
             return f.read().splitlines()[1:]  # "v1", then JSON
 
-    logged: dict[int, list[str]] = collections.defaultdict(list)
+    logged: dict[int, set[str]] = collections.defaultdict(set)  # (N.compact repeats the entries before it)
     folder = os.path.join(root, "sources", "0")
     for name in os.listdir(folder):
         if not name.startswith(".") and not name.endswith((".tmp", ".crc")):
             for line in lines(os.path.join(folder, name)):
                 entry = json.loads(line)
-                logged[entry["batchId"]].append(os.path.basename(entry["path"]))
+                logged[entry["batchId"]].add(os.path.basename(entry["path"]))
     out, previous = [], -1
     offsets = sorted(int(n) for n in os.listdir(os.path.join(root, "offsets")) if n.isdigit())
     for batch in offsets:

@@ -93,7 +93,7 @@ def file_batches(checkpoint: str, source: int, last: int) -> list[list[str]]:
     from tidemark.runtime.identity import SparkCheckpoint
 
     spark = SparkCheckpoint(checkpoint.rstrip("/") + "/spark")
-    logged: dict[int, list[str]] = {}
+    logged: dict[int, set[str]] = {}  # (a compacted log, N.compact, repeats the entries of the files before it)
     root = f"{spark.root}/sources/{source}"
     from pyarrow import fs as pafs
 
@@ -103,14 +103,14 @@ def file_batches(checkpoint: str, source: int, last: int) -> list[list[str]]:
             continue
         for line in (spark._text(f"sources/{source}/{name}") or "").splitlines()[1:]:
             entry = json.loads(line)
-            logged.setdefault(int(entry["batchId"]), []).append(entry["path"])
+            logged.setdefault(int(entry["batchId"]), set()).add(entry["path"])
     out, previous = [], -1
     for batch in range(last + 1):
         offsets = spark.source_offsets(batch)
         end = offsets[source].get("logOffset") if source < len(offsets) and isinstance(offsets[source], dict) else None
         if end is None:
             raise SpecError(f"the checkpoint's batch {batch} has no offsets of source {source}: it cannot be verified")
-        out.append(sorted(p for b in range(previous + 1, end + 1) for p in logged.get(b, [])))
+        out.append(sorted({p for b in range(previous + 1, end + 1) for p in logged.get(b, ())}))
         previous = end
     return out
 
@@ -184,6 +184,7 @@ def recompute(collection, lines: Iterator[tuple[str, str]], keys: Optional[set] 
 
 def compare(resource: str, want: dict, held: dict, keys: Optional[set] = None) -> BindingResult:
     if keys is not None:
+        want = {k: v for k, v in want.items() if k in keys}
         held = {k: v for k, v in held.items() if k in keys}
     result = BindingResult(resource, len(set(want) | set(held)), 0)
     missing = sorted(set(want) - set(held))
