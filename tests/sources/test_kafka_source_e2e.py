@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.helpers import normalize, postgres_view, reduce_orders, sqlite_view
+from tests.support.helpers import assert_verified, normalize, postgres_view, reduce_orders, sqlite_view
 from tests.support.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 from tests.support.log_sources import caps_available_now, create_topic, kafka_source_spec, produce_orders
 from tidemark.spark.runner import run_spec
@@ -42,6 +42,7 @@ def test_a_topic_into_sqlite_holds_the_committed_records_once(spark, tmp_path, k
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(docs + more)
     run_spec(spec, spark=spark, on_batch=reports.append)  # nothing new: no batch
     assert len(reports) == 2
+    assert_verified(spec)  # read again from the topic, from where the view began
 
     # status: the records waiting per partition, past what the view committed
     from tidemark.status import render, status_of_spec

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from tests.support.harness import run_until_done
-from tests.support.helpers import normalize, reduce_orders, sqlite_view
+from tests.support.helpers import assert_verified, normalize, reduce_orders, sqlite_view
 from tests.support.log_sources import caps_available_now, nats_source_spec, publish_orders
 from tests.support.nats_server import nats_server, nats_url
 from tidemark.spark.runner import run_spec
@@ -35,6 +35,7 @@ def test_a_stream_into_sqlite_holds_every_message_once(spark, tmp_path, nats_url
     more = publish_orders(nats_url, "ORDERS_E2E", messages=50, customers=25, seed=42)
     run_spec(spec, spark=spark, on_batch=reports.append)
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(docs + more)
+    assert_verified(spec)
 
 
 @pytest.mark.chaos_full

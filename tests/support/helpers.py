@@ -540,3 +540,12 @@ def tiny_spec(folder, materialization: str = "m", checkpoint: str | None = None)
     with open(path, "w") as f:
         yaml.safe_dump(spec, f)
     return path
+
+
+def assert_verified(spec_path: str, materialization: str = "view") -> None:
+    """``tidemark verify`` of the view: equal to what its committed input reduces to."""
+    from tidemark.runtime.verify import render, verify
+    from tidemark.spec import load_spec
+
+    result = verify(load_spec(spec_path), materialization)
+    assert result.ok, "\n".join(render(result))

@@ -13,7 +13,15 @@ import pytest
 
 pytest.importorskip("rocksdict")
 
-from tests.support.helpers import kafka_spec, kafka_view, normalize, open_transactions, oracle_orders, write_orders
+from tests.support.helpers import (
+    assert_verified,
+    kafka_spec,
+    kafka_view,
+    normalize,
+    open_transactions,
+    oracle_orders,
+    write_orders,
+)
 from tests.support.kafka_broker import confluent_kafka_or_skip, kafka_bootstrap, kafka_broker
 
 confluent_kafka_or_skip()
@@ -44,6 +52,7 @@ def test_several_batches_restart_and_resume(spark, tmp_path, kafka_bootstrap, sh
     assert sum(r.loaded for r in reports) > 0  # full documents came from the local store
     assert normalize(kafka_view(kafka_bootstrap, topic)) == oracle_orders(data)
     assert open_transactions(kafka_bootstrap) == {}
+    assert_verified(spec)
     if shards == 1:  # `tidemark tail` prints the topic's committed view, in key order
         proc = subprocess.run(
             [sys.executable, "-m", "tidemark", "tail", spec, "--view", topic],

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("nats", reason="pip install -e '.[test,nats]'")
 pytest.importorskip("rocksdict")
 
-from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, write_orders
 from tests.support.nats_helpers import committed_copies, committed_view, nats_spec, raw_last_per_key
 from tests.support.nats_server import private_nats_server
 
@@ -49,6 +49,7 @@ def test_several_batches_restart_resume_and_rebuild_the_state_store(spark, tmp_p
     assert normalize(raw_last_per_key(url)) == expected
     copies = committed_copies(url)
     assert copies and set(copies.values()) == {1}
+    assert_verified(spec)
     from tidemark.drivers.nats import NatsDriver
 
     with NatsDriver({"url": url, "state": str(tmp_path / "state"), "stream": "ORDERS"}) as driver:

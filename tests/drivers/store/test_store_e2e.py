@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("rocksdict")
 
 import tidemark
-from tests.support.helpers import normalize, oracle_orders, store_spec, store_view, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, store_spec, store_view, write_orders
 
 pytestmark = pytest.mark.spark
 
@@ -44,6 +44,7 @@ def test_several_batches_restart_and_resume(spark, tmp_path, shards):
         assert view.batch == 4 and len(view.batches) == shards
         keys = [k for (k,), _ in view.scan()]
         assert keys == sorted(oracle_orders(data))  # key order
+    assert_verified(spec)
 
 
 def test_a_write_buffer_smaller_than_one_batch_spills(spark, tmp_path):
