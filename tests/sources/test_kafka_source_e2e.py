@@ -77,6 +77,7 @@ def test_the_per_batch_cap_splits_a_backlog_into_batches(spark, tmp_path, kafka_
     assert normalize(postgres_view(postgres_url, pg_schema)) == reduce_orders(docs)
 
 
+@pytest.mark.slow  # (after the default run)
 def test_the_python_api_reads_a_topic_by_name(spark, tmp_path, kafka_bootstrap):
     import tidemark
     from tests.support.helpers import ORDERS_SCHEMA
@@ -104,6 +105,7 @@ def test_the_python_api_reads_a_topic_by_name(spark, tmp_path, kafka_bootstrap):
     assert normalize(sqlite_view(db, json_columns=("items", "flags"))) == reduce_orders(docs)
 
 
+@pytest.mark.slow  # (after the default run)
 def test_a_view_that_starts_at_the_latest_offsets_reads_only_what_comes_after(spark, tmp_path, kafka_bootstrap):
     create_topic(kafka_bootstrap, "e2e-latest", partitions=1)
     produce_orders(kafka_bootstrap, "e2e-latest", transactions=1, per_transaction=20, customers=5, seed=15)

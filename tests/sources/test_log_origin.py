@@ -86,6 +86,7 @@ def test_a_rebuild_reads_from_where_the_view_began_and_refuses_a_lost_topic(spar
     assert sqlite_view(db, json_columns=("items", "flags")) == before
 
 
+@pytest.mark.slow  # (after the default run)
 def test_an_adopted_view_of_a_topic_reads_what_comes_after_the_adopt(spark, tmp_path, kafka_bootstrap):
     from tidemark.spark.adopt import adopt
     from tidemark.spark.runner import run_spec
