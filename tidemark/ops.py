@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union, cast
 
@@ -276,6 +277,8 @@ def check_selects(spec: TidemarkSpec, sources: list) -> None:
     from tidemark.spark.select import check_select
     from tidemark.spark.session import local_session
 
+    names = ", ".join(c.name for c in selects)
+    print(f"starting a local Spark to analyze the select: expressions of {names}", file=sys.stderr, flush=True)
     spark = local_session("tidemark-check", master="local[1]")
     for c in selects:
         check_select(
