@@ -117,3 +117,13 @@ def test_settings_are_checked_before_anything_connects():
         log_settings("kafka", {"bootstrap_servers": "h:1", "topic": "t", "isolation.level": "read_uncommitted"})
     s = log_settings("kafka", {"bootstrap_servers": "h:1", "topics": '["a", "b"]', "sasl.password": "hunter2"})
     assert s["topics"] == ["a", "b"] and "hunter2" not in repr(KafkaLog(s))
+
+
+def test_a_log_sources_identity_is_its_topics_or_stream():
+    from tidemark.runtime.view_identity import source_location
+    from tidemark.spec import SourceSpec
+
+    topics = {"bootstrap_servers": "h:1", "topic": "a", "topics": ["b"]}
+    assert source_location(SourceSpec(path=None, log="kafka", log_config=topics)) == "kafka:a,b"
+    stream = {"url": "nats://h:4222", "stream": "ORDERS"}
+    assert source_location(SourceSpec(path=None, log="nats", log_config=stream)) == "nats:ORDERS"

@@ -54,6 +54,11 @@ def resource_identity(binding) -> list[str]:
 def source_location(source: Any, base_dir: str = ".") -> Optional[str]:
     """A spec source's location as Spark reads it (an absolute path or a URI); None for a
     DataFrame given to ``tidemark.materialize`` (its identity is the Spark checkpoint's)."""
+    log = getattr(source, "log", None)
+    if log:  # a Kafka topic, a NATS stream: its name (the servers may move, the records stay)
+        config = getattr(source, "log_config", None) or {}
+        names = [config.get("topic")] + list(config.get("topics") or []) if log == "kafka" else [config.get("stream")]
+        return f"{log}:" + ",".join(str(n) for n in names if n)
     path = getattr(source, "path", None)
     if not path:
         return None
@@ -133,7 +138,7 @@ def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
         if old.get("source") and new.get("source") and old["source"] != new["source"]:
             out.append(
                 f"{where} ({new['collection']}) was read from {old['source']}, now {new['source']}: Spark would "
-                "read every file of the new location again (sums doubled)"
+                "read the new source from its start (sums doubled)"
             )
     return out
 
