@@ -103,7 +103,7 @@ def plan(
     stop = {p: b.end for p, b in bounds.items()}
     if target is not None:
         stop = {p: min(e, target.get(p, begin[p])) for p, e in stop.items()}
-    out = {p: max(begin[p], stop[p]) if stop[p] > begin[p] else begin[p] for p in bounds}
+    out = {p: max(begin[p], stop[p]) for p in bounds}  # (never behind where the part is)
     for p, at in start.items():  # a part planned before keeps its place (check_retained refuses a lost one)
         out.setdefault(p, at)
     if cap is None:
