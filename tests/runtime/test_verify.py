@@ -19,11 +19,7 @@ from tidemark.spec import load_spec
 
 pytestmark = [pytest.mark.spark]
 
-ENDPOINTS = [
-    "sqlite",
-    "postgres",
-    *(pytest.param(k, marks=pytest.mark.slow) for k in ("mysql", "delta", "iceberg")),  # (after the default run)
-]
+ENDPOINTS = ["sqlite", *(pytest.param(k, marks=pytest.mark.slow) for k in ("postgres", "mysql", "delta", "iceberg"))]
 
 
 def make_spec(kind, tmp_path, data, postgres_url, pg_schema, mysql_url, mysql_db):

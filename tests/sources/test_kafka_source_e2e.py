@@ -58,6 +58,7 @@ def test_a_topic_into_sqlite_holds_the_committed_records_once(spark, tmp_path, k
     assert "33 record(s) waiting" in shown and "e2e-orders/0:" in shown
 
 
+@pytest.mark.slow  # (after the default run; the NATS source's cap runs in it)
 def test_the_per_batch_cap_splits_a_backlog_into_batches(spark, tmp_path, kafka_bootstrap, pg_schema, postgres_url):
     create_topic(kafka_bootstrap, "e2e-capped", partitions=2)
     docs = produce_orders(kafka_bootstrap, "e2e-capped", transactions=5, per_transaction=40, customers=30, seed=13)

@@ -94,7 +94,7 @@ def test_each_broken_driver_fails_on_its_property(cls, prop, memory_name):
 
 
 # the kit on the drivers whose own tests take longest runs after the default suite (-m slow)
-SLOW_KIT = {"kafka", "mysql", "nats", "store-changelog", "webhook"}
+SLOW_KIT = {"kafka", "mysql", "nats", "store-changelog", "webhook", "iceberg", "delta", "postgres", "store"}
 
 
 @pytest.mark.parametrize("driver", [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_KIT else d for d in SHIPPED])
@@ -137,6 +137,7 @@ def test_every_shipped_driver_passes(driver, tmp_path, request):
             drop_database(urls["mysql"], config["schema"])
 
 
+@pytest.mark.slow  # (the wire form's own tests run in the default suite)
 def test_external_example_driver_passes_over_the_wire(tmp_path):
     from tidemark.drivers.command import CommandDriver, close_idle_programs
 
