@@ -69,7 +69,7 @@ def test_kill_at_every_point_then_restart_is_exact(tmp_path, shards, points, pla
 ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_log"]
 
 
-# The shard sessions on Spark's executors (the default suite: the commit and the log) and in
+# The shard sessions on Spark's executors (the commit and the log) and in
 # the driver ("Small batches"; after it) at the telling points on the endpoint-reduce path
 # (SQLite reduces this schema itself: no Loads), and the Open, the Store and the other
 # points, ``mid_load`` included, on the Load path (``endpoint_reduce: false``; after the
@@ -81,7 +81,7 @@ LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
 @pytest.mark.parametrize(
     "small_batch_keys,points,endpoint_reduce",
     [
-        (0, ONE_JOB_POINTS[2:], True),
+        pytest.param(0, ONE_JOB_POINTS[2:], True, marks=pytest.mark.chaos_full),
         pytest.param(5000, ONE_JOB_POINTS, True, marks=pytest.mark.chaos_full),
         pytest.param(0, ONE_JOB_POINTS[:2] + LOAD_POINTS, False, marks=pytest.mark.chaos_full),
     ],
