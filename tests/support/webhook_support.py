@@ -167,36 +167,20 @@ def applied_per_batch(receiver: Receiver, resource: str = "customers"):
 
 
 def spark_batches(checkpoints) -> Optional[list[list[str]]]:
-    """The input file names of each Spark batch of the one query under ``checkpoints`` (its
-    offsets log and its file source's log), or None without a Spark checkpoint (the plain
-    runner reads one file a batch).  A batch may read two files: a run killed after the
+    """The input file names of each Spark batch of the one query under ``checkpoints``
+    (:func:`tidemark.runtime.verify.file_batches`), or None without a Spark checkpoint (the
+    plain runner reads one file a batch).  A batch may read two files: a run killed after the
     source logged its next file but before the offsets log named the batch takes that file
-    and the next one in one batch on restart (Spark's file source; ``maxFilesPerTrigger``
-    caps what is new, not what was logged)."""
+    and the next in one batch on restart (Spark's file source)."""
+    from tidemark.runtime.verify import file_batches
+
     for root, dirs, _files in os.walk(checkpoints):
         if "offsets" in dirs and os.path.isdir(os.path.join(root, "sources", "0")):
             break
     else:
         return None
-
-    def lines(path):
-        with open(path) as f:
-            return f.read().splitlines()[1:]  # "v1", then JSON
-
-    logged: dict[int, set[str]] = collections.defaultdict(set)  # (N.compact repeats the entries before it)
-    folder = os.path.join(root, "sources", "0")
-    for name in os.listdir(folder):
-        if not name.startswith(".") and not name.endswith((".tmp", ".crc")):
-            for line in lines(os.path.join(folder, name)):
-                entry = json.loads(line)
-                logged[entry["batchId"]].add(os.path.basename(entry["path"]))
-    out, previous = [], -1
-    offsets = sorted(int(n) for n in os.listdir(os.path.join(root, "offsets")) if n.isdigit())
-    for batch in offsets:
-        end = json.loads(lines(os.path.join(root, "offsets", str(batch)))[-1])["logOffset"]
-        out.append(sorted(f for b in range(previous + 1, end + 1) for f in logged.get(b, [])))
-        previous = end
-    return out
+    last = max(int(n) for n in os.listdir(os.path.join(root, "offsets")) if n.isdigit())
+    return [[os.path.basename(f) for f in files] for files in file_batches(os.path.dirname(root), 0, last)]
 
 
 def expected_per_batch(directory, checkpoints=None) -> set:

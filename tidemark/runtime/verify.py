@@ -315,15 +315,16 @@ def last_verified(location: str) -> Optional[dict]:
 
 def render(result: Verified) -> list[str]:
     """What ``tidemark verify`` prints."""
-    at = "no batch committed yet" if result.batch is None else f"as of batch {result.batch}"
-    lines = [f"{result.materialization}: {at}, {result.documents} source document(s) read again"]
+    as_of = "no batch committed yet" if result.batch is None else f"as of batch {result.batch}"
+    lines = [f"{result.materialization}: {as_of}, {result.documents} source document(s) read again"]
     for b in result.bindings:
-        c = b.counts
+        counts = b.counts
         if b.ok:
             lines.append(f"  {b.resource}: {b.keys} key(s), all equal")
         else:
             lines.append(
-                f"  {b.resource}: {c['differ']} differ, {c['missing']} missing, {c['extra']} extra of {b.keys} key(s)"
+                f"  {b.resource}: {counts['differ']} differ, {counts['missing']} missing, {counts['extra']} extra "
+                f"of {b.keys} key(s)"
             )
         for key, diffs in b.differ:
             shown = "; ".join(
@@ -334,8 +335,8 @@ def render(result: Verified) -> list[str]:
             lines.append(f"    missing {key}: {json.dumps(doc, sort_keys=True)[:200]}")
         for key, doc in b.extra:
             lines.append(f"    extra   {key}: {json.dumps(doc, sort_keys=True)[:200]}")
-        if c.get("invalid"):
-            lines.append(f"    ({c['invalid']} source document(s) not valid: not in the view)")
+        if counts.get("invalid"):
+            lines.append(f"    ({counts['invalid']} source document(s) not valid: not in the view)")
     lines.append(
         "equal" if result.ok else 'the view differs from its input: see docs/operations.md, "Verifying a view"'
     )

@@ -52,9 +52,9 @@ def log_lag(spec, materialization: str, batch: Optional[int]) -> Optional[list[P
         finally:
             log.close()
         for part, bound in sorted(bounds.items()):
-            at = read_to.get(part)
-            behind = bound.end - (bound.earliest if at is None else max(at, bound.earliest))
-            out.append(PartLag(b.source, part, at, bound.end, max(0, behind)))
+            next_offset = read_to.get(part)
+            behind = bound.end - (bound.earliest if next_offset is None else max(next_offset, bound.earliest))
+            out.append(PartLag(b.source, part, next_offset, bound.end, max(0, behind)))
     return out if found else None
 
 
@@ -109,8 +109,8 @@ def kafka_waiting(bootstrap: str, topics: dict) -> int:
                 raise RuntimeError(f"topic {topic!r}: {meta.error.str()}")
             for p in meta.partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-                at = parts.get(str(p), -1)
-                waiting += max(0, high - max(at, low))
+                next_offset = parts.get(str(p), -1)
+                waiting += max(0, high - max(next_offset, low))
         return waiting
     finally:
         consumer.close()

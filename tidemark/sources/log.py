@@ -74,13 +74,13 @@ def check_retained(log_name: str, kind: str, start: Mapping[str, int], bounds: M
     offset passed ``start`` (its records were deleted before they were read)."""
     problems = []
     for part, at in sorted(start.items()):
-        b = bounds.get(part)
-        if b is None:
+        held = bounds.get(part)
+        if held is None:
             problems.append(f"{part} no longer exists (the view read it up to offset {at})")
-        elif b.earliest > at:
+        elif held.earliest > at:
             problems.append(
-                f"{part} holds offsets {b.earliest}..{b.end - 1} but the view must read from offset {at} "
-                f"({b.earliest - at} records were deleted before they were read: retention, or a purge)"
+                f"{part} holds offsets {held.earliest}..{held.end - 1} but the view must read from offset {at} "
+                f"({held.earliest - at} records were deleted before they were read: retention, or a purge)"
             )
     if problems:
         raise SourceGone(

@@ -49,11 +49,13 @@ def check_replayable(kind: str, name: str, origin: Mapping[str, int], bounds: Ma
     part; empty: all of it is there)."""
     out = []
     for part, at in sorted(origin.items()):
-        b = bounds.get(part)
-        if b is None:
+        held = bounds.get(part)
+        if held is None:
             out.append(f"{kind} {name}: {part} no longer exists (the view read it from offset {at})")
-        elif b.earliest > at:
-            out.append(f"{kind} {name}: {part} holds offsets from {b.earliest} on; the view read it from offset {at}")
+        elif held.earliest > at:
+            out.append(
+                f"{kind} {name}: {part} holds offsets from {held.earliest} on; the view read it from offset {at}"
+            )
     return out
 
 
