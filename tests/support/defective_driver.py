@@ -21,6 +21,12 @@ author can make while following docs/protocol.md, and each loses or doubles data
 ``value-16k``             each string of a document keeps its first 16 KiB (a bounded text field)
 ``identity-overwritten``  every Apply replaces the view-identity record, so the record no longer
                           says since when, and for whom, the resource holds the view
+``drops-nulls``           members whose value is null are not stored (a document store's habit)
+``real-floats``           numbers that are not integers are stored as 4-byte REALs (0.1 comes back
+                          0.10000000149011612)
+``empty-string-null``     an empty string is stored as null (Oracle's rule)
+``key-255``               a key's strings are cut to 255 characters (a VARCHAR(255) key column in a
+                          non-strict mode): two keys that share 255 characters become one row
 
 ``tests/testing/test_conformance.py`` checks that the kit fails each one on the property
 it breaks.  Standard library only, like the example.
@@ -29,6 +35,7 @@ it breaks.  Standard library only, like the example.
 import importlib.util
 import json
 import os
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -208,6 +215,56 @@ class Value16k(_Cut):
         return json.loads(text)
 
 
+def _each(value, fn):
+    """``value`` with ``fn`` applied to every member and item, inside out (``fn`` returns
+    ``_GONE`` to drop a member)."""
+    if isinstance(value, dict):
+        out = {k: _each(v, fn) for k, v in value.items()}
+        return fn({k: v for k, v in out.items() if v is not _GONE})
+    if isinstance(value, list):
+        return fn([None if x is _GONE else x for x in (_each(v, fn) for v in value)])  # items stay
+    return fn(value)
+
+
+_GONE = object()
+
+
+class DropsNulls(_Cut):
+    @staticmethod
+    def cut(doc):
+        return _each(doc, lambda v: _GONE if v is None else v)  # DEFECT: a null member is not stored
+
+    @staticmethod
+    def parse(text):
+        return json.loads(text)
+
+
+def _real(v):
+    if isinstance(v, float):
+        try:
+            return struct.unpack("f", struct.pack("f", v))[0]  # DEFECT: a 4-byte REAL
+        except OverflowError:
+            return float("inf") if v > 0 else float("-inf")
+    return v
+
+
+class RealFloats(DropsNulls):
+    @staticmethod
+    def cut(doc):
+        return _each(doc, _real)
+
+
+class EmptyStringNull(DropsNulls):
+    @staticmethod
+    def cut(doc):
+        return _each(doc, lambda v: None if v == "" else v)  # DEFECT: '' is NULL
+
+
+def key_text_255(key):
+    """DEFECT: the key column keeps the first 255 characters of each string of the key."""
+    return json.dumps([k[:255] if isinstance(k, str) else k for k in key], separators=(",", ":"), ensure_ascii=False)
+
+
 class Loaded100(example.Session):
     def evaluate(self, load):
         out = super().evaluate(load)
@@ -251,6 +308,10 @@ DEFECTS = {
     "doc-16k": ("Store", Doc16k),
     "value-16k": ("Store", Value16k),
     "identity-overwritten": ("Driver", IdentityOverwritten),
+    "drops-nulls": ("Store", DropsNulls),
+    "real-floats": ("Store", RealFloats),
+    "empty-string-null": ("Store", EmptyStringNull),
+    "key-255": ("key_text", key_text_255),
 }
 
 
@@ -263,7 +324,7 @@ def main(argv):
         print(f"--defect must be one of {', '.join(DEFECTS)}", file=sys.stderr)
         return 2
     name, cls = DEFECTS[defect]
-    setattr(example, name, cls)  # the example builds its Store and Sessions through these names
+    setattr(example, name, cls)  # the example builds its Store and Sessions (and key texts) through these names
     return example.main(argv)
 
 

@@ -34,7 +34,7 @@ transaction the per-key checks are switched off for that transaction (phase chec
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tidemark.errors import ProtocolViolation
 from tidemark.protocol.messages import (
@@ -362,9 +362,11 @@ class RuntimeSession:
         bindings: Sequence[BindingSpec],
         *,
         max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
+        check_store: Optional[Callable[[Store], None]] = None,
     ):
         self.transactor = transactor
         self.machine = RuntimeStateMachine(bindings, opened=True, max_tracked_keys=max_tracked_keys)
+        self.check_store = check_store  # refuses a Store the endpoint cannot hold (its declared limits)
 
     @property
     def status(self) -> Status:
@@ -398,6 +400,8 @@ class RuntimeSession:
 
     def store(self, msg: Store) -> None:
         self.machine.send(msg)
+        if self.check_store is not None:
+            self.check_store(msg)
         self.transactor.store(msg)
 
     def quarantine(self, msg: Quarantine) -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, cast
 
-from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of
+from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of, store_check
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver
 from tidemark.faults import fault_point
@@ -41,6 +41,7 @@ from tidemark.protocol.messages import (
     StateUpdate,
     Store,
 )
+from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.spill import LoadedIndex, SpillBuffer
 
 
@@ -125,12 +126,9 @@ def _store_rows(session, typed: TypedRows, chunk: int, result) -> None:
         result.stored += m
 
 
-def _session(transactor, bindings):
-    try:
-        from tidemark.protocol.state import RuntimeSession
-    except ImportError:  # pragma: no cover - protocol module not yet present
-        return transactor
-    return RuntimeSession(transactor, bindings)
+def _session(transactor, bindings, capabilities: Capabilities) -> RuntimeSession:
+    """The checked session over a transactor; each Store's keys within the driver's declared limits."""
+    return RuntimeSession(transactor, bindings, check_store=store_check(capabilities.limits, bindings))
 
 
 def run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
@@ -264,7 +262,7 @@ def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable |
                 pass
             shard.transactor.close()
             return ShardResult(index, rng, skipped=True, timings={"open": shard.seconds})
-        session = _session(shard.transactor, task.bindings)
+        session = _session(shard.transactor, task.bindings, shard.caps)
         return _transaction(task, index, rng, session, shard.transactor, rows, {"open": shard.seconds}, shard.caps)
     finally:
         shard.driver.close()

@@ -38,8 +38,8 @@ from tidemark.drivers.base import Driver, capabilities_of
 from tidemark.drivers.store.ids import distinct_ids
 from tidemark.errors import ProtocolViolation, TidemarkError
 from tidemark.testing.kit.report import ConformanceReport, PropertyResult, Recorder, build_report, classify
-from tidemark.testing.kit.runtime import KitRuntime, ScenarioAbort, Tracker
-from tidemark.testing.kit.scenarios import scenarios
+from tidemark.testing.kit.runtime import ScenarioAbort, Tracker
+from tidemark.testing.kit.scenarios import runtime_of, scenarios
 
 DriverFactory = Callable[[], Driver]
 DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
@@ -49,7 +49,7 @@ DEFAULT_REQUEST_WAIT = 60.0  # seconds the kit waits for the answer to one reque
 def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
     kit = None
     try:
-        kit = KitRuntime(factory, rec, tag, caps, driver_name=name, tracker=tracker)
+        kit = runtime_of(rec.scenario)(factory, rec, tag, caps, driver_name=name, tracker=tracker)
         kit.start()
         fn(kit, rng, quick)
         rec.check("protocol", True)
@@ -73,12 +73,17 @@ def _run_tag(scenarios_n: int) -> str:
     until each scenario's names are distinct in every namespace an endpoint narrows them to
     (the store's 16-bit binding ids): a name clash is the endpoint's rightful refusal, not a
     finding of the kit."""
+    from tidemark.testing.kit.values import value_bindings
     from tidemark.testing.workload import REDUCED_STRATEGIES, bindings
 
     while True:
         run = uuid.uuid4().hex[:8]
         names = (
-            [b.resource["table"] for b in bindings(f"kit_{run}_{i:02d}", frozenset(REDUCED_STRATEGIES))]
+            [
+                b.resource["table"]
+                for b in bindings(f"kit_{run}_{i:02d}", frozenset(REDUCED_STRATEGIES))
+                + value_bindings(f"kit_{run}_{i:02d}")
+            ]
             for i in range(scenarios_n)
         )
         if all(distinct_ids(n) for n in names):

@@ -38,7 +38,7 @@ import threading
 import weakref
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor, ValueLimits
 from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
 from tidemark.drivers.command.settings import SETTINGS
 from tidemark.drivers.common.settings import read
@@ -97,6 +97,8 @@ def capabilities_from_wire(program: str, d: dict) -> Capabilities:
     try:
         kwargs = dict(d)
         kwargs["commit_pattern"] = CommitPattern(d["commit_pattern"])
+        if "limits" in kwargs:  # {"max_key_bytes": 255, ...}
+            kwargs["limits"] = ValueLimits(**kwargs["limits"])
         return Capabilities(**kwargs)
     except (TypeError, ValueError) as exc:
         patterns = ", ".join(p.value for p in CommitPattern)

@@ -4,6 +4,7 @@ passed through, failures named; and the pool of idle programs per command line."
 from __future__ import annotations
 
 import collections
+import io
 import os
 import queue
 import select
@@ -221,9 +222,15 @@ class Program:
         self._finalizer.detach()
 
 
+READ_BUFFER = 1 << 16  # bytes read from a program's stdout or stderr at a time
+
+
 def _read_stdout(stream, lines: queue.Queue) -> None:
+    """The program's lines into ``lines``.  The pipe is unbuffered (``bufsize=0``, for stdin's
+    writes): read through a buffer, or ``readline`` takes a system call per byte (a 10 MB line:
+    seconds)."""
     try:
-        for line in iter(stream.readline, b""):
+        for line in iter(io.BufferedReader(stream, READ_BUFFER).readline, b""):
             if line.strip():
                 lines.put(line)
     except (OSError, ValueError):
@@ -234,7 +241,7 @@ def _read_stdout(stream, lines: queue.Queue) -> None:
 
 def _pass_stderr(stream, tail: collections.deque, done: threading.Event) -> None:
     try:
-        for raw in iter(stream.readline, b""):
+        for raw in iter(io.BufferedReader(stream, READ_BUFFER).readline, b""):
             text = raw.decode("utf-8", "replace").rstrip("\n")
             tail.append(text)
             try:

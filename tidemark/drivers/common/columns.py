@@ -59,6 +59,30 @@ class Column:
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+INT64 = 2**63  # a 64-bit integer column holds [-INT64, INT64)
+DOUBLE_EXACT = 2**53  # a double holds every integer up to this magnitude
+
+
+def holds(kind: str, value: Any) -> bool:
+    """Whether a column of ``kind`` holds ``value`` exactly: a 64-bit integer column no
+    integer beyond 64 bits, a double no integer beyond 2^53.  Where it cannot, a full
+    table's column is NULL and its document keeps the value."""
+    cls = value.__class__
+    if kind == INTEGER:
+        if cls is int:
+            return -INT64 <= value < INT64
+        if cls is float:
+            return value.is_integer() and -INT64 <= value < INT64
+    elif kind == NUMBER and cls is int:
+        return -DOUBLE_EXACT <= value <= DOUBLE_EXACT
+    return True
+
+
+def held(kinds: Sequence[str], values: tuple) -> tuple:
+    """``values`` of columns of ``kinds``, each None where its column cannot hold it exactly (:func:`holds`)."""
+    return tuple([v if holds(k, v) else None for k, v in zip(kinds, values)])
+
+
 def coerce(kind: str, value: Any) -> Any:
     """A JSON value as the column wants it (JSON kinds as text); None stays None."""
     if value is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.sql import (
     BOOLEAN,
@@ -65,6 +66,9 @@ class MySqlDialect(Dialect):
     decimal_type = "decimal(38,{scale})"  # as information_schema's column_type names it
     document_type = "json"
     document_types = ("json",)
+    limits = ValueLimits(max_key_characters=KEY_CHARS, max_depth=31)  # keys: varchar(255); MariaDB's JSON: 31 levels
+    invalid_document = "JSON_VALID({}) = 0"
+    document_rule = "MariaDB's JSON nests at most 31 levels deep; MySQL's 100"
     row_id_type = "bigint NOT NULL AUTO_INCREMENT PRIMARY KEY"
     max_identifier_bytes = MAX_IDENTIFIER_CHARS  # counted in characters, see too_long
     schemas = True  # a MySQL schema is a database

@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import EXACT_SUM
+from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.sql import (
     BOOLEAN,
     DOCUMENT_COLUMN,
@@ -43,6 +44,8 @@ class PostgresDialect(Dialect):
     decimal_type = "numeric(38,{scale})"  # as format_type() names it
     document_type = "jsonb"
     document_types = ("jsonb", "json")
+    #: text and jsonb hold no U+0000; a primary key's index entry at most 2,704 bytes (its texts: 2,600 here)
+    limits = ValueLimits(nul_in_strings=False, max_key_bytes=2600)
     row_id_type = "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
     max_identifier_bytes = MAX_IDENTIFIER_BYTES
     schemas = True

@@ -14,7 +14,14 @@ from tidemark.drivers.common.redact import redact
 from tidemark.drivers.common.settings import Setting, read
 from tidemark.drivers.postgres.dialect import check_name_length
 from tidemark.drivers.sql.connection import connection_settings
-from tidemark.errors import AuthenticationFailed, DriverError, EndpointUnavailable, SpecError, TidemarkError
+from tidemark.errors import (
+    AuthenticationFailed,
+    DriverError,
+    EndpointRefused,
+    EndpointUnavailable,
+    SpecError,
+    TidemarkError,
+)
 from tidemark.policy import RetryPolicy
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -145,6 +152,10 @@ def translate(exc: BaseException, s: PgSettings, what: str) -> TidemarkError:
         ),
     ):
         return EndpointUnavailable(f"PostgreSQL at {s.where}: {what}: transient {type(exc).__name__}: {text}")
+    if (getattr(exc, "sqlstate", None) or "").startswith(
+        "54"
+    ):  # program_limit_exceeded: a limit, not a passing failure
+        return EndpointRefused(f"PostgreSQL at {s.where}: {what}: beyond a limit of PostgreSQL: {text}")
     if isinstance(exc, psycopg.OperationalError):
         low = text.lower()
         if exc.sqlstate is None and any(h in low for h in _AUTH_HINTS):  # libpq reports these without a code

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.sql.model import (
     BOOLEAN,
     DOCUMENT_COLUMN,
@@ -91,6 +92,11 @@ class Dialect:
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)
     #: how the endpoint reduces a batch itself (None: it Loads, and the runtime reduces)
     reduction: Optional[Reduction] = None
+    limits: ValueLimits = ValueLimits()  # what the endpoint cannot hold (Capabilities.limits)
+    #: a condition on a staged document text ({} its column) true where the view's document
+    #: column refuses it, and the rule broken, for the error that names its key (or None)
+    invalid_document: Optional[str] = None
+    document_rule: str = ""
     table_suffix: str = ""  # appended to a view's CREATE TABLE, before its options (MySQL: the engine)
 
     @property

@@ -23,7 +23,15 @@ from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, cast
 
 from tidemark.collection.plan import binding_reduction
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
+from tidemark.drivers.base import (
+    Capabilities,
+    CheckpointRow,
+    CommitPattern,
+    Driver,
+    Position,
+    ReplaceContents,
+    ValueLimits,
+)
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.sql import lean, replace
@@ -59,7 +67,12 @@ from tidemark.protocol.messages import (
 T = TypeVar("T")
 
 
-def sql_capabilities(chunk: int, endpoint_reduce: frozenset = frozenset()) -> Capabilities:
+NO_LIMITS = ValueLimits()
+
+
+def sql_capabilities(
+    chunk: int, endpoint_reduce: frozenset = frozenset(), limits: ValueLimits = NO_LIMITS
+) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
     updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``; reduce
     in the endpoint the strategies of ``endpoint_reduce``."""
@@ -71,6 +84,7 @@ def sql_capabilities(chunk: int, endpoint_reduce: frozenset = frozenset()) -> Ca
         concurrent_shards=True,
         quarantine=True,
         endpoint_reduce=endpoint_reduce,
+        limits=limits,
     )
 
 
@@ -112,7 +126,8 @@ class SqlDriver(Driver):
         if not self.client.dialect_known:
             self.con  # noqa: B018 - the handshake names the server
         reduction = self.dialect.reduction
-        return sql_capabilities(self.parts.chunk, frozenset() if reduction is None else reduction.strategies)
+        strategies = frozenset() if reduction is None else reduction.strategies
+        return sql_capabilities(self.parts.chunk, strategies, self.dialect.limits)
 
     def spec(self) -> SpecResponse:
         return self.parts.spec

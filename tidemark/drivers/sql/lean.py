@@ -35,7 +35,7 @@ from decimal import Decimal
 from typing import Any, Optional, Sequence
 
 from tidemark.collection.formats import instant
-from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column
+from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column, holds
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
 
@@ -200,7 +200,7 @@ def full_documents(driver, model: TableModel) -> dict:
         doc = _json(r[-1])
         if isinstance(doc, dict):
             for f, c, v in zip(convert[n:], model.values, r[n:-1]):
-                if c.kind != TIMESTAMP and (v is not None or c.name in doc):
+                if c.kind != TIMESTAMP and (v is not None or (c.name in doc and holds(c.kind, doc[c.name]))):
                     value = v if f is None or v is None else f(v)
                     if value != doc.get(c.name):
                         doc = {**doc, c.name: value}

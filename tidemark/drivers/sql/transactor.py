@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from tidemark import jsontext
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.common.columns import INTEGER, NUMBER, held
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
@@ -175,11 +176,14 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         return self.dialect.temp(name), create
 
     def values_of(self, msg: Store) -> Sequence[tuple]:
-        """``msg.values`` without the fields that are not columns (names too long)."""
+        """``msg.values`` without the fields that are not columns (names too long), each None
+        where its column cannot hold it exactly (an integer beyond 64 bits: the document keeps it)."""
         kept = self.kept[msg.binding]
-        if kept is None:
-            return msg.values
-        return [tuple([v[j] for j in kept]) for v in msg.values]
+        values = msg.values if kept is None else [tuple([v[j] for j in kept]) for v in msg.values]
+        kinds = [c.kind for c in self.models[msg.binding].values]
+        if not any(k in (INTEGER, NUMBER) for k in kinds):
+            return values
+        return [held(kinds, v) for v in values]
 
     # ---------------------------------------------------------------- phases
     def acknowledge(self, msg: Acknowledge) -> Acknowledged:
@@ -408,7 +412,10 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
                 )
             fault_point("before_endpoint_commit")
 
-        self.in_transaction(body, f"commit {self.range.name}")  # Step 1 and Step 5
+        try:
+            self.in_transaction(body, f"commit {self.range.name}")  # Step 1 and Step 5
+        except DriverError as exc:
+            raise self.refused_document(exc) or exc from None
         fault_point("after_endpoint_commit")
         self.committed()
         self._staged.clear()
@@ -417,6 +424,28 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._seq = 0
         self._reduced_keys.clear()
         return StartedCommit()
+
+    def refused_document(self, exc: DriverError) -> Optional[DriverError]:
+        """A commit the view's document column refused (MariaDB's JSON check): the key of a
+        staged document the dialect's ``invalid_document`` test finds, and why, or None."""
+        dialect = self.dialect
+        if dialect.invalid_document is None or DOCUMENT_COLUMN not in str(exc):
+            return None
+        for binding in sorted(self._staged):
+            model = self.models[binding]
+            keys = ", ".join(staged_column(j) for j in range(len(model.keys)))
+            test = dialect.invalid_document.format(STAGED_DOCUMENT)
+            try:
+                row = self.execute(f"SELECT {keys} FROM {dialect.temp(stage_name(binding))} WHERE {test}").fetchone()
+            except Exception:  # noqa: BLE001 - the explanation is a courtesy; the commit's error stands
+                return None
+            if row is not None:
+                return DriverError(
+                    f"{dialect.title}: {model.display}: the document of key {list(row)!r} is not JSON the view's "
+                    f"{DOCUMENT_COLUMN} column holds ({dialect.document_rule}): nothing of this transaction was "
+                    "committed. Change the document upstream (or its schema)"
+                )
+        return None
 
     def apply_staged(self, binding: int) -> None:
         """Inside the commit: move one binding's staged rows into its table."""

@@ -25,9 +25,13 @@ PROPERTIES: dict[str, str] = {
     "whole-documents": "documents come back whole, however large (here up to 900 KB)",
     "at-least-once-honesty": "a driver that claims exactly-once does not double-apply after a crash",
     "identity-records": "keeps each resource's view-identity record as Apply gave it, and returns it unchanged",
-    "keys-exact": "keys that differ only in letter case, Unicode normalization or trailing spaces stay apart",
+    "keys-exact": "keys that differ only in letter case, Unicode normalization, trailing spaces or past a long "
+    "shared prefix stay apart",
     "whole-checkpoints": "runtime checkpoints come back whole, however large (here 96 KiB)",
     "ownership": "what a view's checkpoint wrote is never changed by another checkpoint's view of the same name",
+    "round-trip": "every JSON value comes back as stored (null beside absent, 17-digit floats, big integers, "
+    "every Unicode plane, 4 KiB keys, 3 MiB documents), through Loads, dumps and crashes",
+    "limits": "a value beyond a limit the driver declares is refused, naming its key, with nothing committed",
 }
 
 # The fix a driver author most likely needs, per property (a failure may give a closer one).
@@ -60,6 +64,10 @@ HINTS: dict[str, str] = {
     "64 KiB text or a capped field) and return it unchanged in Opened",
     "ownership": "report each place's writer in positions() (the runtime checkpoint's checkpoint_id), and drop in "
     "drop() only what the named view keeps: another spec's view of the same name may share the endpoint",
+    "round-trip": "store each document's JSON as given and return it unchanged: keep null members, empty "
+    "strings, 64-bit floats and integers of any size (a JSON text or an exact numeric, not a 4-byte REAL or a "
+    "BIGINT); or declare what the endpoint cannot hold in Capabilities.limits and refuse it",
+    "limits": "refuse, before anything commits, a value beyond a limit you declare (an error naming the key)",
     "identity-records": "in Apply, keep Apply.identities[i] (plus 'resolved', your name for the resource) with "
     "binding i's resource where none is kept, never overwrite it, and return it from identities() "
     "(external drivers: list_identities)",

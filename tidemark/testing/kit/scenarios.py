@@ -16,6 +16,9 @@
 ``folded-keys``           keys that differ only in letter case, Unicode normalization (NFC/NFD) or
                           trailing spaces: what ``*_ci`` collations, ``PAD SPACE`` and ``NOCASE`` fold
 ``large-checkpoint``      runtime checkpoints of 96 KiB, through a crash and a restart
+``values``                every JSON type and edge stored, Loaded back and dumped through a crash;
+                          a value beyond a declared limit refused (:mod:`.values`)
+``key-collisions``        keys that agree on a long prefix, or differ in case or normalization
 ``two-checkpoints``       another spec's view of the same name (its own checkpoint folder) starts,
                           runs and resets in the endpoint: this view's progress and rows unchanged
 ``random-<i>``            all of it, seeded
@@ -29,6 +32,7 @@ from typing import Callable
 from tidemark.protocol.messages import Range
 from tidemark.testing.kit.race import OFFSETS, race_batch
 from tidemark.testing.kit.runtime import PHASES, KitCrash, KitRuntime, ScenarioAbort
+from tidemark.testing.kit.values import SCENARIOS as VALUE_SCENARIOS
 from tidemark.testing.workload import Event, key_space, make_batch
 
 LARGE_BOUND = 1100  # keys per transaction at most in the large scenario (for speed; above a typical 1000)
@@ -298,9 +302,15 @@ def scenarios(exactly_once: bool, quick: bool) -> list[tuple[str, Callable]]:
         out += [("zombie-split", zombie_reshard(1, 2)), ("zombie-merge", zombie_reshard(2, 1)), ("race", race)]
     out.append(("split-merge", split_merge))
     out += [("folded-keys", folded_keys), ("large-checkpoint", large_checkpoint), ("two-checkpoints", two_checkpoints)]
+    out += [(name, fn) for name, (fn, _) in VALUE_SCENARIOS.items()]
     out += [(f"random-{i}", randomized) for i in range(1 if quick else 3)]
     out.append(("large", large))
     return out
 
 
-__all__ = ["scenarios", "run", "large_sizes", "LARGE_BOUND"]
+def runtime_of(name: str) -> type[KitRuntime]:
+    """The runtime a scenario runs on: the value scenarios' own bindings, or the kit's."""
+    return VALUE_SCENARIOS[name][1] if name in VALUE_SCENARIOS else KitRuntime
+
+
+__all__ = ["scenarios", "runtime_of", "run", "large_sizes", "LARGE_BOUND"]

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from tidemark.drivers.base import Driver
+from tidemark.drivers.base import Capabilities, Driver, store_check
 from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
 from tidemark.protocol.state import RuntimeSession
@@ -85,6 +85,7 @@ class Sessions:
 
     # what KitRuntime gives this mixin (declarations for the type checker)
     factory: Callable[[], Driver]
+    caps: Capabilities
     rec: Recorder
     tracker: Tracker
     materialization: str
@@ -135,7 +136,11 @@ class Sessions:
         program = killing.program_of(transactor)
         if program is not None:
             self.tracker.programs.append(program)
-        shard = Shard(index, rng, driver, transactor, opened, RuntimeSession(transactor, self.bindings), task)
+        limited = store_check(
+            self.caps.limits, self.bindings
+        )  # keys beyond the declared limits: refused, as the runtime does
+        session = RuntimeSession(transactor, self.bindings, check_store=limited)
+        shard = Shard(index, rng, driver, transactor, opened, session, task)
         self.live.append(shard)
         if check:
             self.check_opened(shard)
