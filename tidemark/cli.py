@@ -556,9 +556,8 @@ def tail(
 ):
     """Print what an endpoint committed for one binding, as JSON lines: a Kafka topic's last
     document per key (read_committed, tombstones drop the key), in key order."""
-    import orjson
-
     from tidemark.drivers.store.query import key_order
+    from tidemark.jsontext import dumps_bytes
     from tidemark.ops import committed_view
 
     out = sys.stdout.buffer
@@ -571,7 +570,7 @@ def tail(
                 items = list(docs.items())
             docs = [d for _, d in items]
         for doc in docs:
-            out.write(orjson.dumps(doc) + b"\n")
+            out.write(dumps_bytes(doc) + b"\n")
         out.flush()
     except (TidemarkError, ValueError) as exc:
         _fail(exc)

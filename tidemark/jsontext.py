@@ -40,4 +40,13 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-__all__ = ["loads"]
+def dumps_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON: orjson, or the standard library where orjson refuses the value
+    (an integer beyond 64 bits, a lone surrogate), so that every JSON value is written."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+__all__ = ["loads", "dumps_bytes"]

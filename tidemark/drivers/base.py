@@ -134,6 +134,18 @@ class ValueLimits:
     def limits_keys(self) -> bool:
         return self.max_key_bytes is not None or self.max_key_characters is not None
 
+    def check_document(self, size: int, key: tuple, where: str) -> None:
+        """Refuse (:class:`~tidemark.errors.EndpointRefused`, naming the key) a document of
+        ``size`` bytes beyond ``max_document_bytes``."""
+        if self.max_document_bytes is not None and size > self.max_document_bytes:
+            shown = json.dumps(list(key), ensure_ascii=False)
+            shown = shown if len(shown) <= 300 else shown[:280] + f"… ({len(shown)} characters)"
+            raise EndpointRefused(
+                f"{where}: the document of key {shown} is {size:,} bytes; the endpoint holds documents of at most "
+                f"{self.max_document_bytes:,} bytes: this shard's transaction was refused before its commit. "
+                "Make the document smaller upstream (or raise the endpoint's message size limit)"
+            )
+
     def check_keys(self, keys: Sequence[tuple], where: str) -> None:
         """Refuse (:class:`~tidemark.errors.EndpointRefused`, naming the key) a key beyond the limits."""
         for key in keys:

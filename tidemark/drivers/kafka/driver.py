@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, cast
 
 import orjson
 
+from tidemark import jsontext
 from tidemark.drivers.base import CheckpointRow
 from tidemark.drivers.common.fences import CheckpointState, plan_open
 from tidemark.drivers.common.identity import kept as kept_record
@@ -41,6 +42,7 @@ from tidemark.drivers.kafka.settings import (
     SETTINGS,
     KafkaSettings,
     check_topic_name,
+    document_limits,
     resolve_state,
     resource_partitions,
     topic_of,
@@ -64,6 +66,7 @@ class KafkaLog(PushLog):
     def __init__(self, config: dict):
         self.settings = KafkaSettings.from_config(config)
         self.store_options = {"path": self.settings.state}
+        self.limits = document_limits(self.settings.client)
         # identity records the last scan found, for the Apply after it
         self._read: Optional[dict[str, Optional[dict]]] = None
 
@@ -323,7 +326,7 @@ class KafkaLog(PushLog):
                 if not written_by(msg, materialization):
                     continue
                 try:
-                    key = tuple(orjson.loads(msg.key()))
+                    key = tuple(jsontext.loads(msg.key()))
                 except (orjson.JSONDecodeError, TypeError) as exc:
                     raise DocumentError(
                         f"kafka: a record of {topic!r} has a key that is not a JSON array ({exc})",

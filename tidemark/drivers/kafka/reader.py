@@ -26,9 +26,11 @@ from typing import Any, Callable, Iterator, Mapping, Optional, cast
 
 import orjson
 
+from tidemark import jsontext
 from tidemark.drivers.kafka.client import call, client_config, translate
 from tidemark.drivers.kafka.progress import ProgressRecord, decode_key
 from tidemark.errors import DocumentError, DriverError, EndpointUnavailable
+from tidemark.jsontext import dumps_bytes
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -250,13 +252,13 @@ def tail(config: Mapping[str, Any], topic: str, *, policy: RetryPolicy = DEFAULT
     decoded = []
     for key, value in last.items():
         try:
-            k = tuple(orjson.loads(key))
-            doc = orjson.loads(value)
+            k = tuple(jsontext.loads(key))
+            doc = jsontext.loads(value)
         except (orjson.JSONDecodeError, TypeError) as exc:
             raise DocumentError(f"not a tidemark record in {topic!r}: {exc}", location=topic) from exc
         decoded.append((k, doc))
     try:
         decoded.sort(key=lambda kv: kv[0])
     except TypeError:  # keys of mixed types at one position: order by their JSON text
-        decoded.sort(key=lambda kv: orjson.dumps(list(kv[0])))
+        decoded.sort(key=lambda kv: dumps_bytes(list(kv[0])))
     yield from decoded

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-import orjson
-
 from tidemark.collection.keys import key_json
 from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
+from tidemark.jsontext import dumps_bytes
 from tidemark.protocol.messages import Store
 
 
@@ -84,7 +83,7 @@ class KafkaSession:
         headers = self._headers()
         key = key_json([self.materialization]).encode("utf-8")
         for row in quarantined:
-            self.writer.send_raw(self.quarantine_topic, key, orjson.dumps(row), headers=headers)
+            self.writer.send_raw(self.quarantine_topic, key, dumps_bytes(row), headers=headers)
         self.counts["quarantined"] = len(quarantined)
         prev = self.frontier
         ids: dict[str, Any] = {"transactional_id": self.writer.transactional_id, "partitions": self.partitions}

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.common.settings import MASK, Setting, read
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
 from tidemark.errors import SpecError
@@ -76,6 +77,21 @@ def check_topic_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not _TOPIC.match(name) or name in (".", ".."):
         raise SpecError(f"kafka: {what} must be a topic name of 1-249 characters [A-Za-z0-9._-], got {name!r}")
     return name
+
+
+MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes by default
+RECORD_ROOM = 16 * 1024  # of a record's bytes, kept for its key, headers and framing
+
+
+def document_limits(client: Mapping[str, Any]) -> ValueLimits:
+    """What a topic holds of a document: the producer's ``message.max.bytes`` less room for
+    the record's key and headers (a broker or topic configured lower refuses at produce)."""
+    raw = client.get("message.max.bytes", MESSAGE_MAX_BYTES)
+    try:
+        most = int(raw)
+    except (TypeError, ValueError):
+        most = MESSAGE_MAX_BYTES
+    return ValueLimits(max_document_bytes=max(1024, most - RECORD_ROOM))
 
 
 @dataclass(frozen=True)

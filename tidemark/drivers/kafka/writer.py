@@ -20,13 +20,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
-import orjson
-
 from tidemark.collection.keys import key_json
 from tidemark.drivers.kafka.client import call, client_config, kafka_error_of, translate
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX, transactional_id
 from tidemark.drivers.kafka.progress import ProgressRecord, progress_partition
+from tidemark.drivers.kafka.settings import document_limits
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
+from tidemark.jsontext import dumps_bytes
 from tidemark.policy import DEFAULT_POLICY, RetryPolicy
 from tidemark.protocol.messages import Range
 
@@ -79,6 +79,7 @@ class RangeWriter:
         policy: RetryPolicy = DEFAULT_POLICY,
     ):
         self.config = config
+        self.limits = document_limits(config)  # a document beyond them is refused before it is produced
         self.materialization = materialization
         self.range = range
         self.progress_topic = progress_topic
@@ -132,7 +133,9 @@ class RangeWriter:
     def send(self, topic: str, key: tuple, doc: Any, headers: Optional[list] = None) -> None:
         """Queue one record: key = the key as a JSON array, value = the document as JSON,
         or a tombstone when ``doc`` is None."""
-        value = None if doc is None else orjson.dumps(doc)
+        value = None if doc is None else dumps_bytes(doc)
+        if value is not None:
+            self.limits.check_document(len(value), key, f"kafka: topic {topic!r}")
         self._produce(topic, key_json(key).encode("utf-8"), value, headers=headers)
 
     def send_raw(self, topic: str, key: bytes, value: Optional[bytes], headers: Optional[list] = None) -> None:

@@ -34,8 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, cast
 
-import orjson
-
+from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.errors import (
     ERR_ATOMIC_UNSUPPORTED_HEADER,
@@ -45,6 +44,7 @@ from tidemark.drivers.nats.errors import (
 )
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight, ProgressRecord
 from tidemark.errors import FencedOff, RecoveryError
+from tidemark.jsontext import dumps_bytes
 from tidemark.protocol.messages import Range
 
 MIN_ATOMIC_VERSION = (2, 12, 0)
@@ -61,6 +61,12 @@ class NatsSettings:
     fetch_size: int = 512  # messages per pull while scanning
 
 
+MAX_PAYLOAD = 1024 * 1024  # a NATS server's max_payload by default
+#: what a message holds of a document: the server's payload limit less room for the headers
+#: (the key, the batch's own); a server configured lower refuses at publish
+LIMITS = ValueLimits(max_document_bytes=MAX_PAYLOAD - 16 * 1024)
+
+
 @dataclass(frozen=True, slots=True)
 class OutDoc:
     """One document to write: the key's full document, or its deletion."""
@@ -74,7 +80,7 @@ class OutDoc:
         d = self.document
         if isinstance(d, (bytes, bytearray)):
             return bytes(d)
-        return b"" if d is None else orjson.dumps(d)
+        return b"" if d is None else dumps_bytes(d)
 
 
 @dataclass(frozen=True, slots=True)

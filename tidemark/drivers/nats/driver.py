@@ -21,7 +21,7 @@ from tidemark.drivers.base import CheckpointRow
 from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.nats import settings as conf
-from tidemark.drivers.nats.channel import MIN_ATOMIC_VERSION, version_tuple
+from tidemark.drivers.nats.channel import LIMITS, MIN_ATOMIC_VERSION, version_tuple
 from tidemark.drivers.nats.layout import dropping_limits
 from tidemark.drivers.nats.session import NatsSession
 from tidemark.drivers.push import PushDriver, PushLog
@@ -51,6 +51,7 @@ class NatsLog(PushLog):
 
     def __init__(self, config: dict):
         self.cfg = self.settings = conf.NatsConfig.from_config(config)
+        self.limits = LIMITS  # a message's payload
         self.store_options = {"path": self.cfg.state}
         self._client = None
         self._lock = threading.Lock()

@@ -32,12 +32,13 @@ from typing import Optional, Sequence
 
 from tidemark.collection.keys import key_json
 from tidemark.drivers.common.fences import CheckpointState, identity, plan_open
-from tidemark.drivers.nats.channel import Committed, OutDoc, Session
+from tidemark.drivers.nats.channel import LIMITS, Committed, OutDoc, Session
 from tidemark.drivers.nats.client import NatsClient
 from tidemark.drivers.nats.layout import needs_takeover
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight
 from tidemark.errors import FencedOff
 from tidemark.faults import fault_point
+from tidemark.jsontext import dumps_bytes
 from tidemark.protocol.messages import Range, Store
 
 OPEN_ATTEMPTS = 20
@@ -114,7 +115,10 @@ class NatsSession:
         subject = self.subjects[b]
         for key, doc, delete in zip(msg.keys, msg.docs, msg.deletes):
             delete = bool(delete) and not self.delta[b]
-            self._queued.append((b, key_json(key), OutDoc(subject, list(key), doc, delete)))
+            data = None if doc is None else dumps_bytes(doc)  # encoded once, its size checked here
+            if data is not None:
+                LIMITS.check_document(len(data), key, f"nats: subject {subject!r}")
+            self._queued.append((b, key_json(key), OutDoc(subject, list(key), data, delete)))
 
     def _batch_docs(self, batch: Optional[int], quarantined: list[dict]) -> list[OutDoc]:
         self._queued.sort(key=lambda q: (q[0], q[1]))  # stable: a delta binding's rows of one key keep their order

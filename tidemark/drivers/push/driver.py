@@ -68,7 +68,8 @@ class PushDriver(Driver):
         return cls.log_part.resolve_config(config, base_dir)
 
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES  # the local store's: it answers the Loads and keeps the quarantine with a batch
+        # the local store's: it answers the Loads and keeps the quarantine with a batch; the log's limits
+        return dataclasses.replace(CAPABILITIES, limits=self.log.limits)
 
     def spec(self) -> SpecResponse:
         return self.log.spec()

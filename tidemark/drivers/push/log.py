@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Protocol, Sequence
 
-from tidemark.drivers.base import CheckpointRow
+from tidemark.drivers.base import CheckpointRow, ValueLimits
 from tidemark.protocol.messages import Applied, Apply, BindingSpec, Open, Range, SpecResponse, Store
 
 #: a committed row at the endpoint: (resource, key, the document as JSON bytes or None: a delete)
@@ -48,6 +48,7 @@ class PushLog(Protocol):
     commits: bool  # True: the endpoint's commit counts; False: the local store's
     settings: Any  # the endpoint's typed settings (their repr shows no secret)
     store_options: dict  # the local store's config (the store endpoint's settings: path, retry, ...)
+    limits: ValueLimits = ValueLimits()  # what the endpoint cannot hold (e.g. a message size)
 
     def __init__(self, config: dict) -> None:
         """The part of the endpoint's config (its settings read and checked once)."""
