@@ -257,6 +257,11 @@ def check_materialization(spec: TidemarkSpec, mat: MaterializationSpec, *, to_ru
         applied = driver.apply(Apply(mat.name, mat.driver_config, bindings, version=mat.version(spec), dry_run=True))
         refuse_gone(mat.name, mat.driver_name, last_entry(spec, mat), applied.created)
         paths = paths + driver.row_forms(bindings)
+        if caps.limits.describe() != "no limits":  # what no column or message of the endpoint holds
+            paths.append(
+                f"the endpoint holds {caps.limits.describe()}: a batch with a larger key or document is "
+                "refused, naming the key, before it commits"
+            )
     return (
         f"materialization {mat.name}: endpoint {mat.driver_name} ok, {len(validated.bindings)} binding(s)"
         + (f"; apply would: {applied.action_description}" if applied.action_description else "")
