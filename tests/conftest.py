@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,18 +68,19 @@ def pytest_configure(config):
         os.environ["SPARK_SUBMIT_OPTS"] = FAST_JVM + shared
 
 
-#: files that run longest (the crash matrices, the conformance kit): collected first, so that with
-#: ``--dist loadfile`` the two workers start on them and finish together (the tree mirrors the
-#: package, which spreads them through the alphabet)
-LONG_FILES = ("test_crash_sqlite.py", "test_crash_postgres.py", "test_conformance.py", "test_crash_")
+#: seconds each test file took in the default suite (the longest ones; ``--durations=0`` of a
+#: run, summed per file): the files are collected longest first, so that with ``--dist loadfile``
+#: (and ``--no-loadscope-reorder``, which keeps this order) the two workers start on the long
+#: files and finish together instead of one worker running the last long file alone
+DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text(encoding="utf-8"))
+UNMEASURED = 3.0  # seconds assumed for a file not in it
 
 
 def pytest_collection_modifyitems(config, items):
-    def long_first(item) -> int:
-        name = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-        return next((i for i, prefix in enumerate(LONG_FILES) if name.startswith(prefix)), len(LONG_FILES))
+    def longest_first(item) -> float:
+        return -DURATIONS.get(item.nodeid.split("::", 1)[0], UNMEASURED)
 
-    items.sort(key=long_first)  # stable: the order within each group stays
+    items.sort(key=longest_first)  # stable: the order within each file stays
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.support.helpers import normalize, oracle_orders, orders_spec, sqlite_view, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, orders_spec, sqlite_view, write_orders
 
 pytestmark = pytest.mark.spark
 
@@ -38,6 +38,7 @@ def test_several_batches_restart_and_resume(spark, tmp_path, shards):
     assert [r.batch_id for r in reports] == [3, 4]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
     assert sum(r.loaded for r in reports) > 0  # existing keys were loaded and reduced
+    assert_verified(spec)
 
 
 def test_a_file_older_than_the_newest_by_more_than_a_week_is_still_read(spark, tmp_path):
@@ -56,6 +57,7 @@ def test_a_file_older_than_the_newest_by_more_than_a_week_is_still_read(spark, t
     reports, _ = run(spark, spec)
     assert [r.batch_id for r in reports] == [2]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+    assert_verified(spec)
 
 
 def _remove_spark_log_entry(directory, batch_id: int):
@@ -82,6 +84,7 @@ def test_rerun_batch_is_recognised(spark, tmp_path):
     reports, _ = run(spark, spec)
     assert [(r.batch_id, r.skipped) for r in reports] == [(1, True)]
     assert normalize(sqlite_view(db)) == expected
+    assert_verified(spec)
 
 
 def test_rerun_after_endpoint_commit_skips_committed_shards(spark, tmp_path):
@@ -100,6 +103,7 @@ def test_rerun_after_endpoint_commit_skips_committed_shards(spark, tmp_path):
     assert [r.batch_id for r in reports] == [1]
     assert reports[0].replayed_shards == 3 and reports[0].stored == 0
     assert normalize(sqlite_view(db)) == expected
+    assert_verified(spec)
 
 
 def test_materialize_dataframe_api(spark, tmp_path):
@@ -139,6 +143,7 @@ def test_shard_count_change_at_boundary(spark, tmp_path):
     reports, _ = run(spark, spec)
     assert [r.shards for r in reports] == [1]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+    assert_verified(spec)
 
 
 @pytest.mark.parametrize("given_by", ["spec", "env"])
@@ -161,6 +166,7 @@ def test_shard_memory_stays_bounded_by_spilling(spark, tmp_path, monkeypatch, gi
     reports, _ = run(spark, spec)
     assert [r.spilled for r in reports] == [True, True]
     assert normalize(sqlite_view(db)) == oracle_orders(data)
+    assert_verified(spec)
 
 
 @pytest.mark.parametrize("internals", ["1", "0"])  # "0": the plan read through explain(), as on an untested Spark
@@ -205,6 +211,7 @@ def test_the_reset_marker_of_a_delete_then_re_add_is_never_stored(spark, tmp_pat
     con.close()
     assert stored["c1"]["amount"] == 5 and "_meta" not in stored["c1"], stored
     assert normalize(stored) == oracle_orders(data)
+    assert_verified(spec)
 
 
 def test_an_apply_per_shard_endpoint_holds_the_last_batch_when_the_stream_stops(spark, tmp_path):
@@ -228,3 +235,4 @@ def test_an_apply_per_shard_endpoint_holds_the_last_batch_when_the_stream_stops(
     views = json.loads(mem.read_text())["mats"]["view"]["views"]
     [view] = views.values()
     assert normalize({d["customer"]: d for d in view.values()}) == oracle_orders(data)
+    assert_verified(spec)
