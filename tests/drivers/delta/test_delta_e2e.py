@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.delta_specs import delta_spec, distinct_keys_per_file, staged
 from tests.support.delta_support import independent_rows, independent_view
-from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, write_orders
 
 pytestmark = pytest.mark.spark
 deltalake = pytest.importorskip("deltalake")
@@ -59,6 +59,7 @@ def test_batches_rerun_restart_and_resume_into_delta(spark, tmp_path, shards):
     assert dt.version() == version + 1
     assert [h["operation"] for h in dt.history()].count("MERGE") == 3
     assert staged(lake) == []
+    assert_verified(spec)
 
 
 def test_quarantine_writes_the_bad_line_once(spark, tmp_path):
@@ -94,3 +95,4 @@ def test_quarantine_writes_the_bad_line_once(spark, tmp_path):
     assert "/amount" in rows[1][3]
     assert normalize(independent_view(lake / "customers")) == oracle_orders(valid)
     assert staged(lake) == []
+    assert_verified(spec)

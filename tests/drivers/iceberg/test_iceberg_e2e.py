@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, write_orders
 from tests.support.iceberg_specs import (
     Iceberg,
     distinct_keys_per_file,
@@ -79,6 +79,7 @@ def test_batches_rerun_restart_and_resume_into_iceberg(spark, tmp_path, shards):
     # one snapshot per batch and table, each carrying its batch; nothing left in staging
     assert snapshot_batches(catalog, "customers") == snapshot_batches(catalog, "events") == [0, 1, 2]
     assert staged(catalog) == []
+    assert_verified(spec)
 
 
 def test_a_postgres_catalog(spark, tmp_path, postgres_url):
@@ -103,5 +104,6 @@ def test_a_postgres_catalog(spark, tmp_path, postgres_url):
         assert run(spark, spec) == []
         assert snapshot_batches(catalog, "customers") == snapshot_batches(catalog, "events") == [0, 1, 2]
         assert staged(catalog) == []
+        assert_verified(spec)
     finally:
         drop_pg_catalog(postgres_url, name)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, write_orders
 from tests.support.mysql_support import mysql_db, mysql_spec, mysql_url, mysql_view, sql
 
 pytestmark = pytest.mark.spark
@@ -46,3 +46,4 @@ def test_several_batches_restart_and_resume(spark, tmp_path, mysql_url, mysql_db
     )
     assert len(rows) == shards and {json.loads(r[2])["batch_id"] for r in rows} == {2}
     assert rows[0][0] == 0 and rows[-1][1] == 0xFFFFFFFF
+    assert_verified(spec)

@@ -8,7 +8,15 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.support.helpers import ORDERS_SCHEMA, normalize, oracle_orders, postgres_spec, postgres_view, write_orders
+from tests.support.helpers import (
+    ORDERS_SCHEMA,
+    assert_verified,
+    normalize,
+    oracle_orders,
+    postgres_spec,
+    postgres_view,
+    write_orders,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -51,6 +59,7 @@ def test_several_batches_restart_and_resume(spark, tmp_path, postgres_url, pg_sc
     assert sum(r.loaded for r in reports) > 0
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     assert {r[3]["batch_id"] for r in checkpoint_rows(postgres_url, pg_schema)} == {4}
+    assert_verified(spec)
 
 
 def test_shard_count_change_splits_and_merges(spark, tmp_path, postgres_url, pg_schema):
@@ -62,11 +71,13 @@ def test_shard_count_change_splits_and_merges(spark, tmp_path, postgres_url, pg_
     reports = run(spark, postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=4))
     assert [(r.batch_id, r.shards) for r in reports] == [(1, 4), (2, 4)]
     write_orders(data, files=1, per_file=200, customers=50, seed=33, start=3)
-    reports = run(spark, postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=1))
+    spec = postgres_spec(tmp_path, data_dir=data, url=postgres_url, schema=pg_schema, shards=1)
+    reports = run(spark, spec)
     assert [(r.batch_id, r.shards) for r in reports] == [(3, 1)]
     assert normalize(postgres_view(postgres_url, pg_schema)) == oracle_orders(data)
     full = [r for r in checkpoint_rows(postgres_url, pg_schema) if (r[0], r[1]) == (0, 0xFFFFFFFF)]
     assert len(full) == 1 and full[0][3]["batch_id"] == 3
+    assert_verified(spec)
 
 
 def test_materialize_dataframe_api(spark, tmp_path, postgres_url, pg_schema):
@@ -129,3 +140,4 @@ def test_a_field_widened_from_integer_to_number_carries_on(spark, tmp_path, post
     assert kind == "double precision"
     assert normalize(postgres_view(postgres_url, pg_schema)) == view
     assert columns == {k: d["amount"] for k, d in view.items()}
+    assert_verified(spec)

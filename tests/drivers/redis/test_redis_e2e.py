@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("redis")
 
-from tests.support.helpers import normalize, oracle_orders, write_orders
+from tests.support.helpers import assert_verified, normalize, oracle_orders, write_orders
 from tests.support.redis_support import redis_ns, redis_spec, redis_url, redis_view
 from tests.support.webhook_support import add_delta_binding, delta_rows, expected_delta_rows
 from tidemark.drivers.registry import load_driver
@@ -48,6 +48,7 @@ def test_one_shard_then_two_is_exact(spark, tmp_path, redis_url, redis_ns):
     rows = {r.range.name: r.runtime_checkpoint["batch_id"] for r in driver.checkpoints("view")}
     assert rows == {"00000000-ffffffff": 1, "00000000-7fffffff": 3, "80000000-ffffffff": 3}
     driver.close()
+    assert_verified(spec)
 
 
 def test_at_least_once_mode_is_exact_without_crashes_and_warns_about_sums(spark, tmp_path, redis_url, redis_ns, caplog):
@@ -58,3 +59,4 @@ def test_at_least_once_mode_is_exact_without_crashes_and_warns_about_sums(spark,
         run(spark, spec)
     assert "uses sum, append reductions, which an at-least-once endpoint (redis) may apply twice" in caplog.text
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)
+    assert_verified(spec)

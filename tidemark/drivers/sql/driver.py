@@ -23,15 +23,7 @@ from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, cast
 
 from tidemark.collection.plan import binding_reduction
-from tidemark.drivers.base import (
-    Capabilities,
-    CheckpointRow,
-    CommitPattern,
-    Driver,
-    Position,
-    ReplaceContents,
-    ValueLimits,
-)
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.sql import lean, replace
@@ -67,15 +59,10 @@ from tidemark.protocol.messages import (
 T = TypeVar("T")
 
 
-NO_LIMITS = ValueLimits()
-
-
-def sql_capabilities(
-    chunk: int, endpoint_reduce: frozenset = frozenset(), limits: ValueLimits = NO_LIMITS
-) -> Capabilities:
+def sql_capabilities(chunk: int, endpoint_reduce: frozenset, dialect: Dialect) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
     updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``; reduce
-    in the endpoint the strategies of ``endpoint_reduce``."""
+    in the endpoint the strategies of ``endpoint_reduce``; the dialect's limits."""
     return Capabilities(
         commit_pattern=CommitPattern.STORE_AUTHORITATIVE,
         delta_updates=True,
@@ -84,7 +71,7 @@ def sql_capabilities(
         concurrent_shards=True,
         quarantine=True,
         endpoint_reduce=endpoint_reduce,
-        limits=limits,
+        limits=dialect.limits,
     )
 
 
@@ -127,7 +114,7 @@ class SqlDriver(Driver):
             self.con  # noqa: B018 - the handshake names the server
         reduction = self.dialect.reduction
         strategies = frozenset() if reduction is None else reduction.strategies
-        return sql_capabilities(self.parts.chunk, strategies, self.dialect.limits)
+        return sql_capabilities(self.parts.chunk, strategies, self.dialect)
 
     def spec(self) -> SpecResponse:
         return self.parts.spec
