@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tidemark.cli import _spark_conf
+from tidemark.cli_spark import _spark_conf
 from tidemark.errors import TidemarkError
 
 

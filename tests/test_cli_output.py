@@ -62,7 +62,7 @@ def test_usage_errors_off_a_terminal_are_plain_lines():
 
 
 def test_an_abbreviated_strategy_gets_its_full_name_and_json_errors_read_well():
-    from tidemark.collection.schema import closest
+    from tidemark.collection.keywords import closest
     from tidemark.collection.validate import parse_document
     from tidemark.errors import DocumentError
 

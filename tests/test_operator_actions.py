@@ -41,7 +41,7 @@ def run(spark, spec):
 
 
 def reset(spec):
-    from tidemark.ops import reset_spec
+    from tidemark.ops_reset import reset_spec
 
     return reset_spec(spec)
 

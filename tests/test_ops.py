@@ -103,7 +103,7 @@ def test_materialize_shows_its_real_signature():
     assert "*args" not in text and "**kwargs" not in text and "available_now: 'bool' = False" in text
     assert params["available_now"].default is False
     assert "not a ``StreamingQuery``" in tidemark.materialize.__doc__
-    assert tidemark.reset.__module__ == "tidemark.ops"  # needs no Spark
+    assert tidemark.reset.__module__ == "tidemark.ops_reset"  # needs no Spark
     assert tidemark.RuntimeOptions is RuntimeOptions
 
 

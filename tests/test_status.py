@@ -8,7 +8,8 @@ import os
 
 from tidemark.protocol.messages import KEY_SPACE_MAX
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
-from tidemark.status import render, status_of_checkpoint
+from tidemark.status import status_of_checkpoint
+from tidemark.status_render import render
 
 HALF = KEY_SPACE_MAX // 2
 

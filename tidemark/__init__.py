@@ -2,7 +2,7 @@
 
 ``tidemark.materialize`` (:func:`tidemark.spark.api.materialize`), ``tidemark.adopt``
 (:func:`tidemark.spark.adopt.adopt`), ``tidemark.reset``
-(:func:`tidemark.ops.reset`), ``tidemark.rebuild`` (:func:`tidemark.spark.rebuild.rebuild`), ``tidemark.scale`` and ``tidemark.layout_history`` (:mod:`tidemark.ops`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
+(:func:`tidemark.ops_reset.reset`), ``tidemark.rebuild`` (:func:`tidemark.spark.rebuild.rebuild`), ``tidemark.scale`` and ``tidemark.layout_history`` (:mod:`tidemark.ops`), ``tidemark.open_view`` (:func:`tidemark.drivers.store.query.open_view`) and ``tidemark.RuntimeOptions`` (:mod:`tidemark.options`) are
 imported when first used, so that ``import tidemark`` stays cheap (executors import it).
 """
 
@@ -23,7 +23,7 @@ __all__ = [
 _LAZY = {
     "materialize": ("tidemark.spark.api", "materialize"),
     "adopt": ("tidemark.spark.adopt", "adopt"),  # start a view from an existing table
-    "reset": ("tidemark.ops", "reset"),
+    "reset": ("tidemark.ops_reset", "reset"),
     "rebuild": ("tidemark.spark.rebuild", "rebuild"),  # change a live view: build a shadow, replace in one transaction
     "scale": ("tidemark.ops", "scale"),  # rescale a running view at its next batch
     "layout_history": ("tidemark.ops", "layout_history"),

@@ -7,14 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from tidemark.collection.schema import (
-    SchemaIndex,
-    closest,
-    dead_reductions,
-    iter_schemas,
-    types_of,
-    unknown_keywords,
-)
+from tidemark.collection.keywords import closest, unknown_keywords
+from tidemark.collection.schema import SchemaIndex, dead_reductions, iter_schemas, types_of
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.errors import SpecError
 

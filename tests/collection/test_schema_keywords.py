@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from tidemark.collection.schema import JSON_SCHEMA_KEYWORDS, unknown_keywords
+from tidemark.collection.keywords import JSON_SCHEMA_KEYWORDS, unknown_keywords
 from tidemark.errors import SpecError
 from tidemark.spec import load_spec, parse_spec
 

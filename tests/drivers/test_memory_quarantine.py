@@ -21,8 +21,8 @@ from tidemark.protocol.messages import (
     StartCommit,
     Store,
 )
-from tidemark.runtime.coordinator import check_capabilities
 from tidemark.runtime.merge_patch import apply_update
+from tidemark.runtime.startup_checks import check_capabilities
 
 MAT = "view"
 BINDING = BindingSpec(

@@ -26,7 +26,7 @@ def test_a_toy_driver_is_checked_against_a_spec(toy_registered, tmp_path):
     from tidemark.drivers.base import capabilities_of
     from tidemark.errors import SpecError
     from tidemark.protocol.messages import BindingSpec, Field
-    from tidemark.runtime.coordinator import check_capabilities
+    from tidemark.runtime.startup_checks import check_capabilities
 
     driver = registry.load_driver("toy", {"path": str(tmp_path / "toy.json")})
     fields = (Field("k", "/k", "string", is_key=True, nullable=False),)

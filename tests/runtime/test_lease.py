@@ -116,7 +116,7 @@ def test_a_refused_first_run_leaves_no_checkpoint_folder(tmp_path):
 def test_reset_of_a_running_view_is_refused_and_changes_nothing(tmp_path):
     import yaml
 
-    from tidemark.ops import reset_spec
+    from tidemark.ops_reset import reset_spec
 
     spec = {
         "collections": {

@@ -216,7 +216,8 @@ def test_live_rescale_2_4_3_is_exact_and_a_rerun_keeps_its_layout(tmp_path):
     assert [(r["shards"], r["done"]["batch_id"]) for r in hist["requests"]] == [(4, 2), (3, 4), (2, 5), (3, 6)]
 
     # `tidemark status` shows the layout history and a pending change, within 80 columns
-    from tidemark.status import render, status_of_spec
+    from tidemark.status import status_of_spec
+    from tidemark.status_render import render
 
     scale(v.spec_path, shards=5)
     (st,) = status_of_spec(v.spec_path)

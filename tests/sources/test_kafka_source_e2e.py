@@ -45,7 +45,8 @@ def test_a_topic_into_sqlite_holds_the_committed_records_once(spark, tmp_path, k
     assert_verified(spec)  # read again from the topic, from where the view began
 
     # status: the records waiting per partition, past what the view committed
-    from tidemark.status import render, status_of_spec
+    from tidemark.status import status_of_spec
+    from tidemark.status_render import render
 
     (view,) = status_of_spec(spec)
     assert view.input.kind == "log" and view.input.offsets_waiting == 0 and view.behind is False

@@ -93,6 +93,10 @@ def is_date_time(s: str) -> bool:
     return instant(s) is not None
 
 
+def is_date_time_field(f) -> bool:
+    return f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time"
+
+
 def instant(s: Any) -> Optional[tuple[int, bool, str]]:
     """A sort key of the instant an RFC 3339 ``date-time`` names, or None if ``s`` is not one.
 

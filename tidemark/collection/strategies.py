@@ -40,6 +40,7 @@ Each :class:`Strategy` in :data:`STRATEGIES` holds
     stored and the batch's value (NULL where the document has none); it returns the reduced
     value's expression (NULL where neither side has one), or ``None`` where this property's
     shape has no SQL form.  No SQL dialect is named here: everything SQL comes in ``Q``.
+    The forms are in :mod:`tidemark.collection.sql_forms`.
 
 plus what the spec checks (``keyed``, ``ordered``, ``location_types``).
 
@@ -61,8 +62,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tidemark.collection.decimals import MAX_DIGITS, exact_sum, scale_in
-from tidemark.collection.formats import instant
+from tidemark.collection.formats import instant, is_date_time_field
 from tidemark.collection.order import MISSING, compare, compare_date_time, compare_key, is_date_time_location, is_number
+from tidemark.collection.sql_forms import sql_append, sql_first, sql_last, sql_merge, sql_minmax, sql_sum, sql_union
 from tidemark.collection.validate import pointer_of
 from tidemark.errors import ReductionError
 
@@ -325,10 +327,6 @@ def _pick_date_time(maximize: bool):
     return pick
 
 
-def is_date_time_field(f) -> bool:
-    return f.kind == "scalar" and f.type == "string" and f.schema.get("format") == "date-time"
-
-
 def _spark_minmax(maximize: bool):
     """``min`` / ``max``; of a date-time, ``max_by`` of the text over (instant, source order)."""
 
@@ -450,56 +448,6 @@ def _set(r, app, ann, lhs, rhs, ptr):
     return r.reduce_set(app, ann.key, lhs, rhs, ptr)
 
 
-# ----------------------------------------------------------------------------- SQL forms
-
-
-def _sql_last(Q, f, old, new, order=None):
-    """The later value; with an event-time ``order`` (``(stored, staged, order property)``,
-    typed SQL values): the staged one unless its order value precedes the stored one's."""
-    if order is not None:
-        old_by, new_by, by = order
-        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {old} ELSE {new} END)", new, old)
-    return Q.coalesce(new, old)
-
-
-def _sql_first(Q, f, old, new, order=None):
-    """The earlier value; with an event-time ``order``: the staged one only where its order
-    value precedes the stored one's."""
-    if order is not None:
-        old_by, new_by, by = order
-        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {new} ELSE {old} END)", old, new)
-    return Q.coalesce(old, new)
-
-
-def _sql_sum(Q, f, old, new):
-    return Q.coalesce(Q.add(old, new, f), old, new)
-
-
-def _sql_minmax(maximize: bool):
-    def form(Q, f, old, new, order=None):
-        if is_date_time_field(f):  # compared as instants, kept as written: picked by ``order`` (itself)
-            if order is None:
-                return None
-            old_by, new_by, by = order
-            keep_old = Q.precedes(new_by, old_by, by) if maximize else Q.precedes(old_by, new_by, by)
-            return Q.coalesce(f"(CASE WHEN {keep_old} THEN {old} ELSE {new} END)", new, old)
-        return Q.coalesce((Q.greatest if maximize else Q.least)(old, new, f), old, new)
-
-    return form
-
-
-def _sql_append(Q, f, old, new):
-    return Q.coalesce(Q.concat_arrays(old, new), old, new)
-
-
-def _sql_union(Q, f, old, new):
-    return Q.coalesce(Q.union_arrays(old, new), old, new)
-
-
-def _sql_merge(Q, f, old, new):
-    return Q.coalesce(Q.merge_objects(old, new), old, new)  # a map: the later value of each key wins
-
-
 # ----------------------------------------------------------------------------- the table
 
 _NUMBERS = frozenset(("number", "integer"))
@@ -515,7 +463,7 @@ STRATEGIES: dict[str, Strategy] = {
             frozenset(("scalar", "raw")),
             group_value=True,
             ordered="any",
-            sql=_sql_last,
+            sql=sql_last,
         ),
         Strategy(
             "firstWriteWins",
@@ -525,7 +473,7 @@ STRATEGIES: dict[str, Strategy] = {
             frozenset(("scalar", "raw")),
             group_value=True,
             ordered="any",
-            sql=_sql_first,
+            sql=sql_first,
         ),
         Strategy(
             "sum",
@@ -536,7 +484,7 @@ STRATEGIES: dict[str, Strategy] = {
             _NUMBERS,
             location_types=_NUMBERS,
             expects="numbers",
-            sql=_sql_sum,
+            sql=sql_sum,
         ),
         Strategy(
             "minimize",
@@ -547,7 +495,7 @@ STRATEGIES: dict[str, Strategy] = {
             group_value=True,
             keyed=True,
             ordered="keyed",
-            sql=_sql_minmax(False),
+            sql=sql_minmax(False),
         ),
         Strategy(
             "maximize",
@@ -558,7 +506,7 @@ STRATEGIES: dict[str, Strategy] = {
             group_value=True,
             keyed=True,
             ordered="keyed",
-            sql=_sql_minmax(True),
+            sql=sql_minmax(True),
         ),
         Strategy(
             "append",
@@ -568,7 +516,7 @@ STRATEGIES: dict[str, Strategy] = {
             frozenset(("append",)),
             location_types=frozenset(("array",)),
             expects="arrays",
-            sql=_sql_append,
+            sql=sql_append,
         ),
         Strategy(
             "union",
@@ -578,7 +526,7 @@ STRATEGIES: dict[str, Strategy] = {
             frozenset(("append",)),
             location_types=frozenset(("array",)),
             expects="arrays",
-            sql=_sql_union,
+            sql=sql_union,
         ),
         Strategy(
             "merge",
@@ -589,7 +537,7 @@ STRATEGIES: dict[str, Strategy] = {
             keyed=True,
             location_types=frozenset(("object", "array")),
             expects="objects or arrays",
-            sql=_sql_merge,
+            sql=sql_merge,
         ),
         Strategy(
             "set",

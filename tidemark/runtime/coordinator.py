@@ -48,8 +48,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, capabilities_of
-from tidemark.errors import RecoveryError, SpecError, reset_hint
+from tidemark.drivers.base import CommitPattern, Driver, Position, capabilities_of
+from tidemark.errors import RecoveryError, reset_hint
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
 from tidemark.runtime.adoption import refuse_unfinished
@@ -60,6 +60,7 @@ from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebu
 from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.spec_changes import changes_since
+from tidemark.runtime.startup_checks import check_capabilities, check_position, refuse_gone
 from tidemark.runtime.versions import FORMAT
 from tidemark.runtime.view_identity import binding_identity, check_endpoint_records, check_identities, endpoint_record
 
@@ -82,87 +83,6 @@ class BatchStart:
     layout: list = field(default_factory=list)
     runtime_checkpoint: dict = field(default_factory=dict)
     last: Optional[LogEntry] = None
-
-
-def check_capabilities(
-    caps: Capabilities,
-    *,
-    materialization: str,
-    driver_name: str,
-    bindings: Sequence[BindingSpec],
-    on_invalid: str = "fail",
-) -> None:
-    """Refuse, before anything is written, what the endpoint declares it cannot do."""
-    problems = []
-    if on_invalid == "quarantine" and not caps.quarantine:
-        problems.append(
-            f"on_invalid: quarantine needs a dead-letter place, which endpoint {driver_name!r} does "
-            "not have (it does not declare the quarantine capability); use on_invalid: fail, or an "
-            "endpoint that quarantines (sqlite, postgres, delta)"
-        )
-    for b in bindings:
-        where = "/".join(b.resource_path)
-        if b.delta_updates and not caps.delta_updates:
-            problems.append(f"binding {where}: endpoint {driver_name!r} does not take delta updates")
-        if not b.delta_updates and not caps.standard_updates:
-            problems.append(
-                f"binding {where}: endpoint {driver_name!r} takes only delta updates (set delta_updates: true)"
-            )
-    if problems:
-        raise SpecError(f"materialization {materialization!r}: " + "; ".join(problems) + ". Nothing was changed")
-
-
-def check_position(
-    materialization: str, driver_name: str, place: str, at: int, logged: int, *, ahead_ok: int = 0, behind_ok: int = 0
-) -> None:
-    """Refuse a place of the endpoint that holds batch ``at`` (-1: none) when the recovery
-    log's last batch is ``logged``, unless ``logged - behind_ok <= at <= logged + ahead_ok``.
-    Used at start-up (before anything is written) and by every shard session."""
-    if logged - behind_ok <= at <= logged + ahead_ok:
-        return
-    if at < 0:
-        what = "holds no batch of this view (were its tables or checkpoint rows dropped?)"
-    elif at < logged:
-        what = (
-            f"holds batch {at}, older than the recovery log's batch {logged} (restored from an older backup, "
-            "or a lagging replica?)"
-        )
-    else:
-        what = (
-            f"holds batch {at}, newer than the recovery log's batch {logged} (was the checkpoint folder "
-            "restored from an older copy?)"
-        )
-    raise RecoveryError(
-        f"materialization {materialization!r}: {place} of endpoint {driver_name!r} {what}. Running on would "
-        f"{'lose' if at < logged else 'double-apply or skip'} batches. Restore the endpoint (or the checkpoint "
-        f"folder) to batch {logged}, or start the view over with {reset_hint(materialization)}. Nothing was changed"
-    )
-
-
-def gone_message(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> Optional[str]:
-    """What is wrong when resources that the recovery log says hold the view no longer exist
-    (``created``: what a dry-run Apply would create); None when nothing is."""
-    if last is None:
-        return None
-    written = {tuple(r) for r in last.resources}
-    gone = [r for r in created if tuple(r) in written]
-    if not gone:
-        return None
-    names = ", ".join("/".join(r) for r in gone)
-    return (
-        f"materialization {materialization!r}: {names} held the view up to batch {last.batch_id}, which the "
-        f"recovery log records, but no longer exists in endpoint {driver_name!r} (dropped?). "
-        f"Restore it from a backup taken at batch {last.batch_id} or later, or start the view over "
-        f"with {reset_hint(materialization)}. Nothing was changed"
-    )
-
-
-def refuse_gone(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> None:
-    """Refuse a run (or ``tidemark check``) of a view whose resources were dropped: Apply
-    would create them empty, and the view would hold only what later batches touch."""
-    text = gone_message(materialization, driver_name, last, created)
-    if text:
-        raise RecoveryError(text)
 
 
 class Coordinator:
@@ -583,10 +503,8 @@ class Coordinator:
 
 __all__ = [
     "Coordinator",
-    "check_capabilities",
     "BatchStart",
     "even_layout",
     "UNSAFE_AT_LEAST_ONCE",
     "reset_hint",
-    "check_position",
 ]

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional, Sequence, cast
 
 from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of, store_check
 from tidemark.drivers.registry import load_driver
-from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver
+from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver, reset_hint
 from tidemark.faults import fault_point
 from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
@@ -143,9 +143,9 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     committed this very batch (a re-run), so the session skips it.  Refuses a checkpoint of
     another tidemark checkpoint, of the same batch number with another identity (other
     input, another Spark query), one ahead of this batch, or one behind the recovery log."""
-    from tidemark.runtime.coordinator import check_position, reset_hint
     from tidemark.runtime.identity import BatchIdentity
     from tidemark.runtime.ownership import Owner, other_checkpoint
+    from tidemark.runtime.startup_checks import check_position
     from tidemark.runtime.versions import refuse_newer
 
     where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"

@@ -26,8 +26,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
+from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan
-from tidemark.collection.strategies import STRATEGIES, SparkAggregate, is_date_time_field
+from tidemark.collection.strategies import STRATEGIES, SparkAggregate
 from tidemark.spark.datetimes import instant_order
 
 

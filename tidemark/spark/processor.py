@@ -41,6 +41,7 @@ from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
 from tidemark.spark.paths import BatchOutcome, BatchReport, PathContext, run_batch
 from tidemark.spark.small import driver_keys, previous_keys
+from tidemark.spark.stopping import stop_interruption
 
 log = logging.getLogger("tidemark")
 
@@ -239,6 +240,9 @@ class Materializer:
                         continue  # a new session per shard: committed shards skip, the others commit
                     raise
         except BaseException as exc:
+            stopping = stop_interruption(exc)
+            if stopping is not None:  # query.stop() during the batch: a short error Spark reads as its stop
+                raise stopping from None
             self.error = from_task_failure(exc) or exc
             if self.on_error is not None:
                 self.on_error(self.error)

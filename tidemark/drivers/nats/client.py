@@ -11,7 +11,7 @@ import threading
 from typing import Any, Coroutine, Iterable, Iterator, Optional, Sequence, TypeVar
 
 from tidemark.drivers.common.redact import redact_url
-from tidemark.drivers.nats import layout, wire
+from tidemark.drivers.nats import layout, publish, wire
 from tidemark.drivers.nats.channel import AsyncNats, Committed, NatsSettings, OutDoc, Session, StreamSetup
 from tidemark.drivers.nats.errors import translate
 from tidemark.drivers.nats.reader import CommittedMessage, committed_view, fold_committed
@@ -139,7 +139,7 @@ class NatsClient:
     ) -> Committed:
         """Write one batch and its commit record, fenced; safe to call again for the same batch."""
         return self._run(
-            self._aio.publish_batch(session, batch, docs, checkpoint, skip=skip, subjects=subjects),
+            publish.publish_batch(self._aio, session, batch, docs, checkpoint, skip=skip, subjects=subjects),
             f"publish batch {batch.batch_id} to {session.channel.stream!r}",
         )
 

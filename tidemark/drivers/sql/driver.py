@@ -5,7 +5,8 @@ tidemark's own tables (``tidemark_checkpoints``, ``tidemark_resources``,
 ``tidemark_quarantine``, ``tidemark_identities``), Validate and Apply (create, add columns,
 claim the tables), Open (bump the fence of the range and of every overlapping range, inherit
 the checkpoint; see :mod:`tidemark.drivers.common.fences`), and the inspection calls
-(``dump``, ``checkpoints``, ``positions``, ``drop``).  The session is
+(``dump``, ``checkpoints``, ``positions``, ``drop``; the queries of most are in
+:mod:`tidemark.drivers.sql.inspection`).  The session is
 :class:`~tidemark.drivers.sql.transactor.SqlTransactor`.
 
 An endpoint's driver class names its :class:`~tidemark.drivers.sql.parts.SqlEndpoint` (how
@@ -15,18 +16,15 @@ overrides nothing.  ``docs/dev/sql-skeleton.md`` says what a new SQL endpoint wr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-import re
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, cast
 
 from tidemark.collection.plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
-from tidemark.drivers.common.identity import parse_record, record_text
-from tidemark.drivers.sql import lean, replace
+from tidemark.drivers.common.identity import record_text
+from tidemark.drivers.sql import inspection, lean, replace
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
     CHECKPOINTS_TABLE,
@@ -73,10 +71,6 @@ def sql_capabilities(chunk: int, endpoint_reduce: frozenset, dialect: Dialect) -
         endpoint_reduce=endpoint_reduce,
         limits=dialect.limits,
     )
-
-
-class _RollBack(Exception):
-    """Ends :meth:`SqlDriver.read_rows`' transaction with a rollback (its rows are read by then)."""
 
 
 class SqlDriver(Driver):
@@ -458,78 +452,13 @@ class SqlDriver(Driver):
 
     # ------------------------------------------------------------- inspection
     def dump(self, materialization: str, binding: BindingSpec):
-        model = self.model(binding)
-        dialect = self.dialect
-        doc = dialect.document_text(dialect.quote(DOCUMENT_COLUMN))
-
-        def body():
-            if model.delta:
-                rows = self.execute(
-                    self.con, f"SELECT {doc} FROM {dialect.ident(model)} ORDER BY {dialect.quote(ROW_ID_COLUMN)}"
-                )
-                return [json.loads(x) for (x,) in rows.fetchall()]
-            if model.lean:  # the row is the document
-                return lean.documents(self, model)
-            return lean.full_documents(self, model)  # the document, and the columns projected from it
-
-        return self.run(body, f"dump {model.display}")
+        return inspection.dump(self, materialization, binding)
 
     def read_rows(self, source: str) -> list[dict]:
-        """The rows of a table (``name``, or ``schema.name``; a bare name is in the endpoint's
-        schema) or of a query (``SELECT …``/``WITH …``), read in a transaction that is rolled back."""
-        text = source.strip().rstrip(";")
-        if re.match(r"(?is)^\s*(select|with|values|table)\b", text):
-            sql = text
-        else:
-            schema, _, name = text.rpartition(".")
-            sql = f"SELECT * FROM {self.dialect.table(schema or self.schema, name)}"
-        rows: list[dict] = []
-
-        def body(con: Any) -> None:
-            cur = self.execute(con, sql)
-            rows[:] = [dict(zip([column[0] for column in cur.description], r)) for r in cur.fetchall()]
-            raise _RollBack  # nothing a query does is kept
-
-        with contextlib.suppress(_RollBack):
-            self.atomically(body, f"read {text[:60]!r}")
-        return rows
+        return inspection.read_rows(self, source)
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
-        """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
-        models = [self.base_model(b) for b in bindings]
-        self.__dict__.pop("_forms", None)
-        dialect = self.dialect
-        p = dialect.placeholder
-
-        def body(con: Any) -> list[str]:
-            done: list[str] = []
-            if dialect.ddl_lock:
-                self.execute(con, dialect.ddl_lock)
-            for model in models:
-                if self.tables_exist(con, model.name, schema=model.schema):
-                    self.execute(con, f"DROP TABLE {dialect.ident(model)}")
-                    done.append(f"dropped table {self.resource_name(model)}")
-            for table, name in ((self.resources_table, RESOURCES_TABLE), (self.identities_table, IDENTITIES_TABLE)):
-                if self.tables_exist(con, name):
-                    for model in models:
-                        self.execute(
-                            con,
-                            f"DELETE FROM {table} WHERE resource = {p}{dialect.name_collate} AND materialization = {p}",
-                            (self.resource_name(model), materialization),
-                        )
-            for table, name, what in (
-                (self.checkpoints_table, CHECKPOINTS_TABLE, "checkpoint rows"),
-                (self.quarantine_table, QUARANTINE_TABLE, "quarantine rows"),
-            ):
-                if self.tables_exist(con, name):
-                    n = self.execute(
-                        con, f"DELETE FROM {table} WHERE materialization = {p}", (materialization,)
-                    ).rowcount
-                    if n:
-                        done.append(f"deleted {n} {what} of {materialization!r}")
-            return done
-
-        return self.atomically(body, "drop")
+        return inspection.drop(self, materialization, bindings)
 
     def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
         return replace.shadow_resource(resource, tag)
@@ -542,23 +471,7 @@ class SqlDriver(Driver):
         return replace.replace_contents(self, req)
 
     def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
-        names = [self.resource_name(self.base_model(b)) for b in bindings]
-        p = self.dialect.placeholder
-
-        def body():
-            if not self.tables_exist(self.con, IDENTITIES_TABLE):
-                return [None] * len(names)
-            rows = [
-                self.execute(
-                    self.con,
-                    f"SELECT record FROM {self.identities_table} WHERE resource = {p}{self.dialect.name_collate}",
-                    (name,),
-                ).fetchone()
-                for name in names
-            ]
-            return [None if r is None else parse_record(r[0]) for r in rows]
-
-        return self.run(body, "identities")
+        return inspection.identities(self, materialization, bindings)
 
     def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
         def body():
@@ -595,15 +508,4 @@ class SqlDriver(Driver):
         return max((b for b in batches if isinstance(b, int)), default=-1)
 
     def checkpoints(self, materialization: str) -> list[CheckpointRow]:
-        def body():
-            if not self.tables_exist(self.con, CHECKPOINTS_TABLE):
-                return []
-            return self.execute(
-                self.con,
-                f"SELECT key_begin, key_end, fence, checkpoint FROM {self.checkpoints_table} WHERE materialization = "
-                f"{self.dialect.placeholder} ORDER BY key_begin, key_end",
-                (materialization,),
-            ).fetchall()
-
-        rows = self.run(body, "checkpoints")
-        return [CheckpointRow(materialization, Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
+        return inspection.checkpoints(self, materialization)

@@ -28,8 +28,9 @@ import json
 from typing import Any, Callable, Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
-from tidemark.collection.strategies import STRATEGIES, is_date_time_field
+from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     INTEGER,

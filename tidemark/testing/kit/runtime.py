@@ -199,7 +199,7 @@ class KitRuntime(Sessions, Checks):
         """Another job's view of this name (a checkpoint folder of its own; this view's resources,
         or resources of its own) starts, runs a batch where it is let, and resets: each step may
         be refused, none may change this view's progress (its rows: the next ``check_views``)."""
-        from tidemark.ops import reset_view
+        from tidemark.ops_reset import reset_view
 
         before = self.progress()
         other = KitRuntime(

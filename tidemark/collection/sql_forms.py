@@ -1,0 +1,55 @@
+"""The strategies' SQL forms: the ``sql`` of each :class:`~tidemark.collection.strategies.Strategy`
+(what it is: that module's docstring), for endpoints that reduce a batch's combined documents
+into the stored ones themselves.  No SQL dialect is named here: everything SQL comes in ``Q``.
+"""
+
+from __future__ import annotations
+
+from tidemark.collection.formats import is_date_time_field
+
+
+def sql_last(Q, f, old, new, order=None):
+    """The later value; with an event-time ``order`` (``(stored, staged, order property)``,
+    typed SQL values): the staged one unless its order value precedes the stored one's."""
+    if order is not None:
+        old_by, new_by, by = order
+        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {old} ELSE {new} END)", new, old)
+    return Q.coalesce(new, old)
+
+
+def sql_first(Q, f, old, new, order=None):
+    """The earlier value; with an event-time ``order``: the staged one only where its order
+    value precedes the stored one's."""
+    if order is not None:
+        old_by, new_by, by = order
+        return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {new} ELSE {old} END)", old, new)
+    return Q.coalesce(old, new)
+
+
+def sql_sum(Q, f, old, new):
+    return Q.coalesce(Q.add(old, new, f), old, new)
+
+
+def sql_minmax(maximize: bool):
+    def form(Q, f, old, new, order=None):
+        if is_date_time_field(f):  # compared as instants, kept as written: picked by ``order`` (itself)
+            if order is None:
+                return None
+            old_by, new_by, by = order
+            keep_old = Q.precedes(new_by, old_by, by) if maximize else Q.precedes(old_by, new_by, by)
+            return Q.coalesce(f"(CASE WHEN {keep_old} THEN {old} ELSE {new} END)", new, old)
+        return Q.coalesce((Q.greatest if maximize else Q.least)(old, new, f), old, new)
+
+    return form
+
+
+def sql_append(Q, f, old, new):
+    return Q.coalesce(Q.concat_arrays(old, new), old, new)
+
+
+def sql_union(Q, f, old, new):
+    return Q.coalesce(Q.union_arrays(old, new), old, new)
+
+
+def sql_merge(Q, f, old, new):
+    return Q.coalesce(Q.merge_objects(old, new), old, new)  # a map: the later value of each key wins
