@@ -80,3 +80,19 @@ def test_numbers_compare_as_the_decimals_their_texts_spell():
 @pytest.mark.parametrize("size", [1, 2, 3, 255, 256, 4096, 70_000])
 def test_texts_of_a_size_in_bytes(size):
     assert len(key_of("", size).encode()) == size
+
+
+def test_check_refuses_a_key_the_schema_makes_longer_than_the_endpoint_holds():
+    from tidemark.drivers.base import Capabilities, CommitPattern
+    from tidemark.errors import SpecError
+    from tidemark.runtime.startup_checks import check_capabilities
+
+    caps = Capabilities(CommitPattern.STORE_AUTHORITATIVE, limits=ValueLimits(max_key_characters=255))
+    schema = {"type": "object", "properties": {"k": {"type": "string", "minLength": 300}}}
+    long_key = BindingSpec({"table": "orders"}, "c", ("/k",), BINDING.fields, schema)
+    with pytest.raises(
+        SpecError, match="key /k is at least 300 characters .minLength.* keys of at most 255 characters"
+    ):
+        check_capabilities(caps, materialization="m", driver_name="mysql", bindings=[long_key])
+    schema["properties"]["k"]["minLength"] = 255
+    check_capabilities(caps, materialization="m", driver_name="mysql", bindings=[long_key])

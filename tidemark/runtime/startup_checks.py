@@ -41,8 +41,29 @@ def check_capabilities(
             problems.append(
                 f"binding {where}: endpoint {driver_name!r} takes only delta updates (set delta_updates: true)"
             )
+        problems += key_beyond_limits(caps, b, driver_name)
     if problems:
         raise SpecError(f"materialization {materialization!r}: " + "; ".join(problems) + ". Nothing was changed")
+
+
+def key_beyond_limits(caps: Capabilities, b: BindingSpec, driver_name: str) -> list[str]:
+    """A key property the schema makes longer than the endpoint holds (its ``minLength``):
+    every document would be refused, so the spec is (a longer key of an unbounded one is
+    refused at its batch, naming it)."""
+    limits, out = caps.limits, []
+    props = b.schema.get("properties") if isinstance(b.schema, dict) else None
+    for pointer in b.key:
+        prop = props.get(pointer.lstrip("/")) if isinstance(props, dict) and pointer.count("/") == 1 else None
+        least = prop.get("minLength") if isinstance(prop, dict) else None
+        if not isinstance(least, int) or isinstance(least, bool):
+            continue
+        most = min(x for x in (limits.max_key_characters, limits.max_key_bytes, least) if x is not None)
+        if least > most:
+            out.append(
+                f"binding {'/'.join(b.resource_path)}: key {pointer} is at least {least} characters (minLength), "
+                f"and endpoint {driver_name!r} holds {limits.describe(keys_only=True)}"
+            )
+    return out
 
 
 def check_position(
