@@ -20,10 +20,11 @@ from tidemark.spec import CollectionSpec
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(autouse=True, params=["jvm", "expressions"])
+@pytest.fixture(autouse=True, params=["jvm", pytest.param("expressions", marks=pytest.mark.slow)])
 def plain_proof(request, monkeypatch):
     """Every test here runs with both forms of the plain-document proof: the JVM scanner
-    (``tidemark/spark/jvm``) and the Spark expressions used where it is unavailable."""
+    (``tidemark/spark/jvm``) and the Spark expressions used where it is unavailable (those
+    after the default run, with ``-m slow``: the JVM scanner is what runs wherever the jar loads)."""
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", "1" if request.param == "jvm" else "0")
     return request.param
 

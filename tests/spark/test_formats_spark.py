@@ -107,7 +107,7 @@ MIXED_WANT = {
 }
 
 
-@pytest.mark.parametrize("jvm", ["1", "0"])
+@pytest.mark.parametrize("jvm", ["1", pytest.param("0", marks=pytest.mark.slow)])  # "0": after the default run
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
 def test_maximize_and_minimize_compare_instants_on_both_paths(spark, monkeypatch, path, jvm):
     monkeypatch.setenv("TIDEMARK_JVM_CHECKS", jvm)

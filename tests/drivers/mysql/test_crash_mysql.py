@@ -56,7 +56,7 @@ def test_kill_right_after_the_endpoint_commit_then_restart_is_exact(tmp_path, my
     kill_at(["after_endpoint_commit"], tmp_path, mysql_url, mysql_db, shards=2, seed=81)
 
 
-@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.chaos_full)])  # 2: after the default run
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, mysql_url, mysql_db, shards):
     """Every point, on the commit path without Spark (tests/support/plain.py)."""
     kill_at(POINTS, tmp_path, mysql_url, mysql_db, shards=shards, seed=91 + shards, plain=True)

@@ -36,7 +36,7 @@ def batches(url, ns) -> list[int]:
 
 
 # Every point, 1 and 2 shards, on the commit path without Spark (tests/support/plain.py).
-@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.chaos_full)])  # 2: after the default run
 def test_kill_at_every_point_then_restart_is_exact(tmp_path, redis_url, redis_ns, shards):
     data, markers, prefix = tmp_path / "data", tmp_path / "markers", redis_ns + "customers:"
     markers.mkdir()

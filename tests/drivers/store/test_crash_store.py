@@ -53,7 +53,7 @@ def identities(tmp_path) -> dict[str, tuple]:
 
 # Every point on the commit path without Spark (tests/support/plain.py); the random kills below
 # run with Spark.
-@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.chaos_full), 4])  # 1: after the default run
 def test_kill_at_every_point_then_restart_is_exact_and_nothing_is_wiped(tmp_path, shards):
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()

@@ -50,7 +50,7 @@ def check_exact(receiver, data) -> None:
     assert not twice, f"applied more than once: {sorted(twice)[:5]}"
 
 
-@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.chaos_full)])  # 2: after the default run
 def test_kill_at_every_point_delivers_every_document_once(tmp_path, dedup_receiver, shards):
     """Every point on the commit path without Spark (tests/support/plain.py)."""
     data, markers = tmp_path / "data", tmp_path / "markers"
