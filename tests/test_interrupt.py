@@ -58,3 +58,39 @@ def test_ctrl_c_in_a_python_script_commits_the_batch_in_progress_and_stops_witho
     assert normalize(sqlite_view(db)) == oracle_orders(
         _only(data, [os.path.basename(f) for f in files], tmp_path / "oracle")
     )
+
+
+def test_query_stop_during_a_batch_ends_quietly_and_commits_nothing_of_it(tmp_path):
+    """``query.stop()`` while a batch's Spark job runs (a shard task stalled at its first row):
+    no ``StackOverflowError`` (Spark's stop check runs a regular expression over the batch's
+    error, which a Py4JJavaError's 10 KB Java trace overflowed), no Java stack; the batch is
+    not committed, and the next run commits it exactly."""
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_orders(data, files=1, per_file=200, customers=20, seed=3)
+    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)
+    chk = os.path.join(tmp_path, "checkpoints", "view")
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import os, time
+        import tidemark
+        run = tidemark.materialize({str(spec)!r})
+        intent = os.path.join({chk!r}, "tidemark", "intent", "0.json")
+        while not os.path.exists(intent):
+            time.sleep(0.05)
+        time.sleep(2)  # the batch's job is under way (its first row stalls)
+        run.stop()
+        print("stopped", flush=True)
+    """)
+    )
+    env = {**ENV, "TIDEMARK_FAULTS": f"mid_stream:stall=20!once={tmp_path / 'stalled'}"}
+    err = open(tmp_path / "job.err", "w+")
+    proc = subprocess.run([sys.executable, str(script)], stdout=err, stderr=err, env=env, timeout=240)
+    text = (tmp_path / "job.err").read_text()
+    assert proc.returncode == 0 and "stopped" in text, text[-3000:]
+    assert "StackOverflowError" not in text and "\tat " not in text, text[-3000:]
+    assert RecoveryLog(chk, "view", create=False).last() is None  # nothing of the stopped batch
+    subprocess.run([sys.executable, "-m", "tidemark", "run", str(spec), "--available-now"], env=ENV, check=True)
+    assert normalize(sqlite_view(db)) == oracle_orders(
+        _only(data, [os.path.basename(f) for f in files], tmp_path / "oracle")
+    )
