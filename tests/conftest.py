@@ -68,17 +68,21 @@ def pytest_configure(config):
         os.environ["SPARK_SUBMIT_OPTS"] = FAST_JVM + shared
 
 
-#: seconds each test file took in the default suite (the longest ones; ``--durations=0`` of a
-#: run, summed per file): the files are collected longest first, so that with ``--dist loadfile``
-#: (and ``--no-loadscope-reorder``, which keeps this order) the two workers start on the long
-#: files and finish together instead of one worker running the last long file alone
+#: seconds each test file took (the longest ones; ``--durations=0`` of a run, summed per file),
+#: in the default run and in the marker run (``-m "chaos_full or cluster or slow"``): the files
+#: are collected longest first, so that with ``--dist loadfile`` (and ``--no-loadscope-reorder``,
+#: which keeps this order) the two workers start on the long files and finish together instead
+#: of one worker running the last long file alone
 DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text(encoding="utf-8"))
 UNMEASURED = 3.0  # seconds assumed for a file not in it
 
 
 def pytest_collection_modifyitems(config, items):
+    markers = config.getoption("markexpr") or ""
+    table = DURATIONS["marker" if "slow" in markers and "not slow" not in markers else "default"]
+
     def longest_first(item) -> float:
-        return -DURATIONS.get(item.nodeid.split("::", 1)[0], UNMEASURED)
+        return -table.get(item.nodeid.split("::", 1)[0], UNMEASURED)
 
     items.sort(key=longest_first)  # stable: the order within each file stays
 
