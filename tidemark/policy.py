@@ -50,9 +50,9 @@ class RetryPolicy:
         if self.base_delay < 0 or self.max_delay < 0 or self.multiplier < 1 or not 0 <= self.jitter <= 1:
             raise SpecError("retry: delays must be >= 0, multiplier >= 1, 0 <= jitter <= 1")
 
-    def delay(self, retry_number: int, rng: random.Random | None = None) -> float:
+    def delay(self, retry_number: int, draw: random.Random | None = None) -> float:
         base = min(self.max_delay, self.base_delay * self.multiplier ** max(0, retry_number - 1))
-        factor = 1.0 - self.jitter * (rng or random).random()
+        factor = 1.0 - self.jitter * (draw or random).random()
         return base * factor
 
     @classmethod

@@ -46,12 +46,12 @@ DEFAULT_DEADLINE = {True: 300.0, False: 900.0}  # seconds per run: quick, full
 DEFAULT_REQUEST_WAIT = 60.0  # seconds the kit waits for the answer to one request
 
 
-def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, rng, quick: bool) -> None:
+def _scenario(factory, rec: Recorder, tag: str, caps, name: str, tracker: Tracker, fn, draw, quick: bool) -> None:
     kit = None
     try:
         kit = runtime_of(rec.scenario)(factory, rec, tag, caps, driver_name=name, tracker=tracker)
         kit.start()
-        fn(kit, rng, quick)
+        fn(kit, draw, quick)
         rec.check("protocol", True)
     except ScenarioAbort:
         pass

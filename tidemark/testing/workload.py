@@ -138,19 +138,19 @@ def mirror(e: Event) -> Event:
     return Event(e.key, e.n * 10 + 1, f"m:{e.last}{pad}")
 
 
-def make_batch(rng: random.Random, keys: list[str], size: int, batch_id: int, deletes: float = 0.12) -> list[Event]:
+def make_batch(draw: random.Random, keys: list[str], size: int, batch_id: int, deletes: float = 0.12) -> list[Event]:
     out = []
     for i in range(size):
-        k = rng.choice(keys)
-        if rng.random() < deletes:
+        k = draw.choice(keys)
+        if draw.random() < deletes:
             out.append(Event(k, delete=True, last=f"b{batch_id}.{i}"))
         else:
-            out.append(Event(k, rng.randint(1, 9), f"b{batch_id}.{i}"))
+            out.append(Event(k, draw.randint(1, 9), f"b{batch_id}.{i}"))
     return out
 
 
-def key_space(rng: random.Random, n: int) -> list[str]:
-    return [f"{rng.choice(KEY_WORDS)}-{i:03d}" for i in range(n)]
+def key_space(draw: random.Random, n: int) -> list[str]:
+    return [f"{draw.choice(KEY_WORDS)}-{i:03d}" for i in range(n)]
 
 
 # -------------------------------------------------------------------- combine

@@ -47,34 +47,34 @@ def run(kit: KitRuntime, batch: int, events, crash=None, zombie=None, kill=None)
         kit.run_batch(batch, events)
 
 
-def events_for(rng: random.Random, keys, batch: int, size: int = 18):
-    return make_batch(rng, keys, size, batch)
+def events_for(draw: random.Random, keys, batch: int, size: int = 18):
+    return make_batch(draw, keys, size, batch)
 
 
-def steady(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
+def steady(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, 10)
     for b in range(3 if quick else 5):
-        run(kit, b, events_for(rng, keys, b))
+        run(kit, b, events_for(draw, keys, b))
     kit.check_views()
 
 
-def pipelined(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
+def pipelined(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, 10)
     kit.set_layout(2)
-    kit.run_pipelined([(b, events_for(rng, keys, b)) for b in range(3)])
-    run(kit, 3, events_for(rng, keys, 3))
+    kit.run_pipelined([(b, events_for(draw, keys, b)) for b in range(3)])
+    run(kit, 3, events_for(draw, keys, 3))
     kit.check_views()
 
 
 def crash_at(phase: str) -> Callable:
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 12)
+    def scenario(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+        keys = key_space(draw, 12)
         kit.set_layout(2)
-        run(kit, 0, events_for(rng, keys, 0))
-        run(kit, 1, events_for(rng, keys, 1))
+        run(kit, 0, events_for(draw, keys, 0))
+        run(kit, 1, events_for(draw, keys, 1))
         shard = 0 if phase == "start_commit" else 1
-        run(kit, 2, events_for(rng, keys, 2, 24), crash=(phase, shard))
-        run(kit, 3, events_for(rng, keys, 3))
+        run(kit, 2, events_for(draw, keys, 2, 24), crash=(phase, shard))
+        run(kit, 3, events_for(draw, keys, 3))
         kit.check_views()
 
     scenario.__name__ = f"crash_{phase}"
@@ -82,39 +82,39 @@ def crash_at(phase: str) -> Callable:
 
 
 def kill_in(request: str) -> Callable:
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 12)
+    def scenario(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+        keys = key_space(draw, 12)
         kit.set_layout(2)
-        run(kit, 0, events_for(rng, keys, 0))
+        run(kit, 0, events_for(draw, keys, 0))
         last = 3 if quick else 5
         for b in range(1, last + 1):
-            run(kit, b, events_for(rng, keys, b, 24), kill=(request, b % 2))
-        run(kit, last + 1, events_for(rng, keys, last + 1))
+            run(kit, b, events_for(draw, keys, b, 24), kill=(request, b % 2))
+        run(kit, last + 1, events_for(draw, keys, last + 1))
         kit.check_views()
 
     scenario.__name__ = f"kill_{request}"
     return scenario
 
 
-def repeat_acknowledge(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 10)
-    run(kit, 0, events_for(rng, keys, 0))
-    run(kit, 1, events_for(rng, keys, 1))
+def repeat_acknowledge(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, 10)
+    run(kit, 0, events_for(draw, keys, 0))
+    run(kit, 1, events_for(draw, keys, 1))
     kit.restart()
     kit.restart()
-    run(kit, 2, events_for(rng, keys, 2))
+    run(kit, 2, events_for(draw, keys, 2))
     kit.restart()
     kit.restart()
     kit.check_views(repeated_ack=True)
 
 
 def zombie(when: str, shards: int = 1) -> Callable:
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 10)
+    def scenario(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+        keys = key_space(draw, 10)
         kit.set_layout(shards)
-        run(kit, 0, events_for(rng, keys, 0))
-        run(kit, 1, events_for(rng, keys, 1), zombie=(shards - 1, when))
-        run(kit, 2, events_for(rng, keys, 2))
+        run(kit, 0, events_for(draw, keys, 0))
+        run(kit, 1, events_for(draw, keys, 1), zombie=(shards - 1, when))
+        run(kit, 2, events_for(draw, keys, 2))
         kit.check_views()
 
     return scenario
@@ -124,33 +124,33 @@ def zombie_reshard(old: int, new: int) -> Callable:
     """A session of the ``old`` layout, run up to StartCommit, commits after batch 2 committed on
     the ``new`` layout: the re-sharded sessions overlap its range, so it must be fenced off."""
 
-    def scenario(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-        keys = key_space(rng, 12)
+    def scenario(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+        keys = key_space(draw, 12)
         kit.set_layout(old)
-        run(kit, 0, events_for(rng, keys, 0))
-        run(kit, 1, events_for(rng, keys, 1))
-        events = events_for(rng, keys, 2)
+        run(kit, 0, events_for(draw, keys, 0))
+        run(kit, 1, events_for(draw, keys, 1))
+        events = events_for(draw, keys, 2)
         z, steps = kit.open_stale(0, Range.split(old)[0], 2, events)
         kit.set_layout(new)
         run(kit, 2, events)
         kit.zombie_commit(z, steps, [r for r in Range.split(new) if r.overlaps(z.range)])
-        run(kit, 3, events_for(rng, keys, 3))
+        run(kit, 3, events_for(draw, keys, 3))
         kit.check_views()
 
     return scenario
 
 
-def race(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 12)
+def race(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, 12)
     kit.set_layout(2)
-    run(kit, 0, events_for(rng, keys, 0))
+    run(kit, 0, events_for(draw, keys, 0))
     attempts = 8 if quick else 16
     for i in range(attempts):
         b = i + 1
         variant = "retry" if i % 2 == 0 else "split"
         if variant == "retry":
             kit.set_layout(1 + (i // 2) % 2)
-        race_batch(kit, b, events_for(rng, keys, b), variant, OFFSETS[(i // 2) % len(OFFSETS)], rng.randrange)
+        race_batch(kit, b, events_for(draw, keys, b), variant, OFFSETS[(i // 2) % len(OFFSETS)], draw.randrange)
     kit.check_views()
 
 
@@ -160,16 +160,16 @@ def large_sizes(caps) -> tuple[int, int, int]:
     return keys, max(1, min(caps.max_load_keys, keys - 1)), max(1, min(caps.max_store_docs, keys - 1))
 
 
-def large(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+def large(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
     """Transactions beyond the driver's Load and Store chunk sizes (and typical spill thresholds)."""
     n, load_chunk, store_chunk = large_sizes(kit.caps)
     kit.load_chunk, kit.store_chunk = load_chunk, store_chunk
     kit.set_layout(1)
-    keys = [f"{w}-{i:05d}" for i, w in enumerate(key_space(rng, n))]
+    keys = [f"{w}-{i:05d}" for i, w in enumerate(key_space(draw, n))]
 
     def batch(b: int, deletes: float = 0.0) -> list[Event]:
-        out = [Event(k, rng.randint(1, 9), f"b{b}.{i}") for i, k in enumerate(keys)]
-        out += [Event(k, delete=True) for k in keys if rng.random() < deletes]
+        out = [Event(k, draw.randint(1, 9), f"b{b}.{i}") for i, k in enumerate(keys)]
+        out += [Event(k, delete=True) for k in keys if draw.random() < deletes]
         return out
 
     run(kit, 0, batch(0))
@@ -188,29 +188,29 @@ def large(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     )
 
 
-def split_merge(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, 16)
+def split_merge(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, 16)
     layouts = [1, 2, 2, 1, 4, 3] if quick else [1, 1, 2, 2, 1, 4, 4, 3, 1]
     for b, n in enumerate(layouts):
         kit.set_layout(n)
-        run(kit, b, events_for(rng, keys, b, 24))
+        run(kit, b, events_for(draw, keys, b, 24))
     kit.check_views()
 
 
-def randomized(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = key_space(rng, rng.randint(6, 20))
+def randomized(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = key_space(draw, draw.randint(6, 20))
     for b in range(6 if quick else 10):
-        if rng.random() < 0.25:
-            kit.set_layout(rng.randint(1, 4))
+        if draw.random() < 0.25:
+            kit.set_layout(draw.randint(1, 4))
         crash = zombie_at = kill = None
-        r = rng.random()
+        r = draw.random()
         if r < 0.35:
-            crash = (rng.choice(PHASES), rng.randrange(kit.shards))
+            crash = (draw.choice(PHASES), draw.randrange(kit.shards))
         elif r < 0.45:
-            kill = (rng.choice(("start_commit", "acknowledge")), rng.randrange(kit.shards))
+            kill = (draw.choice(("start_commit", "acknowledge")), draw.randrange(kit.shards))
         elif r < 0.6 and kit.exactly_once:
-            zombie_at = (rng.randrange(kit.shards), rng.choice(("early", "late")))
-        run(kit, b, events_for(rng, keys, b, rng.randint(5, 30)), crash=crash, zombie=zombie_at, kill=kill)
+            zombie_at = (draw.randrange(kit.shards), draw.choice(("early", "late")))
+        run(kit, b, events_for(draw, keys, b, draw.randint(5, 30)), crash=crash, zombie=zombie_at, kill=kill)
     kit.check_views()
 
 
@@ -233,11 +233,11 @@ CONFUSABLE_KEYS = [
 ]
 
 
-def folded_keys(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
-    keys = CONFUSABLE_KEYS + key_space(rng, 4)
+def folded_keys(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
+    keys = CONFUSABLE_KEYS + key_space(draw, 4)
     kit.set_layout(2)
     for b in range(3):  # every key in every batch, with its own values
-        run(kit, b, [Event(k, rng.randint(1, 9), f"b{b}.{i}") for i, k in enumerate(keys)])
+        run(kit, b, [Event(k, draw.randint(1, 9), f"b{b}.{i}") for i, k in enumerate(keys)])
     kit.check_views()
     kit.check_keys_exact(CONFUSABLE_KEYS)
 
@@ -245,18 +245,18 @@ def folded_keys(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
 CHECKPOINT_BYTES = 96 * 1024
 
 
-def large_checkpoint(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+def large_checkpoint(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
     """Runtime checkpoints of 96 KiB (multi-byte text: a limit in characters or in bytes
     shows), through a crash after the commit and a restart."""
     unit = "offset \u00e9\u4e2d "
     text = (unit * (CHECKPOINT_BYTES // len(unit.encode()) + 1)).encode()[:CHECKPOINT_BYTES].decode("utf-8", "ignore")
     kit.checkpoint_padding = text
-    keys = key_space(rng, 8)
+    keys = key_space(draw, 8)
     try:
-        run(kit, 0, events_for(rng, keys, 0))
-        run(kit, 1, events_for(rng, keys, 1), crash=("start_commit", 0))
+        run(kit, 0, events_for(draw, keys, 0))
+        run(kit, 1, events_for(draw, keys, 1), crash=("start_commit", 0))
         kit.restart()
-        run(kit, 2, events_for(rng, keys, 2))
+        run(kit, 2, events_for(draw, keys, 2))
     except ScenarioAbort:
         raise
     except Exception as exc:  # the driver failing on a large checkpoint is the finding
@@ -268,25 +268,25 @@ def large_checkpoint(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     kit.check_views()
 
 
-def two_checkpoints(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+def two_checkpoints(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
     """Another spec's view of the same name, with a checkpoint folder of its own, in this
     endpoint while this view has a batch in the recovery log that the endpoint has not
     acknowledged yet (its staged work pending): over this view's resources, then over its
     own, it starts, runs and resets; this view's progress is unchanged, and after its restart
     it holds every batch exactly."""
-    keys = key_space(rng, 8)
-    run(kit, 0, events_for(rng, keys, 0))
+    keys = key_space(draw, 8)
+    run(kit, 0, events_for(draw, keys, 0))
     kit.set_layout(2)
-    run(kit, 1, events_for(rng, keys, 1))
-    pending = events_for(rng, keys, 2)
+    run(kit, 1, events_for(draw, keys, 1))
+    pending = events_for(draw, keys, 2)
     try:
         kit.run_batch(2, pending, crash=("recovery_log", 0))
     except KitCrash:
         pass
     for same in (True, False):
-        kit.intrude(same, events_for(rng, keys, 0))
+        kit.intrude(same, events_for(draw, keys, 0))
     kit.restart()
-    run(kit, 3, events_for(rng, keys, 3))
+    run(kit, 3, events_for(draw, keys, 3))
     kit.check_views()
 
 

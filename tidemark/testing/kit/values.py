@@ -80,7 +80,7 @@ class Put:
         return f"{NAMES[self.binding]} {show(list(self.key), 60)}"
 
 
-def typed_values(rng: random.Random) -> dict[str, Any]:
+def typed_values(draw: random.Random) -> dict[str, Any]:
     """Values for the typed fields, each of its type (or null, or absent)."""
     pick: dict[str, list[Any]] = {
         "s": [v for v in EDGES.values() if isinstance(v, str)],
@@ -92,10 +92,10 @@ def typed_values(rng: random.Random) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, choices in pick.items():
-        r = rng.random()
+        r = draw.random()
         if r < 0.15:
             continue  # absent
-        out[name] = None if r < 0.3 else rng.choice(choices)
+        out[name] = None if r < 0.3 else draw.choice(choices)
     return out
 
 
@@ -103,14 +103,14 @@ def allowed(doc: dict, limits: ValueLimits) -> bool:
     return limits.holds(size_of(doc), has_nul(doc), depth_of(doc))
 
 
-def value_documents(rng: random.Random, limits: ValueLimits, batch: int) -> list[Put]:
+def value_documents(draw: random.Random, limits: ValueLimits, batch: int) -> list[Put]:
     """One batch's documents: every edge once (alone under ``v``, then all together), typed
     fields drawn around them, null beside absent, nesting, sizes and keys at their edges."""
     tag = f"b{batch}"
     docs: list[tuple[str, dict]] = []
     for i, (name, value) in enumerate(EDGES.items()):
-        docs.append((f"edge-{i:02d}", {"v": value, "what": name, **typed_values(rng)}))
-    docs.append(("all-edges", {"v": dict(EDGES), **typed_values(rng)}))
+        docs.append((f"edge-{i:02d}", {"v": value, "what": name, **typed_values(draw)}))
+    docs.append(("all-edges", {"v": dict(EDGES), **typed_values(draw)}))
     docs.append(("null-member", {"a": None, "o": {"x": None, "y": {}}}))
     docs.append(("absent-member", {"o": {"y": {}}}))
     docs.append(("look-alike-names", {"v": {"": 0, " ": 1, "a": 2, "a ": 3, "A": 4, "\u00e9": 5, "e\u0301": 6}}))
@@ -130,7 +130,7 @@ def value_documents(rng: random.Random, limits: ValueLimits, batch: int) -> list
             out.append(Put(VALUES, (k,), {"k": k, "s": f"key of {size} bytes", "batch": batch}))
     for j in (0, -1, 1, 2**53 + 1, 2**63 - 1, -(2**63)):
         for k in ("", "p", "p ", "P"):
-            out.append(Put(PAIRS, (k, j), {"k": k, "j": j, "v": rng.choice(list(EDGES.values())), "batch": batch}))
+            out.append(Put(PAIRS, (k, j), {"k": k, "j": j, "v": draw.choice(list(EDGES.values())), "batch": batch}))
     return [p for p in out if p.doc is None or not has_nul(p.doc) or limits.nul_in_strings]
 
 
@@ -193,8 +193,8 @@ class ValuesRuntime(KitRuntime):
     def transaction(self, shard: Shard, events: Any, kill: Optional[str] = None) -> Iterator[str]:
         """One transaction: Acknowledge, Load every key of the range (each answer checked),
         Flush, Store (replace or delete), StartCommit."""
-        rng, task, sess = shard.range, shard.task, shard.session
-        mine: list[Put] = [e for e in events if rng.contains(key_hash(e.key))]
+        key_range, task, sess = shard.range, shard.task, shard.session
+        mine: list[Put] = [e for e in events if key_range.contains(key_hash(e.key))]
         shard.updates.append(sess.acknowledge(Acknowledge(state=task.driver_checkpoint)).state)
         yield "acknowledge"
         last: dict[tuple[int, tuple], Put] = {}
@@ -236,12 +236,12 @@ class ValuesRuntime(KitRuntime):
                 )
                 yield "store"
         yield "ready"
-        self.tracker(f"StartedCommit (range {rng.name}, batch {task.batch_id})")
+        self.tracker(f"StartedCommit (range {key_range.name}, batch {task.batch_id})")
         shard.updates.append(sess.start_commit(StartCommit(task.runtime_checkpoint)).state)
         shard.committed = True
         self.started.add(task.batch_id)
         if self.store_authoritative:
-            self.endpoint_commits[rk(rng)] = max(task.batch_id, self.endpoint_commits.get(rk(rng), -1))
+            self.endpoint_commits[rk(key_range)] = max(task.batch_id, self.endpoint_commits.get(rk(key_range), -1))
         yield "start_commit"
 
     def compare_loaded(self, mine: list[Put], loaded: dict[tuple[int, tuple], Any]) -> None:
@@ -333,13 +333,13 @@ def _run(kit: ValuesRuntime, batch: int, events: list[Put], crash: Optional[tupl
         kit.run_batch(batch, cast(list, events))
 
 
-def values(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+def values(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
     vk = _values_runtime(kit)
     limits = vk.limits
-    first = value_documents(rng, limits, 0)
+    first = value_documents(draw, limits, 0)
     vk.set_layout(2)
     _run(vk, 0, first)
-    second = value_documents(rng, limits, 1)
+    second = value_documents(draw, limits, 1)
     gone = [Put(p.binding, p.key, None) for p in first[::5]]
     _run(vk, 1, [p for p in second if p.key not in {g.key for g in gone}] + gone, crash=("start_commit", 1))
     # batch 2 Loads every key again (each answer compared), replacing some documents by older ones
@@ -349,7 +349,7 @@ def values(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
     check_limits(vk, 3)
 
 
-def key_collisions(kit: KitRuntime, rng: random.Random, quick: bool) -> None:
+def key_collisions(kit: KitRuntime, draw: random.Random, quick: bool) -> None:
     vk = _values_runtime(kit)
     keys = collision_keys(vk.limits)
     vk.set_layout(2)
