@@ -396,14 +396,14 @@ def check_limits(kit: ValuesRuntime, batch: int) -> None:
         fine = Put(VALUES, ("beside-the-refused",), {"k": "beside-the-refused", "batch": batch})
         try:
             kit.run_batch(batch, cast(list, [fine, put]))
-        except KitCrash:
+        except KitCrash:  # the runtime died: not a refusal
             raise
         except Exception as exc:  # noqa: BLE001 - the refusal is what is checked
             kit.rec.check(
                 "limits",
                 str(put.key[0])[:40] in str(exc),
                 lambda exc=exc, limit=limit, put=put: (
-                    f"a document beyond {limit} was refused, but the error does not name its key: {exc}"
+                    f"a value beyond {limit} was refused, but the error does not name its key: {exc}"
                 ),
             )
             for shard in list(kit.live):
@@ -413,7 +413,7 @@ def check_limits(kit: ValuesRuntime, batch: int) -> None:
             continue
         kit.rec.fail(
             "limits",
-            f"a document beyond the declared {limit} ({put.where}) was committed: the driver declares it "
+            f"a value beyond the declared {limit} ({put.where}) was committed: the driver declares it "
             "cannot hold it, so it must refuse the batch",
             "refuse, before anything commits, a value beyond a limit you declare (an error naming the key)",
         )
