@@ -49,7 +49,7 @@ async def publish_batch(
        batch fenced on the progress subject.  Ordered mode: data with message ids,
        acks awaited, then the fenced ``commit`` record.
     """
-    ch = session.channel
+    channel = session.channel
     docs = list(docs)
     # Step 1
     await aio._resync(session)
@@ -57,14 +57,14 @@ async def publish_batch(
         return Committed(batch, session.frontier.committed_seq, len(docs), 0, len(docs))
     # Step 2
     if skip is None:
-        skip = await aio.written_after(ch, session.frontier, subjects)
+        skip = await aio.written_after(channel, session.frontier, subjects)
     todo = [(i + 1, d) for i, d in enumerate(docs) if not skip.skip(batch, i + 1)]
     skipped = len(docs) - len(todo)
     prev = session.frontier.record
     commit = ProgressRecord(
         kind=wire.KIND_COMMIT,
-        materialization=ch.materialization,
-        range=ch.range.name,
+        materialization=channel.materialization,
+        range=channel.range.name,
         session=session.id,
         committed=batch,
         count=len(docs),
@@ -83,8 +83,8 @@ async def publish_batch(
         else:
             rec = ProgressRecord(
                 kind=wire.KIND_CHUNK,
-                materialization=ch.materialization,
-                range=ch.range.name,
+                materialization=channel.materialization,
+                range=channel.range.name,
                 session=session.id,
                 committed=prev.committed if prev else None,
                 count=prev.count if prev else 0,
@@ -98,13 +98,13 @@ async def publish_batch(
 
 async def _publish_ordered(aio: AsyncNats, session: Session, batch: BatchId, todo: list[tuple[int, OutDoc]]) -> None:
     """Data messages with message ids, pipelined; acks awaited every ``ack_every``."""
-    ch = session.channel
+    channel = session.channel
     window = max(1, aio.settings.ack_every)
     for start in range(0, len(todo), window):
         futures = []
         for counter, d in todo[start : start + window]:
-            h = wire.data_headers(ch, batch, counter, d.key, delete=d.delete)
-            futures.append(await aio.js.publish_async(d.subject, d.payload(), headers=h))
+            headers = wire.data_headers(channel, batch, counter, d.key, delete=d.delete)
+            futures.append(await aio.js.publish_async(d.subject, d.payload(), headers=headers))
         done = await asyncio.wait_for(
             asyncio.gather(*futures, return_exceptions=True), timeout=aio.settings.request_timeout
         )
@@ -117,17 +117,17 @@ async def _publish_atomic(
     aio: AsyncNats, session: Session, batch: BatchId, chunk: list[tuple[int, OutDoc]], rec: ProgressRecord
 ) -> None:
     """One atomic batch: ``chunk``'s data, then ``rec`` (commit message) fenced."""
-    ch = session.channel
+    channel = session.channel
     bid = uuid.uuid4().hex
     msgs = [
         (
             d.subject,
-            wire.data_headers(ch, batch, c, d.key, delete=d.delete, with_msg_id=session.msg_ids_in_batches),
+            wire.data_headers(channel, batch, c, d.key, delete=d.delete, with_msg_id=session.msg_ids_in_batches),
             d.payload(),
         )
         for c, d in chunk
     ]
-    msgs.append((ch.progress_subject, {wire.H_EXPECTED_LAST_SUBJECT_SEQ: str(session.frontier.seq)}, rec.encode()))
+    msgs.append((channel.progress_subject, {wire.H_EXPECTED_LAST_SUBJECT_SEQ: str(session.frontier.seq)}, rec.encode()))
     last = len(msgs)
     timeout = aio.settings.request_timeout
     try:
@@ -139,8 +139,10 @@ async def _publish_atomic(
                 reply = await aio.nc.request(subject, payload, headers=headers, timeout=timeout)
                 resp = json.loads(reply.data) if reply.data else {}
                 if "error" in resp:
-                    e = resp["error"]
-                    raise NatsApiError(int(e.get("code", 0)), int(e.get("err_code", 0)), e.get("description", ""))
+                    error = resp["error"]
+                    raise NatsApiError(
+                        int(error.get("code", 0)), int(error.get("err_code", 0)), error.get("description", "")
+                    )
                 if i == last:
                     session.frontier = Frontier(rec, int(resp["seq"]))
             else:
