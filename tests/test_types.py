@@ -15,10 +15,40 @@ ALLOWED = {
 }
 
 
+# what an override may turn on: checks, never exemptions
+STRICT_FLAGS = {
+    "disallow_untyped_defs",
+    "disallow_incomplete_defs",
+    "check_untyped_defs",
+    "disallow_untyped_decorators",
+    "disallow_any_generics",
+    "warn_return_any",
+    "no_implicit_reexport",
+    "strict_equality",
+    "disallow_untyped_calls",
+}
+COMMIT_PATH = {"tidemark.protocol.*", "tidemark.runtime.*", "tidemark.drivers.base", "tidemark.drivers.sql.*"}
+
+
 def test_mypy_checks_every_module():
+    import tomllib
+
     text = (ROOT / "pyproject.toml").read_text()
     assert "ignore_errors" not in text.replace("no per-module ignore_errors", "")
-    assert "[[tool.mypy.overrides]]" not in text
+    overrides = tomllib.loads(text)["tool"]["mypy"].get("overrides", [])
+    for block in overrides:
+        flags = {k: v for k, v in block.items() if k != "module"}
+        assert set(flags) <= STRICT_FLAGS and all(v is True for v in flags.values()), (
+            f"a mypy override may only add checks: {block}"
+        )
+
+
+def test_the_commit_path_is_checked_strictly():
+    import tomllib
+
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"].get("overrides", [])
+    strict = [b for b in overrides if set(b) - {"module"} == STRICT_FLAGS]
+    assert strict and COMMIT_PATH <= set(strict[0]["module"])
 
 
 def test_no_new_type_ignores():

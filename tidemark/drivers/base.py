@@ -61,7 +61,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Sequence, TypeVar
 
 from tidemark.errors import EndpointRefused
 from tidemark.protocol.messages import (
@@ -73,6 +73,7 @@ from tidemark.protocol.messages import (
     Doc,
     Flush,
     Flushed,
+    JsonObject,
     Key,
     Load,
     Loaded,
@@ -88,6 +89,9 @@ from tidemark.protocol.messages import (
     Validated,
     ValidatedBinding,
 )
+
+_T = TypeVar("_T")
+_D = TypeVar("_D", bound="Driver")
 
 
 class CommitPattern(str, enum.Enum):
@@ -122,7 +126,7 @@ class ValueLimits:
             and (self.max_depth is None or depth <= self.max_depth)
         )
 
-    def holds_key(self, key: tuple) -> bool:
+    def holds_key(self, key: Key) -> bool:
         """True when a key is within the limits: each text of at most ``max_key_characters``,
         its texts together of at most ``max_key_bytes``."""
         texts = [v for v in key if v.__class__ is str]
@@ -134,7 +138,7 @@ class ValueLimits:
     def limits_keys(self) -> bool:
         return self.max_key_bytes is not None or self.max_key_characters is not None
 
-    def check_document(self, size: int, key: tuple, where: str) -> None:
+    def check_document(self, size: int, key: Key, where: str) -> None:
         """Refuse (:class:`~tidemark.errors.EndpointRefused`, naming the key) a document of
         ``size`` bytes beyond ``max_document_bytes``."""
         if self.max_document_bytes is not None and size > self.max_document_bytes:
@@ -146,7 +150,7 @@ class ValueLimits:
                 "Make the document smaller upstream (or raise the endpoint's message size limit)"
             )
 
-    def check_keys(self, keys: Sequence[tuple], where: str) -> None:
+    def check_keys(self, keys: Sequence[Key], where: str) -> None:
         """Refuse (:class:`~tidemark.errors.EndpointRefused`, naming the key) a key beyond the limits."""
         for key in keys:
             if not self.holds_key(key):
@@ -190,7 +194,7 @@ class Capabilities:
     #: the reduce strategies the endpoint applies itself (in SQL): a binding whose schema
     #: reduces with these only gets no Loads, and its Stores carry the batch's combined
     #: documents (``BindingSpec.endpoint_reduce``; :func:`tidemark.collection.plan.sql_reduction`)
-    endpoint_reduce: frozenset = frozenset()
+    endpoint_reduce: frozenset[str] = frozenset()
     #: the values the endpoint cannot hold (refused, never cut or changed)
     limits: ValueLimits = ValueLimits()
 
@@ -206,7 +210,7 @@ class CheckpointRow:
     materialization: str
     range: Range
     fence: int
-    runtime_checkpoint: Optional[dict]
+    runtime_checkpoint: Optional[JsonObject]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +223,10 @@ class ReplaceContents:
 
     materialization: str
     shadow: str
-    pairs: tuple
+    pairs: tuple[tuple[BindingSpec, BindingSpec], ...]
     checkpoint_id: str
-    identities: tuple = ()
-    added: tuple = ()  # indices of the pairs whose live resource is new (a binding the edit added)
+    identities: tuple[JsonObject, ...] = ()
+    added: tuple[int, ...] = ()  # indices of the pairs whose live resource is new (a binding the edit added)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +240,7 @@ class Position:
     checkpoint_id: Optional[str]
     batch_id: int
     range: Optional[Range] = None  # store-authoritative checkpoints: the range
-    resource: Optional[tuple] = None  # per-resource positions (coordinator apply): the resource path
+    resource: Optional[tuple[str, ...]] = None  # per-resource positions (coordinator apply): the resource path
     location: Optional[str] = None  # the writing checkpoint's folder and host, where recorded
     host: Optional[str] = None
 
@@ -288,7 +292,7 @@ class ReadCommittedLoads:
     The transactor sets ``_acknowledged = False`` again when a transaction commits."""
 
     _acknowledged: bool = False
-    _deferred: list
+    _deferred: list[Load]
 
     def _evaluate(self, msg: Load) -> list[Loaded]:  # pragma: no cover - the driver's own
         raise NotImplementedError
@@ -315,7 +319,7 @@ class Driver(ABC):
     #: ``tidemark reset`` can tell a resource made by hand from one never made)
     reports_created: ClassVar[bool] = False
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: JsonObject | None = None):
         self.config = dict(config or {})
 
     @abstractmethod
@@ -325,7 +329,7 @@ class Driver(ABC):
         (:func:`capabilities_of`) and carried to the shard sessions."""
 
     @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+    def resolve_config(cls, config: JsonObject, base_dir: str) -> JsonObject:
         """The config as the spec stores it, resolved against ``base_dir`` (the spec
         file's folder): e.g. a relative file path made absolute.  Called once, when the
         spec is loaded, never on executors; the default changes nothing."""
@@ -360,7 +364,7 @@ class Driver(ABC):
         authoritative) and return the last committed runtime checkpoint of the range."""
 
     def coordinator_acknowledge(  # noqa: B027 - an optional hook (idempotent-apply-coordinator drivers)
-        self, materialization: str, state: Any, runtime_checkpoint: dict, bindings: Sequence[BindingSpec]
+        self, materialization: str, state: Any, runtime_checkpoint: JsonObject, bindings: Sequence[BindingSpec]
     ) -> None:
         """Coordinator apply (``idempotent-apply-coordinator``): apply, idempotently,
         everything the merged driver checkpoint ``state`` names. Called on the Spark
@@ -420,7 +424,7 @@ class Driver(ABC):
         refused on them as on :meth:`positions` (:mod:`tidemark.runtime.ownership`)."""
         return []
 
-    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[dict]]]:
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> Optional[list[Optional[JsonObject]]]:
         """The view-identity record kept with each binding's resource (read-only), in binding
         order: the dict Apply was given in ``Apply.identities`` for it, plus ``"resolved"``, the
         resource's name as the endpoint resolves it (case-folded where the endpoint folds,
@@ -440,7 +444,7 @@ class Driver(ABC):
         removed, in words.  Used by ``tidemark reset``; not part of a transaction."""
         raise NotImplementedError(f"the {self.name or type(self).__name__} driver cannot drop a view")
 
-    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+    def shadow_resource(self, resource: JsonObject, tag: str) -> Optional[JsonObject]:
         """The resource a rebuild builds ``resource``'s new contents in, beside the live one
         (``tidemark rebuild``: :mod:`tidemark.runtime.rebuild`), named with ``tag`` so that an
         operator recognises it; None: this endpoint cannot replace a view's contents in place
@@ -450,7 +454,7 @@ class Driver(ABC):
     #: why :meth:`shadow_resource` answers None, in words (``tidemark rebuild`` prints it)
     rebuild_refusal: str = "it cannot replace a view's contents in one transaction"
 
-    def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list]]) -> None:  # noqa: B027
+    def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list[str]]]) -> None:  # noqa: B027
         """Refuse, before a rebuild builds anything, a change this endpoint's cut-over cannot make
         in one transaction (``bindings``: the edited spec's; ``old_keys``: each view's key now)."""
 
@@ -480,7 +484,7 @@ class Driver(ABC):
         hit = any(p.materialization == req.materialization and p.checkpoint_id == req.checkpoint_id for p in positions)
         return "done" if hit else "none"
 
-    def read_rows(self, source: str) -> Iterable[dict]:
+    def read_rows(self, source: str) -> Iterable[dict[str, Any]]:
         """The rows of an existing table or query of the endpoint, as dicts of column name ->
         value (the client library's types), for ``tidemark adopt``.  Read-only."""
         raise NotImplementedError(
@@ -488,7 +492,7 @@ class Driver(ABC):
             "adopt (SQLite, PostgreSQL, MySQL and Delta can)"
         )
 
-    def quarantined(self, materialization: str) -> list[dict]:
+    def quarantined(self, materialization: str) -> list[JsonObject]:
         """The documents quarantined for ``materialization`` (``on_invalid: quarantine``), oldest
         first, as dicts of ``batch_id``, ``location``, ``key_json``, ``reason`` and ``value``.
         Endpoints that keep them where the user reads them with the endpoint's own tools (SQL:
@@ -501,14 +505,14 @@ class Driver(ABC):
     def close(self) -> None:  # noqa: B027 - an optional hook: nothing to release by default
         pass
 
-    def __enter__(self):
+    def __enter__(self: _D) -> _D:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def store_check(limits: ValueLimits, bindings: Sequence[BindingSpec]) -> Optional[Any]:
+def store_check(limits: ValueLimits, bindings: Sequence[BindingSpec]) -> Optional[Callable[[Store], None]]:
     """What the runtime checks of each Store before its driver gets it (:class:`RuntimeSession`'s
     ``check_store``): keys within the declared limits; None where nothing is declared."""
     if not limits.limits_keys:
@@ -529,7 +533,7 @@ def capabilities_of(driver: Driver) -> Capabilities:
     return caps
 
 
-def resolve_local_path(config: dict, key: str, base_dir: str) -> dict:
+def resolve_local_path(config: JsonObject, key: str, base_dir: str) -> JsonObject:
     """``config`` with ``config[key]``, a relative local path, made absolute against
     ``base_dir`` (a URI, an absolute path or SQLite's ``:memory:`` stay as they are)."""
     path = config.get(key)
@@ -538,9 +542,9 @@ def resolve_local_path(config: dict, key: str, base_dir: str) -> dict:
     return config
 
 
-def chunked(items: Iterable, size: int):
+def chunked(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
     """Yield lists of at most ``size`` items."""
-    buf: list = []
+    buf: list[_T] = []
     for item in items:
         buf.append(item)
         if len(buf) >= size:

@@ -12,10 +12,12 @@ endpoint's split/merge inheritance: the SQL skeleton, Kafka, NATS, Redis
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Optional
+
+from tidemark.protocol.messages import JsonObject
 
 
-def batch_of(cp: Optional[dict]) -> int:
+def batch_of(cp: Optional[JsonObject]) -> int:
     """The batch a runtime checkpoint names (-1: none, or not a runtime checkpoint)."""
     if isinstance(cp, dict):
         b = cp.get("batch_id")
@@ -29,14 +31,14 @@ def batch_of(cp: Optional[dict]) -> int:
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def identity(cp: Optional[dict]) -> tuple:
+def identity(cp: Optional[JsonObject]) -> tuple[Any, ...]:
     """What makes two ranges' checkpoints "the same batch" (see the module docstring)."""
     if not isinstance(cp, dict) or batch_of(cp) < 0:
         return ("whole", _dumps(cp))  # not a tidemark runtime checkpoint: compare all of it
     return (_dumps(cp.get("checkpoint_id")), batch_of(cp), _dumps(cp.get("query_id")), _dumps(cp.get("offsets")))
 
 
-def same_batch(a: Optional[dict], b: Optional[dict]) -> bool:
+def same_batch(a: Optional[JsonObject], b: Optional[JsonObject]) -> bool:
     return identity(a) == identity(b)
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-Key = tuple  # tuple of str | int | bool
+Key = tuple[Any, ...]  # tuple of str | int | bool
 Doc = Any  # JSON-compatible value (usually a dict)
+JsonObject = dict[str, Any]  # a JSON object: a config, a resource, a schema, a checkpoint
 
 KEY_SPACE_MAX = 0xFFFFFFFF
 
@@ -94,11 +95,11 @@ class Field:
 class BindingSpec:
     """What a driver learns of one binding: its resource, fields and mode."""
 
-    resource: dict
+    resource: JsonObject
     collection: str
     key: tuple[str, ...]  # JSON pointers
     fields: tuple[Field, ...]  # key fields first, in key order, then value fields
-    schema: dict = field(default_factory=dict)
+    schema: JsonObject = field(default_factory=dict)
     delta_updates: bool = False
     #: the runtime sends no Loads: each Store carries the batch's combined document, which the
     #: endpoint reduces into the stored one itself (``Capabilities.endpoint_reduce``)
@@ -128,15 +129,15 @@ class Spec:
 
 @dataclass(frozen=True, slots=True)
 class SpecResponse:
-    config_schema: dict = field(default_factory=dict)
-    resource_schema: dict = field(default_factory=dict)
+    config_schema: JsonObject = field(default_factory=dict)
+    resource_schema: JsonObject = field(default_factory=dict)
     documentation_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Validate:
     materialization: str
-    config: dict
+    config: JsonObject
     bindings: tuple[BindingSpec, ...]
 
 
@@ -144,7 +145,7 @@ class Validate:
 class ValidatedBinding:
     resource_path: tuple[str, ...]
     delta_updates: bool = False
-    constraints: dict = field(default_factory=dict)  # field name -> reason
+    constraints: dict[str, str] = field(default_factory=dict)  # field name -> reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,20 +156,20 @@ class Validated:
 @dataclass(frozen=True, slots=True)
 class Apply:
     materialization: str
-    config: dict
+    config: JsonObject
     bindings: tuple[BindingSpec, ...]
     version: str = ""
     dry_run: bool = False
     checkpoint_id: Optional[str] = None  # the tidemark checkpoint that will write the resources
     #: per binding, the view-identity record to keep with its resource where none is kept yet
     #: (:mod:`tidemark.runtime.view_identity`; returned by ``Driver.identities``); () records nothing
-    identities: tuple = ()
+    identities: tuple[JsonObject, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Applied:
     action_description: str = ""
-    created: tuple = ()  # resource paths Apply created (or would create, on a dry run)
+    created: tuple[tuple[str, ...], ...] = ()  # resource paths Apply created (or would create, on a dry run)
 
 
 # --------------------------------------------------------------------- transaction
@@ -180,13 +181,13 @@ class Open:
     version: str
     range: Range
     state: Any = None  # the driver checkpoint from the recovery log (JSON)
-    config: dict = field(default_factory=dict)
+    config: JsonObject = field(default_factory=dict)
     bindings: tuple[BindingSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Opened:
-    runtime_checkpoint: Optional[dict] = None
+    runtime_checkpoint: Optional[JsonObject] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,7 @@ class Store:
 
     binding: int
     keys: tuple[Key, ...]
-    values: tuple[tuple, ...]
+    values: tuple[tuple[Any, ...], ...]
     docs: tuple[Doc, ...]
     exists: tuple[bool, ...]
     deletes: tuple[bool, ...]
@@ -260,12 +261,12 @@ class Quarantine:
     row: ``{"binding", "location", "key_json", "reason", "value"}``.  Sent after the
     Stores, before StartCommit, to drivers declaring the ``quarantine`` capability."""
 
-    rows: tuple = ()
+    rows: tuple[JsonObject, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class StartCommit:
-    runtime_checkpoint: dict
+    runtime_checkpoint: JsonObject
 
 
 @dataclass(frozen=True, slots=True)

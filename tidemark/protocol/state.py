@@ -34,7 +34,7 @@ transaction the per-key checks are switched off for that transaction (phase chec
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from tidemark.errors import ProtocolViolation
 from tidemark.protocol.messages import (
@@ -43,6 +43,7 @@ from tidemark.protocol.messages import (
     BindingSpec,
     Flush,
     Flushed,
+    Key,
     Load,
     Loaded,
     Open,
@@ -94,6 +95,12 @@ def _name(msg: Any) -> str:
     return type(msg).__name__
 
 
+class _Check(Protocol):
+    """A machine's check of one message: raise a ProtocolViolation unless ``ok``."""
+
+    def __call__(self, ok: bool, detail: str = "") -> None: ...
+
+
 class _Machine:
     """The order rules of one session, seen from outside: every message of both sides."""
 
@@ -115,8 +122,8 @@ class _Machine:
     def _new_transaction(self) -> None:
         self.acknowledge_sent = False
         self.acknowledged = False
-        self._requested: dict[int, set] = {}
-        self._loaded: dict[int, set] = {}
+        self._requested: dict[int, set[Key]] = {}
+        self._loaded: dict[int, set[Key]] = {}
         self._tracked = 0
         self._tracking = True
 
@@ -133,7 +140,7 @@ class _Machine:
             f"{self.side}: the {who} sent it" + (f"; {detail}" if detail else ""),
         )
 
-    def _binding(self, msg: Any, index: Any, by_runtime: bool) -> BindingSpec | None:
+    def _binding(self, msg: Any, index: int, by_runtime: bool) -> BindingSpec | None:
         if not self.bindings:
             return None
         self._guard(
@@ -147,7 +154,7 @@ class _Machine:
     # -------------------------------------------------------------- runtime side
     def runtime_message(self, msg: Any) -> None:
         """Check (and apply) a message the runtime sends."""
-        g = lambda ok, detail="": self._guard(ok, msg, True, detail)
+        g: _Check = lambda ok, detail="": self._guard(ok, msg, True, detail)
         s = self.status
         if isinstance(msg, Open):
             g(s is Status.NEW)
@@ -250,7 +257,7 @@ class _Machine:
     # --------------------------------------------------------------- driver side
     def driver_message(self, msg: Any) -> None:
         """Check (and apply) a message the driver sends."""
-        g = lambda ok, detail="": self._guard(ok, msg, False, detail)
+        g: _Check = lambda ok, detail="": self._guard(ok, msg, False, detail)
         s = self.status
         if isinstance(msg, Opened):
             g(s is Status.OPENING)
@@ -313,7 +320,7 @@ class _Machine:
         return self._tracking
 
 
-def _tuples(keys: Sequence) -> list[tuple]:
+def _tuples(keys: Sequence[Key]) -> list[Key]:
     """Keys as tuples (they are, from the runtime; a driver may answer with lists)."""
     return [k if k.__class__ is tuple else tuple(k) for k in keys]
 
@@ -349,6 +356,18 @@ def _expect_type(sm: _Machine, reply: Any, cls: type) -> None:
         )
 
 
+class SessionTransactor(Protocol):
+    """What a :class:`RuntimeSession` calls: a :class:`~tidemark.drivers.base.Transactor`."""
+
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged: ...
+    def load(self, msg: Load) -> Sequence[Loaded]: ...
+    def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]: ...
+    def store(self, msg: Store) -> None: ...
+    def quarantine(self, msg: Quarantine) -> None: ...
+    def start_commit(self, msg: StartCommit) -> StartedCommit: ...
+    def close(self) -> None: ...
+
+
 class RuntimeSession:
     """A :class:`~tidemark.drivers.base.Transactor` as the runtime uses it: every message
     it sends and every reply it gets is checked by a :class:`RuntimeStateMachine`.
@@ -358,7 +377,7 @@ class RuntimeSession:
 
     def __init__(
         self,
-        transactor: Any,
+        transactor: SessionTransactor,
         bindings: Sequence[BindingSpec],
         *,
         max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
@@ -389,8 +408,8 @@ class RuntimeSession:
 
     def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
         self.machine.send(msg)
-        loaded, flushed = self.transactor.flush(msg)
-        loaded = list(loaded or ())
+        replies, flushed = self.transactor.flush(msg)
+        loaded = list(replies or ())
         for reply in loaded:
             _expect_type(self.machine, reply, Loaded)
             self.machine.receive(reply)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -37,6 +37,8 @@ from tidemark.protocol.messages import (
     Field,
     Flush,
     Flushed,
+    JsonObject,
+    Key,
     Load,
     Loaded,
     Open,
@@ -69,7 +71,7 @@ class Describe:
 
 @dataclass(frozen=True, slots=True)
 class Described:
-    capabilities: dict = field(default_factory=dict)  # Capabilities fields, commit_pattern as string
+    capabilities: JsonObject = field(default_factory=dict)  # Capabilities fields, commit_pattern as string
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ class Dump:
 class Dumped:
     """``rows`` holds ``[key, doc]`` pairs (standard bindings) or docs (delta updates)."""
 
-    rows: tuple = ()
+    rows: tuple[Any, ...] = ()  # a pair or a document: the driver's JSON
     delta_updates: bool = False
 
 
@@ -95,7 +97,7 @@ class ListCheckpoints:
 class CheckpointsListed:
     """Rows as ``{"key_begin", "key_end", "fence", "runtime_checkpoint"}``."""
 
-    rows: tuple = ()
+    rows: tuple[JsonObject, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class ListIdentities:
     """Ask for the view-identity record kept with each binding's resource (``Driver.identities``)."""
 
     materialization: str
-    bindings: tuple = ()
+    bindings: tuple[BindingSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +113,14 @@ class IdentitiesListed:
     """One record per binding, in binding order: the object ``apply``'s ``identities`` gave for it
     (plus ``resolved``), or null where the resource keeps none."""
 
-    records: tuple = ()
+    records: tuple[Optional[JsonObject], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorAcknowledge:
     materialization: str
     state: Any
-    runtime_checkpoint: dict
+    runtime_checkpoint: JsonObject
     bindings: tuple[BindingSpec, ...] = ()
 
 
@@ -138,32 +140,32 @@ class Error:
 # ------------------------------------------------------------------ field codecs
 
 
-def _keys_out(keys) -> list:
+def _keys_out(keys: Iterable[Key]) -> list[list[Any]]:
     return [list(k) for k in keys]
 
 
-def _keys_in(keys) -> tuple:
+def _keys_in(keys: Iterable[Iterable[Any]]) -> tuple[Key, ...]:
     return tuple(tuple(k) for k in keys)
 
 
-def _range_out(r: Range) -> dict:
+def _range_out(r: Range) -> dict[str, int]:
     return {"key_begin": r.key_begin, "key_end": r.key_end}
 
 
-def _range_in(d: dict) -> Range:
+def _range_in(d: JsonObject) -> Range:
     return Range(int(d["key_begin"]), int(d["key_end"]))
 
 
-def _update_out(u: Optional[StateUpdate]):
+def _update_out(u: Optional[StateUpdate]) -> Optional[JsonObject]:
     return None if u is None else {"updated": u.updated, "merge_patch": u.merge_patch}
 
 
-def _update_in(d) -> Optional[StateUpdate]:
+def _update_in(d: Optional[JsonObject]) -> Optional[StateUpdate]:
     return None if d is None else StateUpdate(d.get("updated"), bool(d.get("merge_patch", True)))
 
 
-def _field_out(f: Field) -> dict:
-    out = {
+def _field_out(f: Field) -> JsonObject:
+    out: JsonObject = {
         "name": f.name,
         "pointer": f.pointer,
         "type": f.type,
@@ -176,7 +178,7 @@ def _field_out(f: Field) -> dict:
     return out
 
 
-def _field_in(d: dict) -> Field:
+def _field_in(d: JsonObject) -> Field:
     scale = d.get("scale")
     return Field(
         d["name"],
@@ -189,7 +191,7 @@ def _field_in(d: dict) -> Field:
     )
 
 
-def binding_out(b: BindingSpec) -> dict:
+def binding_out(b: BindingSpec) -> JsonObject:
     return {
         "resource": b.resource,
         "collection": b.collection,
@@ -200,7 +202,7 @@ def binding_out(b: BindingSpec) -> dict:
     }
 
 
-def binding_in(d: dict) -> BindingSpec:
+def binding_in(d: JsonObject) -> BindingSpec:
     return BindingSpec(
         d["resource"],
         d["collection"],
@@ -211,36 +213,37 @@ def binding_in(d: dict) -> BindingSpec:
     )
 
 
-def _bindings_out(bs) -> list:
+def _bindings_out(bs: Iterable[BindingSpec]) -> list[JsonObject]:
     return [binding_out(b) for b in bs]
 
 
-def _bindings_in(ds) -> tuple:
+def _bindings_in(ds: Optional[Iterable[JsonObject]]) -> tuple[BindingSpec, ...]:
     return tuple(binding_in(d) for d in ds or ())
 
 
-def _vb_out(v: ValidatedBinding) -> dict:
+def _vb_out(v: ValidatedBinding) -> JsonObject:
     return {"resource_path": list(v.resource_path), "delta_updates": v.delta_updates, "constraints": v.constraints}
 
 
-def _vb_in(d: dict) -> ValidatedBinding:
+def _vb_in(d: JsonObject) -> ValidatedBinding:
     return ValidatedBinding(tuple(d["resource_path"]), bool(d.get("delta_updates", False)), d.get("constraints") or {})
 
 
-def _tuple(x):
+def _tuple(x: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(x)
 
 
-def _rows_in(x):
+def _rows_in(x: Iterable[Iterable[Any]]) -> tuple[tuple[Any, ...], ...]:
     return tuple(tuple(r) for r in x)
 
 
-def _rows_out(x):
+def _rows_out(x: Iterable[Iterable[Any]]) -> list[list[Any]]:
     return [list(r) for r in x]
 
 
 # name, class, {field: (to_json, from_json)} — fields not listed pass through unchanged.
-_SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
+Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]  # a field's value <-> its JSON
+_SPECS: list[tuple[str, type, dict[str, Codec]]] = [
     ("spec", Spec, {}),
     ("spec_response", SpecResponse, {}),
     ("validate", Validate, {"bindings": (_bindings_out, _bindings_in)}),
@@ -288,20 +291,18 @@ _SPECS: list[tuple[str, type, dict[str, tuple[Callable, Callable]]]] = [
 ]
 _BY_CLASS = {cls: (name, codecs) for name, cls, codecs in _SPECS}
 #: each class is a dataclass (its fields are the message's)
-_BY_NAME: dict[str, tuple[Any, dict[str, tuple[Callable, Callable]]]] = {
-    name: (cls, codecs) for name, cls, codecs in _SPECS
-}
+_BY_NAME: dict[str, tuple[Any, dict[str, Codec]]] = {name: (cls, codecs) for name, cls, codecs in _SPECS}
 
 MESSAGE_NAMES = tuple(name for name, _, _ in _SPECS)
 
 
-def to_json(msg: Any) -> dict:
+def to_json(msg: Any) -> JsonObject:
     """The wire object of a message: ``{"name": {fields...}}``."""
     try:
         name, codecs = _BY_CLASS[type(msg)]
     except KeyError:
         raise WireError(f"{type(msg).__name__} has no wire form") from None
-    body = {}
+    body: JsonObject = {}
     for f in msg.__dataclass_fields__:
         value = getattr(msg, f)
         codec = codecs.get(f)

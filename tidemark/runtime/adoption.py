@@ -35,9 +35,11 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
+from tidemark.collection.collection import Collection
 from tidemark.collection.keys import compact_json, key_json
 from tidemark.errors import DocumentError, RecoveryError, SpecError, reset_hint
 from tidemark.files import write_atomically
+from tidemark.protocol.messages import Doc, JsonObject
 
 ADOPT_DIR = "adopt"
 RECORD = "adopt.json"
@@ -134,12 +136,12 @@ def refuse_unfinished(materialization: str, checkpoint_location: str) -> None:
 
 
 # ----------------------------------------------------------------------------- rows -> documents
-def _property_schemas(schema: dict) -> dict:
+def _property_schemas(schema: Any) -> dict[str, Any]:
     props = schema.get("properties") if isinstance(schema, dict) else None
     return props if isinstance(props, dict) else {}
 
 
-def _types(node: Any) -> set:
+def _types(node: Any) -> set[str]:
     t = node.get("type") if isinstance(node, dict) else None
     return {t} if isinstance(t, str) else set(t or ())
 
@@ -182,7 +184,7 @@ def json_value(value: Any, node: Any = None) -> Any:
     return str(value)  # UUID, IP addresses, intervals: their text
 
 
-def row_document(row: dict, schema: dict) -> dict:
+def row_document(row: dict[str, Any], schema: JsonObject) -> Doc:
     """One row as a document: one property per non-NULL column (a column matches a property
     case-insensitively, as SQL folds unquoted names), with the members of its
     ``flow_document`` on top where it has one (a table tidemark wrote: the whole document,
@@ -205,7 +207,7 @@ def row_document(row: dict, schema: dict) -> dict:
     return out
 
 
-def names_hint(columns: list[str], schema: dict, source: str) -> str:
+def names_hint(columns: list[str], schema: JsonObject, source: str) -> str:
     """Where the rows' columns and the schema's properties do not match by name: both lists,
     and the ``--from`` query that renames columns (empty when every column matches)."""
     if DOCUMENT_COLUMN in columns:
@@ -225,7 +227,7 @@ def names_hint(columns: list[str], schema: dict, source: str) -> str:
     )
 
 
-def read_documents(rows: Iterable[dict], collection, source: str, resource: str) -> list[str]:
+def read_documents(rows: Iterable[dict[str, Any]], collection: Collection, source: str, resource: str) -> list[str]:
     """The rows as documents (compact JSON), checked: each valid under the collection's
     schema and one per key.  Raises :class:`DocumentError` naming the first bad rows."""
     texts: list[str] = []

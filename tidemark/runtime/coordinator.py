@@ -51,13 +51,13 @@ from typing import Any, Optional, Sequence
 from tidemark.drivers.base import CommitPattern, Driver, Position, capabilities_of
 from tidemark.errors import RecoveryError, reset_hint
 from tidemark.faults import fault_point
-from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, Open, Range, Validate
+from tidemark.protocol.messages import Acknowledge, Apply, BindingSpec, JsonObject, Open, Range, Validate
 from tidemark.runtime.adoption import refuse_unfinished
 from tidemark.runtime.identity import BatchIdentity, SparkCheckpoint
 from tidemark.runtime.lease import Lease, stop_request
 from tidemark.runtime.ownership import owner_fields, refuse_foreign
 from tidemark.runtime.rebuild import refuse_unfinished as refuse_unfinished_rebuild
-from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
+from tidemark.runtime.recovery_log import Layout, LogEntry, RecoveryLog
 from tidemark.runtime.rescale import AutoShards, Rescale, configured_of
 from tidemark.runtime.spec_changes import changes_since
 from tidemark.runtime.startup_checks import check_capabilities, check_position, refuse_gone
@@ -80,8 +80,8 @@ class BatchStart:
 
     batch_id: int
     replayed: bool
-    layout: list = field(default_factory=list)
-    runtime_checkpoint: dict = field(default_factory=dict)
+    layout: Layout = field(default_factory=list)
+    runtime_checkpoint: JsonObject = field(default_factory=dict)
     last: Optional[LogEntry] = None
 
 
@@ -92,14 +92,14 @@ class Coordinator:
         materialization: str,
         driver: Driver,
         driver_name: str,
-        driver_config: dict,
+        driver_config: JsonObject,
         bindings: Sequence[BindingSpec],
         version: str,
         checkpoint_location: str,
         shards: int,
         strategies: Sequence[Sequence[str]] = (),
         on_invalid: str = "fail",
-        reductions: Sequence[dict] = (),
+        reductions: Sequence[JsonObject] = (),
         auto: Optional[AutoShards] = None,
         sources: Sequence[Optional[str]] = (),
         adopting: bool = False,
@@ -388,7 +388,8 @@ class Coordinator:
         record = self.log.intent_record(batch_id)
         if record is not None:
             self.rescale.settle(record.get("reason"), batch_id, configured=configured)  # after a crash
-            return record["layout"]
+            layout: Layout = record["layout"]
+            return layout
         shards, reason = self.rescale.decide(last, self.shards, self.auto)
         if reason.get("held") and shards != self.shards and not self._said_held:
             self._said_held = True
@@ -448,7 +449,7 @@ class Coordinator:
             if p.resource is not None and tuple(p.resource) in written and p.batch_id < last.batch_id
         ]
 
-    def commit(self, start: BatchStart, state: Any, counts: dict) -> LogEntry:
+    def commit(self, start: BatchStart, state: Any, counts: JsonObject) -> LogEntry:
         # Step 3
         entry = LogEntry(
             start.batch_id,

@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from tidemark.files import filesystem
+from tidemark.protocol.messages import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,11 @@ class BatchIdentity:
     batch_id: int
     offsets: Optional[str]  # digest of the batch's source offsets
 
-    def as_checkpoint(self) -> dict:
+    def as_checkpoint(self) -> JsonObject:
         return {"query_id": self.query_id, "batch_id": self.batch_id, "offsets": self.offsets}
 
     @staticmethod
-    def of(cp: Optional[dict]) -> Optional["BatchIdentity"]:
+    def of(cp: Optional[JsonObject]) -> Optional["BatchIdentity"]:
         if not isinstance(cp, dict) or not isinstance(cp.get("batch_id"), int):
             return None
         return BatchIdentity(cp.get("query_id"), cp["batch_id"], cp.get("offsets"))
@@ -66,7 +67,8 @@ class SparkCheckpoint:
     def _text(self, path: str) -> Optional[str]:
         try:
             with self.fs.open_input_stream(f"{self.root}/{path}") as f:
-                return f.read().decode("utf-8")
+                text: str = f.read().decode("utf-8")
+                return text
         except FileNotFoundError:
             return None
 
@@ -76,7 +78,8 @@ class SparkCheckpoint:
         if not text:
             return None
         try:
-            return json.loads(text.splitlines()[0]).get("id")
+            query_id: Optional[str] = json.loads(text.splitlines()[0]).get("id")
+            return query_id
         except (ValueError, IndexError, AttributeError):
             return None
 
@@ -89,11 +92,11 @@ class SparkCheckpoint:
         body = "\n".join(lines[2:]) if lines[:1] == ["v1"] else text
         return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
-    def source_offsets(self, batch_id: int) -> list:
+    def source_offsets(self, batch_id: int) -> list[Any]:
         """Each source's offsets Spark recorded for batch N (parsed JSON, or the line as it
         is), in the query's source order; [] where the batch was not planned."""
         text = self._text(f"offsets/{batch_id}") or ""
-        out: list = []
+        out: list[Any] = []  # JSON values, or lines
         for line in text.splitlines()[2:]:  # "v1", the batch's metadata, then one line per source
             try:
                 out.append(json.loads(line))

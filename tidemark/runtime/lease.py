@@ -36,10 +36,11 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from tidemark.errors import RecoveryError
 from tidemark.options import process_options
+from tidemark.protocol.messages import JsonObject
 
 log = logging.getLogger("tidemark")
 
@@ -53,10 +54,10 @@ _HELD: dict[str, "Lease"] = {}
 _HELD_LOCK = threading.Lock()
 # how this process stops its runs between batches when asked (``tidemark run``: as on Ctrl-C);
 # set, it is called instead of a lease's own ``on_stop``
-_PROCESS_ON_STOP: list[Callable[[dict], None]] = []
+_PROCESS_ON_STOP: list[Callable[[JsonObject], None]] = []
 
 
-def on_stop_requests(handler: Optional[Callable[[dict], None]]) -> None:
+def on_stop_requests(handler: Optional[Callable[[JsonObject], None]]) -> None:
     """``handler(request)`` stops this process's runs between batches when another process asks
     one of them to stop (:func:`request_stop`); None: each lease's own ``on_stop``."""
     _PROCESS_ON_STOP[:] = [handler] if handler is not None else []
@@ -103,7 +104,7 @@ def clear_stop(checkpoint_location: str) -> None:
             os.remove(path)
 
 
-def stop_request(checkpoint_location: str) -> Optional[dict]:
+def stop_request(checkpoint_location: str) -> Optional[JsonObject]:
     """The request that the live run stop (:func:`request_stop`), or None (none, or its process
     died on this host)."""
     path = _stop_path(checkpoint_location)
@@ -142,7 +143,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._alive: Optional[Callable[[], bool]] = None
-        self._on_stop: Optional[Callable[[dict], None]] = None
+        self._on_stop: Optional[Callable[[JsonObject], None]] = None
         self._stop_seen = False
 
     @property
@@ -152,7 +153,7 @@ class Lease:
 
     # ------------------------------------------------------------------ file access
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         if not self.local:
             yield
             return
@@ -165,7 +166,7 @@ class Lease:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _read(self) -> Optional[dict]:
+    def _read(self) -> Optional[JsonObject]:
         try:
             if self.local:
                 with open(self.path, encoding="utf-8") as f:
@@ -229,7 +230,7 @@ class Lease:
             with contextlib.suppress(OSError):
                 fs.delete_file(p)
 
-    def _live_other(self, body: Optional[dict]) -> bool:
+    def _live_other(self, body: Optional[JsonObject]) -> bool:
         if not body or body.get("token") == self.token:
             return False
         if body.get("host") == self.host and body.get("pid") == self.pid:
@@ -241,7 +242,7 @@ class Lease:
         return True
 
     # ------------------------------------------------------------------ the lease
-    def _refuse_if_held(self, body: Optional[dict]) -> None:
+    def _refuse_if_held(self, body: Optional[JsonObject]) -> None:
         if self._live_other(body):
             assert body is not None  # _live_other is False without a body
             since = _stamp(float(body.get("since", 0)))
@@ -322,7 +323,7 @@ class Lease:
         return True
 
     def keep(
-        self, alive: Optional[Callable[[], bool]] = None, on_stop: Optional[Callable[[dict], None]] = None
+        self, alive: Optional[Callable[[], bool]] = None, on_stop: Optional[Callable[[JsonObject], None]] = None
     ) -> None:
         """Renew in a daemon thread until :meth:`release`, or until ``alive()`` says the run ended;
         ``on_stop(request)``, once, when another process asks the run to stop (:func:`request_stop`)."""
@@ -338,7 +339,7 @@ class Lease:
         tick = min(1.0, self.ttl / 3)  # a stop request is seen within a second; renewals every ttl / 3
         due = time.monotonic() + self.ttl / 3
         while not self._stop.wait(tick):
-            own: list[Optional[Callable[[dict], None]]] = [self._on_stop]
+            own: list[Optional[Callable[[JsonObject], None]]] = [self._on_stop]
             handler = (_PROCESS_ON_STOP or own)[0]
             if handler is not None and not self._stop_seen:
                 request = stop_request(self.location)

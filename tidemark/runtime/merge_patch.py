@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Optional
+
+from tidemark.protocol.messages import StateUpdate
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -19,7 +21,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def apply_update(state: Any, update) -> Any:
+def apply_update(state: Any, update: Optional[StateUpdate]) -> Any:
     """Apply a :class:`~tidemark.protocol.messages.StateUpdate` (or None) to a driver checkpoint."""
     if update is None:
         return state

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from tidemark.errors import RecoveryError, TidemarkError, reset_hint
 
 if TYPE_CHECKING:
-    from tidemark.drivers.base import Position
+    from tidemark.drivers.base import Driver, Position
+    from tidemark.protocol.messages import BindingSpec, JsonObject
     from tidemark.runtime.recovery_log import LogEntry
 
 LOCATION = "checkpoint_location"  # the field in runtime checkpoints and view-identity records
@@ -46,7 +47,7 @@ def folder_of(location: str) -> str:
     return os.path.abspath(location).rstrip("/") or "/"
 
 
-def owner_fields(location: str) -> dict:
+def owner_fields(location: str) -> JsonObject:
     """What a runtime checkpoint and a view-identity record carry of their checkpoint."""
     return {LOCATION: folder_of(location), HOST: this_host()}
 
@@ -243,7 +244,7 @@ def refuse_foreign(
     )
 
 
-def owner_batch(driver, owner: str, bindings) -> Optional[int]:
+def owner_batch(driver: Driver, owner: str, bindings: Sequence[BindingSpec]) -> Optional[int]:
     """The last batch the endpoint holds of materialization ``owner`` (None: it cannot tell)."""
     try:
         positions = driver.positions(owner, tuple(bindings)) or []
@@ -254,7 +255,13 @@ def owner_batch(driver, owner: str, bindings) -> Optional[int]:
 
 
 def refuse_not_owned(
-    materialization: str, driver_name: str, driver_config: dict, bindings, driver=None, *, location: str
+    materialization: str,
+    driver_name: str,
+    driver_config: JsonObject,
+    bindings: Sequence[BindingSpec],
+    driver: Optional[Driver] = None,
+    *,
+    location: str,
 ) -> None:
     """``tidemark reset`` drops only what ``materialization``'s checkpoint (in folder
     ``location``) owns: refuse a resource that the endpoint records as another

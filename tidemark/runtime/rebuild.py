@@ -49,12 +49,13 @@ import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
-from tidemark.drivers.base import ReplaceContents
+from tidemark.drivers.base import Driver, ReplaceContents
 from tidemark.errors import RecoveryError, SpecError
 from tidemark.faults import fault_point
 from tidemark.files import write_atomically
+from tidemark.protocol.messages import BindingSpec, JsonObject
 from tidemark.runtime.adoption import read_record as adopted
 from tidemark.runtime.adoption import seed
 from tidemark.runtime.adoption import write_record as write_adoption
@@ -130,7 +131,7 @@ def refuse_unfinished(materialization: str, location: str) -> None:
         )
 
 
-def shadow_spec(spec: TidemarkSpec, name: str, driver) -> tuple[TidemarkSpec, MaterializationSpec]:
+def shadow_spec(spec: TidemarkSpec, name: str, driver: Driver) -> tuple[TidemarkSpec, MaterializationSpec]:
     """The edited spec with one more materialization: the shadow of ``name``."""
     mat = spec.materializations[name]
     shadow = name + SUFFIX
@@ -176,7 +177,7 @@ def spark_files_read(location: str) -> list[str]:
     return sorted(set(out))
 
 
-def missing_input(location: str, sources: Optional[list] = None) -> list[str]:
+def missing_input(location: str, sources: Optional[Sequence[Optional[str]]] = None) -> list[str]:
     """Files the live view read that its source folders no longer hold (a rebuild could not
     read them again); with ``sources`` (the edited spec's source folders), only files under
     one of them: a source moved elsewhere in the edit is read from its new place."""
@@ -200,9 +201,9 @@ class Rebuild:
         spec: TidemarkSpec,
         name: str,
         run_view: Callable[[TidemarkSpec, str], None],
-        say=log.info,
+        say: Callable[[str], None] = log.info,
         wait: float = DEFAULT_WAIT,
-    ):
+    ) -> None:
         from tidemark.drivers.registry import load_driver
 
         if name not in spec.materializations:
@@ -215,7 +216,7 @@ class Rebuild:
                 f"materialization {name!r}: a rebuild switches checkpoint folders, which needs a local (or mounted) "
                 f"file system; {self.location} is not one. Nothing was changed"
             )
-        self.driver = load_driver(self.mat.driver_name, self.mat.driver_config)
+        self.driver: Driver = load_driver(self.mat.driver_name, self.mat.driver_config)
         try:
             self.shadow_spec, self.shadow = shadow_spec(spec, name, self.driver)
         except BaseException:
@@ -315,7 +316,7 @@ class Rebuild:
             clear_stop(self.location)
             lease.release()
 
-    def _stop_live_run(self, record: RebuildRecord):
+    def _stop_live_run(self, record: RebuildRecord) -> Lease:
         """The live view's lease: at once, or -- a live run holds it -- once that run stopped at a
         batch boundary, which it does when asked (:func:`tidemark.runtime.lease.request_stop`),
         within ``wait`` seconds."""
@@ -424,12 +425,12 @@ class Rebuild:
         refuse_foreign_owners(self.driver, self.mat.driver_name, mine, bindings, action=action, also=live)
         return self.driver.drop(self.shadow.name, bindings)
 
-    def _bindings(self, spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
+    def _bindings(self, spec: TidemarkSpec, mat: MaterializationSpec) -> tuple[BindingSpec, ...]:
         from tidemark.collection.collection import Collection
 
         return tuple(Collection(spec.collections[b.source]).binding_spec(b) for b in mat.bindings)
 
-    def _identities(self) -> list[dict]:
+    def _identities(self) -> list[JsonObject]:
         sources = [
             source_location(self.spec.collections[b.source].source, self.spec.base_dir) for b in self.mat.bindings
         ]

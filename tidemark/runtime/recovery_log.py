@@ -34,38 +34,47 @@ import json
 import logging
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 import pyarrow.fs as pafs
 
 from tidemark.errors import RecoveryError
-from tidemark.files import filesystem, write_atomically
+from tidemark.files import filesystem as filesystem  # re-exported: tidemark.status reads the log with it
+from tidemark.files import write_atomically
+from tidemark.protocol.messages import JsonObject
 from tidemark.runtime.versions import FORMAT, refuse_newer
 
 log = logging.getLogger("tidemark")
 
 OBJECT_STORES = ("s3", "gcs", "abfs")  # one PUT is atomic; no rename
 
+Layout = list[list[int]]  # a batch's key ranges: [[key_begin, key_end], ...]
+
 
 @dataclass(frozen=True)
 class LogEntry:
     batch_id: int
-    runtime_checkpoint: dict
+    runtime_checkpoint: JsonObject
     driver_checkpoint: Any
-    layout: list  # [[key_begin, key_end], ...]
+    layout: Layout  # [[key_begin, key_end], ...]
     version: str
-    counts: dict = field(default_factory=dict)
-    resources: list = field(default_factory=list)  # the bound resource paths of the batch
-    reductions: list = field(default_factory=list)  # per binding: its reduce annotations (runtime.spec_changes)
-    identities: list = field(default_factory=list)  # per binding: the view's identity (runtime.view_identity)
+    counts: JsonObject = field(default_factory=dict)
+    resources: list[list[str]] = field(default_factory=list)  # the bound resource paths of the batch
+    reductions: list[JsonObject] = field(
+        default_factory=list
+    )  # per binding: its reduce annotations (runtime.spec_changes)
+    identities: list[JsonObject] = field(
+        default_factory=list
+    )  # per binding: the view's identity (runtime.view_identity)
     format: int = FORMAT  # what wrote the entry (runtime.versions; an entry without it: format 1)
 
     @property
     def query_id(self) -> Optional[str]:
-        return (self.runtime_checkpoint or {}).get("query_id")
+        query_id: Optional[str] = (self.runtime_checkpoint or {}).get("query_id")
+        return query_id
 
     @staticmethod
-    def of(obj: dict) -> "LogEntry":
+    def of(obj: JsonObject) -> "LogEntry":
         names = {f.name for f in fields(LogEntry)}
         return LogEntry(**{k: v for k, v in obj.items() if k in names})
 
@@ -96,7 +105,7 @@ class RecoveryLog:
         """Create the log's folders and identity (once; a no-op when they exist)."""
         self.fs.create_dir(self.root + "/log", recursive=True)
         self.fs.create_dir(self.root + "/intent", recursive=True)
-        self.checkpoint_id = cast(dict, self._meta(True))["checkpoint_id"]  # create: never None
+        self.checkpoint_id = cast(JsonObject, self._meta(True))["checkpoint_id"]  # create: never None
 
     @staticmethod
     def existing_materialization(checkpoint_location: str) -> Optional[str]:
@@ -104,19 +113,21 @@ class RecoveryLog:
         fs, root = filesystem(checkpoint_location)
         try:
             with fs.open_input_stream(root.rstrip("/") + "/tidemark/meta.json") as f:
-                return json.loads(f.read().decode("utf-8")).get("materialization")
+                name: Optional[str] = json.loads(f.read().decode("utf-8")).get("materialization")
+                return name
         except (FileNotFoundError, ValueError):
             return None
 
     # ------------------------------------------------------------------ io
-    def _read(self, path: str) -> Optional[dict]:
+    def _read(self, path: str) -> Optional[JsonObject]:
         try:
             with self.fs.open_input_stream(path) as f:
                 data = f.read()
         except FileNotFoundError:
             return None
         try:
-            return json.loads(data.decode("utf-8"))
+            obj: Optional[JsonObject] = json.loads(data.decode("utf-8"))
+            return obj
         except (UnicodeDecodeError, ValueError) as exc:
             raise TornEntry(f"{path}: {exc}") from None
 
@@ -137,7 +148,7 @@ class RecoveryLog:
                 pass
             self.fs.move(tmp, path)
 
-    def _meta(self, create: bool) -> Optional[dict]:
+    def _meta(self, create: bool) -> Optional[JsonObject]:
         path = self.root + "/meta.json"
         try:
             meta = self._read(path)
@@ -244,7 +255,7 @@ class RecoveryLog:
         self._write(f"{self.root}/log/{entry.batch_id}.json", {"entry": body, "sha256": _digest(body)})
         self._compact()
 
-    def rewrite_as(self, materialization: str, change) -> None:
+    def rewrite_as(self, materialization: str, change: Callable[[JsonObject], JsonObject]) -> None:
         """This log, as another materialization's: ``meta.json`` names ``materialization`` and
         every entry is ``change(entry)`` (a rebuild's shadow log becoming the live view's,
         :mod:`tidemark.runtime.rebuild`; the folder is a copy nothing else reads yet)."""
@@ -259,11 +270,11 @@ class RecoveryLog:
                 self._write(f"{self.root}/log/{batch}.json", {"entry": body, "sha256": _digest(body)})
         self.materialization = materialization
 
-    def intent(self, batch_id: int) -> Optional[list]:
+    def intent(self, batch_id: int) -> Optional[Layout]:
         obj = self.intent_record(batch_id)
         return obj["layout"] if obj else None
 
-    def intent_record(self, batch_id: int) -> Optional[dict]:
+    def intent_record(self, batch_id: int) -> Optional[JsonObject]:
         """``{"batch_id", "layout", "reason"}`` of a started batch (``reason``: what chose
         its layout, see :mod:`tidemark.runtime.rescale`; absent in older records)."""
         try:
@@ -279,8 +290,8 @@ class RecoveryLog:
     def intent_batches(self) -> list[int]:
         return self._batches("intent")
 
-    def write_intent(self, batch_id: int, layout: list, reason: Optional[dict] = None) -> None:
-        body = {"batch_id": batch_id, "layout": layout, "format": FORMAT}
+    def write_intent(self, batch_id: int, layout: Layout, reason: Optional[JsonObject] = None) -> None:
+        body: JsonObject = {"batch_id": batch_id, "layout": layout, "format": FORMAT}
         if reason:
             body["reason"] = reason
         self._write(f"{self.root}/intent/{batch_id}.json", body)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from tidemark.collection.collection import Collection
 from tidemark.collection.plan import sql_reduction
 from tidemark.drivers.base import Capabilities
 from tidemark.protocol.messages import BindingSpec
 
 
 def reduce_paths(
-    bindings: Sequence[BindingSpec], collections: Sequence, caps: Capabilities, enabled: bool = True
+    bindings: Sequence[BindingSpec], collections: Sequence[Collection], caps: Capabilities, enabled: bool = True
 ) -> tuple[tuple[BindingSpec, ...], list[str]]:
     """``bindings`` with ``endpoint_reduce`` set where the endpoint reduces them, and per
     binding one line saying which path it takes and why."""

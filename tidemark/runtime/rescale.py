@@ -31,9 +31,10 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from tidemark.errors import SpecError
+from tidemark.protocol.messages import JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidemark.runtime.recovery_log import LogEntry, RecoveryLog
@@ -53,10 +54,10 @@ class AutoShards:
     def target(self, keys: int) -> int:
         return max(self.min, min(self.max, math.ceil(max(keys, 0) / self.keys_per_shard) or 1))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"min": self.min, "max": self.max, "keys_per_shard": self.keys_per_shard}
 
-    def next_count(self, current: int, recent_keys: list) -> int:
+    def next_count(self, current: int, recent_keys: list[Any]) -> int:
         """The count of the next batch: ``current`` unless the targets of the last two
         committed batches (``recent_keys``, oldest first) both lie on one side of it."""
         if current < self.min or current > self.max:
@@ -123,7 +124,7 @@ class Rescale:
         self.dir = log.root + "/scale"
 
     # ------------------------------------------------------------------ requests
-    def request(self, shards: int) -> dict:
+    def request(self, shards: int) -> JsonObject:
         """Record a pending request (one atomic write). Returns it."""
         check_count(shards)
         self.log.fs.create_dir(self.dir, recursive=True)
@@ -135,12 +136,12 @@ class Rescale:
         self.log._write(f"{self.dir}/{req['id']}.request.json", req)
         return req
 
-    def _names(self) -> set:
+    def _names(self) -> set[str]:
         import pyarrow.fs as pafs
 
         return {i.base_name for i in self.log.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))}
 
-    def requests(self, *, newest_first: bool = False, names: Optional[set] = None):
+    def requests(self, *, newest_first: bool = False, names: Optional[set[str]] = None) -> Iterator[JsonObject]:
         """Every request, oldest first (or newest first), each with its ``done`` record
         (None: pending); read lazily, one request at a time."""
         names = self._names() if names is None else names
@@ -152,7 +153,7 @@ class Rescale:
             done = self._read(f"{self.dir}/{rid}.done.json") if f"{rid}.done.json" in names else None
             yield {**req, "done": done}
 
-    def _read(self, path: str) -> Optional[dict]:
+    def _read(self, path: str) -> Optional[JsonObject]:
         from tidemark.runtime.recovery_log import TornEntry
 
         try:
@@ -160,7 +161,7 @@ class Rescale:
         except TornEntry:
             return None  # a request cut short was never acknowledged to whoever made it
 
-    def pending(self) -> list[dict]:
+    def pending(self) -> list[JsonObject]:
         """The requests not yet done, oldest first (reads only those)."""
         names = self._names()
         open_names = {
@@ -181,7 +182,7 @@ class Rescale:
         self.log._write(f"{self.dir}/{request_id}.done.json", body)
 
     # ------------------------------------------------------------------ decision
-    def decide(self, last: Optional["LogEntry"], shards: int, auto: Optional[AutoShards]) -> tuple[int, dict]:
+    def decide(self, last: Optional["LogEntry"], shards: int, auto: Optional[AutoShards]) -> tuple[int, JsonObject]:
         """(shard count, reason) of a new batch; see the module docstring."""
         configured = configured_of(shards, auto)
         pending = self.pending()
@@ -204,13 +205,13 @@ class Rescale:
             return held["shards"], {"by": "scale", "held": held["id"]}
         return shards, {"by": "configured"}
 
-    def _recent_keys(self, last: "LogEntry") -> list:
+    def _recent_keys(self, last: "LogEntry") -> list[Any]:
         """Key counts of the last two committed batches that ran on the current count (a
         batch before a change does not argue for the next one)."""
         prev = self.log.get(last.batch_id - 1) if last.batch_id > 0 else None
         return [e.counts.get("keys") for e in (prev, last) if e is not None and len(e.layout) == len(last.layout)]
 
-    def settle(self, reason: Optional[dict], batch_id: int, *, configured: Any) -> None:
+    def settle(self, reason: Optional[JsonObject], batch_id: int, *, configured: Any) -> None:
         """Mark the requests a batch's intent took up as done (again after a crash: idempotent)."""
         if not reason or reason.get("by") != "scale" or not reason.get("request"):
             return
@@ -226,7 +227,7 @@ class Rescale:
 # ----------------------------------------------------------------------------- history
 
 
-def layout_history(log: "RecoveryLog") -> dict:
+def layout_history(log: "RecoveryLog") -> JsonObject:
     """What layout each batch range ran on, from the recovery log (its retained entries and
     intents), and the pending scale requests.
 
@@ -235,7 +236,7 @@ def layout_history(log: "RecoveryLog") -> dict:
     ``committed`` is False holds a batch that was started but is not in the log yet."""
     committed = {b: log.get(b) for b in log.batches()}
     intents = {b: log.intent_record(b) for b in log.intent_batches()}
-    ranges: list[dict] = []
+    ranges: list[JsonObject] = []
     for b in sorted(set(committed) | set(intents)):
         entry = committed.get(b)
         rec = intents.get(b) or {}

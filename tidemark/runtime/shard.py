@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, cast
 
-from tidemark.drivers.base import Capabilities, CommitPattern, capabilities_of, store_check
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Transactor, capabilities_of, store_check
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver, reset_hint
 from tidemark.faults import fault_point
@@ -32,8 +32,12 @@ from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
     Acknowledge,
     BindingSpec,
+    Doc,
     Flush,
+    JsonObject,
+    Key,
     Load,
+    Loaded,
     Open,
     Quarantine,
     Range,
@@ -44,6 +48,12 @@ from tidemark.protocol.messages import (
 from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.spill import LoadedIndex, SpillBuffer
 
+if TYPE_CHECKING:
+    from tidemark.collection.collection import Collection
+
+#: a shard's combined row as Spark gives it: ((shard, binding, key JSON), document JSON)
+CombinedRow = tuple[tuple[int, int, str], str]
+
 
 @dataclass(frozen=True)
 class ShardTask:
@@ -52,17 +62,17 @@ class ShardTask:
     materialization: str
     version: str
     driver_name: str
-    driver_config: dict
+    driver_config: JsonObject
     bindings: tuple[BindingSpec, ...]
-    collections: tuple  # tidemark.collection.Collection per binding
+    collections: tuple[Collection, ...]  # tidemark.collection.Collection per binding
     checkpoint_id: str
     batch_id: int
     ranges: tuple[Range, ...]
     driver_checkpoint: Any
-    runtime_checkpoint: dict
+    runtime_checkpoint: JsonObject
     memory_budget_bytes: int = 64 << 20
     max_loaded_in_memory: int = 200_000
-    quarantine: tuple = ()  # invalid documents, written by shard 0's transaction
+    quarantine: tuple[JsonObject, ...] = ()  # invalid documents, written by shard 0's transaction
     committed_batch: int = -1  # the recovery log's last batch (-1: none)
     capabilities: Optional[Capabilities] = None  # read once by the coordinator (None: ask the driver)
 
@@ -72,7 +82,7 @@ class ShardResult:
     shard: int
     range: Range
     skipped: bool
-    updates: list = field(default_factory=list)  # StateUpdate in order
+    updates: list[StateUpdate] = field(default_factory=list)  # StateUpdate in order
     loaded: int = 0
     stored: int = 0
     deleted: int = 0
@@ -80,7 +90,7 @@ class ShardResult:
     spilled: bool = False
     aborted: bool = False  # committed nothing: the batch needs the checked plan (see tidemark.spark.paths)
     input_documents: int = 0  # documents combined into this shard's rows
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     executor: str = field(default_factory=lambda: f"{os.uname().nodename}:{os.getppid()}")  # host:executor JVM pid
 
 
@@ -91,8 +101,8 @@ class TypedRows:
     documents' properties (``Store.rows``), ``documents`` the source documents combined."""
 
     binding: int
-    keys: list
-    rows: Any
+    keys: list[Key]
+    rows: Any  # a pyarrow.Table
     documents: int
 
 
@@ -101,21 +111,21 @@ class TypedShard:
     """A shard's combined rows as typed values: one :class:`TypedRows` per binding that has
     rows in the batch, in binding order."""
 
-    parts: list
+    parts: list[TypedRows]
 
     @property
     def documents(self) -> int:
         return sum(p.documents for p in self.parts)
 
 
-def typed_parts(rows) -> Optional[list]:
+def typed_parts(rows: Iterable[CombinedRow] | TypedRows | TypedShard) -> Optional[list[TypedRows]]:
     """The :class:`TypedRows` of a shard's ``rows`` (None: rows of JSON texts)."""
     if isinstance(rows, TypedRows):
         return [rows]
     return list(rows.parts) if isinstance(rows, TypedShard) else None
 
 
-def _store_rows(session, typed: TypedRows, chunk: int, result) -> None:
+def _store_rows(session: RuntimeSession, typed: TypedRows, chunk: int, result: ShardResult) -> None:
     """The Stores of a shard's typed rows: slices of the Arrow table, no Python per row."""
     for i in range(0, len(typed.keys), chunk):
         part = typed.keys[i : i + chunk]
@@ -126,19 +136,19 @@ def _store_rows(session, typed: TypedRows, chunk: int, result) -> None:
         result.stored += m
 
 
-def _session(transactor, bindings, capabilities: Capabilities) -> RuntimeSession:
+def _session(transactor: Transactor, bindings: Sequence[BindingSpec], capabilities: Capabilities) -> RuntimeSession:
     """The checked session over a transactor; each Store's keys within the driver's declared limits."""
     return RuntimeSession(transactor, bindings, check_store=store_check(capabilities.limits, bindings))
 
 
-def run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
+def run_shard(task: ShardTask, index: int, rows: Iterable[CombinedRow] | TypedRows | TypedShard) -> ShardResult:
     try:
         return _run_shard(task, index, rows)
     except TidemarkError as exc:
         raise mark_for_driver(exc) from exc  # read back on the Spark driver as this error
 
 
-def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authoritative: bool) -> bool:
+def check_opened(task: ShardTask, key_range: Range, cp: Optional[JsonObject], store_authoritative: bool) -> bool:
     """Compare the range's committed checkpoint with this batch; True: the endpoint already
     committed this very batch (a re-run), so the session skips it.  Refuses a checkpoint of
     another tidemark checkpoint, of the same batch number with another identity (other
@@ -148,10 +158,10 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     from tidemark.runtime.startup_checks import check_position
     from tidemark.runtime.versions import refuse_newer
 
-    where = f"materialization {task.materialization!r}: range {rng.name} of endpoint {task.driver_name!r}"
+    where = f"materialization {task.materialization!r}: range {key_range.name} of endpoint {task.driver_name!r}"
     if cp is None:
         if store_authoritative and task.committed_batch >= 0:  # tables or checkpoint rows dropped
-            check_position(task.materialization, task.driver_name, f"range {rng.name}", -1, task.committed_batch)
+            check_position(task.materialization, task.driver_name, f"range {key_range.name}", -1, task.committed_batch)
         return False
     refuse_newer(cp, f"{where}: its committed runtime checkpoint")
     if cp.get("checkpoint_id") != task.checkpoint_id:
@@ -160,7 +170,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
             task.materialization, task.checkpoint_id
         )
         if not here.same_folder(other):
-            place = f"range {rng.name} of endpoint {task.driver_name!r}"
+            place = f"range {key_range.name} of endpoint {task.driver_name!r}"
             text = other_checkpoint(
                 task.materialization, place, other, here, f"batch {cp.get('batch_id')}", action="this run"
             )
@@ -187,7 +197,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     check_position(
         task.materialization,
         task.driver_name,
-        f"range {rng.name}",
+        f"range {key_range.name}",
         at_batch,
         task.committed_batch,
         ahead_ok=task.batch_id - 1 - task.committed_batch,
@@ -196,7 +206,7 @@ def check_opened(task: ShardTask, rng: Range, cp: Optional[dict], store_authorit
     return False
 
 
-def _run_shard(task: ShardTask, index: int, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
+def _run_shard(task: ShardTask, index: int, rows: Iterable[CombinedRow] | TypedRows | TypedShard) -> ShardResult:
     return run_opened(task, index, open_shard(task, index), rows)
 
 
@@ -206,8 +216,8 @@ class OpenedShard:
     its transactor, the driver's capabilities, whether the endpoint holds this very batch
     already (a re-run), and the Open's time."""
 
-    driver: Any
-    transactor: Any
+    driver: Driver
+    transactor: Transactor
     caps: Capabilities
     replayed: bool
     seconds: float
@@ -224,16 +234,16 @@ class OpenedShard:
 def open_shard(task: ShardTask, index: int) -> OpenedShard:
     """Step 1 of a shard's session: Open its range (the fence bumped) and compare the
     endpoint's checkpoint with this batch (:func:`check_opened`)."""
-    rng = task.ranges[index]
+    key_range = task.ranges[index]
     t0 = time.perf_counter()
-    driver = load_driver(task.driver_name, task.driver_config)
+    driver: Driver = load_driver(task.driver_name, task.driver_config)
     try:
         fault_point("open")
         transactor, opened = driver.open(
             Open(
                 materialization=task.materialization,
                 version=task.version,
-                range=rng,
+                range=key_range,
                 state=task.driver_checkpoint,
                 config=task.driver_config,
                 bindings=task.bindings,
@@ -242,7 +252,7 @@ def open_shard(task: ShardTask, index: int) -> OpenedShard:
         caps = task.capabilities or capabilities_of(driver)
         store_authoritative = caps.commit_pattern is CommitPattern.STORE_AUTHORITATIVE
         try:
-            replayed = check_opened(task, rng, opened.runtime_checkpoint, store_authoritative)
+            replayed = check_opened(task, key_range, opened.runtime_checkpoint, store_authoritative)
         except BaseException:
             transactor.close()
             raise
@@ -252,24 +262,37 @@ def open_shard(task: ShardTask, index: int) -> OpenedShard:
     return OpenedShard(driver, transactor, caps, replayed, time.perf_counter() - t0)
 
 
-def run_opened(task: ShardTask, index: int, shard: OpenedShard, rows: Iterable | TypedRows | TypedShard) -> ShardResult:
+def run_opened(
+    task: ShardTask, index: int, shard: OpenedShard, rows: Iterable[CombinedRow] | TypedRows | TypedShard
+) -> ShardResult:
     """Steps 2-5 of an opened shard's session on its batch's ``rows``; the driver is closed after."""
-    rng = task.ranges[index]
+    key_range = task.ranges[index]
     try:
         if shard.replayed:
             # Step 2: the endpoint committed this very batch already (a re-run): skip.
-            for _ in () if typed_parts(rows) is not None else cast(Iterable, rows):
+            for _ in () if typed_parts(rows) is not None else cast(Iterable[CombinedRow], rows):
                 pass
             shard.transactor.close()
-            return ShardResult(index, rng, skipped=True, timings={"open": shard.seconds})
+            return ShardResult(index, key_range, skipped=True, timings={"open": shard.seconds})
         session = _session(shard.transactor, task.bindings, shard.caps)
-        return _transaction(task, index, rng, session, shard.transactor, rows, {"open": shard.seconds}, shard.caps)
+        return _transaction(
+            task, index, key_range, session, shard.transactor, rows, {"open": shard.seconds}, shard.caps
+        )
     finally:
         shard.driver.close()
 
 
-def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, rows, timings, caps) -> ShardResult:
-    result = ShardResult(index, rng, skipped=False, timings=timings)
+def _transaction(
+    task: ShardTask,
+    index: int,
+    key_range: Range,
+    session: RuntimeSession,
+    transactor: Transactor,
+    rows: Iterable[CombinedRow] | TypedRows | TypedShard,
+    timings: dict[str, float],
+    caps: Capabilities,
+) -> ShardResult:
+    result = ShardResult(index, key_range, skipped=False, timings=timings)
     bindings = task.bindings
     collections = task.collections
 
@@ -285,9 +308,9 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     load_chunk = _limit(caps, "max_load_keys", 10_000)
     buffer = SpillBuffer(task.memory_budget_bytes)
     loaded = LoadedIndex(task.max_loaded_in_memory)
-    pending: dict[int, list] = {}
+    pending: dict[int, list[Key]] = {}
 
-    def index_loaded(responses):
+    def index_loaded(responses: Iterable[Loaded]) -> None:
         for resp in responses:
             for key, doc in zip(resp.keys, resp.docs):
                 loaded.put(resp.binding, tuple(key), doc)
@@ -299,7 +322,8 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
     no_load = [b.delta_updates or r for b, r in zip(bindings, reduced)]
     typed = typed_parts(rows)
     try:
-        for (_shard, binding, key_json), doc_json in () if typed is not None else rows:
+        # typed_parts is None: rows are the combined rows
+        for (_shard, binding, key_json), doc_json in () if typed is not None else cast(Iterable[CombinedRow], rows):
             key = tuple(loads(key_json))  # parsed once: the Store loop reads it from the buffer
             buffer.append((binding, key, doc_json), len(key_json) + len(doc_json))
             if no_load[binding]:
@@ -329,7 +353,7 @@ def _transaction(task: ShardTask, index: int, rng: Range, session, transactor, r
         for part in typed or ():
             _store_rows(session, part, store_chunk, result)
         cols = _Columns()
-        current = None
+        current: Optional[int] = None
         for binding, key, doc_json in buffer:
             if binding != current and cols.n:
                 session.store(cols.message(cast(int, current)))  # set with the first row
@@ -391,11 +415,17 @@ def _limit(caps: Capabilities, name: str, default: int) -> int:
 
 class _Columns:
     __slots__ = ("keys", "values", "docs", "exists", "deletes", "texts")
+    keys: list[Key]
+    values: list[tuple[Any, ...]]
+    docs: list[Doc]
+    exists: list[bool]
+    deletes: list[bool]
+    texts: list[str]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.keys, self.values, self.docs, self.exists, self.deletes, self.texts = [], [], [], [], [], []
 
-    def add_text(self, key, text):
+    def add_text(self, key: Key, text: str) -> None:
         self.keys.append(key)
         self.texts.append(text)
 
@@ -403,7 +433,7 @@ class _Columns:
     def n(self) -> int:
         return len(self.keys)
 
-    def add(self, key, values, doc, exists, delete):
+    def add(self, key: Key, values: Iterable[Any], doc: Doc, exists: bool, delete: bool) -> None:
         self.keys.append(key)
         self.values.append(tuple(values))
         self.docs.append(doc)

@@ -15,37 +15,40 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from tidemark.collection.schema import iter_schemas
+from tidemark.protocol.messages import JsonObject
+
+Annotation = list[Any]  # [strategy, key (JSON pointers), order], as the recovery log keeps it
 
 DEFAULT = ["lastWriteWins", [], ""]
 
 
-def _annotation(node: dict) -> Optional[list]:
+def _annotation(node: JsonObject) -> Optional[Annotation]:
     red = node.get("reduce")
     if not isinstance(red, dict) or "strategy" not in red:
         return None
     return [str(red["strategy"]), list(red.get("key") or []), str(red.get("order") or "")]
 
 
-def reductions_of(name: str, schema: Any) -> dict:
+def reductions_of(name: str, schema: Any) -> JsonObject:
     """``{"collection": name, "locations": {schema path: [strategy, key, order] or None}}``
     for every schema object of ``schema`` (None: no strategy there)."""
     return {"collection": name, "locations": {path: _annotation(node) for path, node in iter_schemas(schema)}}
 
 
-def _describe(a: Optional[list]) -> str:
+def _describe(a: Optional[Annotation]) -> str:
     if a is None:
         return "lastWriteWins (no annotation)"
-    out = a[0]
+    out: str = a[0]
     extra = [f"key [{', '.join(a[1])}]"] if a[1] else []
     extra += [f"order {a[2]}"] if a[2] else []
     return out + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _same(a: Optional[list], b: Optional[list]) -> bool:
+def _same(a: Optional[Annotation], b: Optional[Annotation]) -> bool:
     return (a or DEFAULT) == (b or DEFAULT)
 
 
-def reduction_changes(old: dict, new: dict) -> list[str]:
+def reduction_changes(old: JsonObject, new: JsonObject) -> list[str]:
     """What changed between two :func:`reductions_of` of one binding, at locations the old
     schema had, as ``collections.<name>.schema<path>: <old> -> <new>``."""
     out = []
@@ -61,7 +64,7 @@ def reduction_changes(old: dict, new: dict) -> list[str]:
     return out
 
 
-def changes_since(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
+def changes_since(logged: Sequence[JsonObject], current: Sequence[JsonObject]) -> list[str]:
     """Changes per binding (bindings matched by position and collection name)."""
     out = []
     for old, new in zip(logged or (), current):
@@ -74,8 +77,8 @@ def changes_since(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
 def check_reductions(
     materialization: str,
     batch_id: int,
-    logged: Sequence[dict],
-    current: Sequence[dict],
+    logged: Sequence[JsonObject],
+    current: Sequence[JsonObject],
     spec_file: Optional[str] = None,
 ) -> None:
     """Refuse a spec whose reduce annotations changed since the recovery log's last batch."""

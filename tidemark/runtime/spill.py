@@ -14,6 +14,10 @@ import sqlite3
 import tempfile
 from typing import IO, Any, Iterator
 
+from tidemark.protocol.messages import Key
+
+Item = tuple[Any, ...]  # e.g. (binding, key, doc_json)
+
 
 class SpillBuffer:
     """An append-only sequence that keeps at most ``budget_bytes`` of items in memory.
@@ -26,13 +30,13 @@ class SpillBuffer:
     def __init__(self, budget_bytes: int = 64 << 20, directory: str | None = None):
         self.budget = budget_bytes
         self.directory = directory
-        self._mem: list = []
+        self._mem: list[Item] = []
         self._mem_bytes = 0
         self._file: IO[bytes] | None = None
         self.spilled_chunks = 0
         self.count = 0
 
-    def append(self, item: tuple, size: int | None = None) -> None:
+    def append(self, item: Item, size: int | None = None) -> None:
         self._mem.append(item)
         self._mem_bytes += 64 + (sum(len(x) for x in item if isinstance(x, str)) if size is None else size)
         self.count += 1
@@ -47,7 +51,7 @@ class SpillBuffer:
         self._mem = []
         self._mem_bytes = 0
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[Item]:
         if self._file is not None:
             self._file.flush()
             self._file.seek(0)
@@ -68,12 +72,12 @@ class LoadedIndex:
     def __init__(self, max_docs: int = 200_000, directory: str | None = None):
         self.max_docs = max_docs
         self.directory = directory
-        self._mem: dict = {}
+        self._mem: dict[tuple[int, Key], Any] = {}
         self._db: sqlite3.Connection | None = None
         self._path: str | None = None
         self.count = 0
 
-    def put(self, binding: int, key: tuple, doc: Any) -> None:
+    def put(self, binding: int, key: Key, doc: Any) -> None:
         self.count += 1
         if self._db is None:
             self._mem[(binding, key)] = doc
@@ -98,7 +102,7 @@ class LoadedIndex:
         )
         self._mem = {}
 
-    def get(self, binding: int, key: tuple) -> Any:
+    def get(self, binding: int, key: Key) -> Any:
         if self._db is None:
             return self._mem.get((binding, key))
         row = self._db.execute(
@@ -106,7 +110,7 @@ class LoadedIndex:
         ).fetchone()
         return json.loads(row[0]) if row else None
 
-    def __contains__(self, item: tuple) -> bool:
+    def __contains__(self, item: tuple[int, Key]) -> bool:
         binding, key = item
         if self._db is None:
             return (binding, key) in self._mem

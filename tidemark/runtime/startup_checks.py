@@ -9,7 +9,7 @@ last batch wrote that a dry-run Apply would create was dropped); ``tidemark chec
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from tidemark.drivers.base import Capabilities
 from tidemark.errors import RecoveryError, SpecError, reset_hint
@@ -93,7 +93,9 @@ def check_position(
     )
 
 
-def gone_message(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> Optional[str]:
+def gone_message(
+    materialization: str, driver_name: str, last: Optional[LogEntry], created: Iterable[Sequence[str]]
+) -> Optional[str]:
     """What is wrong when resources that the recovery log says hold the view no longer exist
     (``created``: what a dry-run Apply would create); None when nothing is."""
     if last is None:
@@ -111,7 +113,9 @@ def gone_message(materialization: str, driver_name: str, last: Optional[LogEntry
     )
 
 
-def refuse_gone(materialization: str, driver_name: str, last: Optional[LogEntry], created) -> None:
+def refuse_gone(
+    materialization: str, driver_name: str, last: Optional[LogEntry], created: Iterable[Sequence[str]]
+) -> None:
     """Refuse a run (or ``tidemark check``) of a view whose resources were dropped: Apply
     would create them empty, and the view would hold only what later batches touch."""
     text = gone_message(materialization, driver_name, last, created)

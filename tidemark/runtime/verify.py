@@ -22,9 +22,15 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, cast
 
 from tidemark.errors import SpecError, TidemarkError
+from tidemark.protocol.messages import JsonObject, Key
+
+if TYPE_CHECKING:
+    from tidemark.collection.collection import Collection
+    from tidemark.runtime.adoption import AdoptRecord
+    from tidemark.spec import SourceSpec, TidemarkSpec
 
 SHOWN = 5  # differences shown per kind and binding
 UNREADABLE = ("webhook",)  # endpoints whose view only the receiver holds
@@ -36,10 +42,10 @@ class BindingResult:
     resource: str
     keys: int  # keys compared
     equal: int
-    missing: list = field(default_factory=list)  # [key, recomputed document] (first SHOWN)
-    extra: list = field(default_factory=list)  # [key, held document]
-    differ: list = field(default_factory=list)  # [key, [(path, recomputed, held), ...]]
-    counts: dict = field(default_factory=dict)  # missing, extra, differ, invalid (skipped input)
+    missing: list[list[Any]] = field(default_factory=list)  # [key, recomputed document] (first SHOWN)
+    extra: list[list[Any]] = field(default_factory=list)  # [key, held document]
+    differ: list[list[Any]] = field(default_factory=list)  # [key, [(path, recomputed, held), ...]]
+    counts: dict[str, int] = field(default_factory=dict)  # missing, extra, differ, invalid (skipped input)
 
     @property
     def ok(self) -> bool:
@@ -58,7 +64,7 @@ class Verified:
     def ok(self) -> bool:
         return all(b.ok for b in self.bindings)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> JsonObject:
         out = asdict(self)
         out["ok"] = self.ok
         return out
@@ -133,7 +139,9 @@ def file_lines(batches: Sequence[Sequence[str]], since: Optional[float]) -> Iter
                         yield line, f"{path}:{i}"
 
 
-def log_lines(src, pointers: Sequence[str], checkpoint: str, binding: int, last: int) -> Iterator[tuple[str, str]]:
+def log_lines(
+    src: SourceSpec, pointers: Sequence[str], checkpoint: str, binding: int, last: int
+) -> Iterator[tuple[str, str]]:
     """(document text, location) of a log source from the view's origin to batch ``last``'s end."""
     from tidemark.sources import open_log
     from tidemark.sources.lag import committed_offsets
@@ -143,7 +151,7 @@ def log_lines(src, pointers: Sequence[str], checkpoint: str, binding: int, last:
     origin = read_origin(origin_path(checkpoint, binding)) or {}
     offsets = committed_offsets(checkpoint, last)
     end = offsets[binding] if binding < len(offsets) and isinstance(offsets[binding], dict) else {}
-    log = open_log(src.log, src.log_config)
+    log = open_log(cast(str, src.log), src.log_config)  # a log source (the caller checked src.log)
     try:
         for part, start, stop in ranges(origin, end, log.bounds()):
             for rec in log.read(part, start, stop):
@@ -156,12 +164,14 @@ def log_lines(src, pointers: Sequence[str], checkpoint: str, binding: int, last:
         log.close()
 
 
-def recompute(collection, lines: Iterator[tuple[str, str]], keys: Optional[set] = None) -> tuple[dict, int, int]:
+def recompute(
+    collection: Collection, lines: Iterator[tuple[str, str]], keys: Optional[set[str]] = None
+) -> tuple[dict[str, Any], int, int]:
     """({key JSON: document} the lines reduce to, documents read, documents not valid);
     ``keys``: only these keys (JSON texts of the key's values)."""
     from tidemark.errors import DocumentError
 
-    view: dict = {}
+    view: dict[Key, Any] = {}
     read = invalid = 0
     for line, where in lines:
         read += 1
@@ -182,7 +192,9 @@ def recompute(collection, lines: Iterator[tuple[str, str]], keys: Optional[set] 
     return out, read, invalid
 
 
-def compare(resource: str, want: dict, held: dict, keys: Optional[set] = None) -> BindingResult:
+def compare(
+    resource: str, want: dict[str, Any], held: dict[str, Any], keys: Optional[set[str]] = None
+) -> BindingResult:
     if keys is not None:
         want = {k: v for k, v in want.items() if k in keys}
         held = {k: v for k, v in held.items() if k in keys}
@@ -203,7 +215,9 @@ def compare(resource: str, want: dict, held: dict, keys: Optional[set] = None) -
     return result
 
 
-def verify(spec, name: str, *, keys: Sequence[str] = (), sample: Optional[int] = None, attempts: int = 3) -> Verified:
+def verify(
+    spec: TidemarkSpec, name: str, *, keys: Sequence[str] = (), sample: Optional[int] = None, attempts: int = 3
+) -> Verified:
     """Recompute view ``name`` of ``spec`` from its committed input and compare it with the
     endpoint (see the module).  ``keys``: only these (a key's value, or its values as a JSON
     array); ``sample``: that many keys the endpoint holds, at random."""
@@ -254,11 +268,11 @@ def verify(spec, name: str, *, keys: Sequence[str] = (), sample: Optional[int] =
     adoption = read_record(location)
     results, documents = [], 0
     for i, (b, c, bs) in enumerate(zip(mat.bindings, colls, bindings)):
-        src = spec.collections[b.source].source
+        src = cast("SourceSpec", spec.collections[b.source].source)  # checked above: not None
         if bs.delta_updates:
             continue  # rows appended per change: nothing to reduce to
         if batch is None:
-            lines: Iterator = iter(())
+            lines: Iterator[tuple[str, str]] = iter(())
         elif src.log:
             lines = log_lines(src, c.key, location, i, batch)
         else:
@@ -275,7 +289,9 @@ def verify(spec, name: str, *, keys: Sequence[str] = (), sample: Optional[int] =
     return out
 
 
-def _adopted_first(adoption, location: str, binding: int, lines: Iterator) -> Iterator[tuple[str, str]]:
+def _adopted_first(
+    adoption: AdoptRecord, location: str, binding: int, lines: Iterator[tuple[str, str]]
+) -> Iterator[tuple[str, str]]:
     from tidemark.runtime.adoption import folder
 
     for b in adoption.bindings:
@@ -303,7 +319,7 @@ def _record(location: str, result: Verified) -> None:
         write_atomically(os.path.join(folder, VERIFIED), json.dumps(summary).encode("utf-8"))
 
 
-def last_verified(location: str) -> Optional[dict]:
+def last_verified(location: str) -> Optional[JsonObject]:
     """The last verify's summary (``tidemark status``), or None."""
     try:
         with open(os.path.join(location, "tidemark", VERIFIED), encoding="utf-8") as f:

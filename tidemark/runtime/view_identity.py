@@ -33,16 +33,20 @@ Pure Python (no Spark, no driver).
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from tidemark.errors import RecoveryError, rebuild_hint, reset_hint
+from tidemark.protocol.messages import BindingSpec, JsonObject
 from tidemark.runtime.versions import FORMAT, refuse_newer
+
+if TYPE_CHECKING:
+    from tidemark.runtime.recovery_log import LogEntry
 
 #: resource keys that name *where* a view is, beside its name (schema-qualified names)
 QUALIFIERS = ("schema", "namespace", "database", "catalog", "bucket")
 
 
-def resource_identity(binding) -> list[str]:
+def resource_identity(binding: BindingSpec) -> list[str]:
     """The resource as the spec names it: its name and, where given, what qualifies it."""
     out = list(binding.resource_path)
     for k in QUALIFIERS:
@@ -59,7 +63,7 @@ def source_location(source: Any, base_dir: str = ".") -> Optional[str]:
         config = getattr(source, "log_config", None) or {}
         names = [config.get("topic")] + list(config.get("topics") or []) if log == "kafka" else [config.get("stream")]
         return f"{log}:" + ",".join(str(n) for n in names if n)
-    path = getattr(source, "path", None)
+    path: Optional[str] = getattr(source, "path", None)
     if not path:
         return None
     if "://" in path:
@@ -67,7 +71,7 @@ def source_location(source: Any, base_dir: str = ".") -> Optional[str]:
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(os.path.abspath(base_dir), path))
 
 
-def binding_identity(binding, source: Optional[str] = None) -> dict:
+def binding_identity(binding: BindingSpec, source: Optional[str] = None) -> JsonObject:
     """The identity record of one binding (a :class:`~tidemark.protocol.messages.BindingSpec`)."""
     key_types = {f.pointer: f.type for f in binding.key_fields}
     return {
@@ -79,7 +83,7 @@ def binding_identity(binding, source: Optional[str] = None) -> dict:
     }
 
 
-def _legacy(entry) -> list[dict]:
+def _legacy(entry: LogEntry) -> list[JsonObject]:
     """Identities of a log entry written before they were recorded: resources, collections."""
     resources = list(entry.resources or [])
     collections = [r.get("collection") for r in (entry.reductions or [])]
@@ -100,7 +104,7 @@ def _show(resource: Optional[Sequence[str]]) -> str:
     return "/".join(resource) if resource else "?"
 
 
-def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
+def differences(logged: Sequence[JsonObject], current: Sequence[JsonObject]) -> list[str]:
     """What differs, binding by binding (by position, as Spark keeps its sources)."""
     out = []
     if logged and len(current) != len(logged):
@@ -143,7 +147,9 @@ def differences(logged: Sequence[dict], current: Sequence[dict]) -> list[str]:
     return out
 
 
-def check_identities(materialization: str, entry, current: Sequence[dict], *, spec_file: Optional[str] = None) -> None:
+def check_identities(
+    materialization: str, entry: Optional[LogEntry], current: Sequence[JsonObject], *, spec_file: Optional[str] = None
+) -> None:
     """Refuse a spec whose bindings no longer match the view the recovery log's last batch
     (``entry``) wrote.  Raises :class:`~tidemark.errors.RecoveryError` naming both sides."""
     if entry is None:
@@ -170,12 +176,12 @@ def check_identities(materialization: str, entry, current: Sequence[dict], *, sp
 
 
 def endpoint_record(
-    identity: dict,
+    identity: JsonObject,
     materialization: str,
     checkpoint_id: Optional[str],
     created_at_batch: int,
     checkpoint_location: Optional[str] = None,
-) -> dict:
+) -> JsonObject:
     """The record an endpoint keeps with a binding's resource (``Apply.identities``): the view,
     the checkpoint that owns it (id, folder and host: :mod:`tidemark.runtime.ownership`)."""
     from tidemark.runtime.ownership import owner_fields
@@ -190,7 +196,9 @@ def endpoint_record(
     }
 
 
-def record_differences(stored: dict, materialization: str, checkpoint_id: Optional[str], current: dict) -> list[str]:
+def record_differences(
+    stored: JsonObject, materialization: str, checkpoint_id: Optional[str], current: JsonObject
+) -> list[str]:
     """What makes a kept record another view's than this binding's (``current``: its identity)."""
     where = stored.get("resolved") or _show(stored.get("resource"))
     refuse_newer(stored, f"the view-identity record kept with {where!r}")
@@ -224,7 +232,7 @@ def record_differences(stored: dict, materialization: str, checkpoint_id: Option
 
 
 def other_folders(
-    stored: Sequence[Optional[dict]], materialization: str, checkpoint_id: Optional[str], location: Optional[str]
+    stored: Sequence[Optional[JsonObject]], materialization: str, checkpoint_id: Optional[str], location: Optional[str]
 ) -> list[str]:
     """The checkpoints of another folder that keep records of a view of this name (a checkpoint
     of this very folder with another id is this view's own: the folder was made again)."""
@@ -243,8 +251,8 @@ def other_folders(
 def check_endpoint_records(
     materialization: str,
     driver_name: str,
-    stored: Optional[Sequence[Optional[dict]]],
-    current: Sequence[dict],
+    stored: Optional[Sequence[Optional[JsonObject]]],
+    current: Sequence[JsonObject],
     checkpoint_id: Optional[str],
     *,
     spec_file: Optional[str] = None,

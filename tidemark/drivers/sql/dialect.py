@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.sql.model import (
@@ -25,10 +25,18 @@ from tidemark.drivers.sql.model import (
     TEXT,
     TIMESTAMP,
     Column,
+    Shape,
     TableModel,
     quote_ident,
     scale_of_kind,
 )
+
+
+class _Executes(Protocol):
+    """What :meth:`Dialect.reshape` uses of the SQL driver (a DB-API connection: ``con``)."""
+
+    def execute(self, con: Any, sql: str, params: Optional[Sequence[Any]] = None) -> Any: ...
+    def resource_name(self, model: TableModel) -> str: ...
 
 
 def _as_staged(texts: Sequence[str]) -> Sequence[str]:
@@ -43,7 +51,7 @@ def _not_refused(model: TableModel, exc: Exception) -> Optional[Exception]:
 class Reduction:
     """How an endpoint reduces a binding's batches itself (:mod:`tidemark.drivers.sql.reduce`)."""
 
-    strategies: frozenset  # the strategies it has a SQL form of (``Capabilities.endpoint_reduce``)
+    strategies: frozenset[str]  # the strategies it has a SQL form of (``Capabilities.endpoint_reduce``)
     #: the dialect's SQL pieces for a table (a :class:`~tidemark.drivers.sql.reduce.ReduceSql`)
     forms: Callable[[TableModel, "Dialect"], Any]
     #: the combined documents' JSON texts as its statement wants them staged
@@ -177,7 +185,16 @@ class Dialect:
             f"record {text} NOT NULL)",
         ]
 
-    def reshape(self, driver, con, live, shadow, live_shape: dict, shadow_shape: dict, columns: list) -> str:
+    def reshape(
+        self,
+        driver: _Executes,
+        con: Any,
+        live: TableModel,
+        shadow: TableModel,
+        live_shape: Shape,
+        shadow_shape: Shape,
+        columns: list[str],
+    ) -> str:
         """Inside a rebuild's cut-over (:mod:`tidemark.drivers.sql.replace`): the live table
         takes the shadow's rows and its other shape (a key, columns or types changed).  This
         default drops the live table and gives the shadow its name in the same transaction
@@ -268,19 +285,19 @@ class Dialect:
         """Whether ``exc`` (from a reduce statement) is a number out of its type's range."""
         return False
 
-    def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple]]:
+    def open_lock(self, schema: str, materialization: str) -> Optional[tuple[str, tuple[Any, ...]]]:
         """A statement run first in Open's transaction so that Opens of one materialization
         run one at a time (None: the transaction's own locks do it)."""
         return None
 
     # --------------------------------------------------------------- catalogs
-    def exists(self, schema: str, names: Sequence[str]) -> tuple[str, tuple]:
+    def exists(self, schema: str, names: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
         """One row, one value per table name: not NULL (nor 0) where the table exists."""
         p = self.placeholder
         one = f"(SELECT 1 FROM information_schema.tables WHERE table_schema = {p} AND table_name = {p})"
         return "SELECT " + ", ".join([one] * len(names)), tuple(x for n in names for x in (schema, n))
 
-    def columns(self, schema: str, table: str) -> tuple[str, tuple]:
+    def columns(self, schema: str, table: str) -> tuple[str, tuple[Any, ...]]:
         """Rows ``(name, type, is_primary_key, required)`` of an existing table (none: no
         table); required: NOT NULL without a default, so an INSERT must fill it."""
         p = self.placeholder

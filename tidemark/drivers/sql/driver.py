@@ -45,6 +45,9 @@ from tidemark.protocol.messages import (
     Applied,
     Apply,
     BindingSpec,
+    Doc,
+    JsonObject,
+    Key,
     Open,
     Opened,
     Range,
@@ -57,7 +60,7 @@ from tidemark.protocol.messages import (
 T = TypeVar("T")
 
 
-def sql_capabilities(chunk: int, endpoint_reduce: frozenset, dialect: Dialect) -> Capabilities:
+def sql_capabilities(chunk: int, endpoint_reduce: frozenset[str], dialect: Dialect) -> Capabilities:
     """What an endpoint on the skeleton can do: store-authoritative, standard and delta
     updates, quarantine, any number of shards; Load and Store in chunks of ``chunk``; reduce
     in the endpoint the strategies of ``endpoint_reduce``; the dialect's limits."""
@@ -79,7 +82,7 @@ class SqlDriver(Driver):
     reports_created = True
     endpoint: ClassVar[SqlEndpoint]  # the endpoint's parts, named by its driver class
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: JsonObject | None = None):
         super().__init__(config)
         parts = self.endpoint.assemble(self.config)
         self.parts = parts
@@ -91,7 +94,7 @@ class SqlDriver(Driver):
         self._con: Any = None  # the driver's own connection (see :attr:`con`)
 
     @classmethod
-    def resolve_config(cls, config: dict, base_dir: str) -> dict:
+    def resolve_config(cls, config: JsonObject, base_dir: str) -> JsonObject:
         return cls.endpoint.resolve(config, base_dir)
 
     def __repr__(self) -> str:
@@ -305,7 +308,7 @@ class SqlDriver(Driver):
 
     def apply(self, req: Apply) -> Applied:
         dialect = self.dialect
-        created: list[tuple] = []
+        created: list[tuple[str, ...]] = []
 
         def body(con: Any) -> list[str]:
             actions: list[str] = []
@@ -350,7 +353,7 @@ class SqlDriver(Driver):
         return Applied("; ".join(actions) or "nothing to do", tuple(created))
 
     def claim(
-        self, con: Any, resource: str, materialization: str, checkpoint_id: str, record: Optional[dict] = None
+        self, con: Any, resource: str, materialization: str, checkpoint_id: str, record: Optional[JsonObject] = None
     ) -> None:
         """Inside Apply's transaction: record that ``materialization`` of tidemark checkpoint
         ``checkpoint_id`` writes the table ``resource`` (a table of an older tidemark, recorded by
@@ -414,7 +417,7 @@ class SqlDriver(Driver):
         )
         return transactor, Opened(plan.checkpoint)
 
-    def open_range(self, con: Any, materialization: str, rng: Range) -> OpenPlan:
+    def open_range(self, con: Any, materialization: str, key_range: Range) -> OpenPlan:
         """Inside the Open transaction: lock, bump overlapping fences, inherit, insert (see
         :mod:`tidemark.drivers.common.fences`)."""
         dialect, checkpoints = self.dialect, self.checkpoints_table
@@ -422,7 +425,7 @@ class SqlDriver(Driver):
         lock = dialect.open_lock(self.schema, materialization)
         if lock is not None:
             self.execute(con, *lock)
-        over = (materialization, rng.key_begin, rng.key_end)
+        over = (materialization, key_range.key_begin, key_range.key_end)
         overlapping = f"materialization = {p} AND key_end >= {p} AND key_begin <= {p}"
         rows = self.execute(
             con,
@@ -431,7 +434,7 @@ class SqlDriver(Driver):
             over,
         ).fetchall()
         plan = plan_open(
-            materialization, rng, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
+            materialization, key_range, [CheckpointState(Range(b, e), f, load_checkpoint(c)) for b, e, f, c in rows]
         )
         self.execute(con, f"UPDATE {checkpoints} SET fence = fence + 1 WHERE {overlapping}", over)
         if plan.insert:
@@ -451,16 +454,16 @@ class SqlDriver(Driver):
         return plan
 
     # ------------------------------------------------------------- inspection
-    def dump(self, materialization: str, binding: BindingSpec):
+    def dump(self, materialization: str, binding: BindingSpec) -> dict[Key, Doc] | list[Doc]:
         return inspection.dump(self, materialization, binding)
 
-    def read_rows(self, source: str) -> list[dict]:
+    def read_rows(self, source: str) -> list[dict[str, Any]]:
         return inspection.read_rows(self, source)
 
     def drop(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
         return inspection.drop(self, materialization, bindings)
 
-    def shadow_resource(self, resource: dict, tag: str) -> Optional[dict]:
+    def shadow_resource(self, resource: JsonObject, tag: str) -> Optional[JsonObject]:
         return replace.shadow_resource(resource, tag)
 
     def cut_over_state(self, req: ReplaceContents) -> str:
@@ -470,11 +473,11 @@ class SqlDriver(Driver):
         self.__dict__.pop("_forms", None)  # the live tables change
         return replace.replace_contents(self, req)
 
-    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+    def identities(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[JsonObject]]:
         return inspection.identities(self, materialization, bindings)
 
-    def positions(self, materialization: str, bindings: Sequence[BindingSpec]):
-        def body():
+    def positions(self, materialization: str, bindings: Sequence[BindingSpec]) -> list[Position]:
+        def body() -> Any:  # the client library's rows (a DB-API cursor's fetchall)
             if not self.tables_exist(self.con, RESOURCES_TABLE):
                 return []
             return self.execute(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from tidemark.drivers.base import CheckpointRow
 from tidemark.drivers.common.fences import load_checkpoint
@@ -23,19 +23,22 @@ from tidemark.drivers.sql.model import (
     RESOURCES_TABLE,
     ROW_ID_COLUMN,
 )
-from tidemark.protocol.messages import BindingSpec, Range
+from tidemark.protocol.messages import BindingSpec, Doc, JsonObject, Key, Range
+
+if TYPE_CHECKING:
+    from tidemark.drivers.sql.host import SkeletonDriver
 
 
 class _RollBack(Exception):
     """Ends :func:`read_rows`' transaction with a rollback (its rows are read by then)."""
 
 
-def dump(driver, materialization: str, binding: BindingSpec):
+def dump(driver: SkeletonDriver, materialization: str, binding: BindingSpec) -> dict[Key, Doc] | list[Doc]:
     model = driver.model(binding)
     dialect = driver.dialect
     doc = dialect.document_text(dialect.quote(DOCUMENT_COLUMN))
 
-    def body():
+    def body() -> dict[Key, Doc] | list[Doc]:
         if model.delta:
             rows = driver.execute(
                 driver.con, f"SELECT {doc} FROM {dialect.ident(model)} ORDER BY {dialect.quote(ROW_ID_COLUMN)}"
@@ -48,7 +51,7 @@ def dump(driver, materialization: str, binding: BindingSpec):
     return driver.run(body, f"dump {model.display}")
 
 
-def read_rows(driver, source: str) -> list[dict]:
+def read_rows(driver: SkeletonDriver, source: str) -> list[dict[str, Any]]:
     """The rows of a table (``name``, or ``schema.name``; a bare name is in the endpoint's
     schema) or of a query (``SELECT …``/``WITH …``), read in a transaction that is rolled back."""
     text = source.strip().rstrip(";")
@@ -57,7 +60,7 @@ def read_rows(driver, source: str) -> list[dict]:
     else:
         schema, _, name = text.rpartition(".")
         sql = f"SELECT * FROM {driver.dialect.table(schema or driver.schema, name)}"
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
 
     def body(con: Any) -> None:
         cur = driver.execute(con, sql)
@@ -69,7 +72,7 @@ def read_rows(driver, source: str) -> list[dict]:
     return rows
 
 
-def drop(driver, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
+def drop(driver: SkeletonDriver, materialization: str, bindings: Sequence[BindingSpec]) -> list[str]:
     """Drop the bindings' tables and the materialization's checkpoint and quarantine rows."""
     models = [driver.base_model(b) for b in bindings]
     driver.__dict__.pop("_forms", None)
@@ -105,11 +108,13 @@ def drop(driver, materialization: str, bindings: Sequence[BindingSpec]) -> list[
     return driver.atomically(body, "drop")
 
 
-def identities(driver, materialization: str, bindings: Sequence[BindingSpec]) -> list[Optional[dict]]:
+def identities(
+    driver: SkeletonDriver, materialization: str, bindings: Sequence[BindingSpec]
+) -> list[Optional[JsonObject]]:
     names = [driver.resource_name(driver.base_model(b)) for b in bindings]
     p = driver.dialect.placeholder
 
-    def body():
+    def body() -> list[Optional[JsonObject]]:
         if not driver.tables_exist(driver.con, IDENTITIES_TABLE):
             return [None] * len(names)
         rows = [
@@ -125,8 +130,8 @@ def identities(driver, materialization: str, bindings: Sequence[BindingSpec]) ->
     return driver.run(body, "identities")
 
 
-def checkpoints(driver, materialization: str) -> list[CheckpointRow]:
-    def body():
+def checkpoints(driver: SkeletonDriver, materialization: str) -> list[CheckpointRow]:
+    def body() -> Any:  # the client library's rows (a DB-API cursor's fetchall)
         if not driver.tables_exist(driver.con, CHECKPOINTS_TABLE):
             return []
         return driver.execute(

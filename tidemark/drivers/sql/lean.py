@@ -32,15 +32,23 @@ import dataclasses
 import datetime as dt
 import json
 from decimal import Decimal
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
 from tidemark.collection.formats import instant
 from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column, holds
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
+from tidemark.protocol.messages import BindingSpec, Doc, JsonObject, Key
+
+if TYPE_CHECKING:
+    from tidemark.collection.plan import CompiledPlan
+    from tidemark.drivers.sql.dialect import Dialect
+    from tidemark.drivers.sql.host import SkeletonDriver
+
+Converter = Optional[Callable[[Any], Any]]  # how a column's value read back becomes the document's (None: as it is)
 
 
-def lean_plan(binding, strategies: frozenset, dialect) -> tuple[Optional[Any], str]:
+def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect) -> tuple[Optional[CompiledPlan], str]:
     """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``."""
     from tidemark.collection.plan import binding_reduction
 
@@ -62,7 +70,7 @@ def lean_plan(binding, strategies: frozenset, dialect) -> tuple[Optional[Any], s
     return plan, ""
 
 
-def lean_model(model: TableModel, plan) -> TableModel:
+def lean_model(model: TableModel, plan: CompiledPlan) -> TableModel:
     """``model`` in the lean form: a column for every top-level property (objects and arrays
     as JSON columns, after the scalars)."""
     have = {c.name for c in model.columns}
@@ -70,7 +78,7 @@ def lean_model(model: TableModel, plan) -> TableModel:
     return dataclasses.replace(model, values=model.values + extra, lean=True)
 
 
-def remainder(doc: dict, names: frozenset, date_times: frozenset = frozenset()) -> Optional[dict]:
+def remainder(doc: JsonObject, names: frozenset[str], date_times: frozenset[str] = frozenset()) -> Optional[JsonObject]:
     """The members of ``doc`` no column holds (``names``: the columns), and the texts of the
     date-time columns (``date_times``) that their instants do not spell, or None."""
     if date_times:
@@ -103,18 +111,19 @@ def keeps_text(text: Any) -> bool:
     if leap or len(frac) > 6:
         return True
     at = EPOCH + dt.timedelta(seconds=seconds, microseconds=int(frac.ljust(6, "0")) if frac else 0)
-    return canonical_date_time(at) != text
+    differs: bool = canonical_date_time(at) != text
+    return differs
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def date_time_columns(model: TableModel) -> frozenset:
+def date_time_columns(model: TableModel) -> frozenset[str]:
     """The names of a lean model's date-time columns."""
     return frozenset(c.name for c in model.values if c.kind == TIMESTAMP)
 
 
-def row_values(model: TableModel, doc: dict) -> tuple:
+def row_values(model: TableModel, doc: JsonObject) -> tuple[Any, ...]:
     """The value columns of ``doc``'s row (None: absent)."""
     get = doc.get
     return tuple([get(c.name) for c in model.values])
@@ -135,12 +144,12 @@ def _json(v: Any) -> Any:
     return json.loads(v) if isinstance(v, (str, bytes)) else v
 
 
-def converters(model: TableModel, dialect) -> list:
+def converters(model: TableModel, dialect: Dialect) -> list[Converter]:
     """Per column (keys, values), how a value read back becomes the document's (None: as it is)."""
-    out: list = []
+    out: list[Converter] = []
     for c in model.columns:
         if c.is_key:
-            out.append(lambda v, k=c.kind: dialect.read_value(k, v))
+            out.append(cast(Converter, lambda v, k=c.kind: dialect.read_value(k, v)))  # k: bound per column
         elif c.kind == BOOLEAN and dialect.bool_as_int:
             out.append(bool)
         elif c.kind == JSON:
@@ -154,11 +163,13 @@ def converters(model: TableModel, dialect) -> list:
     return out
 
 
-def document_of(model: TableModel, dialect, row: Sequence[Any], convert: Optional[list] = None) -> dict:
+def document_of(
+    model: TableModel, dialect: Dialect, row: Sequence[Any], convert: Optional[list[Converter]] = None
+) -> JsonObject:
     """The document of a lean row read as ``keys…, values…, flow_document`` (``convert``:
     :func:`converters`, made once for many rows)."""
     rest = row[-1]
-    doc: dict = {} if rest is None else dict(_json(rest))
+    doc: JsonObject = {} if rest is None else dict(_json(rest))
     kept = doc.keys() if rest is not None else ()
     for f, c, v in zip(convert or converters(model, dialect), model.columns, row):
         if v is not None and not (c.kind == TIMESTAMP and c.name in kept):
@@ -166,7 +177,7 @@ def document_of(model: TableModel, dialect, row: Sequence[Any], convert: Optiona
     return doc
 
 
-def documents(driver, model: TableModel) -> dict:
+def documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
     """Every row of a lean table as ``{key: document}`` (``dump``)."""
     from tidemark.drivers.sql.model import DOCUMENT_COLUMN
 
@@ -182,7 +193,7 @@ def documents(driver, model: TableModel) -> dict:
     }
 
 
-def full_documents(driver, model: TableModel) -> dict:
+def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
     """Every row of a full table as ``{key: document}`` (``dump``): its ``flow_document``, with
     each value column read over the member it projects where they disagree (a person's
     ``UPDATE`` of a column shows; written by tidemark, the two are equal).  Date-time columns
@@ -195,7 +206,7 @@ def full_documents(driver, model: TableModel) -> dict:
         driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
     ).fetchall()
     n, convert = len(model.keys), converters(model, dialect)
-    out = {}
+    out: dict[Key, Doc] = {}
     for r in rows:
         doc = _json(r[-1])
         if isinstance(doc, dict):
@@ -208,7 +219,7 @@ def full_documents(driver, model: TableModel) -> dict:
     return out
 
 
-def typed_rows(driver, bindings) -> list[bool]:
+def typed_rows(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[bool]:
     """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
     return [
         driver.dialect.typed_staging and m.lean and m.reduce is not None and not date_time_columns(m)
@@ -216,7 +227,7 @@ def typed_rows(driver, bindings) -> list[bool]:
     ]  # a date-time's text (staged in the document) decides what the remainder keeps
 
 
-def row_forms(driver, bindings) -> list[str]:
+def row_forms(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[str]:
     """``tidemark check``'s line per binding: its table's form, and why where it is full."""
     out = []
     for b in bindings:
@@ -238,7 +249,7 @@ def row_forms(driver, bindings) -> list[str]:
 __all__ = ["FULL", "LEAN", "requested_form", "lean_plan", "lean_model", "remainder", "row_values", "document_of"]
 
 
-def form_of(existing: Optional[dict], required: Sequence[str]) -> Optional[str]:
+def form_of(existing: Optional[dict[str, tuple[str, bool]]], required: Sequence[str]) -> Optional[str]:
     """An existing table's form (None: no table): ``flow_document`` NOT NULL is the full form."""
     if existing is None:
         return None
@@ -248,10 +259,10 @@ def form_of(existing: Optional[dict], required: Sequence[str]) -> Optional[str]:
     return FULL if DOCUMENT_COLUMN not in existing or DOCUMENT_COLUMN in required else LEAN
 
 
-def table_form(driver, base: TableModel, con=None) -> Optional[str]:
+def table_form(driver: SkeletonDriver, base: TableModel, con: Any = None) -> Optional[str]:
     """The form of ``base``'s table (None: no table yet), read once per table and driver."""
     forms = driver.__dict__.setdefault("_forms", {})
-    form = forms.get(base.display)
+    form: Optional[str] = forms.get(base.display)
     if form is None and driver.dialect.lean_rows and not base.delta:
         form = form_of(*driver.atomically(lambda c: driver.existing(c, base), "read the table's columns", con, False))
         if form is not None:  # no table yet: Apply makes it
@@ -259,7 +270,7 @@ def table_form(driver, base: TableModel, con=None) -> Optional[str]:
     return form
 
 
-def with_form(driver, model: TableModel, binding, table: Optional[str]) -> TableModel:
+def with_form(driver: SkeletonDriver, model: TableModel, binding: BindingSpec, table: Optional[str]) -> TableModel:
     """``model`` in the form its table has (``table``: :func:`form_of`), or for a new table
     the form the binding asks for and can take.  A lean table whose binding can no longer
     be lean (or asks for the full form) is refused: its rows do not hold full documents."""
@@ -282,7 +293,7 @@ def with_form(driver, model: TableModel, binding, table: Optional[str]) -> Table
     return lean_model(model, plan)
 
 
-def why_full(driver, binding) -> str:
+def why_full(driver: SkeletonDriver, binding: BindingSpec) -> str:
     """Why a new table of ``binding`` would take the full form ("" where it is lean)."""
     dialect = driver.dialect
     if not dialect.lean_rows:

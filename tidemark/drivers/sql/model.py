@@ -6,25 +6,24 @@ endpoint."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from tidemark.drivers.common.columns import (  # noqa: F401  (re-exported: the SQL skeleton's names)
-    BOOLEAN,
-    DOCUMENT_COLUMN,
-    INTEGER,
-    JSON,
-    NUMBER,
-    QUARANTINE_TABLE,
-    ROW_ID_COLUMN,
-    TEXT,
-    TIMESTAMP,
-    Column,
-    coerce,
-    dumps,
-    field_kind,
-    quarantine_rows,
-    scale_of_kind,
-)
+# re-exported (``X as X``): the SQL skeleton's names
+from tidemark.drivers.common.columns import BOOLEAN as BOOLEAN
+from tidemark.drivers.common.columns import DOCUMENT_COLUMN as DOCUMENT_COLUMN
+from tidemark.drivers.common.columns import INTEGER as INTEGER
+from tidemark.drivers.common.columns import JSON as JSON
+from tidemark.drivers.common.columns import NUMBER as NUMBER
+from tidemark.drivers.common.columns import QUARANTINE_TABLE as QUARANTINE_TABLE
+from tidemark.drivers.common.columns import ROW_ID_COLUMN as ROW_ID_COLUMN
+from tidemark.drivers.common.columns import TEXT as TEXT
+from tidemark.drivers.common.columns import TIMESTAMP as TIMESTAMP
+from tidemark.drivers.common.columns import Column as Column
+from tidemark.drivers.common.columns import coerce as coerce
+from tidemark.drivers.common.columns import dumps as dumps
+from tidemark.drivers.common.columns import field_kind as field_kind
+from tidemark.drivers.common.columns import quarantine_rows as quarantine_rows
+from tidemark.drivers.common.columns import scale_of_kind as scale_of_kind
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
 
@@ -39,6 +38,9 @@ def staged_column(j: int) -> str:
     """The staging column of the view's ``j``-th column (keys first, then values)."""
     return f"col{j}"
 
+
+#: an existing table's shape (a rebuild's cut-over compares two): {column: (sql type, is_primary_key, required)}
+Shape = dict[str, tuple[str, bool, bool]]
 
 CHECKPOINTS_TABLE = "tidemark_checkpoints"
 RESOURCES_TABLE = "tidemark_resources"  # which materialization and checkpoint write each table
@@ -110,12 +112,12 @@ class TableModel:
 def check_columns(
     model: TableModel,
     existing: dict[str, tuple[str, bool]],
-    type_of,
+    type_of: Callable[[Column], str],
     *,
     has_row_id: bool,
     document_types: Optional[Sequence[str]] = None,
     required: Iterable[str] = (),
-    widens=None,
+    widens: Optional[Callable[[str, Column], bool]] = None,
 ) -> list[Column]:
     """Compare a model with an existing table ``{column: (sql_type, is_primary_key)}``;
     ``type_of(column)`` is the SQL type the model wants for a column.

@@ -24,7 +24,7 @@ from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import TableModel
 from tidemark.drivers.sql.plan import TablePlan
 from tidemark.drivers.sql.writer import RowWriter
-from tidemark.protocol.messages import BindingSpec, SpecResponse
+from tidemark.protocol.messages import BindingSpec, JsonObject, SpecResponse
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class SqlParts:
     migrations: Migrations = NoMigrations()
 
 
-def _unresolved(config: dict, base_dir: str) -> dict:
+def _unresolved(config: JsonObject, base_dir: str) -> JsonObject:
     return config
 
 
@@ -135,8 +135,8 @@ class SqlEndpoint:
     """What a SQL endpoint's driver class names: how its config becomes its parts, and how the
     spec resolves its config (a file path against the spec's folder)."""
 
-    assemble: Callable[[dict], SqlParts]
-    resolve: Callable[[dict, str], dict] = _unresolved
+    assemble: Callable[[JsonObject], SqlParts]
+    resolve: Callable[[JsonObject, str], JsonObject] = _unresolved
 
 
 __all__ = ["Migrations", "NoMigrations", "SqlClient", "SqlEndpoint", "SqlParts"]

@@ -176,7 +176,7 @@ class ReduceSql:
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
 
 
-def sum_overflowed(model: TableModel, name: str, kind: str, key: list, left: Any, right: Any) -> DriverError:
+def sum_overflowed(model: TableModel, name: str, kind: str, key: list[Any], left: Any, right: Any) -> DriverError:
     """A ``sum`` of property ``name`` (a column of ``kind``) of ``key`` that left its type (a
     64-bit integer, a finite double, 15 significant digits of an exact decimal): what every
     SQL endpoint says, as reducing in Python would."""
@@ -191,7 +191,7 @@ def sum_overflowed(model: TableModel, name: str, kind: str, key: list, left: Any
     )
 
 
-def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path) -> str:
+def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path: Callable[[str], str]) -> str:
     """``doc`` with each ``(name, JSON expression)`` of ``pairs`` replaced by ``fn`` (a
     ``JSON_REPLACE``-like function: a member absent from ``doc`` is not added), ``per`` pairs
     per call (a function's argument limit); ``path(name)``: the member's JSON path literal."""
@@ -268,7 +268,9 @@ def reduce_statement(
     return f"{head} {forms.on_conflict(keys, sets)}"
 
 
-def _lean_sets(forms: ReduceSql, model: TableModel, fields: dict, target: Sequence[str], old_doc: str, new_doc: str):
+def _lean_sets(
+    forms: ReduceSql, model: TableModel, fields: dict[str, FieldPlan], target: Sequence[str], old_doc: str, new_doc: str
+) -> list[tuple[str, str]]:
     """The lean row's ``SET``s: each column reduced from the stored column and the staged
     one, the remainder (``flow_document``: what no column holds) merged as the root merges
     undeclared members, a later value winning."""
@@ -322,6 +324,10 @@ class LeanInstant(str):
         return out
 
 
+#: what decides a picked property's value: (stored, staged, the order property)
+Order = tuple[str, str, FieldPlan]
+
+
 def _instants(forms: ReduceSql, c: Column, old_doc: str, new_doc: str) -> tuple[LeanInstant, LeanInstant]:
     out = []
     for side, doc in ((OLD, old_doc), (NEW, new_doc)):
@@ -373,7 +379,7 @@ def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> lis
     )
 
 
-def unescaped_names(texts):
+def unescaped_names(texts: Sequence[str]) -> Sequence[str]:
     """The texts with no escape a name does not need: SQLite 3.40 and MariaDB find a member by
     the text of its name (``$."é"`` does not find ``"\\u00e9"``), so a text holding a
     backslash is written again with only the escapes JSON requires (a property name the SQL
@@ -383,7 +389,15 @@ def unescaped_names(texts):
     return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
 
 
-def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_doc: str, new_doc: str, texts=None):
+def _order(
+    forms: ReduceSql,
+    model: TableModel,
+    fields: dict[str, FieldPlan],
+    f: FieldPlan,
+    old_doc: str,
+    new_doc: str,
+    texts: Optional[dict[str, tuple[LeanInstant, LeanInstant]]] = None,
+) -> Optional[Order]:
     """The ``(stored, staged, order property)`` values that decide a picked property's value
     (:attr:`FieldPlan.picked_by`), or None: typed SQL (the column, or where the table has none
     or it is NULL, the document's value); a date-time's text from the documents (a full row's:
@@ -405,7 +419,7 @@ def _order(forms: ReduceSql, model: TableModel, fields: dict, f: FieldPlan, old_
     )
 
 
-def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order=None) -> str:
+def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order: Optional[Order] = None) -> str:
     sql = STRATEGIES[f.strategy].sql
     expr: Optional[str] = (
         None if sql is None else (sql(forms, f, old, new, order) if order else sql(forms, f, old, new))

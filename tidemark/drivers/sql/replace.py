@@ -34,7 +34,7 @@ table name stay with the name; triggers go with the old table.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from tidemark.drivers.base import Driver, ReplaceContents
 from tidemark.drivers.common.fences import load_checkpoint
@@ -44,14 +44,22 @@ from tidemark.drivers.sql.model import (
     QUARANTINE_TABLE,
     RESOURCES_TABLE,
     ROW_ID_COLUMN,
+    Shape,
     TableModel,
     dumps,
 )
 from tidemark.errors import RecoveryError
 from tidemark.faults import fault_point
+from tidemark.protocol.messages import JsonObject
+
+if TYPE_CHECKING:
+    from tidemark.drivers.sql.host import SkeletonDriver
+
+#: a rebuild's pair of tables: (live, shadow, the live shape (None: no live table yet), the shadow shape)
+Pair = tuple[TableModel, TableModel, Optional[Shape], Shape]
 
 
-def shadow_resource(resource: dict, tag: str) -> dict:
+def shadow_resource(resource: JsonObject, tag: str) -> JsonObject:
     """``{table: T, ...}`` -> ``{table: T__<tag>, ...}`` (same schema)."""
     return {**resource, "table": f"{resource['table']}__{tag}"}
 
@@ -64,11 +72,11 @@ def retired(model: TableModel) -> TableModel:
     return dataclasses.replace(model, name=f"{model.name}{RETIRED}")
 
 
-def _shape(existing: dict, required: list) -> dict:
+def _shape(existing: dict[str, tuple[str, bool]], required: list[str]) -> Shape:
     return {n: (t.lower(), pk, n in required) for n, (t, pk) in existing.items()}
 
 
-def reshaped(live_shape: Optional[dict], shadow_shape: dict) -> bool:
+def reshaped(live_shape: Optional[Shape], shadow_shape: Shape) -> bool:
     """A column's type or key role differs, or a key column goes: ``ALTER`` would be needed
     beyond adding columns (or no live table yet: a binding the edit added)."""
     if live_shape is None:
@@ -78,10 +86,10 @@ def reshaped(live_shape: Optional[dict], shadow_shape: dict) -> bool:
     )
 
 
-def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
+def plan_pairs(driver: SkeletonDriver, con: Any, req: ReplaceContents) -> list[Pair]:
     """(live model, shadow model, live shape, shadow shape) per pair; refuses a pair whose
     tables are gone."""
-    out = []
+    out: list[Pair] = []
     for i, (live_b, shadow_b) in enumerate(req.pairs):
         live, shadow = driver.base_model(live_b), driver.base_model(shadow_b)
         live_cols, live_req = driver.existing(con, live)
@@ -101,14 +109,15 @@ def plan_pairs(driver, con: Any, req: ReplaceContents) -> list[tuple]:
     return out
 
 
-def replace_contents(driver, req: ReplaceContents) -> list[str]:
+def replace_contents(driver: SkeletonDriver, req: ReplaceContents) -> list[str]:
     """The cut-over's transaction (see the module docstring); what it did, in words.  Without
     transactional DDL the shadow tables stay until the rebuild drops the shadow (``Driver.drop``)."""
     dialect = driver.dialect
     quote = dialect.quote
 
     if not dialect.transactional_ddl:
-        if Driver.cut_over_state(driver, req) == "done":  # the records moved: a swap a kill interrupted
+        # cast: the SqlDriver that calls this is a Driver (the default reads its positions)
+        if Driver.cut_over_state(cast(Driver, driver), req) == "done":  # the records moved: a swap a kill interrupted
             return finish_swap(driver, req)
         pairs = driver.atomically(lambda con: plan_pairs(driver, con, req), "rebuild: plan", write=False)
         if any(reshaped(ls, ss) for _l, _s, ls, ss in pairs):
@@ -118,7 +127,7 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
         def add_columns(con: Any) -> None:
             for live, _shadow, live_shape, shadow_shape in plan_pairs(driver, con, req):
                 for name, (typ, _pk, _req) in shadow_shape.items() if live_shape is not None else ():
-                    if name not in live_shape:
+                    if name not in cast(Shape, live_shape):  # the loop runs only where it is not None
                         driver.execute(con, f"ALTER TABLE {dialect.ident(live)} ADD COLUMN {quote(name)} {typ}")
 
         driver.atomically(add_columns, "rebuild: add columns")
@@ -151,7 +160,7 @@ def replace_contents(driver, req: ReplaceContents) -> list[str]:
     return driver.atomically(body, "rebuild: replace contents")
 
 
-def swap_tables(driver, req: ReplaceContents) -> list[str]:
+def swap_tables(driver: SkeletonDriver, req: ReplaceContents) -> list[str]:
     """MariaDB, a key or a type changed (see the module docstring): the records first, in one
     transaction, then :func:`finish_swap`."""
 
@@ -164,7 +173,7 @@ def swap_tables(driver, req: ReplaceContents) -> list[str]:
     return driver.atomically(body, "rebuild: move the records") + finish_swap(driver, req)
 
 
-def finish_swap(driver, req: ReplaceContents) -> list[str]:
+def finish_swap(driver: SkeletonDriver, req: ReplaceContents) -> list[str]:
     """After the records moved: one ``RENAME TABLE`` of every pair whose shadow table is still
     there with another shape, then the old tables dropped.  Idempotent (a kill may stop it
     anywhere)."""
@@ -205,7 +214,7 @@ def finish_swap(driver, req: ReplaceContents) -> list[str]:
     return done
 
 
-def _pending(driver, con: Any, live: TableModel, shadow: TableModel) -> str:
+def _pending(driver: SkeletonDriver, con: Any, live: TableModel, shadow: TableModel) -> str:
     """A pair's tables as a swap sees them: ``"swap"`` (the shadow has another shape), ``"new"``
     (no live table yet), ``"same"`` (the shadow has the live table's shape) or ``""`` (no
     shadow table: swapped already, or dropped)."""
@@ -217,11 +226,11 @@ def _pending(driver, con: Any, live: TableModel, shadow: TableModel) -> str:
     return "swap" if reshaped(_shape(live_cols, live_req), _shape(shadow_cols, shadow_req)) else "same"
 
 
-def cut_over_state(driver, req: ReplaceContents) -> str:
+def cut_over_state(driver: SkeletonDriver, req: ReplaceContents) -> str:
     """Without transactional DDL, a swap (see :func:`swap_tables`) can stop between its steps:
     ``partial`` while the records have moved but a shadow table still has a changed shape, or
     an old table is left."""
-    state = Driver.cut_over_state(driver, req)
+    state = Driver.cut_over_state(cast(Driver, driver), req)  # cast: the calling SqlDriver is a Driver
     if state != "done" or driver.dialect.transactional_ddl:
         return state
 
@@ -238,7 +247,7 @@ def cut_over_state(driver, req: ReplaceContents) -> str:
     return "partial" if driver.atomically(pending, "rebuild: read the cut-over", write=False) else "done"
 
 
-def move_checkpoints(driver, con: Any, req: ReplaceContents) -> str:
+def move_checkpoints(driver: SkeletonDriver, con: Any, req: ReplaceContents) -> str:
     """The shadow's checkpoint rows become the live materialization's, fenced above both."""
     dialect, table = driver.dialect, driver.checkpoints_table
     p = dialect.placeholder  # (the DB-API marker, as the SQL skeleton names it)
@@ -269,7 +278,7 @@ def move_checkpoints(driver, con: Any, req: ReplaceContents) -> str:
     return f"moved {len(shadow_rows)} checkpoint row(s) of {req.shadow!r} to {req.materialization!r} (fence {top + 1})"
 
 
-def move_records(driver, con: Any, req: ReplaceContents, pairs: list[tuple]) -> None:
+def move_records(driver: SkeletonDriver, con: Any, req: ReplaceContents, pairs: list[Pair]) -> None:
     """Owner, view identity and quarantine rows: the shadow's become the live name's."""
     dialect = driver.dialect
     p, collate = dialect.placeholder, dialect.name_collate

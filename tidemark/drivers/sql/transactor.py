@@ -44,6 +44,8 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    JsonObject,
+    Key,
     Load,
     Loaded,
     Quarantine,
@@ -106,7 +108,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         driver: SessionDriver,
         con: Any,
         materialization: str,
-        rng: Range,
+        key_range: Range,
         fence: int,
         models: list[TableModel],
         kept: Optional[list[Optional[tuple[int, ...]]]] = None,
@@ -116,7 +118,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self.dialect = driver.dialect
         self.con = con
         self.materialization = materialization
-        self.range = rng
+        self.range = key_range
         self.fence = fence
         self.models = models
         self.kept = kept or [None] * len(models)  # per binding: the value positions that are columns
@@ -125,12 +127,14 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._deferred: list[Load] = []
         self._staged: set[int] = set()  # bindings with staged rows
         self._created: set[str] = set()  # temp tables this session made
-        self._quarantine: list[dict] = []
+        self._quarantine: list[JsonObject] = []
         self._seq = 0  # Store order within the transaction
-        self._reduced_keys: dict[int, set] = {}  # per binding the endpoint reduces: the keys staged
+        self._reduced_keys: dict[int, set[Key]] = {}  # per binding the endpoint reduces: the keys staged
         self._typed: set[int] = set()  # bindings staged as typed values (Store.rows)
         self._stale: set[str] = set()  # temp tables still holding committed rows (emptied when next used)
-        self._hashes: dict[int, set] = {}  # per binding: hashes of stored keys (unkeyed staging: to skip the dedupe)
+        self._hashes: dict[
+            int, set[int]
+        ] = {}  # per binding: hashes of stored keys (unkeyed staging: to skip the dedupe)
         self._dupes: set[int] = set()  # bindings where a key may have been stored twice
         self._deletes: set[int] = set()  # bindings with deletes staged
         self._updates: dict[int, int] = {}  # per binding: staged documents whose key was Loaded
@@ -175,7 +179,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         create = None if name in self._created else self.dialect.create_temp(name, columns, options)
         return self.dialect.temp(name), create
 
-    def values_of(self, msg: Store) -> Sequence[tuple]:
+    def values_of(self, msg: Store) -> Sequence[tuple[Any, ...]]:
         """``msg.values`` without the fields that are not columns (names too long), each None
         where its column cannot hold it exactly (an integer beyond 64 bits: the document keeps it)."""
         kept = self.kept[msg.binding]
@@ -211,13 +215,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         q = self.dialect.quote
         return ", ".join(f"{alias}.{q(c.name)}" for c in model.columns) + f", {alias}.{q(DOCUMENT_COLUMN)}"
 
-    def lean_rows(self, model: TableModel, found: list) -> list:
+    def lean_rows(self, model: TableModel, found: list[Any]) -> list[tuple[int, JsonObject]]:
         """``(i, document)`` of the rows a lean Load read as ``(i, columns…, flow_document)``."""
         convert = lean.converters(model, self.dialect)
         return [(r[0], lean.document_of(model, self.dialect, r[1:], convert)) for r in found]
 
-    def lookup(self, binding: int, model: TableModel, keys: Sequence[tuple]) -> list[tuple[int, str]]:
-        """``(i, document text)`` of each stored key ``keys[i]``, in the order of ``keys``."""
+    def lookup(self, binding: int, model: TableModel, keys: Sequence[Key]) -> list[tuple[int, Any]]:
+        """``(i, document text)`` (a lean row: ``(i, document)``) of each stored key ``keys[i]``, in the order of ``keys``."""
         dialect = self.dialect
         name = f"tidemark_load_{binding}"
         names = ["key_index"] + [staged_column(j) for j in range(len(model.keys))]
@@ -279,7 +283,13 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         )
 
     def stage(
-        self, model: TableModel, msg: Store, names: list[str], kinds: list[str], rows: list[tuple], key_names
+        self,
+        model: TableModel,
+        msg: Store,
+        names: list[str],
+        kinds: list[str],
+        rows: list[tuple[Any, ...]],
+        key_names: Sequence[str],
     ) -> None:
         """``rows`` into the binding's staging table (made, or emptied of a committed
         transaction's rows, first), by the endpoint's writer."""
@@ -297,7 +307,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
 
     def row_parts(
         self, model: TableModel, msg: Store, dumps: Callable[[Any], str] = dumps
-    ) -> tuple[Sequence[tuple], list]:
+    ) -> tuple[Sequence[tuple[Any, ...]], list[Optional[str]]]:
         """The value columns and the ``flow_document`` text of each stored document: a lean
         row's columns are the document's properties, its ``flow_document`` what no column
         holds (None where nothing)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from tidemark.drivers.sql.model import TableModel, coerce, dumps
+from tidemark.protocol.messages import Key
 
 T = TypeVar("T")
 
@@ -42,10 +43,10 @@ class Chunk:
     prepare: Sequence[str]  # run first: create the table, or empty what a committed transaction left
     names: Sequence[str]  # the staging columns written
     kinds: Sequence[str]  # each column's kind (ORDER, FLAG, DOC or the view's column kind)
-    rows: list[tuple]  # raw values, one per name
+    rows: list[tuple[Any, ...]]  # raw values, one per name
     key_names: Sequence[str]  # non-empty: a row whose key is staged replaces it
     model: TableModel
-    keys: Sequence[tuple]  # each row's key, to name a refused value
+    keys: Sequence[Key]  # each row's key, to name a refused value
     docs: Callable[[], Sequence[Any]]  # each row's document, to name a refused value
     what: str  # for messages: "store <table>"
 
@@ -58,7 +59,7 @@ class KeyChunk:
     prepare: Sequence[str]
     names: Sequence[str]  # key_index, then the key columns
     model: TableModel
-    keys: Sequence[tuple]
+    keys: Sequence[Key]
     select: str
     what: str
 
@@ -105,7 +106,14 @@ class RowWriter:
         s.in_transaction(body, chunk.what, write=False)
 
     def stage_typed(
-        self, s: Session, table: str, prepare: Sequence[str], model: TableModel, rows: Any, keys, what: str
+        self,
+        s: Session,
+        table: str,
+        prepare: Sequence[str],
+        model: TableModel,
+        rows: Any,
+        keys: Sequence[Key],
+        what: str,
     ) -> None:
         """An Arrow table's columns (the view's columns, by name) into the typed staging ``table``."""
         tuples = list(zip(*(rows.column(c.name).to_pylist() for c in model.columns)))
@@ -118,17 +126,18 @@ class RowWriter:
 
         s.in_transaction(body, what, write=False)
 
-    def load(self, s: Session, chunk: KeyChunk) -> list:
+    def load(self, s: Session, chunk: KeyChunk) -> list[Any]:
         """The keys (``key_index``, then the key columns) into the Load table, then the rows
         of the chunk's ``select``, in one transaction."""
         kinds = [c.kind for c in chunk.model.keys]
         rows = [(i, *(coerce(k, v) for k, v in zip(kinds, key))) for i, key in enumerate(chunk.keys)]
         sql = self.insert(s, chunk.table, chunk.names)
 
-        def body() -> list:
+        def body() -> list[Any]:
             for statement in chunk.prepare:
                 s.execute(statement)
             s.executemany(sql, rows)
-            return s.execute(chunk.select).fetchall()
+            found: list[Any] = s.execute(chunk.select).fetchall()  # the client library's rows
+            return found
 
         return s.in_transaction(body, chunk.what, write=False)
