@@ -333,7 +333,9 @@ def _spark_minmax(maximize: bool):
     def aggregate(S, f, c) -> SparkAggregate:
         F = S.F
         if is_date_time_field(f):
-            return SparkAggregate(F.max_by(c, F.when(c.isNotNull(), F.struct(S.instant_order(c, maximize), S.order))))
+            return SparkAggregate(
+                F.max_by(c, F.when(c.isNotNull(), F.struct(S.instant_order(c, maximize, f.name), S.order)))
+            )
         return SparkAggregate(F.max(c) if maximize else F.min(c))
 
     return aggregate

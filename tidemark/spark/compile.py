@@ -29,7 +29,7 @@ from typing import Any, Callable, cast
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan
 from tidemark.collection.strategies import STRATEGIES, SparkAggregate
-from tidemark.spark.datetimes import instant_order
+from tidemark.spark.datetimes import instant_order, order_of_instant
 
 
 def spark_type(t: str):
@@ -136,20 +136,25 @@ class SparkOps:
     F: Any  # pyspark.sql.functions
     order: Any  # the source order of a row (``(_file, _block, _row)``), computed once per row
     collected: Callable[[Any], Any]  # a column masked to the rows that take part, for aggregates that collect values
+    # {date-time property: its instant's (seconds, fraction) columns}, computed once per row
+    # before the aggregation (:func:`tidemark.spark.datetimes.instant_parts`); without an
+    # entry the instant is computed where it is ordered
+    instants: Any = None
 
     def sorted_values(self, c, orderable: bool = True):
         return _sorted_values(c, self.order, orderable)
 
-    @staticmethod
-    def instant_order(c, maximize: bool):
-        return instant_order(c, maximize)
+    def instant_order(self, c, maximize: bool, name: str = ""):
+        """The order of the date-time ``c`` (the property ``name``) by its instant."""
+        staged = (self.instants or {}).get(name)
+        return order_of_instant(staged[0], staged[1], maximize) if staged else instant_order(c, maximize)
 
     @staticmethod
     def spark_type(t: str):
         return spark_type(t)
 
 
-def _by_event_time(plan: CompiledPlan, f, c, by, ord_col) -> SparkAggregate:
+def _by_event_time(plan: CompiledPlan, f, c, by, ops: SparkOps) -> SparkAggregate:
     """A property ordered by another one (``reduce: {strategy: lastWriteWins, order: /ts}``):
     ``max_by`` (``min_by`` for firstWriteWins) of its present values over the order
     property's value in the same document (date-times by instant), then the source order --
@@ -158,18 +163,21 @@ def _by_event_time(plan: CompiledPlan, f, c, by, ord_col) -> SparkAggregate:
 
     pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
     order_field = next(o for o in plan.fields if o.name == f.order)
-    value = instant_order(by, True) if is_date_time_field(order_field) else by
-    return SparkAggregate(pick(c, F.when(c.isNotNull(), F.struct(value.alias("e"), ord_col.alias("o")))))
+    value = ops.instant_order(by, True, order_field.name) if is_date_time_field(order_field) else by
+    return SparkAggregate(pick(c, F.when(c.isNotNull(), F.struct(value.alias("e"), ops.order.alias("o")))))
 
 
-def event_order(plan: CompiledPlan, c, ord_col):
+def event_order(plan: CompiledPlan, c, ord_col, instants=None):
     """The order of a root's ``reduce.order`` (property column ``c``), then the source order: a
     document without the property first (as :func:`tidemark.collection.order.compare_key`
     orders a missing value), date-times by instant (:func:`instant_order`)."""
     from pyspark.sql import functions as F
 
     f = next(f for f in plan.fields if f.name == plan.order)
-    value = instant_order(c, True) if is_date_time_field(f) else c
+    staged = (instants or {}).get(f.name)
+    value = c
+    if is_date_time_field(f):
+        value = order_of_instant(staged[0], staged[1], True) if staged else instant_order(c, True)
     return F.struct(c.isNotNull().alias("a"), value.alias("e"), ord_col.alias("o"))
 
 
@@ -195,7 +203,15 @@ def _riders(plan: CompiledPlan, key_cols) -> dict[str, str]:
 
 
 def aggregations(
-    plan: CompiledPlan, p, value, ord_col, valid=None, key_cols=None, mask_scalars=True, typed: bool = False
+    plan: CompiledPlan,
+    p,
+    value,
+    ord_col,
+    valid=None,
+    key_cols=None,
+    mask_scalars=True,
+    typed: bool = False,
+    instants: Any = None,
 ):
     """(agg columns, doc expression over the aggregated columns, error expression).
 
@@ -208,7 +224,8 @@ def aggregations(
     caller that keeps the other rows in groups of their own.  ``key_cols`` maps key
     property names to the grouping columns: a key property is equal in every document of
     a group, so its value is taken from the group (no aggregation needed).  ``ord_col``
-    should be a column computed once per row (not an expression repeated per field).
+    should be a column computed once per row (not an expression repeated per field), and
+    ``instants`` the date-times' instants so computed (:attr:`SparkOps.instants`).
     Each property's aggregate is its strategy's ``spark`` entry
     (:data:`tidemark.collection.strategies.STRATEGIES`).
     """
@@ -222,9 +239,9 @@ def aggregations(
     if plan.root_strategy != "merge":  # the whole document, by its event-time order, then its source order
         pick = F.max_by if plan.root_strategy == "lastWriteWins" else F.min_by
         if plan.order:
-            ord_col = F.when(ord_col.isNotNull(), event_order(plan, p[plan.order], ord_col))
+            ord_col = F.when(ord_col.isNotNull(), event_order(plan, p[plan.order], ord_col, instants))
         return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
-    ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask)
+    ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask, instants)
     aggs, structured, raw, errors, fields = [], [], [], [], []
     riders = _riders(plan, key_cols)
     for i, f in enumerate(plan.fields):
@@ -240,13 +257,13 @@ def aggregations(
         elif f.name in riders.values():  # a winner: its document's value, and its riders'
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             carried = [(mask(p[r]) if mask_scalars else p[r]).alias(r) for r, o in riders.items() if o == f.name]
-            key = F.when(values.isNotNull(), F.struct(instant_order(values, True), ops.order))
+            key = F.when(values.isNotNull(), F.struct(ops.instant_order(values, True, f.name), ops.order))
             aggs.append(F.max_by(F.struct(values.alias(f.name), *carried), key).alias(v))
             picked = F.col(v)[f.name]
         else:
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             agg = (
-                _by_event_time(plan, f, values, p[f.order], ops.order)
+                _by_event_time(plan, f, values, p[f.order], ops)
                 if f.order
                 else cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
             )

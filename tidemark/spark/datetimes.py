@@ -105,13 +105,12 @@ def _days_from_civil(y, m, d):
     return era * 146097 + doe - 719468
 
 
-def instant_order(c, maximize: bool):
-    """A struct that orders valid date-times (no leap second, at most
-    :data:`FRACTION_DIGITS` fraction digits: the others are suspects) by the instant they name,
-    ascending for ``maximize`` and descending for ``minimize`` (so that ``max_by`` over it and
-    the source order picks the rightmost of the extreme values, as the Python reducer does):
-    the seconds since the epoch with the offset applied, then the fraction's digits padded to
-    a fixed width (trailing zeros order as the padding does)."""
+def instant_parts(c):
+    """The instant a valid date-time string ``c`` names, as two longs: the seconds since the
+    epoch with the offset applied, and the fraction's digits padded to
+    :data:`FRACTION_DIGITS` (trailing zeros order as the padding does).  Computed once per
+    row where the combine stages its columns (:func:`tidemark.spark.combine._build_columns`):
+    inside an aggregate the same arithmetic ran per aggregate, outside generated code."""
     from pyspark.sql import functions as F
 
     p = date_time_parts(c)
@@ -123,7 +122,24 @@ def instant_order(c, maximize: bool):
         + p["second"]
         - offset * 60
     )
-    fraction = F.rpad(p["fraction"], FRACTION_DIGITS, "0")
+    fraction = F.rpad(p["fraction"], FRACTION_DIGITS, "0").try_cast("long")
+    return seconds, fraction
+
+
+def order_of_instant(seconds, fraction, maximize: bool):
+    """The struct that orders instants (:func:`instant_parts`) ascending for ``maximize`` and
+    descending for ``minimize``."""
+    from pyspark.sql import functions as F
+
     if maximize:
         return F.struct(seconds.alias("s"), fraction.alias("f"))
-    return F.struct((-seconds).alias("s"), F.translate(fraction, "0123456789", "9876543210").alias("f"))
+    return F.struct((-seconds).alias("s"), (-fraction).alias("f"))
+
+
+def instant_order(c, maximize: bool):
+    """A struct that orders valid date-times (no leap second, at most
+    :data:`FRACTION_DIGITS` fraction digits: the others are suspects) by the instant they name,
+    ascending for ``maximize`` and descending for ``minimize`` (so that ``max_by`` over it and
+    the source order picks the rightmost of the extreme values, as the Python reducer does)."""
+    seconds, fraction = instant_parts(c)
+    return order_of_instant(seconds, fraction, maximize)
