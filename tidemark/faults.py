@@ -50,13 +50,13 @@ class InjectedFault(RuntimeError):
 
 _armed: dict[str, list[tuple[str, str]]] | None = None
 _counts: dict[str, int] = {}
-_rng: random.Random | None = None
+_draw: random.Random | None = None
 _p: float = 0.0
 
 
 def _parse() -> dict[str, list[tuple[str, str]]]:
-    global _rng, _p
-    _rng, _p = None, 0.0  # a random kill is armed only while its variable is set
+    global _draw, _p
+    _draw, _p = None, 0.0  # a random kill is armed only while its variable is set
     settings = fault_settings()
     spec = settings.armed
     out: dict[str, list[tuple[str, str]]] = {}
@@ -66,7 +66,7 @@ def _parse() -> dict[str, list[tuple[str, str]]]:
     rnd = settings.random
     if rnd:
         seed, _, p = rnd.partition(":")
-        _rng = random.Random(f"{seed}:{os.getpid()}")
+        _draw = random.Random(f"{seed}:{os.getpid()}")
         _p = float(p or 0.05)
     return out
 
@@ -142,9 +142,9 @@ def fault_point(name: str) -> None:
         if hook is not None:
             hook(name)
     points = _points()
-    if not points and _rng is None:
+    if not points and _draw is None:
         return
-    if _rng is not None and name not in PER_ROW and _rng.random() < _p:
+    if _draw is not None and name not in PER_ROW and _draw.random() < _p:
         _kill()
     actions = points.get(name)
     if not actions:

@@ -53,10 +53,10 @@ def test_multiple_of_is_checked_on_the_decimal_text_not_by_dividing_doubles():
 
 def test_a_sum_of_cents_is_exact_where_doubles_drift():
     c = collection()
-    rng = random.Random(5)
+    draw = random.Random(5)
     doc, exact, drift = {"k": "a"}, Decimal(0), 0.0
     for _ in range(2000):
-        cents = rng.randrange(1, 1_000_00) / 100
+        cents = draw.randrange(1, 1_000_00) / 100
         doc = c.reduce(doc, {"k": "a", "total": cents, "plain": cents})
         exact += Decimal(repr(cents))
         drift += cents

@@ -41,13 +41,13 @@ def totals_binding():
 
 def payments(data, files: int = 3, per_file: int = 400, customers: int = 30) -> dict:
     """Write the files; return customer -> (exact total, largest, orders)."""
-    rng = random.Random(17)
+    draw = random.Random(17)
     os.makedirs(data, exist_ok=True)
     want: dict = {}
     for f in range(files):
         lines = []
         for _ in range(per_file):
-            c, cents = f"c{rng.randrange(customers):03d}", rng.randrange(1, 500_000) / 100
+            c, cents = f"c{draw.randrange(customers):03d}", draw.randrange(1, 500_000) / 100
             lines.append(json.dumps({"customer": c, "total": cents, "largest": cents, "orders": 1}))
             t, m, n = want.get(c, (Decimal(0), Decimal(0), 0))
             want[c] = (t + Decimal(repr(cents)), max(m, Decimal(repr(cents))), n + 1)

@@ -76,8 +76,8 @@ def test_kills_while_a_producer_writes_leave_the_committed_records_once(
     )
     producer = Producer(kafka_bootstrap, topic, rounds=12, seed=21 if endpoint == "sqlite" else 22)
     producer.start()
-    rng = random.Random(61)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(4.0, 9.0) if a < 3 else None)
+    draw = random.Random(61)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(4.0, 9.0) if a < 3 else None)
     producer.join(120)
     assert producer.error is None and not producer.is_alive()
     assert outcome.kills >= 1, outcome
@@ -123,11 +123,11 @@ def test_a_chain_of_views_through_a_kafka_topic_is_exact_with_kills_on_both(
     with open(spec_b, "w") as f:
         yaml.safe_dump(obj, f)
 
-    rng = random.Random(71)
+    draw = random.Random(71)
     kills = 0
     for round_ in range(2):
-        kills += run_until_done(spec_a, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 2 else None).kills
-        kills += run_until_done(spec_b, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 2 else None).kills
+        kills += run_until_done(spec_a, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 2 else None).kills
+        kills += run_until_done(spec_b, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 2 else None).kills
         if round_ == 0:
             write_orders(data, files=2, per_file=150, customers=40, seed=32, start=3, deletes=0.05)
     assert kills >= 2

@@ -57,8 +57,8 @@ def test_kills_while_a_publisher_writes_leave_every_message_once(tmp_path, nats_
         else {"postgres": {"url": postgres_url, "schema": pg_schema}}
     )
     spec = nats_source_spec(tmp_path, url=nats_url, stream=stream, endpoint=config, shards=2, max_records_per_batch=100)
-    rng = random.Random(81)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(4.0, 9.0) if a < 3 else None)
+    draw = random.Random(81)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(4.0, 9.0) if a < 3 else None)
     thread.join(120)
     assert outcome.kills >= 1, outcome
     assert run_until_done(spec).kills == 0

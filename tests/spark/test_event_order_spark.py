@@ -39,14 +39,14 @@ OFFSETS = ["Z", "+02:00", "-05:00", "+00:30"]
 def events(keys: int, per_key: int, seed: int) -> list[dict]:
     """Documents with distinct instants per key, written with assorted offsets (so text order
     is not time order); some keys have one document without ``updated_at``."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     out = []
     for k in range(keys):
-        minutes = rng.sample(range(0, 600), per_key)
+        minutes = draw.sample(range(0, 600), per_key)
         for i, m in enumerate(minutes):
             doc = {"id": f"k{k}", "status": f"s{i}", "n": m}
-            off = rng.choice(OFFSETS)
-            if i > 0 or rng.random() > 0.3:
+            off = draw.choice(OFFSETS)
+            if i > 0 or draw.random() > 0.3:
                 sign = -1 if off.startswith("-") else 1
                 shift = 0 if off == "Z" else sign * (int(off[1:3]) * 60 + int(off[4:]))
                 local = m + shift + 600  # the local time that names minute m (UTC) at this offset

@@ -104,10 +104,10 @@ def test_kafka_partition_and_offset_columns_define_the_order(spark, tmp_path, ca
 
     import tidemark
 
-    rng = random.Random(3)
+    draw = random.Random(3)
     records = [{"id": f"k{i % 4}", "n": 1, "city": f"c{i}", "_p": i % 4, "_o": i} for i in range(40)]
     shuffled = list(records)
-    rng.shuffle(shuffled)
+    draw.shuffle(shuffled)
     data = tmp_path / "data"
     data.mkdir()
     for j in range(4):
@@ -144,12 +144,12 @@ def test_a_file_stream_is_reduced_in_file_order_like_a_spec_and_says_nothing(spa
     gives, however Spark splits the batch; nothing is logged about the order."""
     import tidemark
 
-    rng = random.Random(7)
+    draw = random.Random(7)
     data = tmp_path / "data"
     data.mkdir()
     rows_by_file = []
     for f in range(6):
-        rows = [{"id": f"c{rng.randrange(100)}", "n": 1, "city": f"city-{f}-{i}"} for i in range(400)]
+        rows = [{"id": f"c{draw.randrange(100)}", "n": 1, "city": f"city-{f}-{i}"} for i in range(400)]
         rows_by_file.append(rows)
         (data / f"part-{f:02d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
     expected = {}

@@ -34,7 +34,7 @@ OFFSETS = ["Z", "+02:00", "-05:00"]
 def events(data, files=4, per_file=40, orders=12) -> dict:
     """Write the files; return order -> (status of the latest event, sum of amounts)."""
     data.mkdir(exist_ok=True)
-    rng = random.Random(71)
+    draw = random.Random(71)
     base = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
     latest: dict = {}
     sums: dict = {}
@@ -43,12 +43,12 @@ def events(data, files=4, per_file=40, orders=12) -> dict:
         lines = []
         for _ in range(per_file):
             n += 1
-            key = f"o{rng.randrange(orders):02d}"
-            at = base + dt.timedelta(seconds=rng.randrange(100_000), microseconds=n)  # distinct instants
-            off = rng.choice(OFFSETS)
+            key = f"o{draw.randrange(orders):02d}"
+            at = base + dt.timedelta(seconds=draw.randrange(100_000), microseconds=n)  # distinct instants
+            off = draw.choice(OFFSETS)
             shift = {"Z": 0, "+02:00": 2, "-05:00": -5}[off]
             local = (at + dt.timedelta(hours=shift)).replace(tzinfo=None).isoformat(timespec="microseconds")
-            status, amount = f"s{n}", rng.randrange(1, 100)
+            status, amount = f"s{n}", draw.randrange(1, 100)
             lines.append(json.dumps({"order": key, "ts": local + off, "status": status, "amount": amount}))
             if key not in latest or at > latest[key][0]:
                 latest[key] = (at, status)

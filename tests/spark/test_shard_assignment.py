@@ -18,11 +18,11 @@ def expected(ranges, h):
 
 
 def hashes(ranges, seed):
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     out = {0, KEY_SPACE_MAX, -1, KEY_SPACE_MAX + 1}
     for r in ranges:  # both ends of every range and their neighbours
         out |= {r.key_begin, r.key_end, max(0, r.key_begin - 1), min(KEY_SPACE_MAX, r.key_end + 1)}
-    out |= {rng.randrange(KEY_SPACE_MAX + 1) for _ in range(300)}
+    out |= {draw.randrange(KEY_SPACE_MAX + 1) for _ in range(300)}
     return sorted(out)
 
 

@@ -22,8 +22,8 @@ def cp(batch: int) -> dict:
     return {"materialization": "m", "checkpoint_id": "c1", "batch_id": batch}
 
 
-def view(cfg, rng=FULL):
-    with Reader(cfg, rng) as r:
+def view(cfg, key_range=FULL):
+    with Reader(cfg, key_range) as r:
         return r.checkpoint, dict(r.scan())
 
 

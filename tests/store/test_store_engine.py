@@ -29,8 +29,8 @@ def cfg(tmp_path):
     return StoreConfig(path=str(tmp_path / "store"), spill_dir=str(tmp_path / "spill"))
 
 
-def committed(cfg, rng=FULL) -> tuple[dict | None, dict[bytes, bytes]]:
-    with Reader(cfg, rng) as r:
+def committed(cfg, key_range=FULL) -> tuple[dict | None, dict[bytes, bytes]]:
+    with Reader(cfg, key_range) as r:
         return r.checkpoint, dict(r.scan())
 
 

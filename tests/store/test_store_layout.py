@@ -39,13 +39,13 @@ def commit(store: RangeStore, batch: int, items: dict[bytes, bytes | None]) -> N
     txn.commit(cp(batch))
 
 
-def view(cfg, rng) -> tuple[dict | None, dict[bytes, bytes]]:
-    with Reader(cfg, rng) as r:
+def view(cfg, key_range) -> tuple[dict | None, dict[bytes, bytes]]:
+    with Reader(cfg, key_range) as r:
         return r.checkpoint, dict(r.scan())
 
 
-def within(rng: Range, data: dict) -> dict:
-    return {k: v for k, v in data.items() if rng.contains(key_hash_of(k))}
+def within(key_range: Range, data: dict) -> dict:
+    return {k: v for k, v in data.items() if key_range.contains(key_hash_of(k))}
 
 
 @pytest.fixture

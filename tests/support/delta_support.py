@@ -105,8 +105,8 @@ class Runtime:
         self.driver.validate(Validate(self.mat, self.driver.config, self.bindings))
         return self.driver.apply(Apply(self.mat, self.driver.config, self.bindings))
 
-    def open(self, rng=Range()):
-        return self.driver.open(Open(self.mat, "v1", rng, state=self.state, bindings=self.bindings))[0]
+    def open(self, key_range=Range()):
+        return self.driver.open(Open(self.mat, "v1", key_range, state=self.state, bindings=self.bindings))[0]
 
     def stage(self, t, batch, per_binding, deletes=None, quarantine=()):
         """One transaction: Acknowledge, Load (standard bindings), Store, Quarantine, StartCommit."""
@@ -140,8 +140,8 @@ class Runtime:
     def acknowledge(self):
         self.driver.coordinator_acknowledge(self.mat, self.state, self.last, self.bindings)
 
-    def batch(self, batch, per_binding, deletes=None, rng=Range(), quarantine=()):
-        t = self.open(rng)
+    def batch(self, batch, per_binding, deletes=None, key_range=Range(), quarantine=()):
+        t = self.open(key_range)
         started, loaded = self.stage(t, batch, per_binding, deletes, quarantine)
         t.close()
         self.log(batch, started)

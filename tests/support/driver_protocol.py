@@ -41,9 +41,9 @@ def cp(batch, **more):
     return {"checkpoint_id": "chk-1", "batch_id": batch, "materialization": MAT, **more}
 
 
-def open_session(driver, b, rng=Range()):
+def open_session(driver, b, key_range=Range()):
     bindings = b if isinstance(b, tuple) else (b,)
-    return driver.open(Open(MAT, "v1", rng, bindings=bindings))
+    return driver.open(Open(MAT, "v1", key_range, bindings=bindings))
 
 
 def store_msg(b: BindingSpec, docs, deletes=None, exists=None, binding_index=0):

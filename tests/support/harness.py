@@ -251,7 +251,7 @@ def long_run(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    rng = random.Random(args.seed)
+    draw = random.Random(args.seed)
     work = args.dir or tempfile.mkdtemp(prefix="tidemark-chaos-")
     os.makedirs(work, exist_ok=True)
     data, db = os.path.join(work, "data"), os.path.join(work, "views.db")
@@ -271,7 +271,7 @@ def long_run(argv: list[str] | None = None) -> int:
             files=args.files_per_round,
             per_file=args.per_file,
             customers=200,
-            seed=rng.randrange(1 << 30),
+            seed=draw.randrange(1 << 30),
             start=files,
             deletes=0.03,
         )
@@ -279,8 +279,8 @@ def long_run(argv: list[str] | None = None) -> int:
         docs += args.files_per_round * args.per_file
         outcome = run_until_done(
             spec,
-            random_points=(rng.randrange(1 << 30), 0.02),
-            kill_after=lambda a: rng.uniform(args.kill_min, args.kill_max) if a < 6 else None,
+            random_points=(draw.randrange(1 << 30), 0.02),
+            kill_after=lambda a: draw.uniform(args.kill_min, args.kill_max) if a < 6 else None,
             random_attempts=6,
             max_attempts=12,
         )

@@ -91,24 +91,24 @@ def write_orders(
 ):
     """Write ``files`` JSON-lines files named orders-NNNN.json; return their paths.
     ``pad`` lengthens each city name by that many characters (big documents)."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
 
     def docs():
         for _ in range(per_file):
-            cust = f"c{rng.randrange(customers):04d}"
-            if deletes and rng.random() < deletes:
+            cust = f"c{draw.randrange(customers):04d}"
+            if deletes and draw.random() < deletes:
                 yield json.dumps({"customer": cust, "amount": 0, "_meta": {"op": "d"}})
                 continue
-            amount = rng.randrange(1, 1000)
+            amount = draw.randrange(1, 1000)
             yield json.dumps(
                 {
                     "customer": cust,
                     "amount": amount,
                     "orders": 1,
                     "largest": amount,
-                    "city": rng.choice(CITIES) + "." * pad,
-                    "items": [rng.choice("abcdef")],
+                    "city": draw.choice(CITIES) + "." * pad,
+                    "items": [draw.choice("abcdef")],
                     "flags": {"big": True} if amount > 900 else {},
                 }
             )
@@ -433,19 +433,19 @@ COMPILED_SCHEMA = {
 def write_compiled_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0) -> list[str]:
     """Write ``files`` JSON-lines files of :data:`COMPILED_SCHEMA` documents, named
     orders-NNNN.json from ``start`` on, modified in name order; return their paths."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
 
     def docs():
         for _ in range(per_file):
-            amount = rng.randrange(1, 500)
+            amount = draw.randrange(1, 500)
             yield json.dumps(
                 {
-                    "customer": f"c{rng.randrange(customers):04d}",
+                    "customer": f"c{draw.randrange(customers):04d}",
                     "amount": amount,
                     "largest": amount,
-                    "city": rng.choice(["Oslo", "Lima", "Accra"]),
-                    "items": [f"sku-{rng.randrange(9)}"],
+                    "city": draw.choice(["Oslo", "Lima", "Accra"]),
+                    "items": [f"sku-{draw.randrange(9)}"],
                 }
             )
 

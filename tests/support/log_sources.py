@@ -20,18 +20,18 @@ def caps_available_now() -> bool:
     return tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
 
 
-def order_doc(rng: random.Random, customers: int, deletes: float = 0.0) -> dict:
-    cust = f"c{rng.randrange(customers):04d}"
-    if deletes and rng.random() < deletes:
+def order_doc(draw: random.Random, customers: int, deletes: float = 0.0) -> dict:
+    cust = f"c{draw.randrange(customers):04d}"
+    if deletes and draw.random() < deletes:
         return {"customer": cust, "amount": 0, "_meta": {"op": "d"}}
-    amount = rng.randrange(1, 1000)
+    amount = draw.randrange(1, 1000)
     return {
         "customer": cust,
         "amount": amount,
         "orders": 1,
         "largest": amount,
-        "city": rng.choice(CITIES),
-        "items": [rng.choice("abcdef")],
+        "city": draw.choice(CITIES),
+        "items": [draw.choice("abcdef")],
         "flags": {"big": True} if amount > 900 else {},
     }
 
@@ -55,7 +55,7 @@ def produce_orders(
     partition (the key's hash), so their order is the write order."""
     from confluent_kafka import Producer
 
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{producer_id}-{seed}", "linger.ms": 5})
     producer.init_transactions(30)
     committed: list[dict] = []
@@ -63,9 +63,9 @@ def produce_orders(
         docs = []
         producer.begin_transaction()
         for _ in range(per_transaction):
-            doc = order_doc(rng, customers, deletes)
+            doc = order_doc(draw, customers, deletes)
             key = json.dumps([doc["customer"]]).encode()
-            if tombstones and rng.random() < tombstones:
+            if tombstones and draw.random() < tombstones:
                 producer.produce(topic, key=key, value=None)
                 docs.append({"customer": doc["customer"], "_meta": {"op": "d"}})
             else:
@@ -121,8 +121,8 @@ def publish_orders(
 
     import nats
 
-    rng = random.Random(seed)
-    docs = [order_doc(rng, customers, deletes) for _ in range(messages)]
+    draw = random.Random(seed)
+    docs = [order_doc(draw, customers, deletes) for _ in range(messages)]
 
     async def go():
         nc = await nats.connect(url, connect_timeout=10)

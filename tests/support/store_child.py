@@ -36,8 +36,8 @@ def main() -> None:
         changelog=args.get("changelog"),
         max_uncommitted_bytes=args.get("max_uncommitted_bytes", 64 << 20),
     )
-    rng = Range(*args.get("range", [0, 0xFFFFFFFF]))
-    store = RangeStore.open(cfg, rng)
+    key_range = Range(*args.get("range", [0, 0xFFFFFFFF]))
+    store = RangeStore.open(cfg, key_range)
     say(f"opened {store.fence}")
     keys, size = args.get("keys", 100), args.get("value_size", 16)
     if command == "batches":

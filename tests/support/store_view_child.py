@@ -45,10 +45,10 @@ def main() -> None:
     ranges = Range.split(args.get("shards", 2))
     keys = args.get("keys", 500)
     for batch in range(args.get("batches", 20)):
-        for rng in ranges:
-            txn, opened = driver.open(Open("m", "v1", rng, bindings=(BINDING,)))
+        for key_range in ranges:
+            txn, opened = driver.open(Open("m", "v1", key_range, bindings=(BINDING,)))
             txn.acknowledge(Acknowledge())
-            mine = [f"k{i}" for i in range(keys) if rng.contains(key_hash_of(tidemark_key([f"k{i}"])))]
+            mine = [f"k{i}" for i in range(keys) if key_range.contains(key_hash_of(tidemark_key([f"k{i}"])))]
             loaded = list(txn.load(Load(0, tuple((k,) for k in mine))))
             loaded += txn.flush(Flush())[0]
             have = {lk[0] for ld in loaded for lk in ld.keys}

@@ -77,18 +77,18 @@ class ToyDriver(Driver):
         return Applied("created views")
 
     def open(self, req: Open) -> tuple[Transactor, Opened]:
-        rng = req.range
+        key_range = req.range
         with self.state(write=True) as st:
             m = st.setdefault(req.materialization, {"views": {}, "ranges": [], "seq": 0})
-            over = [r for r in m["ranges"] if Range(r["b"], r["e"]).overlaps(rng)]
+            over = [r for r in m["ranges"] if Range(r["b"], r["e"]).overlaps(key_range)]
             for r in over:  # fence every overlapping range: a zombie of a split or merge too
                 r["fence"] += 1
             latest = max((r for r in over if r["cp"] is not None), key=lambda r: r["seq"], default=None)
-            mine = next((r for r in over if (r["b"], r["e"]) == (rng.key_begin, rng.key_end)), None)
+            mine = next((r for r in over if (r["b"], r["e"]) == (key_range.key_begin, key_range.key_end)), None)
             if mine is None:
                 mine = {
-                    "b": rng.key_begin,
-                    "e": rng.key_end,
+                    "b": key_range.key_begin,
+                    "e": key_range.key_end,
                     "cp": None,
                     "seq": 0,
                     "fence": 1 + max((r["fence"] for r in over), default=0),
@@ -136,12 +136,12 @@ class ToyTransactor(ReadCommittedLoads, Transactor):
         self._ops.append(msg)
 
     def start_commit(self, msg: StartCommit) -> StartedCommit:
-        rng = self.req.range
+        key_range = self.req.range
         with self.driver.state(write=True) as st:
             m = st[self.req.materialization]
-            mine = next(r for r in m["ranges"] if (r["b"], r["e"]) == (rng.key_begin, rng.key_end))
+            mine = next(r for r in m["ranges"] if (r["b"], r["e"]) == (key_range.key_begin, key_range.key_end))
             if mine["fence"] != self.fence:  # checked inside the write that commits
-                raise FencedOff(f"toy: range {rng.name} was opened again (fence {mine['fence']} != {self.fence})")
+                raise FencedOff(f"toy: range {key_range.name} was opened again (fence {mine['fence']} != {self.fence})")
             for s in self._ops:
                 binding = self.req.bindings[s.binding]
                 view = m["views"].setdefault(_res(binding), [] if binding.delta_updates else {})

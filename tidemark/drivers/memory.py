@@ -305,16 +305,16 @@ class MemoryDriver(Driver):
             fence, checkpoint = self._open_range(req.materialization, req.range)
         return self.transactor_class(self, req, fence), Opened(runtime_checkpoint=checkpoint)
 
-    def _open_range(self, materialization: str, rng: Range) -> tuple[int, Optional[dict]]:
+    def _open_range(self, materialization: str, key_range: Range) -> tuple[int, Optional[dict]]:
         """Bump the fence of every overlapping row; inherit the checkpoint; insert the exact row."""
         with self.backend.write() as state:
             m = _mat(state, materialization)
             rows = m["checkpoints"]
-            overlapping = [r for r in rows if _row_range(r).overlaps(rng)]
+            overlapping = [r for r in rows if _row_range(r).overlaps(key_range)]
             for r in overlapping:
                 r["fence"] += 1
             covering = sorted(
-                (r for r in overlapping if _row_range(r).covers(rng)), key=lambda r: r["key_end"] - r["key_begin"]
+                (r for r in overlapping if _row_range(r).covers(key_range)), key=lambda r: r["key_end"] - r["key_begin"]
             )
             source = covering[0] if covering else None
             latest = max(overlapping, key=lambda r: r["seq"], default=None)
@@ -324,11 +324,13 @@ class MemoryDriver(Driver):
                 and (source is None or latest["seq"] > source["seq"])
             ):
                 source = latest  # a merge: the sub-ranges committed after the covering row
-            exact = next((r for r in rows if r["key_begin"] == rng.key_begin and r["key_end"] == rng.key_end), None)
+            exact = next(
+                (r for r in rows if r["key_begin"] == key_range.key_begin and r["key_end"] == key_range.key_end), None
+            )
             if exact is None:
                 exact = {
-                    "key_begin": rng.key_begin,
-                    "key_end": rng.key_end,
+                    "key_begin": key_range.key_begin,
+                    "key_end": key_range.key_end,
                     "fence": 1 + max((r["fence"] for r in overlapping), default=0),
                     "checkpoint": None,
                     "seq": 0,
@@ -347,8 +349,8 @@ class MemoryDriver(Driver):
         if self.pattern is CommitPattern.IDEMPOTENT_APPLY_COORDINATOR:
             self.apply_stages(materialization, state, None)
 
-    def apply_stages(self, materialization: str, driver_state: Any, rng: Optional[Range]) -> int:
-        """Apply, once each, the stages the driver checkpoint names (overlapping ``rng``)."""
+    def apply_stages(self, materialization: str, driver_state: Any, key_range: Optional[Range]) -> int:
+        """Apply, once each, the stages the driver checkpoint names (overlapping ``key_range``)."""
         stages = (driver_state or {}).get("stages") or {} if isinstance(driver_state, dict) else {}
         if not stages:
             return 0
@@ -360,7 +362,7 @@ class MemoryDriver(Driver):
                 stage = m["staged"].get(stage_id)
                 if stage is None or stage_id in applied:
                     continue
-                if rng is not None and not Range(*stage["range"]).overlaps(rng):
+                if key_range is not None and not Range(*stage["range"]).overlaps(key_range):
                     continue
                 self._apply_stage(m, stage)
                 m["applied"].append(stage_id)

@@ -82,15 +82,15 @@ class Changelog:
             key=lambda r: (r.key_begin, r.key_end),
         )
 
-    def refs(self, rng: Range, kind: str) -> list[Ref]:
-        sel = pafs.FileSelector(f"{self.root}/{rng.name}/{kind}", allow_not_found=True)
+    def refs(self, key_range: Range, kind: str) -> list[Ref]:
+        sel = pafs.FileSelector(f"{self.root}/{key_range.name}/{kind}", allow_not_found=True)
         out = []
         for info in self.fs.get_file_info(sel):
             name = info.base_name
             stem, dot, ext = name.partition(".")
             batch, dash, digest = stem.partition("-")
             if ext == "arrow" and dash and batch.isdigit():
-                out.append(Ref(rng, kind, int(batch), digest, info.path))
+                out.append(Ref(key_range, kind, int(batch), digest, info.path))
         return sorted(out, key=lambda r: (r.batch, r.digest))
 
     def metadata(self, ref: Ref) -> dict:
@@ -104,17 +104,17 @@ class Changelog:
             self._meta_cache[ref.path] = meta
         return meta
 
-    def head(self, rng: Range) -> Optional[Head]:
-        refs = self.refs(rng, "log") + self.refs(rng, "snap")
+    def head(self, key_range: Range) -> Optional[Head]:
+        refs = self.refs(key_range, "log") + self.refs(key_range, "snap")
         if not refs:
             return None
         top = max(refs, key=lambda r: r.batch)
-        return Head(rng, self.metadata(top)["checkpoint"])
+        return Head(key_range, self.metadata(top)["checkpoint"])
 
     # ------------------------------------------------------------------ writing
     def write(
         self,
-        rng: Range,
+        key_range: Range,
         kind: str,
         checkpoint: dict,
         prev_batch: int,
@@ -124,11 +124,11 @@ class Changelog:
         """Write one entry (``kind="log"``) or snapshot (``"snap"``); items sorted by key.
         ``prev_digest``: the digest of the entry the local store held (None when unknown)."""
         batch = batch_of(checkpoint)
-        meta = {"checkpoint": checkpoint, "prev_batch": prev_batch, "kind": kind, "range": rng.name}
+        meta = {"checkpoint": checkpoint, "prev_batch": prev_batch, "kind": kind, "range": key_range.name}
         if prev_digest:
             meta["prev_digest"] = prev_digest
         schema = SCHEMA.with_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
-        directory = f"{self.root}/{rng.name}/{kind}"
+        directory = f"{self.root}/{key_range.name}/{kind}"
         self.fs.create_dir(directory, recursive=True)
         tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
         digest = hashlib.blake2b(digest_size=12)
@@ -157,7 +157,7 @@ class Changelog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return Ref(rng, kind, batch, digest.hexdigest(), path)
+        return Ref(key_range, kind, batch, digest.hexdigest(), path)
 
     # ------------------------------------------------------------------ reading
     def read(self, ref: Ref) -> Iterator[tuple[bytes, Optional[bytes]]]:
@@ -165,11 +165,11 @@ class Changelog:
             for rb in pa.ipc.open_stream(f):
                 yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist())
 
-    def entries(self, rng: Range) -> dict[int, "Ref | list[Ref]"]:
+    def entries(self, key_range: Range) -> dict[int, "Ref | list[Ref]"]:
         """The log entry of each batch; where attempts committed a batch twice, the one a later
         entry was built on (``prev_digest``), or the list of candidates when none says."""
         by_batch: dict[int, list[Ref]] = {}
-        for ref in self.refs(rng, "log"):
+        for ref in self.refs(key_range, "log"):
             by_batch.setdefault(ref.batch, []).append(ref)
         if all(len(refs) == 1 for refs in by_batch.values()):
             return {b: refs[0] for b, refs in by_batch.items()}
@@ -186,24 +186,24 @@ class Changelog:
         return out
 
     def chain(
-        self, rng: Range, upto: int, base: int = -1, base_digest: Optional[str] = None
+        self, key_range: Range, upto: int, base: int = -1, base_digest: Optional[str] = None
     ) -> tuple[Optional[Ref], list[Ref]]:
-        """The files that rebuild ``rng`` at batch ``upto``: ``(snapshot or None, entries)``,
+        """The files that rebuild ``key_range`` at batch ``upto``: ``(snapshot or None, entries)``,
         entries oldest first.  With ``base`` >= 0 (a local store at that batch) the entries
         after ``base`` are preferred when they chain from it (and from ``base_digest``, the
         local commit's entry, where both are known); otherwise the newest
         snapshot they chain from.  Raises RecoveryError when no chain reaches ``upto``."""
-        chosen = self.entries(rng)
+        chosen = self.entries(key_range)
         by_batch = {b: ref for b, ref in chosen.items() if b <= upto}
         ambiguous = [b for b, ref in by_batch.items() if isinstance(ref, list)]
         if ambiguous:
             b = ambiguous[0]
             raise RecoveryError(
-                f"changelog {self.root}/{rng.name}: batch {b} was committed twice with different changes "
+                f"changelog {self.root}/{key_range.name}: batch {b} was committed twice with different changes "
                 f"({', '.join(r.digest for r in cast(list[Ref], by_batch[b]))}): two task attempts on different machines both "
                 "committed; keep the file the recovery log names, delete the other, and open again"
             )
-        snaps = [s for s in self.refs(rng, "snap") if s.batch <= upto]
+        snaps = [s for s in self.refs(key_range, "snap") if s.batch <= upto]
 
         def walk(start: int, start_digest: Optional[str] = None) -> Optional[list[Ref]]:
             out: list[Ref]
@@ -233,29 +233,29 @@ class Changelog:
         if entries is not None:
             return None, entries
         raise RecoveryError(
-            f"changelog {self.root}/{rng.name} cannot rebuild batch {upto}: entries are missing between "
+            f"changelog {self.root}/{key_range.name} cannot rebuild batch {upto}: entries are missing between "
             f"the snapshots ({[s.batch for s in snaps]}) and the log ({sorted(by_batch)}); "
             "the changelog was pruned or partly deleted — restore it, or start over with `tidemark reset`"
         )
 
     def state(
-        self, rng: Range, upto: int, lo: Optional[bytes] = None, hi: Optional[bytes] = None
+        self, key_range: Range, upto: int, lo: Optional[bytes] = None, hi: Optional[bytes] = None
     ) -> Iterator[tuple[bytes, bytes]]:
-        """The live keys of ``rng`` at batch ``upto`` within ``[lo, hi)``, in key order."""
-        snap, entries = self.chain(rng, upto)
+        """The live keys of ``key_range`` at batch ``upto`` within ``[lo, hi)``, in key order."""
+        snap, entries = self.chain(key_range, upto)
         layers = [bounded(self.read(e), lo, hi) for e in reversed(entries)]
         if snap is not None:
             layers.append(bounded(self.read(snap), lo, hi))
         return live(merge(*layers))
 
     # ------------------------------------------------------------------ pruning
-    def prune(self, rng: Range, keep_snapshots: int = 2) -> None:
+    def prune(self, key_range: Range, keep_snapshots: int = 2) -> None:
         """Delete snapshots but the newest ``keep_snapshots`` and entries they cover."""
-        snaps = self.refs(rng, "snap")
+        snaps = self.refs(key_range, "snap")
         if not snaps or keep_snapshots < 1:
             return
         oldest_kept = snaps[-keep_snapshots:][0].batch
-        for ref in snaps[:-keep_snapshots] + [e for e in self.refs(rng, "log") if e.batch <= oldest_kept]:
+        for ref in snaps[:-keep_snapshots] + [e for e in self.refs(key_range, "log") if e.batch <= oldest_kept]:
             try:
                 self.fs.delete_file(ref.path)
             except FileNotFoundError:

@@ -70,15 +70,15 @@ class StoreConfig:
         )
 
     # ------------------------------------------------------------------ paths
-    def db_path(self, rng: Range) -> str:
-        return os.path.join(self.path, "ranges", rng.name)
+    def db_path(self, key_range: Range) -> str:
+        return os.path.join(self.path, "ranges", key_range.name)
 
-    def lock_path(self, rng: Range) -> str:
-        return os.path.join(self.path, "locks", rng.name + ".lock")
+    def lock_path(self, key_range: Range) -> str:
+        return os.path.join(self.path, "locks", key_range.name + ".lock")
 
     @property
     def layout_lock_path(self) -> str:
         return os.path.join(self.path, "locks", "_layout.lock")
 
-    def tmp_dir(self, rng: Range) -> str:
-        return os.path.join(self.path, "tmp", rng.name)
+    def tmp_dir(self, key_range: Range) -> str:
+        return os.path.join(self.path, "tmp", key_range.name)

@@ -87,14 +87,14 @@ class RangeStore:
     def __init__(
         self,
         cfg: StoreConfig,
-        rng: Range,
+        key_range: Range,
         changelog: Optional[Changelog],
         fence: int,
         meta: rdb.Meta,
         since_snapshot: int,
         reader,
     ):
-        self.config, self.range, self.fence = cfg, rng, fence
+        self.config, self.range, self.fence = cfg, key_range, fence
         self.changelog = changelog
         self._meta = meta
         self._since_snapshot = since_snapshot
@@ -103,12 +103,12 @@ class RangeStore:
         self.closed = False
 
     @classmethod
-    def open(cls, config: StoreConfig, rng: Range) -> "RangeStore":
-        """Open a session on ``rng``: fence older sessions of every overlapping range,
+    def open(cls, config: StoreConfig, key_range: Range) -> "RangeStore":
+        """Open a session on ``key_range``: fence older sessions of every overlapping range,
         bring the range to its committed state (see :mod:`tidemark.store.opening`)."""
         changelog = changelog_of(config)
-        opened = open_range(config, rng, changelog)
-        return cls(config, rng, changelog, opened.fence, opened.meta, opened.since_snapshot, opened.reader)
+        opened = open_range(config, key_range, changelog)
+        return cls(config, key_range, changelog, opened.fence, opened.meta, opened.since_snapshot, opened.reader)
 
     # ------------------------------------------------------------------ state
     @property

@@ -49,10 +49,10 @@ def key_hash_of(skey: bytes) -> int:
     return _U32.unpack_from(skey, 0)[0]
 
 
-def range_bounds(rng: Range) -> tuple[bytes, Optional[bytes]]:
-    """The store keys of ``rng``: ``[lo, hi)``; ``hi`` is None for the end of the key space."""
-    hi = None if rng.key_end == KEY_SPACE_MAX else _U32.pack(rng.key_end + 1)
-    return _U32.pack(rng.key_begin), hi
+def range_bounds(key_range: Range) -> tuple[bytes, Optional[bytes]]:
+    """The store keys of ``key_range``: ``[lo, hi)``; ``hi`` is None for the end of the key space."""
+    hi = None if key_range.key_end == KEY_SPACE_MAX else _U32.pack(key_range.key_end + 1)
+    return _U32.pack(key_range.key_begin), hi
 
 
 def prefix_end(prefix: bytes) -> Optional[bytes]:
@@ -66,9 +66,9 @@ def prefix_end(prefix: bytes) -> Optional[bytes]:
     return None
 
 
-def clamp(rng: Range, lo: Optional[bytes], hi: Optional[bytes]) -> tuple[bytes, Optional[bytes]]:
-    """Intersect ``[lo, hi)`` with the interval of ``rng``."""
-    rlo, rhi = range_bounds(rng)
+def clamp(key_range: Range, lo: Optional[bytes], hi: Optional[bytes]) -> tuple[bytes, Optional[bytes]]:
+    """Intersect ``[lo, hi)`` with the interval of ``key_range``."""
+    rlo, rhi = range_bounds(key_range)
     lo = rlo if lo is None or lo < rlo else lo
     if hi is None or (rhi is not None and hi > rhi):
         hi = rhi

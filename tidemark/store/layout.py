@@ -38,7 +38,7 @@ class Head:
 @dataclass(frozen=True, slots=True)
 class Plan:
     checkpoint: Optional[dict]
-    sources: tuple[Range, ...]  # () start empty; (rng,) keep; else copy from these, in key order
+    sources: tuple[Range, ...]  # () start empty; (key_range,) keep; else copy from these, in key order
 
     @property
     def batch(self) -> int:
@@ -50,10 +50,10 @@ def _same(a: Optional[dict], b: Optional[dict]) -> bool:
     return same_batch(a, b)
 
 
-def _cover(rng: Range, ranges: Sequence[Range]) -> Optional[list[Range]]:
-    """A few ranges (greedy, widest reach first) that cover ``rng`` without a gap."""
-    pos, out = rng.key_begin, []
-    while pos <= rng.key_end:
+def _cover(key_range: Range, ranges: Sequence[Range]) -> Optional[list[Range]]:
+    """A few ranges (greedy, widest reach first) that cover ``key_range`` without a gap."""
+    pos, out = key_range.key_begin, []
+    while pos <= key_range.key_end:
         reach = [r for r in ranges if r.key_begin <= pos <= r.key_end]
         if not reach:
             return None
@@ -63,25 +63,27 @@ def _cover(rng: Range, ranges: Sequence[Range]) -> Optional[list[Range]]:
     return out
 
 
-def plan(store: str, rng: Range, heads: Sequence[Head]) -> Plan:
-    heads = [h for h in heads if h.range.overlaps(rng) and h.checkpoint is not None]
+def plan(store: str, key_range: Range, heads: Sequence[Head]) -> Plan:
+    heads = [h for h in heads if h.range.overlaps(key_range) and h.checkpoint is not None]
     if not heads:
         return Plan(None, ())
     top = max(h.batch for h in heads)
     latest = [h for h in heads if h.batch == top]
-    exact = next((h for h in latest if h.range == rng), None)
+    exact = next((h for h in latest if h.range == key_range), None)
     if exact is not None:
-        return Plan(exact.checkpoint, (rng,))
-    covering = sorted((h for h in latest if h.range.covers(rng)), key=lambda h: h.range.key_end - h.range.key_begin)
+        return Plan(exact.checkpoint, (key_range,))
+    covering = sorted(
+        (h for h in latest if h.range.covers(key_range)), key=lambda h: h.range.key_end - h.range.key_begin
+    )
     if covering:
         return Plan(covering[0].checkpoint, (covering[0].range,))
     agree = all(_same(h.checkpoint, latest[0].checkpoint) for h in latest)
-    cover = _cover(rng, [h.range for h in latest]) if agree else None
+    cover = _cover(key_range, [h.range for h in latest]) if agree else None
     if cover is not None:
         return Plan(latest[0].checkpoint, tuple(cover))
     detail = ", ".join(f"{h.range.name}: batch {h.batch}" for h in sorted(heads, key=lambda h: h.range.key_begin))
     raise RecoveryError(
-        f"store {store}: range {rng.name} cannot inherit a checkpoint: the ranges it overlaps disagree or "
+        f"store {store}: range {key_range.name} cannot inherit a checkpoint: the ranges it overlaps disagree or "
         f"leave a gap ({detail}); a merge needs every old range to have committed the same batch — "
         "run the old shard layout until every range commits one more batch, then change it"
     )

@@ -50,35 +50,35 @@ class Opened:
     reader: object  # a read-only handle on the committed state, opened under the locks
 
 
-def lock_ranges(cfg: StoreConfig, rng: Range) -> list[FileLock]:
-    """Step 1: the locks of ``rng`` and of every registered range overlapping it."""
+def lock_ranges(cfg: StoreConfig, key_range: Range) -> list[FileLock]:
+    """Step 1: the locks of ``key_range`` and of every registered range overlapping it."""
     os.makedirs(os.path.dirname(cfg.layout_lock_path), exist_ok=True)
     deadline = time.monotonic() + cfg.lock_timeout
     delay = 0.001
     while True:
         with FileLock(cfg.layout_lock_path).acquire(True, cfg.lock_timeout):
-            open(cfg.lock_path(rng), "a").close()
+            open(cfg.lock_path(key_range), "a").close()
             names = [n[:-5] for n in os.listdir(os.path.dirname(cfg.layout_lock_path)) if n.endswith(".lock")]
             touched = [Range.parse(n) for n in names if is_range_name(n)]
-            paths = [cfg.lock_path(r) for r in touched if r.overlaps(rng)]
+            paths = [cfg.lock_path(r) for r in touched if r.overlaps(key_range)]
             try:
                 return acquire_all(paths, timeout=0)
             except EndpointUnavailable:
                 pass
         if time.monotonic() >= deadline:
             raise EndpointUnavailable(
-                f"store {cfg.path}: range {rng.name} or a range overlapping it stayed locked for "
+                f"store {cfg.path}: range {key_range.name} or a range overlapping it stayed locked for "
                 f"{cfg.lock_timeout:.0f}s (another Open or a commit); retry, or raise retry.lock_timeout"
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
 
-def local_ranges(cfg: StoreConfig, rng: Range) -> dict[Range, rdb.Meta]:
+def local_ranges(cfg: StoreConfig, key_range: Range) -> dict[Range, rdb.Meta]:
     out = {}
     base = os.path.join(cfg.path, "ranges")
     for name in os.listdir(base) if os.path.isdir(base) else ():
-        if is_range_name(name) and Range.parse(name).overlaps(rng) and rdb.exists(os.path.join(base, name)):
+        if is_range_name(name) and Range.parse(name).overlaps(key_range) and rdb.exists(os.path.join(base, name)):
             r = Range.parse(name)
             db = rdb.open_primary(cfg.db_path(r))
             try:
@@ -88,21 +88,21 @@ def local_ranges(cfg: StoreConfig, rng: Range) -> dict[Range, rdb.Meta]:
     return out
 
 
-def open_range(cfg: StoreConfig, rng: Range, changelog: Optional[Changelog]) -> Opened:
-    locks = lock_ranges(cfg, rng)
+def open_range(cfg: StoreConfig, key_range: Range, changelog: Optional[Changelog]) -> Opened:
+    locks = lock_ranges(cfg, key_range)
     try:
-        _clean_leftovers(cfg, rng)
-        local = local_ranges(cfg, rng)
+        _clean_leftovers(cfg, key_range)
+        local = local_ranges(cfg, key_range)
         # Step 2: heads, local and changelog; the later one wins per range.
         heads = {r: Head(r, m.checkpoint) for r, m in local.items()}
         if changelog is not None:
             for r in changelog.ranges():
-                if r.overlaps(rng):
+                if r.overlaps(key_range):
                     h = changelog.head(r)
                     if h is not None and (r not in heads or h.batch > heads[r].batch):
                         heads[r] = h
         # Step 3: plan.
-        p = plan(cfg.path, rng, list(heads.values()))
+        p = plan(cfg.path, key_range, list(heads.values()))
         # Step 4 (after the plan, which may refuse: a refused Open fences nobody): fence
         # every overlapping local store.
         fence = 1 + max((m.fence for m in local.values()), default=0)
@@ -113,102 +113,107 @@ def open_range(cfg: StoreConfig, rng: Range, changelog: Optional[Changelog]) -> 
             finally:
                 db.close()
         # Step 5: materialize.
-        _materialize(cfg, rng, p, local, changelog)
+        _materialize(cfg, key_range, p, local, changelog)
         # Step 6: fence the range, snapshot what the changelog lacks.
-        db = rdb.open_primary(cfg.db_path(rng))
+        db = rdb.open_primary(cfg.db_path(key_range))
         try:
             rdb.write_fence(db, fence)
             meta = rdb.read_meta(db)
             since = 0
             if changelog is not None:
-                ch = changelog.head(rng)
+                ch = changelog.head(key_range)
                 if p.checkpoint is not None and (ch is None or ch.batch < p.batch):
-                    changelog.write(rng, "snap", p.checkpoint, -1, rdb.iter_data(db, *range_bounds(rng)))
-                snaps = changelog.refs(rng, "snap")
+                    changelog.write(key_range, "snap", p.checkpoint, -1, rdb.iter_data(db, *range_bounds(key_range)))
+                snaps = changelog.refs(key_range, "snap")
                 last_snap = snaps[-1].batch if snaps else -1
-                since = sum(1 for e in changelog.refs(rng, "log") if e.batch > last_snap)
+                since = sum(1 for e in changelog.refs(key_range, "log") if e.batch > last_snap)
         finally:
             db.close()
-        return Opened(fence, meta, since, rdb.open_read_only(cfg.db_path(rng)))
+        return Opened(fence, meta, since, rdb.open_read_only(cfg.db_path(key_range)))
     finally:
         release_all(locks)
 
 
-def _clean_leftovers(cfg: StoreConfig, rng: Range) -> None:
+def _clean_leftovers(cfg: StoreConfig, key_range: Range) -> None:
     """An Open that crashed mid-swap left ``.old-*`` (complete, the previous store) and
     maybe ``.build-*`` (incomplete): put the old one back if the range has none."""
-    shutil.rmtree(cfg.tmp_dir(rng), ignore_errors=True)  # SST files of a commit that died
-    final = cfg.db_path(rng)
+    shutil.rmtree(cfg.tmp_dir(key_range), ignore_errors=True)  # SST files of a commit that died
+    final = cfg.db_path(key_range)
     base = os.path.dirname(final)
     if not os.path.isdir(base):
         return
     for name in sorted(os.listdir(base)):
         path = os.path.join(base, name)
-        if name.startswith(f".old-{rng.name}-") and not os.path.exists(final):
+        if name.startswith(f".old-{key_range.name}-") and not os.path.exists(final):
             os.rename(path, final)
-        elif name.startswith((f".build-{rng.name}-", f".old-{rng.name}-")):
+        elif name.startswith((f".build-{key_range.name}-", f".old-{key_range.name}-")):
             shutil.rmtree(path, ignore_errors=True)
 
 
 def _materialize(
-    cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+    cfg: StoreConfig, key_range: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
 ) -> None:
-    mine = local.get(rng)
+    mine = local.get(key_range)
     if p.sources == ():
         if mine is None:
-            rdb.open_primary(cfg.db_path(rng)).close()  # a new, empty store
+            rdb.open_primary(cfg.db_path(key_range)).close()  # a new, empty store
         return
-    if p.sources == (rng,) and mine is not None:
-        if mine.batch == p.batch and not _diverged(rng, mine, changelog):
+    if p.sources == (key_range,) and mine is not None:
+        if mine.batch == p.batch and not _diverged(key_range, mine, changelog):
             return  # committed state is here: nothing to undo, nothing to wipe
         if mine.batch < p.batch and changelog is not None:
             try:
                 snap, entries = changelog.chain(
-                    rng, p.batch, base=mine.batch, base_digest=(mine.commit or {}).get("digest")
+                    key_range, p.batch, base=mine.batch, base_digest=(mine.commit or {}).get("digest")
                 )
             except RecoveryError:
                 snap, entries = None, None
             if snap is None and entries is not None:
-                _roll_forward(cfg, rng, entries, changelog)
+                _roll_forward(cfg, key_range, entries, changelog)
                 return
-    _rebuild(cfg, rng, p, local, changelog)
+    _rebuild(cfg, key_range, p, local, changelog)
 
 
-def _diverged(rng: Range, mine: rdb.Meta, changelog: Optional[Changelog]) -> bool:
+def _diverged(key_range: Range, mine: rdb.Meta, changelog: Optional[Changelog]) -> bool:
     """The local commit of the batch is not the one the changelog holds (another
     machine's attempt of the same batch won)."""
     if changelog is None or not mine.commit or not mine.commit.get("digest"):
         return False
-    entry = changelog.entries(rng).get(mine.batch)
+    entry = changelog.entries(key_range).get(mine.batch)
     if entry is None:
         return False
     digests = {r.digest for r in entry} if isinstance(entry, list) else {entry.digest}
     return mine.commit["digest"] not in digests
 
 
-def _roll_forward(cfg: StoreConfig, rng: Range, entries, changelog: Changelog) -> None:
+def _roll_forward(cfg: StoreConfig, key_range: Range, entries, changelog: Changelog) -> None:
     """Apply the changelog entries the local store lacks, each atomically."""
-    db = rdb.open_primary(cfg.db_path(rng))
+    db = rdb.open_primary(cfg.db_path(key_range))
     try:
         for ref in entries:
             cp = changelog.metadata(ref)["checkpoint"]
             metas = rdb.meta_items(cp, {"batch": ref.batch, "digest": ref.digest})
-            rdb.write_atomic(db, changelog.read(ref), metas, sst_dir=cfg.tmp_dir(rng))
+            rdb.write_atomic(db, changelog.read(ref), metas, sst_dir=cfg.tmp_dir(key_range))
     finally:
         db.close()
 
 
 def _source_items(
-    cfg: StoreConfig, rng: Range, src: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+    cfg: StoreConfig,
+    key_range: Range,
+    src: Range,
+    p: Plan,
+    local: dict[Range, rdb.Meta],
+    changelog: Optional[Changelog],
 ) -> Iterator[tuple[bytes, bytes]]:
-    lo, hi = clamp(rng, *range_bounds(src))
+    lo, hi = clamp(key_range, *range_bounds(src))
     meta = local.get(src)
-    if meta is not None and meta.batch == p.batch and (src != rng or not _diverged(rng, meta, changelog)):
+    if meta is not None and meta.batch == p.batch and (src != key_range or not _diverged(key_range, meta, changelog)):
         handle = rdb.open_read_only(cfg.db_path(src))
         return rdb.iter_data(handle, lo, hi)
     if changelog is None:
         raise RecoveryError(
-            f"store {cfg.path}: range {rng.name} must be built from range {src.name} at batch {p.batch}, "
+            f"store {cfg.path}: range {key_range.name} must be built from range {src.name} at batch {p.batch}, "
             "whose local store is missing or behind, and no changelog is configured to restore it from; "
             "configure `changelog:` beside the checkpoint, or run on the machine that holds the store"
         )
@@ -216,14 +221,14 @@ def _source_items(
 
 
 def _rebuild(
-    cfg: StoreConfig, rng: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+    cfg: StoreConfig, key_range: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
 ) -> None:
     """Build the range in a new directory from its sources, then swap it in."""
-    final = cfg.db_path(rng)
+    final = cfg.db_path(key_range)
     base = os.path.dirname(final)
     os.makedirs(base, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    build = os.path.join(base, f".build-{rng.name}-{tag}")
+    build = os.path.join(base, f".build-{key_range.name}-{tag}")
     db = rdb.open_primary(build)
     try:
         from rocksdict import WriteBatch, WriteOptions
@@ -232,7 +237,7 @@ def _rebuild(
         cast(Any, nowal).disable_wal = True  # a property (rocksdict's stub declares a method)
         for src in sorted(p.sources, key=lambda r: r.key_begin):
             wb, n = WriteBatch(raw_mode=True), 0
-            for k, v in _source_items(cfg, rng, src, p, local, changelog):
+            for k, v in _source_items(cfg, key_range, src, p, local, changelog):
                 wb.put(rdb.DATA_TAG + k, v)
                 n += 1
                 if n >= BUILD_CHUNK:
@@ -242,14 +247,14 @@ def _rebuild(
                 db.write(wb, nowal)
         db.flush()
         commit = {"batch": p.batch, "inherited": [r.name for r in p.sources]}
-        own = changelog.entries(rng).get(p.batch) if changelog is not None and p.sources == (rng,) else None
+        own = changelog.entries(key_range).get(p.batch) if changelog is not None and p.sources == (key_range,) else None
         if own is not None and not isinstance(own, list):
             commit["digest"] = own.digest  # restored from this range's own entry: the next one chains from it
         rdb.write_atomic(db, iter(()), rdb.meta_items(p.checkpoint, commit))
     finally:
         db.close()
     if os.path.exists(final):
-        old = os.path.join(base, f".old-{rng.name}-{tag}")
+        old = os.path.join(base, f".old-{key_range.name}-{tag}")
         os.rename(final, old)
         os.rename(build, final)
         shutil.rmtree(old, ignore_errors=True)

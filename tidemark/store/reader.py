@@ -1,6 +1,6 @@
 """Queries of a range's store from any process, while writers commit.
 
-``Reader(config, rng, isolation)`` opens a read-only RocksDB handle — a fixed snapshot
+``Reader(config, key_range, isolation)`` opens a read-only RocksDB handle — a fixed snapshot
 of the range as of that moment (see :mod:`tidemark.store.db`) — and answers ``get``,
 ``scan`` and ``prefix`` in key order from it until :meth:`Reader.refresh`.
 
@@ -39,8 +39,8 @@ from tidemark.store.locking import turnstile_acquire
 
 
 class Reader:
-    def __init__(self, config: StoreConfig, rng: Range, isolation: Isolation = Isolation.READ_COMMITTED):
-        self.config, self.range, self.isolation = config, rng, Isolation(isolation)
+    def __init__(self, config: StoreConfig, key_range: Range, isolation: Isolation = Isolation.READ_COMMITTED):
+        self.config, self.range, self.isolation = config, key_range, Isolation(isolation)
         self._db: Optional[rdb.Rdict] = None
         self.meta: Optional[rdb.Meta] = None
         self.refresh()

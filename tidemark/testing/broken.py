@@ -50,7 +50,7 @@ class IgnoresRange(MemoryDriver):
 
     default_pattern = CommitPattern.STORE_AUTHORITATIVE
 
-    def _open_range(self, materialization, rng):
+    def _open_range(self, materialization, key_range):
         return super()._open_range(materialization, Range())  # BUG: the range is ignored
 
     class transactor_class(MemoryTransactor):
@@ -165,8 +165,8 @@ class CutsCheckpoints(MemoryDriver):
     default_pattern = CommitPattern.STORE_AUTHORITATIVE
     transactor_class = _CutsCheckpointsTransactor
 
-    def _open_range(self, materialization, rng):
-        fence, kept = super()._open_range(materialization, rng)
+    def _open_range(self, materialization, key_range):
+        fence, kept = super()._open_range(materialization, key_range)
         return fence, (json.loads(kept["text"]) if kept is not None else None)
 
     def checkpoints(self, materialization):
@@ -184,13 +184,13 @@ class NonIdempotentAcknowledge(MemoryDriver):
 
     default_pattern = CommitPattern.IDEMPOTENT_APPLY_SHARD
 
-    def apply_stages(self, materialization, driver_state, rng):
+    def apply_stages(self, materialization, driver_state, key_range):
         stages = (driver_state or {}).get("stages") or {} if isinstance(driver_state, dict) else {}
         with self.backend.write() as state:
             m = _mat(state, materialization)
             for stage_id in stages.values():
                 stage = m["staged"].get(stage_id)
-                if stage is not None and (rng is None or Range(*stage["range"]).overlaps(rng)):
+                if stage is not None and (key_range is None or Range(*stage["range"]).overlaps(key_range)):
                     self._apply_stage(m, stage)  # BUG: no "already applied" check
 
 

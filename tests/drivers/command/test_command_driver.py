@@ -83,8 +83,8 @@ def program(tmp_path):
     close_idle_programs()
 
 
-def open_msg(rng: Range = Range()) -> Open:
-    return Open("m", "v1", rng, bindings=BINDINGS)
+def open_msg(key_range: Range = Range()) -> Open:
+    return Open("m", "v1", key_range, bindings=BINDINGS)
 
 
 def test_a_good_session_and_stderr_pass_through(program, capfd):

@@ -86,8 +86,8 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path, kafka_bootstrap)
     spec = kafka_spec(tmp_path, data, 2, kafka_bootstrap, topic="chaos_random", progress_topic="progress_random")
     assert run_until_done(spec).kills == 0
     write_orders(data, files=4, per_file=150, customers=40, seed=192, start=1, deletes=0.03)
-    rng = random.Random(47)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 3 else None)
+    draw = random.Random(47)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 3 else None)
     assert outcome.kills >= 1, outcome
     assert normalize(kafka_view(kafka_bootstrap, "chaos_random")) == oracle_orders(data)
     assert open_transactions(kafka_bootstrap) == {}

@@ -59,8 +59,8 @@ def setup(kafka_bootstrap, tmp_path):
     return driver, bindings, config
 
 
-def session(driver, bindings, rng=WHOLE):
-    txr, opened = driver.open(Open(MAT, "v1", rng, bindings=bindings))
+def session(driver, bindings, key_range=WHOLE):
+    txr, opened = driver.open(Open(MAT, "v1", key_range, bindings=bindings))
     txr.acknowledge(Acknowledge())
     return txr, opened
 
@@ -137,13 +137,13 @@ from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
 bootstrap, progress, topic, checkpoint_id, begin, end = sys.argv[1:7]
-rng = Range(int(begin), int(end))
-w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", rng, progress_topic=progress)
+key_range = Range(int(begin), int(end))
+w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", key_range, progress_topic=progress)
 w.begin()
 w.send(topic, ("a",), {"k": "a", "n": 100})
 if checkpoint_id:  # killed inside its commit; else while storing (nothing in the progress topic)
-    record = ProgressRecord.first("view", rng, {"checkpoint_id": checkpoint_id, "batch_id": 1, "materialization": "view"},
-                                  transactional_id=w.transactional_id)
+    checkpoint = {"checkpoint_id": checkpoint_id, "batch_id": 1, "materialization": "view"}
+    record = ProgressRecord.first("view", key_range, checkpoint, transactional_id=w.transactional_id)
     w._produce(progress, record.key, record.encode(), partition=0)  # what commit() does before committing
 w._producer.flush(10)  # on the broker, inside the open transaction
 os.kill(os.getpid(), signal.SIGKILL)
@@ -166,7 +166,7 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
     progress, topic = config["progress_topic"], bindings[0].resource["topic"]
     bootstrap = config["bootstrap_servers"]
 
-    def dies(checkpoint_id: str, rng: Range) -> None:
+    def dies(checkpoint_id: str, key_range: Range) -> None:
         died = subprocess.run(
             [
                 sys.executable,
@@ -176,8 +176,8 @@ def test_recover_at_start_up_aborts_what_a_run_of_this_checkpoint_left_open_and_
                 progress,
                 topic,
                 checkpoint_id,
-                str(rng.key_begin),
-                str(rng.key_end),
+                str(key_range.key_begin),
+                str(key_range.key_end),
             ],
             timeout=60,
         )

@@ -217,11 +217,11 @@ from tidemark.drivers.kafka.progress import ProgressRecord
 from tidemark.drivers.kafka.writer import RangeWriter
 from tidemark.protocol.messages import Range
 bootstrap, data, progress, begin, end = sys.argv[2:7]
-rng = Range(int(begin), int(end))
-w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", rng, progress_topic=progress)
+key_range = Range(int(begin), int(end))
+w = RangeWriter.open({"bootstrap.servers": bootstrap}, "view", key_range, progress_topic=progress)
 w.begin()
 w.send(data, ("dead",), {"n": 1})
-rec = ProgressRecord.first("view", rng, {"checkpoint_id": "q1", "batch_id": 7, "materialization": "view"})
+rec = ProgressRecord.first("view", key_range, {"checkpoint_id": "q1", "batch_id": 7, "materialization": "view"})
 w._produce(progress, rec.key, rec.encode())  # the progress record is in; the commit never comes
 w._live().flush(20)
 print("produced", flush=True)
@@ -229,11 +229,21 @@ sys.stdin.read()
 """
 
 
-def kill_inside_commit(bootstrap, data, progress, rng):
+def kill_inside_commit(bootstrap, data, progress, key_range):
     """A real process that writes a batch and its progress record, and dies before committing."""
     root = REPO
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, root, bootstrap, data, progress, str(rng.key_begin), str(rng.key_end)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            root,
+            bootstrap,
+            data,
+            progress,
+            str(key_range.key_begin),
+            str(key_range.key_end),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -68,8 +68,8 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path, mysql_url, mysql
     data = tmp_path / "data"
     write_orders(data, files=3, per_file=150, customers=40, seed=7, deletes=0.03)
     spec = mysql_spec(tmp_path, data_dir=data, url=mysql_url, schema=mysql_db, shards=2)
-    rng = random.Random(44)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 1 else None)
+    draw = random.Random(44)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 1 else None)
     assert outcome.kills >= 1, outcome
     assert normalize(mysql_view(mysql_url, mysql_db)) == oracle_orders(data)
 

@@ -225,10 +225,10 @@ def test_concurrent_shards_and_split_merge(driver):
     apply(driver, b)
     errors = []
 
-    def shard(rng, prefix):
+    def shard(key_range, prefix):
         try:
             d = MySqlDriver(driver.config)
-            t, _ = open_session(d, b, rng)
+            t, _ = open_session(d, b, key_range)
             for n in range(5):
                 txn(t, b, [doc(f"{prefix}{n}-{i}", i) for i in range(200)], n)
             t.close()

@@ -120,9 +120,9 @@ def test_kill_at_random_moments_while_a_reader_polls_is_exact(tmp_path, private_
 
     reader = threading.Thread(target=poll, daemon=True)
     reader.start()
-    rng = random.Random(47)
+    draw = random.Random(47)
     try:
-        outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(2.5, 5.5) if a < 2 else None)
+        outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(2.5, 5.5) if a < 2 else None)
     finally:
         stop.set()
         reader.join(60)

@@ -238,10 +238,10 @@ def test_concurrent_shards_commit_different_ranges(driver):
     apply(driver, b)
     errors = []
 
-    def shard(rng, prefix):
+    def shard(key_range, prefix):
         try:
             d = PostgresDriver(driver.config)
-            t, _ = open_session(d, b, rng)
+            t, _ = open_session(d, b, key_range)
             for n in range(10):
                 txn(t, b, [doc(f"{prefix}{n}-{i}", i) for i in range(200)], n)
             t.close()

@@ -63,11 +63,11 @@ def test_kill_at_the_telling_point_then_at_a_random_moment_is_exact(tmp_path, re
     markers.mkdir()
     write_orders(data, files=5, per_file=150, customers=40, seed=161, deletes=0.03)
     spec = redis_spec(tmp_path, data, url=redis_url, prefix=prefix, namespace=redis_ns, shards=2)
-    rng = random.Random(47)
+    draw = random.Random(47)
     outcome = run_until_done(
         spec,
         faults=arm_in_sequence(TELLING, markers, nth=3),
-        kill_after=lambda a: rng.uniform(4.0, 8.0) if a == 1 else None,
+        kill_after=lambda a: draw.uniform(4.0, 8.0) if a == 1 else None,
     )
     assert fired(markers) == set(TELLING) and outcome.kills >= 1, outcome
     assert normalize(redis_view(redis_url, prefix)) == oracle_orders(data)

@@ -56,8 +56,8 @@ def raw(redis_url):
     c.close()
 
 
-def session(driver, *bindings, rng=Range()):
-    return driver.open(Open(MAT, "v1", rng, bindings=tuple(bindings)))
+def session(driver, *bindings, key_range=Range()):
+    return driver.open(Open(MAT, "v1", key_range, bindings=tuple(bindings)))
 
 
 def commit(t, b, docs, batch, deletes=None, index=0):
@@ -124,7 +124,7 @@ def test_a_newer_session_fences_the_older_one_which_writes_nothing(driver, redis
     old.acknowledge(Acknowledge())
     old.flush(Flush())
     old.store(store_msg(b, [doc("zombie", 1)]))
-    new, _ = session(driver, b, rng=Range(0, 0x7FFFFFFF))  # overlapping: bumps the old range's fence
+    new, _ = session(driver, b, key_range=Range(0, 0x7FFFFFFF))  # overlapping: bumps the old range's fence
     with pytest.raises(FencedOff, match="newer session"):
         old.start_commit(StartCommit(cp(0)))
     assert driver.dump(MAT, b) == {}

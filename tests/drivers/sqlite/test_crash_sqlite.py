@@ -140,10 +140,10 @@ def test_kill_at_random_moments_then_restart_is_exact(tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     write_orders(data, files=4, per_file=150, customers=40, seed=5, deletes=0.03)
     spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
-    rng = random.Random(42)
+    draw = random.Random(42)
     # A clean attempt takes ~8-10 s here (JVM start ~4 s, then ~1 s per batch): kills land
     # between Spark's start and the last batch.
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 3 else None)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 3 else None)
     assert outcome.kills >= 1, outcome
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 

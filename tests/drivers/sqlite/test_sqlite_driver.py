@@ -187,8 +187,8 @@ def test_merge_of_disagreeing_ranges_is_refused(driver):
         open_session(driver, b)
     # equal checkpoints without batch ids merge too
     other = "other"
-    for rng in (Range(0, 9), Range(10, 19)):
-        t, _ = driver.open(Open(other, "v1", rng, bindings=(b,)))
+    for key_range in (Range(0, 9), Range(10, 19)):
+        t, _ = driver.open(Open(other, "v1", key_range, bindings=(b,)))
         t.acknowledge(Acknowledge())
         t.flush(Flush())
         t.start_commit(StartCommit({"offsets": [1, 2]}))
@@ -379,10 +379,10 @@ def test_retry_policy():
     assert RetryPolicy(base_delay=1, max_delay=3, jitter=0).delay(5) == 3
 
 
-def _writer(path: str, rng: tuple[int, int], prefix: str, batches: int, per: int) -> None:
+def _writer(path: str, key_range: tuple[int, int], prefix: str, batches: int, per: int) -> None:
     driver = SQLiteDriver({"path": path})
     b = binding()
-    t, opened = driver.open(Open(MAT, "v1", Range(*rng), bindings=(b,)))
+    t, opened = driver.open(Open(MAT, "v1", Range(*key_range), bindings=(b,)))
     for n in range(batches):
         txn(t, b, [doc(f"{prefix}{n:03d}-{i:03d}", n + i) for i in range(per)], n)
     t.close()

@@ -82,8 +82,8 @@ def test_kill_at_random_moments_then_restart_is_exact_and_nothing_is_wiped(tmp_p
     assert run_until_done(spec).kills == 0
     before = identities(tmp_path)
     write_orders(data, files=4, per_file=150, customers=40, seed=92, start=1, deletes=0.03)
-    rng = random.Random(43)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(3.0, 7.0) if a < 3 else None)
+    draw = random.Random(43)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(3.0, 7.0) if a < 3 else None)
     assert outcome.kills >= 1, outcome
     assert normalize(store_view(spec)) == oracle_orders(data)
     assert identities(tmp_path) == before

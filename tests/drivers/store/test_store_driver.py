@@ -61,8 +61,8 @@ def store_msg(binding: int, docs: dict, deletes=()) -> Store:
     )
 
 
-def commit(driver, batch: int, views: dict, deletes=(), log: dict | None = None, rng=Range(), quarantine=()):
-    txn, opened = driver.open(Open("m", "v1", rng, bindings=BINDINGS))
+def commit(driver, batch: int, views: dict, deletes=(), log: dict | None = None, key_range=Range(), quarantine=()):
+    txn, opened = driver.open(Open("m", "v1", key_range, bindings=BINDINGS))
     txn.acknowledge(Acknowledge())
     if views or deletes:
         txn.store(store_msg(0, views, deletes))
@@ -215,13 +215,13 @@ def test_many_keys_in_key_order_over_four_shards_and_a_split(tmp_path):
 
     keys = [f"k{i:03d}" for i in range(300)]
     for batch, n in enumerate((1, 4)):  # 1 shard, then a split into 4
-        for rng in Range.split(n):
+        for key_range in Range.split(n):
             mine = {
                 k: {"id": k, "n": batch}
                 for k in keys
-                if rng.contains(key_hash_of(tidemark_key([k], binding_id("totals"))))
+                if key_range.contains(key_hash_of(tidemark_key([k], binding_id("totals"))))
             }
-            commit(d, batch, mine, rng=rng)
+            commit(d, batch, mine, key_range=key_range)
     spec = write_spec(tmp_path, {"path": str(tmp_path / "st")})
     with tidemark.open_view(spec, "totals") as view:
         assert view.batches == {r.name: 1 for r in Range.split(4)}
@@ -233,14 +233,14 @@ def test_read_committed_waits_for_every_shard_of_a_batch(tmp_path):
     d = StoreDriver({"path": str(tmp_path / "st")})
     d.apply(Apply("m", {}, BINDINGS, checkpoint_id="cp1"))
     left, right = Range.split(2)
-    commit(d, 0, {}, rng=left)
-    commit(d, 0, {}, rng=right)
-    commit(d, 1, {}, rng=left)  # the job stops between the two shards' commits of batch 1
+    commit(d, 0, {}, key_range=left)
+    commit(d, 0, {}, key_range=right)
+    commit(d, 1, {}, key_range=left)  # the job stops between the two shards' commits of batch 1
     with pytest.raises(EndpointUnavailable, match="did not reach one batch"):
         d.view("m", timeout=0.2)
     with d.view("m", "read-uncommitted") as v:
         assert v.batches == {left.name: 1, right.name: 0}
-    commit(d, 1, {}, rng=right)
+    commit(d, 1, {}, key_range=right)
     assert d.view("m").batch == 1
 
 

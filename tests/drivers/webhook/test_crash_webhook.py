@@ -108,7 +108,7 @@ def test_kill_at_random_moments_delivers_every_document_once(tmp_path, dedup_rec
     data = tmp_path / "data"
     write_orders(data, files=5, per_file=150, customers=40, seed=193, deletes=0.03)
     spec = webhook_spec(tmp_path, data, url=dedup_receiver.url, shards=2, chunk_docs=10)
-    rng = random.Random(53)
-    outcome = run_until_done(spec, kill_after=lambda a: rng.uniform(4.0, 9.0) if a < 3 else None)
+    draw = random.Random(53)
+    outcome = run_until_done(spec, kill_after=lambda a: draw.uniform(4.0, 9.0) if a < 3 else None)
     assert outcome.kills >= 1, outcome
     check_exact(dedup_receiver, data)

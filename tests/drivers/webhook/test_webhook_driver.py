@@ -60,8 +60,8 @@ def make(url, tmp_path, **extra):
     return d
 
 
-def session(d, rng=Range()):
-    return d.open(Open(MAT, "v1", rng, bindings=(BINDING, DELTA)))
+def session(d, key_range=Range()):
+    return d.open(Open(MAT, "v1", key_range, bindings=(BINDING, DELTA)))
 
 
 def test_config_state_defaults_beside_the_spec_and_reserved_headers_are_refused(tmp_path):

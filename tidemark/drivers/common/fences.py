@@ -53,50 +53,52 @@ class OpenPlan:
 _batch = batch_of  # the one rule lives in tidemark.protocol.checkpoints (re-exported here)
 
 
-def _covered(rng: Range, rows: Sequence[CheckpointState]) -> bool:
-    pos = rng.key_begin
+def _covered(key_range: Range, rows: Sequence[CheckpointState]) -> bool:
+    pos = key_range.key_begin
     for r in sorted(rows, key=lambda r: r.range.key_begin):
         if r.range.key_begin > pos:
             return False
         pos = max(pos, r.range.key_end + 1)
-        if pos > rng.key_end:
+        if pos > key_range.key_end:
             return True
-    return pos > rng.key_end
+    return pos > key_range.key_end
 
 
-def plan_open(materialization: str, rng: Range, overlapping: Sequence[CheckpointState]) -> OpenPlan:
-    """Given the rows overlapping ``rng`` (fences *before* the bump), decide the Open.
+def plan_open(materialization: str, key_range: Range, overlapping: Sequence[CheckpointState]) -> OpenPlan:
+    """Given the rows overlapping ``key_range`` (fences *before* the bump), decide the Open.
 
     Every overlapping row's fence is bumped by one; see the module docstring."""
     bumped = [CheckpointState(r.range, r.fence + 1, r.checkpoint) for r in overlapping]
-    exact = next((r for r in bumped if r.range == rng), None)
+    exact = next((r for r in bumped if r.range == key_range), None)
     fence = exact.fence if exact else max((r.fence for r in bumped), default=0) + 1
     if not bumped:
         return OpenPlan(fence, None, True)
-    covering = sorted((r for r in bumped if r.range.covers(rng)), key=lambda r: r.range.key_end - r.range.key_begin)
+    covering = sorted(
+        (r for r in bumped if r.range.covers(key_range)), key=lambda r: r.range.key_end - r.range.key_begin
+    )
     if covering and not any(_batch(r.checkpoint) > _batch(covering[0].checkpoint) for r in bumped):
         return OpenPlan(fence, covering[0].checkpoint, exact is None)
     # A merge (or a split followed by a merge): the latest rows must cover and agree.
     top = max(_batch(r.checkpoint) for r in bumped)
     latest = [r for r in bumped if _batch(r.checkpoint) == top]
     cps = {identity(r.checkpoint) for r in latest}
-    if len(cps) == 1 and _covered(rng, latest):
+    if len(cps) == 1 and _covered(key_range, latest):
         cp = latest[0].checkpoint
         return OpenPlan(fence, cp, exact is None, exact is not None and identity(exact.checkpoint) != identity(cp))
     detail = ", ".join(
         f"{r.range.name}: batch {_batch(r.checkpoint)}" for r in sorted(bumped, key=lambda r: r.range.key_begin)
     )
     raise RecoveryError(
-        f"materialization {materialization!r}: range {rng.name} cannot inherit a checkpoint: the ranges "
+        f"materialization {materialization!r}: range {key_range.name} cannot inherit a checkpoint: the ranges "
         f"it overlaps disagree or leave a gap ({detail}). The ranges of one layout committed different "
         "batches or different runs; restore the endpoint's checkpoint rows, or start the view over with "
         f"`tidemark reset SPEC -m {materialization}`"
     )
 
 
-def fenced_off(materialization: str, rng: Range, fence: int) -> FencedOff:
+def fenced_off(materialization: str, key_range: Range, fence: int) -> FencedOff:
     return FencedOff(
-        f"materialization {materialization!r} range {rng.name}: fence {fence} is stale — a newer session "
+        f"materialization {materialization!r} range {key_range.name}: fence {fence} is stale — a newer session "
         "opened this key range (a retried or speculative task); this session's transaction was rolled back"
     )
 

@@ -270,15 +270,17 @@ class KafkaLog(PushLog):
         from tidemark.drivers.kafka.ids import transactional_id
         from tidemark.drivers.kafka.writer import RangeWriter, fence_and_abort
 
-        s, mat, rng = self.settings, req.materialization, req.range
-        writer = RangeWriter.open(s.client, mat, rng, progress_topic=s.progress_topic, prefix=s.prefix, policy=s.policy)
+        s, mat, key_range = self.settings, req.materialization, req.range
+        writer = RangeWriter.open(
+            s.client, mat, key_range, progress_topic=s.progress_topic, prefix=s.prefix, policy=s.policy
+        )
         try:
             frontiers = self.frontiers(mat)
-            overlapping = [r for r in frontiers.values() if r.range.overlaps(rng)]
+            overlapping = [r for r in frontiers.values() if r.range.overlaps(key_range)]
             plan = plan_open(
-                mat, rng, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint) for r in overlapping]
+                mat, key_range, [CheckpointState(r.range, r.sequence, r.runtime_checkpoint) for r in overlapping]
             )
-            own = frontiers.get(rng)
+            own = frontiers.get(key_range)
             mine = batch_of(own.runtime_checkpoint) if own is not None else None
             # the data topics' partition counts: as this view's ranges recorded them (progress.check_partitions)
             partitions = partition_counts(s.client, [t for t in topics], timeout=s.policy.connect_timeout)
@@ -287,20 +289,22 @@ class KafkaLog(PushLog):
             # behind this range's frontier (a range taking over after a split or a merge, and
             # the first batch after it). Fence them, aborting their open transactions.
             live = [
-                r for r in overlapping if r.range != rng and (mine is None or batch_of(r.runtime_checkpoint) >= mine)
+                r
+                for r in overlapping
+                if r.range != key_range and (mine is None or batch_of(r.runtime_checkpoint) >= mine)
             ]
             if live:
                 old = sorted({r.transactional_id or transactional_id(mat, r.range, prefix=s.prefix) for r in live})
                 fence_and_abort(s.client, old, policy=s.policy)
                 log.info(
                     "kafka: range %s of %s fenced the transactional ids of overlapping ranges: %s",
-                    rng.name,
+                    key_range.name,
                     mat,
                     ", ".join(old),
                 )
             if plan.checkpoint is not None and (own is None or plan.refresh):
                 # The range inherits a checkpoint: record it as the range's own frontier.
-                own = _inherit(writer, mat, rng, own, plan.checkpoint)
+                own = _inherit(writer, mat, key_range, own, plan.checkpoint)
         except BaseException:
             writer.close()
             raise
@@ -404,14 +408,14 @@ def written_by(msg, materialization: str) -> bool:
     return "tidemark-range" in headers
 
 
-def _inherit(writer, materialization: str, rng, own, checkpoint: dict):
-    """Commit ``checkpoint`` as ``rng``'s frontier (a transaction of one progress record)."""
+def _inherit(writer, materialization: str, key_range, own, checkpoint: dict):
+    """Commit ``checkpoint`` as ``key_range``'s frontier (a transaction of one progress record)."""
     from tidemark.drivers.kafka.progress import ProgressRecord
 
     record = (
         own.next(checkpoint, {}, transactional_id=writer.transactional_id)
         if own is not None
-        else ProgressRecord.first(materialization, rng, checkpoint, {}, transactional_id=writer.transactional_id)
+        else ProgressRecord.first(materialization, key_range, checkpoint, {}, transactional_id=writer.transactional_id)
     )
     writer.begin()
     writer.commit(record)

@@ -138,14 +138,14 @@ class ProgressRecord:
                 f"understands ({FORMAT_VERSION}); upgrade tidemark"
             )
         try:
-            rng = Range(int(obj["key_begin"]), int(obj["key_end"]))
+            key_range = Range(int(obj["key_begin"]), int(obj["key_end"]))
             checkpoint = obj["runtime_checkpoint"]
             if not isinstance(checkpoint, dict):
                 raise TypeError("runtime_checkpoint is not an object")
             parts = obj.get("partitions") or {}
             return ProgressRecord(
                 str(obj["materialization"]),
-                rng,
+                key_range,
                 int(obj["sequence"]),
                 checkpoint,
                 dict(obj.get("counts") or {}),

@@ -204,17 +204,17 @@ def read_frontiers(
         parsed = decode_key(msg.key())
         if parsed is None or parsed[0] != materialization:
             continue
-        _, rng = parsed
+        _, key_range = parsed
         value = msg.value()
         if value is None:
-            out.pop(rng, None)
+            out.pop(key_range, None)
             continue
         rec = ProgressRecord.decode(value, where=f"{progress_topic}[{msg.partition()}]@{msg.offset()}")
-        if rec.materialization != materialization or rec.range != rng:
+        if rec.materialization != materialization or rec.range != key_range:
             continue  # the key says one range, the value another: not ours to interpret
-        prev = out.get(rng)
+        prev = out.get(key_range)
         if prev is None or rec.sequence >= prev.sequence:
-            out[rng] = rec
+            out[key_range] = rec
     return out
 
 

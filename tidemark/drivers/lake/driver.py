@@ -354,14 +354,14 @@ class LakeDriver(Driver):
         tag = self.format.tag
         old, new = tag(req.shadow, req.checkpoint_id), tag(req.materialization, req.checkpoint_id)
         stages = {}
-        for rng, stage in state["stages"].items():
+        for key_range, stage in state["stages"].items():
             if isinstance(stage, dict):
                 stage = {
                     **stage,
                     **{k: new[k] for k in old if str(stage.get(k)) == str(old[k])},
                     "files": [[names.get(f[0], f[0]), *f[1:]] for f in stage.get("files") or ()],
                 }
-            stages[rng] = stage
+            stages[key_range] = stage
         return {**state, "stages": stages}
 
     def cut_over_state(self, req: ReplaceContents) -> str:

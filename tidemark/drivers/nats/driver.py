@@ -248,6 +248,7 @@ def identity_entry(subject: str) -> str:
 class NatsDriver(PushDriver):
     name = "nats"
     log_part = NatsLog
+    log: NatsLog  # what ``log_part`` makes (``query`` reads the stream through it)
 
 
 __all__ = ["NatsDriver", "NatsLog"]

@@ -77,18 +77,18 @@ async def channel_frontiers(
     """The last progress record of every range of ``materialization`` on ``stream``."""
     out: dict[Range, Frontier] = {}
     for subject in await list_progress_subjects(aio, stream, materialization, prefix):
-        rng = Range.parse(subject.rsplit(".", 1)[1])
-        out[rng] = await aio.read_frontier(Channel(stream, materialization, rng, prefix))
+        key_range = Range.parse(subject.rsplit(".", 1)[1])
+        out[key_range] = await aio.read_frontier(Channel(stream, materialization, key_range, prefix))
     return out
 
 
-def needs_takeover(rng: Range, frontiers: dict[Range, Frontier]) -> bool:
-    """True when ``rng`` cannot simply be re-opened: it has no live record of its own, or a
+def needs_takeover(key_range: Range, frontiers: dict[Range, Frontier]) -> bool:
+    """True when ``key_range`` cannot simply be re-opened: it has no live record of its own, or a
     live record of another range overlaps it (the layout changed)."""
-    own = frontiers.get(rng)
+    own = frontiers.get(key_range)
     if own is None or own.record is None or own.closed:
         return True
-    return any(r != rng and r.overlaps(rng) and not f.closed for r, f in frontiers.items())
+    return any(r != key_range and r.overlaps(key_range) and not f.closed for r, f in frontiers.items())
 
 
 async def _append(aio: AsyncNats, channel: Channel, seen: Frontier, rec: ProgressRecord) -> Optional[Session]:
@@ -104,14 +104,14 @@ async def _append(aio: AsyncNats, channel: Channel, seen: Frontier, rec: Progres
 async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[Session, dict[Range, Frontier]]:
     """Open ``channel`` on a new layout (see the module docstring); returns the session and
     the frontiers the plan used.  ``choose`` may raise RecoveryError (nothing is written)."""
-    mat, rng = channel.materialization, channel.range
+    mat, key_range = channel.materialization, channel.range
     for _ in range(TAKEOVER_ATTEMPTS):
         every = await channel_frontiers(aio, channel.stream, mat, channel.prefix)
-        over = {r: f for r, f in every.items() if r.overlaps(rng)}
+        over = {r: f for r, f in every.items() if r.overlaps(key_range)}
         committed, checkpoint = choose(over)
         moved = False
         for r, f in sorted(over.items(), key=lambda kv: kv[0].key_begin):
-            if r == rng or f.closed:
+            if r == key_range or f.closed:
                 continue
             prev = f.record
             rec = ProgressRecord(
@@ -123,24 +123,25 @@ async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[
                 count=prev.count if prev else 0,
                 checkpoint=prev.checkpoint if prev else None,
                 committed_seq=f.committed_seq or None,
-                successors=(rng.name,),
+                successors=(key_range.name,),
             )
             if await _append(aio, channel.with_range(r), f, rec) is None:
                 moved = True
                 break
         if moved:
             continue
-        own = over.get(rng, Frontier(None, 0))
+        own = over.get(key_range, Frontier(None, 0))
         rec = ProgressRecord(
             kind=wire.KIND_OPEN,
             materialization=mat,
-            range=rng.name,
+            range=key_range.name,
             session=uuid.uuid4().hex,
             committed=committed,
             count=0,
             checkpoint=checkpoint,
             committed_seq=None,
-            inherited_from=tuple(r.name for r in sorted(over, key=lambda r: r.key_begin) if r != rng) or (rng.name,),
+            inherited_from=tuple(r.name for r in sorted(over, key=lambda r: r.key_begin) if r != key_range)
+            or (key_range.name,),
         )
         session = await _append(aio, channel, own, rec)
         if session is None:
@@ -148,7 +149,7 @@ async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[
         session.atomic = await aio.stream_atomic(channel.stream)
         return session, over
     raise RecoveryError(
-        f"range {rng.name} of {mat!r} on stream {channel.stream!r}: the progress subjects of the "
+        f"range {key_range.name} of {mat!r} on stream {channel.stream!r}: the progress subjects of the "
         f"overlapping ranges kept changing during {TAKEOVER_ATTEMPTS} attempts to open it; are "
         "sessions of two layouts running at once? Stop the old job and retry"
     )

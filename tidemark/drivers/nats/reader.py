@@ -64,8 +64,8 @@ class CommittedFold:
         self.filtered = filtered  # the stream is read through a subject filter: a batch's other subjects are absent
         self.channels: dict[tuple[str, str], _ChannelState] = {}
 
-    def _state(self, mat: str, rng: str) -> _ChannelState:
-        return self.channels.setdefault((mat, rng), _ChannelState())
+    def _state(self, mat: str, key_range: str) -> _ChannelState:
+        return self.channels.setdefault((mat, key_range), _ChannelState())
 
     def feed(self, seq: int, subject: str, headers: Optional[dict], data: bytes) -> list[CommittedMessage]:
         if subject.startswith(self.progress_prefix):

@@ -57,10 +57,10 @@ class _MidBatch(OutDoc):
 
 def fence(client: NatsClient, channel: Channel) -> Session:
     """The range's session on the log, its frontier the checkpoint to resume from."""
-    mat, rng = channel.materialization, channel.range
+    mat, key_range = channel.materialization, channel.range
 
     def choose(over: dict[Range, Frontier]) -> tuple[Optional[BatchId], Optional[dict]]:
-        plan = plan_open(mat, rng, [CheckpointState(r, f.seq, f.checkpoint) for r, f in over.items()])
+        plan = plan_open(mat, key_range, [CheckpointState(r, f.seq, f.checkpoint) for r, f in over.items()])
         cp = plan.checkpoint
         if cp is None:
             return None, None
@@ -72,7 +72,7 @@ def fence(client: NatsClient, channel: Channel) -> Session:
 
     for attempt in range(OPEN_ATTEMPTS):
         frontiers = client.channel_frontiers(channel.stream, mat, channel.prefix)
-        if needs_takeover(rng, frontiers):
+        if needs_takeover(key_range, frontiers):
             return client.take_over(channel, choose)[0]
         try:
             return client.open(channel)

@@ -92,12 +92,12 @@ class Channel:
     def progress_subject(self) -> str:
         return progress_subject(self.prefix, self.materialization, self.range)
 
-    def with_range(self, rng: Range) -> "Channel":
-        return replace(self, range=rng)
+    def with_range(self, key_range: Range) -> "Channel":
+        return replace(self, range=key_range)
 
 
-def progress_subject(prefix: str, materialization: str, rng: Range) -> str:
-    return f"{prefix}.progress.{subject_token(materialization)}.{rng.name}"
+def progress_subject(prefix: str, materialization: str, key_range: Range) -> str:
+    return f"{prefix}.progress.{subject_token(materialization)}.{key_range.name}"
 
 
 def progress_wildcard(prefix: str) -> str:

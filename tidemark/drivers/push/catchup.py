@@ -42,17 +42,17 @@ def verdict(have: Optional[dict], want: Optional[dict]) -> str:
     return "other"
 
 
-def wipe(cfg: StoreConfig, rng: Range) -> None:
-    """Remove the local ranges that overlap ``rng`` (the endpoint holds what they held)."""
+def wipe(cfg: StoreConfig, key_range: Range) -> None:
+    """Remove the local ranges that overlap ``key_range`` (the endpoint holds what they held)."""
     base = os.path.join(cfg.path, "ranges")
     for name in os.listdir(base) if os.path.isdir(base) else ():
-        if is_range_name(name) and Range.parse(name).overlaps(rng):
+        if is_range_name(name) and Range.parse(name).overlaps(key_range):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 
 def open_at(
     cfg: StoreConfig,
-    rng: Range,
+    key_range: Range,
     materialization: str,
     want: Optional[dict],
     place: str,
@@ -63,15 +63,15 @@ def open_at(
     ``place``); ``ids``: the local binding id of each standard binding's resource, ``rows()``:
     their committed rows."""
     try:
-        rs = RangeStore.open(cfg, rng)
+        rs = RangeStore.open(cfg, key_range)
     except RecoveryError:  # the local ranges disagree among themselves: the endpoint decides
-        wipe(cfg, rng)
-        rs = RangeStore.open(cfg, rng)
+        wipe(cfg, key_range)
+        rs = RangeStore.open(cfg, key_range)
     v = verdict(rs.checkpoint, want)
     if v == "ahead":
         rs.close()
         raise RecoveryError(
-            f"range {rng.name} of {materialization!r}: the local state store {cfg.path} is at batch "
+            f"range {key_range.name} of {materialization!r}: the local state store {cfg.path} is at batch "
             f"{batch_of(rs.checkpoint)} but {place} has committed only "
             f"{'nothing' if want is None else f'batch {batch_of(want)}'}: it was reset or replaced under the store. "
             f"Start the view over with `tidemark reset SPEC -m {materialization}` (it removes the local state too); "
@@ -79,8 +79,8 @@ def open_at(
         )
     if v == "other":
         rs.close()
-        wipe(cfg, rng)
-        rs = RangeStore.open(cfg, rng)
+        wipe(cfg, key_range)
+        rs = RangeStore.open(cfg, key_range)
     if v != "same":
         assert want is not None  # "behind" and "other" have a frontier
         rebuild(rs, ids, rows(), want)
@@ -90,13 +90,13 @@ def open_at(
 def rebuild(rs: RangeStore, ids: Mapping[str, int], rows: Iterable[Row], checkpoint: dict) -> int:
     """Replace the range's part of the store with the committed ``rows`` of the resources of
     ``ids`` (their local binding ids) and commit ``checkpoint``."""
-    t0, rng = time.monotonic(), rs.range
+    t0, key_range = time.monotonic(), rs.range
     txn = rs.transaction()
     for k, _ in list(txn.scan(isolation=Isolation.READ_COMMITTED)):
         txn.delete(k)
     latest: dict[bytes, Optional[bytes]] = {}
     for resource, key, value in rows:
-        if resource in ids and rng.contains(key_hash(key)):
+        if resource in ids and key_range.contains(key_hash(key)):
             latest[tidemark_key(key, ids[resource])] = value
     for k, v in latest.items():
         if v is None:
@@ -106,7 +106,7 @@ def rebuild(rs: RangeStore, ids: Mapping[str, int], rows: Iterable[Row], checkpo
     txn.commit(checkpoint)
     log.warning(
         "rebuilt the local state of range %s from the endpoint to batch %s (%d keys, %.1fs)",
-        rng.name,
+        key_range.name,
         batch_of(checkpoint),
         len(latest),
         time.monotonic() - t0,

@@ -117,7 +117,7 @@ class PushDriver(Driver):
 
     # ------------------------------------------------------- transaction phase
     def open(self, req: Open) -> tuple[PushTransactor, Opened]:
-        mat, rng = req.materialization, req.range
+        mat, key_range = req.materialization, req.range
         resources = self.resources(mat, req.bindings)
         ids = [binding_id(r) for r in resources]
         session = self.log.fence(req, resources)
@@ -127,7 +127,7 @@ class PushDriver(Driver):
                 standard = {r: i for b, r, i in zip(req.bindings, resources, ids) if not b.delta_updates}
                 store = open_at(
                     cfg,
-                    rng,
+                    key_range,
                     mat,
                     session.checkpoint,
                     session.place,
@@ -135,8 +135,8 @@ class PushDriver(Driver):
                     lambda: self.log.rows(mat, [*standard]) or (),
                 )
             else:  # the local store's commit counts
-                self.local.resolve_duplicates(mat, rng, req.state)
-                store = RangeStore.open(cfg, rng)
+                self.local.resolve_duplicates(mat, key_range, req.state)
+                store = RangeStore.open(cfg, key_range)
         except BaseException:
             session.close()
             raise

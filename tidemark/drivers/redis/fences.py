@@ -37,25 +37,25 @@ class RangeFence:
     checkpoint: Optional[dict]
 
 
-def open_range(client, namespace: str, materialization: str, rng: Range) -> RangeFence:
+def open_range(client, namespace: str, materialization: str, key_range: Range) -> RangeFence:
     """Bump and inherit in one optimistic transaction (retried by redis-py on a conflict)."""
     hkey = checkpoints_key(namespace, materialization)
 
     def body(pipe) -> OpenPlan:
         states = parse_states(pipe.hgetall(hkey))  # immediate: the pipeline is WATCHing
-        over = [s for s in states if s.range.overlaps(rng)]
-        plan = plan_open(materialization, rng, over)
+        over = [s for s in states if s.range.overlaps(key_range)]
+        plan = plan_open(materialization, key_range, over)
         pipe.multi()
         for s in over:
             pipe.hincrby(hkey, field(s.range, FENCE), 1)
         if plan.insert:
-            pipe.hset(hkey, field(rng, FENCE), plan.fence)
+            pipe.hset(hkey, field(key_range, FENCE), plan.fence)
         if (plan.insert or plan.refresh) and plan.checkpoint is not None:
-            pipe.hset(hkey, field(rng, CHECKPOINT), dumps(plan.checkpoint))
+            pipe.hset(hkey, field(key_range, CHECKPOINT), dumps(plan.checkpoint))
         return plan
 
     plan = client.transaction(body, hkey, value_from_callable=True)
-    return RangeFence(materialization, rng, plan.fence, plan.checkpoint)
+    return RangeFence(materialization, key_range, plan.fence, plan.checkpoint)
 
 
 def read_states(client, namespace: str, materialization: str):

@@ -66,8 +66,8 @@ def quarantine_key(namespace: str, materialization: str) -> str:
     return f"{namespace}quarantine:{materialization}"
 
 
-def field(rng: Range, what: str) -> str:
-    return f"{rng.name}:{what}"
+def field(key_range: Range, what: str) -> str:
+    return f"{key_range.name}:{what}"
 
 
 def parse_states(raw: dict) -> list[CheckpointState]:
@@ -79,11 +79,11 @@ def parse_states(raw: dict) -> list[CheckpointState]:
         m = _RANGE_FIELD.match(f)
         if not m:
             continue
-        rng = Range(int(m[1], 16), int(m[2], 16))
+        key_range = Range(int(m[1], 16), int(m[2], 16))
         if m[3] == FENCE:
-            fences[rng] = int(v)
+            fences[key_range] = int(v)
         else:
-            cps[rng] = json.loads(v)
+            cps[key_range] = json.loads(v)
     return [CheckpointState(r, fences[r], cps.get(r)) for r in sorted(fences, key=lambda r: (r.key_begin, r.key_end))]
 
 

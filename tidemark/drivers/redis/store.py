@@ -113,15 +113,15 @@ class RedisStore:
         return connection.run(fn, self.config.url, what, self.config.policy)
 
     # -------------------------------------------------------------- open
-    def open_range(self, materialization: str, rng: Range) -> fences.RangeFence:
-        """Bump the fence of every range overlapping ``rng`` and return the opened range's
+    def open_range(self, materialization: str, key_range: Range) -> fences.RangeFence:
+        """Bump the fence of every range overlapping ``key_range`` and return the opened range's
         fence and inherited checkpoint (see :mod:`tidemark.drivers.redis.fences`).  In
         at-least-once mode there are no fences: fence 0, checkpoint None, nothing written."""
         if not self.config.exactly_once:
-            return fences.RangeFence(materialization, rng, 0, None)
+            return fences.RangeFence(materialization, key_range, 0, None)
         return self._run(
-            lambda: fences.open_range(self.client, self.config.namespace, materialization, rng),
-            f"open {materialization} {rng.name}",
+            lambda: fences.open_range(self.client, self.config.namespace, materialization, key_range),
+            f"open {materialization} {key_range.name}",
         )
 
     # -------------------------------------------------------------- load

@@ -255,16 +255,16 @@ class StoreDriver(Driver):
         store = RangeStore.open(self.store_config(req.materialization), req.range)
         return StoreTransactor(store, req.materialization, req.bindings, ids), Opened(store.recover())
 
-    def resolve_duplicates(self, materialization: str, rng: Range, state: Any) -> list[str]:
+    def resolve_duplicates(self, materialization: str, key_range: Range, state: Any) -> list[str]:
         """Attempts on two machines (each fenced only on its own) may both commit a batch
-        of ``rng`` to the changelog.  The recovery log's driver checkpoint names the digest
+        of ``key_range`` to the changelog.  The recovery log's driver checkpoint names the digest
         of the commit that counted: delete the other entries of that batch, so the Open that
         follows restores from the winner (a local store holding the loser is rebuilt)."""
-        won: Any = ((state or {}).get("store") or {}).get(rng.name) if isinstance(state, dict) else None
+        won: Any = ((state or {}).get("store") or {}).get(key_range.name) if isinstance(state, dict) else None
         cl = self.changelog(materialization) if isinstance(won, dict) else None
         if cl is None:
             return []
-        refs = [r for r in cl.refs(rng, "log") if r.batch == won.get("batch")]
+        refs = [r for r in cl.refs(key_range, "log") if r.batch == won.get("batch")]
         if len(refs) < 2 or won.get("digest") not in {r.digest for r in refs}:
             return []
         removed = []
@@ -278,7 +278,7 @@ class StoreDriver(Driver):
         log.warning(
             "store %s range %s: batch %s was committed by two attempts; kept %s (the recovery log's), removed %s",
             materialization,
-            rng.name,
+            key_range.name,
             won.get("batch"),
             won["digest"],
             removed,

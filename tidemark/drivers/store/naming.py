@@ -89,8 +89,8 @@ def quarantine_prefix(key_begin: int) -> bytes:
     return encode_key(key_begin, _U16.pack(QUARANTINE_ID))
 
 
-def quarantine_key(rng: Range, batch: int, n: int) -> bytes:
-    return quarantine_prefix(rng.key_begin) + _SEQ.pack(batch, n)
+def quarantine_key(key_range: Range, batch: int, n: int) -> bytes:
+    return quarantine_prefix(key_range.key_begin) + _SEQ.pack(batch, n)
 
 
 def split_key(skey: bytes, delta: bool) -> tuple[int, str]:

@@ -98,24 +98,24 @@ def heads(
     """Every range of the store, local or in the changelog, with what it committed last
     (the newer of the two).  Only ``ranges`` (and the changelog's) are (re)read."""
     out: dict[Range, Source] = {}
-    for rng in local_range_names(cfg) if ranges is None else ranges:
+    for key_range in local_range_names(cfg) if ranges is None else ranges:
         try:
-            reader = Reader(cfg, rng, isolation)
+            reader = Reader(cfg, key_range, isolation)
         except DriverError:
             continue  # removed between the listing and the open (a rebuild's swap)
-        out[rng] = Source(rng, reader.checkpoint, reader.meta.fence if reader.meta else 0, reader)
+        out[key_range] = Source(key_range, reader.checkpoint, reader.meta.fence if reader.meta else 0, reader)
     if changelog is not None:
-        for rng in changelog.ranges():
-            if ranges is not None and rng not in ranges:
+        for key_range in changelog.ranges():
+            if ranges is not None and key_range not in ranges:
                 continue
-            head = changelog.head(rng)
+            head = changelog.head(key_range)
             if head is None:
                 continue
-            have = out.get(rng)
+            have = out.get(key_range)
             if have is None or head.batch > have.batch:
                 if have is not None:
                     have.close()
-                out[rng] = Source(rng, head.checkpoint, have.fence if have else 0, None, changelog)
+                out[key_range] = Source(key_range, head.checkpoint, have.fence if have else 0, None, changelog)
     return out
 
 

@@ -62,14 +62,14 @@ def encode_doc(doc: Any) -> bytes:
 
 def idempotency_key(
     materialization: str,
-    rng: Range,
+    key_range: Range,
     checkpoint: Optional[dict],
     index: int,
     digest: str,
     resource: Optional[str] = None,
 ) -> str:
     ident = identity(checkpoint)
-    parts = [KEY_VERSION, materialization, rng.name, list(ident), index, digest]
+    parts = [KEY_VERSION, materialization, key_range.name, list(ident), index, digest]
     if resource is not None:  # one batch posts each binding's documents as chunks of their own
         parts.append(resource)
     text = _canonical(parts)
@@ -78,7 +78,7 @@ def idempotency_key(
 
 def plan_chunks(
     materialization: str,
-    rng: Range,
+    key_range: Range,
     checkpoint: dict,
     docs: Iterable[Any],
     *,
@@ -102,7 +102,7 @@ def plan_chunks(
         groups.append(current)
     head = {
         "materialization": materialization,
-        "range": rng.name,
+        "range": key_range.name,
         "checkpoint_id": (checkpoint or {}).get("checkpoint_id"),
         "batch_id": (checkpoint or {}).get("batch_id"),
     }
@@ -120,7 +120,7 @@ def plan_chunks(
                 len(groups),
                 first,
                 len(group),
-                idempotency_key(materialization, rng, checkpoint, i, digest, resource),
+                idempotency_key(materialization, key_range, checkpoint, i, digest, resource),
                 body,
             )
         )

@@ -128,8 +128,8 @@ class WebhookSession:
     checkpoint: Optional[dict] = None  # the local store's counts
     place = "the local state store"
 
-    def __init__(self, client: WebhookClient, hook: WebhookConfig, materialization: str, rng: Range, resources):
-        self.client, self.hook, self.materialization, self.range = client, hook, materialization, rng
+    def __init__(self, client: WebhookClient, hook: WebhookConfig, materialization: str, key_range: Range, resources):
+        self.client, self.hook, self.materialization, self.range = client, hook, materialization, key_range
         self.resources = list(resources)
         self._docs: list[list] = [[] for _ in self.resources]
         self.delivered: Optional[Delivered] = None  # tidemark.drivers.webhook.Delivered of the last StartCommit

@@ -115,14 +115,14 @@ class Checks:
         if not self.store_authoritative:
             return
         cp = shard.opened.runtime_checkpoint
-        rec, rng = self.rec, shard.range
+        rec, key_range = self.rec, shard.range
         if cp is not None and self.checkpoint_padding and shard.opened_batch >= 0:
             kept = cp.get(PADDING)
             rec.check(
                 "whole-checkpoints",
                 kept == self.checkpoint_padding,
                 lambda: (
-                    f"Opened on range {rng.name} returned the runtime checkpoint with its "
+                    f"Opened on range {key_range.name} returned the runtime checkpoint with its "
                     f"{len(self.checkpoint_padding.encode())}-byte member {PADDING!r} "
                     + ("missing" if kept is None else f"changed ({len(str(kept).encode())} bytes)")
                 ),
@@ -131,18 +131,18 @@ class Checks:
             rec.check(
                 "range-isolation",
                 cp.get("materialization") == self.materialization,
-                lambda: f"Opened on range {rng.name} returned a checkpoint of another materialization: {cp!r}",
+                lambda: f"Opened on range {key_range.name} returned a checkpoint of another materialization: {cp!r}",
                 "keep checkpoints per (materialization, range)",
             )
         got = shard.opened_batch
-        expected = max((b for r, b in self.endpoint_commits.items() if Range(*r).overlaps(rng)), default=-1)
+        expected = max((b for r, b in self.endpoint_commits.items() if Range(*r).overlaps(key_range)), default=-1)
         seen, how = max(
-            ((b, how) for r, (b, how) in self.observed.items() if Range(*r).overlaps(rng)), default=(-1, "")
+            ((b, how) for r, (b, how) in self.observed.items() if Range(*r).overlaps(key_range)), default=(-1, "")
         )
         if seen > got and seen > expected:
             rec.fail(
                 "checkpoints-monotonic",
-                f"{how}, but after the restart Opened on range {rng.name} returns batch "
+                f"{how}, but after the restart Opened on range {key_range.name} returns batch "
                 f"{got if got >= 0 else 'none'}: the data committed without its runtime checkpoint, so the batch "
                 "runs again",
                 "write the data, the runtime checkpoint and the fence check in ONE endpoint transaction (not the "
@@ -154,7 +154,7 @@ class Checks:
             "checkpoints-monotonic",
             got >= expected,
             lambda: (
-                f"Opened on range {rng.name} returned batch {got if got >= 0 else 'none'}, but the endpoint had "
+                f"Opened on range {key_range.name} returned batch {got if got >= 0 else 'none'}, but the endpoint had "
                 f"already committed batch {expected} there (StartedCommit was returned)"
             ),
         )
@@ -162,13 +162,15 @@ class Checks:
             "range-isolation",
             got <= max(expected, seen),
             lambda: (
-                f"Opened on range {rng.name} returned batch {got}, but sessions on ranges overlapping it "
+                f"Opened on range {key_range.name} returned batch {got}, but sessions on ranges overlapping it "
                 f"committed only up to batch {expected}: the checkpoint came from another key range"
             ),
         )
 
     # ------------------------------------------------------------------ Loaded
-    def check_loaded(self, rng: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS) -> None:
+    def check_loaded(
+        self, key_range: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS
+    ) -> None:
         rec = self.rec
         committed, deleted = self.model.views(binding)
         name = BINDING_NAMES.get(binding, str(binding))
@@ -185,8 +187,8 @@ class Checks:
                 truncated.update(missing)
                 rec.fail(
                     "read-committed",
-                    f"a Load of {len(chunk)} keys of binding {name} on range {rng.name}, {len(existing)} of which "
-                    f"exist in the committed view, was answered for only {len(answered)} of them (e.g. "
+                    f"a Load of {len(chunk)} keys of binding {name} on range {key_range.name}, {len(existing)} "
+                    f"of which exist in the committed view, was answered for only {len(answered)} of them (e.g. "
                     f"{fmt_key(missing[0])} is missing): the answer was cut short",
                     TRUNCATION_HINT,
                     cause=True,
@@ -288,12 +290,12 @@ class Checks:
             )
             self.last_checkpoint_rows[key] = max(prev, b)
         for begin, end in last.layout:
-            rng = Range(begin, end)
+            key_range = Range(begin, end)
             have = by_range.get((begin, end))
             if have is None:
                 self.rec.fail(
                     "range-isolation",
-                    f"checkpoints() has no row for range {rng.name} after batch {last.batch_id} committed on "
+                    f"checkpoints() has no row for range {key_range.name} after batch {last.batch_id} committed on "
                     f"it (rows: {', '.join(Range(*r).name for r in by_range) or 'none'})",
                     "keep a checkpoint row per (materialization, range) and list it in checkpoints()",
                 )
@@ -301,8 +303,8 @@ class Checks:
                 self.rec.check(
                     "checkpoints-monotonic",
                     have >= last.batch_id,
-                    lambda have=have, rng=rng: (
-                        f"after batch {last.batch_id} committed, the checkpoint of range {rng.name} is at "
+                    lambda have=have, key_range=key_range: (
+                        f"after batch {last.batch_id} committed, the checkpoint of range {key_range.name} is at "
                         f"batch {have if have >= 0 else 'none'}: data committed without its checkpoint"
                     ),
                 )

@@ -68,7 +68,7 @@ def race_batch(kit, batch_id: int, events, variant: str, offset: float, choose) 
         if offset > 0:
             time.sleep(offset)
         try:
-            out["n"] = [kit.open_shard(i, rng, task, check=False) for i, rng in targets]
+            out["n"] = [kit.open_shard(i, key_range, task, check=False) for i, key_range in targets]
         except BaseException as exc:  # noqa: BLE001
             out["n_error"] = exc
 
@@ -86,7 +86,9 @@ def race_batch(kit, batch_id: int, events, variant: str, offset: float, choose) 
         raise out["z_error"]
     news = out["n"]
     judge(kit, z, out["z"], news, batch_id)
-    others = [kit.open_shard(i, rng, task) for i, rng in enumerate(layout) if i not in {i for i, _ in targets}]
+    others = [
+        kit.open_shard(i, key_range, task) for i, key_range in enumerate(layout) if i not in {i for i, _ in targets}
+    ]
     shards = sorted(news + others, key=lambda s: s.index)
     for shard in shards:
         if not shard.skipped:

@@ -362,8 +362,8 @@ class KitRuntime(Sessions, Checks):
             z_steps = self.transaction(z, events)
             self.advance(z_steps, "ready")
         shards: list[Shard] = []
-        for i, rng in enumerate(layout):
-            shards.append(self.open_shard(i, rng, task, kill=kill_request if kill_shard == i else None))
+        for i, key_range in enumerate(layout):
+            shards.append(self.open_shard(i, key_range, task, kill=kill_request if kill_shard == i else None))
             if crash_phase == "open" and crash_shard == i:
                 self.die(events)
         if z is not None and zombie is not None and zombie[1] == "early":
@@ -390,7 +390,7 @@ class KitRuntime(Sessions, Checks):
         for n, (batch_id, events) in enumerate(batches):
             start, layout, task = self.begin(batch_id, events)
             if not shards:
-                shards = [self.open_shard(i, rng, cast(ShardTask, task)) for i, rng in enumerate(layout)]
+                shards = [self.open_shard(i, key_range, cast(ShardTask, task)) for i, key_range in enumerate(layout)]
             for shard in shards:
                 shard.task, shard.updates, shard.committed = cast(ShardTask, task), [], False
                 self.run_shard(shard, events)
@@ -404,12 +404,14 @@ class KitRuntime(Sessions, Checks):
         for shard in shards:
             self.finish(shard)
 
-    def open_stale(self, index: int, rng: Range, batch_id: int, events: list[Event]) -> tuple[Shard, Iterator[str]]:
+    def open_stale(
+        self, index: int, key_range: Range, batch_id: int, events: list[Event]
+    ) -> tuple[Shard, Iterator[str]]:
         """A session of the current layout for batch N, run up to StartCommit, that will outlive
         a layout change (a zombie of the old layout)."""
         self.register(batch_id, events)
-        task = self.task(batch_id, [rng], self.checkpoint_for(batch_id))
-        z = self.open_shard(index, rng, task)
+        task = self.task(batch_id, [key_range], self.checkpoint_for(batch_id))
+        z = self.open_shard(index, key_range, task)
         steps = self.transaction(z, events)
         self.advance(steps, "ready")
         return z, steps

@@ -109,22 +109,22 @@ class Sessions:
         def check_opened_extra(self, shard: Shard) -> None: ...
 
         def check_loaded(
-            self, rng: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS
+            self, key_range: Range, requests: list[list[str]], loaded: dict[str, Any], binding: int = SUMS
         ) -> None: ...
 
     def open_shard(
-        self, index: int, rng: Range, task: ShardTask, *, kill: Optional[str] = None, check: bool = True
+        self, index: int, key_range: Range, task: ShardTask, *, kill: Optional[str] = None, check: bool = True
     ) -> Shard:
         driver = self.factory()
         if kill is not None and not killing.is_process_driver(driver):
             driver = killing.crashing(driver, kill)
-        self.tracker(f"Opened of range {rng.name} (batch {task.batch_id})")
+        self.tracker(f"Opened of range {key_range.name} (batch {task.batch_id})")
         try:
             transactor, opened = driver.open(
                 Open(
                     self.materialization,
                     VERSION,
-                    rng,
+                    key_range,
                     state=task.driver_checkpoint,
                     config=dict(driver.config),
                     bindings=self.bindings,
@@ -140,7 +140,7 @@ class Sessions:
             self.caps.limits, self.bindings
         )  # keys beyond the declared limits: refused, as the runtime does
         session = RuntimeSession(transactor, self.bindings, check_store=limited)
-        shard = Shard(index, rng, driver, transactor, opened, session, task)
+        shard = Shard(index, key_range, driver, transactor, opened, session, task)
         self.live.append(shard)
         if check:
             self.check_opened(shard)
@@ -194,9 +194,9 @@ class Sessions:
     def transaction(self, shard: Shard, events: list[Event], kill: Optional[str] = None) -> Iterator[str]:
         """One transaction on ``shard``; yields the name of each phase once it is done (``ready``:
         every Store is sent, StartCommit is next).  ``kill``: the request inside which the driver dies."""
-        rng, task, sess = shard.range, shard.task, shard.session
-        where = f"range {rng.name}, batch {task.batch_id}"
-        mine = [e for e in events if rng.contains(key_hash((e.key,)))]
+        key_range, task, sess = shard.range, shard.task, shard.session
+        where = f"range {key_range.name}, batch {task.batch_id}"
+        mine = [e for e in events if key_range.contains(key_hash((e.key,)))]
         ack = Acknowledge(state=task.driver_checkpoint)
         if kill == "acknowledge":
             killing.kill_inside(self, shard, lambda: sess.acknowledge(ack), "Acknowledge", events)
@@ -232,7 +232,7 @@ class Sessions:
         take(late)
         shard.updates.append(flushed.state)
         for binding in STANDARD:
-            self.check_loaded(rng, requests[binding], loaded[binding], binding)
+            self.check_loaded(key_range, requests[binding], loaded[binding], binding)
         yield "flush"
         stores: list[tuple[int, tuple, tuple, Any, bool, bool]] = []
         for binding in STANDARD:
@@ -289,7 +289,7 @@ class Sessions:
         shard.committed = True
         self.started.add(task.batch_id)
         if self.store_authoritative:
-            self.endpoint_commits[rk(rng)] = max(task.batch_id, self.endpoint_commits.get(rk(rng), -1))
+            self.endpoint_commits[rk(key_range)] = max(task.batch_id, self.endpoint_commits.get(rk(key_range), -1))
         yield "start_commit"
 
     def run_shard(
