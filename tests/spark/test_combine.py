@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import zlib
 
@@ -800,6 +801,20 @@ def test_exact_decimals_compile_and_a_sum_past_15_digits_is_refused_as_the_fold_
     res = combine_batch(frame(spark, docs), coll)
     try:
         assert res.path == "compiled" and collect(res) == expected(coll, docs) == {'["a"]': {"k": "a", "amount": 25.07}}
+    finally:
+        res.unpersist()
+    # many sums of cents, small and large (whole units of 0.01 in the combine): each the double the fold gives
+    draw = random.Random(7)
+    docs = [
+        {
+            "k": f"k{draw.randrange(25)}",
+            "amount": draw.choice((draw.randrange(-(10**4), 10**4), draw.randrange(-(10**13), 10**13))) / 100,
+        }
+        for _ in range(2_000)
+    ]
+    res = combine_batch(frame(spark, docs), coll)
+    try:
+        assert res.path == "compiled" and collect(res) == expected(coll, docs)
     finally:
         res.unpersist()
     with pytest.raises(DocumentError, match=r"0\.005 is not a multiple of 0\.01"):

@@ -245,14 +245,19 @@ def _spark_sum(S, f, c) -> SparkAggregate:
         # double nearest to it while no partial sum reaches 10^(15-s), which holds where the
         # sum of the values' sizes stays below that.  Where it does not, the Python fold
         # decides (an error, or a sum whose partials stayed below): UNSURE.
+        # Summed as whole units of 10^-s in a long: below the limit a value times 10^s lies
+        # within 0.25 of the integer its text spells (|units| < 10^15 < 2^53), so ``rint`` gives
+        # that integer, and the one division of the exact sum gives the double nearest to it.
+        # (Summing decimal(38, s) values took a BigDecimal per row and per aggregate.)
         limit = 10 ** (MAX_DIGITS - f.scale)
-        dec = f"decimal(38,{f.scale})"
+        unit = float(10**f.scale)
         small = F.when(F.abs(c) < F.lit(float(limit)), c)
-        exact = F.try_sum(small.cast(dec))
-        size = F.try_sum(F.abs(small).cast(dec))
+        units = F.rint(small * F.lit(unit)).cast("long")
+        exact = F.try_sum(units)
+        size = F.try_sum(F.abs(units))
         big = F.count(F.when(F.abs(c) >= F.lit(float(limit)), F.lit(1)))
         return SparkAggregate(
-            F.when((big == 0) & (size < F.lit(limit)), exact.cast("double")),
+            F.when((big == 0) & (size < F.lit(10**MAX_DIGITS)), exact.cast("double") / F.lit(unit)),
             F.count(c),
             lambda present, v: F.when(
                 present & v.isNull(), F.lit(f"{UNSURE}/{f.name}: 'sum' {decimal_overflow(f.scale)}")
