@@ -53,8 +53,13 @@ def spark_part(spark, files: list[str], coll, rounds: int) -> dict:
     plan = compile_collection(coll)
 
     def tidemark(df, typed: bool):
-        cols = _compiled_columns(spark, plan, None, typed=typed)
-        out = df.select(*cols.stage).groupBy(*cols.grouping).agg(*cols.aggs).select(*cols.out)
+        cols = _compiled_columns(spark, plan, None)
+        out = (
+            df.select(*cols.stage)
+            .groupBy(*cols.grouping)
+            .agg(*cols.aggs)
+            .select(*(cols.out_typed if typed else cols.out))
+        )
         return out.filter(~F.col("_suspect")).select("key_json", "key_hash", "doc", "_documents")
 
     def hand(df):

@@ -273,9 +273,10 @@ class _Columns:
     grouping: tuple
     aggs: tuple
     out: tuple
+    out_typed: Optional[tuple]  # ``out`` with the document as typed values (``doc``: a struct), or None
 
 
-def _compiled_columns(spark, plan, jvm_spec: Optional[str], typed: bool = False) -> _Columns:
+def _compiled_columns(spark, plan, jvm_spec: Optional[str]) -> _Columns:
     """The expressions of ``plan``, built once per Spark context and plan.
 
     They name columns only, so every batch can use them.  Building them is a few thousand
@@ -285,12 +286,12 @@ def _compiled_columns(spark, plan, jvm_spec: Optional[str], typed: bool = False)
     subexpr_off = str(spark.conf.get("spark.sql.subexpressionElimination.enabled", "true")).lower() == "false"
     return built_once(
         spark,
-        ("combine", repr(plan), jvm_spec, subexpr_off, typed),
-        lambda: _build_columns(plan, jvm_spec, subexpr_off, typed),
+        ("combine", repr(plan), jvm_spec, subexpr_off),
+        lambda: _build_columns(plan, jvm_spec, subexpr_off),
     )
 
 
-def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool = False) -> _Columns:
+def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns:
     from pyspark.sql import functions as F
 
     from tidemark.collection.formats import is_date_time_field
@@ -341,7 +342,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool
     ok = ~F.col("_suspect")
     # Suspects go to one group of their own (``_suspect``), so only the aggregates that collect
     # values need masking; that group's ``_documents`` counts them and it is dropped afterwards.
-    aggs, doc, error = C.aggregations(
+    aggs, doc, error, typed_doc = C.aggregations(
         plan,
         pc,
         F.col("value"),
@@ -349,7 +350,6 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool
         valid=ok,
         mask_scalars=False,
         key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)},
-        typed=typed,
         instants=instants,
     )
     masked_keys = [F.when(ok, pc[k]) for k in plan.key]
@@ -361,16 +361,19 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool, typed: bool
     grouping = (F.xxhash64(*masked_keys).alias("_key_hash64"), F.col("_suspect"), *key_cols)
     all_aggs = (*aggs, F.count(F.lit(1)).alias("_documents"), F.count_if(F.col("_extras")).alias("_with_extras"))
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
-    out = (
-        "_suspect",
-        key_json.alias("key_json"),
-        F.crc32(key_json).alias("key_hash"),
-        doc.alias("doc"),
-        error.alias("_error"),
-        "_documents",
-        "_with_extras",
-    )
-    return _Columns(pre, stage, grouping, all_aggs, out)
+
+    def out(document):
+        return (
+            "_suspect",
+            key_json.alias("key_json"),
+            F.crc32(key_json).alias("key_hash"),
+            document.alias("doc"),
+            error.alias("_error"),
+            "_documents",
+            "_with_extras",
+        )
+
+    return _Columns(pre, stage, grouping, all_aggs, out(doc), out(typed_doc) if typed_doc is not None else None)
 
 
 # ----------------------------------------------------------------------------- fallback

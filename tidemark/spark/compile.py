@@ -210,13 +210,15 @@ def aggregations(
     valid=None,
     key_cols=None,
     mask_scalars=True,
-    typed: bool = False,
     instants: Any = None,
 ):
-    """(agg columns, doc expression over the aggregated columns, error expression).
+    """(agg columns, doc expression over the aggregated columns, error expression, typed doc
+    expression or None).
 
-    ``typed``: the document as a struct of its properties' typed values (objects and arrays
-    as their JSON text) instead of its JSON text (``Store.rows``).
+    The typed doc is the document as a struct of its properties' typed values (objects and
+    arrays as their JSON text) instead of its JSON text (``Store.rows``); None where the root
+    is not merged (the document is picked whole).  Both forms read the same aggregates, so
+    they are built together: building the expressions is thousands of py4j calls.
 
     ``valid`` (a boolean column) masks the rows that take part: the others aggregate as if
     absent, so one pass can aggregate and count suspects at once; with ``mask_scalars=False``
@@ -240,7 +242,7 @@ def aggregations(
         pick = F.max_by if plan.root_strategy == "lastWriteWins" else F.min_by
         if plan.order:
             ord_col = F.when(ord_col.isNotNull(), event_order(plan, p[plan.order], ord_col, instants))
-        return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string")
+        return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string"), None
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask, instants)
     aggs, structured, raw, errors, fields = [], [], [], [], []
     riders = _riders(plan, key_cols)
@@ -286,13 +288,12 @@ def aggregations(
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
-    if typed:
-        return aggs, F.struct(*fields), error
+    typed_doc = F.struct(*fields)
     if structured and not raw:  # one to_json is the whole document
-        return aggs, F.to_json(F.struct(*structured)), error
+        return aggs, F.to_json(F.struct(*structured)), error, typed_doc
     parts = list(raw)
     if structured:
         body = F.to_json(F.struct(*structured))
         parts.append(F.nullif(F.substring(body, F.lit(2), F.length(body) - 2), F.lit("")))
     doc = F.concat(F.lit("{"), F.concat_ws(",", *parts), F.lit("}")) if parts else F.lit("{}")
-    return aggs, doc, error
+    return aggs, doc, error, typed_doc

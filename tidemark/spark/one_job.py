@@ -56,7 +56,7 @@ class OneJobPlan:
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_suspect") | (F.col("_with_extras") > F.lit(0)) | F.col("_error").isNotNull()
             self.typed = self.typed and plan.root_strategy == "merge"
-            typed_out = _compiled_columns(spark, plan, jvm_spec, typed=True).out if self.typed else None
+            typed_out = cols.out_typed if self.typed else None
             self.bindings.append(
                 {
                     "filter": internals.jcol(F.col("_binding") == F.lit(i)) if multi else None,
