@@ -7,6 +7,7 @@ pin down the scanner's answers on the texts it must refuse, and check that it is
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -33,7 +34,22 @@ SPEC = jvm.spec(
                 FieldPlan("m", "map", "integer", "merge", {}),
                 FieldPlan("o", "raw", "object", "lastWriteWins", {}),
                 FieldPlan("r", "raw", "array", "lastWriteWins", {}),
-            )
+            ),
+            "order": "",
+        },
+    )()
+)
+# a date-time last written (``d``) and one maximized (``D``: its fraction bounded too)
+DATE_TIME_SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}),
+                FieldPlan("m", "scalar", "string", "maximize", {"format": "date-time"}),
+            ),
+            "order": "",
         },
     )()
 )
@@ -117,9 +133,9 @@ def scan(spark):
     assert jvm.available(spark), "the shipped jar is built for this Spark: the JVM proof must be available"
     from pyspark.sql import functions as F
 
-    def run(texts):
+    def run(texts, spec=SPEC):
         df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, v string")
-        rows = df.select("i", F.call_udf(jvm.FUNCTION, "v", F.lit(SPEC)).alias("n")).collect()
+        rows = df.select("i", F.call_udf(jvm.FUNCTION, "v", F.lit(spec)).alias("n")).collect()
         return [r.n for r in sorted(rows, key=lambda r: r.i)]
 
     return run
@@ -130,6 +146,38 @@ def test_scanner_answers(scan):
     got = scan([text for text, _ in CASES])
     wrong = [(text, want, n) for (text, want), n in zip(CASES, got) if n != want]
     assert not wrong
+
+
+@needs_jar
+def test_date_times_are_proved_as_python_reads_them(scan):
+    """A date-time property is proved by the scan exactly where Python's format check accepts
+    it (a leap second aside: never proved, so a suspect the Python validator decides), and a
+    date-time the combine orders by instant only with at most 18 digits of fraction."""
+    from tests.support.format_cases import CASES as FORMAT_CASES
+    from tidemark.collection import formats
+
+    values = [v for v, _ in FORMAT_CASES["date-time"]]
+    values += [
+        "2024-05-01T10:00:00." + "1" * 18 + "Z",
+        "2024-05-01T10:00:00." + "1" * 19 + "Z",
+        r"2024-05-01T10:00:00\u005a",  # escapes in the text: not proved
+    ]
+    values += [r"\uff12024-05-01T10:00:00Z", "2024-05-01T10:00:00Z ", "2024-13-01T10:00:00Z", "2024-05-01T24:00:00Z"]
+    assert DATE_TIME_SPEC == "sdt\u0001sDm"  # the entries' codes
+
+    def want(v, bounded):
+        if "\\" in v or '"' in v or any(c < " " for c in v):  # an escape, or not a JSON string as written
+            return -1
+        key = formats.instant(v)
+        if key is None or key[1]:  # not one; a leap second (not proved)
+            return -1
+        fraction = re.search(r"\.([0-9]+)", v)
+        return -1 if bounded and fraction and len(fraction.group(1)) > 18 else 1
+
+    for field, bounded in (("t", False), ("m", True)):
+        got = scan([f'{{"{field}":"{v}"}}' for v in values], DATE_TIME_SPEC)
+        wrong = [(v, want(v, bounded), n) for v, n in zip(values, got) if n != want(v, bounded)]
+        assert not wrong, (field, wrong)
 
 
 @needs_jar
@@ -194,7 +242,9 @@ def test_another_spark_or_a_stale_jar_means_expressions(tmp_path, monkeypatch, c
 
 
 def test_a_name_that_cannot_be_encoded_means_expressions():
-    plan = type("Plan", (), {"fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),)})()
+    plan = type(
+        "Plan", (), {"fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),), "order": ""}
+    )()
     assert jvm.spec(plan) is None
 
 

@@ -88,6 +88,17 @@ class CompiledPlan:
     order: str = ""  # a lastWriteWins / firstWriteWins root's ``reduce.order``: a scalar property's name
 
 
+def ordered_by_instant(plan: CompiledPlan) -> set[str]:
+    """The properties whose date-times the combine orders by instant (minimized, maximized, the
+    root's ``reduce.order`` or another property's ``order``): the instant order compares
+    :data:`tidemark.spark.datetimes.FRACTION_DIGITS` (18) digits of their fraction, so a value with more is a suspect."""
+    out = {f.name for f in plan.fields if f.strategy in ("minimize", "maximize")}
+    out |= {f.order for f in plan.fields if f.order}
+    if plan.order:
+        out.add(plan.order)
+    return out
+
+
 def _strategy(schema: dict) -> Optional[str]:
     red = schema.get("reduce")
     if red is None:

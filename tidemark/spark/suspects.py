@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan
+from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan, ordered_by_instant
 from tidemark.spark.datetimes import FRACTION_DIGITS, date_time_parts, format_ok
 
 
@@ -241,6 +241,7 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
     for r in plan.required:
         if r not in plan.key:
             conds.append(p[r].isNull())
+    ordered = ordered_by_instant(plan)
     for f in plan.fields:
         c = p[f.name]
         s = f.schema
@@ -260,8 +261,10 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
             if "maxLength" in s:
                 conds.append(F.char_length(c) > F.lit(s["maxLength"]))
             if f.type == "string" and s.get("format") in NATIVE_FORMATS:
+                if whole and s["format"] == "date-time":
+                    continue  # proved, with its fraction's length, by the JVM scan (PlainDocument's ``d`` / ``D``)
                 conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
-                if s["format"] == "date-time" and (f.strategy in ("minimize", "maximize") or f.name == plan.order):
+                if s["format"] == "date-time" and f.name in ordered:
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type

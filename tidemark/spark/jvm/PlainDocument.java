@@ -22,11 +22,16 @@ import org.apache.spark.sql.api.java.UDF2;
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
  * is two characters, kind ({@code s} scalar, {@code r} raw, {@code a} array of, {@code m}
  * map of) and type ({@code s} string, {@code i} integer, {@code n} number, {@code b}
- * boolean, {@code o} object, {@code a} array), then the property's name.
+ * boolean, {@code o} object, {@code a} array; {@code d} a string of {@code format: date-time},
+ * proved an RFC 3339 date-time as {@code tidemark.collection.formats} reads one, {@code D} the
+ * same with at most {@code FRACTION_DIGITS} digits of fraction), then the property's name.
  */
 public final class PlainDocument implements UDF2<String, String, Integer> {
     private static final long serialVersionUID = 1L;
     private static final int MAX_DEPTH = 64;
+    // digits of a date-time's fraction the combine's instant order compares
+    // (tidemark.spark.datetimes.FRACTION_DIGITS)
+    private static final int FRACTION_DIGITS = 18;
 
     private static final class Spec {
         final String text;
@@ -271,6 +276,10 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                 case 'n':
                     number();
                     return;
+                case 'd':
+                case 'D':
+                    dateTime(type == 'D');
+                    return;
                 case 'b':
                     if (s.startsWith("true", i)) {
                         i += 4;
@@ -283,6 +292,82 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                 default:
                     throw reject();
             }
+        }
+
+        /**
+         * A JSON string holding an RFC 3339 date-time as {@code tidemark.collection.formats}
+         * reads one (its grammar and ranges; a leap second is not proved, nor an escape in the
+         * text), with at most {@link #FRACTION_DIGITS} digits of fraction where {@code bounded}
+         * (a date-time the combine orders by its instant).
+         */
+        private void dateTime(boolean bounded) {
+            expect('"');
+            int year = digits(4);
+            expect('-');
+            int month = digits(2);
+            expect('-');
+            int day = digits(2);
+            char t = peek();
+            if (t != 'T' && t != 't') {
+                throw reject();
+            }
+            i++;
+            int hour = digits(2);
+            expect(':');
+            int minute = digits(2);
+            expect(':');
+            int second = digits(2);
+            if (peek() == '.') {
+                i++;
+                int start = i;
+                while (i < n && s.charAt(i) >= '0' && s.charAt(i) <= '9') {
+                    i++;
+                }
+                if (i == start || (bounded && i - start > FRACTION_DIGITS)) {
+                    throw reject();
+                }
+            }
+            char z = peek();
+            i++;
+            if (z == '+' || z == '-') {
+                int offsetHour = digits(2);
+                expect(':');
+                int offsetMinute = digits(2);
+                if (offsetHour > 23 || offsetMinute > 59) {
+                    throw reject();
+                }
+            } else if (z != 'Z' && z != 'z') {
+                throw reject();
+            }
+            expect('"');
+            if (month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) {
+                throw reject();
+            }
+            if (hour > 23 || minute > 59 || second > 59) {
+                throw reject();
+            }
+        }
+
+        /** {@code count} ASCII digits as a number. */
+        private int digits(int count) {
+            int v = 0;
+            for (int k = 0; k < count; k++) {
+                char c = peek();
+                if (c < '0' || c > '9') {
+                    throw reject();
+                }
+                v = v * 10 + (c - '0');
+                i++;
+            }
+            return v;
+        }
+
+        private static int daysIn(int year, int month) {
+            if (month == 2) {
+                boolean leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+                return leap ? 29 : 28;
+            }
+            return month == 4 || month == 6 || month == 9 || month == 11 ? 30 : 31;
         }
 
         /** Any JSON value but null (raw properties), nested at most MAX_DEPTH deep. */

@@ -56,13 +56,20 @@ def enabled() -> bool:
 
 def spec(plan) -> Optional[str]:
     """The field description ``PlainDocument`` reads, or None if a name cannot be encoded."""
+    from tidemark.collection.formats import is_date_time_field
+    from tidemark.collection.plan import ordered_by_instant
+
     codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b", "object": "o", "array": "a"}
     kinds = {"scalar": "s", "raw": "r", "append": "a", "map": "m"}
+    bounded = ordered_by_instant(plan)
     entries = []
     for f in plan.fields:
         if _SEPARATOR in f.name or f.kind not in kinds or f.type not in codes:
             return None
-        entries.append(kinds[f.kind] + codes[f.type] + f.name)
+        code = codes[f.type]
+        if is_date_time_field(f):  # proved a date-time by the scan (``D``: its fraction bounded too)
+            code = "D" if f.name in bounded else "d"
+        entries.append(kinds[f.kind] + code + f.name)
     return _SEPARATOR.join(entries)
 
 
