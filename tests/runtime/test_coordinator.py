@@ -154,148 +154,148 @@ def view_of(tmp_path):
         return made[-1]
 
     yield make
-    for v in made:
-        v.close()
-        memory.reset(v.config["name"])
+    for view in made:
+        view.close()
+        memory.reset(view.config["name"])
 
 
 # ------------------------------------------------------------------ StartCommit, log, Acknowledge
 
 
 def test_a_staged_batch_is_applied_after_the_recovery_log_holds_it_not_before(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.plan(0)
+    view = view_of(STAGED)
+    coord = view.start()
+    view.plan(0)
     start = coord.begin(0)
-    state = v.sessions(coord, start, docs_of(0))
-    assert v.rows() == []  # StartCommit only staged the batch
+    state = view.sessions(coord, start, docs_of(0))
+    assert view.rows() == []  # StartCommit only staged the batch
     assert coord.log.last() is None
     coord.commit(start, state, {})
     assert coord.log.last().batch_id == 0 and coord.log.last().driver_checkpoint == state
-    assert v.rows() == applied(0)
+    assert view.rows() == applied(0)
 
 
 def test_a_crash_before_the_log_append_applies_nothing_and_the_rerun_applies_the_batch_once(view_of):
     """The first attempt's staged work is named by no log entry: it is never applied, and the
     re-run of the batch (new sessions, new stages) is applied exactly once."""
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.plan(1)
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.plan(1)
     start = coord.begin(1)
-    state = v.sessions(coord, start, docs_of(1))
+    state = view.sessions(coord, start, docs_of(1))
     with hooked("before_recovery_log", crash), pytest.raises(Crash):
         coord.commit(start, state, {})
-    assert coord.log.last().batch_id == 0 and v.rows() == applied(0)
+    assert coord.log.last().batch_id == 0 and view.rows() == applied(0)
 
-    coord = v.start()  # the next run: start-up acknowledges batch 0 again (already applied)
-    assert v.rows() == applied(0)
-    rerun = v.batch(coord, 1, docs_of(1))
+    coord = view.start()  # the next run: start-up acknowledges batch 0 again (already applied)
+    assert view.rows() == applied(0)
+    rerun = view.batch(coord, 1, docs_of(1))
     assert not rerun.replayed and rerun.layout == start.layout
-    assert v.rows() == applied(0, 1)
+    assert view.rows() == applied(0, 1)
 
 
 def test_a_crash_between_the_log_append_and_the_apply_is_applied_once_at_the_next_start_up(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
     with hooked("after_recovery_log", crash), pytest.raises(Crash):
-        v.batch(coord, 1, docs_of(1))
+        view.batch(coord, 1, docs_of(1))
     assert coord.log.last().batch_id == 1  # logged ...
-    assert v.rows() == applied(0)  # ... not applied
+    assert view.rows() == applied(0)  # ... not applied
 
-    coord = v.start()  # Step 5: the last logged batch is acknowledged again
-    assert v.rows() == applied(0, 1)
-    again = v.batch(coord, 1, docs_of(1))  # Spark had not written commits/1: it runs batch 1 again
+    coord = view.start()  # Step 5: the last logged batch is acknowledged again
+    assert view.rows() == applied(0, 1)
+    again = view.batch(coord, 1, docs_of(1))  # Spark had not written commits/1: it runs batch 1 again
     assert again.replayed
-    coord = v.start()
-    assert v.rows() == applied(0, 1)  # acknowledged three times, applied once
-    v.batch(coord, 2, docs_of(2))
-    assert v.rows() == applied(0, 1, 2)
+    coord = view.start()
+    assert view.rows() == applied(0, 1)  # acknowledged three times, applied once
+    view.batch(coord, 2, docs_of(2))
+    assert view.rows() == applied(0, 1, 2)
 
 
 def test_spark_rerunning_the_logged_batch_acknowledges_it_without_running_it(view_of):
     """A crash after the log append, the same process goes on: ``begin`` of the logged batch
     is a replay; it applies what the log names and no shard runs."""
-    v = view_of(STAGED)
-    coord = v.start()
+    view = view_of(STAGED)
+    coord = view.start()
     with hooked("after_recovery_log", crash), pytest.raises(Crash):
-        v.batch(coord, 0, docs_of(0))
-    assert v.rows() == []
+        view.batch(coord, 0, docs_of(0))
+    assert view.rows() == []
     start = coord.begin(0)
     assert start.replayed and start.layout == [] and start.last.batch_id == 0
-    assert v.rows() == applied(0)
+    assert view.rows() == applied(0)
 
 
 def test_per_shard_apply_acknowledges_every_range_of_the_last_layout(view_of):
-    v = view_of(PER_SHARD)
-    coord = v.start(shards=3)
+    view = view_of(PER_SHARD)
+    coord = view.start(shards=3)
     with hooked("after_recovery_log", crash), pytest.raises(Crash):
-        v.batch(coord, 0, docs_of(0, keys=30))
-    assert v.rows() == []
-    v.start(shards=3)  # a session per range of batch 0's layout, Opened and Acknowledged
-    assert v.rows() == applied(0, keys=30)
+        view.batch(coord, 0, docs_of(0, keys=30))
+    assert view.rows() == []
+    view.start(shards=3)  # a session per range of batch 0's layout, Opened and Acknowledged
+    assert view.rows() == applied(0, keys=30)
     hashes = [key_hash((k,)) for k in docs_of(0, keys=30)]
     assert all(any(r.contains(h) for h in hashes) for r in Range.split(3))  # every range had rows
 
 
 def test_a_commit_applies_at_once_on_a_per_shard_endpoint_too(view_of):
-    v = view_of(PER_SHARD)
-    coord = v.start(shards=2)
-    v.batch(coord, 0, docs_of(0))
-    assert v.rows() == applied(0)
-    v.batch(coord, 1, docs_of(1))
-    assert v.rows() == applied(0, 1)
+    view = view_of(PER_SHARD)
+    coord = view.start(shards=2)
+    view.batch(coord, 0, docs_of(0))
+    assert view.rows() == applied(0)
+    view.batch(coord, 1, docs_of(1))
+    assert view.rows() == applied(0, 1)
 
 
 # ------------------------------------------------------------------ batch identity
 
 
 def test_a_rerun_of_a_logged_batch_with_other_input_is_refused_and_changes_nothing(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.batch(coord, 1, docs_of(1))
-    v.plan(1, log_offset=99)  # Spark's checkpoint now says batch 1 read other offsets
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.batch(coord, 1, docs_of(1))
+    view.plan(1, log_offset=99)  # Spark's checkpoint now says batch 1 read other offsets
     with pytest.raises(RecoveryError, match="batch 1 with another identity.*source offsets"):
         coord.begin(1)
-    assert coord.log.last().batch_id == 1 and v.rows() == applied(0, 1)
-    v.plan(1)
+    assert coord.log.last().batch_id == 1 and view.rows() == applied(0, 1)
+    view.plan(1)
     assert coord.begin(1).replayed  # the recorded input: a replay
 
 
 def test_a_rerun_of_an_older_logged_batch_is_a_replay_that_applies_nothing(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
+    view = view_of(STAGED)
+    coord = view.start()
     for n in range(3):
-        v.batch(coord, n, docs_of(n))
+        view.batch(coord, n, docs_of(n))
     start = coord.begin(0)
     assert start.replayed and start.last.batch_id == 2
-    assert v.rows() == applied(0, 1, 2)
+    assert view.rows() == applied(0, 1, 2)
 
 
 def test_another_spark_query_under_the_same_log_is_refused(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.spark_query("q-2")  # Spark's checkpoint replaced under the recovery log
-    v.plan(1)
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.spark_query("q-2")  # Spark's checkpoint replaced under the recovery log
+    view.plan(1)
     with pytest.raises(RecoveryError, match="belongs to Spark query q-2.*came from query q-1"):
         coord.begin(1)
-    v.close()
+    view.close()
     with pytest.raises(RecoveryError, match="belongs to Spark query q-2"):
-        v.start()
+        view.start()
     assert coord.log.last().batch_id == 0 and coord.log.intent_record(1) is None
 
 
 def test_a_missing_spark_checkpoint_beside_a_log_is_refused_at_start_up(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.close()
-    shutil.rmtree(os.path.join(v.location, "spark"))
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.close()
+    shutil.rmtree(os.path.join(view.location, "spark"))
     with pytest.raises(RecoveryError, match="Spark's checkpoint .* is missing.*batches up to 0"):
-        v.start()
+        view.start()
 
 
 # ------------------------------------------------------------------ layouts
@@ -304,32 +304,32 @@ def test_a_missing_spark_checkpoint_beside_a_log_is_refused_at_start_up(view_of)
 def test_a_batch_keeps_the_layout_it_started_with_after_a_crash_even_when_the_shard_count_changes(view_of):
     """A batch's ranges are recorded before any shard runs: a re-run after a crash uses the
     same ranges (some of them may have committed already); the next batch takes the new count."""
-    v = view_of(AUTHORITATIVE)
-    coord = v.start(shards=2)
-    v.batch(coord, 0, docs_of(0))
-    v.plan(1)
+    view = view_of(AUTHORITATIVE)
+    coord = view.start(shards=2)
+    view.batch(coord, 0, docs_of(0))
+    view.plan(1)
     first = coord.begin(1)
     assert first.layout == even_layout(2)
     assert coord.log.intent_record(1)["layout"] == even_layout(2)  # before any shard ran
 
-    coord = v.start(shards=3)  # the process died; the spec now says 3 shards
+    coord = view.start(shards=3)  # the process died; the spec now says 3 shards
     assert coord.begin(1).layout == even_layout(2)
-    v.batch(coord, 1, docs_of(1))
+    view.batch(coord, 1, docs_of(1))
     assert coord.log.last().layout == even_layout(2)
-    assert v.batch(coord, 2, docs_of(2)).layout == even_layout(3)
-    assert v.rows() == applied(0, 1, 2)
+    assert view.batch(coord, 2, docs_of(2)).layout == even_layout(3)
+    assert view.rows() == applied(0, 1, 2)
 
 
 def test_the_ranges_given_to_recovery_are_those_of_the_last_batch_and_of_the_batch_in_flight(view_of):
-    v = view_of(AUTHORITATIVE)
-    coord = v.start(shards=2)
+    view = view_of(AUTHORITATIVE)
+    coord = view.start(shards=2)
     assert coord.known_ranges(None) == []
-    v.batch(coord, 0, docs_of(0))
+    view.batch(coord, 0, docs_of(0))
     last = coord.log.last()
     assert coord.known_ranges(last) == Range.split(2)
-    v.close()
-    coord = v.start(shards=4)
-    v.plan(1)
+    view.close()
+    coord = view.start(shards=4)
+    view.plan(1)
     coord.begin(1)  # batch 1's intent: 4 ranges; it dies before committing
     assert coord.known_ranges(last) == sorted(
         set(Range.split(2)) | set(Range.split(4)), key=lambda r: (r.key_begin, r.key_end)
@@ -337,17 +337,17 @@ def test_the_ranges_given_to_recovery_are_those_of_the_last_batch_and_of_the_bat
 
 
 def test_no_batch_begins_while_a_stop_is_requested(view_of):
-    v = view_of(STAGED)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    request_stop(v.location, by="rebuild 1234")
-    v.plan(1)
+    view = view_of(STAGED)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    request_stop(view.location, by="rebuild 1234")
+    view.plan(1)
     try:
         with pytest.raises(RecoveryError, match="rebuild 1234 asked this run to stop at a batch boundary"):
             coord.begin(1)
         assert coord.log.intent_record(1) is None  # nothing of batch 1 was recorded
     finally:
-        clear_stop(v.location)
+        clear_stop(view.location)
     assert not coord.begin(1).replayed
 
 
@@ -357,53 +357,53 @@ def test_no_batch_begins_while_a_stop_is_requested(view_of):
 def test_an_endpoint_one_batch_ahead_of_the_log_is_accepted_at_start_up(view_of):
     """Store-authoritative: the ranges committed batch 1, the process died before the log
     append. Start-up accepts it; batch 1 runs again on the same layout (its ranges skip it)."""
-    v = view_of(AUTHORITATIVE)
-    coord = v.start(shards=2)
-    v.batch(coord, 0, docs_of(0))
+    view = view_of(AUTHORITATIVE)
+    coord = view.start(shards=2)
+    view.batch(coord, 0, docs_of(0))
     with hooked("before_recovery_log", crash), pytest.raises(Crash):
-        v.batch(coord, 1, docs_of(1))
+        view.batch(coord, 1, docs_of(1))
     assert {p.batch_id for p in coord.positions()} == {1} and coord.log.last().batch_id == 0
-    coord = v.start(shards=2)
+    coord = view.start(shards=2)
     start = coord.begin(1)
     assert not start.replayed and start.layout == even_layout(2)
 
 
 def test_an_endpoint_newer_than_a_restored_checkpoint_folder_is_refused(view_of, tmp_path):
-    v = view_of(AUTHORITATIVE)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.close()
+    view = view_of(AUTHORITATIVE)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.close()
     backup = str(tmp_path / "backup")
-    shutil.copytree(v.location, backup)
-    coord = v.start()
-    v.batch(coord, 1, docs_of(1))
-    v.batch(coord, 2, docs_of(2))
-    v.close()
-    shutil.rmtree(v.location)
-    shutil.copytree(backup, v.location)  # the checkpoint folder restored from the copy at batch 0
+    shutil.copytree(view.location, backup)
+    coord = view.start()
+    view.batch(coord, 1, docs_of(1))
+    view.batch(coord, 2, docs_of(2))
+    view.close()
+    shutil.rmtree(view.location)
+    shutil.copytree(backup, view.location)  # the checkpoint folder restored from the copy at batch 0
     with pytest.raises(RecoveryError, match="holds batch 2, newer than the recovery log's batch 0"):
-        v.start()
+        view.start()
 
 
 def test_an_endpoint_holding_batches_of_a_log_whose_entries_are_gone_is_refused(view_of):
-    v = view_of(AUTHORITATIVE)
-    coord = v.start()
-    v.batch(coord, 0, docs_of(0))
-    v.batch(coord, 1, docs_of(1))
-    v.close()
-    folder = os.path.join(v.location, "tidemark", "log")
+    view = view_of(AUTHORITATIVE)
+    coord = view.start()
+    view.batch(coord, 0, docs_of(0))
+    view.batch(coord, 1, docs_of(1))
+    view.close()
+    folder = os.path.join(view.location, "tidemark", "log")
     for name in os.listdir(folder):
         if name.endswith(".json"):
             os.remove(os.path.join(folder, name))
     with pytest.raises(RecoveryError, match="holds batch 1 of this checkpoint, but its recovery log .* holds none"):
-        v.start()
+        view.start()
 
 
 def test_the_first_batch_committed_by_the_endpoint_but_not_logged_is_accepted(view_of):
-    v = view_of(AUTHORITATIVE)
-    coord = v.start()
+    view = view_of(AUTHORITATIVE)
+    coord = view.start()
     with hooked("before_recovery_log", crash), pytest.raises(Crash):
-        v.batch(coord, 0, docs_of(0))
+        view.batch(coord, 0, docs_of(0))
     assert coord.log.last() is None
-    coord = v.start()
+    coord = view.start()
     assert not coord.begin(0).replayed

@@ -179,13 +179,13 @@ def endpoint(tmp_path):
     made: list[PushDriver] = []
 
     def machine(state: str = "a", commits: bool = True) -> MemoryPushDriver:
-        d = MemoryPushDriver({"name": name, "state": str(tmp_path / state), "commits": commits})
-        made.append(d)
-        return d
+        driver = MemoryPushDriver({"name": name, "state": str(tmp_path / state), "commits": commits})
+        made.append(driver)
+        return driver
 
     yield machine
-    for d in made:
-        d.close()
+    for driver in made:
+        driver.close()
     ENDPOINTS.pop(name, None)
 
 
@@ -229,7 +229,7 @@ def loaded(txn, keys: Sequence[str]) -> dict:
     """What the session's Loads answer for ``keys`` of the standard binding (after Acknowledged)."""
     out = list(txn.load(Load(0, tuple((k,) for k in keys))))
     more, _ = txn.flush(Flush())
-    return {k[0]: d for ld in [*out, *more] for k, d in zip(ld.keys, ld.docs)}
+    return {k[0]: driver for ld in [*out, *more] for k, driver in zip(ld.keys, ld.docs)}
 
 
 def local_batch(driver: PushDriver) -> list[int]:
@@ -253,42 +253,42 @@ def doc(key: str, n: int) -> dict:
 
 
 def test_a_committed_batch_is_at_the_endpoint_and_the_local_store_answers_the_loads(endpoint):
-    d = endpoint()
-    first = commit(d, 0, {"a": doc("a", 1), "b": doc("b", 2)}, changes={"a": doc("a", 1)})
+    driver = endpoint()
+    first = commit(driver, 0, {"a": doc("a", 1), "b": doc("b", 2)}, changes={"a": doc("a", 1)})
     assert first.runtime_checkpoint is None
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 1), ("b",): doc("b", 2)}  # read back from the endpoint
-    assert d.dump(MAT, CHANGES) == [doc("a", 1)]
-    assert [(r.range, r.runtime_checkpoint) for r in d.checkpoints(MAT)] == [(Range(), cp(0))]
-    txn, opened = session(d)
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 1), ("b",): doc("b", 2)}  # read back from the endpoint
+    assert driver.dump(MAT, CHANGES) == [doc("a", 1)]
+    assert [(r.range, r.runtime_checkpoint) for r in driver.checkpoints(MAT)] == [(Range(), cp(0))]
+    txn, opened = session(driver)
     try:
         assert opened.runtime_checkpoint == cp(0)
         assert loaded(txn, ["a", "b", "zz"]) == {"a": doc("a", 1), "b": doc("b", 2)}
     finally:
         txn.close()
-    assert local_batch(d) == [0]
-    assert d.local.dump(MAT, CHANGES) == []  # a delta binding's rows are the endpoint's only
+    assert local_batch(driver) == [0]
+    assert driver.local.dump(MAT, CHANGES) == []  # a delta binding's rows are the endpoint's only
 
 
 def test_open_rebuilds_the_local_store_after_a_crash_between_the_endpoint_commit_and_its_own(endpoint):
     """The endpoint committed batch 1 (a changed, b deleted); the process died before the
     local store did. The next Open answers the endpoint's frontier, and its Loads read batch
     1's documents: a Load from the stale store would reduce batch 2 onto batch 0's values."""
-    d = endpoint()
-    commit(d, 0, {"a": doc("a", 1), "b": doc("b", 2)})
+    driver = endpoint()
+    commit(driver, 0, {"a": doc("a", 1), "b": doc("b", 2)})
     with hooked("after_endpoint_commit", crash), pytest.raises(Crash):
-        commit(d, 1, {"a": doc("a", 10)}, deletes=["b"])
-    assert [(r.range, batch_of(r.runtime_checkpoint)) for r in d.checkpoints(MAT)] == [(Range(), 1)]
-    assert local_batch(d) == [0]
+        commit(driver, 1, {"a": doc("a", 10)}, deletes=["b"])
+    assert [(r.range, batch_of(r.runtime_checkpoint)) for r in driver.checkpoints(MAT)] == [(Range(), 1)]
+    assert local_batch(driver) == [0]
 
-    txn, opened = session(d)
+    txn, opened = session(driver)
     try:
         assert opened.runtime_checkpoint == cp(1)
         assert loaded(txn, ["a", "b"]) == {"a": doc("a", 10)}
     finally:
         txn.close()
-    assert local_batch(d) == [1]
-    commit(d, 2, {"a": doc("a", 11)})
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 11)}
+    assert local_batch(driver) == [1]
+    commit(driver, 2, {"a": doc("a", 11)})
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 11)}
 
 
 def test_a_range_opened_on_a_machine_that_never_held_it_is_rebuilt_with_its_own_keys_only(endpoint):
@@ -327,42 +327,42 @@ def test_a_local_store_of_an_earlier_run_is_replaced_by_the_endpoints_view(endpo
 
 
 def test_a_local_store_ahead_of_the_endpoint_is_refused_and_left_as_it_is(endpoint):
-    d = endpoint()
-    commit(d, 0, {"a": doc("a", 1)})
-    commit(d, 1, {"a": doc("a", 2)})
-    d.log.drop(MAT, BINDINGS, ["totals", "changes"])  # reset under the local store
+    driver = endpoint()
+    commit(driver, 0, {"a": doc("a", 1)})
+    commit(driver, 1, {"a": doc("a", 2)})
+    driver.log.drop(MAT, BINDINGS, ["totals", "changes"])  # reset under the local store
     with pytest.raises(RecoveryError, match="local state store .* is at batch 1 but .* has committed only nothing"):
-        d.open(Open(MAT, "v1", Range(), bindings=BINDINGS))
-    assert d.log.ep.sessions == 0  # the endpoint's session was closed
-    assert local_batch(d) == [1] and d.local.dump(MAT, TOTALS) == {("a",): doc("a", 2)}
+        driver.open(Open(MAT, "v1", Range(), bindings=BINDINGS))
+    assert driver.log.ep.sessions == 0  # the endpoint's session was closed
+    assert local_batch(driver) == [1] and driver.local.dump(MAT, TOTALS) == {("a",): doc("a", 2)}
 
 
 def test_a_zombie_session_is_refused_at_the_endpoint_and_changes_nothing(endpoint):
-    d = endpoint()
-    commit(d, 0, {"a": doc("a", 1)})
-    zombie, _ = session(d)
+    driver = endpoint()
+    commit(driver, 0, {"a": doc("a", 1)})
+    zombie, _ = session(driver)
     zombie.store(store_msg(0, {"a": doc("a", 666)}))
-    newer, opened = session(d)  # a retried task opens the range again
+    newer, opened = session(driver)  # a retried task opens the range again
     assert opened.runtime_checkpoint == cp(0)
     with pytest.raises(FencedOff, match="fence .* is stale"):
         zombie.start_commit(StartCommit(cp(1)))
     zombie.close()
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 1)} and local_batch(d) == [0]
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 1)} and local_batch(driver) == [0]
     newer.store(store_msg(0, {"a": doc("a", 2)}))
     newer.start_commit(StartCommit(cp(1)))
     newer.close()
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 2)} and local_batch(d) == [1]
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 2)} and local_batch(driver) == [1]
 
 
 def test_quarantined_rows_are_committed_by_the_endpoint_with_their_batch_and_resource(endpoint):
-    d = endpoint()
-    txn, _ = session(d)
+    driver = endpoint()
+    txn, _ = session(driver)
     txn.store(store_msg(0, {"a": doc("a", 1)}))
     txn.quarantine(Quarantine(({"binding": 0, "location": "f:1", "key_json": '["x"]', "reason": "bad", "value": 1},)))
     txn.quarantine(Quarantine(({"binding": 7, "location": "f:2", "reason": "worse"},)))  # no such binding
     txn.start_commit(StartCommit(cp(3)))
     txn.close()
-    rows = d.quarantined(MAT)
+    rows = driver.quarantined(MAT)
     assert [(r["batch_id"], r["resource"], r["location"], r["reason"]) for r in rows] == [
         (3, "totals", "f:1", "bad"),
         (3, None, "f:2", "worse"),
@@ -373,45 +373,47 @@ def test_quarantined_rows_are_committed_by_the_endpoint_with_their_batch_and_res
 
 
 def test_store_authoritative_opened_comes_from_the_local_store_and_a_zombie_publishes_nothing(endpoint):
-    d = endpoint(commits=False)
-    commit(d, 0, {"a": doc("a", 1)})
-    zombie, _ = session(d)
+    driver = endpoint(commits=False)
+    commit(driver, 0, {"a": doc("a", 1)})
+    zombie, _ = session(driver)
     zombie.store(store_msg(0, {"a": doc("a", 666)}))
-    newer, opened = session(d)
+    newer, opened = session(driver)
     assert opened.runtime_checkpoint == cp(0)  # the local store's checkpoint
     with pytest.raises(FencedOff):
         zombie.start_commit(StartCommit(cp(1)))  # the store's fence check comes before the publish
     zombie.close()
     newer.close()
-    assert [(batch, sent) for _, batch, sent in d.log.ep.deliveries] == [(0, [("totals", ("a",), b'{"id":"a","n":1}')])]
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 1)}  # the local store's view
-    assert [(r.range, r.runtime_checkpoint) for r in d.checkpoints(MAT)] == [(Range(), cp(0))]
+    assert [(batch, sent) for _, batch, sent in driver.log.ep.deliveries] == [
+        (0, [("totals", ("a",), b'{"id":"a","n":1}')])
+    ]
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 1)}  # the local store's view
+    assert [(r.range, r.runtime_checkpoint) for r in driver.checkpoints(MAT)] == [(Range(), cp(0))]
 
 
 def test_store_authoritative_a_crash_after_the_publish_replays_the_batch_with_the_same_rows(endpoint):
     """The endpoint took batch 1, the store's write never happened: Open answers batch 0, so
     the batch runs again and publishes the same rows (a receiver that deduplicates keeps one)."""
-    d = endpoint(commits=False)
-    commit(d, 0, {"a": doc("a", 1)})
+    driver = endpoint(commits=False)
+    commit(driver, 0, {"a": doc("a", 1)})
     with hooked(PUBLISHED, crash), pytest.raises(Crash):
-        commit(d, 1, {"a": doc("a", 2)})
-    txn, opened = session(d)
+        commit(driver, 1, {"a": doc("a", 2)})
+    txn, opened = session(driver)
     try:
         assert opened.runtime_checkpoint == cp(0)
         assert loaded(txn, ["a"]) == {"a": doc("a", 1)}
     finally:
         txn.close()
-    commit(d, 1, {"a": doc("a", 2)})
-    first, replay = [(b, sent) for _, b, sent in d.log.ep.deliveries if b == 1]
+    commit(driver, 1, {"a": doc("a", 2)})
+    first, replay = [(b, sent) for _, b, sent in driver.log.ep.deliveries if b == 1]
     assert first == replay
-    assert d.dump(MAT, TOTALS) == {("a",): doc("a", 2)} and local_batch(d) == [1]
+    assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 2)} and local_batch(driver) == [1]
 
 
 # ----------------------------------------------------------------------------- setup
 
 
 def test_two_standard_bindings_sharing_a_local_binding_id_are_refused(endpoint):
-    d = endpoint()
+    driver = endpoint()
     seen: dict[int, str] = {}
     for i in range(100_000):
         name = f"view{i}"
@@ -421,17 +423,17 @@ def test_two_standard_bindings_sharing_a_local_binding_id_are_refused(endpoint):
     first, second = seen[binding_id(name)], name
     same = [BindingSpec({"name": n}, "events", ("/id",), FIELDS) for n in (first, second)]
     with pytest.raises(IncompatibleSchema, match="share the local state store's 16-bit binding id"):
-        d.resources(MAT, same)
+        driver.resources(MAT, same)
     delta = [same[0], BindingSpec({"name": second}, "events", ("/id",), FIELDS, delta_updates=True)]
-    assert d.resources(MAT, delta) == [first, second]  # a delta binding's rows are not looked up by id
+    assert driver.resources(MAT, delta) == [first, second]  # a delta binding's rows are not looked up by id
 
 
 def test_the_driver_ships_as_its_config(endpoint):
-    d = endpoint()
-    commit(d, 0, {"a": doc("a", 1)})
-    shipped = pickle.loads(pickle.dumps(d))
+    driver = endpoint()
+    commit(driver, 0, {"a": doc("a", 1)})
+    shipped = pickle.loads(pickle.dumps(driver))
     try:
-        assert type(shipped) is MemoryPushDriver and shipped.config == d.config
+        assert type(shipped) is MemoryPushDriver and shipped.config == driver.config
         assert shipped.dump(MAT, TOTALS) == {("a",): doc("a", 1)}
     finally:
         shipped.close()
