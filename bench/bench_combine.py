@@ -61,26 +61,26 @@ def generate(directory: str, n: int, seed: int = 7) -> None:
     if os.path.exists(done):
         return
     os.makedirs(directory, exist_ok=True)
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     keys = max(1, n // 10)
     per_file = -(-n // FILES)
     written = 0
     for f in range(FILES):
         with open(os.path.join(directory, f"orders-{f:04d}.json"), "w", encoding="utf-8") as out:
             for _ in range(min(per_file, n - written)):
-                amount = rng.randint(1, 500)
+                amount = draw.randint(1, 500)
                 doc = {
-                    "customer": f"customer-{rng.randrange(keys):07d}",
+                    "customer": f"customer-{draw.randrange(keys):07d}",
                     "amount": amount,
                     "orders": 1,
                     "largest": amount,
                     "smallest": amount / 4,
-                    "city": rng.choice(CITIES),
-                    "first_seen": f"2024-01-{rng.randint(1, 28):02d}",
-                    "vip": rng.random() < 0.1,
+                    "city": draw.choice(CITIES),
+                    "first_seen": f"2024-01-{draw.randint(1, 28):02d}",
+                    "vip": draw.random() < 0.1,
                 }
-                if rng.random() < 0.5:
-                    doc["items"] = [f"sku-{rng.randrange(100)}" for _ in range(rng.randint(1, 2))]
+                if draw.random() < 0.5:
+                    doc["items"] = [f"sku-{draw.randrange(100)}" for _ in range(draw.randint(1, 2))]
                 out.write(json.dumps(doc, separators=(",", ":")) + "\n")
                 written += 1
     with open(done, "w") as f:

@@ -108,8 +108,8 @@ def driver_level(n: int, shards: int, root: str, document: str = "lean") -> dict
         t0 = time.perf_counter()
         loaded = 0
         started = []
-        for rng, part in zip(ranges, per):
-            t, _ = driver.open(Open("bench", "v", rng, state=state, bindings=(binding,)))
+        for key_range, part in zip(ranges, per):
+            t, _ = driver.open(Open("bench", "v", key_range, state=state, bindings=(binding,)))
             t.acknowledge(Acknowledge(state=state))
             keys = [(d["customer"],) for d in part]
             for s in range(0, len(keys), driver.capabilities().max_load_keys):

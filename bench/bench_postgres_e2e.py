@@ -81,7 +81,7 @@ def write_stream(
     moves up: batch b draws from [b * step, (b + 2) * step) with step = keys / (batches + 1),
     so about half of its keys are above every key stored before (new customers) and half
     revisit the previous batch's."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
     step = keys // (batches + 1)
@@ -92,13 +92,13 @@ def write_stream(
         lo, span = (b * step, 2 * step) if growing else (0, keys)
         with open(path, "w") as f:
             for _ in range(per):
-                amount = rng.randrange(1, 1000)
+                amount = draw.randrange(1, 1000)
                 d = {
-                    "customer": f"c{lo + rng.randrange(span):07d}",
+                    "customer": f"c{lo + draw.randrange(span):07d}",
                     "amount": amount,
                     "orders": 1,
                     "largest": amount,
-                    "city": rng.choice(CITIES),
+                    "city": draw.choice(CITIES),
                     "ts": ts,
                 }
                 ts += 1

@@ -46,27 +46,27 @@ CDC = {
 def documents(name: str, n: int) -> tuple[dict, tuple, list[str]]:
     from bench_combine import SCHEMA
 
-    rng = random.Random(7)
+    draw = random.Random(7)
     if name == "orders":
         lines = []
         for _ in range(n):
-            amount = rng.randint(1, 500)
+            amount = draw.randint(1, 500)
             doc = {
-                "customer": f"customer-{rng.randrange(n // 10):07d}",
+                "customer": f"customer-{draw.randrange(n // 10):07d}",
                 "amount": amount,
                 "orders": 1,
                 "largest": amount,
                 "smallest": amount / 4,
-                "city": rng.choice(["Lisbon", "Oslo", "Quito", "Hanoi"]),
-                "first_seen": f"2024-01-{rng.randint(1, 28):02d}",
-                "vip": rng.random() < 0.1,
+                "city": draw.choice(["Lisbon", "Oslo", "Quito", "Hanoi"]),
+                "first_seen": f"2024-01-{draw.randint(1, 28):02d}",
+                "vip": draw.random() < 0.1,
             }
-            if rng.random() < 0.5:
-                doc["items"] = [f"sku-{rng.randrange(100)}" for _ in range(rng.randint(1, 2))]
+            if draw.random() < 0.5:
+                doc["items"] = [f"sku-{draw.randrange(100)}" for _ in range(draw.randint(1, 2))]
             lines.append(json.dumps(doc, separators=(",", ":")))
         return SCHEMA, ("/customer",), lines
     lines = [
-        json.dumps({"id": rng.randrange(n // 10), "name": "x", "qty": 1, "_meta": {"op": rng.choice("cuuuuud")}})
+        json.dumps({"id": draw.randrange(n // 10), "name": "x", "qty": 1, "_meta": {"op": draw.choice("cuuuuud")}})
         for _ in range(n)
     ]
     return CDC, ("/id",), lines

@@ -86,7 +86,7 @@ SCALARS = ("amount", "orders", "largest", "smallest", "city", "first_city", "ts"
 
 def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int = 11) -> dict:
     """One file per batch; returns the final view (the answer), computed as the docs are made."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
     view: dict = {}
@@ -95,10 +95,10 @@ def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int =
         path = os.path.join(directory, f"orders-{b:05d}.json")
         lines = []
         for _ in range(per):
-            amount = rng.randrange(1, 1000)
-            city = rng.choice(CITIES)
+            amount = draw.randrange(1, 1000)
+            city = draw.choice(CITIES)
             d = {
-                "customer": f"c{rng.randrange(keys):07d}",
+                "customer": f"c{draw.randrange(keys):07d}",
                 "amount": amount,
                 "orders": 1,
                 "largest": amount,
@@ -106,7 +106,7 @@ def write_stream(directory: str, docs: int, keys: int, batches: int, seed: int =
                 "city": city,
                 "first_city": city,
                 "ts": ts,
-                "items": [rng.choice(SKUS)],
+                "items": [draw.choice(SKUS)],
             }
             ts += 1
             lines.append(json.dumps(d, separators=(",", ":")))

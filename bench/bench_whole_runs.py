@@ -96,7 +96,7 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
     """One file per batch of order events; returns the answer: per order, the instants, the
     status of the latest event (the later document on a tie), the exact sum, the count, the
     set of tags (None: never present), the last note, city and zip (None: never present)."""
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
     base = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
@@ -106,23 +106,23 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
         for i in range(per):
             seq = b * per + i
             instant = base + dt.timedelta(
-                seconds=seq * 0.5 + rng.uniform(-7200, 7200), microseconds=rng.randrange(10**6)
+                seconds=seq * 0.5 + draw.uniform(-7200, 7200), microseconds=draw.randrange(10**6)
             )
-            text = rfc3339(instant.astimezone(rng.choice(OFFSETS)))
+            text = rfc3339(instant.astimezone(draw.choice(OFFSETS)))
             d: dict = {
-                "order_id": f"o{rng.randrange(keys):07d}",
+                "order_id": f"o{draw.randrange(keys):07d}",
                 "event_time": text,
                 "first_seen": text,
-                "status": rng.choice(STATUSES),
-                "amount": round(rng.randrange(1, 100_000) / 100, 2),
+                "status": draw.choice(STATUSES),
+                "amount": round(draw.randrange(1, 100_000) / 100, 2),
                 "n": 1,
             }
-            if rng.random() < 0.6:
-                d["tags"] = rng.sample(TAGS, rng.randrange(1, 4))
-            if rng.random() < 0.3:
+            if draw.random() < 0.6:
+                d["tags"] = draw.sample(TAGS, draw.randrange(1, 4))
+            if draw.random() < 0.3:
                 d["note"] = f"note {seq}"
-            if rng.random() < 0.2:
-                d["address"] = {"city": rng.choice(CITIES), "zip": f"{rng.randrange(10000, 99999)}"}
+            if draw.random() < 0.2:
+                d["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
             lines.append(json.dumps(d, separators=(",", ":")))
             cur = view.get(d["order_id"])
             amount = Decimal(repr(d["amount"]))

@@ -38,21 +38,21 @@ CITIES = ["Lisbon", "Oslo", "Quito", "Hanoi"]
 def write_orders(
     directory: str, files: int = 4, per_file: int = 500, customers: int = 100, seed: int = 1, first: int = 0
 ) -> None:
-    rng = random.Random(seed)
+    draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     for f in range(first, first + files):
         path = os.path.join(directory, f"orders-{f:04d}.json")
         with open(path, "w") as out:
             for _ in range(per_file):
-                amount = rng.randrange(1, 1000)
+                amount = draw.randrange(1, 1000)
                 out.write(
                     json.dumps(
                         {
-                            "customer": f"c{rng.randrange(customers):04d}",
+                            "customer": f"c{draw.randrange(customers):04d}",
                             "amount": amount,
                             "orders": 1,
                             "largest": amount,
-                            "city": rng.choice(CITIES),
+                            "city": draw.choice(CITIES),
                         }
                     )
                     + "\n"

@@ -20,20 +20,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "orders"))
     args = ap.parse_args()
-    rng = random.Random(args.seed)
+    draw = random.Random(args.seed)
     os.makedirs(args.out, exist_ok=True)
     existing = len([n for n in os.listdir(args.out) if n.endswith(".json")])
     for f in range(existing, existing + args.files):
         with open(os.path.join(args.out, f"orders-{f:04d}.json"), "w") as out:
             for _ in range(args.per_file):
-                amount = round(rng.uniform(1, 200), 2)
+                amount = round(draw.uniform(1, 200), 2)
                 doc = {
-                    "customer": f"c{rng.randrange(args.customers):03d}",
+                    "customer": f"c{draw.randrange(args.customers):03d}",
                     "amount": amount,
                     "orders": 1,
                     "largest": amount,
-                    "city": rng.choice(CITIES),
-                    "items": [rng.choice(ITEMS)],
+                    "city": draw.choice(CITIES),
+                    "items": [draw.choice(ITEMS)],
                     "flags": {"big_spender": True} if amount > 190 else {},
                 }
                 out.write(json.dumps(doc) + "\n")

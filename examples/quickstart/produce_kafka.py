@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--customers", type=int, default=50)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    rng = random.Random(args.seed)
+    draw = random.Random(args.seed)
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": f"quickstart-{args.seed}"})
     producer.init_transactions(30)
     committed = 0
@@ -31,18 +31,18 @@ def main() -> None:
         producer.begin_transaction()
         n = min(500, args.orders - start)
         for _ in range(n):
-            amount = round(rng.uniform(1, 200), 2)
+            amount = round(draw.uniform(1, 200), 2)
             doc = {
-                "customer": f"c{rng.randrange(args.customers):03d}",
+                "customer": f"c{draw.randrange(args.customers):03d}",
                 "amount": amount,
                 "orders": 1,
                 "largest": amount,
-                "city": rng.choice(CITIES),
-                "items": [rng.choice(ITEMS)],
+                "city": draw.choice(CITIES),
+                "items": [draw.choice(ITEMS)],
                 "flags": {"big_spender": True} if amount > 190 else {},
             }
             producer.produce(args.topic, key=json.dumps([doc["customer"]]), value=json.dumps(doc))
-        if rng.random() < 0.2:
+        if draw.random() < 0.2:
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
