@@ -50,9 +50,9 @@ def key_hash_of(skey: bytes) -> int:
 
 
 def range_bounds(key_range: Range) -> tuple[bytes, Optional[bytes]]:
-    """The store keys of ``key_range``: ``[lo, hi)``; ``hi`` is None for the end of the key space."""
-    hi = None if key_range.key_end == KEY_SPACE_MAX else _U32.pack(key_range.key_end + 1)
-    return _U32.pack(key_range.key_begin), hi
+    """The store keys of ``key_range``: ``[first, end)``; ``end`` is None for the end of the key space."""
+    end = None if key_range.key_end == KEY_SPACE_MAX else _U32.pack(key_range.key_end + 1)
+    return _U32.pack(key_range.key_begin), end
 
 
 def prefix_end(prefix: bytes) -> Optional[bytes]:

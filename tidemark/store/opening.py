@@ -102,7 +102,7 @@ def open_range(cfg: StoreConfig, key_range: Range, changelog: Optional[Changelog
                     if h is not None and (r not in heads or h.batch > heads[r].batch):
                         heads[r] = h
         # Step 3: plan.
-        p = plan(cfg.path, key_range, list(heads.values()))
+        opening = plan(cfg.path, key_range, list(heads.values()))
         # Step 4 (after the plan, which may refuse: a refused Open fences nobody): fence
         # every overlapping local store.
         fence = 1 + max((m.fence for m in local.values()), default=0)
@@ -113,7 +113,7 @@ def open_range(cfg: StoreConfig, key_range: Range, changelog: Optional[Changelog
             finally:
                 db.close()
         # Step 5: materialize.
-        _materialize(cfg, key_range, p, local, changelog)
+        _materialize(cfg, key_range, opening, local, changelog)
         # Step 6: fence the range, snapshot what the changelog lacks.
         db = rdb.open_primary(cfg.db_path(key_range))
         try:
@@ -122,8 +122,10 @@ def open_range(cfg: StoreConfig, key_range: Range, changelog: Optional[Changelog
             since = 0
             if changelog is not None:
                 ch = changelog.head(key_range)
-                if p.checkpoint is not None and (ch is None or ch.batch < p.batch):
-                    changelog.write(key_range, "snap", p.checkpoint, -1, rdb.iter_data(db, *range_bounds(key_range)))
+                if opening.checkpoint is not None and (ch is None or ch.batch < opening.batch):
+                    changelog.write(
+                        key_range, "snap", opening.checkpoint, -1, rdb.iter_data(db, *range_bounds(key_range))
+                    )
                 snaps = changelog.refs(key_range, "snap")
                 last_snap = snaps[-1].batch if snaps else -1
                 since = sum(1 for e in changelog.refs(key_range, "log") if e.batch > last_snap)
@@ -151,27 +153,27 @@ def _clean_leftovers(cfg: StoreConfig, key_range: Range) -> None:
 
 
 def _materialize(
-    cfg: StoreConfig, key_range: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+    cfg: StoreConfig, key_range: Range, opening: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
 ) -> None:
     mine = local.get(key_range)
-    if p.sources == ():
+    if opening.sources == ():
         if mine is None:
             rdb.open_primary(cfg.db_path(key_range)).close()  # a new, empty store
         return
-    if p.sources == (key_range,) and mine is not None:
-        if mine.batch == p.batch and not _diverged(key_range, mine, changelog):
+    if opening.sources == (key_range,) and mine is not None:
+        if mine.batch == opening.batch and not _diverged(key_range, mine, changelog):
             return  # committed state is here: nothing to undo, nothing to wipe
-        if mine.batch < p.batch and changelog is not None:
+        if mine.batch < opening.batch and changelog is not None:
             try:
                 snap, entries = changelog.chain(
-                    key_range, p.batch, base=mine.batch, base_digest=(mine.commit or {}).get("digest")
+                    key_range, opening.batch, base=mine.batch, base_digest=(mine.commit or {}).get("digest")
                 )
             except RecoveryError:
                 snap, entries = None, None
             if snap is None and entries is not None:
                 _roll_forward(cfg, key_range, entries, changelog)
                 return
-    _rebuild(cfg, key_range, p, local, changelog)
+    _rebuild(cfg, key_range, opening, local, changelog)
 
 
 def _diverged(key_range: Range, mine: rdb.Meta, changelog: Optional[Changelog]) -> bool:
@@ -202,26 +204,30 @@ def _source_items(
     cfg: StoreConfig,
     key_range: Range,
     src: Range,
-    p: Plan,
+    opening: Plan,
     local: dict[Range, rdb.Meta],
     changelog: Optional[Changelog],
 ) -> Iterator[tuple[bytes, bytes]]:
     lo, hi = clamp(key_range, *range_bounds(src))
     meta = local.get(src)
-    if meta is not None and meta.batch == p.batch and (src != key_range or not _diverged(key_range, meta, changelog)):
+    if (
+        meta is not None
+        and meta.batch == opening.batch
+        and (src != key_range or not _diverged(key_range, meta, changelog))
+    ):
         handle = rdb.open_read_only(cfg.db_path(src))
         return rdb.iter_data(handle, lo, hi)
     if changelog is None:
         raise RecoveryError(
-            f"store {cfg.path}: range {key_range.name} must be built from range {src.name} at batch {p.batch}, "
+            f"store {cfg.path}: range {key_range.name} must be built from range {src.name} at batch {opening.batch}, "
             "whose local store is missing or behind, and no changelog is configured to restore it from; "
             "configure `changelog:` beside the checkpoint, or run on the machine that holds the store"
         )
-    return changelog.state(src, p.batch, lo, hi)
+    return changelog.state(src, opening.batch, lo, hi)
 
 
 def _rebuild(
-    cfg: StoreConfig, key_range: Range, p: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
+    cfg: StoreConfig, key_range: Range, opening: Plan, local: dict[Range, rdb.Meta], changelog: Optional[Changelog]
 ) -> None:
     """Build the range in a new directory from its sources, then swap it in."""
     final = cfg.db_path(key_range)
@@ -235,9 +241,9 @@ def _rebuild(
 
         nowal = WriteOptions()
         cast(Any, nowal).disable_wal = True  # a property (rocksdict's stub declares a method)
-        for src in sorted(p.sources, key=lambda r: r.key_begin):
+        for src in sorted(opening.sources, key=lambda r: r.key_begin):
             wb, n = WriteBatch(raw_mode=True), 0
-            for k, v in _source_items(cfg, key_range, src, p, local, changelog):
+            for k, v in _source_items(cfg, key_range, src, opening, local, changelog):
                 wb.put(rdb.DATA_TAG + k, v)
                 n += 1
                 if n >= BUILD_CHUNK:
@@ -246,11 +252,15 @@ def _rebuild(
             if n:
                 db.write(wb, nowal)
         db.flush()
-        commit = {"batch": p.batch, "inherited": [r.name for r in p.sources]}
-        own = changelog.entries(key_range).get(p.batch) if changelog is not None and p.sources == (key_range,) else None
+        commit = {"batch": opening.batch, "inherited": [r.name for r in opening.sources]}
+        own = (
+            changelog.entries(key_range).get(opening.batch)
+            if changelog is not None and opening.sources == (key_range,)
+            else None
+        )
         if own is not None and not isinstance(own, list):
             commit["digest"] = own.digest  # restored from this range's own entry: the next one chains from it
-        rdb.write_atomic(db, iter(()), rdb.meta_items(p.checkpoint, commit))
+        rdb.write_atomic(db, iter(()), rdb.meta_items(opening.checkpoint, commit))
     finally:
         db.close()
     if os.path.exists(final):

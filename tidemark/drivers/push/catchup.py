@@ -63,35 +63,35 @@ def open_at(
     ``place``); ``ids``: the local binding id of each standard binding's resource, ``rows()``:
     their committed rows."""
     try:
-        rs = RangeStore.open(cfg, key_range)
+        store = RangeStore.open(cfg, key_range)
     except RecoveryError:  # the local ranges disagree among themselves: the endpoint decides
         wipe(cfg, key_range)
-        rs = RangeStore.open(cfg, key_range)
-    v = verdict(rs.checkpoint, want)
+        store = RangeStore.open(cfg, key_range)
+    v = verdict(store.checkpoint, want)
     if v == "ahead":
-        rs.close()
+        store.close()
         raise RecoveryError(
             f"range {key_range.name} of {materialization!r}: the local state store {cfg.path} is at batch "
-            f"{batch_of(rs.checkpoint)} but {place} has committed only "
+            f"{batch_of(store.checkpoint)} but {place} has committed only "
             f"{'nothing' if want is None else f'batch {batch_of(want)}'}: it was reset or replaced under the store. "
             f"Start the view over with `tidemark reset SPEC -m {materialization}` (it removes the local state too); "
             "nothing was written"
         )
     if v == "other":
-        rs.close()
+        store.close()
         wipe(cfg, key_range)
-        rs = RangeStore.open(cfg, key_range)
+        store = RangeStore.open(cfg, key_range)
     if v != "same":
         assert want is not None  # "behind" and "other" have a frontier
-        rebuild(rs, ids, rows(), want)
-    return rs
+        rebuild(store, ids, rows(), want)
+    return store
 
 
-def rebuild(rs: RangeStore, ids: Mapping[str, int], rows: Iterable[Row], checkpoint: dict) -> int:
+def rebuild(store: RangeStore, ids: Mapping[str, int], rows: Iterable[Row], checkpoint: dict) -> int:
     """Replace the range's part of the store with the committed ``rows`` of the resources of
     ``ids`` (their local binding ids) and commit ``checkpoint``."""
-    t0, key_range = time.monotonic(), rs.range
-    txn = rs.transaction()
+    t0, key_range = time.monotonic(), store.range
+    txn = store.transaction()
     for k, _ in list(txn.scan(isolation=Isolation.READ_COMMITTED)):
         txn.delete(k)
     latest: dict[bytes, Optional[bytes]] = {}
