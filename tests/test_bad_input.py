@@ -2,8 +2,8 @@
 after the input is fixed, a restart continues exactly. ``on_invalid: quarantine`` instead
 commits the dead letters with the rest of the batch.
 
-Each document case runs two files: file 0 is good (batch 0 commits), file 1 holds the bad
-line (batch 1 fails). The view, the endpoint's checkpoints and the recovery log must be
+The document cases run two files: file 0 is good (batch 0 commits), file 1 holds every bad
+line, each at its own line (batch 1 fails). The view, the endpoint's checkpoints and the recovery log must be
 exactly as batch 0 left them; then file 1 is repaired and a restart re-runs batch 1.
 """
 
@@ -76,23 +76,29 @@ BAD_LINES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "bad_line,words", BAD_LINES, ids=["unparseable", "wrong-type", "missing-key", "nan", "infinity", "oversized", "bom"]
-)
-def test_bad_document_fails_the_batch_and_commits_nothing(spark, tmp_path, bad_line, words):
+def test_bad_documents_fail_the_batch_and_commit_nothing(spark, tmp_path):
+    """Every kind of bad line, each at its own line of file 1: the batch fails naming each one
+    (file, line, rule), batch 0 stays exactly as it committed, and once the lines are repaired a
+    restart re-runs batch 1 and the view is exact."""
     data, db, chk = tmp_path / "data", tmp_path / "views.db", tmp_path / "checkpoints"
     files = write_orders(data, files=2, per_file=50, customers=10, seed=9)
     spec = orders_spec(
         tmp_path, data_dir=data, db_path=db, shards=2, max_files=1, extra_mat={"max_document_bytes": 4096}
     )
-    good_line = _replace_line(files[1], 7, bad_line)
+    lines = {7 + 6 * i: case for i, case in enumerate(BAD_LINES)}  # line number -> (bad line, words)
+    good = {n: _replace_line(files[1], n, bad) for n, (bad, _) in lines.items()}
 
     with pytest.raises(DocumentError) as err:
         run(spark, spec)
     msg = str(err.value)
-    assert "orders-0001.json:7" in msg, msg  # the file and line
-    for w in words:
-        assert w in msg, msg
+    assert err.value.total == len(BAD_LINES), msg
+    named = {e.location.rsplit("/", 1)[-1]: str(e) for e in err.value.documents}  # file:line -> its error
+    assert set(named) == {f"orders-0001.json:{n}" for n in lines}, msg
+    for n, (_, words) in lines.items():
+        text = named[f"orders-0001.json:{n}"]
+        for w in words:
+            assert w in text, text
+    assert msg.splitlines()[0] == str(err.value.documents[0])  # the first bad line is the first thing read
     # Batch 0 committed; nothing of batch 1 did.
     view, cps, log = endpoint_state(db, chk)
     os.rename(files[1], files[1] + ".hidden")
@@ -101,8 +107,9 @@ def test_bad_document_fails_the_batch_and_commits_nothing(spark, tmp_path, bad_l
     assert [json.loads(c[3])["batch_id"] for c in cps] == [0, 0]
     assert log == ["0.json"]
 
-    # Repair the line: a restart re-runs batch 1 and the view is exact.
-    _replace_line(files[1], 7, good_line)
+    # Repair the lines: a restart re-runs batch 1 and the view is exact.
+    for n, line in good.items():
+        _replace_line(files[1], n, line)
     reports = run(spark, spec)
     assert [r.batch_id for r in reports] == [1]
     assert normalize(sqlite_view(db)) == oracle_orders(data)

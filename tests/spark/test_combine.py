@@ -15,7 +15,7 @@ from tidemark.collection.collection import Collection
 from tidemark.collection.keys import key_json
 from tidemark.collection.plan import compile_collection
 from tidemark.errors import DocumentError, ReductionError
-from tidemark.spark.combine import combine_batch
+from tidemark.spark.combine import MAX_REPORTED_INVALID, combine_batch
 from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
@@ -262,21 +262,21 @@ def test_invalid_document_fails_with_location_key_and_rule(spark, path):
     assert exc.value.location == "/data/orders/a.json:3" and exc.value.key == ("c",) and exc.value.total == 2
 
 
+BAD_DOCUMENTS = [  # (the line, the rule its error names)
+    ('{"customer": "a", "total": ', "unparseable JSON"),
+    ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
+    ('{"total": 1}', "'customer' is a required property"),
+    ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
+]
+
+
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ('{"customer": "a", "total": ', "unparseable JSON"),
-        ('{"customer": "a", "total": NaN}', "NaN is not valid JSON"),
-        ('{"total": 1}', "'customer' is a required property"),
-        ('{"customer": "a", "total": 1, "pad": "' + "x" * 200 + '"}', "more than the maximum of 100 bytes"),
-    ],
-)
-def test_bad_documents(spark, path, line, message):
+def test_bad_documents(spark, path):
+    """Each bad line of one batch is named at its own line with its own rule."""
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS), max_document_bytes=100)
-    rows = [('{"customer": "a", "total": 1}', "src", 0, 0), (line, "src", 0, 1)]
-    with pytest.raises(DocumentError, match="^src:2: .*" + message.replace("(", r"\(")):
-        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+    _rejects_each(
+        spark, coll, path, '{"customer": "a", "total": 1}', [(line, re.escape(m)) for line, m in BAD_DOCUMENTS]
+    )
 
 
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
@@ -357,52 +357,61 @@ OPEN_KEY = {  # the key is not listed in `required`: a document without it is st
 }
 
 
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ('{"t": 1}', "document has no key component at /k"),
-        ("", "unparseable JSON: Expecting value"),
-        ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
-        ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
-        ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
-        ('[{"k": "a"}]', "is not of type 'object'"),
-        # the substring prechecks in front of the regular expression: compact, spaced, repeated
-        ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
-        ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
-        ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
-        ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
-        ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
-        ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
-        ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
-        ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
-        # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
-        ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
-        ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
-        ('{"k":"a","s":false}', "/s: False is not of type 'string'"),
-        ('{"k":"a","s":[1]}', "/s: [1] is not of type 'string'"),
-        ('{"k":"a","t":"1"}', "/t: '1' is not of type 'number'"),
-        # non-JSON that Spark's parser would accept unless told not to
-        ("{'k':'a','t':1}", "unparseable JSON"),
-        ('{"k":"a","t":1,}', "unparseable JSON"),
-        ('{"k":"a","t":+1}', "unparseable JSON"),
-        # half a surrogate pair: Spark's parser reads "?", which is not what the text says
-        ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
-        ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
-    ],
-)
-def test_compiled_path_catches_what_from_json_forgives(spark, line, message):
+FORGIVEN = [  # (the line, the rule its error names)
+    ('{"t": 1}', "document has no key component at /k"),
+    ("", "unparseable JSON: Expecting value"),
+    ('{"k": "a", "t": 1} xyz', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1}{"k": "b", "t": 2}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "\\u0073": 5}', "/s: 5 is not of type 'string'"),
+    ('[{"k": "a"}]', "is not of type 'object'"),
+    # the substring prechecks in front of the regular expression: compact, spaced, repeated
+    ('{"k":"a","s":5}', "/s: 5 is not of type 'string'"),
+    ('{"k":"a","s" :true}', "/s: True is not of type 'string'"),
+    ('{"k":"a","s":"x","s":[1]}', "/s: [1] is not of type 'string'"),
+    ('{"k":"a","t":1,"s":null}', "/s: None is not of type 'string'"),
+    ('{"k":"a","t":1}\t{"k":"b"}', "unparseable JSON: Extra data"),
+    ('{"k":"a","t":1}}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1} ]}', "unparseable JSON: Extra data"),
+    ('{"k": "a", "t": 1}true}', "unparseable JSON: Extra data"),
+    # what the plain-document proof must not take for a string: whole numbers, booleans, arrays
+    ('{"k":"a","s":1e2}', "/s: 100.0 is not of type 'string'"),
+    ('{"k":"a","s":-3}', "/s: -3 is not of type 'string'"),
+    ('{"k":"a","s":false}', "/s: False is not of type 'string'"),
+    ('{"k":"a","s":[1]}', "/s: [1] is not of type 'string'"),
+    ('{"k":"a","t":"1"}', "/t: '1' is not of type 'number'"),
+    # non-JSON that Spark's parser would accept unless told not to
+    ("{'k':'a','t':1}", "unparseable JSON"),
+    ('{"k":"a","t":1,}', "unparseable JSON"),
+    ('{"k":"a","t":+1}', "unparseable JSON"),
+    # half a surrogate pair: Spark's parser reads "?", which is not what the text says
+    ('{"k":"a","s":"\\ud800"}', "unparseable JSON: a lone surrogate .ud800 is not valid Unicode"),
+    ('{"k":"a","s":"x\\udc00y"}', "unparseable JSON: a lone surrogate .udc00 is not valid Unicode"),
+]
+
+
+def test_compiled_path_catches_what_from_json_forgives(spark):
     """from_json reads a missing key as null, ignores trailing content and coerces values to strings."""
-    _compiled_rejects_second_line(
-        spark, OPEN_KEY, '{"k": "a", "t": 1}', line, message.replace("(", r"\(").replace("[", r"\[")
-    )
+    cases = [(line, m.replace("(", r"\(").replace("[", r"\[")) for line, m in FORGIVEN]
+    _compiled_rejects_each(spark, OPEN_KEY, '{"k": "a", "t": 1}', cases)
 
 
-def _compiled_rejects_second_line(spark, schema, first, line, pattern):
-    """The compiled path fails a batch of ``first`` and ``line`` at line 2 with ``pattern``."""
-    coll = Collection(CollectionSpec("t", ("/k",), schema))
-    rows = [(first, "src", 0, 0), (line, "src", 0, 1)]
-    with pytest.raises(DocumentError, match="^src:2(:| key ).*" + pattern):
-        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path="compiled")
+def _compiled_rejects_each(spark, schema, first, cases):
+    """The compiled path fails a batch of ``first`` and each case's line and names every case."""
+    _rejects_each(spark, Collection(CollectionSpec("t", ("/k",), schema)), "compiled", first, cases)
+
+
+def _rejects_each(spark, coll, path, first, cases):
+    """A batch of ``first`` then each ``(line, pattern)`` of ``cases`` (in batches of as many as
+    one error names) fails on ``path``, and its error names each case at its own line
+    (``src:2``, ``src:3``, ...) with a rule matching its pattern: each line is judged on its own."""
+    for begin in range(0, len(cases), MAX_REPORTED_INVALID):
+        chunk = cases[begin : begin + MAX_REPORTED_INVALID]
+        rows = [(first, "src", 0, 0)] + [(line, "src", 0, i + 1) for i, (line, _) in enumerate(chunk)]
+        with pytest.raises(DocumentError) as exc:
+            combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
+        assert exc.value.total == len(chunk), str(exc.value)
+        for i, ((line, pattern), error) in enumerate(zip(chunk, exc.value.documents, strict=True)):
+            assert re.match(f"^src:{i + 2}(:| key ).*" + pattern, str(error)), (line, str(error))
 
 
 def test_compiled_path_is_taken_for_clean_batches(spark):
@@ -481,21 +490,21 @@ TAGGED = {
 }
 
 
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ('{"k":"a","tags":["x",5]}', "/tags/1: 5 is not of type 'string'"),
-        ('{"k":"a","tags":["x",null]}', "/tags/1: None is not of type 'string'"),
-        ('{"k":"a","tags":[true]}', "/tags/0: True is not of type 'string'"),
-        ('{"k":"a","tags":[[1],"y"]}', "/tags/0: [1] is not of type 'string'"),
-        ('{"k":"a","tags":["x",-1.5e3]}', "/tags/1: -1500.0 is not of type 'string'"),
-        ('{"k":"a","tags":["x", "y"],"m":{"p":"x", "q":5}}', "/m/q: 5 is not of type 'string'"),
-        ('{"k":"a","m":{"p":[1]}}', "/m/p: [1] is not of type 'string'"),
-    ],
-)
-def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark, line, message):
+NON_STRINGS = [  # (the line, the rule its error names)
+    ('{"k":"a","tags":["x",5]}', "/tags/1: 5 is not of type 'string'"),
+    ('{"k":"a","tags":["x",null]}', "/tags/1: None is not of type 'string'"),
+    ('{"k":"a","tags":[true]}', "/tags/0: True is not of type 'string'"),
+    ('{"k":"a","tags":[[1],"y"]}', "/tags/0: [1] is not of type 'string'"),
+    ('{"k":"a","tags":["x",-1.5e3]}', "/tags/1: -1500.0 is not of type 'string'"),
+    ('{"k":"a","tags":["x", "y"],"m":{"p":"x", "q":5}}', "/m/q: 5 is not of type 'string'"),
+    ('{"k":"a","m":{"p":[1]}}', "/m/p: [1] is not of type 'string'"),
+]
+
+
+def test_compiled_path_catches_non_strings_in_string_arrays_and_maps(spark):
     """from_json reads any JSON value into a string element or map value, as its JSON text."""
-    _compiled_rejects_second_line(spark, TAGGED, '{"k":"a","tags":["x"]}', line, re.escape(message))
+    cases = [(line, re.escape(m)) for line, m in NON_STRINGS]
+    _compiled_rejects_each(spark, TAGGED, '{"k":"a","tags":["x"]}', cases)
 
 
 ENUMS = {
@@ -509,19 +518,18 @@ ENUMS = {
 }
 
 
-@pytest.mark.parametrize(
-    "line, pattern",
-    [
-        ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
-        ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
-        ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
-        # "true" is an allowed string here, so the boolean must still be caught by its shape
-        ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
-    ],
-)
-def test_enum_strings_reject_non_strings(spark, line, pattern):
+ENUM_CASES = [  # (the line, a pattern of the rule its error names)
+    ('{"k":"a","city":5}', r"/city: 5 is not of type 'string'"),
+    ('{"k":"a","city":["Oslo"]}', r"/city: \['Oslo'\] is not of type 'string'"),
+    ('{"k":"a","city":"\\udc00"}', r"unparseable JSON: a lone surrogate .udc00"),
+    # "true" is an allowed string here, so the boolean must still be caught by its shape
+    ('{"k":"a","flag":true}', r"/flag: True is not of type 'string'"),
+]
+
+
+def test_enum_strings_reject_non_strings(spark):
     """An enum of plain words rejects what from_json makes of a non-string without the shape check."""
-    _compiled_rejects_second_line(spark, ENUMS, '{"k":"a","city":"Oslo","flag":"no"}', line, pattern)
+    _compiled_rejects_each(spark, ENUMS, '{"k":"a","city":"Oslo","flag":"no"}', ENUM_CASES)
 
 
 def test_strings_that_look_like_numbers_stay_strings(spark):
@@ -740,9 +748,7 @@ def test_compiled_path_without_subexpression_elimination(spark):
             assert collect(res) == expected(coll, docs)
         finally:
             res.unpersist()
-        _compiled_rejects_second_line(
-            spark, ENUMS, '{"k":"a","city":"Oslo"}', '{"k":"a","flag":true}', r"/flag: True is not of type 'string'"
-        )
+        _compiled_rejects_each(spark, ENUMS, '{"k":"a","city":"Oslo"}', ENUM_CASES)
     finally:
         spark.conf.unset("spark.sql.subexpressionElimination.enabled")
 

@@ -136,23 +136,29 @@ def test_a_long_fraction_or_a_leap_second_is_checked_in_python(spark):
             res.unpersist()
 
 
+BAD_VALUES = [  # (the property, its value, the rule the error names)
+    ("seen", "yesterday", "/seen: 'yesterday' is not a 'date-time'"),
+    ("last", "2024-05-01 10:00:00Z", "/last: '2024-05-01 10:00:00Z' is not a 'date-time'"),
+    ("first", "2024-02-30T10:00:00Z", "/first: '2024-02-30T10:00:00Z' is not a 'date-time'"),
+    ("seen", "2024-05-01T10:59:60Z", "/seen: '2024-05-01T10:59:60Z' is not a 'date-time'"),
+    ("day", "2023-02-29", "/day: '2023-02-29' is not a 'date'"),
+]
+
+
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
-@pytest.mark.parametrize(
-    "field, value, rule",
-    [
-        ("seen", "yesterday", "/seen: 'yesterday' is not a 'date-time'"),
-        ("last", "2024-05-01 10:00:00Z", "/last: '2024-05-01 10:00:00Z' is not a 'date-time'"),
-        ("first", "2024-02-30T10:00:00Z", "/first: '2024-02-30T10:00:00Z' is not a 'date-time'"),
-        ("seen", "2024-05-01T10:59:60Z", "/seen: '2024-05-01T10:59:60Z' is not a 'date-time'"),
-        ("day", "2023-02-29", "/day: '2023-02-29' is not a 'date'"),
-    ],
-)
-def test_a_bad_value_is_a_document_error_with_location_key_and_rule(spark, path, field, value, rule):
+def test_a_bad_value_is_a_document_error_with_location_key_and_rule(spark, path):
+    """Each bad value of one batch, in a document of its own key, is named at its line."""
     coll = Collection(CollectionSpec("events", ("/id",), EVENTS))
-    rows = _rows([{"id": "a", "last": "2024-05-01T10:00:00Z"}, {"id": "b", field: value}])
+    docs = [{"id": "a", "last": "2024-05-01T10:00:00Z"}] + [
+        {"id": f"b{i}", f: v} for i, (f, v, _) in enumerate(BAD_VALUES)
+    ]
     with pytest.raises(DocumentError) as err:
-        combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
-    assert str(err.value).splitlines()[0] == f"/data/events.json:2 key ('b',): document violates its schema: {rule}"
+        combine_batch(spark.createDataFrame(_rows(docs), SCHEMA), coll, force_path=path)
+    assert [str(e) for e in err.value.documents] == [
+        f"/data/events.json:{i + 2} key ('b{i}',): document violates its schema: {rule}"
+        for i, (_, _, rule) in enumerate(BAD_VALUES)
+    ]
+    assert str(err.value).splitlines()[0] == str(err.value.documents[0])
 
 
 def test_end_to_end_sqlite_instants_and_a_refusal(spark, tmp_path):
