@@ -13,7 +13,7 @@ import os
 import random
 import sqlite3
 
-from tidemark.drivers.sql.lean import canonical_date_time
+from tidemark.drivers.common.datetimes import canonical_date_time
 
 
 def skip_unless_required(reason: str) -> None:
@@ -233,7 +233,8 @@ def table_rows(cur, json_columns=()) -> list[dict]:
 
 def lake_rows(rows, properties: dict) -> list[dict]:
     """A lake table's rows (an Arrow table of every column) as documents, read as a user
-    would: the non-NULL columns (decimals as numbers, the JSON columns the table's
+    would: the non-NULL columns (decimals as numbers, date-times as their instants' texts:
+    UTC, ``Z``, the JSON columns the table's
     ``tidemark.leanColumns`` property names parsed), with the members of ``flow_document``
     on top (the whole document, or a lean row's remainder)."""
     from decimal import Decimal
@@ -249,6 +250,8 @@ def lake_rows(rows, properties: dict) -> list[dict]:
                 continue
             if isinstance(v, Decimal):
                 v = int(v) if v == v.to_integral_value() else float(v)
+            elif isinstance(v, dt.datetime):  # a date-time column: its instant's text (flow_document keeps another)
+                v = canonical_date_time(v)
             doc[k] = json.loads(v) if k in json_columns else v
         rest = row.get("flow_document")
         if rest is not None:

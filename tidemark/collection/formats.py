@@ -67,6 +67,20 @@ def days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + doe - 719468
 
 
+def civil_from_days(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) ``days`` after 1970-01-01 (the inverse of
+    :func:`days_from_civil`)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
 def _date_ok(y: str, m: str, d: str) -> bool:
     month = int(m)
     return 1 <= month <= 12 and 1 <= int(d) <= _days_in_month(int(y), month)

@@ -97,13 +97,13 @@ def apply(driver, b):
     return driver.apply(Apply(MAT, driver.config, (b,))).action_description
 
 
-def commit(driver, b, docs, batch, state):
+def commit(driver, b, docs, batch, state, key="customer", materialization=MAT, checkpoint_id="chk-1"):
     """One standard transaction: Acknowledge, Load, Store, StartCommit, the log, the apply.
     Returns (what Load answered, the new state)."""
-    t, _ = driver.open(Open(MAT, "v1", Range(), state=state, bindings=(b,)))
+    t, _ = driver.open(Open(materialization, "v1", Range(), state=state, bindings=(b,)))
     try:
         t.acknowledge(Acknowledge(state=state))
-        keys = [(d["customer"],) for d in docs]
+        keys = [(d[key],) for d in docs]
         loaded = load_all(t, 0, keys)
         names = [f.name for f in b.value_fields]
         t.store(
@@ -116,11 +116,11 @@ def commit(driver, b, docs, batch, state):
                 tuple(False for _ in docs),
             )
         )
-        started = t.start_commit(StartCommit(cp(batch)))
+        started = t.start_commit(StartCommit(cp(batch, checkpoint_id=checkpoint_id)))
     finally:
         t.close()
     state = apply_update(state, started.state)
-    driver.coordinator_acknowledge(MAT, state, cp(batch), (b,))
+    driver.coordinator_acknowledge(materialization, state, cp(batch, checkpoint_id=checkpoint_id), (b,))
     return loaded, state
 
 

@@ -17,6 +17,8 @@ ROW_ID_COLUMN = "flow_row_id"  # delta-updates tables: append order
 
 # Column kinds: each endpoint maps each to one type of its own.
 TEXT, INTEGER, NUMBER, BOOLEAN, JSON, TIMESTAMP = "text", "integer", "number", "boolean", "json", "timestamp"
+# a lake's lean row: a date-time as its instant (UTC, microseconds; TIMESTAMP is its text there)
+INSTANT = "instant"
 
 
 DECIMAL = "decimal:"  # + places: an exact decimal (``multipleOf`` 10^-s), e.g. "decimal:2"
@@ -129,7 +131,12 @@ def quarantine_rows(materialization: str, batch_id: Any, rows: Iterable[dict]) -
 
 
 # Arrow, for the table-format endpoints (Delta, Iceberg): their staged and loaded rows
-ARROW_TYPES = {INTEGER: pa.int64(), NUMBER: pa.float64(), BOOLEAN: pa.bool_()}  # others: string
+ARROW_TYPES = {
+    INTEGER: pa.int64(),
+    NUMBER: pa.float64(),
+    BOOLEAN: pa.bool_(),
+    INSTANT: pa.timestamp("us", tz="UTC"),  # its values: microseconds since 1970-01-01T00:00:00Z
+}  # others: string
 
 
 DECIMAL_PRECISION = 38  # digits of an exact decimal column (Delta, Iceberg, SQL): any sum of them fits

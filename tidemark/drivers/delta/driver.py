@@ -19,8 +19,10 @@ The lake driver (:mod:`tidemark.drivers.lake.driver`) holds the commit pattern; 
 
 Tables are created by Apply from the binding's fields (key columns not null, one typed
 column per top-level scalar property, ``flow_document`` with the whole document as JSON)
-and gain nullable columns when the schema grows.  ``date-time`` strings stay strings
-(lossless); objects, arrays and unions are JSON text.
+and gain nullable columns when the schema grows.  A ``date-time`` is a ``timestamp`` column
+(UTC, microseconds) in a lean table, its text in the remainder where the instant does not
+give it back (:mod:`tidemark.drivers.lake.lean`), and a string in a full table, a key, and
+the lean tables made before; objects, arrays and unions are JSON text.
 """
 
 from __future__ import annotations

@@ -9,13 +9,21 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from tidemark.drivers.common.columns import BOOLEAN, DECIMAL_PRECISION, INTEGER, NUMBER, base_kind, scale_of_kind
+from tidemark.drivers.common.columns import (
+    BOOLEAN,
+    DECIMAL_PRECISION,
+    INSTANT,
+    INTEGER,
+    NUMBER,
+    base_kind,
+    scale_of_kind,
+)
 from tidemark.errors import DriverError, EndpointUnavailable, TidemarkError
 from tidemark.faults import fault_point
 
 IN_LIST_MAX = 256  # Load chunks up to this size also push an IN list down
 
-DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean"}  # others: string
+DELTA_TYPES = {INTEGER: "long", NUMBER: "double", BOOLEAN: "boolean", INSTANT: "timestamp"}  # others: string
 
 
 def delta_type(kind: str) -> str:

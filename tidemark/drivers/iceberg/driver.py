@@ -51,6 +51,7 @@ from tidemark.drivers.iceberg.tables import (
     applied_text,
     iceberg_type,
     partition_spec,
+    remade,
     snapshot_summary,
     table_batch,
     table_schema,
@@ -160,7 +161,8 @@ class IcebergFormat:
 
     def check(self, model: LakeTable, table: Handle, rebuild: bool) -> None:
         """Iceberg keeps a table's partitioning, and changes a column's type in place only by its
-        promotions (int -> long, float -> double, a wider decimal)."""
+        promotions (int -> long, float -> double, a wider decimal); a cut-over makes a date-time
+        column anew between text and instant (:func:`.tables.remade`), but for the partition's."""
         want = [f.name for f in partition_spec(model).fields]
         have = [f.name for f in table.handle.spec().fields]
         if have != want:
@@ -174,6 +176,8 @@ class IcebergFormat:
         for c in model.columns:
             want_type, have_type = iceberg_type(c.kind), table.columns.get(c.name)
             if have_type is None or have_type == want_type:
+                continue
+            if remade(have_type, want_type) and c.name != model.partition_by:
                 continue
             try:
                 promote(have_type, want_type)
@@ -259,6 +263,12 @@ class IcebergFormat:
         keys = [c.name for c in live.keys]
         txn = table.transaction()
         have = {f.name: f for f in table.schema().fields}
+        anew = [f.name for f in want.fields if f.name in have and remade(have[f.name].field_type, f.field_type)]
+        if anew:  # dropped here, added back with the shadow's type by the union below
+            with txn.update_schema(allow_incompatible_changes=True) as schema:
+                for name in anew:
+                    schema.delete_column(name)
+            have = {f.name: f for f in txn.table_metadata.schema().fields}
         with txn.update_schema(allow_incompatible_changes=True) as schema:
             schema.union_by_name(want)
             for name in sorted(set(have) - {f.name for f in want.fields}):

@@ -8,12 +8,22 @@ from typing import Any, Iterable, Optional
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
-from pyiceberg.types import BooleanType, DecimalType, DoubleType, IcebergType, LongType, NestedField, StringType
+from pyiceberg.types import (
+    BooleanType,
+    DecimalType,
+    DoubleType,
+    IcebergType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
 
 from tidemark.drivers.common.columns import (
     BOOLEAN,
     DECIMAL_PRECISION,
     DOCUMENT_COLUMN,
+    INSTANT,
     INTEGER,
     NUMBER,
     base_kind,
@@ -32,7 +42,12 @@ SUMMARY_MATERIALIZATION, SUMMARY_CHECKPOINT, SUMMARY_BATCH = (
     "tidemark.batch",
 )
 
-ICEBERG_TYPES: dict[str, IcebergType] = {INTEGER: LongType(), NUMBER: DoubleType(), BOOLEAN: BooleanType()}
+ICEBERG_TYPES: dict[str, IcebergType] = {
+    INTEGER: LongType(),
+    NUMBER: DoubleType(),
+    BOOLEAN: BooleanType(),
+    INSTANT: TimestamptzType(),
+}
 
 
 def iceberg_type(kind: str) -> IcebergType:
@@ -40,6 +55,12 @@ def iceberg_type(kind: str) -> IcebergType:
     if scale is not None:
         return DecimalType(DECIMAL_PRECISION, scale)
     return ICEBERG_TYPES.get(base_kind(kind), StringType())
+
+
+def remade(have: IcebergType, want: IcebergType) -> bool:
+    """Whether a cut-over makes a column anew, with a new field id (earlier snapshots read their
+    own): a date-time between its text (a table made before timestamp columns) and its instant."""
+    return {type(have), type(want)} == {StringType, TimestamptzType}
 
 
 def applied_property(materialization: str) -> str:

@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Position, ReplaceContents
-from tidemark.drivers.common.columns import Column, dumps, key_of
+from tidemark.drivers.common.columns import INSTANT, Column, dumps, key_of
 from tidemark.drivers.common.identity import PROPERTY as IDENTITY_PROPERTY
 from tidemark.drivers.common.identity import parse_record, record_text
 from tidemark.drivers.lake.format import FormatClass, LakeSettings, Table, TableFormat, run
@@ -44,6 +44,7 @@ from tidemark.drivers.lake.model import (
     MODE_PROPERTY,
     OWNER_PROPERTY,
     LakeTable,
+    TableForm,
     columns_to_add,
     form_line,
     in_form,
@@ -160,7 +161,9 @@ class LakeDriver(Driver):
         forms = self.__dict__.setdefault("_forms", {})
         form = forms.get(base.name)
         if form is None:
-            form = _form(self.run(partial(self.format.open, base.name), "read the table's form", base.name))
+            form = _form(
+                self.format, self.run(partial(self.format.open, base.name), "read the table's form", base.name)
+            )
             if form is not None:
                 forms[base.name] = form
         return in_form(self.format.label, base, binding, form)
@@ -169,7 +172,9 @@ class LakeDriver(Driver):
         out, label = [], self.format.label
         for b in bindings:
             base = self.model(b)
-            form = _form(self.run(partial(self.format.open, base.name), "read the table's form", base.name))
+            form = _form(
+                self.format, self.run(partial(self.format.open, base.name), "read the table's form", base.name)
+            )
             out.append(form_line(label, in_form(label, base, b, form), form, b))
         return out
 
@@ -188,7 +193,7 @@ class LakeDriver(Driver):
             def body(model=model, b=b) -> None:
                 table = self.format.open(model.name)
                 if table is not None:
-                    self.check_table(in_form(self.format.label, model, b, _form(table)), table)
+                    self.check_table(in_form(self.format.label, model, b, _form(self.format, table)), table)
 
             self.run(body, "validate", model.name)
         return Validated(tuple(ValidatedBinding(b.resource_path, b.delta_updates) for b in req.bindings))
@@ -205,7 +210,7 @@ class LakeDriver(Driver):
 
             def body(base=base, b=b, record=record) -> None:
                 table = self.format.open(base.name)
-                model = in_form(label, base, b, _form(table))
+                model = in_form(label, base, b, _form(self.format, table))
                 if table is None:
                     actions.append(f"create {label} {model.name}")
                     created.append(b.resource_path)
@@ -319,9 +324,9 @@ class LakeDriver(Driver):
 
     def check_rebuild(self, bindings: Sequence[BindingSpec], old_keys: Sequence[Optional[list]]) -> None:
         """What the format cannot change of an existing table in a cut-over (Iceberg: its
-        partitioning, a column's type but by a promotion)."""
+        partitioning, a column's type but by a promotion) to the shadow's (a new table's) columns."""
         for b in bindings:
-            model = self.model(b)
+            model = in_form(self.format.label, self.model(b), b, None)
             table = self.run(partial(self.format.open, model.name), "check", model.name)
             if table is not None:
                 self.format.check(model, table, True)
@@ -490,6 +495,10 @@ class LakeDriver(Driver):
         return sorted(i.base_name for i in self.area.files(materialization))
 
 
-def _form(table: Optional[Table[Any]]) -> Optional[tuple[str, dict]]:
-    """The form of a table as the format opened it (None: no table)."""
-    return None if table is None else table_form(table.document_required, table.properties)
+def _form(fmt: TableFormat[Any], table: Optional[Table[Any]]) -> Optional[TableForm]:
+    """The form of a table as ``fmt`` opened it (None: no table)."""
+    if table is None:
+        return None
+    instant = fmt.type_of(INSTANT)
+    timestamps = {name: have == instant for name, have in table.columns.items()}
+    return table_form(table.document_required, table.properties, timestamps)

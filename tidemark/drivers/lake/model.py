@@ -8,7 +8,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import pyarrow as pa
 
@@ -16,9 +16,12 @@ from tidemark.collection.schema import pointer_tokens
 from tidemark.drivers.common.columns import (
     DECIMAL,
     DOCUMENT_COLUMN,
+    INSTANT,
     JSON,
     NUMBER,
     ROW_ID_COLUMN,
+    TEXT,
+    TIMESTAMP,
     Column,
     arrow_type,
     dumps,
@@ -105,19 +108,39 @@ def lake_table(
     return LakeTable(name, keys, values, bool(binding.delta_updates), identifier, partition_by, top_keys=top)
 
 
-def table_form(document_required: bool, properties: dict) -> tuple[str, dict]:
-    """An existing table's form and, if lean, the value columns Apply recorded on it."""
+class TableForm(NamedTuple):
+    """An existing table's form (FULL or LEAN), the value columns Apply recorded on a lean
+    one (``{name: kind}``), and which of its columns are timestamps (``{name: bool}``)."""
+
+    form: str
+    recorded: dict
+    timestamps: dict[str, bool]
+
+
+def table_form(document_required: bool, properties: dict, timestamps: dict[str, bool]) -> TableForm:
+    """An existing table's form (``timestamps``: whether each of its columns is a timestamp)."""
     if document_required:
-        return FULL, {}
-    return LEAN, json_property(properties, LEAN_PROPERTY) or {}
+        return TableForm(FULL, {}, timestamps)
+    return TableForm(LEAN, json_property(properties, LEAN_PROPERTY) or {}, timestamps)
 
 
-def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tuple[str, dict]]) -> LakeTable:
+def as_stored(c: Column, timestamps: dict[str, bool]) -> Column:
+    """A lean table's value column as the table holds it (``timestamps``: :class:`TableForm`'s):
+    a date-time as its instant in a timestamp column -- a new column is one -- or as its text
+    in the string column of a table made before; a string in a timestamp column (a date-time
+    property that lost its format) stays there as an instant, the remainder keeping its text."""
+    if (c.kind == TIMESTAMP and timestamps.get(c.name, True)) or (c.kind == TEXT and timestamps.get(c.name, False)):
+        return Column(c.name, INSTANT)
+    return c
+
+
+def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[TableForm]) -> LakeTable:
     """``base`` (the binding's columns) in the form of its table (``form``: :func:`table_form`,
     None for a table not made yet: the form the binding asks for).  A lean model has a column
     for each top-level property the schema declares -- objects, arrays and unions as JSON
-    text, where the name is a plain identifier -- and keeps every column the table recorded
-    (a property the schema no longer declares is still read back from its column)."""
+    text, where the name is a plain identifier, date-times as instants (:func:`as_stored`) --
+    and keeps every column the table recorded (a property the schema no longer declares is
+    still read back from its column)."""
     if base.delta:
         return base
     want = requested_form(binding.resource)
@@ -125,7 +148,8 @@ def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tu
         if want == FULL:
             return base
         recorded: dict = {}
-    elif form[0] == FULL:
+        timestamps: dict[str, bool] = {}
+    elif form.form == FULL:
         return base
     else:
         if want == FULL:
@@ -134,8 +158,8 @@ def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tu
                 "document: full; rebuild the view in the full form (`tidemark reset`), or drop the option. "
                 "Nothing was changed"
             )
-        recorded = form[1]
-    values = list(base.values)
+        recorded, timestamps = form.recorded, form.timestamps
+    values = [as_stored(c, timestamps) for c in base.values]
     have = {c.name for c in base.columns} | {DOCUMENT_COLUMN, DELETE_COLUMN, ROW_ID_COLUMN}
     for c in values:
         kind = recorded.get(c.name)
@@ -147,7 +171,7 @@ def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tu
             )
     for name, kind in recorded.items():
         if name not in have and isinstance(kind, str):
-            values.append(Column(name, kind))
+            values.append(as_stored(Column(name, kind), timestamps))
             have.add(name)
     props = binding.schema.get("properties") if isinstance(binding.schema, dict) else None
     for name in props or ():
@@ -157,7 +181,7 @@ def in_form(label: str, base: LakeTable, binding: BindingSpec, form: Optional[tu
     return dataclasses.replace(base, values=tuple(values), lean=True)
 
 
-def form_line(label: str, model: LakeTable, form: Optional[tuple[str, dict]], binding: BindingSpec) -> str:
+def form_line(label: str, model: LakeTable, form: Optional[TableForm], binding: BindingSpec) -> str:
     """``tidemark check``'s line for one table."""
     where = f"{label} {model.name}" + ("" if form else " (new)")
     if model.delta:

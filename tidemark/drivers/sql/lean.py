@@ -29,13 +29,12 @@ keeps.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
-from tidemark.collection.formats import instant
 from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column, holds
+from tidemark.drivers.common.datetimes import canonical_date_time, keeps_text
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
 from tidemark.protocol.messages import BindingSpec, Doc, JsonObject, Key
@@ -87,35 +86,6 @@ def remainder(doc: JsonObject, names: frozenset[str], date_times: frozenset[str]
     if names.issuperset(doc):
         return None
     return {k: v for k, v in doc.items() if k not in names}
-
-
-def canonical_date_time(v: dt.datetime) -> str:
-    """The text of an instant as a lean row gives it back where the remainder keeps none:
-    UTC, ``Z``, the fraction's digits (microseconds) without trailing zeros."""
-    u = v.astimezone(dt.timezone.utc) if v.tzinfo is not None else v
-    frac = f"{u.microsecond:06d}".rstrip("0")
-    return (
-        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
-        + (f".{frac}" if frac else "")
-        + "Z"
-    )
-
-
-def keeps_text(text: Any) -> bool:
-    """Whether a date-time's text is not the one its instant gives back (:func:`canonical_date_time`):
-    another offset, trailing zeros, more than six fraction digits, a leap second, ``t`` or ``z``."""
-    key = instant(text) if isinstance(text, str) else None
-    if key is None:
-        return True
-    seconds, leap, frac = key
-    if leap or len(frac) > 6:
-        return True
-    at = EPOCH + dt.timedelta(seconds=seconds, microseconds=int(frac.ljust(6, "0")) if frac else 0)
-    differs: bool = canonical_date_time(at) != text
-    return differs
-
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def date_time_columns(model: TableModel) -> frozenset[str]:

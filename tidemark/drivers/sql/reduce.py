@@ -142,7 +142,8 @@ class ReduceSql:
     # a lean row's date-times (``Dialect.lean_date_times``): a column of the instant, the text
     # in the remainder where the instant does not give it back (drivers/sql/lean.py)
     def canonical_instant(self, expr: str) -> str:
-        """The text a timestamp column's value gives back (:func:`~tidemark.drivers.sql.lean.canonical_date_time`)."""
+        """The text a timestamp column's value gives back
+        (:func:`~tidemark.drivers.common.datetimes.canonical_date_time`)."""
         raise NotImplementedError
 
     def to_timestamp(self, text: str) -> str:
