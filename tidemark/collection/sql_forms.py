@@ -48,7 +48,7 @@ def sql_append(Q, f, old, new):
 
 
 def sql_union(Q, f, old, new):
-    return Q.coalesce(Q.union_arrays(old, new), old, new)
+    return Q.coalesce(Q.union_arrays(old, new, f), old, new)
 
 
 def sql_merge(Q, f, old, new):

@@ -170,15 +170,6 @@ counter = iter(range(10**6))
 def test_the_statement_reduces_as_the_python_fold(endpoint, case):
     driver = endpoint.driver
     schema, batches = case
-    if endpoint.name == "mysql":  # no SQL form of union, of exact sums there (its bindings Load): not this test's
-        union = {
-            n
-            for n, p in schema["properties"].items()
-            if p.get("reduce", {}).get("strategy") == "union" or "multipleOf" in p
-        }
-        schema = {**schema, "properties": {n: p for n, p in schema["properties"].items() if n not in union}}
-        schema["required"] = [n for n in schema["required"] if n not in union]
-        batches = [[{k: v for k, v in d.items() if k not in union} for d in docs] for docs in batches]
     table = f"v{next(counter)}"
     coll, b = reduced_binding(driver, schema, table)
     apply(driver, b)
@@ -260,15 +251,13 @@ CENTS = {
 
 @pytest.mark.parametrize("left,right", [(9e12, 9e12 + 0.25), (9 * 10**12, 9 * 10**12)])
 def test_a_sum_of_exact_decimals_past_15_digits_is_refused_as_the_python_fold_refuses_it(endpoint, left, right):
-    """PostgreSQL and SQLite sum exact decimals themselves (rounded to the places, refused past
-    15 significant digits, whole numbers or not); MariaDB leaves them to the Python fold (Load)."""
+    """Every SQL endpoint sums exact decimals itself (rounded to the places, refused past 15
+    significant digits, whole numbers or not)."""
     driver = endpoint.driver
     coll = Collection(CollectionSpec("orders", ("/k",), CENTS))
     spec = coll.binding_spec(SimpleNamespace(resource={"table": "cents"}, delta_updates=False))
     (b,), _ = reduce_paths([spec], [coll], driver.capabilities())
-    assert b.endpoint_reduce is (endpoint.name != "mysql")
-    if not b.endpoint_reduce:
-        return
+    assert b.endpoint_reduce
     apply(driver, b)
     commit(driver, coll, b, {"a": {"k": "a", "c": 0.1}, "b": {"k": "b", "c": 0.07}}, 0)
     commit(driver, coll, b, {"a": {"k": "a", "c": 0.2}, "b": {"k": "b", "c": left}}, 1)

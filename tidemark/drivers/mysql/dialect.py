@@ -190,7 +190,8 @@ class MySqlDialect(Dialect):
         return f"DELETE t FROM {table} t JOIN {source} ON {match} WHERE s.{IS_DELETE} = 1"
 
     def out_of_range(self, exc: BaseException) -> bool:
-        return bool(exc.args) and exc.args[0] == 1690  # a bigint or double out of range
+        # a bigint or double out of range (1690), an exact decimal past its digits (1264)
+        return bool(exc.args) and exc.args[0] in (1690, 1264)
 
     # ------------------------------------------------------------------- DML
     def upsert(self, keys: Sequence[str], columns: Sequence[str]) -> str:

@@ -13,8 +13,13 @@ that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d
   and the transactor names the key (:func:`overflow_query`);
 * ``maximize`` / ``minimize``: ``GREATEST`` / ``LEAST``; strings compared as their UTF-8
   bytes (code point order, as the Python fold compares);
+* an exact decimal's ``sum`` (``multipleOf`` 10^-s) is ``decimal`` arithmetic cast to
+  ``decimal(15, s)``: past 15 significant digits MariaDB raises 1264, as the fold refuses it;
 * ``append``: ``JSON_MERGE_PRESERVE`` of two arrays (their concatenation); ``merge`` of a map
   (scalar members, never null): ``JSON_MERGE_PATCH``;
+* ``union``: the concatenation's elements (``JSON_TABLE``), the first of each value, in
+  order; values are equal as the fold compares them (strings by their bytes, numbers by
+  value: 1 and 1.0 are one, an integer beyond 2^53 by its digits);
 * the root's shallow merge: ``JSON_MERGE_PATCH`` where the batch's document holds no object
   and no ``null`` (there the two agree); else, as text, the stored members whose names the
   staged document does not have (names from ``JSON_KEYS``, values from ``JSON_TABLE(doc,
@@ -36,14 +41,24 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.plan import EXACT_SUM, FieldPlan
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, staged_column
+from tidemark.drivers.sql.model import (
+    DOCUMENT_COLUMN,
+    STAGED_DOCUMENT,
+    Column,
+    TableModel,
+    scale_of_kind,
+    staged_column,
+)
 from tidemark.drivers.sql.reduce import OLD, ReduceSql, replace_members
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
 PAIRS = 100
 DOUBLE_MAX = "1.7976931348623157e308"
+EXACT_DOUBLE = 2**53  # integers beyond it: compared by their digits, not as doubles
 
 
 def literal(text: str) -> str:
@@ -126,6 +141,11 @@ class MariaReduce(ReduceSql):
         ]
         return "ON DUPLICATE KEY UPDATE " + ", ".join(assigns)
 
+    def add(self, old: str, new: str, f: FieldPlan) -> str:
+        if f.scale is not None:  # an exact decimal: 15 significant digits at its places, else 1264
+            return f"CAST({decimal(old, f.scale)} + {decimal(new, f.scale)} AS DECIMAL({MAX_DIGITS}, {f.scale}))"
+        return f"({old} + {new})"
+
     def greatest(self, old: str, new: str, f) -> str:
         if f.type == "string":
             return f"IF(CAST({new} AS BINARY) > CAST({old} AS BINARY), {new}, {old})"
@@ -151,6 +171,35 @@ class MariaReduce(ReduceSql):
 
     def concat_arrays(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PRESERVE({old}, {new})"
+
+    def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
+        # correlated JSON_TABLEs only (a derived table cannot name the row), the staged value
+        # as the staging table holds it (a subquery cannot name VALUES())
+        both = f"JSON_MERGE_PRESERVE({old}, {self._staged(new)})"
+        columns = "COLUMNS (o FOR ORDINALITY, v JSON PATH '$', s LONGTEXT PATH '$', d DOUBLE PATH '$')"
+        if f.type == "string":
+            same = "CAST(p.s AS BINARY) = CAST(e.s AS BINARY)"
+        elif f.type == "integer":  # 1.0 is the integer 1
+            same = "CAST(p.s AS DECIMAL(65, 0)) = CAST(e.s AS DECIMAL(65, 0))"
+        elif f.type == "number":  # by value; integers beyond 2^53 by their digits too
+            big = "IF(JSON_TYPE({0}.v) = 'INTEGER' AND ABS({0}.d) >= " + str(EXACT_DOUBLE) + ", {0}.s, '')"
+            same = f"p.d = e.d AND CAST({big.format('p')} AS BINARY) = CAST({big.format('e')} AS BINARY)"
+        else:
+            same = "p.s = e.s"
+        earlier = f"SELECT 1 FROM JSON_TABLE({both}, '$[*]' {columns}) p WHERE p.o < e.o AND {same}"
+        return (  # JSON_EXTRACT(text, '$'): a JSON value, which JSON_REPLACE sets as an array, not a string
+            f"JSON_EXTRACT((SELECT CONCAT('[', GROUP_CONCAT(e.v ORDER BY e.o SEPARATOR ', '), ']') "
+            f"FROM JSON_TABLE({both}, '$[*]' {columns}) e WHERE NOT EXISTS ({earlier})), '$')"
+        )
+
+    def _staged(self, value: str) -> str:
+        """A staged value as a subquery may name it: ``VALUES(col)`` as the staging table's column."""
+        for j, c in enumerate(self.model.columns):
+            if value == f"VALUES({self.quote(c.name)})":
+                if self.staged_values:
+                    return f"{STAGED}.{staged_column(j)}"
+                return self.member(f"{STAGED}.{STAGED_DOCUMENT}", c.name)
+        return value
 
     def merge_objects(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PATCH({old}, {new})"  # a map's members are scalars, never null
@@ -195,7 +244,11 @@ def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: C
         new = f"s.{staged_column(next(j for j, c in enumerate(model.columns) if c.name == col.name))}"
     else:
         new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
-    if col.kind == INTEGER:
+    scale = scale_of_kind(col.kind) if f.scale is None else f.scale
+    if scale is not None:  # an exact decimal: 15 significant digits at its places
+        a, b = decimal(old, scale), decimal(new, scale)
+        bad = f"ABS({a} + {b}) >= 1e{MAX_DIGITS - scale}"
+    elif col.kind == INTEGER:
         a, b = f"CAST({old} AS DECIMAL(65, 0))", f"CAST({new} AS DECIMAL(65, 0))"
         bad = f"({a} + {b} > 9223372036854775807 OR {a} + {b} < -9223372036854775808)"
     else:
@@ -207,7 +260,14 @@ def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: C
     return f"SELECT {keys}, {old}, {new} FROM {staged} s JOIN {forms.table} t ON {match} WHERE {bad} LIMIT 1"
 
 
+def decimal(value: str, scale: int) -> str:
+    """An exact decimal's value (a column, or a document's member as text) as ``decimal``."""
+    return f"CAST({value} AS DECIMAL(65, {scale}))"
+
+
 #: the strategies MariaDB reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "merge"))
+ENDPOINT_REDUCE = frozenset(
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
+)
 
 __all__ = ["MariaReduce", "overflow_query", "ENDPOINT_REDUCE"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
-from tidemark.collection.plan import EXACT_SUM
+from tidemark.collection.plan import EXACT_SUM, FieldPlan
 from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.sql import (
     BOOLEAN,
@@ -260,7 +260,7 @@ class PostgresReduce(ReduceSql):
 
     merge_objects = concat_arrays  # jsonb ||: the right side's top-level members win
 
-    def union_arrays(self, old: str, new: str) -> str:
+    def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
         # jsonb equality groups equal values (1 and 1.0 are one number); the first position
         # of each orders them.  NULL on either side: no elements, jsonb_agg of none is NULL
         return (

@@ -100,9 +100,9 @@ class ReduceSql:
     def concat_arrays(self, old: str, new: str) -> str:
         raise NotImplementedError
 
-    def union_arrays(self, old: str, new: str) -> str:
-        """Both arrays' values, each once, in the order first seen (``union``); NULL where
-        either side is."""
+    def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
+        """Both arrays' values (``f``'s items), each once, in the order first seen
+        (``union``); NULL where either side is, or where both are empty."""
         raise NotImplementedError
 
     def merge_objects(self, old: str, new: str) -> str:

@@ -38,7 +38,7 @@ import threading
 from typing import Any, Optional
 
 from tidemark.collection.decimals import MAX_DIGITS
-from tidemark.collection.plan import EXACT_SUM
+from tidemark.collection.plan import EXACT_SUM, FieldPlan
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
 from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, sum_overflowed, unescaped_names
@@ -130,7 +130,7 @@ class SqliteReduce(ReduceSql):
             f"ELSE json(substr({old}, 1, length({old}) - 1) || ',' || substr({new}, 2)) END)"
         )
 
-    def union_arrays(self, old: str, new: str) -> str:
+    def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
         # json_each of both arrays' text, grouped by value (a boolean is not the number 1;
         # 1 and 1.0 are one number), each value's first position orders them
         kind = (
