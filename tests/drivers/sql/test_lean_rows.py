@@ -36,17 +36,18 @@ SCHEMA = {
         "yes": {"type": "boolean", "reduce": {"strategy": "firstWriteWins"}},
         "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
+        "labels": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
     },
 }
 BATCHES = [
     [
-        {"k": "a", "n": 1, "top": 2.5, "city": "Oslo", "tags": ["x"], "extra": {"deep": [1, None]}},
-        {"k": "b", "n": 2, "yes": False, "counts": {"p": 1}},
+        {"k": "a", "n": 1, "top": 2.5, "city": "Oslo", "tags": ["x"], "extra": {"deep": [1, None]}, "labels": ["x"]},
+        {"k": "b", "n": 2, "yes": False, "counts": {"p": 1}, "labels": ["p", "q", "p"]},
         {"k": "a", "n": 3, "top": 1, "tags": ["y"], "counts": {"q": 2}},
     ],
     [
         {"k": "a", "n": 10, "city": "Lima", "yes": True, "extra": "now a string", "more": None},
-        {"k": "b", "n": 5, "top": 7, "counts": {"p": 4, "r": 1}, "tags": []},
+        {"k": "b", "n": 5, "top": 7, "counts": {"p": 4, "r": 1}, "tags": [], "labels": ["r", "q", "é"]},
         {"k": "c", "n": 0},
     ],
 ]
@@ -123,7 +124,7 @@ def test_a_new_view_is_lean_and_its_rows_are_the_documents(endpoint):
     expected = fold(coll, BATCHES)
     assert same(driver.dump(MAT, b), expected)
     names, got = rows(endpoint, "lean")
-    assert names == ["k", "n", "top", "city", "yes", "tags", "counts", "flow_document"]
+    assert names == ["k", "n", "top", "city", "yes", "tags", "counts", "labels", "flow_document"]
     by_key = {r[0]: dict(zip(names, r)) for r in got}
 
     def js(v):
@@ -133,6 +134,7 @@ def test_a_new_view_is_lean_and_its_rows_are_the_documents(endpoint):
     assert by_key["a"]["n"] == 14 and by_key["a"]["city"] == "Lima" and js(by_key["a"]["tags"]) == ["x", "y"]
     assert js(by_key["a"]["flow_document"]) == {"extra": "now a string", "more": None}
     assert js(by_key["b"]["counts"]) == {"p": 4, "r": 1} and by_key["b"]["flow_document"] is None
+    assert js(by_key["b"]["labels"]) == ["p", "q", "r", "é"]  # union: each once, in first-seen order
     assert by_key["c"]["top"] is None and by_key["c"]["tags"] is None and by_key["c"]["flow_document"] is None
     schema = "main" if endpoint.name == "sqlite" else endpoint.schema
     assert driver.row_forms([b]) == [
