@@ -76,6 +76,7 @@ class MySqlDialect(Dialect):
     json_as_text = True
     for_update = " FOR UPDATE"
     lean_rows = True
+    lean_date_times = True  # a naive UTC datetime(6) column; the remainder keeps another spelling
     typed_staging = True  # a lean binding it reduces stages Store.rows (typed values): drivers/mysql/bulk.py
     transactional_ddl = False  # DDL commits implicitly (a rebuild's cut-over: drivers/sql/replace.py)
     table_suffix = " ENGINE=InnoDB"

@@ -30,7 +30,10 @@ that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d
   connect, so a long document is not cut;
 * the reduced members go in by ``JSON_REPLACE``, which never adds a member;
 * a ``date-time`` column (naive UTC ``datetime(6)``) is computed from the RFC 3339 text: the
-  local time less its offset.
+  local time less its offset.  In a lean table the remainder keeps the text where the
+  column does not give it back (``drivers/sql/lean.py``), and the statement assigns all
+  columns at once (``SIMULTANEOUS_ASSIGNMENT``, as PostgreSQL does): the remainder's texts
+  are picked by the stored columns' values.
 
 MariaDB finds ``$."é"`` only where the name is written so (not ``"\\u00e9"``): staged texts
 holding a backslash are written again without the escapes names do not need
@@ -52,7 +55,7 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import OLD, ReduceSql, replace_members
+from tidemark.drivers.sql.reduce import OLD, ReduceSql, reduce_sources, replace_members
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
@@ -118,15 +121,18 @@ class MariaReduce(ReduceSql):
             return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}"
         if self.model.lean and self.staged_values:  # typed values staged: no document, nothing remains
             return "NULL"
-        if self.model.lean:  # the staged remainder, from the staged document (a subquery cannot name VALUES())
-            return self.remainder(f"{STAGED}.{STAGED_DOCUMENT}", [c.name for c in self.model.columns])
+        if self.model.lean:  # the staged remainder, as staged (a subquery cannot name VALUES())
+            return reduce_sources(self, self.model, STAGED)[-1]
         return f"{STAGED}.{STAGED_DOCUMENT}"
 
     def remainder(self, doc: str, names) -> str:
         return f"NULLIF(JSON_REMOVE({doc}, {', '.join(path(n) for n in names)}), '{{}}')"
 
     def insert_head(self, table: str, target: str, source: str, staged: str) -> str:
-        return f"INSERT INTO {table} ({target}) SELECT {source} FROM {staged} {STAGED}"
+        insert = f"INSERT INTO {table} ({target}) SELECT {source} FROM {staged} {STAGED}"
+        if self.model.lean:  # every SET reads the stored row as it was (the full form reads back its document)
+            return f"SET STATEMENT sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT') FOR {insert}"
+        return insert
 
     def on_conflict(self, keys: Sequence[str], sets: Sequence[tuple[str, str]]) -> str:
         if not sets:  # firstWriteWins at the root: keep the stored row
@@ -168,6 +174,25 @@ class MariaReduce(ReduceSql):
         digits = f"CHAR_LENGTH({text}) - 20 - IF({zulu}, 1, 6)"
         fraction = f"IF(SUBSTRING({text}, 20, 1) = '.', TRIM(TRAILING '0' FROM SUBSTRING({text}, 21, {digits})), '')"
         return utc(whole), f"({second} = '60')", f"CAST({fraction} AS BINARY)"
+
+    def canonical_instant(self, expr: str) -> str:
+        fraction = f"TRIM(TRAILING '0' FROM LPAD(MICROSECOND({expr}), 6, '0'))"
+        return (
+            f"CONCAT(DATE_FORMAT({expr}, '%Y-%m-%dT%H:%i:%s'), "
+            f"IF(MICROSECOND({expr}) = 0, '', CONCAT('.', {fraction})), 'Z')"
+        )
+
+    def to_timestamp(self, text: str) -> str:
+        return utc(text)
+
+    def differs(self, a: str, b: str) -> str:
+        return f"(CAST({a} AS BINARY) <> CAST({b} AS BINARY))"
+
+    def set_members(self, doc: str, members) -> str:
+        out = f"COALESCE({doc}, '{{}}')"
+        for name, e in members:  # one member a call: JSON_MERGE_PATCH drops only some of several nulls
+            out = f"JSON_MERGE_PATCH({out}, JSON_OBJECT({literal(name)}, {e}))"
+        return f"NULLIF({out}, '{{}}')"
 
     def concat_arrays(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PRESERVE({old}, {new})"

@@ -150,6 +150,10 @@ class ReduceSql:
         """A date-time's text as the timestamp column's value."""
         raise NotImplementedError
 
+    def differs(self, a: str, b: str) -> str:
+        """True where two texts differ in any character (case too)."""
+        return f"({a} <> {b})"
+
     def set_members(self, doc: str, members: Sequence[tuple[str, str]]) -> str:
         """``doc`` (a JSON object, or NULL for none) with each ``(name, text expression)`` set,
         or removed where the expression is NULL; NULL where nothing is left."""
@@ -341,7 +345,7 @@ def _instants(forms: ReduceSql, c: Column, old_doc: str, new_doc: str) -> tuple[
 def _kept(forms: ReduceSql, text: str) -> str:
     """A date-time's text where its instant does not give it back, else NULL (not kept)."""
     canonical = forms.canonical_instant(forms.to_timestamp(text))
-    return f"(CASE WHEN right({text}, 1) <> 'Z' OR {text} <> {canonical} THEN {text} END)"
+    return f"(CASE WHEN {forms.differs(text, canonical)} THEN {text} END)"
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:
