@@ -45,6 +45,7 @@ from tidemark.protocol.messages import (
     Range,
     StartCommit,
     Store,
+    StoreTexts,
 )
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
@@ -113,9 +114,8 @@ def run(endpoint: str, reduced: bool, work: str, data: list[dict], coll: Collect
                 t2 = t1
                 for i in range(0, len(keys), chunk):
                     part = keys[i : i + chunk]
-                    m = len(part)
                     texts = tuple(text[k] for k in part)
-                    t.store(Store(0, tuple((k,) for k in part), (), (), (False,) * m, (False,) * m, texts))
+                    t.store(StoreTexts(0, tuple((k,) for k in part), texts))
             else:
                 stored: dict = {}
                 for i in range(0, len(keys), chunk):

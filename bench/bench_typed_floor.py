@@ -135,7 +135,7 @@ def pg_part(files: list[str], coll, rounds: int) -> dict:
     from tidemark.drivers.postgres.dialect import REDUCE
     from tidemark.drivers.sql.reduce import reduce_statement
     from tidemark.drivers.sql.transactor import staged_columns
-    from tidemark.protocol.messages import Acknowledge, Apply, Flush, Open, Range, StartCommit, Store
+    from tidemark.protocol.messages import Acknowledge, Apply, Flush, Open, Range, StartCommit, StoreTexts
     from tidemark.runtime.reduce_path import reduce_paths
 
     data = []
@@ -166,8 +166,7 @@ def pg_part(files: list[str], coll, rounds: int) -> dict:
                     _, table = typed_table(combined)
                     t0 = time.perf_counter()
                     if way == "texts":
-                        m = len(keys)
-                        t.store(Store(0, tuple((k,) for k in keys), (), (), (False,) * m, (False,) * m, texts))
+                        t.store(StoreTexts(0, tuple((k,) for k in keys), texts))
                         t.flush(Flush())
                         t1 = time.perf_counter()
                         t.start_commit(StartCommit({"batch_id": n}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,6 +33,8 @@ from tidemark.protocol.messages import (
     StartedCommit,
     StateUpdate,
     Store,
+    StoreRows,
+    StoreTexts,
     Validate,
     Validated,
     ValidatedBinding,
@@ -243,3 +246,26 @@ def test_non_finite_numbers_have_no_wire_form():
 def test_objects_without_a_wire_form_are_refused():
     with pytest.raises(wire.WireError, match="Range has no wire form"):
         wire.encode(Range())
+
+
+def test_a_store_of_texts_keeps_its_wire_line():
+    """A StoreTexts is the ``store`` line a Store with texts has always been, and decodes back
+    to a StoreTexts; a Store of documents (also as older runtimes wrote it) decodes to a Store;
+    a StoreRows has no wire form."""
+    line = (
+        r'{"store":{"binding":1,"keys":[["a"],["b",1]],"values":[],"docs":[],"exists":[false,false],'
+        r'"deletes":[false,false],"texts":["{\"k\":\"a\"}","{\"k\":\"b\",\"n\":1}"],"rows":null}}'
+    )
+    texts = StoreTexts(1, (("a",), ("b", 1)), ('{"k":"a"}', '{"k":"b","n":1}'))
+    assert wire.encode(texts) == line
+    back = wire.decode(line)
+    assert type(back) is StoreTexts and back == texts
+    documents = Store(0, (("a",),), ((3,),), ({"k": "a", "n": 3},), (True,), (False,))
+    assert wire.decode(wire.encode(documents)) == documents
+    older = (
+        r'{"store":{"binding":0,"keys":[["a"]],"values":[[3]],"docs":[{"k":"a","n":3}],"exists":[true],'
+        r'"deletes":[false],"texts":[],"rows":null}}'
+    )
+    assert wire.decode(older) == documents
+    with pytest.raises(wire.WireError, match="StoreRows has no wire form"):
+        wire.encode(StoreRows(0, (("a",),), pa.table({"n": [1]})))

@@ -54,7 +54,7 @@ def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: in
 def kill_typed_rows_between_the_staging_and_the_statement(
     tmp_path, endpoint: dict, view, seed: int, points=("mid_store", "before_endpoint_commit", "after_endpoint_commit")
 ) -> None:
-    """A lean view whose shard sessions run in the driver on typed values (``Store.rows``):
+    """A lean view whose shard sessions run in the driver on typed values (``StoreRows``):
     `tidemark run` (with Spark: the typed values come from its combine) SIGKILLed after the
     staged rows, before and after the reducing statement's commit; ``view()`` must equal the
     Python fold of every file after the restarts."""

@@ -18,7 +18,7 @@ from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
-from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
+from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -121,11 +121,7 @@ def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
         docs = [combined[k] for k in keys]
         n = len(docs)
         if texts:  # as the runtime sends them: the JSON text only
-            t.store(
-                Store(
-                    0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n, tuple(json.dumps(d) for d in docs)
-                )
-            )
+            t.store(StoreTexts(0, tuple((k,) for k in keys), tuple(json.dumps(d) for d in docs)))
         else:
             t.store(
                 Store(

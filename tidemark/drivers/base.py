@@ -10,7 +10,7 @@ shard session, and talks to the returned :class:`Transactor` in this order, enfo
     acknowledge(Acknowledge)  -> Acknowledged      # first, every transaction
     load(Load)*               -> [Loaded]*         # may defer: return [] and answer at flush
     flush(Flush)              -> ([Loaded], Flushed)
-    store(Store)*                                  # no reply
+    store(AnyStore)*                               # no reply: Store, StoreTexts or StoreRows
     start_commit(StartCommit) -> StartedCommit
     close()                                        # NOT guaranteed: a process may be killed
 
@@ -63,10 +63,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Sequence, TypeVar
 
-from tidemark.errors import EndpointRefused
+from tidemark.errors import EndpointRefused, ProtocolViolation
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Applied,
     Apply,
     BindingSpec,
@@ -266,8 +267,10 @@ class Transactor(ABC):
         """Answer every deferred Load, then Flushed."""
 
     @abstractmethod
-    def store(self, msg: Store) -> None:
-        """Write (or stage) documents. No reply."""
+    def store(self, msg: AnyStore) -> None:
+        """Write (or stage) documents. No reply.  A driver gets :class:`Store` only (see
+        :func:`store_of_documents`) unless it reduces bindings in the endpoint: then also
+        :class:`StoreTexts`, and :class:`StoreRows` where :meth:`Driver.typed_rows` says so."""
 
     @abstractmethod
     def start_commit(self, msg: StartCommit) -> StartedCommit:
@@ -341,7 +344,7 @@ class Driver(ABC):
 
     def typed_rows(self, bindings: Sequence[BindingSpec]) -> list[bool]:
         """Per binding, whether its Stores may carry the combined documents as typed values
-        (``Store.rows``: an Arrow table) instead of JSON texts.  Asked once, after Apply."""
+        (:class:`StoreRows`: an Arrow table) instead of JSON texts.  Asked once, after Apply."""
         return [False] * len(bindings)
 
     def row_forms(self, bindings: Sequence[BindingSpec]) -> list[str]:
@@ -512,17 +515,25 @@ class Driver(ABC):
         self.close()
 
 
-def store_check(limits: ValueLimits, bindings: Sequence[BindingSpec]) -> Optional[Callable[[Store], None]]:
+def store_check(limits: ValueLimits, bindings: Sequence[BindingSpec]) -> Optional[Callable[[AnyStore], None]]:
     """What the runtime checks of each Store before its driver gets it (:class:`RuntimeSession`'s
     ``check_store``): keys within the declared limits; None where nothing is declared."""
     if not limits.limits_keys:
         return None
 
-    def check(msg: Store) -> None:
+    def check(msg: AnyStore) -> None:
         resource = "/".join(bindings[msg.binding].resource_path)
         limits.check_keys(msg.keys, f"binding {msg.binding} ({resource})")
 
     return check
+
+
+def store_of_documents(msg: AnyStore) -> Store:
+    """``msg``, a Store of documents: the one form a driver gets that neither reduces in the
+    endpoint (``Capabilities.endpoint_reduce``) nor takes typed rows (``Driver.typed_rows``)."""
+    if isinstance(msg, Store):
+        return msg
+    raise ProtocolViolation("STORE", type(msg).__name__, "Store", "the driver stores documents only")
 
 
 def capabilities_of(driver: Driver) -> Capabilities:

@@ -57,12 +57,14 @@ from tidemark.drivers.base import (
     Position,
     Transactor,
     resolve_local_path,
+    store_of_documents,
 )
 from tidemark.drivers.common.identity import kept as kept_record
 from tidemark.errors import FencedOff, SpecError
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Applied,
     Apply,
     BindingSpec,
@@ -77,7 +79,6 @@ from tidemark.protocol.messages import (
     StartCommit,
     StartedCommit,
     StateUpdate,
-    Store,
 )
 
 key_text = key_json  # the canonical key text (tidemark.collection.keys)
@@ -456,12 +457,13 @@ class MemoryTransactor(Transactor):
         self.deferred = []
         return out, Flushed()
 
-    def _ops(self, msg: Store) -> list:
+    def _ops(self, msg: AnyStore) -> list:
+        msg = store_of_documents(msg)
         b = self.bindings[msg.binding]
         res = resource_name(b)
         return [[res, b.delta_updates, key_text(k), d, bool(x)] for k, d, x in zip(msg.keys, msg.docs, msg.deletes)]
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         if self.pattern is CommitPattern.AT_LEAST_ONCE:
             with self.driver.backend.write() as state:
                 _apply_ops(_mat(state, self.materialization), self._ops(msg))

@@ -4,14 +4,18 @@ Runtime → driver messages are imperative (``Load``), driver → runtime replie
 past tense (``Loaded``).  Keys are tuples of JSON scalars (str, int, bool) in the
 order of the collection key; documents are JSON-compatible Python objects.
 
-Load, Loaded and Store carry *batches* (columnar tuples) for speed; the phase and
-order rules are the same as for one key per message.
+Load, Loaded and the Stores carry *batches* (columnar tuples) for speed; the phase and
+order rules are the same as for one key per message.  A Store has one class per form
+(:data:`AnyStore`): documents, their JSON texts, or typed rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Key = tuple[Any, ...]  # tuple of str | int | bool
 Doc = Any  # JSON-compatible value (usually a dict)
@@ -234,16 +238,8 @@ class Store:
     ``values`` holds, per document, the values of the binding's value fields in order.
     ``exists`` says the key was Loaded in this transaction (update vs insert).
     ``deletes`` marks documents whose key must be removed (hard delete).
-    ``texts``: for a binding the endpoint reduces (``BindingSpec.endpoint_reduce``) the
-    runtime sends each combined document as its JSON text here, with ``values`` and
-    ``docs`` empty: the endpoint parses it where it stores it, and no Python object is
-    made per document (a driver may also be sent ``docs`` and ``values`` for such a
-    binding, e.g. by the conformance kit).
-    ``rows``: for a binding whose rows hold its documents (a lean table) and a driver that
-    declares ``Capabilities.typed_rows``, the combined documents as a ``pyarrow.Table`` of
-    their properties' typed values, one column per property (objects and arrays as JSON
-    text), one row per key in the order of ``keys``; ``texts``, ``values`` and ``docs``
-    empty.  Never sent over the wire."""
+    A binding the endpoint reduces gets :class:`StoreTexts` or :class:`StoreRows` from the
+    runtime, but a driver may be sent documents for it too."""
 
     binding: int
     keys: tuple[Key, ...]
@@ -251,8 +247,34 @@ class Store:
     docs: tuple[Doc, ...]
     exists: tuple[bool, ...]
     deletes: tuple[bool, ...]
-    texts: tuple[str, ...] = ()
-    rows: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTexts:
+    """The combined documents of a binding the endpoint reduces (``BindingSpec.endpoint_reduce``),
+    each as its JSON text, one per key: the endpoint parses it where it stores it, and no
+    Python object is made per document.  Nothing exists (no Loads) and nothing is deleted.
+    On the wire, a ``store`` with ``texts``."""
+
+    binding: int
+    keys: tuple[Key, ...]
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRows:
+    """The combined documents of a lean binding the endpoint reduces, for a driver whose
+    ``Driver.typed_rows`` says so: their properties' typed values, one column per property
+    (objects and arrays as JSON text), one row per key in the order of ``keys``.  Never sent
+    over the wire."""
+
+    binding: int
+    keys: tuple[Key, ...]
+    rows: pa.Table
+
+
+#: a Store in any of its forms (what ``Transactor.store`` gets)
+AnyStore = Store | StoreTexts | StoreRows
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,5 +296,18 @@ class StartedCommit:
     state: Optional[StateUpdate] = None
 
 
-RUNTIME_MESSAGES = (Spec, Validate, Apply, Open, Acknowledge, Load, Flush, Store, Quarantine, StartCommit)
+RUNTIME_MESSAGES = (
+    Spec,
+    Validate,
+    Apply,
+    Open,
+    Acknowledge,
+    Load,
+    Flush,
+    Store,
+    StoreTexts,
+    StoreRows,
+    Quarantine,
+    StartCommit,
+)
 DRIVER_MESSAGES = (SpecResponse, Validated, Applied, Opened, Acknowledged, Loaded, Flushed, StartedCommit)

@@ -40,6 +40,7 @@ from tidemark.errors import ProtocolViolation
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     BindingSpec,
     Flush,
     Flushed,
@@ -52,6 +53,7 @@ from tidemark.protocol.messages import (
     StartCommit,
     StartedCommit,
     Store,
+    StoreTexts,
 )
 
 DEFAULT_MAX_TRACKED_KEYS = 1_000_000
@@ -192,56 +194,39 @@ class _Machine:
                 else "",
             )
             self.status = Status.FLUSH
-        elif isinstance(msg, Store):
+        elif isinstance(msg, AnyStore):
             g(s is Status.STORE)
             b = self._binding(msg, msg.binding, True)
             n = len(msg.keys)
-            if msg.rows is not None:
-                g(
-                    b is None or b.endpoint_reduce,
-                    f"binding {msg.binding} is not reduced by the endpoint: Store.rows is for bindings that are",
-                )
-                g(
-                    len(msg.rows) == n
-                    and not msg.texts
-                    and not msg.values
-                    and not msg.docs
-                    and len(msg.exists) == n
-                    and len(msg.deletes) == n,
-                    "keys, rows, exists and deletes must have one entry per document (texts, values and docs none)",
-                )
-            elif msg.texts:
-                g(
-                    b is None or b.endpoint_reduce,
-                    f"binding {msg.binding} is not reduced by the endpoint: Store.texts is for bindings that are",
-                )
-                g(
-                    len(msg.texts) == n
-                    and not msg.values
-                    and not msg.docs
-                    and len(msg.exists) == n
-                    and len(msg.deletes) == n,
-                    "keys, texts, exists and deletes must have one entry per document (values and docs none)",
-                )
-            else:
+            if isinstance(msg, Store):
                 g(
                     len(msg.values) == n and len(msg.docs) == n and len(msg.exists) == n and len(msg.deletes) == n,
                     "keys, values, docs, exists and deletes must have one entry per document",
                 )
+            else:
+                g(
+                    b is None or b.endpoint_reduce,
+                    f"binding {msg.binding} is not reduced by the endpoint: {_name(msg)} is for bindings that are",
+                )
+                if isinstance(msg, StoreTexts):
+                    g(len(msg.texts) == n, "keys and texts must have one entry per document")
+                else:
+                    g(len(msg.rows) == n, "keys and rows must have one entry per document")
+            exists = msg.exists if isinstance(msg, Store) else (False,) * n  # texts and rows: nothing was Loaded
             if b is not None and (b.delta_updates or b.endpoint_reduce):
                 g(
-                    not any(msg.exists),
+                    not any(exists),
                     f"binding {msg.binding} is "
                     f"{'delta-updates' if b.delta_updates else 'reduced by the endpoint'}: nothing exists",
                 )
             elif self._tracking:
                 loaded = self._loaded.get(msg.binding, set())
-                wrong = [(k, e) for k, e in zip(_tuples(msg.keys), msg.exists) if bool(e) != (k in loaded)]
+                wrong = [(k, e) for k, e in zip(_tuples(msg.keys), exists) if bool(e) != (k in loaded)]
                 if wrong:
-                    key, exists = wrong[0]
+                    key, stated = wrong[0]
                     g(
                         False,
-                        f"Store.exists for key {list(key)!r} is {bool(exists)} but the key was "
+                        f"Store.exists for key {list(key)!r} is {bool(stated)} but the key was "
                         f"{'' if key in loaded else 'not '}Loaded in this transaction",
                     )
         elif isinstance(msg, Quarantine):
@@ -362,7 +347,7 @@ class SessionTransactor(Protocol):
     def acknowledge(self, msg: Acknowledge) -> Acknowledged: ...
     def load(self, msg: Load) -> Sequence[Loaded]: ...
     def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]: ...
-    def store(self, msg: Store) -> None: ...
+    def store(self, msg: AnyStore) -> None: ...
     def quarantine(self, msg: Quarantine) -> None: ...
     def start_commit(self, msg: StartCommit) -> StartedCommit: ...
     def close(self) -> None: ...
@@ -381,7 +366,7 @@ class RuntimeSession:
         bindings: Sequence[BindingSpec],
         *,
         max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
-        check_store: Optional[Callable[[Store], None]] = None,
+        check_store: Optional[Callable[[AnyStore], None]] = None,
     ):
         self.transactor = transactor
         self.machine = RuntimeStateMachine(bindings, opened=True, max_tracked_keys=max_tracked_keys)
@@ -417,7 +402,7 @@ class RuntimeSession:
         self.machine.receive(flushed)
         return loaded, flushed
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         self.machine.send(msg)
         if self.check_store is not None:
             self.check_store(msg)

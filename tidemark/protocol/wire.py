@@ -14,6 +14,8 @@ snake_case, whose value holds the message's fields::
     {"quarantine": {"rows": [{"binding": 0, "location": "f.json:3", "key_json": "[\"a\"]", "reason": "...", "value": "..."}]}}
     {"start_commit": {"runtime_checkpoint": {...}}}       {"started_commit": {"state": {"updated": {...}, "merge_patch": true}}}
 
+A :class:`~tidemark.protocol.messages.StoreTexts` is a ``store`` whose ``texts`` hold the
+documents (``values`` and ``docs`` empty); a ``StoreRows`` has no wire form.
 Keys and value rows are JSON arrays (tuples in Python).  Lines are ASCII (non-ASCII is
 escaped), so any language's line reader works.  Besides the protocol messages, the wire
 form has a few requests that map the rest of the :class:`~tidemark.drivers.base.Driver`
@@ -51,6 +53,7 @@ from tidemark.protocol.messages import (
     StartedCommit,
     StateUpdate,
     Store,
+    StoreTexts,
     Validate,
     Validated,
     ValidatedBinding,
@@ -241,6 +244,21 @@ def _rows_out(x: Iterable[Iterable[Any]]) -> list[list[Any]]:
     return [list(r) for r in x]
 
 
+def _store_texts_out(msg: StoreTexts) -> JsonObject:
+    """A StoreTexts as the ``store`` line it has always been: a Store of no documents (nothing
+    exists or is deleted) with ``texts``."""
+    nothing = (False,) * len(msg.keys)
+    (body,) = to_json(Store(msg.binding, msg.keys, (), (), nothing, nothing)).values()
+    return {"store": {**body, "texts": list(msg.texts), "rows": None}}
+
+
+def _store_texts_in(body: JsonObject) -> StoreTexts:
+    """The StoreTexts of a ``store`` body with ``texts``."""
+    if body.get("values") or body.get("docs") or any(body.get("exists") or ()) or any(body.get("deletes") or ()):
+        raise WireError("a store with texts has no values or docs, and nothing exists or is deleted")
+    return StoreTexts(body["binding"], _keys_in(body["keys"]), _tuple(body["texts"]))
+
+
 # name, class, {field: (to_json, from_json)} — fields not listed pass through unchanged.
 Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]  # a field's value <-> its JSON
 _SPECS: list[tuple[str, type, dict[str, Codec]]] = [
@@ -271,7 +289,6 @@ _SPECS: list[tuple[str, type, dict[str, Codec]]] = [
             "docs": (list, _tuple),
             "exists": (list, _tuple),
             "deletes": (list, _tuple),
-            "texts": (list, _tuple),
         },
     ),
     ("quarantine", Quarantine, {"rows": (list, _tuple)}),
@@ -298,6 +315,8 @@ MESSAGE_NAMES = tuple(name for name, _, _ in _SPECS)
 
 def to_json(msg: Any) -> JsonObject:
     """The wire object of a message: ``{"name": {fields...}}``."""
+    if isinstance(msg, StoreTexts):
+        return _store_texts_out(msg)
     try:
         name, codecs = _BY_CLASS[type(msg)]
     except KeyError:
@@ -324,6 +343,8 @@ def from_json(obj: Any) -> Any:
     if not isinstance(body, dict):
         raise WireError(f"{name}: the message body must be an object")
     try:
+        if name == "store" and body.get("texts"):
+            return _store_texts_in(body)
         kwargs = {}
         for f in cls.__dataclass_fields__:
             if f in body:

@@ -44,11 +44,15 @@ from tidemark.protocol.messages import (
     StartCommit,
     StateUpdate,
     Store,
+    StoreRows,
+    StoreTexts,
 )
 from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.spill import LoadedIndex, SpillBuffer
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from tidemark.collection.collection import Collection
 
 #: a shard's combined row as Spark gives it: ((shard, binding, key JSON), document JSON)
@@ -98,11 +102,11 @@ class ShardResult:
 class TypedRows:
     """A shard's combined rows of one binding as typed values (the sessions in the driver on
     the typed combine): ``keys`` sorted as the rows, ``rows`` the Arrow table of their
-    documents' properties (``Store.rows``), ``documents`` the source documents combined."""
+    documents' properties (:class:`StoreRows`), ``documents`` the source documents combined."""
 
     binding: int
     keys: list[Key]
-    rows: Any  # a pyarrow.Table
+    rows: pa.Table
     documents: int
 
 
@@ -130,8 +134,7 @@ def _store_rows(session: RuntimeSession, typed: TypedRows, chunk: int, result: S
     for i in range(0, len(typed.keys), chunk):
         part = typed.keys[i : i + chunk]
         m = len(part)
-        falses = (False,) * m
-        session.store(Store(typed.binding, tuple(part), (), (), falses, falses, rows=typed.rows.slice(i, m)))
+        session.store(StoreRows(typed.binding, tuple(part), typed.rows.slice(i, m)))
         fault_point("mid_store")
         result.stored += m
 
@@ -440,18 +443,9 @@ class _Columns:
         self.exists.append(exists)
         self.deletes.append(delete)
 
-    def message(self, binding: int) -> Store:
-        if self.texts:
-            n = len(self.texts)
-            return Store(
-                binding=binding,
-                keys=tuple(self.keys),
-                values=(),
-                docs=(),
-                exists=(False,) * n,
-                deletes=(False,) * n,
-                texts=tuple(self.texts),
-            )
+    def message(self, binding: int) -> Store | StoreTexts:
+        if self.texts:  # a binding the endpoint reduces: its columns hold texts only
+            return StoreTexts(binding, tuple(self.keys), tuple(self.texts))
         return Store(
             binding=binding,
             keys=tuple(self.keys),

@@ -216,7 +216,7 @@ def aggregations(
     expression or None).
 
     The typed doc is the document as a struct of its properties' typed values (objects and
-    arrays as their JSON text) instead of its JSON text (``Store.rows``); None where the root
+    arrays as their JSON text) instead of its JSON text (``StoreRows``); None where the root
     is not merged (the document is picked whole).  Both forms read the same aggregates, so
     they are built together: building the expressions is thousands of py4j calls.
 

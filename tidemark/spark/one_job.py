@@ -35,7 +35,7 @@ class OneJobPlan:
         self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
         self.rebindable = False
         self.rebound = 0  # batches planned from the template
-        # the unrouted rows carry the document as typed values (``row``, for Store.rows; of
+        # the unrouted rows carry the document as typed values (``row``, for StoreRows; of
         # several bindings, ``row_<i>`` per binding, null in the other bindings' rows): every
         # binding's root merges, the driver stages typed values
         self.typed = typed

@@ -77,7 +77,7 @@ class PathContext:
     on_invalid: str  # "fail" or "quarantine"
     max_quarantine: int
     driver_keys: int  # the most keys a batch may combine to and run its shard sessions in the driver
-    typed_rows: bool = False  # the driver's sessions get Store.rows (decided at start-up)
+    typed_rows: bool = False  # the driver's sessions get StoreRows (decided at start-up)
     plans: dict = field(default_factory=dict)  # OneJobPlan per (Spark session, source columns, layout)
 
     def in_driver(self, previous_keys: Optional[int]) -> bool:

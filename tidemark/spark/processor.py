@@ -220,7 +220,7 @@ class Materializer:
 
     def start_up(self) -> None:
         """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator);
-        then whether the shard sessions in the driver get typed values (``Store.rows``)."""
+        then whether the shard sessions in the driver get typed values (``StoreRows``)."""
         self.coordinator.start_up()
         self.paths = replace(self.paths, typed_rows=all(self.driver.typed_rows(self.bindings)))
 

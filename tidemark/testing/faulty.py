@@ -31,6 +31,7 @@ from tidemark.faults import InjectedFault
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Applied,
     Apply,
     BindingSpec,
@@ -43,7 +44,6 @@ from tidemark.protocol.messages import (
     Quarantine,
     StartCommit,
     StartedCommit,
-    Store,
 )
 
 FAULTS = ("crash", "stall", "zombie")
@@ -181,7 +181,7 @@ class FaultySession(Transactor):
     def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
         return self.driver.event("flush", lambda: cast(Transactor, self.inner).flush(msg), self, self.req)
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         return self.driver.event("store", lambda: cast(Transactor, self.inner).store(msg), self, self.req)
 
     def quarantine(self, msg: Quarantine) -> None:

@@ -15,6 +15,7 @@ from tidemark.drivers.base import Transactor
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     BindingSpec,
     Flush,
     Flushed,
@@ -23,7 +24,6 @@ from tidemark.protocol.messages import (
     Quarantine,
     StartCommit,
     StartedCommit,
-    Store,
 )
 from tidemark.protocol.state import DEFAULT_MAX_TRACKED_KEYS, DriverStateMachine, Status
 
@@ -67,7 +67,7 @@ class GuardedTransactor(Transactor):
         self.machine.send(flushed)
         return loaded, flushed
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         self.machine.receive(msg)
         self.inner.store(msg)
 

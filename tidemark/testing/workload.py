@@ -16,7 +16,7 @@ Three bindings (four with ``reduced``):
 ``reduced`` (only for a driver that reduces ``sum`` / ``lastWriteWins`` itself,
 ``Capabilities.endpoint_reduce``)
     the same add events, no deletes; each transaction Stores, per key, the transaction's
-    combined delta as JSON text (``Store.texts``, no Loads), which the endpoint reduces into
+    combined delta as JSON text (``StoreTexts``, no Loads), which the endpoint reduces into
     its stored ``{k, n, last}``.
 
 Nothing here imports tidemark.collection or Spark: the reductions are written out so

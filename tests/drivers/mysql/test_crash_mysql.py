@@ -88,7 +88,7 @@ def test_kill_on_the_endpoint_reduce_path_then_restart_is_exact(tmp_path, mysql_
 def test_typed_rows_killed_between_the_staged_load_and_the_statement_then_restart_is_exact(
     tmp_path, mysql_url, mysql_db
 ):
-    """A lean view whose shard sessions run in the driver on typed values (``Store.rows``
+    """A lean view whose shard sessions run in the driver on typed values (``StoreRows``
     loaded by ``LOAD DATA``): `tidemark run` SIGKILLed after the staged load, before and after
     the reducing statement's commit; the restarted runs finish exactly."""
     endpoint = {"mysql": {"url": mysql_url, "schema": mysql_db}}

@@ -145,7 +145,7 @@ def test_typed_rows_killed_between_the_staged_copy_and_the_statement_then_restar
     tmp_path, postgres_url, pg_schema
 ):
     """A lean view whose shard sessions run in the driver on typed values (Spark's struct,
-    ``Store.rows`` COPYed as CSV): `tidemark run` SIGKILLed after the staged COPY, before and
+    ``StoreRows`` COPYed as CSV): `tidemark run` SIGKILLed after the staged COPY, before and
     after the reducing statement's commit; the restarted runs finish exactly. (A kill inside
     the Store is MariaDB's test, and every point's on the plain runner.)"""
     endpoint = {"postgres": {"url": postgres_url, "schema": pg_schema}}

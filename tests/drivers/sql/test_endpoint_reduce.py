@@ -25,7 +25,7 @@ from tidemark.collection.collection import Collection
 from tidemark.collection.decimals import exact_sum
 from tidemark.drivers.mysql.bulk import to_utc
 from tidemark.errors import DriverError, ReductionError
-from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store
+from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -286,9 +286,8 @@ def test_a_key_staged_twice_in_one_transaction_is_refused_and_nothing_commits(dr
             t.flush(Flush())
             with pytest.raises(DriverError, match=r"sums.*a key was stored twice in one transaction"):
                 for keys in stores:
-                    n = len(keys)
                     texts = tuple(json.dumps({"k": k, "n": 5}) for k in keys)
-                    t.store(Store(0, tuple((k,) for k in keys), (), (), (False,) * n, (False,) * n, texts))
+                    t.store(StoreTexts(0, tuple((k,) for k in keys), texts))
         finally:
             t.close()
     assert driver.dump(MAT, b) == {("a",): {"k": "a", "n": 1}}
@@ -356,7 +355,7 @@ def test_names_written_with_and_without_escapes_are_one_member(driver):
     t.acknowledge(Acknowledge())
     t.flush(Flush())
     raw = json.dumps(doc, ensure_ascii=False)
-    t.store(Store(0, (("a",),), (), (), (False,), (False,), (raw,)))
+    t.store(StoreTexts(0, (("a",),), (raw,)))
     t.start_commit(StartCommit(cp(1)))
     t.close()
     commit(driver, coll, b, {"a": doc}, 2)

@@ -20,7 +20,7 @@ from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_b
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema
-from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreRows
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -62,7 +62,7 @@ def endpoint(request, tmp_path):
 
 @pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite", "mysql"])
 def typed_endpoint(request, tmp_path):
-    """An endpoint that stages typed values (``Store.rows``)."""
+    """An endpoint that stages typed values (``StoreRows``)."""
     e = Endpoint(request.param, request, tmp_path)
     yield e
     e.driver.close()
@@ -245,7 +245,7 @@ def test_a_new_property_and_a_widening_on_a_lean_view(postgres_url, pg_schema, r
 
 
 def typed_rows(model, combined: dict, keys: list):
-    """The combined documents as ``Store.rows`` (what the typed combine collects): a column
+    """The combined documents as ``StoreRows`` (what the typed combine collects): a column
     per property, objects and arrays as JSON text."""
     import pyarrow as pa
 
@@ -261,7 +261,7 @@ def typed_rows(model, combined: dict, keys: list):
 
 
 def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoint):
-    """``Store.rows`` (typed values, as the typed combine sends them) and the JSON texts give
+    """``StoreRows`` (typed values, as the typed combine sends them) and the JSON texts give
     the same view, batch after batch, mixed across transactions; a sum past 64 bits is named."""
     driver = typed_endpoint.driver
     try:
@@ -285,10 +285,7 @@ def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoin
                 rows_ = typed_rows(t.models[0], combined, keys)
                 for j in range(0, n, 2):  # two rows per Store: several Stores of one binding
                     part = keys[j : j + 2]
-                    m = len(part)
-                    t.store(
-                        Store(0, tuple((k,) for k in part), (), (), (False,) * m, (False,) * m, rows=rows_.slice(j, m))
-                    )
+                    t.store(StoreRows(0, tuple((k,) for k in part), rows_.slice(j, len(part))))
                 t.start_commit(StartCommit(cp(i)))
             finally:
                 t.close()
@@ -298,7 +295,7 @@ def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoin
         try:
             t.acknowledge(Acknowledge())
             big = {"a": {"k": "a", "n": 2**63 - 1}}
-            t.store(Store(0, (("a",),), (), (), (False,), (False,), rows=typed_rows(t.models[0], big, ["a"])))
+            t.store(StoreRows(0, (("a",),), typed_rows(t.models[0], big, ["a"])))
             with pytest.raises(Exception, match=r"key \['a'\]: /n: 'sum' overflowed"):
                 t.start_commit(StartCommit(cp(len(batches))))
         finally:
@@ -324,17 +321,7 @@ def test_a_zombie_sessions_typed_rows_are_fenced_off_after_a_newer_open(postgres
         old.acknowledge(Acknowledge())
         old.flush(Flush())
         keys = sorted(combined)
-        old.store(
-            Store(
-                0,
-                tuple((k,) for k in keys),
-                (),
-                (),
-                (False, False),
-                (False, False),
-                rows=typed_rows(old.models[0], combined, keys),
-            )
-        )
+        old.store(StoreRows(0, tuple((k,) for k in keys), typed_rows(old.models[0], combined, keys)))
         commit(driver, coll, b, {"a": {"k": "a", "n": 1}}, 0)  # a retried task: a newer session commits
         with pytest.raises(FencedOff):
             old.start_commit(StartCommit(cp(0)))
@@ -358,17 +345,7 @@ def test_a_nul_in_typed_rows_is_named_by_key_and_property(postgres_url, pg_schem
         try:
             t.acknowledge(Acknowledge())
             with pytest.raises(DriverError, match=r"key \['b'\] \(at /city\) holds U\+0000"):
-                t.store(
-                    Store(
-                        0,
-                        (("a",), ("b",)),
-                        (),
-                        (),
-                        (False,) * 2,
-                        (False,) * 2,
-                        rows=typed_rows(t.models[0], combined, ["a", "b"]),
-                    )
-                )
+                t.store(StoreRows(0, (("a",), ("b",)), typed_rows(t.models[0], combined, ["a", "b"])))
         finally:
             t.close()
         assert driver.dump(MAT, b) == {}

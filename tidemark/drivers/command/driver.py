@@ -47,6 +47,7 @@ from tidemark.protocol import wire
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Applied,
     Apply,
     BindingSpec,
@@ -62,7 +63,6 @@ from tidemark.protocol.messages import (
     SpecResponse,
     StartCommit,
     StartedCommit,
-    Store,
     Validate,
     Validated,
 )
@@ -326,7 +326,7 @@ class CommandTransactor(Transactor):
                 return loaded, reply
             loaded.append(reply)
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         self._send(msg)
         self._arrived("storing")  # any output now is a violation the machine raises
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.base import ReadCommittedLoads, Transactor, store_of_documents
 from tidemark.drivers.common.columns import arrow_type, coerce, column, dumps
 from tidemark.drivers.lake.format import Staged, TableFormat, run
 from tidemark.drivers.lake.lean import documents_of, lean_values
@@ -31,6 +31,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Load,
     Loaded,
     Open,
@@ -38,7 +39,6 @@ from tidemark.protocol.messages import (
     StartCommit,
     StartedCommit,
     StateUpdate,
-    Store,
 )
 
 OWNERS = "-owners"  # beside the staging folder: <staging>-owners/<view>.json
@@ -201,7 +201,8 @@ class StagedFilesTransactor(ReadCommittedLoads, Transactor):
         keys = [k for k in msg.keys if tuple(k) in found]
         return [Loaded(msg.binding, tuple(keys), tuple(found[tuple(k)] for k in keys))] if keys else []
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
+        msg = store_of_documents(msg)
         if not msg.keys:
             return
         model = self.models[msg.binding]

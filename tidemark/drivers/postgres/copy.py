@@ -3,7 +3,7 @@
 Store rows go by ``COPY … FROM STDIN`` with psycopg formatting each row in C; a value it cannot
 write as the column wants it (``3.0`` in an integer column, say) rolls that transaction back
 and the chunk goes again as COPY text built value by value.  Load keys go as COPY text; typed
-values (``Store.rows``) as CSV written by Arrow (no Python per row).  A value PostgreSQL
+values (``StoreRows``) as CSV written by Arrow (no Python per row).  A value PostgreSQL
 refuses is named by its key and field, and a U+0000 by the key and where it is (PostgreSQL's
 own message names a line of the COPY).
 """

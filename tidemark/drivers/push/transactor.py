@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from tidemark.drivers.base import Transactor
+from tidemark.drivers.base import Transactor, store_of_documents
 from tidemark.drivers.common.columns import quarantine_row
 from tidemark.drivers.push.log import LogSession
 from tidemark.drivers.store.transactor import StoreTransactor
@@ -39,6 +39,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Flush,
     Flushed,
     Load,
@@ -46,7 +47,6 @@ from tidemark.protocol.messages import (
     Quarantine,
     StartCommit,
     StartedCommit,
-    Store,
 )
 from tidemark.store.db import batch_of
 
@@ -85,7 +85,8 @@ class PushTransactor(Transactor):
     def flush(self, msg: Flush) -> tuple[Sequence[Loaded], Flushed]:
         return self.state.flush(msg)
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
+        msg = store_of_documents(msg)
         if not self.delta[msg.binding]:
             self.state.store(msg)  # the full documents (and deletes) for later Loads
         self.log.send(msg)

@@ -25,7 +25,15 @@ from __future__ import annotations
 import logging
 from typing import Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, ReadCommittedLoads, Transactor
+from tidemark.drivers.base import (
+    Capabilities,
+    CheckpointRow,
+    CommitPattern,
+    Driver,
+    ReadCommittedLoads,
+    Transactor,
+    store_of_documents,
+)
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.redis.connection import redact
 from tidemark.drivers.redis.fences import RangeFence
@@ -36,6 +44,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     Applied,
     Apply,
     BindingSpec,
@@ -47,7 +56,6 @@ from tidemark.protocol.messages import (
     SpecResponse,
     StartCommit,
     StartedCommit,
-    Store,
     Validate,
     Validated,
     ValidatedBinding,
@@ -241,7 +249,8 @@ class RedisTransactor(ReadCommittedLoads, Transactor):
         keys = [tuple(k) for k in msg.keys if tuple(k) in found]
         return [Loaded(msg.binding, tuple(keys), tuple(found[k] for k in keys))] if keys else []
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
+        msg = store_of_documents(msg)
         prefix = self.prefixes[msg.binding]
         if self.delta[msg.binding]:
             self._appends.extend((prefix, tuple(k), d) for k, d in zip(msg.keys, msg.docs))

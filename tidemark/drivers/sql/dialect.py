@@ -96,7 +96,7 @@ class Dialect:
     #: a lean row's date-time is a column of its instant (the remainder keeps another spelling)
     lean_date_times: bool = False
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
-    typed_staging: bool = False  # a lean binding it reduces stages ``Store.rows`` (typed values)
+    typed_staging: bool = False  # a lean binding it reduces stages ``StoreRows`` (typed values)
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)
     #: how the endpoint reduces a batch itself (None: it Loads, and the runtime reduces)
     reduction: Optional[Reduction] = None

@@ -15,7 +15,7 @@ from :func:`tidemark.collection.plan.sql_reduction`):
   added after the row was written is NULL there) — and the staged column;
 * root ``lastWriteWins``: the plain upsert; root ``firstWriteWins``: ``DO NOTHING``.
 
-Only the keys and the document's JSON text are staged (``Store.texts``: no Python object
+Only the keys and the document's JSON text are staged (``StoreTexts``: no Python object
 per document); the value columns are read from the staged document in the statement
 (:func:`reduce_sources`).  A key is staged once per transaction (the runtime combines per
 key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's pieces; PostgreSQL's is
@@ -58,7 +58,7 @@ class ReduceSql:
 
     staged_alias = ""  # the staging table's alias in the statement's sources ("": none)
     null_document = "NULL"  # the staged document of typed values (there is none)
-    staged_values = False  # set for a statement over typed values (``Store.rows``), not documents
+    staged_values = False  # set for a statement over typed values (``StoreRows``), not documents
 
     def __init__(self, quote: Callable[[str], str]):
         self.quote = quote

@@ -44,6 +44,7 @@ from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     JsonObject,
     Key,
     Load,
@@ -53,6 +54,8 @@ from tidemark.protocol.messages import (
     StartCommit,
     StartedCommit,
     Store,
+    StoreRows,
+    StoreTexts,
 )
 
 T = TypeVar("T")
@@ -130,7 +133,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._quarantine: list[JsonObject] = []
         self._seq = 0  # Store order within the transaction
         self._reduced_keys: dict[int, set[Key]] = {}  # per binding the endpoint reduces: the keys staged
-        self._typed: set[int] = set()  # bindings staged as typed values (Store.rows)
+        self._typed: set[int] = set()  # bindings staged as typed values (StoreRows)
         self._stale: set[str] = set()  # temp tables still holding committed rows (emptied when next used)
         self._hashes: dict[
             int, set[int]
@@ -242,16 +245,21 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         found.sort()
         return self.lean_rows(model, found) if model.lean else found
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
         if not msg.keys:
             return
         model = self.models[msg.binding]
-        if msg.rows is not None:
+        if isinstance(msg, StoreRows):
             self.store_typed(model, msg)
-            return
-        if model.reduce is not None:
+        elif model.reduce is not None:
             self.store_texts(model, msg)
-            return
+        elif isinstance(msg, Store):
+            self.store_documents(model, msg)
+        else:
+            raise DriverError(f"{model.display}: JSON texts for a binding {self.dialect.title} does not reduce")
+
+    def store_documents(self, model: TableModel, msg: Store) -> None:
+        """Stage documents with their value columns, deletes and whether Load found their key."""
         self.track(model, msg)
         seq = self._seq
         self._seq = seq + len(msg.keys)
@@ -285,7 +293,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     def stage(
         self,
         model: TableModel,
-        msg: Store,
+        msg: Store | StoreTexts,
         names: list[str],
         kinds: list[str],
         rows: list[tuple[Any, ...]],
@@ -294,10 +302,9 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         """``rows`` into the binding's staging table (made, or emptied of a committed
         transaction's rows, first), by the endpoint's writer."""
         table, prepare = self.staging_table(model, msg.binding, stage_name(msg.binding))
-        texts = msg.texts
 
         def docs() -> Sequence[Any]:
-            return msg.docs or [jsontext.loads(t) for t in texts or ()]
+            return msg.docs if isinstance(msg, Store) else [jsontext.loads(t) for t in msg.texts]
 
         chunk = Chunk(table, prepare, names, kinds, rows, key_names, model, msg.keys, docs, f"store {model.display}")
         self.writer.stage(self, chunk)
@@ -338,7 +345,7 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             return table, [create]
         return table, [dialect.empty_table(table)] if name in self._stale else []
 
-    def staged_once(self, model: TableModel, msg: Store) -> None:
+    def staged_once(self, model: TableModel, msg: AnyStore) -> None:
         """A binding the endpoint reduces stages each key once per transaction (the runtime
         combines each key once per batch): a key stored twice is refused."""
         seen = self._reduced_keys.setdefault(msg.binding, set())
@@ -349,18 +356,22 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             )
         seen.update(msg.keys)
 
-    def store_texts(self, model: TableModel, msg: Store) -> None:
+    def store_texts(self, model: TableModel, msg: Store | StoreTexts) -> None:
         """Stage a binding the endpoint reduces: the keys and each combined document's JSON
         text (the value columns are read from it by the commit's statement,
-        :mod:`tidemark.drivers.sql.reduce`).  A key staged twice in one transaction is
-        refused: the runtime combines each key once per batch."""
+        :mod:`tidemark.drivers.sql.reduce`); documents sent for it are staged as their texts.
+        A key staged twice in one transaction is refused: the runtime combines each key once
+        per batch."""
         if msg.binding in self._typed:
             raise DriverError(
                 f"{model.display}: typed rows and JSON texts staged in one transaction: nothing was committed"
             )
         self.staged_once(model, msg)
         n = len(model.keys)
-        texts = self.reduction().staged_texts(msg.texts) if msg.texts else tuple(self.writer.dumps(d) for d in msg.docs)
+        if isinstance(msg, StoreTexts):
+            texts = self.reduction().staged_texts(msg.texts)
+        else:
+            texts = tuple(self.writer.dumps(d) for d in msg.docs)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         rows = [(seq + i, False, False, *key, text) for i, (key, text) in enumerate(zip(msg.keys, texts))]
@@ -368,8 +379,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         kinds = [ORDER, FLAG, FLAG] + [c.kind for c in model.keys] + [DOC]
         self.stage(model, msg, names, kinds, rows, ())
 
-    def store_typed(self, model: TableModel, msg: Store) -> None:
-        """Stage a lean binding's combined documents given as typed values (``Store.rows``,
+    def store_typed(self, model: TableModel, msg: StoreRows) -> None:
+        """Stage a lean binding's combined documents given as typed values (:class:`StoreRows`,
         an Arrow table) into a staging table of the view's column types, read by the
         commit's statement as they are."""
         if msg.binding in self._staged and msg.binding not in self._typed:

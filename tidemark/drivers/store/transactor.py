@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.collection.keys import compact_json
-from tidemark.drivers.base import ReadCommittedLoads, Transactor
+from tidemark.drivers.base import ReadCommittedLoads, Transactor, store_of_documents
 from tidemark.drivers.common.columns import quarantine_row
 from tidemark.drivers.store.naming import delta_key, quarantine_key, resource_name
 from tidemark.faults import fault_point
@@ -31,6 +31,7 @@ from tidemark.jsontext import loads
 from tidemark.protocol.messages import (
     Acknowledge,
     Acknowledged,
+    AnyStore,
     BindingSpec,
     Load,
     Loaded,
@@ -38,7 +39,6 @@ from tidemark.protocol.messages import (
     StartCommit,
     StartedCommit,
     StateUpdate,
-    Store,
 )
 from tidemark.store import CommitInfo, Isolation, RangeStore, tidemark_key
 from tidemark.store.db import batch_of
@@ -75,7 +75,8 @@ class StoreTransactor(ReadCommittedLoads, Transactor):
     def _evaluate(self, msg: Load) -> list[Loaded]:
         return committed_loads(self.rs, self.ids[msg.binding], msg)
 
-    def store(self, msg: Store) -> None:
+    def store(self, msg: AnyStore) -> None:
+        msg = store_of_documents(msg)
         txn = self.rs.transaction()
         bid = self.ids[msg.binding]
         if self.delta[msg.binding]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from tidemark.drivers.base import Capabilities, Driver, store_check
 from tidemark.errors import FencedOff, RecoveryError
-from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.protocol.state import RuntimeSession
 from tidemark.runtime.shard import ShardTask, check_opened
 from tidemark.testing.kit import kill as killing
@@ -255,18 +255,7 @@ class Sessions:
                 part = rows[i : i + self.store_chunk]
                 self.tracker(f"the driver reading a Store of {len(part)} documents ({where})")
                 if binding == REDUCED:
-                    n = len(part)
-                    sess.store(
-                        Store(
-                            binding,
-                            tuple(r[1] for r in part),
-                            (),
-                            (),
-                            (False,) * n,
-                            (False,) * n,
-                            tuple(r[3] for r in part),
-                        )
-                    )
+                    sess.store(StoreTexts(binding, tuple(r[1] for r in part), tuple(r[3] for r in part)))
                 else:
                     sess.store(
                         Store(
