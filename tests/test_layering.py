@@ -262,3 +262,18 @@ def test_the_environment_is_read_only_in_options():
             if ("os.environ" in line or "getenv(" in line) and not writes.search(line):
                 bad.append(f"{p.relative_to(ROOT.parent)}:{n}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in ``tests/support/``: a test module imported by another would
+    also run its fixtures' and tests' module-level code there."""
+    tests = ROOT.parent / "tests"
+    found = []
+    for p in _modules(tests):
+        tree = ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
+        for node in ast.walk(tree):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.startswith("tests.") and n.rpartition(".")[2].startswith("test_") for n in names):
+                found.append(f"{p.relative_to(tests.parent)}:{node.lineno} imports {names}")
+    assert not found, found

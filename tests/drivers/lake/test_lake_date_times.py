@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.drivers.lake.test_lake_lean_rows import Lake, apply, commit
 from tests.support.driver_protocol import MAT
 from tests.support.helpers import lake_documents
+from tests.support.lake_support import Lake, apply, commit
 from tidemark.collection.collection import Collection
 from tidemark.collection.formats import instant
 from tidemark.drivers.base import ReplaceContents

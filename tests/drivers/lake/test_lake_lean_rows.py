@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.support.driver_protocol import MAT, cp, load_all
 from tests.support.endpoint_reduce import canonical
 from tests.support.helpers import lake_documents
+from tests.support.lake_support import Lake, apply, commit
 from tidemark.collection.collection import Collection
 from tidemark.drivers.common.columns import BOOLEAN, DOCUMENT_COLUMN, INTEGER, JSON, NUMBER, TEXT, column
 from tidemark.drivers.lake.lean import documents_of, holds, lean_values
@@ -52,34 +53,6 @@ DOCS = [
 ]
 
 
-class Lake:
-    def __init__(self, name, tmp_path):
-        self.name = name
-        self.tmp = tmp_path
-        self.driver = self.make()
-
-    def make(self):
-        if self.name == "delta":
-            from tidemark.drivers.delta import DeltaDriver
-
-            return DeltaDriver({"path": str(self.tmp / "lake")})
-        from tidemark.drivers.iceberg import IcebergDriver
-
-        catalog = {"uri": f"sqlite:///{self.tmp / 'catalog.db'}", "warehouse": str(self.tmp / "warehouse")}
-        return IcebergDriver({"catalog": catalog, "namespace": "views"})
-
-    def rows(self, b) -> tuple[pa.Table, dict]:
-        """Every column of the table, and its properties, read without tidemark's code."""
-        model = self.driver.model(b)
-        if self.name == "delta":
-            from deltalake import DeltaTable
-
-            dt = DeltaTable(model.name)
-            return dt.to_pyarrow_table(), dt.metadata().configuration
-        t = self.driver.catalog.load_table(model.identifier)
-        return t.scan().to_arrow(), t.properties
-
-
 @pytest.fixture(params=["delta", "iceberg"])
 def lake(request, tmp_path):
     e = Lake(request.param, tmp_path)
@@ -90,38 +63,6 @@ def lake(request, tmp_path):
 def bind(schema=SCHEMA, **resource):
     coll = Collection(CollectionSpec("orders", ("/customer",), schema))
     return coll.binding_spec(SimpleNamespace(resource={"table": "customers", **resource}, delta_updates=False))
-
-
-def apply(driver, b):
-    driver.validate(Validate(MAT, driver.config, (b,)))
-    return driver.apply(Apply(MAT, driver.config, (b,))).action_description
-
-
-def commit(driver, b, docs, batch, state, key="customer", materialization=MAT, checkpoint_id="chk-1"):
-    """One standard transaction: Acknowledge, Load, Store, StartCommit, the log, the apply.
-    Returns (what Load answered, the new state)."""
-    t, _ = driver.open(Open(materialization, "v1", Range(), state=state, bindings=(b,)))
-    try:
-        t.acknowledge(Acknowledge(state=state))
-        keys = [(d[key],) for d in docs]
-        loaded = load_all(t, 0, keys)
-        names = [f.name for f in b.value_fields]
-        t.store(
-            Store(
-                0,
-                tuple(keys),
-                tuple(tuple(d.get(n) for n in names) for d in docs),
-                tuple(docs),
-                tuple(k in loaded for k in keys),
-                tuple(False for _ in docs),
-            )
-        )
-        started = t.start_commit(StartCommit(cp(batch, checkpoint_id=checkpoint_id)))
-    finally:
-        t.close()
-    state = apply_update(state, started.state)
-    driver.coordinator_acknowledge(materialization, state, cp(batch, checkpoint_id=checkpoint_id), (b,))
-    return loaded, state
 
 
 def by_key(docs) -> dict:
