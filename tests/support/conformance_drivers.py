@@ -30,7 +30,7 @@ SHIPPED = {
     "redis-at-least-once": lambda tmp, urls: {"url": urls["redis"], "mode": "at-least-once"},
     # the kit reads the standard binding from the state store, the delta rows from the receiver
     "webhook": lambda tmp, urls: {"url": urls["webhook"], "state": str(tmp / "state"), "chunk_docs": 50},
-    # atomic batch publish (chunked batches: tests/drivers/nats/test_crash_nats.py, test_nats_channel.py)
+    # atomic batch publish (chunked batches: tests/drivers/nats/test_nats_crash.py, test_nats_channel.py)
     "nats": lambda tmp, urls: {
         "url": urls["nats"],
         "state": str(tmp / "state"),

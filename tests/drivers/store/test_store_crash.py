@@ -2,7 +2,7 @@
 at the store's own points; restart; the view must be exact, and no range's store may have
 been wiped and rebuilt (its RocksDB keeps its identity and directory from the clean run).
 
-Follows test_crash_sqlite.py: each point is armed once (``arm_in_sequence``); an attempt
+Follows test_sqlite_crash.py: each point is armed once (``arm_in_sequence``); an attempt
 dies at the first point it reaches whose marker is not written yet.
 """
 

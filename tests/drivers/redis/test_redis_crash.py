@@ -2,7 +2,7 @@
 random moments; restart; the view, read straight from Redis, must equal the oracle and
 every range's checkpoint must hold the last batch.
 
-Follows test_crash_sqlite.py: each point is armed once (``arm_in_sequence``); an attempt
+Follows test_sqlite_crash.py: each point is armed once (``arm_in_sequence``); an attempt
 dies at the first point it reaches whose marker is not written yet.
 """
 
