@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tidemark import jsontext
-from tidemark.drivers.base import ValueLimits, store_check
 from tidemark.drivers.command.driver import capabilities_from_wire
 from tidemark.drivers.common.columns import INTEGER, NUMBER, TEXT, held
+from tidemark.drivers.limits import ValueLimits, store_check
 from tidemark.errors import EndpointRefused
 from tidemark.protocol.messages import BindingSpec, Field, Store
 from tidemark.testing.kit.edges import canonical, first_difference, key_of

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, cast
 
-from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Transactor, capabilities_of, store_check
+from tidemark.drivers.base import Capabilities, CommitPattern, Driver, Transactor, capabilities_of
+from tidemark.drivers.limits import store_check
 from tidemark.drivers.registry import load_driver
 from tidemark.errors import RecoveryError, TidemarkError, mark_for_driver, reset_hint
 from tidemark.faults import fault_point

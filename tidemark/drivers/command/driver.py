@@ -38,10 +38,11 @@ import threading
 import weakref
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor, ValueLimits
+from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Transactor
 from tidemark.drivers.command.program import Program, give_back, program_name, take_idle
 from tidemark.drivers.command.settings import SETTINGS
 from tidemark.drivers.common.settings import read
+from tidemark.drivers.limits import ValueLimits
 from tidemark.errors import DriverProgramError, SpecError
 from tidemark.protocol import wire
 from tidemark.protocol.messages import (

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from tidemark.drivers.base import ValueLimits
 from tidemark.drivers.common.settings import MASK, Setting, read
 from tidemark.drivers.kafka.ids import DEFAULT_PREFIX
+from tidemark.drivers.limits import ValueLimits
 from tidemark.errors import SpecError
 from tidemark.policy import RetryPolicy
 from tidemark.protocol.messages import BindingSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from tidemark.drivers.base import ValueLimits
+from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.mysql.reduce import ENDPOINT_REDUCE, MariaReduce
 from tidemark.drivers.sql import (
     BOOLEAN,

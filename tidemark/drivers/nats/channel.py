@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, cast
 
-from tidemark.drivers.base import ValueLimits
+from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.nats import wire
 from tidemark.drivers.nats.errors import ERR_NO_MESSAGE_FOUND, ERR_WRONG_LAST_SEQUENCE, NatsApiError
 from tidemark.drivers.nats.wire import BatchId, Channel, Frontier, InFlight, ProgressRecord

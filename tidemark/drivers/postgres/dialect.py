@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import EXACT_SUM, FieldPlan
-from tidemark.drivers.base import ValueLimits
+from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.sql import (
     BOOLEAN,
     DOCUMENT_COLUMN,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Protocol, Sequence
 
-from tidemark.drivers.base import CheckpointRow, ValueLimits
+from tidemark.drivers.base import CheckpointRow
+from tidemark.drivers.limits import ValueLimits
 from tidemark.protocol.messages import Applied, Apply, BindingSpec, Open, Range, SpecResponse, Store
 
 #: a committed row at the endpoint: (resource, key, the document as JSON bytes or None: a delete)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from tidemark.drivers.base import ValueLimits
+from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.sql.model import (
     BOOLEAN,
     DOCUMENT_COLUMN,

@@ -22,7 +22,6 @@ from tidemark import jsontext
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
 from tidemark.drivers.common.columns import INTEGER, NUMBER, held
 from tidemark.drivers.common.fences import fenced_off
-from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.dialect import Dialect, Reduction
 from tidemark.drivers.sql.model import (
@@ -37,7 +36,8 @@ from tidemark.drivers.sql.model import (
     staged_column,
 )
 from tidemark.drivers.sql.parts import SqlClient
-from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement, sum_overflowed
+from tidemark.drivers.sql.reduce import reduce_sources, reduce_statement
+from tidemark.drivers.sql.refusals import refused_document, sum_overflow
 from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk, RowWriter
 from tidemark.errors import DriverError
 from tidemark.faults import fault_point
@@ -436,7 +436,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         try:
             self.in_transaction(body, f"commit {self.range.name}")  # Step 1 and Step 5
         except DriverError as exc:
-            raise self.refused_document(exc) or exc from None
+            staged = [(self.models[b], self.dialect.temp(stage_name(b))) for b in sorted(self._staged)]
+            raise refused_document(self.execute, self.dialect, staged, exc) or exc from None
         fault_point("after_endpoint_commit")
         self.committed()
         self._staged.clear()
@@ -445,28 +446,6 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         self._seq = 0
         self._reduced_keys.clear()
         return StartedCommit()
-
-    def refused_document(self, exc: DriverError) -> Optional[DriverError]:
-        """A commit the view's document column refused (MariaDB's JSON check): the key of a
-        staged document the dialect's ``invalid_document`` test finds, and why, or None."""
-        dialect = self.dialect
-        if dialect.invalid_document is None or DOCUMENT_COLUMN not in str(exc):
-            return None
-        for binding in sorted(self._staged):
-            model = self.models[binding]
-            keys = ", ".join(staged_column(j) for j in range(len(model.keys)))
-            test = dialect.invalid_document.format(STAGED_DOCUMENT)
-            try:
-                row = self.execute(f"SELECT {keys} FROM {dialect.temp(stage_name(binding))} WHERE {test}").fetchone()
-            except Exception:  # noqa: BLE001 - the explanation is a courtesy; the commit's error stands
-                return None
-            if row is not None:
-                return DriverError(
-                    f"{dialect.title}: {model.display}: the document of key {list(row)!r} is not JSON the view's "
-                    f"{DOCUMENT_COLUMN} column holds ({dialect.document_rule}): nothing of this transaction was "
-                    "committed. Change the document upstream (or its schema)"
-                )
-        return None
 
     def apply_staged(self, binding: int) -> None:
         """Inside the commit: move one binding's staged rows into its table."""
@@ -530,28 +509,11 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
                 self.execute("ROLLBACK TO SAVEPOINT tidemark_reduce")
             refused = self.reduction().refused(model, exc)
             if refused is None and dialect.out_of_range(exc):
-                refused = self.sum_overflow(model, forms, staging, typed, exc)
+                secrets = getattr(self.driver.settings, "secrets", ())
+                refused = sum_overflow(self.execute, model, forms, staging, typed, exc, secrets, dialect.title)
             if refused is None:
                 raise
             raise refused from None
-
-    def sum_overflow(self, model: TableModel, forms: Any, staging: str, typed: bool, exc: Exception) -> Exception:
-        """The key and property of a ``sum`` that left its type, found by a query over the
-        staged and stored rows; else the endpoint's error."""
-        assert model.reduce is not None  # a binding the endpoint reduces
-        for col in model.values:
-            f = next((f for f in model.reduce.fields if f.name == col.name), None)
-            if f is None or f.strategy != "sum":
-                continue
-            row = self.execute(forms.overflow_query(model, staging, f, col, typed)).fetchone()
-            if row is not None:
-                n = len(model.keys)
-                return sum_overflowed(model, f.name, col.kind, list(row[:n]), row[n], row[n + 1])
-        text = redact(exc, getattr(self.driver.settings, "secrets", ())).strip().splitlines()[0]
-        return DriverError(
-            f"{model.display}: reducing this batch in {self.dialect.title} failed: {text}. Nothing of this "
-            "shard's transaction was committed."
-        )
 
     def committed(self) -> None:
         """After the commit: the staging tables it applied are emptied when next used (most

@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from tidemark.drivers.base import Capabilities, Driver, store_check
+from tidemark.drivers.base import Capabilities, Driver
+from tidemark.drivers.limits import store_check
 from tidemark.errors import FencedOff, RecoveryError
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.protocol.state import RuntimeSession

@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, cast
 
-from tidemark.drivers.base import ValueLimits
+from tidemark.drivers.limits import ValueLimits
 from tidemark.protocol.messages import Acknowledge, BindingSpec, Field, Flush, Load, StartCommit, Store
 from tidemark.testing.kit.edges import EDGES, depth_of, first_difference, has_nul, key_of, nested, show, size_of
 from tidemark.testing.kit.runtime import KitRuntime
