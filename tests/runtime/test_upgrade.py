@@ -9,6 +9,7 @@ later run refused.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.support.helpers import ORDERS_SCHEMA, oracle_orders, skip_unless_required, write_orders
+from tests.support.helpers import ORDERS_SCHEMA, oracle_orders, skip_unless_required, write_input, write_orders
 from tests.support.kafka_broker import kafka_bootstrap, kafka_broker
 from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.nats_server import nats_server, nats_url
@@ -37,6 +38,12 @@ RELEASES = {
 }
 
 
+# 2026-12-06: lean views whose date-times were text in Delta and Iceberg and made MariaDB's
+# view full, whose unions and exact decimals MariaDB left to Load
+LEAN_RELEASE = "637ffde"
+LEAN_KINDS = ["sqlite", "postgres", "mysql", "delta", "iceberg"]
+
+
 def unavailable(why: str):
     skip_unless_required(why)  # (CI sets TIDEMARK_REQUIRE_ALL: a clone without the history fails there)
 
@@ -44,7 +51,18 @@ def unavailable(why: str):
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def old_release(request, tmp_path_factory) -> tuple[str, str]:
     """(the release, the Python of a venv holding it and this machine's libraries)."""
-    release = request.param
+    return request.param, installed(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def lean_release(tmp_path_factory) -> tuple[str, str]:
+    """The release before lean views changed form: :data:`LEAN_RELEASE` and its venv's Python."""
+    return LEAN_RELEASE, installed(LEAN_RELEASE, tmp_path_factory)
+
+
+def installed(release: str, tmp_path_factory) -> str:
+    """The Python of a venv holding ``release`` (this repository at that commit) and this
+    machine's libraries."""
     home = tmp_path_factory.mktemp(f"release-{release}")
     tree = home / "tidemark"
     tree.mkdir()
@@ -73,7 +91,7 @@ def old_release(request, tmp_path_factory) -> tuple[str, str]:
         cwd=str(home),
     ).stdout.strip()
     assert where.startswith(str(tree)), f"the old release's venv imports tidemark from {where}"
-    return release, python
+    return python
 
 
 def endpoint(kind: str, request, tmp, tag: str) -> tuple[dict, dict]:
@@ -143,3 +161,106 @@ def test_every_view_of_an_older_release_continues_exactly(old_release, tmp_path,
             wrong[kind] = (len(view), len(want))
         assert records and all(records), f"{kind}: the view's identity record is kept after the upgrade"
     assert not wrong, f"views that differ from the answer after the upgrade: {wrong}"
+
+
+EVENTS = {  # date-times in several spellings (a lean row's remainder), a union, an exact decimal
+    "type": "object",
+    "required": ["id", "ts", "status"],
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "id": {"type": "string"},
+        "ts": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+        "first": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
+        "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/ts"}},
+        "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+        "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+        "note": {"type": "string"},
+    },
+}
+
+
+def write_events(directory, files: int, per_file: int, seed: int, start: int = 0) -> None:
+    """Order events: mixed offsets and fractions, optional tags and notes."""
+    import random
+
+    draw = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    for n in range(start, start + files):
+        lines = []
+        for _ in range(per_file):
+            minute = draw.randrange(600)
+            offset = draw.choice(["Z", "+05:30", "-04:00"])
+            hour = 8 + minute // 60 + {"Z": 0, "+05:30": 5, "-04:00": -4}[offset]
+            at = f"2026-12-0{1 + n % 5}T{hour:02d}:{minute % 60:02d}:{draw.randrange(60):02d}"
+            at += draw.choice(["", ".5", f".{draw.randrange(10**6):06d}", ".250"]) + offset
+            doc = {
+                "id": f"o{draw.randrange(25)}",
+                "ts": at,
+                "first": at,
+                "status": draw.choice(["new", "paid", "sent"]),
+            }
+            doc["amount"] = draw.randrange(1, 100000) / 100
+            if draw.random() < 0.6:
+                doc["tags"] = draw.sample(["a", "b", "c", "é"], draw.randrange(1, 3))
+            if draw.random() < 0.3:
+                doc["note"] = draw.choice(["x", "ring twice", ""])
+            lines.append(json.dumps(doc))
+        write_input(directory, n, lines)  # modified in name order: Spark's file source reads in that order
+
+
+def oracle_events(directory) -> dict:
+    """id -> the expected document: every file in name order, lines in order, folded in Python."""
+    from tidemark.collection.collection import Collection
+    from tidemark.spec import CollectionSpec
+
+    coll = Collection(CollectionSpec("events", ("/id",), EVENTS))
+    view: dict = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            for doc in map(json.loads, f):
+                view[doc["id"]] = coll.reduce(view[doc["id"]], doc) if doc["id"] in view else doc
+    return view
+
+
+def test_every_lean_view_of_the_last_release_continues_exactly(lean_release, tmp_path, request):
+    """Lean views with date-times, a union and exact decimals, made by the release before this
+    one's changes of form (Delta and Iceberg date-times as text, MariaDB's view full and Loaded),
+    continue under this checkout: every view equals the Python fold of all the files."""
+    from tests.support.endpoint_reduce import canonical
+
+    release, old_python = lean_release
+    tag = f"ul{uuid.uuid4().hex[:6]}"
+    data = tmp_path / "data"
+    write_events(data, files=2, per_file=80, seed=61)
+    materializations = {}
+    for kind in LEAN_KINDS:
+        (tmp_path / kind).mkdir()
+        config, resource = endpoint(kind, request, tmp_path, tag)
+        materializations[kind] = {
+            "endpoint": config,
+            "shards": 2,
+            "bindings": [{"source": "events", "resource": resource}],
+        }
+    spec = tmp_path / "spec.yaml"
+    source = {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}}
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "collections": {"events": {"key": ["/id"], "schema": EVENTS, "source": source}},
+                "materializations": materializations,
+                "checkpoint": str(tmp_path / "checkpoints"),
+            }
+        )
+    )
+    run(old_python, str(spec), tmp_path)
+    write_events(data, files=2, per_file=80, seed=62, start=2)
+    run(sys.executable, str(spec), tmp_path)
+    want = {k: canonical(d) for k, d in oracle_events(data).items()}
+    wrong = {}
+    for kind in LEAN_KINDS:
+        view, records = read(str(spec), kind)
+        got = {k: canonical(d) for k, d in view.items()}
+        if got != want:
+            wrong[kind] = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))[:5]
+        assert records and all(records), f"{kind}: the view's identity record is kept after the upgrade"
+    assert not wrong, f"{release} -> this checkout: views that differ from the Python fold: {wrong}"
