@@ -5,7 +5,7 @@ what every command shares in :mod:`tidemark.cli_common`)."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, List, Optional, cast
+from typing import Any, Callable, Iterable, List, Optional, cast
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,15 @@ from rich.markup import escape
 from tidemark import cli_spark  # noqa: F401 - registers run, adopt and rebuild: the first commands --help lists
 from tidemark.cli_common import _fail, app, console, out
 from tidemark.errors import TidemarkError
+
+
+def _print_lines(lines: Callable[[], Iterable[str]]) -> None:
+    """Print each of ``lines()``; a TidemarkError ends the command with its message."""
+    try:
+        for line in lines():
+            out.print(escape(line), highlight=False)
+    except TidemarkError as exc:
+        _fail(exc)
 
 
 @app.command()
@@ -61,11 +70,7 @@ def check(spec: str = typer.Argument(..., help="the spec file")):
     """Validate SPEC and dry-run Validate/Apply against each endpoint."""
     from tidemark.ops import check_spec
 
-    try:
-        for line in check_spec(spec):
-            out.print(escape(line), highlight=False)
-    except TidemarkError as exc:
-        _fail(exc)
+    _print_lines(lambda: check_spec(spec))
 
 
 @app.command()
@@ -120,11 +125,7 @@ def reset(
             _fail(TidemarkError("refusing to reset without confirmation: pass --yes"))
         if not typer.confirm("Remove all of this? The next run replays the source from its start", default=False):
             raise typer.Exit(1)
-    try:
-        for line in reset_spec(spec, materialization or None):
-            out.print(escape(line), highlight=False)
-    except TidemarkError as exc:
-        _fail(exc)
+    _print_lines(lambda: reset_spec(spec, materialization or None))
 
 
 @app.command()

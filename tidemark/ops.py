@@ -51,10 +51,7 @@ def target(
                     f"the spec has {len(spec.materializations)} materializations; name one with materialization=…"
                 )
             materialization = next(iter(spec.materializations))
-        if materialization not in spec.materializations:
-            known = ", ".join(sorted(spec.materializations))
-            raise SpecError(f"unknown materialization {materialization!r} (known: {known})", file=spec.file)
-        mat = spec.materializations[materialization]
+        mat = spec.materializations[named(spec, [materialization])[0]]
         checkpoint_location = spec.checkpoint_location(mat.name)
     else:
         if collection is None or endpoint is None:
@@ -112,6 +109,18 @@ def default_name(checkpoint_location: str, resource: Optional[dict]) -> str:
     base = next((str(res[k]) for k in ("table", "name", "topic", "stream", "path", "prefix") if res.get(k)), "view")
     base = re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_")[:40] or "view"
     return f"{base}_{hashlib.sha256(checkpoint_location.encode()).hexdigest()[:8]}"
+
+
+def named(spec: TidemarkSpec, materializations: Optional[list[str]]) -> list[str]:
+    """The named materializations of ``spec`` (all of them when none is named); refuses an unknown name."""
+    names = materializations or list(spec.materializations)
+    unknown = [n for n in names if n not in spec.materializations]
+    if unknown:
+        raise SpecError(
+            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
+            file=spec.file,
+        )
+    return names
 
 
 def bound(spec: TidemarkSpec, mat: MaterializationSpec) -> tuple:
@@ -202,13 +211,7 @@ def check_spec(
     wrong password, an unreachable endpoint or a checkpoint another run holds is reported at once;
     ``tidemark check`` reports a running view as running."""
     spec = load_spec(spec_path)
-    names = materializations or list(spec.materializations)
-    unknown = [n for n in names if n not in spec.materializations]
-    if unknown:
-        raise SpecError(
-            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-            file=spec.file,
-        )
+    names = named(spec, materializations)
     lines = [
         f"spec {spec.file or spec_path}: {len(spec.collections)} collection(s), {len(spec.materializations)} materialization(s)"
     ]

@@ -11,8 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
-from tidemark.errors import SpecError
-from tidemark.ops import bound, target
+from tidemark.ops import bound, named, target
 from tidemark.spec import load_spec
 
 
@@ -38,15 +37,8 @@ def reset_plans(spec_path: str, materializations: Optional[list[str]] = None) ->
     from tidemark.runtime.ownership import refuse_not_owned
 
     spec = load_spec(spec_path)
-    names = materializations or list(spec.materializations)
-    unknown = [n for n in names if n not in spec.materializations]
-    if unknown:
-        raise SpecError(
-            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-            file=spec.file,
-        )
     out = []
-    for n in names:
+    for n in named(spec, materializations):
         mat = spec.materializations[n]
         bindings = bound(spec, mat)
         location = spec.checkpoint_location(n)

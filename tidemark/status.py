@@ -283,19 +283,12 @@ def status_of_spec(
     spec_path: str, materializations: Optional[list[str]] = None, *, endpoint: bool = True
 ) -> list[MaterializationStatus]:
     """The status of every (or the named) materialization of a spec."""
-    from tidemark.ops import bound
+    from tidemark.ops import bound, named
     from tidemark.spec import load_spec
 
     spec = load_spec(spec_path)
-    names = materializations or list(spec.materializations)
-    unknown = [n for n in names if n not in spec.materializations]
-    if unknown:
-        raise SpecError(
-            f"unknown materialization {unknown[0]!r} (known: {', '.join(sorted(spec.materializations))})",
-            file=spec.file,
-        )
     out = []
-    for n in names:
+    for n in named(spec, materializations):
         mat = spec.materializations[n]
         view = MaterializationStatus(n, mat.driver_name, spec.checkpoint_location(n))
         _read_log(view.checkpoint, n, view)

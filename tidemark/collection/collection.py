@@ -296,3 +296,8 @@ def collection_from_spec(spec, name: str) -> Collection:
             max_bytes = mat.max_document_bytes
             break
     return Collection(spec.collections[name], max_document_bytes=max_bytes)
+
+
+def collections_of(spec, mat) -> list[Collection]:
+    """The :class:`Collection` of each binding of materialization ``mat`` of ``spec``, with its document size limit."""
+    return [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]

@@ -34,6 +34,7 @@ transaction the per-key checks are switched off for that transaction (phase chec
 from __future__ import annotations
 
 import enum
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from tidemark.errors import ProtocolViolation
@@ -353,12 +354,75 @@ class SessionTransactor(Protocol):
     def close(self) -> None: ...
 
 
-class RuntimeSession:
+class CheckedTransactor(ABC):
+    """A transactor's calls, each message the runtime sends passed to :meth:`sent` and each
+    reply to :meth:`replied` (the runtime's side: :class:`RuntimeSession`; the driver's:
+    :class:`~tidemark.testing.guard.GuardedTransactor`)."""
+
+    transactor: SessionTransactor
+    machine: _Machine
+
+    @abstractmethod
+    def sent(self, msg: Any) -> None:
+        """Check a message the runtime sends, before the transactor gets it."""
+
+    @abstractmethod
+    def replied(self, reply: Any, cls: type) -> None:
+        """Check a reply the transactor gave (of the class ``cls`` the call returns)."""
+
+    @property
+    def status(self) -> Status:
+        return self.machine.status
+
+    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+        self.sent(msg)
+        reply = self.transactor.acknowledge(msg)
+        self.replied(reply, Acknowledged)
+        return reply
+
+    def load(self, msg: Load) -> list[Loaded]:
+        self.sent(msg)
+        replies = list(self.transactor.load(msg) or ())
+        for reply in replies:
+            self.replied(reply, Loaded)
+        return replies
+
+    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
+        self.sent(msg)
+        replies, flushed = self.transactor.flush(msg)
+        loaded = list(replies or ())
+        for reply in loaded:
+            self.replied(reply, Loaded)
+        self.replied(flushed, Flushed)
+        return loaded, flushed
+
+    def store(self, msg: AnyStore) -> None:
+        self.sent(msg)
+        self.transactor.store(msg)
+
+    def quarantine(self, msg: Quarantine) -> None:
+        self.sent(msg)
+        self.transactor.quarantine(msg)
+
+    def start_commit(self, msg: StartCommit) -> StartedCommit:
+        self.sent(msg)
+        reply = self.transactor.start_commit(msg)
+        self.replied(reply, StartedCommit)
+        return reply
+
+    def close(self) -> None:
+        self.machine.close()
+        self.transactor.close()
+
+
+class RuntimeSession(CheckedTransactor):
     """A :class:`~tidemark.drivers.base.Transactor` as the runtime uses it: every message
     it sends and every reply it gets is checked by a :class:`RuntimeStateMachine`.
 
     Create it right after ``driver.open(...)`` returned ``(transactor, opened)``.
     """
+
+    machine: RuntimeStateMachine
 
     def __init__(
         self,
@@ -372,62 +436,25 @@ class RuntimeSession:
         self.machine = RuntimeStateMachine(bindings, opened=True, max_tracked_keys=max_tracked_keys)
         self.check_store = check_store  # refuses a Store the endpoint cannot hold (its declared limits)
 
-    @property
-    def status(self) -> Status:
-        return self.machine.status
-
-    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+    def sent(self, msg: Any) -> None:
         self.machine.send(msg)
-        reply = self.transactor.acknowledge(msg)
-        _expect_type(self.machine, reply, Acknowledged)
+
+    def replied(self, reply: Any, cls: type) -> None:
+        _expect_type(self.machine, reply, cls)
         self.machine.receive(reply)
-        return reply
-
-    def load(self, msg: Load) -> list[Loaded]:
-        self.machine.send(msg)
-        replies = list(self.transactor.load(msg) or ())
-        for reply in replies:
-            _expect_type(self.machine, reply, Loaded)
-            self.machine.receive(reply)
-        return replies
-
-    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
-        self.machine.send(msg)
-        replies, flushed = self.transactor.flush(msg)
-        loaded = list(replies or ())
-        for reply in loaded:
-            _expect_type(self.machine, reply, Loaded)
-            self.machine.receive(reply)
-        _expect_type(self.machine, flushed, Flushed)
-        self.machine.receive(flushed)
-        return loaded, flushed
 
     def store(self, msg: AnyStore) -> None:
-        self.machine.send(msg)
+        self.sent(msg)
         if self.check_store is not None:
             self.check_store(msg)
         self.transactor.store(msg)
-
-    def quarantine(self, msg: Quarantine) -> None:
-        self.machine.send(msg)
-        self.transactor.quarantine(msg)
-
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
-        self.machine.send(msg)
-        reply = self.transactor.start_commit(msg)
-        _expect_type(self.machine, reply, StartedCommit)
-        self.machine.receive(reply)
-        return reply
-
-    def close(self) -> None:
-        self.machine.close()
-        self.transactor.close()
 
 
 __all__ = [
     "Status",
     "RuntimeStateMachine",
     "DriverStateMachine",
+    "CheckedTransactor",
     "RuntimeSession",
     "DEFAULT_MAX_TRACKED_KEYS",
 ]

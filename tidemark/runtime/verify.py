@@ -221,7 +221,7 @@ def verify(
     """Recompute view ``name`` of ``spec`` from its committed input and compare it with the
     endpoint (see the module).  ``keys``: only these (a key's value, or its values as a JSON
     array); ``sample``: that many keys the endpoint holds, at random."""
-    from tidemark.collection.collection import Collection
+    from tidemark.collection.collection import collections_of
     from tidemark.drivers.registry import load_driver
     from tidemark.ops import bound
     from tidemark.runtime.adoption import read_record
@@ -236,7 +236,7 @@ def verify(
             "view): it cannot be verified"
         )
     location = spec.checkpoint_location(name)
-    colls = [Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings]
+    colls = collections_of(spec, mat)
     bindings = bound(spec, mat)
     for b in mat.bindings:
         src = spec.collections[b.source].source

@@ -96,7 +96,7 @@ def adopt(
     break the collection's schema or repeat a key (the first ones named).  An adopt that was
     stopped is finished by calling it again with the same ``from_``.  Returns what was
     adopted: ``{"rows": {resource: n}, "since": "…", "batch": BatchReport or None}``."""
-    from tidemark.collection.collection import Collection
+    from tidemark.collection.collection import collections_of
     from tidemark.drivers.registry import load_driver
     from tidemark.ops import check_materialization, target
     from tidemark.runtime import adoption as ad
@@ -106,9 +106,7 @@ def adopt(
     from tidemark.spark.api import MaterializationRun, _spark, materialize
     from tidemark.spec import TidemarkSpec
 
-    spec, mat, location = target(
-        source,
-        materialization=materialization,
+    view: dict[str, Any] = dict(  # the view's arguments, to target() and to materialize()
         collection=collection,
         endpoint=endpoint,
         resource=resource,
@@ -118,11 +116,10 @@ def adopt(
         on_invalid=on_invalid,
         options=options,
     )
+    spec, mat, location = target(source, materialization=materialization, **view)
     if "://" in location:
         raise SpecError(f"adopt needs a local checkpoint folder, not {location}")
-    collections = [
-        Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings
-    ]
+    collections = collections_of(spec, mat)
     names = _binding_names(mat, collections)
     wanted = _sources(from_, names, mat.name)
     Lease(location, mat.name).check_free()
@@ -192,14 +189,7 @@ def adopt(
                 materialize(
                     spec if is_spec else source,
                     materialization=mat.name if is_spec else None,
-                    collection=collection,
-                    endpoint=endpoint,
-                    resource=resource,
-                    checkpoint=checkpoint,
-                    shards=shards,
-                    name=name,
-                    on_invalid=on_invalid,
-                    options=options,
+                    **view,
                     spark=_spark(spark() if callable(spark) else spark),
                     on_batch=fed,
                     order=order,

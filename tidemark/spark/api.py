@@ -229,7 +229,7 @@ def materialize(
     invalid spec or arguments, and start-up's refusals
     (:class:`~tidemark.errors.RecoveryError`) before anything is written.
     """
-    from tidemark.collection.collection import Collection
+    from tidemark.collection.collection import collections_of
     from tidemark.ops import target
     from tidemark.spark.processor import Materializer
     from tidemark.spark.session import quiet_failed_queries, start_query
@@ -272,9 +272,7 @@ def materialize(
     else:
         streams = [prepare_dataframe(source, 0, source_name=mat.name, mtime=_adoption is not None)]
 
-    collections = [
-        Collection(spec.collections[b.source], max_document_bytes=mat.max_document_bytes) for b in mat.bindings
-    ]
+    collections = collections_of(spec, mat)
     if not isinstance(source, (str, os.PathLike, TidemarkSpec)) and not source_order(source):
         check_unordered(mat.name, collections[0], order)
     stream = streams[0]

@@ -9,27 +9,17 @@ never requested) with a :class:`~tidemark.protocol.state.DriverStateMachine`, ra
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from tidemark.drivers.base import Transactor
-from tidemark.protocol.messages import (
-    Acknowledge,
-    Acknowledged,
-    AnyStore,
-    BindingSpec,
-    Flush,
-    Flushed,
-    Load,
-    Loaded,
-    Quarantine,
-    StartCommit,
-    StartedCommit,
-)
-from tidemark.protocol.state import DEFAULT_MAX_TRACKED_KEYS, DriverStateMachine, Status
+from tidemark.protocol.messages import BindingSpec
+from tidemark.protocol.state import DEFAULT_MAX_TRACKED_KEYS, CheckedTransactor, DriverStateMachine
 
 
-class GuardedTransactor(Transactor):
+class GuardedTransactor(CheckedTransactor, Transactor):
     """A :class:`Transactor` whose every call and reply is checked against the order rules."""
+
+    machine: DriverStateMachine
 
     def __init__(
         self,
@@ -38,52 +28,14 @@ class GuardedTransactor(Transactor):
         *,
         max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
     ):
-        self.inner = transactor
+        self.transactor = transactor
         self.machine = DriverStateMachine(bindings, opened=True, max_tracked_keys=max_tracked_keys)
 
-    @property
-    def status(self) -> Status:
-        return self.machine.status
-
-    def acknowledge(self, msg: Acknowledge) -> Acknowledged:
+    def sent(self, msg: Any) -> None:
         self.machine.receive(msg)
-        reply = self.inner.acknowledge(msg)
+
+    def replied(self, reply: Any, cls: type) -> None:
         self.machine.send(reply)
-        return reply
-
-    def load(self, msg: Load) -> list[Loaded]:
-        self.machine.receive(msg)
-        replies = list(self.inner.load(msg) or ())
-        for reply in replies:
-            self.machine.send(reply)
-        return replies
-
-    def flush(self, msg: Flush) -> tuple[list[Loaded], Flushed]:
-        self.machine.receive(msg)
-        loaded, flushed = self.inner.flush(msg)
-        loaded = list(loaded or ())
-        for reply in loaded:
-            self.machine.send(reply)
-        self.machine.send(flushed)
-        return loaded, flushed
-
-    def store(self, msg: AnyStore) -> None:
-        self.machine.receive(msg)
-        self.inner.store(msg)
-
-    def start_commit(self, msg: StartCommit) -> StartedCommit:
-        self.machine.receive(msg)
-        reply = self.inner.start_commit(msg)
-        self.machine.send(reply)
-        return reply
-
-    def quarantine(self, msg: Quarantine) -> None:
-        self.machine.receive(msg)
-        self.inner.quarantine(msg)
-
-    def close(self) -> None:
-        self.machine.close()
-        self.inner.close()
 
 
 __all__ = ["GuardedTransactor"]

@@ -258,15 +258,11 @@ class AsyncNats:
             )
         session = Session(channel, uuid.uuid4().hex, frontier, await self.stream_atomic(channel.stream))
         prev = frontier.record
-        rec = ProgressRecord(
-            kind=wire.KIND_OPEN,
-            materialization=channel.materialization,
-            range=channel.range.name,
-            session=session.id,
-            committed=prev.committed if prev else None,
-            count=prev.count if prev else 0,
-            checkpoint=prev.checkpoint if prev else None,
-            committed_seq=frontier.committed_seq or None,
+        rec = frontier.carried_forward(
+            wire.KIND_OPEN,
+            channel.materialization,
+            channel.range.name,
+            session.id,
             inflight=prev.inflight if prev else None,
         )
         await self._append_record(session, rec)
@@ -381,17 +377,12 @@ class AsyncNats:
         f = await self.read_frontier(channel)
         if f.closed:
             return f
-        prev = f.record
         session = Session(channel, uuid.uuid4().hex, f, False)
-        rec = ProgressRecord(
-            kind=wire.KIND_CLOSED,
-            materialization=channel.materialization,
-            range=channel.range.name,
-            session=session.id,
-            committed=prev.committed if prev else None,
-            count=prev.count if prev else 0,
-            checkpoint=prev.checkpoint if prev else None,
-            committed_seq=f.committed_seq or None,
+        rec = f.carried_forward(
+            wire.KIND_CLOSED,
+            channel.materialization,
+            channel.range.name,
+            session.id,
             successors=tuple(r.name for r in successors),
         )
         await self._append_record(session, rec)

@@ -113,18 +113,7 @@ async def take_over(aio: AsyncNats, channel: Channel, choose: Chooser) -> tuple[
         for r, f in sorted(over.items(), key=lambda kv: kv[0].key_begin):
             if r == key_range or f.closed:
                 continue
-            prev = f.record
-            rec = ProgressRecord(
-                kind=wire.KIND_CLOSED,
-                materialization=mat,
-                range=r.name,
-                session=uuid.uuid4().hex,
-                committed=prev.committed if prev else None,
-                count=prev.count if prev else 0,
-                checkpoint=prev.checkpoint if prev else None,
-                committed_seq=f.committed_seq or None,
-                successors=(key_range.name,),
-            )
+            rec = f.carried_forward(wire.KIND_CLOSED, mat, r.name, uuid.uuid4().hex, successors=(key_range.name,))
             if await _append(aio, channel.with_range(r), f, rec) is None:
                 moved = True
                 break

@@ -60,7 +60,6 @@ async def publish_batch(
         skip = await aio.written_after(channel, session.frontier, subjects)
     todo = [(i + 1, d) for i, d in enumerate(docs) if not skip.skip(batch, i + 1)]
     skipped = len(docs) - len(todo)
-    prev = session.frontier.record
     commit = ProgressRecord(
         kind=wire.KIND_COMMIT,
         materialization=channel.materialization,
@@ -81,15 +80,11 @@ async def publish_batch(
         if n == len(chunks) - 1:
             rec = commit
         else:
-            rec = ProgressRecord(
-                kind=wire.KIND_CHUNK,
-                materialization=channel.materialization,
-                range=channel.range.name,
-                session=session.id,
-                committed=prev.committed if prev else None,
-                count=prev.count if prev else 0,
-                checkpoint=prev.checkpoint if prev else None,
-                committed_seq=session.frontier.committed_seq or None,
+            rec = session.frontier.carried_forward(
+                wire.KIND_CHUNK,
+                channel.materialization,
+                channel.range.name,
+                session.id,
                 inflight=wire.InFlightMark(batch, chunk[-1][0]),
             )
         await _publish_atomic(aio, session, batch, chunk, rec)

@@ -318,6 +318,24 @@ class Frontier:
             return self.seq  # this record committed (or, after a rescale, inherited) the batch
         return int(r.committed_seq or 0)
 
+    def carried_forward(
+        self, kind: str, materialization: str, range: str, session: str, **fields: Any
+    ) -> ProgressRecord:
+        """The next record, of ``kind``: this frontier's committed batch, count, checkpoint and
+        committed sequence copied forward, with ``fields`` on top."""
+        prev = self.record
+        return ProgressRecord(
+            kind=kind,
+            materialization=materialization,
+            range=range,
+            session=session,
+            committed=self.committed,
+            count=prev.count if prev else 0,
+            checkpoint=self.checkpoint,
+            committed_seq=self.committed_seq or None,
+            **fields,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class InFlight:

@@ -147,15 +147,23 @@ def document_of(
     return doc
 
 
-def documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
-    """Every row of a lean table as ``{key: document}`` (``dump``)."""
+def _every_row(driver: SkeletonDriver, model: TableModel) -> list[Any]:
+    """Every row of ``model``'s table: its columns, then its document column."""
     from tidemark.drivers.sql.model import DOCUMENT_COLUMN
 
     dialect = driver.dialect
     cols = ", ".join(dialect.quote(c.name) for c in model.columns)
-    rows = driver.execute(
-        driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
-    ).fetchall()
+    return list(
+        driver.execute(
+            driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
+        ).fetchall()
+    )
+
+
+def documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
+    """Every row of a lean table as ``{key: document}`` (``dump``)."""
+    dialect = driver.dialect
+    rows = _every_row(driver, model)
     n, convert = len(model.keys), converters(model, dialect)
     return {
         tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r[:n])): document_of(model, dialect, r, convert)
@@ -168,13 +176,8 @@ def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
     each value column read over the member it projects where they disagree (a person's
     ``UPDATE`` of a column shows; written by tidemark, the two are equal).  Date-time columns
     are left out (the document keeps the text as written)."""
-    from tidemark.drivers.sql.model import DOCUMENT_COLUMN
-
     dialect = driver.dialect
-    cols = ", ".join(dialect.quote(c.name) for c in model.columns)
-    rows = driver.execute(
-        driver.con, f"SELECT {cols}, {dialect.quote(DOCUMENT_COLUMN)} FROM {dialect.ident(model)}"
-    ).fetchall()
+    rows = _every_row(driver, model)
     n, convert = len(model.keys), converters(model, dialect)
     out: dict[Key, Doc] = {}
     for r in rows:
