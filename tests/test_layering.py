@@ -170,7 +170,9 @@ def test_every_endpoint_is_one_folder_and_imports_only_what_it_may():
         "lake",
     } <= set(folders)
     stray = sorted(
-        p.name for p in (ROOT / "drivers").glob("*.py") if p.stem not in ("__init__", "base", "limits", "registry", "memory")
+        p.name
+        for p in (ROOT / "drivers").glob("*.py")
+        if p.stem not in ("__init__", "base", "limits", "registry", "memory")
     )
     assert not stray, f"endpoint modules outside a folder of their own: {stray}"
     bad = []

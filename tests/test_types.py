@@ -27,7 +27,13 @@ STRICT_FLAGS = {
     "strict_equality",
     "disallow_untyped_calls",
 }
-COMMIT_PATH = {"tidemark.protocol.*", "tidemark.runtime.*", "tidemark.drivers.base", "tidemark.drivers.limits", "tidemark.drivers.sql.*"}
+COMMIT_PATH = {
+    "tidemark.protocol.*",
+    "tidemark.runtime.*",
+    "tidemark.drivers.base",
+    "tidemark.drivers.limits",
+    "tidemark.drivers.sql.*",
+}
 
 
 def test_mypy_checks_every_module():

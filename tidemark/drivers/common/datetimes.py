@@ -1,6 +1,6 @@
 """A date-time held as its instant: the column of a lean row where the endpoint keeps
-date-times as instants (PostgreSQL's ``timestamptz``, Delta's ``timestamp``, Iceberg's
-``timestamptz``), and the row's remainder keeping the document's text where that instant
+date-times as instants (PostgreSQL's ``timestamptz``, MariaDB's ``datetime(6)``, Delta's
+``timestamp``, Iceberg's ``timestamptz``, SQLite's fixed-width UTC text: :func:`sortable_text`), and the row's remainder keeping the document's text where that instant
 does not give it back.
 
 The text an instant gives back (:func:`canonical_text`): UTC, ``Z``, the fraction's digits
@@ -65,6 +65,23 @@ def date_time_value(text: Any) -> tuple[Optional[int], bool]:
     return at, at is None or canonical_text(at) != text
 
 
+def sortable_text(text: Any) -> Optional[str]:
+    """A date-time's instant as fixed-width UTC text, ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (the
+    fraction cut to microseconds, a leap second as ``:59``): text that sorts as the instants
+    do (SQLite's date-time column in a lean row); None if ``text`` is not a date-time."""
+    key = instant(text)
+    if key is None:
+        return None
+    seconds, _, fraction = key
+    return canonical_text(seconds * MICROSECONDS)[:19] + "." + fraction[:6].ljust(6, "0") + "Z"
+
+
+def from_sortable_text(column: str) -> str:
+    """The text a :func:`sortable_text` value gives back: its instant's :func:`canonical_text`."""
+    fraction = column[20:26].rstrip("0")
+    return column[:19] + ("." + fraction if fraction else "") + "Z"
+
+
 def keeps_text(text: Any) -> bool:
     """Whether a date-time's text is not the one its instant gives back (:func:`canonical_text`):
     another offset, trailing zeros, more than six fraction digits, a leap second, ``t`` or ``z``;
@@ -72,4 +89,13 @@ def keeps_text(text: Any) -> bool:
     return date_time_value(text)[1]
 
 
-__all__ = ["EPOCH", "micros", "canonical_text", "canonical_date_time", "date_time_value", "keeps_text"]
+__all__ = [
+    "EPOCH",
+    "micros",
+    "canonical_text",
+    "canonical_date_time",
+    "date_time_value",
+    "sortable_text",
+    "from_sortable_text",
+    "keeps_text",
+]

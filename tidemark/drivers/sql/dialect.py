@@ -95,6 +95,9 @@ class Dialect:
     lean_rows: bool = False
     #: a lean row's date-time is a column of its instant (the remainder keeps another spelling)
     lean_date_times: bool = False
+    #: a lean row's date-time column value of a document's text, where the database does not
+    #: convert the text itself (None: the text as it is)
+    date_time_column: Optional[Callable[[Any], Any]] = None
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
     typed_staging: bool = False  # a lean binding it reduces stages ``StoreRows`` (typed values)
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)

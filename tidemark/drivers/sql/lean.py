@@ -15,7 +15,8 @@ A binding takes the lean form only where the row holds its document exactly
 property has one type, never null), every top-level property fits in a column name, the key
 is made of top-level properties, and the table is not delta-updates.  A date-time is a
 timestamp column where the dialect has one that keeps its instant (``Dialect.lean_date_times``:
-PostgreSQL's ``timestamptz``): its text is rebuilt from the instant (UTC, ``Z``, the
+PostgreSQL's ``timestamptz``, MariaDB's UTC ``datetime(6)``, SQLite's fixed-width UTC text
+``Dialect.date_time_column``): its text is rebuilt from the instant (UTC, ``Z``, the
 fraction's digits without trailing zeros: :func:`canonical_date_time`), and where the document
 spells it otherwise (an offset, ``.500``, a leap second) the remainder keeps the text
 (:func:`keeps_text`).  Otherwise the full form, and ``tidemark check`` says why.
@@ -34,7 +35,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
 from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, Column, holds
-from tidemark.drivers.common.datetimes import canonical_date_time, keeps_text
+from tidemark.drivers.common.datetimes import canonical_date_time, from_sortable_text, keeps_text
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
 from tidemark.protocol.messages import BindingSpec, Doc, JsonObject, Key
@@ -107,7 +108,7 @@ def _decimal(v: Any) -> Any:
 
 
 def _timestamp(v: Any) -> Any:  # a date-time column: its instant's text (the remainder keeps another spelling)
-    return v if isinstance(v, str) else canonical_date_time(v)
+    return from_sortable_text(v) if isinstance(v, str) else canonical_date_time(v)
 
 
 def _json(v: Any) -> Any:

@@ -323,7 +323,14 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         names = frozenset(c.name for c in model.columns)
         times = lean.date_time_columns(model)
         rests = [lean.remainder(doc, names, times) for doc in msg.docs]
-        return [lean.row_values(model, doc) for doc in msg.docs], [None if r is None else dumps(r) for r in rests]
+        values = [lean.row_values(model, doc) for doc in msg.docs]
+        if times and self.dialect.date_time_column is not None:  # the column's value of each date-time's text
+            convert = self.dialect.date_time_column
+            at = [j for j, c in enumerate(model.values) if c.name in times]
+            values = [
+                tuple(convert(v) if j in at and v is not None else v for j, v in enumerate(row)) for row in values
+            ]
+        return values, [None if r is None else dumps(r) for r in rests]
 
     def staging_table(self, model: TableModel, binding: int, name: str) -> tuple[str, list[str]]:
         """The staging table ``name`` of a binding and the statements that make it, or empty

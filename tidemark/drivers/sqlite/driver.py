@@ -23,6 +23,7 @@ import sqlite3
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from tidemark.drivers.base import resolve_local_path
+from tidemark.drivers.common.datetimes import sortable_text
 from tidemark.drivers.common.settings import config_schema
 from tidemark.drivers.sql import (
     BOOLEAN,
@@ -51,7 +52,7 @@ T = TypeVar("T")
 
 
 def _reduce_forms(model: TableModel, dialect: Dialect) -> reduce.SqliteReduce:
-    return reduce.SqliteReduce(dialect.quote, [dialect.quote(c.name) for c in model.keys])
+    return reduce.SqliteReduce(dialect.quote, [dialect.quote(c.name) for c in model.keys], lean=model.lean)
 
 
 class SQLiteDialect(Dialect):
@@ -66,6 +67,8 @@ class SQLiteDialect(Dialect):
     name_collate = " COLLATE NOCASE"  # table names are case-insensitive (ASCII) in SQLite
     lean_rows = True
     exact_decimals = False  # NUMERIC affinity keeps a double
+    lean_date_times = True  # fixed-width UTC text, which sorts as the instants (the remainder keeps another spelling)
+    date_time_column = staticmethod(sortable_text)
     typed_staging = True
     reduction = Reduction(reduce.ENDPOINT_REDUCE, _reduce_forms, reduce.unescaped_names, reduce.refused)
 

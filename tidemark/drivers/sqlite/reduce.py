@@ -38,8 +38,10 @@ import threading
 from typing import Any, Optional
 
 from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.formats import instant, is_date_time_field
 from tidemark.collection.plan import EXACT_SUM, FieldPlan
-from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER
+from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
+from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
 from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, sum_overflowed, unescaped_names
 
@@ -85,8 +87,9 @@ def _joined(old: str, new: str) -> str:
 
 
 class SqliteReduce(ReduceSql):
-    def __init__(self, quote, keys=()):
+    def __init__(self, quote, keys=(), lean: bool = False):
         super().__init__(quote)
+        self.lean = lean  # a lean row's date-time column is its fixed-width UTC text
         #: the staged row's key, as JSON, for a refusal's message (``keys``: the quoted key columns)
         self.key_json = f"json_array({', '.join(f'{NEW}.{k}' for k in keys)})"
 
@@ -167,7 +170,29 @@ class SqliteReduce(ReduceSql):
         return f"({doc} -> {path(name)})"
 
     def typed(self, doc: str, name: str, col: Column) -> str:
+        if col.kind == TIMESTAMP and self.lean:
+            return self.to_timestamp(f"({doc} ->> {path(name)})")
         return f"({doc} ->> {path(name)})"
+
+    # a lean row's date-time: fixed-width UTC text (tidemark.drivers.common.datetimes.sortable_text),
+    # compared by a key of the instant: functions registered on the connection (``register``),
+    # where the same in SQL nests deeper than SQLite's parser goes
+    def to_timestamp(self, text: str) -> str:
+        return f"tidemark_sortable({text})"
+
+    def canonical_instant(self, expr: str) -> str:
+        return f"tidemark_canonical({expr})"
+
+    def precedes(self, a: str, b: str, f) -> str:
+        if self.lean and is_date_time_field(f):
+            return f"(tidemark_instant_key({a}) < tidemark_instant_key({b}))"
+        return super().precedes(a, b, f)
+
+    def set_members(self, doc: str, members) -> str:
+        out = f"coalesce({doc}, '{{}}')"
+        for name, e in members:  # json_patch: a member set to null is removed
+            out = f"json_patch({out}, json_object({literal(name)}, {e}))"
+        return f"NULLIF({out}, '{{}}')"
 
     def remainder(self, doc: str, names) -> str:
         out = doc
@@ -212,10 +237,30 @@ def real(x: Any) -> Optional[str]:
 REFUSALS = Refusals()
 
 
+def instant_key(text: Any) -> Optional[str]:
+    """Text that sorts as the Python fold orders date-times (:func:`~tidemark.collection.formats.instant`:
+    the UTC second, a leap second after it, then the fraction's digits as bytes); None if not one."""
+    key = instant(text) if isinstance(text, str) else None
+    if key is None:
+        return None
+    seconds, leap, fraction = key
+    return f"{seconds + INSTANT_OFFSET:020d}{int(leap)}{fraction}"
+
+
+INSTANT_OFFSET = 10**12  # seconds: every year from 0000 on is positive
+
+
 def register(con: sqlite3.Connection) -> None:
     """The functions the reduce statements call, on one connection."""
     con.create_function("tidemark_real", 1, real, deterministic=True)
     con.create_function("tidemark_refuse", 4, REFUSALS.refuse)
+    con.create_function("tidemark_sortable", 1, sortable_text, deterministic=True)
+    con.create_function("tidemark_canonical", 1, _canonical, deterministic=True)
+    con.create_function("tidemark_instant_key", 1, instant_key, deterministic=True)
+
+
+def _canonical(column: Optional[str]) -> Optional[str]:
+    return None if column is None else from_sortable_text(column)
 
 
 def refused(model, exc: Exception) -> Optional[Exception]:
