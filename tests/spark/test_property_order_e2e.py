@@ -13,7 +13,7 @@ import sqlite3
 import pytest
 import yaml
 
-from tests.support.helpers import table_documents, write_input
+from tests.support.helpers import sqlite_view, table_documents, write_input
 
 pytestmark = pytest.mark.spark
 
@@ -83,8 +83,7 @@ def test_through_a_spec_into_sqlite(spark, tmp_path):
         )
     )
     run_spec(str(spec), spark=spark)
-    with sqlite3.connect(tmp_path / "v.db") as con:
-        got = {k: json.loads(d) for k, d in con.execute('SELECT "order", flow_document FROM orders')}
+    got = sqlite_view(tmp_path / "v.db", "orders", "order")
     assert {k: (d["status"], d["amount"]) for k, d in got.items()} == want
 
 

@@ -11,9 +11,10 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import sqlite3
 
-from tidemark.drivers.common.datetimes import canonical_date_time
+from tidemark.drivers.common.datetimes import canonical_date_time, from_sortable_text
 
 
 def skip_unless_required(reason: str) -> None:
@@ -202,18 +203,24 @@ def table_documents(cur, key: str, json_columns=()) -> dict:
     return {doc[key]: doc for doc in table_rows(cur, json_columns)}
 
 
+SORTABLE_DATE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")  # sortable_text's shape
+
+
 def table_rows(cur, json_columns=()) -> list[dict]:
     """A view table's rows (a cursor of ``SELECT *``) as documents, in either form:
     the non-NULL columns (``json_columns`` parsed where read as text; by default a text that
     starts as a JSON array or object and is one; a date-time column as its instant's text:
     UTC, ``Z``), with the members of
-    ``flow_document`` on top (the whole document, or a lean row's remainder)."""
+    ``flow_document`` on top (the whole document, or a lean row's remainder).  A text of the
+    fixed-width shape SQLite's lean date-time columns hold is read as the instant's text."""
     names = [d[0] for d in cur.description]
     out = []
 
     def value(k, v):
         if isinstance(v, dt.datetime):  # a date-time column: its instant's text (flow_document keeps another)
             return canonical_date_time(v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc))
+        if isinstance(v, str) and SORTABLE_DATE_TIME.fullmatch(v):  # SQLite's lean date-time column (and, in
+            return from_sortable_text(v)  # a full row, text the document's own member then replaces)
         if isinstance(v, str) and (k in json_columns or json_columns == () and v[:1] in ("[", "{")):
             try:
                 return json.loads(v)  # a JSON column read as text (SQLite)
