@@ -153,3 +153,25 @@ def test_collection_strategies_come_from_the_parsed_schema():
     assert Collection(CollectionSpec("c", ("/k",), schema)).strategies() == ("append", "lastWriteWins", "merge", "sum")
     plain = {"type": "object", "description": "mentions 'sum' and 'append'"}
     assert Collection(CollectionSpec("c", ("/k",), plain)).strategies() == ("lastWriteWins",)
+
+
+def test_spark_s_unfinished_log_writes_are_removed_and_its_entries_kept(tmp_path):
+    """What a killed Spark leaves of an atomic write (``.N.<uuid>.tmp`` and its ``.crc``) goes;
+    the log entries, the metadata and anything else stay."""
+    from tidemark.runtime.identity import remove_unfinished_writes
+
+    spark = tmp_path / "spark"
+    for log in ("offsets", "commits"):
+        (spark / log).mkdir(parents=True)
+    kept = [spark / "metadata", spark / "offsets" / "0", spark / "offsets" / ".0.crc", spark / "commits" / "0"]
+    kept.append(spark / "offsets" / "notes.tmp")  # not Spark's temporary-file shape
+    gone = [
+        spark / "offsets" / ".1.af40d50d-20cf-461c-a4bf-3b48a2db334f.tmp",
+        spark / "offsets" / "..1.af40d50d-20cf-461c-a4bf-3b48a2db334f.tmp.crc",
+        spark / "commits" / ".0.0123abcd-0000-4000-8000-000000000000.tmp",
+    ]
+    for p in kept + gone:
+        p.write_text("")
+    assert sorted(remove_unfinished_writes(str(spark))) == sorted(str(p) for p in gone)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in gone)
+    assert remove_unfinished_writes(str(tmp_path / "none")) == []  # no checkpoint yet

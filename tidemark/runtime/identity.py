@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -106,3 +107,31 @@ class SparkCheckpoint:
 
     def identity(self, batch_id: int) -> BatchIdentity:
         return BatchIdentity(self.query_id(), batch_id, self.offsets(batch_id))
+
+
+#: Spark's atomic write of ``offsets/N`` or ``commits/N``: a hidden temporary file renamed into
+#: place (``.N.<uuid>.tmp``, and its ``.crc`` on a local file system)
+_UNFINISHED = re.compile(r"\.\.?\d+\.[0-9a-f-]+\.tmp(\.crc)?")
+
+
+def remove_unfinished_writes(location: str) -> list[str]:
+    """Remove the temporary files a killed Spark left in its offset and commit logs under
+    ``location`` (Spark's checkpoint folder), and return their paths.  Spark never reads them
+    (a log entry exists once renamed into place), but Spark 4 refuses to start a query whose
+    ``offsets`` folder holds anything while no batch was written (``kill -9`` during the first
+    batch's offsets).  Called only by the run that holds the checkpoint's lease."""
+    from pyarrow import fs as pafs
+
+    files, root = filesystem(location)
+    root = root.rstrip("/")
+    removed = []
+    for log in ("offsets", "commits"):
+        try:
+            infos = files.get_file_info(pafs.FileSelector(f"{root}/{log}", allow_not_found=True))
+        except OSError:
+            continue
+        for info in infos:
+            if info.type == pafs.FileType.File and _UNFINISHED.fullmatch(info.base_name):
+                files.delete_file(info.path)
+                removed.append(info.path)
+    return removed

@@ -286,6 +286,10 @@ def materialize(
     if metrics_port is not None:
         watch(materializer)
     materializer.start_up()
+    from tidemark.runtime.identity import remove_unfinished_writes
+
+    for path in remove_unfinished_writes(os.path.join(checkpoint_location, "spark")):  # the lease is ours now
+        log.info("removed %s: a write Spark did not finish (the process was stopped during it)", path)
     writer = (
         stream.writeStream.foreachBatch(materializer)
         .option("checkpointLocation", os.path.join(checkpoint_location, "spark"))
