@@ -326,9 +326,10 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         values = [lean.row_values(model, doc) for doc in msg.docs]
         if times and self.dialect.date_time_column is not None:  # the column's value of each date-time's text
             convert = self.dialect.date_time_column
-            at = [j for j, c in enumerate(model.values) if c.name in times]
+            positions = {j for j, c in enumerate(model.values) if c.name in times}  # of the date-time columns
             values = [
-                tuple(convert(v) if j in at and v is not None else v for j, v in enumerate(row)) for row in values
+                tuple(convert(v) if j in positions and v is not None else v for j, v in enumerate(row))
+                for row in values
             ]
         return values, [None if r is None else dumps(r) for r in rests]
 
