@@ -107,6 +107,28 @@ def endpoint(kind: str, request, tmp, tag: str) -> tuple[dict, dict]:
     return config, {key: f"{tag}_{kind}_customers"}
 
 
+def write_spec(request, tmp_path, tag: str, kinds, name: str, key: list, schema: dict, data) -> str:
+    """A spec of one collection ``name`` read from ``data`` (a file a batch) and one view per
+    endpoint of ``kinds``; its path."""
+    materializations = {}
+    for kind in kinds:
+        (tmp_path / kind).mkdir()
+        config, resource = endpoint(kind, request, tmp_path, tag)
+        materializations[kind] = {"endpoint": config, "shards": 2, "bindings": [{"source": name, "resource": resource}]}
+    source = {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "collections": {name: {"key": key, "schema": schema, "source": source}},
+                "materializations": materializations,
+                "checkpoint": str(tmp_path / "checkpoints"),
+            }
+        )
+    )
+    return str(spec)
+
+
 def run(python: str, spec: str, cwd) -> None:
     done = subprocess.run(
         [python, "-m", "tidemark", "run", spec, "--available-now", "--no-spark-ui"],
@@ -125,31 +147,7 @@ def test_every_view_of_an_older_release_continues_exactly(old_release, tmp_path,
     tag = f"up{uuid.uuid4().hex[:6]}"
     data = tmp_path / "data"
     write_orders(data, files=2, per_file=60, customers=30, seed=51)
-    materializations = {}
-    for kind in kinds:
-        (tmp_path / kind).mkdir()
-        config, resource = endpoint(kind, request, tmp_path, tag)
-        materializations[kind] = {
-            "endpoint": config,
-            "shards": 2,
-            "bindings": [{"source": "orders", "resource": resource}],
-        }
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "collections": {
-                    "orders": {
-                        "key": ["/customer"],
-                        "schema": ORDERS_SCHEMA,
-                        "source": {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}},
-                    }
-                },
-                "materializations": materializations,
-                "checkpoint": str(tmp_path / "checkpoints"),
-            }
-        )
-    )
+    spec = write_spec(request, tmp_path, tag, kinds, "orders", ["/customer"], ORDERS_SCHEMA, data)
     run(old_python, str(spec), tmp_path)
     write_orders(data, files=2, per_file=60, customers=30, seed=52, start=2)
     run(sys.executable, str(spec), tmp_path)
@@ -232,26 +230,7 @@ def test_every_lean_view_of_the_last_release_continues_exactly(lean_release, tmp
     tag = f"ul{uuid.uuid4().hex[:6]}"
     data = tmp_path / "data"
     write_events(data, files=2, per_file=80, seed=61)
-    materializations = {}
-    for kind in LEAN_KINDS:
-        (tmp_path / kind).mkdir()
-        config, resource = endpoint(kind, request, tmp_path, tag)
-        materializations[kind] = {
-            "endpoint": config,
-            "shards": 2,
-            "bindings": [{"source": "events", "resource": resource}],
-        }
-    spec = tmp_path / "spec.yaml"
-    source = {"format": "json", "path": str(data), "options": {"maxFilesPerTrigger": 1}}
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "collections": {"events": {"key": ["/id"], "schema": EVENTS, "source": source}},
-                "materializations": materializations,
-                "checkpoint": str(tmp_path / "checkpoints"),
-            }
-        )
-    )
+    spec = write_spec(request, tmp_path, tag, LEAN_KINDS, "events", ["/id"], EVENTS, data)
     run(old_python, str(spec), tmp_path)
     write_events(data, files=2, per_file=80, seed=62, start=2)
     run(sys.executable, str(spec), tmp_path)

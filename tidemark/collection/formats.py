@@ -70,14 +70,14 @@ def days_from_civil(year: int, month: int, day: int) -> int:
 def civil_from_days(days: int) -> tuple[int, int, int]:
     """The proleptic Gregorian (year, month, day) ``days`` after 1970-01-01 (the inverse of
     :func:`days_from_civil`)."""
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
+    since_0000_03_01 = days + 719468  # the algorithm's era starts on 1 March (yoe, doy, doe: as above)
+    era = since_0000_03_01 // 146097
+    doe = since_0000_03_01 - era * 146097
     yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
     doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
+    month_from_march = (5 * doy + 2) // 153
+    day = doy - (153 * month_from_march + 2) // 5 + 1
+    month = month_from_march + 3 if month_from_march < 10 else month_from_march - 9
     return yoe + era * 400 + (month <= 2), month, day
 
 

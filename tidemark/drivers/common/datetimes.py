@@ -61,8 +61,8 @@ def canonical_date_time(v: dt.datetime) -> str:
 def date_time_value(text: Any) -> tuple[Optional[int], bool]:
     """A date-time column's value for ``text``: its instant in microseconds (None: not a
     date-time), and whether the remainder keeps the text (the instant gives back another)."""
-    at = micros(text)
-    return at, at is None or canonical_text(at) != text
+    moment = micros(text)
+    return moment, moment is None or canonical_text(moment) != text
 
 
 def sortable_text(text: Any) -> Optional[str]:

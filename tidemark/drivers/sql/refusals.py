@@ -53,13 +53,13 @@ def sum_overflow(
     staged and stored rows; else the endpoint's error (``secrets`` redacted)."""
     assert model.reduce is not None  # a binding the endpoint reduces
     for col in model.values:
-        f = next((f for f in model.reduce.fields if f.name == col.name), None)
-        if f is None or f.strategy != "sum":
+        field = next((f for f in model.reduce.fields if f.name == col.name), None)
+        if field is None or field.strategy != "sum":
             continue
-        row = execute(forms.overflow_query(model, staging, f, col, typed)).fetchone()
+        row = execute(forms.overflow_query(model, staging, field, col, typed)).fetchone()
         if row is not None:
-            n = len(model.keys)
-            return sum_overflowed(model, f.name, col.kind, list(row[:n]), row[n], row[n + 1])
+            keys = len(model.keys)
+            return sum_overflowed(model, field.name, col.kind, list(row[:keys]), row[keys], row[keys + 1])
     text = redact(exc, secrets).strip().splitlines()[0]
     return DriverError(
         f"{model.display}: reducing this batch in {title} failed: {text}. Nothing of this "
