@@ -52,7 +52,7 @@ def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
             "/s: set of a raw object has no compiled form",
         ),
         ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
-        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "/n: type ['integer', 'null']"),
+        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "/n: a nullable integer reduced by sum"),
     ],
 )
 def test_other_schemas_load_and_say_why(schema, why):
@@ -81,12 +81,11 @@ def test_every_property_that_keeps_a_binding_off_the_endpoint_is_named_with_the_
     assert not ok
     for part in (
         "/amount: a number with multipleOf 0.25 (compiled: a power of ten",
-        "/note: type ['string', 'null']",
         "/address: its properties have several types (integer, string)",
         "/status: ordered by /at, which compiles where /at is a scalar reduced by maximize and both are required",
     ):
         assert part in line, line
-    for compiled in ("/at:", "/n:", "/cents:", "/shipping:"):  # what compiles is not named
+    for compiled in ("/at:", "/n:", "/cents:", "/shipping:", "/note:"):  # what compiles is not named
         assert compiled not in line
 
 

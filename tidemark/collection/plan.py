@@ -8,7 +8,10 @@ names a top-level scalar property; a property may take its own such ``order``), 
 
 * ``scalar``: ``string``, ``integer``, ``number``, ``boolean`` (with ``enum``, bounds,
   lengths, a ``format`` of :data:`NATIVE_FORMATS` or an unasserted one, and for a number a
-  ``multipleOf`` of ``10**-s``: an exact decimal, :attr:`FieldPlan.scale`);
+  ``multipleOf`` of ``10**-s``: an exact decimal, :attr:`FieldPlan.scale`); nullable
+  (``type: [T, "null"]``, :attr:`FieldPlan.nullable`) where it is reduced by
+  ``lastWriteWins`` / ``firstWriteWins`` by the source order (``null`` is then a value like
+  any other, kept apart from an absent property);
 * ``append``: an array with ``items`` of one scalar type;
 * ``raw``: an array without ``items`` or an object without ``additionalProperties``
   (carried as JSON text);
@@ -18,7 +21,7 @@ names a top-level scalar property; a property may take its own such ``order``), 
 reduced with a strategy whose Spark aggregation takes that shape (the table of
 :mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
 Anything else (conditionals, ``$ref``, deletions, keyed strategies, sets, nested merges of
-declared properties, nullable types, ...) returns ``None``: the caller uses the vectorized
+declared properties, nullable types reduced otherwise, ...) returns ``None``: the caller uses the vectorized
 Python fallback.  The Spark side of a plan is :mod:`tidemark.spark.compile`; the fast
 Python fold of one is :mod:`tidemark.collection.fast`.
 """
@@ -63,6 +66,7 @@ class FieldPlan:
     schema: dict
     order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
     scale: Optional[int] = None  # an exact decimal's places (a number with ``multipleOf`` 10^-scale)
+    nullable: bool = False  # ``type: [T, "null"]``: ``null`` is a value of its own, kept apart from absent
 
     @property
     def picked_by(self) -> str:
@@ -180,8 +184,8 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
     if order:  # event-time order by a top-level scalar property
         tokens = order.lstrip("/").split("/") if isinstance(order, str) else []
         order_name = tokens[0] if len(tokens) == 1 and "~" not in order else ""
-        if not any(f.name == order_name and f.kind == "scalar" for f in fields):
-            why.append(f"the root's order {order!r}: compiled when it names a top-level scalar property")
+        if not any(f.name == order_name and f.kind == "scalar" and not f.nullable for f in fields):
+            why.append(f"the root's order {order!r}: compiled when it names a top-level scalar property (not nullable)")
     if why:
         return None, why
     plan = CompiledPlan(
@@ -221,17 +225,31 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     ordered, order = _property_order(sub)
     name_ = ordered or _strategy(sub)
     strategy = STRATEGIES.get(name_) if isinstance(name_, str) else None
+    nullable = isinstance(t, list) and len(t) == 2 and "null" in t
+    if nullable:
+        t = next(x for x in t if x != "null")
+        if t not in SCALARS:
+            return None, f"type {sub.get('type')!r}: a nullable type compiles for a scalar ({', '.join(SCALARS)})"
+        sub = {**sub, "type": t}
     if not isinstance(t, str):
-        return None, f"type {t!r}: compiled types are one of {', '.join(SCALARS)}, array, object (not a list of types)"
+        return None, (
+            f"type {t!r}: compiled types are one of {', '.join(SCALARS)}, array, object, or [T, \"null\"] "
+            "of a scalar T"
+        )
     if strategy is None:
         return None, f"reduce {sub.get('reduce')!r} (compiled: a strategy without keys or deletions)"
+    if nullable and (strategy.name not in ("lastWriteWins", "firstWriteWins") or order):
+        return None, (
+            f"a nullable {t} reduced by {strategy.name}{' with an order' if order else ''} (compiled: "
+            "lastWriteWins or firstWriteWins by the source order, where null is a value like any other)"
+        )
     shape, reason = _shape(t, sub)
     if shape is None:
         return None, reason
     if not strategy.compiles(*shape):
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
     scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale), ""
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable), ""
 
 
 def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
@@ -361,6 +379,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         strategy = STRATEGIES[f.strategy]
         if any(c in f.name for c in '"\\') or not f.name.isprintable():
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
+        if f.nullable:
+            return None, f"/{f.name}: a nullable property (the endpoint's statement does not keep null apart from absent)"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
         if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:

@@ -16,22 +16,32 @@ import org.apache.spark.sql.api.java.UDF2;
  * -1, and the caller treats the document as a suspect, which the Python validator checks:
  * this class only ever shortens the common case.
  *
+ * <p>A property declared nullable (kind {@code z}: a scalar of its type, or {@code null}) may
+ * hold {@code null}: it is not counted, and its bit is set in the result's null mask.  The
+ * result is a {@code long}: the count in its low 16 bits, then the mask, one bit per nullable
+ * property in the order of {@code spec} (at most {@link #MAX_NULLABLE}); -1 if not plain.
+ *
  * <p>The caller compares the count with the number of declared properties {@code from_json}
- * read as non-null, which proves that every property in the text was read.
+ * read as non-null, which proves that every property in the text was read, and reads from
+ * the mask which nullable properties were written {@code null} (which {@code from_json}
+ * reads as absent).
  *
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
- * is two characters, kind ({@code s} scalar, {@code r} raw, {@code a} array of, {@code m}
+ * is two characters, kind ({@code s} scalar, {@code z} nullable scalar, {@code r} raw, {@code a} array of, {@code m}
  * map of) and type ({@code s} string, {@code i} integer, {@code n} number, {@code b}
  * boolean, {@code o} object, {@code a} array; {@code d} a string of {@code format: date-time},
  * proved an RFC 3339 date-time as {@code tidemark.collection.formats} reads one, {@code D} the
  * same with at most {@code FRACTION_DIGITS} digits of fraction), then the property's name.
  */
-public final class PlainDocument implements UDF2<String, String, Integer> {
+public final class PlainDocument implements UDF2<String, String, Long> {
     private static final long serialVersionUID = 1L;
     private static final int MAX_DEPTH = 64;
     // digits of a date-time's fraction the combine's instant order compares
     // (tidemark.spark.datetimes.FRACTION_DIGITS)
     private static final int FRACTION_DIGITS = 18;
+    /** The most nullable properties a spec may declare (the bits above the count). */
+    static final int MAX_NULLABLE = 47;
+    private static final int COUNT_BITS = 16;
 
     private static final class Spec {
         final String text;
@@ -39,6 +49,7 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
         final int[][] byLength;  // name length -> indexes of the properties with names that long
         final char[] kinds;
         final char[] types;
+        final int[] nullBit;  // a nullable property's bit in the result (-1: not nullable)
 
         Spec(String text) {
             this.text = text;
@@ -46,12 +57,21 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             kinds = new char[entries.length];
             types = new char[entries.length];
             names = new String[entries.length];
+            nullBit = new int[entries.length];
+            if (entries.length >= (1 << COUNT_BITS)) {
+                throw new IllegalArgumentException("too many properties");
+            }
             int longest = 0;
+            int nullable = 0;
             for (int i = 0; i < entries.length; i++) {
                 kinds[i] = entries[i].charAt(0);
+                nullBit[i] = kinds[i] == 'z' ? COUNT_BITS + nullable++ : -1;
                 types[i] = entries[i].charAt(1);
                 names[i] = entries[i].substring(2);
                 longest = Math.max(longest, names[i].length());
+            }
+            if (nullable > MAX_NULLABLE) {
+                throw new IllegalArgumentException("too many nullable properties");
             }
             int[] counts = new int[longest + 1];
             for (String name : names) {
@@ -86,9 +106,9 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
     private transient volatile Spec last;
 
     @Override
-    public Integer call(String text, String spec) {
+    public Long call(String text, String spec) {
         if (text == null || spec == null) {
-            return -1;
+            return -1L;
         }
         Spec s = last;
         if (s == null || !s.text.equals(spec)) {
@@ -98,7 +118,7 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
         try {
             return new Scanner(text, s).document();
         } catch (Reject | StringIndexOutOfBoundsException e) {
-            return -1;
+            return -1L;
         }
     }
 
@@ -185,9 +205,10 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             ws();
         }
 
-        int document() {
+        long document() {
             ws();
-            int count = 0;
+            long count = 0;
+            long nulls = 0;
             long[] seen = new long[(spec.kinds.length + 63) >>> 6];
             if (first('{', '}')) {
                 do {
@@ -200,6 +221,11 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
                     }
                     seen[k >>> 6] |= 1L << k;
                     colon();
+                    if (spec.nullBit[k] >= 0 && s.startsWith("null", i)) {
+                        i += 4;
+                        nulls |= 1L << spec.nullBit[k];
+                        continue;
+                    }
                     value(spec.kinds[k], spec.types[k]);
                     count++;
                 } while (more('}'));
@@ -208,7 +234,7 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
             if (i != n) {
                 throw reject();  // anything else after the document
             }
-            return count;
+            return count | nulls;
         }
 
         /** The index of the declared property named here (a name without escapes), or -1. */
@@ -233,6 +259,7 @@ public final class PlainDocument implements UDF2<String, String, Integer> {
         private void value(char kind, char type) {
             switch (kind) {
                 case 's':
+                case 'z':
                     scalar(type);
                     return;
                 case 'r':

@@ -63,14 +63,27 @@ def spec(plan) -> Optional[str]:
     kinds = {"scalar": "s", "raw": "r", "append": "a", "map": "m"}
     bounded = ordered_by_instant(plan)
     entries = []
+    if len(plan.fields) >= 2**COUNT_BITS or len(nullable_fields(plan)) > MAX_NULLABLE:
+        return None
     for f in plan.fields:
         if _SEPARATOR in f.name or f.kind not in kinds or f.type not in codes:
             return None
         code = codes[f.type]
         if is_date_time_field(f):  # proved a date-time by the scan (``D``: its fraction bounded too)
             code = "D" if f.name in bounded else "d"
-        entries.append(kinds[f.kind] + code + f.name)
+        entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return _SEPARATOR.join(entries)
+
+
+# The scan's result (a long): the count of properties it read in the low COUNT_BITS bits, then
+# one bit per nullable property (in the plan's order) written ``null``; -1 where not plain.
+COUNT_BITS = 16
+MAX_NULLABLE = 47
+
+
+def nullable_fields(plan) -> list[str]:
+    """The plan's nullable properties, in the order of their bits in the scan's result."""
+    return [f.name for f in plan.fields if f.nullable]
 
 
 JAR = Path(__file__).with_name("tidemark-jvm.jar")
@@ -176,9 +189,9 @@ def available(spark) -> bool:
             if path is None:
                 return False
             spark.sql("ADD JAR '" + path.replace("\\", "\\\\").replace("'", "\\'") + "'")
-            from pyspark.sql.types import IntegerType
+            from pyspark.sql.types import LongType
 
-            spark.udf.registerJavaFunction(FUNCTION, CLASS, IntegerType())
+            spark.udf.registerJavaFunction(FUNCTION, CLASS, LongType())
         return True
     except Exception as e:  # noqa: BLE001 - any failure means the expression form, never an error
         if not _warned:
