@@ -52,7 +52,10 @@ def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
             "/s: set of a raw object has no compiled form",
         ),
         ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
-        (with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}), "/n: a nullable integer reduced by sum"),
+        (
+            with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}),
+            "/n: a nullable integer reduced by sum",
+        ),
     ],
 )
 def test_other_schemas_load_and_say_why(schema, why):

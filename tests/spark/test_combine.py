@@ -95,6 +95,20 @@ FIELD_KINDS = {
             st.one_of(st.integers(-(10**6), 10**6).map(lambda i: i / 100), st.integers(-50, 50)),
         )
     ],
+    # nullable (null kept apart from absent), last or first written by the source order
+    "nullable": [
+        ({"type": ["string", "null"]}, st.one_of(st.none(), st.text(max_size=3))),
+        (
+            {"type": ["null", "integer"], "reduce": {"strategy": "firstWriteWins"}},
+            st.one_of(st.none(), st.integers(-9, 9)),
+        ),
+        (
+            {"type": ["number", "null"], "multipleOf": 0.01},
+            st.one_of(st.none(), st.integers(-999, 999).map(lambda i: i / 100)),
+        ),
+        ({"type": ["boolean", "null"], "reduce": {"strategy": "lastWriteWins"}}, st.one_of(st.none(), st.booleans())),
+        ({"type": ["string", "null"], "format": "date-time"}, st.one_of(st.none(), DATE_TIMES)),
+    ],
     # compared as instants: mixed offsets, equal instants written differently, long fractions
     "date-time": [
         ({"type": "string", "format": "date-time", "reduce": {"strategy": s}}, DATE_TIMES)
@@ -421,6 +435,55 @@ def test_compiled_path_is_taken_for_clean_batches(spark):
     try:
         assert res.path == "compiled" and res.documents == 3
         assert collect(res) == {'["a"]': {"customer": "a", "total": 3.5, "n": 4}, '["b"]': {"customer": "b", "n": 2}}
+    finally:
+        res.unpersist()
+
+
+NULLABLE = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k", "state"],
+    "properties": {
+        "k": {"type": "string"},
+        "state": {"type": ["string", "null"], "enum": ["open", "shut", None]},
+        "note": {"type": ["null", "string"]},
+        "first": {"type": ["integer", "null"], "reduce": {"strategy": "firstWriteWins"}},
+        "at": {"type": ["string", "null"], "format": "date-time"},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+    },
+}
+
+
+def test_nullable_properties_keep_null_apart_from_absent_on_the_compiled_path(spark, plain_proof):
+    """A later null replaces a value, a document without the property keeps the earlier one,
+    firstWriteWins keeps a first null, a required property may be null: on the compiled
+    path (with the JVM scan; without it, a document that writes null takes the Python fold)."""
+    coll = Collection(CollectionSpec("t", ("/k",), NULLABLE))
+    assert compile_collection(coll) is not None
+    docs = [
+        {"k": "a", "state": "open", "note": "x", "first": None, "at": "2024-05-01T00:00:00+01:00", "n": 1},
+        {"k": "a", "state": None, "n": 1},  # null replaces, absent keeps
+        {"k": "b", "state": "open", "n": 1},
+        {"k": "b", "state": "shut", "note": None, "first": 7, "at": None, "n": 1},
+        {"k": "c", "state": None, "note": None, "n": 1},
+        {"k": "c", "state": "shut", "first": 3, "n": 1},
+        {"k": "d", "state": "open", "n": 1},  # never null, never absent-then-present
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]'] == {
+            "k": "a",
+            "state": None,
+            "note": "x",
+            "first": None,
+            "at": "2024-05-01T00:00:00+01:00",
+            "n": 2,
+        }
+        assert got['["c"]'] == {"k": "c", "state": "shut", "note": None, "first": 3, "n": 2}
+        assert "note" not in got['["d"]'] and "first" not in got['["d"]']
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
     finally:
         res.unpersist()
 

@@ -148,6 +148,43 @@ def test_scanner_answers(scan):
     assert not wrong
 
 
+# nullable properties (``z``): a null is not counted, and sets the property's bit above the count
+NULLABLE_SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan("a", "scalar", "string", "lastWriteWins", {}, nullable=True),
+                FieldPlan("n", "scalar", "integer", "firstWriteWins", {}, nullable=True),
+                FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}, nullable=True),
+            ),
+            "order": "",
+        },
+    )()
+)
+NULL_BIT = 1 << jvm.COUNT_BITS
+NULLABLE_CASES = [
+    ('{"k":"x","a":"y","n":1,"t":"2024-01-01T00:00:00Z"}', 4),
+    ('{"k":"x","a":null}', 1 | NULL_BIT),
+    ('{"a":null,"n":null,"t":null}', 0 | NULL_BIT | NULL_BIT << 1 | NULL_BIT << 2),
+    ('{"k":"x","n" : null ,"t":"2024-01-01T00:00:00Z"}', 2 | NULL_BIT << 1),
+    ('{"k":null}', -1),  # not nullable
+    ('{"a":nul}', -1),
+    ('{"a":nullx}', -1),
+    ('{"n":"1"}', -1),  # a nullable integer is still an integer
+    ('{"t":"not a date"}', -1),
+    ('{"a":null,"a":null}', -1),  # repeated
+]
+
+
+@needs_jar
+def test_nullable_properties_are_proved_with_a_bit_for_each_null(scan):
+    got = scan([text for text, _ in NULLABLE_CASES], NULLABLE_SPEC)
+    assert got == [want for _, want in NULLABLE_CASES]
+
+
 @needs_jar
 def test_date_times_are_proved_as_python_reads_them(scan):
     """A date-time property is proved by the scan exactly where Python's format check accepts

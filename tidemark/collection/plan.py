@@ -225,16 +225,19 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     ordered, order = _property_order(sub)
     name_ = ordered or _strategy(sub)
     strategy = STRATEGIES.get(name_) if isinstance(name_, str) else None
-    nullable = isinstance(t, list) and len(t) == 2 and "null" in t
-    if nullable:
-        t = next(x for x in t if x != "null")
+    nullable = False
+    if isinstance(t, list) and len(t) == 2 and "null" in t:
+        nullable, t = True, next(x for x in t if x != "null")
         if t not in SCALARS:
             return None, f"type {sub.get('type')!r}: a nullable type compiles for a scalar ({', '.join(SCALARS)})"
+        if "enum" in sub and None not in sub["enum"]:
+            return None, f"type {sub.get('type')!r} with an enum without null (null is not valid then)"
         sub = {**sub, "type": t}
+        if "enum" in sub:  # null is one of them: the combine checks the others
+            sub["enum"] = [v for v in sub["enum"] if v is not None]
     if not isinstance(t, str):
         return None, (
-            f"type {t!r}: compiled types are one of {', '.join(SCALARS)}, array, object, or [T, \"null\"] "
-            "of a scalar T"
+            f'type {t!r}: compiled types are one of {", ".join(SCALARS)}, array, object, or [T, "null"] of a scalar T'
         )
     if strategy is None:
         return None, f"reduce {sub.get('reduce')!r} (compiled: a strategy without keys or deletions)"
@@ -380,7 +383,10 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         if any(c in f.name for c in '"\\') or not f.name.isprintable():
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
         if f.nullable:
-            return None, f"/{f.name}: a nullable property (the endpoint's statement does not keep null apart from absent)"
+            return (
+                None,
+                f"/{f.name}: a nullable property (the endpoint's statement does not keep null apart from absent)",
+            )
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
         if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:

@@ -317,7 +317,8 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         pre = ("value", "_file", "_block", "_row", pc.alias("p"))
         pc = F.col("p")
     plain = V.plain_document(plan, F.col("value"), pc, jvm_spec)
-    suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole)
+    nulls = V.null_flags(plan, F.col("value"), plain, jvm_spec)
+    suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole, nulls)
     # Each date-time's instant, once per row in this projection (generated code): computed
     # inside the aggregates it took a third of the combine on the event stream's schema.
     # Columns no aggregate reads are pruned by Spark's optimizer.
@@ -337,6 +338,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         V.extras_expr(plan, F.col("value"), pc, plain, whole).alias("_extras"),
         F.struct("_file", "_block", "_row").alias("_o"),
         *staged_instants,
+        *(flag.alias(f"_z{i}") for i, flag in enumerate(nulls.values())),
     )
     pc = F.col("p")
     ok = ~F.col("_suspect")
@@ -351,6 +353,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         mask_scalars=False,
         key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)},
         instants=instants,
+        nulls={name: F.col(f"_z{i}") for i, name in enumerate(nulls)},
     )
     masked_keys = [F.when(ok, pc[k]) for k in plan.key]
     key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]

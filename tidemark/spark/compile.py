@@ -8,7 +8,8 @@ strategy's ``spark`` entry in :data:`tidemark.collection.strategies.STRATEGIES`,
 pyspark helpers of :class:`SparkOps`:
 
 * ``lastWriteWins`` / ``firstWriteWins``: ``max_by`` / ``min_by`` of the source order (of
-  scalars, or of raw JSON text for objects and arrays); a root with ``reduce.order``: of
+  scalars, or of raw JSON text for objects and arrays; of a nullable scalar, of a struct
+  holding it, over the documents that write it, ``null`` or not); a root with ``reduce.order``: of
   :func:`event_order`, then the source order; a property with its own ``order``: of the
   order property's value, then the source order (:func:`_by_event_time`);
 * ``sum``: ``try_sum`` for integers; an ordered fold for numbers, so replays are
@@ -211,6 +212,7 @@ def aggregations(
     key_cols=None,
     mask_scalars=True,
     instants: Any = None,
+    nulls: Any = None,
 ):
     """(agg columns, doc expression over the aggregated columns, error expression, typed doc
     expression or None).
@@ -227,7 +229,9 @@ def aggregations(
     property names to the grouping columns: a key property is equal in every document of
     a group, so its value is taken from the group (no aggregation needed).  ``ord_col``
     should be a column computed once per row (not an expression repeated per field), and
-    ``instants`` the date-times' instants so computed (:attr:`SparkOps.instants`).
+    ``instants`` the date-times' instants so computed (:attr:`SparkOps.instants`), and
+    ``nulls`` the nullable properties' flags of a document that writes them ``null``
+    (:func:`tidemark.spark.suspects.null_flags`: ``from_json`` reads that as absent).
     Each property's aggregate is its strategy's ``spark`` entry
     (:data:`tidemark.collection.strategies.STRATEGIES`).
     """
@@ -245,6 +249,7 @@ def aggregations(
         return [pick(mask(value), ord_col).alias("doc")], F.col("doc"), F.lit(None).cast("string"), None
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask, instants)
     aggs, structured, raw, errors, fields = [], [], [], [], []
+    written_null = []  # ``"p":null`` of each nullable property whose picked value is null
     riders = _riders(plan, key_cols)
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
@@ -253,6 +258,15 @@ def aggregations(
         present = None  # min, max, max_by, min_by and the key: null exactly when no value is present
         if key_cols and f.name in key_cols and strategy.group_value:
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
+        elif f.nullable:  # picked by the source order among the documents that hold it, null or not
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
+            aggs.append(pick(F.struct(values.alias("v")), F.when(values.isNotNull() | written, ops.order)).alias(v))
+            present, picked = F.col(v).isNotNull(), F.col(v)["v"]
+            written_null.append(
+                F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
+            )
         elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)
             at = next(j for j, o in enumerate(plan.fields) if o.name == f.order)
             picked = F.col(f"v{at}")[f.name]
@@ -289,9 +303,9 @@ def aggregations(
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     typed_doc = F.struct(*fields)
-    if structured and not raw:  # one to_json is the whole document
+    if structured and not raw and not written_null:  # one to_json is the whole document
         return aggs, F.to_json(F.struct(*structured)), error, typed_doc
-    parts = list(raw)
+    parts = list(raw) + written_null
     if structured:
         body = F.to_json(F.struct(*structured))
         parts.append(F.nullif(F.substring(body, F.lit(2), F.length(body) - 2), F.lit("")))

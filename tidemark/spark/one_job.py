@@ -55,7 +55,8 @@ class OneJobPlan:
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_suspect") | (F.col("_with_extras") > F.lit(0)) | F.col("_error").isNotNull()
-            self.typed = self.typed and plan.root_strategy == "merge"
+            # a typed row has no place for a nullable property's null (NULL is absent there)
+            self.typed = self.typed and plan.root_strategy == "merge" and not any(f.nullable for f in plan.fields)
             typed_out = cols.out_typed if self.typed else None
             self.bindings.append(
                 {

@@ -182,7 +182,9 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
     if jvm_spec is not None:
         from tidemark.spark import jvm
 
-        return F.coalesce(F.call_udf(jvm.FUNCTION, value, F.lit(jvm_spec)) == present, F.lit(False))
+        scan = jvm_scan(value, jvm_spec)
+        counted = scan.bitwiseAND(F.lit((1 << jvm.COUNT_BITS) - 1))
+        return F.coalesce((scan >= F.lit(0)) & (counted == present), F.lit(False))
     ok = [
         value.endswith("}"),
         _occurrences_plus_one(value, "}") == F.lit(2),
@@ -207,14 +209,45 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
     return F.coalesce(out, F.lit(False))
 
 
-def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
+def jvm_scan(value, jvm_spec: str):
+    """The JVM scan of a document (``PlainDocument``): a long, -1 where not plain, else the
+    count of properties read and a bit per nullable property written ``null``
+    (:data:`tidemark.spark.jvm.COUNT_BITS`)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import jvm
+
+    return F.call_udf(jvm.FUNCTION, value, F.lit(jvm_spec))
+
+
+def null_flags(plan: CompiledPlan, value, plain, jvm_spec: Optional[str]) -> dict:
+    """{nullable property: a column true where the document is plain and writes it ``null``}
+    (``from_json`` reads ``null`` as absent).  Without the JVM scan a document that writes
+    ``null`` is never plain (:func:`suspect_regex` makes it a suspect, which the Python fold
+    takes), so the flags are false."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import jvm
+
+    names = jvm.nullable_fields(plan)
+    if jvm_spec is None:
+        return {name: F.lit(False) for name in names}
+    scan = jvm_scan(value, jvm_spec)
+    return {
+        name: plain & (F.shiftright(scan, jvm.COUNT_BITS + bit).bitwiseAND(F.lit(1)) == F.lit(1))
+        for bit, name in enumerate(names)
+    }
+
+
+def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls: Optional[dict] = None):
     """True for every document native validation cannot prove valid (``plain``: the column
     of :func:`plain_document`, computed once per row by the caller).
 
     ``whole``: ``plain`` is the JVM proof, which covers everything about the text (a
     malformed document, trailing content, undeclared properties are never plain), so a
     document it does not prove plain is a suspect, with no regular expression, and ``p``
-    has no corrupt-record column.
+    has no corrupt-record column.  ``nulls``: :func:`null_flags` (a required nullable
+    property written ``null`` is present).
     """
     from pyspark.sql import functions as F
 
@@ -239,8 +272,8 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):
     for k in plan.key:
         conds.append(p[k].isNull())
     for r in plan.required:
-        if r not in plan.key:
-            conds.append(p[r].isNull())
+        if r not in plan.key:  # a nullable one may be written null (``nulls``: null_flags)
+            conds.append(p[r].isNull() & ~nulls[r] if nulls and r in nulls else p[r].isNull())
     ordered = ordered_by_instant(plan)
     for f in plan.fields:
         c = p[f.name]
