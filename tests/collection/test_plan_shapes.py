@@ -40,24 +40,60 @@ def test_an_object_merged_by_plain_properties_of_one_type_is_a_map_and_a_power_o
 
 
 @pytest.mark.parametrize(
-    "sub,words",
+    "sub,members",
     [
         (
             {**ADDRESS, "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}},
-            "several types (integer, string)",
+            [("address/city", "string", "lastWriteWins"), ("address/n", "integer", "lastWriteWins")],
         ),
         (
             {**ADDRESS, "properties": {"n": {"type": "integer", "reduce": {"strategy": "sum"}}}},
-            "'n' is not a plain scalar",
+            [("address/n", "integer", "sum")],
         ),
-        ({**ADDRESS, "additionalProperties": False}, "its additionalProperties is False"),
-        ({**ADDRESS, "required": ["city"]}, "an object with required"),
-        ({**ADDRESS, "properties": {"at": {"type": "string", "format": "date-time"}}}, "'at' is not a plain scalar"),
+        (
+            {**ADDRESS, "additionalProperties": False},
+            [("address/city", "string", "lastWriteWins"), ("address/zip", "string", "lastWriteWins")],
+        ),
     ],
 )
-def test_an_object_whose_merge_is_more_than_a_map_names_why(sub, words):
+def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub, members):
+    plan, why = plan_of(address=sub)
+    assert why == [] and plan is not None
+    address = plan.fields[1]
+    assert (address.kind, address.strategy) == ("object", "merge")
+    assert [(m.name, m.type, m.strategy) for m in address.members] == members
+
+
+@pytest.mark.parametrize(
+    "sub,words",
+    [
+        ({**ADDRESS, "required": ["city"]}, "an object with required"),
+        ({**ADDRESS, "properties": {"at": {"type": "string", "format": "date-time"}}}, "'at' is not a plain scalar"),
+        ({**ADDRESS, "properties": {"in": {"type": "object"}}}, "'in' is not a plain scalar"),
+        ({**ADDRESS, "properties": {"n": {"type": "string", "reduce": {"strategy": "append"}}}}, "'n' is not a plain"),
+        ({**ADDRESS, "properties": {"a/b": {"type": "string"}}}, "a name holding '/'"),
+    ],
+)
+def test_an_object_that_does_not_compile_names_why(sub, words):
     plan, why = plan_of(address=sub)
     assert plan is None and len(why) == 1 and why[0].startswith("/address: ") and words in why[0]
+
+
+def test_the_endpoint_merges_an_object_whose_members_are_last_written_and_names_the_others():
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "k": {"type": "string"},
+            "address": {**ADDRESS, "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    }
+    strategies = frozenset({"sum", "merge", "lastWriteWins"})
+    assert binding_reduction(schema, ("/k",), strategies)[0] is not None
+    schema["properties"]["address"]["properties"]["n"]["reduce"] = {"strategy": "sum"}
+    assert binding_reduction(schema, ("/k",), strategies)[1].startswith(
+        "/address: members with strategies of their own: /address/n (sum)"
+    )
 
 
 def test_a_multiple_that_is_not_a_power_of_ten_names_why():

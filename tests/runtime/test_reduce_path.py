@@ -84,11 +84,10 @@ def test_every_property_that_keeps_a_binding_off_the_endpoint_is_named_with_the_
     assert not ok
     for part in (
         "/amount: a number with multipleOf 0.25 (compiled: a power of ten",
-        "/address: its properties have several types (integer, string)",
         "/status: ordered by /at, which compiles where /at is a scalar reduced by maximize and both are required",
     ):
         assert part in line, line
-    for compiled in ("/at:", "/n:", "/cents:", "/shipping:", "/note:"):  # what compiles is not named
+    for compiled in ("/at:", "/n:", "/cents:", "/shipping:", "/note:", "/address:"):  # what compiles is not named
         assert compiled not in line
 
 

@@ -179,6 +179,51 @@ NULLABLE_CASES = [
 ]
 
 
+# an object of declared members (``o``): only those, each once, each of its type
+OBJECT_SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan(
+                    "o",
+                    "object",
+                    "object",
+                    "merge",
+                    {},
+                    members=(
+                        FieldPlan("o/s", "scalar", "string", "lastWriteWins", {}),
+                        FieldPlan("o/i", "scalar", "integer", "sum", {}),
+                        FieldPlan("o/b", "scalar", "boolean", "maximize", {}),
+                    ),
+                ),
+            ),
+            "order": "",
+        },
+    )()
+)
+OBJECT_CASES = [
+    ('{"k":"x","o":{"s":"a","i":1,"b":true}}', 2),
+    ('{"o":{}}', 1),
+    ('{"o" : { "i" : -5 } , "k":"x"}', 2),
+    ('{"o":{"s":5}}', -1),  # a member of another type
+    ('{"o":{"z":"a"}}', -1),  # undeclared
+    ('{"o":{"s":"a","s":"b"}}', -1),  # repeated
+    ('{"o":{"i":null}}', -1),
+    ('{"o":{"s":{"x":1}}}', -1),
+    ('{"o":[]}', -1),
+    ('{"s":"a"}', -1),  # a member's name is not a top-level property
+]
+
+
+@needs_jar
+def test_objects_of_declared_members_are_proved_member_by_member(scan):
+    got = scan([text for text, _ in OBJECT_CASES], OBJECT_SPEC)
+    assert got == [want for _, want in OBJECT_CASES]
+
+
 @needs_jar
 def test_nullable_properties_are_proved_with_a_bit_for_each_null(scan):
     got = scan([text for text, _ in NULLABLE_CASES], NULLABLE_SPEC)

@@ -17,6 +17,8 @@ names a top-level scalar property; a property may take its own such ``order``), 
   (carried as JSON text);
 * ``map``: an object with ``additionalProperties`` of one scalar type, or with ``properties``
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`_merged_object`);
+* ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
+  types, each with a strategy of its own (:data:`MEMBER_STRATEGIES`; :attr:`FieldPlan.members`);
 
 reduced with a strategy whose Spark aggregation takes that shape (the table of
 :mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
@@ -67,6 +69,13 @@ class FieldPlan:
     order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
     scale: Optional[int] = None  # an exact decimal's places (a number with ``multipleOf`` 10^-scale)
     nullable: bool = False  # ``type: [T, "null"]``: ``null`` is a value of its own, kept apart from absent
+    # an ``object``'s members (named ``property/member``), each a scalar with its own strategy
+    members: tuple[FieldPlan, ...] = ()
+
+    @property
+    def member(self) -> str:
+        """A member's name within its object (the part after ``/``)."""
+        return self.name.rsplit("/", 1)[-1]
 
     @property
     def picked_by(self) -> str:
@@ -252,7 +261,8 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     if not strategy.compiles(*shape):
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
     scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable), ""
+    members = _members(name, sub) if shape[0] == "object" else ()
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members), ""
 
 
 def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
@@ -297,13 +307,16 @@ def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
 
 
 def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
-    """An object with declared ``properties`` compiles as a map (``map``: each member merged,
-    the later value winning) where that is what merging it means: every property is a plain
-    scalar of one type (no assertion but its type, no format), reduced by ``lastWriteWins``
-    (no ``reduce``, or only that), and undeclared members may be of that type too
-    (``additionalProperties`` absent, true, or that type).  A member of another type makes
-    the document a suspect (checked in Python; where it is valid, the batch takes the Python
-    fold)."""
+    """An object with declared ``properties`` reduced by ``merge``, each property a plain
+    scalar (``{type: T}``, no assertion but its type, no format) with a strategy of its own
+    (:data:`MEMBER_STRATEGIES`, by the source order).
+
+    Where every property is of one type, reduced by ``lastWriteWins``, and undeclared members
+    may be of that type too (``additionalProperties`` absent, true, or that type), it compiles
+    as a map (``map``: each member merged, the later value winning).  Otherwise as an
+    ``object`` of typed members (:func:`_members`), each reduced by its own strategy; a member
+    the schema does not declare makes the document a suspect (checked in Python; where it is
+    valid, the batch takes the Python fold), as does a member of another type."""
     extra = sorted(_keywords(sub) - {"type", "properties", "additionalProperties"} - set(ANNOTATIONS))
     if extra:
         return None, f"an object with {', '.join(extra)} (compiled: properties and additionalProperties)"
@@ -311,22 +324,44 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     if not isinstance(props, dict) or not props:
         return None, "an object whose properties is not a mapping of names to schemas"
     types = set()
+    strategies = set()
     for name, child in props.items():
         plain = isinstance(child, dict) and _keywords(child) <= {"type", "title", "description", "$comment", "reduce"}
-        red = child.get("reduce") if isinstance(child, dict) else None
-        if not plain or child.get("type") not in SCALARS or red not in (None, {"strategy": "lastWriteWins"}):
+        strategy = _strategy(child) if plain else None
+        if not plain or child.get("type") not in SCALARS or strategy not in MEMBER_STRATEGIES:
             return None, (
-                f"its property {name!r} is not a plain scalar reduced by lastWriteWins (an object's properties "
-                "compile where each is `{type: T}` of one scalar type, the later value winning)"
+                f"its property {name!r} is not a plain scalar with one of the strategies "
+                f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "
+                "of a scalar type; nested objects and arrays are reduced by the Python fold)"
             )
+        if strategy == "sum" and child["type"] not in ("integer", "number"):
+            return None, f"its property {name!r}: sum of a {child['type']}"
+        if "/" in name or "~" in name:
+            return None, f"its property {name!r}: a name holding '/' or '~'"
         types.add(child["type"])
-    if len(types) != 1:
-        return None, f"its properties have several types ({', '.join(sorted(types))}); compiled: one scalar type"
-    (t,) = types
+        strategies.add(strategy)
     addl = sub.get("additionalProperties", True)
-    if addl is not True and addl != {"type": t}:
-        return None, f"its additionalProperties is {addl!r} (compiled: absent, true, or {{type: {t}}})"
-    return ("map", t), ""
+    if len(types) == 1 and strategies == {"lastWriteWins"}:
+        (t,) = types
+        if addl is True or addl == {"type": t}:
+            return ("map", t), ""
+    if addl not in (True, False) and not (isinstance(addl, dict) and set(addl) <= {"type"}):
+        return None, f"its additionalProperties is {addl!r} (compiled: absent, true, false, or {{type: T}})"
+    return ("object", "object"), ""
+
+
+#: The strategies of an object's members that compile (``object`` fields, :func:`_members`).
+MEMBER_STRATEGIES = ("lastWriteWins", "firstWriteWins", "sum", "maximize", "minimize")
+
+
+def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:
+    """The plans of an ``object`` field's members (named ``name/member``, as errors name
+    them), each a scalar reduced by its own strategy."""
+    out = []
+    for member, child in sub["properties"].items():
+        strategy = _strategy(child)
+        out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child))
+    return tuple(out)
 
 
 def _json_type(v: Any) -> str:
@@ -386,6 +421,12 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
             return (
                 None,
                 f"/{f.name}: a nullable property (the endpoint's statement does not keep null apart from absent)",
+            )
+        if any(m.strategy != "lastWriteWins" for m in f.members):
+            others = ", ".join(f"/{m.name} ({m.strategy})" for m in f.members if m.strategy != "lastWriteWins")
+            return None, (
+                f"/{f.name}: members with strategies of their own: {others} (the endpoint merges an object "
+                "member by member, the later value winning)"
             )
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"

@@ -540,7 +540,7 @@ STRATEGIES: dict[str, Strategy] = {
             _merge,
             None,
             _spark_merge,
-            frozenset(("map",)),
+            frozenset(("map", "object")),
             keyed=True,
             location_types=frozenset(("object", "array")),
             expects="objects or arrays",

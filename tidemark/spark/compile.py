@@ -18,7 +18,8 @@ pyspark helpers of :class:`SparkOps`:
   string, ``max_by`` of the text over :func:`~tidemark.spark.datetimes.instant_order`;
 * ``append`` of arrays of scalars: ordered ``collect_list`` + ``flatten``;
 * ``merge`` of maps (``additionalProperties`` of a scalar type): ``map_zip_with`` over the
-  ordered values.
+  ordered values; of an object of declared members (``object``): each member's own
+  strategy's aggregate, the object present where any document holds it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
             dt = T.ArrayType(spark_type(f.type))
         elif f.kind == "map":
             dt = T.MapType(T.StringType(), spark_type(f.type))
+        elif f.kind == "object":
+            dt = T.StructType([T.StructField(m.member, spark_type(m.type)) for m in f.members])
         else:
             dt = T.StringType()
         out.append(T.StructField(f.name, dt))
@@ -267,6 +270,21 @@ def aggregations(
             written_null.append(
                 F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
             )
+        elif f.kind == "object":  # each member by its own strategy; the object where any document holds it
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            members = []
+            for j, m in enumerate(f.members):
+                agg = cast(Callable[..., SparkAggregate], STRATEGIES[m.strategy].spark)(ops, m, values[m.member])
+                aggs.append(agg.column.alias(f"{v}_{j}"))
+                member_present = F.col(f"{v}_{j}").isNotNull()
+                if agg.count is not None:
+                    aggs.append(agg.count.alias(f"{n}_{j}"))
+                    member_present = F.col(f"{n}_{j}") > 0
+                if agg.error is not None:
+                    errors.append(agg.error(member_present, F.col(f"{v}_{j}")))
+                members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(m.member))
+            aggs.append(F.count(values).alias(n))
+            present, picked = F.col(n) > 0, F.struct(*members)
         elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)
             at = next(j for j, o in enumerate(plan.fields) if o.name == f.order)
             picked = F.col(f"v{at}")[f.name]

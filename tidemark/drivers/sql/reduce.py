@@ -106,7 +106,9 @@ class ReduceSql:
         raise NotImplementedError
 
     def merge_objects(self, old: str, new: str) -> str:
-        """A map's (``additionalProperties`` of one scalar type) members, the right side's winning."""
+        """An object's members merged shallowly, the right side's winning: a map
+        (``additionalProperties`` of one scalar type), or an object of declared scalar members
+        each last written; its members are never null."""
         raise NotImplementedError
 
     def merge_documents(self, old: str, new: str) -> str:

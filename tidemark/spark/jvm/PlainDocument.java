@@ -26,6 +26,10 @@ import org.apache.spark.sql.api.java.UDF2;
  * the mask which nullable properties were written {@code null} (which {@code from_json}
  * reads as absent).
  *
+ * <p>An object of declared members (kind {@code o}) holds only its declared members, each once,
+ * each a scalar of its declared type: its entry's name is followed by U+0002 and the members'
+ * entries (kind {@code s}), separated by U+0003.
+ *
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
  * is two characters, kind ({@code s} scalar, {@code z} nullable scalar, {@code r} raw, {@code a} array of, {@code m}
  * map of) and type ({@code s} string, {@code i} integer, {@code n} number, {@code b}
@@ -50,10 +54,16 @@ public final class PlainDocument implements UDF2<String, String, Long> {
         final char[] kinds;
         final char[] types;
         final int[] nullBit;  // a nullable property's bit in the result (-1: not nullable)
+        final Spec[] members;  // an object's (kind ``o``) declared members, else null
 
         Spec(String text) {
+            this(text, "\u0001");
+        }
+
+        Spec(String text, String separator) {
             this.text = text;
-            String[] entries = text.isEmpty() ? new String[0] : text.split("\u0001", -1);
+            String[] entries = text.isEmpty() ? new String[0] : text.split(separator, -1);
+            members = new Spec[entries.length];
             kinds = new char[entries.length];
             types = new char[entries.length];
             names = new String[entries.length];
@@ -68,6 +78,11 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 nullBit[i] = kinds[i] == 'z' ? COUNT_BITS + nullable++ : -1;
                 types[i] = entries[i].charAt(1);
                 names[i] = entries[i].substring(2);
+                if (kinds[i] == 'o') {
+                    int at = names[i].indexOf('\u0002');
+                    members[i] = new Spec(names[i].substring(at + 1), "\u0003");
+                    names[i] = names[i].substring(0, at);
+                }
                 longest = Math.max(longest, names[i].length());
             }
             if (nullable > MAX_NULLABLE) {
@@ -212,7 +227,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             long[] seen = new long[(spec.kinds.length + 63) >>> 6];
             if (first('{', '}')) {
                 do {
-                    int k = name();
+                    int k = name(spec);
                     if (k < 0) {
                         throw reject();
                     }
@@ -226,7 +241,11 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         nulls |= 1L << spec.nullBit[k];
                         continue;
                     }
-                    value(spec.kinds[k], spec.types[k]);
+                    if (spec.kinds[k] == 'o') {
+                        object(spec.members[k]);
+                    } else {
+                        value(spec.kinds[k], spec.types[k]);
+                    }
                     count++;
                 } while (more('}'));
             }
@@ -237,8 +256,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             return count | nulls;
         }
 
-        /** The index of the declared property named here (a name without escapes), or -1. */
-        private int name() {
+        /** The index of the property of {@code in} named here (a name without escapes), or -1. */
+        private int name(Spec in) {
             expect('"');
             int start = i;
             while (true) {
@@ -251,9 +270,25 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 }
                 i++;
             }
-            int k = spec.find(s, start, i);
+            int k = in.find(s, start, i);
             i++;
             return k;
+        }
+
+        /** An object of declared scalar members, each at most once. */
+        private void object(Spec members) {
+            if (first('{', '}')) {
+                long[] seen = new long[(members.kinds.length + 63) >>> 6];
+                do {
+                    int k = name(members);
+                    if (k < 0 || (seen[k >>> 6] & (1L << k)) != 0) {
+                        throw reject();  // undeclared, or repeated
+                    }
+                    seen[k >>> 6] |= 1L << k;
+                    colon();
+                    scalar(members.types[k]);
+                } while (more('}'));
+            }
         }
 
         private void value(char kind, char type) {

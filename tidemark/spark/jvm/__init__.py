@@ -44,6 +44,8 @@ SOURCE = Path(__file__).with_name("PlainDocument.java")
 SOURCES = (SOURCE, Path(__file__).with_name("PlanRebind.java"))  # PlanRebind: see tidemark.spark.route
 REBIND_CLASS = "tidemark.jvm.PlanRebind"
 _SEPARATOR = "\u0001"
+_MEMBERS = "\u0002"  # between an object's name and its members' entries
+_MEMBER = "\u0003"  # between an object's members' entries
 
 _lock = threading.Lock()
 _jar: dict[str, Optional[str]] = {}  # Spark version -> jar path, or None when it cannot be built
@@ -60,7 +62,7 @@ def spec(plan) -> Optional[str]:
     from tidemark.collection.plan import ordered_by_instant
 
     codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b", "object": "o", "array": "a"}
-    kinds = {"scalar": "s", "raw": "r", "append": "a", "map": "m"}
+    kinds = {"scalar": "s", "raw": "r", "append": "a", "map": "m", "object": "o"}
     bounded = ordered_by_instant(plan)
     entries = []
     if len(plan.fields) >= 2**COUNT_BITS or len(nullable_fields(plan)) > MAX_NULLABLE:
@@ -71,6 +73,14 @@ def spec(plan) -> Optional[str]:
         code = codes[f.type]
         if is_date_time_field(f):  # proved a date-time by the scan (``D``: its fraction bounded too)
             code = "D" if f.name in bounded else "d"
+        if _MEMBERS in f.name:
+            return None
+        if f.kind == "object":  # its members' entries after the name
+            if any(_SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members):
+                return None
+            inner = _MEMBER.join("s" + codes[m.type] + m.member for m in f.members)
+            entries.append("oo" + f.name + _MEMBERS + inner)
+            continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return _SEPARATOR.join(entries)
 
