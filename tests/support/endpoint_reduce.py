@@ -104,9 +104,12 @@ class Endpoint:
         return {r[0]: [canonical(v) for v in r[1:]] for r in rows}
 
 
-def reduced_binding(driver, schema, table):
+def reduced_binding(driver, schema, table, document=None):
+    """The collection of ``schema`` and its binding to ``table``, which ``driver`` reduces
+    (``document``: the resource's form, ``"full"`` or ``"lean"``; None: the default)."""
     coll = Collection(CollectionSpec("orders", ("/k",), schema))
-    spec = coll.binding_spec(SimpleNamespace(resource={"table": table}, delta_updates=False))
+    resource = {"table": table} if document is None else {"table": table, "document": document}
+    spec = coll.binding_spec(SimpleNamespace(resource=resource, delta_updates=False))
     (b,), [line] = reduce_paths([spec], [coll], driver.capabilities())
     assert b.endpoint_reduce, line
     return coll, b
@@ -136,3 +139,27 @@ def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
         t.start_commit(StartCommit(cp(batch)))
     finally:
         t.close()
+
+
+def rows(endpoint, table: str) -> tuple[list[str], list[tuple]]:
+    """The table's column names and rows, as the database holds them."""
+    if endpoint.name == "postgres":
+        with psycopg.connect(endpoint.url, autocommit=True) as con:
+            cur = con.execute(f'SELECT * FROM "{endpoint.schema}"."{table}" ORDER BY 1')
+            return [d[0] for d in cur.description], cur.fetchall()
+    if endpoint.name == "mysql":
+        from tests.support.mysql_support import connect
+
+        con = connect(endpoint.url)
+        try:
+            with con.cursor() as cur:
+                cur.execute(f"SELECT * FROM `{endpoint.schema}`.`{table}` ORDER BY 1")
+                return [d[0] for d in cur.description], list(cur.fetchall())
+        finally:
+            con.close()
+    con = sqlite3.connect(endpoint.path)
+    try:
+        cur = con.execute(f'SELECT * FROM "{table}" ORDER BY 1')
+        return [d[0] for d in cur.description], cur.fetchall()
+    finally:
+        con.close()

@@ -5,6 +5,8 @@ into the stored ones themselves.  No SQL dialect is named here: everything SQL c
 
 from __future__ import annotations
 
+from typing import Any
+
 from tidemark.collection.formats import is_date_time_field
 
 
@@ -24,6 +26,18 @@ def sql_first(Q, f, old, new, order=None):
         old_by, new_by, by = order
         return Q.coalesce(f"(CASE WHEN {Q.precedes(new_by, old_by, by)} THEN {new} ELSE {old} END)", old, new)
     return Q.coalesce(old, new)
+
+
+def sql_present(Q: Any, f: Any, old: str, new: str, old_present: str, new_present: str) -> str:
+    """A nullable property's pick (``type: [T, "null"]``, by the source order): ``null`` is a
+    value like any other, so a side holds the property where ``old_present`` /
+    ``new_present`` (SQL conditions) say, whatever its value; ``lastWriteWins`` takes the
+    staged side's ``new`` where it holds it, else the stored ``old``; ``firstWriteWins`` the
+    stored side's where it holds it, else the staged one's.  (:func:`sql_last`'s
+    ``COALESCE(new, old)`` would take the stored value over a later ``null``.)"""
+    if f.strategy == "firstWriteWins":
+        return f"(CASE WHEN {old_present} THEN {old} ELSE {new} END)"
+    return f"(CASE WHEN {new_present} THEN {new} ELSE {old} END)"
 
 
 def sql_sum(Q, f, old, new):

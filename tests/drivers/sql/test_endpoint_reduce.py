@@ -1,6 +1,7 @@
 """Reduce in the endpoint (PostgreSQL, SQLite, MariaDB): the document and the columns one
-statement writes equal what the Python fold gives, for generated schemas and documents;
-refusals name the key and the rule.
+statement writes equal what the Python fold gives, for generated schemas and documents, in
+the lean and the full form (nullable properties: ``null``, a value or absent); refusals name
+the key and the rule.
 
 The answer is computed as the Load path computes it — each batch's documents combined per
 key, then reduced into the key's stored document — with :meth:`Collection.reduce`, and
@@ -91,6 +92,22 @@ POOL = {
         {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
         st.one_of(st.integers(-(10**9), 10**9).map(lambda i: i / 100), st.integers(-1000, 1000)),
     ),
+    # nullable properties: null is a value like any other, apart from absent
+    "note": ({"type": ["string", "null"]}, st.one_of(st.none(), TEXT)),
+    "maybe_n": (
+        {"type": ["integer", "null"], "reduce": {"strategy": "firstWriteWins"}},
+        st.one_of(st.none(), SMALL_INT),
+    ),
+    "maybe_x": ({"type": ["null", "number"], "reduce": {"strategy": "lastWriteWins"}}, st.one_of(st.none(), FLOAT)),
+    "maybe_yes": (
+        {"type": ["boolean", "null"], "reduce": {"strategy": "firstWriteWins"}},
+        st.one_of(st.none(), st.booleans()),
+    ),
+    "seen_at": ({"type": ["string", "null"], "format": "date-time"}, st.one_of(st.none(), INSTANT)),
+    "first_at": (
+        {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "firstWriteWins"}},
+        st.one_of(st.none(), INSTANT),
+    ),
     "addr": (
         {
             "type": "object",
@@ -147,7 +164,8 @@ def cases(draw):
     values["other"] = SCALAR  # a property the schema does not declare: last write wins
     doc = st.fixed_dictionaries({"k": st.sampled_from(KEYS), **{n: pool[n][1] for n in required}}, optional=values)
     batches = draw(st.lists(st.lists(doc, min_size=1, max_size=5), min_size=1, max_size=3))
-    return schema, batches
+    full = draw(st.sampled_from([False, False, True]))  # resource document: full (else a new view's default)
+    return schema, batches, full
 
 
 @pytest.fixture(params=[pytest.param(e, marks=[pytest.mark.postgres] if e == "postgres" else []) for e in ENDPOINTS])
@@ -169,13 +187,13 @@ counter = iter(range(10**6))
 @given(case=cases())
 def test_the_statement_reduces_as_the_python_fold(endpoint, case):
     driver = endpoint.driver
-    schema, batches = case
+    schema, batches, full = case
     table = f"v{next(counter)}"
-    coll, b = reduced_binding(driver, schema, table)
+    coll, b = reduced_binding(driver, schema, table, "full" if full else None)
     apply(driver, b)
     # a new view is lean where the row can hold each document: no exact decimal in SQLite (a
     # REAL); a date-time is its instant's column, the remainder keeping other spellings
-    lean = endpoint.name != "sqlite" or not any("multipleOf" in p for p in schema["properties"].values())
+    lean = not full and (endpoint.name != "sqlite" or not any("multipleOf" in p for p in schema["properties"].values()))
     assert [" lean rows " in line for line in driver.row_forms([b])] == [lean]
     expected: dict = {}
     for batch, docs in enumerate(batches):

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding, rows
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema
@@ -66,30 +66,6 @@ def typed_endpoint(request, tmp_path):
     e = Endpoint(request.param, request, tmp_path)
     yield e
     e.driver.close()
-
-
-def rows(endpoint, table: str) -> tuple[list[str], list[tuple]]:
-    """The table's column names and rows, as the database holds them."""
-    if endpoint.name == "postgres":
-        with psycopg.connect(endpoint.url, autocommit=True) as con:
-            cur = con.execute(f'SELECT * FROM "{endpoint.schema}"."{table}" ORDER BY 1')
-            return [d[0] for d in cur.description], cur.fetchall()
-    if endpoint.name == "mysql":
-        from tests.support.mysql_support import connect
-
-        con = connect(endpoint.url)
-        try:
-            with con.cursor() as cur:
-                cur.execute(f"SELECT * FROM `{endpoint.schema}`.`{table}` ORDER BY 1")
-                return [d[0] for d in cur.description], list(cur.fetchall())
-        finally:
-            con.close()
-    con = sqlite3.connect(endpoint.path)
-    try:
-        cur = con.execute(f'SELECT * FROM "{table}" ORDER BY 1')
-        return [d[0] for d in cur.description], cur.fetchall()
-    finally:
-        con.close()
 
 
 def fold(coll, batches) -> dict:

@@ -28,7 +28,12 @@ that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d
   deletes only some of several members that way: ``JSON_MERGE_PATCH('{"b": 1, "k": "a"}',
   '{"k": null, "b": null}')`` is ``{"k": "a"}``.)  ``group_concat_max_len`` is raised at
   connect, so a long document is not cut;
-* the reduced members go in by ``JSON_REPLACE``, which never adds a member;
+* the reduced members go in by ``JSON_REPLACE``, which never adds a member; a lean row's
+  remainder gets a nullable property's ``null`` by ``JSON_INSERT`` (``JSON_MERGE_PATCH`` would
+  delete it), in the same ``set_members`` as the date-times' texts: MariaDB 10.11.19 crashes
+  (signal 11) on a ``NULLIF`` of ``JSON_INSERT`` over another ``NULLIF`` of
+  ``JSON_MERGE_PATCH`` over the root's merge; a lean statement asks the staged document
+  (``s.document``) whether the batch holds a member, not the staged remainder's expression;
 * a ``date-time`` column (naive UTC ``datetime(6)``) is computed from the RFC 3339 text: the
   local time less its offset.  In a lean table the remainder keeps the text where the
   column does not give it back (``drivers/sql/lean.py``), and the statement assigns all
@@ -55,7 +60,7 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import OLD, ReduceSql, reduce_sources, replace_members
+from tidemark.drivers.sql.reduce import OLD, ReduceSql, insert_nulls, reduce_sources, replace_members
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
@@ -125,6 +130,11 @@ class MariaReduce(ReduceSql):
             return reduce_sources(self, self.model, STAGED)[-1]
         return f"{STAGED}.{STAGED_DOCUMENT}"
 
+    def staged_document(self, new_doc: str) -> str:
+        if self.model.lean and not self.staged_values:  # the whole staged document, not its remainder again
+            return f"{STAGED}.{STAGED_DOCUMENT}"
+        return new_doc
+
     def remainder(self, doc: str, names) -> str:
         return f"NULLIF(JSON_REMOVE({doc}, {', '.join(path(n) for n in names)}), '{{}}')"
 
@@ -188,11 +198,11 @@ class MariaReduce(ReduceSql):
     def differs(self, a: str, b: str) -> str:
         return f"(CAST({a} AS BINARY) <> CAST({b} AS BINARY))"
 
-    def set_members(self, doc: str, members) -> str:
+    def set_members(self, doc: str, members, nulls=()) -> str:
         out = f"COALESCE({doc}, '{{}}')"
         for name, e in members:  # one member a call: JSON_MERGE_PATCH drops only some of several nulls
             out = f"JSON_MERGE_PATCH({out}, JSON_OBJECT({literal(name)}, {e}))"
-        return f"NULLIF({out}, '{{}}')"
+        return f"NULLIF({insert_nulls('JSON_INSERT', out, nulls, PAIRS, path)}, '{{}}')"
 
     def concat_arrays(self, old: str, new: str) -> str:
         return f"JSON_MERGE_PRESERVE({old}, {new})"

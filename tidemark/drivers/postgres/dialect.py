@@ -283,6 +283,12 @@ class PostgresReduce(ReduceSql):
             return f"({doc} -> {literal(name)})::numeric"
         return f"({doc} ->> {literal(name)})"
 
+    def typed_or_null(self, doc: str, name: str, col: Column) -> str:
+        if col.kind in self.CASTS or scale_of_kind(col.kind) is not None:  # jsonb null casts to nothing
+            cast = self.CASTS.get(col.kind, "numeric")
+            return f"(NULLIF({doc} -> {literal(name)}, 'null'::jsonb))::{cast}"
+        return self.typed(doc, name, col)  # ->> is NULL for null
+
     def remainder(self, doc: str, names) -> str:
         listed = ", ".join(literal(n) for n in names)
         return f"NULLIF({doc} - ARRAY[{listed}]::text[], '{{}}'::jsonb)"
@@ -297,12 +303,15 @@ class PostgresReduce(ReduceSql):
     def to_timestamp(self, text: str) -> str:
         return f"({text})::timestamp with time zone"
 
-    def set_members(self, doc: str, members) -> str:
+    def set_members(self, doc: str, members, nulls=()) -> str:
         out = f"COALESCE({doc}, '{{}}'::jsonb)"
-        names = ", ".join(literal(n) for n, _ in members)
-        out = f"({out} - ARRAY[{names}]::text[])"
+        if members:
+            names = ", ".join(literal(n) for n, _ in members)
+            out = f"({out} - ARRAY[{names}]::text[])"
         for n, e in members:
             out = f"{out} || CASE WHEN {e} IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object({literal(n)}, {e}) END"
+        for n, where in nulls:
+            out = f"{out} || CASE WHEN {where} THEN jsonb_build_object({literal(n)}, NULL) ELSE '{{}}'::jsonb END"
         return f"NULLIF({out}, '{{}}'::jsonb)"
 
     def to_json(self, expr: str, col: Column) -> str:

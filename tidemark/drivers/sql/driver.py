@@ -219,7 +219,7 @@ class SqlDriver(Driver):
                 raise IncompatibleSchema(
                     f"table {model.display!r}: {dialect.title} cannot reduce this binding itself: {why}"
                 )
-            model = dataclasses.replace(model, reduce=plan)
+            model = dataclasses.replace(model, reduce=plan, nullable=lean.nullable_properties(plan))
         if dialect.max_identifier_bytes is None:
             return model
         for what, name in (("schema", model.schema), ("table", model.name)):

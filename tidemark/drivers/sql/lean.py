@@ -12,7 +12,7 @@ A SQL view table keeps each key's reduced document in one of two forms:
 
 A binding takes the lean form only where the row holds its document exactly
 (:func:`lean_plan`): the endpoint can reduce it in SQL (a compiled plan, so every
-property has one type, never null), every top-level property fits in a column name, the key
+property has one type, or one type and ``null``), every top-level property fits in a column name, the key
 is made of top-level properties, and the table is not delta-updates.  A date-time is a
 timestamp column where the dialect has one that keeps its instant (``Dialect.lean_date_times``:
 PostgreSQL's ``timestamptz``, MariaDB's UTC ``datetime(6)``, SQLite's fixed-width UTC text
@@ -22,9 +22,10 @@ spells it otherwise (an offset, ``.500``, a leap second) the remainder keeps the
 (:func:`keeps_text`).  Otherwise the full form, and ``tidemark check`` says why.
 
 Reading rebuilds the document from the row (:func:`document_of`): the remainder's
-members, then each column that is not NULL (a NULL column is an absent property: no
-property of a lean view can hold ``null``), except a date-time whose text the remainder
-keeps.
+members, then each column that is not NULL, except a date-time whose text the remainder
+keeps.  A NULL column is an absent property, or the ``null`` of a nullable property
+(``type: [T, "null"]``, :attr:`TableModel.nullable`): the remainder then keeps the member
+``"p": null`` (and never a ``null`` beside a column that holds a value).
 """
 
 from __future__ import annotations
@@ -75,14 +76,29 @@ def lean_model(model: TableModel, plan: CompiledPlan) -> TableModel:
     as JSON columns, after the scalars)."""
     have = {c.name for c in model.columns}
     extra = tuple(Column(f.name, JSON) for f in plan.fields if f.name not in have)
-    return dataclasses.replace(model, values=model.values + extra, lean=True)
+    return dataclasses.replace(model, values=model.values + extra, lean=True, nullable=nullable_properties(plan))
 
 
-def remainder(doc: JsonObject, names: frozenset[str], date_times: frozenset[str] = frozenset()) -> Optional[JsonObject]:
-    """The members of ``doc`` no column holds (``names``: the columns), and the texts of the
-    date-time columns (``date_times``) that their instants do not spell, or None."""
-    if date_times:
-        rest = {k: v for k, v in doc.items() if k not in names or (k in date_times and keeps_text(v))}
+def nullable_properties(plan: CompiledPlan) -> frozenset[str]:
+    """The names of the plan's properties that may hold ``null`` (:attr:`TableModel.nullable`)."""
+    return frozenset(f.name for f in plan.fields if f.nullable)
+
+
+def remainder(
+    doc: JsonObject,
+    names: frozenset[str],
+    date_times: frozenset[str] = frozenset(),
+    nullable: frozenset[str] = frozenset(),
+) -> Optional[JsonObject]:
+    """The members of ``doc`` no column holds (``names``: the columns), the texts of the
+    date-time columns (``date_times``) that their instants do not spell, and the ``null``
+    of each nullable property (``nullable``: a column is NULL for it as for absent), or None."""
+    if date_times or nullable:
+        rest = {
+            k: v
+            for k, v in doc.items()
+            if k not in names or (v is None and k in nullable) or (k in date_times and v is not None and keeps_text(v))
+        }
         return rest or None
     if names.issuperset(doc):
         return None
@@ -196,9 +212,9 @@ def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
 def typed_rows(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[bool]:
     """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
     return [
-        driver.dialect.typed_staging and m.lean and m.reduce is not None and not date_time_columns(m)
+        driver.dialect.typed_staging and m.lean and m.reduce is not None and not date_time_columns(m) and not m.nullable
         for m in map(driver.model, bindings)
-    ]  # a date-time's text (staged in the document) decides what the remainder keeps
+    ]  # a date-time's text, a nullable property's null (staged in the document) decide what the remainder keeps
 
 
 def row_forms(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[str]:

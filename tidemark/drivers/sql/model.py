@@ -70,6 +70,10 @@ class TableModel:
     #: the row is the document: ``flow_document`` holds only what no column holds
     #: (:mod:`tidemark.drivers.sql.lean`)
     lean: bool = False
+    #: the properties that may hold ``null`` (``type: [T, "null"]``: :attr:`FieldPlan.nullable`)
+    #: of a lean table or one the endpoint reduces: a lean row's column is NULL for ``null``
+    #: as for absent, and its remainder keeps the member ``null``
+    nullable: frozenset[str] = frozenset()
 
     @staticmethod
     def of(binding: BindingSpec, default_schema: Optional[str] = None) -> "TableModel":

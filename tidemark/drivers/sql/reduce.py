@@ -15,6 +15,13 @@ from :func:`tidemark.collection.plan.sql_reduction`):
   added after the row was written is NULL there) — and the staged column;
 * root ``lastWriteWins``: the plain upsert; root ``firstWriteWins``: ``DO NOTHING``.
 
+A nullable property (``type: [T, "null"]``, reduced by ``lastWriteWins`` /
+``firstWriteWins``: :attr:`TableModel.nullable`) holds ``null`` as a value like any other,
+apart from absent (:func:`~tidemark.collection.sql_forms.sql_present`): a side holds it where
+its document has the member.  Its column is NULL for ``null`` as for absent; a full row's
+document keeps the member ``null`` (the root merge keeps a later ``null``), a lean row's
+remainder keeps it (the ``nulls`` of :meth:`ReduceSql.set_members`).
+
 Only the keys and the document's JSON text are staged (``StoreTexts``: no Python object
 per document); the value columns are read from the staged document in the statement
 (:func:`reduce_sources`).  A key is staged once per transaction (the runtime combines per
@@ -30,6 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
+from tidemark.collection.sql_forms import sql_present
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
@@ -132,6 +140,23 @@ class ReduceSql:
         """A top-level property of a document, as the column ``col``'s SQL value."""
         raise NotImplementedError
 
+    def typed_or_null(self, doc: str, name: str, col: Column) -> str:
+        """A nullable property of a document as the column ``col``'s SQL value: NULL where the
+        member is ``null``, as where it is absent (:meth:`typed` where it gives NULL for ``null``)."""
+        return self.typed(doc, name, col)
+
+    def holds_null(self, doc: str, name: str) -> str:
+        """True where the document's member ``name`` is ``null`` (false where it is absent,
+        or where the document is NULL): there, but no text."""
+        return f"({self.member(doc, name)} IS NOT NULL AND {self.typed(doc, name, Column(name, TEXT))} IS NULL)"
+
+    def staged_document(self, new_doc: str) -> str:
+        """The staged side's document a lean statement asks whether it holds a member (a
+        nullable property's ``null`` too): ``new_doc``, the staged row's remainder (``ON
+        CONFLICT``'s row holds nothing else), or where the dialect can name it the whole
+        staged document (one expression fewer to repeat)."""
+        return new_doc
+
     def remainder(self, doc: str, names: Sequence[str]) -> str:
         """``doc`` without the members ``names``, NULL where nothing is left (a lean row's
         ``flow_document``)."""
@@ -156,9 +181,14 @@ class ReduceSql:
         """True where two texts differ in any character (case too)."""
         return f"({a} <> {b})"
 
-    def set_members(self, doc: str, members: Sequence[tuple[str, str]]) -> str:
-        """``doc`` (a JSON object, or NULL for none) with each ``(name, text expression)`` set,
-        or removed where the expression is NULL; NULL where nothing is left."""
+    def set_members(self, doc: str, members: Sequence[tuple[str, str]], nulls: Sequence[tuple[str, str]] = ()) -> str:
+        """``doc`` (a JSON object, or NULL for none) with each ``(name, text expression)`` of
+        ``members`` set, or removed where the expression is NULL, then the member ``"name":
+        null`` for each ``(name, SQL condition)`` of ``nulls`` whose condition holds (the member
+        is not in the object there); NULL where nothing is left.  One call for both: MariaDB's
+        and SQLite's JSON patches remove a member set to ``null`` (``nulls`` are inserted
+        instead), and MariaDB 10.11 crashes on some ``NULLIF``s of JSON functions nested in
+        one another."""
         raise NotImplementedError
 
     def with_members(
@@ -196,6 +226,21 @@ def sum_overflowed(model: TableModel, name: str, kind: str, key: list[Any], left
         f"{model.display}: key {key!r}: /{name}: 'sum' overflowed: the result {what} (left {left}, right {right}). "
         "Nothing of this shard's transaction was committed; the batch fails as it would reducing in Python."
     )
+
+
+def insert_nulls(fn: str, doc: str, nulls: Sequence[tuple[str, str]], per: int, path: Callable[[str], str]) -> str:
+    """The ``nulls`` of :meth:`ReduceSql.set_members` put into ``doc`` (a JSON object, not
+    NULL) by ``fn``, a ``JSON_INSERT``-like function (SQL NULL is inserted as ``null``; an
+    existing member is never replaced, so the root path ``$`` inserts nothing: a member whose
+    condition does not hold is given that path), ``per`` members per call; ``path(name)``:
+    the member's JSON path literal."""
+    out = doc
+    for i in range(0, len(nulls), per):
+        args = ", ".join(
+            f"(CASE WHEN {where} THEN {path(name)} ELSE '$' END), NULL" for name, where in nulls[i : i + per]
+        )
+        out = f"{fn}({out}, {args})"
+    return out
 
 
 def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path: Callable[[str], str]) -> str:
@@ -241,10 +286,13 @@ def reduce_statement(
             raise ValueError(f"column {col.name!r} is not a top-level scalar of the plan")
         # the stored column, or where it is NULL the document's value (a column added after
         # the row was written is NULL there; the document holds the value)
-        old = forms.coalesce(forms.column(OLD, quote(col.name)), forms.typed(old_doc, f.name, col))
-        expr = _sql(
-            f, forms, old, forms.column(NEW, quote(col.name)), _order(forms, model, fields, f, old_doc, new_doc)
-        )
+        old = forms.coalesce(forms.column(OLD, quote(col.name)), _typed(forms, model, old_doc, col))
+        new = forms.column(NEW, quote(col.name))
+        if f.nullable:  # a side holds it where its document has the member (``null`` too)
+            old_present, new_present = (f"({forms.member(d, f.name)} IS NOT NULL)" for d in (old_doc, new_doc))
+            expr = sql_present(forms, f, old, new, old_present, new_present)
+        else:
+            expr = _sql(f, forms, old, new, _order(forms, model, fields, f, old_doc, new_doc))
         sets.append((quote(col.name), expr))
         if f.strategy in COMPUTED and not f.picked_by:
             typed[f.name] = forms.to_json(expr, col)
@@ -269,7 +317,7 @@ def reduce_statement(
         else:  # picked or concatenated as JSON
             order = _order(forms, model, fields, f, old_doc, new_doc)
             expr = _sql(f, forms, forms.member(old_doc, f.name), forms.member(new_doc, f.name), order)
-            (nullable if f.kind == "raw" else members).append((f.name, expr))
+            (nullable if f.kind == "raw" or f.nullable else members).append((f.name, expr))
     doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
     sets.append((target[-1], doc))
     return f"{head} {forms.on_conflict(keys, sets)}"
@@ -280,39 +328,66 @@ def _lean_sets(
 ) -> list[tuple[str, str]]:
     """The lean row's ``SET``s: each column reduced from the stored column and the staged
     one, the remainder (``flow_document``: what no column holds) merged as the root merges
-    undeclared members, a later value winning."""
+    undeclared members, a later value winning.  A nullable property is held by a side where
+    its column is not NULL or its remainder has the member (``null``); the remainder keeps
+    the winner's ``null`` and nothing of the property beside a value."""
     quote = forms.quote
     sets: list[tuple[str, str]] = []
     # a date-time's text: the remainder's, else the one its column gives back
     texts = {c.name: _instants(forms, c, old_doc, new_doc) for c in model.values if c.kind == TIMESTAMP}
     reduced: list[tuple[str, str]] = []  # each date-time's text kept in the remainder (NULL: none)
+    nulls: list[tuple[str, str]] = []  # each nullable property's null in the remainder: (name, where the winner's is)
     # a property ordered by another one first: MariaDB assigns left to right, each assignment
     # seeing the ones before it, and the order property's stored value is read here
     for col in sorted(model.values, key=lambda c: not fields[c.name].order):
         f = fields[col.name]
         order = _order(forms, model, fields, f, old_doc, new_doc, texts)
+        present = _lean_presence(forms, col, old_doc, new_doc) if f.nullable else None
+        if present is not None:  # the winner's null, where it holds one
+            old_null = forms.holds_null(old_doc, col.name)
+            new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
+            nulls.append((col.name, sql_present(forms, f, old_null, new_null, *present)))
         if col.name in texts:  # picked as an instant: the winner's column, and its text if kept
             old, new = texts[col.name]
-            side = _sql(
-                f,
-                forms,
-                f"(CASE WHEN {old.column} IS NOT NULL THEN 'o' END)",
-                f"(CASE WHEN {new.column} IS NOT NULL THEN 'n' END)",
-                order,
-            )
+            if present is not None:
+                side = sql_present(forms, f, "'o'", "'n'", *present)
+            else:
+                side = _sql(
+                    f,
+                    forms,
+                    f"(CASE WHEN {old.column} IS NOT NULL THEN 'o' END)",
+                    f"(CASE WHEN {new.column} IS NOT NULL THEN 'n' END)",
+                    order,
+                )
             sets.append((quote(col.name), f"(CASE {side} WHEN 'o' THEN {old.column} ELSE {new.column} END)"))
             reduced.append((col.name, f"(CASE {side} WHEN 'o' THEN {old.kept} ELSE {new.kept} END)"))
             continue
         # a column added after the row was written is NULL there; the remainder held its value
-        old_value = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col))
+        old_value = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col, f.nullable))
         new_value = forms.column(NEW, quote(col.name))
+        if present is not None:
+            sets.append((quote(col.name), sql_present(forms, f, old_value, new_value, *present)))
+            continue
         expr = _sql(f, forms, old_value, new_value, order)
         sets.append((quote(col.name), _absent_both(old_value, new_value, expr) if f.kind != "scalar" else expr))
     merged = forms.coalesce(forms.merge_documents(old_doc, new_doc), old_doc, new_doc)
-    if reduced:
-        merged = forms.set_members(merged, reduced)
+    # a nullable property's member: only the winner's null, never beside a value (removed, then set where it is)
+    removed = [(name, "NULL") for name, _ in nulls if name not in texts]
+    if reduced or nulls:
+        merged = forms.set_members(merged, removed + reduced, nulls)
     sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
     return sets
+
+
+def _lean_presence(forms: ReduceSql, col: Column, old_doc: str, new_doc: str) -> tuple[str, str]:
+    """Where the stored and the staged lean row hold a nullable property: its column is not
+    NULL, or its remainder has the member (its ``null``; or a value, kept there before the
+    property had a column)."""
+    return (
+        f"({forms.column(OLD, forms.quote(col.name))} IS NOT NULL OR {forms.member(old_doc, col.name)} IS NOT NULL)",
+        f"({forms.column(NEW, forms.quote(col.name))} IS NOT NULL OR "
+        f"{forms.member(forms.staged_document(new_doc), col.name)} IS NOT NULL)",
+    )
 
 
 class LeanInstant(str):
@@ -356,32 +431,47 @@ def _absent_both(old: str, new: str, expr: str) -> str:
     return f"(CASE WHEN {old} IS NULL AND {new} IS NULL THEN NULL ELSE {expr} END)"
 
 
-def _read(forms: ReduceSql, doc: str, col: Column) -> str:
-    return forms.member(doc, col.name) if col.kind == JSON else forms.typed(doc, col.name, col)
+def _read(forms: ReduceSql, doc: str, col: Column, nullable: bool = False) -> str:
+    """A lean column's value in a document: JSON, or typed (``nullable``: NULL for ``null`` too)."""
+    if col.kind == JSON:
+        return forms.member(doc, col.name)
+    return forms.typed_or_null(doc, col.name, col) if nullable else forms.typed(doc, col.name, col)
+
+
+def _typed(forms: ReduceSql, model: TableModel, doc: str, col: Column) -> str:
+    """A document's value of the column ``col`` (NULL for a nullable property's ``null``)."""
+    if col.name in model.nullable:
+        return forms.typed_or_null(doc, col.name, col)
+    return forms.typed(doc, col.name, col)
 
 
 def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> list[str]:
     """The staging expressions that fill the table's columns (keys, values, document) when
     only the keys (``col0``…) and the document's JSON (``document``) were staged: each value column
     is read from the staged document (``staged``: the staging table's alias, if any); a
-    lean row's ``flow_document`` is the members no column holds, NULL where none."""
+    lean row's ``flow_document`` is the members no column holds (a nullable property's
+    ``null`` among them), NULL where none."""
     at = f"{staged}." if staged else ""
     doc = f"{at}{STAGED_DOCUMENT}"
     if model.lean:
         times = [c for c in model.values if c.kind == TIMESTAMP]
         names = [c.name for c in model.columns if c not in times]
         rest = forms.remainder(doc, names + [c.name for c in times])
+        # a nullable property's null stays (its column is NULL for it as for absent)
+        nulls = [(c.name, forms.holds_null(doc, c.name)) for c in model.values if c.name in model.nullable]
         if times:  # a date-time's text stays where its instant does not give it back
             texts = [(c.name, forms.typed(doc, c.name, Column(c.name, TEXT))) for c in times]
-            rest = forms.set_members(forms.remainder(doc, names), [(n, _kept(forms, t)) for n, t in texts])
+            rest = forms.set_members(forms.remainder(doc, names), [(n, _kept(forms, t)) for n, t in texts], nulls)
+        elif nulls:
+            rest = forms.set_members(rest, (), nulls)
         return (
             [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
-            + [_read(forms, doc, c) for c in model.values]
+            + [_read(forms, doc, c, c.name in model.nullable) for c in model.values]
             + [rest]
         )
     return (
         [f"{at}{staged_column(j)}" for j in range(len(model.keys))]
-        + [forms.typed(doc, c.name, c) for c in model.values]
+        + [_typed(forms, model, doc, c) for c in model.values]
         + [doc]
     )
 

@@ -317,12 +317,12 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
     ) -> tuple[Sequence[tuple[Any, ...]], list[Optional[str]]]:
         """The value columns and the ``flow_document`` text of each stored document: a lean
         row's columns are the document's properties, its ``flow_document`` what no column
-        holds (None where nothing)."""
+        holds (a nullable property's ``null`` too; None where nothing)."""
         if not model.lean:
             return self.values_of(msg), [dumps(doc) for doc in msg.docs]
         names = frozenset(c.name for c in model.columns)
         times = lean.date_time_columns(model)
-        rests = [lean.remainder(doc, names, times) for doc in msg.docs]
+        rests = [lean.remainder(doc, names, times, model.nullable) for doc in msg.docs]
         values = [lean.row_values(model, doc) for doc in msg.docs]
         if times and self.dialect.date_time_column is not None:  # the column's value of each date-time's text
             convert = self.dialect.date_time_column

@@ -23,7 +23,9 @@ and cannot address a key holding ``"`` by a path before 3.45.  So:
   one scalar type: no member is ``null`` or an object) is ``json_patch`` where neither text
   holds a backslash, else the same join as the root's;
 * the reduced members are put into the merged document by ``json_replace``, which never adds
-  a member: a declared property absent on both sides stays absent.
+  a member: a declared property absent on both sides stays absent;
+* a lean row's remainder gets a nullable property's ``null`` by ``json_insert`` (``json_patch``
+  would delete it), at the member's path where it is kept and at ``$`` (nothing) elsewhere.
 
 Strings compare by SQLite's ``BINARY`` collation (UTF-8 bytes: code point order, as the Python
 fold compares); booleans read back as ``1``/``0`` and are printed as ``true``/``false``.
@@ -43,7 +45,15 @@ from tidemark.collection.plan import EXACT_SUM, FieldPlan
 from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, replace_members, sum_overflowed, unescaped_names
+from tidemark.drivers.sql.reduce import (
+    NEW,
+    OLD,
+    ReduceSql,
+    insert_nulls,
+    replace_members,
+    sum_overflowed,
+    unescaped_names,
+)
 
 DOUBLE_MAX = "1.7976931348623157e308"
 #: a function takes at most 127 arguments (SQLITE_MAX_FUNCTION_ARG): members per json_replace
@@ -188,11 +198,11 @@ class SqliteReduce(ReduceSql):
             return f"(tidemark_instant_key({a}) < tidemark_instant_key({b}))"
         return super().precedes(a, b, f)
 
-    def set_members(self, doc: str, members) -> str:
+    def set_members(self, doc: str, members, nulls=()) -> str:
         out = f"coalesce({doc}, '{{}}')"
         for name, e in members:  # json_patch: a member set to null is removed
             out = f"json_patch({out}, json_object({literal(name)}, {e}))"
-        return f"NULLIF({out}, '{{}}')"
+        return f"NULLIF({insert_nulls('json_insert', out, nulls, PAIRS, path)}, '{{}}')"
 
     def remainder(self, doc: str, names) -> str:
         out = doc
