@@ -138,6 +138,16 @@ FIELD_KINDS = {
         ),
         ({"type": ["boolean", "null"], "reduce": {"strategy": "lastWriteWins"}}, st.one_of(st.none(), st.booleans())),
         ({"type": ["string", "null"], "format": "date-time"}, st.one_of(st.none(), DATE_TIMES)),
+        ({"type": ["integer", "null"], "reduce": {"strategy": "maximize"}}, st.one_of(st.none(), st.integers(-9, 9))),
+        ({"type": ["null", "string"], "reduce": {"strategy": "minimize"}}, st.one_of(st.none(), st.text(max_size=2))),
+        (
+            {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
+            st.one_of(st.none(), DATE_TIMES),
+        ),
+        (
+            {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "minimize"}},
+            st.one_of(st.none(), DATE_TIMES),
+        ),
     ],
     # compared as instants: mixed offsets, equal instants written differently, long fractions
     "date-time": [
@@ -480,6 +490,8 @@ NULLABLE = {
         "first": {"type": ["integer", "null"], "reduce": {"strategy": "firstWriteWins"}},
         "at": {"type": ["string", "null"], "format": "date-time"},
         "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "top": {"type": ["integer", "null"], "reduce": {"strategy": "maximize"}},
+        "low": {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "minimize"}},
     },
 }
 
@@ -498,6 +510,11 @@ def test_nullable_properties_keep_null_apart_from_absent_on_the_compiled_path(sp
         {"k": "c", "state": None, "note": None, "n": 1},
         {"k": "c", "state": "shut", "first": 3, "n": 1},
         {"k": "d", "state": "open", "n": 1},  # never null, never absent-then-present
+        # maximize: null is the least (kept only where no value came); minimize: any null wins
+        {"k": "e", "state": "open", "top": None, "low": "2024-05-01T00:00:00Z", "n": 1},
+        {"k": "e", "state": "open", "top": 4, "low": None, "n": 1},
+        {"k": "e", "state": "open", "top": None, "low": "2024-04-01T00:00:00Z", "n": 1},
+        {"k": "f", "state": "open", "top": None, "n": 1},
     ]
     res = combine_batch(frame(spark, docs, files=1), coll)
     try:
@@ -513,6 +530,7 @@ def test_nullable_properties_keep_null_apart_from_absent_on_the_compiled_path(sp
         }
         assert got['["c"]'] == {"k": "c", "state": "shut", "note": None, "first": 3, "n": 2}
         assert "note" not in got['["d"]'] and "first" not in got['["d"]']
+        assert (got['["e"]']["top"], got['["e"]']["low"], got['["f"]']["top"]) == (4, None, None)
         assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
     finally:
         res.unpersist()

@@ -10,8 +10,8 @@ names a top-level scalar property; a property may take its own such ``order``), 
   lengths, a ``format`` of :data:`NATIVE_FORMATS` or an unasserted one, and for a number a
   ``multipleOf`` of ``10**-s``: an exact decimal, :attr:`FieldPlan.scale`); nullable
   (``type: [T, "null"]``, :attr:`FieldPlan.nullable`) where it is reduced by
-  ``lastWriteWins`` / ``firstWriteWins`` by the source order (``null`` is then a value like
-  any other, kept apart from an absent property);
+  ``lastWriteWins`` / ``firstWriteWins`` by the source order, or ``maximize`` / ``minimize``
+  (``null`` is then a value like any other, the least, kept apart from an absent property);
 * ``append``: an array with ``items`` of one scalar type;
 * ``raw``: an array without ``items`` or an object without ``additionalProperties``
   (carried as JSON text);
@@ -110,6 +110,10 @@ def ordered_by_instant(plan: CompiledPlan) -> set[str]:
     if plan.order:
         out.add(plan.order)
     return out
+
+
+#: The strategies of a nullable property that compile: null is a value (the least one to maximize / minimize).
+NULLABLE_STRATEGIES = ("lastWriteWins", "firstWriteWins", "maximize", "minimize")
 
 
 def _strategy(schema: dict) -> Optional[str]:
@@ -219,6 +223,7 @@ def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
     return (
         order_field is not None
         and order_field.kind == "scalar"
+        and not order_field.nullable
         and order_field.strategy == want
         and f.name in required
         and order_field.name in required
@@ -250,10 +255,10 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
         )
     if strategy is None:
         return None, f"reduce {sub.get('reduce')!r} (compiled: a strategy without keys or deletions)"
-    if nullable and (strategy.name not in ("lastWriteWins", "firstWriteWins") or order):
+    if nullable and (strategy.name not in NULLABLE_STRATEGIES or order):
         return None, (
             f"a nullable {t} reduced by {strategy.name}{' with an order' if order else ''} (compiled: "
-            "lastWriteWins or firstWriteWins by the source order, where null is a value like any other)"
+            f"{', '.join(NULLABLE_STRATEGIES)} by the source order; null is a value like any other, the least)"
         )
     shape, reason = _shape(t, sub)
     if shape is None:
@@ -398,7 +403,9 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     ``merge``, or ``lastWriteWins`` / ``firstWriteWins`` by the source order, and whose
     every property's strategy is in ``strategies`` with a SQL form for its shape
     (:data:`~tidemark.collection.strategies.Strategy.sql`; a value picked by an event-time
-    order or a date-time's instant: :attr:`FieldPlan.picked_by`).  Nothing else needs the stored document in
+    order or a date-time's instant: :attr:`FieldPlan.picked_by`; a nullable property last or
+    first written, whose ``null`` the statement keeps apart from an absent property:
+    :attr:`FieldPlan.nullable`).  Nothing else needs the stored document in
     Python: the schema's assertions (bounds, lengths, ``required``) hold for each source
     document, and the reduced document is not validated again, on either path.  A sum
     beyond 64 bits (or not finite) fails the batch as the Python fold does."""
@@ -417,10 +424,10 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         strategy = STRATEGIES[f.strategy]
         if any(c in f.name for c in '"\\') or not f.name.isprintable():
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
-        if f.nullable:
+        if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins"):
             return (
                 None,
-                f"/{f.name}: a nullable property (the endpoint's statement does not keep null apart from absent)",
+                f"/{f.name}: a nullable property reduced by {f.strategy} (the endpoint reduces one last or first written)",
             )
         if any(m.strategy != "lastWriteWins" for m in f.members):
             others = ", ".join(f"/{m.name} ({m.strategy})" for m in f.members if m.strategy != "lastWriteWins")

@@ -261,12 +261,24 @@ def aggregations(
         present = None  # min, max, max_by, min_by and the key: null exactly when no value is present
         if key_cols and f.name in key_cols and strategy.group_value:
             v = key_cols[f.name]  # equal in the whole group: the strategy gives the group's value
-        elif f.nullable:  # picked by the source order among the documents that hold it, null or not
+        elif f.nullable and f.strategy in ("lastWriteWins", "firstWriteWins"):
+            # picked by the source order among the documents that hold it, null or not
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
             pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
             aggs.append(pick(F.struct(values.alias("v")), F.when(values.isNotNull() | written, ops.order)).alias(v))
             present, picked = F.col(v).isNotNull(), F.col(v)["v"]
+            written_null.append(
+                F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
+            )
+        elif f.nullable:  # maximized or minimized: null is the least value
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            agg = cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
+            aggs += [agg.column.alias(v), F.max(F.when(ops.order.isNotNull(), written)).alias(n)]
+            some_null = F.coalesce(F.col(n), F.lit(False))
+            present = F.col(v).isNotNull() | some_null
+            picked = F.col(v) if f.strategy == "maximize" else F.when(~some_null, F.col(v))
             written_null.append(
                 F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
             )

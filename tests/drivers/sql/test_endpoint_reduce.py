@@ -116,6 +116,15 @@ POOL = {
         },
         st.fixed_dictionaries({}, optional={"city": TEXT, "zip": TEXT}),
     ),
+    # an object of declared members of several types, each last written
+    "place": (
+        {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {"city": {"type": "string"}, "floor": {"type": "integer"}, "lift": {"type": "boolean"}},
+        },
+        st.fixed_dictionaries({}, optional={"city": TEXT, "floor": SMALL_INT, "lift": st.booleans()}),
+    ),
 }
 KEYS = ["a", "b", "c", "d"]
 #: event-time orders: (order property, its schema and values, the ordered property, its schema
