@@ -38,14 +38,17 @@ def _run(spark, spec):
 
 @pytest.mark.parametrize("rebind", ["1", "0"])
 def test_later_batches_reuse_the_first_batch_plan_and_the_view_is_exact(spark, tmp_path, monkeypatch, rebind):
+    """A stream with a nullable property (absent, null or a value) and an object of members of
+    several types: every batch in one job, no Load (SQLite reduces it), the view the fold's."""
     monkeypatch.setenv("TIDEMARK_PLAN_REBIND", rebind)
     data, db = tmp_path / "data", tmp_path / "views.db"
-    files = write_stream(data, files=4, per_file=120, customers=30, seed=41)
-    spec = write_spec(tmp_path, data, db)
+    files = write_stream(data, files=4, per_file=120, customers=30, seed=41, nullable=True)
+    spec = write_spec(tmp_path, data, db, nullable=True)
 
     reports, plans = _run(spark, spec)
     assert [r.batch_id for r in reports] == [0, 1, 2, 3]
     assert {r.path for r in reports} == {"one job"}
+    assert sum(r.loaded for r in reports) == 0
     assert sum(r.documents for r in reports) == 480  # counted by the shards from the combined rows
     assert sqlite_view(db) == oracle(files)
     assert len(plans) == 1 and plans[0].ok

@@ -4,7 +4,13 @@ over it, shared by the endpoints' crash tests."""
 from __future__ import annotations
 
 from tests.support.harness import arm_in_sequence, fired, run_until_done
-from tests.support.helpers import COMPILED_SCHEMA, compiled_oracle, orders_spec, write_compiled_orders
+from tests.support.helpers import (
+    COMPILED_NULLABLE_SCHEMA,
+    COMPILED_SCHEMA,
+    compiled_oracle,
+    orders_spec,
+    write_compiled_orders,
+)
 
 # The crash table of docs/guarantees.md, in the order a batch reaches the points.
 POINTS = [
@@ -22,7 +28,7 @@ POINTS = [
 
 def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: int) -> None:
     """A binding the endpoint reduces itself (no Load; docs/reductions.md, "Reduced in the
-    endpoint"), killed at every point but ``mid_load`` — after the staged rows
+    endpoint"; a nullable property and an object of members among its properties), killed at every point but ``mid_load`` — after the staged rows
     (``mid_store``), before and after the commit of the reducing statement, after the
     recovery log, … — with 2 shards on the commit path without Spark: ``view()`` must equal
     the Python fold of every file, nothing applied twice."""
@@ -30,19 +36,19 @@ def kill_every_point_on_the_reduce_path(tmp_path, endpoint: dict, view, seed: in
 
     data, markers = tmp_path / "data", tmp_path / "markers"
     markers.mkdir()
-    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=seed)
+    files = write_compiled_orders(data, files=2, per_file=150, customers=40, seed=seed, nullable=True)
     spec = orders_spec(
         tmp_path,
         data_dir=data,
         db_path=None,
         shards=2,
-        schema=COMPILED_SCHEMA,
+        schema=COMPILED_NULLABLE_SCHEMA,
         endpoint=endpoint,
         extra_mat={"options": {"small_batch_keys": 0}},
     )
     assert "binding customers: reduced by the endpoint in its commit (no Load)" in "\n".join(check_spec(spec))
     assert run_until_done(spec, plain=True).kills == 0
-    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=seed + 1, start=2)
+    files += write_compiled_orders(data, files=4, per_file=150, customers=40, seed=seed + 1, start=2, nullable=True)
 
     points = [p for p in POINTS if p != "mid_load"]  # no Loads on this path
     outcome = run_until_done(spec, faults=arm_in_sequence(points, markers), max_attempts=len(points) + 2, plain=True)

@@ -438,33 +438,60 @@ COMPILED_SCHEMA = {
         "items": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
     },
 }
+#: :data:`COMPILED_SCHEMA` with what real streams hold too: a nullable property (absent, null or
+#: a string), an object of members of several types (each present or not); still compiled,
+#: reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
+COMPILED_NULLABLE_SCHEMA = {
+    **COMPILED_SCHEMA,
+    "properties": {
+        **COMPILED_SCHEMA["properties"],
+        "note": {"type": ["string", "null"]},
+        "place": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {"door": {"type": "string"}, "floor": {"type": "integer"}},
+        },
+    },
+}
 
 
-def write_compiled_orders(directory, files: int, per_file: int, customers: int, seed: int, start: int = 0) -> list[str]:
-    """Write ``files`` JSON-lines files of :data:`COMPILED_SCHEMA` documents, named
-    orders-NNNN.json from ``start`` on, modified in name order; return their paths."""
+def write_compiled_orders(
+    directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, nullable: bool = False
+) -> list[str]:
+    """Write ``files`` JSON-lines files of :data:`COMPILED_SCHEMA` documents (``nullable``: of
+    :data:`COMPILED_NULLABLE_SCHEMA`), named orders-NNNN.json from ``start`` on, modified in
+    name order; return their paths."""
     draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
 
     def docs():
         for _ in range(per_file):
             amount = draw.randrange(1, 500)
-            yield json.dumps(
-                {
-                    "customer": f"c{draw.randrange(customers):04d}",
-                    "amount": amount,
-                    "largest": amount,
-                    "city": draw.choice(["Oslo", "Lima", "Accra"]),
-                    "items": [f"sku-{draw.randrange(9)}"],
+            doc = {
+                "customer": f"c{draw.randrange(customers):04d}",
+                "amount": amount,
+                "largest": amount,
+                "city": draw.choice(["Oslo", "Lima", "Accra"]),
+                "items": [f"sku-{draw.randrange(9)}"],
+            }
+            if not nullable:
+                yield json.dumps(doc)
+                continue
+            note = draw.choice(["absent", None, "gift"])
+            if note != "absent":
+                doc["note"] = note
+            if draw.random() < 0.5:
+                doc["place"] = {
+                    k: v for k, v in (("door", draw.choice("AB")), ("floor", draw.randrange(4))) if draw.random() < 0.7
                 }
-            )
+            yield json.dumps(doc)
 
     return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
 
 
 def compiled_oracle(paths, skip=()) -> dict:
-    """The view of :data:`COMPILED_SCHEMA` folded here in Python, file by file and line by
-    line, leaving out the (file index, line index) pairs in ``skip``."""
+    """The view of :data:`COMPILED_SCHEMA` (or :data:`COMPILED_NULLABLE_SCHEMA`) folded here in
+    Python, file by file and line by line, leaving out the (file index, line index) pairs in ``skip``."""
     view: dict = {}
     for i, path in enumerate(paths):
         with open(path) as f:
@@ -480,13 +507,19 @@ def compiled_oracle(paths, skip=()) -> dict:
                 cur["largest"] = max(cur["largest"], d["largest"])
                 cur["city"] = d["city"]
                 cur["items"] = cur["items"] + d["items"]
+                if "note" in d:
+                    cur["note"] = d["note"]
+                if "place" in d:
+                    cur["place"] = {**cur.get("place", {}), **d["place"]}
     return view
 
 
-def compiled_spec(tmp_path, data, db, shards: int = 2, **mat) -> str:
-    """A spec file: :data:`COMPILED_SCHEMA` from JSON files in ``data`` (one per batch) into
-    SQLite ``db``; ``mat``: more materialization settings."""
-    return orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards, extra_mat=mat, schema=COMPILED_SCHEMA)
+def compiled_spec(tmp_path, data, db, shards: int = 2, nullable: bool = False, **mat) -> str:
+    """A spec file: :data:`COMPILED_SCHEMA` (``nullable``: :data:`COMPILED_NULLABLE_SCHEMA`)
+    from JSON files in ``data`` (one per batch) into SQLite ``db``; ``mat``: more
+    materialization settings."""
+    schema = COMPILED_NULLABLE_SCHEMA if nullable else COMPILED_SCHEMA
+    return orders_spec(tmp_path, data_dir=data, db_path=db, shards=shards, extra_mat=mat, schema=schema)
 
 
 def compiled_two_bindings_spec(tmp_path, db, returns_schema=None) -> str:
