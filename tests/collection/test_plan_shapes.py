@@ -54,6 +54,10 @@ def test_an_object_merged_by_plain_properties_of_one_type_is_a_map_and_a_power_o
             {**ADDRESS, "additionalProperties": False},
             [("address/city", "string", "lastWriteWins"), ("address/zip", "string", "lastWriteWins")],
         ),
+        (  # a required member: proved present by the JVM scan
+            {**ADDRESS, "required": ["city"]},
+            [("address/city", "string", "lastWriteWins"), ("address/zip", "string", "lastWriteWins")],
+        ),
     ],
 )
 def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub, members):
@@ -67,7 +71,8 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
 @pytest.mark.parametrize(
     "sub,words",
     [
-        ({**ADDRESS, "required": ["city"]}, "an object with required"),
+        ({**ADDRESS, "minProperties": 1}, "an object with minProperties"),
+        ({**ADDRESS, "required": ["town"]}, "required names undeclared properties"),
         ({**ADDRESS, "properties": {"at": {"type": "string", "format": "date-time"}}}, "'at' is not a plain scalar"),
         ({**ADDRESS, "properties": {"in": {"type": "object"}}}, "'in' is not a plain scalar"),
         ({**ADDRESS, "properties": {"n": {"type": "string", "reduce": {"strategy": "append"}}}}, "'n' is not a plain"),
@@ -101,3 +106,28 @@ def test_a_multiple_that_is_not_a_power_of_ten_names_why():
     assert plan is None and why == [
         "/amount: a number with multipleOf 0.25 (compiled: a power of ten, 0.01 and the like)"
     ]
+
+
+@pytest.mark.parametrize(
+    "sub,kind",
+    [
+        ({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}}, "object"),
+        ({**ADDRESS, "reduce": {"strategy": "firstWriteWins"}, "required": ["zip"]}, "object"),
+        (
+            {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"}}}},
+            "array",
+        ),
+    ],
+)
+def test_an_object_or_an_array_of_objects_picked_whole_compiles_with_its_members(sub, kind):
+    """No ``reduce`` (lastWriteWins) or firstWriteWins: the value is picked whole, carried as
+    its JSON text; its members are what the JVM scan proves."""
+    plan, why = plan_of(address=sub)
+    assert why == [] and plan is not None
+    address = plan.fields[1]
+    assert (address.kind, address.type) == ("raw", kind) and address.members
+
+
+def test_an_array_of_objects_with_nested_values_names_why():
+    plan, why = plan_of(items={"type": "array", "items": {"type": "object", "properties": {"tags": {"type": "array"}}}})
+    assert plan is None and why[0].startswith("/items: an array of objects whose property 'tags' is not a plain scalar")

@@ -118,6 +118,27 @@ FIELD_KINDS = {
             ),
         )
     ],
+    # picked whole: an object of declared members, an array of such objects (a member required)
+    "whole": [
+        (
+            {"type": "object", "properties": {"city": {"type": "string"}, "floor": {"type": "integer"}}},
+            st.fixed_dictionaries({}, optional={"city": st.text(max_size=2), "floor": st.integers(0, 3)}),
+        ),
+        (
+            {
+                "type": "array",
+                "reduce": {"strategy": "firstWriteWins"},
+                "items": {
+                    "type": "object",
+                    "required": ["sku"],
+                    "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                },
+            },
+            st.lists(
+                st.fixed_dictionaries({"sku": st.sampled_from("ab")}, optional={"qty": st.integers(1, 3)}), max_size=2
+            ),
+        ),
+    ],
     # an exact decimal (multipleOf 0.01) summed: whole numbers and cents
     "decimal": [
         (
@@ -588,6 +609,65 @@ def test_an_object_whose_members_have_strategies_of_their_own_compiles(spark, pl
     big = [{"k": "a", "address": {"visits": 2**62}}, {"k": "a", "address": {"visits": 2**62}}]
     with pytest.raises(ReductionError, match="/address/visits"):
         combine_batch(frame(spark, big, files=1), coll)
+
+
+WHOLE = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "customer": {
+            "type": "object",
+            "required": ["id"],
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "vip": {"type": "boolean"}},
+        },
+        "items": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}},
+        },
+    },
+}
+
+
+def test_objects_and_arrays_of_objects_picked_whole_compile(spark, plain_proof):
+    """An object of declared properties, or an array of such objects, last written as a whole
+    (no reduce: lastWriteWins): compiled, its members proved by the JVM scan; a member of
+    another type, an undeclared one or a missing required one makes the document a suspect
+    (invalid ones are named; a valid one sends the batch to the Python fold)."""
+    coll = Collection(CollectionSpec("t", ("/k",), WHOLE))
+    plan = compile_collection(coll)
+    assert plan is not None and [(f.kind, len(f.members)) for f in plan.fields[1:]] == [("raw", 3), ("raw", 2)]
+    docs = [
+        {"k": "a", "customer": {"id": 1, "name": "Ann"}, "items": [{"sku": "x", "qty": 1}]},
+        {"k": "a", "customer": {"id": 2, "vip": True}},
+        {"k": "b", "items": []},
+        {"k": "b", "items": [{"sku": "y"}, {}]},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]']["customer"] == {"id": 2, "vip": True} and got['["b"]']["items"] == [{"sku": "y"}, {}]
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    valid_odd = {"k": "a", "customer": {"id": 3, "extra": [1]}}  # an undeclared member: valid
+    res = combine_batch(frame(spark, docs + [valid_odd], files=1), coll)
+    try:
+        assert collect(res) == expected(coll, docs + [valid_odd], files=1) and res.path == "fallback"
+    finally:
+        res.unpersist()
+    _rejects_each(
+        spark,
+        coll,
+        "compiled" if plain_proof == "jvm" else None,
+        '{"k": "a"}',
+        [
+            ('{"k": "a", "customer": {"name": "no id"}}', "required"),
+            ('{"k": "a", "customer": {"id": "1"}}', "is not of type 'integer'"),
+            ('{"k": "a", "items": [{"qty": 1.5}]}', "is not of type 'integer'"),
+        ],
+    )
 
 
 def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):

@@ -204,6 +204,51 @@ OBJECT_SPEC = jvm.spec(
         },
     )()
 )
+# an array of objects of declared members (``l``); ``q``: a member each object must hold
+LIST_SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan(
+                    "items",
+                    "raw",
+                    "array",
+                    "lastWriteWins",
+                    {"type": "array", "items": {"type": "object", "required": ["sku"]}},
+                    members=(
+                        FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),
+                        FieldPlan("items/qty", "scalar", "integer", "lastWriteWins", {}),
+                    ),
+                ),
+            ),
+            "order": "",
+        },
+    )()
+)
+LIST_CASES = [
+    ('{"items":[{"sku":"a","qty":2},{"sku":"b"}]}', 1),
+    ('{"items":[]}', 1),
+    ('{"items":[{"qty":2}]}', -1),  # a required member is missing
+    ('{"items":[{"sku":"a","x":1}]}', -1),  # undeclared
+    ('{"items":[{"sku":1}]}', -1),
+    ('{"items":["a"]}', -1),
+    ('{"items":{"sku":"a"}}', -1),
+    ('{"items":[{"sku":"a"},null]}', -1),
+    ('{"items":[{"sku":"a","qty":1.5}]}', -1),  # a member's integer is an integer's text
+    ('{"items":[{"sku":"a","qty":1e2}]}', -1),
+    ('{"items":[{"sku":"a","qty":1234567890123456789}]}', -1),  # past 18 digits: the Python validator decides
+    ('{"items":[{"sku":"a","qty":-123456789012345678}]}', 1),
+]
+
+
+@needs_jar
+def test_arrays_of_objects_of_declared_members_are_proved_item_by_item(scan):
+    got = scan([text for text, _ in LIST_CASES], LIST_SPEC)
+    assert got == [want for _, want in LIST_CASES]
+
+
 OBJECT_CASES = [
     ('{"k":"x","o":{"s":"a","i":1,"b":true}}', 2),
     ('{"o":{}}', 1),

@@ -14,7 +14,9 @@ names a top-level scalar property; a property may take its own such ``order``), 
   (``null`` is then a value like any other, the least, kept apart from an absent property);
 * ``append``: an array with ``items`` of one scalar type;
 * ``raw``: an array without ``items`` or an object without ``additionalProperties``
-  (carried as JSON text);
+  (carried as JSON text); picked whole (``lastWriteWins`` / ``firstWriteWins``), also an
+  object of declared plain scalar ``properties`` or an array of such objects, whose members
+  (:attr:`FieldPlan.members`) the JVM scan proves;
 * ``map``: an object with ``additionalProperties`` of one scalar type, or with ``properties``
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`_merged_object`);
 * ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
@@ -260,6 +262,11 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
             f"a nullable {t} reduced by {strategy.name}{' with an order' if order else ''} (compiled: "
             f"{', '.join(NULLABLE_STRATEGIES)} by the source order; null is a value like any other, the least)"
         )
+    if strategy.name in ("lastWriteWins", "firstWriteWins") and _declares_members(t, sub):
+        members, reason = _whole_members(name, t, sub)
+        if members is None:
+            return None, reason
+        return FieldPlan(name, "raw", t, strategy.name, sub, order, members=members), ""
     shape, reason = _shape(t, sub)
     if shape is None:
         return None, reason
@@ -268,6 +275,59 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
     members = _members(name, sub) if shape[0] == "object" else ()
     return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members), ""
+
+
+def _requires_declared(node: dict) -> bool:
+    """``required`` (if any) is a list of declared properties (the JVM scan proves them present)."""
+    required = node.get("required", [])
+    return isinstance(required, list) and all(r in node["properties"] for r in required)
+
+
+def required_members(f: FieldPlan) -> frozenset[str]:
+    """The members an object (or an array's object items) of ``f`` must hold."""
+    node = f.schema.get("items", {}) if f.type == "array" else f.schema
+    return frozenset(node.get("required", ()))
+
+
+def _declares_members(t: Any, sub: dict) -> bool:
+    """An object with declared ``properties``, or an array whose ``items`` is one."""
+    if t == "object":
+        return "properties" in sub
+    items = sub.get("items")
+    return t == "array" and isinstance(items, dict) and items.get("type") == "object" and "properties" in items
+
+
+def _whole_members(name: str, t: str, sub: dict) -> tuple[Optional[tuple[FieldPlan, ...]], str]:
+    """The members of an object (or of an array's object items) picked whole by
+    ``lastWriteWins`` / ``firstWriteWins`` (``raw``: its JSON text, what a member's own
+    ``reduce`` would do does not apply), where the JVM scan can prove a value valid: each
+    member a plain scalar (``{type: T}``), no other assertion; or None and why not.  A value
+    with a member the schema does not declare is a suspect (the Python validator decides)."""
+    what = "an object" if t == "object" else "an array of objects"
+    shape = {"type", "properties", "additionalProperties", "required"}
+    outer = sorted(_keywords(sub) - shape - {"items"} - set(ANNOTATIONS))
+    node = sub if t == "object" else sub["items"]
+    inner = sorted(_keywords(node) - shape - set(ANNOTATIONS))
+    if outer or inner:
+        return (
+            None,
+            f"{what} with {', '.join(outer + inner)} (compiled: type, properties, required, additionalProperties)",
+        )
+    props = node["properties"]
+    if not isinstance(props, dict) or not props:
+        return None, f"{what} whose properties is not a mapping of names to schemas"
+    if not _requires_declared(node):
+        return None, f"{what} whose required names undeclared properties"
+    out = []
+    for member, child in props.items():
+        plain = isinstance(child, dict) and _keywords(child) <= {"type", "title", "description", "$comment", "reduce"}
+        if not plain or child.get("type") not in SCALARS:
+            return None, (
+                f"{what} whose property {member!r} is not a plain scalar (compiled where each is `{{type: T}}` "
+                "of a scalar type; nested objects, arrays and other keywords are checked by the Python validator)"
+            )
+        out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], "lastWriteWins", child))
+    return tuple(out), ""
 
 
 def _shape(t: str, sub: dict) -> tuple[Optional[tuple[str, str]], str]:
@@ -322,12 +382,14 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     ``object`` of typed members (:func:`_members`), each reduced by its own strategy; a member
     the schema does not declare makes the document a suspect (checked in Python; where it is
     valid, the batch takes the Python fold), as does a member of another type."""
-    extra = sorted(_keywords(sub) - {"type", "properties", "additionalProperties"} - set(ANNOTATIONS))
+    extra = sorted(_keywords(sub) - {"type", "properties", "additionalProperties", "required"} - set(ANNOTATIONS))
     if extra:
-        return None, f"an object with {', '.join(extra)} (compiled: properties and additionalProperties)"
+        return None, f"an object with {', '.join(extra)} (compiled: properties, required and additionalProperties)"
     props = sub["properties"]
     if not isinstance(props, dict) or not props:
         return None, "an object whose properties is not a mapping of names to schemas"
+    if not _requires_declared(sub):
+        return None, "an object whose required names undeclared properties"
     types = set()
     strategies = set()
     for name, child in props.items():
@@ -346,7 +408,7 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
         types.add(child["type"])
         strategies.add(strategy)
     addl = sub.get("additionalProperties", True)
-    if len(types) == 1 and strategies == {"lastWriteWins"}:
+    if len(types) == 1 and strategies == {"lastWriteWins"} and not sub.get("required"):
         (t,) = types
         if addl is True or addl == {"type": t}:
             return ("map", t), ""

@@ -299,7 +299,7 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls
                 conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
                 if s["format"] == "date-time" and f.name in ordered:
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
-        elif f.kind == "object" and not whole:  # its members' types and names: proved by the JVM scan only
+        elif f.members and not whole:  # its members' types and names: proved by the JVM scan only
             conds.append(c.isNotNull())
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type

@@ -28,7 +28,8 @@ import org.apache.spark.sql.api.java.UDF2;
  *
  * <p>An object of declared members (kind {@code o}) holds only its declared members, each once,
  * each a scalar of its declared type: its entry's name is followed by U+0002 and the members'
- * entries (kind {@code s}), separated by U+0003.
+ * entries (kind {@code s}; {@code q} for a member the object must hold), separated by U+0003.
+ * An array of such objects: kind {@code l}.
  *
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
  * is two characters, kind ({@code s} scalar, {@code z} nullable scalar, {@code r} raw, {@code a} array of, {@code m}
@@ -78,7 +79,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 nullBit[i] = kinds[i] == 'z' ? COUNT_BITS + nullable++ : -1;
                 types[i] = entries[i].charAt(1);
                 names[i] = entries[i].substring(2);
-                if (kinds[i] == 'o') {
+                if (kinds[i] == 'o' || kinds[i] == 'l') {
                     int at = names[i].indexOf('\u0002');
                     members[i] = new Spec(names[i].substring(at + 1), "\u0003");
                     names[i] = names[i].substring(0, at);
@@ -243,6 +244,12 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     }
                     if (spec.kinds[k] == 'o') {
                         object(spec.members[k]);
+                    } else if (spec.kinds[k] == 'l') {
+                        if (first('[', ']')) {
+                            do {
+                                object(spec.members[k]);
+                            } while (more(']'));
+                        }
                     } else {
                         value(spec.kinds[k], spec.types[k]);
                     }
@@ -275,10 +282,10 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             return k;
         }
 
-        /** An object of declared scalar members, each at most once. */
+        /** An object of declared scalar members, each at most once, the required ones ({@code q}) present. */
         private void object(Spec members) {
+            long[] seen = new long[(members.kinds.length + 63) >>> 6];
             if (first('{', '}')) {
-                long[] seen = new long[(members.kinds.length + 63) >>> 6];
                 do {
                     int k = name(members);
                     if (k < 0 || (seen[k >>> 6] & (1L << k)) != 0) {
@@ -286,8 +293,17 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     }
                     seen[k >>> 6] |= 1L << k;
                     colon();
-                    scalar(members.types[k]);
+                    if (members.types[k] == 'i') {
+                        integer();  // nothing reads a member typed: the text must be an integer's
+                    } else {
+                        scalar(members.types[k]);
+                    }
                 } while (more('}'));
+            }
+            for (int k = 0; k < members.kinds.length; k++) {
+                if (members.kinds[k] == 'q' && (seen[k >>> 6] & (1L << k)) == 0) {
+                    throw reject();  // a required member is missing
+                }
             }
         }
 
@@ -551,6 +567,25 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     throw reject();
                 }
                 digits();
+            }
+        }
+
+        /** An integer within a long's 18 digits: no fraction, no exponent. */
+        private void integer() {
+            if (peek() == '-') {
+                i++;
+            }
+            int start = i;
+            char c = peek();
+            if (c == '0') {
+                i++;
+            } else if (c >= '1' && c <= '9') {
+                digits();
+            } else {
+                throw reject();
+            }
+            if (i - start > 18 || (i < n && (s.charAt(i) == '.' || s.charAt(i) == 'e' || s.charAt(i) == 'E'))) {
+                throw reject();
             }
         }
 

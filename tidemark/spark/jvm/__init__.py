@@ -59,7 +59,7 @@ def enabled() -> bool:
 def spec(plan) -> Optional[str]:
     """The field description ``PlainDocument`` reads, or None if a name cannot be encoded."""
     from tidemark.collection.formats import is_date_time_field
-    from tidemark.collection.plan import ordered_by_instant
+    from tidemark.collection.plan import ordered_by_instant, required_members
 
     codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b", "object": "o", "array": "a"}
     kinds = {"scalar": "s", "raw": "r", "append": "a", "map": "m", "object": "o"}
@@ -75,11 +75,12 @@ def spec(plan) -> Optional[str]:
             code = "D" if f.name in bounded else "d"
         if _MEMBERS in f.name:
             return None
-        if f.kind == "object":  # its members' entries after the name
+        if f.members:  # an object of members (or an array of such objects): its members' entries after the name
             if any(_SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members):
                 return None
-            inner = _MEMBER.join("s" + codes[m.type] + m.member for m in f.members)
-            entries.append("oo" + f.name + _MEMBERS + inner)
+            required = required_members(f)  # ``q``: a member the object must hold
+            inner = _MEMBER.join(("q" if m.member in required else "s") + codes[m.type] + m.member for m in f.members)
+            entries.append(("la" if f.type == "array" else "oo") + f.name + _MEMBERS + inner)
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return _SEPARATOR.join(entries)
