@@ -467,7 +467,8 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     (:data:`~tidemark.collection.strategies.Strategy.sql`; a value picked by an event-time
     order or a date-time's instant: :attr:`FieldPlan.picked_by`; a nullable property last or
     first written, whose ``null`` the statement keeps apart from an absent property:
-    :attr:`FieldPlan.nullable`).  Nothing else needs the stored document in
+    :attr:`FieldPlan.nullable`; an object of declared members, each reduced by its own
+    strategy: :attr:`FieldPlan.members`).  Nothing else needs the stored document in
     Python: the schema's assertions (bounds, lengths, ``required``) hold for each source
     document, and the reduced document is not validated again, on either path.  A sum
     beyond 64 bits (or not finite) fails the batch as the Python fold does."""
@@ -491,12 +492,12 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
                 None,
                 f"/{f.name}: a nullable property reduced by {f.strategy} (the endpoint reduces one last or first written)",
             )
-        if any(m.strategy != "lastWriteWins" for m in f.members):
-            others = ", ".join(f"/{m.name} ({m.strategy})" for m in f.members if m.strategy != "lastWriteWins")
-            return None, (
-                f"/{f.name}: members with strategies of their own: {others} (the endpoint merges an object "
-                "member by member, the later value winning)"
-            )
+        named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
+        if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
+            return None, f"/{f.name}: a member's name holding a quote, a backslash or a control character"
+        unreduced = next((m for m in named if m.strategy not in strategies), None)
+        if unreduced is not None:
+            return None, f"/{unreduced.name}: the endpoint does not reduce {unreduced.strategy!r}"
         if f.strategy not in strategies or strategy.sql is None:
             return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
         if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:

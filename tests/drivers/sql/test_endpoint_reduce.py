@@ -1,7 +1,7 @@
 """Reduce in the endpoint (PostgreSQL, SQLite, MariaDB): the document and the columns one
 statement writes equal what the Python fold gives, for generated schemas and documents, in
-the lean and the full form (nullable properties: ``null``, a value or absent); refusals name
-the key and the rule.
+the lean and the full form (nullable properties: ``null``, a value or absent; objects of
+declared members, each reduced by its own strategy); refusals name the key and the rule.
 
 The answer is computed as the Load path computes it — each batch's documents combined per
 key, then reduced into the key's stored document — with :meth:`Collection.reduce`, and
@@ -124,6 +124,40 @@ POOL = {
             "properties": {"city": {"type": "string"}, "floor": {"type": "integer"}, "lift": {"type": "boolean"}},
         },
         st.fixed_dictionaries({}, optional={"city": TEXT, "floor": SMALL_INT, "lift": st.booleans()}),
+    ),
+    # an object of declared members of several types, each reduced by a strategy of its own,
+    # and a member the schema does not declare (last written, whole: an object or null too)
+    "tally": (
+        {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "hits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                "spent": {"type": "number", "reduce": {"strategy": "sum"}},
+                "peak": {"type": "number", "reduce": {"strategy": "maximize"}},
+                "best": {"type": "integer", "reduce": {"strategy": "maximize"}},
+                "least": {"type": "string", "reduce": {"strategy": "minimize"}},
+                "ok": {"type": "boolean", "reduce": {"strategy": "minimize"}},
+                "origin": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+                "since": {"type": "integer", "reduce": {"strategy": "firstWriteWins"}},
+                "said": {"type": "string"},
+            },
+        },
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "hits": SMALL_INT,
+                "spent": FLOAT,
+                "peak": st.one_of(ANY_FLOAT, SMALL_INT),
+                "best": SMALL_INT,
+                "least": TEXT,
+                "ok": st.booleans(),
+                "origin": TEXT,
+                "since": SMALL_INT,
+                "said": TEXT,
+                "more": st.one_of(SCALAR, st.dictionaries(TEXT, SCALAR, max_size=2)),
+            },
+        ),
     ),
 }
 KEYS = ["a", "b", "c", "d"]

@@ -27,7 +27,10 @@ that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d
   (``JSON_MERGE_PATCH`` with the staged names set to null would be shorter, but MariaDB 10.11
   deletes only some of several members that way: ``JSON_MERGE_PATCH('{"b": 1, "k": "a"}',
   '{"k": null, "b": null}')`` is ``{"k": "a"}``.)  ``group_concat_max_len`` is raised at
-  connect, so a long document is not cut;
+  connect, so a long document is not cut.  An object of declared members with strategies
+  of their own is merged so too (its members are scalars, but one the schema does not
+  declare may be an object or ``null``), the subquery naming the staged object through
+  ``s.document`` (:meth:`MariaReduce._staged`), then its members set by ``JSON_REPLACE``;
 * the reduced members go in by ``JSON_REPLACE``, which never adds a member; a lean row's
   remainder gets a nullable property's ``null`` by ``JSON_INSERT`` (``JSON_MERGE_PATCH`` would
   delete it), in the same ``set_members`` as the date-times' texts: MariaDB 10.11.19 crashes
@@ -115,8 +118,8 @@ class MariaReduce(ReduceSql):
         super().__init__(quote)
         self.table, self.model = table, model
 
-    def overflow_query(self, model: TableModel, staging: str, f, col: Column, typed: bool) -> str:
-        return overflow_query(self, model, staging, f, col, typed)
+    def overflow_query(self, model: TableModel, staging: str, f, col: Column, typed: bool, within=None) -> str:
+        return overflow_query(self, model, staging, f, col, typed, within)
 
     def column(self, side: str, quoted: str) -> str:
         return f"{self.table}.{quoted}" if side == OLD else f"VALUES({quoted})"
@@ -242,7 +245,7 @@ class MariaReduce(ReduceSql):
     def merge_documents(self, old: str, new: str) -> str:
         return (
             f"IF(LOCATE('{{', {new}, 2) = 0 AND LOCATE('null', {new}) = 0, JSON_MERGE_PATCH({old}, {new}), "
-            f"JSON_EXTRACT(CONCAT('{{', CONCAT_WS(', ', {_members_not_in(old, new)}, "
+            f"JSON_EXTRACT(CONCAT('{{', CONCAT_WS(', ', {_members_not_in(old, self._staged(new))}, "
             f"NULLIF(TRIM(SUBSTRING(TRIM({new}), 2, CHAR_LENGTH(TRIM({new})) - 2)), '')), '}}'), '$'))"
         )
 
@@ -268,17 +271,30 @@ class MariaReduce(ReduceSql):
         return replace_members("JSON_REPLACE", doc, [*present, *members, *nullable], PAIRS, path)
 
 
-def overflow_query(forms: MariaReduce, model: TableModel, staged: str, f, col: Column, typed: bool = False) -> str:
+def overflow_query(
+    forms: MariaReduce, model: TableModel, staged: str, f, col: Column, typed: bool = False, within=None
+) -> str:
     """The first staged key whose ``sum`` of ``f`` leaves its type, with both operands
-    (``typed``: the staging table holds the view's columns, not the document)."""
+    (``typed``: the staging table holds the view's columns, not the document; ``within``: the
+    object ``f`` is a member of)."""
     quote = forms.quote
     match = " AND ".join(f"t.{quote(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
     keys = ", ".join(f"s.{staged_column(j)}" for j in range(len(model.keys)))
-    old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
-    if typed:
-        new = f"s.{staged_column(next(j for j, c in enumerate(model.columns) if c.name == col.name))}"
+    names = [c.name for c in model.columns]
+    if within is not None:  # a member of the object ``within``: its column (lean), else the document's member
+        stored = f"JSON_EXTRACT(t.{quote(DOCUMENT_COLUMN)}, {path(within.name)})"
+        staged_object = f"JSON_EXTRACT(s.{STAGED_DOCUMENT}, {path(within.name)})"
+        if within.name in names:
+            stored = f"COALESCE(t.{quote(within.name)}, {stored})"
+            if typed:
+                staged_object = f"s.{staged_column(names.index(within.name))}"
+        old, new = (f"JSON_VALUE({obj}, {path(f.member)})" for obj in (stored, staged_object))
     else:
-        new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
+        old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
+        if typed:
+            new = f"s.{staged_column(names.index(col.name))}"
+        else:
+            new = f"JSON_VALUE(s.{STAGED_DOCUMENT}, {path(f.name)})"
     scale = scale_of_kind(col.kind) if f.scale is None else f.scale
     if scale is not None:  # an exact decimal: 15 significant digits at its places
         a, b = decimal(old, scale), decimal(new, scale)

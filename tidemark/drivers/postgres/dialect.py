@@ -202,13 +202,25 @@ class PostgresReduce(ReduceSql):
             return f"(({old} + {new})::numeric({MAX_DIGITS}, {f.scale}))"
         return f"({old} + {new})"
 
-    def overflow_query(self, model, staging: str, f, col: Column, typed: bool) -> str:
+    def overflow_query(self, model, staging: str, f, col: Column, typed: bool, within=None) -> str:
         q = self.quote
         match = " AND ".join(f"t.{q(c.name)} = s.{staged_column(j)}" for j, c in enumerate(model.keys))
         keys = ", ".join(f"s.{staged_column(j)}" for j in range(len(model.keys)))
-        old = f"t.{q(col.name)}::numeric" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})::numeric"
-        j = [c.name for c in model.columns].index(col.name)
-        new = f"s.{staged_column(j)}::numeric" if typed else f"(s.{STAGED_DOCUMENT} -> {literal(f.name)})::numeric"
+        names = [c.name for c in model.columns]
+        if within is None:
+            old = f"t.{q(col.name)}" if model.lean else f"(t.{q(DOCUMENT_COLUMN)} -> {literal(f.name)})"
+            new = (
+                f"s.{staged_column(names.index(col.name))}" if typed else f"(s.{STAGED_DOCUMENT} -> {literal(f.name)})"
+            )
+        else:  # a member of the object ``within``: its column (lean), else the document's member
+            stored = f"(t.{q(DOCUMENT_COLUMN)} -> {literal(within.name)})"
+            staged = f"(s.{STAGED_DOCUMENT} -> {literal(within.name)})"
+            if within.name in names:
+                stored = f"COALESCE(t.{q(within.name)}, {stored})"
+                if typed:
+                    staged = f"s.{staged_column(names.index(within.name))}"
+            old, new = (f"({obj} -> {literal(f.member)})" for obj in (stored, staged))
+        old, new = f"{old}::numeric", f"{new}::numeric"
         beyond = (
             f"> {9223372036854775807 if col.kind == INTEGER else '1.7976931348623157e308'}"
             if f.scale is None

@@ -15,6 +15,14 @@ from :func:`tidemark.collection.plan.sql_reduction`):
   added after the row was written is NULL there) — and the staged column;
 * root ``lastWriteWins``: the plain upsert; root ``firstWriteWins``: ``DO NOTHING``.
 
+An object of declared members (``kind == "object"``: :attr:`FieldPlan.members`, each with a
+strategy of its own) is reduced member by member (:func:`object_sql`): both sides' objects
+merged shallowly as the root merges (a later value winning: each member last written, each
+member the schema does not declare, whatever its value), then each other member set to its
+strategy's result over the two sides' values; it is the lean row's JSON column, or a member
+of the full row's document.  A member's ``sum`` that leaves its type fails the statement,
+and the transactor names the key and ``/object/member`` (:meth:`ReduceSql.overflow_query`).
+
 A nullable property (``type: [T, "null"]``, reduced by ``lastWriteWins`` /
 ``firstWriteWins``: :attr:`TableModel.nullable`) holds ``null`` as a value like any other,
 apart from absent (:func:`~tidemark.collection.sql_forms.sql_present`): a side holds it where
@@ -40,9 +48,11 @@ from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.sql_forms import sql_present
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.sql.model import (
+    BOOLEAN,
     DOCUMENT_COLUMN,
     INTEGER,
     JSON,
+    NUMBER,
     STAGED_DOCUMENT,
     TEXT,
     TIMESTAMP,
@@ -71,9 +81,18 @@ class ReduceSql:
     def __init__(self, quote: Callable[[str], str]):
         self.quote = quote
 
-    def overflow_query(self, model: TableModel, staging: str, f: FieldPlan, col: Column, typed: bool) -> str:
+    def overflow_query(
+        self,
+        model: TableModel,
+        staging: str,
+        f: FieldPlan,
+        col: Column,
+        typed: bool,
+        within: Optional[FieldPlan] = None,
+    ) -> str:
         """The first staged key whose ``sum`` of ``f`` leaves its type: ``keys..., left, right``
-        (``typed``: the staging table holds typed values, not the document)."""
+        (``typed``: the staging table holds typed values, not the document; ``within``: the
+        object ``f`` is a member of, ``col`` then the member's kind, named by the member)."""
         raise NotImplementedError
 
     # the strategies' building blocks (``Strategy.sql`` composes them)
@@ -115,12 +134,15 @@ class ReduceSql:
 
     def merge_objects(self, old: str, new: str) -> str:
         """An object's members merged shallowly, the right side's winning: a map
-        (``additionalProperties`` of one scalar type), or an object of declared scalar members
-        each last written; its members are never null."""
+        (``additionalProperties`` of one scalar type, or declared members of one scalar type,
+        each last written); its members are never null."""
         raise NotImplementedError
 
     def merge_documents(self, old: str, new: str) -> str:
-        """The root's shallow merge: every top-level member of both, the right side's winning."""
+        """The root's shallow merge: every top-level member of both, the right side's winning
+        whatever its value (an object replaced whole, a ``null`` kept); also an object of
+        declared members' (:func:`object_sql`: ``old`` / ``new`` any JSON object expressions,
+        NULL where absent)."""
         return self.merge_objects(old, new)
 
     def column(self, side: str, quoted: str) -> str:
@@ -305,7 +327,7 @@ def reduce_statement(
         if f.name in typed:
             (present if f.name in plan.required else members).append((f.name, typed[f.name]))
         elif f.kind == "scalar" and f.strategy in COMPUTED and not f.picked_by:  # no column (a long name)
-            col = Column(f.name, _kind(f))
+            col = Column(f.name, member_kind(f))
             members.append(
                 (
                     f.name,
@@ -313,6 +335,10 @@ def reduce_statement(
                         _sql(f, forms, forms.typed(old_doc, f.name, col), forms.typed(new_doc, f.name, col)), col
                     ),
                 )
+            )
+        elif f.kind == "object":  # member by member; an undeclared member may be null
+            nullable.append(
+                (f.name, object_sql(forms, f, forms.member(old_doc, f.name), forms.member(new_doc, f.name)))
             )
         else:  # picked or concatenated as JSON
             order = _order(forms, model, fields, f, old_doc, new_doc)
@@ -367,6 +393,9 @@ def _lean_sets(
         new_value = forms.column(NEW, quote(col.name))
         if present is not None:
             sets.append((quote(col.name), sql_present(forms, f, old_value, new_value, *present)))
+            continue
+        if f.kind == "object":
+            sets.append((quote(col.name), object_sql(forms, f, old_value, new_value)))
             continue
         expr = _sql(f, forms, old_value, new_value, order)
         sets.append((quote(col.name), _absent_both(old_value, new_value, expr) if f.kind != "scalar" else expr))
@@ -423,6 +452,30 @@ def _kept(forms: ReduceSql, text: str) -> str:
     """A date-time's text where its instant does not give it back, else NULL (not kept)."""
     canonical = forms.canonical_instant(forms.to_timestamp(text))
     return f"(CASE WHEN {forms.differs(text, canonical)} THEN {text} END)"
+
+
+def object_sql(forms: ReduceSql, f: FieldPlan, old: str, new: str) -> str:
+    """An object of declared members (``f.kind == "object"``) reduced member by member, from
+    the stored object ``old`` and the staged one ``new`` (JSON, NULL where absent): both
+    merged shallowly as the root merges (:meth:`ReduceSql.merge_documents`: the later value
+    of each member last written and of each the schema does not declare, an object or a
+    ``null`` among them, replaced whole as the Python fold replaces it), then each other
+    member set to its strategy's result over the two sides' values -- typed where computed
+    (``sum``, ``maximize``, ``minimize``: :meth:`ReduceSql.typed`, back to JSON by
+    :meth:`ReduceSql.to_json`), as JSON where picked (``firstWriteWins``).  A member absent
+    on both sides stays absent (its result is NULL); the object absent on both sides is NULL."""
+    merged = forms.coalesce(forms.merge_documents(old, new), old, new)
+    reduced: list[tuple[str, str]] = []  # (member, its reduced JSON): NULL where both sides lack it
+    for m in f.members:
+        if m.strategy == "lastWriteWins":  # the merge's later value
+            continue
+        if m.strategy in COMPUTED:
+            col = Column(m.member, member_kind(m))
+            typed_old, typed_new = forms.typed(old, m.member, col), forms.typed(new, m.member, col)
+            reduced.append((m.member, forms.to_json(_sql(m, forms, typed_old, typed_new), col)))
+        else:
+            reduced.append((m.member, _sql(m, forms, forms.member(old, m.member), forms.member(new, m.member))))
+    return _absent_both(old, new, forms.with_members(merged, reduced, ()) if reduced else merged)
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:
@@ -506,7 +559,7 @@ def _order(
         return (*texts[order_field.name], order_field)
     col = next((c for c in model.values if c.name == order_field.name), None)
     if col is None or is_date_time_field(order_field):  # no column (a long name), or a date-time: the texts
-        col = Column(order_field.name, _kind(order_field))
+        col = Column(order_field.name, member_kind(order_field))
         return forms.typed(old_doc, order_field.name, col), forms.typed(new_doc, order_field.name, col), order_field
     quote = forms.quote
     return (
@@ -526,9 +579,8 @@ def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order: Optional[Ord
     return expr
 
 
-def _kind(f: FieldPlan) -> str:
-    from tidemark.drivers.sql.model import BOOLEAN, INTEGER, NUMBER, TEXT
-
+def member_kind(f: FieldPlan) -> str:
+    """The column kind of a scalar's JSON type (a property without a column, an object's member)."""
     return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 

@@ -8,8 +8,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, TableModel, staged_column
-from tidemark.drivers.sql.reduce import ReduceSql, sum_overflowed
+from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, staged_column
+from tidemark.drivers.sql.reduce import ReduceSql, member_kind, sum_overflowed
 from tidemark.errors import DriverError
 
 Execute = Callable[[str], Any]  # a statement in the session's transaction -> its cursor
@@ -52,14 +52,23 @@ def sum_overflow(
     """The key and property of a ``sum`` that left its type, found by a query over the
     staged and stored rows; else the endpoint's error (``secrets`` redacted)."""
     assert model.reduce is not None  # a binding the endpoint reduces
+    keys = len(model.keys)
     for col in model.values:
         field = next((f for f in model.reduce.fields if f.name == col.name), None)
         if field is None or field.strategy != "sum":
             continue
         row = execute(forms.overflow_query(model, staging, field, col, typed)).fetchone()
         if row is not None:
-            keys = len(model.keys)
             return sum_overflowed(model, field.name, col.kind, list(row[:keys]), row[keys], row[keys + 1])
+    for field in model.reduce.fields:  # an object's members summed (named ``/object/member``)
+        for member in field.members:
+            if member.strategy != "sum":
+                continue
+            kind = member_kind(member)
+            query = forms.overflow_query(model, staging, member, Column(member.member, kind), typed, field)
+            row = execute(query).fetchone()
+            if row is not None:
+                return sum_overflowed(model, member.name, kind, list(row[:keys]), row[keys], row[keys + 1])
     text = redact(exc, secrets).strip().splitlines()[0]
     return DriverError(
         f"{model.display}: reducing this batch in {title} failed: {text}. Nothing of this "

@@ -21,7 +21,9 @@ and cannot address a key holding ``"`` by a path before 3.45.  So:
   key holding ``"``, rebuilt from ``json_each``'s typed value);
 * ``append`` joins the two arrays' texts; ``merge`` of a map (``additionalProperties`` of
   one scalar type: no member is ``null`` or an object) is ``json_patch`` where neither text
-  holds a backslash, else the same join as the root's;
+  holds a backslash, else the same join as the root's; an object of declared members with
+  strategies of their own is merged as the root is (a member the schema does not declare
+  may be an object or ``null``), then its other members set by ``json_replace``;
 * the reduced members are put into the merged document by ``json_replace``, which never adds
   a member: a declared property absent on both sides stays absent;
 * a lean row's remainder gets a nullable property's ``null`` by ``json_insert`` (``json_patch``

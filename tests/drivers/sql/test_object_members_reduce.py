@@ -1,0 +1,280 @@
+"""An object of declared members, each reduced by a strategy of its own (``FieldPlan.kind ==
+"object"``: lastWriteWins, firstWriteWins, sum, maximize, minimize), reduced in the endpoint
+(PostgreSQL, SQLite, MariaDB), lean (the object is a JSON column) and full (a member of
+``flow_document``): member by member, as the Python fold merges it -- a member absent on one
+side takes the other's value, present on both its strategy's result; a member the schema does
+not declare is last written, whole (an object or a ``null`` too); a member's ``sum`` past its
+type fails the batch naming the key and ``/object/member``, with nothing committed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.driver_protocol import MAT, apply, cp
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
+from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
+from tidemark.collection.plan import binding_reduction
+from tidemark.drivers.sqlite.reduce import ENDPOINT_REDUCE
+from tidemark.errors import DriverError
+
+ADDRESS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "city": {"type": "string"},
+        "floor": {"type": "integer", "reduce": {"strategy": "firstWriteWins"}},
+        "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "paid": {"type": "number", "reduce": {"strategy": "sum"}},
+        "top": {"type": "number", "reduce": {"strategy": "maximize"}},
+        "low": {"type": "string", "reduce": {"strategy": "minimize"}},
+        "lift": {"type": "boolean", "reduce": {"strategy": "maximize"}},
+        "since": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+    },
+}
+SCHEMA = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "address": ADDRESS,
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+    },
+}
+FULL_ADDRESS = {"city": "x", "floor": 1, "visits": 1, "paid": 0.1, "top": 1, "low": "b", "lift": False, "since": "p"}
+#: each batch's combined document per key: what each key's documents go through
+BATCHES = [
+    {
+        "a": {"k": "a", "address": FULL_ADDRESS},  # every member on both sides
+        "b": {"k": "b", "n": 1},  # the object absent, then present
+        "c": {"k": "c", "address": {"visits": 5, "top": 2.5}},  # present, then absent
+        "d": {"k": "d", "n": 1},  # absent on both sides: stays absent
+        "e": {"k": "e", "address": {}},  # the empty object on both sides
+        "f": {"k": "f", "address": {"visits": 1, "low": "m"}},  # members absent on one side
+        "g": {"k": "g", "address": {"other": {"q": 1}, "more": 1}},  # undeclared members: last written, whole
+    },
+    {
+        "a": {
+            "k": "a",
+            "address": {
+                "city": "y",
+                "floor": 2,
+                "visits": 2,
+                "paid": 0.2,
+                "top": 0.5,
+                "low": "a",
+                "lift": True,
+                "since": "q",
+            },
+        },
+        "b": {"k": "b", "address": {"visits": 3, "lift": False}},
+        "c": {"k": "c", "n": 2},
+        "d": {"k": "d", "n": 2},
+        "e": {"k": "e", "address": {}},
+        "f": {"k": "f", "address": {"paid": 1, "top": -1, "low": "z", "floor": 7, "lift": True}},
+        "g": {"k": "g", "address": {"other": {"r": None}, "more": None, "visits": -3}},
+    },
+    {
+        "b": {"k": "b", "address": {"visits": 4, "paid": 2.5, "since": "later"}},
+        "e": {"k": "e", "address": {"top": 1e300}},  # the empty object merged with members
+        "f": {"k": "f", "address": {"visits": 10, "top": 3, "low": "a", "floor": 8}},
+    },
+]
+EXPECTED = {
+    "a": {
+        "k": "a",
+        "address": {
+            "city": "y",
+            "floor": 1,
+            "visits": 3,
+            "paid": 0.1 + 0.2,
+            "top": 1,
+            "low": "a",
+            "lift": True,
+            "since": "p",
+        },
+    },
+    "b": {"k": "b", "n": 1, "address": {"visits": 7, "lift": False, "paid": 2.5, "since": "later"}},
+    "c": {"k": "c", "address": {"visits": 5, "top": 2.5}, "n": 2},
+    "d": {"k": "d", "n": 3},
+    "e": {"k": "e", "address": {"top": 1e300}},
+    "f": {"k": "f", "address": {"visits": 11, "low": "a", "paid": 1, "top": 3, "floor": 7, "lift": True}},
+    "g": {"k": "g", "address": {"other": {"r": None}, "more": None, "visits": -3}},
+}
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=[pytest.mark.postgres]), "sqlite", "mysql"])
+def endpoint(request, tmp_path):
+    e = Endpoint(request.param, request, tmp_path)
+    yield e
+    e.driver.close()
+
+
+def fold(coll, batches) -> dict:
+    view: dict = {}
+    for batch in batches:
+        for k, doc in batch.items():
+            view[k] = coll.reduce(view[k], doc) if k in view else doc
+    return view
+
+
+def test_the_python_fold_merges_the_object_member_by_member():
+    """The reference the endpoints are held to (the expectations below)."""
+    from tidemark.collection.collection import Collection
+    from tidemark.spec import CollectionSpec
+
+    assert fold(Collection(CollectionSpec("orders", ("/k",), SCHEMA)), BATCHES) == EXPECTED
+
+
+def test_the_endpoint_reduces_an_object_whose_members_have_strategies_of_their_own():
+    plan, why = binding_reduction(SCHEMA, ("/k",), ENDPOINT_REDUCE)
+    assert plan is not None, why
+    [address] = [f for f in plan.fields if f.name == "address"]
+    assert address.kind == "object" and {m.member: m.strategy for m in address.members}["visits"] == "sum"
+
+
+def test_a_member_name_the_statement_cannot_write_is_refused():
+    quoted = {
+        **ADDRESS,
+        "properties": {**ADDRESS["properties"], 'a"b': {"type": "integer", "reduce": {"strategy": "sum"}}},
+    }
+    plan, why = binding_reduction(
+        {**SCHEMA, "properties": {**SCHEMA["properties"], "address": quoted}}, ("/k",), ENDPOINT_REDUCE
+    )
+    assert plan is None and why == "/address: a member's name holding a quote, a backslash or a control character"
+    # a member last written is not named by the statement: any name
+    quoted["properties"] = {**ADDRESS["properties"], 'a"b': {"type": "integer"}}
+    assert binding_reduction(
+        {**SCHEMA, "properties": {**SCHEMA["properties"], "address": quoted}}, ("/k",), ENDPOINT_REDUCE
+    )[0]
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_the_object_is_reduced_member_by_member_in_the_endpoint(endpoint, document):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, SCHEMA, "objects", document)
+    apply(driver, b)
+    assert [" lean rows " in line for line in driver.row_forms([b])] == [document == "lean"]
+    for i, batch in enumerate(BATCHES):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0)  # texts, or documents and values
+    view = {k[0]: v for k, v in driver.dump(MAT, b).items()}
+    assert {k: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in EXPECTED.items()}
+    assert "address" not in view["d"] and view["g"]["address"]["more"] is None
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+@pytest.mark.parametrize(
+    "member,left,right,what",
+    [
+        ("visits", 2**62, 2**62, "is beyond a 64-bit integer"),
+        ("paid", 1.5e308, 1.5e308, "is not a finite number"),
+    ],
+)
+def test_a_member_sum_beyond_its_type_names_the_key_and_member_and_commits_nothing(
+    endpoint, document, member, left, right, what
+):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, SCHEMA, "overflows", document)
+    apply(driver, b)
+    first = {"a": {"k": "a", "address": {member: left}}, "b": {"k": "b", "address": {member: 1}, "n": 1}}
+    commit(driver, coll, b, first, 0)
+    with pytest.raises(DriverError) as err:
+        commit(driver, coll, b, {"a": {"k": "a", "address": {member: right}}, "b": {"k": "b", "n": 1}}, 1)
+    assert f"key ['a']: /address/{member}: 'sum' overflowed: the result {what}" in str(err.value)
+    view = driver.dump(MAT, b)
+    assert {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in first.items()}
+    [row] = driver.checkpoints(MAT)
+    assert row.runtime_checkpoint == cp(0)
+
+
+def typed_rows(model, combined: dict, keys: list):
+    """The combined documents as ``StoreRows`` (what the typed combine collects): a column
+    per property, the object as its JSON text."""
+    import json
+
+    import pyarrow as pa
+
+    from tidemark.drivers.sql.model import JSON
+
+    cols = {}
+    for c in model.columns:
+        vals = [combined[k].get(c.name) for k in keys]
+        cols[c.name] = pa.array([None if v is None else json.dumps(v) for v in vals] if c.kind == JSON else vals)
+    return pa.table(cols)
+
+
+def commit_typed(driver, b, combined: dict, batch: int) -> None:
+    from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, StoreRows
+
+    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+    try:
+        t.acknowledge(Acknowledge())
+        t.flush(Flush())
+        keys = sorted(combined)
+        t.store(StoreRows(0, tuple((k,) for k in keys), typed_rows(t.models[0], combined, keys)))
+        t.start_commit(StartCommit(cp(batch)))
+    finally:
+        t.close()
+
+
+@pytest.mark.postgres
+def test_typed_rows_reduce_the_object_as_the_texts(postgres_url, pg_schema, request, tmp_path):
+    """PostgreSQL stages a lean binding's typed values (``StoreRows``): the object is its
+    column's JSON there; a member's sum past its type is named from the staged column."""
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    try:
+        coll, b = reduced_binding(driver, SCHEMA, "typed")
+        apply(driver, b)
+        assert driver.typed_rows([b]) == [True]
+        for i, batch in enumerate(BATCHES):
+            if i % 2 == 0:
+                commit_typed(driver, b, batch, i)
+            else:
+                commit(driver, coll, b, batch, i)
+        view = driver.dump(MAT, b)
+        assert {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in EXPECTED.items()}
+        with pytest.raises(DriverError, match=r"key \['f'\]: /address/visits: 'sum' overflowed"):
+            commit_typed(driver, b, {"f": {"k": "f", "address": {"visits": 2**63 - 1}}}, len(BATCHES))
+        assert driver.dump(MAT, b) == view
+    finally:
+        driver.close()
+
+
+def test_check_says_the_endpoint_reduces_a_binding_of_an_object_of_members(endpoint):
+    from types import SimpleNamespace
+
+    from tidemark.collection.collection import Collection
+    from tidemark.runtime.reduce_path import reduce_paths
+    from tidemark.spec import CollectionSpec
+
+    coll = Collection(CollectionSpec("orders", ("/k",), SCHEMA))
+    spec = coll.binding_spec(SimpleNamespace(resource={"table": "objects"}, delta_updates=False))
+    (b,), [line] = reduce_paths([spec], [coll], endpoint.driver.capabilities())
+    assert b.endpoint_reduce and line == "binding objects: reduced by the endpoint in its commit (no Load)"
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_a_member_named_beyond_ascii_is_one_member_however_its_name_is_escaped(endpoint, document):
+    """The runtime's texts escape every non-ASCII name (``"gr\\u00f6\\u00dfe"``); the statement
+    finds the member by its name as written (``unescaped_names``), stored and staged alike."""
+    schema = {
+        **SCHEMA,
+        "properties": {
+            "k": {"type": "string"},
+            "maß": {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "größe": {"type": "integer", "reduce": {"strategy": "sum"}},
+                    "ü": {"type": "string", "reduce": {"strategy": "minimize"}},
+                },
+            },
+        },
+    }
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, schema, "names", document)
+    apply(driver, b)
+    for i, v in enumerate((1, 2, 4)):
+        commit(driver, coll, b, {"a": {"k": "a", "maß": {"größe": v, "ü": "zyx"[i], "é": i}}}, i, texts=i != 1)
+    assert driver.dump(MAT, b) == {("a",): {"k": "a", "maß": {"größe": 7, "ü": "x", "é": 2}}}
