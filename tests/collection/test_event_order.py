@@ -10,7 +10,8 @@ import itertools
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.plan import compile_collection, sql_reduction
+from tidemark.collection.plan import compile_collection
+from tidemark.collection.sql_plan import sql_reduction
 from tidemark.errors import SpecError
 from tidemark.spec import CollectionSpec, parse_spec
 

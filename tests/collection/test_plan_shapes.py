@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.plan import EXACT_SUM, binding_reduction, explain_collection
+from tidemark.collection.plan import explain_collection
+from tidemark.collection.sql_plan import EXACT_SUM, binding_reduction
 from tidemark.spec import CollectionSpec
 
 ADDRESS = {

@@ -34,7 +34,7 @@ Each :class:`Strategy` in :data:`STRATEGIES` holds
     (:mod:`tidemark.collection.plan`).
 ``sql``
     the SQL form of one compiled top-level property, for endpoints that reduce a batch's
-    combined documents into the stored ones themselves (:func:`tidemark.collection.plan.sql_reduction`):
+    combined documents into the stored ones themselves (:func:`tidemark.collection.sql_plan.sql_reduction`):
     ``sql(Q, field, old, new)`` with ``Q`` the endpoint's SQL helpers (see
     :class:`tidemark.drivers.sql.reduce.ReduceSql`), ``old`` / ``new`` SQL expressions of the
     stored and the batch's value (NULL where the document has none); it returns the reduced

@@ -119,7 +119,7 @@ class Capabilities:
     quarantine: bool = False  # Transactor.quarantine writes invalid documents with the transaction
     #: the reduce strategies the endpoint applies itself (in SQL): a binding whose schema
     #: reduces with these only gets no Loads, and its Stores carry the batch's combined
-    #: documents (``BindingSpec.endpoint_reduce``; :func:`tidemark.collection.plan.sql_reduction`)
+    #: documents (``BindingSpec.endpoint_reduce``; :func:`tidemark.collection.sql_plan.sql_reduction`)
     endpoint_reduce: frozenset[str] = frozenset()
     #: the values the endpoint cannot hold (refused, never cut or changed)
     limits: ValueLimits = ValueLimits()

@@ -6,7 +6,7 @@ document, which the endpoint reduces into the stored one in the commit's transac
 the driver declares the strategies it reduces (``Capabilities.endpoint_reduce``), the
 runtime option ``endpoint_reduce`` is on, the binding is not delta-updates, and the
 collection's schema reduces with those strategies only
-(:func:`tidemark.collection.plan.sql_reduction`).  Any other binding Loads the stored
+(:func:`tidemark.collection.sql_plan.sql_reduction`).  Any other binding Loads the stored
 documents and reduces in Python.  Both paths give the same view.
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 from typing import Sequence
 
 from tidemark.collection.collection import Collection
-from tidemark.collection.plan import sql_reduction
+from tidemark.collection.sql_plan import sql_reduction
 from tidemark.drivers.base import Capabilities
 from tidemark.protocol.messages import BindingSpec
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.driver_protocol import MAT, apply, cp
 from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
-from tidemark.collection.plan import binding_reduction
+from tidemark.collection.sql_plan import binding_reduction
 from tidemark.drivers.sqlite.reduce import ENDPOINT_REDUCE
 from tidemark.errors import DriverError
 

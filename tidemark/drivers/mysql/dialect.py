@@ -24,8 +24,8 @@ from tidemark.drivers.sql import (
     TableModel,
 )
 from tidemark.drivers.sql.dialect import Reduction
+from tidemark.drivers.sql.json_edits import unescaped_names
 from tidemark.drivers.sql.model import IS_DELETE
-from tidemark.drivers.sql.reduce import unescaped_names
 from tidemark.errors import IncompatibleSchema, SpecError
 from tidemark.protocol.messages import BindingSpec
 

@@ -45,7 +45,7 @@ that clause ``VALUES(col)`` is the staged row's value; a subquery may name ``s.d
 
 MariaDB finds ``$."é"`` only where the name is written so (not ``"\\u00e9"``): staged texts
 holding a backslash are written again without the escapes names do not need
-(:func:`tidemark.drivers.sql.reduce.unescaped_names`).
+(:func:`tidemark.drivers.sql.json_edits.unescaped_names`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
-from tidemark.collection.plan import EXACT_SUM, FieldPlan
+from tidemark.collection.plan import FieldPlan
+from tidemark.collection.sql_plan import EXACT_SUM
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
+from tidemark.drivers.sql.json_edits import insert_nulls, replace_members
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     STAGED_DOCUMENT,
@@ -63,7 +65,7 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import OLD, ReduceSql, insert_nulls, reduce_sources, replace_members
+from tidemark.drivers.sql.reduce import OLD, ReduceSql, reduce_sources
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
-from tidemark.collection.plan import EXACT_SUM, FieldPlan
+from tidemark.collection.plan import FieldPlan
+from tidemark.collection.sql_plan import EXACT_SUM
 from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.sql import (
     BOOLEAN,

@@ -20,7 +20,7 @@ import dataclasses
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, cast
 
-from tidemark.collection.plan import binding_reduction
+from tidemark.collection.sql_plan import binding_reduction
 from tidemark.drivers.base import Capabilities, CheckpointRow, CommitPattern, Driver, Position, ReplaceContents
 from tidemark.drivers.common.fences import CheckpointState, OpenPlan, load_checkpoint, plan_open
 from tidemark.drivers.common.identity import record_text

@@ -51,7 +51,7 @@ Converter = Optional[Callable[[Any], Any]]  # how a column's value read back bec
 
 def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect) -> tuple[Optional[CompiledPlan], str]:
     """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``."""
-    from tidemark.collection.plan import binding_reduction
+    from tidemark.collection.sql_plan import binding_reduction
 
     if binding.delta_updates:
         return None, "a delta-updates table keeps each stored document as it came"

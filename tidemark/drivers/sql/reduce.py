@@ -6,7 +6,7 @@ combined documents (one per key), staged as usual.  At commit, instead of the pl
 one ``INSERT … SELECT … ON CONFLICT DO UPDATE`` sets each value column and the document
 column from the stored row (``OLD``) and the staged one (``NEW``), by the SQL form of each
 property's strategy (``Strategy.sql`` in :mod:`tidemark.collection.strategies`; the plan
-from :func:`tidemark.collection.plan.sql_reduction`):
+from :func:`tidemark.collection.sql_plan.sql_reduction`):
 
 * root ``merge``: the document is ``OLD || NEW`` (a later top-level value wins: every
   ``lastWriteWins`` property and every property the schema does not declare), then the
@@ -39,10 +39,8 @@ key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's piece
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.sql_forms import sql_present
@@ -58,11 +56,8 @@ from tidemark.drivers.sql.model import (
     TIMESTAMP,
     Column,
     TableModel,
-    dumps,
-    scale_of_kind,
     staged_column,
 )
-from tidemark.errors import DriverError
 
 OLD = "t"  # the stored row's alias
 NEW = "excluded"  # the staged row, as ON CONFLICT names it
@@ -233,47 +228,6 @@ class ReduceSql:
         if not sets:
             return f"ON CONFLICT ({', '.join(keys)}) DO NOTHING"
         return f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets)
-
-
-def sum_overflowed(model: TableModel, name: str, kind: str, key: list[Any], left: Any, right: Any) -> DriverError:
-    """A ``sum`` of property ``name`` (a column of ``kind``) of ``key`` that left its type (a
-    64-bit integer, a finite double, 15 significant digits of an exact decimal): what every
-    SQL endpoint says, as reducing in Python would."""
-    scale = scale_of_kind(kind)
-    if scale is not None:
-        what = f"would need more than the {MAX_DIGITS} significant digits an exact decimal of {scale} places keeps"
-    else:
-        what = "is beyond a 64-bit integer" if kind == INTEGER else "is not a finite number"
-    return DriverError(
-        f"{model.display}: key {key!r}: /{name}: 'sum' overflowed: the result {what} (left {left}, right {right}). "
-        "Nothing of this shard's transaction was committed; the batch fails as it would reducing in Python."
-    )
-
-
-def insert_nulls(fn: str, doc: str, nulls: Sequence[tuple[str, str]], per: int, path: Callable[[str], str]) -> str:
-    """The ``nulls`` of :meth:`ReduceSql.set_members` put into ``doc`` (a JSON object, not
-    NULL) by ``fn``, a ``JSON_INSERT``-like function (SQL NULL is inserted as ``null``; an
-    existing member is never replaced, so the root path ``$`` inserts nothing: a member whose
-    condition does not hold is given that path), ``per`` members per call; ``path(name)``:
-    the member's JSON path literal."""
-    out = doc
-    for i in range(0, len(nulls), per):
-        args = ", ".join(
-            f"(CASE WHEN {where} THEN {path(name)} ELSE '$' END), NULL" for name, where in nulls[i : i + per]
-        )
-        out = f"{fn}({out}, {args})"
-    return out
-
-
-def replace_members(fn: str, doc: str, pairs: Sequence[tuple[str, str]], per: int, path: Callable[[str], str]) -> str:
-    """``doc`` with each ``(name, JSON expression)`` of ``pairs`` replaced by ``fn`` (a
-    ``JSON_REPLACE``-like function: a member absent from ``doc`` is not added), ``per`` pairs
-    per call (a function's argument limit); ``path(name)``: the member's JSON path literal."""
-    out = doc
-    for i in range(0, len(pairs), per):
-        args = ", ".join(f"{path(k)}, {e}" for k, e in pairs[i : i + per])
-        out = f"{fn}({out}, {args})"
-    return out
 
 
 def reduce_statement(
@@ -529,16 +483,6 @@ def reduce_sources(forms: ReduceSql, model: TableModel, staged: str = "") -> lis
     )
 
 
-def unescaped_names(texts: Sequence[str]) -> Sequence[str]:
-    """The texts with no escape a name does not need: SQLite 3.40 and MariaDB find a member by
-    the text of its name (``$."é"`` does not find ``"\\u00e9"``), so a text holding a
-    backslash is written again with only the escapes JSON requires (a property name the SQL
-    names holds none of those: ``sql_reduction``)."""
-    if not any("\\" in t for t in texts):
-        return texts
-    return [dumps(json.loads(t)) if "\\" in t else t for t in texts]
-
-
 def _order(
     forms: ReduceSql,
     model: TableModel,
@@ -584,4 +528,4 @@ def member_kind(f: FieldPlan) -> str:
     return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 
-__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "unescaped_names", "DOCUMENT_COLUMN", "OLD", "NEW"]
+__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]

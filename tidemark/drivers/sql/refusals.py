@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql.dialect import Dialect
-from tidemark.drivers.sql.model import DOCUMENT_COLUMN, STAGED_DOCUMENT, Column, TableModel, staged_column
-from tidemark.drivers.sql.reduce import ReduceSql, member_kind, sum_overflowed
+from tidemark.drivers.sql.model import (
+    DOCUMENT_COLUMN,
+    INTEGER,
+    STAGED_DOCUMENT,
+    Column,
+    TableModel,
+    scale_of_kind,
+    staged_column,
+)
+from tidemark.drivers.sql.reduce import ReduceSql, member_kind
 from tidemark.errors import DriverError
 
 Execute = Callable[[str], Any]  # a statement in the session's transaction -> its cursor
@@ -73,4 +82,19 @@ def sum_overflow(
     return DriverError(
         f"{model.display}: reducing this batch in {title} failed: {text}. Nothing of this "
         "shard's transaction was committed."
+    )
+
+
+def sum_overflowed(model: TableModel, name: str, kind: str, key: list[Any], left: Any, right: Any) -> DriverError:
+    """A ``sum`` of property ``name`` (a column of ``kind``) of ``key`` that left its type (a
+    64-bit integer, a finite double, 15 significant digits of an exact decimal): what every
+    SQL endpoint says, as reducing in Python would."""
+    scale = scale_of_kind(kind)
+    if scale is not None:
+        what = f"would need more than the {MAX_DIGITS} significant digits an exact decimal of {scale} places keeps"
+    else:
+        what = "is beyond a 64-bit integer" if kind == INTEGER else "is not a finite number"
+    return DriverError(
+        f"{model.display}: key {key!r}: /{name}: 'sum' overflowed: the result {what} (left {left}, right {right}). "
+        "Nothing of this shard's transaction was committed; the batch fails as it would reducing in Python."
     )
