@@ -439,8 +439,8 @@ COMPILED_SCHEMA = {
     },
 }
 #: :data:`COMPILED_SCHEMA` with what real streams hold too: a nullable property (absent, null or
-#: a string), an object of members of several types (each present or not); still compiled,
-#: reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
+#: a string), an object of members of several types (each present or not, one summed); still
+#: compiled, reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
 COMPILED_NULLABLE_SCHEMA = {
     **COMPILED_SCHEMA,
     "properties": {
@@ -449,7 +449,11 @@ COMPILED_NULLABLE_SCHEMA = {
         "place": {
             "type": "object",
             "reduce": {"strategy": "merge"},
-            "properties": {"door": {"type": "string"}, "floor": {"type": "integer"}},
+            "properties": {
+                "door": {"type": "string"},
+                "floor": {"type": "integer"},
+                "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+            },
         },
     },
 }
@@ -481,9 +485,8 @@ def write_compiled_orders(
             if note != "absent":
                 doc["note"] = note
             if draw.random() < 0.5:
-                doc["place"] = {
-                    k: v for k, v in (("door", draw.choice("AB")), ("floor", draw.randrange(4))) if draw.random() < 0.7
-                }
+                members = (("door", draw.choice("AB")), ("floor", draw.randrange(4)), ("visits", draw.randrange(1, 3)))
+                doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
             yield json.dumps(doc)
 
     return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
@@ -509,8 +512,11 @@ def compiled_oracle(paths, skip=()) -> dict:
                 cur["items"] = cur["items"] + d["items"]
                 if "note" in d:
                     cur["note"] = d["note"]
-                if "place" in d:
-                    cur["place"] = {**cur.get("place", {}), **d["place"]}
+                if "place" in d:  # merged: each member last written, visits summed
+                    place = {**cur.get("place", {}), **d["place"]}
+                    if "visits" in d["place"] and "visits" in cur.get("place", {}):
+                        place["visits"] = cur["place"]["visits"] + d["place"]["visits"]
+                    cur["place"] = place
     return view
 
 
