@@ -18,7 +18,7 @@ from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
-from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, Store, StoreTexts
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -163,3 +163,33 @@ def rows(endpoint, table: str) -> tuple[list[str], list[tuple]]:
         return [d[0] for d in cur.description], cur.fetchall()
     finally:
         con.close()
+
+
+def commit_through_loads(driver, coll, b, combined: dict, batch: int, view: dict, loaded_as_stored) -> None:
+    """One transaction of a binding that Loads: Load every key of ``combined`` (``{key: its
+    combined document}``), check what came back (``loaded_as_stored(loaded, stored)``:
+    ``stored``, the documents ``view`` holds for those keys), reduce each with its stored
+    document as the runtime does, Store and commit; ``view`` then holds the new documents."""
+    keys = sorted(combined)
+    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
+    try:
+        t.acknowledge(Acknowledge())
+        loaded = [*t.load(Load(0, tuple((k,) for k in keys))), *t.flush(Flush())[0]]
+        stored = {m.keys[j][0]: m.docs[j] for m in loaded for j in range(len(m.keys))}
+        loaded_as_stored(stored, {k: view[k] for k in keys if k in view})
+        docs = [coll.reduce(stored[k], combined[k]) if k in stored else combined[k] for k in keys]
+        n = len(keys)
+        t.store(
+            Store(
+                0,
+                tuple((k,) for k in keys),
+                tuple(coll.values(d) for d in docs),
+                tuple(docs),
+                tuple(k in stored for k in keys),
+                (False,) * n,
+            )
+        )
+        t.start_commit(StartCommit(cp(batch)))
+    finally:
+        t.close()
+    view.update(zip(keys, docs))

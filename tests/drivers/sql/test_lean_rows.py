@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding, rows
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, commit_through_loads, reduced_binding, rows
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema
@@ -126,31 +126,12 @@ def test_the_load_path_reads_and_writes_lean_rows(endpoint):
     b = dataclasses.replace(reduced, endpoint_reduce=False)
     apply(driver, b)
     view: dict = {}
+
+    def rebuilt_from_rows(loaded: dict, stored: dict) -> None:
+        assert same({(k,): d for k, d in loaded.items()}, stored)
+
     for i, docs in enumerate(BATCHES):
-        combined = combined_of(coll, docs)
-        keys = sorted(combined)
-        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
-        try:
-            t.acknowledge(Acknowledge())
-            loaded = [*t.load(Load(0, tuple((k,) for k in keys))), *t.flush(Flush())[0]]
-            stored = {m.keys[j][0]: m.docs[j] for m in loaded for j in range(len(m.keys))}
-            assert same({(k,): d for k, d in stored.items()}, {k: view[k] for k in keys if k in view})
-            docs_out = [coll.reduce(stored[k], combined[k]) if k in stored else combined[k] for k in keys]
-            n = len(keys)
-            t.store(
-                Store(
-                    0,
-                    tuple((k,) for k in keys),
-                    tuple(coll.values(d) for d in docs_out),
-                    tuple(docs_out),
-                    tuple(k in stored for k in keys),
-                    (False,) * n,
-                )
-            )
-            t.start_commit(StartCommit(cp(i)))
-        finally:
-            t.close()
-        view.update(zip(keys, docs_out))
+        commit_through_loads(driver, coll, b, combined_of(coll, docs), i, view, rebuilt_from_rows)
     assert same(driver.dump(MAT, b), fold(coll, BATCHES))
     names, got = rows(endpoint, "loads")
     assert "tags" in names and all(r[names.index("flow_document")] is None for r in got if r[0] != "a")

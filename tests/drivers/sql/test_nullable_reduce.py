@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding, rows
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, commit_through_loads, reduced_binding, rows
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.drivers.sql import lean
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
@@ -137,30 +137,12 @@ def test_a_lean_view_of_nullable_properties_on_the_load_path(endpoint):
     b = dataclasses.replace(reduced, endpoint_reduce=False)
     apply(driver, b)
     view: dict = {}
+
+    def null_and_absent_as_stored(loaded: dict, stored: dict) -> None:
+        assert loaded == stored
+
     for i, batch in enumerate(BATCHES[:2]):
-        keys = sorted(batch)
-        t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
-        try:
-            t.acknowledge(Acknowledge())
-            loaded = [*t.load(Load(0, tuple((k,) for k in keys))), *t.flush(Flush())[0]]
-            stored = {m.keys[j][0]: m.docs[j] for m in loaded for j in range(len(m.keys))}
-            assert stored == {k: view[k] for k in keys if k in view}  # null and absent as stored
-            docs = [coll.reduce(stored[k], batch[k]) if k in stored else batch[k] for k in keys]
-            n = len(keys)
-            t.store(
-                Store(
-                    0,
-                    tuple((k,) for k in keys),
-                    tuple(coll.values(d) for d in docs),
-                    tuple(docs),
-                    tuple(k in stored for k in keys),
-                    (False,) * n,
-                )
-            )
-            t.start_commit(StartCommit(cp(i)))
-        finally:
-            t.close()
-        view.update(zip(keys, docs))
+        commit_through_loads(driver, coll, b, batch, i, view, null_and_absent_as_stored)
     got = by_key(endpoint, "loads")
     assert got["a"]["note"] is None and got["a"]["flow_document"] == {"note": None}
     assert got["b"]["note"] == "y" and got["b"]["flow_document"] is None
