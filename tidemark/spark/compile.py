@@ -285,8 +285,10 @@ def aggregations(
         elif f.kind == "object":  # each member by its own strategy; the object where any document holds it
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             members = []
-            for j, m in enumerate(f.members):
-                agg = cast(Callable[..., SparkAggregate], STRATEGIES[m.strategy].spark)(ops, m, values[m.member])
+            for j, part in enumerate(f.members):
+                agg = cast(Callable[..., SparkAggregate], STRATEGIES[part.strategy].spark)(
+                    ops, part, values[part.member]
+                )
                 aggs.append(agg.column.alias(f"{v}_{j}"))
                 member_present = F.col(f"{v}_{j}").isNotNull()
                 if agg.count is not None:
@@ -294,7 +296,7 @@ def aggregations(
                     member_present = F.col(f"{n}_{j}") > 0
                 if agg.error is not None:
                     errors.append(agg.error(member_present, F.col(f"{v}_{j}")))
-                members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(m.member))
+                members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(part.member))
             aggs.append(F.count(values).alias(n))
             present, picked = F.col(n) > 0, F.struct(*members)
         elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)

@@ -420,15 +420,17 @@ def object_sql(forms: ReduceSql, f: FieldPlan, old: str, new: str) -> str:
     on both sides stays absent (its result is NULL); the object absent on both sides is NULL."""
     merged = forms.coalesce(forms.merge_documents(old, new), old, new)
     reduced: list[tuple[str, str]] = []  # (member, its reduced JSON): NULL where both sides lack it
-    for m in f.members:
-        if m.strategy == "lastWriteWins":  # the merge's later value
+    for part in f.members:
+        if part.strategy == "lastWriteWins":  # the merge's later value
             continue
-        if m.strategy in COMPUTED:
-            col = Column(m.member, member_kind(m))
-            typed_old, typed_new = forms.typed(old, m.member, col), forms.typed(new, m.member, col)
-            reduced.append((m.member, forms.to_json(_sql(m, forms, typed_old, typed_new), col)))
+        if part.strategy in COMPUTED:
+            col = Column(part.member, member_kind(part))
+            typed_old, typed_new = forms.typed(old, part.member, col), forms.typed(new, part.member, col)
+            reduced.append((part.member, forms.to_json(_sql(part, forms, typed_old, typed_new), col)))
         else:
-            reduced.append((m.member, _sql(m, forms, forms.member(old, m.member), forms.member(new, m.member))))
+            reduced.append(
+                (part.member, _sql(part, forms, forms.member(old, part.member), forms.member(new, part.member)))
+            )
     return _absent_both(old, new, forms.with_members(merged, reduced, ()) if reduced else merged)
 
 
