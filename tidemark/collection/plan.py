@@ -277,6 +277,13 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members), ""
 
 
+def _plain_scalar(child: Any) -> bool:
+    """A member's schema that is only its scalar type (and annotations, a ``reduce``): what the
+    JVM scan proves of an object's member."""
+    keywords = {"type", "title", "description", "$comment", "reduce"}
+    return isinstance(child, dict) and _keywords(child) <= keywords and child.get("type") in SCALARS
+
+
 def _requires_declared(node: dict) -> bool:
     """``required`` (if any) is a list of declared properties (the JVM scan proves them present)."""
     required = node.get("required", [])
@@ -320,8 +327,7 @@ def _whole_members(name: str, t: str, sub: dict) -> tuple[Optional[tuple[FieldPl
         return None, f"{what} whose required names undeclared properties"
     out = []
     for member, child in props.items():
-        plain = isinstance(child, dict) and _keywords(child) <= {"type", "title", "description", "$comment", "reduce"}
-        if not plain or child.get("type") not in SCALARS:
+        if not _plain_scalar(child):
             return None, (
                 f"{what} whose property {member!r} is not a plain scalar (compiled where each is `{{type: T}}` "
                 "of a scalar type; nested objects, arrays and other keywords are checked by the Python validator)"
@@ -393,9 +399,9 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     types = set()
     strategies = set()
     for name, child in props.items():
-        plain = isinstance(child, dict) and _keywords(child) <= {"type", "title", "description", "$comment", "reduce"}
+        plain = _plain_scalar(child)
         strategy = _strategy(child) if plain else None
-        if not plain or child.get("type") not in SCALARS or strategy not in MEMBER_STRATEGIES:
+        if not plain or strategy not in MEMBER_STRATEGIES:
             return None, (
                 f"its property {name!r} is not a plain scalar with one of the strategies "
                 f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "

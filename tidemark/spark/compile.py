@@ -52,7 +52,7 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
         elif f.kind == "map":
             dt = T.MapType(T.StringType(), spark_type(f.type))
         elif f.kind == "object":
-            dt = T.StructType([T.StructField(m.member, spark_type(m.type)) for m in f.members])
+            dt = T.StructType([T.StructField(part.member, spark_type(part.type)) for part in f.members])
         else:
             dt = T.StringType()
         out.append(T.StructField(f.name, dt))
