@@ -354,6 +354,33 @@ def test_a_zombie_session_is_refused_at_the_endpoint_and_changes_nothing(endpoin
     assert driver.dump(MAT, TOTALS) == {("a",): doc("a", 2)} and local_batch(driver) == [1]
 
 
+def test_a_session_whose_endpoint_commit_landed_before_a_newer_open_reports_it_committed(endpoint):
+    """The endpoint took batch 1; before the local store followed, a session of a new layout
+    opened an overlapping range on the same machine (its Open fences the store). The batch
+    is committed -- the newer Open answers it -- so StartCommit says so (a FencedOff here
+    would tell the runtime a committed batch was not), and the store is rebuilt by the Open."""
+    a = endpoint()
+    commit(a, 0, {"a": doc("a", 1)})
+    left = Range.split(2)[0]
+    newer: list = []
+
+    def open_newer(point: str) -> None:
+        newer.append(session(endpoint(), left))
+
+    z, _ = session(a)
+    z.store(store_msg(0, {k: doc(k, 2) for k in ("a", "b", "c", "d")}))
+    with hooked("after_endpoint_commit", open_newer):
+        z.start_commit(StartCommit(cp(1)))
+    z.close()
+    txn, opened = newer[0]
+    try:
+        assert opened.runtime_checkpoint == cp(1)
+        mine = {k: doc(k, 2) for k in ("a", "b", "c", "d") if left.contains(key_hash((k,)))}
+        assert loaded(txn, ["a", "b", "c", "d"]) == mine
+    finally:
+        txn.close()
+
+
 def test_quarantined_rows_are_committed_by_the_endpoint_with_their_batch_and_resource(endpoint):
     driver = endpoint()
     txn, _ = session(driver)

@@ -19,8 +19,9 @@ answers the Loads from it.  The exactly-once core lives here, once:
     the batch with its quarantined rows and its progress record
     (:meth:`LogSession.publish`, between the ``before_endpoint_commit`` and
     ``after_endpoint_commit`` fault points), then the store commits with the same runtime
-    checkpoint.  A crash between the two leaves the store one batch behind the endpoint;
-    the endpoint's next Open rebuilds it from what the endpoint holds.
+    checkpoint.  A crash between the two (or a newer session's Open, which fences the store)
+    leaves the store one batch behind the endpoint; the endpoint's next Open rebuilds it from
+    what the endpoint holds, and StartCommit still reports the batch committed.
   - the store's commit counts (the webhook: store-authoritative): the quarantined rows go
     into the store's transaction, and :meth:`LogSession.publish` runs inside the store's
     commit, after its fence check and before its write
@@ -29,12 +30,14 @@ answers the Loads from it.  The exactly-once core lives here, once:
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence
 
 from tidemark.drivers.base import Transactor, store_of_documents
 from tidemark.drivers.common.columns import quarantine_row
 from tidemark.drivers.push.log import LogSession
 from tidemark.drivers.store.transactor import StoreTransactor
+from tidemark.errors import FencedOff
 from tidemark.faults import fault_point
 from tidemark.protocol.messages import (
     Acknowledge,
@@ -49,6 +52,8 @@ from tidemark.protocol.messages import (
     StartedCommit,
 )
 from tidemark.store.db import batch_of
+
+log = logging.getLogger("tidemark")
 
 
 class PushTransactor(Transactor):
@@ -113,7 +118,18 @@ class PushTransactor(Transactor):
         self.log.publish(cp, batch, rows)
         fault_point("after_endpoint_commit")
         self._quarantine = []
-        self.state.commit_quietly(cp)  # the local store follows the endpoint (fenced on this machine)
+        try:
+            self.state.commit_quietly(cp)  # the local store follows the endpoint (fenced on this machine)
+        except FencedOff:
+            # A newer session opened an overlapping range here after the endpoint took the batch:
+            # the batch is committed (that Open answers it and rebuilt its store from the
+            # endpoint), so StartCommit says so; this range's store stays behind, as after a
+            # crash between the two commits.
+            log.info(
+                "range %s: batch %s committed at the endpoint; a newer session owns the local store",
+                self.range.name,
+                batch,
+            )
         self.log.committed()
         return StartedCommit()
 
