@@ -92,10 +92,12 @@ def rfc3339(t: dt.datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def write_events(directory: str, docs: int, keys: int, batches: int, seed: int = 17) -> dict:
+def write_events(directory: str, docs: int, keys: int, batches: int, seed: int = 17, extras: float = 0.0) -> dict:
     """One file per batch of order events; returns the answer: per order, the instants, the
     status of the latest event (the later document on a tie), the exact sum, the count, the
-    set of tags (None: never present), the last note, city and zip (None: never present)."""
+    set of tags (None: never present), the last note, city and zip (None: never present).
+    ``extras``: the fraction of events that carry a property the schema does not declare
+    (``channel``: a field a producer added; the answer does not read it)."""
     draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
@@ -123,6 +125,8 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
                 d["note"] = f"note {seq}"
             if draw.random() < 0.2:
                 d["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
+            if extras and draw.random() < extras:
+                d["channel"] = draw.choice(("web", "app", "store"))
             lines.append(json.dumps(d, separators=(",", ":")))
             cur = view.get(d["order_id"])
             amount = Decimal(repr(d["amount"]))
@@ -436,6 +440,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--extras", type=float, default=0.0, help="events: the fraction with an undeclared property")
     ap.add_argument("--only", default="p,t")
     ap.add_argument("--child", choices=("p", "t"))
     ap.add_argument("--data")
@@ -450,8 +455,11 @@ def main() -> None:
     print(machine())
     work = tempfile.mkdtemp(prefix="tm-whole-")
     data = os.path.join(work, "data")
-    writer = write_stream if args.shape == "simple" else write_events
-    want = answer(writer(data, args.docs, args.keys, args.batches), args.shape)
+    if args.shape == "simple":
+        written = write_stream(data, args.docs, args.keys, args.batches)
+    else:
+        written = write_events(data, args.docs, args.keys, args.batches, extras=args.extras)
+    want = answer(written, args.shape)
     print(
         f"\nshape {args.shape}: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
         f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]; each job a process"

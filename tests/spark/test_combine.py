@@ -177,6 +177,16 @@ FIELD_KINDS = {
     ],
 }
 ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
+# the values of properties a schema does not declare (a producer's new field): any JSON
+UNDECLARED_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.text(max_size=3)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=4,
+)
 
 
 @st.composite
@@ -206,6 +216,8 @@ def schema_and_docs(draw):
         fixed = {"ts": DATE_TIMES, "st": st.sampled_from(["a", "b", "c"])}
     schema = {"type": "object", "required": required, "reduce": reduce_, "properties": props}
     key_gen = st.integers(0, 3) if props["k"]["type"] == "integer" else st.sampled_from(["a", "b", 'é"', "\x1f"])
+    if draw(st.booleans()):  # properties the schema does not declare, in some documents
+        gens = {**gens, "xu": UNDECLARED_VALUES, "yu": UNDECLARED_VALUES}
     docs = draw(st.lists(st.fixed_dictionaries({"k": key_gen, **fixed}, optional=gens), min_size=1, max_size=25))
     return schema, docs
 
@@ -234,7 +246,9 @@ def collect(result):
 
 @pytest.mark.slow  # the property tests of both combine implementations run after the default suite
 @settings(
-    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
 )
 @given(schema_and_docs())
 def test_differential_compiled_fallback_python(spark, case):
@@ -383,7 +397,7 @@ def test_sum_overflow_is_a_reduction_error(spark, path):
         combine_batch(spark.createDataFrame(rows, SCHEMA), coll, force_path=path)
 
 
-def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
+def test_uncompilable_schema_and_surprising_batches_fall_back(spark, plain_proof):
     from tests.support.helpers import ORDERS_SCHEMA
 
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS_SCHEMA))
@@ -400,13 +414,14 @@ def test_uncompilable_schema_and_surprising_batches_fall_back(spark):
         assert doc == {"customer": "a", "amount": 2, "items": ["y"], "_meta": {"reset": True}}
     finally:
         res.unpersist()
-    # a compilable schema, but a batch with an undeclared property: the fallback keeps it
+    # a compilable schema, a batch with an undeclared property: kept (by the JVM scan and the
+    # compiled combine; without the scan, by the fallback)
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
     res = combine_batch(
         frame(spark, [{"customer": "a", "total": 1, "extra": [1]}, {"customer": "a", "total": 1}]), coll
     )
     try:
-        assert res.path == "fallback"
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
         assert collect(res) == {'["a"]': {"customer": "a", "total": 2, "extra": [1]}}
     finally:
         res.unpersist()
@@ -705,7 +720,7 @@ def test_expressions_are_built_once_and_serve_every_batch(spark, monkeypatch):
     assert len(builds) == 2 and builds[1][2] is True  # subexpression elimination off: a parsed column
 
 
-def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
+def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark, plain_proof):
     """The colon count decides only when it proves there is nothing undeclared."""
     coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
     docs = ['{"k":"a","s":"10:30","t":1}', '{"k":"a","s":"x:y:z"}']
@@ -717,9 +732,36 @@ def test_colons_in_text_and_undeclared_properties_in_compact_documents(spark):
     docs = ['{"k":"a","t":1}', '{"k":"a","x":2}']
     res = combine_batch(spark.createDataFrame([(d, "f", 0, i) for i, d in enumerate(docs)], SCHEMA), coll)
     try:
-        assert res.path == "fallback" and collect(res) == {'["a"]': {"k": "a", "t": 1, "x": 2}}
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+        assert collect(res) == {'["a"]': {"k": "a", "t": 1, "x": 2}}
     finally:
         res.unpersist()
+
+
+def test_undeclared_properties_are_carried_each_last_written(spark, plain_proof):
+    """A property the schema does not declare (the root open, merged) is last written, per
+    name, whatever it holds (null, objects, arrays, numbers as written): the compiled combine
+    carries it where the JVM scan proves the document (the fallback without the scan)."""
+    coll = Collection(CollectionSpec("t", ("/k",), OPEN_KEY))
+    lines = [
+        '{"k":"a","t":1,"x":2}',
+        '{"k":"b","t":1}',
+        '{"k":"a","t":1, "y": {"p": [1, null, "}"]}, "x":null}',
+        '{"k":"b","q":1.50e3,"t":2,"s":"q"}',
+        '{"k":"a","t":1,"x":[3],"z":"\\u00e9\\"","s":"v"}',
+        '{"k":"c","t":1,"w":true}',
+        '{"k":"a","y":{}}',
+    ]
+    rows = [(line, f"file:///data/part-{i % 2}.json", 0, i) for i, line in enumerate(lines)]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll)
+    try:
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+        assert collect(res) == expected(coll, [json.loads(line) for line in lines])
+    finally:
+        res.unpersist()
+    closed = Collection(CollectionSpec("t", ("/k",), {**OPEN_KEY, "additionalProperties": False}))
+    with pytest.raises(DocumentError, match="Additional properties are not allowed"):
+        combine_batch(spark.createDataFrame(rows[:1], SCHEMA), closed)
 
 
 TAGGED = {

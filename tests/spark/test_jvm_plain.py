@@ -36,6 +36,8 @@ SPEC = jvm.spec(
                 FieldPlan("r", "raw", "array", "lastWriteWins", {}),
             ),
             "order": "",
+            "closed": True,  # undeclared properties are not plain (see the open cases)
+            "root_strategy": "merge",
         },
     )()
 )
@@ -50,6 +52,8 @@ DATE_TIME_SPEC = jvm.spec(
                 FieldPlan("m", "scalar", "string", "maximize", {"format": "date-time"}),
             ),
             "order": "",
+            "closed": True,  # undeclared properties are not plain (see the open cases)
+            "root_strategy": "merge",
         },
     )()
 )
@@ -73,6 +77,8 @@ CASES = [
     ('{"b":"true"}', -1),
     ('{"k":null}', -1),  # null anywhere
     ('{"o":{"x":null}}', -1),
+    ('{"o":{"x":1e400}}', -1),  # a raw value's number must be finite to Python (Spark wrote "Infinity")
+    ('{"o":{"x":2.5e-3},"r":[12345678901234567890]}', 2),
     ('{"r":[null]}', -1),
     ('{"tags":["a",null]}', -1),
     ('{"m":{"p":null}}', -1),
@@ -161,6 +167,8 @@ NULLABLE_SPEC = jvm.spec(
                 FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}, nullable=True),
             ),
             "order": "",
+            "closed": True,  # undeclared properties are not plain (see the open cases)
+            "root_strategy": "merge",
         },
     )()
 )
@@ -201,6 +209,8 @@ OBJECT_SPEC = jvm.spec(
                 ),
             ),
             "order": "",
+            "closed": True,  # undeclared properties are not plain (see the open cases)
+            "root_strategy": "merge",
         },
     )()
 )
@@ -224,6 +234,8 @@ LIST_SPEC = jvm.spec(
                 ),
             ),
             "order": "",
+            "closed": True,  # undeclared properties are not plain (see the open cases)
+            "root_strategy": "merge",
         },
     )()
 )
@@ -267,6 +279,60 @@ OBJECT_CASES = [
 def test_objects_of_declared_members_are_proved_member_by_member(scan):
     got = scan([text for text, _ in OBJECT_CASES], OBJECT_SPEC)
     assert got == [want for _, want in OBJECT_CASES]
+
+
+# the root of an open schema, merged: undeclared top-level properties are plain, not counted,
+# and set the UNDECLARED bit; ``UndeclaredMembers`` gives their names and values' text
+OPEN_SPEC = jvm.spec(
+    type(
+        "Plan",
+        (),
+        {
+            "fields": (
+                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan("n", "scalar", "integer", "sum", {}),
+            ),
+            "order": "",
+            "closed": False,
+            "root_strategy": "merge",
+        },
+    )()
+)
+U = 1 << jvm.UNDECLARED_BIT
+OPEN_CASES = [  # (text, the scan's result, the undeclared members' text)
+    ('{"k":"a","n":1}', 2, None),
+    ('{"k":"a","x":2}', 1 | U, '"x"\u00002'),
+    ('{"x" : null , "k":"a", "y":{"p": [1, null, "}"]}}', 1 | U, '"x"\u0000null\u0001"y"\u0000{"p": [1, null, "}"]}'),
+    ('{"x":1.5e3,"z":"\\u00e9"}', U, '"x"\u00001.5e3\u0001"z"\u0000"\\u00e9"'),
+    ('{"k":"a","x":1,"x":2}', -1, None),  # repeated
+    ('{"k":"a","\\u0078":1}', -1, None),  # an escaped name: not proved
+    ('{"k":"a","x":nul}', -1, None),
+    ('{"k":"a","x":[1,]}', -1, None),
+    ('{"k":null,"x":1}', -1, None),  # a declared property is still proved as before
+    # numbers kept as written only where Python reads the same value
+    ('{"x":123456789012345678901234567890}', U, '"x"\u0000123456789012345678901234567890'),
+    (
+        '{"x":[0.00123,-1.5E+300,1e-300,100.000000000000000000]}',
+        U,
+        '"x"\u0000[0.00123,-1.5E+300,1e-300,100.000000000000000000]',
+    ),
+    ('{"x":1e400}', -1, None),  # not finite to Python
+    ('{"x":{"y":1e-301}}', -1, None),
+    ('{"x":0.10000000000000000555}', -1, None),  # rounded to a double by Python
+    ('{"x":1234567890.1234567}', -1, None),
+]
+
+
+@needs_jar
+def test_undeclared_properties_of_an_open_root_are_plain_and_given_back_as_written(scan, spark):
+    from pyspark.sql import functions as F
+
+    texts = [text for text, _, _ in OPEN_CASES]
+    assert scan(texts, OPEN_SPEC) == [want for _, want, _ in OPEN_CASES]
+    assert scan(['{"k":"a","zz":2}'], SPEC) == [-1]  # a closed spec: not plain
+    df = spark.createDataFrame(list(enumerate(texts)), "i int, v string")
+    rows = df.select("i", F.call_udf(jvm.UNDECLARED_FUNCTION, "v", F.lit(OPEN_SPEC)).alias("u")).collect()
+    assert [r.u for r in sorted(rows, key=lambda r: r.i)] == [u for _, _, u in OPEN_CASES]
 
 
 @needs_jar
@@ -370,7 +436,14 @@ def test_another_spark_or_a_stale_jar_means_expressions(tmp_path, monkeypatch, c
 
 def test_a_name_that_cannot_be_encoded_means_expressions():
     plan = type(
-        "Plan", (), {"fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),), "order": ""}
+        "Plan",
+        (),
+        {
+            "fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),),
+            "order": "",
+            "closed": True,
+            "root_strategy": "merge",
+        },
     )()
     assert jvm.spec(plan) is None
 

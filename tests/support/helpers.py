@@ -439,7 +439,8 @@ COMPILED_SCHEMA = {
     },
 }
 #: :data:`COMPILED_SCHEMA` with what real streams hold too: a nullable property (absent, null or
-#: a string), an object of members of several types (each present or not, one summed); still
+#: a string), an object of members of several types (each present or not, one summed), and (in
+#: the documents, see :func:`write_compiled_orders`) a property the schema does not declare; still
 #: compiled, reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
 COMPILED_NULLABLE_SCHEMA = {
     **COMPILED_SCHEMA,
@@ -487,6 +488,8 @@ def write_compiled_orders(
             if draw.random() < 0.5:
                 members = (("door", draw.choice("AB")), ("floor", draw.randrange(4)), ("visits", draw.randrange(1, 3)))
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
+            if draw.random() < 0.2:  # undeclared (a field a producer added): last written, whatever it holds
+                doc["channel"] = draw.choice(["web", None, {"app": "ios", "v": [1, None]}])
             yield json.dumps(doc)
 
     return [write_input(directory, f, list(docs())) for f in range(start, start + files)]
@@ -517,6 +520,8 @@ def compiled_oracle(paths, skip=()) -> dict:
                     if "visits" in d["place"] and "visits" in cur.get("place", {}):
                         place["visits"] = cur["place"]["visits"] + d["place"]["visits"]
                     cur["place"] = place
+                if "channel" in d:  # undeclared: last written
+                    cur["channel"] = d["channel"]
     return view
 
 

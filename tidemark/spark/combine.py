@@ -318,6 +318,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         pc = F.col("p")
     plain = V.plain_document(plan, F.col("value"), pc, jvm_spec)
     nulls = V.null_flags(plan, F.col("value"), plain, jvm_spec)
+    undeclared = V.undeclared_members(plan, F.col("value"), plain, jvm_spec)
     suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole, nulls)
     # Each date-time's instant, once per row in this projection (generated code): computed
     # inside the aggregates it took a third of the combine on the event stream's schema.
@@ -339,6 +340,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         F.struct("_file", "_block", "_row").alias("_o"),
         *staged_instants,
         *(flag.alias(f"_z{i}") for i, flag in enumerate(nulls.values())),
+        *(() if undeclared is None else (undeclared.alias("_u"),)),
     )
     pc = F.col("p")
     ok = ~F.col("_suspect")
@@ -354,6 +356,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         key_cols={k: f"_k{i}" for i, k in enumerate(plan.key)},
         instants=instants,
         nulls={name: F.col(f"_z{i}") for i, name in enumerate(nulls)},
+        undeclared=None if undeclared is None else F.col("_u"),
     )
     masked_keys = [F.when(ok, pc[k]) for k in plan.key]
     key_cols = [m.alias(f"_k{i}") for i, m in enumerate(masked_keys)]
@@ -365,6 +368,9 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     all_aggs = (*aggs, F.count(F.lit(1)).alias("_documents"), F.count_if(F.col("_extras")).alias("_with_extras"))
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
 
+    # documents of the key held undeclared properties, carried in ``doc`` (not in a typed doc)
+    carried = F.lit(False) if undeclared is None else F.size(F.col(C.UNDECLARED)) > F.lit(0)
+
     def out(document):
         return (
             "_suspect",
@@ -374,6 +380,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
             error.alias("_error"),
             "_documents",
             "_with_extras",
+            carried.alias("_carried"),
         )
 
     return _Columns(pre, stage, grouping, all_aggs, out(doc), out(typed_doc) if typed_doc is not None else None)

@@ -206,6 +206,27 @@ def _riders(plan: CompiledPlan, key_cols) -> dict[str, str]:
     return out
 
 
+UNDECLARED = "_undeclared"  # the aggregate of a key's undeclared properties: [(order, text)]
+
+
+def undeclared_text(collected):
+    """The members' text of a key's undeclared properties (null where none): each name's value
+    from the last document (in source order) that held it.  ``collected``: ``[(order, text)]``,
+    a text being ``"name"`` U+0000 value, separated by U+0001.  One document's text is its
+    members' as they are; several are merged by name."""
+    from pyspark.sql import functions as F
+
+    def later(acc, x):
+        m = F.str_to_map(x["t"], F.lit("\u0001"), F.lit("\u0000"))
+        return F.map_concat(F.map_filter(acc, lambda k, _v: ~F.map_contains_key(m, k)), m)
+
+    merged = F.aggregate(F.array_sort(collected), F.create_map().cast("map<string,string>"), later)
+    joined = F.array_join(F.transform(F.map_entries(merged), lambda e: F.concat(e["key"], F.lit(":"), e["value"])), ",")
+    one = F.translate(collected[0]["t"], "\u0000\u0001", ":,")
+    size = F.size(collected)
+    return F.when(size == F.lit(1), one).when(size > F.lit(1), joined)
+
+
 def aggregations(
     plan: CompiledPlan,
     p,
@@ -216,6 +237,7 @@ def aggregations(
     mask_scalars=True,
     instants: Any = None,
     nulls: Any = None,
+    undeclared: Any = None,
 ):
     """(agg columns, doc expression over the aggregated columns, error expression, typed doc
     expression or None).
@@ -234,7 +256,9 @@ def aggregations(
     should be a column computed once per row (not an expression repeated per field), and
     ``instants`` the date-times' instants so computed (:attr:`SparkOps.instants`), and
     ``nulls`` the nullable properties' flags of a document that writes them ``null``
-    (:func:`tidemark.spark.suspects.null_flags`: ``from_json`` reads that as absent).
+    (:func:`tidemark.spark.suspects.null_flags`: ``from_json`` reads that as absent), and
+    ``undeclared`` the undeclared properties of a document whose root carries them
+    (:func:`tidemark.spark.suspects.undeclared_members`): each is last written, per name.
     Each property's aggregate is its strategy's ``spark`` entry
     (:data:`tidemark.collection.strategies.STRATEGIES`).
     """
@@ -332,6 +356,13 @@ def aggregations(
             raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), value)))
         else:
             structured.append(col.alias(f.name))
+    if undeclared is not None:
+        aggs.append(
+            F.collect_list(
+                mask(F.when(undeclared.isNotNull(), F.struct(ops.order.alias("o"), undeclared.alias("t"))))
+            ).alias(UNDECLARED)
+        )
+        raw.append(undeclared_text(F.col(UNDECLARED)))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     typed_doc = F.struct(*fields)

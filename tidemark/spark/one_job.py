@@ -87,7 +87,8 @@ class OneJobPlan:
                             "key_hash",
                             F.lit(None).cast("string").alias("doc"),
                             "_documents",
-                            odd.alias("_needs_checks"),
+                            # a typed row has no place for undeclared properties: the checked path's texts
+                            (odd | F.col("_carried")).alias("_needs_checks"),
                             F.col("doc").alias(f"row_{i}" if multi else "row"),
                         ],
                     )

@@ -209,6 +209,23 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
     return F.coalesce(out, F.lit(False))
 
 
+def undeclared_members(plan: CompiledPlan, value, plain, jvm_spec: Optional[str]):
+    """The undeclared top-level properties of a plain document whose root carries them
+    (:func:`tidemark.spark.jvm.carries_undeclared`): ``"name"`` U+0000 value text, separated
+    by U+0001 (``UndeclaredMembers.java``, called only where the scan saw some); null
+    elsewhere.  None where the plan does not carry them (without the JVM scan such a
+    document is odd: :func:`extras_expr`)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import jvm
+
+    if jvm_spec is None or not jvm.carries_undeclared(plan):
+        return None
+    scan = jvm_scan(value, jvm_spec)
+    some = plain & (F.shiftright(scan, jvm.UNDECLARED_BIT).bitwiseAND(F.lit(1)) == F.lit(1))
+    return F.when(some, F.call_udf(jvm.UNDECLARED_FUNCTION, value, F.lit(jvm_spec)))
+
+
 def jvm_scan(value, jvm_spec: str):
     """The JVM scan of a document (``PlainDocument``): a long, -1 where not plain, else the
     count of properties read and a bit per nullable property written ``null``

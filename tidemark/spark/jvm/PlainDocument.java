@@ -31,6 +31,12 @@ import org.apache.spark.sql.api.java.UDF2;
  * entries (kind {@code s}; {@code q} for a member the object must hold), separated by U+0003.
  * An array of such objects: kind {@code l}.
  *
+ * <p>A spec that starts with U+0004 allows undeclared top-level properties (the root of an
+ * open schema, merged): each is any JSON value ({@code null} included), under a name without
+ * escapes, once; it is not counted, and {@link #UNDECLARED} is set in the result.
+ * {@link #undeclared} gives their text, {@code "name"} U+0000 value, separated by U+0001
+ * ({@code UndeclaredMembers}, called only for documents with the bit set).
+ *
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
  * is two characters, kind ({@code s} scalar, {@code z} nullable scalar, {@code r} raw, {@code a} array of, {@code m}
  * map of) and type ({@code s} string, {@code i} integer, {@code n} number, {@code b}
@@ -45,7 +51,9 @@ public final class PlainDocument implements UDF2<String, String, Long> {
     // (tidemark.spark.datetimes.FRACTION_DIGITS)
     private static final int FRACTION_DIGITS = 18;
     /** The most nullable properties a spec may declare (the bits above the count). */
-    static final int MAX_NULLABLE = 47;
+    static final int MAX_NULLABLE = 46;
+    /** Set in the result where the document holds undeclared top-level properties (an open spec). */
+    static final long UNDECLARED = 1L << 62;
     private static final int COUNT_BITS = 16;
 
     private static final class Spec {
@@ -56,6 +64,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
         final char[] types;
         final int[] nullBit;  // a nullable property's bit in the result (-1: not nullable)
         final Spec[] members;  // an object's (kind ``o``) declared members, else null
+        final boolean open;  // undeclared properties allowed (a spec that starts with U+0004)
 
         Spec(String text) {
             this(text, "\u0001");
@@ -63,6 +72,10 @@ public final class PlainDocument implements UDF2<String, String, Long> {
 
         Spec(String text, String separator) {
             this.text = text;
+            open = text.startsWith("\u0004");
+            if (open) {
+                text = text.substring(1);
+            }
             String[] entries = text.isEmpty() ? new String[0] : text.split(separator, -1);
             members = new Spec[entries.length];
             kinds = new char[entries.length];
@@ -121,21 +134,42 @@ public final class PlainDocument implements UDF2<String, String, Long> {
 
     private transient volatile Spec last;
 
-    @Override
-    public Long call(String text, String spec) {
-        if (text == null || spec == null) {
-            return -1L;
-        }
+    private Spec spec(String spec) {
         Spec s = last;
         if (s == null || !s.text.equals(spec)) {
             s = new Spec(spec);
             last = s;
         }
+        return s;
+    }
+
+    @Override
+    public Long call(String text, String spec) {
+        if (text == null || spec == null) {
+            return -1L;
+        }
         try {
-            return new Scanner(text, s).document();
+            return new Scanner(text, spec(spec), null).document();
         } catch (Reject | StringIndexOutOfBoundsException e) {
             return -1L;
         }
+    }
+
+    /**
+     * The undeclared top-level properties of a plain document, as {@code "name"} U+0000 value
+     * text, separated by U+0001; null where there are none or the document is not plain.
+     */
+    String undeclared(String text, String spec) {
+        if (text == null || spec == null) {
+            return null;
+        }
+        StringBuilder out = new StringBuilder();
+        try {
+            new Scanner(text, spec(spec), out).document();
+        } catch (Reject | StringIndexOutOfBoundsException e) {
+            return null;
+        }
+        return out.length() == 0 ? null : out.toString();
     }
 
     /** Thrown (without a stack trace) where the text is not provably plain. */
@@ -152,12 +186,15 @@ public final class PlainDocument implements UDF2<String, String, Long> {
         private final String s;
         private final int n;
         private final Spec spec;
+        private final StringBuilder undeclared;  // where the undeclared properties' text goes, or null
+        private HashSet<String> undeclaredNames;
         private int i;
 
-        Scanner(String s, Spec spec) {
+        Scanner(String s, Spec spec, StringBuilder undeclared) {
             this.s = s;
             this.n = s.length();
             this.spec = spec;
+            this.undeclared = undeclared;
         }
 
         private static Reject reject() {
@@ -228,9 +265,12 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             long[] seen = new long[(spec.kinds.length + 63) >>> 6];
             if (first('{', '}')) {
                 do {
+                    int start = i;
                     int k = name(spec);
                     if (k < 0) {
-                        throw reject();
+                        other(start);
+                        nulls |= UNDECLARED;
+                        continue;
                     }
                     if ((seen[k >>> 6] & (1L << k)) != 0) {
                         throw reject();  // a repeated property
@@ -261,6 +301,29 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 throw reject();  // anything else after the document
             }
             return count | nulls;
+        }
+
+        /** An undeclared property named at {@code start}, its value any JSON value (an open spec only). */
+        private void other(int start) {
+            if (!spec.open) {
+                throw reject();
+            }
+            String name = s.substring(start, i);
+            if (undeclaredNames == null) {
+                undeclaredNames = new HashSet<>();
+            }
+            if (!undeclaredNames.add(name)) {
+                throw reject();  // a repeated property
+            }
+            colon();
+            int at = i;
+            any(0, true);
+            if (undeclared != null) {
+                if (undeclared.length() > 0) {
+                    undeclared.append('\u0001');
+                }
+                undeclared.append(name).append('\u0000').append(s, at, i);
+            }
         }
 
         /** The index of the property of {@code in} named here (a name without escapes), or -1. */
@@ -317,7 +380,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     if (peek() != (type == 'o' ? '{' : '[')) {
                         throw reject();
                     }
-                    any(0);
+                    any(0, false);
                     return;
                 case 'a':
                     if (first('[', ']')) {
@@ -448,8 +511,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             return month == 4 || month == 6 || month == 9 || month == 11 ? 30 : 31;
         }
 
-        /** Any JSON value but null (raw properties), nested at most MAX_DEPTH deep. */
-        private void any(int depth) {
+        /** Any JSON value, null only where {@code nulls} (raw properties: none), nested at most MAX_DEPTH deep. */
+        private void any(int depth, boolean nulls) {
             if (depth > MAX_DEPTH) {
                 throw reject();
             }
@@ -461,19 +524,94 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     do {
                         string();
                         colon();
-                        any(depth + 1);
+                        any(depth + 1, nulls);
                     } while (more('}'));
                 }
             } else if (c == '[') {
                 if (first('[', ']')) {
                     do {
-                        any(depth + 1);
+                        any(depth + 1, nulls);
                     } while (more(']'));
                 }
             } else if (c == 't' || c == 'f') {
                 scalar('b');
+            } else if (nulls && s.startsWith("null", i)) {
+                i += 4;
             } else {
-                number();
+                exactNumber();
+            }
+        }
+
+        /**
+         * A number kept as JSON text (raw and undeclared values), only where its value is what
+         * Python reads: an integer of any length, or a fraction or exponent of at most 15
+         * significant digits within 1e-300 .. 1e300 (a double holds it exactly as written;
+         * {@code 1e400} is not finite to Python, and 20 digits would be rounded).
+         */
+        private void exactNumber() {
+            int start = i;
+            number();
+            int end = i;
+            int e = end;
+            for (int k = start; k < end; k++) {
+                char c = s.charAt(k);
+                if (c == 'e' || c == 'E') {
+                    e = k;
+                    break;
+                }
+            }
+            int dot = s.indexOf('.', start);
+            if (e == end && (dot < 0 || dot >= end)) {
+                return;  // an integer
+            }
+            int significant = 0;
+            int leading = -1;  // the position of the first nonzero digit, counted over the digits
+            int intDigits = 0;
+            boolean inFraction = false;
+            int position = 0;
+            for (int k = start; k < e; k++) {
+                char c = s.charAt(k);
+                if (c == '.') {
+                    inFraction = true;
+                    continue;
+                }
+                if (c < '0' || c > '9') {
+                    continue;
+                }
+                if (!inFraction) {
+                    intDigits++;
+                }
+                if (leading < 0 && c != '0') {
+                    leading = position;
+                }
+                if (leading >= 0) {
+                    significant++;
+                }
+                position++;
+            }
+            if (leading < 0) {
+                return;  // zero
+            }
+            // trailing zeros of a fraction are not significant
+            for (int k = e - 1; k > start && s.charAt(k) == '0' && inFraction; k--) {
+                significant--;
+            }
+            long exponent = 0;
+            if (e < end) {
+                int k = e + 1;
+                boolean negative = s.charAt(k) == '-';
+                if (s.charAt(k) == '-' || s.charAt(k) == '+') {
+                    k++;
+                }
+                if (end - k > 6) {
+                    throw reject();
+                }
+                exponent = Long.parseLong(s.substring(k, end));
+                exponent = negative ? -exponent : exponent;
+            }
+            long magnitude = exponent + intDigits - leading - 1;  // the decimal exponent of the first digit
+            if (significant > 15 || magnitude > 300 || magnitude < -300) {
+                throw reject();
             }
         }
 

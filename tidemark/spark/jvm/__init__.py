@@ -41,11 +41,18 @@ log = logging.getLogger(__name__)
 FUNCTION = "tidemark_plain_document"
 CLASS = "tidemark.jvm.PlainDocument"
 SOURCE = Path(__file__).with_name("PlainDocument.java")
-SOURCES = (SOURCE, Path(__file__).with_name("PlanRebind.java"))  # PlanRebind: see tidemark.spark.route
+UNDECLARED_FUNCTION = "tidemark_undeclared_members"
+UNDECLARED_CLASS = "tidemark.jvm.UndeclaredMembers"
+SOURCES = (  # PlanRebind: see tidemark.spark.route
+    SOURCE,
+    Path(__file__).with_name("UndeclaredMembers.java"),
+    Path(__file__).with_name("PlanRebind.java"),
+)
 REBIND_CLASS = "tidemark.jvm.PlanRebind"
 _SEPARATOR = "\u0001"
 _MEMBERS = "\u0002"  # between an object's name and its members' entries
 _MEMBER = "\u0003"  # between an object's members' entries
+_OPEN = "\u0004"  # leads the spec of a root that may hold undeclared properties
 
 _lock = threading.Lock()
 _jar: dict[str, Optional[str]] = {}  # Spark version -> jar path, or None when it cannot be built
@@ -83,13 +90,21 @@ def spec(plan) -> Optional[str]:
             entries.append(("la" if f.type == "array" else "oo") + f.name + _MEMBERS + inner)
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
-    return _SEPARATOR.join(entries)
+    return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
+
+
+def carries_undeclared(plan) -> bool:
+    """Whether the scan takes undeclared top-level properties as plain (set :data:`UNDECLARED_BIT`)
+    and the combine carries them, each last written: the root of an open schema, merged."""
+    return not plan.closed and plan.root_strategy == "merge"
 
 
 # The scan's result (a long): the count of properties it read in the low COUNT_BITS bits, then
-# one bit per nullable property (in the plan's order) written ``null``; -1 where not plain.
+# one bit per nullable property (in the plan's order) written ``null``, and UNDECLARED_BIT where the
+# document holds undeclared top-level properties; -1 where not plain.
 COUNT_BITS = 16
-MAX_NULLABLE = 47
+MAX_NULLABLE = 46
+UNDECLARED_BIT = 62
 
 
 def nullable_fields(plan) -> list[str]:
@@ -200,9 +215,10 @@ def available(spark) -> bool:
             if path is None:
                 return False
             spark.sql("ADD JAR '" + path.replace("\\", "\\\\").replace("'", "\\'") + "'")
-            from pyspark.sql.types import LongType
+            from pyspark.sql.types import LongType, StringType
 
             spark.udf.registerJavaFunction(FUNCTION, CLASS, LongType())
+            spark.udf.registerJavaFunction(UNDECLARED_FUNCTION, UNDECLARED_CLASS, StringType())
         return True
     except Exception as e:  # noqa: BLE001 - any failure means the expression form, never an error
         if not _warned:
