@@ -389,6 +389,29 @@ def test_quarantine_returns_invalid_and_combines_the_rest(spark, path):
         res.unpersist()
 
 
+def test_only_the_keys_of_odd_documents_take_the_python_fold(spark, plain_proof):
+    """A valid document native validation is unsure of (``1.0`` for an integer), or one with an
+    undeclared property where the plan cannot carry it (without the JVM scan), sends its key's
+    documents -- all of them, in source order -- to the Python fold; every other key keeps the
+    compiled result; an invalid document is quarantined with its line as before."""
+    coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
+    docs = [{"customer": f"c{i % 12}", "total": i / 4, "n": 1} for i in range(60)]
+    lines = [json.dumps(d) for d in docs]
+    lines[13] = '{"customer": "c1", "total": 0.5, "n": 1.0}'  # valid, unsure
+    lines[30] = '{"customer": "c6", "total": 1, "n": 1, "extra": {"a": [null]}}'  # undeclared
+    lines[41] = '{"customer": "c5", "total": "lots"}'  # invalid
+    rows = [(line, "file:///data/part-0.json", 0, i) for i, line in enumerate(lines)]
+    res = combine_batch(spark.createDataFrame(rows, SCHEMA), coll, on_invalid="quarantine")
+    try:
+        kept = [json.loads(line) for i, line in enumerate(lines) if i != 41]
+        assert collect(res) == expected(coll, kept, files=1)
+        assert res.path == "mixed" and res.documents == 59
+        (bad,) = [r.asDict() for r in res.invalid.collect()]
+        assert (bad["location"], bad["key_json"]) == ("/data/part-0.json:42", '["c5"]')
+    finally:
+        res.unpersist()
+
+
 @pytest.mark.parametrize("path", ["compiled", "fallback"])
 def test_sum_overflow_is_a_reduction_error(spark, path):
     coll = Collection(CollectionSpec("orders", ("/customer",), ORDERS))
@@ -535,7 +558,8 @@ NULLABLE = {
 def test_nullable_properties_keep_null_apart_from_absent_on_the_compiled_path(spark, plain_proof):
     """A later null replaces a value, a document without the property keeps the earlier one,
     firstWriteWins keeps a first null, a required property may be null: on the compiled
-    path (with the JVM scan; without it, a document that writes null takes the Python fold)."""
+    path (with the JVM scan; without it, the key of a document that writes null takes the
+    Python fold, and the others the compiled path)."""
     coll = Collection(CollectionSpec("t", ("/k",), NULLABLE))
     assert compile_collection(coll) is not None
     docs = [
@@ -567,7 +591,7 @@ def test_nullable_properties_keep_null_apart_from_absent_on_the_compiled_path(sp
         assert got['["c"]'] == {"k": "c", "state": "shut", "note": None, "first": 3, "n": 2}
         assert "note" not in got['["d"]'] and "first" not in got['["d"]']
         assert (got['["e"]']["top"], got['["e"]']["low"], got['["f"]']["top"]) == (4, None, None)
-        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+        assert res.path == ("compiled" if plain_proof == "jvm" else "mixed")
     finally:
         res.unpersist()
 
@@ -669,7 +693,8 @@ def test_objects_and_arrays_of_objects_picked_whole_compile(spark, plain_proof):
     valid_odd = {"k": "a", "customer": {"id": 3, "extra": [1]}}  # an undeclared member: valid
     res = combine_batch(frame(spark, docs + [valid_odd], files=1), coll)
     try:
-        assert collect(res) == expected(coll, docs + [valid_odd], files=1) and res.path == "fallback"
+        assert collect(res) == expected(coll, docs + [valid_odd], files=1)
+        assert res.path == ("mixed" if plain_proof == "jvm" else "fallback")  # key "a" folded in Python, "b" compiled
     finally:
         res.unpersist()
     _rejects_each(

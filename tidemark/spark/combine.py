@@ -61,7 +61,7 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
 
         plan = compile_collection(collection)
         if plan is not None:
-            result = _compiled(df, collection, plan, on_invalid)
+            result = _compiled(df, collection, plan, on_invalid, fold_odd=force_path != "compiled")
             if result is not None:
                 return result
         if force_path == "compiled":
@@ -178,15 +178,19 @@ def check_document(collection, value: str) -> tuple[Optional[str], Optional[str]
 # ----------------------------------------------------------------------------- compiled
 
 
-def _compiled(df, collection, plan, on_invalid):
+def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
     """One pass: parse, validate and aggregate together (suspects masked out, and counted).
 
     Step 1: aggregate per key over every document, suspects masked out, counting per key the
-    documents, the suspects and the non-suspects with undeclared properties; cache only that
-    (one row per key).  Step 2: if some document has undeclared properties, or there are too
-    many suspects, give up (the caller falls back).  Step 3: check each suspect with the
-    Python validator; a valid one means the fallback, an invalid one fails the batch (or is
-    quarantined).  Step 4: a reduction error (sum overflow) fails the batch.
+    documents, the suspects and the non-suspects with undeclared properties the plan does not
+    carry; cache only that (one row per key).  Step 2: if there are too many suspects, give up
+    (the caller falls back).  Step 3: check each suspect with the Python validator; an invalid
+    one fails the batch (or is quarantined).  Step 4: a reduction error (sum overflow) fails
+    the batch.  Step 5: the *odd* keys -- a valid suspect's, one with undeclared properties the
+    plan does not carry, one whose error only the Python fold decides -- are folded in Python
+    over all their documents (:func:`_fallback` of those keys' rows), the others keep the
+    compiled result (path ``"mixed"``; every key odd: ``"fallback"``).  Without ``fold_odd``
+    an odd key gives up instead.
     """
     from pyspark.sql import functions as F
 
@@ -210,11 +214,12 @@ def _compiled(df, collection, plan, on_invalid):
             F.count(F.when(valid, F.col("_error"))).alias("errors"),
         ).collect()[0]
         # Step 2
-        if (stats["extras"] or 0) or (stats["suspects"] or 0) > MAX_DRIVER_SUSPECTS:
+        if ((stats["extras"] or 0) and not fold_odd) or (stats["suspects"] or 0) > MAX_DRIVER_SUSPECTS:
             out.unpersist()
             return None
         # Step 3
         invalid_rows = []
+        odd_suspects: list[tuple] = []  # (key_json, file, block, row) of the valid suspects
         if stats["suspects"]:
             rows = (
                 staged.filter("_suspect")
@@ -225,8 +230,11 @@ def _compiled(df, collection, plan, on_invalid):
             for r in rows:
                 reason, kj, _doc = check_document(collection, r["value"])
                 if reason is None:  # native validation was unsure and the document is valid
-                    out.unpersist()
-                    return None
+                    if not fold_odd:
+                        out.unpersist()
+                        return None
+                    odd_suspects.append((kj, r["_file"], r["_block"], r["_row"]))
+                    continue
                 invalid_rows.append(
                     {
                         "value": r["value"],
@@ -237,17 +245,19 @@ def _compiled(df, collection, plan, on_invalid):
                         "key_json": kj,
                     }
                 )
-            if on_invalid == "fail":
+            if on_invalid == "fail" and invalid_rows:
                 _raise_invalid(df, invalid_rows, len(invalid_rows))
         valid_keys = out.filter(valid)
-        # Step 4 (an error only the Python fold can decide: the fallback decides it)
+        # Step 4 (an error only the Python fold can decide: the fold of that key decides it)
+        unsure = F.col("_error").startswith(UNSURE)
         if stats["errors"]:
-            bad = valid_keys.filter(F.col("_error").isNotNull()).select("key_json", "_error")
-            if bad.filter(F.col("_error").startswith(UNSURE)).limit(1).count():
+            if not fold_odd and valid_keys.filter(unsure).limit(1).count():
                 out.unpersist()
                 return None
-            first = bad.limit(1).collect()[0]
-            raise ReductionError(f"key {first['key_json']}: {first['_error']}")
+            suspect_keys = {kj for kj, *_ in odd_suspects}
+            for row in valid_keys.filter(F.col("_error").isNotNull() & ~unsure).select("key_json", "_error").collect():
+                if row["key_json"] not in suspect_keys:  # a valid suspect's document may change it: the fold decides
+                    raise ReductionError(f"key {row['key_json']}: {row['_error']}")
         combined = valid_keys.select("key_json", "key_hash", "doc")
         invalid = None
         if on_invalid == "quarantine":
@@ -255,11 +265,50 @@ def _compiled(df, collection, plan, on_invalid):
             schema = "value string, _file string, _block long, _row long, reason string, key_json string"
             bad_df = spark.createDataFrame(invalid_rows, schema) if invalid_rows else spark.createDataFrame([], schema)
             invalid = _locate(df, bad_df)
-        return CombineResult(combined, invalid, int(stats["ok"] or 0), "compiled", cached)
+        documents = int(stats["ok"] or 0) + len(odd_suspects)
+        # Step 5
+        odd = valid_keys.filter((F.col("_with_extras") > F.lit(0)) | F.coalesce(unsure, F.lit(False)))
+        if not odd_suspects and not odd.limit(1).count():
+            return CombineResult(combined, invalid, documents, "compiled", cached)
+        folded = _fold_odd_keys(df, staged, collection, plan, odd, odd_suspects, on_invalid)
+        cached += folded._cached
+        if folded.invalid is not None:  # (none: every document of those keys was proved or checked valid)
+            invalid = folded.invalid if invalid is None else invalid.unionByName(folded.invalid)
+        if not combined.join(folded.combined.select("key_json"), "key_json", "left_anti").limit(1).count():
+            return CombineResult(folded.combined, invalid, folded.documents, "fallback", cached)
+        kept = combined.join(F.broadcast(folded.combined.select("key_json")), "key_json", "left_anti")
+        return CombineResult(kept.unionByName(folded.combined), invalid, documents, "mixed", cached)
     except BaseException:
         for c in cached:
             c.unpersist()
         raise
+
+
+def _fold_odd_keys(df, staged, collection, plan, odd, odd_suspects: list[tuple], on_invalid: str) -> CombineResult:
+    """The Python fold of the odd keys over all their documents in the batch: the
+    non-suspects of the keys in ``odd`` (a frame of ``key_json``) or of a valid suspect, and
+    those suspects (by their place in the batch)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import compile as C
+
+    spark = df.sparkSession
+    suspects = spark.createDataFrame(odd_suspects, "key_json string, _file string, _block long, _row long")
+    keys = odd.select("key_json").unionByName(suspects.select("key_json")).distinct()
+    key_json = C.key_json_expr([F.col("p")[k] for k in plan.key], plan.key_types)
+    rows = ("value", "_file", "_block", "_row")
+    members = (
+        staged.filter(~F.col("_suspect"))
+        .select(*rows, key_json.alias("key_json"))
+        .join(F.broadcast(keys), "key_json", "left_semi")
+        .select(*rows)
+    )
+    checked = (
+        staged.filter("_suspect")
+        .select(*rows)
+        .join(F.broadcast(suspects.drop("key_json")), list(rows[1:]), "left_semi")
+    )
+    return _fallback(members.unionByName(checked), collection, on_invalid, whole=df)
 
 
 @dataclass(frozen=True)
@@ -474,9 +523,12 @@ def _native_key(df, collection):
     return F.concat_ws("\u0001", *parts)
 
 
-def _fallback(df, collection, on_invalid):
+def _fallback(df, collection, on_invalid, whole=None):
+    """The Python fold of ``df``'s documents per key; ``whole``: the batch ``df`` is part of
+    (where an invalid document's line is counted)."""
     from pyspark.sql import functions as F
 
+    whole = df if whole is None else whole
     spark = df.sparkSession
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     keyed = df.select("value", "_file", "_block", "_row", _native_key(df, collection).alias("_nk"))
@@ -503,13 +555,15 @@ def _fallback(df, collection, on_invalid):
             raise ReductionError(f"key {err['key_json']}: {err['reason']}")
         bad = folded.filter(F.col("kind") == "bad")
         if stats["bad"] and on_invalid == "fail":
-            _raise_invalid(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"), int(stats["bad"]))
+            _raise_invalid(
+                whole, bad.select("value", "_file", "_block", "_row", "reason", "key_json"), int(stats["bad"])
+            )
         combined = folded.filter(F.col("kind") == "ok").select(
             "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc"
         )
         invalid = None
         if on_invalid == "quarantine":
-            invalid = _locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json"))
+            invalid = _locate(whole, bad.select("value", "_file", "_block", "_row", "reason", "key_json"))
         return CombineResult(combined, invalid, int(stats["ok"] or 0), "fallback", cached)
     except BaseException:
         folded.unpersist()
