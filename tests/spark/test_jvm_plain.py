@@ -243,7 +243,9 @@ LIST_CASES = [
     ('{"items":[{"sku":"a","qty":2},{"sku":"b"}]}', 1),
     ('{"items":[]}', 1),
     ('{"items":[{"qty":2}]}', -1),  # a required member is missing
-    ('{"items":[{"sku":"a","x":1}]}', -1),  # undeclared
+    ('{"items":[{"sku":"a","x":{"y":[null]}}]}', 1),  # undeclared, where the items' schema is open: kept whole
+    ('{"items":[{"sku":"a","x":1,"x":2}]}', -1),  # repeated
+    ('{"items":[{"sku":"a","x":1e400}]}', -1),  # not finite to Python
     ('{"items":[{"sku":1}]}', -1),
     ('{"items":["a"]}', -1),
     ('{"items":{"sku":"a"}}', -1),
@@ -259,6 +261,28 @@ LIST_CASES = [
 def test_arrays_of_objects_of_declared_members_are_proved_item_by_item(scan):
     got = scan([text for text, _ in LIST_CASES], LIST_SPEC)
     assert got == [want for _, want in LIST_CASES]
+    closed = jvm.spec(
+        type(
+            "Plan",
+            (),
+            {
+                "fields": (
+                    FieldPlan(
+                        "items",
+                        "raw",
+                        "array",
+                        "lastWriteWins",
+                        {"type": "array", "items": {"type": "object", "additionalProperties": False}},
+                        members=(FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),),
+                    ),
+                ),
+                "order": "",
+                "closed": True,
+                "root_strategy": "merge",
+            },
+        )()
+    )
+    assert scan(['{"items":[{"sku":"a","x":1}]}', '{"items":[{"sku":"a"}]}'], closed) == [-1, 1]
 
 
 OBJECT_CASES = [
@@ -266,7 +290,7 @@ OBJECT_CASES = [
     ('{"o":{}}', 1),
     ('{"o" : { "i" : -5 } , "k":"x"}', 2),
     ('{"o":{"s":5}}', -1),  # a member of another type
-    ('{"o":{"z":"a"}}', -1),  # undeclared
+    ('{"o":{"z":"a"}}', -1),  # undeclared (a merged object: its members are aggregated one by one)
     ('{"o":{"s":"a","s":"b"}}', -1),  # repeated
     ('{"o":{"i":null}}', -1),
     ('{"o":{"s":{"x":1}}}', -1),

@@ -345,12 +345,29 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             return k;
         }
 
-        /** An object of declared scalar members, each at most once, the required ones ({@code q}) present. */
+        /**
+         * An object of declared scalar members, each at most once, the required ones ({@code q})
+         * present; where its members' spec is open (an object picked whole, of an open schema),
+         * undeclared members too, each once, of any value.
+         */
         private void object(Spec members) {
             long[] seen = new long[(members.kinds.length + 63) >>> 6];
+            HashSet<String> others = null;
             if (first('{', '}')) {
                 do {
+                    int start = i;
                     int k = name(members);
+                    if (k < 0 && members.open) {
+                        if (others == null) {
+                            others = new HashSet<>();
+                        }
+                        if (!others.add(s.substring(start, i))) {
+                            throw reject();  // repeated
+                        }
+                        colon();
+                        any(0, true);
+                        continue;
+                    }
                     if (k < 0 || (seen[k >>> 6] & (1L << k)) != 0) {
                         throw reject();  // undeclared, or repeated
                     }
@@ -358,6 +375,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     colon();
                     if (members.types[k] == 'i') {
                         integer();  // nothing reads a member typed: the text must be an integer's
+                    } else if (members.types[k] == 'n') {
+                        exactNumber();  // finite to Python (Spark would read 1e400 as Infinity)
                     } else {
                         scalar(members.types[k]);
                     }

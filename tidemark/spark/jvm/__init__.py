@@ -87,10 +87,19 @@ def spec(plan) -> Optional[str]:
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(("q" if m.member in required else "s") + codes[m.type] + m.member for m in f.members)
+            if f.kind == "raw" and _open_items(f):  # picked whole: its undeclared members are kept as written
+                inner = _OPEN + inner
             entries.append(("la" if f.type == "array" else "oo") + f.name + _MEMBERS + inner)
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
+
+
+def _open_items(f) -> bool:
+    """Whether the objects of ``f`` (an object, or an array's object items) may hold members
+    their schema does not declare (``additionalProperties`` absent or true)."""
+    node = f.schema.get("items", {}) if f.type == "array" else f.schema
+    return node.get("additionalProperties", True) is True
 
 
 def carries_undeclared(plan) -> bool:
