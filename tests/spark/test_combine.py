@@ -617,8 +617,9 @@ MEMBERS = {
 
 def test_an_object_whose_members_have_strategies_of_their_own_compiles(spark, plain_proof):
     """Each member reduced by its own strategy, an empty object kept, a member of another type
-    or an undeclared member a suspect the Python fold takes (the batch's result is the fold's
-    either way), a sum past 64 bits an error naming the member."""
+    a suspect (invalid), an undeclared member last written (carried by the compiled combine
+    where the JVM scan proves it; else the Python fold takes its key), a sum past 64 bits an
+    error naming the member."""
     coll = Collection(CollectionSpec("t", ("/k",), MEMBERS))
     plan = compile_collection(coll)
     assert plan is not None and plan.fields[1].kind == "object"
@@ -645,6 +646,24 @@ def test_an_object_whose_members_have_strategies_of_their_own_compiles(spark, pl
             assert collect(res) == expected(coll, docs + ([odd] if "zip" in odd["address"] else []), files=1)
         finally:
             res.unpersist()
+    undeclared = [  # undeclared members, each last written whatever it holds; and an undeclared property
+        {"k": "a", "address": {"zip": "0150", "wing": {"n": [1]}}, "src": 1},
+        {"k": "b", "address": {"wing": None}},
+        {"k": "a", "address": {"city": "Bern", "zip": None}},
+        {"k": "a", "address": {"zip": 7}, "src": {"x": None}},
+    ]
+    res = combine_batch(frame(spark, docs + undeclared, files=2), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs + undeclared, files=2)
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    closed = {**MEMBERS, "properties": {**MEMBERS["properties"]}}
+    closed["properties"]["address"] = {**MEMBERS["properties"]["address"], "additionalProperties": False}
+    coll = Collection(CollectionSpec("t", ("/k",), closed))
+    with pytest.raises(DocumentError, match="Additional properties are not allowed"):
+        combine_batch(frame(spark, undeclared[:1], files=1), coll)
     big = [{"k": "a", "address": {"visits": 2**62}}, {"k": "a", "address": {"visits": 2**62}}]
     with pytest.raises(ReductionError, match="/address/visits"):
         combine_batch(frame(spark, big, files=1), coll)

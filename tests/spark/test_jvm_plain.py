@@ -290,7 +290,7 @@ OBJECT_CASES = [
     ('{"o":{}}', 1),
     ('{"o" : { "i" : -5 } , "k":"x"}', 2),
     ('{"o":{"s":5}}', -1),  # a member of another type
-    ('{"o":{"z":"a"}}', -1),  # undeclared (a merged object: its members are aggregated one by one)
+    ('{"o":{"z":"a"}}', 1 | 1 << jvm.UNDECLARED_BIT),  # undeclared (its schema is open): carried, see below
     ('{"o":{"s":"a","s":"b"}}', -1),  # repeated
     ('{"o":{"i":null}}', -1),
     ('{"o":{"s":{"x":1}}}', -1),
@@ -300,9 +300,22 @@ OBJECT_CASES = [
 
 
 @needs_jar
-def test_objects_of_declared_members_are_proved_member_by_member(scan):
+def test_objects_of_declared_members_are_proved_member_by_member(scan, spark):
+    from pyspark.sql import functions as F
+
     got = scan([text for text, _ in OBJECT_CASES], OBJECT_SPEC)
     assert got == [want for _, want in OBJECT_CASES]
+    # a merged object's undeclared members come back led by its index (1) in the plan's fields
+    texts = ['{"k":"x","o":{"z":{"w":[null]},"s":"a","y":null}}', '{"o":{"z":1,"z":2}}']
+    assert scan(texts, OBJECT_SPEC) == [2 | 1 << jvm.UNDECLARED_BIT, -1]
+    df = spark.createDataFrame(list(enumerate(texts)), "i int, v string")
+    rows = df.select("i", F.call_udf(jvm.UNDECLARED_FUNCTION, "v", F.lit(OBJECT_SPEC)).alias("u")).collect()
+    assert [r.u for r in sorted(rows, key=lambda r: r.i)] == [
+        '1\u0002"z"\u0000{"w":[null]}\u00011\u0002"y"\u0000null',
+        None,
+    ]
+    closed = OBJECT_SPEC.replace(jvm._CARRIED, "")  # additionalProperties: false
+    assert scan(['{"o":{"z":"a"}}', '{"o":{"s":"a"}}'], closed) == [-1, 1]
 
 
 # the root of an open schema, merged: undeclared top-level properties are plain, not counted,

@@ -440,7 +440,7 @@ COMPILED_SCHEMA = {
 }
 #: :data:`COMPILED_SCHEMA` with what real streams hold too: a nullable property (absent, null or
 #: a string), an object of members of several types (each present or not, one summed), and (in
-#: the documents, see :func:`write_compiled_orders`) a property the schema does not declare; still
+#: the documents, see :func:`write_compiled_orders`) a property and a member the schema does not declare; still
 #: compiled, reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
 COMPILED_NULLABLE_SCHEMA = {
     **COMPILED_SCHEMA,
@@ -488,6 +488,8 @@ def write_compiled_orders(
             if draw.random() < 0.5:
                 members = (("door", draw.choice("AB")), ("floor", draw.randrange(4)), ("visits", draw.randrange(1, 3)))
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
+                if draw.random() < 0.2:  # a member the schema does not declare: last written
+                    doc["place"]["wing"] = draw.choice(["east", None, [1, 2]])
             if draw.random() < 0.2:  # undeclared (a field a producer added): last written, whatever it holds
                 doc["channel"] = draw.choice(["web", None, {"app": "ios", "v": [1, None]}])
             yield json.dumps(doc)

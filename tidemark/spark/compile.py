@@ -206,14 +206,13 @@ def _riders(plan: CompiledPlan, key_cols) -> dict[str, str]:
     return out
 
 
-UNDECLARED = "_undeclared"  # the aggregate of a key's undeclared properties: [(order, text)]
+UNDECLARED = "_undeclared"  # the aggregate of a key's undeclared properties and members: [{o: order, t: text}]
 
 
-def undeclared_text(collected):
-    """The members' text of a key's undeclared properties (null where none): each name's value
-    from the last document (in source order) that held it.  ``collected``: ``[(order, text)]``,
-    a text being ``"name"`` U+0000 value, separated by U+0001.  One document's text is its
-    members' as they are; several are merged by name."""
+def undeclared_merged(collected):
+    """A key's undeclared properties and members (null where none): each name's value from the
+    last document (in source order) that held it, as a map of the scan's names to value texts
+    (:func:`tidemark.spark.suspects.undeclared_members`).  ``collected``: ``[{o: order, t: text}]``."""
     from pyspark.sql import functions as F
 
     def later(acc, x):
@@ -221,10 +220,32 @@ def undeclared_text(collected):
         return F.map_concat(F.map_filter(acc, lambda k, _v: ~F.map_contains_key(m, k)), m)
 
     merged = F.aggregate(F.array_sort(collected), F.create_map().cast("map<string,string>"), later)
-    joined = F.array_join(F.transform(F.map_entries(merged), lambda e: F.concat(e["key"], F.lit(":"), e["value"])), ",")
-    one = F.translate(collected[0]["t"], "\u0000\u0001", ":,")
-    size = F.size(collected)
-    return F.when(size == F.lit(1), one).when(size > F.lit(1), joined)
+    return F.when(F.size(collected) > F.lit(0), merged)
+
+
+def undeclared_text(merged, prefix: str):
+    """The JSON members' text (``"name":value,…``) of the entries of ``merged`` whose names start
+    with ``prefix`` (:func:`tidemark.spark.jvm.undeclared_prefix`); null where there are none."""
+    from pyspark.sql import functions as F
+
+    drop = 0 if prefix == '"' else len(prefix)
+    mine = F.map_filter(merged, lambda k, _v: k.startswith(prefix))
+
+    def member(e):
+        name = F.substring(e["key"], drop + 1, 1 << 30) if drop else e["key"]
+        return F.concat(name, F.lit(":"), e["value"])
+
+    return F.nullif(F.array_join(F.transform(F.map_entries(mine), member), ","), F.lit(""))
+
+
+def spliced(json_object, members):
+    """The JSON object text ``json_object`` with ``members`` (``"name":value,…``, or null) added."""
+    from pyspark.sql import functions as F
+
+    inner = F.nullif(F.substring(json_object, 2, F.length(json_object) - 2), F.lit(""))
+    return F.when(members.isNull(), json_object).otherwise(
+        F.concat(F.lit("{"), F.concat_ws(",", inner, members), F.lit("}"))
+    )
 
 
 def aggregations(
@@ -257,8 +278,9 @@ def aggregations(
     ``instants`` the date-times' instants so computed (:attr:`SparkOps.instants`), and
     ``nulls`` the nullable properties' flags of a document that writes them ``null``
     (:func:`tidemark.spark.suspects.null_flags`: ``from_json`` reads that as absent), and
-    ``undeclared`` the undeclared properties of a document whose root carries them
-    (:func:`tidemark.spark.suspects.undeclared_members`): each is last written, per name.
+    ``undeclared`` the undeclared properties (and merged objects' members) of a document whose
+    plan carries them (:func:`tidemark.spark.suspects.undeclared_members`): each is last
+    written, per name.
     Each property's aggregate is its strategy's ``spark`` entry
     (:data:`tidemark.collection.strategies.STRATEGIES`).
     """
@@ -278,6 +300,15 @@ def aggregations(
     aggs, structured, raw, errors, fields = [], [], [], [], []
     written_null = []  # ``"p":null`` of each nullable property whose picked value is null
     riders = _riders(plan, key_cols)
+    merged_undeclared = None
+    if undeclared is not None:
+        from tidemark.spark import jvm
+
+        order_and_text = F.struct(ops.order.alias("o"), undeclared.alias("t"))
+        aggs.append(F.collect_list(mask(F.when(undeclared.isNotNull(), order_and_text))).alias(UNDECLARED))
+        merged_undeclared = undeclared_merged(F.col(UNDECLARED))
+        if jvm.carries_undeclared(plan):
+            raw.append(undeclared_text(merged_undeclared, jvm.undeclared_prefix(None)))
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
         v, n = f"v{i}", f"n{i}"
@@ -354,15 +385,12 @@ def aggregations(
         fields.append((col if f.kind in ("scalar", "raw") else F.to_json(col)).alias(f.name))
         if f.kind == "raw":  # already JSON text: spliced in as is
             raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), value)))
+        elif merged_undeclared is not None and jvm.carries_members(f):
+            members_text = undeclared_text(merged_undeclared, jvm.undeclared_prefix(i))  # its undeclared members
+            text = spliced(F.to_json(value), members_text)
+            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), text)))
         else:
             structured.append(col.alias(f.name))
-    if undeclared is not None:
-        aggs.append(
-            F.collect_list(
-                mask(F.when(undeclared.isNotNull(), F.struct(ops.order.alias("o"), undeclared.alias("t"))))
-            ).alias(UNDECLARED)
-        )
-        raw.append(undeclared_text(F.col(UNDECLARED)))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     typed_doc = F.struct(*fields)

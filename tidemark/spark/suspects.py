@@ -211,15 +211,16 @@ def plain_document(plan: CompiledPlan, value, p, jvm_spec: Optional[str] = None)
 
 def undeclared_members(plan: CompiledPlan, value, plain, jvm_spec: Optional[str]):
     """The undeclared top-level properties of a plain document whose root carries them
-    (:func:`tidemark.spark.jvm.carries_undeclared`): ``"name"`` U+0000 value text, separated
-    by U+0001 (``UndeclaredMembers.java``, called only where the scan saw some); null
-    elsewhere.  None where the plan does not carry them (without the JVM scan such a
+    (:func:`tidemark.spark.jvm.carries_undeclared`), and the undeclared members of its merged
+    objects that carry them (:func:`tidemark.spark.jvm.carries_members`): ``"name"`` U+0000
+    value text (a member's name led by its object's index and U+0002), separated by U+0001
+    (``UndeclaredMembers.java``, called only where the scan saw some); null elsewhere.  None where the plan does not carry them (without the JVM scan such a
     document is odd: :func:`extras_expr`)."""
     from pyspark.sql import functions as F
 
     from tidemark.spark import jvm
 
-    if jvm_spec is None or not jvm.carries_undeclared(plan):
+    if jvm_spec is None or not jvm.carries_any(plan):
         return None
     scan = jvm_scan(value, jvm_spec)
     some = plain & (F.shiftright(scan, jvm.UNDECLARED_BIT).bitwiseAND(F.lit(1)) == F.lit(1))

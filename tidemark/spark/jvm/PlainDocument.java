@@ -35,7 +35,10 @@ import org.apache.spark.sql.api.java.UDF2;
  * open schema, merged): each is any JSON value ({@code null} included), under a name without
  * escapes, once; it is not counted, and {@link #UNDECLARED} is set in the result.
  * {@link #undeclared} gives their text, {@code "name"} U+0000 value, separated by U+0001
- * ({@code UndeclaredMembers}, called only for documents with the bit set).
+ * ({@code UndeclaredMembers}, called only for documents with the bit set).  An object's
+ * members' entries may start so too: its undeclared members are then allowed, and kept as
+ * written (an object picked whole); with U+0005 instead they are allowed and given back as
+ * well (a merged object: its entry's index, U+0002, then {@code "member"} U+0000 value).
  *
  * <p>{@code spec}: one entry per declared top-level property, separated by U+0001; an entry
  * is two characters, kind ({@code s} scalar, {@code z} nullable scalar, {@code r} raw, {@code a} array of, {@code m}
@@ -64,7 +67,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
         final char[] types;
         final int[] nullBit;  // a nullable property's bit in the result (-1: not nullable)
         final Spec[] members;  // an object's (kind ``o``) declared members, else null
-        final boolean open;  // undeclared properties allowed (a spec that starts with U+0004)
+        final boolean open;  // undeclared properties allowed (a spec that starts with U+0004 or U+0005)
+        final boolean carried;  // ... and given back with their object's index (U+0005: a merged object's members)
 
         Spec(String text) {
             this(text, "\u0001");
@@ -72,7 +76,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
 
         Spec(String text, String separator) {
             this.text = text;
-            open = text.startsWith("\u0004");
+            carried = text.startsWith("\u0005");
+            open = carried || text.startsWith("\u0004");
             if (open) {
                 text = text.substring(1);
             }
@@ -188,6 +193,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
         private final Spec spec;
         private final StringBuilder undeclared;  // where the undeclared properties' text goes, or null
         private HashSet<String> undeclaredNames;
+        private boolean undeclaredSeen;  // some undeclared property or carried member
         private int i;
 
         Scanner(String s, Spec spec, StringBuilder undeclared) {
@@ -269,7 +275,6 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     int k = name(spec);
                     if (k < 0) {
                         other(start);
-                        nulls |= UNDECLARED;
                         continue;
                     }
                     if ((seen[k >>> 6] & (1L << k)) != 0) {
@@ -283,11 +288,11 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         continue;
                     }
                     if (spec.kinds[k] == 'o') {
-                        object(spec.members[k]);
+                        object(spec.members[k], k);
                     } else if (spec.kinds[k] == 'l') {
                         if (first('[', ']')) {
                             do {
-                                object(spec.members[k]);
+                                object(spec.members[k], k);
                             } while (more(']'));
                         }
                     } else {
@@ -300,7 +305,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             if (i != n) {
                 throw reject();  // anything else after the document
             }
-            return count | nulls;
+            return count | nulls | (undeclaredSeen ? UNDECLARED : 0L);
         }
 
         /** An undeclared property named at {@code start}, its value any JSON value (an open spec only). */
@@ -318,9 +323,18 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             colon();
             int at = i;
             any(0, true);
+            give(null, name, at);
+        }
+
+        /** The text of an undeclared member named {@code name} whose value starts at {@code at}. */
+        private void give(String prefix, String name, int at) {
+            undeclaredSeen = true;
             if (undeclared != null) {
                 if (undeclared.length() > 0) {
                     undeclared.append('\u0001');
+                }
+                if (prefix != null) {
+                    undeclared.append(prefix);
                 }
                 undeclared.append(name).append('\u0000').append(s, at, i);
             }
@@ -350,7 +364,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
          * present; where its members' spec is open (an object picked whole, of an open schema),
          * undeclared members too, each once, of any value.
          */
-        private void object(Spec members) {
+        private void object(Spec members, int field) {
             long[] seen = new long[(members.kinds.length + 63) >>> 6];
             HashSet<String> others = null;
             if (first('{', '}')) {
@@ -361,11 +375,16 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         if (others == null) {
                             others = new HashSet<>();
                         }
-                        if (!others.add(s.substring(start, i))) {
+                        String name = s.substring(start, i);
+                        if (!others.add(name)) {
                             throw reject();  // repeated
                         }
                         colon();
+                        int at = i;
                         any(0, true);
+                        if (members.carried) {
+                            give(field + "\u0002", name, at);
+                        }
                         continue;
                     }
                     if (k < 0 || (seen[k >>> 6] & (1L << k)) != 0) {

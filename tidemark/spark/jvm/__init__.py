@@ -52,7 +52,8 @@ REBIND_CLASS = "tidemark.jvm.PlanRebind"
 _SEPARATOR = "\u0001"
 _MEMBERS = "\u0002"  # between an object's name and its members' entries
 _MEMBER = "\u0003"  # between an object's members' entries
-_OPEN = "\u0004"  # leads the spec of a root that may hold undeclared properties
+_OPEN = "\u0004"  # leads the spec of a root (or an object picked whole) that may hold undeclared properties
+_CARRIED = "\u0005"  # leads the members' spec of a merged object whose undeclared members are carried
 
 _lock = threading.Lock()
 _jar: dict[str, Optional[str]] = {}  # Spark version -> jar path, or None when it cannot be built
@@ -89,6 +90,8 @@ def spec(plan) -> Optional[str]:
             inner = _MEMBER.join(("q" if m.member in required else "s") + codes[m.type] + m.member for m in f.members)
             if f.kind == "raw" and _open_items(f):  # picked whole: its undeclared members are kept as written
                 inner = _OPEN + inner
+            elif carries_members(f):  # merged: its undeclared members are given back, and carried
+                inner = _CARRIED + inner
             entries.append(("la" if f.type == "array" else "oo") + f.name + _MEMBERS + inner)
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
@@ -106,6 +109,23 @@ def carries_undeclared(plan) -> bool:
     """Whether the scan takes undeclared top-level properties as plain (set :data:`UNDECLARED_BIT`)
     and the combine carries them, each last written: the root of an open schema, merged."""
     return not plan.closed and plan.root_strategy == "merge"
+
+
+def carries_members(f) -> bool:
+    """Whether the scan takes the undeclared members of the merged object ``f`` (an object of
+    members, of an open schema) as plain, and the combine carries them, each last written."""
+    return f.kind == "object" and f.schema.get("additionalProperties", True) is True
+
+
+def carries_any(plan) -> bool:
+    """Whether the combine carries some undeclared property or member (:func:`undeclared_prefix`)."""
+    return carries_undeclared(plan) or (plan.root_strategy == "merge" and any(carries_members(f) for f in plan.fields))
+
+
+def undeclared_prefix(index: Optional[int]) -> str:
+    """How the scan's undeclared entries name their place: the root's start with the name's
+    quote, a merged object's (``index`` in the plan's fields) with ``index`` and U+0002."""
+    return '"' if index is None else f"{index}\u0002"
 
 
 # The scan's result (a long): the count of properties it read in the low COUNT_BITS bits, then
