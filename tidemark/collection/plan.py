@@ -308,8 +308,10 @@ def _whole_members(name: str, t: str, sub: dict) -> tuple[Optional[tuple[FieldPl
     """The members of an object (or of an array's object items) picked whole by
     ``lastWriteWins`` / ``firstWriteWins`` (``raw``: its JSON text, what a member's own
     ``reduce`` would do does not apply), where the JVM scan can prove a value valid: each
-    member a plain scalar (``{type: T}``), no other assertion; or None and why not.  A value
-    with a member the schema does not declare is a suspect (the Python validator decides)."""
+    member a plain scalar (``{type: T}``), no other assertion; or None and why not.  A value's
+    members the schema does not declare are kept as written where it allows them
+    (``additionalProperties`` absent or true; else the document is a suspect, which the Python
+    validator decides)."""
     what = "an object" if t == "object" else "an array of objects"
     shape = {"type", "properties", "additionalProperties", "required"}
     outer = sorted(_keywords(sub) - shape - {"items"} - set(ANNOTATIONS))
@@ -386,8 +388,9 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     may be of that type too (``additionalProperties`` absent, true, or that type), it compiles
     as a map (``map``: each member merged, the later value winning).  Otherwise as an
     ``object`` of typed members (:func:`_members`), each reduced by its own strategy; a member
-    the schema does not declare makes the document a suspect (checked in Python; where it is
-    valid, the batch takes the Python fold), as does a member of another type."""
+    the schema does not declare is last written, carried by the combine where the schema allows
+    it (``additionalProperties`` absent or true; see :func:`tidemark.spark.jvm.carries_members`),
+    else it makes the document a suspect (checked in Python), as does a member of another type."""
     extra = sorted(_keywords(sub) - {"type", "properties", "additionalProperties", "required"} - set(ANNOTATIONS))
     if extra:
         return None, f"an object with {', '.join(extra)} (compiled: properties, required and additionalProperties)"
