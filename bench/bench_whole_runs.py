@@ -1,7 +1,7 @@
 """Whole runs against the strongest hand-written peer, each job a process of its own.
 
     python bench/bench_whole_runs.py [--shape simple|events] [--docs 1000000] [--batches 40]
-                                     [--keys 100000] [--shards 2] [--runs 2] [--only p,t]
+                                     [--keys 100000] [--shards 2] [--runs 2] [--only p,t] [--extras 0.01]
 
 (p) the peer a user writes when they care about speed: ``foreachBatch``, the batch
     aggregated with Spark's own functions (``groupBy().agg()``), then ``foreachPartition``:
