@@ -90,7 +90,8 @@ def main() -> None:
     import pyarrow as pa
 
     from tidemark.collection.collection import Collection
-    from tidemark.spark.combine import _fold_partitions, check_document
+    from tidemark.spark.combine import check_document
+    from tidemark.spark.fold import fold_partitions
     from tidemark.spec import CollectionSpec
 
     print(f"Python {platform.python_version()}, {args.docs:,} documents per schema, best of {args.repeats}")
@@ -118,7 +119,7 @@ def main() -> None:
             }
         )
         batches = [batch.slice(o, 10_000) for o in range(0, len(lines), 10_000)]
-        fold = _fold_partitions(coll, "fail")
+        fold = fold_partitions(coll, "fail")
         n = len(lines)
         check = best(lambda: [check_document(coll, line) for line in lines], args.repeats) / n * 1e6
         red = best(reduce_all, args.repeats) / n * 1e6

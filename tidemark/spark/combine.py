@@ -26,7 +26,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tidemark.collection.keys import compact_json
 from tidemark.collection.keys import key_json as py_key_json
 from tidemark.collection.strategies import UNSURE
 from tidemark.errors import DocumentError, ReductionError
@@ -66,7 +65,9 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
                 return result
         if force_path == "compiled":
             raise ValueError(f"collection {collection.name!r}: this batch cannot take the compiled path")
-    return _fallback(df, collection, on_invalid)
+    from tidemark.spark.fold import fold_batch
+
+    return fold_batch(df, collection, on_invalid)
 
 
 def _prepare(df):
@@ -93,7 +94,7 @@ def source_columns(columns) -> list:
 MAX_REPORTED_INVALID = 20  # invalid documents named in one batch's error
 
 
-def _raise_invalid(df, bad, total: int) -> None:
+def raise_invalid(df, bad, total: int) -> None:
     """Fail the batch with every invalid document (up to :data:`MAX_REPORTED_INVALID`), each
     as ``file:line key (...): rule``, the first one on the first line, then how many there
     are and the way to go on (``on_invalid: quarantine``).  ``bad``: rows (dicts) or a
@@ -104,7 +105,7 @@ def _raise_invalid(df, bad, total: int) -> None:
         bad = spark.createDataFrame(bad[:MAX_REPORTED_INVALID], schema)
     else:
         bad = bad.orderBy("_file", "_block", "_row").limit(MAX_REPORTED_INVALID)
-    located = _locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json")).collect()
+    located = locate(df, bad.select("value", "_file", "_block", "_row", "reason", "key_json")).collect()
     errors = []
     for r in located:
         key = tuple(json.loads(r["key_json"])) if r["key_json"] else None
@@ -124,7 +125,7 @@ def _raise_invalid(df, bad, total: int) -> None:
     raise err
 
 
-def _locate(df, bad):
+def locate(df, bad):
     """Add ``location`` (``file:line``) to invalid rows (quarantine only: a window over the batch)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -188,7 +189,7 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
     one fails the batch (or is quarantined).  Step 4: a reduction error (sum overflow) fails
     the batch.  Step 5: the *odd* keys -- a valid suspect's, one with undeclared properties the
     plan does not carry, one whose error only the Python fold decides -- are folded in Python
-    over all their documents (:func:`_fallback` of those keys' rows), the others keep the
+    over all their documents (:func:`tidemark.spark.fold.fold_odd_keys`), the others keep the
     compiled result (path ``"mixed"``; every key odd: ``"fallback"``).  Without ``fold_odd``
     an odd key gives up instead.
     """
@@ -246,7 +247,7 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
                     }
                 )
             if on_invalid == "fail" and invalid_rows:
-                _raise_invalid(df, invalid_rows, len(invalid_rows))
+                raise_invalid(df, invalid_rows, len(invalid_rows))
         valid_keys = out.filter(valid)
         # Step 4 (an error only the Python fold can decide: the fold of that key decides it)
         unsure = F.col("_error").startswith(UNSURE)
@@ -264,13 +265,15 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
             spark = df.sparkSession
             schema = "value string, _file string, _block long, _row long, reason string, key_json string"
             bad_df = spark.createDataFrame(invalid_rows, schema) if invalid_rows else spark.createDataFrame([], schema)
-            invalid = _locate(df, bad_df)
+            invalid = locate(df, bad_df)
         documents = int(stats["ok"] or 0) + len(odd_suspects)
         # Step 5
         odd = valid_keys.filter((F.col("_with_extras") > F.lit(0)) | F.coalesce(unsure, F.lit(False)))
         if not odd_suspects and not odd.limit(1).count():
             return CombineResult(combined, invalid, documents, "compiled", cached)
-        folded = _fold_odd_keys(df, staged, collection, plan, odd, odd_suspects, on_invalid)
+        from tidemark.spark.fold import fold_odd_keys
+
+        folded = fold_odd_keys(df, staged, collection, plan, odd, odd_suspects, on_invalid)
         cached += folded._cached
         if folded.invalid is not None:  # (none: every document of those keys was proved or checked valid)
             invalid = folded.invalid if invalid is None else invalid.unionByName(folded.invalid)
@@ -282,33 +285,6 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
         for c in cached:
             c.unpersist()
         raise
-
-
-def _fold_odd_keys(df, staged, collection, plan, odd, odd_suspects: list[tuple], on_invalid: str) -> CombineResult:
-    """The Python fold of the odd keys over all their documents in the batch: the
-    non-suspects of the keys in ``odd`` (a frame of ``key_json``) or of a valid suspect, and
-    those suspects (by their place in the batch)."""
-    from pyspark.sql import functions as F
-
-    from tidemark.spark import compile as C
-
-    spark = df.sparkSession
-    suspects = spark.createDataFrame(odd_suspects, "key_json string, _file string, _block long, _row long")
-    keys = odd.select("key_json").unionByName(suspects.select("key_json")).distinct()
-    key_json = C.key_json_expr([F.col("p")[k] for k in plan.key], plan.key_types)
-    rows = ("value", "_file", "_block", "_row")
-    members = (
-        staged.filter(~F.col("_suspect"))
-        .select(*rows, key_json.alias("key_json"))
-        .join(F.broadcast(keys), "key_json", "left_semi")
-        .select(*rows)
-    )
-    checked = (
-        staged.filter("_suspect")
-        .select(*rows)
-        .join(F.broadcast(suspects.drop("key_json")), list(rows[1:]), "left_semi")
-    )
-    return _fallback(members.unionByName(checked), collection, on_invalid, whole=df)
 
 
 @dataclass(frozen=True)
@@ -433,138 +409,3 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
         )
 
     return _Columns(pre, stage, grouping, all_aggs, out(doc), out(typed_doc) if typed_doc is not None else None)
-
-
-# ----------------------------------------------------------------------------- fallback
-
-FALLBACK_SCHEMA = (
-    "kind string, key_json string, doc string, n long, _file string, _block long, _row long, "
-    "reason string, value string"
-)
-
-
-def _fold_partitions(collection, on_invalid: str):
-    """The ``mapInArrow`` function: rows arrive sorted by (native key, file, block, row)."""
-
-    def fold(batches):
-        import pyarrow as pa
-
-        names = ["kind", "key_json", "doc", "n", "_file", "_block", "_row", "reason", "value"]
-        out = {n: [] for n in names}
-        groups: dict[str, list] = {}
-        current = [object()]
-
-        def emit(**kw):
-            for n in names:
-                out[n].append(kw.get(n))
-
-        def flush_groups():
-            for kj, (acc, n) in groups.items():
-                emit(kind="ok", key_json=kj, doc=compact_json(acc), n=n)
-            groups.clear()
-
-        def drain():
-            table = pa.RecordBatch.from_pydict(
-                {n: out[n] for n in names},
-                schema=pa.schema(
-                    [
-                        ("kind", pa.string()),
-                        ("key_json", pa.string()),
-                        ("doc", pa.string()),
-                        ("n", pa.int64()),
-                        ("_file", pa.string()),
-                        ("_block", pa.int64()),
-                        ("_row", pa.int64()),
-                        ("reason", pa.string()),
-                        ("value", pa.string()),
-                    ]
-                ),
-            )
-            for n in names:
-                out[n] = []
-            return table
-
-        for rb in batches:
-            d = rb.to_pydict()
-            for value, f, b, r, nk in zip(d["value"], d["_file"], d["_block"], d["_row"], d["_nk"]):
-                if nk != current[0]:
-                    flush_groups()
-                    current[0] = nk
-                reason, kj, doc = check_document(collection, value)
-                if reason is not None:
-                    emit(kind="bad", key_json=kj, _file=f, _block=b, _row=r, reason=reason, value=value)
-                    continue
-                g = groups.get(kj)
-                if g is None:
-                    groups[kj] = [doc, 1]
-                    continue
-                try:
-                    g[0] = collection.reduce(g[0], doc)
-                    g[1] += 1
-                except ReductionError as exc:
-                    emit(kind="error", key_json=kj, reason=str(exc), _file=f, _block=b, _row=r)
-            if len(out["kind"]) >= 4096:
-                yield drain()
-        flush_groups()
-        yield drain()
-
-    return fold
-
-
-def _native_key(df, collection):
-    """A native grouping key (key components as text), used only to partition and sort."""
-    from pyspark.sql import functions as F
-
-    parts = []
-    for ptr in collection.key:
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in ptr.lstrip("/").split("/")]
-        path = "$" + "".join("['" + t.replace("'", "") + "']" for t in tokens)
-        parts.append(F.coalesce(F.get_json_object(F.col("value"), path), F.lit("\u0000")))
-    return F.concat_ws("\u0001", *parts)
-
-
-def _fallback(df, collection, on_invalid, whole=None):
-    """The Python fold of ``df``'s documents per key; ``whole``: the batch ``df`` is part of
-    (where an invalid document's line is counted)."""
-    from pyspark.sql import functions as F
-
-    whole = df if whole is None else whole
-    spark = df.sparkSession
-    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    keyed = df.select("value", "_file", "_block", "_row", _native_key(df, collection).alias("_nk"))
-    folded = (
-        keyed.repartition(n, "_nk")
-        .sortWithinPartitions("_nk", "_file", "_block", "_row")
-        .mapInArrow(_fold_partitions(collection, on_invalid), FALLBACK_SCHEMA)
-    ).persist()
-    cached = [folded]
-    try:
-        stats = folded.agg(
-            F.sum(F.when(F.col("kind") == "ok", F.col("n"))).alias("ok"),
-            F.count(F.when(F.col("kind") == "bad", 1)).alias("bad"),
-            F.count(F.when(F.col("kind") == "error", 1)).alias("errors"),
-        ).collect()[0]
-        if stats["errors"]:
-            err = (
-                folded.filter(F.col("kind") == "error")
-                .orderBy("_file", "_block", "_row")
-                .select("key_json", "reason")
-                .limit(1)
-                .collect()[0]
-            )
-            raise ReductionError(f"key {err['key_json']}: {err['reason']}")
-        bad = folded.filter(F.col("kind") == "bad")
-        if stats["bad"] and on_invalid == "fail":
-            _raise_invalid(
-                whole, bad.select("value", "_file", "_block", "_row", "reason", "key_json"), int(stats["bad"])
-            )
-        combined = folded.filter(F.col("kind") == "ok").select(
-            "key_json", F.crc32(F.col("key_json")).alias("key_hash"), "doc"
-        )
-        invalid = None
-        if on_invalid == "quarantine":
-            invalid = _locate(whole, bad.select("value", "_file", "_block", "_row", "reason", "key_json"))
-        return CombineResult(combined, invalid, int(stats["ok"] or 0), "fallback", cached)
-    except BaseException:
-        folded.unpersist()
-        raise
