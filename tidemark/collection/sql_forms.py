@@ -40,6 +40,25 @@ def sql_present(Q: Any, f: Any, old: str, new: str, old_present: str, new_presen
     return f"(CASE WHEN {new_present} THEN {new} ELSE {old} END)"
 
 
+def sql_nullable_extreme(Q: Any, f: Any, old: str, new: str, old_null: str, new_null: str) -> str:
+    """A nullable property maximized or minimized (``type: [T, "null"]``): ``null`` is the
+    least value, as the Python fold orders JSON values.  ``old`` / ``new`` are SQL NULL for
+    ``null`` as for absent; ``old_null`` / ``new_null`` say where a side holds ``null``.
+    ``maximize`` is the greater value (``null`` only where no side holds one:
+    :func:`sql_nullable_extreme_null`); ``minimize`` is ``null`` wherever a side holds it."""
+    value = sql_minmax(f.strategy == "maximize")(Q, f, old, new)
+    if f.strategy == "maximize":
+        return value
+    return f"(CASE WHEN {old_null} OR {new_null} THEN NULL ELSE {value} END)"
+
+
+def sql_nullable_extreme_null(f: Any, old: str, new: str, old_null: str, new_null: str) -> str:
+    """Where the result of :func:`sql_nullable_extreme` is ``null`` (not absent)."""
+    if f.strategy == "maximize":
+        return f"({old} IS NULL AND {new} IS NULL AND ({old_null} OR {new_null}))"
+    return f"({old_null} OR {new_null})"
+
+
 def sql_sum(Q, f, old, new):
     return Q.coalesce(Q.add(old, new, f), old, new)
 

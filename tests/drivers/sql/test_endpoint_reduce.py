@@ -103,6 +103,15 @@ POOL = {
         {"type": ["boolean", "null"], "reduce": {"strategy": "firstWriteWins"}},
         st.one_of(st.none(), st.booleans()),
     ),
+    "maybe_top": (  # null the least value: kept only where no document held a value
+        {"type": ["integer", "null"], "reduce": {"strategy": "maximize"}},
+        st.one_of(st.none(), SMALL_INT),
+    ),
+    "maybe_lo": (  # ... kept wherever a document held it
+        {"type": ["null", "string"], "reduce": {"strategy": "minimize"}},
+        st.one_of(st.none(), TEXT),
+    ),
+    "maybe_peak": ({"type": ["number", "null"], "reduce": {"strategy": "maximize"}}, st.one_of(st.none(), FLOAT)),
     "seen_at": ({"type": ["string", "null"], "format": "date-time"}, st.one_of(st.none(), INSTANT)),
     "first_at": (
         {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "firstWriteWins"}},

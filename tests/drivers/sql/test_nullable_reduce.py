@@ -173,3 +173,80 @@ def test_check_says_the_endpoint_reduces_a_binding_of_nullable_properties(endpoi
     spec = coll.binding_spec(SimpleNamespace(resource={"table": "nulls"}, delta_updates=False))
     (b,), [line] = reduce_paths([spec], [coll], endpoint.driver.capabilities())
     assert b.endpoint_reduce and line == "binding nulls: reduced by the endpoint in its commit (no Load)"
+
+
+EXTREMES = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "top": {"type": ["integer", "null"], "reduce": {"strategy": "maximize"}},
+        "low": {"type": ["null", "string"], "reduce": {"strategy": "minimize"}},
+    },
+}
+#: null is the least value: maximize keeps it only where no document held a value, minimize
+#: wherever one held it (the Python fold's order of JSON values)
+EXTREME_BATCHES = [
+    {
+        "a": {"k": "a", "top": None, "low": "m"},
+        "b": {"k": "b", "top": 5},
+        "c": {"k": "c"},
+        "d": {"k": "d", "low": None},
+    },
+    {"a": {"k": "a", "top": 3}, "b": {"k": "b", "top": None, "low": None}, "c": {"k": "c", "top": None}},
+    {"a": {"k": "a", "top": None, "low": "b"}, "b": {"k": "b", "low": "a"}, "d": {"k": "d", "low": "z"}},
+]
+EXTREME_VIEW = {
+    "a": {"k": "a", "top": 3, "low": "b"},
+    "b": {"k": "b", "top": 5, "low": None},
+    "c": {"k": "c", "top": None},
+    "d": {"k": "d", "low": None},
+}
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_null_is_the_least_value_of_a_nullable_property_maximized_or_minimized(endpoint, document):
+    from tidemark.collection.collection import Collection
+    from tidemark.spec import CollectionSpec
+
+    view: dict = {}
+    reference = Collection(CollectionSpec("orders", ("/k",), EXTREMES))
+    for batch in EXTREME_BATCHES:
+        for k, doc in batch.items():
+            view[k] = reference.reduce(view[k], doc) if k in view else doc
+    assert view == EXTREME_VIEW
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, EXTREMES, "extremes", document)
+    assert b.endpoint_reduce  # no Load
+    apply(driver, b)
+    for i, batch in enumerate(EXTREME_BATCHES):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0)
+    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
+    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in EXTREME_VIEW.items()}
+    assert "low" in got["b"] and got["b"]["low"] is None and "low" not in got["c"]
+    table = by_key(endpoint, "extremes")
+    assert [table[k]["top"] for k in "abcd"] == [3, 5, None, None]
+    assert [table[k]["low"] for k in "abcd"] == ["b", None, None, None]
+    if document == "lean":  # the remainder holds the nulls only
+        assert [table[k]["flow_document"] for k in "abcd"] == [None, {"low": None}, {"top": None}, {"low": None}]
+
+
+def test_a_nullable_date_time_maximized_is_left_to_the_python_fold():
+    """Its text is kept as written and ordered by instant: the endpoint's statement does not
+    reduce it (the binding Loads), and ``check`` names it."""
+    from tidemark.collection.collection import Collection
+    from tidemark.collection.sql_plan import sql_reduction
+    from tidemark.spec import CollectionSpec
+
+    schema = {
+        **EXTREMES,
+        "properties": {
+            **EXTREMES["properties"],
+            "seen": {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
+        },
+    }
+    strategies = frozenset({"merge", "lastWriteWins", "firstWriteWins", "maximize", "minimize", "sum"})
+    assert sql_reduction(Collection(CollectionSpec("o", ("/k",), EXTREMES)), strategies)[0] is not None
+    plan, why = sql_reduction(Collection(CollectionSpec("o", ("/k",), schema)), strategies)
+    assert plan is None and why == "/seen: a nullable date-time maximized (the endpoint reduces other nullable ones)"

@@ -196,6 +196,8 @@ class PostgresReduce(ReduceSql):
     """Reducing in PostgreSQL: ``jsonb`` documents, ``COLLATE "C"`` string order (code
     points, as the Python fold compares), typed values cast from ``jsonb``."""
 
+    REPLACES_WITH_NULL = False  # with_members strips a NULL member (jsonb_strip_nulls)
+
     null_document = "NULL::jsonb"
 
     def add(self, old: str, new: str, f) -> str:

@@ -43,7 +43,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
-from tidemark.collection.sql_forms import sql_present
+from tidemark.collection.sql_forms import sql_nullable_extreme, sql_nullable_extreme_null, sql_present
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.sql.model import (
     BOOLEAN,
@@ -208,6 +208,12 @@ class ReduceSql:
         one another."""
         raise NotImplementedError
 
+    #: whether :meth:`with_members` sets a member that ``doc`` holds to ``null`` where its
+    #: expression is SQL NULL (``JSON_REPLACE``, ``json_replace``); PostgreSQL leaves a member
+    #: of ``members`` as it is there, and a nullable property maximized or minimized is set
+    #: ``null`` after it (:meth:`set_members`)
+    REPLACES_WITH_NULL = True
+
     def with_members(
         self,
         doc: str,
@@ -215,8 +221,9 @@ class ReduceSql:
         nullable: Sequence[tuple[str, str]],
         present: Sequence[tuple[str, str]] = (),
     ) -> str:
-        """``doc`` with each ``(name, JSON expression)`` set; ``members`` are NULL only where
-        the property is absent on both sides (and then left out); ``nullable`` may hold JSON
+        """``doc`` with each ``(name, JSON expression)`` set; ``members`` are NULL where the
+        property is absent on both sides (and then left out), or (a nullable property
+        maximized or minimized) where it is ``null``: see :attr:`REPLACES_WITH_NULL`; ``nullable`` may hold JSON
         ``null`` values inside (also left out where the expression is SQL NULL); ``present``
         are never NULL (required properties: every document has them)."""
         raise NotImplementedError
@@ -256,6 +263,7 @@ def reduce_statement(
         return f"{head} {forms.on_conflict(keys, _lean_sets(forms, model, fields, target, old_doc, new_doc))}"
     sets: list[tuple[str, str]] = []
     typed: dict[str, str] = {}  # a computed scalar's expression, per property
+    extreme_nulls: list[tuple[str, str]] = []  # a nullable property maximized or minimized: where it is null
     for col in model.values:
         f = fields.get(col.name)
         if f is None or f.kind != "scalar":
@@ -264,6 +272,14 @@ def reduce_statement(
         # the row was written is NULL there; the document holds the value)
         old = forms.coalesce(forms.column(OLD, quote(col.name)), _typed(forms, model, old_doc, col))
         new = forms.column(NEW, quote(col.name))
+        if f.nullable and f.strategy in ("maximize", "minimize"):  # null the least value
+            old_null, new_null = forms.holds_null(old_doc, f.name), forms.holds_null(new_doc, f.name)
+            expr = sql_nullable_extreme(forms, f, old, new, old_null, new_null)
+            sets.append((quote(col.name), expr))
+            typed[f.name] = forms.to_json(expr, col)  # NULL where null: see REPLACES_WITH_NULL
+            if not forms.REPLACES_WITH_NULL:
+                extreme_nulls.append((f.name, sql_nullable_extreme_null(f, old, new, old_null, new_null)))
+            continue
         if f.nullable:  # a side holds it where its document has the member (``null`` too)
             old_present, new_present = (f"({forms.member(d, f.name)} IS NOT NULL)" for d in (old_doc, new_doc))
             expr = sql_present(forms, f, old, new, old_present, new_present)
@@ -299,6 +315,8 @@ def reduce_statement(
             expr = _sql(f, forms, forms.member(old_doc, f.name), forms.member(new_doc, f.name), order)
             (nullable if f.kind == "raw" or f.nullable else members).append((f.name, expr))
     doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
+    if extreme_nulls:
+        doc = forms.set_members(doc, (), extreme_nulls)
     sets.append((target[-1], doc))
     return f"{head} {forms.on_conflict(keys, sets)}"
 
@@ -323,6 +341,14 @@ def _lean_sets(
         f = fields[col.name]
         order = _order(forms, model, fields, f, old_doc, new_doc, texts)
         present = _lean_presence(forms, col, old_doc, new_doc) if f.nullable else None
+        if present is not None and f.strategy in ("maximize", "minimize"):  # null the least value
+            old_null = forms.holds_null(old_doc, col.name)
+            new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
+            old_value = forms.coalesce(forms.column(OLD, quote(col.name)), _read(forms, old_doc, col, True))
+            new_value = forms.column(NEW, quote(col.name))
+            nulls.append((col.name, sql_nullable_extreme_null(f, old_value, new_value, old_null, new_null)))
+            sets.append((quote(col.name), sql_nullable_extreme(forms, f, old_value, new_value, old_null, new_null)))
+            continue
         if present is not None:  # the winner's null, where it holds one
             old_null = forms.holds_null(old_doc, col.name)
             new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
