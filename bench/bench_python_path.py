@@ -90,7 +90,7 @@ def main() -> None:
     import pyarrow as pa
 
     from tidemark.collection.collection import Collection
-    from tidemark.spark.combine import check_document
+    from tidemark.spark.combined import check_document
     from tidemark.spark.fold import fold_partitions
     from tidemark.spec import CollectionSpec
 

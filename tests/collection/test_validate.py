@@ -76,7 +76,7 @@ def test_missing_key(coll):
 
 
 def test_check_document_names_key_and_rule(coll):
-    from tidemark.spark.combine import check_document
+    from tidemark.spark.combined import check_document
 
     assert check_document(coll, '{"id": "a", "total": 1}')[:2] == (None, '["a"]')
     reason, kj, _ = check_document(coll, '{"id": "a", "total": "x", "status": "gone"}')

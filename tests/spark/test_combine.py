@@ -15,7 +15,8 @@ from tidemark.collection.collection import Collection
 from tidemark.collection.keys import key_json
 from tidemark.collection.plan import compile_collection
 from tidemark.errors import DocumentError, ReductionError
-from tidemark.spark.combine import MAX_REPORTED_INVALID, combine_batch
+from tidemark.spark.combine import combine_batch
+from tidemark.spark.combined import MAX_REPORTED_INVALID
 from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
@@ -976,7 +977,7 @@ def mutated_lines(draw):
 def test_mutated_documents_agree_with_python(spark, lines):
     """Whatever path a batch takes, it fails exactly when Python finds an invalid line (naming
     the first one), and otherwise gives Python's documents."""
-    from tidemark.spark.combine import check_document
+    from tidemark.spark.combined import check_document
 
     coll = Collection(CollectionSpec("t", ("/k",), MUTATED))
     rows = [(line, "src", 0, i) for i, line in enumerate(lines)]

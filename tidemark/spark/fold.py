@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tidemark.collection.keys import compact_json
 from tidemark.errors import ReductionError
-from tidemark.spark.combine import CombineResult, check_document, locate, raise_invalid
+from tidemark.spark.combined import CombineResult, check_document, locate, raise_invalid
 
 FALLBACK_SCHEMA = (
     "kind string, key_json string, doc string, n long, _file string, _block long, _row long, "
