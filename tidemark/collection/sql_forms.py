@@ -85,4 +85,6 @@ def sql_union(Q, f, old, new):
 
 
 def sql_merge(Q, f, old, new):
-    return Q.coalesce(Q.merge_objects(old, new), old, new)  # a map: the later value of each key wins
+    # a map: the later value of each member wins, shallowly -- an undeclared member of an open
+    # object may be an object (replaced whole) or null (kept), as the root merges
+    return Q.coalesce(Q.merge_documents(old, new), old, new)

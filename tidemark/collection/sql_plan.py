@@ -110,4 +110,4 @@ class _Probe:
         return ""
 
     add = greatest = least = precedes = staticmethod(lambda *a: "")
-    concat_arrays = union_arrays = merge_objects = staticmethod(lambda *a: "")
+    concat_arrays = union_arrays = merge_documents = staticmethod(lambda *a: "")

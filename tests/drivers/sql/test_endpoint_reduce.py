@@ -117,13 +117,20 @@ POOL = {
         {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "firstWriteWins"}},
         st.one_of(st.none(), INSTANT),
     ),
-    "addr": (
+    "addr": (  # (a map) and members the schema does not declare: an object replaced whole, a null kept
         {
             "type": "object",
             "reduce": {"strategy": "merge"},
             "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
         },
-        st.fixed_dictionaries({}, optional={"city": TEXT, "zip": TEXT}),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "city": TEXT,
+                "zip": TEXT,
+                "geo": st.one_of(st.none(), st.dictionaries(st.sampled_from(["lat", "lon"]), SMALL_INT, max_size=2)),
+            },
+        ),
     ),
     # an object of declared members of several types, each last written
     "place": (

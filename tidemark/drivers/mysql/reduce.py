@@ -241,9 +241,6 @@ class MariaReduce(ReduceSql):
                 return self.member(f"{STAGED}.{STAGED_DOCUMENT}", c.name)
         return value
 
-    def merge_objects(self, old: str, new: str) -> str:
-        return f"JSON_MERGE_PATCH({old}, {new})"  # a map's members are scalars, never null
-
     def merge_documents(self, old: str, new: str) -> str:
         return (
             f"IF(LOCATE('{{', {new}, 2) = 0 AND LOCATE('null', {new}) = 0, JSON_MERGE_PATCH({old}, {new}), "

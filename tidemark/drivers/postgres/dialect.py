@@ -273,7 +273,7 @@ class PostgresReduce(ReduceSql):
     def concat_arrays(self, old: str, new: str) -> str:
         return f"({old} || {new})"
 
-    merge_objects = concat_arrays  # jsonb ||: the right side's top-level members win
+    merge_documents = concat_arrays  # jsonb ||: the right side's top-level members win, whatever they hold
 
     def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
         # jsonb equality groups equal values (1 and 1.0 are one number); the first position

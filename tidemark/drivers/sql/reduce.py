@@ -127,18 +127,13 @@ class ReduceSql:
         (``union``); NULL where either side is, or where both are empty."""
         raise NotImplementedError
 
-    def merge_objects(self, old: str, new: str) -> str:
-        """An object's members merged shallowly, the right side's winning: a map
-        (``additionalProperties`` of one scalar type, or declared members of one scalar type,
-        each last written); its members are never null."""
-        raise NotImplementedError
-
     def merge_documents(self, old: str, new: str) -> str:
         """The root's shallow merge: every top-level member of both, the right side's winning
         whatever its value (an object replaced whole, a ``null`` kept); also an object of
-        declared members' (:func:`object_sql`: ``old`` / ``new`` any JSON object expressions,
-        NULL where absent)."""
-        return self.merge_objects(old, new)
+        declared members' (:func:`object_sql`) and a map's (``merge``: an undeclared member
+        of an open object may be an object or ``null``): ``old`` / ``new`` any JSON object
+        expressions, NULL where absent."""
+        raise NotImplementedError
 
     def column(self, side: str, quoted: str) -> str:
         """A column of the stored row (``side`` :data:`OLD`) or of the staged one (:data:`NEW`)."""

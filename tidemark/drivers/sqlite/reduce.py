@@ -156,11 +156,6 @@ class SqliteReduce(ReduceSql):
             f"GROUP BY {kind}, e.value ORDER BY o) AS u) END)"
         )
 
-    def merge_objects(self, old: str, new: str) -> str:
-        # a map's members are scalars, never null: json_patch merges them shallowly, where it
-        # compares their names rightly (below)
-        return f"(CASE WHEN {_unescaped(old, new)} THEN json_patch({old}, {new}) ELSE {_joined(old, new)} END)"
-
     def merge_documents(self, old: str, new: str) -> str:
         # json_patch is the root's shallow merge where no member of the batch's document is an
         # object (merged recursively) or null (deleted): where its text holds no ``{`` after the
