@@ -215,9 +215,10 @@ def undeclared_merged(collected):
     (:func:`tidemark.spark.suspects.undeclared_members`).  ``collected``: ``[{o: order, t: text}]``."""
     from pyspark.sql import functions as F
 
-    def later(acc, x):
-        m = F.str_to_map(x["t"], F.lit("\u0001"), F.lit("\u0000"))
-        return F.map_concat(F.map_filter(acc, lambda k, _v: ~F.map_contains_key(m, k)), m)
+    def later(acc, entry):
+        members = F.str_to_map(entry["t"], F.lit("\u0001"), F.lit("\u0000"))
+        kept = F.map_filter(acc, lambda name, _value: ~F.map_contains_key(members, name))
+        return F.map_concat(kept, members)
 
     merged = F.aggregate(F.array_sort(collected), F.create_map().cast("map<string,string>"), later)
     return F.when(F.size(collected) > F.lit(0), merged)
@@ -229,11 +230,11 @@ def undeclared_text(merged, prefix: str):
     from pyspark.sql import functions as F
 
     drop = 0 if prefix == '"' else len(prefix)
-    mine = F.map_filter(merged, lambda k, _v: k.startswith(prefix))
+    mine = F.map_filter(merged, lambda name, _value: name.startswith(prefix))
 
-    def member(e):
-        name = F.substring(e["key"], drop + 1, 1 << 30) if drop else e["key"]
-        return F.concat(name, F.lit(":"), e["value"])
+    def member(entry):
+        name = F.substring(entry["key"], drop + 1, 1 << 30) if drop else entry["key"]
+        return F.concat(name, F.lit(":"), entry["value"])
 
     return F.nullif(F.array_join(F.transform(F.map_entries(mine), member), ","), F.lit(""))
 
