@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,43 +20,32 @@ from tidemark.spec import CollectionSpec
 
 pytestmark = pytest.mark.spark
 
+
+def plan_of(*fields: FieldPlan, closed: bool = True):
+    """A plan of ``fields`` as the scan's spec reads it: a merged root, undeclared properties
+    not plain unless ``closed`` is False (see the open cases)."""
+    return SimpleNamespace(fields=fields, order="", closed=closed, root_strategy="merge")
+
+
 SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
-                FieldPlan("n", "scalar", "integer", "sum", {}),
-                FieldPlan("x", "scalar", "number", "maximize", {}),
-                FieldPlan("b", "scalar", "boolean", "lastWriteWins", {}),
-                FieldPlan("tags", "append", "string", "append", {}),
-                FieldPlan("ns", "append", "integer", "append", {}),
-                FieldPlan("m", "map", "integer", "merge", {}),
-                FieldPlan("o", "raw", "object", "lastWriteWins", {}),
-                FieldPlan("r", "raw", "array", "lastWriteWins", {}),
-            ),
-            "order": "",
-            "closed": True,  # undeclared properties are not plain (see the open cases)
-            "root_strategy": "merge",
-        },
-    )()
+    plan_of(
+        FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+        FieldPlan("n", "scalar", "integer", "sum", {}),
+        FieldPlan("x", "scalar", "number", "maximize", {}),
+        FieldPlan("b", "scalar", "boolean", "lastWriteWins", {}),
+        FieldPlan("tags", "append", "string", "append", {}),
+        FieldPlan("ns", "append", "integer", "append", {}),
+        FieldPlan("m", "map", "integer", "merge", {}),
+        FieldPlan("o", "raw", "object", "lastWriteWins", {}),
+        FieldPlan("r", "raw", "array", "lastWriteWins", {}),
+    )
 )
 # a date-time last written (``d``) and one maximized (``D``: its fraction bounded too)
 DATE_TIME_SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}),
-                FieldPlan("m", "scalar", "string", "maximize", {"format": "date-time"}),
-            ),
-            "order": "",
-            "closed": True,  # undeclared properties are not plain (see the open cases)
-            "root_strategy": "merge",
-        },
-    )()
+    plan_of(
+        FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}),
+        FieldPlan("m", "scalar", "string", "maximize", {"format": "date-time"}),
+    )
 )
 
 CASES = [
@@ -156,21 +146,12 @@ def test_scanner_answers(scan):
 
 # nullable properties (``z``): a null is not counted, and sets the property's bit above the count
 NULLABLE_SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
-                FieldPlan("a", "scalar", "string", "lastWriteWins", {}, nullable=True),
-                FieldPlan("n", "scalar", "integer", "firstWriteWins", {}, nullable=True),
-                FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}, nullable=True),
-            ),
-            "order": "",
-            "closed": True,  # undeclared properties are not plain (see the open cases)
-            "root_strategy": "merge",
-        },
-    )()
+    plan_of(
+        FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+        FieldPlan("a", "scalar", "string", "lastWriteWins", {}, nullable=True),
+        FieldPlan("n", "scalar", "integer", "firstWriteWins", {}, nullable=True),
+        FieldPlan("t", "scalar", "string", "lastWriteWins", {"format": "date-time"}, nullable=True),
+    )
 )
 NULL_BIT = 1 << jvm.COUNT_BITS
 NULLABLE_CASES = [
@@ -189,55 +170,37 @@ NULLABLE_CASES = [
 
 # an object of declared members (``o``): only those, each once, each of its type
 OBJECT_SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
-                FieldPlan(
-                    "o",
-                    "object",
-                    "object",
-                    "merge",
-                    {},
-                    members=(
-                        FieldPlan("o/s", "scalar", "string", "lastWriteWins", {}),
-                        FieldPlan("o/i", "scalar", "integer", "sum", {}),
-                        FieldPlan("o/b", "scalar", "boolean", "maximize", {}),
-                    ),
-                ),
+    plan_of(
+        FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+        FieldPlan(
+            "o",
+            "object",
+            "object",
+            "merge",
+            {},
+            members=(
+                FieldPlan("o/s", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan("o/i", "scalar", "integer", "sum", {}),
+                FieldPlan("o/b", "scalar", "boolean", "maximize", {}),
             ),
-            "order": "",
-            "closed": True,  # undeclared properties are not plain (see the open cases)
-            "root_strategy": "merge",
-        },
-    )()
+        ),
+    )
 )
 # an array of objects of declared members (``l``); ``q``: a member each object must hold
 LIST_SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan(
-                    "items",
-                    "raw",
-                    "array",
-                    "lastWriteWins",
-                    {"type": "array", "items": {"type": "object", "required": ["sku"]}},
-                    members=(
-                        FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),
-                        FieldPlan("items/qty", "scalar", "integer", "lastWriteWins", {}),
-                    ),
-                ),
+    plan_of(
+        FieldPlan(
+            "items",
+            "raw",
+            "array",
+            "lastWriteWins",
+            {"type": "array", "items": {"type": "object", "required": ["sku"]}},
+            members=(
+                FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),
+                FieldPlan("items/qty", "scalar", "integer", "lastWriteWins", {}),
             ),
-            "order": "",
-            "closed": True,  # undeclared properties are not plain (see the open cases)
-            "root_strategy": "merge",
-        },
-    )()
+        )
+    )
 )
 LIST_CASES = [
     ('{"items":[{"sku":"a","qty":2},{"sku":"b"}]}', 1),
@@ -262,25 +225,16 @@ def test_arrays_of_objects_of_declared_members_are_proved_item_by_item(scan):
     got = scan([text for text, _ in LIST_CASES], LIST_SPEC)
     assert got == [want for _, want in LIST_CASES]
     closed = jvm.spec(
-        type(
-            "Plan",
-            (),
-            {
-                "fields": (
-                    FieldPlan(
-                        "items",
-                        "raw",
-                        "array",
-                        "lastWriteWins",
-                        {"type": "array", "items": {"type": "object", "additionalProperties": False}},
-                        members=(FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),),
-                    ),
-                ),
-                "order": "",
-                "closed": True,
-                "root_strategy": "merge",
-            },
-        )()
+        plan_of(
+            FieldPlan(
+                "items",
+                "raw",
+                "array",
+                "lastWriteWins",
+                {"type": "array", "items": {"type": "object", "additionalProperties": False}},
+                members=(FieldPlan("items/sku", "scalar", "string", "lastWriteWins", {}),),
+            )
+        )
     )
     assert scan(['{"items":[{"sku":"a","x":1}]}', '{"items":[{"sku":"a"}]}'], closed) == [-1, 1]
 
@@ -321,19 +275,11 @@ def test_objects_of_declared_members_are_proved_member_by_member(scan, spark):
 # the root of an open schema, merged: undeclared top-level properties are plain, not counted,
 # and set the UNDECLARED bit; ``UndeclaredMembers`` gives their names and values' text
 OPEN_SPEC = jvm.spec(
-    type(
-        "Plan",
-        (),
-        {
-            "fields": (
-                FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
-                FieldPlan("n", "scalar", "integer", "sum", {}),
-            ),
-            "order": "",
-            "closed": False,
-            "root_strategy": "merge",
-        },
-    )()
+    plan_of(
+        FieldPlan("k", "scalar", "string", "lastWriteWins", {}),
+        FieldPlan("n", "scalar", "integer", "sum", {}),
+        closed=False,
+    )
 )
 UNDECLARED_SEEN = 1 << jvm.UNDECLARED_BIT  # the scan's bit: undeclared properties held
 OPEN_CASES = [  # (text, the scan's result, the undeclared members' text)
@@ -476,16 +422,7 @@ def test_another_spark_or_a_stale_jar_means_expressions(tmp_path, monkeypatch, c
 
 
 def test_a_name_that_cannot_be_encoded_means_expressions():
-    plan = type(
-        "Plan",
-        (),
-        {
-            "fields": (FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}),),
-            "order": "",
-            "closed": True,
-            "root_strategy": "merge",
-        },
-    )()
+    plan = plan_of(FieldPlan("a\u0001b", "scalar", "string", "lastWriteWins", {}))
     assert jvm.spec(plan) is None
 
 

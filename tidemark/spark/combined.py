@@ -102,10 +102,10 @@ def check_document(collection, value: str) -> tuple[Optional[str], Optional[str]
         doc = collection.parse(value, None)
     except DocumentError as exc:
         return str(exc), None, None
-    kj = None
+    key = None
     key_reason: Optional[str]
     try:
-        kj = py_key_json(collection.extract_key(doc))
+        key = py_key_json(collection.extract_key(doc))
     except DocumentError as exc:
         key_reason = str(exc)
     else:
@@ -113,7 +113,7 @@ def check_document(collection, value: str) -> tuple[Optional[str], Optional[str]
     violations = collection.validate(doc)
     if violations:
         more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-        return f"document violates its schema: {violations[0]}{more}", kj, doc
+        return f"document violates its schema: {violations[0]}{more}", key, doc
     if key_reason:
         return key_reason, None, doc
-    return None, kj, doc
+    return None, key, doc

@@ -46,16 +46,16 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
     out = []
     for f in plan.fields:
         if f.kind == "scalar":
-            dt = spark_type(f.type)
+            column_type = spark_type(f.type)
         elif f.kind == "append":
-            dt = T.ArrayType(spark_type(f.type))
+            column_type = T.ArrayType(spark_type(f.type))
         elif f.kind == "map":
-            dt = T.MapType(T.StringType(), spark_type(f.type))
+            column_type = T.MapType(T.StringType(), spark_type(f.type))
         elif f.kind == "object":
-            dt = T.StructType([T.StructField(part.member, spark_type(part.type)) for part in f.members])
+            column_type = T.StructType([T.StructField(part.member, spark_type(part.type)) for part in f.members])
         else:
-            dt = T.StringType()
-        out.append(T.StructField(f.name, dt))
+            column_type = T.StringType()
+        out.append(T.StructField(f.name, column_type))
     if corrupt:
         out.append(T.StructField("_corrupt", T.StringType()))
     return T.StructType(out)

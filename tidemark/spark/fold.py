@@ -35,8 +35,8 @@ def fold_partitions(collection, on_invalid: str):
                 out[n].append(kw.get(n))
 
         def flush_groups():
-            for kj, (acc, n) in groups.items():
-                emit(kind="ok", key_json=kj, doc=compact_json(acc), n=n)
+            for key, (acc, count) in groups.items():
+                emit(kind="ok", key_json=key, doc=compact_json(acc), n=count)
             groups.clear()
 
         def drain():
@@ -60,25 +60,26 @@ def fold_partitions(collection, on_invalid: str):
                 out[n] = []
             return table
 
-        for rb in batches:
-            d = rb.to_pydict()
-            for value, f, b, r, nk in zip(d["value"], d["_file"], d["_block"], d["_row"], d["_nk"]):
-                if nk != current[0]:
+        for batch in batches:
+            rows = batch.to_pydict()
+            places = zip(rows["value"], rows["_file"], rows["_block"], rows["_row"], rows["_nk"])
+            for value, file, block, row, native in places:
+                if native != current[0]:
                     flush_groups()
-                    current[0] = nk
-                reason, kj, doc = check_document(collection, value)
+                    current[0] = native
+                reason, key, doc = check_document(collection, value)
                 if reason is not None:
-                    emit(kind="bad", key_json=kj, _file=f, _block=b, _row=r, reason=reason, value=value)
+                    emit(kind="bad", key_json=key, _file=file, _block=block, _row=row, reason=reason, value=value)
                     continue
-                g = groups.get(kj)
-                if g is None:
-                    groups[kj] = [doc, 1]
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [doc, 1]
                     continue
                 try:
-                    g[0] = collection.reduce(g[0], doc)
-                    g[1] += 1
+                    group[0] = collection.reduce(group[0], doc)
+                    group[1] += 1
                 except ReductionError as exc:
-                    emit(kind="error", key_json=kj, reason=str(exc), _file=f, _block=b, _row=r)
+                    emit(kind="error", key_json=key, reason=str(exc), _file=file, _block=block, _row=row)
             if len(out["kind"]) >= 4096:
                 yield drain()
         flush_groups()
