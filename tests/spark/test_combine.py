@@ -119,6 +119,34 @@ FIELD_KINDS = {
             ),
         )
     ],
+    # members with formats and exact decimals (the scan proves date-times; the combine the others)
+    "members of formats": [
+        (
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "at": {"type": "string", "format": "date-time"},
+                    "day": {"type": "string", "format": "date", "reduce": {"strategy": "firstWriteWins"}},
+                    "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+                    "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "maximize"}},
+                    "ref": {"type": "string", "format": "uuid", "title": "a reference"},
+                },
+            },
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "at": DATE_TIMES,
+                    "day": st.sampled_from(["2024-05-01", "2023-12-31"]),
+                    "amount": st.one_of(st.integers(-(10**6), 10**6).map(lambda i: i / 100), st.integers(-50, 50)),
+                    "fee": st.integers(-999, 999).map(lambda i: i / 100),
+                    "ref": st.sampled_from(
+                        ["123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000"]
+                    ),
+                },
+            ),
+        )
+    ],
     # picked whole: an object of declared members, an array of such objects (a member required)
     "whole": [
         (
@@ -132,11 +160,18 @@ FIELD_KINDS = {
                 "items": {
                     "type": "object",
                     "required": ["sku"],
-                    "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                    "properties": {
+                        "sku": {"type": "string"},
+                        "qty": {"type": "integer"},
+                        "at": {"type": "string", "format": "date-time"},
+                    },
                 },
             },
             st.lists(
-                st.fixed_dictionaries({"sku": st.sampled_from("ab")}, optional={"qty": st.integers(1, 3)}), max_size=2
+                st.fixed_dictionaries(
+                    {"sku": st.sampled_from("ab")}, optional={"qty": st.integers(1, 3), "at": DATE_TIMES}
+                ),
+                max_size=2,
             ),
         ),
     ],
@@ -670,6 +705,66 @@ def test_an_object_whose_members_have_strategies_of_their_own_compiles(spark, pl
         combine_batch(frame(spark, big, files=1), coll)
 
 
+FORMATTED_MEMBERS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "payment": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "paid_at": {"type": "string", "format": "date-time"},
+                "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+                "ref": {"type": "string", "format": "uuid"},
+            },
+        },
+    },
+}
+
+
+def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spark, plain_proof):
+    """A real event's nested payment: a date-time member last written as written, an exact
+    decimal member summed exactly (0.1 + 0.2 is 0.3), a uuid member; a member that breaks
+    its format or places is an invalid document, named by the Python validator's rule."""
+    coll = Collection(CollectionSpec("t", ("/k",), FORMATTED_MEMBERS))
+    plan = compile_collection(coll)
+    assert plan is not None and plan.fields[1].kind == "object"
+    assert [m.scale for m in plan.fields[1].members] == [None, 2, None]
+    docs = [
+        {"k": "a", "payment": {"paid_at": "2024-05-01T10:00:00+05:30", "amount": 0.1}},
+        {"k": "a", "payment": {"amount": 0.2, "ref": "123e4567-e89b-12d3-a456-426614174000"}},
+        {"k": "a", "payment": {"paid_at": "2024-05-01T09:00:00.25Z", "amount": 3}},
+        {"k": "b", "payment": {"amount": 1}},
+        {"k": "b", "payment": {"amount": 2}},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]']["payment"] == {
+            "paid_at": "2024-05-01T09:00:00.25Z",
+            "amount": 3.3,
+            "ref": "123e4567-e89b-12d3-a456-426614174000",
+        }
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    for bad, rule in (
+        ({"k": "a", "payment": {"paid_at": "2024-05-01 10:00"}}, "is not a 'date-time'"),
+        ({"k": "a", "payment": {"amount": 0.125}}, "multiple"),
+        ({"k": "a", "payment": {"ref": "12"}}, "is not a 'uuid'"),
+    ):
+        with pytest.raises(DocumentError, match=rule):
+            combine_batch(frame(spark, docs + [bad], files=1), coll)
+        res = combine_batch(frame(spark, docs + [bad], files=1), coll, on_invalid="quarantine")
+        try:
+            assert collect(res) == expected(coll, docs, files=1)
+            assert [r["key_json"] for r in res.invalid.collect()] == ['["a"]']
+        finally:
+            res.unpersist()
+
+
 WHOLE = {
     "type": "object",
     "reduce": {"strategy": "merge"},
@@ -907,6 +1002,16 @@ MUTATED = {
         "m": {"type": "object", "additionalProperties": {"type": "string"}, "reduce": {"strategy": "merge"}},
         "o": {"type": "object"},
         "r": {"type": "array"},
+        # a merged object's members of formats and an exact decimal (the scan and the combine check them)
+        "pay": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "at": {"type": "string", "format": "date-time"},
+                "amt": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+                "id": {"type": "string", "format": "uuid"},
+            },
+        },
     },
 }
 _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid ones
@@ -938,6 +1043,24 @@ _TEXTS = {  # per declared property: JSON texts of valid values, then of invalid
         ["[1]", '"x"', "5", "null", "true"],
     ),
     "r": (['[1,"a"]', "[]", '[{"x":null}]', "[[]]", '[{"k":"b"}]'], ['{"x":1}', '"a"', "null", "0"]),
+    "pay": (
+        [
+            '{"at":"2024-05-01T10:00:00Z"}',
+            '{"amt":1.25}',
+            '{"amt":3}',
+            "{}",
+            '{"id":"123e4567-e89b-12d3-a456-426614174000","amt":-0.5}',
+            '{"at":"2024-05-01T10:00:00.123456+05:30","amt":0.07}',
+        ],
+        [
+            '{"at":"2024-13-01T10:00:00Z"}',
+            '{"amt":1.255}',
+            '{"id":"not-a-uuid"}',
+            '{"at":"yesterday"}',
+            '{"amt":"1"}',
+            '{"at":null}',
+        ],
+    ),
 }
 
 

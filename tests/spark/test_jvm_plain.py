@@ -272,6 +272,29 @@ def test_objects_of_declared_members_are_proved_member_by_member(scan, spark):
     assert scan(['{"o":{"z":"a"}}', '{"o":{"s":"a"}}'], closed) == [-1, 1]
 
 
+@needs_jar
+def test_a_date_time_member_is_proved_a_date_time(scan):
+    """A member of ``format: date-time`` (``d``), in a merged object and in an array's object
+    items picked whole, is proved as a top-level date-time is; other members as before."""
+    at = FieldPlan("o/at", "scalar", "string", "lastWriteWins", {"type": "string", "format": "date-time"})
+    merged = FieldPlan("o", "object", "object", "merge", {"type": "object"}, members=(at,))
+    items = FieldPlan(
+        "l", "raw", "array", "lastWriteWins", {"type": "array", "items": {"type": "object"}}, members=(at,)
+    )
+    spec = jvm.spec(plan_of(merged, items))
+    assert "o\u0002\u0005sdat" in spec and "l\u0002\u0004sdat" in spec
+    cases = [
+        ('{"o":{"at":"2024-05-01T10:00:00.25+05:30"}}', 1),
+        ('{"o":{"at":"2024-05-01t10:00:00z"}}', 1),
+        ('{"o":{"at":"2024-05-01 10:00:00Z"}}', -1),
+        ('{"o":{"at":"2024-02-30T10:00:00Z"}}', -1),
+        ('{"o":{"at":5}}', -1),
+        ('{"l":[{"at":"2024-05-01T10:00:00Z"},{}]}', 1),
+        ('{"l":[{"at":"yesterday"}]}', -1),
+    ]
+    assert scan([text for text, _ in cases], spec) == [want for _, want in cases]
+
+
 # the root of an open schema, merged: undeclared top-level properties are plain, not counted,
 # and set the UNDECLARED bit; ``UndeclaredMembers`` gives their names and values' text
 OPEN_SPEC = jvm.spec(

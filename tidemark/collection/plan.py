@@ -277,11 +277,23 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members), ""
 
 
-def _plain_scalar(child: Any) -> bool:
-    """A member's schema that is only its scalar type (and annotations, a ``reduce``): what the
-    JVM scan proves of an object's member."""
-    keywords = {"type", "title", "description", "$comment", "reduce"}
-    return isinstance(child, dict) and _keywords(child) <= keywords and child.get("type") in SCALARS
+def _plain_scalar(child: Any, merged: bool = False) -> bool:
+    """A member's schema that is only its scalar type and annotations (a ``reduce``, a
+    ``format`` that asserts nothing): what the JVM scan proves of an object's member.  A
+    ``date-time`` member too (the scan proves it); of a merged object's member (``merged``:
+    parsed, so the combine checks it) also another format of :data:`NATIVE_FORMATS` and, of a
+    number, a ``multipleOf`` of 10^-s (an exact decimal)."""
+    if not isinstance(child, dict) or child.get("type") not in SCALARS:
+        return False
+    keywords = {"type", "reduce", *ANNOTATIONS} | ({"multipleOf"} if merged and child["type"] == "number" else set())
+    if not _keywords(child) <= keywords:
+        return False
+    if "multipleOf" in child and scale_of(child["multipleOf"]) is None:
+        return False
+    fmt = child.get("format")
+    if child["type"] != "string" or fmt not in ASSERTED_FORMATS:
+        return True  # a format asserts something of strings only
+    return fmt == "date-time" or (merged and fmt in NATIVE_FORMATS)
 
 
 def _requires_declared(node: dict) -> bool:
@@ -402,13 +414,19 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     types = set()
     strategies = set()
     for name, child in props.items():
-        plain = _plain_scalar(child)
+        plain = _plain_scalar(child, merged=True)
         strategy = _strategy(child) if plain else None
         if not plain or strategy not in MEMBER_STRATEGIES:
             return None, (
                 f"its property {name!r} is not a plain scalar with one of the strategies "
                 f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "
-                "of a scalar type; nested objects and arrays are reduced by the Python fold)"
+                f"of a scalar type, with annotations, a format of {', '.join(NATIVE_FORMATS)} or an exact decimal's "
+                "multipleOf; nested objects, arrays and other assertions are reduced by the Python fold)"
+            )
+        if strategy in ("maximize", "minimize") and child.get("format") == "date-time":
+            return None, (
+                f"its property {name!r}: a date-time {strategy}d inside an object (compiled at the top level, "
+                "where the combine orders it by instant; the Python fold reduces it here)"
             )
         if strategy == "sum" and child["type"] not in ("integer", "number"):
             return None, f"its property {name!r}: sum of a {child['type']}"
@@ -417,7 +435,8 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
         types.add(child["type"])
         strategies.add(strategy)
     addl = sub.get("additionalProperties", True)
-    if len(types) == 1 and strategies == {"lastWriteWins"} and not sub.get("required"):
+    asserts = any(set(child) & {"format", "multipleOf"} for child in props.values())  # a map's values assert nothing
+    if len(types) == 1 and strategies == {"lastWriteWins"} and not sub.get("required") and not asserts:
         (t,) = types
         if addl is True or addl == {"type": t}:
             return ("map", t), ""
@@ -436,7 +455,8 @@ def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:
     out = []
     for member, child in sub["properties"].items():
         strategy = _strategy(child)
-        out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child))
+        scale = scale_of(child["multipleOf"]) if "multipleOf" in child else None
+        out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child, scale=scale))
     return tuple(out)
 
 

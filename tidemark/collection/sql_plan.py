@@ -70,6 +70,9 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
             return None, f"/{f.name}: a member's name holding a quote, a backslash or a control character"
         unreduced = next((m for m in named if m.strategy not in strategies), None)
+        inexact = next((m for m in named if m.scale is not None and m.strategy == "sum"), None)
+        if inexact is not None and EXACT_SUM not in strategies:
+            return None, f"/{inexact.name}: the endpoint does not sum exact decimals (multipleOf) itself"
         if unreduced is not None:
             return None, f"/{unreduced.name}: the endpoint does not reduce {unreduced.strategy!r}"
         if f.strategy not in strategies or strategy.sql is None:

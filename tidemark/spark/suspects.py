@@ -319,12 +319,31 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
         elif f.members and not whole:  # its members' types and names: proved by the JVM scan only
             conds.append(c.isNotNull())
+        elif f.kind == "object":  # what the scan does not prove of a merged object's members
+            conds += _member_checks(f, c)
         elif f.kind in ("append", "map") and f.type == "number":
             pass  # element NaN: rejected by allowNonNumericNumbers unless quoted; quoted strings fail the type
     out = conds[0]
     for c in conds[1:]:
         out = out | F.coalesce(c, F.lit(False))
     return F.coalesce(out, F.lit(True))
+
+
+def _member_checks(f, c) -> list:
+    """Of a merged object ``c`` (parsed) whose member types, names and date-times the JVM scan
+    proved: each exact decimal member holds no more places than its ``multipleOf`` allows, each
+    member of another native format matches it."""
+    from pyspark.sql import functions as F
+
+    conds = []
+    for part in f.members:
+        value = c[part.member]
+        if part.scale is not None:
+            conds.append(F.round(value, part.scale) != value)
+        fmt = part.schema.get("format")
+        if part.type == "string" and fmt in NATIVE_FORMATS and fmt != "date-time":
+            conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, fmt), F.lit(False)))
+    return conds
 
 
 def extras_expr(plan: CompiledPlan, value, p, plain, whole: bool = False):

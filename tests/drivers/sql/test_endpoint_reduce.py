@@ -175,6 +175,28 @@ POOL = {
             },
         ),
     ),
+    # a real event's nested payment: exact decimals summed and maximized, a date-time last written
+    "pay": (
+        {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+                "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "maximize"}},
+                "low": {"type": "number", "multipleOf": 0.001, "reduce": {"strategy": "minimize"}},
+                "at": {"type": "string", "format": "date-time"},
+            },
+        },
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "amount": st.one_of(st.integers(-(10**9), 10**9).map(lambda i: i / 100), st.integers(-1000, 1000)),
+                "fee": st.one_of(st.integers(-999, 999).map(lambda i: i / 100), st.integers(-9, 9)),
+                "low": st.integers(-9999, 9999).map(lambda i: i / 1000),
+                "at": DATE_TIME,
+            },
+        ),
+    ),
 }
 KEYS = ["a", "b", "c", "d"]
 #: event-time orders: (order property, its schema and values, the ordered property, its schema

@@ -29,6 +29,10 @@ ADDRESS = {
         "low": {"type": "string", "reduce": {"strategy": "minimize"}},
         "lift": {"type": "boolean", "reduce": {"strategy": "maximize"}},
         "since": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+        # what a real event's nested object holds: an exact decimal summed and maximized, a date-time
+        "cents": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+        "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "maximize"}},
+        "moved_at": {"type": "string", "format": "date-time"},
     },
 }
 SCHEMA = {
@@ -45,7 +49,10 @@ FULL_ADDRESS = {"city": "x", "floor": 1, "visits": 1, "paid": 0.1, "top": 1, "lo
 #: each batch's combined document per key: what each key's documents go through
 BATCHES = [
     {
-        "a": {"k": "a", "address": FULL_ADDRESS},  # every member on both sides
+        "a": {
+            "k": "a",
+            "address": {**FULL_ADDRESS, "cents": 0.1, "fee": 1.25, "moved_at": "2024-05-01T10:00:00+05:30"},
+        },  # every member on both sides
         "b": {"k": "b", "n": 1},  # the object absent, then present
         "c": {"k": "c", "address": {"visits": 5, "top": 2.5}},  # present, then absent
         "d": {"k": "d", "n": 1},  # absent on both sides: stays absent
@@ -65,9 +72,12 @@ BATCHES = [
                 "low": "a",
                 "lift": True,
                 "since": "q",
+                "cents": 0.2,
+                "fee": 0.5,
+                "moved_at": "2024-05-01T04:30:00.000001Z",
             },
         },
-        "b": {"k": "b", "address": {"visits": 3, "lift": False}},
+        "b": {"k": "b", "address": {"visits": 3, "lift": False, "cents": 7}},
         "c": {"k": "c", "n": 2},
         "d": {"k": "d", "n": 2},
         "e": {"k": "e", "address": {}},
@@ -75,7 +85,7 @@ BATCHES = [
         "g": {"k": "g", "address": {"other": {"r": None}, "more": None, "visits": -3}},
     },
     {
-        "b": {"k": "b", "address": {"visits": 4, "paid": 2.5, "since": "later"}},
+        "b": {"k": "b", "address": {"visits": 4, "paid": 2.5, "since": "later", "cents": 0.07, "fee": 3}},
         "e": {"k": "e", "address": {"top": 1e300}},  # the empty object merged with members
         "f": {"k": "f", "address": {"visits": 10, "top": 3, "low": "a", "floor": 8}},
     },
@@ -92,9 +102,16 @@ EXPECTED = {
             "low": "a",
             "lift": True,
             "since": "p",
+            "cents": 0.3,
+            "fee": 1.25,
+            "moved_at": "2024-05-01T04:30:00.000001Z",
         },
     },
-    "b": {"k": "b", "n": 1, "address": {"visits": 7, "lift": False, "paid": 2.5, "since": "later"}},
+    "b": {
+        "k": "b",
+        "n": 1,
+        "address": {"visits": 7, "lift": False, "paid": 2.5, "since": "later", "cents": 7.07, "fee": 3},
+    },
     "c": {"k": "c", "address": {"visits": 5, "top": 2.5}, "n": 2},
     "d": {"k": "d", "n": 3},
     "e": {"k": "e", "address": {"top": 1e300}},
@@ -168,6 +185,7 @@ def test_the_object_is_reduced_member_by_member_in_the_endpoint(endpoint, docume
     [
         ("visits", 2**62, 2**62, "is beyond a 64-bit integer"),
         ("paid", 1.5e308, 1.5e308, "is not a finite number"),
+        ("cents", 6e12, 6e12, "would need more than the 15 significant digits an exact decimal of 2 places keeps"),
     ],
 )
 def test_a_member_sum_beyond_its_type_names_the_key_and_member_and_commits_nothing(

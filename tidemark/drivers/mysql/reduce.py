@@ -259,11 +259,16 @@ class MariaReduce(ReduceSql):
             return f"CAST({v} AS DOUBLE)"
         if col.kind == TIMESTAMP:
             return utc(v)
+        scale = scale_of_kind(col.kind)
+        if scale is not None:  # an exact decimal: compared and summed as one
+            return decimal(v, scale)
         return v
 
     def to_json(self, expr: str, col: Column) -> str:
         if col.kind == BOOLEAN:
             return f"(CASE {expr} WHEN 1 THEN JSON_EXTRACT('true', '$') WHEN 0 THEN JSON_EXTRACT('false', '$') END)"
+        if scale_of_kind(col.kind) is not None:  # a JSON number, not the DECIMAL's text
+            return f"CAST({expr} AS DOUBLE)"
         return expr
 
     def with_members(self, doc: str, members, nullable, present=()) -> str:

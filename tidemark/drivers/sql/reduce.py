@@ -45,6 +45,7 @@ from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.sql_forms import sql_nullable_extreme, sql_nullable_extreme_null, sql_present
 from tidemark.collection.strategies import STRATEGIES
+from tidemark.drivers.common.columns import decimal_kind
 from tidemark.drivers.sql.model import (
     BOOLEAN,
     DOCUMENT_COLUMN,
@@ -308,7 +309,8 @@ def reduce_statement(
         else:  # picked or concatenated as JSON
             order = _order(forms, model, fields, f, old_doc, new_doc)
             expr = _sql(f, forms, forms.member(old_doc, f.name), forms.member(new_doc, f.name), order)
-            (nullable if f.kind == "raw" or f.nullable else members).append((f.name, expr))
+            # raw JSON and a map (its undeclared members may be null) are set as they are
+            (nullable if f.kind in ("raw", "map") or f.nullable else members).append((f.name, expr))
     doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
     if extreme_nulls:
         doc = forms.set_members(doc, (), extreme_nulls)
@@ -547,7 +549,10 @@ def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order: Optional[Ord
 
 
 def member_kind(f: FieldPlan) -> str:
-    """The column kind of a scalar's JSON type (a property without a column, an object's member)."""
+    """The column kind of a scalar's JSON type (a property without a column, an object's member;
+    an exact decimal's, as its places)."""
+    if f.scale is not None:
+        return decimal_kind(f.scale)
     return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 

@@ -49,7 +49,7 @@ from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.json_edits import insert_nulls, replace_members, unescaped_names
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, member_kind
 from tidemark.drivers.sql.refusals import sum_overflowed
 
 DOUBLE_MAX = "1.7976931348623157e308"
@@ -272,7 +272,13 @@ def refused(model, exc: Exception) -> Optional[Exception]:
         return None
     name, key, left, right = why
     col = next((c for c in model.values if c.name == name), None)
-    kind = col.kind if col is not None else (INTEGER if isinstance(left + right, int) else NUMBER)
+    members = [m for f in (model.reduce.fields if model.reduce else ()) for m in f.members if m.name == name]
+    if col is not None:
+        kind = col.kind
+    elif members:  # an object's member (``object/member``)
+        kind = member_kind(members[0])
+    else:
+        kind = INTEGER if isinstance(left + right, int) else NUMBER
     return sum_overflowed(model, name, kind, key, left, right)
 
 

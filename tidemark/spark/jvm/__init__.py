@@ -87,7 +87,10 @@ def spec(plan) -> Optional[str]:
             if any(_SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
-            inner = _MEMBER.join(("q" if m.member in required else "s") + codes[m.type] + m.member for m in f.members)
+            inner = _MEMBER.join(
+                ("q" if m.member in required else "s") + ("d" if is_date_time(m) else codes[m.type]) + m.member
+                for m in f.members
+            )
             if f.kind == "raw" and _open_items(f):  # picked whole: its undeclared members are kept as written
                 inner = _OPEN + inner
             elif carries_members(f):  # merged: its undeclared members are given back, and carried
@@ -96,6 +99,11 @@ def spec(plan) -> Optional[str]:
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
+
+
+def is_date_time(member) -> bool:
+    """A member the scan proves an RFC 3339 date-time (``d``): a string of ``format: date-time``."""
+    return member.type == "string" and member.schema.get("format") == "date-time"
 
 
 def _open_items(f) -> bool:
