@@ -59,6 +59,20 @@ def test_an_object_merged_by_plain_properties_of_one_type_is_a_map_and_a_power_o
             {**ADDRESS, "required": ["city"]},
             [("address/city", "string", "lastWriteWins"), ("address/zip", "string", "lastWriteWins")],
         ),
+        (  # members of formats (a map's values would assert nothing): an object
+            {
+                **ADDRESS,
+                "properties": {
+                    "at": {"type": "string", "format": "date-time"},
+                    "d": {"type": "string", "format": "date"},
+                },
+            },
+            [("address/at", "string", "lastWriteWins"), ("address/d", "string", "lastWriteWins")],
+        ),
+        (  # an exact decimal member, summed; annotations
+            {**ADDRESS, "properties": {"paid": {**AMOUNT, "title": "paid", "examples": [1.5]}}},
+            [("address/paid", "number", "sum")],
+        ),
     ],
 )
 def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub, members):
@@ -67,6 +81,7 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
     address = plan.fields[1]
     assert (address.kind, address.strategy) == ("object", "merge")
     assert [(m.name, m.type, m.strategy) for m in address.members] == members
+    assert [m.scale for m in address.members] == [2 if "multipleOf" in m.schema else None for m in address.members]
 
 
 @pytest.mark.parametrize(
@@ -74,7 +89,16 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
     [
         ({**ADDRESS, "minProperties": 1}, "an object with minProperties"),
         ({**ADDRESS, "required": ["town"]}, "required names undeclared properties"),
-        ({**ADDRESS, "properties": {"at": {"type": "string", "format": "date-time"}}}, "'at' is not a plain scalar"),
+        ({**ADDRESS, "properties": {"at": {"type": "string", "format": "email"}}}, "'at' is not a plain scalar"),
+        ({**ADDRESS, "properties": {"x": {"type": "number", "multipleOf": 0.25}}}, "'x' is not a plain scalar"),
+        ({**ADDRESS, "properties": {"x": {"type": "integer", "minimum": 0}}}, "'x' is not a plain scalar"),
+        (
+            {
+                **ADDRESS,
+                "properties": {"at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}}},
+            },
+            "'at': a date-time maximized inside an object",
+        ),
         ({**ADDRESS, "properties": {"in": {"type": "object"}}}, "'in' is not a plain scalar"),
         ({**ADDRESS, "properties": {"n": {"type": "string", "reduce": {"strategy": "append"}}}}, "'n' is not a plain"),
         ({**ADDRESS, "properties": {"a/b": {"type": "string"}}}, "a name holding '/'"),
@@ -130,6 +154,18 @@ def test_an_object_or_an_array_of_objects_picked_whole_compiles_with_its_members
     assert why == [] and plan is not None
     address = plan.fields[1]
     assert (address.kind, address.type) == ("raw", kind) and address.members
+
+
+def test_a_member_sum_of_exact_decimals_is_reduced_by_an_endpoint_that_sums_them_exactly():
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {"k": {"type": "string"}, "pay": {**ADDRESS, "properties": {"paid": AMOUNT}}},
+    }
+    assert binding_reduction(schema, ("/k",), frozenset({"sum", "merge", "lastWriteWins"}))[1] == (
+        "/pay/paid: the endpoint does not sum exact decimals (multipleOf) itself"
+    )
+    assert binding_reduction(schema, ("/k",), frozenset({"sum", "merge", "lastWriteWins", EXACT_SUM}))[0] is not None
 
 
 def test_an_array_of_objects_with_nested_values_names_why():

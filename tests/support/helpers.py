@@ -13,6 +13,7 @@ import os
 import random
 import re
 import sqlite3
+from decimal import Decimal
 
 from tidemark.drivers.common.datetimes import canonical_date_time, from_sortable_text
 
@@ -439,7 +440,8 @@ COMPILED_SCHEMA = {
     },
 }
 #: :data:`COMPILED_SCHEMA` with what real streams hold too: a nullable property (absent, null or
-#: a string), an object of members of several types (each present or not, one summed), and (in
+#: a string), an object of members of several types (each present or not, one summed, a date-time,
+#: an exact decimal summed), and (in
 #: the documents, see :func:`write_compiled_orders`) a property and a member the schema does not declare; still
 #: compiled, reduced by SQL endpoints, lean (no typed rows: a typed row has no place for a null)
 COMPILED_NULLABLE_SCHEMA = {
@@ -454,6 +456,8 @@ COMPILED_NULLABLE_SCHEMA = {
                 "door": {"type": "string"},
                 "floor": {"type": "integer"},
                 "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                "since": {"type": "string", "format": "date-time"},
+                "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
             },
         },
     },
@@ -486,7 +490,13 @@ def write_compiled_orders(
             if note != "absent":
                 doc["note"] = note
             if draw.random() < 0.5:
-                members = (("door", draw.choice("AB")), ("floor", draw.randrange(4)), ("visits", draw.randrange(1, 3)))
+                members = (
+                    ("door", draw.choice("AB")),
+                    ("floor", draw.randrange(4)),
+                    ("visits", draw.randrange(1, 3)),
+                    ("since", f"2024-05-01T{draw.randrange(24):02d}:00:00{draw.choice(['Z', '+05:30', '.25-04:00'])}"),
+                    ("fee", draw.choice([draw.randrange(-999, 999) / 100, draw.randrange(9)])),
+                )
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
                 if draw.random() < 0.2:  # a member the schema does not declare: last written
                     doc["place"]["wing"] = draw.choice(["east", None, [1, 2]])
@@ -517,10 +527,12 @@ def compiled_oracle(paths, skip=()) -> dict:
                 cur["items"] = cur["items"] + d["items"]
                 if "note" in d:
                     cur["note"] = d["note"]
-                if "place" in d:  # merged: each member last written, visits summed
+                if "place" in d:  # merged: each member last written, visits and fee summed (fee exactly)
                     place = {**cur.get("place", {}), **d["place"]}
                     if "visits" in d["place"] and "visits" in cur.get("place", {}):
                         place["visits"] = cur["place"]["visits"] + d["place"]["visits"]
+                    if "fee" in d["place"] and "fee" in cur.get("place", {}):
+                        place["fee"] = float(Decimal(repr(cur["place"]["fee"])) + Decimal(repr(d["place"]["fee"])))
                     cur["place"] = place
                 if "channel" in d:  # undeclared: last written
                     cur["channel"] = d["channel"]
