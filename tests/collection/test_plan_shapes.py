@@ -69,6 +69,19 @@ def test_an_object_merged_by_plain_properties_of_one_type_is_a_map_and_a_power_o
             },
             [("address/at", "string", "lastWriteWins"), ("address/d", "string", "lastWriteWins")],
         ),
+        (  # members carried as written (nullable, an object, arrays) beside a typed one
+            {
+                **ADDRESS,
+                "properties": {
+                    "n": {"type": "integer"},
+                    "e": {"type": ["null", "string"], "title": "e"},
+                    "g": {"type": "object"},
+                    "t": {"type": "array", "items": {"type": "integer"}},
+                    "a": {"type": "array"},
+                },
+            },
+            [("address/n", "integer", "lastWriteWins")],
+        ),
         (  # an exact decimal member, summed; annotations
             {**ADDRESS, "properties": {"paid": {**AMOUNT, "title": "paid", "examples": [1.5]}}},
             [("address/paid", "number", "sum")],
@@ -99,7 +112,14 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
             },
             "'at': a date-time maximized inside an object",
         ),
-        ({**ADDRESS, "properties": {"in": {"type": "object"}}}, "'in' is not a plain scalar"),
+        (  # a nested object of declared properties (one without is carried, picked whole)
+            {**ADDRESS, "properties": {"in": {"type": "object", "properties": {"x": {"type": "string"}}}}},
+            "'in' is not a plain scalar",
+        ),
+        (  # carried as written: last written only
+            {**ADDRESS, "properties": {"in": {"type": ["string", "null"], "reduce": {"strategy": "firstWriteWins"}}}},
+            "'in' is not a plain scalar",
+        ),
         ({**ADDRESS, "properties": {"n": {"type": "string", "reduce": {"strategy": "append"}}}}, "'n' is not a plain"),
         ({**ADDRESS, "properties": {"a/b": {"type": "string"}}}, "a name holding '/'"),
     ],

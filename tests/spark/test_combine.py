@@ -42,6 +42,17 @@ DATE_TIMES = st.builds(
     st.sampled_from(["Z", "z", "+00:00", "-05:00", "+05:30", "-00:30"]),
 )
 
+# the values of properties a schema does not declare (a producer's new field): any JSON
+UNDECLARED_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.text(max_size=3)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=4,
+)
+
 FIELD_KINDS = {
     "string": [
         ({"type": "string"}, st.text(max_size=4)),
@@ -147,6 +158,49 @@ FIELD_KINDS = {
             ),
         )
     ],
+    # members carried as written, each last written: nullable, objects and arrays picked whole
+    "members carried": [
+        (
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "email": {"type": ["string", "null"]},
+                    "n": {"type": ["null", "integer"], "reduce": {"strategy": "lastWriteWins"}},
+                    "at": {"type": ["string", "null"], "format": "date-time"},
+                    "geo": {"type": "object"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "any": {"type": "array"},
+                    "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                },
+            },
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "email": st.one_of(st.none(), st.text(max_size=2)),
+                    "n": st.one_of(st.none(), st.integers(-(10**20), 10**20)),
+                    "at": st.one_of(st.none(), DATE_TIMES),
+                    "geo": st.dictionaries(st.sampled_from(["lat", "lon"]), UNDECLARED_VALUES, max_size=2),
+                    "tags": st.lists(st.sampled_from(["a", "é", "}"]), max_size=2),
+                    "any": st.lists(UNDECLARED_VALUES, max_size=2),
+                    "visits": st.integers(0, 9),
+                },
+            ),
+        ),
+        (  # carried members only, one required, the object closed
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "required": ["email"],
+                "additionalProperties": False,
+                "properties": {"email": {"type": ["string", "null"]}, "geo": {"type": "object"}},
+            },
+            st.fixed_dictionaries(
+                {"email": st.one_of(st.none(), st.sampled_from(["x", "y"]))},
+                optional={"geo": st.dictionaries(st.sampled_from(["lat"]), st.integers(0, 3), max_size=1)},
+            ),
+        ),
+    ],
     # picked whole: an object of declared members, an array of such objects (a member required)
     "whole": [
         (
@@ -213,16 +267,6 @@ FIELD_KINDS = {
     ],
 }
 ALL_KINDS = [kv for kinds in FIELD_KINDS.values() for kv in kinds]
-# the values of properties a schema does not declare (a producer's new field): any JSON
-UNDECLARED_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(10**20), 10**20)
-    | st.text(max_size=3)
-    | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
-    max_leaves=4,
-)
 
 
 @st.composite
@@ -763,6 +807,60 @@ def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spar
             assert [r["key_json"] for r in res.invalid.collect()] == ['["a"]']
         finally:
             res.unpersist()
+
+
+CARRIED_MEMBERS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "customer": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "id": {"type": "string"},
+                "email": {"type": ["string", "null"]},
+                "geo": {"type": "object"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "orders": {"type": "integer", "reduce": {"strategy": "sum"}},
+            },
+        },
+    },
+}
+
+
+def test_an_objects_nullable_object_and_array_members_are_carried_each_last_written(spark, plain_proof):
+    """A real event's customer: a nullable email (a later ``null`` replaces it), a nested object
+    and an array picked whole, beside a member summed: each last written as written, as the
+    Python fold does; a member of another type is an invalid document."""
+    coll = Collection(CollectionSpec("t", ("/k",), CARRIED_MEMBERS))
+    plan = compile_collection(coll)
+    assert plan is not None
+    customer = plan.fields[1]
+    assert [m.member for m in customer.members] == ["id", "orders"]
+    assert [(m.member, m.type) for m in customer.carried] == [("email", "s"), ("geo", "o"), ("tags", "S")]
+    docs = [
+        {"k": "a", "customer": {"id": "c1", "email": "x@y", "geo": {"lat": 1.5, "n": [None]}, "orders": 1}},
+        {"k": "a", "customer": {"email": None, "tags": ["vip"], "orders": 2}},
+        {"k": "a", "customer": {"geo": {"lon": 2}, "tags": []}},
+        {"k": "b", "customer": {"email": "b@c"}},
+        {"k": "c", "customer": {"orders": 4}},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]']["customer"] == {"id": "c1", "email": None, "geo": {"lon": 2}, "tags": [], "orders": 3}
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    for bad in (
+        {"k": "a", "customer": {"email": 5}},
+        {"k": "a", "customer": {"tags": [1]}},
+        {"k": "a", "customer": {"geo": []}},
+    ):
+        with pytest.raises(DocumentError, match="/customer/"):
+            combine_batch(frame(spark, docs + [bad], files=1), coll)
 
 
 WHOLE = {

@@ -295,6 +295,46 @@ def test_a_date_time_member_is_proved_a_date_time(scan):
     assert scan([text for text, _ in cases], spec) == [want for _, want in cases]
 
 
+@needs_jar
+def test_carried_members_are_proved_and_given_back_as_written(scan, spark):
+    """A merged object's members carried as written (``c``; ``k`` required): ``null`` or the
+    scalar, an object, an array, an array of one scalar type; given back as undeclared members
+    are, so the combine carries each last written."""
+    from pyspark.sql import functions as F
+
+    carried = (
+        FieldPlan("o/e", "carried", "s", "lastWriteWins", {"type": ["string", "null"]}),
+        FieldPlan("o/g", "carried", "o", "lastWriteWins", {"type": "object"}),
+        FieldPlan("o/t", "carried", "I", "lastWriteWins", {"type": "array", "items": {"type": "integer"}}),
+    )
+    merged = FieldPlan(
+        "o",
+        "object",
+        "object",
+        "merge",
+        {"type": "object", "required": ["e"], "additionalProperties": False},
+        members=(FieldPlan("o/n", "scalar", "integer", "sum", {"type": "integer"}),),
+        carried=carried,
+    )
+    spec = jvm.spec(plan_of(FieldPlan("k", "scalar", "string", "lastWriteWins", {}), merged))
+    seen = 1 << jvm.UNDECLARED_BIT
+    cases = [
+        ('{"k":"a","o":{"e":null,"n":1}}', 2 | seen),
+        ('{"o":{"e":"x","g":{"p":[1,null]},"t":[1,-2]}}', 1 | seen),
+        ('{"o":{"n":1}}', -1),  # the required member is missing
+        ('{"o":{"e":5}}', -1),
+        ('{"o":{"e":"x","g":[]}}', -1),
+        ('{"o":{"e":"x","t":[1.5]}}', -1),
+        ('{"o":{"e":"x","t":null}}', -1),  # not nullable
+        ('{"o":{"e":"x","e":"y"}}', -1),
+        ('{"o":{"e":"x","z":1}}', -1),  # closed
+    ]
+    assert scan([text for text, _ in cases], spec) == [want for _, want in cases]
+    df = spark.createDataFrame([(0, cases[1][0])], "i int, v string")
+    [row] = df.select(F.call_udf(jvm.UNDECLARED_FUNCTION, "v", F.lit(spec)).alias("u")).collect()
+    assert row.u == '1\u0002"e"\u0000"x"\u00011\u0002"g"\u0000{"p":[1,null]}\u00011\u0002"t"\u0000[1,-2]'
+
+
 # the root of an open schema, merged: undeclared top-level properties are plain, not counted,
 # and set the UNDECLARED bit; ``UndeclaredMembers`` gives their names and values' text
 OPEN_SPEC = jvm.spec(

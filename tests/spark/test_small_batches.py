@@ -150,6 +150,38 @@ def test_four_shard_sessions_in_the_driver_into_a_sql_server_exactly(spark, tmp_
     assert view(url, schema) == oracle(files)
 
 
+@pytest.mark.parametrize("name", [pytest.param("postgres", marks=pytest.mark.postgres), "mysql"])
+def test_an_object_with_carried_and_undeclared_members_stays_on_typed_rows(spark, tmp_path, request, name):
+    """An object whose members are carried as written (nullable, a nested object, undeclared
+    ones): its typed value is its text, members and all, so the batch stays on typed rows (no
+    checked rerun) and the view is exact."""
+    import copy
+
+    from tests.support.helpers import COMPILED_NULLABLE_SCHEMA, orders_spec, postgres_view
+    from tests.support.mysql_support import mysql_view
+
+    if name == "postgres":
+        url, schema, view = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"), postgres_view
+    else:
+        url, schema, view = request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db"), mysql_view
+    members_only = copy.deepcopy(COMPILED_NULLABLE_SCHEMA)
+    del members_only["properties"]["note"]  # a typed row has no place for a top-level null
+    data = tmp_path / "data"
+    files = write_stream(data, files=4, per_file=150, customers=60, seed=70, nullable=True, top_level=False)
+    spec = orders_spec(
+        tmp_path,
+        data_dir=data,
+        db_path=None,
+        shards=2,
+        schema=members_only,
+        endpoint={name: {"url": url, "schema": schema}},
+    )
+
+    reports = _run(spark, spec)
+    assert [r.path for r in reports] == ["one job"] + [TYPED] * 3
+    assert view(url, schema) == oracle(files)
+
+
 def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spark, tmp_path):
     from tests.support.helpers import normalize, oracle_orders, orders_spec, write_orders
 

@@ -458,6 +458,9 @@ COMPILED_NULLABLE_SCHEMA = {
                 "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
                 "since": {"type": "string", "format": "date-time"},
                 "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+                # carried as written, last written: a nullable member, a nested object
+                "contact": {"type": ["string", "null"]},
+                "geo": {"type": "object"},
             },
         },
     },
@@ -465,11 +468,19 @@ COMPILED_NULLABLE_SCHEMA = {
 
 
 def write_compiled_orders(
-    directory, files: int, per_file: int, customers: int, seed: int, start: int = 0, nullable: bool = False
+    directory,
+    files: int,
+    per_file: int,
+    customers: int,
+    seed: int,
+    start: int = 0,
+    nullable: bool = False,
+    top_level: bool = True,
 ) -> list[str]:
     """Write ``files`` JSON-lines files of :data:`COMPILED_SCHEMA` documents (``nullable``: of
-    :data:`COMPILED_NULLABLE_SCHEMA`), named orders-NNNN.json from ``start`` on, modified in
-    name order; return their paths."""
+    :data:`COMPILED_NULLABLE_SCHEMA`; without ``top_level``, no ``note`` and no undeclared
+    top-level property: only ``place`` added), named orders-NNNN.json from ``start`` on,
+    modified in name order; return their paths."""
     draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
 
@@ -486,7 +497,7 @@ def write_compiled_orders(
             if not nullable:
                 yield json.dumps(doc)
                 continue
-            note = draw.choice(["absent", None, "gift"])
+            note = draw.choice(["absent", None, "gift"]) if top_level else "absent"
             if note != "absent":
                 doc["note"] = note
             if draw.random() < 0.5:
@@ -496,11 +507,13 @@ def write_compiled_orders(
                     ("visits", draw.randrange(1, 3)),
                     ("since", f"2024-05-01T{draw.randrange(24):02d}:00:00{draw.choice(['Z', '+05:30', '.25-04:00'])}"),
                     ("fee", draw.choice([draw.randrange(-999, 999) / 100, draw.randrange(9)])),
+                    ("contact", draw.choice([None, "a@b", "c@d"])),
+                    ("geo", draw.choice([{}, {"lat": 1.5, "tags": [None, "x"]}, {"lon": -2}])),
                 )
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
                 if draw.random() < 0.2:  # a member the schema does not declare: last written
                     doc["place"]["wing"] = draw.choice(["east", None, [1, 2]])
-            if draw.random() < 0.2:  # undeclared (a field a producer added): last written, whatever it holds
+            if top_level and draw.random() < 0.2:  # undeclared (a field a producer added): last written
                 doc["channel"] = draw.choice(["web", None, {"app": "ios", "v": [1, None]}])
             yield json.dumps(doc)
 

@@ -73,6 +73,9 @@ class FieldPlan:
     nullable: bool = False  # ``type: [T, "null"]``: ``null`` is a value of its own, kept apart from absent
     # an ``object``'s members (named ``property/member``), each a scalar with its own strategy
     members: tuple[FieldPlan, ...] = ()
+    # a merged ``object``'s members carried as written, last written (:func:`_carried_member`):
+    # nullable scalars, objects and arrays picked whole; ``type`` is the scan's code for them
+    carried: tuple[FieldPlan, ...] = ()
 
     @property
     def member(self) -> str:
@@ -274,7 +277,8 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
     scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
     members = _members(name, sub) if shape[0] == "object" else ()
-    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members), ""
+    carried = _carried(name, sub) if shape[0] == "object" else ()
+    return FieldPlan(name, shape[0], shape[1], strategy.name, sub, order, scale, nullable, members, carried), ""
 
 
 def _plain_scalar(child: Any, merged: bool = False) -> bool:
@@ -413,7 +417,13 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
         return None, "an object whose required names undeclared properties"
     types = set()
     strategies = set()
+    carried = False
     for name, child in props.items():
+        if "/" in name or "~" in name:
+            return None, f"its property {name!r}: a name holding '/' or '~'"
+        if not _plain_scalar(child, merged=True) and _carried_member(child) is not None:
+            carried = True  # last written, as written (the combine carries its text)
+            continue
         plain = _plain_scalar(child, merged=True)
         strategy = _strategy(child) if plain else None
         if not plain or strategy not in MEMBER_STRATEGIES:
@@ -421,7 +431,9 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
                 f"its property {name!r} is not a plain scalar with one of the strategies "
                 f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "
                 f"of a scalar type, with annotations, a format of {', '.join(NATIVE_FORMATS)} or an exact decimal's "
-                "multipleOf; nested objects, arrays and other assertions are reduced by the Python fold)"
+                "multipleOf; last written also where it is nullable, an object without properties, or an array "
+                "without items or of one scalar type; nested properties, other strategies and other assertions are "
+                "reduced by the Python fold)"
             )
         if strategy in ("maximize", "minimize") and child.get("format") == "date-time":
             return None, (
@@ -430,13 +442,11 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
             )
         if strategy == "sum" and child["type"] not in ("integer", "number"):
             return None, f"its property {name!r}: sum of a {child['type']}"
-        if "/" in name or "~" in name:
-            return None, f"its property {name!r}: a name holding '/' or '~'"
         types.add(child["type"])
         strategies.add(strategy)
     addl = sub.get("additionalProperties", True)
     asserts = any(set(child) & {"format", "multipleOf"} for child in props.values())  # a map's values assert nothing
-    if len(types) == 1 and strategies == {"lastWriteWins"} and not sub.get("required") and not asserts:
+    if len(types) == 1 and strategies == {"lastWriteWins"} and not sub.get("required") and not asserts and not carried:
         (t,) = types
         if addl is True or addl == {"type": t}:
             return ("map", t), ""
@@ -449,14 +459,65 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
 MEMBER_STRATEGIES = ("lastWriteWins", "firstWriteWins", "sum", "maximize", "minimize")
 
 
+#: The scan's codes of what a carried member holds: ``null`` or a scalar (a nullable member),
+#: an object or an array of any values, an array of one scalar type.
+CARRIED_CODES = {"string": "s", "integer": "i", "number": "n", "boolean": "b"}
+
+
+def _carried_member(child: Any) -> Optional[str]:
+    """The scan's code of a merged object's member whose value the combine carries as written,
+    last written (the default strategy, no ``order``), or None: a nullable scalar
+    (``type: [T, "null"]``, annotations, a ``date-time`` or an unasserted format: ``d`` for a
+    date-time, else ``s`` / ``i`` / ``n`` / ``b``), an object without declared properties
+    (``o``), an array without items (``a``) or of one plain scalar type (``S`` / ``I`` / ``N`` /
+    ``B``).  The JVM scan proves it (and gives its text back), so it is compiled only where
+    the scan runs; the Python fold reduces it the same way (picked whole)."""
+    if not isinstance(child, dict) or _strategy(child) != "lastWriteWins":
+        return None
+    t = child.get("type")
+    keywords = _keywords(child) - {"reduce"} - set(ANNOTATIONS)
+    if isinstance(t, list) and len(t) == 2 and "null" in t:
+        others = [x for x in t if x != "null"]
+        scalar = others[0] if len(others) == 1 else None
+        fmt = child.get("format")
+        if scalar not in CARRIED_CODES or keywords != {"type"}:
+            return None
+        if scalar == "string" and fmt in ASSERTED_FORMATS:
+            return "d" if fmt == "date-time" else None
+        return CARRIED_CODES[scalar]
+    if t == "object":
+        ok = keywords <= {"type", "additionalProperties"} and child.get("additionalProperties", True) is True
+        return "o" if ok else None
+    if t == "array" and keywords <= {"type", "items"}:
+        items = child.get("items")
+        if items is None:
+            return "a"
+        if isinstance(items, dict) and set(items) == {"type"} and items["type"] in CARRIED_CODES:
+            return CARRIED_CODES[items["type"]].upper()
+    return None
+
+
 def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:
     """The plans of an ``object`` field's members (named ``name/member``, as errors name
-    them), each a scalar reduced by its own strategy."""
+    them), each a scalar reduced by its own strategy (not the carried ones: :func:`_carried`)."""
     out = []
     for member, child in sub["properties"].items():
+        if not _plain_scalar(child, merged=True) and _carried_member(child) is not None:
+            continue
         strategy = _strategy(child)
         scale = scale_of(child["multipleOf"]) if "multipleOf" in child else None
         out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child, scale=scale))
+    return tuple(out)
+
+
+def _carried(name: str, sub: dict) -> tuple[FieldPlan, ...]:
+    """The plans of a merged ``object`` field's members carried as written (:func:`_carried_member`;
+    ``type``: the scan's code)."""
+    out = []
+    for member, child in sub["properties"].items():
+        code = None if _plain_scalar(child, merged=True) else _carried_member(child)
+        if code is not None:
+            out.append(FieldPlan(f"{name}/{member}", "carried", code, "lastWriteWins", child))
     return tuple(out)
 
 

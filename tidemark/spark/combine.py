@@ -215,6 +215,7 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
 
     from tidemark.collection.formats import is_date_time_field
     from tidemark.spark import compile as C
+    from tidemark.spark import jvm
     from tidemark.spark import suspects as V
     from tidemark.spark.datetimes import instant_parts
 
@@ -287,8 +288,12 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     all_aggs = (*aggs, F.count(F.lit(1)).alias("_documents"), F.count_if(F.col("_extras")).alias("_with_extras"))
     key_json = C.key_json_expr([F.col(f"_k{i}") for i in range(len(plan.key))], plan.key_types)
 
-    # documents of the key held undeclared properties, carried in ``doc`` (not in a typed doc)
-    carried = F.lit(False) if undeclared is None else F.size(F.col(C.UNDECLARED)) > F.lit(0)
+    # documents of the key held undeclared top-level properties, carried in ``doc`` (a typed doc
+    # has no place for them; an object's carried members are in its text there)
+    carried = F.lit(False)
+    if undeclared is not None and jvm.carries_undeclared(plan):
+        root = F.map_keys(C.undeclared_merged(F.col(C.UNDECLARED)))
+        carried = F.coalesce(F.exists(root, lambda name: name.startswith(jvm.undeclared_prefix(None))), F.lit(False))
 
     def out(document):
         return (

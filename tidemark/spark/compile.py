@@ -51,7 +51,7 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
             column_type = T.ArrayType(spark_type(f.type))
         elif f.kind == "map":
             column_type = T.MapType(T.StringType(), spark_type(f.type))
-        elif f.kind == "object":
+        elif f.kind == "object" and f.members:
             column_type = T.StructType([T.StructField(part.member, spark_type(part.type)) for part in f.members])
         else:
             column_type = T.StringType()
@@ -354,7 +354,8 @@ def aggregations(
                     errors.append(agg.error(member_present, F.col(f"{v}_{j}")))
                 members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(part.member))
             aggs.append(F.count(values).alias(n))
-            present, picked = F.col(n) > 0, F.struct(*members)
+            # (an object of carried members only is read as its text: present where not null)
+            present, picked = F.col(n) > 0, (F.struct(*members) if members else F.lit(None))
         elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)
             at = next(j for j, o in enumerate(plan.fields) if o.name == f.order)
             picked = F.col(f"v{at}")[f.name]
@@ -386,10 +387,12 @@ def aggregations(
         fields.append((col if f.kind in ("scalar", "raw") else F.to_json(col)).alias(f.name))
         if f.kind == "raw":  # already JSON text: spliced in as is
             raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), value)))
-        elif merged_undeclared is not None and jvm.carries_members(f):
-            members_text = undeclared_text(merged_undeclared, jvm.undeclared_prefix(i))  # its undeclared members
-            text = spliced(F.to_json(value), members_text)
+        elif merged_undeclared is not None and jvm.gives_members(f):
+            # its members carried as written (undeclared ones, nullable ones, objects and arrays)
+            members_text = undeclared_text(merged_undeclared, jvm.undeclared_prefix(i))
+            text = spliced(F.to_json(value) if f.members else F.lit("{}"), members_text)
             raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), text)))
+            fields[-1] = F.when(present, text).alias(f.name)  # a typed row holds the object's text
         else:
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.

@@ -317,7 +317,7 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls
                 conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
                 if s["format"] == "date-time" and f.name in ordered:
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
-        elif f.members and not whole:  # its members' types and names: proved by the JVM scan only
+        elif (f.members or f.carried) and not whole:  # its members' types and names: proved by the JVM scan only
             conds.append(c.isNotNull())
         elif f.kind == "object":  # what the scan does not prove of a merged object's members
             conds += _member_checks(f, c)

@@ -175,6 +175,28 @@ POOL = {
             },
         ),
     ),
+    # members carried as written, last written: nullable, an object and arrays picked whole
+    "who": (
+        {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "email": {"type": ["string", "null"]},
+                "geo": {"type": "object"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+            },
+        },
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "email": st.one_of(st.none(), TEXT),
+                "geo": st.dictionaries(st.sampled_from(["lat", "lon"]), st.one_of(st.none(), SMALL_INT), max_size=2),
+                "tags": st.lists(TEXT, max_size=2),
+                "n": SMALL_INT,
+            },
+        ),
+    ),
     # a real event's nested payment: exact decimals summed and maximized, a date-time last written
     "pay": (
         {

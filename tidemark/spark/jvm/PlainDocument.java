@@ -29,7 +29,10 @@ import org.apache.spark.sql.api.java.UDF2;
  * <p>An object of declared members (kind {@code o}) holds only its declared members, each once,
  * each a scalar of its declared type: its entry's name is followed by U+0002 and the members'
  * entries (kind {@code s}; {@code q} for a member the object must hold), separated by U+0003.
- * An array of such objects: kind {@code l}.
+ * An array of such objects: kind {@code l}.  A merged object's member of kind {@code c}
+ * ({@code k}: required) is carried as written: {@code null} or its scalar type, or (types
+ * {@code o}, {@code a}, {@code S} {@code I} {@code N} {@code B}) an object, an array, an array
+ * of that scalar type; its text is given back as an undeclared member's is (below).
  *
  * <p>A spec that starts with U+0004 allows undeclared top-level properties (the root of an
  * open schema, merged): each is any JSON value ({@code null} included), under a name without
@@ -371,6 +374,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 do {
                     int start = i;
                     int k = name(members);
+                    int nameEnd = i;
                     if (k < 0 && members.open) {
                         if (others == null) {
                             others = new HashSet<>();
@@ -392,6 +396,14 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     }
                     seen[k >>> 6] |= 1L << k;
                     colon();
+                    char kind = members.kinds[k];
+                    if (kind == 'c' || kind == 'k') {  // carried as written: given back, as an undeclared member is
+                        String name = s.substring(start, nameEnd);
+                        int at = i;
+                        carried(members.types[k]);
+                        give(field + "\u0002", name, at);
+                        continue;
+                    }
                     if (members.types[k] == 'i') {
                         integer();  // nothing reads a member typed: the text must be an integer's
                     } else if (members.types[k] == 'n') {
@@ -402,9 +414,54 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 } while (more('}'));
             }
             for (int k = 0; k < members.kinds.length; k++) {
-                if (members.kinds[k] == 'q' && (seen[k >>> 6] & (1L << k)) == 0) {
+                if ((members.kinds[k] == 'q' || members.kinds[k] == 'k') && (seen[k >>> 6] & (1L << k)) == 0) {
                     throw reject();  // a required member is missing
                 }
+            }
+        }
+
+        /**
+         * A member carried as written (kind {@code c} / {@code k}): {@code o} an object, {@code a}
+         * an array (of any values, numbers as Python reads them); {@code S} / {@code I} /
+         * {@code N} / {@code B} an array of that scalar type; else {@code null} or the scalar
+         * ({@code d}: a date-time).
+         */
+        private void carried(char type) {
+            switch (type) {
+                case 'o':
+                case 'a':
+                    if (peek() != (type == 'o' ? '{' : '[')) {
+                        throw reject();
+                    }
+                    any(0, true);
+                    return;
+                case 'S':
+                case 'I':
+                case 'N':
+                case 'B':
+                    if (first('[', ']')) {
+                        do {
+                            carriedScalar(Character.toLowerCase(type));
+                        } while (more(']'));
+                    }
+                    return;
+                default:
+                    if (s.startsWith("null", i)) {
+                        i += 4;
+                        return;
+                    }
+                    carriedScalar(type);
+            }
+        }
+
+        /** A scalar kept as written: an integer's text, a number Python reads as written. */
+        private void carriedScalar(char type) {
+            if (type == 'i') {
+                integer();
+            } else if (type == 'n') {
+                exactNumber();
+            } else {
+                scalar(type);
             }
         }
 

@@ -83,13 +83,19 @@ def spec(plan) -> Optional[str]:
             code = "D" if f.name in bounded else "d"
         if _MEMBERS in f.name:
             return None
-        if f.members:  # an object of members (or an array of such objects): its members' entries after the name
-            if any(_SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members):
+        if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
+            if any(
+                _SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members + f.carried
+            ):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(
-                ("q" if m.member in required else "s") + ("d" if is_date_time(m) else codes[m.type]) + m.member
-                for m in f.members
+                [
+                    ("q" if m.member in required else "s") + ("d" if is_date_time(m) else codes[m.type]) + m.member
+                    for m in f.members
+                ]
+                # ``c`` (``k``: required): carried, given back as written (its type is the scan's code)
+                + [("k" if m.member in required else "c") + m.type + m.member for m in f.carried]
             )
             if f.kind == "raw" and _open_items(f):  # picked whole: its undeclared members are kept as written
                 inner = _OPEN + inner
@@ -125,9 +131,16 @@ def carries_members(f) -> bool:
     return f.kind == "object" and f.schema.get("additionalProperties", True) is True
 
 
+def gives_members(f) -> bool:
+    """Whether the scan gives back members of the merged object ``f`` for the combine to carry,
+    each last written: undeclared ones (:func:`carries_members`) or declared ones it carries as
+    written (``FieldPlan.carried``: nullable, objects and arrays picked whole)."""
+    return carries_members(f) or bool(f.carried)
+
+
 def carries_any(plan) -> bool:
     """Whether the combine carries some undeclared property or member (:func:`undeclared_prefix`)."""
-    return carries_undeclared(plan) or (plan.root_strategy == "merge" and any(carries_members(f) for f in plan.fields))
+    return carries_undeclared(plan) or (plan.root_strategy == "merge" and any(gives_members(f) for f in plan.fields))
 
 
 def undeclared_prefix(index: Optional[int]) -> str:
