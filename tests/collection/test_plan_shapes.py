@@ -78,6 +78,7 @@ def test_an_object_merged_by_plain_properties_of_one_type_is_a_map_and_a_power_o
                     "g": {"type": "object"},
                     "t": {"type": "array", "items": {"type": "integer"}},
                     "a": {"type": "array"},
+                    "o": {"type": "object", "properties": {"x": {"type": "string", "format": "date-time"}}},
                 },
             },
             [("address/n", "integer", "lastWriteWins")],
@@ -112,8 +113,12 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
             },
             "'at': a date-time maximized inside an object",
         ),
-        (  # a nested object of declared properties (one without is carried, picked whole)
-            {**ADDRESS, "properties": {"in": {"type": "object", "properties": {"x": {"type": "string"}}}}},
+        (  # a nested object merged (last written, it is carried, picked whole)
+            {**ADDRESS, "properties": {"in": {**ADDRESS, "properties": {"x": {"type": "string"}}}}},
+            "'in' is not a plain scalar",
+        ),
+        (  # a nested object whose members are not plain scalars
+            {**ADDRESS, "properties": {"in": {"type": "object", "properties": {"x": {"type": "array"}}}}},
             "'in' is not a plain scalar",
         ),
         (  # carried as written: last written only

@@ -172,6 +172,11 @@ FIELD_KINDS = {
                     "tags": {"type": "array", "items": {"type": "string"}},
                     "any": {"type": "array"},
                     "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                    "addr": {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}},
+                    "lines": {
+                        "type": "array",
+                        "items": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}}},
+                    },
                 },
             },
             st.fixed_dictionaries(
@@ -184,6 +189,10 @@ FIELD_KINDS = {
                     "tags": st.lists(st.sampled_from(["a", "é", "}"]), max_size=2),
                     "any": st.lists(UNDECLARED_VALUES, max_size=2),
                     "visits": st.integers(0, 9),
+                    "addr": st.fixed_dictionaries(
+                        {}, optional={"city": st.text(max_size=2), "n": st.integers(-3, 3), "x": UNDECLARED_VALUES}
+                    ),
+                    "lines": st.lists(st.fixed_dictionaries({"sku": st.sampled_from(["a", "b"])}), max_size=2),
                 },
             ),
         ),
@@ -823,6 +832,11 @@ CARRIED_MEMBERS = {
                 "geo": {"type": "object"},
                 "tags": {"type": "array", "items": {"type": "string"}},
                 "orders": {"type": "integer", "reduce": {"strategy": "sum"}},
+                "address": {  # declared members, picked whole
+                    "type": "object",
+                    "required": ["city"],
+                    "properties": {"city": {"type": "string"}, "since": {"type": "string", "format": "date-time"}},
+                },
             },
         },
     },
@@ -838,10 +852,16 @@ def test_an_objects_nullable_object_and_array_members_are_carried_each_last_writ
     assert plan is not None
     customer = plan.fields[1]
     assert [m.member for m in customer.members] == ["id", "orders"]
-    assert [(m.member, m.type) for m in customer.carried] == [("email", "s"), ("geo", "o"), ("tags", "S")]
+    assert [(m.member, m.type) for m in customer.carried] == [
+        ("email", "s"),
+        ("geo", "o"),
+        ("tags", "S"),
+        ("address", "O"),
+    ]
     docs = [
         {"k": "a", "customer": {"id": "c1", "email": "x@y", "geo": {"lat": 1.5, "n": [None]}, "orders": 1}},
-        {"k": "a", "customer": {"email": None, "tags": ["vip"], "orders": 2}},
+        {"k": "a", "customer": {"email": None, "tags": ["vip"], "orders": 2, "address": {"city": "Oslo"}}},
+        {"k": "a", "customer": {"address": {"city": "Lima", "since": "2024-05-01T10:00:00+05:30", "floor": 2}}},
         {"k": "a", "customer": {"geo": {"lon": 2}, "tags": []}},
         {"k": "b", "customer": {"email": "b@c"}},
         {"k": "c", "customer": {"orders": 4}},
@@ -850,11 +870,20 @@ def test_an_objects_nullable_object_and_array_members_are_carried_each_last_writ
     try:
         got = collect(res)
         assert got == expected(coll, docs, files=1)
-        assert got['["a"]']["customer"] == {"id": "c1", "email": None, "geo": {"lon": 2}, "tags": [], "orders": 3}
+        assert got['["a"]']["customer"] == {
+            "id": "c1",
+            "email": None,
+            "geo": {"lon": 2},
+            "tags": [],
+            "orders": 3,
+            "address": {"city": "Lima", "since": "2024-05-01T10:00:00+05:30", "floor": 2},
+        }
         assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
     finally:
         res.unpersist()
     for bad in (
+        {"k": "a", "customer": {"address": {"since": "2024-05-01T10:00:00Z"}}},  # its required member missing
+        {"k": "a", "customer": {"address": {"city": "x", "since": "soon"}}},
         {"k": "a", "customer": {"email": 5}},
         {"k": "a", "customer": {"tags": [1]}},
         {"k": "a", "customer": {"geo": []}},

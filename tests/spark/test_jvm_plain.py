@@ -330,6 +330,30 @@ def test_carried_members_are_proved_and_given_back_as_written(scan, spark):
         ('{"o":{"e":"x","z":1}}', -1),  # closed
     ]
     assert scan([text for text, _ in cases], spec) == [want for _, want in cases]
+    # an object and an array of objects of declared members, carried: proved as picked whole
+    city = FieldPlan("a/city", "scalar", "string", "lastWriteWins", {"type": "string"})
+    nested = (
+        FieldPlan("o/a", "carried", "O", "lastWriteWins", {"type": "object", "required": ["city"]}, members=(city,)),
+        FieldPlan(
+            "o/l",
+            "carried",
+            "L",
+            "lastWriteWins",
+            {"type": "array", "items": {"type": "object", "additionalProperties": False}},
+            members=(city,),
+        ),
+    )
+    outer = FieldPlan("o", "object", "object", "merge", {"type": "object"}, carried=nested)
+    spec2 = jvm.spec(plan_of(outer))
+    more = [
+        ('{"o":{"a":{"city":"x","floor":[1]}}}', 1 | seen),  # its undeclared member kept as written
+        ('{"o":{"a":{"floor":1}}}', -1),  # its required member missing
+        ('{"o":{"a":{"city":5}}}', -1),
+        ('{"o":{"l":[{"city":"x"},{}]}}', 1 | seen),
+        ('{"o":{"l":[{"city":"x","z":1}]}}', -1),  # closed
+        ('{"o":{"l":{"city":"x"}}}', -1),
+    ]
+    assert scan([text for text, _ in more], spec2) == [want for _, want in more]
     df = spark.createDataFrame([(0, cases[1][0])], "i int, v string")
     [row] = df.select(F.call_udf(jvm.UNDECLARED_FUNCTION, "v", F.lit(spec)).alias("u")).collect()
     assert row.u == '1\u0002"e"\u0000"x"\u00011\u0002"g"\u0000{"p":[1,null]}\u00011\u0002"t"\u0000[1,-2]'

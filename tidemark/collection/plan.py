@@ -470,7 +470,8 @@ def _carried_member(child: Any) -> Optional[str]:
     (``type: [T, "null"]``, annotations, a ``date-time`` or an unasserted format: ``d`` for a
     date-time, else ``s`` / ``i`` / ``n`` / ``b``), an object without declared properties
     (``o``), an array without items (``a``) or of one plain scalar type (``S`` / ``I`` / ``N`` /
-    ``B``).  The JVM scan proves it (and gives its text back), so it is compiled only where
+    ``B``), an object or an array of objects of declared members as an object picked whole
+    may hold (``O`` / ``L``: :func:`_whole_members`).  The JVM scan proves it (and gives its text back), so it is compiled only where
     the scan runs; the Python fold reduces it the same way (picked whole)."""
     if not isinstance(child, dict) or _strategy(child) != "lastWriteWins":
         return None
@@ -485,6 +486,9 @@ def _carried_member(child: Any) -> Optional[str]:
         if scalar == "string" and fmt in ASSERTED_FORMATS:
             return "d" if fmt == "date-time" else None
         return CARRIED_CODES[scalar]
+    if isinstance(t, str) and _declares_members(t, child):  # an object (array of objects) of declared members
+        members, _why = _whole_members("", t, child)
+        return None if members is None else ("O" if t == "object" else "L")
     if t == "object":
         ok = keywords <= {"type", "additionalProperties"} and child.get("additionalProperties", True) is True
         return "o" if ok else None
@@ -516,8 +520,12 @@ def _carried(name: str, sub: dict) -> tuple[FieldPlan, ...]:
     out = []
     for member, child in sub["properties"].items():
         code = None if _plain_scalar(child, merged=True) else _carried_member(child)
-        if code is not None:
-            out.append(FieldPlan(f"{name}/{member}", "carried", code, "lastWriteWins", child))
+        if code is None:
+            continue
+        inner: tuple[FieldPlan, ...] = ()
+        if code in ("O", "L"):  # its own declared members, proved as an object picked whole
+            inner = _whole_members(f"{name}/{member}", child["type"], child)[0] or ()
+        out.append(FieldPlan(f"{name}/{member}", "carried", code, "lastWriteWins", child, members=inner))
     return tuple(out)
 
 

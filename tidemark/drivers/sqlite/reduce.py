@@ -192,8 +192,12 @@ class SqliteReduce(ReduceSql):
 
     def set_members(self, doc: str, members, nulls=()) -> str:
         out = f"coalesce({doc}, '{{}}')"
-        for name, e in members:  # json_patch: a member set to null is removed
-            out = f"json_patch({out}, json_object({literal(name)}, {e}))"
+        latest = list(dict(members).items())  # a name set twice: the later expression
+        # json_patch: a member set to null is removed; one patch of many members, not one call
+        # nested per member (SQLite's parser stack overflows past a few dozen nested calls)
+        for i in range(0, len(latest), PAIRS):
+            pairs = ", ".join(f"{literal(name)}, {e}" for name, e in latest[i : i + PAIRS])
+            out = f"json_patch({out}, json_object({pairs}))"
         return f"NULLIF({insert_nulls('json_insert', out, nulls, PAIRS, path)}, '{{}}')"
 
     def remainder(self, doc: str, names) -> str:

@@ -32,7 +32,9 @@ import org.apache.spark.sql.api.java.UDF2;
  * An array of such objects: kind {@code l}.  A merged object's member of kind {@code c}
  * ({@code k}: required) is carried as written: {@code null} or its scalar type, or (types
  * {@code o}, {@code a}, {@code S} {@code I} {@code N} {@code B}) an object, an array, an array
- * of that scalar type; its text is given back as an undeclared member's is (below).
+ * of that scalar type, or ({@code O}, {@code L}) an object or an array of objects of declared
+ * members (theirs after U+0002, separated by U+0006, proved as an object picked whole is); its
+ * text is given back as an undeclared member's is (below).
  *
  * <p>A spec that starts with U+0004 allows undeclared top-level properties (the root of an
  * open schema, merged): each is any JSON value ({@code null} included), under a name without
@@ -103,6 +105,12 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 if (kinds[i] == 'o' || kinds[i] == 'l') {
                     int at = names[i].indexOf('\u0002');
                     members[i] = new Spec(names[i].substring(at + 1), "\u0003");
+                    names[i] = names[i].substring(0, at);
+                } else if ((kinds[i] == 'c' || kinds[i] == 'k') && (types[i] == 'O' || types[i] == 'L')) {
+                    // a member carried as written that is an object (an array of objects) of
+                    // declared members: theirs follow U+0002, separated by U+0006
+                    int at = names[i].indexOf('\u0002');
+                    members[i] = new Spec(names[i].substring(at + 1), "\u0006");
                     names[i] = names[i].substring(0, at);
                 }
                 longest = Math.max(longest, names[i].length());
@@ -400,7 +408,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     if (kind == 'c' || kind == 'k') {  // carried as written: given back, as an undeclared member is
                         String name = s.substring(start, nameEnd);
                         int at = i;
-                        carried(members.types[k]);
+                        carried(members.types[k], members.members[k]);
                         give(field + "\u0002", name, at);
                         continue;
                     }
@@ -426,8 +434,18 @@ public final class PlainDocument implements UDF2<String, String, Long> {
          * {@code N} / {@code B} an array of that scalar type; else {@code null} or the scalar
          * ({@code d}: a date-time).
          */
-        private void carried(char type) {
+        private void carried(char type, Spec members) {
             switch (type) {
+                case 'O':
+                    object(members, -1);
+                    return;
+                case 'L':
+                    if (first('[', ']')) {
+                        do {
+                            object(members, -1);
+                        } while (more(']'));
+                    }
+                    return;
                 case 'o':
                 case 'a':
                     if (peek() != (type == 'o' ? '{' : '[')) {

@@ -54,6 +54,7 @@ _MEMBERS = "\u0002"  # between an object's name and its members' entries
 _MEMBER = "\u0003"  # between an object's members' entries
 _OPEN = "\u0004"  # leads the spec of a root (or an object picked whole) that may hold undeclared properties
 _CARRIED = "\u0005"  # leads the members' spec of a merged object whose undeclared members are carried
+_NESTED = "\u0006"  # between the entries of a carried member's own declared members
 
 _lock = threading.Lock()
 _jar: dict[str, Optional[str]] = {}  # Spark version -> jar path, or None when it cannot be built
@@ -84,9 +85,9 @@ def spec(plan) -> Optional[str]:
         if _MEMBERS in f.name:
             return None
         if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
-            if any(
-                _SEPARATOR in m.member or _MEMBERS in m.member or _MEMBER in m.member for m in f.members + f.carried
-            ):
+            nested = [x for m in f.carried for x in m.members]
+            names = [m.member for m in (*f.members, *f.carried, *nested)]
+            if any(c in name for name in names for c in (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN)):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(
@@ -95,7 +96,7 @@ def spec(plan) -> Optional[str]:
                     for m in f.members
                 ]
                 # ``c`` (``k``: required): carried, given back as written (its type is the scan's code)
-                + [("k" if m.member in required else "c") + m.type + m.member for m in f.carried]
+                + [("k" if m.member in required else "c") + m.type + m.member + _nested(m) for m in f.carried]
             )
             if f.kind == "raw" and _open_items(f):  # picked whole: its undeclared members are kept as written
                 inner = _OPEN + inner
@@ -105,6 +106,21 @@ def spec(plan) -> Optional[str]:
             continue
         entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
     return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
+
+
+def _nested(m) -> str:
+    """The declared members of a carried object (an array of objects) ``m``: U+0002, then their
+    entries separated by U+0006 (U+0004 first where undeclared ones are kept as written)."""
+    if not m.members:
+        return ""
+    codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b"}
+    node = m.schema["items"] if m.type == "L" else m.schema  # the object's schema
+    required = set(node.get("required", ()))
+    entries = _NESTED.join(
+        ("q" if x.member in required else "s") + ("d" if is_date_time(x) else codes[x.type]) + x.member
+        for x in m.members
+    )
+    return _MEMBERS + (_OPEN if node.get("additionalProperties", True) is True else "") + entries
 
 
 def is_date_time(member) -> bool:
