@@ -142,6 +142,7 @@ FIELD_KINDS = {
                     "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
                     "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "maximize"}},
                     "ref": {"type": "string", "format": "uuid", "title": "a reference"},
+                    "mail": {"type": "string", "format": "email"},
                 },
             },
             st.fixed_dictionaries(
@@ -154,6 +155,7 @@ FIELD_KINDS = {
                     "ref": st.sampled_from(
                         ["123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000"]
                     ),
+                    "mail": st.sampled_from(["a@b.org", '"a b"@x.org', "o'n@x-y.io", "a@[192.0.2.1]"]),
                 },
             ),
         )
@@ -770,6 +772,7 @@ FORMATTED_MEMBERS = {
                 "paid_at": {"type": "string", "format": "date-time"},
                 "amount": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
                 "ref": {"type": "string", "format": "uuid"},
+                "mail": {"type": "string", "format": "email"},
             },
         },
     },
@@ -783,10 +786,10 @@ def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spar
     coll = Collection(CollectionSpec("t", ("/k",), FORMATTED_MEMBERS))
     plan = compile_collection(coll)
     assert plan is not None and plan.fields[1].kind == "object"
-    assert [m.scale for m in plan.fields[1].members] == [None, 2, None]
+    assert [m.scale for m in plan.fields[1].members] == [None, 2, None, None]
     docs = [
         {"k": "a", "payment": {"paid_at": "2024-05-01T10:00:00+05:30", "amount": 0.1}},
-        {"k": "a", "payment": {"amount": 0.2, "ref": "123e4567-e89b-12d3-a456-426614174000"}},
+        {"k": "a", "payment": {"amount": 0.2, "ref": "123e4567-e89b-12d3-a456-426614174000", "mail": "a@b.org"}},
         {"k": "a", "payment": {"paid_at": "2024-05-01T09:00:00.25Z", "amount": 3}},
         {"k": "b", "payment": {"amount": 1}},
         {"k": "b", "payment": {"amount": 2}},
@@ -799,6 +802,7 @@ def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spar
             "paid_at": "2024-05-01T09:00:00.25Z",
             "amount": 3.3,
             "ref": "123e4567-e89b-12d3-a456-426614174000",
+            "mail": "a@b.org",
         }
         assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
     finally:
@@ -807,6 +811,7 @@ def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spar
         ({"k": "a", "payment": {"paid_at": "2024-05-01 10:00"}}, "is not a 'date-time'"),
         ({"k": "a", "payment": {"amount": 0.125}}, "multiple"),
         ({"k": "a", "payment": {"ref": "12"}}, "is not a 'uuid'"),
+        ({"k": "a", "payment": {"mail": "a@b@c"}}, "is not a 'email'"),
     ):
         with pytest.raises(DocumentError, match=rule):
             combine_batch(frame(spark, docs + [bad], files=1), coll)

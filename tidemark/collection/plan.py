@@ -52,7 +52,7 @@ SCALAR_KEYWORDS = (
     "maxLength",
 ) + ANNOTATIONS
 # Asserted formats that native validation checks (the others are not compiled).
-NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4")
+NATIVE_FORMATS = ("date-time", "date", "time", "uuid", "ipv4", "email")
 ROOT_KEYWORDS = ("type", "properties", "required", "additionalProperties", "$schema", "$id", "$defs") + ANNOTATIONS
 
 

@@ -19,6 +19,10 @@ _FORMAT_SHAPES = {
     "time": r"^[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})\z",
     "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\z",
     "ipv4": r"^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}\z",
+    # a dot-atom local part and a host name (its length checked apart); a quoted local part or
+    # an address literal is not proved here (a suspect: the Python validator decides)
+    "email": r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\z",
 }
 
 
@@ -79,6 +83,8 @@ def date_time_parts(c):
 def format_ok(c, fmt: str):
     """True where the string ``c`` provably has the format (:mod:`tidemark.collection.formats`);
     false or null where it may not (the document is then a suspect)."""
+    from pyspark.sql import functions as F
+
     shape = c.rlike(_FORMAT_SHAPES[fmt])
     if fmt == "date":
         return shape & _date_ok(_num(c, 1, 4), _num(c, 6, 2), _num(c, 9, 2))
@@ -87,6 +93,12 @@ def format_ok(c, fmt: str):
     if fmt == "date-time":
         p = date_time_parts(c)
         return shape & _date_ok(p["year"], p["month"], p["day"]) & _time_ok(p)
+    if fmt == "email":  # the local part at most 64 characters, the host name 253
+        return (
+            shape
+            & (F.length(F.substring_index(c, "@", 1)) <= F.lit(64))
+            & (F.length(F.substring_index(c, "@", -1)) <= F.lit(253))
+        )
     return shape
 
 

@@ -4,7 +4,7 @@ Validation keywords checked natively: ``type``, ``required``, ``enum``, ``minimu
 ``maximum`` (and exclusive forms), ``minLength`` / ``maxLength``,
 ``additionalProperties: false``, the ``format`` of a string property where it is one of
 :data:`~tidemark.collection.plan.NATIVE_FORMATS` (``date-time``, ``date``, ``time``,
-``uuid``, ``ipv4``: :mod:`tidemark.spark.datetimes`), plus the key's presence and what
+``uuid``, ``email``, ``ipv4``: :mod:`tidemark.spark.datetimes`), plus the key's presence and what
 ``from_json`` forgives (``null`` values, content after the document, a non-string read into
 a string column, string array element or string map value, a lone surrogate escape): a
 document is proved free of those by :func:`plain_document`, one scan of the text in the JVM
