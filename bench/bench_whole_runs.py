@@ -2,6 +2,7 @@
 
     python bench/bench_whole_runs.py [--shape simple|events] [--docs 1000000] [--batches 40]
                                      [--keys 100000] [--shards 2] [--runs 2] [--only p,t] [--extras 0.01]
+                                     [--nested 0.3]
 
 (p) the peer a user writes when they care about speed: ``foreachBatch``, the batch
     aggregated with Spark's own functions (``groupBy().agg()``), then ``foreachPartition``:
@@ -25,7 +26,11 @@ Shapes (one JSON-lines file per batch, ``maxFilesPerTrigger: 1``):
   maximized, ``first_seen`` minimized, ``status`` last written by ``event_time``, ``amount``
   an exact decimal summed, ``n`` a count, ``tags`` a union of string arrays (absent in 40 %),
   ``note`` an optional string (last written), ``address`` an object merged, its ``city`` /
-  ``zip`` last written (present in 20 %).
+  ``zip`` last written (present in 20 %).  ``--nested F``: a fraction ``F`` of the events also
+  carry a ``customer`` object merged member by member: an ``email`` (``format: email``), a
+  nullable ``phone``, an ``address`` of declared members picked whole, a ``paid_at``
+  date-time, ``spent`` an exact decimal summed (the peer's fixed read schema leaves it out;
+  tidemark's view is checked against the answer with it).
 """
 
 from __future__ import annotations
@@ -74,6 +79,25 @@ EVENTS_SCHEMA = {
         },
     },
 }
+#: EVENTS_SCHEMA with a nested customer (``--nested``)
+NESTED_SCHEMA = {
+    **EVENTS_SCHEMA,
+    "properties": {
+        **EVENTS_SCHEMA["properties"],
+        "customer": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "id": {"type": "string"},
+                "email": {"type": "string", "format": "email"},
+                "phone": {"type": ["string", "null"]},
+                "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}},
+                "paid_at": {"type": "string", "format": "date-time"},
+                "spent": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+            },
+        },
+    },
+}
 EVENTS_SPARK_SCHEMA = (
     "order_id STRING, event_time STRING, first_seen STRING, status STRING, amount DECIMAL(18,2), n BIGINT, "
     "tags ARRAY<STRING>, note STRING, address STRUCT<city: STRING, zip: STRING>"
@@ -92,7 +116,9 @@ def rfc3339(t: dt.datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def write_events(directory: str, docs: int, keys: int, batches: int, seed: int = 17, extras: float = 0.0) -> dict:
+def write_events(
+    directory: str, docs: int, keys: int, batches: int, seed: int = 17, extras: float = 0.0, nested: float = 0.0
+) -> dict:
     """One file per batch of order events; returns the answer: per order, the instants, the
     status of the latest event (the later document on a tie), the exact sum, the count, the
     set of tags (None: never present), the last note, city and zip (None: never present).
@@ -127,6 +153,17 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
                 d["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
             if extras and draw.random() < extras:
                 d["channel"] = draw.choice(("web", "app", "store"))
+            if nested and draw.random() < nested:
+                customer: dict = {"id": f"c{draw.randrange(1000)}", "spent": round(draw.randrange(1, 10_000) / 100, 2)}
+                if draw.random() < 0.5:
+                    customer["email"] = f"u{draw.randrange(1000)}@example.org"
+                if draw.random() < 0.5:
+                    customer["phone"] = draw.choice([None, "+351 21 000 0000", "+47 22 00 00 00"])
+                if draw.random() < 0.3:
+                    customer["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
+                if draw.random() < 0.5:
+                    customer["paid_at"] = text
+                d["customer"] = customer
             lines.append(json.dumps(d, separators=(",", ":")))
             cur = view.get(d["order_id"])
             amount = Decimal(repr(d["amount"]))
@@ -141,6 +178,7 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
                     "note": None,
                     "city": None,
                     "zip": None,
+                    "customer": None,
                 }
             elif instant >= cur["event_time"]:
                 cur["status"] = d["status"]
@@ -154,6 +192,10 @@ def write_events(directory: str, docs: int, keys: int, batches: int, seed: int =
                 cur["note"] = d["note"]
             if "address" in d:
                 cur["city"], cur["zip"] = d["address"]["city"], d["address"]["zip"]
+            if "customer" in d:  # merged: each member last written, spent summed exactly
+                c = {**(cur["customer"] or {}), **d["customer"]}
+                c["spent"] = (cur["customer"] or {}).get("spent", Decimal(0)) + Decimal(repr(d["customer"]["spent"]))
+                cur["customer"] = c
         path = os.path.join(directory, f"events-{b:05d}.json")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -265,7 +307,7 @@ def child_tidemark(args) -> dict:
         "collections": {
             "orders": {
                 "key": ["/customer"] if args.shape == "simple" else ["/order_id"],
-                "schema": SCHEMA if args.shape == "simple" else EVENTS_SCHEMA,
+                "schema": SCHEMA if args.shape == "simple" else (NESTED_SCHEMA if args.nested else EVENTS_SCHEMA),
                 "source": {"format": "json", "path": args.data, "options": {"maxFilesPerTrigger": 1}},
             }
         },
@@ -328,7 +370,7 @@ def peer_view(schema: str, shape: str) -> dict:
         return {r[0]: (r[1], r[2], r[3], r[4], r[5], set(r[6]) if r[6] else None, *r[7:]) for r in rows}
 
 
-def tidemark_view(schema: str, shape: str) -> dict:
+def tidemark_view(schema: str, shape: str, nested: bool = False) -> dict:
     """The view's documents as tidemark's own reader gives them back (any form)."""
     from types import SimpleNamespace
 
@@ -336,7 +378,7 @@ def tidemark_view(schema: str, shape: str) -> dict:
     from tidemark.drivers.registry import load_driver
     from tidemark.spec import CollectionSpec
 
-    schema_json = SCHEMA if shape == "simple" else EVENTS_SCHEMA
+    schema_json = SCHEMA if shape == "simple" else (NESTED_SCHEMA if nested else EVENTS_SCHEMA)
     key = ("/customer",) if shape == "simple" else ("/order_id",)
     coll = Collection(CollectionSpec("orders", key, schema_json))
     b = coll.binding_spec(SimpleNamespace(resource={"table": "view"}, delta_updates=False))
@@ -358,13 +400,22 @@ def tidemark_view(schema: str, shape: str) -> dict:
                 doc.get("note"),
                 addr.get("city"),
                 addr.get("zip"),
-            )
+            ) + ((_customer(doc.get("customer")),) if nested else ())
     return out
 
 
-def answer(view: dict, shape: str) -> dict:
+def _customer(c):
+    """A view's customer with its exact sum as a Decimal (None: never present)."""
+    if c is None:
+        return None
+    return {**c, "spent": Decimal(repr(c["spent"])) if isinstance(c["spent"], float) else Decimal(c["spent"])}
+
+
+def answer(view: dict, shape: str, nested: bool = False) -> dict:
     if shape == "simple":
         return answer_rows(view)
+    if nested:  # tidemark's view holds the customer too
+        return {k: (*row, view[k]["customer"]) for k, row in answer(view, shape).items()}
     return {
         k: (
             v["event_time"],
@@ -410,6 +461,8 @@ def run_child(job: str, args, data: str, work: str) -> tuple[float, dict, str]:
         args.shape,
         "--shards",
         str(args.shards),
+        "--nested",
+        str(args.nested),
         "--data",
         data,
         "--schema",
@@ -441,6 +494,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--extras", type=float, default=0.0, help="events: the fraction with an undeclared property")
+    ap.add_argument("--nested", type=float, default=0.0, help="events: the fraction with a nested customer")
     ap.add_argument("--only", default="p,t")
     ap.add_argument("--child", choices=("p", "t"))
     ap.add_argument("--data")
@@ -458,8 +512,9 @@ def main() -> None:
     if args.shape == "simple":
         written = write_stream(data, args.docs, args.keys, args.batches)
     else:
-        written = write_events(data, args.docs, args.keys, args.batches, extras=args.extras)
+        written = write_events(data, args.docs, args.keys, args.batches, extras=args.extras, nested=args.nested)
     want = answer(written, args.shape)
+    want_tidemark = answer(written, args.shape, nested=args.nested > 0)
     print(
         f"\nshape {args.shape}: {args.docs:,} documents over {args.keys:,} keys in {args.batches} batches of "
         f"{args.docs // args.batches:,}, {args.shards} shard(s), Spark local[{args.shards}]; each job a process"
@@ -472,14 +527,17 @@ def main() -> None:
             for job in jobs if rnd % 2 == 0 else reversed(jobs):  # alternate who goes first
                 wall, report, schema = run_child(job, args, data, work)
                 schemas.append(schema)
-                view = peer_view(schema, args.shape) if job == "p" else tidemark_view(schema, args.shape)
+                if job == "p":
+                    view, expected = peer_view(schema, args.shape), want
+                else:
+                    view, expected = tidemark_view(schema, args.shape, args.nested > 0), want_tidemark
                 first = report["first_commit"] - report["start"] if report["first_commit"] else float("nan")
                 size = table_bytes(schema)
                 results[job].append((wall, steady(report["batches"]), first, size))
                 print(
                     f"run {rnd + 1} ({job}): whole {wall:.1f} s, first commit {first:.1f} s after start, "
                     f"steady batch {steady(report['batches']):.3f} s, table {size / 2**20:.1f} MiB, "
-                    f"{report.get('loaded', '')} view {differences(view, want)}",
+                    f"{report.get('loaded', '')} view {differences(view, expected)}",
                     flush=True,
                 )
                 if report.get("phases"):
