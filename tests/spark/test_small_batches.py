@@ -150,7 +150,9 @@ def test_four_shard_sessions_in_the_driver_into_a_sql_server_exactly(spark, tmp_
     assert view(url, schema) == oracle(files)
 
 
-@pytest.mark.parametrize("name", [pytest.param("postgres", marks=pytest.mark.postgres), "mysql"])
+@pytest.mark.parametrize(
+    "name", [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.slow)]
+)
 def test_an_object_with_carried_and_undeclared_members_stays_on_typed_rows(spark, tmp_path, request, name):
     """An object whose members are carried as written (nullable, a nested object, undeclared
     ones): its typed value is its text, members and all, so the batch stays on typed rows (no

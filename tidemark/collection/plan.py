@@ -471,8 +471,9 @@ def _carried_member(child: Any) -> Optional[str]:
     date-time, else ``s`` / ``i`` / ``n`` / ``b``), an object without declared properties
     (``o``), an array without items (``a``) or of one plain scalar type (``S`` / ``I`` / ``N`` /
     ``B``), an object or an array of objects of declared members as an object picked whole
-    may hold (``O`` / ``L``: :func:`_whole_members`).  The JVM scan proves it (and gives its text back), so it is compiled only where
-    the scan runs; the Python fold reduces it the same way (picked whole)."""
+    may hold (``O`` / ``L``: :func:`_whole_members`).  The JVM scan proves it and gives its
+    text back, so it is compiled only where the scan runs; the Python fold reduces it the same
+    way (picked whole)."""
     if not isinstance(child, dict) or _strategy(child) != "lastWriteWins":
         return None
     t = child.get("type")
