@@ -193,9 +193,10 @@ def write_events(
             if "address" in d:
                 cur["city"], cur["zip"] = d["address"]["city"], d["address"]["zip"]
             if "customer" in d:  # merged: each member last written, spent summed exactly
-                c = {**(cur["customer"] or {}), **d["customer"]}
-                c["spent"] = (cur["customer"] or {}).get("spent", Decimal(0)) + Decimal(repr(d["customer"]["spent"]))
-                cur["customer"] = c
+                before = cur["customer"] or {}
+                customer = {**before, **d["customer"]}
+                customer["spent"] = before.get("spent", Decimal(0)) + Decimal(repr(d["customer"]["spent"]))
+                cur["customer"] = customer
         path = os.path.join(directory, f"events-{b:05d}.json")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -404,11 +405,12 @@ def tidemark_view(schema: str, shape: str, nested: bool = False) -> dict:
     return out
 
 
-def _customer(c):
+def _customer(customer):
     """A view's customer with its exact sum as a Decimal (None: never present)."""
-    if c is None:
+    if customer is None:
         return None
-    return {**c, "spent": Decimal(repr(c["spent"])) if isinstance(c["spent"], float) else Decimal(c["spent"])}
+    spent = customer["spent"]
+    return {**customer, "spent": Decimal(repr(spent)) if isinstance(spent, float) else Decimal(spent)}
 
 
 def answer(view: dict, shape: str, nested: bool = False) -> dict:

@@ -85,9 +85,10 @@ def spec(plan) -> Optional[str]:
         if _MEMBERS in f.name:
             return None
         if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
-            nested = [x for m in f.carried for x in m.members]
-            names = [m.member for m in (*f.members, *f.carried, *nested)]
-            if any(c in name for name in names for c in (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN)):
+            nested = [part for carried in f.carried for part in carried.members]
+            names = [part.member for part in (*f.members, *f.carried, *nested)]
+            marks = (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN)
+            if any(mark in name for name in names for mark in marks):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(
@@ -108,17 +109,17 @@ def spec(plan) -> Optional[str]:
     return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
 
 
-def _nested(m) -> str:
-    """The declared members of a carried object (an array of objects) ``m``: U+0002, then their
-    entries separated by U+0006 (U+0004 first where undeclared ones are kept as written)."""
-    if not m.members:
+def _nested(carried) -> str:
+    """The declared members of a carried object (an array of objects) ``carried``: U+0002, then
+    their entries separated by U+0006 (U+0004 first where undeclared ones are kept as written)."""
+    if not carried.members:
         return ""
     codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b"}
-    node = m.schema["items"] if m.type == "L" else m.schema  # the object's schema
+    node = carried.schema["items"] if carried.type == "L" else carried.schema  # the object's schema
     required = set(node.get("required", ()))
     entries = _NESTED.join(
-        ("q" if x.member in required else "s") + ("d" if is_date_time(x) else codes[x.type]) + x.member
-        for x in m.members
+        ("q" if part.member in required else "s") + ("d" if is_date_time(part) else codes[part.type]) + part.member
+        for part in carried.members
     )
     return _MEMBERS + (_OPEN if node.get("additionalProperties", True) is True else "") + entries
 
