@@ -123,17 +123,23 @@ def test_two_bindings_in_the_driver_on_typed_values_each_of_its_own_types_exactl
         con.close()
 
 
+def _server(request, name: str):
+    """(url, schema, view reader) of the PostgreSQL or MariaDB server a test writes to."""
+    from tests.support.helpers import postgres_view
+    from tests.support.mysql_support import mysql_view
+
+    if name == "postgres":
+        return request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"), postgres_view
+    return request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db"), mysql_view
+
+
 @pytest.mark.parametrize("name", [pytest.param("postgres", marks=pytest.mark.postgres), "mysql"])
 def test_four_shard_sessions_in_the_driver_into_a_sql_server_exactly(spark, tmp_path, request, name):
     """A lean view PostgreSQL or MariaDB reduces: the sessions get the documents as typed
     values (PostgreSQL COPYs them, MariaDB LOADs them)."""
-    from tests.support.helpers import COMPILED_SCHEMA, orders_spec, postgres_view
-    from tests.support.mysql_support import mysql_view
+    from tests.support.helpers import COMPILED_SCHEMA, orders_spec
 
-    if name == "postgres":
-        url, schema, view = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"), postgres_view
-    else:
-        url, schema, view = request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db"), mysql_view
+    url, schema, view = _server(request, name)
     data = tmp_path / "data"
     files = write_stream(data, files=4, per_file=150, customers=60, seed=68 if name == "postgres" else 69)
     spec = orders_spec(
@@ -159,13 +165,9 @@ def test_an_object_with_carried_and_undeclared_members_stays_on_typed_rows(spark
     checked rerun) and the view is exact."""
     import copy
 
-    from tests.support.helpers import COMPILED_NULLABLE_SCHEMA, orders_spec, postgres_view
-    from tests.support.mysql_support import mysql_view
+    from tests.support.helpers import COMPILED_NULLABLE_SCHEMA, orders_spec
 
-    if name == "postgres":
-        url, schema, view = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema"), postgres_view
-    else:
-        url, schema, view = request.getfixturevalue("mysql_url"), request.getfixturevalue("mysql_db"), mysql_view
+    url, schema, view = _server(request, name)
     members_only = copy.deepcopy(COMPILED_NULLABLE_SCHEMA)
     del members_only["properties"]["note"]  # a typed row has no place for a top-level null
     data = tmp_path / "data"

@@ -476,10 +476,10 @@ def _carried_member(child: Any) -> Optional[str]:
     way (picked whole)."""
     if not isinstance(child, dict) or _strategy(child) != "lastWriteWins":
         return None
-    t = child.get("type")
+    json_type = child.get("type")
     keywords = _keywords(child) - {"reduce"} - set(ANNOTATIONS)
-    if isinstance(t, list) and len(t) == 2 and "null" in t:
-        others = [x for x in t if x != "null"]
+    if isinstance(json_type, list) and len(json_type) == 2 and "null" in json_type:
+        others = [name for name in json_type if name != "null"]
         scalar = others[0] if len(others) == 1 else None
         fmt = child.get("format")
         if scalar not in CARRIED_CODES or keywords != {"type"}:
@@ -487,13 +487,15 @@ def _carried_member(child: Any) -> Optional[str]:
         if scalar == "string" and fmt in ASSERTED_FORMATS:
             return "d" if fmt == "date-time" else None
         return CARRIED_CODES[scalar]
-    if isinstance(t, str) and _declares_members(t, child):  # an object (array of objects) of declared members
-        members, _why = _whole_members("", t, child)
-        return None if members is None else ("O" if t == "object" else "L")
-    if t == "object":
+    if isinstance(json_type, str) and _declares_members(
+        json_type, child
+    ):  # an object (array of objects) of declared members
+        members, _why = _whole_members("", json_type, child)
+        return None if members is None else ("O" if json_type == "object" else "L")
+    if json_type == "object":
         ok = keywords <= {"type", "additionalProperties"} and child.get("additionalProperties", True) is True
         return "o" if ok else None
-    if t == "array" and keywords <= {"type", "items"}:
+    if json_type == "array" and keywords <= {"type", "items"}:
         items = child.get("items")
         if items is None:
             return "a"

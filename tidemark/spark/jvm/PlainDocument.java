@@ -412,13 +412,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         give(field + "\u0002", name, at);
                         continue;
                     }
-                    if (members.types[k] == 'i') {
-                        integer();  // nothing reads a member typed: the text must be an integer's
-                    } else if (members.types[k] == 'n') {
-                        exactNumber();  // finite to Python (Spark would read 1e400 as Infinity)
-                    } else {
-                        scalar(members.types[k]);
-                    }
+                    memberScalar(members.types[k]);
                 } while (more('}'));
             }
             for (int k = 0; k < members.kinds.length; k++) {
@@ -459,7 +453,7 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                 case 'B':
                     if (first('[', ']')) {
                         do {
-                            carriedScalar(Character.toLowerCase(type));
+                            memberScalar(Character.toLowerCase(type));
                         } while (more(']'));
                     }
                     return;
@@ -468,12 +462,15 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         i += 4;
                         return;
                     }
-                    carriedScalar(type);
+                    memberScalar(type);
             }
         }
 
-        /** A scalar kept as written: an integer's text, a number Python reads as written. */
-        private void carriedScalar(char type) {
+        /**
+         * An object's member scalar (nothing reads it typed; it is kept as written): an integer's
+         * text, a number Python reads as written (Spark would read 1e400 as Infinity), else the type.
+         */
+        private void memberScalar(char type) {
             if (type == 'i') {
                 integer();
             } else if (type == 'n') {
