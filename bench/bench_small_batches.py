@@ -243,10 +243,11 @@ def run_tidemark(
     def on_batch(r):
         t = r.timings
         shard = {k[6:]: v for k, v in t.items() if k.startswith("shard.")}
-        # the shard stage's wall time, split by the slowest shard's protocol phases; the rest
-        # of it is Spark's (scheduling, the shuffle read, the transfer into Python)
+        # the combine's and the shard stage's wall time, split by the slowest shard's protocol
+        # phases; the rest of it is Spark's (the combine, scheduling, the transfer into Python)
+        spark_and_shards = t.get("combine", 0) + t.get("shards", 0)
         rest = max(
-            0.0, t.get("shards", 0) - sum(shard.get(k, 0) for k in ("open", "acknowledge", "load", "store", "commit"))
+            0.0, spark_and_shards - sum(shard.get(k, 0) for k in ("open", "acknowledge", "load", "store", "commit"))
         )
         phases[r.batch_id] = {
             "plan": t.get("plan", 0),

@@ -53,6 +53,7 @@ def test_later_batches_reuse_the_first_batch_plan_and_the_view_is_exact(spark, t
     assert sqlite_view(db) == oracle(files)
     assert len(plans) == 1 and plans[0].ok
     assert plans[0].rebound == (3 if rebind == "1" and _rebinds(spark) else 0)
+    assert plans[0].finished == plans[0].rebound  # the rows of the settled combine: from its template too
 
 
 def test_a_batch_with_an_invalid_document_after_rebound_ones_takes_the_checked_plan(spark, tmp_path):

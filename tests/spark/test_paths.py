@@ -1,6 +1,6 @@
-"""A batch's paths (tidemark/spark/paths.py): chosen once per batch, each a function of what it
-reads (a PathContext), returning a BatchOutcome or why it declined (nothing staged, nothing
-committed); the batch then takes the next path, and is committed once."""
+"""A batch's paths (tidemark/spark/paths.py): chosen once per batch from its own data, each a
+function of what it reads (a PathContext), returning a BatchOutcome or why it declined (nothing
+staged, nothing committed); the batch then takes the checked path, and is committed once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tidemark.spark.paths import BatchPath, PathContext
+from tidemark.spark.paths import BatchPath
 from tidemark.spark.stage import Declined
 
 pytestmark = pytest.mark.spark
@@ -61,53 +61,74 @@ def _batch(spark, docs: list, file: str):
     return spark.createDataFrame(rows, "value string, _file string, _block long, _row long")
 
 
-def test_the_batch_before_and_the_batch_itself_choose_its_one_path(spark, view):
+def test_each_batch_takes_the_path_its_own_keys_pick_and_runs_once(spark, view):
     docs = lambda *ks: [{"k": k, "n": 1} for k in ks]
     batches = [
-        docs("a", "b"),  # no batch before: one job
-        docs("a", "c"),  # after 2 keys: the driver
-        docs("d", "e", "f", "g"),  # after 2 keys, but 4: the driver declines (too many keys), one job
-        docs("a", "b") + [BAD],  # after 4 keys; a row needs the checks: the one job declines, checked
-        docs("c") + [BAD],  # after 2 keys, a row needs the checks: checked, in the driver
+        docs("a", "b"),  # 2 keys: the driver (no batch before)
+        docs("d", "e", "f", "g"),  # 4 keys: one job on the executors
+        docs("a", "c"),  # 2 keys: the driver again (the batch before does not pick it)
+        docs("a", "b", "c", "d") + [BAD],  # a row needs the checks: one job, every shard stops before its Open; checked
+        docs("c") + [BAD],  # the same in the driver: checked, in the driver
     ]
     reports = [view.process(_batch(spark, b, f"f{i}.json"), i) for i, b in enumerate(batches)]
     assert [(r.path, r.documents, r.keys, r.invalid) for r in reports] == [
-        (BatchPath.ONE_JOB, 2, 2, 0),
         (BatchPath.DRIVER, 2, 2, 0),
         (BatchPath.ONE_JOB, 4, 4, 0),
-        (BatchPath.CHECKED, 2, 2, 1),
+        (BatchPath.DRIVER, 2, 2, 0),
+        (BatchPath.CHECKED, 4, 4, 1),
         (BatchPath.CHECKED_IN_DRIVER, 1, 1, 1),
     ]
     entries = [view.log.get(i).counts for i in range(5)]  # the recovery log keeps the path's text
-    assert [e["path"] for e in entries] == ["one job", "driver", "one job", "checked", "checked in driver"]
+    assert [e["path"] for e in entries] == ["driver", "one job", "driver", "checked", "checked in driver"]
     driver = view.driver
     assert driver.dump("view", view.bindings[0]) == {
-        (k,): {"k": k, "n": n} for k, n in {"a": 3, "b": 2, "c": 2, "d": 1, "e": 1, "f": 1, "g": 1}.items()
+        (k,): {"k": k, "n": n} for k, n in {"a": 3, "b": 2, "c": 3, "d": 2, "e": 1, "f": 1, "g": 1}.items()
     }
     # each batch committed once: one quarantine row per batch that had an invalid document
     assert [(q["batch_id"], q["location"].rsplit("/", 1)[-1]) for q in driver.quarantined("view")] == [
-        (3, "f3.json:3"),
+        (3, "f3.json:5"),
         (4, "f4.json:2"),
     ]
     again = view.process(_batch(spark, batches[4], "f4.json"), 4)
     assert again.skipped and again.phase == "replayed"
 
 
-def test_the_driver_declines_a_batch_it_should_not_take_and_stages_nothing(spark, view):
+def test_the_driver_declines_a_batch_that_needs_the_checks_and_stages_nothing(spark, view):
     from tidemark.runtime.shard import ShardTask
     from tidemark.spark.small import run_small
 
     start = view.coordinator.begin(0)
     task: ShardTask = view._task(start, 0)
     schema = "binding int, key_json string, key_hash long, doc string, _documents long, _needs_checks boolean"
-    rows = [(0, f'["{k}"]', 7 << 20, json.dumps({"k": k, "n": 1}), 1, False) for k in "abcd"]
-    assert run_small(spark.createDataFrame(rows, schema), task, 3) is Declined.TOO_MANY_KEYS
-    odd = spark.createDataFrame(rows[:2] + [(0, '["x"]', 9, None, 1, True)], schema)
-    assert run_small(odd, task, 3) is Declined.NEEDS_CHECKS
+    rows = [(0, f'["{k}"]', 7 << 20, json.dumps({"k": k, "n": 1}), 1, False) for k in "ab"]
+    odd = spark.createDataFrame(rows + [(0, '["x"]', 9, None, 1, True)], schema)
+    assert run_small(odd, task) is Declined.NEEDS_CHECKS
     assert view.driver.dump("view", view.bindings[0]) == {} and view.log.get(0) is None
 
 
-def test_a_path_gets_what_it_reads():
-    ctx = PathContext((), "quarantine", 10, driver_keys=3)
-    assert [ctx.in_driver(k) for k in (None, 0, 3, 4)] == [False, True, True, False]
-    assert not PathContext((), "fail", 10, driver_keys=0).in_driver(1)
+def test_a_settled_combine_bounds_its_keys_and_is_read_without_reading_the_batch_again(spark):
+    """The combine's map side runs once: rows read from the settled combine twice are the same,
+    though the batch's keys are drawn anew each time the batch is read."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from tidemark.collection.collection import Collection
+    from tidemark.protocol.messages import Range
+    from tidemark.spark.one_job import OneJobPlan
+    from tidemark.spec import CollectionSpec
+
+    drawn = F.udf(lambda _: json.dumps({"k": uuid.uuid4().hex, "n": 1}), "string").asNondeterministic()
+    df = spark.range(0, 40, numPartitions=2).select(
+        drawn("id").alias("value"),
+        F.lit("f").alias("_file"),
+        F.lit(0).cast("long").alias("_block"),
+        F.col("id").alias("_row"),
+    )
+    assert set(df.toPandas().value) != set(df.toPandas().value)  # each read draws new keys
+    coll = Collection(CollectionSpec("c", ("/k",), SCHEMA))
+    plan = OneJobPlan(spark, tuple(df.columns), (coll,), tuple(Range.split(2)))
+    settled = plan.combine(df)
+    assert settled.bound == 40  # 40 keys, one per document: every split's groups are its documents
+    first, second = (sorted(plan.finish(settled, spark, routed=False).toPandas().key_json) for _ in range(2))
+    assert first == second and len(set(first)) == 40

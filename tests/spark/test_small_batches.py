@@ -1,5 +1,6 @@
-"""Small batches: after a batch of at most ``small_batch_keys`` keys, the next batch's
-combined rows go to the driver, which runs the shard sessions (tidemark/spark/small.py)."""
+"""Small batches: a batch that combines to at most ``small_batch_keys`` keys (counted once its
+combine's map side has run) has its combined rows collected to the driver, which runs the
+shard sessions (tidemark/spark/small.py)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,13 @@ def _small_large_small(data) -> list:
     return files + write_stream(data, files=2, per_file=40, customers=10, seed=64, start=3)
 
 
-def test_batches_after_a_small_one_run_their_shards_in_the_driver_exactly(spark, tmp_path):
+def test_small_batches_run_their_shards_in_the_driver_exactly(spark, tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     files = write_stream(data, files=4, per_file=120, customers=30, seed=61)
     spec = write_spec(tmp_path, data, db, shards=3)
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["one job", TYPED, TYPED, TYPED]
+    assert [r.path for r in reports] == [TYPED] * 4  # the first batch too: no batch before it is needed
     assert sum(r.documents for r in reports) == 480
     assert all(r.keys <= 30 and r.shards == 3 for r in reports)
     assert sqlite_view(db) == oracle(files)
@@ -52,8 +53,8 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
     spec = write_spec(tmp_path, data, db, options={"small_batch_keys": 25, "reduced_batch_keys": 25})
 
     reports = _run(spark, spec)
-    # batch 1 follows a small batch but has ~60 keys: collected up to 26 rows, then on Spark
-    assert [r.path for r in reports] == ["one job", "one job", "one job", "one job", TYPED]
+    # each batch by its own keys: ~60 on Spark, 10 in the driver (right after a batch of ~60 too)
+    assert [r.path for r in reports] == [TYPED, "one job", "one job", TYPED, TYPED]
     assert [r.keys > 25 for r in reports] == [False, True, True, False, False]
     assert sqlite_view(db) == oracle(files)
 
@@ -62,9 +63,9 @@ def test_a_batch_over_the_limit_runs_on_spark_and_small_ones_come_back(spark, tm
     "options,paths",
     [
         # SQLite reduces the view itself: batches up to reduced_batch_keys stay in the driver
-        ({"small_batch_keys": 25}, ["one job", TYPED, TYPED, TYPED, TYPED]),
+        ({"small_batch_keys": 25}, [TYPED] * 5),
         # Load + Python: small_batch_keys is the limit
-        ({"small_batch_keys": 25, "endpoint_reduce": False}, ["one job", "one job", "one job", "one job", "driver"]),
+        ({"small_batch_keys": 25, "endpoint_reduce": False}, ["driver", "one job", "one job", "driver", "driver"]),
         # small_batch_keys: 0 keeps every batch on Spark's executors, whatever the path
         ({"small_batch_keys": 0}, ["one job"] * 5),
     ],
@@ -93,7 +94,7 @@ def test_an_invalid_document_in_a_small_batch_takes_the_checked_plan_in_the_driv
     os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still the second batch
 
     reports = _run(spark, spec)
-    assert [(r.path, r.invalid) for r in reports] == [("one job", 0), ("checked in driver", 1), (TYPED, 0)]
+    assert [(r.path, r.invalid) for r in reports] == [(TYPED, 0), ("checked in driver", 1), (TYPED, 0)]
     assert sqlite_view(db) == oracle(files, skip={(1, 9)})
 
 
@@ -110,7 +111,7 @@ def test_two_bindings_in_the_driver_on_typed_values_each_of_its_own_types_exactl
     path = compiled_two_bindings_spec(tmp_path, db, returns)
 
     reports = _run(spark, str(path))
-    assert [r.path for r in reports] == ["one job", TYPED, TYPED]
+    assert [r.path for r in reports] == [TYPED] * 3
     assert sqlite_view(db, "customers") == oracle(a)
     assert sqlite_view(db, "returns") == oracle(b)
     import sqlite3
@@ -152,7 +153,7 @@ def test_four_shard_sessions_in_the_driver_into_a_sql_server_exactly(spark, tmp_
     )
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["one job"] + ["driver (typed rows)"] * 3
+    assert [r.path for r in reports] == [TYPED] * 4
     assert view(url, schema) == oracle(files)
 
 
@@ -182,7 +183,7 @@ def test_an_object_with_carried_and_undeclared_members_stays_on_typed_rows(spark
     )
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["one job"] + [TYPED] * 3
+    assert [r.path for r in reports] == [TYPED] * 4
     assert view(url, schema) == oracle(files)
 
 
@@ -194,7 +195,7 @@ def test_a_schema_that_does_not_compile_runs_small_batches_in_the_driver_too(spa
     spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2)  # if/then deletes: the checked plan
 
     reports = _run(spark, spec)
-    assert [r.path for r in reports] == ["checked", "checked in driver", "checked in driver"]
+    assert [r.path for r in reports] == ["checked in driver"] * 3
     assert normalize(sqlite_view(db)) == oracle_orders(data)
 
 
@@ -208,13 +209,3 @@ def test_a_batch_of_one_file_read_in_a_split_per_core_folds_in_source_order(spar
     reports = _run(spark, write_spec(tmp_path, data, db))
     assert sqlite_view(db) == oracle(files)
     assert sum(r.documents for r in reports) == 16000
-
-
-def test_the_cap_on_rows_collected_into_the_driver_limits_each_partition_without_a_shuffle(spark):
-    from tidemark.spark.small import capped
-
-    df = spark.range(0, 100, numPartitions=2)
-    out = capped(df, 3)
-    assert "Exchange" not in out._jdf.queryExecution().executedPlan().toString()
-    assert out.count() == 6  # at most 3 from each partition
-    assert capped(spark.range(0, 3, numPartitions=2), 3).count() == 3  # a batch under the cap: all of it

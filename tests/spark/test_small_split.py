@@ -6,7 +6,7 @@ import pytest
 
 from tidemark.errors import RecoveryError
 from tidemark.protocol.messages import Range
-from tidemark.spark.small import driver_keys, previous_keys, rows_table, split
+from tidemark.spark.small import driver_keys, rows_table, split
 from tidemark.spark.stage import END_BINDING, shard_rows
 
 
@@ -39,16 +39,6 @@ def test_a_layout_out_of_order_and_a_hash_outside_it():
     ]
     with pytest.raises(RecoveryError, match=r'key "y" hashes to 500, outside every range'):
         split((a, b), rows_table([0], ['"y"'], [500], [None], [1]))
-
-
-def test_previous_keys_reads_the_last_entry():
-    class Entry:
-        counts = {"keys": 12}
-
-    assert previous_keys(Entry()) == 12
-    assert previous_keys(None) is None
-    Entry.counts = {}
-    assert previous_keys(Entry()) is None
 
 
 def test_the_driver_takes_larger_batches_when_the_endpoint_reduces_every_binding():

@@ -32,8 +32,12 @@ from tidemark.spark.combined import CombineResult, check_document, locate, raise
 MAX_DRIVER_SUSPECTS = 100_000
 
 
-def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optional[str] = None) -> CombineResult:
-    """Validate and combine a batch per key. ``force_path`` ("compiled"/"fallback") is for tests."""
+def combine_batch(
+    df, collection, *, on_invalid: str = "fail", force_path: Optional[str] = None, aggregated=None
+) -> CombineResult:
+    """Validate and combine a batch per key. ``force_path`` ("compiled"/"fallback") is for tests;
+    ``aggregated``: the compiled combine's aggregate of ``df``, already run (the one-job plan's
+    settled one), which step 1 then reads instead of aggregating ``df`` again."""
     if on_invalid not in ("fail", "quarantine"):
         raise ValueError(f"on_invalid must be 'fail' or 'quarantine', got {on_invalid!r}")
     df = _prepare(df)
@@ -42,7 +46,7 @@ def combine_batch(df, collection, *, on_invalid: str = "fail", force_path: Optio
 
         plan = compile_collection(collection)
         if plan is not None:
-            result = _compiled(df, collection, plan, on_invalid, fold_odd=force_path != "compiled")
+            result = _compiled(df, collection, plan, on_invalid, fold_odd=force_path != "compiled", grouped=aggregated)
             if result is not None:
                 return result
         if force_path == "compiled":
@@ -73,7 +77,7 @@ def source_columns(columns) -> list:
 # ----------------------------------------------------------------------------- compiled
 
 
-def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
+def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True, grouped=None):
     """One pass: parse, validate and aggregate together (suspects masked out, and counted).
 
     Step 1: aggregate per key over every document, suspects masked out, counting per key the
@@ -85,7 +89,7 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
     plan does not carry, one whose error only the Python fold decides -- are folded in Python
     over all their documents (:func:`tidemark.spark.fold.fold_odd_keys`), the others keep the
     compiled result (path ``"mixed"``; every key odd: ``"fallback"``).  Without ``fold_odd``
-    an odd key gives up instead.
+    an odd key gives up instead.  ``grouped``: step 1's aggregate, already run.
     """
     from pyspark.sql import functions as F
 
@@ -96,7 +100,8 @@ def _compiled(df, collection, plan, on_invalid, fold_odd: bool = True):
     cols = _compiled_columns(df.sparkSession, plan, jvm_spec)
     source = df.select(*cols.pre) if cols.pre else df
     staged = source.select(*cols.stage)
-    grouped = staged.groupBy(*cols.grouping).agg(*cols.aggs)
+    if grouped is None:
+        grouped = staged.groupBy(*cols.grouping).agg(*cols.aggs)
     # Step 1
     out = grouped.select(*cols.out).persist()
     cached = [out]

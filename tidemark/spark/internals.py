@@ -92,15 +92,63 @@ def of_plan(spark, plan):
     return wrap(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan), spark)
 
 
-def local_limit(df, n: int):
-    """``df`` with at most ``n`` rows of each partition (Spark's ``LocalLimit``, in place):
-    ``df.limit(n).toArrow()`` first moves every row into one task (a shuffle into a single
-    partition): on a 125k-document batch up to a fifth of the job's time (2,064 against 1,667 ms)."""
-    limited = analyzed(jdf(df.limit(int(n))))  # GlobalLimit(n, LocalLimit(n, df))
-    local = limited.child()
-    if local.getClass().getSimpleName() != "LocalLimit":  # pragma: no cover - another Spark's plan
-        return df.limit(int(n))
-    return of_plan(df.sparkSession, local)
+def settle(spark, jdf_) -> tuple:
+    """Run the map side of the JVM Dataset ``jdf_``'s shuffles (for a batch's combine: read,
+    parse, prove and aggregate within each input split) and return ``(leaf, records)``: a
+    logical plan over the rest of it (``LogicalRDD``: every use of it reads those shuffles'
+    output, their map stage skipped) and the records the shuffles wrote (for the combine, each
+    split's groups: at least the keys it combines to).  Adaptive execution runs the map stages
+    when the plan's RDD is made; without it, they are submitted here.  One py4j call where the
+    session has tidemark's jar (``jvm/Settled.java``), else one per plan node."""
+    from py4j.protocol import Py4JError
+
+    from tidemark.spark import jvm as tidemark_jvm
+
+    if tidemark_jvm.available(spark):
+        try:
+            leaf, records = spark._jvm.tidemark.jvm.Settled.settle(jdf_)
+            return leaf, int(records)
+        except Py4JError as exc:  # the class is not in this session after all
+            if "does not exist" not in str(exc):
+                raise
+    jvm = spark._jvm
+    qe = jdf_.queryExecution()
+    plan = qe.executedPlan()
+    adaptive = _class(plan) == "AdaptiveSparkPlanExec"
+    if not adaptive:
+        for ex in _exchanges(plan):
+            jvm.org.apache.spark.util.ThreadUtils.awaitResult(
+                ex.mapOutputStatisticsFuture(), jvm.scala.concurrent.duration.Duration.Inf()
+            )
+    rdd = qe.toRdd()
+    records = sum(
+        ex.metrics().apply("shuffleRecordsWritten").value()
+        for ex in _exchanges(plan.executedPlan() if adaptive else plan)
+    )
+    companion = getattr(jvm.org.apache.spark.sql.execution, "LogicalRDD$")
+    return getattr(companion, "MODULE$").fromDataset(rdd, jdf_, False, False), records
+
+
+def _class(node) -> str:
+    return node.getClass().getSimpleName()
+
+
+def _exchanges(plan) -> list:
+    """The shuffle exchanges of a physical plan nearest its root (adaptive query stages opened)."""
+    out, todo = [], [plan]
+    while todo:
+        node = todo.pop()
+        name = _class(node)
+        if name == "ShuffleExchangeExec":
+            out.append(node)
+        elif name.endswith("QueryStageExec"):  # adaptive execution's stages are leaves over their plans
+            todo.append(node.plan())
+        elif name == "AdaptiveSparkPlanExec":
+            todo.append(node.executedPlan())
+        else:
+            children = node.children()
+            todo.extend(children.apply(i) for i in range(children.size()))
+    return out
 
 
 def rebind(spark, template, leaf):

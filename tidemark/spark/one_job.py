@@ -6,12 +6,22 @@ and no analysis."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from tidemark.options import process_options
 from tidemark.protocol.messages import Range
 from tidemark.spark.route import route_j, union_j
 
 log = logging.getLogger("tidemark")
+
+
+@dataclass(frozen=True)
+class SettledBatch:
+    """A batch's combine, settled (:meth:`OneJobPlan.combine`): per binding a plan leaf over its
+    aggregate's shuffle output, and at least how many keys the batch combines to."""
+
+    leaves: tuple  # JVM LogicalPlan per binding
+    bound: int  # the records the aggregates' shuffles wrote (each input split's groups)
 
 
 class OneJobPlan:
@@ -32,9 +42,12 @@ class OneJobPlan:
         self.ranges = ranges
         self.bindings = []
         self.ok = True
-        self.templates: dict = {}  # routed? -> (analyzed plan, its source leaf) of the first such batch
+        # "combine" -> (analyzed plan, its source leaf) of the first batch; ("finish", routed?) ->
+        # (analyzed plan, its settled leaf) of the first such batch
+        self.templates: dict = {}
         self.rebindable = False
-        self.rebound = 0  # batches planned from the template
+        self.rebound = 0  # batches whose combine was planned from the template
+        self.finished = 0  # ... and whose rows were (from the settled combine's template)
         # the unrouted rows carry the document as typed values (``row``, for StoreRows; of
         # several bindings, ``row_<i>`` per binding, null in the other bindings' rows): every
         # binding's root merges, the driver stages typed values
@@ -97,38 +110,69 @@ class OneJobPlan:
                 }
             )
 
-    def apply(self, df, routed: bool = True):
-        """The batch ``df`` planned: see :func:`route` (``routed=False``: the bindings'
-        combined rows, ``binding, key_json, key_hash, doc, _documents, _needs_checks``, unrouted).  From the
-        second batch on, the first batch's analyzed plan with this batch's source in it
-        (``PlanRebind.java``), where the session has tidemark's jar: no analysis, three
-        py4j calls."""
+    def combine(self, df) -> "SettledBatch":
+        """The batch ``df``'s combine, settled (:func:`tidemark.spark.internals.settle`): per
+        binding, its aggregate's map side run once (read, parse, prove, aggregate within each
+        input split) and the rest of it as a plan leaf; and at least how many keys the batch
+        combines to (each split's groups).  From the second batch on, the first batch's
+        analyzed plan with this batch's source in it (``PlanRebind.java``), where the session
+        has tidemark's jar: no analysis, three py4j calls."""
         from tidemark.spark import internals
 
         spark = df.sparkSession
         leaf = internals.analyzed(internals.jdf(df))
-        template = self.templates.get(routed)
+        aggregates = None
+        template = self.templates.get("combine")
         if template is not None:
             plan = self._rebind(spark, template, leaf)
             if plan is not None:
                 self.rebound += 1
+                aggregates = [internals.jdf(internals.of_plan(spark, plan))]
+        if aggregates is None:
+            jdf = internals.jdf(df).select(self.prep)
+            aggregates = []
+            for b in self.bindings:
+                j = jdf.filter(b["filter"]) if b["filter"] is not None else jdf
+                if b["pre"] is not None:
+                    j = j.select(b["pre"])
+                aggregates.append(j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"]))
+            if self.rebindable and "combine" not in self.templates:
+                self.templates["combine"] = (internals.analyzed(aggregates[0]), leaf)
+        settled = [internals.settle(spark, a) for a in aggregates]
+        return SettledBatch(tuple(s[0] for s in settled), sum(s[1] for s in settled))
+
+    def finish(self, settled: "SettledBatch", spark, routed: bool = True):
+        """The settled batch's combined rows: routed to the shards (:func:`route`), or
+        (``routed=False``) the bindings' rows ``binding, key_json, key_hash, doc, _documents,
+        _needs_checks`` unrouted, as typed values where the driver's sessions take them.  From
+        the second batch on, the first batch's analyzed plan over this batch's leaf."""
+        from tidemark.spark import internals
+
+        typed_rows = not routed and self.typed
+        template = self.templates.get(("finish", routed))
+        if template is not None:
+            plan = self._rebind(spark, template, settled.leaves[0])
+            if plan is not None:
+                self.finished += 1
                 return internals.of_plan(spark, plan)
-        jdf = internals.jdf(df).select(self.prep)
         parts = []
-        for b in self.bindings:
-            j = jdf.filter(b["filter"]) if b["filter"] is not None else jdf
-            if b["pre"] is not None:
-                j = j.select(b["pre"])
-            j = j.select(b["stage"]).groupBy(b["grouping"]).agg(b["agg0"], b["aggs"])
-            if not routed and self.typed:  # the document as typed values: no JSON text made
+        for b, leaf in zip(self.bindings, settled.leaves):
+            j = internals.jdf(internals.of_plan(spark, leaf))
+            if typed_rows:  # the document as typed values: no JSON text made
                 parts.append(j.select(b["out_typed"]).select(b["final_typed"]))
             else:
                 parts.append(j.select(b["out"]).select(b["final"]))
-        typed_rows = not routed and self.typed
         planned = route_j(spark, parts, self.ranges) if routed else union_j(parts, missing=typed_rows and self.multi)
-        if self.rebindable and routed not in self.templates:
-            self.templates[routed] = (internals.analyzed(planned), leaf)
+        if self.rebindable and ("finish", routed) not in self.templates:
+            self.templates[("finish", routed)] = (internals.analyzed(planned), settled.leaves[0])
         return internals.wrap(planned, spark)
+
+    def aggregated(self, settled: "SettledBatch", spark) -> list:
+        """Each binding's aggregated rows of the settled batch (the compiled combine's
+        ``groupBy().agg()``, as :func:`tidemark.spark.combine.combine_batch` continues from them)."""
+        from tidemark.spark import internals
+
+        return [internals.of_plan(spark, leaf) for leaf in settled.leaves]
 
     def _rebind(self, spark, template, leaf):
         from py4j.protocol import Py4JError

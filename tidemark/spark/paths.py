@@ -1,19 +1,27 @@
-"""A batch's ways through Spark, chosen once per batch by :func:`run_batch`, each a function of
-what it reads (a :class:`PathContext`) that returns a :class:`BatchOutcome`, or why it did not
-take the batch (a :class:`~tidemark.spark.stage.Declined`: nothing staged, nothing committed):
+"""A batch's ways through Spark, chosen once per batch by :func:`run_batch` from the batch
+itself, each a function of what it reads (a :class:`PathContext`) that returns a
+:class:`BatchOutcome`, or why it did not take the batch (a
+:class:`~tidemark.spark.stage.Declined`: nothing staged, nothing committed):
 
-* the unchecked combine (:mod:`tidemark.spark.one_job`; every binding's schema compiles):
-  :func:`driver_path` after a small batch (collected to the driver, whose threads run the shard
-  sessions: :mod:`tidemark.spark.small`), or when that combines to too many keys
-  :func:`one_job_path` (read, combine, route and the shard sessions in one Spark job);
+* the unchecked combine (:mod:`tidemark.spark.one_job`; every binding's schema compiles),
+  settled first -- its shuffle's map side (read, parse, prove, aggregate within each input
+  split) run once, which tells at least how many keys the batch combines to -- then
+  :func:`driver_path` when that is at most ``driver_keys`` (the rows collected to the driver,
+  whose threads run the shard sessions: :mod:`tidemark.spark.small`), else
+  :func:`one_job_path` (the rest of the combine, routing and the shard sessions in one Spark
+  job);
 * :func:`checked_path`: the combine with its checks (a statistics job, suspects checked in
-  Python, invalid documents located and quarantined), then the shards.  It always answers.
+  Python, invalid documents located and quarantined), continued from the settled combine
+  when there is one, then the shards.  It always answers.
 
 A row that needs the checks (a suspect document, undeclared properties, a reduction error) can
 change any key's document, fail the batch, or add quarantine rows (located by file and line: a
 window over the batch) to shard 0's transaction: no shard may commit before all know the batch
 is clean.  In one Spark job the only barrier is the data: such rows go to every shard, first,
-and none commits (:mod:`tidemark.spark.route`); the checked path then decides before any session.
+and every shard stops before it opens a session (:mod:`tidemark.spark.route`); the checked
+path then decides before any session.  No part of a batch runs twice: the documents are read
+and aggregated once (the checked combine reads the settled aggregate again, and only the
+documents of the keys it must check again), and each shard's session runs once.
 """
 
 from __future__ import annotations
@@ -80,11 +88,6 @@ class PathContext:
     typed_rows: bool = False  # the driver's sessions get StoreRows (decided at start-up)
     plans: dict = field(default_factory=dict)  # OneJobPlan per (Spark session, source columns, layout)
 
-    def in_driver(self, previous_keys: Optional[int]) -> bool:
-        """Whether a batch runs its shard sessions in the driver: the batch before (the
-        recovery log's last) combined to at most :attr:`driver_keys` keys."""
-        return previous_keys is not None and previous_keys <= self.driver_keys
-
 
 @dataclass(frozen=True)
 class BatchOutcome:
@@ -103,19 +106,29 @@ def _timed(timings: dict, part: str) -> Iterator[None]:
     timings[part] = timings.get(part, 0.0) + time.perf_counter() - t
 
 
-def run_batch(ctx: PathContext, df, task: ShardTask, timings: dict, in_driver: bool) -> BatchOutcome:
-    """The batch's outcome: unchecked, else (a schema without a one-job plan, a row that
-    needs the checks) checked; ``in_driver``: the batch before was small."""
+def run_batch(ctx: PathContext, df, task: ShardTask, timings: dict) -> BatchOutcome:
+    """The batch's outcome, on the one path its data picks: where every binding's schema
+    compiles, the combine settled once (:meth:`~tidemark.spark.one_job.OneJobPlan.combine`),
+    then the shard sessions in the driver when it combines to at most
+    :attr:`PathContext.driver_keys` keys, else on Spark's executors; the checked combine
+    continues from the settled one when a row needs the checks.  Else the checked path."""
     with _timed(timings, "plan"):
         plan = one_job_plan(ctx, df, task.ranges)
-    outcome = Declined.UNPLANNED if plan is None else unchecked_path(ctx, plan, df, task, timings, in_driver)
+    if plan is None:
+        return checked_path(ctx, df, task, timings)
+    spark = df.sparkSession
+    with _timed(timings, "combine"):
+        settled = plan.combine(df)
+    if ctx.driver_keys and settled.bound <= ctx.driver_keys:
+        outcome = driver_path(ctx, plan.finish(settled, spark, routed=False), task, timings)
+    else:
+        outcome = one_job_path(plan.finish(settled, spark), task, timings)
     if isinstance(outcome, BatchOutcome):
         return outcome
-    if outcome is Declined.NEEDS_CHECKS:
-        log.info(
-            "materialization %r batch %d: %s; combining with checks", task.materialization, task.batch_id, outcome.value
-        )
-    return checked_path(ctx, df, task, timings, in_driver)
+    log.info(
+        "materialization %r batch %d: %s; combining with checks", task.materialization, task.batch_id, outcome.value
+    )
+    return checked_path(ctx, df, task, timings, aggregated=plan.aggregated(settled, spark))
 
 
 def one_job_plan(ctx: PathContext, df, ranges: tuple[Range, ...]):
@@ -136,26 +149,12 @@ def one_job_plan(ctx: PathContext, df, ranges: tuple[Range, ...]):
     return plan if plan.ok else None
 
 
-def unchecked_path(
-    ctx: PathContext, plan, df, task: ShardTask, timings: dict, in_driver: bool
-) -> BatchOutcome | Declined:
-    """The one-job combine's outcome: in the driver after a small batch (unless it combines to
-    too many keys), else in one Spark job."""
-    if in_driver:
-        outcome = driver_path(ctx, plan, df, task, timings)
-        if outcome is not Declined.TOO_MANY_KEYS:
-            return outcome
-    return one_job_path(plan, df, task, timings)
-
-
-def driver_path(ctx: PathContext, plan, df, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
-    """The one-job combine, unrouted, collected to the driver, whose threads run the shard sessions."""
+def driver_path(ctx: PathContext, combined, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
+    """The settled combine's rows (unrouted) collected to the driver, whose threads run the shard sessions."""
     from tidemark.spark.small import run_small
 
-    with _timed(timings, "plan"):
-        combined = plan.apply(df, routed=False)
     with _timed(timings, "shards"):
-        results = run_small(combined, task, ctx.driver_keys)
+        results = run_small(combined, task)
     if isinstance(results, Declined):
         return results
     typed = any(c == "row" or c.startswith("row_") for c in combined.columns)
@@ -164,13 +163,11 @@ def driver_path(ctx: PathContext, plan, df, task: ShardTask, timings: dict) -> B
     )
 
 
-def one_job_path(plan, df, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
-    """Read, combine, route and the shard sessions in one Spark job: rows that need the
-    checks go to every shard, first, and make every shard commit nothing."""
+def one_job_path(planned, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
+    """The settled combine routed to the shards, whose sessions run on Spark's executors: rows
+    that need the checks go to every shard, first, and every shard then stops before its Open."""
     from tidemark.spark.stage import run_stage
 
-    with _timed(timings, "plan"):
-        planned = plan.apply(df)
     with _timed(timings, "shards"):
         results = run_stage(planned, task)
     if any(r.aborted for r in results):
@@ -178,31 +175,36 @@ def one_job_path(plan, df, task: ShardTask, timings: dict) -> BatchOutcome | Dec
     return BatchOutcome(results, BatchPath.ONE_JOB, sum(r.input_documents for r in results))
 
 
-def checked_path(ctx: PathContext, df, task: ShardTask, timings: dict, in_driver: bool) -> BatchOutcome:
-    """The combine with its checks, then the shards (in the driver after a small batch, unless
-    it combines to too many keys; its rows are cached)."""
+def checked_path(
+    ctx: PathContext, df, task: ShardTask, timings: dict, aggregated: Optional[list] = None
+) -> BatchOutcome:
+    """The combine with its checks (continued from ``aggregated``, each binding's settled
+    aggregate, when the one-job combine ran), then the shards: in the driver when it combines
+    to at most :attr:`PathContext.driver_keys` keys, else on Spark's executors (its rows are cached)."""
     from tidemark.spark.route import route, union
     from tidemark.spark.small import run_small
     from tidemark.spark.stage import run_stage
 
     with _timed(timings, "plan"):
-        parts, documents, quarantine, cleanup = checked_combine(ctx, df)
+        parts, documents, quarantine, cleanup = checked_combine(ctx, df, aggregated)
     task = replace(task, quarantine=tuple(quarantine))
     with _timed(timings, "shards"):
         try:
-            small = run_small(union(parts), task, ctx.driver_keys) if in_driver else None
-            if isinstance(small, list):
-                results, path = small, BatchPath.CHECKED_IN_DRIVER
-            else:  # not after a small batch, or too many keys (the checked rows need no checks)
+            rows = union(parts)
+            if ctx.driver_keys and rows.count() <= ctx.driver_keys:
+                results, path = run_small(rows, task), BatchPath.CHECKED_IN_DRIVER
+            else:
                 results, path = run_stage(route(df.sparkSession, parts, task.ranges), task), BatchPath.CHECKED
         finally:
             cleanup()
+    assert isinstance(results, list)  # the checked rows need no checks
     return BatchOutcome(results, path, documents, len(quarantine))
 
 
-def checked_combine(ctx: PathContext, df) -> tuple[list, int, list[dict], Any]:
+def checked_combine(ctx: PathContext, df, aggregated: Optional[list] = None) -> tuple[list, int, list[dict], Any]:
     """Validate, combine per key (checked: a statistics job, the suspects checked in Python,
-    invalid documents located): each binding's combined rows (cached; see
+    invalid documents located; continued from ``aggregated``, each binding's settled aggregate,
+    when given): each binding's combined rows (cached; see
     :func:`tidemark.spark.route.route`), the batch's documents, its invalid documents, and a
     cleanup for the cache."""
     from pyspark.sql import functions as F
@@ -230,7 +232,9 @@ def checked_combine(ctx: PathContext, df) -> tuple[list, int, list[dict], Any]:
     try:
         for i, coll in enumerate(ctx.collections):
             part = df.filter(F.col("_binding") == i) if len(ctx.collections) > 1 else df
-            res = combine_batch(part, coll, on_invalid=ctx.on_invalid)
+            res = combine_batch(
+                part, coll, on_invalid=ctx.on_invalid, aggregated=None if aggregated is None else aggregated[i]
+            )
             results.append(res)
             documents += int(res.documents)
             if res.invalid is not None:

@@ -40,7 +40,7 @@ from tidemark.runtime.shard import ShardTask, merge_updates
 from tidemark.runtime.spec_changes import reductions_of
 from tidemark.runtime.view_identity import source_location
 from tidemark.spark.paths import BatchOutcome, BatchReport, PathContext, run_batch
-from tidemark.spark.small import driver_keys, previous_keys
+from tidemark.spark.small import driver_keys
 from tidemark.spark.stopping import stop_interruption
 
 log = logging.getLogger("tidemark")
@@ -261,8 +261,7 @@ class Materializer:
         # Steps 1-2: plan and shard sessions, on the batch's one path (tidemark.spark.paths).
         task = self._task(start, batch_id)
         timings: dict = {}
-        in_driver = self.paths.in_driver(previous_keys(start.last))
-        outcome = run_batch(self.paths, self._input(df, batch_id), task, timings, in_driver)
+        outcome = run_batch(self.paths, self._input(df, batch_id), task, timings)
         if sorted(shards := [r.shard for r in outcome.results]) != list(range(len(task.ranges))):
             raise RecoveryError(f"batch {batch_id}: expected one result per shard, got {shards}")
         # Steps 3-4: merge the driver checkpoint, commit to the recovery log, acknowledge.

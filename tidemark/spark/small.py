@@ -2,22 +2,21 @@
 
 On a batch of a few hundred documents, most of the shard stage's time is Spark's: a second
 shuffle (to route rows to shards) and one Python task per shard, about 0.25 s together
-against a few milliseconds of endpoint work.  When the batch before combined to at most
-:func:`driver_keys` keys (``small_batch_keys``, or ``reduced_batch_keys`` when the endpoint
-reduces every binding: :class:`tidemark.options.RuntimeOptions`), :func:`run_small`
-collects this batch's combined rows into the driver instead (the one-job combine's, or the
-checked plan's cached ones) -- at most that many: a bigger batch is left to the Spark
-stage -- and runs each shard's session there, one thread per shard, on the same rows in
-the same order (each shard's keys, sorted, then its end row), through the same protocol
-code: what is committed, and how a crash anywhere in it recovers, are the same as on
-Spark's executors.
+against a few milliseconds of endpoint work.  When a batch's settled combine says it combines
+to at most :func:`driver_keys` keys (``small_batch_keys``, or ``reduced_batch_keys`` when the
+endpoint reduces every binding: :class:`tidemark.options.RuntimeOptions`), :func:`run_small`
+collects its combined rows into the driver instead (the one-job combine's, or the checked
+plan's cached ones) and runs each shard's session there, one thread per shard, on the same
+rows in the same order (each shard's keys, sorted, then its end row), through the same
+protocol code: what is committed, and how a crash anywhere in it recovers, are the same as
+on Spark's executors.
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Sequence
+from typing import Sequence
 
 from tidemark.errors import RecoveryError
 from tidemark.faults import armed, fault_point
@@ -43,20 +42,18 @@ def driver_keys(options, bindings: Sequence) -> int:
     return options.small_batch_keys
 
 
-def run_small(combined, task: ShardTask, cap: int) -> list[ShardResult] | Declined:
+def run_small(combined, task: ShardTask) -> list[ShardResult] | Declined:
     """The shards' results of the batch whose combined rows are ``combined`` (a DataFrame
     of ``binding, key_json, key_hash, doc, _documents, _needs_checks``), run in the driver; else
-    why not (more than ``cap`` rows, or a row that needs the combine's checks) -- then nothing
-    was staged, and the sessions' Opens, made while Spark combined the batch, are closed
-    unused (the next Open fences them)."""
+    why not (a row that needs the combine's checks) -- then nothing was staged, and the
+    sessions' Opens, made while Spark finished the batch's combine, are closed unused (the
+    next Open fences them)."""
     with ThreadPoolExecutor(max_workers=threads(task), thread_name_prefix="tidemark-shard") as pool:
         # the sessions Open while Spark combines the batch (the Open needs no row)
         opening = [pool.submit(open_shard, task, i) for i in range(len(task.ranges))]
         started = False
         try:
-            table = capped(combined, cap + 1).toArrow()
-            if table.num_rows > cap:
-                return Declined.TOO_MANY_KEYS
+            table = combined.toArrow()
             if any(table.column("_needs_checks").to_pylist()):
                 return Declined.NEEDS_CHECKS
             futures = _run_opened(pool, opening, task, table)
@@ -69,17 +66,6 @@ def run_small(combined, task: ShardTask, cap: int) -> list[ShardResult] | Declin
     if first is not None:
         raise first
     return [f.result() for f in futures]
-
-
-def capped(combined, n: int):
-    """``combined`` with at most ``n`` rows from each partition (a handful of partitions:
-    at most that many times ``n`` rows reach the driver).  More than ``n - 1`` rows in all
-    exactly when the batch has more: a partition holding ``n`` says so alone."""
-    from tidemark.spark import internals
-
-    if not internals.supported(combined.sparkSession):
-        return combined.limit(n)
-    return internals.local_limit(combined, n)
 
 
 def _run_opened(pool, opening: list, task: ShardTask, table) -> list:
@@ -248,9 +234,3 @@ def rows_table(bindings, keys, hashes, docs, ns):
             "_documents": pa.array(ns, pa.int64()),
         }
     )
-
-
-def previous_keys(last) -> Optional[int]:
-    """Keys the last committed batch combined to (None: no batch yet, or not recorded)."""
-    keys = (last.counts or {}).get("keys") if last is not None else None
-    return keys if isinstance(keys, int) else None

@@ -21,7 +21,6 @@ class Declined(Enum):
     """Why a path did not take a batch: nothing of it was staged or committed (the next path takes it)."""
 
     UNPLANNED = "a binding's schema has no one-job plan"
-    TOO_MANY_KEYS = "it combines to more keys than the driver takes"
     NEEDS_CHECKS = "a row needs the combine's checks"
 
 

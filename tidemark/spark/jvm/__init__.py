@@ -47,6 +47,7 @@ SOURCES = (  # PlanRebind: see tidemark.spark.route
     SOURCE,
     Path(__file__).with_name("UndeclaredMembers.java"),
     Path(__file__).with_name("PlanRebind.java"),
+    Path(__file__).with_name("Settled.java"),
 )
 REBIND_CLASS = "tidemark.jvm.PlanRebind"
 _SEPARATOR = "\u0001"
