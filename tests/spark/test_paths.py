@@ -26,6 +26,10 @@ BAD = '{"k": "a", "n": "lots"}'  # not an integer: the combine's checks find it
 @pytest.fixture
 def view(tmp_path):
     """A started Materializer of a view into the (file-backed) memory endpoint: two shards, at most 3 keys in the driver."""
+    return _materializer(tmp_path, {"memory": {"path": str(tmp_path / "memory.json")}})  # read by executors too
+
+
+def _materializer(tmp_path, endpoint: dict):
     from tidemark.collection.collection import Collection
     from tidemark.spark.processor import Materializer
     from tidemark.spec import load_spec
@@ -38,7 +42,7 @@ def view(tmp_path):
                 "collections": {"c": {"key": ["/k"], "schema": SCHEMA, "source": source}},
                 "materializations": {
                     "view": {
-                        "endpoint": {"memory": {"path": str(tmp_path / "memory.json")}},  # read by executors too
+                        "endpoint": endpoint,
                         "shards": 2,
                         "on_invalid": "quarantine",
                         "options": {"small_batch_keys": 3, "reduced_batch_keys": 3},
@@ -132,3 +136,23 @@ def test_a_settled_combine_bounds_its_keys_and_is_read_without_reading_the_batch
     assert settled.bound == 40  # 40 keys, one per document: every split's groups are its documents
     first, second = (sorted(plan.finish(settled, spark, routed=False).toPandas().key_json) for _ in range(2))
     assert first == second and len(set(first)) == 40
+
+
+def test_a_batch_that_needs_the_checks_continues_from_its_settled_combine_reading_its_documents_once(spark, tmp_path):
+    """A lean view SQLite reduces, on typed rows: a document with a property the schema does not
+    declare has no place in a typed row, so its batch takes the checked combine -- which goes on
+    from the settled aggregate: every document is read once, and the view holds the property."""
+    from pyspark.sql import functions as F
+
+    m = _materializer(tmp_path, {"sqlite": {"path": str(tmp_path / "views.db")}})
+    reads = spark.sparkContext.accumulator(0)
+    read = F.udf(lambda value: (reads.add(1), value)[1], "string")  # counts each document read
+    docs = [{"k": "a", "n": 1}, {"k": "b", "n": 2, "channel": "web"}, {"k": "a", "n": 3}]
+    df = _batch(spark, docs, "f0.json").withColumn("value", read("value"))
+    report = m.process(df, 0)
+    assert (report.path, report.documents, report.keys) == (BatchPath.CHECKED_IN_DRIVER, 3, 2)
+    assert reads.value == 3
+    assert m.driver.dump("view", m.bindings[0]) == {
+        ("a",): {"k": "a", "n": 4},
+        ("b",): {"k": "b", "n": 2, "channel": "web"},
+    }
