@@ -120,3 +120,48 @@ def test_the_internals_are_used_only_on_a_tested_spark(spark):
     assert internals.minor(spark.version) in internals.TESTED
     assert not internals.supported(SimpleNamespace(version="9.1.0", _jsparkSession=object()))
     assert not internals.supported(SimpleNamespace(version=spark.version))  # Spark Connect: no py4j session
+
+
+@pytest.mark.parametrize("adaptive", ["true", "false"])
+@pytest.mark.parametrize("jar", ["1", "0"])
+def test_the_settled_combine_with_and_without_the_jar_and_adaptive_execution_exact(
+    spark, tmp_path, monkeypatch, jar, adaptive
+):
+    """A batch's combine is settled (its map side run, its keys bounded) by ``Settled.java`` in one
+    py4j call, or without tidemark's jar by a walk of the plan; with adaptive execution the map
+    stages run when the plan's RDD is made, without it they are submitted: every way, each batch
+    picks its path by its own keys (``small_batch_keys`` 25: 10 in the driver, 55 on the
+    executors), and the view is exact."""
+    monkeypatch.setenv("TIDEMARK_JVM_CHECKS", jar)
+    monkeypatch.setenv("TIDEMARK_SMALL_BATCH_KEYS", "25")
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=1, per_file=40, customers=10, seed=81)
+    files += write_stream(data, files=1, per_file=200, customers=60, seed=82, start=1)
+    spec = write_spec(tmp_path, data, db, options={"endpoint_reduce": False})
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+    try:
+        reports, _plans = _run(spark, spec)
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", before)
+    assert [r.path for r in reports] == ["driver", "one job"]
+    assert [r.keys for r in reports] == [10, 55]  # (of the 60 customers, 55 are drawn)
+    assert sqlite_view(db) == oracle(files)
+
+
+def test_a_run_started_from_another_thread_reaches_the_jar_and_rebinds(spark, tmp_path):
+    """The jar is added to the session from one thread; a stream started from another Python
+    thread has JVM threads of its own, which py4j's class lookup must be shown the jar in."""
+    import threading
+
+    data, db = tmp_path / "data", tmp_path / "views.db"
+    files = write_stream(data, files=3, per_file=60, customers=12, seed=83)
+    spec = write_spec(tmp_path, data, db)
+    out: dict = {}
+    runner = threading.Thread(target=lambda: out.update(run=_run(spark, spec)))
+    runner.start()
+    runner.join(300)
+    reports, plans = out["run"]
+    assert [r.batch_id for r in reports] == [0, 1, 2]
+    assert (plans[0].rebound, plans[0].finished) == ((2, 2) if _rebinds(spark) else (0, 0))
+    assert sqlite_view(db) == oracle(files)

@@ -100,17 +100,13 @@ def settle(spark, jdf_) -> tuple:
     split's groups: at least the keys it combines to).  Adaptive execution runs the map stages
     when the plan's RDD is made; without it, they are submitted here.  One py4j call where the
     session has tidemark's jar (``jvm/Settled.java``), else one per plan node."""
-    from py4j.protocol import Py4JError
-
     from tidemark.spark import jvm as tidemark_jvm
 
     if tidemark_jvm.available(spark):
-        try:
-            leaf, records = spark._jvm.tidemark.jvm.Settled.settle(jdf_)
+        settled = jar_class(spark, "Settled")
+        if settled is not None:
+            leaf, records = settled.settle(jdf_)
             return leaf, int(records)
-        except Py4JError as exc:  # the class is not in this session after all
-            if "does not exist" not in str(exc):
-                raise
     jvm = spark._jvm
     qe = jdf_.queryExecution()
     plan = qe.executedPlan()
@@ -154,7 +150,24 @@ def _exchanges(plan) -> list:
 def rebind(spark, template, leaf):
     """``PlanRebind.rebind``: the analyzed plan ``template[0]`` with its source leaf
     ``template[1]`` replaced by ``leaf`` (None when ``leaf`` is another kind of source)."""
-    return spark._jvm.tidemark.jvm.PlanRebind.rebind(template[0], template[1], leaf)
+    rebinding = jar_class(spark, "PlanRebind")
+    return None if rebinding is None else rebinding.rebind(template[0], template[1], leaf)
+
+
+def jar_class(spark, name: str):
+    """The class ``tidemark.jvm.<name>`` of tidemark's jar, as py4j reaches it from this thread
+    (None where the session has not the jar).  ``ADD JAR`` puts the jar in the session's class
+    loader and makes it the context class loader of the JVM thread that ran it; py4j finds a
+    class through its own thread's, so a thread of another Python thread (a stream started
+    there, ``tidemark.materialize`` from a thread of the caller's) is given the session's."""
+    from py4j.java_gateway import JavaClass
+
+    found = getattr(spark._jvm.tidemark.jvm, name)
+    if not isinstance(found, JavaClass):  # a JavaPackage: not visible from this thread
+        loader = spark._jsparkSession.sharedState().jarClassLoader()
+        spark._jvm.java.lang.Thread.currentThread().setContextClassLoader(loader)
+        found = getattr(spark._jvm.tidemark.jvm, name)
+    return found if isinstance(found, JavaClass) else None
 
 
 # -- public-API forms where there is one ------------------------------------------------------
