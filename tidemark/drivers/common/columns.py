@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import pyarrow as pa
 
 from tidemark.protocol.messages import Field
+
+if TYPE_CHECKING:
+    from tidemark.collection.plan import FieldPlan
 
 QUARANTINE_TABLE = "tidemark_quarantine"
 DOCUMENT_COLUMN = "flow_document"
@@ -49,6 +52,14 @@ def field_kind(f: Field) -> str:
     if t == "boolean":
         return BOOLEAN
     return JSON  # object, array, json, or a union of types
+
+
+def member_kind(f: FieldPlan) -> str:
+    """The column kind of a compiled scalar's JSON type (a property without a column, an
+    object's member; an exact decimal's, as its places)."""
+    if f.scale is not None:
+        return decimal_kind(f.scale)
+    return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,13 +45,10 @@ from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
 from tidemark.collection.sql_forms import sql_nullable_extreme, sql_nullable_extreme_null, sql_present
 from tidemark.collection.strategies import STRATEGIES
-from tidemark.drivers.common.columns import decimal_kind
+from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.sql.model import (
-    BOOLEAN,
     DOCUMENT_COLUMN,
-    INTEGER,
     JSON,
-    NUMBER,
     STAGED_DOCUMENT,
     TEXT,
     TIMESTAMP,
@@ -546,14 +543,6 @@ def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order: Optional[Ord
     if expr is None:  # sql_reduction() let it through: a bug, not a user's mistake
         raise ValueError(f"/{f.name}: {f.strategy!r} has no SQL form for this property")
     return expr
-
-
-def member_kind(f: FieldPlan) -> str:
-    """The column kind of a scalar's JSON type (a property without a column, an object's member;
-    an exact decimal's, as its places)."""
-    if f.scale is not None:
-        return decimal_kind(f.scale)
-    return {"integer": INTEGER, "number": NUMBER, "boolean": BOOLEAN}.get(f.type, TEXT)
 
 
 __all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql.dialect import Dialect
 from tidemark.drivers.sql.model import (
@@ -18,7 +19,7 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import ReduceSql, member_kind
+from tidemark.drivers.sql.reduce import ReduceSql
 from tidemark.errors import DriverError
 
 Execute = Callable[[str], Any]  # a statement in the session's transaction -> its cursor

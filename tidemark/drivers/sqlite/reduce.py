@@ -45,11 +45,12 @@ from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import instant, is_date_time_field
 from tidemark.collection.plan import FieldPlan
 from tidemark.collection.sql_plan import EXACT_SUM
+from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.json_edits import insert_nulls, replace_members, unescaped_names
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, member_kind
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
 from tidemark.drivers.sql.refusals import sum_overflowed
 
 DOUBLE_MAX = "1.7976931348623157e308"
