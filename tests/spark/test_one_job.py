@@ -122,8 +122,8 @@ def test_the_internals_are_used_only_on_a_tested_spark(spark):
     assert not internals.supported(SimpleNamespace(version=spark.version))  # Spark Connect: no py4j session
 
 
-@pytest.mark.parametrize("adaptive", ["true", "false"])
-@pytest.mark.parametrize("jar", ["1", "0"])
+# (the jar with adaptive execution, the default, is every other test's)
+@pytest.mark.parametrize("jar,adaptive", [("1", "false"), ("0", "true")], ids=["jar-not-adaptive", "walk-adaptive"])
 def test_the_settled_combine_with_and_without_the_jar_and_adaptive_execution_exact(
     spark, tmp_path, monkeypatch, jar, adaptive
 ):
