@@ -121,8 +121,9 @@ def settle(spark, jdf_) -> tuple:
         ex.metrics().apply("shuffleRecordsWritten").value()
         for ex in _exchanges(plan.executedPlan() if adaptive else plan)
     )
-    companion = getattr(jvm.org.apache.spark.sql.execution, "LogicalRDD$")
-    return getattr(companion, "MODULE$").fromDataset(rdd, jdf_, False, False), records
+    # (not LogicalRDD.fromDataset, whose arguments changed between Spark releases)
+    over = spark._jsparkSession.internalCreateDataFrame(rdd, jdf_.schema(), False)
+    return analyzed(over), records
 
 
 def _class(node) -> str:
