@@ -113,7 +113,10 @@ def test_duplicate_attempt_racing_the_first_is_fenced(tmp_path):
 def test_task_that_raises_is_retried_by_spark_and_exact(tmp_path):
     data, db = tmp_path / "data", tmp_path / "views.db"
     write_orders(data, files=2, per_file=200, customers=40, seed=32, deletes=0.05)
-    spec = orders_spec(tmp_path, data_dir=data, db_path=db, shards=2, max_files=1)
+    # the shard sessions in Spark's tasks (these small batches would run them in the driver)
+    spec = orders_spec(
+        tmp_path, data_dir=data, db_path=db, shards=2, max_files=1, extra_mat={"options": {"small_batch_keys": 0}}
+    )
     marker = tmp_path / "raised-once"
     env = {
         **os.environ,
