@@ -119,10 +119,10 @@ def run_batch(ctx: PathContext, df, task: ShardTask, timings: dict) -> BatchOutc
     spark = df.sparkSession
     with _timed(timings, "combine"):
         settled = plan.combine(df)
-    if ctx.driver_keys and settled.bound <= ctx.driver_keys:
-        outcome = driver_path(ctx, plan.finish(settled, spark, routed=False), task, timings)
-    else:
-        outcome = one_job_path(plan.finish(settled, spark), task, timings)
+    in_driver = bool(ctx.driver_keys) and settled.bound <= ctx.driver_keys
+    with _timed(timings, "plan"):
+        rows = plan.finish(settled, spark, routed=not in_driver)
+    outcome = driver_path(rows, task, timings) if in_driver else one_job_path(rows, task, timings)
     if isinstance(outcome, BatchOutcome):
         return outcome
     log.info(
@@ -149,7 +149,7 @@ def one_job_plan(ctx: PathContext, df, ranges: tuple[Range, ...]):
     return plan if plan.ok else None
 
 
-def driver_path(ctx: PathContext, combined, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
+def driver_path(combined, task: ShardTask, timings: dict) -> BatchOutcome | Declined:
     """The settled combine's rows (unrouted) collected to the driver, whose threads run the shard sessions."""
     from tidemark.spark.small import run_small
 

@@ -18,9 +18,8 @@ ODD_BINDING = -1  # the binding of rows that need the combine's checks (sorts be
 
 
 class Declined(Enum):
-    """Why a path did not take a batch: nothing of it was staged or committed (the next path takes it)."""
+    """Why a path did not take a batch: nothing of it was staged or committed (the checked path takes it)."""
 
-    UNPLANNED = "a binding's schema has no one-job plan"
     NEEDS_CHECKS = "a row needs the combine's checks"
 
 
