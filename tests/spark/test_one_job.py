@@ -47,7 +47,8 @@ def test_later_batches_reuse_the_first_batch_plan_and_the_view_is_exact(spark, t
 
     reports, plans = _run(spark, spec)
     assert [r.batch_id for r in reports] == [0, 1, 2, 3]
-    assert {r.path for r in reports} == {"one job"}
+    # (the nullable objects' members are carried by the jar's scan; without it, the checked plan)
+    assert {r.path for r in reports} == ({"one job"} if _rebinds(spark) else {"checked"})
     assert sum(r.loaded for r in reports) == 0
     assert sum(r.documents for r in reports) == 480  # counted by the shards from the combined rows
     assert sqlite_view(db) == oracle(files)
