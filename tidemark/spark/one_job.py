@@ -1,7 +1,9 @@
-"""The one-job plan of a batch: the unchecked combine plus routing, from JVM column sequences
-prepared once per query; later batches of a query reuse the first batch's analyzed plan with
-their own source swapped in (``jvm/PlanRebind.java``): a batch's plan costs a few py4j calls
-and no analysis."""
+"""The one-job plan of a batch: the unchecked combine, settled (its map side run once:
+:meth:`OneJobPlan.combine`), then its rows for the driver or routed to the shards
+(:meth:`OneJobPlan.finish`), from JVM column sequences prepared once per query; later batches
+of a query reuse the first batch's analyzed plans with their own source, and their own settled
+leaf, swapped in (``jvm/PlanRebind.java``): a batch's plan costs a few py4j calls and no
+analysis."""
 
 from __future__ import annotations
 
