@@ -108,15 +108,15 @@ def settle(spark, jdf_) -> tuple:
             leaf, records = settled.settle(jdf_)
             return leaf, int(records)
     jvm = spark._jvm
-    qe = jdf_.queryExecution()
-    plan = qe.executedPlan()
+    execution = jdf_.queryExecution()
+    plan = execution.executedPlan()
     adaptive = _class(plan) == "AdaptiveSparkPlanExec"
     if not adaptive:
         for ex in _exchanges(plan):
             jvm.org.apache.spark.util.ThreadUtils.awaitResult(
                 ex.mapOutputStatisticsFuture(), jvm.scala.concurrent.duration.Duration.Inf()
             )
-    rdd = qe.toRdd()
+    rdd = execution.toRdd()
     records = sum(
         ex.metrics().apply("shuffleRecordsWritten").value()
         for ex in _exchanges(plan.executedPlan() if adaptive else plan)

@@ -158,8 +158,8 @@ class OneJobPlan:
                 self.finished += 1
                 return internals.of_plan(spark, plan)
         parts = []
-        for b, leaf in zip(self.bindings, settled.leaves):
-            j = internals.jdf(internals.of_plan(spark, leaf))
+        for b, aggregated in zip(self.bindings, self.aggregated(settled, spark)):
+            j = internals.jdf(aggregated)
             if typed_rows:  # the document as typed values: no JSON text made
                 parts.append(j.select(b["out_typed"]).select(b["final_typed"]))
             else:
