@@ -245,9 +245,17 @@ class PostgresReduce(ReduceSql):
     def precedes(self, a: str, b: str, f) -> str:
         if f.type == "string" and f.schema.get("format") != "date-time":
             return f'({a} COLLATE "C" < {b} COLLATE "C")'
-        if isinstance(a, LeanInstant) and isinstance(b, LeanInstant):  # columns, where they are exact
+        if isinstance(a, LeanInstant) and isinstance(b, LeanInstant):
+            # Columns two seconds or more apart order as their texts do: a column is its text's
+            # instant rounded to the microsecond (monotone), except a leap second's, which names
+            # the next minute's first second (the text's order lies less than two seconds
+            # before it).  Closer than that, by the columns where both are exact, else the texts.
+            # The texts' checks cost a third of the statement where every pair ran them.
+            apart = "interval '2 seconds'"
             return (
-                f"(CASE WHEN {_micro(a.kept)} AND {_micro(b.kept)} THEN {a.column} < {b.column} "
+                f"(CASE WHEN {a.column} + {apart} <= {b.column} THEN true "
+                f"WHEN {b.column} + {apart} <= {a.column} THEN false "
+                f"WHEN {_micro(a.kept)} AND {_micro(b.kept)} THEN {a.column} < {b.column} "
                 f"ELSE {super().precedes(a, b, f)} END)"
             )
         return super().precedes(a, b, f)
@@ -277,10 +285,12 @@ class PostgresReduce(ReduceSql):
 
     def union_arrays(self, old: str, new: str, f: FieldPlan) -> str:
         # jsonb equality groups equal values (1 and 1.0 are one number); the first position
-        # of each orders them.  NULL on either side: no elements, jsonb_agg of none is NULL
+        # of each orders them.  NULL on either side: NULL, without running the sub-select (a
+        # third of the statement's time where most keys' batches hold no new array)
         return (
+            f"(CASE WHEN {old} IS NOT NULL AND {new} IS NOT NULL THEN "
             f"(SELECT jsonb_agg(u.v ORDER BY u.o) FROM (SELECT e.v, min(e.o) AS o FROM "
-            f"jsonb_array_elements({old} || {new}) WITH ORDINALITY AS e(v, o) GROUP BY e.v) AS u)"
+            f"jsonb_array_elements({old} || {new}) WITH ORDINALITY AS e(v, o) GROUP BY e.v) AS u) END)"
         )
 
     def document(self, alias: str) -> str:
