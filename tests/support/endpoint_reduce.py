@@ -18,7 +18,18 @@ from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
-from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreTexts
+from tidemark.protocol.messages import (
+    REMAINDER,
+    Acknowledge,
+    Flush,
+    Load,
+    Open,
+    Range,
+    StartCommit,
+    Store,
+    StoreRows,
+    StoreTexts,
+)
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -115,7 +126,28 @@ def reduced_binding(driver, schema, table, document=None):
     return coll, b
 
 
-def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
+def typed_rows(model, combined: dict, keys: list):
+    """The combined documents as ``StoreRows`` (what the typed combine collects): a column per
+    property (a date-time as its text, objects and arrays as JSON text) and each row's
+    remainder (:data:`REMAINDER`: what no column holds, :func:`tidemark.drivers.sql.lean.remainder`)."""
+    import pyarrow as pa
+
+    from tidemark.drivers.sql.lean import date_time_columns, remainder
+    from tidemark.drivers.sql.model import JSON
+
+    cols = {}
+    for c in model.columns:
+        vals = [combined[k].get(c.name) for k in keys]
+        cols[c.name] = pa.array([None if v is None else json.dumps(v) for v in vals] if c.kind == JSON else vals)
+    names, times = frozenset(c.name for c in model.columns), date_time_columns(model)
+    rests = [remainder(combined[k], names, times, model.nullable) for k in keys]
+    cols[REMAINDER] = pa.array([None if r is None else json.dumps(r) for r in rests], pa.string())
+    return pa.table(cols)
+
+
+def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True, typed: bool = False):
+    """One transaction of the combined documents: as JSON texts (``texts``), as typed rows
+    (``typed``), or as documents with their values."""
     t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
     try:
         t.acknowledge(Acknowledge())
@@ -123,7 +155,9 @@ def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True):
         keys = sorted(combined)
         docs = [combined[k] for k in keys]
         n = len(docs)
-        if texts:  # as the runtime sends them: the JSON text only
+        if typed:
+            t.store(StoreRows(0, tuple((k,) for k in keys), typed_rows(t.models[0], combined, keys)))
+        elif texts:  # as the runtime sends them: the JSON text only
             t.store(StoreTexts(0, tuple((k,) for k in keys), tuple(json.dumps(d) for d in docs)))
         else:
             t.store(

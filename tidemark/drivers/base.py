@@ -272,6 +272,12 @@ class Driver(ABC):
         (:class:`StoreRows`: an Arrow table) instead of JSON texts.  Asked once, after Apply."""
         return [False] * len(bindings)
 
+    def typed_remainder(self) -> bool:
+        """Whether the typed rows (:class:`StoreRows`) of a binding may carry their remainder
+        (:data:`~tidemark.protocol.messages.REMAINDER`): then they may hold properties the schema
+        does not declare.  Asked once, after Apply."""
+        return False
+
     def row_forms(self, bindings: Sequence[BindingSpec]) -> list[str]:
         """What ``tidemark check`` says of how each binding's rows hold its documents (none:
         the endpoint has one way)."""

@@ -265,13 +265,20 @@ class StoreTexts:
 class StoreRows:
     """The combined documents of a lean binding the endpoint reduces, for a driver whose
     ``Driver.typed_rows`` says so: their properties' typed values, one column per property
-    (objects and arrays as JSON text), one row per key in the order of ``keys``.  Never sent
-    over the wire."""
+    (objects and arrays as JSON text), one row per key in the order of ``keys``, and where a
+    lean row keeps a remainder (:data:`REMAINDER`) the JSON object of what no column holds.
+    Never sent over the wire."""
 
     binding: int
     keys: tuple[Key, ...]
     rows: pa.Table
 
+
+#: the column of :class:`StoreRows` holding each row's remainder: the JSON object text of the
+#: members no column holds (a date-time's text its instant does not give back, a nullable
+#: property's ``null``, the properties the schema does not declare), null where none; a
+#: schema that declares a property of this name gets no typed rows
+REMAINDER = "_tidemark_remainder"
 
 #: a Store in any of its forms (what ``Transactor.store`` gets)
 AnyStore = Store | StoreTexts | StoreRows

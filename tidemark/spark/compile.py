@@ -31,7 +31,17 @@ from typing import Any, Callable, cast
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan
 from tidemark.collection.strategies import STRATEGIES, SparkAggregate
+from tidemark.protocol.messages import REMAINDER
 from tidemark.spark.datetimes import instant_order, order_of_instant
+
+#: a valid date-time's text that its instant gives back (UTC, ``Z``, no leap second, at most six
+#: fraction digits without trailing zeros: :func:`tidemark.drivers.common.datetimes.keeps_text`)
+CANONICAL_DATE_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-5][0-9](\.[0-9]{0,5}[1-9])?Z$"
+
+
+def json_name(name: str) -> str:
+    """A property name as a JSON string."""
+    return json.dumps(name, ensure_ascii=False)
 
 
 def spark_type(t: str):
@@ -302,6 +312,7 @@ def aggregations(
     written_null = []  # ``"p":null`` of each nullable property whose picked value is null
     riders = _riders(plan, key_cols)
     merged_undeclared = None
+    kept: list = []  # a typed row's remainder: its members' texts (REMAINDER)
     if undeclared is not None:
         from tidemark.spark import jvm
 
@@ -310,6 +321,7 @@ def aggregations(
         merged_undeclared = undeclared_merged(F.col(UNDECLARED))
         if jvm.carries_undeclared(plan):
             raw.append(undeclared_text(merged_undeclared, jvm.undeclared_prefix(None)))
+            kept.append(raw[-1])
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
         v, n = f"v{i}", f"n{i}"
@@ -324,9 +336,7 @@ def aggregations(
             pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
             aggs.append(pick(F.struct(values.alias("v")), F.when(values.isNotNull() | written, ops.order)).alias(v))
             present, picked = F.col(v).isNotNull(), F.col(v)["v"]
-            written_null.append(
-                F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
-            )
+            written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.nullable:  # maximized or minimized: null is the least value
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
@@ -335,9 +345,7 @@ def aggregations(
             some_null = F.coalesce(F.col(n), F.lit(False))
             present = F.col(v).isNotNull() | some_null
             picked = F.col(v) if f.strategy == "maximize" else F.when(~some_null, F.col(v))
-            written_null.append(
-                F.when(present & picked.isNull(), F.lit(json.dumps(f.name, ensure_ascii=False) + ":null"))
-            )
+            written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.kind == "object":  # each member by its own strategy; the object where any document holds it
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             members = []
@@ -383,20 +391,28 @@ def aggregations(
         if present is None:
             present = value.isNotNull()
         col = F.when(present, value)
+        if is_date_time_field(f):  # a typed row's remainder keeps the text its instant does not give back
+            kept.append(
+                F.when(~col.rlike(CANONICAL_DATE_TIME), F.concat(F.lit(json_name(f.name) + ':"'), col, F.lit('"')))
+            )
         # typed: each property's value as its column holds it (an array or a map as its JSON text)
         fields.append((col if f.kind in ("scalar", "raw") else F.to_json(col)).alias(f.name))
         if f.kind == "raw":  # already JSON text: spliced in as is
-            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), value)))
+            raw.append(F.when(present, F.concat(F.lit(json_name(f.name) + ":"), value)))
         elif merged_undeclared is not None and jvm.gives_members(f):
             # its members carried as written (undeclared ones, nullable ones, objects and arrays)
             members_text = undeclared_text(merged_undeclared, jvm.undeclared_prefix(i))
             text = spliced(F.to_json(value) if f.members else F.lit("{}"), members_text)
-            raw.append(F.when(present, F.concat(F.lit(json.dumps(f.name, ensure_ascii=False) + ":"), text)))
+            raw.append(F.when(present, F.concat(F.lit(json_name(f.name) + ":"), text)))
             fields[-1] = F.when(present, text).alias(f.name)  # a typed row holds the object's text
         else:
             structured.append(col.alias(f.name))
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
+    kept += written_null
+    if kept and all(f.name != REMAINDER for f in plan.fields):
+        rest = F.concat(F.lit("{"), F.concat_ws(",", *kept), F.lit("}"))
+        fields.append(F.nullif(rest, F.lit("{}")).alias(REMAINDER))
     typed_doc = F.struct(*fields)
     if structured and not raw and not written_null:  # one to_json is the whole document
         return aggs, F.to_json(F.struct(*structured)), error, typed_doc

@@ -34,7 +34,15 @@ class OneJobPlan:
     DataFrame from Column objects was about a thousand (0.2 s on a 25k-document batch).
     ``ok`` is False when some binding's schema does not compile (the checked plan then)."""
 
-    def __init__(self, spark, columns: tuple, collections: tuple, ranges: tuple[Range, ...], typed: bool = False):
+    def __init__(
+        self,
+        spark,
+        columns: tuple,
+        collections: tuple,
+        ranges: tuple[Range, ...],
+        typed: bool = False,
+        remainder: bool = False,
+    ):
         from pyspark.sql import functions as F
 
         from tidemark.collection.plan import compile_collection
@@ -52,7 +60,8 @@ class OneJobPlan:
         self.finished = 0  # ... and whose rows were (from the settled combine's template)
         # the unrouted rows carry the document as typed values (``row``, for StoreRows; of
         # several bindings, ``row_<i>`` per binding, null in the other bindings' rows): every
-        # binding's root merges, the driver stages typed values
+        # binding's root merges, the driver stages typed values (``remainder``: with each row's
+        # remainder, the properties the schema does not declare among it)
         self.typed = typed
         multi = self.multi = len(collections) > 1
         jseq = internals.jseq
@@ -70,8 +79,11 @@ class OneJobPlan:
             jvm_spec = jvm.spec(plan) if available else None
             cols = _compiled_columns(spark, plan, jvm_spec)
             odd = F.col("_suspect") | (F.col("_with_extras") > F.lit(0)) | F.col("_error").isNotNull()
-            # a typed row has no place for a nullable property's null (NULL is absent there)
-            self.typed = self.typed and plan.root_strategy == "merge" and not any(f.nullable for f in plan.fields)
+            # without a remainder a typed row has no place for a nullable property's null (NULL
+            # is absent there), nor for the properties the schema does not declare
+            self.typed = (
+                self.typed and plan.root_strategy == "merge" and (remainder or not any(f.nullable for f in plan.fields))
+            )
             typed_out = cols.out_typed if self.typed else None
             self.bindings.append(
                 {
@@ -102,8 +114,7 @@ class OneJobPlan:
                             "key_hash",
                             F.lit(None).cast("string").alias("doc"),
                             "_documents",
-                            # a typed row has no place for undeclared properties: the checked path's texts
-                            (odd | F.col("_carried")).alias("_needs_checks"),
+                            (odd if remainder else odd | F.col("_carried")).alias("_needs_checks"),
                             F.col("doc").alias(f"row_{i}" if multi else "row"),
                         ],
                     )

@@ -86,6 +86,7 @@ class PathContext:
     max_quarantine: int
     driver_keys: int  # the most keys a batch may combine to and run its shard sessions in the driver
     typed_rows: bool = False  # the driver's sessions get StoreRows (decided at start-up)
+    typed_remainder: bool = False  # ... with each row's remainder (undeclared properties among it)
     plans: dict = field(default_factory=dict)  # OneJobPlan per (Spark session, source columns, layout)
 
 
@@ -145,7 +146,7 @@ def one_job_plan(ctx: PathContext, df, ranges: tuple[Range, ...]):
     key = (internals.session_id(spark), tuple(df.columns), ranges)
     plan = ctx.plans.get(key)
     if plan is None:
-        plan = ctx.plans[key] = OneJobPlan(spark, key[1], ctx.collections, ranges, ctx.typed_rows)
+        plan = ctx.plans[key] = OneJobPlan(spark, key[1], ctx.collections, ranges, ctx.typed_rows, ctx.typed_remainder)
     return plan if plan.ok else None
 
 

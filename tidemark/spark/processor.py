@@ -222,7 +222,8 @@ class Materializer:
         """Identity checks, Validate + Apply, re-acknowledge the last batch (see the coordinator);
         then whether the shard sessions in the driver get typed values (``StoreRows``)."""
         self.coordinator.start_up()
-        self.paths = replace(self.paths, typed_rows=all(self.driver.typed_rows(self.bindings)))
+        typed = all(self.driver.typed_rows(self.bindings))
+        self.paths = replace(self.paths, typed_rows=typed, typed_remainder=typed and self.driver.typed_remainder())
 
     # ------------------------------------------------------------------ batch
     def __call__(self, df, batch_id: int) -> None:

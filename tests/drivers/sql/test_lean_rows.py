@@ -16,7 +16,15 @@ import psycopg
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, commit_through_loads, reduced_binding, rows
+from tests.support.endpoint_reduce import (
+    Endpoint,
+    canonical,
+    commit,
+    commit_through_loads,
+    reduced_binding,
+    rows,
+    typed_rows,
+)
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.collection import Collection
 from tidemark.errors import IncompatibleSchema
@@ -199,22 +207,6 @@ def test_a_new_property_and_a_widening_on_a_lean_view(postgres_url, pg_schema, r
         wider.close()
     finally:
         driver.close()
-
-
-def typed_rows(model, combined: dict, keys: list):
-    """The combined documents as ``StoreRows`` (what the typed combine collects): a column
-    per property, objects and arrays as JSON text."""
-    import pyarrow as pa
-
-    from tidemark.drivers.sql.model import JSON
-
-    cols = {}
-    for c in model.columns:
-        vals = [combined[k].get(c.name) for k in keys]
-        if c.kind == JSON:
-            vals = [None if v is None else json.dumps(v) for v in vals]
-        cols[c.name] = pa.array(vals)
-    return pa.table(cols)
 
 
 def test_typed_rows_are_staged_as_they_are_and_reduce_as_the_texts(typed_endpoint):

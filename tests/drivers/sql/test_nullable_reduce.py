@@ -105,9 +105,11 @@ def test_null_is_kept_apart_from_absent_in_the_endpoint(endpoint, document):
     coll, b = reduced_binding(driver, SCHEMA, "nulls", document)
     apply(driver, b)
     assert [" lean rows " in line for line in driver.row_forms([b])] == [document == "lean"]
-    assert driver.typed_rows([b]) == [False]  # a null is staged in the document, not in typed values
+    # a null is staged in the remainder of typed rows (PostgreSQL), else in the document's text
+    typed = endpoint.name == "postgres" and document == "lean"
+    assert driver.typed_rows([b]) == [typed]
     for i, batch in enumerate(BATCHES):
-        commit(driver, coll, b, batch, i, texts=i % 2 == 0)
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 3 != 2)
     view = {k[0]: v for k, v in driver.dump(MAT, b).items()}
     assert {k: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in EXPECTED.items()}
     assert "note" in view["a"] and view["a"]["note"] is None and "note" not in view["e"]

@@ -205,36 +205,6 @@ def test_a_member_sum_beyond_its_type_names_the_key_and_member_and_commits_nothi
     assert row.runtime_checkpoint == cp(0)
 
 
-def typed_rows(model, combined: dict, keys: list):
-    """The combined documents as ``StoreRows`` (what the typed combine collects): a column
-    per property, the object as its JSON text."""
-    import json
-
-    import pyarrow as pa
-
-    from tidemark.drivers.sql.model import JSON
-
-    cols = {}
-    for c in model.columns:
-        vals = [combined[k].get(c.name) for k in keys]
-        cols[c.name] = pa.array([None if v is None else json.dumps(v) for v in vals] if c.kind == JSON else vals)
-    return pa.table(cols)
-
-
-def commit_typed(driver, b, combined: dict, batch: int) -> None:
-    from tidemark.protocol.messages import Acknowledge, Flush, Open, Range, StartCommit, StoreRows
-
-    t, _ = driver.open(Open(MAT, "v1", Range(), bindings=(b,)))
-    try:
-        t.acknowledge(Acknowledge())
-        t.flush(Flush())
-        keys = sorted(combined)
-        t.store(StoreRows(0, tuple((k,) for k in keys), typed_rows(t.models[0], combined, keys)))
-        t.start_commit(StartCommit(cp(batch)))
-    finally:
-        t.close()
-
-
 @pytest.mark.postgres
 def test_typed_rows_reduce_the_object_as_the_texts(postgres_url, pg_schema, request, tmp_path):
     """PostgreSQL stages a lean binding's typed values (``StoreRows``): the object is its
@@ -247,13 +217,13 @@ def test_typed_rows_reduce_the_object_as_the_texts(postgres_url, pg_schema, requ
         assert driver.typed_rows([b]) == [True]
         for i, batch in enumerate(BATCHES):
             if i % 2 == 0:
-                commit_typed(driver, b, batch, i)
+                commit(driver, None, b, batch, i, typed=True)
             else:
                 commit(driver, coll, b, batch, i)
         view = driver.dump(MAT, b)
         assert {k[0]: canonical(v) for k, v in view.items()} == {k: canonical(v) for k, v in EXPECTED.items()}
         with pytest.raises(DriverError, match=r"key \['f'\]: /address/visits: 'sum' overflowed"):
-            commit_typed(driver, b, {"f": {"k": "f", "address": {"visits": 2**63 - 1}}}, len(BATCHES))
+            commit(driver, None, b, {"f": {"k": "f", "address": {"visits": 2**63 - 1}}}, len(BATCHES), typed=True)
         assert driver.dump(MAT, b) == view
     finally:
         driver.close()

@@ -14,11 +14,14 @@ from typing import Any, Callable, Sequence
 
 import psycopg
 
+from tidemark.drivers.common.columns import TIMESTAMP
+from tidemark.drivers.common.datetimes import canonical_text, micros
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
 from tidemark.drivers.postgres.dialect import sql_type
 from tidemark.drivers.sql import JSON, TableModel, redact
 from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk, RowWriter, Session
 from tidemark.errors import DriverError
+from tidemark.protocol.messages import REMAINDER
 
 
 def csv_of(rows, names: list[str]) -> bytes:
@@ -31,6 +34,27 @@ def csv_of(rows, names: list[str]) -> bytes:
     buf = io.BytesIO()
     pacsv.write_csv(rows.select(names), buf, pacsv.WriteOptions(include_header=False))
     return buf.getvalue()
+
+
+def leap_seconds_read(model: TableModel, rows):
+    """Typed rows whose date-times PostgreSQL reads: a leap second with a fraction (which it
+    refuses) as the canonical text of its instant (the next minute's first second: the
+    remainder keeps the text).  A vectorized search; Python only for the leap seconds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for c in model.values:
+        if c.kind != TIMESTAMP or c.name not in rows.column_names:
+            continue
+        col = rows.column(c.name)
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            continue  # none (all null)
+        leap = pc.fill_null(pc.match_substring(col, ":60"), False)
+        if not pc.any(leap).as_py():
+            continue
+        read = [canonical_text(micros(v)) if v is not None else None for v in col.to_pylist()]
+        rows = rows.set_column(rows.column_names.index(c.name), c.name, pc.if_else(leap, pa.array(read), col))
+    return rows
 
 
 def _text_field(kind: str) -> Callable[[Any], str]:
@@ -102,7 +126,13 @@ class CopyWriter(RowWriter):
     def stage_typed(
         self, s: Session, table: str, prepare: Sequence[str], model: TableModel, rows: Any, keys, what: str
     ) -> None:
-        payload = csv_of(rows, [c.name for c in model.columns])
+        names = [c.name for c in model.columns]
+        rows = leap_seconds_read(model, rows)
+        if REMAINDER not in rows.column_names:  # none: the staged remainder is NULL
+            import pyarrow as pa
+
+            rows = rows.append_column(REMAINDER, pa.nulls(rows.num_rows, pa.string()))
+        payload = csv_of(rows, names + [REMAINDER])
 
         def staged() -> None:
             try:
@@ -183,16 +213,21 @@ class CopyWriter(RowWriter):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        for c in model.values:
-            col = rows.column(c.name)
+        # a value's NUL; in JSON text (an object's or array's, the remainder's) written as \u0000
+        searched = [(c.name, rows.column(c.name), "\x00") for c in model.values]
+        searched += [(c.name, rows.column(c.name), "\\u0000") for c in model.values if c.kind == JSON]
+        if REMAINDER in rows.column_names:
+            searched.append(("", rows.column(REMAINDER), "\\u0000"))
+        for name, col, nul in searched:
             if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
                 continue
-            hits = pc.fill_null(pc.match_substring(col, "\x00"), False)
+            hits = pc.fill_null(pc.match_substring(col, nul), False)
             if pc.any(hits).as_py():
                 i = pc.index(hits, True).as_py()
+                at = f"/{name}" if name else "a property the schema does not declare"
                 raise DriverError(
                     f"PostgreSQL at {s.driver.settings.where}: {model.display}: the document of key "
-                    f"{list(keys[i])!r} (at /{c.name}) holds U+0000 (NUL), which PostgreSQL cannot store in text "
+                    f"{list(keys[i])!r} (at {at}) holds U+0000 (NUL), which PostgreSQL cannot store in text "
                     "or jsonb. Remove or replace it upstream; nothing of this shard's transaction was committed."
                 )
 

@@ -58,6 +58,7 @@ class PostgresDialect(Dialect):
     lean_rows = True
     lean_date_times = True  # timestamptz keeps the instant; the remainder another spelling
     typed_staging = True
+    typed_remainder = True
 
     def widens(self, existing_type: str, col: Column) -> bool:
         """Whether Apply can change an existing value column to ``col``'s type: every value the
@@ -303,7 +304,7 @@ class PostgresReduce(ReduceSql):
         if col.kind in self.CASTS:
             return f"({doc} -> {literal(name)})::{self.CASTS[col.kind]}"
         if col.kind == TIMESTAMP:
-            return f"({doc} ->> {literal(name)})::timestamp with time zone"
+            return self.to_timestamp(f"({doc} ->> {literal(name)})")
         if scale_of_kind(col.kind) is not None:  # an exact decimal
             return f"({doc} -> {literal(name)})::numeric"
         return f"({doc} ->> {literal(name)})"
@@ -326,7 +327,12 @@ class PostgresReduce(ReduceSql):
         )
 
     def to_timestamp(self, text: str) -> str:
-        return f"({text})::timestamp with time zone"
+        # PostgreSQL reads ``:60`` as the next minute, but refuses it with a fraction: the
+        # second before it, and one more (tidemark.drivers.common.datetimes.micros)
+        return (
+            f"(CASE WHEN substr({text}, 18, 2) = '60' THEN overlay({text} placing '59' from 18 for 2)"
+            f"::timestamp with time zone + interval '1 second' ELSE ({text})::timestamp with time zone END)"
+        )
 
     def set_members(self, doc: str, members, nulls=()) -> str:
         out = f"COALESCE({doc}, '{{}}'::jsonb)"

@@ -100,6 +100,8 @@ class Dialect:
     date_time_column: Optional[Callable[[Any], Any]] = None
     exact_decimals: bool = True  # a decimal column keeps ``multipleOf`` numbers exactly
     typed_staging: bool = False  # a lean binding it reduces stages ``StoreRows`` (typed values)
+    #: ... with their remainder (``REMAINDER``: date-time texts, nulls, undeclared properties)
+    typed_remainder: bool = False
     transactional_ddl: bool = True  # DDL takes part in a transaction (MariaDB: it commits on its own)
     #: how the endpoint reduces a batch itself (None: it Loads, and the runtime reduces)
     reduction: Optional[Reduction] = None

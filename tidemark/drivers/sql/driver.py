@@ -201,7 +201,7 @@ class SqlDriver(Driver):
         base = self.base_model(binding)
         return lean.with_form(self, base, binding, lean.table_form(self, base, con))
 
-    row_forms, typed_rows = lean.row_forms, lean.typed_rows
+    row_forms, typed_rows, typed_remainder = lean.row_forms, lean.typed_rows, lean.typed_remainder
 
     def base_model(self, binding: BindingSpec) -> TableModel:
         """The binding's table, without its form.  Where the dialect limits identifiers, a longer schema, table

@@ -39,7 +39,7 @@ from tidemark.drivers.common.columns import BOOLEAN, DECIMAL, JSON, TIMESTAMP, C
 from tidemark.drivers.common.datetimes import canonical_date_time, from_sortable_text, keeps_text
 from tidemark.drivers.common.forms import FULL, LEAN, requested_form
 from tidemark.drivers.sql.model import TableModel
-from tidemark.protocol.messages import BindingSpec, Doc, JsonObject, Key
+from tidemark.protocol.messages import REMAINDER, BindingSpec, Doc, JsonObject, Key
 
 if TYPE_CHECKING:
     from tidemark.collection.plan import CompiledPlan
@@ -210,11 +210,23 @@ def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
 
 
 def typed_rows(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[bool]:
-    """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed values."""
+    """``Driver.typed_rows``: a lean binding the endpoint reduces, where the dialect stages typed
+    values: with their remainder (a date-time's text, a nullable property's null), or where the
+    binding has none of these."""
+    dialect = driver.dialect
     return [
-        driver.dialect.typed_staging and m.lean and m.reduce is not None and not date_time_columns(m) and not m.nullable
+        dialect.typed_staging
+        and m.lean
+        and m.reduce is not None
+        and (dialect.typed_remainder or (not date_time_columns(m) and not m.nullable))
+        and all(c.name != REMAINDER for c in m.values)
         for m in map(driver.model, bindings)
-    ]  # a date-time's text, a nullable property's null (staged in the document) decide what the remainder keeps
+    ]
+
+
+def typed_remainder(driver: SkeletonDriver) -> bool:
+    """``Driver.typed_remainder``: the dialect stages a typed row's remainder."""
+    return driver.dialect.typed_staging and driver.dialect.typed_remainder
 
 
 def row_forms(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[str]:

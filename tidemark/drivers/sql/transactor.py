@@ -339,6 +339,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         dialect = self.dialect
         if name == typed_stage_name(binding):
             columns = [f"{staged_column(j)} {dialect.staged_type(c)}" for j, c in enumerate(model.columns)]
+            if dialect.typed_remainder:  # each row's remainder (StoreRows' REMAINDER)
+                columns.append(f"{STAGED_DOCUMENT} {dialect.staged_document_type or dialect.document_type}")
         else:
             columns = (
                 [f"{STORE_ORDER} {dialect.order_type}", f"{IS_DELETE} {dialect.flag_type}"]
@@ -502,7 +504,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         if typed:  # typed values: the staging table's columns as they are
             forms.staged_values = True
             staging = dialect.temp(typed_stage_name(binding))
-            sources = [staged_column(j) for j in range(len(model.columns))] + [forms.null_document]
+            rest = STAGED_DOCUMENT if dialect.typed_remainder else forms.null_document
+            sources = [staged_column(j) for j in range(len(model.columns))] + [rest]
         else:
             sources = reduce_sources(forms, model, forms.staged_alias)
         assert model.reduce is not None  # a binding the endpoint reduces
