@@ -52,7 +52,8 @@ def leap_seconds_read(model: TableModel, rows):
         leap = pc.fill_null(pc.match_substring(col, ":60"), False)
         if not pc.any(leap).as_py():
             continue
-        read = [canonical_text(micros(v)) if v is not None else None for v in col.to_pylist()]
+        at = [micros(v) for v in col.to_pylist()]
+        read = [v if m is None else canonical_text(m) for v, m in zip(col.to_pylist(), at)]
         rows = rows.set_column(rows.column_names.index(c.name), c.name, pc.if_else(leap, pa.array(read), col))
     return rows
 
