@@ -65,7 +65,7 @@ from tidemark.drivers.sql.model import (
     scale_of_kind,
     staged_column,
 )
-from tidemark.drivers.sql.reduce import OLD, ReduceSql, reduce_sources
+from tidemark.drivers.sql.reduce import OLD, LeanInstant, ReduceSql, reduce_sources
 
 STAGED = "s"  # the staging table's alias
 #: members per JSON_REPLACE call (a comfortable bound: MariaDB takes many arguments)
@@ -180,6 +180,11 @@ class MariaReduce(ReduceSql):
     def precedes(self, a: str, b: str, f) -> str:
         if f.type == "string" and f.schema.get("format") != "date-time":
             return f"(CAST({a} AS BINARY) < CAST({b} AS BINARY))"
+        if isinstance(a, LeanInstant) and isinstance(b, LeanInstant):
+            # columns two seconds or more apart order as their texts do (a leap second's column
+            # is its ``:59`` second: within a second of its place), else the texts
+            apart = f"TIMESTAMPDIFF(MICROSECOND, {a.column}, {b.column})"
+            return f"IF({apart} >= 2000000, TRUE, IF({apart} <= -2000000, FALSE, {super().precedes(a, b, f)}))"
         return super().precedes(a, b, f)
 
     def instant(self, text: str) -> tuple[str, str, str]:
