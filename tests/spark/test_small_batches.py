@@ -236,9 +236,11 @@ EVENT_SCHEMA = {
 }
 
 
-@pytest.mark.postgres
-def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tmp_path, request):
-    """PostgreSQL stages a typed row's remainder (StoreRows' REMAINDER): a date-time's text its
+@pytest.mark.parametrize(
+    "name", [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.slow)]
+)
+def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tmp_path, request, name):
+    """PostgreSQL and MariaDB stage a typed row's remainder (StoreRows' REMAINDER): a date-time's text its
     instant does not give back, a nullable property's null, a property the schema does not
     declare.  So an event stream's batches stay on typed rows, and the view is the fold's (a
     leap second with a fraction too, which PostgreSQL refuses to read as it is)."""
@@ -252,7 +254,7 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
     from tidemark.drivers.registry import load_driver
     from tidemark.spec import CollectionSpec
 
-    url, schema = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema")
+    url, schema, _ = _server(request, name)
     draw, data = random.Random(71), tmp_path / "data"
     data.mkdir()
     batches = []
@@ -261,9 +263,9 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         for _ in range(60):
             at = draw.choice(SPELLINGS + (("2016-12-31T23:59:60.5Z",) if f == 3 else ()))  # a leap second last
             doc = {"customer": f"c{draw.randrange(30)}", "at": at, "status": draw.choice("abc")}
-            for name, value in (("first", draw.choice(SPELLINGS)), ("note", draw.choice([None, "x", "y"]))):
+            for prop, value in (("first", draw.choice(SPELLINGS)), ("note", draw.choice([None, "x", "y"]))):
                 if draw.random() < 0.6:
-                    doc[name] = value
+                    doc[prop] = value
             if draw.random() < 0.5:
                 doc["n"] = draw.randrange(5)
             if draw.random() < 0.2:
@@ -277,7 +279,7 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         db_path=None,
         shards=2,
         schema=EVENT_SCHEMA,
-        endpoint={"postgres": {"url": url, "schema": schema}},
+        endpoint={name: {"url": url, "schema": schema}},
     )
 
     reports = _run(spark, spec)
@@ -289,6 +291,6 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         k = doc["customer"]
         expected[k] = coll.reduce(expected[k], doc) if k in expected else doc
     b = coll.binding_spec(SimpleNamespace(resource={"table": "customers"}, delta_updates=False))
-    with load_driver("postgres", {"url": url, "schema": schema}) as driver:
+    with load_driver(name, {"url": url, "schema": schema}) as driver:
         view = {k[0]: canonical(v) for k, v in driver.dump("view", b).items()}
     assert view == {k: canonical(v) for k, v in expected.items()}

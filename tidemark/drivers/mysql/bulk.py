@@ -21,9 +21,10 @@ import pymysql
 
 from tidemark.drivers.mysql.dialect import KEY_CHARS
 from tidemark.drivers.sql import BOOLEAN, JSON, TEXT, TIMESTAMP, TableModel, coerce
-from tidemark.drivers.sql.model import staged_column
+from tidemark.drivers.sql.model import STAGED_DOCUMENT, staged_column
 from tidemark.drivers.sql.writer import DOC, FLAG, ORDER, Chunk, KeyChunk, RowWriter, Session
 from tidemark.errors import DriverError
+from tidemark.protocol.messages import REMAINDER
 
 _ROW = re.compile(r"\brow (\d+)")
 _STAGED_COLUMN = re.compile(r"column [`']?" + staged_column(0)[:-1] + r"(\d+)[`']?")  # staged_column(j)
@@ -118,8 +119,12 @@ class BulkWriter(RowWriter):
         columns = [c.name for c in model.columns]
         convs = [typed_param(c.kind) for c in model.columns]
         values = [rows.column(n).to_pylist() for n in columns]
-        converted = self.converted(model, lambda: [tuple([c(v) for c, v in zip(convs, r)]) for r in zip(*values)], keys)
         names = [staged_column(j) for j in range(len(columns))]
+        if REMAINDER in rows.column_names:  # each row's remainder: its JSON text as it is
+            convs.append(lambda v: v)
+            values.append(rows.column(REMAINDER).to_pylist())
+            names.append(STAGED_DOCUMENT)
+        converted = self.converted(model, lambda: [tuple([c(v) for c, v in zip(convs, r)]) for r in zip(*values)], keys)
 
         def body() -> None:
             for statement in prepare:

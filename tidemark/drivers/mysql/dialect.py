@@ -78,6 +78,7 @@ class MySqlDialect(Dialect):
     lean_rows = True
     lean_date_times = True  # a naive UTC datetime(6) column; the remainder keeps another spelling
     typed_staging = True  # a lean binding it reduces stages StoreRows (typed values): drivers/mysql/bulk.py
+    typed_remainder = True  # ... with their remainders
     transactional_ddl = False  # DDL commits implicitly (a rebuild's cut-over: drivers/sql/replace.py)
     table_suffix = " ENGINE=InnoDB"
     name_limit = f"MySQL's {MAX_IDENTIFIER_CHARS}-character column names"

@@ -129,8 +129,8 @@ class MariaReduce(ReduceSql):
     def document(self, alias: str) -> str:
         if alias == OLD:
             return f"{self.table}.{self.quote(DOCUMENT_COLUMN)}"
-        if self.model.lean and self.staged_values:  # typed values staged: no document, nothing remains
-            return "NULL"
+        if self.model.lean and self.staged_values:  # typed values staged: their remainder beside them
+            return f"{STAGED}.{STAGED_DOCUMENT}"
         if self.model.lean:  # the staged remainder, as staged (a subquery cannot name VALUES())
             return reduce_sources(self, self.model, STAGED)[-1]
         return f"{STAGED}.{STAGED_DOCUMENT}"
