@@ -237,10 +237,11 @@ EVENT_SCHEMA = {
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.slow)]
+    "name",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.slow)],
 )
 def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tmp_path, request, name):
-    """PostgreSQL and MariaDB stage a typed row's remainder (StoreRows' REMAINDER): a date-time's text its
+    """The SQL endpoints stage a typed row's remainder (StoreRows' REMAINDER): a date-time's text its
     instant does not give back, a nullable property's null, a property the schema does not
     declare.  So an event stream's batches stay on typed rows, and the view is the fold's (a
     leap second with a fraction too, which PostgreSQL refuses to read as it is)."""
@@ -254,7 +255,11 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
     from tidemark.drivers.registry import load_driver
     from tidemark.spec import CollectionSpec
 
-    url, schema, _ = _server(request, name)
+    settings = (
+        {"path": str(tmp_path / "views.db")}
+        if name == "sqlite"
+        else dict(zip(("url", "schema"), _server(request, name)))
+    )
     draw, data = random.Random(71), tmp_path / "data"
     data.mkdir()
     batches = []
@@ -279,7 +284,7 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         db_path=None,
         shards=2,
         schema=EVENT_SCHEMA,
-        endpoint={name: {"url": url, "schema": schema}},
+        endpoint={name: settings},
     )
 
     reports = _run(spark, spec)
@@ -291,6 +296,6 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         k = doc["customer"]
         expected[k] = coll.reduce(expected[k], doc) if k in expected else doc
     b = coll.binding_spec(SimpleNamespace(resource={"table": "customers"}, delta_updates=False))
-    with load_driver(name, {"url": url, "schema": schema}) as driver:
+    with load_driver(name, settings) as driver:
         view = {k[0]: canonical(v) for k, v in driver.dump("view", b).items()}
     assert view == {k: canonical(v) for k, v in expected.items()}

@@ -105,8 +105,8 @@ def test_null_is_kept_apart_from_absent_in_the_endpoint(endpoint, document):
     coll, b = reduced_binding(driver, SCHEMA, "nulls", document)
     apply(driver, b)
     assert [" lean rows " in line for line in driver.row_forms([b])] == [document == "lean"]
-    # a null is staged in the remainder of typed rows (PostgreSQL, MariaDB), else in the document's text
-    typed = endpoint.name != "sqlite" and document == "lean"
+    # a null is staged in the remainder of typed rows (a lean table), else in the document's text
+    typed = document == "lean"
     assert driver.typed_rows([b]) == [typed]
     for i, batch in enumerate(BATCHES):
         commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 3 != 2)

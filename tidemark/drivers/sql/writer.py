@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
-from tidemark.drivers.sql.model import TableModel, coerce, dumps
-from tidemark.protocol.messages import Key
+from tidemark.drivers.sql.model import TIMESTAMP, TableModel, coerce, dumps
+from tidemark.protocol.messages import REMAINDER, Key
 
 T = TypeVar("T")
 
@@ -115,9 +115,20 @@ class RowWriter:
         keys: Sequence[Key],
         what: str,
     ) -> None:
-        """An Arrow table's columns (the view's columns, by name) into the typed staging ``table``."""
-        tuples = list(zip(*(rows.column(c.name).to_pylist() for c in model.columns)))
-        sql = f"INSERT INTO {table} VALUES ({s.dialect.params(len(model.columns))})"
+        """An Arrow table's columns (the view's columns, by name) into the typed staging ``table``:
+        a date-time as its column's value (``Dialect.date_time_column``), then each row's
+        remainder where the dialect stages it (``Dialect.typed_remainder``)."""
+        dialect = s.dialect
+        columns = [rows.column(c.name).to_pylist() for c in model.columns]
+        convert = dialect.date_time_column
+        for j, c in enumerate(model.columns):
+            if convert is not None and c.kind == TIMESTAMP:
+                columns[j] = [None if v is None else convert(v) for v in columns[j]]
+        if dialect.typed_remainder:
+            named = REMAINDER in rows.column_names
+            columns.append(rows.column(REMAINDER).to_pylist() if named else [None] * rows.num_rows)
+        tuples = list(zip(*columns))
+        sql = f"INSERT INTO {table} VALUES ({dialect.params(len(columns))})"
 
         def body() -> None:
             for statement in prepare:

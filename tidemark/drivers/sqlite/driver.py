@@ -70,6 +70,7 @@ class SQLiteDialect(Dialect):
     lean_date_times = True  # fixed-width UTC text, which sorts as the instants (the remainder keeps another spelling)
     date_time_column = staticmethod(sortable_text)
     typed_staging = True
+    typed_remainder = True  # ... with their remainders (each date-time as its sortable text: sql/writer.py)
     reduction = Reduction(reduce.ENDPOINT_REDUCE, _reduce_forms, reduce.unescaped_names, reduce.refused)
 
     def widens(self, existing_type: str, col) -> bool:
