@@ -138,10 +138,10 @@ def test_a_settled_combine_bounds_its_keys_and_is_read_without_reading_the_batch
     assert first == second and len(set(first)) == 40
 
 
-def test_a_batch_that_needs_the_checks_continues_from_its_settled_combine_reading_its_documents_once(spark, tmp_path):
+def test_a_batch_with_an_undeclared_property_stays_on_typed_rows_reading_its_documents_once(spark, tmp_path):
     """A lean view SQLite reduces, on typed rows: a document with a property the schema does not
-    declare has no place in a typed row, so its batch takes the checked combine -- which goes on
-    from the settled aggregate: every document is read once, and the view holds the property."""
+    declare stays there (the property rides in the row's remainder; it once took the checked
+    combine), and every document is read once."""
     from pyspark.sql import functions as F
 
     m = _materializer(tmp_path, {"sqlite": {"path": str(tmp_path / "views.db")}})
@@ -150,7 +150,7 @@ def test_a_batch_that_needs_the_checks_continues_from_its_settled_combine_readin
     docs = [{"k": "a", "n": 1}, {"k": "b", "n": 2, "channel": "web"}, {"k": "a", "n": 3}]
     df = _batch(spark, docs, "f0.json").withColumn("value", read("value"))
     report = m.process(df, 0)
-    assert (report.path, report.documents, report.keys) == (BatchPath.CHECKED_IN_DRIVER, 3, 2)
+    assert (report.path, report.documents, report.keys) == (BatchPath.DRIVER_TYPED, 3, 2)
     assert reads.value == 3
     assert m.driver.dump("view", m.bindings[0]) == {
         ("a",): {"k": "a", "n": 4},
