@@ -352,3 +352,45 @@ def test_a_lean_date_time_is_its_instant_and_the_remainder_keeps_only_other_spel
         }
     finally:
         driver.close()
+
+
+@pytest.mark.postgres
+def test_a_leap_second_with_a_fraction_is_read_on_every_path(postgres_url, pg_schema, request, tmp_path):
+    """PostgreSQL refuses ``23:59:60.5`` as a timestamptz: the column holds the instant ``micros``
+    gives it (the next minute's first half second) and the remainder its text, through the
+    texts, typed rows, documents with their values and the Load path; the view is the fold's."""
+    endpoint = Endpoint("postgres", request, tmp_path)
+    driver = endpoint.driver
+    leap = "2016-12-31T23:59:60.5Z"
+    batches = [
+        [{"k": "a", "at": leap, "first": leap, "status": "leap"}],
+        [
+            {"k": "a", "at": "2016-12-31T23:59:59.9Z", "first": "2016-12-31T23:59:59.9Z", "status": "before"},
+            {"k": "b", "at": leap, "status": "x"},
+        ],
+        [{"k": "b", "at": "2017-01-01T00:00:00.2Z", "first": leap, "status": "after"}],
+    ]
+    try:
+        coll, b = reduced_binding(driver, EVENTS, "leaps")
+        apply(driver, b)
+        for i, docs in enumerate(batches):  # texts, typed rows, documents with their values
+            commit(driver, coll, b, combined_of(coll, docs), i, texts=i == 0, typed=i == 1)
+        expected = fold(coll, batches)
+        assert same(driver.dump(MAT, b), expected)
+        assert expected["a"]["at"] == leap and expected["a"]["status"] == "leap"  # a leap second follows :59.9
+        names, got = rows(endpoint, "leaps")
+        by_key = {r[0]: dict(zip(names, r)) for r in got}
+        assert by_key["a"]["at"].isoformat() == "2017-01-01T00:00:00.500000+00:00"
+        assert by_key["a"]["flow_document"] == {"at": leap}
+        # the Load path writes the same row
+        _, loads = reduced_binding(driver, EVENTS, "leaps_loaded")
+        loads = dataclasses.replace(loads, endpoint_reduce=False)
+        apply(driver, loads)
+        view: dict = {}
+        for i, docs in enumerate(batches):
+            commit_through_loads(driver, coll, loads, combined_of(coll, docs), i, view, lambda loaded, stored: None)
+        assert same(driver.dump(MAT, loads), expected)
+        names, got = rows(endpoint, "leaps_loaded")
+        assert {r[0]: dict(zip(names, r)) for r in got}["a"]["at"].isoformat() == "2017-01-01T00:00:00.500000+00:00"
+    finally:
+        driver.close()

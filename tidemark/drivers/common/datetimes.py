@@ -82,6 +82,17 @@ def from_sortable_text(column: str) -> str:
     return column[:19] + ("." + fraction if fraction else "") + "Z"
 
 
+def readable_text(text: Any) -> Any:
+    """A date-time's text as PostgreSQL reads it into its instant: a leap second (which it refuses
+    with a fraction) as the text of the instant :func:`micros` gives it (the next minute's first
+    second); any other text as it is."""
+    if isinstance(text, str) and text[17:19] == "60":
+        at = micros(text)
+        if at is not None:
+            return canonical_text(at)
+    return text
+
+
 def keeps_text(text: Any) -> bool:
     """Whether a date-time's text is not the one its instant gives back (:func:`canonical_text`):
     another offset, trailing zeros, more than six fraction digits, a leap second, ``t`` or ``z``;
@@ -98,4 +109,5 @@ __all__ = [
     "sortable_text",
     "from_sortable_text",
     "keeps_text",
+    "readable_text",
 ]

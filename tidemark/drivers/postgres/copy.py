@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import psycopg
 
 from tidemark.drivers.common.columns import TIMESTAMP
-from tidemark.drivers.common.datetimes import canonical_text, micros
+from tidemark.drivers.common.datetimes import readable_text
 from tidemark.drivers.postgres.copytext import COPY_CONTEXT, copy_converter, encode_at, json_dumps, nul_path
 from tidemark.drivers.postgres.dialect import sql_type
 from tidemark.drivers.sql import JSON, TableModel, redact
@@ -52,8 +52,7 @@ def leap_seconds_read(model: TableModel, rows):
         leap = pc.fill_null(pc.match_substring(col, ":60"), False)
         if not pc.any(leap).as_py():
             continue
-        at = [micros(v) for v in col.to_pylist()]
-        read = [v if m is None else canonical_text(m) for v, m in zip(col.to_pylist(), at)]
+        read = [readable_text(v) for v in col.to_pylist()]
         rows = rows.set_column(rows.column_names.index(c.name), c.name, pc.if_else(leap, pa.array(read), col))
     return rows
 

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import FieldPlan
 from tidemark.collection.sql_plan import EXACT_SUM
+from tidemark.drivers.common.datetimes import readable_text
 from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.sql import (
     BOOLEAN,
@@ -57,6 +58,7 @@ class PostgresDialect(Dialect):
     for_update = " FOR UPDATE"
     lean_rows = True
     lean_date_times = True  # timestamptz keeps the instant; the remainder another spelling
+    date_time_column = staticmethod(readable_text)  # a leap second with a fraction: read for PostgreSQL
     typed_staging = True
     typed_remainder = True
 
