@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from tests.support.endpoint_reduce import events_schema
 from tests.support.helpers import compiled_oracle as oracle
 from tests.support.helpers import compiled_spec as write_spec
 from tests.support.helpers import sqlite_view
@@ -221,19 +222,9 @@ SPELLINGS = (
     "2024-05-01T10:00:01.123456Z",
 )
 
-EVENT_SCHEMA = {
-    "type": "object",
-    "reduce": {"strategy": "merge"},
-    "required": ["customer", "at", "status"],
-    "properties": {
-        "customer": {"type": "string"},
-        "at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
-        "first": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
-        "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
-        "note": {"type": ["string", "null"]},
-        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
-    },
-}
+EVENT_SCHEMA = events_schema(
+    "customer", note={"type": ["string", "null"]}, n={"type": "integer", "reduce": {"strategy": "sum"}}
+)
 
 
 @pytest.mark.parametrize(

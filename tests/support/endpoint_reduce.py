@@ -18,18 +18,7 @@ from tidemark.collection.collection import Collection
 from tidemark.drivers.mysql import MySqlDriver
 from tidemark.drivers.postgres import PostgresDriver
 from tidemark.drivers.sqlite import SQLiteDriver
-from tidemark.protocol.messages import (
-    REMAINDER,
-    Acknowledge,
-    Flush,
-    Load,
-    Open,
-    Range,
-    StartCommit,
-    Store,
-    StoreRows,
-    StoreTexts,
-)
+from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store, StoreTexts
 from tidemark.runtime.reduce_path import reduce_paths
 from tidemark.spec import CollectionSpec
 
@@ -126,6 +115,23 @@ def reduced_binding(driver, schema, table, document=None):
     return coll, b
 
 
+def events_schema(key: str, **more: dict) -> dict:
+    """An event's schema, keyed by ``key``: ``at`` (a date-time, maximized), ``first`` (minimized),
+    ``status`` last written by ``at``, and the properties ``more``."""
+    return {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "required": [key, "at", "status"],
+        "properties": {
+            key: {"type": "string"},
+            "at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+            "first": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
+            "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
+            **more,
+        },
+    }
+
+
 def typed_rows(model, combined: dict, keys: list):
     """The combined documents as ``StoreRows`` (what the typed combine collects): a column per
     property (a date-time as its text, objects and arrays as JSON text) and each row's
@@ -134,6 +140,7 @@ def typed_rows(model, combined: dict, keys: list):
 
     from tidemark.drivers.sql.lean import date_time_columns, remainder
     from tidemark.drivers.sql.model import JSON
+    from tidemark.protocol.messages import REMAINDER
 
     cols = {}
     for c in model.columns:
@@ -156,6 +163,8 @@ def commit(driver, coll, b, combined: dict, batch: int, texts: bool = True, type
         docs = [combined[k] for k in keys]
         n = len(docs)
         if typed:
+            from tidemark.protocol.messages import StoreRows
+
             t.store(StoreRows(0, tuple((k,) for k in keys), typed_rows(t.models[0], combined, keys)))
         elif texts:  # as the runtime sends them: the JSON text only
             t.store(StoreTexts(0, tuple((k,) for k in keys), tuple(json.dumps(d) for d in docs)))

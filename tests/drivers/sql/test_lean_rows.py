@@ -21,6 +21,7 @@ from tests.support.endpoint_reduce import (
     canonical,
     commit,
     commit_through_loads,
+    events_schema,
     reduced_binding,
     rows,
     typed_rows,
@@ -302,17 +303,7 @@ def test_a_nul_in_typed_rows_is_named_by_key_and_property(postgres_url, pg_schem
         driver.close()
 
 
-EVENTS = {
-    "type": "object",
-    "reduce": {"strategy": "merge"},
-    "required": ["k", "at", "status"],
-    "properties": {
-        "k": {"type": "string"},
-        "at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
-        "first": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
-        "status": {"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
-    },
-}
+EVENTS = events_schema("k")
 
 
 @pytest.mark.postgres
