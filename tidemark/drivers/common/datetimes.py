@@ -87,9 +87,9 @@ def readable_text(text: Any) -> Any:
     with a fraction) as the text of the instant :func:`micros` gives it (the next minute's first
     second); any other text as it is."""
     if isinstance(text, str) and text[17:19] == "60":
-        at = micros(text)
-        if at is not None:
-            return canonical_text(at)
+        moment = micros(text)
+        if moment is not None:
+            return canonical_text(moment)
     return text
 
 

@@ -224,10 +224,10 @@ class CopyWriter(RowWriter):
             hits = pc.fill_null(pc.match_substring(col, nul), False)
             if pc.any(hits).as_py():
                 i = pc.index(hits, True).as_py()
-                at = f"/{name}" if name else "a property the schema does not declare"
+                where = f"/{name}" if name else "a property the schema does not declare"
                 raise DriverError(
                     f"PostgreSQL at {s.driver.settings.where}: {model.display}: the document of key "
-                    f"{list(keys[i])!r} (at {at}) holds U+0000 (NUL), which PostgreSQL cannot store in text "
+                    f"{list(keys[i])!r} (at {where}) holds U+0000 (NUL), which PostgreSQL cannot store in text "
                     "or jsonb. Remove or replace it upstream; nothing of this shard's transaction was committed."
                 )
 
