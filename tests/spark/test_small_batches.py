@@ -223,7 +223,10 @@ SPELLINGS = (
 )
 
 EVENT_SCHEMA = events_schema(
-    "customer", note={"type": ["string", "null"]}, n={"type": "integer", "reduce": {"strategy": "sum"}}
+    "customer",
+    note={"type": ["string", "null"]},
+    n={"type": "integer", "reduce": {"strategy": "sum"}},
+    done={"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
 )
 
 
@@ -259,7 +262,9 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
         for _ in range(60):
             at = draw.choice(SPELLINGS + (("2016-12-31T23:59:60.5Z",) if f == 3 else ()))  # a leap second last
             doc = {"customer": f"c{draw.randrange(30)}", "at": at, "status": draw.choice("abc")}
-            for prop, value in (("first", draw.choice(SPELLINGS)), ("note", draw.choice([None, "x", "y"]))):
+            optional = {"first": draw.choice(SPELLINGS), "note": draw.choice([None, "x", "y"])}
+            optional["done"] = draw.choice([None, *SPELLINGS])  # null the least value
+            for prop, value in optional.items():
                 if draw.random() < 0.6:
                     doc[prop] = value
             if draw.random() < 0.5:

@@ -59,6 +59,28 @@ def sql_nullable_extreme_null(f: Any, old: str, new: str, old_null: str, new_nul
     return f"({old_null} OR {new_null})"
 
 
+def sql_extreme_side(Q: Any, f: Any, old_held: str, new_held: str, old_null: str, new_null: str, order) -> str:
+    """Which side a nullable date-time maximized or minimized (``type: [string, "null"]``,
+    ``format: date-time``) keeps, as ``'o'`` (stored) or ``'n'`` (staged), NULL where neither
+    side holds it: its value, its text and its ``null`` all come from that side.  ``old_held``
+    / ``new_held``: where a side holds a date-time (SQL conditions; not ``null``, not absent);
+    ``old_null`` / ``new_null``: where it holds ``null``; ``order``: the two sides' order values
+    (:func:`sql_minmax`'s).  ``null`` is the least value (the Python fold's order of JSON
+    values): ``maximize`` takes a date-time over it, ``minimize`` takes it wherever a side
+    holds it; equal instants go to the staged side, as the fold's ties go to the later
+    document."""
+    old_by, new_by, by = order
+    maximize = f.strategy == "maximize"
+    keep_old = Q.precedes(new_by, old_by, by) if maximize else Q.precedes(old_by, new_by, by)
+    values = f"WHEN NOT {old_held} THEN 'n' WHEN NOT {new_held} THEN 'o' WHEN {keep_old} THEN 'o' ELSE 'n'"
+    if maximize:  # a date-time over null; null where no side holds one
+        return (
+            f"(CASE WHEN {old_held} OR {new_held} THEN (CASE {values} END) "
+            f"WHEN {new_null} THEN 'n' WHEN {old_null} THEN 'o' END)"
+        )
+    return f"(CASE WHEN {new_null} THEN 'n' WHEN {old_null} THEN 'o' WHEN {old_held} OR {new_held} THEN (CASE {values} END) END)"
+
+
 def sql_sum(Q, f, old, new):
     return Q.coalesce(Q.add(old, new, f), old, new)
 

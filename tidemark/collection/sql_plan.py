@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, explain_collection
 from tidemark.collection.strategies import STRATEGIES
 
@@ -36,7 +35,7 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     every property's strategy is in ``strategies`` with a SQL form for its shape
     (:data:`~tidemark.collection.strategies.Strategy.sql`; a value picked by an event-time
     order or a date-time's instant: :attr:`FieldPlan.picked_by`; a nullable property last or
-    first written, maximized or minimized (``null`` the least value; not a date-time), whose
+    first written, maximized or minimized (``null`` the least value, a date-time by its instant), whose
     ``null`` the statement keeps apart from an absent property:
     :attr:`FieldPlan.nullable`; an object of declared members, each reduced by its own
     strategy: :attr:`FieldPlan.members`).  Nothing else needs the stored document in
@@ -64,8 +63,6 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
                 f"/{f.name}: a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
                 "written, maximized or minimized)",
             )
-        if f.nullable and f.strategy in ("maximize", "minimize") and (is_date_time_field(f) or f.picked_by):
-            return None, f"/{f.name}: a nullable date-time {f.strategy}d (the endpoint reduces other nullable ones)"
         named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
         if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
             return None, f"/{f.name}: a member's name holding a quote, a backslash or a control character"

@@ -114,6 +114,14 @@ POOL = {
     ),
     "maybe_peak": ({"type": ["number", "null"], "reduce": {"strategy": "maximize"}}, st.one_of(st.none(), FLOAT)),
     "seen_at": ({"type": ["string", "null"], "format": "date-time"}, st.one_of(st.none(), INSTANT)),
+    "maybe_until": (  # by instant, null the least value
+        {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
+        st.one_of(st.none(), INSTANT),
+    ),
+    "maybe_since": (
+        {"type": ["null", "string"], "format": "date-time", "reduce": {"strategy": "minimize"}},
+        st.one_of(st.none(), INSTANT),
+    ),
     "first_at": (
         {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "firstWriteWins"}},
         st.one_of(st.none(), INSTANT),

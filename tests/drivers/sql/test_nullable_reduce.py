@@ -234,21 +234,75 @@ def test_null_is_the_least_value_of_a_nullable_property_maximized_or_minimized(e
         assert [table[k]["flow_document"] for k in "abcd"] == [None, {"low": None}, {"top": None}, {"low": None}]
 
 
-def test_a_nullable_date_time_maximized_is_left_to_the_python_fold():
-    """Its text is kept as written and ordered by instant: the endpoint's statement does not
-    reduce it (the binding Loads), and ``check`` names it."""
+TIMES = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "last": {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
+        "since": {"type": ["null", "string"], "format": "date-time", "reduce": {"strategy": "minimize"}},
+    },
+}
+#: by instant (offsets applied, less than two seconds apart too, equal instants going to the
+#: later document), null the least value
+TIME_BATCHES = [
+    {
+        "a": {"k": "a", "last": None, "since": "2024-05-01T12:00:00+02:00"},
+        "b": {"k": "b", "last": "2024-05-01T10:00:00.9Z"},
+        "c": {"k": "c", "since": None},
+        "d": {"k": "d", "last": "2016-12-31T23:59:60Z", "since": "2024-05-01T10:00:00Z"},
+    },
+    {
+        "a": {"k": "a", "last": "2024-05-01T12:00:00.5+02:00", "since": "2024-05-01T10:00:00.000Z"},
+        "b": {"k": "b", "last": "2024-05-01T12:00:01+02:00", "since": None},
+        "c": {"k": "c", "last": None},
+        "d": {"k": "d", "last": "2017-01-01T00:00:00Z", "since": "2024-05-01T09:59:59.5Z"},
+    },
+    {
+        "a": {"k": "a", "last": None, "since": "2024-05-01T05:30:00-04:30"},
+        "b": {"k": "b", "last": "2024-05-01T10:00:01.000Z", "since": "2024-05-01T10:00:00Z"},
+        "c": {"k": "c", "last": "2024-05-01T10:00:00Z"},
+        "d": {"k": "d", "last": "2016-12-31T23:59:59.999999Z"},
+    },
+]
+TIME_VIEW = {
+    "a": {"k": "a", "last": "2024-05-01T12:00:00.5+02:00", "since": "2024-05-01T05:30:00-04:30"},
+    "b": {"k": "b", "last": "2024-05-01T10:00:01.000Z", "since": None},
+    "c": {"k": "c", "since": None, "last": "2024-05-01T10:00:00Z"},
+    "d": {"k": "d", "last": "2017-01-01T00:00:00Z", "since": "2024-05-01T09:59:59.5Z"},
+}
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_a_nullable_date_time_maximized_or_minimized_is_reduced_by_its_instant(endpoint, document):
+    """No Load: the statement keeps one side's instant, its text as written (the remainder's,
+    in a lean row) and its ``null``; ``check`` says the endpoint reduces it."""
     from tidemark.collection.collection import Collection
-    from tidemark.collection.sql_plan import sql_reduction
     from tidemark.spec import CollectionSpec
 
-    schema = {
-        **EXTREMES,
-        "properties": {
-            **EXTREMES["properties"],
-            "seen": {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
-        },
-    }
-    strategies = frozenset({"merge", "lastWriteWins", "firstWriteWins", "maximize", "minimize", "sum"})
-    assert sql_reduction(Collection(CollectionSpec("o", ("/k",), EXTREMES)), strategies)[0] is not None
-    plan, why = sql_reduction(Collection(CollectionSpec("o", ("/k",), schema)), strategies)
-    assert plan is None and why == "/seen: a nullable date-time maximized (the endpoint reduces other nullable ones)"
+    view: dict = {}
+    reference = Collection(CollectionSpec("orders", ("/k",), TIMES))
+    for batch in TIME_BATCHES:
+        for k, doc in batch.items():
+            view[k] = reference.reduce(view[k], doc) if k in view else doc
+    assert view == TIME_VIEW
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, TIMES, "times", document)
+    assert b.endpoint_reduce  # no Load
+    apply(driver, b)
+    typed = document == "lean"
+    assert driver.typed_rows([b]) == [typed]
+    for i, batch in enumerate(TIME_BATCHES):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 2 == 1)
+    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
+    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in TIME_VIEW.items()}
+    assert got["b"]["since"] is None and "since" in got["c"]
+    if document == "lean":  # the remainder: the kept texts and the nulls, nothing else
+        table = by_key(endpoint, "times")
+        assert [table[k]["flow_document"] for k in "abcd"] == [
+            {"last": "2024-05-01T12:00:00.5+02:00", "since": "2024-05-01T05:30:00-04:30"},
+            {"last": "2024-05-01T10:00:01.000Z", "since": None},
+            {"since": None},
+            None,
+        ]

@@ -43,7 +43,12 @@ from typing import Callable, Optional, Sequence
 
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
-from tidemark.collection.sql_forms import sql_nullable_extreme, sql_nullable_extreme_null, sql_present
+from tidemark.collection.sql_forms import (
+    sql_extreme_side,
+    sql_nullable_extreme,
+    sql_nullable_extreme_null,
+    sql_present,
+)
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.sql.model import (
@@ -265,6 +270,10 @@ def reduce_statement(
         # the row was written is NULL there; the document holds the value)
         old = forms.coalesce(forms.column(OLD, quote(col.name)), _typed(forms, model, old_doc, col))
         new = forms.column(NEW, quote(col.name))
+        if f.nullable and f.picked_by == f.name:  # a date-time maximized or minimized: one side's value
+            side = _extreme_side(forms, f, _order(forms, model, fields, f, old_doc, new_doc), old_doc, new_doc)
+            sets.append((quote(col.name), f"(CASE {side} WHEN 'o' THEN {old} WHEN 'n' THEN {new} END)"))
+            continue
         if f.nullable and f.strategy in ("maximize", "minimize"):  # null the least value
             old_null, new_null = forms.holds_null(old_doc, f.name), forms.holds_null(new_doc, f.name)
             expr = sql_nullable_extreme(forms, f, old, new, old_null, new_null)
@@ -305,7 +314,12 @@ def reduce_statement(
             )
         else:  # picked or concatenated as JSON
             order = _order(forms, model, fields, f, old_doc, new_doc)
-            expr = _sql(f, forms, forms.member(old_doc, f.name), forms.member(new_doc, f.name), order)
+            old_member, new_member = forms.member(old_doc, f.name), forms.member(new_doc, f.name)
+            if f.nullable and f.picked_by == f.name:  # the side's date-time, or its null
+                side = _extreme_side(forms, f, order, old_doc, new_doc)
+                expr = f"(CASE {side} WHEN 'o' THEN {old_member} WHEN 'n' THEN {new_member} END)"
+            else:
+                expr = _sql(f, forms, old_member, new_member, order)
             # raw JSON and a map (its undeclared members may be null) are set as they are
             (nullable if f.kind in ("raw", "map") or f.nullable else members).append((f.name, expr))
     doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
@@ -335,6 +349,17 @@ def _lean_sets(
         f = fields[col.name]
         order = _order(forms, model, fields, f, old_doc, new_doc, texts)
         present = _lean_presence(forms, col, old_doc, new_doc) if f.nullable else None
+        if present is not None and col.name in texts and f.strategy in ("maximize", "minimize"):
+            # a date-time by its instant, null the least value: one side's column, text and null
+            old, new = texts[col.name]
+            old_null = forms.holds_null(old_doc, col.name)
+            new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
+            held = (f"({old.column} IS NOT NULL)", f"({new.column} IS NOT NULL)")
+            side = sql_extreme_side(forms, f, *held, old_null, new_null, order)
+            nulls.append((col.name, sql_nullable_extreme_null(f, old.column, new.column, old_null, new_null)))
+            sets.append((quote(col.name), f"(CASE {side} WHEN 'o' THEN {old.column} ELSE {new.column} END)"))
+            reduced.append((col.name, f"(CASE {side} WHEN 'o' THEN {old.kept} ELSE {new.kept} END)"))
+            continue
         if present is not None and f.strategy in ("maximize", "minimize"):  # null the least value
             old_null = forms.holds_null(old_doc, col.name)
             new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
@@ -452,6 +477,15 @@ def object_sql(forms: ReduceSql, f: FieldPlan, old: str, new: str) -> str:
                 (part.member, _sql(part, forms, forms.member(old, part.member), forms.member(new, part.member)))
             )
     return _absent_both(old, new, forms.with_members(merged, reduced, ()) if reduced else merged)
+
+
+def _extreme_side(forms: ReduceSql, f: FieldPlan, order: Optional[Order], old_doc: str, new_doc: str) -> str:
+    """The side a full row's nullable date-time maximized or minimized comes from
+    (:func:`~tidemark.collection.sql_forms.sql_extreme_side`), by the documents' texts."""
+    assert order is not None  # picked by itself
+    held = (f"({order[0]} IS NOT NULL)", f"({order[1]} IS NOT NULL)")
+    nulls = (forms.holds_null(old_doc, f.name), forms.holds_null(new_doc, f.name))
+    return sql_extreme_side(forms, f, *held, *nulls, order)
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:
