@@ -208,7 +208,8 @@ POOL = {
             },
         ),
     ),
-    # a real event's nested payment: exact decimals summed and maximized, a date-time last written
+    # a real event's nested payment: exact decimals summed and maximized, date-times last written,
+    # maximized and minimized
     "pay": (
         {
             "type": "object",
@@ -218,6 +219,8 @@ POOL = {
                 "fee": {"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "maximize"}},
                 "low": {"type": "number", "multipleOf": 0.001, "reduce": {"strategy": "minimize"}},
                 "at": {"type": "string", "format": "date-time"},
+                "settled": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+                "opened": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
             },
         },
         st.fixed_dictionaries(
@@ -227,6 +230,8 @@ POOL = {
                 "fee": st.one_of(st.integers(-999, 999).map(lambda i: i / 100), st.integers(-9, 9)),
                 "low": st.integers(-9999, 9999).map(lambda i: i / 1000),
                 "at": DATE_TIME,
+                "settled": INSTANT,  # by instant, as written
+                "opened": INSTANT,
             },
         ),
     ),

@@ -468,7 +468,12 @@ def object_sql(forms: ReduceSql, f: FieldPlan, old: str, new: str) -> str:
     for part in f.members:
         if part.strategy == "lastWriteWins":  # the merge's later value
             continue
-        if part.strategy in COMPUTED:
+        if part.picked_by:  # a date-time maximized or minimized: the value of the side its instant picks
+            text = Column(part.member, TEXT)
+            order = (forms.typed(old, part.member, text), forms.typed(new, part.member, text), part)
+            old_member, new_member = forms.member(old, part.member), forms.member(new, part.member)
+            reduced.append((part.member, _sql(part, forms, old_member, new_member, order)))
+        elif part.strategy in COMPUTED:
             col = Column(part.member, member_kind(part))
             typed_old, typed_new = forms.typed(old, part.member, col), forms.typed(new, part.member, col)
             reduced.append((part.member, forms.to_json(_sql(part, forms, typed_old, typed_new), col)))

@@ -93,10 +93,7 @@ def spec(plan) -> Optional[str]:
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(
-                [
-                    ("q" if m.member in required else "s") + ("d" if is_date_time(m) else codes[m.type]) + m.member
-                    for m in f.members
-                ]
+                [("q" if m.member in required else "s") + _member_code(m, codes) + m.member for m in f.members]
                 # ``c`` (``k``: required): carried, given back as written (its type is the scan's code)
                 + [("k" if m.member in required else "c") + m.type + m.member + _nested(m) for m in f.carried]
             )
@@ -123,6 +120,14 @@ def _nested(carried) -> str:
         for part in carried.members
     )
     return _MEMBERS + (_OPEN if node.get("additionalProperties", True) is True else "") + entries
+
+
+def _member_code(member, codes: dict) -> str:
+    """The scan's type code of an object's declared member: a date-time ``d``, ``D`` where the
+    combine orders it by its instant (maximized, minimized: its fraction bounded too)."""
+    if not is_date_time(member):
+        return codes[member.type]
+    return "D" if member.strategy in ("maximize", "minimize") else "d"
 
 
 def is_date_time(member) -> bool:
