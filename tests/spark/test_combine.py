@@ -973,6 +973,64 @@ def test_an_objects_nullable_object_and_array_members_are_carried_each_last_writ
         res.unpersist()
 
 
+def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, plain_proof):
+    """A customer's ``email: [string, null]`` of ``format: email`` (a uuid, a date too): carried
+    as written, last written (a ``null`` too), its format checked by the combine on the parsed
+    value; a value that breaks it is an invalid document named by the Python validator's rule."""
+    schema = {
+        "type": "object",
+        "reduce": {"strategy": "merge"},
+        "properties": {
+            "k": {"type": "string"},
+            "customer": {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "id": {"type": "string"},
+                    "email": {"type": ["string", "null"], "format": "email"},
+                    "ref": {"type": ["null", "string"], "format": "uuid"},
+                    "born": {"type": ["string", "null"], "format": "date"},
+                },
+            },
+        },
+    }
+    coll = Collection(CollectionSpec("t", ("/k",), schema))
+    plan = compile_collection(coll)
+    assert plan is not None and [(m.member, m.type) for m in plan.fields[1].carried] == [
+        ("email", "s"),
+        ("ref", "s"),
+        ("born", "s"),
+    ]
+    docs = [
+        {"k": "a", "customer": {"id": "c1", "email": "a@b.org", "ref": "123e4567-e89b-12d3-a456-426614174000"}},
+        {"k": "a", "customer": {"email": None, "born": "1990-02-28"}},
+        {"k": "b", "customer": {"email": "x.y@b.org", "ref": None}},
+        {"k": "b", "customer": {"born": None}},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]']["customer"] == {
+            "id": "c1",
+            "email": None,
+            "ref": "123e4567-e89b-12d3-a456-426614174000",
+            "born": "1990-02-28",
+        }
+        assert got['["b"]']["customer"] == {"email": "x.y@b.org", "ref": None, "born": None}
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    bad = [
+        ({"k": "a", "customer": {"email": "a@b@c"}}, "is not a 'email'"),
+        ({"k": "a", "customer": {"ref": "12"}}, "is not a 'uuid'"),
+        ({"k": "a", "customer": {"born": "1990-02-30"}}, "is not a 'date'"),
+    ]
+    for doc, rule in bad:
+        with pytest.raises(DocumentError, match=rule):
+            combine_batch(frame(spark, docs + [doc], files=1), coll)
+
+
 WHOLE = {
     "type": "object",
     "reduce": {"strategy": "merge"},

@@ -462,8 +462,9 @@ CARRIED_CODES = {"string": "s", "integer": "i", "number": "n", "boolean": "b"}
 def _carried_member(child: Any) -> Optional[str]:
     """The scan's code of a merged object's member whose value the combine carries as written,
     last written (the default strategy, no ``order``), or None: a nullable scalar
-    (``type: [T, "null"]``, annotations, a ``date-time`` or an unasserted format: ``d`` for a
-    date-time, else ``s`` / ``i`` / ``n`` / ``b``), an object without declared properties
+    (``type: [T, "null"]``, annotations, a format of :data:`NATIVE_FORMATS` or an unasserted one:
+    ``d`` for a date-time, else ``s`` / ``i`` / ``n`` / ``b``; the combine checks the other
+    formats, :func:`format_checked`), an object without declared properties
     (``o``), an array without items (``a``) or of one plain scalar type (``S`` / ``I`` / ``N`` /
     ``B``), an object or an array of objects of declared members as an object picked whole
     may hold (``O`` / ``L``: :func:`_whole_members`).  The JVM scan proves it and gives its
@@ -479,8 +480,8 @@ def _carried_member(child: Any) -> Optional[str]:
         fmt = child.get("format")
         if scalar not in CARRIED_CODES or keywords != {"type"}:
             return None
-        if scalar == "string" and fmt in ASSERTED_FORMATS:
-            return "d" if fmt == "date-time" else None
+        if scalar == "string" and fmt in ASSERTED_FORMATS:  # a date-time the scan proves, others the combine
+            return "d" if fmt == "date-time" else ("s" if fmt in NATIVE_FORMATS else None)
         return CARRIED_CODES[scalar]
     if isinstance(json_type, str) and _declares_members(
         json_type, child
@@ -497,6 +498,19 @@ def _carried_member(child: Any) -> Optional[str]:
         if isinstance(items, dict) and set(items) == {"type"} and items["type"] in CARRIED_CODES:
             return CARRIED_CODES[items["type"]].upper()
     return None
+
+
+def format_checked(f: FieldPlan) -> tuple[FieldPlan, ...]:
+    """A merged ``object`` field's carried members whose format the combine checks on the parsed
+    value (a nullable string of a :data:`NATIVE_FORMATS` format other than ``date-time``, which
+    the JVM scan proves): they are parsed beside the typed members (as strings)."""
+    return tuple(
+        m for m in f.carried if m.type == "s" and m.schema.get("format") in NATIVE_FORMATS and not _is_date_time(m)
+    )
+
+
+def _is_date_time(m: FieldPlan) -> bool:
+    return m.schema.get("format") == "date-time"
 
 
 def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan, ordered_by_instant
+from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan, format_checked, ordered_by_instant
 from tidemark.spark.datetimes import FRACTION_DIGITS, date_time_parts, format_ok
 
 
@@ -343,6 +343,9 @@ def _member_checks(f, c) -> list:
         fmt = part.schema.get("format")
         if part.type == "string" and fmt in NATIVE_FORMATS and fmt != "date-time":
             conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, fmt), F.lit(False)))
+    for part in format_checked(f):  # carried as written (a nullable string), its format checked here
+        value = c[part.member]
+        conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, part.schema["format"]), F.lit(False)))
     return conds
 
 
