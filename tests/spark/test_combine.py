@@ -973,10 +973,11 @@ def test_an_objects_nullable_object_and_array_members_are_carried_each_last_writ
         res.unpersist()
 
 
-def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, plain_proof):
-    """A customer's ``email: [string, null]`` of ``format: email`` (a uuid, a date too): carried
-    as written, last written (a ``null`` too), its format checked by the combine on the parsed
-    value; a value that breaks it is an invalid document named by the Python validator's rule."""
+def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, plain_proof):
+    """A customer's ``email: [string, null]`` of ``format: email`` (a uuid, a date, an exact
+    decimal too): carried as written, last written (a ``null`` too), its format or places checked
+    by the combine on the parsed value; a value that breaks them is an invalid document named by
+    the Python validator's rule."""
     schema = {
         "type": "object",
         "reduce": {"strategy": "merge"},
@@ -990,6 +991,7 @@ def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, 
                     "email": {"type": ["string", "null"], "format": "email"},
                     "ref": {"type": ["null", "string"], "format": "uuid"},
                     "born": {"type": ["string", "null"], "format": "date"},
+                    "discount": {"type": ["number", "null"], "multipleOf": 0.01},
                 },
             },
         },
@@ -1000,10 +1002,12 @@ def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, 
         ("email", "s"),
         ("ref", "s"),
         ("born", "s"),
+        ("discount", "n"),
     ]
     docs = [
         {"k": "a", "customer": {"id": "c1", "email": "a@b.org", "ref": "123e4567-e89b-12d3-a456-426614174000"}},
-        {"k": "a", "customer": {"email": None, "born": "1990-02-28"}},
+        {"k": "a", "customer": {"email": None, "born": "1990-02-28", "discount": 2.5}},
+        {"k": "a", "customer": {"discount": None}},
         {"k": "b", "customer": {"email": "x.y@b.org", "ref": None}},
         {"k": "b", "customer": {"born": None}},
     ]
@@ -1016,6 +1020,7 @@ def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, 
             "email": None,
             "ref": "123e4567-e89b-12d3-a456-426614174000",
             "born": "1990-02-28",
+            "discount": None,
         }
         assert got['["b"]']["customer"] == {"email": "x.y@b.org", "ref": None, "born": None}
         assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
@@ -1025,6 +1030,7 @@ def test_a_nullable_member_of_a_format_is_carried_and_its_format_checked(spark, 
         ({"k": "a", "customer": {"email": "a@b@c"}}, "is not a 'email'"),
         ({"k": "a", "customer": {"ref": "12"}}, "is not a 'uuid'"),
         ({"k": "a", "customer": {"born": "1990-02-30"}}, "is not a 'date'"),
+        ({"k": "a", "customer": {"discount": 0.125}}, "multiple"),
     ]
     for doc, rule in bad:
         with pytest.raises(DocumentError, match=rule):

@@ -462,9 +462,10 @@ CARRIED_CODES = {"string": "s", "integer": "i", "number": "n", "boolean": "b"}
 def _carried_member(child: Any) -> Optional[str]:
     """The scan's code of a merged object's member whose value the combine carries as written,
     last written (the default strategy, no ``order``), or None: a nullable scalar
-    (``type: [T, "null"]``, annotations, a format of :data:`NATIVE_FORMATS` or an unasserted one:
+    (``type: [T, "null"]``, annotations, a format of :data:`NATIVE_FORMATS` or an unasserted one, a
+    number's ``multipleOf`` of 10^-s:
     ``d`` for a date-time, else ``s`` / ``i`` / ``n`` / ``b``; the combine checks the other
-    formats, :func:`format_checked`), an object without declared properties
+    formats and a ``multipleOf`` of 10^-s: :func:`checked_members`), an object without declared properties
     (``o``), an array without items (``a``) or of one plain scalar type (``S`` / ``I`` / ``N`` /
     ``B``), an object or an array of objects of declared members as an object picked whole
     may hold (``O`` / ``L``: :func:`_whole_members`).  The JVM scan proves it and gives its
@@ -478,7 +479,8 @@ def _carried_member(child: Any) -> Optional[str]:
         others = [name for name in json_type if name != "null"]
         scalar = others[0] if len(others) == 1 else None
         fmt = child.get("format")
-        if scalar not in CARRIED_CODES or keywords != {"type"}:
+        exact = scalar == "number" and keywords == {"type", "multipleOf"} and scale_of(child["multipleOf"]) is not None
+        if scalar not in CARRIED_CODES or (keywords != {"type"} and not exact):
             return None
         if scalar == "string" and fmt in ASSERTED_FORMATS:  # a date-time the scan proves, others the combine
             return "d" if fmt == "date-time" else ("s" if fmt in NATIVE_FORMATS else None)
@@ -500,17 +502,17 @@ def _carried_member(child: Any) -> Optional[str]:
     return None
 
 
-def format_checked(f: FieldPlan) -> tuple[FieldPlan, ...]:
-    """A merged ``object`` field's carried members whose format the combine checks on the parsed
-    value (a nullable string of a :data:`NATIVE_FORMATS` format other than ``date-time``, which
-    the JVM scan proves): they are parsed beside the typed members (as strings)."""
+def checked_members(f: FieldPlan) -> tuple[FieldPlan, ...]:
+    """A merged ``object`` field's carried members the combine checks on the parsed value: a
+    nullable string of a :data:`NATIVE_FORMATS` format other than ``date-time`` (which the JVM
+    scan proves) and a nullable exact decimal (``multipleOf`` 10^-s).  They are parsed beside the
+    typed members (a string, a double)."""
     return tuple(
-        m for m in f.carried if m.type == "s" and m.schema.get("format") in NATIVE_FORMATS and not _is_date_time(m)
+        m
+        for m in f.carried
+        if (m.type == "s" and m.schema.get("format") in NATIVE_FORMATS and m.schema["format"] != "date-time")
+        or (m.type == "n" and "multipleOf" in m.schema)
     )
-
-
-def _is_date_time(m: FieldPlan) -> bool:
-    return m.schema.get("format") == "date-time"
 
 
 def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, cast
 
 from tidemark.collection.formats import is_date_time_field
-from tidemark.collection.plan import CompiledPlan, format_checked
+from tidemark.collection.plan import CompiledPlan, checked_members
 from tidemark.collection.strategies import STRATEGIES, SparkAggregate
 from tidemark.protocol.messages import REMAINDER
 from tidemark.spark.datetimes import instant_order, order_of_instant
@@ -61,10 +61,13 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
             column_type = T.ArrayType(spark_type(f.type))
         elif f.kind == "map":
             column_type = T.MapType(T.StringType(), spark_type(f.type))
-        elif f.kind == "object" and (f.members or format_checked(f)):
+        elif f.kind == "object" and (f.members or checked_members(f)):
             column_type = T.StructType(
                 [T.StructField(part.member, spark_type(part.type)) for part in f.members]
-                + [T.StructField(part.member, T.StringType()) for part in format_checked(f)]  # checked, carried
+                + [  # carried as written, checked on the parsed value
+                    T.StructField(part.member, T.DoubleType() if part.type == "n" else T.StringType())
+                    for part in checked_members(f)
+                ]
             )
         else:
             column_type = T.StringType()

@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan, format_checked, ordered_by_instant
+from tidemark.collection.decimals import scale_of
+from tidemark.collection.plan import NATIVE_FORMATS, CompiledPlan, checked_members, ordered_by_instant
 from tidemark.spark.datetimes import FRACTION_DIGITS, date_time_parts, format_ok
 
 
@@ -343,9 +344,12 @@ def _member_checks(f, c) -> list:
         fmt = part.schema.get("format")
         if part.type == "string" and fmt in NATIVE_FORMATS and fmt != "date-time":
             conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, fmt), F.lit(False)))
-    for part in format_checked(f):  # carried as written (a nullable string), its format checked here
+    for part in checked_members(f):  # carried as written (nullable), its format or places checked here
         value = c[part.member]
-        conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, part.schema["format"]), F.lit(False)))
+        if part.type == "n":
+            conds.append(F.round(value, scale_of(part.schema["multipleOf"])) != value)
+        else:
+            conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, part.schema["format"]), F.lit(False)))
     return conds
 
 
