@@ -1037,6 +1037,60 @@ def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, p
             combine_batch(frame(spark, docs + [doc], files=1), coll)
 
 
+NULLABLE_WHOLE = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "ids": {"type": ["array", "null"], "items": {"type": "integer"}, "reduce": {"strategy": "firstWriteWins"}},
+        "context": {"type": ["object", "null"]},
+        "extra": {"type": ["null", "array"]},
+    },
+}
+
+
+def test_arrays_of_scalars_and_nullable_objects_and_arrays_are_picked_whole(spark, plain_proof):
+    """A CDC stream's shapes: an array of strings last written, nullable arrays and objects
+    (``type: [array, "null"]``) picked whole -- ``null`` a value of its own, apart from absent,
+    as the Python fold keeps it; an item or a value of another type is an invalid document."""
+    coll = Collection(CollectionSpec("t", ("/k",), NULLABLE_WHOLE))
+    plan = compile_collection(coll)
+    assert plan is not None and [(f.kind, f.nullable) for f in plan.fields[1:]] == [
+        ("append", False),
+        ("append", True),
+        ("raw", True),
+        ("raw", True),
+    ]
+    docs = [
+        {"k": "a", "tags": ["x"], "ids": None, "context": {"ip": "1.2.3.4", "n": [1, 2.5]}, "extra": [1, "b"]},
+        {"k": "a", "tags": [], "ids": [1, 2], "context": None},
+        {"k": "a", "extra": None},
+        {"k": "b", "ids": [3], "context": {}},
+        {"k": "b", "tags": ["y", "z"], "ids": None, "extra": []},
+        {"k": "c", "context": None},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]'] == {"k": "a", "tags": [], "ids": None, "context": None, "extra": None}
+        assert got['["b"]'] == {"k": "b", "tags": ["y", "z"], "ids": [3], "context": {}, "extra": []}
+        assert got['["c"]'] == {"k": "c", "context": None}
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    bad = [
+        ({"k": "a", "tags": [1]}, "is not of type 'string'"),
+        ({"k": "a", "ids": ["1"]}, "is not of type 'integer'"),
+        ({"k": "a", "context": [1]}, "is not of type 'object', 'null'"),
+        ({"k": "a", "tags": None}, "is not of type 'array'"),
+    ]
+    for doc, rule in bad:
+        with pytest.raises(DocumentError, match=rule):
+            combine_batch(frame(spark, docs + [doc], files=1), coll)
+
+
 WHOLE = {
     "type": "object",
     "reduce": {"strategy": "merge"},

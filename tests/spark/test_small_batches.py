@@ -227,6 +227,8 @@ EVENT_SCHEMA = events_schema(
     note={"type": ["string", "null"]},
     n={"type": "integer", "reduce": {"strategy": "sum"}},
     done={"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "maximize"}},
+    labels={"type": ["array", "null"], "items": {"type": "string"}},  # picked whole, null a value
+    context={"type": ["object", "null"]},
 )
 
 
@@ -264,6 +266,8 @@ def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tm
             doc = {"customer": f"c{draw.randrange(30)}", "at": at, "status": draw.choice("abc")}
             optional = {"first": draw.choice(SPELLINGS), "note": draw.choice([None, "x", "y"])}
             optional["done"] = draw.choice([None, *SPELLINGS])  # null the least value
+            optional["labels"] = draw.choice([None, [], ["x", "y"]])
+            optional["context"] = draw.choice([None, {}, {"ip": "10.0.0.1", "hops": 2}])
             for prop, value in optional.items():
                 if draw.random() < 0.6:
                     doc[prop] = value

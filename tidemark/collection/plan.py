@@ -247,8 +247,12 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     nullable = False
     if isinstance(t, list) and len(t) == 2 and "null" in t:
         nullable, t = True, next(x for x in t if x != "null")
-        if t not in SCALARS:
-            return None, f"type {sub.get('type')!r}: a nullable type compiles for a scalar ({', '.join(SCALARS)})"
+        whole = t in ("object", "array") and name_ in ("lastWriteWins", "firstWriteWins") and not order
+        if t not in SCALARS and not whole:
+            return None, (
+                f"type {sub.get('type')!r}: a nullable type compiles for a scalar ({', '.join(SCALARS)}), and for "
+                "an object or an array picked whole (lastWriteWins, firstWriteWins)"
+            )
         if "enum" in sub and None not in sub["enum"]:
             return None, f"type {sub.get('type')!r} with an enum without null (null is not valid then)"
         sub = {**sub, "type": t}
@@ -265,6 +269,8 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
             f"a nullable {t} reduced by {strategy.name}{' with an order' if order else ''} (compiled: "
             f"{', '.join(NULLABLE_STRATEGIES)} by the source order; null is a value like any other, the least)"
         )
+    if nullable and t in ("object", "array") and _declares_members(t, sub):
+        return None, f"type {sub.get('type')!r} of declared properties (compiled: without them, picked whole)"
     if strategy.name in ("lastWriteWins", "firstWriteWins") and _declares_members(t, sub):
         members, reason = _whole_members(name, t, sub)
         if members is None:
@@ -275,6 +281,8 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
         return None, reason
     if not strategy.compiles(*shape):
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
+    if nullable and shape[0] not in ("scalar", "raw", "append"):  # a map: its null is not told apart
+        return None, f"type {sub.get('type')!r} with additionalProperties (compiled: an object without them)"
     scale = scale_of(sub.get("multipleOf")) if shape == ("scalar", "number") else None
     members = _members(name, sub) if shape[0] == "object" else ()
     carried = _carried(name, sub) if shape[0] == "object" else ()

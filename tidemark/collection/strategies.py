@@ -467,7 +467,7 @@ STRATEGIES: dict[str, Strategy] = {
             _last,
             lambda f: None,
             _spark_pick(True),
-            frozenset(("scalar", "raw")),
+            frozenset(("scalar", "raw", "append")),  # an array of scalars picked whole, as parsed
             group_value=True,
             ordered="any",
             sql=sql_last,
@@ -477,7 +477,7 @@ STRATEGIES: dict[str, Strategy] = {
             _first,
             lambda f: _keep_left,
             _spark_pick(False),
-            frozenset(("scalar", "raw")),
+            frozenset(("scalar", "raw", "append")),  # an array of scalars picked whole, as parsed
             group_value=True,
             ordered="any",
             sql=sql_first,

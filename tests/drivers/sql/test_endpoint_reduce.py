@@ -126,6 +126,17 @@ POOL = {
         {"type": ["string", "null"], "format": "date-time", "reduce": {"strategy": "firstWriteWins"}},
         st.one_of(st.none(), INSTANT),
     ),
+    # arrays of scalars picked whole, nullable arrays and objects picked whole (a CDC stream's shapes)
+    "words": ({"type": "array", "items": {"type": "string"}}, st.lists(TEXT, max_size=3)),
+    "maybe_ids": (
+        {"type": ["array", "null"], "items": {"type": "integer"}, "reduce": {"strategy": "firstWriteWins"}},
+        st.one_of(st.none(), st.lists(SMALL_INT, max_size=3)),
+    ),
+    "context": (
+        {"type": ["object", "null"]},
+        st.one_of(st.none(), st.dictionaries(st.sampled_from(["ip", "n"]), st.one_of(TEXT, SMALL_INT), max_size=2)),
+    ),
+    "maybe_list": ({"type": ["null", "array"]}, st.one_of(st.none(), st.lists(st.one_of(TEXT, SMALL_INT), max_size=2))),
     "addr": (  # (a map) and members the schema does not declare: an object replaced whole, a null kept
         {
             "type": "object",

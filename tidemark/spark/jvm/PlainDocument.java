@@ -16,8 +16,8 @@ import org.apache.spark.sql.api.java.UDF2;
  * -1, and the caller treats the document as a suspect, which the Python validator checks:
  * this class only ever shortens the common case.
  *
- * <p>A property declared nullable (kind {@code z}: a scalar of its type, or {@code null}) may
- * hold {@code null}: it is not counted, and its bit is set in the result's null mask.  The
+ * <p>A property declared nullable (kind {@code z}: a scalar of its type, or {@code null}; {@code R}
+ * and {@code A}: a raw object or array, an array of scalars, or {@code null}) may hold {@code null}: it is not counted, and its bit is set in the result's null mask.  The
  * result is a {@code long}: the count in its low 16 bits, then the mask, one bit per nullable
  * property in the order of {@code spec} (at most {@link #MAX_NULLABLE}); -1 if not plain.
  *
@@ -99,7 +99,10 @@ public final class PlainDocument implements UDF2<String, String, Long> {
             int nullable = 0;
             for (int i = 0; i < entries.length; i++) {
                 kinds[i] = entries[i].charAt(0);
-                nullBit[i] = kinds[i] == 'z' ? COUNT_BITS + nullable++ : -1;
+                nullBit[i] = kinds[i] == 'z' || kinds[i] == 'R' || kinds[i] == 'A' ? COUNT_BITS + nullable++ : -1;
+                if (kinds[i] == 'R' || kinds[i] == 'A') {
+                    kinds[i] = Character.toLowerCase(kinds[i]);  // a nullable object or array: null, else as its kind
+                }
                 types[i] = entries[i].charAt(1);
                 names[i] = entries[i].substring(2);
                 if (kinds[i] == 'o' || kinds[i] == 'l') {

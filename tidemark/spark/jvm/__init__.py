@@ -103,7 +103,11 @@ def spec(plan) -> Optional[str]:
                 inner = _CARRIED + inner
             entries.append(("la" if f.type == "array" else "oo") + f.name + _MEMBERS + inner)
             continue
-        entries.append(("z" if f.nullable else kinds[f.kind]) + code + f.name)
+        if f.nullable:  # null, else its kind: a scalar ``z``, a raw object or array ``R``, an array of scalars ``A``
+            kind = "z" if f.kind == "scalar" else kinds[f.kind].upper()
+        else:
+            kind = kinds[f.kind]
+        entries.append(kind + code + f.name)
     return (_OPEN if carries_undeclared(plan) else "") + _SEPARATOR.join(entries)
 
 
