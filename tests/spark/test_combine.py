@@ -1037,6 +1037,51 @@ def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, p
             combine_batch(frame(spark, docs + [doc], files=1), coll)
 
 
+NULLABLE_SUMS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "k": {"type": "string"},
+        "refunds": {"type": ["number", "null"], "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+        "visits": {"type": ["null", "integer"], "reduce": {"strategy": "sum"}},
+        "weight": {"type": ["number", "null"], "reduce": {"strategy": "sum"}},
+    },
+}
+
+
+def test_a_nullable_sum_compiles_and_a_null_that_meets_a_value_fails_as_the_fold_fails(spark, plain_proof):
+    """``type: [number, "null"]`` summed (what a schema made from a table's columns says): the
+    values summed; a key whose only document writes ``null`` keeps it; a ``null`` that meets
+    another document's value (or ``null``) fails the batch with the Python fold's error."""
+    coll = Collection(CollectionSpec("t", ("/k",), NULLABLE_SUMS))
+    plan = compile_collection(coll)
+    assert plan is not None and [f.nullable for f in plan.fields[1:]] == [True, True, True]
+    docs = [
+        {"k": "a", "refunds": 0.1, "visits": 1, "weight": 0.5},
+        {"k": "a", "refunds": 0.2, "visits": 2},
+        {"k": "b", "refunds": None, "visits": None, "weight": None},
+        {"k": "c", "visits": 3},
+        {"k": "c", "refunds": None, "weight": 1.25},
+    ]
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert got['["a"]'] == {"k": "a", "refunds": 0.3, "visits": 3, "weight": 0.5}
+        assert got['["b"]'] == {"k": "b", "refunds": None, "visits": None, "weight": None}
+        assert got['["c"]'] == {"k": "c", "visits": 3, "refunds": None, "weight": 1.25}
+        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    for doc, message in (
+        ({"k": "a", "visits": None}, "/visits: 'sum' expects numbers (left 3, right null)"),
+        ({"k": "b", "refunds": 1}, "/refunds: 'sum' expects numbers (left null, right 1)"),
+        ({"k": "b", "weight": None}, "/weight: 'sum' expects numbers (left null, right null)"),
+    ):
+        with pytest.raises(ReductionError, match=re.escape(message)):
+            combine_batch(frame(spark, docs + [doc], files=1), coll)
+
+
 NULLABLE_WHOLE = {
     "type": "object",
     "reduce": {"strategy": "merge"},

@@ -117,8 +117,9 @@ def ordered_by_instant(plan: CompiledPlan) -> set[str]:
     return out
 
 
-#: The strategies of a nullable property that compile: null is a value (the least one to maximize / minimize).
-NULLABLE_STRATEGIES = ("lastWriteWins", "firstWriteWins", "maximize", "minimize")
+#: The strategies of a nullable property that compile: null is a value (the least one to maximize / minimize;
+#: summed, a null that meets another document's value is the Python fold's error).
+NULLABLE_STRATEGIES = ("lastWriteWins", "firstWriteWins", "maximize", "minimize", "sum")
 
 
 def _strategy(schema: dict) -> Optional[str]:

@@ -30,7 +30,7 @@ from typing import Any, Callable, cast
 
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, checked_members
-from tidemark.collection.strategies import STRATEGIES, SparkAggregate
+from tidemark.collection.strategies import STRATEGIES, UNSURE, SparkAggregate
 from tidemark.protocol.messages import REMAINDER
 from tidemark.spark.datetimes import instant_order, order_of_instant
 
@@ -330,7 +330,7 @@ def aggregations(
             kept.append(raw[-1])
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
-        v, n = f"v{i}", f"n{i}"
+        v, n, z = f"v{i}", f"n{i}", f"z{i}"
         picked: Any = None  # a value read out of another aggregate's row (riders, winners)
         present = None  # min, max, max_by, min_by and the key: null exactly when no value is present
         if key_cols and f.name in key_cols and strategy.group_value:
@@ -342,6 +342,24 @@ def aggregations(
             pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
             aggs.append(pick(F.struct(values.alias("v")), F.when(values.isNotNull() | written, ops.order)).alias(v))
             present, picked = F.col(v).isNotNull(), F.col(v)["v"]
+            written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
+        elif f.nullable and f.strategy == "sum":  # the values summed; a null beside another write: the fold's error
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            agg = cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
+            assert agg.count is not None
+            aggs += [
+                agg.column.alias(v),
+                agg.count.alias(n),
+                F.count(F.when(ops.order.isNotNull() & written, 1)).alias(z),
+            ]
+            held_null = F.col(z) > 0
+            present, picked = (F.col(n) > 0) | held_null, F.when(~held_null, F.col(v))
+            if agg.error is not None:
+                errors.append(agg.error(~held_null & (F.col(n) > 0), F.col(v)))
+            # the Python fold names the operands: the key takes it (UNSURE), and fails there
+            meets = held_null & (F.col(n) + F.col(z) > 1)
+            errors.append(F.when(meets, F.lit(f"{UNSURE}/{f.name}: 'sum' expects numbers")))
             written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.nullable:  # maximized or minimized: null is the least value
             values = mask(p[f.name]) if mask_scalars else p[f.name]

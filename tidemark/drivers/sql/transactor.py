@@ -324,6 +324,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         times = lean.date_time_columns(model)
         rests = [lean.remainder(doc, names, times, model.nullable) for doc in msg.docs]
         values = [lean.row_values(model, doc) for doc in msg.docs]
+        if any(c.kind in (INTEGER, NUMBER) for c in model.values):
+            self.unheld_in_remainder(model, msg, values, rests)
         if times and self.dialect.date_time_column is not None:  # the column's value of each date-time's text
             convert = self.dialect.date_time_column
             positions = {j for j, c in enumerate(model.values) if c.name in times}  # of the date-time columns
@@ -332,6 +334,22 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
                 for row in values
             ]
         return values, [None if r is None else dumps(r) for r in rests]
+
+    def unheld_in_remainder(
+        self, model: TableModel, msg: Store, values: list[tuple[Any, ...]], rests: list[Optional[dict[str, Any]]]
+    ) -> None:
+        """A number a lean row's column cannot hold exactly (an integer beyond 64 bits; beyond
+        2^53 in a double column): the column NULL, the remainder keeping the number, as a full
+        row's document keeps it (Load and dumps read a NULL column's property there)."""
+        kinds = [c.kind for c in model.values]
+        for i, row in enumerate(values):
+            kept = held(kinds, row)
+            if kept == row:
+                continue
+            doc = msg.docs[i]
+            unheld = [c.name for c, v, k in zip(model.values, row, kept) if v is not None and k is None]
+            values[i] = kept
+            rests[i] = {**(rests[i] or {}), **{name: doc[name] for name in unheld}}
 
     def staging_table(self, model: TableModel, binding: int, name: str) -> tuple[str, list[str]]:
         """The staging table ``name`` of a binding and the statements that make it, or empty
