@@ -414,3 +414,20 @@ def test_a_number_its_column_cannot_hold_stays_in_the_remainder(endpoint):
     later = {"a": {"k": "a", "n": 7, "x": 1.5}}  # a later value in the column: the remainder has none left
     commit_through_loads(driver, coll, b, later, 1, {}, lambda loaded, stored: None)
     assert same(driver.dump(MAT, b), {**docs, **later})
+
+
+@pytest.mark.parametrize("texts", [True, False])
+def test_a_number_a_reduced_lean_views_column_cannot_hold_is_refused_by_key(endpoint, texts):
+    """The endpoint reduces a lean view in its columns: a number beyond them fails the batch
+    naming the key and the property, nothing committed (SQLite read it as a double, rounded)."""
+    from tidemark.errors import DriverError
+
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, BIG, "big_reduced")
+    assert b.endpoint_reduce
+    apply(driver, b)
+    commit(driver, coll, b, {"b": {"k": "b", "n": 2**63 - 1, "x": 2**53}}, 0, texts=texts)  # held exactly
+    for doc, name in (({"k": "a", "n": 2**64}, "n"), ({"k": "a", "x": 2**53 + 1}, "x")):
+        with pytest.raises(DriverError, match=rf"key \['a'\]: /{name}: {doc[name]} is beyond what the view's"):
+            commit(driver, coll, b, {"a": doc}, 1, texts=texts)
+    assert same(driver.dump(MAT, b), {"b": {"k": "b", "n": 2**63 - 1, "x": 2**53}})

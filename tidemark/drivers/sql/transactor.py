@@ -16,11 +16,12 @@ table: :class:`~tidemark.drivers.sql.writer.RowWriter`) and its client
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from tidemark import jsontext
 from tidemark.drivers.base import ReadCommittedLoads, Transactor
-from tidemark.drivers.common.columns import INTEGER, NUMBER, held
+from tidemark.drivers.common.columns import INTEGER, NUMBER, held, holds
 from tidemark.drivers.common.fences import fenced_off
 from tidemark.drivers.sql import lean
 from tidemark.drivers.sql.dialect import Dialect, Reduction
@@ -59,6 +60,10 @@ from tidemark.protocol.messages import (
 )
 
 T = TypeVar("T")
+
+
+#: a run of 16 digits: a number a 64-bit or double column may not hold exactly (``numbers_held``)
+_LONG_DIGITS = re.compile(r"[0-9]{16}")
 
 
 class SessionDriver(Protocol):
@@ -400,12 +405,36 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
             texts = self.reduction().staged_texts(msg.texts)
         else:
             texts = tuple(self.writer.dumps(d) for d in msg.docs)
+        if model.lean:
+            self.numbers_held(model, msg.keys, texts)
         seq = self._seq
         self._seq = seq + len(msg.keys)
         rows = [(seq + i, False, False, *key, text) for i, (key, text) in enumerate(zip(msg.keys, texts))]
         names = [STORE_ORDER, IS_DELETE, WAS_LOADED] + [staged_column(j) for j in range(n)] + [STAGED_DOCUMENT]
         kinds = [ORDER, FLAG, FLAG] + [c.kind for c in model.keys] + [DOC]
         self.stage(model, msg, names, kinds, rows, ())
+
+    def numbers_held(self, model: TableModel, keys: Sequence[tuple[Any, ...]], texts: Sequence[str]) -> None:
+        """Refuse, naming the key and the property, a staged number a lean view's column cannot
+        hold exactly (an integer beyond 64 bits; beyond 2^53 in a double column): the statement
+        reduces the columns, and would fail on it (PostgreSQL, MariaDB) or round it (SQLite
+        reads it as a double).  Only texts with 16 digits in a row are parsed."""
+        columns = [(c.name, c.kind) for c in model.values if c.kind in (INTEGER, NUMBER)]
+        if not columns:
+            return
+        for key, text in zip(keys, texts):
+            if _LONG_DIGITS.search(text) is None:
+                continue
+            doc = jsontext.loads(text)
+            for name, kind in columns:
+                value = doc.get(name)
+                if value is not None and value.__class__ is int and not holds(kind, value):
+                    raise DriverError(
+                        f"{model.display}: key {list(key)!r}: /{name}: {value} is beyond what the view's {kind} "
+                        f"column holds exactly, and {self.dialect.title} reduces this view in its columns: nothing "
+                        "of this transaction was committed. Keep such numbers within 64 bits (2^53 for a "
+                        "number) upstream, or give the view the full form (resource: {document: full}) in a new table."
+                    )
 
     def store_typed(self, model: TableModel, msg: StoreRows) -> None:
         """Stage a lean binding's combined documents given as typed values (:class:`StoreRows`,
