@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +37,7 @@ sys.path.insert(0, HERE)
 
 import bench_small_batches as B
 import bench_whole_runs as W
+from bench_stage_parts import medians
 
 
 def compile_fold(work: str) -> str:
@@ -106,26 +105,20 @@ def main() -> None:
     def grouped():
         return staged().groupBy(*cols.grouping)
 
+    def noop(frame):
+        return frame().write.format("noop").mode("overwrite").save  # planned here, saved when timed
+
     queries = {
-        "(h) hand-written aggregate": lambda: W.peer_aggregate(
-            spark.read.schema(W.EVENTS_SPARK_SCHEMA).json(path), "events"
+        "(h) hand-written aggregate": lambda: noop(
+            lambda: W.peer_aggregate(spark.read.schema(W.EVENTS_SPARK_SCHEMA).json(path), "events")
         ),
-        "(s) staged rows, grouped, counted": lambda: grouped().count(),
-        "(b) + built-in aggregates": lambda: grouped().agg(*cols.aggs),
-        "(c) + the typed row out": lambda: grouped().agg(*cols.aggs).select(*cols.out_typed),
-        "(j) (s) + one JVM aggregate": lambda: grouped().agg(fold.alias("folded")),
+        "(s) staged rows, grouped, counted": lambda: noop(lambda: grouped().count()),
+        "(b) + built-in aggregates": lambda: noop(lambda: grouped().agg(*cols.aggs)),
+        "(c) + the typed row out": lambda: noop(lambda: grouped().agg(*cols.aggs).select(*cols.out_typed)),
+        "(j) (s) + one JVM aggregate": lambda: noop(lambda: grouped().agg(fold.alias("folded"))),
     }
-    times: dict = {k: [] for k in queries}
-    for rep in range(args.repeats + 4):
-        for name, make in queries.items():
-            write = make().write.format("noop").mode("overwrite")  # planned outside the timing
-            t = time.perf_counter()
-            write.save()
-            if rep >= 4:
-                times[name].append(time.perf_counter() - t)
-    print(f"\none batch of {args.docs:,} event documents, Spark local[2], medians of {args.repeats}:")
-    for name, ts in times.items():
-        print(f"  {name:36s} {statistics.median(ts) * 1000:7.0f} ms  (min {min(ts) * 1000:.0f})")
+    title = f"one batch of {args.docs:,} event documents, Spark local[2], medians of {args.repeats}:"
+    medians(queries, args.repeats, 4, title)
 
 
 if __name__ == "__main__":

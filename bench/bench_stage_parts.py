@@ -129,17 +129,25 @@ def main() -> None:
         "(d) combined, as Arrow into the driver": lambda: lambda: one_job(False).toArrow(),
     }
     one_job(True)  # build the plan once
+    medians(
+        queries, args.repeats, 2, f"one batch of {args.docs:,} documents, Spark local[2], medians of {args.repeats}:"
+    )
+
+
+def medians(queries: dict, repeats: int, warmups: int, title: str) -> None:
+    """Run each of ``queries`` (name -> a function that plans and returns the action to time)
+    ``warmups + repeats`` times, interleaved, and print the medians of the last ``repeats``."""
     times: dict = {k: [] for k in queries}
-    for rep in range(args.repeats + 2):
+    for rep in range(repeats + warmups):
         for name, make in queries.items():
             action = make()  # planned outside the timing
             t = time.perf_counter()
             action()
-            if rep >= 2:
+            if rep >= warmups:
                 times[name].append(time.perf_counter() - t)
-    print(f"\none batch of {args.docs:,} documents, Spark local[2], medians of {args.repeats}:")
+    print(f"\n{title}")
     for name, ts in times.items():
-        print(f"  {name:34s} {statistics.median(ts) * 1000:7.0f} ms  (min {min(ts) * 1000:.0f})")
+        print(f"  {name:36s} {statistics.median(ts) * 1000:7.0f} ms  (min {min(ts) * 1000:.0f})")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def test_a_schema_of_sql_strategies_is_reduced_by_the_endpoint():
         ({**BASE, "reduce": {"strategy": "merge", "delete": {"const": True}}}, "it declares deletions"),
         (
             with_props(n={"type": ["integer", "null"], "reduce": {"strategy": "sum"}}),
-            "/n: a nullable integer reduced by sum",
+            "/n: a nullable property reduced by sum (the endpoint reduces one last or first written",
         ),
     ],
 )

@@ -319,6 +319,11 @@ def schema_and_docs(draw):
     return schema, docs
 
 
+def merged(**properties) -> dict:
+    """A schema (or a property's) of ``properties`` reduced by ``merge``."""
+    return {"type": "object", "reduce": {"strategy": "merge"}, "properties": properties}
+
+
 def frame(spark, docs, files=2):
     rows = [(json.dumps(d), f"file:///data/part-{i % files}.json", 0, i) for i, d in enumerate(docs)]
     return spark.createDataFrame(rows, SCHEMA)
@@ -830,22 +835,14 @@ def test_an_object_whose_members_are_date_times_and_exact_decimals_compiles(spar
         res.unpersist()
 
 
-SEEN_MEMBERS = {
-    "type": "object",
-    "reduce": {"strategy": "merge"},
-    "properties": {
-        "k": {"type": "string"},
-        "customer": {
-            "type": "object",
-            "reduce": {"strategy": "merge"},
-            "properties": {
-                "id": {"type": "string"},
-                "last_seen": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
-                "first_seen": {"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
-            },
-        },
-    },
-}
+SEEN_MEMBERS = merged(
+    k={"type": "string"},
+    customer=merged(
+        id={"type": "string"},
+        last_seen={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+        first_seen={"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
+    ),
+)
 
 
 def test_a_date_time_member_maximized_or_minimized_is_ordered_by_its_instant(spark, plain_proof):
@@ -978,24 +975,16 @@ def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, p
     decimal too): carried as written, last written (a ``null`` too), its format or places checked
     by the combine on the parsed value; a value that breaks them is an invalid document named by
     the Python validator's rule."""
-    schema = {
-        "type": "object",
-        "reduce": {"strategy": "merge"},
-        "properties": {
-            "k": {"type": "string"},
-            "customer": {
-                "type": "object",
-                "reduce": {"strategy": "merge"},
-                "properties": {
-                    "id": {"type": "string"},
-                    "email": {"type": ["string", "null"], "format": "email"},
-                    "ref": {"type": ["null", "string"], "format": "uuid"},
-                    "born": {"type": ["string", "null"], "format": "date"},
-                    "discount": {"type": ["number", "null"], "multipleOf": 0.01},
-                },
-            },
-        },
-    }
+    schema = merged(
+        k={"type": "string"},
+        customer=merged(
+            id={"type": "string"},
+            email={"type": ["string", "null"], "format": "email"},
+            ref={"type": ["null", "string"], "format": "uuid"},
+            born={"type": ["string", "null"], "format": "date"},
+            discount={"type": ["number", "null"], "multipleOf": 0.01},
+        ),
+    )
     coll = Collection(CollectionSpec("t", ("/k",), schema))
     plan = compile_collection(coll)
     assert plan is not None and [(m.member, m.type) for m in plan.fields[1].carried] == [
@@ -1037,16 +1026,12 @@ def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, p
             combine_batch(frame(spark, docs + [doc], files=1), coll)
 
 
-NULLABLE_SUMS = {
-    "type": "object",
-    "reduce": {"strategy": "merge"},
-    "properties": {
-        "k": {"type": "string"},
-        "refunds": {"type": ["number", "null"], "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
-        "visits": {"type": ["null", "integer"], "reduce": {"strategy": "sum"}},
-        "weight": {"type": ["number", "null"], "reduce": {"strategy": "sum"}},
-    },
-}
+NULLABLE_SUMS = merged(
+    k={"type": "string"},
+    refunds={"type": ["number", "null"], "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+    visits={"type": ["null", "integer"], "reduce": {"strategy": "sum"}},
+    weight={"type": ["number", "null"], "reduce": {"strategy": "sum"}},
+)
 
 
 def test_a_nullable_sum_compiles_and_a_null_that_meets_a_value_fails_as_the_fold_fails(spark, plain_proof):
@@ -1082,17 +1067,13 @@ def test_a_nullable_sum_compiles_and_a_null_that_meets_a_value_fails_as_the_fold
             combine_batch(frame(spark, docs + [doc], files=1), coll)
 
 
-NULLABLE_WHOLE = {
-    "type": "object",
-    "reduce": {"strategy": "merge"},
-    "properties": {
-        "k": {"type": "string"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "ids": {"type": ["array", "null"], "items": {"type": "integer"}, "reduce": {"strategy": "firstWriteWins"}},
-        "context": {"type": ["object", "null"]},
-        "extra": {"type": ["null", "array"]},
-    },
-}
+NULLABLE_WHOLE = merged(
+    k={"type": "string"},
+    tags={"type": "array", "items": {"type": "string"}},
+    ids={"type": ["array", "null"], "items": {"type": "integer"}, "reduce": {"strategy": "firstWriteWins"}},
+    context={"type": ["object", "null"]},
+    extra={"type": ["null", "array"]},
+)
 
 
 def test_arrays_of_scalars_and_nullable_objects_and_arrays_are_picked_whole(spark, plain_proof):

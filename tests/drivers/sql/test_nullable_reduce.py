@@ -71,9 +71,9 @@ def endpoint(request, tmp_path):
     e.driver.close()
 
 
-def fold(coll) -> dict:
+def fold(coll, batches=None) -> dict:
     view: dict = {}
-    for batch in BATCHES:
+    for batch in BATCHES if batches is None else batches:
         for k, doc in batch.items():
             view[k] = coll.reduce(view[k], doc) if k in view else doc
     return view
@@ -207,25 +207,31 @@ EXTREME_VIEW = {
 }
 
 
-@pytest.mark.parametrize("document", ["lean", "full"])
-def test_null_is_the_least_value_of_a_nullable_property_maximized_or_minimized(endpoint, document):
+def reduced_in_endpoint(endpoint, schema, table: str, document: str, batches, every_other_typed: bool = False):
+    """``batches`` committed through the endpoint's statement (no Load), JSON texts and documents
+    alternating (``every_other_typed``: typed rows in every other batch of a lean view), the
+    view dumped: (the Python fold's view, the endpoint's), asserted equal."""
     from tidemark.collection.collection import Collection
     from tidemark.spec import CollectionSpec
 
-    view: dict = {}
-    reference = Collection(CollectionSpec("orders", ("/k",), EXTREMES))
-    for batch in EXTREME_BATCHES:
-        for k, doc in batch.items():
-            view[k] = reference.reduce(view[k], doc) if k in view else doc
-    assert view == EXTREME_VIEW
+    view = fold(Collection(CollectionSpec("orders", ("/k",), schema)), batches)
     driver = endpoint.driver
-    coll, b = reduced_binding(driver, EXTREMES, "extremes", document)
+    coll, b = reduced_binding(driver, schema, table, document)
     assert b.endpoint_reduce  # no Load
     apply(driver, b)
-    for i, batch in enumerate(EXTREME_BATCHES):
-        commit(driver, coll, b, batch, i, texts=i % 2 == 0)
+    typed = every_other_typed and document == "lean"
+    assert not every_other_typed or driver.typed_rows([b]) == [typed]
+    for i, batch in enumerate(batches):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 2 == 1)
     got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
-    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in EXTREME_VIEW.items()}
+    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in view.items()}
+    return view, got
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_null_is_the_least_value_of_a_nullable_property_maximized_or_minimized(endpoint, document):
+    view, got = reduced_in_endpoint(endpoint, EXTREMES, "extremes", document, EXTREME_BATCHES)
+    assert view == EXTREME_VIEW
     assert "low" in got["b"] and got["b"]["low"] is None and "low" not in got["c"]
     table = by_key(endpoint, "extremes")
     assert [table[k]["top"] for k in "abcd"] == [3, 5, None, None]
@@ -277,26 +283,9 @@ TIME_VIEW = {
 @pytest.mark.parametrize("document", ["lean", "full"])
 def test_a_nullable_date_time_maximized_or_minimized_is_reduced_by_its_instant(endpoint, document):
     """No Load: the statement keeps one side's instant, its text as written (the remainder's,
-    in a lean row) and its ``null``; ``check`` says the endpoint reduces it."""
-    from tidemark.collection.collection import Collection
-    from tidemark.spec import CollectionSpec
-
-    view: dict = {}
-    reference = Collection(CollectionSpec("orders", ("/k",), TIMES))
-    for batch in TIME_BATCHES:
-        for k, doc in batch.items():
-            view[k] = reference.reduce(view[k], doc) if k in view else doc
+    in a lean row) and its ``null``."""
+    view, got = reduced_in_endpoint(endpoint, TIMES, "times", document, TIME_BATCHES, every_other_typed=True)
     assert view == TIME_VIEW
-    driver = endpoint.driver
-    coll, b = reduced_binding(driver, TIMES, "times", document)
-    assert b.endpoint_reduce  # no Load
-    apply(driver, b)
-    typed = document == "lean"
-    assert driver.typed_rows([b]) == [typed]
-    for i, batch in enumerate(TIME_BATCHES):
-        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 2 == 1)
-    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
-    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in TIME_VIEW.items()}
     assert got["b"]["since"] is None and "since" in got["c"]
     if document == "lean":  # the remainder: the kept texts and the nulls, nothing else
         table = by_key(endpoint, "times")
