@@ -234,7 +234,11 @@ EVENT_SCHEMA = events_schema(
 
 @pytest.mark.parametrize(
     "name",
-    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.slow)],
+    [  # SQLite's and MariaDB's statements: the property tests; end to end here after the default suite
+        pytest.param("sqlite", marks=pytest.mark.slow),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.slow),
+    ],
 )
 def test_date_times_nulls_and_undeclared_properties_ride_in_typed_rows(spark, tmp_path, request, name):
     """The SQL endpoints stage a typed row's remainder (StoreRows' REMAINDER): a date-time's text its
