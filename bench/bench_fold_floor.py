@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 import bench_small_batches as B
 import bench_whole_runs as W
-from bench_stage_parts import medians
+from bench_stage_parts import medians, text_source
 
 
 def compile_fold(work: str) -> str:
@@ -81,17 +81,7 @@ def main() -> None:
     cols = combine._compiled_columns(spark, plan, jvm.spec(plan) if jvm.available(spark) else None)
 
     def staged():
-        return (
-            spark.read.format("text")
-            .load(path)
-            .select(
-                "value",
-                F.col("_metadata.file_path").alias("_file"),
-                F.col("_metadata.file_block_start").alias("_block"),
-                F.lit(0).cast("long").alias("_row"),
-            )
-            .select(*cols.stage)
-        )
+        return text_source(spark, path).select(*cols.stage)
 
     names = ["event_time", "status", "_ts1", "_tf1", "first_seen", "_ts2", "_tf2", "amount", "n", "tags", "note"]
     inputs = [F.col(f"p.{n}") if not n.startswith("_") else F.col(n) for n in names]

@@ -75,16 +75,7 @@ def main() -> None:
     plans: dict = {}
 
     def source():
-        return (
-            spark.read.format("text")
-            .load(path)
-            .select(
-                "value",
-                F.col("_metadata.file_path").alias("_file"),
-                F.col("_metadata.file_block_start").alias("_block"),
-                F.lit(0).alias("_binding"),
-            )
-        )
+        return text_source(spark, path).select("value", "_file", "_block", F.lit(0).alias("_binding"))
 
     def one_job(routed_: bool):
         """The batch's one-job rows: the combine settled (its map stage runs here), then finished."""
@@ -131,6 +122,22 @@ def main() -> None:
     one_job(True)  # build the plan once
     medians(
         queries, args.repeats, 2, f"one batch of {args.docs:,} documents, Spark local[2], medians of {args.repeats}:"
+    )
+
+
+def text_source(spark, path: str):
+    """A file's lines as a batch's source DataFrame (``value``, ``_file``, ``_block``, ``_row``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        spark.read.format("text")
+        .load(path)
+        .select(
+            "value",
+            F.col("_metadata.file_path").alias("_file"),
+            F.col("_metadata.file_block_start").alias("_block"),
+            F.lit(0).cast("long").alias("_row"),
+        )
     )
 
 

@@ -319,6 +319,18 @@ def schema_and_docs(draw):
     return schema, docs
 
 
+def folded(spark, coll, docs, path: str) -> dict:
+    """``docs`` combined in one file's batch: asserted equal to the Python fold's, on ``path``."""
+    res = combine_batch(frame(spark, docs, files=1), coll)
+    try:
+        got = collect(res)
+        assert got == expected(coll, docs, files=1)
+        assert res.path == path
+        return got
+    finally:
+        res.unpersist()
+
+
 def assert_quarantined(spark, coll, docs, bad) -> None:
     """``docs`` with each of ``bad`` (``(document, the rule the Python validator names)``) after
     them, quarantined: the view is ``docs``' fold, and each bad document is named by its rule."""
@@ -882,25 +894,14 @@ def test_a_date_time_member_maximized_or_minimized_is_ordered_by_its_instant(spa
         {"k": "c", "customer": {"last_seen": "2024-05-01T10:00:00.1234567890123456789Z"}},  # 19 digits: a suspect
         {"k": "c", "customer": {"last_seen": "2024-05-01T10:00:00.1234567890123456788Z"}},
     ]
-    res = combine_batch(frame(spark, docs, files=1), coll)
-    try:
-        got = collect(res)
-        assert got == expected(coll, docs, files=1)
-        assert got['["a"]']["customer"] == {
-            "id": "x",
-            "last_seen": "2024-05-01T10:00:00.000z",
-            "first_seen": "2024-05-01T05:30:00.000-04:30",
-        }
-        assert got['["b"]']["customer"]["first_seen"] == "2024-05-01T15:30:00.25+05:30"
-        assert res.path == ("mixed" if plain_proof == "jvm" else "fallback")  # key c: the Python fold
-    finally:
-        res.unpersist()
-    res = combine_batch(frame(spark, docs[:5], files=1), coll)
-    try:
-        assert collect(res) == expected(coll, docs[:5], files=1)
-        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
-    finally:
-        res.unpersist()
+    got = folded(spark, coll, docs, "mixed" if plain_proof == "jvm" else "fallback")  # key c: the Python fold
+    assert got['["a"]']["customer"] == {
+        "id": "x",
+        "last_seen": "2024-05-01T10:00:00.000z",
+        "first_seen": "2024-05-01T05:30:00.000-04:30",
+    }
+    assert got['["b"]']["customer"]["first_seen"] == "2024-05-01T15:30:00.25+05:30"
+    folded(spark, coll, docs[:5], "compiled" if plain_proof == "jvm" else "fallback")
 
 
 CARRIED_MEMBERS = {
@@ -1014,21 +1015,15 @@ def test_a_nullable_member_of_a_format_or_places_is_carried_and_checked(spark, p
         {"k": "b", "customer": {"email": "x.y@b.org", "ref": None}},
         {"k": "b", "customer": {"born": None}},
     ]
-    res = combine_batch(frame(spark, docs, files=1), coll)
-    try:
-        got = collect(res)
-        assert got == expected(coll, docs, files=1)
-        assert got['["a"]']["customer"] == {
-            "id": "c1",
-            "email": None,
-            "ref": "123e4567-e89b-12d3-a456-426614174000",
-            "born": "1990-02-28",
-            "discount": None,
-        }
-        assert got['["b"]']["customer"] == {"email": "x.y@b.org", "ref": None, "born": None}
-        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
-    finally:
-        res.unpersist()
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "fallback")
+    assert got['["a"]']["customer"] == {
+        "id": "c1",
+        "email": None,
+        "ref": "123e4567-e89b-12d3-a456-426614174000",
+        "born": "1990-02-28",
+        "discount": None,
+    }
+    assert got['["b"]']["customer"] == {"email": "x.y@b.org", "ref": None, "born": None}
     bad = [
         ({"k": "a", "customer": {"email": "a@b@c"}}, "is not a 'email'"),
         ({"k": "a", "customer": {"ref": "12"}}, "is not a 'uuid'"),
@@ -1060,16 +1055,11 @@ def test_a_nullable_sum_compiles_and_a_null_that_meets_a_value_fails_as_the_fold
         {"k": "c", "visits": 3},
         {"k": "c", "refunds": None, "weight": 1.25},
     ]
-    res = combine_batch(frame(spark, docs, files=1), coll)
-    try:
-        got = collect(res)
-        assert got == expected(coll, docs, files=1)
-        assert got['["a"]'] == {"k": "a", "refunds": 0.3, "visits": 3, "weight": 0.5}
-        assert got['["b"]'] == {"k": "b", "refunds": None, "visits": None, "weight": None}
-        assert got['["c"]'] == {"k": "c", "visits": 3, "refunds": None, "weight": 1.25}
-        assert res.path == ("compiled" if plain_proof == "jvm" else "mixed")  # without the scan: a null is a suspect
-    finally:
-        res.unpersist()
+    # without the scan a null is a suspect: those keys take the Python fold
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "mixed")
+    assert got['["a"]'] == {"k": "a", "refunds": 0.3, "visits": 3, "weight": 0.5}
+    assert got['["b"]'] == {"k": "b", "refunds": None, "visits": None, "weight": None}
+    assert got['["c"]'] == {"k": "c", "visits": 3, "refunds": None, "weight": 1.25}
     for doc, message in (
         ({"k": "a", "visits": None}, "/visits: 'sum' expects numbers (left 3, right null)"),
         ({"k": "b", "weight": None}, "/weight: 'sum' expects numbers (left null, right null)"),
@@ -1107,16 +1097,10 @@ def test_arrays_of_scalars_and_nullable_objects_and_arrays_are_picked_whole(spar
         {"k": "b", "tags": ["y", "z"], "ids": None, "extra": []},
         {"k": "c", "context": None},
     ]
-    res = combine_batch(frame(spark, docs, files=1), coll)
-    try:
-        got = collect(res)
-        assert got == expected(coll, docs, files=1)
-        assert got['["a"]'] == {"k": "a", "tags": [], "ids": None, "context": None, "extra": None}
-        assert got['["b"]'] == {"k": "b", "tags": ["y", "z"], "ids": [3], "context": {}, "extra": []}
-        assert got['["c"]'] == {"k": "c", "context": None}
-        assert res.path == ("compiled" if plain_proof == "jvm" else "fallback")
-    finally:
-        res.unpersist()
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "fallback")
+    assert got['["a"]'] == {"k": "a", "tags": [], "ids": None, "context": None, "extra": None}
+    assert got['["b"]'] == {"k": "b", "tags": ["y", "z"], "ids": [3], "context": {}, "extra": []}
+    assert got['["c"]'] == {"k": "c", "context": None}
     bad = [
         ({"k": "a", "tags": [1]}, "is not of type 'string'"),
         ({"k": "a", "ids": ["1"]}, "is not of type 'integer'"),
