@@ -433,7 +433,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
                         f"{model.display}: key {list(key)!r}: /{name}: {value} is beyond what the view's {kind} "
                         f"column holds exactly, and {self.dialect.title} reduces this view in its columns: nothing "
                         "of this transaction was committed. Keep such numbers within 64 bits (2^53 for a "
-                        "number) upstream, or give the view the full form (resource: {document: full}) in a new table."
+                        "number) upstream, or reduce this view in Python (options: {endpoint_reduce: false}), "
+                        "whose lean rows keep such a number in flow_document."
                     )
 
     def store_typed(self, model: TableModel, msg: StoreRows) -> None:
