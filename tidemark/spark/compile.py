@@ -328,6 +328,10 @@ def aggregations(
         if jvm.carries_undeclared(plan):
             raw.append(undeclared_text(merged_undeclared, jvm.undeclared_prefix(None)))
             kept.append(raw[-1])
+
+    def written_null_of(f):  # where a document writes the nullable property ``f`` as ``null``
+        return F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+
     for i, f in enumerate(plan.fields):
         strategy = STRATEGIES[f.strategy]
         v, n, z = f"v{i}", f"n{i}", f"z{i}"
@@ -338,14 +342,14 @@ def aggregations(
         elif f.nullable and f.strategy in ("lastWriteWins", "firstWriteWins"):
             # picked by the source order among the documents that hold it, null or not
             values = mask(p[f.name]) if mask_scalars else p[f.name]
-            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            written = written_null_of(f)
             pick = F.max_by if f.strategy == "lastWriteWins" else F.min_by
             aggs.append(pick(F.struct(values.alias("v")), F.when(values.isNotNull() | written, ops.order)).alias(v))
             present, picked = F.col(v).isNotNull(), F.col(v)["v"]
             written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.nullable and f.strategy == "sum":  # the values summed; a null beside another write: the fold's error
             values = mask(p[f.name]) if mask_scalars else p[f.name]
-            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            written = written_null_of(f)
             agg = cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
             assert agg.count is not None
             aggs += [
@@ -363,7 +367,7 @@ def aggregations(
             written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.nullable:  # maximized or minimized: null is the least value
             values = mask(p[f.name]) if mask_scalars else p[f.name]
-            written = F.coalesce((nulls or {}).get(f.name, F.lit(False)), F.lit(False))
+            written = written_null_of(f)
             agg = cast(Callable[..., SparkAggregate], strategy.spark)(ops, f, values)
             aggs += [agg.column.alias(v), F.max(F.when(ops.order.isNotNull(), written)).alias(n)]
             some_null = F.coalesce(F.col(n), F.lit(False))

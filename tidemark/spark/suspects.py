@@ -315,7 +315,7 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls
             if f.type == "string" and s.get("format") in NATIVE_FORMATS:
                 if whole and s["format"] == "date-time":
                     continue  # proved, with its fraction's length, by the JVM scan (PlainDocument's ``d`` / ``D``)
-                conds.append(c.isNotNull() & ~F.coalesce(format_ok(c, s["format"]), F.lit(False)))
+                conds.append(_breaks_format(c, s["format"]))
                 if s["format"] == "date-time" and f.name in ordered:
                     conds.append(F.length(date_time_parts(c)["fraction"]) > F.lit(FRACTION_DIGITS))
         elif (f.members or f.carried) and not whole:  # its members' types and names: proved by the JVM scan only
@@ -328,6 +328,13 @@ def suspect_expr(plan: CompiledPlan, value, p, plain, whole: bool = False, nulls
     for c in conds[1:]:
         out = out | F.coalesce(c, F.lit(False))
     return F.coalesce(out, F.lit(True))
+
+
+def _breaks_format(value, fmt: str):
+    """True where the string ``value`` is present and may not have the format ``fmt``."""
+    from pyspark.sql import functions as F
+
+    return value.isNotNull() & ~F.coalesce(format_ok(value, fmt), F.lit(False))
 
 
 def _member_checks(f, c) -> list:
@@ -343,13 +350,13 @@ def _member_checks(f, c) -> list:
             conds.append(F.round(value, part.scale) != value)
         fmt = part.schema.get("format")
         if part.type == "string" and fmt in NATIVE_FORMATS and fmt != "date-time":
-            conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, fmt), F.lit(False)))
+            conds.append(_breaks_format(value, fmt))
     for part in checked_members(f):  # carried as written (nullable), its format or places checked here
         value = c[part.member]
         if part.type == "n":
             conds.append(F.round(value, scale_of(part.schema["multipleOf"])) != value)
         else:
-            conds.append(value.isNotNull() & ~F.coalesce(format_ok(value, part.schema["format"]), F.lit(False)))
+            conds.append(_breaks_format(value, part.schema["format"]))
     return conds
 
 

@@ -17,7 +17,8 @@ import org.apache.spark.sql.api.java.UDF2;
  * this class only ever shortens the common case.
  *
  * <p>A property declared nullable (kind {@code z}: a scalar of its type, or {@code null}; {@code R}
- * and {@code A}: a raw object or array, an array of scalars, or {@code null}) may hold {@code null}: it is not counted, and its bit is set in the result's null mask.  The
+ * and {@code A}: a raw object or array, an array of scalars, or {@code null}) may hold
+ * {@code null}: it is not counted, and its bit is set in the result's null mask.  The
  * result is a {@code long}: the count in its low 16 bits, then the mask, one bit per nullable
  * property in the order of {@code spec} (at most {@link #MAX_NULLABLE}); -1 if not plain.
  *
