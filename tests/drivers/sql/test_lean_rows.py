@@ -431,3 +431,17 @@ def test_a_number_a_reduced_lean_views_column_cannot_hold_is_refused_by_key(endp
         with pytest.raises(DriverError, match=rf"key \['a'\]: /{name}: {doc[name]} is beyond what the view's"):
             commit(driver, coll, b, {"a": doc}, 1, texts=texts)
     assert same(driver.dump(MAT, b), {"b": {"k": "b", "n": 2**63 - 1, "x": 2**53}})
+
+
+def test_a_full_views_document_keeps_a_number_its_column_rounds(endpoint):
+    """A full view's ``number`` column holds an integer beyond 2^53 as its nearest double; the
+    dump reads the document's number, not the column's rounding (it gave 1.152921504606847e+18)."""
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, BIG, "big_full", document="full")
+    apply(driver, b)
+    docs = {"a": {"k": "a", "n": 2**63 - 1, "x": 2**60 + 1}}
+    commit(driver, coll, b, docs, 0)
+    assert same(driver.dump(MAT, b), docs)
+    later = {"a": {"k": "a", "x": 2**60 + 3}}
+    commit(driver, coll, b, later, 1)
+    assert same(driver.dump(MAT, b), {"a": {"k": "a", "n": 2**63 - 1, "x": 2**60 + 3}})

@@ -191,8 +191,9 @@ def documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
 def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
     """Every row of a full table as ``{key: document}`` (``dump``): its ``flow_document``, with
     each value column read over the member it projects where they disagree (a person's
-    ``UPDATE`` of a column shows; written by tidemark, the two are equal).  Date-time columns
-    are left out (the document keeps the text as written)."""
+    ``UPDATE`` of a column shows; written by tidemark, the two are equal, or the column is the
+    nearest double to a number it cannot hold exactly).  Date-time columns are left out (the
+    document keeps the text as written)."""
     dialect = driver.dialect
     rows = _every_row(driver, model)
     n, convert = len(model.keys), converters(model, dialect)
@@ -203,10 +204,22 @@ def full_documents(driver: SkeletonDriver, model: TableModel) -> dict[Key, Doc]:
             for f, c, v in zip(convert[n:], model.values, r[n:-1]):
                 if c.kind != TIMESTAMP and (v is not None or (c.name in doc and holds(c.kind, doc[c.name]))):
                     value = v if f is None or v is None else f(v)
-                    if value != doc.get(c.name):
+                    if value != doc.get(c.name) and not _rounded(c, doc.get(c.name), value):
                         doc = {**doc, c.name: value}
         out[tuple(dialect.read_value(c.kind, v) for c, v in zip(model.keys, r[:n]))] = doc
     return out
+
+
+def _rounded(column: Column, member: Any, value: Any) -> bool:
+    """True if ``value`` is what ``column`` holds of the document's ``member``, a number it cannot
+    hold exactly (an integer beyond 2^53 in a double column): the document keeps the number."""
+    return (
+        member.__class__ is int
+        and not holds(column.kind, member)
+        and isinstance(value, float)
+        and abs(member) <= 2**1023
+        and value == float(member)
+    )
 
 
 def typed_rows(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[bool]:
