@@ -155,10 +155,29 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
     """:func:`compile_collection`'s plan, or ``(None, reasons)``: each part of the schema that
     keeps it off the compiled path, named by its place (``/status: …``), with what would
     compile instead where there is a simple change (what ``tidemark check`` prints)."""
+    plan, why, apart = _explain(collection)
+    if why or apart:
+        return None, why + [f"/{name}: {reason}" for name, reason in apart.items()]
+    return plan, []
+
+
+def compiled_properties(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, str]]:
+    """The plan of the properties that compile where the root and the key do, and, apart from it,
+    each top-level property that does not, with why (``{name: reason}``): a lean SQL row holds
+    the ones in the plan in columns and the others in its remainder.  ``(None, reasons, {})``
+    where the root or the key does not compile."""
+    plan, why, apart = _explain(collection)
+    return (None, why, {}) if why else (plan, [], apart)
+
+
+def _explain(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, str]]:
+    """The plan of the properties that compile, what keeps the root or the key off the compiled
+    path, and each property that does not compile, with why."""
     root = collection.schema
     if not isinstance(root, dict) or root.get("type") != "object":
-        return None, ["the root is not `type: object`"]
+        return None, ["the root is not `type: object`"], {}
     why: list[str] = []
+    apart: dict[str, str] = {}  # a property that does not compile: why
     extra = sorted(_keywords(root) - set(ROOT_KEYWORDS))
     if extra:
         why.append(f"the root uses {', '.join(extra)} (compiled: {', '.join(ROOT_KEYWORDS[:4])} and annotations)")
@@ -186,7 +205,7 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
     for name, sub in props.items():
         fp, reason = _field(name, sub)
         if fp is None:
-            why.append(f"/{name}: {reason}")
+            apart[name] = reason
         else:
             fields.append(fp)
     required = tuple(root.get("required") or ())
@@ -195,10 +214,12 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
         why.append(f"required names undeclared properties ({', '.join(map(str, undeclared))})")
     for f in fields:
         if f.order and not _orders_by_a_winner(f, fields, required):
-            why.append(
-                f"/{f.name}: ordered by /{f.order}, which compiles where /{f.order} is a scalar reduced by "
+            apart[f.name] = (
+                f"ordered by /{f.order}, which compiles where /{f.order} is a scalar reduced by "
                 f"{'maximize' if f.strategy == 'lastWriteWins' else 'minimize'} and both are required"
             )
+    fields = [f for f in fields if f.name not in apart]
+    why.extend(f"key /{name}: {apart.pop(name)}" for name in key_names if name in apart)
     order_name = ""
     if order:  # event-time order by a top-level scalar property
         tokens = order.lstrip("/").split("/") if isinstance(order, str) else []
@@ -206,7 +227,7 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
         if not any(f.name == order_name and f.kind == "scalar" and not f.nullable for f in fields):
             why.append(f"the root's order {order!r}: compiled when it names a top-level scalar property (not nullable)")
     if why:
-        return None, why
+        return None, why, apart
     plan = CompiledPlan(
         str(root_strategy),
         tuple(fields),
@@ -217,7 +238,7 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
         collection.max_document_bytes,
         order_name,
     )
-    return plan, []
+    return plan, [], apart
 
 
 def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:

@@ -162,24 +162,71 @@ def test_document_full_keeps_the_whole_document_and_an_older_full_table_keeps_it
     assert "full documents in flow_document (the table was made so" in driver.row_forms([b])[0]
 
 
-def test_a_lean_table_refuses_a_binding_that_cannot_be_lean(endpoint):
+def loading_binding(driver, schema, table):
+    """The collection of ``schema`` and its binding to ``table`` as the runtime sets it (here one the endpoint does not reduce)."""
+    coll = Collection(CollectionSpec("orders", ("/k",), schema))
+    spec = coll.binding_spec(SimpleNamespace(resource={"table": table}, delta_updates=False))
+    (b,), [line] = reduce_paths([spec], [coll], driver.capabilities())
+    assert not b.endpoint_reduce and "/note" in line, line
+    return coll, b
+
+
+def with_note(schema: dict) -> dict:
+    out = copy.deepcopy(schema)
+    out["properties"]["note"] = {"type": ["string", "integer"]}  # a union of types: no one column holds it
+    return out
+
+
+NOTES = [[dict(d, note=i if i % 2 else f"n{i}") for i, d in enumerate(batch)] for batch in BATCHES]
+
+
+def test_a_property_that_does_not_compile_is_kept_whole_in_a_lean_rows_remainder(endpoint):
+    """A property outside the compiled set has no column: the lean row keeps it in
+    ``flow_document``, the other properties in their columns, and the binding Loads (the whole
+    table took the full form before)."""
+    driver = endpoint.driver
+    coll, b = loading_binding(driver, with_note(SCHEMA), "noted")
+    apply(driver, b)
+    [form] = driver.row_forms([b])
+    assert "lean rows" in form and "in flow_document only (/note: they do not compile)" in form, form
+    view: dict = {}
+    for i, batch in enumerate(NOTES):
+        commit_through_loads(driver, coll, b, combined_of(coll, batch), i, view, lambda loaded, stored: None)
+    assert same(driver.dump(MAT, b), fold(coll, NOTES))
+    names, got = rows(endpoint, "noted")
+    assert "note" not in names and "city" in names and "tags" in names
+    rests = [json.loads(r[-1]) if isinstance(r[-1], (str, bytes)) else r[-1] for r in got]
+    assert all("note" in rest and "city" not in rest for rest in rests)
+
+
+def test_a_lean_table_keeps_its_columns_when_a_property_stops_compiling(endpoint):
+    """A property added outside the compiled set joins the remainder (the binding Loads from
+    then on); a property that has a column and stops compiling is refused by Apply and Open,
+    naming it: the rows hold it in the column."""
     driver = endpoint.driver
     coll, b = reduced_binding(driver, SCHEMA, "strict")
     apply(driver, b)
     commit(driver, coll, b, combined_of(coll, BATCHES[0]), 0)
-    schema = copy.deepcopy(SCHEMA)
-    schema["properties"]["note"] = {"type": ["string", "integer"]}  # a union of types: no one column holds it
-    coll_later = Collection(CollectionSpec("orders", ("/k",), schema))
-    spec = coll_later.binding_spec(SimpleNamespace(resource={"table": "strict"}, delta_updates=False))
-    (later,), _ = reduce_paths([spec], [coll_later], driver.capabilities())
-    for call in (lambda d: apply(d, later), lambda d: d.open(Open(MAT, "v1", Range(), bindings=(later,)))):
+    coll_later, later = loading_binding(driver, with_note(SCHEMA), "strict")
+    fresh = type(driver)(driver.config)
+    try:
+        apply(fresh, later)
+        view = fold(coll, BATCHES[:1])
+        commit_through_loads(fresh, coll_later, later, combined_of(coll_later, NOTES[1]), 1, view, lambda *_: None)
+        assert same(fresh.dump(MAT, later), fold(coll_later, [BATCHES[0], NOTES[1]]))
+    finally:
+        fresh.close()
+    worse = with_note(SCHEMA)
+    worse["properties"]["city"] = {"type": ["string", "integer"]}
+    _, changed = loading_binding(driver, worse, "strict")
+    for call in (lambda d: apply(d, changed), lambda d: d.open(Open(MAT, "v1", Range(), bindings=(changed,)))):
         fresh = type(driver)(driver.config)
         try:
-            with pytest.raises(IncompatibleSchema, match=r"holds lean rows.*/note: type \['string', 'integer'\]"):
+            with pytest.raises(IncompatibleSchema, match=r"holds lean rows, with a column for /city, which"):
                 call(fresh)
         finally:
             fresh.close()
-    assert same(driver.dump(MAT, b), fold(coll, BATCHES[:1]))  # nothing was changed
+    assert same(driver.dump(MAT, b), fold(coll_later, [BATCHES[0], NOTES[1]]))  # nothing was changed
 
 
 @pytest.mark.postgres

@@ -199,7 +199,10 @@ class SqlDriver(Driver):
         """The binding's table, in the form its table has (lean or full: :mod:`~tidemark.drivers.sql.lean`;
         read once per table and driver, on ``con`` or the driver's own connection)."""
         base = self.base_model(binding)
-        return lean.with_form(self, base, binding, lean.table_form(self, base, con))
+        form, existing = lean.table_columns(self, base, con)
+        model = lean.with_form(self, base, binding, form)
+        lean.columns_kept(model, binding, existing)
+        return model
 
     row_forms, typed_rows, typed_remainder = lean.row_forms, lean.typed_rows, lean.typed_remainder
 
@@ -267,6 +270,7 @@ class SqlDriver(Driver):
             model = self.base_model(b)
             existing, required = self.existing(con, model)
             model = lean.with_form(self, model, b, lean.form_of(existing, required))
+            lean.columns_kept(model, b, existing)
             missing = (
                 None
                 if existing is None

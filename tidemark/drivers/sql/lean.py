@@ -50,14 +50,20 @@ Converter = Optional[Callable[[Any], Any]]  # how a column's value read back bec
 
 
 def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect) -> tuple[Optional[CompiledPlan], str]:
-    """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``."""
+    """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``.
+    Where the endpoint does not reduce the binding because of some of its properties (the
+    binding Loads), the plan holds the others: the rows keep those in their remainder, and
+    ``why`` names them (:func:`apart`)."""
     from tidemark.collection.sql_plan import binding_reduction
 
     if binding.delta_updates:
         return None, "a delta-updates table keeps each stored document as it came"
     plan, why = binding_reduction(binding.schema, binding.key, strategies)
     if plan is None:
-        return None, f"not every property has a column of its own ({why})"
+        plan, kept = binding_columns(binding)
+        if plan is None:
+            return None, f"not every property has a column of its own ({why})"
+        why = f"{REMAINDER_ONLY}{', '.join(f'/{name}' for name in kept)}: they do not compile)"
     for f in plan.fields:
         if dialect.too_long(f.name):
             return None, f"/{f.name}: the name is too long for a column"
@@ -68,15 +74,42 @@ def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect
                 return None, f"/{f.name}: a date-time, which a {dialect.title} column does not keep as an instant"
             if f.name in plan.key:
                 return None, f"/{f.name}: a date-time key (its text is the key)"
-    return plan, ""
+    return plan, "" if not why.startswith(REMAINDER_ONLY) else why
 
 
-def lean_model(model: TableModel, plan: CompiledPlan) -> TableModel:
-    """``model`` in the lean form: a column for every top-level property (objects and arrays
-    as JSON columns, after the scalars)."""
-    have = {c.name for c in model.columns}
+#: How :func:`lean_plan` begins to name the properties a lean row keeps in its remainder only.
+REMAINDER_ONLY = "lean, these properties in flow_document only ("
+
+
+def binding_columns(binding: BindingSpec) -> tuple[Optional[CompiledPlan], dict[str, str]]:
+    """The plan of a binding's properties that compile (a lean row's columns) and the others
+    with why (kept whole in its remainder), or ``(None, {})`` where the root or key does not
+    compile (:func:`~tidemark.collection.plan.compiled_properties`).  A name the reducing
+    statement cannot spell stays in the remainder too."""
+    from tidemark.collection.plan import compiled_properties
+    from tidemark.collection.sql_plan import _Shape
+
+    shape = _Shape(binding.schema, tuple(binding.key))
+    if shape._has_deletions:
+        return None, {}
+    plan, _, apart = compiled_properties(shape)
+    if plan is None:
+        return None, {}
+    odd = [f.name for f in plan.fields if any(c in f.name for c in '"\\') or not f.name.isprintable()]
+    apart.update((name, "a name holding a quote, a backslash or a control character") for name in odd)
+    return dataclasses.replace(plan, fields=tuple(f for f in plan.fields if f.name not in apart)), apart
+
+
+def lean_model(model: TableModel, plan: CompiledPlan, binding: Optional[BindingSpec] = None) -> TableModel:
+    """``model`` in the lean form: a column for every top-level property of ``plan`` (objects
+    and arrays as JSON columns, after the scalars); a property of ``binding``'s schema that the
+    plan leaves out has none (the remainder keeps it whole)."""
+    props = binding.schema.get("properties") if binding is not None and isinstance(binding.schema, dict) else None
+    planned = {f.name for f in plan.fields}
+    values = tuple(c for c in model.values if c.name in planned or not isinstance(props, dict) or c.name not in props)
+    have = {c.name for c in model.keys + values}
     extra = tuple(Column(f.name, JSON) for f in plan.fields if f.name not in have)
-    return dataclasses.replace(model, values=model.values + extra, lean=True, nullable=nullable_properties(plan))
+    return dataclasses.replace(model, values=values + extra, lean=True, nullable=nullable_properties(plan))
 
 
 def nullable_properties(plan: CompiledPlan) -> frozenset[str]:
@@ -253,7 +286,9 @@ def row_forms(driver: SkeletonDriver, bindings: Sequence[BindingSpec]) -> list[s
         model = with_form(driver, base, b, table)
         where = f"table {base.display}" + ("" if table else " (new)")
         if model.lean:
-            out.append(f"{where}: lean rows (a column per property; flow_document holds only what no column holds)")
+            line = f"{where}: lean rows (a column per property; flow_document holds only what no column holds)"
+            why = lean_plan(b, driver.capabilities().endpoint_reduce, driver.dialect)[1]
+            out.append(f"{line}; {why.removeprefix('lean, ')}" if why else line)
         elif table == FULL:
             out.append(f"{where}: full documents in flow_document (the table was made so, and keeps its form)")
         else:
@@ -276,13 +311,25 @@ def form_of(existing: Optional[dict[str, tuple[str, bool]]], required: Sequence[
 
 def table_form(driver: SkeletonDriver, base: TableModel, con: Any = None) -> Optional[str]:
     """The form of ``base``'s table (None: no table yet), read once per table and driver."""
+    return table_columns(driver, base, con)[0]
+
+
+def table_columns(
+    driver: SkeletonDriver, base: TableModel, con: Any = None
+) -> tuple[Optional[str], Optional[dict[str, tuple[str, bool]]]]:
+    """The form of ``base``'s table and its columns (None, None: no table yet, or a dialect
+    without lean rows), read once per table and driver."""
     forms = driver.__dict__.setdefault("_forms", {})
-    form: Optional[str] = forms.get(base.display)
-    if form is None and driver.dialect.lean_rows and not base.delta:
-        form = form_of(*driver.atomically(lambda c: driver.existing(c, base), "read the table's columns", con, False))
-        if form is not None:  # no table yet: Apply makes it
-            forms[base.display] = form
-    return form
+    got: Optional[tuple[str, dict[str, tuple[str, bool]]]] = forms.get(base.display)
+    if got is None and driver.dialect.lean_rows and not base.delta:
+        existing, required = driver.atomically(
+            lambda c: driver.existing(c, base), "read the table's columns", con, False
+        )
+        form = form_of(existing, required)
+        if form is None or existing is None:  # no table yet: Apply makes it
+            return None, None
+        got = forms[base.display] = (form, existing)
+    return got if got is not None else (None, None)
 
 
 def with_form(driver: SkeletonDriver, model: TableModel, binding: BindingSpec, table: Optional[str]) -> TableModel:
@@ -305,7 +352,26 @@ def with_form(driver: SkeletonDriver, model: TableModel, binding: BindingSpec, t
         )
     if want == FULL or plan is None:
         return model
-    return lean_model(model, plan)
+    return lean_model(model, plan, binding)
+
+
+def columns_kept(model: TableModel, binding: BindingSpec, existing: Optional[dict[str, tuple[str, bool]]]) -> None:
+    """Refuse a lean ``model`` that keeps in its remainder only a property its table
+    (``existing``: its columns) holds in a column: the rows written before hold it there."""
+    props = binding.schema.get("properties") if isinstance(binding.schema, dict) else None
+    if not model.lean or existing is None or not isinstance(props, dict):
+        return
+    have = {c.name for c in model.columns}
+    lost = [name for name in props if name in existing and name not in have]
+    if lost:
+        from tidemark.errors import IncompatibleSchema
+
+        raise IncompatibleSchema(
+            f"table {model.display!r} holds lean rows, with a column for {', '.join(f'/{n}' for n in lost)}, "
+            "which this binding's schema no longer gives a column (it would keep the property in flow_document "
+            "only, and the rows written before hold it in the column). Keep the property's schema as it was, "
+            "or rebuild the view (`tidemark rebuild`). Nothing was changed"
+        )
 
 
 def why_full(driver: SkeletonDriver, binding: BindingSpec) -> str:
