@@ -354,14 +354,17 @@ def test_two_typos_in_the_schemas_reductions_are_both_reported():
     assert "did you mean `lastWriteWins`" in lines[1] and lines[2] == "(2 errors in the spec)"
 
 
-def test_an_order_on_a_property_the_select_derives_says_it_must_be_required_too():
+def test_an_order_by_a_property_the_select_derives_and_some_documents_lack_is_taken():
+    """The order property need not be in every document (docs/reductions.md, "A property some
+    documents lack"), derived by the select: or not."""
     obj = {
         "collections": {
             "events": {
                 "key": ["/id"],
                 "schema": {
                     "type": "object",
-                    "required": ["id", "status"],
+                    "required": ["id"],
+                    "reduce": {"strategy": "merge"},
                     "properties": {
                         "id": {"type": "string"},
                         "ts": {"type": "integer", "reduce": {"strategy": "maximize"}},
@@ -378,5 +381,5 @@ def test_an_order_on_a_property_the_select_derives_says_it_must_be_required_too(
             }
         },
     }
-    with pytest.raises(SpecError, match=r"add 'ts' to `required`.*'ts' is derived by the source's select:"):
-        parse_spec(obj)
+    spec = parse_spec(obj)
+    assert spec.collections["events"].schema["properties"]["status"]["reduce"]["order"] == "/ts"

@@ -197,7 +197,6 @@ class _Parser:
         self.file = file
         self.base_dir = base_dir
         self.errors: list[SpecError] = []
-        self._derived: frozenset = frozenset()  # the collection being read: what its select: derives
 
     def fail(self, path: str, message: str) -> SpecError:
         return SpecError(message, file=self.file, path=path or None)
@@ -262,7 +261,6 @@ class _Parser:
         errors: list[SpecError] = []
         schema = obj["schema"]
         source = obj.get("source")
-        self._derived = derived_names(source.get("select") if isinstance(source, dict) else None)
         if not isinstance(schema, dict):
             errors.append(self.fail(f"{path}.schema", f"must be a JSON Schema object, got {type_name(schema)}"))
         else:
@@ -334,7 +332,7 @@ class _Parser:
 
     def check_schema(self, schema: dict, path: str) -> None:
         """The schema as JSON Schema, and each ``reduce`` in it: every error, each with its place."""
-        errors = SchemaChecks(self.fail, schema, path, self._derived).run()
+        errors = SchemaChecks(self.fail, schema, path).run()
         if errors:
             raise SpecErrors.of(errors)
 
@@ -457,15 +455,6 @@ def _part(errors: list[SpecError], fn: Callable[..., T], *args: Any) -> Optional
     except SpecError as exc:
         errors.append(exc)
         return None
-
-
-def derived_names(select: Any) -> frozenset:
-    """The names a source's ``select:`` expressions give their results (``… AS name``)."""
-    import re
-
-    items = [select] if isinstance(select, str) else select if isinstance(select, list) else []
-    found = (re.search(r"\bAS\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$", e, re.I) for e in items if isinstance(e, str))
-    return frozenset(m.group(1) for m in found if m)
 
 
 def _driver_of(endpoint: dict) -> str:

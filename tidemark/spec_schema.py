@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from tidemark.collection.keywords import closest, unknown_keywords
+from tidemark.collection.reduce import TIDEMARK
 from tidemark.collection.schema import SchemaIndex, dead_reductions, iter_schemas, types_of
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.errors import SpecError
@@ -17,12 +18,9 @@ class SchemaChecks:
     """The checks of one collection schema at ``path`` in the spec (``fail``: builds the
     spec error of a place)."""
 
-    def __init__(
-        self, fail: Callable[[str, str], SpecError], schema: dict, path: str, derived: frozenset = frozenset()
-    ):
+    def __init__(self, fail: Callable[[str, str], SpecError], schema: dict, path: str):
         self.fail = fail
         self._schema_root, self._schema_path = schema, path  # (check_order: a property ordered by the root's)
-        self.derived = derived  # properties the source's select: derives (a hint in a refusal)
 
     def run(self) -> list[SpecError]:
         """Every error of the schema: the JSON Schema check first (nothing else is read of a
@@ -134,10 +132,11 @@ class SchemaChecks:
 
     def check_property_order(self, prop: str, order: str, strategy: str, path: str) -> None:
         """``order:`` on a top-level property that is not an object: the value of the document
-        whose top-level ``order`` property is the greatest (``lastWriteWins``) or least
-        (``firstWriteWins``).  The reduced document keeps one value of that property, so it
-        must be the winner's: every document holds both, and the order property is reduced to
-        the greatest (least) itself (docs/reductions.md, "Event-time order")."""
+        holding it whose top-level ``order`` property is the greatest (``lastWriteWins``) or
+        least (``firstWriteWins``); the order property is reduced to the greatest (least)
+        itself, and where the property's value came from a document with another order value
+        (one without the property, or without an order value, was later), the reduced document
+        keeps that value in ``/_tidemark/order`` (docs/reductions.md, "Event-time order")."""
         root = self._schema_root
         if strategy not in ("lastWriteWins", "firstWriteWins"):
             raise self.fail(
@@ -160,21 +159,12 @@ class SchemaChecks:
                 f"{'latest' if need == 'maximize' else 'earliest'} event's for {prop!r}'s to be; declare "
                 f"`{other}: {{..., reduce: {{strategy: {need}}}}}`",
             )
-        required = set(root.get("required") or ())
-        missing = [n for n in (prop, other) if n not in required]
-        if missing:
+        if TIDEMARK in props:
             raise self.fail(
                 path,
-                f"order {order} on property {prop!r}: every document must hold both {prop!r} and {other!r} (add "
-                f"{', '.join(repr(m) for m in missing)} to `required`), else the kept /{other} can be another "
-                f"document's; where {prop!r} is not in every document, make it an object that holds its own "
-                f"time, e.g. {{{other}, value}} with `reduce: {{strategy: {strategy}, order: /{other}}}`"
-                + "".join(
-                    f" ({m!r} is derived by the source's select:; a derived property is checked like any other, "
-                    "so it must be in `required` too)"
-                    for m in missing
-                    if m in self.derived
-                ),
+                f"order {order} on property {prop!r}: the schema declares /{TIDEMARK}, where a reduced document keeps "
+                f"the order value of each such property that came from another document than its /{other}; "
+                f"rename that property",
             )
 
 

@@ -197,7 +197,7 @@ def test_a_property_ordered_by_event_time_beside_sums_whatever_the_arrival_order
     "change, message",
     [
         (lambda s: s["properties"]["ts"].pop("reduce"), "must be the latest event's for 'status''s to be"),
-        (lambda s: s["required"].remove("status"), "every document must hold both 'status' and 'ts'"),
+        (lambda s: s["properties"].update(_tidemark={"type": "object"}), "the schema declares /_tidemark"),
         (lambda s: s["properties"]["status"]["reduce"].update(order="/nope"), "names a top-level property"),
         (
             lambda s: s["properties"]["status"]["reduce"].update(strategy="firstWriteWins"),
@@ -211,3 +211,73 @@ def test_a_property_order_that_could_not_be_exact_is_refused(change, message):
     with pytest.raises(SpecError, match="properties.status.reduce.order") as exc:
         parse_spec(flat_spec(schema), file=None, base_dir=".")
     assert message in str(exc.value)
+
+
+OPTIONAL = copy.deepcopy(FLAT)
+OPTIONAL["required"] = ["id"]  # documents without /status, and without /ts
+
+
+def optional_events(seed: int, n: int) -> list[dict]:
+    """Events of one key: /ts in several spellings (some equal instants), /status in some."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        d: dict = {"id": "a", "amount": 1}
+        if rng.random() < 0.85:
+            hour = rng.randrange(6)
+            d["ts"] = rng.choice([f"2024-05-01T1{hour}:00:00Z", f"2024-05-01T1{hour}:00:00.000+00:00"])
+        if rng.random() < 0.5:
+            d["status"] = f"s{i}"
+        out.append(d)
+    return out
+
+
+def expected_status(docs: list[dict], first: bool):
+    """The oracle: of the documents holding /status, the one with the greatest /ts instant
+    (least, ``first``; a document without /ts orders first), ties to the later (earlier) in
+    source order."""
+    from tidemark.collection.formats import instant
+
+    held = [(i, d) for i, d in enumerate(docs) if "status" in d]
+    if not held:
+        return None
+
+    def rank(item):
+        i, d = item
+        t = instant(d["ts"]) if "ts" in d else None
+        return (t is not None, t or 0, i)
+
+    return (min if first else max)(held, key=rank)[1]["status"]
+
+
+@pytest.mark.parametrize("first", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_a_property_some_documents_lack_is_the_latest_holders_in_any_batching(seed, first):
+    """``status`` ordered by ``/ts`` where documents may lack either: the value of the latest
+    document holding it (by the instant of its own /ts), however the documents are split into
+    batches and reduced; the reduced document keeps that document's /ts in /_tidemark/order
+    where it is not the document's own."""
+    import random
+
+    schema = copy.deepcopy(OPTIONAL)
+    if first:
+        schema["properties"]["status"]["reduce"]["strategy"] = "firstWriteWins"
+        schema["properties"]["ts"]["reduce"]["strategy"] = "minimize"
+    spec = parse_spec(flat_spec(schema), file=None, base_dir=".")
+    c = Collection(spec.collections["c"])
+    docs = optional_events(seed, 7)
+    want = expected_status(docs, first)
+    rng = random.Random(seed)
+    for _ in range(6):  # batches of any sizes: each combined, then reduced into the stored one
+        cuts = sorted(rng.sample(range(1, len(docs)), rng.randrange(len(docs))))
+        stored = None
+        for lo, hi in zip([0, *cuts], [*cuts, len(docs)]):
+            combined = c.combine(docs[lo:hi])
+            stored = combined if stored is None else c.reduce(stored, combined)
+        assert stored.get("status") == want, (docs, cuts, stored)
+        assert stored["amount"] == len(docs)
+        kept = stored.get("_tidemark", {}).get("order", {})
+        if want is None:
+            assert "status" not in kept

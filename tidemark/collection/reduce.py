@@ -14,9 +14,9 @@ Deletions and the reset marker are handled one level up, in
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
-from tidemark.collection.order import compare, compare_date_time, compare_key, is_date_time_location
+from tidemark.collection.order import MISSING, compare, compare_date_time, compare_key, is_date_time_location
 from tidemark.collection.schema import SchemaIndex, pointer_tokens, push
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.collection.strategies import reduction_error as _error
@@ -150,6 +150,16 @@ class Reducer:
         return out
 
 
+#: The member of a reduced document that keeps, per top-level property ordered by another
+#: one (``reduce: {strategy: lastWriteWins, order: /at}``), the order value of the document the
+#: property's value came from, where the document's own (reduced) order value is another:
+#: ``{"_tidemark": {"order": {"status": "2024-05-01T09:00:00Z"}}}`` (``null``: that document
+#: had none).  Documents that lack the property or the order value make it so; with both in
+#: every document it never appears.
+TIDEMARK = "_tidemark"
+ORDER = "order"
+
+
 class _Rooted(Reducer):
     """One reduction of two documents, which the folds below can read (``roots``): the
     reducer is shared (between threads too), this is not."""
@@ -159,18 +169,87 @@ class _Rooted(Reducer):
         self.property_orders = base.property_orders
         self.roots = (lhs, rhs)
 
+    def timed_roots(self, ptr: str, order: str) -> tuple[Any, Any]:
+        """The two documents as the property at ``ptr`` (top level) orders them: each one's
+        own order value, or the one it keeps for that property (:data:`TIDEMARK`)."""
+        name = ptr[1:].replace("~1", "/").replace("~0", "~")
+        other = order[1:].replace("~1", "/").replace("~0", "~")
+        lroot, rroot = cast(tuple, self.roots)
+        return _timed(lroot, name, other), _timed(rroot, name, other)
+
+    def at(self, schemas: list, lhs: Any, rhs: Any, ptr: str) -> Any:
+        out = super().at(schemas, lhs, rhs, ptr)
+        if ptr or not isinstance(out, dict) or not isinstance(lhs, dict) or not isinstance(rhs, dict):
+            return out
+        return self._keep_times(out, lhs, rhs)
+
+    def _keep_times(self, out: dict, lhs: dict, rhs: dict) -> dict:
+        """``out`` with :data:`TIDEMARK` set for each top-level property ordered by another one
+        whose value came from a document whose order value is not ``out``'s."""
+        kept: dict = {}
+        app = self.index.applicable([self.index.root], out)
+        for name, other, first in property_orders(self.index.root):
+            if name not in out:
+                continue
+            ptr, key = push("", name), (push("", other),)
+            sides = [side for side in (lhs, rhs) if name in side]
+            if len(sides) == 2:
+                lroot, rroot = self.timed_roots(ptr, key[0])
+                orders = self.key_orders(app, key, rroot)
+                later = compare_key(key, lroot, rroot, orders) > 0
+                winner = (lhs, rhs)[int(later) if first else int(not later)]
+            else:
+                winner = sides[0]
+            time = _timed(winner, name, other).get(other, MISSING)
+            own = out.get(other, MISSING)
+            if time is MISSING and own is MISSING:
+                continue
+            same = time is not MISSING and own is not MISSING
+            if same and compare_key(key, {other: time}, {other: own}, self.key_orders(app, key, out)):
+                same = False
+            if not same:
+                kept[name] = None if time is MISSING else time
+        meta = out.get(TIDEMARK)
+        rest = {k: v for k, v in meta.items() if k != ORDER} if isinstance(meta, dict) else {}
+        if kept:
+            return {**out, TIDEMARK: {**rest, ORDER: kept}}
+        if TIDEMARK in out:
+            out = {k: v for k, v in out.items() if k != TIDEMARK}
+            if rest:
+                out[TIDEMARK] = rest
+        return out
+
+
+def _timed(root: Any, name: str, other: str) -> Any:
+    """``root`` as property ``name`` orders it: ``{other: the order value it keeps for name}``
+    where it keeps one (:data:`TIDEMARK`; ``{}`` for none), else ``root`` itself."""
+    meta = root.get(TIDEMARK) if isinstance(root, dict) else None
+    kept = meta.get(ORDER) if isinstance(meta, dict) else None
+    if isinstance(kept, dict) and name in kept:
+        return {} if kept[name] is None else {other: kept[name]}
+    return root
+
+
+def property_orders(root: Any) -> list[tuple[str, str, bool]]:
+    """Each top-level property (not an object) ordered by another top-level property: ``(name,
+    the order property's name, firstWriteWins)``."""
+    out: list[tuple[str, str, bool]] = []
+    if not isinstance(root, dict):
+        return out
+    for s in [root, *(m for m in root.get("allOf") or () if isinstance(m, dict))]:
+        for name, sub in (s.get("properties") or {}).items():
+            red = sub.get("reduce") if isinstance(sub, dict) else None
+            types = sub.get("type") if isinstance(sub, dict) else None
+            order = red.get("order") if isinstance(red, dict) else None
+            if isinstance(red, dict) and isinstance(order, str) and order and types != "object":
+                other = order[1:].replace("~1", "/").replace("~0", "~")
+                out.append((name, other, red.get("strategy") == "firstWriteWins"))
+    return out
+
 
 def has_property_order(root: Any) -> bool:
     """True if a top-level property that is not an object has ``reduce.order``."""
-    if not isinstance(root, dict):
-        return False
-    for s in [root, *(m for m in root.get("allOf") or () if isinstance(m, dict))]:
-        for sub in (s.get("properties") or {}).values():
-            red = sub.get("reduce") if isinstance(sub, dict) else None
-            types = sub.get("type") if isinstance(sub, dict) else None
-            if isinstance(red, dict) and red.get("order") and types != "object":
-                return True
-    return False
+    return bool(property_orders(root))
 
 
 def _set_terms(v: Any, ptr: str) -> dict:

@@ -132,29 +132,30 @@ def reduction_error(ptr: str, strategy: str, what: str, lhs: Any = MISSING, rhs:
 # ----------------------------------------------------------------------------- lastWriteWins, firstWriteWins
 
 
-def event_order(r, app, ann, lhs, rhs) -> int:
+def event_order(r, app, ann, lhs, rhs, ptr: str = "") -> int:
     """``reduce.order``: compare the values at the ``order`` pointer inside ``lhs`` and ``rhs``
     (a side without one orders first; date-times as instants), 0 for a tie (or no ``order``).
-    On a top-level property that is not an object, the pointer is read in the two documents
-    the property comes from (``r.roots``; the spec checks that each holds it)."""
+    On a top-level property that is not an object (``ptr``), the pointer is read in the two
+    documents the property comes from (``r.roots``), or where a reduced document keeps the
+    property's own order value (:func:`tidemark.collection.reduce.property_time`), there."""
     if not ann.order:
         return 0
     key = (ann.order,)
     roots = getattr(r, "roots", None)
     if roots is not None and not isinstance(rhs, dict):
-        lroot, rroot = roots
+        lroot, rroot = r.timed_roots(ptr, ann.order)
         return compare_key(key, lroot, rroot, r.key_orders(r.index.applicable([r.index.root], rroot), key, rroot))
     return compare_key(key, lhs, rhs, r.key_orders(app, key, rhs))
 
 
 def _last(r, app, ann, lhs, rhs, ptr):
-    if ann.order and event_order(r, app, ann, lhs, rhs) > 0:
+    if ann.order and event_order(r, app, ann, lhs, rhs, ptr) > 0:
         return lhs  # the left side is the later event
     return rhs
 
 
 def _first(r, app, ann, lhs, rhs, ptr):
-    if ann.order and event_order(r, app, ann, lhs, rhs) > 0:
+    if ann.order and event_order(r, app, ann, lhs, rhs, ptr) > 0:
         return rhs  # the right side is the earlier event
     return lhs
 
