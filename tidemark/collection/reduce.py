@@ -181,6 +181,8 @@ class _Rooted(Reducer):
         out = super().at(schemas, lhs, rhs, ptr)
         if ptr or not isinstance(out, dict) or not isinstance(lhs, dict) or not isinstance(rhs, dict):
             return out
+        if SchemaIndex.annotation(self.index.applicable(schemas, rhs)).strategy != "merge":
+            return out  # one side whole: its properties were not reduced one by one
         return self._keep_times(out, lhs, rhs)
 
     def _keep_times(self, out: dict, lhs: dict, rhs: dict) -> dict:
