@@ -1638,3 +1638,44 @@ def test_exact_decimals_compile_and_a_sum_past_15_digits_is_refused_as_the_fold_
         assert res.path == "fallback" and collect(res) == {'["a"]': {"k": "a", "amount": 9e12 - 0.01}}
     finally:
         res.unpersist()
+
+
+OPTIONAL_ORDERS = {
+    **merged(
+        k={"type": "string"},
+        at={"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+        status={"type": "string", "reduce": {"strategy": "lastWriteWins", "order": "/at"}},
+        seq={"type": "integer", "reduce": {"strategy": "minimize"}},
+        phase={"type": "string", "reduce": {"strategy": "firstWriteWins", "order": "/seq"}},
+    ),
+    "required": ["k"],
+}
+
+
+def test_a_property_ordered_by_another_that_some_documents_lack_compiles(spark, plain_proof):
+    """``status`` last written by ``/at`` and ``phase`` first written by ``/seq``, where
+    documents lack any of them: the combine takes each from the latest (earliest) document
+    holding it, and keeps that document's order value in ``/_tidemark/order`` where it is not
+    the combined document's own, as the Python fold does (a document naming ``_tidemark``
+    itself takes the fold)."""
+    coll = Collection(CollectionSpec("t", ("/k",), OPTIONAL_ORDERS))
+    plan = compile_collection(coll)
+    assert plan is not None and [f.kept_order for f in plan.fields] == [False, False, True, False, True]
+    rng = random.Random(7)
+    docs = []
+    for i in range(300):
+        d: dict = {"k": f"k{rng.randrange(40)}"}
+        if rng.random() < 0.8:
+            hour = rng.randrange(5)
+            d["at"] = rng.choice([f"2024-05-01T1{hour}:00:00Z", f"2024-05-01T1{hour + 2}:00:00+02:00"])
+        if rng.random() < 0.5:
+            d["status"] = f"s{i}"
+        if rng.random() < 0.7:
+            d["seq"] = rng.randrange(6)
+        if rng.random() < 0.5:
+            d["phase"] = f"p{i}"
+        docs.append(d)
+    got = folded(spark, coll, docs, "compiled")
+    assert any("_tidemark" in d for d in got.values()) and any("_tidemark" not in d for d in got.values())
+    named = {"k": "k1", "status": "x", "_tidemark": {"order": {"status": "2024-05-01T23:00:00Z"}}}
+    folded(spark, coll, docs + [named], "mixed")

@@ -32,6 +32,7 @@ Python fold of one is :mod:`tidemark.collection.fast`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -76,6 +77,10 @@ class FieldPlan:
     # a merged ``object``'s members carried as written, last written (:func:`_carried_member`):
     # nullable scalars, objects and arrays picked whole; ``type`` is the scan's code for them
     carried: tuple[FieldPlan, ...] = ()
+    # ordered by ``order``, where some documents lack one of the two: the combined document keeps
+    # the order value its value came from where it is not the document's own
+    # (:data:`tidemark.collection.reduce.TIDEMARK`); no SQL endpoint reduces it
+    kept_order: bool = False
 
     @property
     def member(self) -> str:
@@ -212,12 +217,16 @@ def _explain(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, s
     undeclared = [r for r in required if r not in props]
     if undeclared:
         why.append(f"required names undeclared properties ({', '.join(map(str, undeclared))})")
-    for f in fields:
-        if f.order and not _orders_by_a_winner(f, fields, required):
-            apart[f.name] = (
-                f"ordered by /{f.order}, which compiles where /{f.order} is a scalar reduced by "
-                f"{'maximize' if f.strategy == 'lastWriteWins' else 'minimize'} and both are required"
-            )
+    for j, f in enumerate(fields):
+        if not f.order or _orders_by_a_winner(f, fields, required):
+            continue
+        if _orders_by_a_kept_value(f, fields):
+            fields[j] = dataclasses.replace(f, kept_order=True)
+            continue
+        apart[f.name] = (
+            f"ordered by /{f.order}, which compiles where /{f.order} is a string, integer or boolean (not "
+            f"nullable) reduced by {'maximize' if f.strategy == 'lastWriteWins' else 'minimize'}"
+        )
     fields = [f for f in fields if f.name not in apart]
     why.extend(f"key /{name}: {apart.pop(name)}" for name in key_names if name in apart)
     order_name = ""
@@ -254,6 +263,23 @@ def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
         and order_field.strategy == want
         and f.name in required
         and order_field.name in required
+    )
+
+
+def _orders_by_a_kept_value(f: FieldPlan, fields: list) -> bool:
+    """A property ordered by another one that some documents lack (either of them): it compiles
+    where the order property is a scalar other than a number (whose kept value the combine
+    writes as the fold does) reduced to its greatest (least), the property a scalar."""
+    order_field = next((o for o in fields if o.name == f.order), None)
+    want = "maximize" if f.strategy == "lastWriteWins" else "minimize"
+    return (
+        order_field is not None
+        and f.kind == "scalar"
+        and not f.nullable
+        and order_field.kind == "scalar"
+        and order_field.type in ("string", "integer", "boolean")
+        and not order_field.nullable
+        and order_field.strategy == want
     )
 
 

@@ -57,6 +57,12 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
         strategy = STRATEGIES[f.strategy]
         if any(c in f.name for c in '"\\') or not f.name.isprintable():
             return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
+        if f.kept_order:
+            return (
+                None,
+                f"/{f.name}: ordered by /{f.order}, which some documents lack (the view keeps the order value of "
+                f"each {f.name!r} that is not its document's own, which the endpoint's statement does not)",
+            )
         if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins", "maximize", "minimize"):
             return (
                 None,

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tidemark.collection.reduce import TIDEMARK
 from tidemark.collection.strategies import UNSURE
 from tidemark.errors import ReductionError
 from tidemark.spark.combined import CombineResult, check_document, locate, raise_invalid
@@ -245,6 +246,8 @@ def _build_columns(plan, jvm_spec: Optional[str], subexpr_off: bool) -> _Columns
     nulls = V.null_flags(plan, F.col("value"), plain, jvm_spec)
     undeclared = V.undeclared_members(plan, F.col("value"), plain, jvm_spec)
     suspect = V.suspect_expr(plan, F.col("value"), pc, plain, whole, nulls)
+    if any(f.kept_order for f in plan.fields):  # a document naming the kept order values: the Python fold reads them
+        suspect = suspect | F.col("value").contains(f'"{TIDEMARK}"')
     # Each date-time's instant, once per row in this projection (generated code): computed
     # inside the aggregates it took a third of the combine on the event stream's schema.
     # Columns no aggregate reads are pruned by Spark's optimizer.

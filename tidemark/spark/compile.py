@@ -30,6 +30,7 @@ from typing import Any, Callable, cast
 
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, checked_members
+from tidemark.collection.reduce import ORDER, TIDEMARK
 from tidemark.collection.strategies import STRATEGIES, UNSURE, SparkAggregate
 from tidemark.protocol.messages import REMAINDER
 from tidemark.spark.datetimes import instant_order, order_of_instant
@@ -187,6 +188,32 @@ def _by_event_time(plan: CompiledPlan, f, c, by, ops: SparkOps) -> SparkAggregat
     return SparkAggregate(pick(c, F.when(c.isNotNull(), F.struct(value.alias("e"), ops.order.alias("o")))))
 
 
+def _kept_order(plan: CompiledPlan, f, values, by, ops: SparkOps, aggs: list, v: str, order_kept: list):
+    """A property ordered by another one that some documents lack (``FieldPlan.kept_order``):
+    the value of the latest (earliest) document holding it -- by its own order value, a
+    document without one first, then the source order -- and, in ``order_kept``, that order
+    value where it is not the combined document's own (by instant: ``null`` where that document
+    had none), as the Python fold keeps it (:data:`tidemark.collection.reduce.TIDEMARK`).
+    Appends its aggregates to ``aggs``; returns (value, present)."""
+    from pyspark.sql import functions as F
+
+    pick, extreme = (F.max_by, F.max) if f.strategy == "lastWriteWins" else (F.min_by, F.min)
+    order_field = next(o for o in plan.fields if o.name == f.order)
+    e = ops.instant_order(by, True, order_field.name) if is_date_time_field(order_field) else by
+    held = by.isNotNull()
+    key = F.when(values.isNotNull(), F.struct(held.alias("a"), e.alias("e"), ops.order.alias("o")))
+    aggs.append(pick(F.struct(values.alias("v"), by.alias("t"), held.alias("a"), e.alias("e")), key).alias(v))
+    aggs.append(extreme(F.when(ops.order.isNotNull() & held, e)).alias(f"{v}_own"))
+    won, own = F.col(v), F.col(f"{v}_own")
+    same = won["a"] & own.isNotNull() & (won["e"] == own)
+    neither = ~won["a"] & own.isNull()
+    listed = F.to_json(F.array(won["t"]))  # the value as JSON, inside [ ]
+    text = F.when(won["a"], F.substring(listed, F.lit(2), F.length(listed) - 2)).otherwise(F.lit("null"))
+    present = won.isNotNull()
+    order_kept.append(F.when(present & ~same & ~neither, F.concat(F.lit(json_name(f.name) + ":"), text)))
+    return won["v"], present
+
+
 def event_order(plan: CompiledPlan, c, ord_col, instants=None):
     """The order of a root's ``reduce.order`` (property column ``c``), then the source order: a
     document without the property first (as :func:`tidemark.collection.order.compare_key`
@@ -213,6 +240,7 @@ def _riders(plan: CompiledPlan, key_cols) -> dict[str, str]:
         o = fields.get(f.order) if f.order else None
         if (
             o is not None
+            and not f.kept_order
             and f.strategy == "lastWriteWins"
             and o.strategy == "maximize"
             and is_date_time_field(o)
@@ -316,6 +344,7 @@ def aggregations(
     ops = SparkOps(F, ord_col, (lambda c: c) if mask_scalars else mask, instants)
     aggs, structured, raw, errors, fields = [], [], [], [], []
     written_null = []  # ``"p":null`` of each nullable property whose picked value is null
+    order_kept: list = []  # ``"p":<order value>`` of each property whose order value is not the document's own
     riders = _riders(plan, key_cols)
     merged_undeclared = None
     kept: list = []  # a typed row's remainder: its members' texts (REMAINDER)
@@ -392,6 +421,9 @@ def aggregations(
             aggs.append(F.count(values).alias(n))
             # (an object of carried members only is read as its text: present where not null)
             present, picked = F.col(n) > 0, (F.struct(*members) if members else F.lit(None))
+        elif f.kept_order:  # ordered by a property some documents lack: the latest holder's, and its order value
+            values = mask(p[f.name]) if mask_scalars else p[f.name]
+            picked, present = _kept_order(plan, f, values, p[f.order], ops, aggs, v, order_kept)
         elif f.name in riders:  # ordered by a winner: that winner's document's value (see _riders)
             at = next(j for j, o in enumerate(plan.fields) if o.name == f.order)
             picked = F.col(f"v{at}")[f.name]
@@ -435,6 +467,11 @@ def aggregations(
             fields[-1] = F.when(present, text).alias(f.name)  # a typed row holds the object's text
         else:
             structured.append(col.alias(f.name))
+    if order_kept:  # {"_tidemark": {"order": {...}}} where a property's order value is not the document's own
+        kept_values = F.concat_ws(",", *order_kept)
+        written_null.append(
+            F.when(kept_values != "", F.concat(F.lit(f'"{TIDEMARK}":{{"{ORDER}":{{'), kept_values, F.lit("}}")))
+        )
     # One to_json for the typed fields (absent ones are null and left out), raw JSON spliced in.
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     kept += written_null
