@@ -141,7 +141,7 @@ def test_files_read_in_different_orders_give_the_same_view(spark, tmp_path):
         spec["materializations"][name] = {
             "endpoint": {"sqlite": {"path": str(db)}},
             "shards": 2,
-            "bindings": [{"source": name, "resource": {"table": name}}],
+            "bindings": [{"source": name, "resource": {"table": name, "document": "full"}}],
         }
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))

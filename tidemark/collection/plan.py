@@ -169,10 +169,10 @@ def explain_collection(collection) -> tuple[Optional[CompiledPlan], list[str]]:
 def compiled_properties(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, str]]:
     """The plan of the properties that compile where the root and the key do, and, apart from it,
     each top-level property that does not, with why (``{name: reason}``): a lean SQL row holds
-    the ones in the plan in columns and the others in its remainder.  ``(None, reasons, {})``
-    where the root or the key does not compile."""
+    the ones in the plan in columns and the others in its remainder.  ``(None, reasons, those
+    properties)`` where the root or the key does not compile."""
     plan, why, apart = _explain(collection)
-    return (None, why, {}) if why else (plan, [], apart)
+    return (None, why, apart) if why else (plan, [], apart)
 
 
 def _explain(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, str]]:

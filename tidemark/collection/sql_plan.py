@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tidemark.collection.plan import CompiledPlan, explain_collection
+from tidemark.collection.plan import CompiledPlan, compiled_properties
 from tidemark.collection.strategies import STRATEGIES
 
 #: In an endpoint's ``Capabilities.endpoint_reduce``: it sums exact decimals (``multipleOf``
@@ -44,48 +44,60 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     beyond 64 bits (or not finite) fails the batch as the Python fold does."""
     if getattr(collection, "_has_deletions", False):
         return None, "it declares deletions"
-    plan, reasons = explain_collection(collection)
+    plan, reasons, apart = compiled_properties(collection)
     if plan is None:
-        return None, "; ".join(reasons) or NOT_COMPILED
+        return None, "; ".join(reasons + [f"/{name}: {reason}" for name, reason in apart.items()]) or NOT_COMPILED
     if plan.order:
         return None, f"its root orders by /{plan.order} (event time, compared in Python)"
     if plan.root_strategy not in strategies:
         return None, f"the endpoint does not reduce the root's {plan.root_strategy!r}"
-    if plan.root_strategy != "merge":
-        return plan, ""
-    for f in plan.fields:
-        strategy = STRATEGIES[f.strategy]
-        if any(c in f.name for c in '"\\') or not f.name.isprintable():
-            return None, f"/{f.name}: a property name holding a quote, a backslash or a control character"
-        if f.kept_order:
-            return (
-                None,
-                f"/{f.name}: ordered by /{f.order}, which some documents lack (the view keeps the order value of "
-                f"each {f.name!r} that is not its document's own, which the endpoint's statement does not)",
-            )
-        if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins", "maximize", "minimize"):
-            return (
-                None,
-                f"/{f.name}: a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
-                "written, maximized or minimized)",
-            )
-        named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
-        if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
-            return None, f"/{f.name}: a member's name holding a quote, a backslash or a control character"
-        unreduced = next((m for m in named if m.strategy not in strategies), None)
-        inexact = next((m for m in named if m.scale is not None and m.strategy == "sum"), None)
-        if inexact is not None and EXACT_SUM not in strategies:
-            return None, f"/{inexact.name}: the endpoint does not sum exact decimals (multipleOf) itself"
-        if unreduced is not None:
-            return None, f"/{unreduced.name}: the endpoint does not reduce {unreduced.strategy!r}"
-        if f.strategy not in strategies or strategy.sql is None:
-            return None, f"/{f.name}: the endpoint does not reduce {f.strategy!r}"
-        if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:
-            return None, f"/{f.name}: the endpoint does not sum exact decimals (multipleOf) itself"
-        order = ("o", "n", next(o for o in plan.fields if o.name == f.picked_by)) if f.picked_by else None
-        if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
-            return None, f"/{f.name}: {f.strategy!r} has no SQL form for a {f.kind} {f.type}"
+    why = {name: f"/{name}: {reason}" for name, reason in apart.items()}
+    if plan.root_strategy == "merge":
+        for f in plan.fields:
+            reason = _field_reason(plan, f, strategies)
+            if reason:
+                why[f.name] = reason
+    if why:  # each property named, in the schema's order
+        props = collection.schema.get("properties") if isinstance(collection.schema, dict) else None
+        names = [n for n in props if n in why] if isinstance(props, dict) else []
+        return None, "; ".join(why[n] for n in names + [n for n in why if n not in names])
     return plan, ""
+
+
+def _field_reason(plan: CompiledPlan, f: Any, strategies: frozenset) -> str:
+    """Why the endpoint does not reduce the compiled property ``f`` in SQL, named by its place
+    ("": it does)."""
+    strategy = STRATEGIES[f.strategy]
+    at = f"/{f.name}: "
+    if any(c in f.name for c in '"\\') or not f.name.isprintable():
+        return f"{at}a property name holding a quote, a backslash or a control character"
+    if f.kept_order:
+        return (
+            f"{at}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
+            f"{f.name!r} that is not its document's own, which the endpoint's statement does not)"
+        )
+    if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins", "maximize", "minimize"):
+        return (
+            f"{at}a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
+            "written, maximized or minimized)"
+        )
+    named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
+    if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
+        return f"{at}a member's name holding a quote, a backslash or a control character"
+    unreduced = next((m for m in named if m.strategy not in strategies), None)
+    inexact = next((m for m in named if m.scale is not None and m.strategy == "sum"), None)
+    if inexact is not None and EXACT_SUM not in strategies:
+        return f"/{inexact.name}: the endpoint does not sum exact decimals (multipleOf) itself"
+    if unreduced is not None:
+        return f"/{unreduced.name}: the endpoint does not reduce {unreduced.strategy!r}"
+    if f.strategy not in strategies or strategy.sql is None:
+        return f"{at}the endpoint does not reduce {f.strategy!r}"
+    if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:
+        return f"{at}the endpoint does not sum exact decimals (multipleOf) itself"
+    order = ("o", "n", next(o for o in plan.fields if o.name == f.picked_by)) if f.picked_by else None
+    if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
+        return f"{at}{f.strategy!r} has no SQL form for a {f.kind} {f.type}"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,17 @@ class _Shape:
 def binding_reduction(schema: Any, key: tuple, strategies: frozenset) -> tuple[Optional[CompiledPlan], str]:
     """:func:`sql_reduction` of a binding's schema and key (what a driver learns at Open)."""
     return sql_reduction(_Shape(schema, tuple(key)), strategies)
+
+
+def binding_properties(schema: Any, key: tuple) -> tuple[Optional[CompiledPlan], dict[str, str]]:
+    """:func:`~tidemark.collection.plan.compiled_properties` of a binding's schema and key: the
+    plan of the properties that compile, and the others with why (``None``, ``{}`` where the
+    root or the key does not compile, or the schema declares deletions)."""
+    shape = _Shape(schema, tuple(key))
+    if shape._has_deletions:
+        return None, {}
+    plan, _, apart = compiled_properties(shape)
+    return (None, {}) if plan is None else (plan, apart)
 
 
 class _Probe:

@@ -51,19 +51,21 @@ Converter = Optional[Callable[[Any], Any]]  # how a column's value read back bec
 
 def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect) -> tuple[Optional[CompiledPlan], str]:
     """The compiled plan by which a binding's rows hold its documents, or ``(None, why not)``.
-    Where the endpoint does not reduce the binding because of some of its properties (the
-    binding Loads), the plan holds the others: the rows keep those in their remainder, and
-    ``why`` names them (:func:`apart`)."""
+    Where the endpoint does not reduce the binding (it Loads), the plan holds the properties
+    that compile (:func:`binding_columns`): the rows keep the others whole in their remainder,
+    and the second item names them ("" where there are none)."""
     from tidemark.collection.sql_plan import binding_reduction
 
     if binding.delta_updates:
         return None, "a delta-updates table keeps each stored document as it came"
     plan, why = binding_reduction(binding.schema, binding.key, strategies)
+    note = ""
     if plan is None:
         plan, kept = binding_columns(binding)
         if plan is None:
             return None, f"not every property has a column of its own ({why})"
-        why = f"{REMAINDER_ONLY}{', '.join(f'/{name}' for name in kept)}: they do not compile)"
+        if kept:
+            note = f"{REMAINDER_ONLY}{', '.join(f'/{name}' for name in kept)}: they do not compile)"
     for f in plan.fields:
         if dialect.too_long(f.name):
             return None, f"/{f.name}: the name is too long for a column"
@@ -74,7 +76,7 @@ def lean_plan(binding: BindingSpec, strategies: frozenset[str], dialect: Dialect
                 return None, f"/{f.name}: a date-time, which a {dialect.title} column does not keep as an instant"
             if f.name in plan.key:
                 return None, f"/{f.name}: a date-time key (its text is the key)"
-    return plan, "" if not why.startswith(REMAINDER_ONLY) else why
+    return plan, note
 
 
 #: How :func:`lean_plan` begins to name the properties a lean row keeps in its remainder only.
@@ -86,13 +88,9 @@ def binding_columns(binding: BindingSpec) -> tuple[Optional[CompiledPlan], dict[
     with why (kept whole in its remainder), or ``(None, {})`` where the root or key does not
     compile (:func:`~tidemark.collection.plan.compiled_properties`).  A name the reducing
     statement cannot spell stays in the remainder too."""
-    from tidemark.collection.plan import compiled_properties
-    from tidemark.collection.sql_plan import _Shape
+    from tidemark.collection.sql_plan import binding_properties
 
-    shape = _Shape(binding.schema, tuple(binding.key))
-    if shape._has_deletions:
-        return None, {}
-    plan, _, apart = compiled_properties(shape)
+    plan, apart = binding_properties(binding.schema, binding.key)
     if plan is None:
         return None, {}
     odd = [f.name for f in plan.fields if any(c in f.name for c in '"\\') or not f.name.isprintable()]
