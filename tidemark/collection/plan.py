@@ -250,36 +250,34 @@ def _explain(collection) -> tuple[Optional[CompiledPlan], list[str], dict[str, s
     return plan, [], apart
 
 
-def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
-    """A property ordered by another one compiles where the kept order value is the winner's:
-    the order property is a scalar reduced to its greatest (``lastWriteWins``; least for
-    ``firstWriteWins``) and every document holds both (what the spec checks)."""
+def _order_field(f: FieldPlan, fields: list) -> Optional[FieldPlan]:
+    """The property ``f`` is ordered by, where it is a scalar (not nullable) reduced to its
+    greatest (``lastWriteWins``; least for ``firstWriteWins``), else None."""
     order_field = next((o for o in fields if o.name == f.order), None)
     want = "maximize" if f.strategy == "lastWriteWins" else "minimize"
-    return (
-        order_field is not None
-        and order_field.kind == "scalar"
-        and not order_field.nullable
-        and order_field.strategy == want
-        and f.name in required
-        and order_field.name in required
-    )
+    if order_field is None or order_field.kind != "scalar" or order_field.nullable or order_field.strategy != want:
+        return None
+    return order_field
+
+
+def _orders_by_a_winner(f: FieldPlan, fields: list, required: tuple) -> bool:
+    """A property ordered by another one compiles where the kept order value is the winner's:
+    the order property is :func:`_order_field` and every document holds both (what the spec
+    checked before documents could lack them)."""
+    order_field = _order_field(f, fields)
+    return order_field is not None and f.name in required and order_field.name in required
 
 
 def _orders_by_a_kept_value(f: FieldPlan, fields: list) -> bool:
     """A property ordered by another one that some documents lack (either of them): it compiles
-    where the order property is a scalar other than a number (whose kept value the combine
-    writes as the fold does) reduced to its greatest (least), the property a scalar."""
-    order_field = next((o for o in fields if o.name == f.order), None)
-    want = "maximize" if f.strategy == "lastWriteWins" else "minimize"
+    where the order property is :func:`_order_field` and not a number (whose kept value the
+    combine writes as the fold does), the property a scalar (not nullable)."""
+    order_field = _order_field(f, fields)
     return (
         order_field is not None
+        and order_field.type in ("string", "integer", "boolean")
         and f.kind == "scalar"
         and not f.nullable
-        and order_field.kind == "scalar"
-        and order_field.type in ("string", "integer", "boolean")
-        and not order_field.nullable
-        and order_field.strategy == want
     )
 
 
