@@ -64,26 +64,32 @@ def sql_reduction(collection, strategies: frozenset) -> tuple[Optional[CompiledP
     return plan, ""
 
 
+def unspellable(name: str) -> bool:
+    """A name the reducing statement cannot spell in its JSON paths: a quote, a backslash or a
+    control character in it."""
+    return any(c in name for c in '"\\') or not name.isprintable()
+
+
 def _field_reason(plan: CompiledPlan, f: Any, strategies: frozenset) -> str:
     """Why the endpoint does not reduce the compiled property ``f`` in SQL, named by its place
     ("": it does)."""
     strategy = STRATEGIES[f.strategy]
-    at = f"/{f.name}: "
-    if any(c in f.name for c in '"\\') or not f.name.isprintable():
-        return f"{at}a property name holding a quote, a backslash or a control character"
+    place = f"/{f.name}: "
+    if unspellable(f.name):
+        return f"{place}a property name holding a quote, a backslash or a control character"
     if f.kept_order:
         return (
-            f"{at}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
+            f"{place}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
             f"{f.name!r} that is not its document's own, which the endpoint's statement does not)"
         )
     if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins", "maximize", "minimize"):
         return (
-            f"{at}a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
+            f"{place}a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
             "written, maximized or minimized)"
         )
     named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
-    if any(any(c in m.member for c in '"\\') or not m.member.isprintable() for m in named):
-        return f"{at}a member's name holding a quote, a backslash or a control character"
+    if any(unspellable(m.member) for m in named):
+        return f"{place}a member's name holding a quote, a backslash or a control character"
     unreduced = next((m for m in named if m.strategy not in strategies), None)
     inexact = next((m for m in named if m.scale is not None and m.strategy == "sum"), None)
     if inexact is not None and EXACT_SUM not in strategies:
@@ -91,12 +97,12 @@ def _field_reason(plan: CompiledPlan, f: Any, strategies: frozenset) -> str:
     if unreduced is not None:
         return f"/{unreduced.name}: the endpoint does not reduce {unreduced.strategy!r}"
     if f.strategy not in strategies or strategy.sql is None:
-        return f"{at}the endpoint does not reduce {f.strategy!r}"
+        return f"{place}the endpoint does not reduce {f.strategy!r}"
     if f.scale is not None and f.strategy == "sum" and EXACT_SUM not in strategies:
-        return f"{at}the endpoint does not sum exact decimals (multipleOf) itself"
+        return f"{place}the endpoint does not sum exact decimals (multipleOf) itself"
     order = ("o", "n", next(o for o in plan.fields if o.name == f.picked_by)) if f.picked_by else None
     if (strategy.sql(_Probe, f, "o", "n", order) if order else strategy.sql(_Probe, f, "o", "n")) is None:
-        return f"{at}{f.strategy!r} has no SQL form for a {f.kind} {f.type}"
+        return f"{place}{f.strategy!r} has no SQL form for a {f.kind} {f.type}"
     return ""
 
 

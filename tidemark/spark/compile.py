@@ -199,11 +199,11 @@ def _kept_order(plan: CompiledPlan, f, values, by, ops: SparkOps, aggs: list, v:
 
     pick, extreme = (F.max_by, F.max) if f.strategy == "lastWriteWins" else (F.min_by, F.min)
     order_field = next(o for o in plan.fields if o.name == f.order)
-    e = ops.instant_order(by, True, order_field.name) if is_date_time_field(order_field) else by
+    rank = ops.instant_order(by, True, order_field.name) if is_date_time_field(order_field) else by
     held = by.isNotNull()
-    key = F.when(values.isNotNull(), F.struct(held.alias("a"), e.alias("e"), ops.order.alias("o")))
-    aggs.append(pick(F.struct(values.alias("v"), by.alias("t"), held.alias("a"), e.alias("e")), key).alias(v))
-    aggs.append(extreme(F.when(ops.order.isNotNull() & held, e)).alias(f"{v}_own"))
+    key = F.when(values.isNotNull(), F.struct(held.alias("a"), rank.alias("e"), ops.order.alias("o")))
+    aggs.append(pick(F.struct(values.alias("v"), by.alias("t"), held.alias("a"), rank.alias("e")), key).alias(v))
+    aggs.append(extreme(F.when(ops.order.isNotNull() & held, rank)).alias(f"{v}_own"))
     won, own = F.col(v), F.col(f"{v}_own")
     same = won["a"] & own.isNotNull() & (won["e"] == own)
     neither = ~won["a"] & own.isNull()

@@ -88,12 +88,12 @@ def binding_columns(binding: BindingSpec) -> tuple[Optional[CompiledPlan], dict[
     with why (kept whole in its remainder), or ``(None, {})`` where the root or key does not
     compile (:func:`~tidemark.collection.plan.compiled_properties`).  A name the reducing
     statement cannot spell stays in the remainder too."""
-    from tidemark.collection.sql_plan import binding_properties
+    from tidemark.collection.sql_plan import binding_properties, unspellable
 
     plan, apart = binding_properties(binding.schema, binding.key)
     if plan is None:
         return None, {}
-    odd = [f.name for f in plan.fields if any(c in f.name for c in '"\\') or not f.name.isprintable()]
+    odd = [f.name for f in plan.fields if unspellable(f.name)]
     apart.update((name, "a name holding a quote, a backslash or a control character") for name in odd)
     return dataclasses.replace(plan, fields=tuple(f for f in plan.fields if f.name not in apart)), apart
 
