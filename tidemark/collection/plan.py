@@ -79,7 +79,7 @@ class FieldPlan:
     carried: tuple[FieldPlan, ...] = ()
     # ordered by ``order``, where some documents lack one of the two: the combined document keeps
     # the order value its value came from where it is not the document's own
-    # (:data:`tidemark.collection.reduce.TIDEMARK`); no SQL endpoint reduces it
+    # (:data:`tidemark.collection.reduce.TIDEMARK`); the SQL endpoints keep it too (drivers/sql/reduce.py KeptOrder)
     kept_order: bool = False
 
     @property

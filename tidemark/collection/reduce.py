@@ -211,14 +211,12 @@ class _Rooted(Reducer):
                 same = False
             if not same:
                 kept[name] = None if time is MISSING else time
-        meta = out.get(TIDEMARK)
-        rest = {k: v for k, v in meta.items() if k != ORDER} if isinstance(meta, dict) else {}
+        # tidemark's own: a reduction rewrites it whole (a source document's other members of it
+        # would stay or go with how the documents were split into batches)
         if kept:
-            return {**out, TIDEMARK: {**rest, ORDER: kept}}
+            return {**out, TIDEMARK: {ORDER: kept}}
         if TIDEMARK in out:
             out = {k: v for k, v in out.items() if k != TIDEMARK}
-            if rest:
-                out[TIDEMARK] = rest
         return out
 
 

@@ -19,6 +19,10 @@ from tidemark.collection.strategies import STRATEGIES
 #: refused past 15 significant digits.
 EXACT_SUM = "sum of exact decimals"
 
+#: In an endpoint's ``Capabilities.endpoint_reduce``: it reduces a property ordered by another one
+#: that some documents lack, keeping the order value it came from (``FieldPlan.kept_order``)
+KEPT_ORDER = "an order kept where documents lack it"
+
 #: Why a compiled plan is not reduced in SQL, for what ``tidemark check`` says.
 NOT_COMPILED = (
     "its schema has parts only the Python fold reduces (nested objects, keyed reductions, sets, "
@@ -77,15 +81,15 @@ def _field_reason(plan: CompiledPlan, f: Any, strategies: frozenset) -> str:
     place = f"/{f.name}: "
     if unspellable(f.name):
         return f"{place}a property name holding a quote, a backslash or a control character"
-    if f.kept_order:
-        return (
-            f"{place}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
-            f"{f.name!r} that is not its document's own, which the endpoint's statement does not)"
-        )
     if f.nullable and f.strategy not in ("lastWriteWins", "firstWriteWins", "maximize", "minimize"):
         return (
             f"{place}a nullable property reduced by {f.strategy} (the endpoint reduces one last or first "
             "written, maximized or minimized)"
+        )
+    if f.kept_order and KEPT_ORDER not in strategies:
+        return (
+            f"{place}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
+            f"{f.name!r} that is not its document's own, which this endpoint's statement does not)"
         )
     named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
     if any(unspellable(m.member) for m in named):

@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import FieldPlan
-from tidemark.collection.sql_plan import EXACT_SUM
+from tidemark.collection.sql_plan import EXACT_SUM, KEPT_ORDER
+from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.datetimes import readable_text
 from tidemark.drivers.limits import ValueLimits
 from tidemark.drivers.sql import (
@@ -317,6 +318,62 @@ class PostgresReduce(ReduceSql):
             return f"(NULLIF({doc} -> {literal(name)}, 'null'::jsonb))::{cast}"
         return self.typed(doc, name, col)  # ->> is NULL for null
 
+    #: the SQL type of a kept order value's function (kept_order), by the order property's kind
+    KEPT_TYPES = {"dt": "text", "text": "text", INTEGER: "bigint", BOOLEAN: "boolean"}
+
+    def kept_order(self, last, by, holds, old, new):
+        kind = "dt" if by.schema.get("format") == "date-time" else "text" if by.type == "string" else member_kind(by)
+        name = f"pg_temp.tidemark_kept_{KEPT_NAMES[kind]}"
+        self.prelude = {**self.prelude, name: self._kept_function(name, kind)}  # made in the statement's transaction
+        args = ", ".join((str(last).lower(), *holds, *old, *new))
+        typ = self.KEPT_TYPES[kind]
+        return f"{name}(0, {args})", f"({name}(1, {args}))::{typ}", f"({name}(2, {args}) = 't')"
+
+    def _kept_function(self, name: str, kind: str) -> str:
+        """:func:`~tidemark.drivers.sql.reduce.kept_order_rule` in PL/pgSQL: part 0 the side,
+        1 the kept order value, 2 ``'t'`` where it is null."""
+        typ = self.KEPT_TYPES[kind]
+
+        def precedes(a: str, b: str) -> str:  # a side without an order value first
+            if kind == "dt":
+                before = f"(({', '.join(self.instant(a))}) < ({', '.join(self.instant(b))}))"
+            elif kind == "text":
+                before = f'({a} COLLATE "C" < {b} COLLATE "C")'
+            else:
+                before = f"({a} < {b})"
+            return f"({b} IS NOT NULL AND ({a} IS NULL OR {before}))"
+
+        same = f"(own IS NOT NULL AND t IS NOT NULL AND NOT {precedes('own', 't')} AND NOT {precedes('t', 'own')})"
+        return (
+            f"CREATE OR REPLACE FUNCTION {name}(part integer, last boolean, old_holds boolean, new_holds boolean, "
+            f"has_old boolean, kept_old {typ}, old_at {typ}, has_new boolean, kept_new {typ}, new_at {typ}) "
+            "RETURNS text LANGUAGE plpgsql IMMUTABLE AS $kept$\n"
+            f"DECLARE t_old {typ} := CASE WHEN has_old THEN kept_old ELSE old_at END; "
+            f"t_new {typ} := CASE WHEN has_new THEN kept_new ELSE new_at END; side text; own {typ}; t {typ};\n"
+            "BEGIN\n"
+            "  IF NOT old_holds AND NOT new_holds THEN RETURN NULL; END IF;\n"
+            "  IF NOT old_holds OR NOT new_holds THEN side := CASE WHEN old_holds THEN 'o' ELSE 'n' END;\n"
+            f"  ELSIF {precedes('t_new', 't_old')} THEN side := CASE WHEN last THEN 'o' ELSE 'n' END;\n"
+            "  ELSE side := CASE WHEN last THEN 'n' ELSE 'o' END; END IF;\n"
+            "  IF part = 0 THEN RETURN side; END IF;\n"
+            "  own := CASE WHEN old_at IS NULL THEN new_at WHEN new_at IS NULL THEN old_at "
+            f"WHEN (CASE WHEN last THEN {precedes('new_at', 'old_at')} ELSE {precedes('old_at', 'new_at')} END) "
+            "THEN old_at ELSE new_at END;\n"
+            "  t := CASE side WHEN 'o' THEN t_old ELSE t_new END;\n"
+            f"  IF (own IS NULL AND t IS NULL) OR {same} THEN RETURN CASE WHEN part = 2 THEN 'f' END; END IF;\n"
+            "  IF part = 1 THEN RETURN t::text; END IF;\n"
+            "  RETURN CASE WHEN t IS NULL THEN 't' ELSE 'f' END;\n"
+            "END $kept$"
+        )
+
+    # each value once (set_members names each twice: where it is NULL, and the value)
+    def object_of(self, members) -> str:
+        rows = ", ".join(f"({literal(n)}, to_jsonb({e}), {c})" for n, e, c in members)
+        return f"(SELECT jsonb_object_agg(m.n, m.v) FROM (VALUES {rows}) AS m(n, v, z) WHERE m.v IS NOT NULL OR m.z)"
+
+    def with_object(self, doc: str, name: str, value: str) -> str:
+        return f"NULLIF((COALESCE({doc}, '{{}}'::jsonb) - {literal(name)}) || COALESCE({self.object_of([(name, value, 'false')])}, '{{}}'::jsonb), '{{}}'::jsonb)"
+
     def remainder(self, doc: str, names) -> str:
         listed = ", ".join(literal(n) for n in names)
         return f"NULLIF({doc} - ARRAY[{listed}]::text[], '{{}}'::jsonb)"
@@ -372,6 +429,9 @@ def _micro(kept: str) -> str:
     return f"({kept} IS NULL OR (substr({kept}, 18, 2) <> '60' AND (substr({kept}, 20, 1) <> '.' OR {digits} <= 6)))"
 
 
+KEPT_NAMES = {"dt": "date_time", "text": "text", INTEGER: "integer", BOOLEAN: "boolean"}
+
+
 def literal(text: str) -> str:
     """A SQL string literal (quotes doubled; NUL cannot be in a property name PostgreSQL stores)."""
     return "'" + text.replace("'", "''") + "'"
@@ -380,7 +440,18 @@ def literal(text: str) -> str:
 REDUCE = PostgresReduce(DIALECT.quote)
 #: the strategies PostgreSQL reduces itself (``Capabilities.endpoint_reduce``)
 ENDPOINT_REDUCE = frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
+    (
+        "sum",
+        "maximize",
+        "minimize",
+        "lastWriteWins",
+        "firstWriteWins",
+        "append",
+        "union",
+        "merge",
+        EXACT_SUM,
+        KEPT_ORDER,
+    )
 )
 
 

@@ -39,10 +39,11 @@ key), so no row is affected twice.  :class:`ReduceSql` holds the dialect's piece
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tidemark.collection.formats import is_date_time_field
 from tidemark.collection.plan import CompiledPlan, FieldPlan
+from tidemark.collection.reduce import ORDER, TIDEMARK
 from tidemark.collection.sql_forms import (
     sql_extreme_side,
     sql_nullable_extreme,
@@ -177,6 +178,33 @@ class ReduceSql:
         ``flow_document``)."""
         raise NotImplementedError
 
+    #: the SQL run before the statement, in its transaction (the functions it calls), by name
+    prelude: dict[str, str] = {}
+
+    def kept_order(
+        self, last: bool, by: FieldPlan, holds: tuple[str, str], old: tuple[str, str, str], new: tuple[str, str, str]
+    ) -> tuple[str, str, str]:
+        """:class:`KeptOrder`'s ``side``, its kept order value (typed SQL, NULL where none is kept
+        or it is ``null``) and where it is ``null``, as calls of the dialect's functions of
+        :func:`kept_order_rule` (an endpoint that reduces :data:`~tidemark.collection.sql_plan.KEPT_ORDER`):
+        ``last``, ``lastWriteWins``; ``by``, the order property; ``holds``, where each side holds
+        the property; ``old`` / ``new``, each side's (it keeps an order value for it, that value,
+        its row's own order value)."""
+        raise NotImplementedError
+
+    def object_of(self, members: Sequence[tuple[str, str, str]]) -> str:
+        """A JSON object of ``(name, typed expression, SQL condition)`` members: each set to its
+        expression's value where it is not NULL, to ``null`` where the condition holds, left
+        out otherwise; NULL where none is set."""
+        return self.set_members("NULL", [(n, e) for n, e, _ in members], [(n, c) for n, _, c in members])
+
+    def with_object(self, doc: str, name: str, value: str) -> str:
+        """``doc`` (a JSON object, or NULL) with the member ``name`` set to the JSON object
+        ``value``, or removed where ``value`` is NULL; NULL where nothing is left (not
+        :meth:`set_members`: MariaDB's and SQLite's JSON patches remove ``value``'s ``null``
+        members)."""
+        raise NotImplementedError
+
     def to_json(self, expr: str, col: Column) -> str:
         """A typed value as JSON, as :meth:`with_members` takes a member's expression."""
         raise NotImplementedError
@@ -260,6 +288,14 @@ def reduce_statement(
     if model.lean:
         return f"{head} {forms.on_conflict(keys, _lean_sets(forms, model, fields, target, old_doc, new_doc))}"
     sets: list[tuple[str, str]] = []
+    kept: dict[str, KeptOrder] = {}
+
+    def kept_order(f: FieldPlan) -> KeptOrder:
+        if f.name not in kept:
+            holds = (f"({forms.member(old_doc, f.name)} IS NOT NULL)", f"({forms.member(new_doc, f.name)} IS NOT NULL)")
+            kept[f.name] = KeptOrder(forms, model, fields, f, (old_doc, new_doc), holds)
+        return kept[f.name]
+
     typed: dict[str, str] = {}  # a computed scalar's expression, per property
     extreme_nulls: list[tuple[str, str]] = []  # a nullable property maximized or minimized: where it is null
     for col in model.values:
@@ -270,6 +306,9 @@ def reduce_statement(
         # the row was written is NULL there; the document holds the value)
         old = forms.coalesce(forms.column(OLD, quote(col.name)), _typed(forms, model, old_doc, col))
         new = forms.column(NEW, quote(col.name))
+        if f.kept_order:  # the side its kept order value picks
+            sets.append((quote(col.name), kept_order(f).pick(old, new)))
+            continue
         if f.nullable and f.picked_by == f.name:  # a date-time maximized or minimized: one side's value
             side = _extreme_side(forms, f, _order(forms, model, fields, f, old_doc, new_doc), old_doc, new_doc)
             sets.append((quote(col.name), f"(CASE {side} WHEN 'o' THEN {old} WHEN 'n' THEN {new} END)"))
@@ -315,6 +354,9 @@ def reduce_statement(
         else:  # picked or concatenated as JSON
             order = _order(forms, model, fields, f, old_doc, new_doc)
             old_member, new_member = forms.member(old_doc, f.name), forms.member(new_doc, f.name)
+            if f.kept_order:
+                members.append((f.name, kept_order(f).pick(old_member, new_member)))
+                continue
             if f.nullable and f.picked_by == f.name:  # the side's date-time, or its null
                 side = _extreme_side(forms, f, order, old_doc, new_doc)
                 expr = f"(CASE {side} WHEN 'o' THEN {old_member} WHEN 'n' THEN {new_member} END)"
@@ -325,6 +367,8 @@ def reduce_statement(
     doc = forms.with_members(forms.merge_documents(old_doc, new_doc), members, nullable, present)
     if extreme_nulls:
         doc = forms.set_members(doc, (), extreme_nulls)
+    if kept:
+        doc = with_kept_orders(forms, doc, list(kept.values()))
     sets.append((target[-1], doc))
     return f"{head} {forms.on_conflict(keys, sets)}"
 
@@ -343,6 +387,7 @@ def _lean_sets(
     texts = {c.name: _instants(forms, c, old_doc, new_doc) for c in model.values if c.kind == TIMESTAMP}
     reduced: list[tuple[str, str]] = []  # each date-time's text kept in the remainder (NULL: none)
     nulls: list[tuple[str, str]] = []  # each nullable property's null in the remainder: (name, where the winner's is)
+    kept: list[KeptOrder] = []  # each property ordered by another that some documents lack
     # a property ordered by another one first: MariaDB assigns left to right, each assignment
     # seeing the ones before it, and the order property's stored value is read here
     for col in sorted(model.values, key=lambda c: not fields[c.name].order):
@@ -372,6 +417,13 @@ def _lean_sets(
             old_null = forms.holds_null(old_doc, col.name)
             new_null = forms.holds_null(forms.staged_document(new_doc), col.name)
             nulls.append((col.name, sql_present(forms, f, old_null, new_null, *present)))
+        if f.kept_order and col.name in texts:  # a date-time: the column and the text of the side picked
+            old, new = texts[col.name]
+            holds = (f"({old.column} IS NOT NULL)", f"({new.column} IS NOT NULL)")
+            kept.append(KeptOrder(forms, model, fields, f, (old_doc, new_doc), holds, texts))
+            sets.append((quote(col.name), kept[-1].pick(old.column, new.column)))
+            reduced.append((col.name, kept[-1].pick(old.kept, new.kept)))
+            continue
         if col.name in texts:  # picked as an instant: the winner's column, and its text if kept
             old, new = texts[col.name]
             if present is not None:
@@ -393,6 +445,11 @@ def _lean_sets(
         if present is not None:
             sets.append((quote(col.name), sql_present(forms, f, old_value, new_value, *present)))
             continue
+        if f.kept_order:
+            holds = (f"({old_value} IS NOT NULL)", f"({new_value} IS NOT NULL)")
+            kept.append(KeptOrder(forms, model, fields, f, (old_doc, new_doc), holds, texts))
+            sets.append((quote(col.name), kept[-1].pick(old_value, new_value)))
+            continue
         if f.kind == "object":
             sets.append((quote(col.name), object_sql(forms, f, old_value, new_value)))
             continue
@@ -403,7 +460,10 @@ def _lean_sets(
     removed = [(name, "NULL") for name, _ in nulls if name not in texts]
     if reduced or nulls:
         merged = forms.set_members(merged, removed + reduced, nulls)
-    sets.append((target[-1], _absent_both(old_doc, new_doc, merged)))
+    if kept:
+        merged = with_kept_orders(forms, merged, kept)
+    # (a kept order value may be set where neither side's remainder holds anything)
+    sets.append((target[-1], merged if kept else _absent_both(old_doc, new_doc, merged)))
     return sets
 
 
@@ -491,6 +551,98 @@ def _extreme_side(forms: ReduceSql, f: FieldPlan, order: Optional[Order], old_do
     held = (f"({order[0]} IS NOT NULL)", f"({order[1]} IS NOT NULL)")
     nulls = (forms.holds_null(old_doc, f.name), forms.holds_null(new_doc, f.name))
     return sql_extreme_side(forms, f, *held, *nulls, order)
+
+
+class KeptOrder:
+    """How the statement reduces a property ordered by another one that some documents lack
+    (:attr:`FieldPlan.kept_order`), as the Python fold does
+    (:meth:`tidemark.collection.reduce._Rooted._keep_times`): each side's order value for
+    the property is the one its row keeps for it (``{"_tidemark": {"order": {name: …}}}``,
+    ``null``: none), else the row's own order value; a side without one orders first.  The
+    property's value is the side's that ``side`` names (``'o'`` stored, ``'n'`` staged; NULL
+    where neither holds it): ``lastWriteWins`` the later side's (ties to the staged one),
+    ``firstWriteWins`` the earlier's (ties to the stored one).  ``entry`` is the order value
+    the reduced row keeps for it (JSON; NULL where it keeps none, or where it keeps ``null``:
+    ``null`` says where), kept where it is not the row's reduced order value by comparison.
+    The rule itself is the dialect's function (:meth:`ReduceSql.kept_order`): in SQL, each
+    comparison of two order values repeats both (a date-time's instant reads its text eight
+    times), and the rule compares each several times."""
+
+    def __init__(
+        self,
+        forms: ReduceSql,
+        model: TableModel,
+        fields: dict[str, FieldPlan],
+        f: FieldPlan,
+        docs: tuple[str, str],
+        holds: tuple[str, str],
+        texts: Optional[dict[str, tuple[LeanInstant, LeanInstant]]] = None,
+    ):
+        order = _order(forms, model, fields, f, *docs, texts)
+        assert order is not None
+        old_o, new_o, by = order
+        self.f = f
+        kind = member_kind(by)  # the kept value's: a date-time's text, a string, an integer or a boolean
+        sides = []  # each side's (it keeps an order value for f, that value, its row's own)
+        for doc, own in ((docs[0], old_o), (forms.staged_document(docs[1]), new_o)):
+            values = forms.member(forms.member(doc, TIDEMARK), ORDER)
+            held = f"({forms.member(values, f.name)} IS NOT NULL)"
+            sides.append((held, forms.typed_or_null(values, f.name, Column(f.name, kind)), str(own)))
+        self.side, time, self.null = forms.kept_order(f.strategy == "lastWriteWins", by, holds, sides[0], sides[1])
+        self.entry = forms.to_json(time, Column(f.name, kind))
+
+    def pick(self, old: str, new: str) -> str:
+        """The property's reduced value of the stored ``old`` and the staged ``new``."""
+        return f"(CASE {self.side} WHEN 'o' THEN {old} WHEN 'n' THEN {new} END)"
+
+
+def kept_order_rule(
+    last: Any,
+    key: Optional[Callable[[Any], Any]],
+    old_holds: Any,
+    new_holds: Any,
+    has_old: Any,
+    kept_old: Any,
+    old_at: Any,
+    has_new: Any,
+    kept_new: Any,
+    new_at: Any,
+) -> tuple[Optional[str], Any, int]:
+    """:class:`KeptOrder`'s rule, as the Python fold reduces it
+    (:meth:`tidemark.collection.reduce._Rooted._keep_times`): ``(side, the kept order value or
+    None, 1 where it is null else 0)``; ``key`` orders the order values (None: as they are; a
+    date-time's: :func:`~tidemark.collection.formats.instant`).  SQLite runs it as its
+    functions; PostgreSQL's functions are the same rule in PL/pgSQL (``drivers/postgres/dialect.py``)."""
+
+    def order(v: Any) -> Any:
+        return v if key is None else key(v)
+
+    def before(a: Any, b: Any) -> bool:  # a side without an order value first
+        return b is not None and (a is None or order(a) < order(b))
+
+    t_old, t_new = (kept_old if has_old else old_at), (kept_new if has_new else new_at)
+    if not old_holds and not new_holds:
+        return None, None, 0
+    if not old_holds or not new_holds:
+        side = "o" if old_holds else "n"
+    else:
+        side = ("o" if last else "n") if before(t_new, t_old) else ("n" if last else "o")
+    if old_at is None or new_at is None:
+        own = new_at if old_at is None else old_at
+    else:  # the row's reduced order value (maximized for lastWriteWins, minimized for firstWriteWins)
+        own = old_at if (before(new_at, old_at) if last else before(old_at, new_at)) else new_at
+    time = t_old if side == "o" else t_new
+    if own is None and time is None or own is not None and time is not None and order(own) == order(time):
+        return side, None, 0  # nothing kept: the row's own
+    return side, time, int(time is None)
+
+
+def with_kept_orders(forms: ReduceSql, doc: str, kept: Sequence[KeptOrder]) -> str:
+    """The reduced document ``doc`` with its ``_tidemark`` member (:data:`TIDEMARK`): ``{"order":
+    {…}}`` of the order values ``kept`` keep, removed where they keep none (tidemark's own
+    member, rewritten whole by each reduction); NULL where nothing is left."""
+    values = forms.object_of([(k.f.name, k.entry, k.null) for k in kept])
+    return forms.with_object(doc, TIDEMARK, forms.with_object("NULL", ORDER, values))
 
 
 def _absent_both(old: str, new: str, expr: str) -> str:

@@ -562,6 +562,8 @@ class SqlTransactor(ReadCommittedLoads, Transactor):
         try:
             if savepoint:  # the error below is named from the same rows
                 self.execute("SAVEPOINT tidemark_reduce")
+            for made in forms.prelude.values():
+                self.execute(made)
             self.execute(sql)
         except Exception as exc:
             if savepoint:

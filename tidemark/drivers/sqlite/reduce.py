@@ -44,13 +44,13 @@ from typing import Any, Optional
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import instant, is_date_time_field
 from tidemark.collection.plan import FieldPlan
-from tidemark.collection.sql_plan import EXACT_SUM
+from tidemark.collection.sql_plan import EXACT_SUM, KEPT_ORDER
 from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.json_edits import insert_nulls, replace_members, unescaped_names
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, kept_order_rule
 from tidemark.drivers.sql.refusals import sum_overflowed
 
 DOUBLE_MAX = "1.7976931348623157e308"
@@ -201,6 +201,19 @@ class SqliteReduce(ReduceSql):
             out = f"json_patch({out}, json_object({pairs}))"
         return f"NULLIF({insert_nulls('json_insert', out, nulls, PAIRS, path)}, '{{}}')"
 
+    def with_object(self, doc: str, name: str, value: str) -> str:
+        # json_set, not json_patch: a patch removes the object's null members (a kept null)
+        out = f"coalesce({doc}, '{{}}')"
+        return (
+            f"NULLIF(CASE WHEN {value} IS NULL THEN json_remove({out}, {path(name)}) "
+            f"ELSE json_set({out}, {path(name)}, json({value})) END, '{{}}')"
+        )
+
+    def kept_order(self, last, by, holds, old, new):
+        # the rule in SQL nests deeper than SQLite's parser goes: kept_order_rule in Python
+        args = ", ".join((str(int(last)), str(int(is_date_time_field(by))), *holds, *old, *new))
+        return tuple(f"tidemark_kept_{part}({args})" for part in ("side", "time", "null"))
+
     def remainder(self, doc: str, names) -> str:
         out = doc
         names = list(names)
@@ -264,6 +277,13 @@ def register(con: sqlite3.Connection) -> None:
     con.create_function("tidemark_sortable", 1, sortable_text, deterministic=True)
     con.create_function("tidemark_canonical", 1, _canonical, deterministic=True)
     con.create_function("tidemark_instant_key", 1, instant_key, deterministic=True)
+    for part in range(3):
+        con.create_function(
+            f"tidemark_kept_{('side', 'time', 'null')[part]}",
+            10,
+            lambda last, date_time, *a, _part=part: kept_order_rule(last, instant if date_time else None, *a)[_part],
+            deterministic=True,
+        )
 
 
 def _canonical(column: Optional[str]) -> Optional[str]:
@@ -289,7 +309,18 @@ def refused(model, exc: Exception) -> Optional[Exception]:
 
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
 ENDPOINT_REDUCE = frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
+    (
+        "sum",
+        "maximize",
+        "minimize",
+        "lastWriteWins",
+        "firstWriteWins",
+        "append",
+        "union",
+        "merge",
+        EXACT_SUM,
+        KEPT_ORDER,
+    )
 )
 
 __all__ = ["SqliteReduce", "register", "refused", "unescaped_names", "ENDPOINT_REDUCE"]
