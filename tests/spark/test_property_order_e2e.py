@@ -155,3 +155,61 @@ def test_epoch_times_reduce_in_the_postgresql_statement(spark, tmp_path, postgre
     with psycopg.connect(postgres_url) as con:
         rows = con.execute(f'SELECT "order", status, amount FROM "{pg_schema}".orders').fetchall()
     assert {k: (s, a) for k, s, a in rows} == want
+
+
+@pytest.mark.postgres
+def test_a_status_some_events_lack_reduces_in_the_postgresql_statement(spark, tmp_path, postgres_url, pg_schema):
+    """``status`` left out of some events (and ``ts`` out of others): no Loads (Spark's compiled
+    combine, then the statement keeps the time each status came from), and each order's status
+    is that of its latest event holding one, by instant."""
+    import psycopg
+
+    import tidemark
+    from tidemark.collection.collection import Collection
+    from tidemark.drivers.postgres import PostgresDriver
+    from tidemark.runtime.reduce_path import reduce_paths
+    from tidemark.spec import CollectionSpec
+
+    data = tmp_path / "data"
+    events(data, files=3, per_file=60)
+    draw = random.Random(5)
+    latest: dict = {}  # order -> (instant, status) of its latest event holding a status
+    sums: dict = {}
+    for f in sorted(data.iterdir()):
+        lines = []
+        for line in f.read_text().splitlines():
+            d = json.loads(line)
+            roll = draw.random()
+            if roll < 0.4:
+                del d["status"]
+            elif roll < 0.5:
+                del d["ts"]
+            if "status" in d:
+                at = dt.datetime.fromisoformat(d["ts"]) if "ts" in d else None  # an event without ts orders first
+                if d["order"] not in latest or (
+                    at is not None and (latest[d["order"]][0] is None or at > latest[d["order"]][0])
+                ):
+                    latest[d["order"]] = (at, d["status"])
+            sums[d["order"]] = sums.get(d["order"], 0) + d["amount"]
+            lines.append(json.dumps(d))
+        f.write_text("\n".join(lines) + "\n")
+    schema = {**SCHEMA, "required": ["order", "amount"]}
+    coll = Collection(CollectionSpec("orders", ("/order",), schema))
+    b = coll.binding_spec(type("R", (), {"resource": {"table": "orders"}, "delta_updates": False})())
+    (planned,), [line] = reduce_paths(
+        [b], [coll], PostgresDriver({"url": postgres_url, "schema": pg_schema}).capabilities()
+    )
+    assert planned.endpoint_reduce, line
+    tidemark.materialize(
+        spark.readStream.option("maxFilesPerTrigger", 1).text(str(data)),
+        collection={"key": ["/order"], "schema": schema},
+        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
+        resource={"table": "orders"},
+        checkpoint=str(tmp_path / "chk"),
+        shards=2,
+        spark=spark,
+        available_now=True,
+    ).await_termination()
+    with psycopg.connect(postgres_url) as con:
+        rows = con.execute(f'SELECT "order", status, amount FROM "{pg_schema}".orders').fetchall()
+    assert {k: (s, a) for k, s, a in rows} == {k: (latest[k][1] if k in latest else None, sums[k]) for k in sums}
