@@ -98,6 +98,9 @@ NESTED_SCHEMA = {
         },
     },
 }
+#: EVENTS_SCHEMA where some events lack a status (``--lacking``): last written by event time
+#: among the events that hold one (the view keeps the time its status came from)
+LACKING_SCHEMA = {**EVENTS_SCHEMA, "required": [r for r in EVENTS_SCHEMA["required"] if r != "status"]}
 EVENTS_SPARK_SCHEMA = (
     "order_id STRING, event_time STRING, first_seen STRING, status STRING, amount DECIMAL(18,2), n BIGINT, "
     "tags ARRAY<STRING>, note STRING, address STRUCT<city: STRING, zip: STRING>"
@@ -117,13 +120,21 @@ def rfc3339(t: dt.datetime) -> str:
 
 
 def write_events(
-    directory: str, docs: int, keys: int, batches: int, seed: int = 17, extras: float = 0.0, nested: float = 0.0
+    directory: str,
+    docs: int,
+    keys: int,
+    batches: int,
+    seed: int = 17,
+    extras: float = 0.0,
+    nested: float = 0.0,
+    lacking: float = 0.0,
 ) -> dict:
     """One file per batch of order events; returns the answer: per order, the instants, the
     status of the latest event (the later document on a tie), the exact sum, the count, the
     set of tags (None: never present), the last note, city and zip (None: never present).
     ``extras``: the fraction of events that carry a property the schema does not declare
-    (``channel``: a field a producer added; the answer does not read it)."""
+    (``channel``: a field a producer added; the answer does not read it); ``lacking``: the
+    fraction of events without a status (the status is then the latest event's that holds one)."""
     draw = random.Random(seed)
     os.makedirs(directory, exist_ok=True)
     per = docs // batches
@@ -151,6 +162,8 @@ def write_events(
                 d["note"] = f"note {seq}"
             if draw.random() < 0.2:
                 d["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
+            if lacking and draw.random() < lacking:
+                del d["status"]
             if extras and draw.random() < extras:
                 d["channel"] = draw.choice(("web", "app", "store"))
             if nested and draw.random() < nested:
@@ -171,7 +184,8 @@ def write_events(
                 cur = view[d["order_id"]] = {
                     "event_time": instant,
                     "first_seen": instant,
-                    "status": d["status"],
+                    "status": d.get("status"),
+                    "status_at": instant if "status" in d else None,
                     "amount": Decimal(0),
                     "n": 0,
                     "tags": None,
@@ -180,8 +194,8 @@ def write_events(
                     "zip": None,
                     "customer": None,
                 }
-            elif instant >= cur["event_time"]:
-                cur["status"] = d["status"]
+            elif "status" in d and (cur["status_at"] is None or instant >= cur["status_at"]):
+                cur["status"], cur["status_at"] = d["status"], instant
             cur["event_time"] = max(cur["event_time"], instant)
             cur["first_seen"] = min(cur["first_seen"], instant)
             cur["amount"] += amount
@@ -222,6 +236,8 @@ EVENTS_TABLE = (
     "order_id text PRIMARY KEY, event_time timestamptz, first_seen timestamptz, status text, amount numeric(18,2), "
     "n bigint, tags text[], note text, city text, zip text"
 )
+#: the peer where some events lack a status: the time of each row's status beside it
+LACKING_TABLE = EVENTS_TABLE + ", status_at timestamptz"
 EVENTS_UPSERT = (
     "INSERT INTO {t} AS t (order_id, event_time, first_seen, status, amount, n, tags, note, city, zip) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (order_id) DO UPDATE SET "
@@ -232,9 +248,18 @@ EVENTS_UPSERT = (
     "ELSE ARRAY(SELECT DISTINCT unnest(t.tags || EXCLUDED.tags) ORDER BY 1) END, "
     "note = COALESCE(EXCLUDED.note, t.note), city = COALESCE(EXCLUDED.city, t.city), zip = COALESCE(EXCLUDED.zip, t.zip)"
 )
+LACKING_UPSERT = (
+    EVENTS_UPSERT.replace("zip) VALUES (", "zip, status_at) VALUES (")
+    .replace("%s, %s) ON CONFLICT", "%s, %s, %s) ON CONFLICT")
+    .replace(
+        "status = CASE WHEN EXCLUDED.event_time >= t.event_time THEN EXCLUDED.status ELSE t.status END",
+        "status = CASE WHEN EXCLUDED.status IS NOT NULL AND (t.status_at IS NULL OR EXCLUDED.status_at >= t.status_at) "
+        "THEN EXCLUDED.status ELSE t.status END, status_at = GREATEST(t.status_at, EXCLUDED.status_at)",
+    )
+)
 
 
-def peer_aggregate(df, shape: str):
+def peer_aggregate(df, shape: str, lacking: bool = False):
     from pyspark.sql import functions as F
 
     if shape == "simple":
@@ -249,13 +274,17 @@ def peer_aggregate(df, shape: str):
     return ev.groupBy("order_id").agg(
         F.max("_ts"),
         F.min("_ts"),
-        F.max_by("status", F.struct("_ts", "_pos")),
+        F.max_by(
+            "status",
+            F.when(F.col("status").isNotNull(), F.struct("_ts", "_pos")) if lacking else F.struct("_ts", "_pos"),
+        ),
         F.sum("amount"),
         F.sum("n"),
         F.array_distinct(F.flatten(F.collect_list("tags"))),
         last(F.col("note")),
         last(F.col("address.city")),
         last(F.col("address.zip")),
+        *([F.max(F.when(F.col("status").isNotNull(), F.col("_ts")))] if lacking else []),
     )
 
 
@@ -266,8 +295,11 @@ def child_peer(args) -> dict:
     table = f'"{args.schema}".view'
     with psycopg.connect(URL, autocommit=True) as con:
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{args.schema}"')
-        con.execute(f"CREATE TABLE {table} ({SIMPLE_TABLE if args.shape == 'simple' else EVENTS_TABLE})")
-    upsert = (SIMPLE_UPSERT if args.shape == "simple" else EVENTS_UPSERT).format(t=table)
+        columns = SIMPLE_TABLE if args.shape == "simple" else LACKING_TABLE if args.lacking else EVENTS_TABLE
+        con.execute(f"CREATE TABLE {table} ({columns})")
+    upsert = (SIMPLE_UPSERT if args.shape == "simple" else LACKING_UPSERT if args.lacking else EVENTS_UPSERT).format(
+        t=table
+    )
     url = URL
 
     def upsert_partition(rows):
@@ -281,7 +313,7 @@ def child_peer(args) -> dict:
     commits: list[float] = []
 
     def batch(df, batch_id):
-        peer_aggregate(df, args.shape).foreachPartition(upsert_partition)
+        peer_aggregate(df, args.shape, args.lacking > 0).foreachPartition(upsert_partition)
         commits.append(time.time())
 
     schema = SPARK_SCHEMA if args.shape == "simple" else EVENTS_SPARK_SCHEMA
@@ -308,7 +340,7 @@ def child_tidemark(args) -> dict:
         "collections": {
             "orders": {
                 "key": ["/customer"] if args.shape == "simple" else ["/order_id"],
-                "schema": SCHEMA if args.shape == "simple" else (NESTED_SCHEMA if args.nested else EVENTS_SCHEMA),
+                "schema": schema_of(args.shape, args.nested, args.lacking),
                 "source": {"format": "json", "path": args.data, "options": {"maxFilesPerTrigger": 1}},
             }
         },
@@ -346,6 +378,12 @@ def child_tidemark(args) -> dict:
     }
 
 
+def schema_of(shape: str, nested: float, lacking: float) -> dict:
+    if shape == "simple":
+        return SCHEMA
+    return NESTED_SCHEMA if nested else LACKING_SCHEMA if lacking else EVENTS_SCHEMA
+
+
 def triggers(progress) -> list[float]:
     out = []
     for p in progress:
@@ -371,7 +409,7 @@ def peer_view(schema: str, shape: str) -> dict:
         return {r[0]: (r[1], r[2], r[3], r[4], r[5], set(r[6]) if r[6] else None, *r[7:]) for r in rows}
 
 
-def tidemark_view(schema: str, shape: str, nested: bool = False) -> dict:
+def tidemark_view(schema: str, shape: str, nested: bool = False, lacking: float = 0.0) -> dict:
     """The view's documents as tidemark's own reader gives them back (any form)."""
     from types import SimpleNamespace
 
@@ -379,7 +417,7 @@ def tidemark_view(schema: str, shape: str, nested: bool = False) -> dict:
     from tidemark.drivers.registry import load_driver
     from tidemark.spec import CollectionSpec
 
-    schema_json = SCHEMA if shape == "simple" else (NESTED_SCHEMA if nested else EVENTS_SCHEMA)
+    schema_json = schema_of(shape, nested, lacking)
     key = ("/customer",) if shape == "simple" else ("/order_id",)
     coll = Collection(CollectionSpec("orders", key, schema_json))
     b = coll.binding_spec(SimpleNamespace(resource={"table": "view"}, delta_updates=False))
@@ -394,7 +432,7 @@ def tidemark_view(schema: str, shape: str, nested: bool = False) -> dict:
             out[doc["order_id"]] = (
                 dt.datetime.fromisoformat(doc["event_time"].replace("Z", "+00:00")),
                 dt.datetime.fromisoformat(doc["first_seen"].replace("Z", "+00:00")),
-                doc["status"],
+                doc.get("status"),
                 Decimal(repr(doc["amount"])) if isinstance(doc["amount"], float) else Decimal(doc["amount"]),
                 doc["n"],
                 set(doc["tags"]) if "tags" in doc else None,
@@ -465,6 +503,8 @@ def run_child(job: str, args, data: str, work: str) -> tuple[float, dict, str]:
         str(args.shards),
         "--nested",
         str(args.nested),
+        "--lacking",
+        str(args.lacking),
         "--data",
         data,
         "--schema",
@@ -497,6 +537,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--extras", type=float, default=0.0, help="events: the fraction with an undeclared property")
     ap.add_argument("--nested", type=float, default=0.0, help="events: the fraction with a nested customer")
+    ap.add_argument("--lacking", type=float, default=0.0, help="events: the fraction without a status")
     ap.add_argument("--only", default="p,t")
     ap.add_argument("--child", choices=("p", "t"))
     ap.add_argument("--data")
@@ -514,7 +555,9 @@ def main() -> None:
     if args.shape == "simple":
         written = write_stream(data, args.docs, args.keys, args.batches)
     else:
-        written = write_events(data, args.docs, args.keys, args.batches, extras=args.extras, nested=args.nested)
+        written = write_events(
+            data, args.docs, args.keys, args.batches, extras=args.extras, nested=args.nested, lacking=args.lacking
+        )
     want = answer(written, args.shape)
     want_tidemark = answer(written, args.shape, nested=args.nested > 0)
     print(
@@ -532,7 +575,7 @@ def main() -> None:
                 if job == "p":
                     view, expected = peer_view(schema, args.shape), want
                 else:
-                    view, expected = tidemark_view(schema, args.shape, args.nested > 0), want_tidemark
+                    view, expected = tidemark_view(schema, args.shape, args.nested > 0, args.lacking), want_tidemark
                 first = report["first_commit"] - report["start"] if report["first_commit"] else float("nan")
                 size = table_bytes(schema)
                 results[job].append((wall, steady(report["batches"]), first, size))

@@ -318,6 +318,8 @@ class PostgresReduce(ReduceSql):
             return f"(NULLIF({doc} -> {literal(name)}, 'null'::jsonb))::{cast}"
         return self.typed(doc, name, col)  # ->> is NULL for null
 
+    KEPT_ORDER_ROWS = True
+
     #: the SQL type of a kept order value's function (kept_order), by the order property's kind
     KEPT_TYPES = {"dt": "text", "text": "text", INTEGER: "bigint", BOOLEAN: "boolean"}
 
@@ -329,39 +331,70 @@ class PostgresReduce(ReduceSql):
         typ = self.KEPT_TYPES[kind]
         return f"{name}(0, {args})", f"({name}(1, {args}))::{typ}", f"({name}(2, {args}) = 't')"
 
+    def kept_member(self, kept) -> Optional[str]:
+        # one property so ordered (the usual case): its function writes the member's JSON (part 3),
+        # where neither row keeps an order value only where the rows' own do not decide
+        if len(kept) != 1:
+            return None
+        (k,) = kept
+        call = k.calls[0].replace("(0, ", "(3, ", 1)[:-1] + f", {literal(k.f.name)}))::jsonb"
+        call = "(" + call
+        if k.rows is None:
+            return call
+        _side, time, null = k.rows
+        return f"(CASE WHEN {k.kept} OR {time} IS NOT NULL OR {null} THEN {call} ELSE '{{}}'::jsonb END)"
+
     def _kept_function(self, name: str, kind: str) -> str:
         """:func:`~tidemark.drivers.sql.reduce.kept_order_rule` in PL/pgSQL: part 0 the side,
-        1 the kept order value, 2 ``'t'`` where it is null."""
+        1 the kept order value, 2 ``'t'`` where it is null, 3 the document's member
+        ``{"_tidemark": {"order": {prop: …}}}`` (``{}``: none).  Each order value is made a key
+        once (a date-time's: its UTC second, a leap second after it, then its fraction's digits,
+        as text that sorts as :func:`~tidemark.collection.formats.instant` orders), then the keys
+        are compared."""
         typ = self.KEPT_TYPES[kind]
+        key_type = "text" if kind in ("dt", "text") else typ
 
-        def precedes(a: str, b: str) -> str:  # a side without an order value first
-            if kind == "dt":
-                before = f"(({', '.join(self.instant(a))}) < ({', '.join(self.instant(b))}))"
-            elif kind == "text":
-                before = f'({a} COLLATE "C" < {b} COLLATE "C")'
-            else:
-                before = f"({a} < {b})"
-            return f"({b} IS NOT NULL AND ({a} IS NULL OR {before}))"
+        def key(x: str) -> str:
+            if kind != "dt":
+                return x
+            utc, leap, fraction = self.instant(x)
+            # the UTC second, 13 digits from year 1 to 9999
+            second = f"lpad((extract(epoch from {utc})::bigint + 100000000000)::text, 13, '0')"
+            return f"({second} || (CASE WHEN {leap} THEN '1' ELSE '0' END) || {fraction})"
 
-        same = f"(own IS NOT NULL AND t IS NOT NULL AND NOT {precedes('own', 't')} AND NOT {precedes('t', 'own')})"
+        collate = ' COLLATE "C"' if key_type == "text" else ""
+
+        def before(a: str, b: str) -> str:  # a side without an order value first
+            return f"({b} IS NOT NULL AND ({a} IS NULL OR {a}{collate} < {b}{collate}))"
+
+        # each side's key, and its row's own (the same where the row keeps no order value)
+        keys = (
+            f"a_old {key_type} := {key('t_old')}; a_new {key_type} := {key('t_new')}; "
+            f"r_old {key_type} := CASE WHEN has_old THEN {key('old_at')} ELSE a_old END; "
+            f"r_new {key_type} := CASE WHEN has_new THEN {key('new_at')} ELSE a_new END"
+        )
         return (
             f"CREATE OR REPLACE FUNCTION {name}(part integer, last boolean, old_holds boolean, new_holds boolean, "
-            f"has_old boolean, kept_old {typ}, old_at {typ}, has_new boolean, kept_new {typ}, new_at {typ}) "
-            "RETURNS text LANGUAGE plpgsql IMMUTABLE AS $kept$\n"
+            f"has_old boolean, kept_old {typ}, old_at {typ}, has_new boolean, kept_new {typ}, new_at {typ}, "
+            "prop text DEFAULT NULL) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $kept$\n"
             f"DECLARE t_old {typ} := CASE WHEN has_old THEN kept_old ELSE old_at END; "
-            f"t_new {typ} := CASE WHEN has_new THEN kept_new ELSE new_at END; side text; own {typ}; t {typ};\n"
+            f"t_new {typ} := CASE WHEN has_new THEN kept_new ELSE new_at END; {keys}; "
+            f"side text; own {key_type}; t {typ}; tk {key_type};\n"
             "BEGIN\n"
-            "  IF NOT old_holds AND NOT new_holds THEN RETURN NULL; END IF;\n"
+            "  IF NOT old_holds AND NOT new_holds THEN RETURN CASE WHEN part = 3 THEN '{}' END; END IF;\n"
             "  IF NOT old_holds OR NOT new_holds THEN side := CASE WHEN old_holds THEN 'o' ELSE 'n' END;\n"
-            f"  ELSIF {precedes('t_new', 't_old')} THEN side := CASE WHEN last THEN 'o' ELSE 'n' END;\n"
+            f"  ELSIF {before('a_new', 'a_old')} THEN side := CASE WHEN last THEN 'o' ELSE 'n' END;\n"
             "  ELSE side := CASE WHEN last THEN 'n' ELSE 'o' END; END IF;\n"
             "  IF part = 0 THEN RETURN side; END IF;\n"
-            "  own := CASE WHEN old_at IS NULL THEN new_at WHEN new_at IS NULL THEN old_at "
-            f"WHEN (CASE WHEN last THEN {precedes('new_at', 'old_at')} ELSE {precedes('old_at', 'new_at')} END) "
-            "THEN old_at ELSE new_at END;\n"
-            "  t := CASE side WHEN 'o' THEN t_old ELSE t_new END;\n"
-            f"  IF (own IS NULL AND t IS NULL) OR {same} THEN RETURN CASE WHEN part = 2 THEN 'f' END; END IF;\n"
+            "  own := CASE WHEN r_old IS NULL THEN r_new WHEN r_new IS NULL THEN r_old "
+            f"WHEN (CASE WHEN last THEN {before('r_new', 'r_old')} ELSE {before('r_old', 'r_new')} END) "
+            "THEN r_old ELSE r_new END;\n"
+            "  t := CASE side WHEN 'o' THEN t_old ELSE t_new END; tk := CASE side WHEN 'o' THEN a_old ELSE a_new END;\n"
+            f"  IF (own IS NULL AND tk IS NULL) OR own{collate} = tk{collate} THEN "
+            "RETURN CASE part WHEN 2 THEN 'f' WHEN 3 THEN '{}' END; END IF;\n"
             "  IF part = 1 THEN RETURN t::text; END IF;\n"
+            "  IF part = 3 THEN RETURN jsonb_build_object('_tidemark', jsonb_build_object('order', "
+            "jsonb_build_object(prop, to_jsonb(t))))::text; END IF;\n"
             "  RETURN CASE WHEN t IS NULL THEN 't' ELSE 'f' END;\n"
             "END $kept$"
         )
@@ -370,6 +403,9 @@ class PostgresReduce(ReduceSql):
     def object_of(self, members) -> str:
         rows = ", ".join(f"({literal(n)}, to_jsonb({e}), {c})" for n, e, c in members)
         return f"(SELECT jsonb_object_agg(m.n, m.v) FROM (VALUES {rows}) AS m(n, v, z) WHERE m.v IS NOT NULL OR m.z)"
+
+    def with_member(self, doc: str, name: str, member: str) -> str:
+        return f"NULLIF((COALESCE({doc}, '{{}}'::jsonb) - {literal(name)}) || {member}, '{{}}'::jsonb)"
 
     def with_object(self, doc: str, name: str, value: str) -> str:
         return f"NULLIF((COALESCE({doc}, '{{}}'::jsonb) - {literal(name)}) || COALESCE({self.object_of([(name, value, 'false')])}, '{{}}'::jsonb), '{{}}'::jsonb)"

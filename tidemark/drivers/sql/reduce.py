@@ -178,6 +178,10 @@ class ReduceSql:
         ``flow_document``)."""
         raise NotImplementedError
 
+    #: whether :class:`KeptOrder` decides in SQL where neither row keeps an order value (the
+    #: dialect's functions decide the rest)
+    KEPT_ORDER_ROWS = False
+
     #: the SQL run before the statement, in its transaction (the functions it calls), by name
     prelude: dict[str, str] = {}
 
@@ -190,6 +194,16 @@ class ReduceSql:
         ``last``, ``lastWriteWins``; ``by``, the order property; ``holds``, where each side holds
         the property; ``old`` / ``new``, each side's (it keeps an order value for it, that value,
         its row's own order value)."""
+        raise NotImplementedError
+
+    def kept_member(self, kept: Sequence[KeptOrder]) -> Optional[str]:
+        """The JSON object ``{"_tidemark": {"order": {…}}}`` of the order values ``kept`` keep, or
+        ``{}``, where the dialect writes it at once (None: :func:`with_kept_orders` builds it)."""
+        return None
+
+    def with_member(self, doc: str, name: str, member: str) -> str:
+        """``doc`` (a JSON object, or NULL) without its member ``name``, merged with the object
+        ``member`` (which holds ``name`` or nothing); NULL where nothing is left."""
         raise NotImplementedError
 
     def object_of(self, members: Sequence[tuple[str, str, str]]) -> str:
@@ -588,12 +602,65 @@ class KeptOrder:
             values = forms.member(forms.member(doc, TIDEMARK), ORDER)
             held = f"({forms.member(values, f.name)} IS NOT NULL)"
             sides.append((held, forms.typed_or_null(values, f.name, Column(f.name, kind)), str(own)))
-        self.side, time, self.null = forms.kept_order(f.strategy == "lastWriteWins", by, holds, sides[0], sides[1])
+        last = f.strategy == "lastWriteWins"
+        calls = self.calls = forms.kept_order(last, by, holds, sides[0], sides[1])
+        self.kept = f"({sides[0][0]} OR {sides[1][0]})"  # a row keeps an order value for f
+        self.rows: Optional[tuple[str, str, str]] = None
+        if forms.KEPT_ORDER_ROWS:  # where neither row keeps an order value for f, the rows' own decide, in SQL
+            self.rows = _rows_order(forms, last, by, holds, old_o, new_o)
+            side, time, null = (f"(CASE WHEN {self.kept} THEN {a} ELSE {b} END)" for a, b in zip(calls, self.rows))
+            # the side in SQL too (one comparison: a function call costs more), of each side's order value
+            times = [f"(CASE WHEN {held} THEN {value} ELSE {own} END)" for held, value, own in sides]
+            side = f"(CASE WHEN {self.kept} THEN {_side_sql(forms, last, by, holds, *times)} ELSE {self.rows[0]} END)"
+            calls = side, time, null
+        self.side, time, self.null = calls
         self.entry = forms.to_json(time, Column(f.name, kind))
 
     def pick(self, old: str, new: str) -> str:
         """The property's reduced value of the stored ``old`` and the staged ``new``."""
         return f"(CASE {self.side} WHEN 'o' THEN {old} WHEN 'n' THEN {new} END)"
+
+
+def _no_value(x: str) -> str:
+    return f"({x.column} IS NULL)" if isinstance(x, LeanInstant) else f"({x} IS NULL)"
+
+
+def _side_sql(forms: ReduceSql, last: bool, by: FieldPlan, holds: tuple[str, str], old: str, new: str) -> str:
+    """:func:`kept_order_rule`'s side, of the two sides' order values ``old`` / ``new``."""
+    old_holds, new_holds = holds
+    staged_first = f"(NOT {_no_value(old)} AND ({_no_value(new)} OR {forms.precedes(new, old, by)}))"  # none first
+    if last:
+        return (
+            f"(CASE WHEN NOT {new_holds} THEN (CASE WHEN {old_holds} THEN 'o' END) WHEN NOT {old_holds} THEN 'n' "
+            f"WHEN {staged_first} THEN 'o' ELSE 'n' END)"
+        )
+    return (
+        f"(CASE WHEN NOT {old_holds} THEN (CASE WHEN {new_holds} THEN 'n' END) WHEN NOT {new_holds} THEN 'o' "
+        f"WHEN {staged_first} THEN 'n' ELSE 'o' END)"
+    )
+
+
+def _rows_order(
+    forms: ReduceSql, last: bool, by: FieldPlan, holds: tuple[str, str], old: str, new: str
+) -> tuple[str, str, str]:
+    """:func:`kept_order_rule` where neither row keeps an order value for the property (each
+    side's is its row's own, ``old`` / ``new``, compared as :meth:`ReduceSql.precedes` compares
+    them: a lean date-time by its column where it can): ``(side, kept value, it is null)``."""
+    precedes = forms.precedes
+    no_old, no_new = (_no_value(x) for x in (old, new))
+    side = _side_sql(forms, last, by, holds, old, new)
+    # a side's own order value is the row's reduced one (the greater for lastWriteWins, the
+    # lesser for firstWriteWins) where the other side's does not pass it
+    old_own = f"(NOT {no_old} AND ({no_new} OR NOT {precedes(old, new, by) if last else precedes(new, old, by)}))"
+    new_own = f"(NOT {no_new} AND ({no_old} OR NOT {precedes(new, old, by) if last else precedes(old, new, by)}))"
+    time = (
+        f"(CASE {side} WHEN 'o' THEN (CASE WHEN NOT {old_own} THEN {old} END) "
+        f"WHEN 'n' THEN (CASE WHEN NOT {new_own} THEN {new} END) END)"
+    )
+    null = (
+        f"((CASE {side} WHEN 'o' THEN {no_old} WHEN 'n' THEN {no_new} ELSE false END) AND NOT ({no_old} AND {no_new}))"
+    )
+    return side, time, null
 
 
 def kept_order_rule(
@@ -641,6 +708,9 @@ def with_kept_orders(forms: ReduceSql, doc: str, kept: Sequence[KeptOrder]) -> s
     """The reduced document ``doc`` with its ``_tidemark`` member (:data:`TIDEMARK`): ``{"order":
     {…}}`` of the order values ``kept`` keep, removed where they keep none (tidemark's own
     member, rewritten whole by each reduction); NULL where nothing is left."""
+    member = forms.kept_member(kept)
+    if member is not None:  # {"_tidemark": …} or {}, each value once
+        return forms.with_member(doc, TIDEMARK, member)
     values = forms.object_of([(k.f.name, k.entry, k.null) for k in kept])
     return forms.with_object(doc, TIDEMARK, forms.with_object("NULL", ORDER, values))
 
