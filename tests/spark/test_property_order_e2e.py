@@ -115,14 +115,6 @@ def test_through_the_python_api_into_postgresql(spark, tmp_path, postgres_url, p
 def test_epoch_times_reduce_in_the_postgresql_statement(spark, tmp_path, postgres_url, pg_schema):
     """An order property that is not a date-time (epoch microseconds here) reduces in the
     endpoint's statement (no Loads) and in Spark's compiled combine."""
-    import psycopg
-
-    import tidemark
-    from tidemark.collection.collection import Collection
-    from tidemark.drivers.postgres import PostgresDriver
-    from tidemark.runtime.reduce_path import reduce_paths
-    from tidemark.spec import CollectionSpec
-
     data = tmp_path / "data"
     want = events(data, files=3)
     for f in sorted(data.iterdir()):  # the same events with epoch microseconds for /ts
@@ -137,24 +129,7 @@ def test_epoch_times_reduce_in_the_postgresql_statement(spark, tmp_path, postgre
         **SCHEMA,
         "properties": {**SCHEMA["properties"], "ts": {"type": "integer", "reduce": {"strategy": "maximize"}}},
     }
-    coll = Collection(CollectionSpec("orders", ("/order",), schema))
-    b = coll.binding_spec(type("R", (), {"resource": {"table": "orders"}, "delta_updates": False})())
-    driver = PostgresDriver({"url": postgres_url, "schema": pg_schema})
-    (planned,), [line] = reduce_paths([b], [coll], driver.capabilities())
-    assert planned.endpoint_reduce, line
-    tidemark.materialize(
-        spark.readStream.option("maxFilesPerTrigger", 1).text(str(data)),
-        collection={"key": ["/order"], "schema": schema},
-        endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
-        resource={"table": "orders"},
-        checkpoint=str(tmp_path / "chk"),
-        shards=2,
-        spark=spark,
-        available_now=True,
-    ).await_termination()
-    with psycopg.connect(postgres_url) as con:
-        rows = con.execute(f'SELECT "order", status, amount FROM "{pg_schema}".orders').fetchall()
-    assert {k: (s, a) for k, s, a in rows} == want
+    assert reduced_in_postgres(spark, tmp_path, schema, postgres_url, pg_schema) == want
 
 
 @pytest.mark.postgres
@@ -162,14 +137,6 @@ def test_a_status_some_events_lack_reduces_in_the_postgresql_statement(spark, tm
     """``status`` left out of some events (and ``ts`` out of others): no Loads (Spark's compiled
     combine, then the statement keeps the time each status came from), and each order's status
     is that of its latest event holding one, by instant."""
-    import psycopg
-
-    import tidemark
-    from tidemark.collection.collection import Collection
-    from tidemark.drivers.postgres import PostgresDriver
-    from tidemark.runtime.reduce_path import reduce_paths
-    from tidemark.spec import CollectionSpec
-
     data = tmp_path / "data"
     events(data, files=3, per_file=60)
     draw = random.Random(5)
@@ -194,14 +161,28 @@ def test_a_status_some_events_lack_reduces_in_the_postgresql_statement(spark, tm
             lines.append(json.dumps(d))
         f.write_text("\n".join(lines) + "\n")
     schema = {**SCHEMA, "required": ["order", "amount"]}
+    want = {k: (latest[k][1] if k in latest else None, sums[k]) for k in sums}
+    assert reduced_in_postgres(spark, tmp_path, schema, postgres_url, pg_schema) == want
+
+
+def reduced_in_postgres(spark, tmp_path, schema, postgres_url, pg_schema) -> dict:
+    """The events in ``tmp_path / "data"`` materialized into PostgreSQL, which reduces them in its
+    statement (asserted: no Loads): order -> (status, amount)."""
+    import psycopg
+
+    import tidemark
+    from tidemark.collection.collection import Collection
+    from tidemark.drivers.postgres import PostgresDriver
+    from tidemark.runtime.reduce_path import reduce_paths
+    from tidemark.spec import CollectionSpec
+
     coll = Collection(CollectionSpec("orders", ("/order",), schema))
     b = coll.binding_spec(type("R", (), {"resource": {"table": "orders"}, "delta_updates": False})())
-    (planned,), [line] = reduce_paths(
-        [b], [coll], PostgresDriver({"url": postgres_url, "schema": pg_schema}).capabilities()
-    )
+    driver = PostgresDriver({"url": postgres_url, "schema": pg_schema})
+    (planned,), [line] = reduce_paths([b], [coll], driver.capabilities())
     assert planned.endpoint_reduce, line
     tidemark.materialize(
-        spark.readStream.option("maxFilesPerTrigger", 1).text(str(data)),
+        spark.readStream.option("maxFilesPerTrigger", 1).text(str(tmp_path / "data")),
         collection={"key": ["/order"], "schema": schema},
         endpoint={"postgres": {"url": postgres_url, "schema": pg_schema}},
         resource={"table": "orders"},
@@ -212,4 +193,4 @@ def test_a_status_some_events_lack_reduces_in_the_postgresql_statement(spark, tm
     ).await_termination()
     with psycopg.connect(postgres_url) as con:
         rows = con.execute(f'SELECT "order", status, amount FROM "{pg_schema}".orders').fetchall()
-    assert {k: (s, a) for k, s, a in rows} == {k: (latest[k][1] if k in latest else None, sums[k]) for k in sums}
+    return {k: (s, a) for k, s, a in rows}

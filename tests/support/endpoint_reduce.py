@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import psycopg
 
-from tests.support.driver_protocol import MAT, cp
+from tests.support.driver_protocol import MAT, apply, cp
 from tests.support.mysql_support import mysql_db, mysql_url
 from tests.support.mysql_support import sql as mysql_sql
 from tidemark.collection.collection import Collection
@@ -236,3 +236,30 @@ def commit_through_loads(driver, coll, b, combined: dict, batch: int, view: dict
     finally:
         t.close()
     view.update(zip(keys, docs))
+
+
+def fold_batches(coll, batches) -> dict:
+    """The Python fold's view of ``batches`` (each batch's combined document per key)."""
+    view: dict = {}
+    for batch in batches:
+        for k, doc in batch.items():
+            view[k] = coll.reduce(view[k], doc) if k in view else doc
+    return view
+
+
+def reduced_in_endpoint(endpoint, schema, table: str, document: str, batches, every_other_typed: bool = False):
+    """``batches`` committed through the endpoint's statement (no Load), JSON texts and documents
+    alternating (``every_other_typed``: typed rows in every other batch of a lean view), the
+    view dumped: (the Python fold's view, the endpoint's), asserted equal."""
+    view = fold_batches(Collection(CollectionSpec("orders", ("/k",), schema)), batches)
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, schema, table, document)
+    assert b.endpoint_reduce  # no Load
+    apply(driver, b)
+    typed = every_other_typed and document == "lean"
+    assert not every_other_typed or driver.typed_rows([b]) == [typed]
+    for i, batch in enumerate(batches):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 2 == 1)
+    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
+    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in view.items()}
+    return view, got

@@ -19,6 +19,12 @@ from tidemark.collection.strategies import STRATEGIES
 #: refused past 15 significant digits.
 EXACT_SUM = "sum of exact decimals"
 
+#: The strategies every SQL endpoint reduces in its statement (``Capabilities.endpoint_reduce``),
+#: exact decimals summed among them
+SQL_STRATEGIES = frozenset(
+    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
+)
+
 #: In an endpoint's ``Capabilities.endpoint_reduce``: it reduces a property ordered by another one
 #: that some documents lack, keeping the order value it came from (``FieldPlan.kept_order``)
 KEPT_ORDER = "an order kept where documents lack it"

@@ -10,8 +10,7 @@ import random
 
 import pytest
 
-from tests.drivers.sql.test_nullable_reduce import fold, reduced_in_endpoint
-from tests.support.endpoint_reduce import Endpoint
+from tests.support.endpoint_reduce import Endpoint, fold_batches, reduced_in_endpoint
 from tidemark.collection.collection import Collection
 from tidemark.collection.formats import instant
 from tidemark.collection.reduce import TIDEMARK
@@ -153,7 +152,7 @@ def test_a_property_ordered_by_another_that_some_documents_lack_reduces_in_the_e
     batches, answer = batches_of(schema, event, seed)
     # the fold of the combined batches is the fold of every event (a kept order value is an
     # instant: which of its spellings is kept may go with the batches)
-    assert by_instant(fold(coll, batches)) == by_instant(answer)
+    assert by_instant(fold_batches(coll, batches)) == by_instant(answer)
     # the endpoint's view equals the fold's (asserted there)
     view, _ = reduced_in_endpoint(endpoint, schema, shape, document, batches, every_other_typed=True)
     assert sum(TIDEMARK in doc for doc in view.values()) >= 2  # order values kept: the test reaches them

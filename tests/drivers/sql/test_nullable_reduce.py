@@ -12,7 +12,16 @@ import json
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, commit_through_loads, reduced_binding, rows
+from tests.support.endpoint_reduce import (
+    Endpoint,
+    canonical,
+    commit,
+    commit_through_loads,
+    fold_batches,
+    reduced_binding,
+    reduced_in_endpoint,
+    rows,
+)
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.drivers.sql import lean
 from tidemark.protocol.messages import Acknowledge, Flush, Load, Open, Range, StartCommit, Store
@@ -72,11 +81,7 @@ def endpoint(request, tmp_path):
 
 
 def fold(coll, batches=None) -> dict:
-    view: dict = {}
-    for batch in BATCHES if batches is None else batches:
-        for k, doc in batch.items():
-            view[k] = coll.reduce(view[k], doc) if k in view else doc
-    return view
+    return fold_batches(coll, BATCHES if batches is None else batches)
 
 
 def by_key(endpoint, table: str) -> dict:
@@ -205,27 +210,6 @@ EXTREME_VIEW = {
     "c": {"k": "c", "top": None},
     "d": {"k": "d", "low": None},
 }
-
-
-def reduced_in_endpoint(endpoint, schema, table: str, document: str, batches, every_other_typed: bool = False):
-    """``batches`` committed through the endpoint's statement (no Load), JSON texts and documents
-    alternating (``every_other_typed``: typed rows in every other batch of a lean view), the
-    view dumped: (the Python fold's view, the endpoint's), asserted equal."""
-    from tidemark.collection.collection import Collection
-    from tidemark.spec import CollectionSpec
-
-    view = fold(Collection(CollectionSpec("orders", ("/k",), schema)), batches)
-    driver = endpoint.driver
-    coll, b = reduced_binding(driver, schema, table, document)
-    assert b.endpoint_reduce  # no Load
-    apply(driver, b)
-    typed = every_other_typed and document == "lean"
-    assert not every_other_typed or driver.typed_rows([b]) == [typed]
-    for i, batch in enumerate(batches):
-        commit(driver, coll, b, batch, i, texts=i % 2 == 0, typed=typed and i % 2 == 1)
-    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
-    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in view.items()}
-    return view, got
 
 
 @pytest.mark.parametrize("document", ["lean", "full"])

@@ -54,7 +54,7 @@ from typing import Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import FieldPlan
-from tidemark.collection.sql_plan import EXACT_SUM
+from tidemark.collection.sql_plan import SQL_STRATEGIES
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.json_edits import insert_nulls, replace_members
 from tidemark.drivers.sql.model import (
@@ -326,8 +326,6 @@ def decimal(value: str, scale: int) -> str:
 
 
 #: the strategies MariaDB reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(
-    ("sum", "maximize", "minimize", "lastWriteWins", "firstWriteWins", "append", "union", "merge", EXACT_SUM)
-)
+ENDPOINT_REDUCE = SQL_STRATEGIES  # not KEPT_ORDER: no temporary functions (MariaDB 10.11)
 
 __all__ = ["MariaReduce", "overflow_query", "ENDPOINT_REDUCE"]

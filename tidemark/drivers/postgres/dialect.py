@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.plan import FieldPlan
-from tidemark.collection.sql_plan import EXACT_SUM, KEPT_ORDER
+from tidemark.collection.sql_plan import KEPT_ORDER, SQL_STRATEGIES
 from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.datetimes import readable_text
 from tidemark.drivers.limits import ValueLimits
@@ -475,20 +475,7 @@ def literal(text: str) -> str:
 
 REDUCE = PostgresReduce(DIALECT.quote)
 #: the strategies PostgreSQL reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(
-    (
-        "sum",
-        "maximize",
-        "minimize",
-        "lastWriteWins",
-        "firstWriteWins",
-        "append",
-        "union",
-        "merge",
-        EXACT_SUM,
-        KEPT_ORDER,
-    )
-)
+ENDPOINT_REDUCE = SQL_STRATEGIES | {KEPT_ORDER}
 
 
 def _reduce_forms(model: TableModel, dialect: Dialect) -> PostgresReduce:

@@ -44,13 +44,14 @@ from typing import Any, Optional
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import instant, is_date_time_field
 from tidemark.collection.plan import FieldPlan
-from tidemark.collection.sql_plan import EXACT_SUM, KEPT_ORDER
+from tidemark.collection.sql_plan import KEPT_ORDER, SQL_STRATEGIES
 from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.datetimes import from_sortable_text, sortable_text
 from tidemark.drivers.sql import BOOLEAN, INTEGER, NUMBER, TIMESTAMP
 from tidemark.drivers.sql.json_edits import insert_nulls, replace_members, unescaped_names
+from tidemark.drivers.sql.kept_order import kept_order_rule
 from tidemark.drivers.sql.model import DOCUMENT_COLUMN, Column, scale_of_kind
-from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql, kept_order_rule
+from tidemark.drivers.sql.reduce import NEW, OLD, ReduceSql
 from tidemark.drivers.sql.refusals import sum_overflowed
 
 DOUBLE_MAX = "1.7976931348623157e308"
@@ -308,19 +309,6 @@ def refused(model, exc: Exception) -> Optional[Exception]:
 
 
 #: the strategies SQLite reduces itself (``Capabilities.endpoint_reduce``)
-ENDPOINT_REDUCE = frozenset(
-    (
-        "sum",
-        "maximize",
-        "minimize",
-        "lastWriteWins",
-        "firstWriteWins",
-        "append",
-        "union",
-        "merge",
-        EXACT_SUM,
-        KEPT_ORDER,
-    )
-)
+ENDPOINT_REDUCE = SQL_STRATEGIES | {KEPT_ORDER}
 
 __all__ = ["SqliteReduce", "register", "refused", "unescaped_names", "ENDPOINT_REDUCE"]
