@@ -52,3 +52,19 @@ class KeptOrderForms:
         :meth:`set_members`: MariaDB's and SQLite's JSON patches remove ``value``'s ``null``
         members)."""
         raise NotImplementedError
+
+
+class LeanInstant(str):
+    """A lean row's date-time on one side of the reduce statement, as an order value: the SQL
+    of its text (the string itself: the remainder's, else the one its instant gives back),
+    its column (the instant) and its remainder member (the text where kept, else NULL).  A
+    dialect compares two by their columns where both texts name microsecond instants
+    (:meth:`ReduceSql.precedes`), by their texts otherwise."""
+
+    column: str
+    kept: str
+
+    def __new__(cls, text: str, column: str, kept: str) -> LeanInstant:
+        out = super().__new__(cls, text)
+        out.column, out.kept = column, kept
+        return out

@@ -11,8 +11,11 @@ from typing import Any, Callable, Optional, Sequence
 from tidemark.collection.plan import FieldPlan
 from tidemark.collection.reduce import ORDER, TIDEMARK
 from tidemark.drivers.common.columns import member_kind
-from tidemark.drivers.sql.model import Column, TableModel
-from tidemark.drivers.sql.reduce import LeanInstant, ReduceSql, _order
+from tidemark.drivers.sql.kept_forms import KeptOrderForms, LeanInstant
+from tidemark.drivers.sql.model import Column
+
+#: a dialect's SQL (``drivers/sql/reduce.py``'s ReduceSql, which imports this module)
+ReduceSql = Any
 
 
 class KeptOrder:
@@ -33,15 +36,12 @@ class KeptOrder:
     def __init__(
         self,
         forms: ReduceSql,
-        model: TableModel,
-        fields: dict[str, FieldPlan],
         f: FieldPlan,
+        order: Optional[tuple[str, str, FieldPlan]],
         docs: tuple[str, str],
         holds: tuple[str, str],
-        texts: Optional[dict[str, tuple[LeanInstant, LeanInstant]]] = None,
     ):
-        order = _order(forms, model, fields, f, *docs, texts)
-        assert order is not None
+        assert order is not None  # the stored and the staged order values, and the order property
         old_o, new_o, by = order
         self.f = f
         kind = member_kind(by)  # the kept value's: a date-time's text, a string, an integer or a boolean
@@ -157,7 +157,7 @@ def kept_order_rule(
     return side, time, int(time is None)
 
 
-def with_kept_orders(forms: ReduceSql, doc: str, kept: Sequence[KeptOrder]) -> str:
+def with_kept_orders(forms: KeptOrderForms, doc: str, kept: Sequence[KeptOrder]) -> str:
     """The reduced document ``doc`` with its ``_tidemark`` member (:data:`TIDEMARK`): ``{"order":
     {…}}`` of the order values ``kept`` keep, removed where they keep none (tidemark's own
     member, rewritten whole by each reduction); NULL where nothing is left."""

@@ -51,7 +51,7 @@ from tidemark.collection.sql_forms import (
 )
 from tidemark.collection.strategies import STRATEGIES
 from tidemark.drivers.common.columns import member_kind
-from tidemark.drivers.sql.kept_forms import KeptOrderForms
+from tidemark.drivers.sql.kept_forms import KeptOrderForms, LeanInstant
 from tidemark.drivers.sql.model import (
     DOCUMENT_COLUMN,
     JSON,
@@ -264,7 +264,11 @@ def reduce_statement(
     from tidemark.drivers.sql.kept_order import KeptOrder, held, with_kept_orders
 
     docs = (old_doc, new_doc)
-    kept = {f.name: KeptOrder(forms, model, fields, f, docs, held(forms, f, docs)) for f in plan.fields if f.kept_order}
+    kept = {
+        f.name: KeptOrder(forms, f, _order(forms, model, fields, f, *docs), docs, held(forms, f, docs))
+        for f in plan.fields
+        if f.kept_order
+    }
 
     typed: dict[str, str] = {}  # a computed scalar's expression, per property
     extreme_nulls: list[tuple[str, str]] = []  # a nullable property maximized or minimized: where it is null
@@ -392,7 +396,7 @@ def _lean_sets(
         if f.kept_order and col.name in texts:  # a date-time: the column and the text of the side picked
             old, new = texts[col.name]
             holds = (f"({old.column} IS NOT NULL)", f"({new.column} IS NOT NULL)")
-            kept.append(KeptOrder(forms, model, fields, f, (old_doc, new_doc), holds, texts))
+            kept.append(KeptOrder(forms, f, order, (old_doc, new_doc), holds))
             sets.append((quote(col.name), kept[-1].pick(old.column, new.column)))
             reduced.append((col.name, kept[-1].pick(old.kept, new.kept)))
             continue
@@ -419,7 +423,7 @@ def _lean_sets(
             continue
         if f.kept_order:
             holds = (f"({old_value} IS NOT NULL)", f"({new_value} IS NOT NULL)")
-            kept.append(KeptOrder(forms, model, fields, f, (old_doc, new_doc), holds, texts))
+            kept.append(KeptOrder(forms, f, order, (old_doc, new_doc), holds))
             sets.append((quote(col.name), kept[-1].pick(old_value, new_value)))
             continue
         if f.kind == "object":
@@ -447,22 +451,6 @@ def _lean_presence(forms: ReduceSql, col: Column, old_doc: str, new_doc: str) ->
         f"({forms.column(NEW, forms.quote(col.name))} IS NOT NULL OR "
         f"{forms.member(forms.staged_document(new_doc), col.name)} IS NOT NULL)",
     )
-
-
-class LeanInstant(str):
-    """A lean row's date-time on one side of the reduce statement, as an order value: the SQL
-    of its text (the string itself: the remainder's, else the one its instant gives back),
-    its column (the instant) and its remainder member (the text where kept, else NULL).  A
-    dialect compares two by their columns where both texts name microsecond instants
-    (:meth:`ReduceSql.precedes`), by their texts otherwise."""
-
-    column: str
-    kept: str
-
-    def __new__(cls, text: str, column: str, kept: str) -> LeanInstant:
-        out = super().__new__(cls, text)
-        out.column, out.kept = column, kept
-        return out
 
 
 #: what decides a picked property's value: (stored, staged, the order property)
@@ -615,4 +603,4 @@ def _sql(f: FieldPlan, forms: ReduceSql, old: str, new: str, order: Optional[Ord
     return expr
 
 
-__all__ = ["ReduceSql", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]
+__all__ = ["ReduceSql", "LeanInstant", "reduce_statement", "reduce_sources", "DOCUMENT_COLUMN", "OLD", "NEW"]
