@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, reduced_binding
+from tests.support.endpoint_reduce import Endpoint, canonical, commit, fold_batches, reduced_binding
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.sql_plan import binding_reduction
 from tidemark.drivers.sqlite.reduce import ENDPOINT_REDUCE
@@ -127,20 +127,12 @@ def endpoint(request, tmp_path):
     e.driver.close()
 
 
-def fold(coll, batches) -> dict:
-    view: dict = {}
-    for batch in batches:
-        for k, doc in batch.items():
-            view[k] = coll.reduce(view[k], doc) if k in view else doc
-    return view
-
-
 def test_the_python_fold_merges_the_object_member_by_member():
     """The reference the endpoints are held to (the expectations below)."""
     from tidemark.collection.collection import Collection
     from tidemark.spec import CollectionSpec
 
-    assert fold(Collection(CollectionSpec("orders", ("/k",), SCHEMA)), BATCHES) == EXPECTED
+    assert fold_batches(Collection(CollectionSpec("orders", ("/k",), SCHEMA)), BATCHES) == EXPECTED
 
 
 def test_the_endpoint_reduces_an_object_whose_members_have_strategies_of_their_own():
