@@ -319,6 +319,8 @@ class PostgresReduce(ReduceSql):
         return self.typed(doc, name, col)  # ->> is NULL for null
 
     KEPT_ORDER_ROWS = True
+    #: each kept_order's function and arguments, by its side's call
+    kept_calls: dict[str, tuple[str, str]] = {}
 
     #: the SQL type of a kept order value's function (kept_order), by the order property's kind
     KEPT_TYPES = {"dt": "text", "text": "text", INTEGER: "bigint", BOOLEAN: "boolean"}
@@ -329,7 +331,9 @@ class PostgresReduce(ReduceSql):
         self.prelude = {**self.prelude, name: self._kept_function(name, kind)}  # made in the statement's transaction
         args = ", ".join((str(last).lower(), *holds, *old, *new))
         typ = self.KEPT_TYPES[kind]
-        return f"{name}(0, {args})", f"({name}(1, {args}))::{typ}", f"({name}(2, {args}) = 't')"
+        side = f"{name}(0, {args})"
+        self.kept_calls = {**self.kept_calls, side: (name, args)}  # kept_member's call of the same function
+        return side, f"({name}(1, {args}))::{typ}", f"({name}(2, {args}) = 't')"
 
     def kept_member(self, kept) -> Optional[str]:
         # one property so ordered (the usual case): its function writes the member's JSON (part 3),
@@ -337,8 +341,8 @@ class PostgresReduce(ReduceSql):
         if len(kept) != 1:
             return None
         (k,) = kept
-        call = k.calls[0].replace("(0, ", "(3, ", 1)[:-1] + f", {literal(k.f.name)}))::jsonb"
-        call = "(" + call
+        name, args = self.kept_calls[k.calls[0]]
+        call = f"({name}(3, {args}, {literal(k.f.name)}))::jsonb"
         if k.rows is None:
             return call
         _side, time, null = k.rows
