@@ -136,6 +136,28 @@ FIELD_KINDS = {
             ),
         )
     ],
+    # arrays of scalars appended and unioned among an object's members
+    "array members": [
+        (
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                    "seen": {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+                    "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+                },
+            },
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "tags": st.lists(st.sampled_from(["a", "b", "é"]), max_size=3),
+                    "seen": st.lists(st.integers(0, 9), max_size=3),
+                    "n": st.integers(0, 9),
+                },
+            ),
+        )
+    ],
     # members with formats and exact decimals (the scan proves date-times; the combine the others)
     "members of formats": [
         (
@@ -795,6 +817,57 @@ def test_an_object_whose_members_have_strategies_of_their_own_compiles(spark, pl
     big = [{"k": "a", "address": {"visits": 2**62}}, {"k": "a", "address": {"visits": 2**62}}]
     with pytest.raises(ReductionError, match="/address/visits"):
         combine_batch(frame(spark, big, files=1), coll)
+
+
+ARRAY_MEMBERS = merged(
+    k={"type": "string"},
+    customer=merged(
+        name={"type": "string"},
+        tags={"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+        scores={"type": "array", "items": {"type": "number"}, "reduce": {"strategy": "union"}},
+        seen={"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+        flags={"type": "array", "items": {"type": "boolean"}, "reduce": {"strategy": "append"}},
+    ),
+)
+
+
+def test_an_objects_array_members_appended_and_unioned_compile(spark, plain_proof):
+    """An object's members that are arrays of one scalar type, appended or unioned (each value
+    once, first seen first; a lone document's array as it is), compile; an item of another type
+    is the rule the Python validator names (quarantined)."""
+    coll = Collection(CollectionSpec("t", ("/k",), ARRAY_MEMBERS))
+    plan = compile_collection(coll)
+    assert plan is not None and [m.kind for m in plan.fields[1].members] == ["scalar"] + ["append"] * 4
+    docs = [
+        {"k": "a", "customer": {"name": "x", "tags": ["b", "a", "b"], "seen": [1, 1], "scores": [1.5, 2]}},
+        {"k": "a", "customer": {"tags": ["c", "a"], "seen": [2], "flags": [True]}},
+        {"k": "a", "customer": {"scores": [2.0, 3, 1.5], "flags": [False, True]}},
+        {"k": "b", "customer": {"tags": ["z", "z"], "seen": []}},  # a lone document's array: as it is
+        {"k": "c", "customer": {"tags": []}},
+        {"k": "c", "customer": {"name": "y"}},
+        {"k": "d"},
+    ]
+    # without the JVM scan the documents holding the object are suspects: their keys take the fold
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "mixed")
+    assert got['["a"]']["customer"] == {
+        "name": "x",
+        "tags": ["b", "a", "c"],
+        "seen": [1, 1, 2],
+        "scores": [1.5, 2, 3],
+        "flags": [True, False, True],
+    }
+    assert got['["b"]']["customer"] == {"tags": ["z", "z"], "seen": []}
+    assert_quarantined(
+        spark,
+        coll,
+        docs,
+        [
+            ({"k": "a", "customer": {"tags": ["a", 1]}}, "1 is not of type 'string'"),
+            ({"k": "a", "customer": {"seen": 3}}, "3 is not of type 'array'"),
+            ({"k": "a", "customer": {"seen": [1.5]}}, "1.5 is not of type 'integer'"),
+            ({"k": "a", "customer": {"tags": None}}, "None is not of type 'array'"),
+        ],
+    )
 
 
 FORMATTED_MEMBERS = {

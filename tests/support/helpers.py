@@ -461,6 +461,8 @@ COMPILED_NULLABLE_SCHEMA = {
                 # carried as written, last written: a nullable member, a nested object
                 "contact": {"type": ["string", "null"]},
                 "geo": {"type": "object"},
+                # an array member: each tag once, first seen first
+                "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
             },
         },
     },
@@ -509,6 +511,7 @@ def write_compiled_orders(
                     ("fee", draw.choice([draw.randrange(-999, 999) / 100, draw.randrange(9)])),
                     ("contact", draw.choice([None, "a@b", "c@d"])),
                     ("geo", draw.choice([{}, {"lat": 1.5, "tags": [None, "x"]}, {"lon": -2}])),
+                    ("tags", [draw.choice(["x", "y", "é"]) for _ in range(draw.randrange(3))]),
                 )
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
                 if draw.random() < 0.2:  # a member the schema does not declare: last written
@@ -546,6 +549,8 @@ def compiled_oracle(paths, skip=()) -> dict:
                         place["visits"] = cur["place"]["visits"] + d["place"]["visits"]
                     if "fee" in d["place"] and "fee" in cur.get("place", {}):
                         place["fee"] = float(Decimal(repr(cur["place"]["fee"])) + Decimal(repr(d["place"]["fee"])))
+                    if "tags" in d["place"] and "tags" in cur.get("place", {}):  # each once, first seen first
+                        place["tags"] = list(dict.fromkeys(cur["place"]["tags"] + d["place"]["tags"]))
                     cur["place"] = place
                 if "channel" in d:  # undeclared: last written
                     cur["channel"] = d["channel"]

@@ -20,7 +20,8 @@ names a top-level scalar property; a property may take its own such ``order``), 
 * ``map``: an object with ``additionalProperties`` of one scalar type, or with ``properties``
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`_merged_object`);
 * ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
-  types, each with a strategy of its own (:data:`MEMBER_STRATEGIES`; :attr:`FieldPlan.members`);
+  types, each with a strategy of its own (:data:`MEMBER_STRATEGIES`; :attr:`FieldPlan.members`),
+  or arrays of one scalar type appended or unioned;
 
 reduced with a strategy whose Spark aggregation takes that shape (the table of
 :mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
@@ -478,6 +479,10 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
         if not _plain_scalar(child, merged=True) and _carried_member(child) is not None:
             carried = True  # last written, as written (the combine carries its text)
             continue
+        if _array_member(child):  # appended or unioned, in the source order
+            types.add("array")
+            strategies.add(_strategy(child))
+            continue
         plain = _plain_scalar(child, merged=True)
         strategy = _strategy(child) if plain else None
         if not plain or strategy not in MEMBER_STRATEGIES:
@@ -486,8 +491,8 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
                 f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "
                 f"of a scalar type, with annotations, a format of {', '.join(NATIVE_FORMATS)} or an exact decimal's "
                 "multipleOf; last written also where it is nullable, an object without properties, or an array "
-                "without items or of one scalar type; nested properties, other strategies and other assertions are "
-                "reduced by the Python fold)"
+                "without items or of one scalar type; an array of one scalar type also appended or unioned; nested "
+                "properties, other strategies and other assertions are reduced by the Python fold)"
             )
         if strategy == "sum" and child["type"] not in ("integer", "number"):
             return None, f"its property {name!r}: sum of a {child['type']}"
@@ -504,8 +509,26 @@ def _merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
     return ("object", "object"), ""
 
 
-#: The strategies of an object's members that compile (``object`` fields, :func:`_members`).
+#: The strategies of an object's members that compile (``object`` fields, :func:`_members`);
+#: an array member of one plain scalar type also by ``append`` or ``union`` (:func:`_array_member`).
 MEMBER_STRATEGIES = ("lastWriteWins", "firstWriteWins", "sum", "maximize", "minimize")
+ARRAY_MEMBER_STRATEGIES = ("append", "union")
+
+
+def _array_member(child: Any) -> bool:
+    """A merged object's member that is an array of one plain scalar type (``items: {type:
+    T}``, no other assertion) reduced by ``append`` or ``union``: an ``append`` member of its
+    object (the scan proves its items, the combine and the SQL statements reduce it as a
+    top-level property of that shape)."""
+    if not isinstance(child, dict) or child.get("type") != "array" or _strategy(child) not in ARRAY_MEMBER_STRATEGIES:
+        return False
+    items = child.get("items")
+    return (
+        _keywords(child) <= {"type", "items", "reduce", *ANNOTATIONS} - {"format"}
+        and isinstance(items, dict)
+        and set(items) == {"type"}
+        and items["type"] in SCALARS
+    )
 
 
 #: The scan's codes of what a carried member holds: ``null`` or a scalar (a nullable member),
@@ -571,12 +594,16 @@ def checked_members(f: FieldPlan) -> tuple[FieldPlan, ...]:
 
 def _members(name: str, sub: dict) -> tuple[FieldPlan, ...]:
     """The plans of an ``object`` field's members (named ``name/member``, as errors name
-    them), each a scalar reduced by its own strategy (not the carried ones: :func:`_carried`)."""
+    them), each a scalar reduced by its own strategy, or an array of scalars appended or
+    unioned (kind ``append``; not the carried ones: :func:`_carried`)."""
     out = []
     for member, child in sub["properties"].items():
         if not _plain_scalar(child, merged=True) and _carried_member(child) is not None:
             continue
         strategy = _strategy(child)
+        if _array_member(child):
+            out.append(FieldPlan(f"{name}/{member}", "append", child["items"]["type"], str(strategy), child))
+            continue
         scale = scale_of(child["multipleOf"]) if "multipleOf" in child else None
         out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child, scale=scale))
     return tuple(out)

@@ -64,7 +64,13 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
             column_type = T.MapType(T.StringType(), spark_type(f.type))
         elif f.kind == "object" and (f.members or checked_members(f)):
             column_type = T.StructType(
-                [T.StructField(part.member, spark_type(part.type)) for part in f.members]
+                [
+                    T.StructField(
+                        part.member,
+                        T.ArrayType(spark_type(part.type)) if part.kind == "append" else spark_type(part.type),
+                    )
+                    for part in f.members
+                ]
                 + [  # carried as written, checked on the parsed value
                     T.StructField(part.member, T.DoubleType() if part.type == "n" else T.StringType())
                     for part in checked_members(f)

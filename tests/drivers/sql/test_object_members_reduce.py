@@ -11,7 +11,14 @@ from __future__ import annotations
 import pytest
 
 from tests.support.driver_protocol import MAT, apply, cp
-from tests.support.endpoint_reduce import Endpoint, canonical, commit, fold_batches, reduced_binding
+from tests.support.endpoint_reduce import (
+    Endpoint,
+    canonical,
+    commit,
+    fold_batches,
+    reduced_binding,
+    reduced_in_endpoint,
+)
 from tests.support.mysql_support import mysql_db, mysql_url  # fixtures of the mysql endpoint
 from tidemark.collection.sql_plan import binding_reduction
 from tidemark.drivers.sqlite.reduce import ENDPOINT_REDUCE
@@ -258,3 +265,82 @@ def test_a_member_named_beyond_ascii_is_one_member_however_its_name_is_escaped(e
     for i, v in enumerate((1, 2, 4)):
         commit(driver, coll, b, {"a": {"k": "a", "maß": {"größe": v, "ü": "zyx"[i], "é": i}}}, i, texts=i != 1)
     assert driver.dump(MAT, b) == {("a",): {"k": "a", "maß": {"größe": 7, "ü": "x", "é": 2}}}
+
+
+ARRAY_MEMBERS = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "customer": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "name": {"type": "string"},
+                "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                "scores": {"type": "array", "items": {"type": "number"}, "reduce": {"strategy": "union"}},
+                "codes": {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "union"}},
+                "flags": {"type": "array", "items": {"type": "boolean"}, "reduce": {"strategy": "union"}},
+                "seen": {"type": "array", "items": {"type": "integer"}, "reduce": {"strategy": "append"}},
+                "notes": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "append"}},
+            },
+        },
+    },
+}
+
+
+def _array_member_batches(seed: int) -> list[dict]:
+    """Batches of combined documents whose ``customer`` holds some of its array members (empty
+    arrays, repeats within one array, values already stored, 1 beside 1.0, strings beyond
+    ASCII and with quotes), each key in some batches only."""
+    import random
+
+    rng = random.Random(seed)
+    pools = {
+        "tags": ["a", "b", "é", 'q"t', "a b"],
+        "scores": [1, 1.0, 2.5, -0.5, 1e300],
+        "codes": [0, 1, 2**62, -7],
+        "flags": [True, False],
+        "seen": [1, 2, 3],
+        "notes": ["x", "ÿ", "\\n"],
+    }
+    batches = []
+    for _ in range(4):
+        batch = {}
+        for key in "abcdefgh":
+            if rng.random() < 0.3:
+                continue
+            doc: dict = {"k": key}
+            if rng.random() < 0.85:
+                customer: dict = {}
+                for member, pool in pools.items():
+                    if rng.random() < 0.6:
+                        customer[member] = [rng.choice(pool) for _ in range(rng.randint(0, 3))]
+                if rng.random() < 0.5:
+                    customer["visits"] = rng.randint(0, 5)
+                if rng.random() < 0.3:
+                    customer["name"] = rng.choice(["n1", "n2"])
+                doc["customer"] = customer
+            batch[key] = doc
+        batches.append(batch)
+    return batches
+
+
+def test_an_objects_array_members_compile_for_the_endpoints():
+    plan, why = binding_reduction(ARRAY_MEMBERS, ("/k",), ENDPOINT_REDUCE)
+    assert plan is not None, why
+    [customer] = [f for f in plan.fields if f.name == "customer"]
+    assert {m.member: (m.kind, m.strategy) for m in customer.members}["tags"] == ("append", "union")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_an_objects_array_members_are_appended_and_unioned_in_the_endpoint(endpoint, document, seed):
+    """Arrays of scalars among an object's members, appended or unioned (each value once, the
+    first seen first, as the fold compares values: 1 and 1.0 one number, a boolean not one) by
+    the endpoint's statement, against the Python fold; JSON texts, documents and typed rows."""
+    batches = _array_member_batches(seed)
+    view, got = reduced_in_endpoint(endpoint, ARRAY_MEMBERS, f"arrays{seed}", document, batches, every_other_typed=True)
+    assert any(len(v.get("customer", {}).get("tags", [])) > 1 for v in view.values())

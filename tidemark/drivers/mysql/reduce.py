@@ -238,12 +238,16 @@ class MariaReduce(ReduceSql):
         )
 
     def _staged(self, value: str) -> str:
-        """A staged value as a subquery may name it: ``VALUES(col)`` as the staging table's column."""
+        """A staged value as a subquery may name it: each ``VALUES(col)`` in it (a column, or a
+        member of one: an object's array) as the staging table's column."""
         for j, c in enumerate(self.model.columns):
-            if value == f"VALUES({self.quote(c.name)})":
+            values = f"VALUES({self.quote(c.name)})"
+            if values in value:
                 if self.staged_values:
-                    return f"{STAGED}.{staged_column(j)}"
-                return self.member(f"{STAGED}.{STAGED_DOCUMENT}", c.name)
+                    staged = f"{STAGED}.{staged_column(j)}"
+                else:
+                    staged = self.member(f"{STAGED}.{STAGED_DOCUMENT}", c.name)
+                value = value.replace(values, staged)
         return value
 
     def merge_documents(self, old: str, new: str) -> str:

@@ -416,7 +416,12 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                         give(field + "\u0002", name, at);
                         continue;
                     }
-                    memberScalar(members.types[k]);
+                    char type = members.types[k];
+                    if (type == 'S' || type == 'I' || type == 'N' || type == 'B') {  // an array appended or unioned
+                        carried(type, null);
+                    } else {
+                        memberScalar(type);
+                    }
                 } while (more('}'));
             }
             for (int k = 0; k < members.kinds.length; k++) {

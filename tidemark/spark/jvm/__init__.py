@@ -128,7 +128,11 @@ def _nested(carried) -> str:
 
 def _member_code(member, codes: dict) -> str:
     """The scan's type code of an object's declared member: a date-time ``d``, ``D`` where the
-    combine orders it by its instant (maximized, minimized: its fraction bounded too)."""
+    combine orders it by its instant (maximized, minimized: its fraction bounded too); an array
+    of one scalar type (appended or unioned) its items' code in upper case (``S``, ``I``, ``N``,
+    ``B``)."""
+    if member.kind == "append":
+        return codes[member.type].upper()
     if not is_date_time(member):
         return codes[member.type]
     return "D" if member.strategy in ("maximize", "minimize") else "d"
