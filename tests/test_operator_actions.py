@@ -102,7 +102,7 @@ SLOW = pytest.mark.slow
 @pytest.mark.parametrize(
     "kind,old,new",
     [
-        ("sqlite", 4, 3),
+        pytest.param("sqlite", 4, 3, marks=SLOW),
         pytest.param("sqlite", 4, 2, marks=SLOW),
         ("sqlite", 2, 4),
         pytest.param("sqlite", 3, 5, marks=SLOW),

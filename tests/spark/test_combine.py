@@ -396,7 +396,7 @@ def collect(result):
 
 @pytest.mark.slow  # the property tests of both combine implementations run after the default suite
 @settings(
-    max_examples=10,
+    max_examples=6,  # each example two Spark combines; hypothesis draws new ones every run
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
 )

@@ -71,11 +71,11 @@ ONE_JOB_POINTS = ["open", "mid_store", "after_endpoint_commit", "after_recovery_
 
 # The shard sessions on Spark's executors (the commit and the log) and in
 # the driver ("Small batches"; after it) at the telling points on the endpoint-reduce path
-# (SQLite reduces this schema itself: no Loads), and the Open, the Store and the other
-# points, ``mid_load`` included, on the Load path (``endpoint_reduce: false``; after the
+# (SQLite reduces this schema itself: no Loads), and the Open, the Store, the Load and the
+# last point before Spark's commit on the Load path (``endpoint_reduce: false``; after the
 # default suite). Every point on both paths, 4 shards, is the plain runner's
 # test above (``4-every-plain``): what Spark adds is where the sessions run.
-LOAD_POINTS = [p for p in POINTS if p not in ONE_JOB_POINTS]
+LOAD_POINTS = ["mid_load", "before_spark_commit"]
 
 
 @pytest.mark.parametrize(
