@@ -158,6 +158,43 @@ FIELD_KINDS = {
             ),
         )
     ],
+    # a merged object inside a merged object, its members by their own strategies
+    "nested members": [
+        (
+            {
+                "type": "object",
+                "reduce": {"strategy": "merge"},
+                "properties": {
+                    "city": {"type": "string"},
+                    "geo": {
+                        "type": "object",
+                        "reduce": {"strategy": "merge"},
+                        "properties": {
+                            "lat": {"type": "number", "reduce": {"strategy": "maximize"}},
+                            "hits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                            "zones": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                            "first": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+                        },
+                    },
+                },
+            },
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "city": st.sampled_from(["a", "é"]),
+                    "geo": st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "lat": st.floats(-90, 90, allow_nan=False),
+                            "hits": st.integers(0, 9),
+                            "zones": st.lists(st.sampled_from(["x", "y"]), max_size=2),
+                            "first": st.sampled_from(["p", "q"]),
+                        },
+                    ),
+                },
+            ),
+        )
+    ],
     # members with formats and exact decimals (the scan proves date-times; the combine the others)
     "members of formats": [
         (
@@ -868,6 +905,72 @@ def test_an_objects_array_members_appended_and_unioned_compile(spark, plain_proo
             ({"k": "a", "customer": {"tags": None}}, "None is not of type 'array'"),
         ],
     )
+
+
+NESTED_MEMBERS = merged(
+    k={"type": "string"},
+    address=merged(
+        city={"type": "string"},
+        geo={
+            **merged(
+                lat={"type": "number", "reduce": {"strategy": "maximize"}},
+                hits={"type": "integer", "reduce": {"strategy": "sum"}},
+                zones={"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                seen_at={"type": "string", "format": "date-time", "reduce": {"strategy": "minimize"}},
+                fee={"type": "number", "multipleOf": 0.01, "reduce": {"strategy": "sum"}},
+            ),
+            "required": ["lat"],
+        },
+    ),
+)
+
+
+def test_a_merged_object_inside_a_merged_object_compiles(spark, plain_proof):
+    """``address.geo`` merged within ``address``, each of its members by its own strategy; a
+    member ``geo`` does not declare, a missing required one or one of another type: the rule the
+    Python validator names, or the key's Python fold (an undeclared member: last written)."""
+    coll = Collection(CollectionSpec("t", ("/k",), NESTED_MEMBERS))
+    plan = compile_collection(coll)
+    assert plan is not None and [m.kind for m in plan.fields[1].members] == ["scalar", "object"]
+    docs = [
+        {"k": "a", "address": {"city": "x", "geo": {"lat": 1.5, "hits": 1, "zones": ["b", "a"], "fee": 0.1}}},
+        {
+            "k": "a",
+            "address": {"geo": {"lat": -2, "hits": 2, "zones": ["a", "c"], "seen_at": "2024-05-01T10:00:00+05:30"}},
+        },
+        {"k": "a", "address": {"city": "y", "geo": {"lat": 0, "seen_at": "2024-05-01T04:30:00Z", "fee": 0.2}}},
+        {"k": "b", "address": {"geo": {"lat": 3}}},
+        {"k": "b", "address": {"city": "z"}},
+        {"k": "c", "address": {}},
+    ]
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "fallback")  # each document a suspect
+    assert got['["a"]']["address"] == {
+        "city": "y",
+        # one instant twice: the later text (the fold's ties go to the later document)
+        "geo": {"lat": 1.5, "hits": 3, "zones": ["b", "a", "c"], "seen_at": "2024-05-01T04:30:00Z", "fee": 0.3},
+    }
+    assert got['["b"]']["address"] == {"geo": {"lat": 3}, "city": "z"}
+    assert_quarantined(
+        spark,
+        coll,
+        docs,
+        [
+            ({"k": "a", "address": {"geo": {"lat": "north"}}}, "'north' is not of type 'number'"),
+            ({"k": "a", "address": {"geo": {"hits": 1}}}, "'lat' is a required property"),
+            ({"k": "a", "address": {"geo": None}}, "None is not of type 'object'"),
+            ({"k": "a", "address": {"geo": {"lat": 1, "fee": 0.001}}}, "is not a multiple of 0.01"),
+        ],
+    )
+    undeclared = docs + [{"k": "a", "address": {"geo": {"lat": 9, "alt": 100}}}]
+    res = combine_batch(frame(spark, undeclared, files=1), coll)
+    try:  # the key's Python fold: the undeclared member last written, the others as before
+        assert collect(res) == expected(coll, undeclared, files=1)
+        assert res.path == ("mixed" if plain_proof == "jvm" else "fallback")
+    finally:
+        res.unpersist()
+    big = [{"k": "a", "address": {"geo": {"lat": 1, "hits": 2**62}}}] * 2
+    with pytest.raises(ReductionError, match="/address/geo/hits"):
+        combine_batch(frame(spark, big, files=1), coll)
 
 
 FORMATTED_MEMBERS = {

@@ -463,6 +463,15 @@ COMPILED_NULLABLE_SCHEMA = {
                 "geo": {"type": "object"},
                 # an array member: each tag once, first seen first
                 "tags": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                # a merged object inside: its hits summed, its tier the greatest
+                "spot": {
+                    "type": "object",
+                    "reduce": {"strategy": "merge"},
+                    "properties": {
+                        "hits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                        "tier": {"type": "integer", "reduce": {"strategy": "maximize"}},
+                    },
+                },
             },
         },
     },
@@ -512,6 +521,7 @@ def write_compiled_orders(
                     ("contact", draw.choice([None, "a@b", "c@d"])),
                     ("geo", draw.choice([{}, {"lat": 1.5, "tags": [None, "x"]}, {"lon": -2}])),
                     ("tags", [draw.choice(["x", "y", "é"]) for _ in range(draw.randrange(3))]),
+                    ("spot", {m: draw.randrange(1, 5) for m in ("hits", "tier") if draw.random() < 0.6}),
                 )
                 doc["place"] = {k: v for k, v in members if draw.random() < 0.7}
                 if draw.random() < 0.2:  # a member the schema does not declare: last written
@@ -551,6 +561,16 @@ def compiled_oracle(paths, skip=()) -> dict:
                         place["fee"] = float(Decimal(repr(cur["place"]["fee"])) + Decimal(repr(d["place"]["fee"])))
                     if "tags" in d["place"] and "tags" in cur.get("place", {}):  # each once, first seen first
                         place["tags"] = list(dict.fromkeys(cur["place"]["tags"] + d["place"]["tags"]))
+                    if "spot" in d["place"] and "spot" in cur.get(
+                        "place", {}
+                    ):  # merged: hits summed, tier the greatest
+                        old, new = cur["place"]["spot"], d["place"]["spot"]
+                        spot = {**old, **new}
+                        if "hits" in old and "hits" in new:
+                            spot["hits"] = old["hits"] + new["hits"]
+                        if "tier" in old and "tier" in new:
+                            spot["tier"] = max(old["tier"], new["tier"])
+                        place["spot"] = spot
                     cur["place"] = place
                 if "channel" in d:  # undeclared: last written
                     cur["channel"] = d["channel"]

@@ -125,6 +125,10 @@ def merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
             types.add("array")
             strategies.add(strategy_of(child))
             continue
+        if nested_merged(child):  # merged, member by member
+            types.add("object")
+            strategies.add("merge")
+            continue
         plain = plain_scalar(child, merged=True)
         strategy = strategy_of(child) if plain else None
         if not plain or strategy not in MEMBER_STRATEGIES:
@@ -133,8 +137,9 @@ def merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
                 f"{', '.join(MEMBER_STRATEGIES)} (an object's properties compile where each is `{{type: T}}` "
                 f"of a scalar type, with annotations, a format of {', '.join(NATIVE_FORMATS)} or an exact decimal's "
                 "multipleOf; last written also where it is nullable, an object without properties, or an array "
-                "without items or of one scalar type; an array of one scalar type also appended or unioned; nested "
-                "properties, other strategies and other assertions are reduced by the Python fold)"
+                "without items or of one scalar type; an array of one scalar type also appended or unioned; an "
+                "object of such properties also merged, one level deep; deeper merges, other strategies and other "
+                "assertions are reduced by the Python fold)"
             )
         if strategy == "sum" and child["type"] not in ("integer", "number"):
             return None, f"its property {name!r}: sum of a {child['type']}"
@@ -155,6 +160,45 @@ def merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
 #: an array member of one plain scalar type also by ``append`` or ``union`` (:func:`array_member`).
 MEMBER_STRATEGIES = ("lastWriteWins", "firstWriteWins", "sum", "maximize", "minimize")
 ARRAY_MEMBER_STRATEGIES = ("append", "union")
+
+
+def nested_merged(child: Any) -> bool:
+    """A merged object's member that is itself an object reduced by ``merge`` (one level deep),
+    whose declared members are each a plain scalar with a strategy of its own
+    (:data:`MEMBER_STRATEGIES`) or an array appended or unioned (:func:`array_member`): an
+    ``object`` member of its object, reduced member by member as its object is.  The JVM scan
+    proves its members and takes a member it does not declare as a suspect's (the Python fold
+    reduces that key), so the combine's struct never drops one."""
+    if not isinstance(child, dict) or child.get("type") != "object" or strategy_of(child) != "merge":
+        return False
+    props = child.get("properties")
+    if schema_keywords(child) - {"type", "properties", "required", "additionalProperties", *ANNOTATIONS}:
+        return False
+    if not isinstance(props, dict) or not props or not requires_declared(child):
+        return False
+    if child.get("additionalProperties", True) not in (True, False):
+        return False
+    for name, sub in props.items():
+        if "/" in name or "~" in name:
+            return False
+        if array_member(sub):
+            continue
+        strategy = strategy_of(sub)
+        if not plain_scalar(sub, merged=True) or strategy not in MEMBER_STRATEGIES:
+            return False
+        if strategy == "sum" and sub["type"] not in ("integer", "number"):
+            return False
+    return True
+
+
+def flat_members(f: FieldPlan) -> list[FieldPlan]:
+    """``f``'s members, and the members of each that is an object (:func:`nested_merged`), in order."""
+    out: list[FieldPlan] = []
+    for part in f.members:
+        out.append(part)
+        if part.kind == "object":
+            out += flat_members(part)
+    return out
 
 
 def array_member(child: Any) -> bool:
@@ -245,6 +289,10 @@ def members_of(name: str, sub: dict) -> tuple[FieldPlan, ...]:
         strategy = strategy_of(child)
         if array_member(child):
             out.append(FieldPlan(f"{name}/{member}", "append", child["items"]["type"], str(strategy), child))
+            continue
+        if nested_merged(child):
+            inner = members_of(f"{name}/{member}", child)
+            out.append(FieldPlan(f"{name}/{member}", "object", "object", "merge", child, members=inner))
             continue
         scale = scale_of(child["multipleOf"]) if "multipleOf" in child else None
         out.append(FieldPlan(f"{name}/{member}", "scalar", child["type"], str(strategy), child, scale=scale))

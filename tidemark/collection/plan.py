@@ -21,12 +21,13 @@ names a top-level scalar property; a property may take its own such ``order``), 
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`merged_object`);
 * ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
   types, each with a strategy of its own (:data:`MEMBER_STRATEGIES`; :attr:`FieldPlan.members`),
-  or arrays of one scalar type appended or unioned;
+  arrays of one scalar type appended or unioned, or objects of such members merged (one level;
+  :mod:`tidemark.collection.members`);
 
 reduced with a strategy whose Spark aggregation takes that shape (the table of
 :mod:`tidemark.collection.strategies`: ``Strategy.spark_kinds`` / ``spark_types``).
-Anything else (conditionals, ``$ref``, deletions, keyed strategies, sets, nested merges of
-declared properties, nullable types reduced otherwise, ...) returns ``None``: the caller uses the vectorized
+Anything else (conditionals, ``$ref``, deletions, keyed strategies, sets, merges nested deeper
+than an object's member, nullable types reduced otherwise, ...) returns ``None``: the caller uses the vectorized
 Python fallback.  The Spark side of a plan is :mod:`tidemark.spark.compile`; the fast
 Python fold of one is :mod:`tidemark.collection.fast`.
 """

@@ -40,7 +40,8 @@ class FieldPlan:
     order: str = ""  # ``reduce.order`` of a lastWriteWins / firstWriteWins property: another top-level property
     scale: Optional[int] = None  # an exact decimal's places (a number with ``multipleOf`` 10^-scale)
     nullable: bool = False  # ``type: [T, "null"]``: ``null`` is a value of its own, kept apart from absent
-    # an ``object``'s members (named ``property/member``), each a scalar with its own strategy
+    # an ``object``'s members (named ``property/member``), each with its own strategy: a scalar, an
+    # array appended or unioned (``append``), or a merged object of such members (``object``)
     members: tuple[FieldPlan, ...] = ()
     # a merged ``object``'s members carried as written, last written (:func:`carried_member`):
     # nullable scalars, objects and arrays picked whole; ``type`` is the scan's code for them

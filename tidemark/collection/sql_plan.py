@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tidemark.collection.members import flat_members
 from tidemark.collection.plan import CompiledPlan, compiled_properties
 from tidemark.collection.strategies import STRATEGIES
 
@@ -97,7 +98,7 @@ def _field_reason(plan: CompiledPlan, f: Any, strategies: frozenset) -> str:
             f"{place}ordered by /{f.order}, which some documents lack (the view keeps the order value of each "
             f"{f.name!r} that is not its document's own, which this endpoint's statement does not)"
         )
-    named = [m for m in f.members if m.strategy != "lastWriteWins"]  # the statement names them
+    named = [m for m in flat_members(f) if m.strategy != "lastWriteWins"]  # the statement names them
     if any(unspellable(m.member) for m in named):
         return f"{place}a member's name holding a quote, a backslash or a control character"
     unreduced = next((m for m in named if m.strategy not in strategies), None)

@@ -63,25 +63,33 @@ def parse_schema(plan: CompiledPlan, corrupt: bool = True):
         elif f.kind == "map":
             column_type = T.MapType(T.StringType(), spark_type(f.type))
         elif f.kind == "object" and (f.members or checked_members(f)):
-            column_type = T.StructType(
-                [
-                    T.StructField(
-                        part.member,
-                        T.ArrayType(spark_type(part.type)) if part.kind == "append" else spark_type(part.type),
-                    )
-                    for part in f.members
-                ]
-                + [  # carried as written, checked on the parsed value
-                    T.StructField(part.member, T.DoubleType() if part.type == "n" else T.StringType())
-                    for part in checked_members(f)
-                ]
-            )
+            column_type = _members_type(f)
         else:
             column_type = T.StringType()
         out.append(T.StructField(f.name, column_type))
     if corrupt:
         out.append(T.StructField("_corrupt", T.StringType()))
     return T.StructType(out)
+
+
+def _members_type(f):
+    """The struct ``from_json`` reads an object of members into: each member's type (an array
+    member's array, a merged object member's own struct), then the carried members the
+    combine checks on the parsed value."""
+    from pyspark.sql import types as T
+
+    def member_type(part):
+        if part.kind == "append":
+            return T.ArrayType(spark_type(part.type))
+        return _members_type(part) if part.kind == "object" else spark_type(part.type)
+
+    return T.StructType(
+        [T.StructField(part.member, member_type(part)) for part in f.members]
+        + [  # carried as written, checked on the parsed value
+            T.StructField(part.member, T.DoubleType() if part.type == "n" else T.StringType())
+            for part in checked_members(f)
+        ]
+    )
 
 
 # Spark's JSON reader accepts single-quoted strings and names unless told not to; the
@@ -299,6 +307,34 @@ def spliced(json_object, members):
     )
 
 
+def _object_members(f, values, v: str, n: str, ops: SparkOps, aggs: list, errors: list):
+    """An object of members (``values``: its parsed struct), each aggregated by its own strategy
+    (a merged object member's members so too, within it): (where a document held the object,
+    the struct of the members present).  The aggregates go into ``aggs`` as ``{v}_{j}``,
+    their counts as ``{n}_{j}``, the object's count as ``n``."""
+    F = ops.F
+    members = []
+    for j, part in enumerate(f.members):
+        if part.kind == "object":
+            member_present, member = _object_members(
+                part, values[part.member], f"{v}_{j}", f"{n}_{j}", ops, aggs, errors
+            )
+            members.append(F.when(member_present, member).alias(part.member))
+            continue
+        agg = cast(Callable[..., SparkAggregate], STRATEGIES[part.strategy].spark)(ops, part, values[part.member])
+        aggs.append(agg.column.alias(f"{v}_{j}"))
+        member_present = F.col(f"{v}_{j}").isNotNull()
+        if agg.count is not None:
+            aggs.append(agg.count.alias(f"{n}_{j}"))
+            member_present = F.col(f"{n}_{j}") > 0
+        if agg.error is not None:
+            errors.append(agg.error(member_present, F.col(f"{v}_{j}")))
+        members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(part.member))
+    aggs.append(F.count(values).alias(n))
+    # (an object of carried members only is read as its text: present where not null)
+    return F.col(n) > 0, (F.struct(*members) if members else F.lit(None))
+
+
 def aggregations(
     plan: CompiledPlan,
     p,
@@ -411,22 +447,7 @@ def aggregations(
             written_null.append(F.when(present & picked.isNull(), F.lit(json_name(f.name) + ":null")))
         elif f.kind == "object":  # each member by its own strategy; the object where any document holds it
             values = mask(p[f.name]) if mask_scalars else p[f.name]
-            members = []
-            for j, part in enumerate(f.members):
-                agg = cast(Callable[..., SparkAggregate], STRATEGIES[part.strategy].spark)(
-                    ops, part, values[part.member]
-                )
-                aggs.append(agg.column.alias(f"{v}_{j}"))
-                member_present = F.col(f"{v}_{j}").isNotNull()
-                if agg.count is not None:
-                    aggs.append(agg.count.alias(f"{n}_{j}"))
-                    member_present = F.col(f"{n}_{j}") > 0
-                if agg.error is not None:
-                    errors.append(agg.error(member_present, F.col(f"{v}_{j}")))
-                members.append(F.when(member_present, F.col(f"{v}_{j}")).alias(part.member))
-            aggs.append(F.count(values).alias(n))
-            # (an object of carried members only is read as its text: present where not null)
-            present, picked = F.col(n) > 0, (F.struct(*members) if members else F.lit(None))
+            present, picked = _object_members(f, values, v, n, ops, aggs, errors)
         elif f.kept_order:  # ordered by a property some documents lack: the latest holder's, and its order value
             values = mask(p[f.name]) if mask_scalars else p[f.name]
             picked, present = _kept_order(plan, f, values, p[f.order], ops, aggs, v, order_kept)

@@ -346,6 +346,9 @@ def _member_checks(f, c) -> list:
     conds = []
     for part in f.members:
         value = c[part.member]
+        if part.kind == "object":  # a merged object member: its own members so
+            conds += _member_checks(part, value)
+            continue
         if part.scale is not None:
             conds.append(F.round(value, part.scale) != value)
         fmt = part.schema.get("format")

@@ -344,3 +344,107 @@ def test_an_objects_array_members_are_appended_and_unioned_in_the_endpoint(endpo
     batches = _array_member_batches(seed)
     view, got = reduced_in_endpoint(endpoint, ARRAY_MEMBERS, f"arrays{seed}", document, batches, every_other_typed=True)
     assert any(len(v.get("customer", {}).get("tags", [])) > 1 for v in view.values())
+
+
+GEO = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "properties": {
+        "lat": {"type": "number", "reduce": {"strategy": "maximize"}},
+        "lon": {"type": "number"},
+        "hits": {"type": "integer", "reduce": {"strategy": "sum"}},
+        "first": {"type": "string", "reduce": {"strategy": "firstWriteWins"}},
+        "zones": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+        "seen_at": {"type": "string", "format": "date-time", "reduce": {"strategy": "maximize"}},
+    },
+}
+NESTED = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "address": {
+            "type": "object",
+            "reduce": {"strategy": "merge"},
+            "properties": {
+                "city": {"type": "string"},
+                "visits": {"type": "integer", "reduce": {"strategy": "sum"}},
+                "geo": GEO,
+            },
+        },
+    },
+}
+
+
+def _nested_batches(seed: int) -> list[dict]:
+    """Batches of combined documents whose ``address`` holds some of its members and a ``geo``
+    of some of its own (an empty one too), each key in some batches only."""
+    import random
+
+    rng = random.Random(seed)
+    pools = {
+        "lat": [1.5, -3, 2.25],
+        "lon": [0.5, 7],
+        "hits": [1, 2, 40],
+        "first": ["p", "q"],
+        "zones": [["a"], ["b", "a"], [], ["é", "é"]],
+        "seen_at": ["2024-05-01T10:00:00+05:30", "2024-05-01T04:30:00.000001Z", "2024-05-01T04:30:00Z"],
+    }
+    batches = []
+    for _ in range(4):
+        batch = {}
+        for key in "abcdefgh":
+            if rng.random() < 0.3:
+                continue
+            doc: dict = {"k": key}
+            if rng.random() < 0.85:
+                address: dict = {}
+                if rng.random() < 0.5:
+                    address["city"] = rng.choice(["Oslo", "Lima"])
+                if rng.random() < 0.5:
+                    address["visits"] = rng.randint(0, 3)
+                if rng.random() < 0.75:
+                    address["geo"] = {m: rng.choice(pool) for m, pool in pools.items() if rng.random() < 0.5}
+                doc["address"] = address
+            batch[key] = doc
+        batches.append(batch)
+    return batches
+
+
+def test_a_merged_object_inside_a_merged_object_compiles_for_the_endpoints():
+    plan, why = binding_reduction(NESTED, ("/k",), ENDPOINT_REDUCE)
+    assert plan is not None, why
+    [address] = [f for f in plan.fields if f.name == "address"]
+    [geo] = [m for m in address.members if m.member == "geo"]
+    assert geo.kind == "object" and {m.member: m.strategy for m in geo.members}["hits"] == "sum"
+    deeper = {**GEO, "properties": {**GEO["properties"], "inner": GEO}}  # one level deep only
+    schema = {**NESTED, "properties": {**NESTED["properties"], "address": {**NESTED["properties"]["address"]}}}
+    schema["properties"]["address"]["properties"] = {"geo": deeper}
+    plan, why = binding_reduction(schema, ("/k",), ENDPOINT_REDUCE)
+    assert plan is None and why.startswith("/address: its property 'geo' is not a plain scalar"), why
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_a_merged_object_inside_a_merged_object_is_reduced_member_by_member_in_the_endpoint(endpoint, document, seed):
+    """``address.geo`` merged within ``address``: each of its members by its own strategy (a sum,
+    a maximum, a date-time by its instant, a first value, a union), by the endpoint's statement,
+    against the Python fold; JSON texts, documents and typed rows."""
+    batches = _nested_batches(seed)
+    view, got = reduced_in_endpoint(endpoint, NESTED, f"nested{seed}", document, batches, every_other_typed=True)
+    held = [k for b in batches for k, d in b.items() if "hits" in d.get("address", {}).get("geo", {})]
+    assert len(held) > len(set(held)) and set(view) == set(got)  # some key's hits summed
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_a_nested_members_sum_beyond_its_type_names_the_key_and_its_path(endpoint, document):
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, NESTED, "nested_overflow", document)
+    apply(driver, b)
+    first = {"a": {"k": "a", "address": {"geo": {"hits": 2**62}}}, "b": {"k": "b", "address": {"visits": 1}}}
+    commit(driver, coll, b, first, 0)
+    with pytest.raises(DriverError) as err:
+        commit(driver, coll, b, {"a": {"k": "a", "address": {"geo": {"hits": 2**62}}}, "b": first["b"]}, 1)
+    assert "key ['a']: /address/geo/hits: 'sum' overflowed: the result is beyond a 64-bit integer" in str(err.value)
+    assert {k[0]: v for k, v in driver.dump(MAT, b).items()} == first

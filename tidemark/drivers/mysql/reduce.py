@@ -301,7 +301,8 @@ def overflow_query(
             stored = f"COALESCE(t.{quote(within.name)}, {stored})"
             if typed:
                 staged_object = f"s.{staged_column(names.index(within.name))}"
-        old, new = (f"JSON_VALUE({obj}, {path(f.member)})" for obj in (stored, staged_object))
+        inner = ".".join(f'"{m}"' for m in f.name[len(within.name) + 1 :].split("/"))  # a nested member's too
+        old, new = (f"JSON_VALUE({obj}, {literal('$.' + inner)})" for obj in (stored, staged_object))
     else:
         old = f"t.{quote(col.name)}" if model.lean else f"JSON_VALUE(t.{quote(DOCUMENT_COLUMN)}, {path(f.name)})"
         if typed:

@@ -226,7 +226,8 @@ class PostgresReduce(ReduceSql):
                 stored = f"COALESCE(t.{q(within.name)}, {stored})"
                 if typed:
                     staged = f"s.{staged_column(names.index(within.name))}"
-            old, new = (f"({obj} -> {literal(f.member)})" for obj in (stored, staged))
+            inner = "".join(f" -> {literal(m)}" for m in f.name[len(within.name) + 1 :].split("/"))  # nested too
+            old, new = (f"({obj}{inner})" for obj in (stored, staged))
         old, new = f"{old}::numeric", f"{new}::numeric"
         beyond = (
             f"> {9223372036854775807 if col.kind == INTEGER else '1.7976931348623157e308'}"

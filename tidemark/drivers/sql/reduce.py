@@ -487,7 +487,10 @@ def object_sql(forms: ReduceSql, f: FieldPlan, old: str, new: str) -> str:
     for part in f.members:
         if part.strategy == "lastWriteWins":  # the merge's later value
             continue
-        if part.picked_by:  # a date-time maximized or minimized: the value of the side its instant picks
+        if part.kind == "object":  # a merged object member: member by member, as its object
+            old_member, new_member = forms.member(old, part.member), forms.member(new, part.member)
+            reduced.append((part.member, object_sql(forms, part, old_member, new_member)))
+        elif part.picked_by:  # a date-time maximized or minimized: the value of the side its instant picks
             text = Column(part.member, TEXT)
             order = (forms.typed(old, part.member, text), forms.typed(new, part.member, text), part)
             old_member, new_member = forms.member(old, part.member), forms.member(new, part.member)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from tidemark.collection.decimals import MAX_DIGITS
+from tidemark.collection.members import flat_members
 from tidemark.drivers.common.columns import member_kind
 from tidemark.drivers.common.redact import redact
 from tidemark.drivers.sql.dialect import Dialect
@@ -71,7 +72,7 @@ def sum_overflow(
         if row is not None:
             return sum_overflowed(model, field.name, col.kind, list(row[:keys]), row[keys], row[keys + 1])
     for field in model.reduce.fields:  # an object's members summed (named ``/object/member``)
-        for member in field.members:
+        for member in flat_members(field):
             if member.strategy != "sum":
                 continue
             kind = member_kind(member)

@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 from tidemark.collection.decimals import MAX_DIGITS
 from tidemark.collection.formats import instant, is_date_time_field
+from tidemark.collection.members import flat_members
 from tidemark.collection.plan import FieldPlan
 from tidemark.collection.sql_plan import KEPT_ORDER, SQL_STRATEGIES
 from tidemark.drivers.common.columns import member_kind
@@ -298,7 +299,7 @@ def refused(model, exc: Exception) -> Optional[Exception]:
         return None
     name, key, left, right = why
     col = next((c for c in model.values if c.name == name), None)
-    members = [m for f in (model.reduce.fields if model.reduce else ()) for m in f.members if m.name == name]
+    members = [m for f in (model.reduce.fields if model.reduce else ()) for m in flat_members(f) if m.name == name]
     if col is not None:
         kind = col.kind
     elif members:  # an object's member (``object/member``)

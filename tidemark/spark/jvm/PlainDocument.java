@@ -110,9 +110,11 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     int at = names[i].indexOf('\u0002');
                     members[i] = new Spec(names[i].substring(at + 1), "\u0003");
                     names[i] = names[i].substring(0, at);
-                } else if ((kinds[i] == 'c' || kinds[i] == 'k') && (types[i] == 'O' || types[i] == 'L')) {
+                } else if (((kinds[i] == 'c' || kinds[i] == 'k') && (types[i] == 'O' || types[i] == 'L'))
+                        || ((kinds[i] == 's' || kinds[i] == 'q') && types[i] == 'M')) {
                     // a member carried as written that is an object (an array of objects) of
-                    // declared members: theirs follow U+0002, separated by U+0006
+                    // declared members, or a merged object member (M): theirs follow U+0002,
+                    // separated by U+0006
                     int at = names[i].indexOf('\u0002');
                     members[i] = new Spec(names[i].substring(at + 1), "\u0006");
                     names[i] = names[i].substring(0, at);
@@ -419,6 +421,8 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     char type = members.types[k];
                     if (type == 'S' || type == 'I' || type == 'N' || type == 'B') {  // an array appended or unioned
                         carried(type, null);
+                    } else if (type == 'M') {  // a merged object: its declared members only
+                        object(members.members[k], -1);
                     } else {
                         memberScalar(type);
                     }

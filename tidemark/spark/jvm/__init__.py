@@ -86,14 +86,17 @@ def spec(plan) -> Optional[str]:
         if _MEMBERS in f.name:
             return None
         if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
-            nested = [part for carried in f.carried for part in carried.members]
+            nested = [part for carried in (*f.carried, *f.members) for part in carried.members]
             names = [part.member for part in (*f.members, *f.carried, *nested)]
             marks = (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN)
             if any(mark in name for name in names for mark in marks):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
             inner = _MEMBER.join(
-                [("q" if m.member in required else "s") + _member_code(m, codes) + m.member for m in f.members]
+                [
+                    ("q" if m.member in required else "s") + _member_code(m, codes) + m.member + _typed_nested(m, codes)
+                    for m in f.members
+                ]
                 # ``c`` (``k``: required): carried, given back as written (its type is the scan's code)
                 + [("k" if m.member in required else "c") + m.type + m.member + _nested(m) for m in f.carried]
             )
@@ -126,6 +129,17 @@ def _nested(carried) -> str:
     return _MEMBERS + (_OPEN if node.get("additionalProperties", True) is True else "") + entries
 
 
+def _typed_nested(member, codes: dict) -> str:
+    """The members of a merged object member (type ``M``): U+0002, then their entries separated
+    by U+0006 (never open: a member it does not declare makes the document a suspect)."""
+    if member.kind != "object":
+        return ""
+    required = set(member.schema.get("required", ()))
+    return _MEMBERS + _NESTED.join(
+        ("q" if part.member in required else "s") + _member_code(part, codes) + part.member for part in member.members
+    )
+
+
 def _member_code(member, codes: dict) -> str:
     """The scan's type code of an object's declared member: a date-time ``d``, ``D`` where the
     combine orders it by its instant (maximized, minimized: its fraction bounded too); an array
@@ -133,6 +147,8 @@ def _member_code(member, codes: dict) -> str:
     ``B``)."""
     if member.kind == "append":
         return codes[member.type].upper()
+    if member.kind == "object":  # a merged object: its members follow (:func:`_typed_nested`)
+        return "M"
     if not is_date_time(member):
         return codes[member.type]
     return "D" if member.strategy in ("maximize", "minimize") else "d"
