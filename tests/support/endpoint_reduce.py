@@ -104,14 +104,15 @@ class Endpoint:
         return {r[0]: [canonical(v) for v in r[1:]] for r in rows}
 
 
-def reduced_binding(driver, schema, table, document=None):
+def reduced_binding(driver, schema, table, document=None, reduced: bool = True):
     """The collection of ``schema`` and its binding to ``table``, which ``driver`` reduces
-    (``document``: the resource's form, ``"full"`` or ``"lean"``; None: the default)."""
+    (``document``: the resource's form, ``"full"`` or ``"lean"``; None: the default; not
+    ``reduced``: which it Loads and the Python fold reduces)."""
     coll = Collection(CollectionSpec("orders", ("/k",), schema))
     resource = {"table": table} if document is None else {"table": table, "document": document}
     spec = coll.binding_spec(SimpleNamespace(resource=resource, delta_updates=False))
     (b,), [line] = reduce_paths([spec], [coll], driver.capabilities())
-    assert b.endpoint_reduce, line
+    assert b.endpoint_reduce == reduced, line
     return coll, b
 
 

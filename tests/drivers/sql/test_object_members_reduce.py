@@ -448,3 +448,33 @@ def test_a_nested_members_sum_beyond_its_type_names_the_key_and_its_path(endpoin
         commit(driver, coll, b, {"a": {"k": "a", "address": {"geo": {"hits": 2**62}}}, "b": first["b"]}, 1)
     assert "key ['a']: /address/geo/hits: 'sum' overflowed: the result is beyond a 64-bit integer" in str(err.value)
     assert {k[0]: v for k, v in driver.dump(MAT, b).items()} == first
+
+
+def test_a_lean_view_whose_object_did_not_compile_reduces_it_in_the_statement_once_it_does(endpoint):
+    """What an upgrade from the release before does to a view of :data:`NESTED`: its lean table
+    kept ``address`` in ``flow_document`` only (Loads and the Python fold, as that release did
+    for a merged object inside a merged object; here a deeper member makes it not compile).
+    Applied with a schema that compiles, the table gets its column and the statement reduces the
+    stored objects it finds in the document (no Loads), exactly as the fold."""
+    from tests.support.endpoint_reduce import commit_through_loads
+
+    deeper = {**GEO, "properties": {**GEO["properties"], "inner": {**GEO, "properties": {"x": {"type": "string"}}}}}
+    before = {**NESTED, "properties": {**NESTED["properties"], "address": {**NESTED["properties"]["address"]}}}
+    before["properties"]["address"]["properties"] = {**before["properties"]["address"]["properties"], "geo": deeper}
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, before, "upgraded", "lean", reduced=False)
+    apply(driver, b)
+    assert "these properties in flow_document only (/address: they do not compile)" in driver.row_forms([b])[0]
+    batches = _nested_batches(7)
+    view: dict = {}
+    for i, batch in enumerate(batches[:2]):
+        commit_through_loads(driver, coll, b, batch, i, view, lambda loaded, stored: None)
+    coll, b = reduced_binding(driver, NESTED, "upgraded", "lean")
+    apply(driver, b)
+    [form] = driver.row_forms([b])
+    assert form.endswith(": lean rows (a column per property; flow_document holds only what no column holds)"), form
+    for i, batch in enumerate(batches[2:], start=2):
+        commit(driver, coll, b, batch, i, texts=i % 2 == 0)
+    got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
+    want = fold_batches(coll, batches)
+    assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in want.items()}
