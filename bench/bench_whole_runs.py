@@ -2,7 +2,7 @@
 
     python bench/bench_whole_runs.py [--shape simple|events] [--docs 1000000] [--batches 40]
                                      [--keys 100000] [--shards 2] [--runs 2] [--only p,t] [--extras 0.01]
-                                     [--nested 0.3]
+                                     [--nested 0.3 [--deep]]
 
 (p) the peer a user writes when they care about speed: ``foreachBatch``, the batch
     aggregated with Spark's own functions (``groupBy().agg()``), then ``foreachPartition``:
@@ -30,7 +30,9 @@ Shapes (one JSON-lines file per batch, ``maxFilesPerTrigger: 1``):
   carry a ``customer`` object merged member by member: an ``email`` (``format: email``), a
   nullable ``phone``, an ``address`` of declared members picked whole, a ``paid_at``
   date-time, ``spent`` an exact decimal summed (the peer's fixed read schema leaves it out;
-  tidemark's view is checked against the answer with it).
+  tidemark's view is checked against the answer with it); with ``--deep`` the customer also
+  holds ``segments`` (a union of strings) and ``stats`` (an object merged in it: ``orders``
+  summed, ``best`` maximized).
 """
 
 from __future__ import annotations
@@ -98,6 +100,29 @@ NESTED_SCHEMA = {
         },
     },
 }
+#: NESTED_SCHEMA whose customer also holds a union and a merged object (``--deep``)
+DEEP_SCHEMA = {
+    **NESTED_SCHEMA,
+    "properties": {
+        **NESTED_SCHEMA["properties"],
+        "customer": {
+            **NESTED_SCHEMA["properties"]["customer"],
+            "properties": {
+                **NESTED_SCHEMA["properties"]["customer"]["properties"],
+                "segments": {"type": "array", "items": {"type": "string"}, "reduce": {"strategy": "union"}},
+                "stats": {
+                    "type": "object",
+                    "reduce": {"strategy": "merge"},
+                    "properties": {
+                        "orders": {"type": "integer", "reduce": {"strategy": "sum"}},
+                        "best": {"type": "number", "reduce": {"strategy": "maximize"}},
+                    },
+                },
+            },
+        },
+    },
+}
+SEGMENTS = ("new", "returning", "vip", "b2b", "churn-risk")
 #: EVENTS_SCHEMA where some events lack a status (``--lacking``): last written by event time
 #: among the events that hold one (the view keeps the time its status came from)
 LACKING_SCHEMA = {**EVENTS_SCHEMA, "required": [r for r in EVENTS_SCHEMA["required"] if r != "status"]}
@@ -128,6 +153,7 @@ def write_events(
     extras: float = 0.0,
     nested: float = 0.0,
     lacking: float = 0.0,
+    deep: bool = False,
 ) -> dict:
     """One file per batch of order events; returns the answer: per order, the instants, the
     status of the latest event (the later document on a tie), the exact sum, the count, the
@@ -176,6 +202,10 @@ def write_events(
                     customer["address"] = {"city": draw.choice(CITIES), "zip": f"{draw.randrange(10000, 99999)}"}
                 if draw.random() < 0.5:
                     customer["paid_at"] = text
+                if deep and draw.random() < 0.6:
+                    customer["segments"] = draw.sample(SEGMENTS, draw.randrange(1, 3))
+                if deep and draw.random() < 0.7:
+                    customer["stats"] = {"orders": 1, "best": d["amount"]}
                 d["customer"] = customer
             lines.append(json.dumps(d, separators=(",", ":")))
             cur = view.get(d["order_id"])
@@ -210,6 +240,11 @@ def write_events(
                 before = cur["customer"] or {}
                 customer = {**before, **d["customer"]}
                 customer["spent"] = before.get("spent", Decimal(0)) + Decimal(repr(d["customer"]["spent"]))
+                if "segments" in before and "segments" in d["customer"]:  # each once, first seen first
+                    customer["segments"] = list(dict.fromkeys(before["segments"] + d["customer"]["segments"]))
+                if "stats" in before and "stats" in d["customer"]:  # merged: orders summed, the best kept
+                    old, new = before["stats"], d["customer"]["stats"]
+                    customer["stats"] = {"orders": old["orders"] + new["orders"], "best": max(old["best"], new["best"])}
                 cur["customer"] = customer
         path = os.path.join(directory, f"events-{b:05d}.json")
         with open(path, "w") as f:
@@ -340,7 +375,7 @@ def child_tidemark(args) -> dict:
         "collections": {
             "orders": {
                 "key": ["/customer"] if args.shape == "simple" else ["/order_id"],
-                "schema": schema_of(args.shape, args.nested, args.lacking),
+                "schema": schema_of(args.shape, args.nested, args.lacking, args.deep),
                 "source": {"format": "json", "path": args.data, "options": {"maxFilesPerTrigger": 1}},
             }
         },
@@ -378,10 +413,12 @@ def child_tidemark(args) -> dict:
     }
 
 
-def schema_of(shape: str, nested: float, lacking: float) -> dict:
+def schema_of(shape: str, nested: float, lacking: float, deep: bool = False) -> dict:
     if shape == "simple":
         return SCHEMA
-    return NESTED_SCHEMA if nested else LACKING_SCHEMA if lacking else EVENTS_SCHEMA
+    if nested:
+        return DEEP_SCHEMA if deep else NESTED_SCHEMA
+    return LACKING_SCHEMA if lacking else EVENTS_SCHEMA
 
 
 def triggers(progress) -> list[float]:
@@ -409,7 +446,7 @@ def peer_view(schema: str, shape: str) -> dict:
         return {r[0]: (r[1], r[2], r[3], r[4], r[5], set(r[6]) if r[6] else None, *r[7:]) for r in rows}
 
 
-def tidemark_view(schema: str, shape: str, nested: bool = False, lacking: float = 0.0) -> dict:
+def tidemark_view(schema: str, shape: str, nested: bool = False, lacking: float = 0.0, deep: bool = False) -> dict:
     """The view's documents as tidemark's own reader gives them back (any form)."""
     from types import SimpleNamespace
 
@@ -417,7 +454,7 @@ def tidemark_view(schema: str, shape: str, nested: bool = False, lacking: float 
     from tidemark.drivers.registry import load_driver
     from tidemark.spec import CollectionSpec
 
-    schema_json = schema_of(shape, nested, lacking)
+    schema_json = schema_of(shape, nested, lacking, deep)
     key = ("/customer",) if shape == "simple" else ("/order_id",)
     coll = Collection(CollectionSpec("orders", key, schema_json))
     b = coll.binding_spec(SimpleNamespace(resource={"table": "view"}, delta_updates=False))
@@ -505,6 +542,7 @@ def run_child(job: str, args, data: str, work: str) -> tuple[float, dict, str]:
         str(args.nested),
         "--lacking",
         str(args.lacking),
+        *(["--deep"] if args.deep else []),
         "--data",
         data,
         "--schema",
@@ -538,6 +576,7 @@ def main() -> None:
     ap.add_argument("--extras", type=float, default=0.0, help="events: the fraction with an undeclared property")
     ap.add_argument("--nested", type=float, default=0.0, help="events: the fraction with a nested customer")
     ap.add_argument("--lacking", type=float, default=0.0, help="events: the fraction without a status")
+    ap.add_argument("--deep", action="store_true", help="--nested: the customer also holds a union and a merged object")
     ap.add_argument("--only", default="p,t")
     ap.add_argument("--child", choices=("p", "t"))
     ap.add_argument("--data")
@@ -556,7 +595,14 @@ def main() -> None:
         written = write_stream(data, args.docs, args.keys, args.batches)
     else:
         written = write_events(
-            data, args.docs, args.keys, args.batches, extras=args.extras, nested=args.nested, lacking=args.lacking
+            data,
+            args.docs,
+            args.keys,
+            args.batches,
+            extras=args.extras,
+            nested=args.nested,
+            lacking=args.lacking,
+            deep=args.deep,
         )
     want = answer(written, args.shape)
     want_tidemark = answer(written, args.shape, nested=args.nested > 0)
@@ -575,7 +621,10 @@ def main() -> None:
                 if job == "p":
                     view, expected = peer_view(schema, args.shape), want
                 else:
-                    view, expected = tidemark_view(schema, args.shape, args.nested > 0, args.lacking), want_tidemark
+                    view, expected = (
+                        tidemark_view(schema, args.shape, args.nested > 0, args.lacking, args.deep),
+                        want_tidemark,
+                    )
                 first = report["first_commit"] - report["start"] if report["first_commit"] else float("nan")
                 size = table_bytes(schema)
                 results[job].append((wall, steady(report["batches"]), first, size))
