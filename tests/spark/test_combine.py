@@ -88,6 +88,21 @@ FIELD_KINDS = {
             st.lists(st.sampled_from(["a", "b", "é"]), max_size=3),
         ),
     ],
+    # arrays of objects (and of any values) appended as their texts
+    "appended objects": [
+        (
+            {
+                "type": "array",
+                "reduce": {"strategy": "append"},
+                "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}},
+            },
+            st.lists(
+                st.fixed_dictionaries({}, optional={"sku": st.sampled_from(["a", "é"]), "qty": st.integers(0, 9)}),
+                max_size=2,
+            ),
+        ),
+        ({"type": "array", "reduce": {"strategy": "append"}}, st.lists(UNDECLARED_VALUES, max_size=2)),
+    ],
     "map": [
         (
             {"type": "object", "additionalProperties": {"type": "integer"}, "reduce": {"strategy": "merge"}},
@@ -903,6 +918,55 @@ def test_an_objects_array_members_appended_and_unioned_compile(spark, plain_proo
             ({"k": "a", "customer": {"seen": 3}}, "3 is not of type 'array'"),
             ({"k": "a", "customer": {"seen": [1.5]}}, "1.5 is not of type 'integer'"),
             ({"k": "a", "customer": {"tags": None}}, "None is not of type 'array'"),
+        ],
+    )
+
+
+APPENDED_LINES = merged(
+    k={"type": "string"},
+    lines={
+        "type": "array",
+        "reduce": {"strategy": "append"},
+        "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}},
+    },
+    log={"type": "array", "reduce": {"strategy": "append"}},
+)
+
+
+def test_arrays_of_objects_and_of_any_values_appended_compile(spark, plain_proof):
+    """``append`` of an array of objects of declared members (the JVM scan proves them; an
+    undeclared member kept as written) and of an array without ``items``: each document's
+    array text, in source order, joined; an item of another type is the rule the Python
+    validator names."""
+    coll = Collection(CollectionSpec("t", ("/k",), APPENDED_LINES))
+    plan = compile_collection(coll)
+    assert plan is not None and [(f.kind, f.strategy) for f in plan.fields[1:]] == [("raw", "append")] * 2
+    docs = [
+        {"k": "a", "lines": [{"sku": "x", "qty": 1}], "log": [1, "é", True]},
+        {"k": "a", "lines": [], "log": [{"z": [1.5, "w"]}]},
+        {"k": "a", "lines": [{"qty": 2, "gift": {"w": None}}, {}], "log": []},
+        {"k": "b", "lines": [{"sku": "y"}, {"sku": "y"}]},
+        {"k": "c", "log": [1e300, -0.0, 12345678901234567890]},
+        {"k": "c", "log": ["end"]},
+    ]
+    got = folded(spark, coll, docs, "compiled" if plain_proof == "jvm" else "mixed")
+    assert got['["a"]']["lines"] == [{"sku": "x", "qty": 1}, {"qty": 2, "gift": {"w": None}}, {}]
+    assert got['["a"]']["log"] == [1, "é", True, {"z": [1.5, "w"]}]
+    # a null inside an array without items: the scan leaves that document to the Python fold
+    nulls = docs + [{"k": "c", "log": [None, {"v": None}]}]
+    res = combine_batch(frame(spark, nulls, files=1), coll)
+    try:
+        assert collect(res) == expected(coll, nulls, files=1)
+    finally:
+        res.unpersist()
+    assert_quarantined(
+        spark,
+        coll,
+        docs,
+        [
+            ({"k": "a", "lines": [{"qty": "two"}]}, "'two' is not of type 'integer'"),
+            ({"k": "a", "lines": {"sku": "x"}}, "is not of type 'array'"),
+            ({"k": "a", "log": 5}, "5 is not of type 'array'"),
         ],
     )
 

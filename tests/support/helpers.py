@@ -449,6 +449,12 @@ COMPILED_NULLABLE_SCHEMA = {
     "properties": {
         **COMPILED_SCHEMA["properties"],
         "note": {"type": ["string", "null"]},
+        # order lines appended, objects of declared members (an undeclared one kept as written)
+        "lines": {
+            "type": "array",
+            "reduce": {"strategy": "append"},
+            "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}},
+        },
         "place": {
             "type": "object",
             "reduce": {"strategy": "merge"},
@@ -508,6 +514,9 @@ def write_compiled_orders(
             if not nullable:
                 yield json.dumps(doc)
                 continue
+            if draw.random() < 0.4:
+                lines = [{"sku": "s1", "qty": 1}, {"sku": "ß", "qty": 2, "wrap": {"paper": "red"}}, {"qty": 3}]
+                doc["lines"] = draw.sample(lines, draw.randrange(3))
             note = draw.choice(["absent", None, "gift"]) if top_level else "absent"
             if note != "absent":
                 doc["note"] = note
@@ -553,6 +562,8 @@ def compiled_oracle(paths, skip=()) -> dict:
                 cur["items"] = cur["items"] + d["items"]
                 if "note" in d:
                     cur["note"] = d["note"]
+                if "lines" in d:  # appended
+                    cur["lines"] = cur["lines"] + d["lines"] if "lines" in cur else d["lines"]
                 if "place" in d:  # merged: each member last written, visits and fee summed (fee exactly)
                     place = {**cur.get("place", {}), **d["place"]}
                     if "visits" in d["place"] and "visits" in cur.get("place", {}):

@@ -60,8 +60,8 @@ def declares_members(t: Any, sub: dict) -> bool:
 
 def whole_members(name: str, t: str, sub: dict) -> tuple[Optional[tuple[FieldPlan, ...]], str]:
     """The members of an object (or of an array's object items) picked whole by
-    ``lastWriteWins`` / ``firstWriteWins`` (``raw``: its JSON text, what a member's own
-    ``reduce`` would do does not apply), where the JVM scan can prove a value valid: each
+    ``lastWriteWins`` / ``firstWriteWins``, or of an array of objects appended (``raw``: its JSON
+    text, what a member's own ``reduce`` would do does not apply), where the JVM scan can prove a value valid: each
     member a plain scalar (``{type: T}``), no other assertion; or None and why not.  A value's
     members the schema does not declare are kept as written where it allows them
     (``additionalProperties`` absent or true; else the document is a suspect, which the Python

@@ -16,7 +16,8 @@ names a top-level scalar property; a property may take its own such ``order``), 
 * ``raw``: an array without ``items`` or an object without ``additionalProperties``
   (carried as JSON text); picked whole (``lastWriteWins`` / ``firstWriteWins``), also an
   object of declared plain scalar ``properties`` or an array of such objects, whose members
-  (:attr:`FieldPlan.members`) the JVM scan proves;
+  (:attr:`FieldPlan.members`) the JVM scan proves; such an array (or one without ``items``)
+  also appended (``append``: the documents' texts joined);
 * ``map``: an object with ``additionalProperties`` of one scalar type, or with ``properties``
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`merged_object`);
 * ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
@@ -285,7 +286,8 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
         )
     if nullable and t in ("object", "array") and declares_members(t, sub):
         return None, f"type {sub.get('type')!r} of declared properties (compiled: without them, picked whole)"
-    if strategy.name in ("lastWriteWins", "firstWriteWins") and declares_members(t, sub):
+    if strategy.name in ("lastWriteWins", "firstWriteWins", "append") and declares_members(t, sub):
+        # picked whole, or (an array of objects) appended: as JSON text, the scan proving its members
         members, reason = whole_members(name, t, sub)
         if members is None:
             return None, reason
@@ -293,7 +295,7 @@ def _field(name: str, sub: Any) -> tuple[Optional[FieldPlan], str]:
     shape, reason = _shape(t, sub)
     if shape is None:
         return None, reason
-    if not strategy.compiles(*shape):
+    if not strategy.compiles(*shape) or (strategy.name == "append" and shape == ("raw", "object")):
         return None, f"{strategy.name} of a {shape[0]} {shape[1]} has no compiled form"
     if nullable and shape[0] not in ("scalar", "raw", "append"):  # a map: its null is not told apart
         return None, f"type {sub.get('type')!r} with additionalProperties (compiled: an object without them)"

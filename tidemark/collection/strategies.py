@@ -378,6 +378,14 @@ def _spark_arrays(distinct: bool):
     def aggregate(S, f, column) -> SparkAggregate:
         functions = S.F
         collected = S.collected(column)
+        if f.kind == "raw":  # appended as JSON texts (an array of objects, of any values): their items joined
+            texts = functions.transform(S.sorted_values(collected), lambda x: x["v"])
+            items = functions.filter(
+                functions.transform(texts, lambda t: functions.substring(t, 2, functions.length(t) - 2)),
+                lambda t: t != "",
+            )
+            joined = functions.concat(functions.lit("["), functions.array_join(items, ","), functions.lit("]"))
+            return SparkAggregate(joined, functions.count(collected))
         values = functions.flatten(functions.transform(S.sorted_values(collected), lambda x: x["v"]))
         if distinct:
             present = functions.count(collected)
@@ -521,7 +529,7 @@ STRATEGIES: dict[str, Strategy] = {
             _array_fold(append_arrays),
             _array_fast(append_arrays),
             _spark_arrays(distinct=False),
-            frozenset(("append",)),
+            frozenset(("append", "raw")),  # raw: an array of objects (or without items), as JSON texts
             location_types=frozenset(("array",)),
             expects="arrays",
             sql=sql_append,

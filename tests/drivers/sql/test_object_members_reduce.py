@@ -478,3 +478,55 @@ def test_a_lean_view_whose_object_did_not_compile_reduces_it_in_the_statement_on
     got = {k[0]: v for k, v in driver.dump(MAT, b).items()}
     want = fold_batches(coll, batches)
     assert {k: canonical(v) for k, v in got.items()} == {k: canonical(v) for k, v in want.items()}
+
+
+LINES = {
+    "type": "object",
+    "reduce": {"strategy": "merge"},
+    "required": ["k"],
+    "properties": {
+        "k": {"type": "string"},
+        "lines": {
+            "type": "array",
+            "reduce": {"strategy": "append"},
+            "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}},
+        },
+        "log": {"type": "array", "reduce": {"strategy": "append"}},
+        "n": {"type": "integer", "reduce": {"strategy": "sum"}},
+    },
+}
+
+
+def _line_batches(seed: int) -> list[dict]:
+    """Batches of combined documents appending order lines (objects, some with a member the
+    schema does not declare) and log entries of any JSON values, each key in some batches only."""
+    import random
+
+    rng = random.Random(seed)
+    lines = [{"sku": "a", "qty": 1}, {"sku": "é", "qty": 2, "note": {"gift": True}}, {"qty": 3}, {}]
+    log = [1, "x", None, [1, {"y": None}], {"z": 1.5}, 'q"t']
+    batches = []
+    for _ in range(4):
+        batch = {}
+        for key in "abcdef":
+            if rng.random() < 0.3:
+                continue
+            doc: dict = {"k": key, "n": 1}
+            if rng.random() < 0.7:
+                doc["lines"] = [rng.choice(lines) for _ in range(rng.randint(0, 2))]
+            if rng.random() < 0.6:
+                doc["log"] = [rng.choice(log) for _ in range(rng.randint(0, 3))]
+            batch[key] = doc
+        batches.append(batch)
+    return batches
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_arrays_of_objects_and_of_any_values_are_appended_in_the_endpoint(endpoint, document):
+    """``append`` of an array of objects (order lines) and of an array without ``items``: the
+    endpoint's statement concatenates the stored and the staged arrays (no Loads), as the fold."""
+    plan, why = binding_reduction(LINES, ("/k",), ENDPOINT_REDUCE)
+    assert plan is not None, why
+    batches = _line_batches(5)
+    view, got = reduced_in_endpoint(endpoint, LINES, "lines", document, batches, every_other_typed=True)
+    assert any(len(v.get("lines", [])) > 2 for v in view.values())
