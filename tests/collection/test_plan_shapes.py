@@ -112,10 +112,18 @@ def test_an_object_whose_merge_is_more_than_a_map_compiles_member_by_member(sub,
         ({**ADDRESS, "properties": {"x": {"type": "number", "multipleOf": 0.25}}}, "'x' is not a plain scalar"),
         ({**ADDRESS, "properties": {"x": {"type": "integer", "minimum": 0}}}, "'x' is not a plain scalar"),
         (  # a nested object merged (last written, it is carried, picked whole)
-            {  # a merge nested two levels deep (one level compiles)
+            {  # a merge nested three levels deep (two compile)
                 **ADDRESS,
                 "properties": {
-                    "in": {**ADDRESS, "properties": {"deep": {**ADDRESS, "properties": {"x": {"type": "string"}}}}}
+                    "in": {
+                        **ADDRESS,
+                        "properties": {
+                            "deep": {
+                                **ADDRESS,
+                                "properties": {"er": {**ADDRESS, "properties": {"x": {"type": "string"}}}},
+                            }
+                        },
+                    }
                 },
             },
             "'in' is not a plain scalar",

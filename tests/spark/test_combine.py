@@ -1035,6 +1035,29 @@ def test_a_merged_object_inside_a_merged_object_compiles(spark, plain_proof):
     big = [{"k": "a", "address": {"geo": {"lat": 1, "hits": 2**62}}}] * 2
     with pytest.raises(ReductionError, match="/address/geo/hits"):
         combine_batch(frame(spark, big, files=1), coll)
+    # two levels deep: address.geo.cell (the scan's spec marks each level apart)
+    geo = NESTED_MEMBERS["properties"]["address"]["properties"]["geo"]
+    deeper = merged(k={"type": "string"}, address=merged(geo={**geo, "properties": {**geo["properties"], "cell": geo}}))
+    coll = Collection(CollectionSpec("t", ("/k",), deeper))
+    cells = [
+        {"k": "a", "address": {"geo": {"lat": 1, "cell": {"lat": 5, "hits": 1, "zones": ["q"]}}}},
+        {"k": "a", "address": {"geo": {"lat": 2, "hits": 4, "cell": {"lat": 3, "hits": 2, "zones": ["r", "q"]}}}},
+        {"k": "b", "address": {"geo": {"lat": 0, "cell": {"lat": 1}}}},
+    ]
+    got = folded(spark, coll, cells, "compiled" if plain_proof == "jvm" else "fallback")
+    assert got['["a"]']["address"]["geo"] == {"lat": 2, "hits": 4, "cell": {"lat": 5, "hits": 3, "zones": ["q", "r"]}}
+    assert_quarantined(
+        spark,
+        coll,
+        cells,
+        [
+            (
+                {"k": "a", "address": {"geo": {"lat": 1, "cell": {"lat": 1, "hits": "x"}}}},
+                "'x' is not of type 'integer'",
+            ),
+            ({"k": "a", "address": {"geo": {"lat": 1, "cell": {"hits": 1}}}}, "'lat' is a required property"),
+        ],
+    )
 
 
 FORMATTED_MEMBERS = {

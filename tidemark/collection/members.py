@@ -138,7 +138,7 @@ def merged_object(sub: dict) -> tuple[Optional[tuple[str, str]], str]:
                 f"of a scalar type, with annotations, a format of {', '.join(NATIVE_FORMATS)} or an exact decimal's "
                 "multipleOf; last written also where it is nullable, an object without properties, or an array "
                 "without items or of one scalar type; an array of one scalar type also appended or unioned; an "
-                "object of such properties also merged, one level deep; deeper merges, other strategies and other "
+                f"object of such properties also merged, {MAX_NESTING} levels deep; deeper merges, other strategies and other "
                 "assertions are reduced by the Python fold)"
             )
         if strategy == "sum" and child["type"] not in ("integer", "number"):
@@ -162,13 +162,20 @@ MEMBER_STRATEGIES = ("lastWriteWins", "firstWriteWins", "sum", "maximize", "mini
 ARRAY_MEMBER_STRATEGIES = ("append", "union")
 
 
-def nested_merged(child: Any) -> bool:
-    """A merged object's member that is itself an object reduced by ``merge`` (one level deep),
-    whose declared members are each a plain scalar with a strategy of its own
-    (:data:`MEMBER_STRATEGIES`) or an array appended or unioned (:func:`array_member`): an
-    ``object`` member of its object, reduced member by member as its object is.  The JVM scan
-    proves its members and takes a member it does not declare as a suspect's (the Python fold
-    reduces that key), so the combine's struct never drops one."""
+#: How deep merged objects nest within a top-level object and still compile (the SQL statement
+#: repeats each level's expressions: SQLite's parser overflowed at three; the JVM scan's spec
+#: has a separator for each level: ``tidemark.spark.jvm``)
+MAX_NESTING = 2
+
+
+def nested_merged(child: Any, depth: int = 1) -> bool:
+    """A merged object's member that is itself an object reduced by ``merge`` (at most
+    :data:`MAX_NESTING` levels below the top-level object), whose declared members are each a
+    plain scalar with a strategy of its own (:data:`MEMBER_STRATEGIES`), an array appended or
+    unioned (:func:`array_member`), or such an object in turn: an ``object`` member of its
+    object, reduced member by member as its object is.  The JVM scan proves its members and
+    takes a member it does not declare as a suspect's (the Python fold reduces that key), so the
+    combine's struct never drops one."""
     if not isinstance(child, dict) or child.get("type") != "object" or strategy_of(child) != "merge":
         return False
     props = child.get("properties")
@@ -181,7 +188,7 @@ def nested_merged(child: Any) -> bool:
     for name, sub in props.items():
         if "/" in name or "~" in name:
             return False
-        if array_member(sub):
+        if array_member(sub) or (depth < MAX_NESTING and nested_merged(sub, depth + 1)):
             continue
         strategy = strategy_of(sub)
         if not plain_scalar(sub, merged=True) or strategy not in MEMBER_STRATEGIES:

@@ -22,7 +22,7 @@ names a top-level scalar property; a property may take its own such ``order``), 
   that are plain scalars of one type, each reduced by ``lastWriteWins`` (:func:`merged_object`);
 * ``object``: an object reduced by ``merge`` whose ``properties`` are plain scalars of any
   types, each with a strategy of its own (:data:`MEMBER_STRATEGIES`; :attr:`FieldPlan.members`),
-  arrays of one scalar type appended or unioned, or objects of such members merged (one level;
+  arrays of one scalar type appended or unioned, or objects of such members merged (two levels;
   :mod:`tidemark.collection.members`);
 
 reduced with a strategy whose Spark aggregation takes that shape (the table of

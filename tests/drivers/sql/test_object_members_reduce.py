@@ -418,11 +418,15 @@ def test_a_merged_object_inside_a_merged_object_compiles_for_the_endpoints():
     [address] = [f for f in plan.fields if f.name == "address"]
     [geo] = [m for m in address.members if m.member == "geo"]
     assert geo.kind == "object" and {m.member: m.strategy for m in geo.members}["hits"] == "sum"
-    deeper = {**GEO, "properties": {**GEO["properties"], "inner": GEO}}  # one level deep only
+    deep = GEO
+    for _ in range(2):  # two levels below address compile, three do not
+        deep = {**GEO, "properties": {**GEO["properties"], "inner": deep}}
     schema = {**NESTED, "properties": {**NESTED["properties"], "address": {**NESTED["properties"]["address"]}}}
-    schema["properties"]["address"]["properties"] = {"geo": deeper}
+    schema["properties"]["address"]["properties"] = {"geo": deep}
     plan, why = binding_reduction(schema, ("/k",), ENDPOINT_REDUCE)
     assert plan is None and why.startswith("/address: its property 'geo' is not a plain scalar"), why
+    schema["properties"]["address"]["properties"] = {"geo": deep["properties"]["inner"]}
+    assert binding_reduction(schema, ("/k",), ENDPOINT_REDUCE)[0] is not None
 
 
 @pytest.mark.parametrize("seed", [3, 4])
@@ -435,6 +439,40 @@ def test_a_merged_object_inside_a_merged_object_is_reduced_member_by_member_in_t
     view, got = reduced_in_endpoint(endpoint, NESTED, f"nested{seed}", document, batches, every_other_typed=True)
     held = [k for b in batches for k, d in b.items() if "hits" in d.get("address", {}).get("geo", {})]
     assert len(held) > len(set(held)) and set(view) == set(got)  # some key's hits summed
+
+
+DEEPER = {**NESTED, "properties": {**NESTED["properties"], "address": {**NESTED["properties"]["address"]}}}
+DEEPER["properties"]["address"]["properties"] = {
+    **NESTED["properties"]["address"]["properties"],
+    "geo": {**GEO, "properties": {**GEO["properties"], "cell": GEO}},
+}
+
+
+def _deeper_batches(seed: int) -> list[dict]:
+    """:func:`_nested_batches` with ``geo``'s members repeated in ``geo.cell``."""
+    batches = _nested_batches(seed)
+    for batch in batches:
+        for doc in batch.values():
+            geo = doc.get("address", {}).get("geo")
+            if geo is not None and len(geo) > 1:
+                geo["cell"] = dict(geo)
+    return batches
+
+
+@pytest.mark.parametrize("document", ["lean", "full"])
+def test_merged_objects_two_levels_deep_are_reduced_member_by_member_in_the_endpoint(endpoint, document):
+    """``address.geo.cell``: each level merged member by member, by the endpoint's statement,
+    against the Python fold; a sum two levels down past its type named by its path."""
+    batches = _deeper_batches(8)
+    view, got = reduced_in_endpoint(endpoint, DEEPER, "deeper", document, batches, every_other_typed=True)
+    assert any("hits" in v.get("address", {}).get("geo", {}).get("cell", {}) for v in view.values())
+    driver = endpoint.driver
+    coll, b = reduced_binding(driver, DEEPER, "deeper_overflow", document)
+    apply(driver, b)
+    deep = {"k": "a", "address": {"geo": {"cell": {"hits": 2**62}}}}
+    commit(driver, coll, b, {"a": deep}, 0)
+    with pytest.raises(DriverError, match=r"key \['a'\]: /address/geo/cell/hits: 'sum' overflowed"):
+        commit(driver, coll, b, {"a": deep}, 1)
 
 
 @pytest.mark.parametrize("document", ["lean", "full"])
@@ -458,7 +496,8 @@ def test_a_lean_view_whose_object_did_not_compile_reduces_it_in_the_statement_on
     stored objects it finds in the document (no Loads), exactly as the fold."""
     from tests.support.endpoint_reduce import commit_through_loads
 
-    deeper = {**GEO, "properties": {**GEO["properties"], "inner": {**GEO, "properties": {"x": {"type": "string"}}}}}
+    inner = {**GEO, "properties": {"x": {"type": "string"}}}
+    deeper = {**GEO, "properties": {**GEO["properties"], "inner": {**GEO, "properties": {"deepest": inner}}}}
     before = {**NESTED, "properties": {**NESTED["properties"], "address": {**NESTED["properties"]["address"]}}}
     before["properties"]["address"]["properties"] = {**before["properties"]["address"]["properties"], "geo": deeper}
     driver = endpoint.driver

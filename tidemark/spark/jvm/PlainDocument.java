@@ -116,7 +116,12 @@ public final class PlainDocument implements UDF2<String, String, Long> {
                     // declared members, or a merged object member (M): theirs follow U+0002,
                     // separated by U+0006
                     int at = names[i].indexOf('\u0002');
-                    members[i] = new Spec(names[i].substring(at + 1), "\u0006");
+                    // a merged object member's members: separated by its depth's mark (U+0006,
+                    // U+0007 below the object's U+0003), a carried one's by U+0006
+                    String inner = types[i] == 'M' && !separator.equals("\u0003")
+                            ? String.valueOf((char) (separator.charAt(0) + 1))
+                            : "\u0006";
+                    members[i] = new Spec(names[i].substring(at + 1), inner);
                     names[i] = names[i].substring(0, at);
                 }
                 longest = Math.max(longest, names[i].length());

@@ -56,6 +56,9 @@ _MEMBER = "\u0003"  # between an object's members' entries
 _OPEN = "\u0004"  # leads the spec of a root (or an object picked whole) that may hold undeclared properties
 _CARRIED = "\u0005"  # leads the members' spec of a merged object whose undeclared members are carried
 _NESTED = "\u0006"  # between the entries of a carried member's own declared members
+#: between the entries of a merged object member's members, by its depth below its top-level
+#: object (1: as a carried member's; ``MAX_NESTING`` of ``tidemark.collection.members`` levels)
+_DEPTHS = ("\u0006", "\u0007")
 
 _lock = threading.Lock()
 _jar: dict[str, Optional[str]] = {}  # Spark version -> jar path, or None when it cannot be built
@@ -69,6 +72,7 @@ def enabled() -> bool:
 def spec(plan) -> Optional[str]:
     """The field description ``PlainDocument`` reads, or None if a name cannot be encoded."""
     from tidemark.collection.formats import is_date_time_field
+    from tidemark.collection.members import flat_members
     from tidemark.collection.plan import ordered_by_instant, required_members
 
     codes = {"string": "s", "integer": "i", "number": "n", "boolean": "b", "object": "o", "array": "a"}
@@ -86,9 +90,9 @@ def spec(plan) -> Optional[str]:
         if _MEMBERS in f.name:
             return None
         if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
-            nested = [part for carried in (*f.carried, *f.members) for part in carried.members]
+            nested = [part for carried in f.carried for part in carried.members] + flat_members(f)
             names = [part.member for part in (*f.members, *f.carried, *nested)]
-            marks = (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN)
+            marks = (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN, *_DEPTHS)
             if any(mark in name for name in names for mark in marks):
                 return None
             required = required_members(f)  # ``q``: a member the object must hold
@@ -129,14 +133,20 @@ def _nested(carried) -> str:
     return _MEMBERS + (_OPEN if node.get("additionalProperties", True) is True else "") + entries
 
 
-def _typed_nested(member, codes: dict) -> str:
-    """The members of a merged object member (type ``M``): U+0002, then their entries separated
-    by U+0006 (never open: a member it does not declare makes the document a suspect)."""
+def _typed_nested(member, codes: dict, depth: int = 1) -> str:
+    """The members of a merged object member (type ``M``) ``depth`` levels below its top-level
+    object: U+0002, then their entries separated by that depth's mark (U+0006, U+0007),
+    each followed by its own members where it is such an object (never open: a member it does
+    not declare makes the document a suspect)."""
     if member.kind != "object":
         return ""
     required = set(member.schema.get("required", ()))
-    return _MEMBERS + _NESTED.join(
-        ("q" if part.member in required else "s") + _member_code(part, codes) + part.member for part in member.members
+    return _MEMBERS + _DEPTHS[depth - 1].join(
+        ("q" if part.member in required else "s")
+        + _member_code(part, codes)
+        + part.member
+        + _typed_nested(part, codes, depth + 1)
+        for part in member.members
     )
 
 
