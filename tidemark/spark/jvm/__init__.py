@@ -90,8 +90,9 @@ def spec(plan) -> Optional[str]:
         if _MEMBERS in f.name:
             return None
         if f.members or f.carried:  # an object of members (or an array of such objects): their entries after the name
-            nested = [part for carried in f.carried for part in carried.members] + flat_members(f)
-            names = [part.member for part in (*f.members, *f.carried, *nested)]
+            # every name the spec writes: the members (and theirs, where merged), the carried ones and theirs
+            carried = [part for member in f.carried for part in (member, *member.members)]
+            names = [part.member for part in (*flat_members(f), *carried)]
             marks = (_SEPARATOR, _MEMBERS, _MEMBER, _NESTED, _OPEN, *_DEPTHS)
             if any(mark in name for name in names for mark in marks):
                 return None
